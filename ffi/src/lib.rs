@@ -1,0 +1,1 @@
+//! `dpdk-sys`: raw bindings to DPDK 22.11.
