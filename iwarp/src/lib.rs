@@ -1,3 +1,9 @@
 //! Sans-IO iWARP protocol core: MPA (RFC 5044/6581), DDP (RFC 5041), RDMAP (RFC 5040),
 //! RDMAP extensions (RFC 7306) and a verbs interface.
 #![forbid(unsafe_code)]
+
+pub mod ddp;
+pub mod mem;
+pub mod mpa;
+pub mod rdmap;
+pub mod wire;

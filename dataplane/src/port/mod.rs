@@ -112,3 +112,6 @@ impl fmt::Display for PortInfo {
         )
     }
 }
+
+#[cfg(feature = "dpdk")]
+pub mod dpdk;

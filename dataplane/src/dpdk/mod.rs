@@ -1,0 +1,1 @@
+//! Safe wrappers over DPDK: EAL, mempools, mbufs, ethdev.

@@ -1,0 +1,1 @@
+//! The DPDK ethdev port backend.

@@ -1,0 +1,1 @@
+//! DDP (RFC 5041): segmentation, tagged and untagged placement.

@@ -1,0 +1,1 @@
+//! Registered memory: STags, regions, windows, and where their bytes live.

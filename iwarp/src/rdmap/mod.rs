@@ -1,0 +1,1 @@
+//! RDMAP (RFC 5040, RFC 7306): operations, ordering, Terminate.

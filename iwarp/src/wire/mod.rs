@@ -1,0 +1,7 @@
+//! Zero-copy wire views and `Repr` types for every iWARP header.
+
+pub mod atomic;
+pub mod ddp;
+pub mod mpa;
+pub mod rdmap;
+pub mod terminate;
