@@ -1,1 +1,12 @@
-//! Registered memory: STags, regions, windows, and where their bytes live.
+//! Registered memory: STags, access rights, the lookup interface the protocol core uses for
+//! every tagged access, and a simple heap-backed table for tests and fuzzing.
+
+mod backend;
+mod simple;
+mod stag;
+mod table;
+
+pub use backend::{HeapBackend, MemoryBackend};
+pub use simple::{RegionSpec, SimpleMemory};
+pub use stag::{Access, PdId, STag, StreamId};
+pub use table::{AccessError, MemoryTable, Resolved};

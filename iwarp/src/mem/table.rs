@@ -1,0 +1,131 @@
+//! The memory-lookup interface the protocol core calls for every tagged access.
+
+use thiserror::Error;
+
+use super::stag::{Access, PdId, STag, StreamId};
+use crate::wire::terminate::TerminateCause;
+
+/// Why an access through an STag was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum AccessError {
+    /// No region or window with this index and key exists.
+    #[error("invalid STag")]
+    InvalidStag,
+    /// The STag exists but is in the Invalid state.
+    #[error("STag invalidated")]
+    Invalidated,
+    /// The range lies (partly) outside the registered range.
+    #[error("base or bounds violation")]
+    BaseBounds,
+    /// The STag does not grant the needed rights.
+    #[error("access rights violation")]
+    AccessRights,
+    /// The STag belongs to another protection domain.
+    #[error("protection domain mismatch")]
+    PdMismatch,
+    /// The STag (window) is bound to another stream.
+    #[error("STag not associated with this stream")]
+    NotAssociated,
+    /// TO + length wraps 2^64.
+    #[error("tagged offset wrap")]
+    ToWrap,
+    /// The STag cannot be invalidated remotely (shared, windows bound, ...).
+    #[error("STag cannot be invalidated")]
+    CannotInvalidate,
+}
+
+impl AccessError {
+    /// Terminate cause when detected by DDP tagged placement (RFC 5041 §7.2, D10).
+    pub fn ddp_cause(self) -> TerminateCause {
+        match self {
+            AccessError::InvalidStag
+            | AccessError::Invalidated
+            | AccessError::AccessRights
+            | AccessError::CannotInvalidate => TerminateCause::DDP_INVALID_STAG,
+            AccessError::BaseBounds => TerminateCause::DDP_BASE_BOUNDS,
+            AccessError::PdMismatch | AccessError::NotAssociated => {
+                TerminateCause::DDP_STAG_NOT_ASSOCIATED
+            }
+            AccessError::ToWrap => TerminateCause::DDP_TO_WRAP,
+        }
+    }
+
+    /// Terminate cause when detected by RDMAP (Read Request / Atomic source;
+    /// RFC 5040 §7.2, SPEC-DIGEST §2.9).
+    pub fn rdmap_cause(self) -> TerminateCause {
+        match self {
+            AccessError::InvalidStag | AccessError::Invalidated => {
+                TerminateCause::RDMAP_INVALID_STAG
+            }
+            AccessError::BaseBounds => TerminateCause::RDMAP_BASE_BOUNDS,
+            AccessError::AccessRights => TerminateCause::RDMAP_ACCESS_RIGHTS,
+            AccessError::PdMismatch | AccessError::NotAssociated => {
+                TerminateCause::RDMAP_STAG_NOT_ASSOCIATED
+            }
+            AccessError::ToWrap => TerminateCause::RDMAP_TO_WRAP,
+            AccessError::CannotInvalidate => TerminateCause::RDMAP_PROT_CANNOT_INVALIDATE,
+        }
+    }
+
+    /// Terminate cause for a failed remote invalidation (RFC 5040 §5.3; SPEC-DIGEST D6).
+    pub fn invalidate_cause(self) -> TerminateCause {
+        match self {
+            AccessError::InvalidStag => TerminateCause::RDMAP_INVALID_STAG,
+            AccessError::AccessRights => TerminateCause::RDMAP_ACCESS_RIGHTS,
+            _ => TerminateCause::RDMAP_PROT_CANNOT_INVALIDATE,
+        }
+    }
+}
+
+/// A validated access: the table's handle for `len` octets starting at the requested TO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resolved {
+    /// The STag that was resolved.
+    pub stag: STag,
+    /// Table-private region handle.
+    pub region: u32,
+    /// Offset of the first octet in the table's backing memory.
+    pub offset: u64,
+    /// Number of octets covered.
+    pub len: u64,
+    /// Translated (host) address of the first octet, for alignment checks.
+    pub addr: u64,
+}
+
+/// Memory lookup and access, implemented by the verbs layer (full resource model) and by
+/// [`super::SimpleMemory`].
+pub trait MemoryTable {
+    /// Validates an access of `len` octets at `to` through `stag` on a stream of `pd`,
+    /// needing rights `need`. Check order: STag, state, association, rights, wrap, bounds.
+    fn resolve(
+        &self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Resolved, AccessError>;
+
+    /// Writes `data` at octet `off` of a resolved range (`off + data.len() <= r.len`).
+    fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError>;
+
+    /// Reads `out.len()` octets at octet `off` of a resolved range.
+    fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError>;
+
+    /// Atomically replaces the 8 octets at the start of `r` (host byte order) by
+    /// `f(original)` and returns the original value.
+    fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError>;
+
+    /// Remote invalidation (Send with Invalidate) of `stag` on behalf of a stream.
+    fn invalidate(&mut self, stag: STag, pd: PdId, stream: StreamId) -> Result<(), AccessError>;
+}
+
+/// Checks `[off, off+len)` lies inside a resolved range.
+pub(crate) fn check_sub_range(r: &Resolved, off: u64, len: usize) -> Result<(), AccessError> {
+    let end = off.checked_add(len as u64).ok_or(AccessError::BaseBounds)?;
+    if end > r.len {
+        return Err(AccessError::BaseBounds);
+    }
+    Ok(())
+}
