@@ -115,3 +115,13 @@ impl fmt::Display for PortInfo {
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+
+pub mod any;
+pub mod capture;
+pub mod fault;
+pub mod heap;
+pub mod soft_pair;
+pub mod tap;
+
+pub use any::{AnyBuf, AnyPort, Backend};
+pub use heap::{BufPool, HeapBuf};

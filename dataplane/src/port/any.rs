@@ -1,0 +1,373 @@
+//! [`AnyPort`]: one type for every backend and middleware stack, built from configuration.
+//!
+//! Code that handles a mix of backends (the `run` command, tests) uses `AnyPort` and pays one
+//! well-predicted branch per burst and per buffer access. Hot loops that know their backend
+//! (`fwd` between two DPDK ports) match on [`AnyPort::backend`] and run monomorphised on the
+//! concrete port type instead.
+
+use super::capture::CapturePort;
+use super::fault::{FaultCounters, FaultPort};
+use super::heap::HeapBuf;
+use super::soft_pair::SoftPort;
+use super::tap::TapPort;
+use super::{PacketBuf, Port, PortInfo, PortStats};
+
+#[cfg(feature = "dpdk")]
+use crate::dpdk::Mbuf;
+#[cfg(feature = "dpdk")]
+use super::dpdk::DpdkPort;
+
+/// A frame buffer of any backend.
+#[derive(Debug)]
+pub enum AnyBuf {
+    /// Heap memory (software and TAP ports).
+    Heap(HeapBuf),
+    /// A DPDK mbuf.
+    #[cfg(feature = "dpdk")]
+    Mbuf(Mbuf),
+}
+
+impl AsRef<[u8]> for AnyBuf {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            AnyBuf::Heap(b) => b.as_ref(),
+            #[cfg(feature = "dpdk")]
+            AnyBuf::Mbuf(b) => b.as_ref(),
+        }
+    }
+}
+
+impl AsMut<[u8]> for AnyBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        match self {
+            AnyBuf::Heap(b) => b.as_mut(),
+            #[cfg(feature = "dpdk")]
+            AnyBuf::Mbuf(b) => b.as_mut(),
+        }
+    }
+}
+
+impl PacketBuf for AnyBuf {
+    fn truncate(&mut self, len: usize) {
+        match self {
+            AnyBuf::Heap(b) => b.truncate(len),
+            #[cfg(feature = "dpdk")]
+            AnyBuf::Mbuf(b) => b.truncate(len),
+        }
+    }
+}
+
+/// The concrete port (or middleware stack) inside an [`AnyPort`].
+#[derive(Debug)]
+pub enum Backend {
+    /// One end of an in-process link.
+    Soft(SoftPort),
+    /// A Linux TAP device.
+    Tap(TapPort),
+    /// A DPDK ethdev port.
+    #[cfg(feature = "dpdk")]
+    Dpdk(DpdkPort),
+    /// Fault injection around another port.
+    Fault(Box<FaultPort<AnyPort>>),
+    /// pcap capture around another port.
+    Capture(Box<CapturePort<AnyPort>>),
+}
+
+/// A port of any backend; see the module documentation.
+#[derive(Debug)]
+pub struct AnyPort {
+    backend: Backend,
+    heap_scratch: Vec<HeapBuf>,
+    #[cfg(feature = "dpdk")]
+    mbuf_scratch: Vec<Mbuf>,
+    /// Frames dropped while converting between buffer kinds (no buffer to copy into).
+    convert_drops: u64,
+}
+
+impl From<Backend> for AnyPort {
+    fn from(backend: Backend) -> AnyPort {
+        AnyPort {
+            backend,
+            heap_scratch: Vec::new(),
+            #[cfg(feature = "dpdk")]
+            mbuf_scratch: Vec::new(),
+            convert_drops: 0,
+        }
+    }
+}
+
+impl From<SoftPort> for AnyPort {
+    fn from(p: SoftPort) -> AnyPort {
+        Backend::Soft(p).into()
+    }
+}
+
+impl From<TapPort> for AnyPort {
+    fn from(p: TapPort) -> AnyPort {
+        Backend::Tap(p).into()
+    }
+}
+
+#[cfg(feature = "dpdk")]
+impl From<DpdkPort> for AnyPort {
+    fn from(p: DpdkPort) -> AnyPort {
+        Backend::Dpdk(p).into()
+    }
+}
+
+impl From<FaultPort<AnyPort>> for AnyPort {
+    fn from(p: FaultPort<AnyPort>) -> AnyPort {
+        Backend::Fault(Box::new(p)).into()
+    }
+}
+
+impl From<CapturePort<AnyPort>> for AnyPort {
+    fn from(p: CapturePort<AnyPort>) -> AnyPort {
+        Backend::Capture(Box::new(p)).into()
+    }
+}
+
+impl AnyPort {
+    /// The concrete port.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Takes the concrete port out (for a monomorphised loop).
+    pub fn into_backend(self) -> Backend {
+        self.backend
+    }
+
+    /// Short name of the backend stack, outermost first (e.g. `capture+fault+tap`).
+    pub fn kind(&self) -> String {
+        match &self.backend {
+            Backend::Soft(_) => "soft".into(),
+            Backend::Tap(_) => "tap".into(),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(_) => "dpdk".into(),
+            Backend::Fault(p) => format!("fault+{}", p.inner().kind()),
+            Backend::Capture(p) => format!("capture+{}", p.inner().kind()),
+        }
+    }
+
+    /// Fault counters (receive, transmit) of the fault layer in this stack, if any.
+    pub fn fault_counters(&self) -> Option<(FaultCounters, FaultCounters)> {
+        match &self.backend {
+            Backend::Fault(p) => Some(p.counters()),
+            Backend::Capture(p) => p.inner().fault_counters(),
+            _ => None,
+        }
+    }
+
+    /// Frames recorded by the capture layer in this stack, if any.
+    pub fn captured(&self) -> Option<u64> {
+        match &self.backend {
+            Backend::Capture(p) => Some(p.records()),
+            Backend::Fault(p) => p.inner().captured(),
+            _ => None,
+        }
+    }
+
+    /// Frames dropped converting buffers between backends (including wrapped layers).
+    pub fn convert_drops(&self) -> u64 {
+        self.convert_drops
+            + match &self.backend {
+                Backend::Fault(p) => p.inner().convert_drops(),
+                Backend::Capture(p) => p.inner().convert_drops(),
+                _ => 0,
+            }
+    }
+}
+
+/// Receives from a heap-buffer port through `scratch`.
+fn rx_heap<P: Port<Buf = HeapBuf>>(
+    port: &mut P,
+    scratch: &mut Vec<HeapBuf>,
+    out: &mut Vec<AnyBuf>,
+    max: usize,
+) -> usize {
+    scratch.clear();
+    let n = port.rx_burst(scratch, max);
+    out.extend(scratch.drain(..).map(AnyBuf::Heap));
+    n
+}
+
+/// Transmits on a heap-buffer port, copying frames of other kinds; refused frames are put
+/// back in `bufs` in order.
+fn tx_heap<P: Port<Buf = HeapBuf>>(
+    port: &mut P,
+    scratch: &mut Vec<HeapBuf>,
+    bufs: &mut Vec<AnyBuf>,
+    drops: &mut u64,
+) -> usize {
+    scratch.clear();
+    for b in bufs.drain(..) {
+        match b {
+            AnyBuf::Heap(h) => scratch.push(h),
+            #[cfg(feature = "dpdk")]
+            AnyBuf::Mbuf(m) => match port.alloc_tx(m.as_ref().len()) {
+                Some(mut h) => {
+                    h.as_mut().copy_from_slice(m.as_ref());
+                    scratch.push(h);
+                }
+                None => *drops += 1,
+            },
+        }
+    }
+    let _ = &drops;
+    let n = port.tx_burst(scratch);
+    bufs.extend(scratch.drain(..).map(AnyBuf::Heap));
+    n
+}
+
+#[cfg(feature = "dpdk")]
+fn rx_mbuf(
+    port: &mut DpdkPort,
+    scratch: &mut Vec<Mbuf>,
+    out: &mut Vec<AnyBuf>,
+    max: usize,
+) -> usize {
+    scratch.clear();
+    let n = port.rx_burst(scratch, max);
+    out.extend(scratch.drain(..).map(AnyBuf::Mbuf));
+    n
+}
+
+#[cfg(feature = "dpdk")]
+fn tx_mbuf(
+    port: &mut DpdkPort,
+    scratch: &mut Vec<Mbuf>,
+    bufs: &mut Vec<AnyBuf>,
+    drops: &mut u64,
+) -> usize {
+    scratch.clear();
+    for b in bufs.drain(..) {
+        match b {
+            AnyBuf::Mbuf(m) => scratch.push(m),
+            AnyBuf::Heap(h) => match port.alloc_tx(h.as_ref().len()) {
+                Some(mut m) => {
+                    m.as_mut().copy_from_slice(h.as_ref());
+                    scratch.push(m);
+                }
+                None => *drops += 1,
+            },
+        }
+    }
+    let n = port.tx_burst(scratch);
+    bufs.extend(scratch.drain(..).map(AnyBuf::Mbuf));
+    n
+}
+
+impl Port for AnyPort {
+    type Buf = AnyBuf;
+
+    fn info(&self) -> &PortInfo {
+        match &self.backend {
+            Backend::Soft(p) => p.info(),
+            Backend::Tap(p) => p.info(),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.info(),
+            Backend::Fault(p) => p.info(),
+            Backend::Capture(p) => p.info(),
+        }
+    }
+
+    fn rx_burst(&mut self, out: &mut Vec<AnyBuf>, max: usize) -> usize {
+        match &mut self.backend {
+            Backend::Soft(p) => rx_heap(p, &mut self.heap_scratch, out, max),
+            Backend::Tap(p) => rx_heap(p, &mut self.heap_scratch, out, max),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => rx_mbuf(p, &mut self.mbuf_scratch, out, max),
+            Backend::Fault(p) => p.rx_burst(out, max),
+            Backend::Capture(p) => p.rx_burst(out, max),
+        }
+    }
+
+    fn alloc_tx(&mut self, len: usize) -> Option<AnyBuf> {
+        match &mut self.backend {
+            Backend::Soft(p) => p.alloc_tx(len).map(AnyBuf::Heap),
+            Backend::Tap(p) => p.alloc_tx(len).map(AnyBuf::Heap),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.alloc_tx(len).map(AnyBuf::Mbuf),
+            Backend::Fault(p) => p.alloc_tx(len),
+            Backend::Capture(p) => p.alloc_tx(len),
+        }
+    }
+
+    fn tx_burst(&mut self, bufs: &mut Vec<AnyBuf>) -> usize {
+        let drops = &mut self.convert_drops;
+        match &mut self.backend {
+            Backend::Soft(p) => tx_heap(p, &mut self.heap_scratch, bufs, drops),
+            Backend::Tap(p) => tx_heap(p, &mut self.heap_scratch, bufs, drops),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => tx_mbuf(p, &mut self.mbuf_scratch, bufs, drops),
+            Backend::Fault(p) => p.tx_burst(bufs),
+            Backend::Capture(p) => p.tx_burst(bufs),
+        }
+    }
+
+    fn stats(&self) -> PortStats {
+        let mut s = match &self.backend {
+            Backend::Soft(p) => p.stats(),
+            Backend::Tap(p) => p.stats(),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.stats(),
+            Backend::Fault(p) => p.stats(),
+            Backend::Capture(p) => p.stats(),
+        };
+        s.tx_dropped += self.convert_drops;
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::capture::Resolution;
+    use crate::port::fault::{FaultConfig, Rate};
+    use crate::port::soft_pair::soft_pair;
+
+    fn info(name: &str, last: u8) -> PortInfo {
+        PortInfo {
+            name: name.into(),
+            mac: [2, 0, 0, 0, 0, last],
+            mtu: 1500,
+        }
+    }
+
+    #[test]
+    fn layered_stack_passes_frames_and_reports_layers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = soft_pair(info("a", 1), info("b", 2), 16);
+        let faulty = FaultPort::new(
+            AnyPort::from(a),
+            FaultConfig {
+                duplicate: Rate::ALWAYS,
+                ..FaultConfig::default()
+            },
+        );
+        let cap = CapturePort::create(
+            AnyPort::from(faulty),
+            &dir.path().join("a.pcap"),
+            Resolution::Micros,
+            65535,
+        )
+        .unwrap();
+        let mut a = AnyPort::from(cap);
+        let mut b = AnyPort::from(b);
+        assert_eq!(a.kind(), "capture+fault+soft");
+        assert_eq!(a.info().name, "a");
+
+        let mut f = b.alloc_tx(64).unwrap();
+        f.as_mut().fill(0x5a);
+        let mut out = vec![f];
+        assert_eq!(b.tx_burst(&mut out), 1);
+        let mut got = Vec::new();
+        assert_eq!(a.rx_burst(&mut got, 8), 2, "duplicated by the fault layer");
+        assert!(got.iter().all(|f| f.as_ref() == [0x5a; 64]));
+        assert_eq!(a.captured(), Some(2));
+        let (rx, _) = a.fault_counters().unwrap();
+        assert_eq!(rx.duplicated, 1);
+        assert_eq!(a.stats().rx_packets, 1, "wire counters come from the backend");
+    }
+}

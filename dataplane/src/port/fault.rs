@@ -1,0 +1,884 @@
+//! Fault injection: a middleware port that drops, reorders, duplicates, corrupts, truncates
+//! and delays frames passing through any other port.
+//!
+//! Each fault has a rate (parts per million of frames). Decisions come from a seeded
+//! pseudo-random generator, so a given seed and frame sequence always gives the same faults.
+//! Faults are applied per frame in this order: drop, truncate, corrupt, duplicate, then
+//! delay or reorder (hold back). Receive and transmit directions have separate state and
+//! counters; which directions are affected is configurable.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
+
+use super::{PacketBuf, Port, PortInfo, PortStats};
+
+/// A probability, in parts per million of frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rate(u32);
+
+/// One million: the rate of "every frame".
+const PPM: u32 = 1_000_000;
+
+impl Rate {
+    /// Never.
+    pub const NEVER: Rate = Rate(0);
+    /// Every frame.
+    pub const ALWAYS: Rate = Rate(PPM);
+
+    /// A rate in parts per million (`None` above 1 000 000).
+    pub fn from_ppm(ppm: u32) -> Option<Rate> {
+        (ppm <= PPM).then_some(Rate(ppm))
+    }
+
+    /// A rate in percent (`None` outside 0..=100).
+    pub fn from_percent(pct: f64) -> Option<Rate> {
+        (0.0..=100.0)
+            .contains(&pct)
+            .then(|| Rate((pct * 10_000.0).round() as u32))
+    }
+
+    /// The rate in parts per million.
+    pub fn ppm(self) -> u32 {
+        self.0
+    }
+
+    /// True for a rate above zero.
+    pub fn is_active(self) -> bool {
+        self.0 > 0
+    }
+}
+
+/// Why a rate string was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid rate {0:?} (expected e.g. \"1.5%\" or \"200ppm\", at most 100%)")]
+pub struct RateError(pub String);
+
+impl FromStr for Rate {
+    type Err = RateError;
+
+    /// Parses `"N%"`, `"Nppm"` or a bare number of percent.
+    fn from_str(s: &str) -> Result<Rate, RateError> {
+        let err = || RateError(s.to_string());
+        let t = s.trim();
+        if let Some(num) = t.strip_suffix("ppm") {
+            let ppm: u32 = num.trim().parse().map_err(|_| err())?;
+            Rate::from_ppm(ppm).ok_or_else(err)
+        } else {
+            let num = t.strip_suffix('%').unwrap_or(t).trim();
+            let pct: f64 = num.parse().map_err(|_| err())?;
+            if !pct.is_finite() {
+                return Err(err());
+            }
+            Rate::from_percent(pct).ok_or_else(err)
+        }
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 % 10_000 == 0 {
+            write!(f, "{}%", self.0 / 10_000)
+        } else {
+            write!(f, "{}ppm", self.0)
+        }
+    }
+}
+
+/// Which directions of a port the faults apply to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Direction {
+    /// Received frames only.
+    Rx,
+    /// Transmitted frames only.
+    Tx,
+    /// Both directions (each with its own state).
+    #[default]
+    Both,
+}
+
+/// How a frame chosen for corruption is corrupted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CorruptMode {
+    /// Flip one random bit anywhere in the frame (checksums then usually catch it).
+    #[default]
+    BitFlip,
+    /// Flip one random bit of the TCP payload and recompute the TCP checksum, so only an
+    /// upper-layer check (the MPA CRC) can detect it. Frames without TCP payload are left
+    /// alone and counted as `corrupt_skipped`.
+    TcpPayload,
+}
+
+/// The faults to inject and their rates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultConfig {
+    /// Seed of the pseudo-random decisions.
+    pub seed: u64,
+    /// Directions affected.
+    pub direction: Direction,
+    /// Frames dropped.
+    pub drop: Rate,
+    /// Frames held back and released after `reorder_depth` later frames.
+    pub reorder: Rate,
+    /// How many later frames overtake a held-back frame.
+    pub reorder_depth: usize,
+    /// A held-back frame is released after this long even if not enough frames followed.
+    pub reorder_max_hold: Duration,
+    /// Frames sent twice.
+    pub duplicate: Rate,
+    /// Frames corrupted.
+    pub corrupt: Rate,
+    /// How frames are corrupted.
+    pub corrupt_mode: CorruptMode,
+    /// Frames cut short (to a random length of at least one byte).
+    pub truncate: Rate,
+    /// Frames delayed by `delay_time`.
+    pub delay: Rate,
+    /// How long a delayed frame is held.
+    pub delay_time: Duration,
+}
+
+impl Default for FaultConfig {
+    fn default() -> FaultConfig {
+        FaultConfig {
+            seed: 1,
+            direction: Direction::Both,
+            drop: Rate::NEVER,
+            reorder: Rate::NEVER,
+            reorder_depth: 3,
+            reorder_max_hold: Duration::from_millis(10),
+            duplicate: Rate::NEVER,
+            corrupt: Rate::NEVER,
+            corrupt_mode: CorruptMode::BitFlip,
+            truncate: Rate::NEVER,
+            delay: Rate::NEVER,
+            delay_time: Duration::from_millis(1),
+        }
+    }
+}
+
+impl FaultConfig {
+    /// True when at least one fault has a non-zero rate.
+    pub fn is_active(&self) -> bool {
+        [
+            self.drop,
+            self.reorder,
+            self.duplicate,
+            self.corrupt,
+            self.truncate,
+            self.delay,
+        ]
+        .iter()
+        .any(|r| r.is_active())
+    }
+}
+
+/// Counters of one direction of a fault port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounters {
+    /// Frames that entered the fault stage.
+    pub seen: u64,
+    /// Frames dropped.
+    pub dropped: u64,
+    /// Frames held back for reordering.
+    pub reordered: u64,
+    /// Extra copies sent.
+    pub duplicated: u64,
+    /// Frames with a flipped bit.
+    pub corrupted: u64,
+    /// Frames whose TCP payload was corrupted and checksum recomputed.
+    pub corrupted_tcp: u64,
+    /// Frames chosen for TCP payload corruption that had no TCP payload.
+    pub corrupt_skipped: u64,
+    /// Frames cut short.
+    pub truncated: u64,
+    /// Frames delayed.
+    pub delayed: u64,
+    /// Duplicates not made because no buffer could be allocated.
+    pub alloc_failures: u64,
+}
+
+impl std::ops::Add for FaultCounters {
+    type Output = FaultCounters;
+    fn add(self, o: FaultCounters) -> FaultCounters {
+        FaultCounters {
+            seen: self.seen + o.seen,
+            dropped: self.dropped + o.dropped,
+            reordered: self.reordered + o.reordered,
+            duplicated: self.duplicated + o.duplicated,
+            corrupted: self.corrupted + o.corrupted,
+            corrupted_tcp: self.corrupted_tcp + o.corrupted_tcp,
+            corrupt_skipped: self.corrupt_skipped + o.corrupt_skipped,
+            truncated: self.truncated + o.truncated,
+            delayed: self.delayed + o.delayed,
+            alloc_failures: self.alloc_failures + o.alloc_failures,
+        }
+    }
+}
+
+/// SplitMix64: a small, fast generator whose output depends only on the seed.
+#[derive(Clone, Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+
+    fn hit(&mut self, rate: Rate) -> bool {
+        rate.is_active() && self.below(PPM as u64) < rate.ppm() as u64
+    }
+}
+
+struct Held<B> {
+    buf: B,
+    remaining: usize,
+    since: Instant,
+}
+
+/// The fault state of one direction.
+struct Stage<B> {
+    rng: SplitMix64,
+    held: VecDeque<Held<B>>,
+    delayed: VecDeque<(Instant, B)>,
+    counters: FaultCounters,
+}
+
+impl<B: PacketBuf> Stage<B> {
+    fn new(seed: u64) -> Stage<B> {
+        Stage {
+            rng: SplitMix64(seed),
+            held: VecDeque::new(),
+            delayed: VecDeque::new(),
+            counters: FaultCounters::default(),
+        }
+    }
+
+    /// Puts `buf` on the output and lets held-back frames count one more overtaking frame.
+    fn emit(&mut self, buf: B, out: &mut VecDeque<B>) {
+        out.push_back(buf);
+        for h in self.held.iter_mut() {
+            h.remaining = h.remaining.saturating_sub(1);
+        }
+        while self.held.front().is_some_and(|h| h.remaining == 0) {
+            if let Some(h) = self.held.pop_front() {
+                out.push_back(h.buf);
+            }
+        }
+    }
+
+    /// Releases delayed frames that are due and held frames held too long.
+    fn release(&mut self, cfg: &FaultConfig, now: Instant, out: &mut VecDeque<B>) {
+        while self.delayed.front().is_some_and(|(due, _)| *due <= now) {
+            if let Some((_, buf)) = self.delayed.pop_front() {
+                self.emit(buf, out);
+            }
+        }
+        while self
+            .held
+            .front()
+            .is_some_and(|h| now.duration_since(h.since) >= cfg.reorder_max_hold)
+        {
+            if let Some(h) = self.held.pop_front() {
+                out.push_back(h.buf);
+            }
+        }
+    }
+
+    fn process(
+        &mut self,
+        cfg: &FaultConfig,
+        now: Instant,
+        mut buf: B,
+        out: &mut VecDeque<B>,
+        alloc: &mut dyn FnMut(usize) -> Option<B>,
+    ) {
+        self.counters.seen += 1;
+        if self.rng.hit(cfg.drop) {
+            self.counters.dropped += 1;
+            return;
+        }
+        if self.rng.hit(cfg.truncate) && buf.len() > 1 {
+            let new_len = 1 + self.rng.below(buf.len() as u64 - 1) as usize;
+            buf.truncate(new_len);
+            self.counters.truncated += 1;
+        }
+        if self.rng.hit(cfg.corrupt) {
+            match cfg.corrupt_mode {
+                CorruptMode::BitFlip => {
+                    if !buf.is_empty() {
+                        let bit = self.rng.below(buf.len() as u64 * 8) as usize;
+                        buf.as_mut()[bit / 8] ^= 1 << (bit % 8);
+                        self.counters.corrupted += 1;
+                    }
+                }
+                CorruptMode::TcpPayload => {
+                    let r = self.rng.next_u64();
+                    if corrupt_tcp_payload(buf.as_mut(), r) {
+                        self.counters.corrupted_tcp += 1;
+                    } else {
+                        self.counters.corrupt_skipped += 1;
+                    }
+                }
+            }
+        }
+        let copy = if self.rng.hit(cfg.duplicate) {
+            match alloc(buf.len()) {
+                Some(mut c) => {
+                    c.as_mut().copy_from_slice(buf.as_ref());
+                    self.counters.duplicated += 1;
+                    Some(c)
+                }
+                None => {
+                    self.counters.alloc_failures += 1;
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        for frame in std::iter::once(buf).chain(copy) {
+            if self.rng.hit(cfg.delay) {
+                self.counters.delayed += 1;
+                self.delayed.push_back((now + cfg.delay_time, frame));
+            } else if self.rng.hit(cfg.reorder) {
+                self.counters.reordered += 1;
+                self.held.push_back(Held {
+                    buf: frame,
+                    remaining: cfg.reorder_depth.max(1),
+                    since: now,
+                });
+            } else {
+                self.emit(frame, out);
+            }
+        }
+    }
+}
+
+/// Flips one bit (chosen by `r`) of the TCP payload of an Ethernet/IPv4/TCP frame and
+/// recomputes the TCP checksum. Returns false (frame untouched) if the frame holds no
+/// well-formed TCP segment with payload.
+pub fn corrupt_tcp_payload(frame: &mut [u8], r: u64) -> bool {
+    let Ok(mut eth) = EthernetFrame::new_checked(frame) else {
+        return false;
+    };
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return false;
+    }
+    let Ok(mut ip) = Ipv4Packet::new_checked(eth.payload_mut()) else {
+        return false;
+    };
+    if ip.next_header() != IpProtocol::Tcp || ip.frag_offset() != 0 || ip.more_frags() {
+        return false;
+    }
+    let src = IpAddress::Ipv4(ip.src_addr());
+    let dst = IpAddress::Ipv4(ip.dst_addr());
+    let Ok(mut tcp) = TcpPacket::new_checked(ip.payload_mut()) else {
+        return false;
+    };
+    let payload = tcp.payload_mut();
+    if payload.is_empty() {
+        return false;
+    }
+    let bit = ((r as u128 * (payload.len() as u128 * 8)) >> 64) as usize;
+    payload[bit / 8] ^= 1 << (bit % 8);
+    tcp.fill_checksum(&src, &dst);
+    true
+}
+
+/// Most frames a fault port keeps waiting for the inner port's transmit ring.
+const TX_BACKLOG_MAX: usize = 4096;
+
+/// A port wrapper injecting faults into the frames of `P`.
+pub struct FaultPort<P: Port> {
+    inner: P,
+    cfg: FaultConfig,
+    rx: Stage<P::Buf>,
+    tx: Stage<P::Buf>,
+    rx_ready: VecDeque<P::Buf>,
+    tx_ready: VecDeque<P::Buf>,
+    scratch: Vec<P::Buf>,
+    tx_dropped: u64,
+}
+
+impl<P: Port> FaultPort<P> {
+    /// Wraps `inner`. The transmit stage is seeded with `seed + 1` so the directions differ.
+    pub fn new(inner: P, cfg: FaultConfig) -> FaultPort<P> {
+        FaultPort {
+            rx: Stage::new(cfg.seed),
+            tx: Stage::new(cfg.seed.wrapping_add(1)),
+            inner,
+            cfg,
+            rx_ready: VecDeque::new(),
+            tx_ready: VecDeque::new(),
+            scratch: Vec::new(),
+            tx_dropped: 0,
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &FaultConfig {
+        &self.cfg
+    }
+
+    /// Fault counters of the receive and transmit directions.
+    pub fn counters(&self) -> (FaultCounters, FaultCounters) {
+        (self.rx.counters, self.tx.counters)
+    }
+
+    /// The wrapped port.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+
+    /// Frames held inside the fault stages (delayed, held back, or waiting for the inner
+    /// port's transmit ring).
+    pub fn in_flight(&self) -> usize {
+        self.rx.held.len()
+            + self.rx.delayed.len()
+            + self.tx.held.len()
+            + self.tx.delayed.len()
+            + self.rx_ready.len()
+            + self.tx_ready.len()
+    }
+
+    fn applies_rx(&self) -> bool {
+        matches!(self.cfg.direction, Direction::Rx | Direction::Both)
+    }
+
+    fn applies_tx(&self) -> bool {
+        matches!(self.cfg.direction, Direction::Tx | Direction::Both)
+    }
+
+    /// Releases due transmit frames and offers the transmit backlog to the inner port.
+    fn flush_tx(&mut self, now: Instant) {
+        self.tx.release(&self.cfg, now, &mut self.tx_ready);
+        if self.tx_ready.is_empty() {
+            return;
+        }
+        self.scratch.clear();
+        self.scratch.extend(self.tx_ready.drain(..));
+        self.inner.tx_burst(&mut self.scratch);
+        self.tx_ready.extend(self.scratch.drain(..));
+        while self.tx_ready.len() > TX_BACKLOG_MAX {
+            self.tx_ready.pop_back();
+            self.tx_dropped += 1;
+        }
+    }
+}
+
+impl<P: Port> Port for FaultPort<P> {
+    type Buf = P::Buf;
+
+    fn info(&self) -> &PortInfo {
+        self.inner.info()
+    }
+
+    fn rx_burst(&mut self, out: &mut Vec<P::Buf>, max: usize) -> usize {
+        let now = Instant::now();
+        self.flush_tx(now);
+        if !self.applies_rx() {
+            return self.inner.rx_burst(out, max);
+        }
+        self.rx.release(&self.cfg, now, &mut self.rx_ready);
+        if self.rx_ready.len() < max {
+            self.scratch.clear();
+            self.inner.rx_burst(&mut self.scratch, max);
+            let inner = &mut self.inner;
+            for buf in self.scratch.drain(..) {
+                self.rx.process(&self.cfg, now, buf, &mut self.rx_ready, &mut |len| {
+                    inner.alloc_tx(len)
+                });
+            }
+        }
+        let n = self.rx_ready.len().min(max);
+        out.extend(self.rx_ready.drain(..n));
+        n
+    }
+
+    fn alloc_tx(&mut self, len: usize) -> Option<P::Buf> {
+        self.inner.alloc_tx(len)
+    }
+
+    fn tx_burst(&mut self, bufs: &mut Vec<P::Buf>) -> usize {
+        if !self.applies_tx() {
+            return self.inner.tx_burst(bufs);
+        }
+        if self.tx_ready.len() >= TX_BACKLOG_MAX {
+            self.flush_tx(Instant::now());
+            if self.tx_ready.len() >= TX_BACKLOG_MAX {
+                return 0;
+            }
+        }
+        let now = Instant::now();
+        let n = bufs.len();
+        let inner = &mut self.inner;
+        for buf in bufs.drain(..) {
+            self.tx.process(&self.cfg, now, buf, &mut self.tx_ready, &mut |len| {
+                inner.alloc_tx(len)
+            });
+        }
+        self.flush_tx(now);
+        n
+    }
+
+    fn stats(&self) -> PortStats {
+        let mut s = self.inner.stats();
+        s.tx_dropped += self.tx_dropped;
+        s
+    }
+}
+
+impl<P: Port> fmt::Debug for FaultPort<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultPort")
+            .field("port", &self.inner.info().name)
+            .field("cfg", &self.cfg)
+            .field("counters", &self.counters())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::heap::HeapBuf;
+    use crate::port::soft_pair::{soft_pair, SoftPort};
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{
+        EthernetAddress, EthernetRepr, Ipv4Address, Ipv4Repr, TcpControl, TcpRepr, TcpSeqNumber,
+    };
+
+    fn info(name: &str, last: u8) -> PortInfo {
+        PortInfo {
+            name: name.into(),
+            mac: [2, 0, 0, 0, 0, last],
+            mtu: 1500,
+        }
+    }
+
+    /// A fault port on end `a` of a soft pair, and the plain end `b`.
+    fn setup(cfg: FaultConfig) -> (FaultPort<SoftPort>, SoftPort) {
+        let (a, b) = soft_pair(info("a", 1), info("b", 2), 8192);
+        (FaultPort::new(a, cfg), b)
+    }
+
+    /// Sends `n` numbered 64-byte frames from `b`; receives everything on the fault port.
+    fn pass_rx(cfg: FaultConfig, n: u32) -> (Vec<Vec<u8>>, FaultCounters) {
+        let (mut f, mut b) = setup(cfg);
+        let mut bufs: Vec<HeapBuf> = (0..n)
+            .map(|i| {
+                let mut buf = b.alloc_tx(64).unwrap();
+                buf.as_mut().fill(0);
+                buf.as_mut()[..4].copy_from_slice(&i.to_be_bytes());
+                buf
+            })
+            .collect();
+        assert_eq!(b.tx_burst(&mut bufs), n as usize);
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_millis(500);
+        loop {
+            let mut out = Vec::new();
+            f.rx_burst(&mut out, 32);
+            got.extend(out.into_iter().map(|b| b.as_ref().to_vec()));
+            if f.in_flight() == 0 && f.inner().rx_pending() == 0 || Instant::now() > deadline {
+                break;
+            }
+        }
+        (got, f.counters().0)
+    }
+
+    fn seq(frame: &[u8]) -> u32 {
+        u32::from_be_bytes(frame[..4].try_into().unwrap())
+    }
+
+    #[test]
+    fn rate_parsing() {
+        assert_eq!("1%".parse::<Rate>().unwrap().ppm(), 10_000);
+        assert_eq!("0.5 %".parse::<Rate>().unwrap().ppm(), 5_000);
+        assert_eq!("250ppm".parse::<Rate>().unwrap().ppm(), 250);
+        assert_eq!("100".parse::<Rate>().unwrap(), Rate::ALWAYS);
+        assert!("101%".parse::<Rate>().is_err());
+        assert!("1000001ppm".parse::<Rate>().is_err());
+        assert!("-1%".parse::<Rate>().is_err());
+        assert!("NaN".parse::<Rate>().is_err());
+        assert!("lots".parse::<Rate>().is_err());
+        assert_eq!(Rate::from_ppm(10_000).unwrap().to_string(), "1%");
+        assert_eq!(Rate::from_ppm(15).unwrap().to_string(), "15ppm");
+    }
+
+    #[test]
+    fn no_faults_is_transparent() {
+        let (got, c) = pass_rx(FaultConfig::default(), 100);
+        assert_eq!(got.len(), 100);
+        assert!(got.iter().enumerate().all(|(i, f)| seq(f) == i as u32));
+        assert_eq!(c.seen, 100);
+        assert_eq!(c.dropped + c.reordered + c.duplicated + c.corrupted, 0);
+    }
+
+    #[test]
+    fn same_seed_same_faults_other_seed_other_faults() {
+        let cfg = FaultConfig {
+            seed: 42,
+            drop: "10%".parse().unwrap(),
+            duplicate: "5%".parse().unwrap(),
+            reorder: "5%".parse().unwrap(),
+            corrupt: "5%".parse().unwrap(),
+            ..FaultConfig::default()
+        };
+        let (a, ca) = pass_rx(cfg.clone(), 1000);
+        let (b, cb) = pass_rx(cfg.clone(), 1000);
+        assert_eq!(a, b);
+        assert_eq!(ca, cb);
+        let (c, _) = pass_rx(FaultConfig { seed: 43, ..cfg }, 1000);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn drop_rate_is_respected_and_counted() {
+        let cfg = FaultConfig {
+            drop: "20%".parse().unwrap(),
+            ..FaultConfig::default()
+        };
+        let (got, c) = pass_rx(cfg, 5000);
+        assert_eq!(got.len() as u64 + c.dropped, 5000);
+        assert!((800..1200).contains(&c.dropped), "dropped {}", c.dropped);
+        let seqs: Vec<u32> = got.iter().map(|f| seq(f)).collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "order kept");
+    }
+
+    #[test]
+    fn duplicate_sends_identical_copies() {
+        let cfg = FaultConfig {
+            duplicate: Rate::ALWAYS,
+            ..FaultConfig::default()
+        };
+        let (got, c) = pass_rx(cfg, 10);
+        assert_eq!(got.len(), 20);
+        assert_eq!(c.duplicated, 10);
+        for pair in got.chunks(2) {
+            assert_eq!(pair[0], pair[1]);
+        }
+    }
+
+    #[test]
+    fn reorder_holds_a_frame_back_by_depth() {
+        let cfg = FaultConfig {
+            seed: 7,
+            reorder: "10%".parse().unwrap(),
+            reorder_depth: 3,
+            ..FaultConfig::default()
+        };
+        let (got, c) = pass_rx(cfg, 2000);
+        assert_eq!(got.len(), 2000, "reordering loses nothing");
+        assert!(c.reordered > 100, "reordered {}", c.reordered);
+        let seqs: Vec<u32> = got.iter().map(|f| seq(f)).collect();
+        let mut sorted = seqs.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..2000).collect::<Vec<_>>());
+        let out_of_order = seqs.windows(2).filter(|w| w[0] > w[1]).count();
+        assert!(out_of_order > 0);
+        // The first displaced frame is overtaken by at least `reorder_depth` frames.
+        let first_held = (0..2000u32)
+            .find(|&s| seqs.iter().position(|&x| x == s) != Some(s as usize))
+            .unwrap();
+        let pos = seqs.iter().position(|&x| x == first_held).unwrap();
+        assert!(pos >= first_held as usize + 3, "held back by 3, at {pos}");
+    }
+
+    #[test]
+    fn reorder_with_full_rate_and_idle_link_releases_after_max_hold() {
+        let cfg = FaultConfig {
+            reorder: Rate::ALWAYS,
+            reorder_depth: 5,
+            reorder_max_hold: Duration::from_millis(5),
+            ..FaultConfig::default()
+        };
+        let (got, c) = pass_rx(cfg, 3);
+        assert_eq!(c.reordered, 3);
+        assert_eq!(got.len(), 3, "released by time, not lost");
+    }
+
+    #[test]
+    fn truncate_shortens_frames() {
+        let cfg = FaultConfig {
+            truncate: Rate::ALWAYS,
+            ..FaultConfig::default()
+        };
+        let (got, c) = pass_rx(cfg, 50);
+        assert_eq!(c.truncated, 50);
+        assert!(got.iter().all(|f| !f.is_empty() && f.len() < 64));
+    }
+
+    #[test]
+    fn bit_flip_changes_exactly_one_bit() {
+        let cfg = FaultConfig {
+            corrupt: Rate::ALWAYS,
+            ..FaultConfig::default()
+        };
+        let (got, c) = pass_rx(cfg, 50);
+        assert_eq!(c.corrupted, 50);
+        for (i, f) in got.iter().enumerate() {
+            let mut orig = vec![0u8; 64];
+            orig[..4].copy_from_slice(&(i as u32).to_be_bytes());
+            let flipped: u32 = f.iter().zip(&orig).map(|(a, b)| (a ^ b).count_ones()).sum();
+            assert_eq!(flipped, 1, "frame {i}");
+        }
+    }
+
+    #[test]
+    fn delay_holds_frames_for_the_delay_time() {
+        let cfg = FaultConfig {
+            delay: Rate::ALWAYS,
+            delay_time: Duration::from_millis(20),
+            ..FaultConfig::default()
+        };
+        let (mut f, mut b) = setup(cfg);
+        let mut bufs = vec![b.alloc_tx(64).unwrap()];
+        b.tx_burst(&mut bufs);
+        let start = Instant::now();
+        let mut out = Vec::new();
+        f.rx_burst(&mut out, 8);
+        assert!(out.is_empty(), "not yet");
+        while out.is_empty() && start.elapsed() < Duration::from_secs(1) {
+            f.rx_burst(&mut out, 8);
+        }
+        assert_eq!(out.len(), 1);
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        assert_eq!(f.counters().0.delayed, 1);
+    }
+
+    #[test]
+    fn tx_direction_only_leaves_rx_alone() {
+        let cfg = FaultConfig {
+            direction: Direction::Tx,
+            drop: Rate::ALWAYS,
+            ..FaultConfig::default()
+        };
+        let (mut f, mut b) = setup(cfg);
+        let mut to_f = vec![b.alloc_tx(64).unwrap()];
+        b.tx_burst(&mut to_f);
+        let mut out = Vec::new();
+        assert_eq!(f.rx_burst(&mut out, 8), 1);
+        let mut from_f = vec![f.alloc_tx(64).unwrap(), f.alloc_tx(64).unwrap()];
+        assert_eq!(f.tx_burst(&mut from_f), 2);
+        let mut got = Vec::new();
+        assert_eq!(b.rx_burst(&mut got, 8), 0);
+        assert_eq!(f.counters().1.dropped, 2);
+        assert_eq!(f.counters().0.dropped, 0);
+    }
+
+    fn tcp_frame(payload: &[u8]) -> Vec<u8> {
+        let src = Ipv4Address::new(10, 0, 0, 1);
+        let dst = Ipv4Address::new(10, 0, 0, 2);
+        let tcp = TcpRepr {
+            src_port: 4000,
+            dst_port: 5000,
+            control: TcpControl::Psh,
+            seq_number: TcpSeqNumber(1000),
+            ack_number: Some(TcpSeqNumber(2000)),
+            window_len: 1024,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload,
+        };
+        let ip = Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let eth = EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ethertype: EthernetProtocol::Ipv4,
+        };
+        let mut buf = vec![0u8; 14 + 20 + tcp.buffer_len()];
+        let caps = ChecksumCapabilities::default();
+        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+        eth.emit(&mut frame);
+        let mut ipp = Ipv4Packet::new_unchecked(frame.payload_mut());
+        ip.emit(&mut ipp, &caps);
+        let mut tcpp = TcpPacket::new_unchecked(ipp.payload_mut());
+        tcp.emit(
+            &mut tcpp,
+            &IpAddress::Ipv4(src),
+            &IpAddress::Ipv4(dst),
+            &caps,
+        );
+        buf
+    }
+
+    #[test]
+    fn tcp_payload_corruption_keeps_checksums_valid() {
+        let orig = tcp_frame(b"an MPA FPDU would be here, CRC-protected");
+        let mut frame = orig.clone();
+        assert!(corrupt_tcp_payload(&mut frame, 0x1234_5678_9abc_def0));
+        let diff: u32 = frame
+            .iter()
+            .zip(&orig)
+            .map(|(a, b)| (a ^ b).count_ones())
+            .sum();
+        // One payload bit plus the checksum change.
+        assert!(diff >= 2);
+        let eth = EthernetFrame::new_checked(&frame[..]).unwrap();
+        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+        assert!(ip.verify_checksum());
+        let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+        let src = IpAddress::Ipv4(ip.src_addr());
+        let dst = IpAddress::Ipv4(ip.dst_addr());
+        assert!(tcp.verify_checksum(&src, &dst), "checksum recomputed");
+        let orig_eth = EthernetFrame::new_checked(&orig[..]).unwrap();
+        let orig_ip = Ipv4Packet::new_checked(orig_eth.payload()).unwrap();
+        let orig_tcp = TcpPacket::new_checked(orig_ip.payload()).unwrap();
+        let payload_diff: u32 = tcp
+            .payload()
+            .iter()
+            .zip(orig_tcp.payload())
+            .map(|(a, b)| (a ^ b).count_ones())
+            .sum();
+        assert_eq!(payload_diff, 1, "exactly one payload bit flipped");
+    }
+
+    #[test]
+    fn tcp_payload_mode_skips_frames_without_payload() {
+        let mut pure_ack = tcp_frame(b"");
+        let before = pure_ack.clone();
+        assert!(!corrupt_tcp_payload(&mut pure_ack, 99));
+        assert_eq!(pure_ack, before);
+        assert!(!corrupt_tcp_payload(&mut [0u8; 10], 1));
+
+        let cfg = FaultConfig {
+            corrupt: Rate::ALWAYS,
+            corrupt_mode: CorruptMode::TcpPayload,
+            ..FaultConfig::default()
+        };
+        let (mut f, mut b) = setup(cfg);
+        let mut bufs = vec![
+            b.alloc_tx(64).unwrap(),
+            HeapBuf::unpooled(tcp_frame(b"data")),
+        ];
+        b.tx_burst(&mut bufs);
+        let mut out = Vec::new();
+        f.rx_burst(&mut out, 8);
+        assert_eq!(out.len(), 2);
+        let c = f.counters().0;
+        assert_eq!((c.corrupted_tcp, c.corrupt_skipped), (1, 1));
+    }
+}

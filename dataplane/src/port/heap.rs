@@ -1,0 +1,152 @@
+//! Heap frame buffers for the software backends, recycled through a bounded free list.
+//!
+//! A [`HeapBuf`] returns its allocation to the [`BufPool`] it came from when dropped, so a
+//! port in steady state reuses the same few `Vec`s instead of allocating per frame.
+
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+
+use super::PacketBuf;
+
+/// A bounded, lock-free free list of frame allocations, shared by the ports that use it.
+#[derive(Debug)]
+pub struct BufPool {
+    free: ArrayQueue<Vec<u8>>,
+    capacity_hint: usize,
+}
+
+impl BufPool {
+    /// Creates a pool keeping up to `slots` idle buffers, each pre-sized for `frame_len` bytes.
+    pub fn new(slots: usize, frame_len: usize) -> Arc<BufPool> {
+        Arc::new(BufPool {
+            free: ArrayQueue::new(slots.max(1)),
+            capacity_hint: frame_len,
+        })
+    }
+
+    /// Takes a buffer of exactly `len` bytes (contents unspecified) from the free list, or
+    /// allocates one when the free list is empty.
+    pub fn take(self: &Arc<Self>, len: usize) -> HeapBuf {
+        let mut data = self
+            .free
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.capacity_hint.max(len)));
+        data.resize(len, 0);
+        HeapBuf {
+            data,
+            pool: Some(Arc::clone(self)),
+        }
+    }
+
+    /// Takes a buffer holding a copy of `bytes`.
+    pub fn take_copy(self: &Arc<Self>, bytes: &[u8]) -> HeapBuf {
+        let mut data = self
+            .free
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.capacity_hint.max(bytes.len())));
+        data.clear();
+        data.extend_from_slice(bytes);
+        HeapBuf {
+            data,
+            pool: Some(Arc::clone(self)),
+        }
+    }
+
+    /// Number of idle buffers on the free list.
+    pub fn idle(&self) -> usize {
+        self.free.len()
+    }
+
+    fn give_back(&self, mut data: Vec<u8>) {
+        data.clear();
+        // A full free list means enough buffers are idle already: let this one go.
+        let _ = self.free.push(data);
+    }
+}
+
+/// A frame in heap memory (software ports). Returns to its pool when dropped.
+#[derive(Debug)]
+pub struct HeapBuf {
+    data: Vec<u8>,
+    pool: Option<Arc<BufPool>>,
+}
+
+impl HeapBuf {
+    /// A buffer that belongs to no pool (freed normally on drop).
+    pub fn unpooled(data: Vec<u8>) -> HeapBuf {
+        HeapBuf { data, pool: None }
+    }
+
+    /// Moves the bytes out, detaching the buffer from its pool.
+    pub fn into_vec(mut self) -> Vec<u8> {
+        self.pool = None;
+        std::mem::take(&mut self.data)
+    }
+
+    /// Resizes the frame to `len` bytes, zero-filling any new bytes.
+    pub fn resize(&mut self, len: usize) {
+        self.data.resize(len, 0);
+    }
+}
+
+impl AsRef<[u8]> for HeapBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl AsMut<[u8]> for HeapBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+}
+
+impl PacketBuf for HeapBuf {
+    fn truncate(&mut self, len: usize) {
+        self.data.truncate(len);
+    }
+}
+
+impl Drop for HeapBuf {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.give_back(std::mem::take(&mut self.data));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropped_buffers_return_to_the_pool_and_are_reused() {
+        let pool = BufPool::new(4, 2048);
+        let a = pool.take(60);
+        let ptr = a.as_ref().as_ptr();
+        assert_eq!(a.len(), 60);
+        drop(a);
+        assert_eq!(pool.idle(), 1);
+        let b = pool.take(100);
+        assert_eq!(b.as_ref().as_ptr(), ptr, "the idle allocation is reused");
+        assert_eq!(b.len(), 100);
+        assert_eq!(pool.idle(), 0);
+    }
+
+    #[test]
+    fn free_list_is_bounded() {
+        let pool = BufPool::new(2, 64);
+        let bufs: Vec<_> = (0..5).map(|_| pool.take(10)).collect();
+        drop(bufs);
+        assert_eq!(pool.idle(), 2);
+    }
+
+    #[test]
+    fn into_vec_detaches_from_the_pool() {
+        let pool = BufPool::new(2, 64);
+        let v = pool.take_copy(&[1, 2, 3]).into_vec();
+        assert_eq!(v, vec![1, 2, 3]);
+        assert_eq!(pool.idle(), 0);
+    }
+}
