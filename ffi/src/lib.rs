@@ -1,1 +1,15 @@
-//! `dpdk-sys`: raw bindings to DPDK 22.11.
+//! `dpdk-sys`: raw bindings to the system's DPDK 22.11.
+//!
+//! Generated at build time by bindgen over `wrapper.h` (allowlisted EAL, ethdev, mempool,
+//! mbuf, lcore, memzone and malloc APIs), plus `dpdk_shim_*` functions from `shim.c` that
+//! give DPDK's static-inline fast path (`rte_eth_rx_burst`, `rte_pktmbuf_alloc`, ...),
+//! macros (`rte_pktmbuf_mtod`) and thread-locals (`rte_errno`) a linkable symbol.
+//!
+//! Everything here is `unsafe` C API; the safe layer lives in the `dataplane` crate.
+
+#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case)]
+#![allow(clippy::all)]
+#![allow(rustdoc::all)]
+#![allow(missing_docs)]
+
+include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

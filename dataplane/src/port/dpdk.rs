@@ -1,1 +1,272 @@
-//! The DPDK ethdev port backend.
+//! The DPDK ethdev port backend: one rx and one tx queue on an EAL device, mbufs from the
+//! port's own mempool, bursts passed to DPDK without copying or per-packet allocation.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::dpdk::{Eal, EthDev, EthDevSetup, Mbuf, Mempool};
+use crate::port::{PacketBuf, Port, PortError, PortInfo, PortStats};
+
+pub use crate::dpdk::available_devices;
+
+/// Distinguishes mempool names when a device is opened more than once per process.
+static POOL_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// Largest burst handed to one `rte_eth_rx_burst` call.
+const MAX_BURST: usize = 512;
+
+/// Ethernet header plus VLAN tag and FCS, on top of the IP MTU, for sizing mbufs.
+const L2_OVERHEAD: usize = 14 + 4 + 4;
+
+/// Settings of one DPDK port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DpdkPortConfig {
+    /// Port name (logs, statistics).
+    pub name: String,
+    /// EAL device name, e.g. `net_memif0` or a PCI address (`rte_eth_dev_get_port_by_name`).
+    pub device: String,
+    /// Receive descriptors.
+    pub rx_desc: u16,
+    /// Transmit descriptors.
+    pub tx_desc: u16,
+    /// IP MTU.
+    pub mtu: usize,
+    /// MAC address to use, or `None` for the device's own.
+    pub mac: Option<[u8; 6]>,
+    /// Mbufs in the port's pool (must cover rx + tx descriptors plus frames held by the
+    /// application).
+    pub pool_size: u32,
+    /// Receive frames for any destination MAC.
+    pub promiscuous: bool,
+}
+
+impl DpdkPortConfig {
+    /// A configuration with common defaults (1024 descriptors each way, MTU 1500, 8191
+    /// mbufs, promiscuous) for device `device`.
+    pub fn new(name: impl Into<String>, device: impl Into<String>) -> DpdkPortConfig {
+        DpdkPortConfig {
+            name: name.into(),
+            device: device.into(),
+            rx_desc: 1024,
+            tx_desc: 1024,
+            mtu: 1500,
+            mac: None,
+            pool_size: 8191,
+            promiscuous: true,
+        }
+    }
+}
+
+/// A started DPDK ethdev used as a [`Port`]. Dropping it stops and closes the device, then
+/// frees its mempool (once all its mbufs are back).
+pub struct DpdkPort {
+    // Field order is drop order: the device releases its rx ring mbufs before the pool goes.
+    dev: EthDev,
+    pool: Mempool,
+    info: PortInfo,
+    sw: PortStats,
+}
+
+impl DpdkPort {
+    /// Looks up `cfg.device`, creates its mempool, configures one rx and one tx queue, sets
+    /// MTU (tolerating PMDs that cannot), MAC and promiscuous mode, and starts it.
+    pub fn open(eal: &Eal, cfg: &DpdkPortConfig) -> Result<DpdkPort, PortError> {
+        let setup_err = |reason: String| PortError::Setup {
+            port: cfg.name.clone(),
+            reason,
+        };
+        let mtu = u16::try_from(cfg.mtu)
+            .map_err(|_| setup_err(format!("{}: MTU {} too large", cfg.device, cfg.mtu)))?;
+        let frame_room = (usize::from(mtu) + L2_OVERHEAD).max(2048);
+        let data_room = u16::try_from(frame_room + usize::from(Mempool::headroom()))
+            .map_err(|_| setup_err(format!("{}: MTU {} too large for one mbuf", cfg.device, cfg.mtu)))?;
+        let min_pool = u32::from(cfg.rx_desc) + u32::from(cfg.tx_desc) + MAX_BURST as u32;
+        if cfg.pool_size < min_pool {
+            log::warn!(
+                "{}: pool of {} mbufs is smaller than rx+tx descriptors+burst ({min_pool}); receive may stall",
+                cfg.name,
+                cfg.pool_size
+            );
+        }
+
+        let (port_id, claim) = EthDev::lookup(eal, &cfg.device)
+            .map_err(|e| setup_err(e.to_string()))?;
+        let pool_name = format!("dp{port_id}_{}", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+        let cache = (cfg.pool_size / 8).min(256);
+        let pool = Mempool::new(
+            &pool_name,
+            cfg.pool_size,
+            cache,
+            data_room,
+            EthDev::socket_of(port_id),
+        )
+        .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))?;
+        let setup = EthDevSetup {
+            rx_desc: cfg.rx_desc,
+            tx_desc: cfg.tx_desc,
+            mtu,
+            mac: cfg.mac,
+            promiscuous: cfg.promiscuous,
+        };
+        let dev = EthDev::start(eal, claim, &cfg.device, &setup, &pool)
+            .map_err(|e| setup_err(e.to_string()))?;
+        let info = PortInfo {
+            name: cfg.name.clone(),
+            mac: dev.mac(),
+            mtu: cfg.mtu,
+        };
+        log::info!("port {info} on DPDK device {} (port id {port_id})", cfg.device);
+        Ok(DpdkPort {
+            dev,
+            pool,
+            info,
+            sw: PortStats::default(),
+        })
+    }
+
+    /// DPDK port id.
+    pub fn port_id(&self) -> u16 {
+        self.dev.port_id()
+    }
+
+    /// The EAL device name.
+    pub fn device(&self) -> &str {
+        self.dev.device()
+    }
+
+    /// True when the link is up (memif/vhost-user: the peer is connected).
+    pub fn link_up(&self) -> bool {
+        self.dev.link_up()
+    }
+
+    /// The port's mbuf pool.
+    pub fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    /// The PMD's own counters (`rte_eth_stats_get`); PMDs that keep no byte counts
+    /// report 0 there.
+    pub fn hw_stats(&self) -> Result<PortStats, PortError> {
+        self.dev.hw_stats().map_err(|e| PortError::Setup {
+            port: self.info.name.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// The PMD's extended counters, by name.
+    pub fn xstats(&self) -> Result<Vec<(String, u64)>, PortError> {
+        self.dev.xstats().map_err(|e| PortError::Setup {
+            port: self.info.name.clone(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+impl Port for DpdkPort {
+    type Buf = Mbuf;
+
+    fn info(&self) -> &PortInfo {
+        &self.info
+    }
+
+    fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let port_id = self.dev.port_id();
+        let mut total = 0;
+        while total < max {
+            let want = (max - total).min(MAX_BURST);
+            out.reserve(want);
+            let base = out.len();
+            // SAFETY: `out` has room for `want` more elements; Mbuf is repr(transparent)
+            // over a non-null rte_mbuf pointer, so DPDK writes valid elements into the
+            // spare capacity; the port is started and this &mut self is its only poller.
+            let n = unsafe {
+                let slots = out.as_mut_ptr().add(base).cast::<*mut dpdk_sys::rte_mbuf>();
+                usize::from(dpdk_sys::dpdk_shim_rx_burst(port_id, 0, slots, want as u16))
+            };
+            // SAFETY: DPDK initialised the first n slots with mbufs it hands to us.
+            unsafe { out.set_len(base + n) };
+            self.account_rx(out, base);
+            total += out.len() - base;
+            if n < want {
+                break;
+            }
+        }
+        total
+    }
+
+    fn alloc_tx(&mut self, len: usize) -> Option<Mbuf> {
+        Mbuf::alloc(&self.pool, len)
+    }
+
+    fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
+        let n = bufs.len().min(usize::from(u16::MAX));
+        if n == 0 {
+            return 0;
+        }
+        // Lengths are read before sending: a PMD may free an mbuf as soon as it has it.
+        let bytes: u64 = bufs[..n].iter().map(|m| m.len() as u64).sum();
+        // SAFETY: the first n elements are owned mbufs laid out as rte_mbuf pointers
+        // (repr(transparent)); DPDK takes ownership of the first `sent` of them.
+        let sent = usize::from(unsafe {
+            dpdk_sys::dpdk_shim_tx_burst(
+                self.dev.port_id(),
+                0,
+                bufs.as_mut_ptr().cast::<*mut dpdk_sys::rte_mbuf>(),
+                n as u16,
+            )
+        });
+        let unsent_bytes: u64 = bufs[sent..n].iter().map(|m| m.len() as u64).sum();
+        // The PMD owns the sent mbufs now: remove them from the Vec without freeing.
+        bufs.drain(..sent).for_each(std::mem::forget);
+        self.sw.tx_packets += sent as u64;
+        self.sw.tx_bytes += bytes - unsent_bytes;
+        sent
+    }
+
+    /// Packets and bytes counted by this port object; drops and errors from the PMD.
+    fn stats(&self) -> PortStats {
+        let hw = self.dev.hw_stats().unwrap_or_default();
+        PortStats {
+            rx_dropped: self.sw.rx_dropped + hw.rx_dropped,
+            tx_dropped: hw.tx_dropped,
+            rx_errors: self.sw.rx_errors + hw.rx_errors,
+            ..self.sw
+        }
+    }
+}
+
+impl DpdkPort {
+    /// Counts frames received into `out[base..]` and drops chained (multi-segment) mbufs,
+    /// which the single-slice [`PacketBuf`] view cannot represent.
+    fn account_rx(&mut self, out: &mut Vec<Mbuf>, base: usize) {
+        let mut chained = false;
+        for m in &out[base..] {
+            if m.segments() != 1 {
+                chained = true;
+            } else {
+                self.sw.rx_packets += 1;
+                self.sw.rx_bytes += m.len() as u64;
+            }
+        }
+        if chained {
+            let mut i = base;
+            while i < out.len() {
+                if out[i].segments() != 1 {
+                    out.remove(i);
+                    self.sw.rx_errors += 1;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for DpdkPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DpdkPort")
+            .field("info", &self.info)
+            .field("device", &self.dev.device())
+            .field("port_id", &self.dev.port_id())
+            .finish()
+    }
+}

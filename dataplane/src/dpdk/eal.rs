@@ -1,0 +1,334 @@
+//! The DPDK Environment Abstraction Layer: once-per-process initialisation and cleanup.
+//!
+//! Defaults added to the caller's arguments (each only when the caller did not choose):
+//! - the program name `dataplane` in front when the first argument is an option;
+//! - `--file-prefix=dataplane-<pid>`, so concurrent processes never share runtime files
+//!   (the generated runtime directory `/var/run/dpdk/dataplane-<pid>` is removed on drop);
+//! - `--huge-unlink` when hugepages are used without `--in-memory`: hugepage files are
+//!   unlinked right after mapping, so a crashed or failed run leaves none behind.
+//!
+//! Before calling `rte_eal_init` without `--no-huge`, [`Eal::init`] checks that hugepages are
+//! reserved and hugetlbfs is mounted, and fails with [`EalError::NoHugepages`] otherwise.
+
+use std::ffi::{CStr, CString};
+use std::fs;
+use std::os::raw::c_char;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Why EAL could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum EalError {
+    /// `rte_eal_init` was already called in this process (DPDK allows it once).
+    #[error("DPDK EAL was already initialised in this process; it can be initialised only once")]
+    AlreadyInitialised,
+    /// Hugepage memory is not available and `--no-huge` was not given.
+    #[error("no hugepages available ({detail}): run testbed/setup to reserve them, or pass EAL args `--no-huge -m 512`")]
+    NoHugepages {
+        /// What is missing.
+        detail: String,
+    },
+    /// An argument contains a NUL byte.
+    #[error("EAL argument {0:?} contains a NUL byte")]
+    InvalidArg(String),
+    /// `rte_eal_init` failed.
+    #[error("rte_eal_init({args}) failed: {reason} (rte_errno {code})")]
+    Init {
+        /// The arguments passed, space-separated.
+        args: String,
+        /// `rte_strerror(rte_errno)`.
+        reason: String,
+        /// `rte_errno`.
+        code: i32,
+    },
+}
+
+/// Set by the first `Eal::init` that reaches `rte_eal_init`, never cleared.
+static EAL_ATTEMPTED: AtomicBool = AtomicBool::new(false);
+
+/// The live EAL, for objects created without an `&Eal` (mempools).
+static EAL_CURRENT: Mutex<Weak<EalInner>> = Mutex::new(Weak::new());
+
+/// The running DPDK environment. Dropping the last handle (this value and every mempool
+/// and port made under it) calls `rte_eal_cleanup`.
+pub struct Eal {
+    handle: EalHandle,
+}
+
+/// A reference that keeps EAL alive; held by mempools and ports.
+#[derive(Clone)]
+pub(crate) struct EalHandle(Arc<EalInner>);
+
+struct EalInner {
+    args: Vec<String>,
+    /// Runtime directory to delete after cleanup (only when we chose the file prefix).
+    owned_runtime_dir: Option<PathBuf>,
+}
+
+impl Eal {
+    /// Initialises EAL with `args` (as for `rte_eal_init`; see the module docs for the
+    /// defaults added). The calling thread becomes EAL's main lcore.
+    pub fn init(args: &[String]) -> Result<Eal, EalError> {
+        let args = with_defaults(args, std::process::id());
+        if !has_flag(&args, "--no-huge") {
+            check_hugepages(Path::new("/sys/kernel/mm/hugepages"), Path::new("/proc/mounts"))?;
+        }
+        let c_args = args
+            .iter()
+            .map(|a| CString::new(a.as_str()).map_err(|_| EalError::InvalidArg(a.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        if EAL_ATTEMPTED.swap(true, Ordering::SeqCst) {
+            return Err(EalError::AlreadyInitialised);
+        }
+        // EAL may keep pointers into argv (it permutes it and some options are kept by
+        // reference), so the strings live for the rest of the process.
+        let c_args: &'static [CString] = Box::leak(c_args.into_boxed_slice());
+        let mut argv: Vec<*mut c_char> = c_args.iter().map(|a| a.as_ptr().cast_mut()).collect();
+        argv.push(std::ptr::null_mut());
+        let argv: &'static mut [*mut c_char] = Box::leak(argv.into_boxed_slice());
+        let argc = (argv.len() - 1) as i32;
+        // SAFETY: argv holds argc valid NUL-terminated strings followed by NULL, all leaked
+        // so they outlive EAL; EAL_ATTEMPTED guarantees this runs once per process.
+        let ret = unsafe { dpdk_sys::rte_eal_init(argc, argv.as_mut_ptr()) };
+        if ret < 0 {
+            let code = super::rte_errno();
+            return Err(EalError::Init {
+                args: args.join(" "),
+                reason: super::strerror(code),
+                code,
+            });
+        }
+        let owned_runtime_dir = if has_flag(&args, "--file-prefix")
+            && args.iter().any(|a| a == &default_prefix_arg(std::process::id()))
+        {
+            runtime_dir()
+        } else {
+            None
+        };
+        log::info!("DPDK EAL up: {}", args.join(" "));
+        let inner = Arc::new(EalInner {
+            args,
+            owned_runtime_dir,
+        });
+        *EAL_CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&inner);
+        Ok(Eal {
+            handle: EalHandle(inner),
+        })
+    }
+
+    /// The arguments EAL was started with (defaults included).
+    pub fn args(&self) -> &[String] {
+        &self.handle.0.args
+    }
+
+    /// A handle that keeps EAL alive.
+    pub(crate) fn handle(&self) -> EalHandle {
+        self.handle.clone()
+    }
+}
+
+impl EalHandle {
+    /// A handle on the running EAL, if any.
+    pub(crate) fn current() -> Option<EalHandle> {
+        EAL_CURRENT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .upgrade()
+            .map(EalHandle)
+    }
+}
+
+impl Drop for EalInner {
+    fn drop(&mut self) {
+        // SAFETY: the last handle is gone, so no mempool or port made under EAL is left;
+        // EAL was initialised successfully (EalInner exists only then).
+        let ret = unsafe { dpdk_sys::rte_eal_cleanup() };
+        if ret < 0 {
+            log::warn!("rte_eal_cleanup: {}", super::strerror(ret));
+        }
+        if let Some(dir) = &self.owned_runtime_dir {
+            if let Err(e) = fs::remove_dir_all(dir) {
+                log::debug!("removing DPDK runtime dir {}: {e}", dir.display());
+            }
+        }
+    }
+}
+
+/// EAL's runtime directory (`/var/run/dpdk/<prefix>`), after init.
+fn runtime_dir() -> Option<PathBuf> {
+    // SAFETY: returns a pointer to a static NUL-terminated buffer filled by EAL init.
+    let p = unsafe { dpdk_sys::rte_eal_get_runtime_dir() };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null pointer to EAL's static NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    (!s.is_empty()).then(|| PathBuf::from(s))
+}
+
+fn default_prefix_arg(pid: u32) -> String {
+    format!("--file-prefix=dataplane-{pid}")
+}
+
+/// True when `flag` appears as `flag` or `flag=value`.
+fn has_flag(args: &[String], flag: &str) -> bool {
+    args.iter().any(|a| {
+        a == flag
+            || a.strip_prefix(flag)
+                .is_some_and(|rest| rest.starts_with('='))
+    })
+}
+
+/// `args` with the program name and the default options of the module docs added.
+fn with_defaults(args: &[String], pid: u32) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len() + 3);
+    if args.first().is_none_or(|a| a.starts_with('-')) {
+        out.push("dataplane".to_string());
+    }
+    out.extend_from_slice(args);
+    if !has_flag(&out, "--file-prefix") {
+        out.push(default_prefix_arg(pid));
+    }
+    if !has_flag(&out, "--no-huge")
+        && !has_flag(&out, "--in-memory")
+        && !has_flag(&out, "--huge-unlink")
+    {
+        out.push("--huge-unlink".to_string());
+    }
+    out
+}
+
+/// Checks that some hugepages are free under `sysfs_dir` (`hugepages-*/free_hugepages`) and
+/// that a hugetlbfs is listed in `mounts` (a `/proc/mounts`-format file).
+fn check_hugepages(sysfs_dir: &Path, mounts: &Path) -> Result<(), EalError> {
+    let mut reserved = 0u64;
+    let mut free = 0u64;
+    if let Ok(entries) = fs::read_dir(sysfs_dir) {
+        for entry in entries.flatten() {
+            let read = |file: &str| {
+                fs::read_to_string(entry.path().join(file))
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            reserved += read("nr_hugepages");
+            free += read("free_hugepages");
+        }
+    }
+    if reserved == 0 {
+        return Err(EalError::NoHugepages {
+            detail: format!("0 hugepages reserved in {}", sysfs_dir.display()),
+        });
+    }
+    if free == 0 {
+        return Err(EalError::NoHugepages {
+            detail: format!("all {reserved} reserved hugepages are in use"),
+        });
+    }
+    let mounted = fs::read_to_string(mounts)
+        .map(|text| hugetlbfs_mounted(&text))
+        .unwrap_or(false);
+    if !mounted {
+        return Err(EalError::NoHugepages {
+            detail: format!("no hugetlbfs mount in {}", mounts.display()),
+        });
+    }
+    Ok(())
+}
+
+/// True when a `/proc/mounts` text lists a hugetlbfs file system.
+fn hugetlbfs_mounted(mounts: &str) -> bool {
+    mounts
+        .lines()
+        .any(|line| line.split_whitespace().nth(2) == Some("hugetlbfs"))
+}
+
+/// True when this machine has free hugepages and a hugetlbfs mount, i.e. EAL can start
+/// without `--no-huge`.
+pub fn hugepages_available() -> bool {
+    check_hugepages(Path::new("/sys/kernel/mm/hugepages"), Path::new("/proc/mounts")).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn defaults_add_program_name_prefix_and_unlink() {
+        let args = with_defaults(&strings(&["-l", "0", "--vdev", "net_null0"]), 42);
+        assert_eq!(
+            args,
+            strings(&[
+                "dataplane",
+                "-l",
+                "0",
+                "--vdev",
+                "net_null0",
+                "--file-prefix=dataplane-42",
+                "--huge-unlink"
+            ])
+        );
+    }
+
+    #[test]
+    fn defaults_respect_caller_choices() {
+        let given = strings(&["prog", "--no-huge", "-m", "512", "--file-prefix", "x"]);
+        assert_eq!(with_defaults(&given, 1), given);
+        let given = strings(&["prog", "--file-prefix=y", "--in-memory"]);
+        assert_eq!(with_defaults(&given, 1), given);
+        let given = strings(&["prog", "--huge-unlink=never"]);
+        assert_eq!(
+            with_defaults(&given, 7),
+            strings(&["prog", "--huge-unlink=never", "--file-prefix=dataplane-7"])
+        );
+        assert_eq!(with_defaults(&[], 3)[0], "dataplane");
+    }
+
+    #[test]
+    fn flag_matching_is_exact() {
+        let args = strings(&["--no-hugepages", "--file-prefixes=a"]);
+        assert!(!has_flag(&args, "--no-huge"));
+        assert!(!has_flag(&args, "--file-prefix"));
+        assert!(has_flag(&strings(&["--file-prefix=a"]), "--file-prefix"));
+    }
+
+    #[test]
+    fn hugetlbfs_mount_detection() {
+        let with = "sysfs /sys sysfs rw 0 0\nnodev /dev/hugepages hugetlbfs rw,pagesize=2M 0 0\n";
+        let without = "sysfs /sys sysfs rw 0 0\nproc /proc proc rw 0 0\n";
+        assert!(hugetlbfs_mounted(with));
+        assert!(!hugetlbfs_mounted(without));
+    }
+
+    #[test]
+    fn hugepage_check_reports_what_is_missing() {
+        let dir = std::env::temp_dir().join(format!("dp-hugecheck-{}", std::process::id()));
+        let size_dir = dir.join("hugepages-2048kB");
+        fs::create_dir_all(&size_dir).unwrap();
+        let mounts = dir.join("mounts");
+        fs::write(&mounts, "proc /proc proc rw 0 0\n").unwrap();
+
+        fs::write(size_dir.join("nr_hugepages"), "0\n").unwrap();
+        fs::write(size_dir.join("free_hugepages"), "0\n").unwrap();
+        let err = check_hugepages(&dir, &mounts).unwrap_err();
+        assert!(err.to_string().contains("0 hugepages reserved"), "{err}");
+        assert!(err.to_string().contains("--no-huge -m 512"), "{err}");
+
+        fs::write(size_dir.join("nr_hugepages"), "512\n").unwrap();
+        let err = check_hugepages(&dir, &mounts).unwrap_err();
+        assert!(err.to_string().contains("all 512 reserved hugepages are in use"), "{err}");
+
+        fs::write(size_dir.join("free_hugepages"), "100\n").unwrap();
+        let err = check_hugepages(&dir, &mounts).unwrap_err();
+        assert!(err.to_string().contains("no hugetlbfs mount"), "{err}");
+
+        fs::write(&mounts, "nodev /mnt/huge hugetlbfs rw 0 0\n").unwrap();
+        check_hugepages(&dir, &mounts).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,355 @@
+//! Ethernet devices (`rte_eth_dev_*`): lookup, one-queue configuration, start/stop, link and
+//! statistics.
+
+use std::ffi::{CStr, CString};
+use std::os::raw::c_char;
+use std::sync::Mutex;
+
+use super::eal::{Eal, EalHandle};
+use super::mempool::Mempool;
+use super::{strerror, DpdkError};
+use crate::port::PortStats;
+
+/// Ports opened by an [`EthDev`] in this process (a port is driven by one owner).
+static CLAIMED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+
+const ENOTSUP: i32 = libc::ENOTSUP;
+
+/// How to set up an ethdev with one receive and one transmit queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EthDevSetup {
+    /// Receive descriptors (adjusted to the device's limits).
+    pub rx_desc: u16,
+    /// Transmit descriptors (adjusted to the device's limits).
+    pub tx_desc: u16,
+    /// IP MTU; devices that cannot set it keep their default (logged).
+    pub mtu: u16,
+    /// MAC address to set, or `None` for the device's own.
+    pub mac: Option<[u8; 6]>,
+    /// Receive frames for every destination MAC.
+    pub promiscuous: bool,
+}
+
+/// A configured and started ethdev (queue 0 for rx and tx). Dropping it stops and closes
+/// the device.
+pub struct EthDev {
+    port_id: u16,
+    device: String,
+    mac: [u8; 6],
+    started: bool,
+    _eal: EalHandle,
+}
+
+/// Names of the ethdevs EAL probed (`--vdev` devices, bound PCI NICs), in port-id order.
+pub fn available_devices(_eal: &Eal) -> Vec<String> {
+    let mut names = Vec::new();
+    // SAFETY: EAL is running (&Eal); rte_eth_find_next_owned_by returns the next valid port
+    // id >= the argument or RTE_MAX_ETHPORTS.
+    let mut port = unsafe {
+        dpdk_sys::rte_eth_find_next_owned_by(0, u64::from(dpdk_sys::RTE_ETH_DEV_NO_OWNER))
+    };
+    while port < u64::from(dpdk_sys::RTE_MAX_ETHPORTS) {
+        let id = port as u16;
+        if let Some(name) = port_name(id) {
+            names.push(name);
+        }
+        // SAFETY: as above.
+        port = unsafe {
+            dpdk_sys::rte_eth_find_next_owned_by(id + 1, u64::from(dpdk_sys::RTE_ETH_DEV_NO_OWNER))
+        };
+    }
+    names
+}
+
+/// The ethdev name of port `port_id`.
+fn port_name(port_id: u16) -> Option<String> {
+    let mut buf = [0 as c_char; dpdk_sys::RTE_ETH_NAME_MAX_LEN as usize];
+    // SAFETY: buf has RTE_ETH_NAME_MAX_LEN bytes as the function requires.
+    let ret = unsafe { dpdk_sys::rte_eth_dev_get_name_by_port(port_id, buf.as_mut_ptr()) };
+    if ret != 0 {
+        return None;
+    }
+    // SAFETY: on success buf holds a NUL-terminated name.
+    Some(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// Checks a DPDK return code: negative values are `-errno`.
+fn check(op: impl FnOnce() -> String, ret: i32) -> Result<(), DpdkError> {
+    if ret < 0 {
+        Err(DpdkError::call(op(), ret))
+    } else {
+        Ok(())
+    }
+}
+
+impl EthDev {
+    /// Finds the ethdev called `device` and claims it for this owner.
+    pub fn lookup(eal: &Eal, device: &str) -> Result<(u16, ClaimGuard), DpdkError> {
+        let c_name =
+            CString::new(device).map_err(|_| DpdkError::InvalidName(device.to_string()))?;
+        let mut port_id = 0u16;
+        // SAFETY: EAL is running (&Eal); c_name is NUL-terminated; port_id is a valid out
+        // pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(c_name.as_ptr(), &mut port_id) };
+        if ret != 0 {
+            let probed = available_devices(eal);
+            return Err(DpdkError::NoDevice {
+                device: device.to_string(),
+                probed: if probed.is_empty() {
+                    "none".to_string()
+                } else {
+                    probed.join(", ")
+                },
+            });
+        }
+        let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
+        if claimed.contains(&port_id) {
+            return Err(DpdkError::InUse(device.to_string()));
+        }
+        claimed.push(port_id);
+        Ok((
+            port_id,
+            ClaimGuard {
+                port_id,
+                armed: true,
+            },
+        ))
+    }
+
+    /// NUMA socket of port `port_id` (`-1` when unknown, as for virtual devices).
+    pub fn socket_of(port_id: u16) -> i32 {
+        // SAFETY: plain query; returns -1 for an invalid or NUMA-less port.
+        unsafe { dpdk_sys::rte_eth_dev_socket_id(port_id) }
+    }
+
+    /// Configures port `port_id` (claimed with [`Self::lookup`]) with one rx queue filled
+    /// from `pool` and one tx queue, then starts it.
+    pub fn start(
+        eal: &Eal,
+        claim: ClaimGuard,
+        device: &str,
+        setup: &EthDevSetup,
+        pool: &Mempool,
+    ) -> Result<EthDev, DpdkError> {
+        let port_id = claim.port_id();
+        // From here on, Drop of `dev` closes the device and releases the claim on failure.
+        let mut dev = EthDev {
+            port_id,
+            device: device.to_string(),
+            mac: [0; 6],
+            started: false,
+            _eal: eal.handle(),
+        };
+        claim.transfer();
+        let op = |what: &str| format!("{device}: {what}");
+
+        let conf = dpdk_sys::rte_eth_conf::default();
+        // SAFETY: EAL is running; conf is a zero-initialised rte_eth_conf (all defaults).
+        let ret = unsafe { dpdk_sys::rte_eth_dev_configure(port_id, 1, 1, &conf) };
+        check(|| op("rte_eth_dev_configure(1 rxq, 1 txq)"), ret)?;
+
+        let (mut rx_desc, mut tx_desc) = (setup.rx_desc, setup.tx_desc);
+        // SAFETY: configured port; valid out pointers.
+        let ret =
+            unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &mut rx_desc, &mut tx_desc) };
+        check(|| op("rte_eth_dev_adjust_nb_rx_tx_desc"), ret)?;
+
+        let socket = Self::socket_of(port_id);
+        let socket_arg = if socket < 0 { dpdk_sys::SOCKET_ID_ANY } else { socket } as u32;
+        // SAFETY: configured port; a null rxconf selects the device defaults; pool is a live
+        // pktmbuf pool that outlives the device (the owner drops the device first).
+        let ret = unsafe {
+            dpdk_sys::rte_eth_rx_queue_setup(
+                port_id,
+                0,
+                rx_desc,
+                socket_arg,
+                std::ptr::null(),
+                pool.as_ptr(),
+            )
+        };
+        check(|| op(&format!("rte_eth_rx_queue_setup({rx_desc} descriptors)")), ret)?;
+        // SAFETY: configured port; a null txconf selects the device defaults.
+        let ret = unsafe {
+            dpdk_sys::rte_eth_tx_queue_setup(port_id, 0, tx_desc, socket_arg, std::ptr::null())
+        };
+        check(|| op(&format!("rte_eth_tx_queue_setup({tx_desc} descriptors)")), ret)?;
+
+        // SAFETY: configured port.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(port_id, setup.mtu) };
+        if ret == -ENOTSUP {
+            log::warn!("{device}: the PMD cannot set the MTU to {}; keeping its default", setup.mtu);
+        } else {
+            check(|| op(&format!("rte_eth_dev_set_mtu({})", setup.mtu)), ret)?;
+        }
+
+        if let Some(mac) = setup.mac {
+            let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac };
+            // SAFETY: configured port; addr is a valid rte_ether_addr.
+            let ret = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(port_id, &mut addr) };
+            if ret == -ENOTSUP {
+                log::warn!("{device}: the PMD cannot set its MAC address; sending from the configured one anyway");
+            } else {
+                check(|| op("rte_eth_dev_default_mac_addr_set"), ret)?;
+            }
+            dev.mac = mac;
+        } else {
+            let mut addr = dpdk_sys::rte_ether_addr::default();
+            // SAFETY: valid port; addr is a valid out pointer.
+            let ret = unsafe { dpdk_sys::rte_eth_macaddr_get(port_id, &mut addr) };
+            check(|| op("rte_eth_macaddr_get"), ret)?;
+            dev.mac = addr.addr_bytes;
+        }
+
+        // SAFETY: configured port.
+        let ret = unsafe {
+            if setup.promiscuous {
+                dpdk_sys::rte_eth_promiscuous_enable(port_id)
+            } else {
+                dpdk_sys::rte_eth_promiscuous_disable(port_id)
+            }
+        };
+        if ret == -ENOTSUP {
+            log::debug!("{device}: promiscuous mode not supported by the PMD");
+        } else {
+            check(|| op("rte_eth_promiscuous_enable/disable"), ret)?;
+        }
+
+        // SAFETY: configured port with its queues set up.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_start(port_id) };
+        check(|| op("rte_eth_dev_start"), ret)?;
+        dev.started = true;
+
+        // SAFETY: started port.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_set_link_up(port_id) };
+        if ret < 0 && ret != -ENOTSUP {
+            log::warn!("{device}: rte_eth_dev_set_link_up: {}", strerror(ret.abs()));
+        }
+        log::info!(
+            "{device}: port {port_id} started, {rx_desc} rx / {tx_desc} tx descriptors, socket {socket}"
+        );
+        Ok(dev)
+    }
+
+    /// DPDK port id.
+    pub fn port_id(&self) -> u16 {
+        self.port_id
+    }
+
+    /// EAL device name.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The MAC address in effect (the configured one when the PMD cannot set it).
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// True when the link is up (memif/vhost: a peer is connected).
+    pub fn link_up(&self) -> bool {
+        let mut link = dpdk_sys::rte_eth_link::default();
+        // SAFETY: valid port; link is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.port_id, &mut link) };
+        ret == 0 && u32::from(link.link_status()) == dpdk_sys::RTE_ETH_LINK_UP
+    }
+
+    /// The device's basic counters (`rte_eth_stats_get`).
+    pub fn hw_stats(&self) -> Result<PortStats, DpdkError> {
+        let mut s = dpdk_sys::rte_eth_stats::default();
+        // SAFETY: valid port; s is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_stats_get(self.port_id, &mut s) };
+        check(|| format!("{}: rte_eth_stats_get", self.device), ret)?;
+        Ok(PortStats {
+            rx_packets: s.ipackets,
+            rx_bytes: s.ibytes,
+            tx_packets: s.opackets,
+            tx_bytes: s.obytes,
+            rx_dropped: s.imissed + s.rx_nombuf,
+            tx_dropped: s.oerrors,
+            rx_errors: s.ierrors,
+        })
+    }
+
+    /// The device's extended counters, by name (`rte_eth_xstats_get`).
+    pub fn xstats(&self) -> Result<Vec<(String, u64)>, DpdkError> {
+        let op = |f: &str| format!("{}: {f}", self.device);
+        // SAFETY: valid port; a null array with size 0 asks for the count.
+        let n = unsafe { dpdk_sys::rte_eth_xstats_get_names(self.port_id, std::ptr::null_mut(), 0) };
+        check(|| op("rte_eth_xstats_get_names"), n)?;
+        let n = n as usize;
+        let mut names = vec![dpdk_sys::rte_eth_xstat_name { name: [0; 64] }; n];
+        let mut values = vec![dpdk_sys::rte_eth_xstat::default(); n];
+        // SAFETY: names has n entries, as passed.
+        let got =
+            unsafe { dpdk_sys::rte_eth_xstats_get_names(self.port_id, names.as_mut_ptr(), n as u32) };
+        check(|| op("rte_eth_xstats_get_names"), got)?;
+        // SAFETY: values has n entries, as passed.
+        let got_values =
+            unsafe { dpdk_sys::rte_eth_xstats_get(self.port_id, values.as_mut_ptr(), n as u32) };
+        check(|| op("rte_eth_xstats_get"), got_values)?;
+        let count = n.min(got as usize).min(got_values as usize);
+        Ok(values[..count]
+            .iter()
+            .filter_map(|v| {
+                let entry = names.get(v.id as usize)?;
+                // SAFETY: DPDK NUL-terminates each name within its 64-byte array.
+                let name = unsafe { CStr::from_ptr(entry.name.as_ptr()) };
+                Some((name.to_string_lossy().into_owned(), v.value))
+            })
+            .collect())
+    }
+}
+
+impl Drop for EthDev {
+    fn drop(&mut self) {
+        if self.started {
+            // SAFETY: started port owned by us.
+            let ret = unsafe { dpdk_sys::rte_eth_dev_stop(self.port_id) };
+            if ret < 0 {
+                log::warn!("{}: rte_eth_dev_stop: {}", self.device, strerror(ret.abs()));
+            }
+        }
+        // SAFETY: port owned by us and stopped; nothing uses its queues after this.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_close(self.port_id) };
+        if ret < 0 {
+            log::warn!("{}: rte_eth_dev_close: {}", self.device, strerror(ret.abs()));
+        }
+        release(self.port_id);
+    }
+}
+
+fn release(port_id: u16) {
+    CLAIMED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&p| p != port_id);
+}
+
+/// A claimed port id not yet handed to an [`EthDev`]; releases the claim when dropped.
+pub struct ClaimGuard {
+    port_id: u16,
+    armed: bool,
+}
+
+impl ClaimGuard {
+    fn port_id(&self) -> u16 {
+        self.port_id
+    }
+
+    fn transfer(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            release(self.port_id);
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! One owned packet buffer (`rte_mbuf`).
+
+use std::ptr::NonNull;
+
+use super::mempool::Mempool;
+use crate::port::PacketBuf;
+
+/// An mbuf operation that does not fit the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MbufError {
+    /// Not enough room in front of / behind the data, or not enough data to remove.
+    #[error("mbuf: {op} of {need} bytes, only {have} available")]
+    NoRoom {
+        /// The operation (`append`, `prepend`, `adj`, `trim`).
+        op: &'static str,
+        /// Bytes asked for.
+        need: usize,
+        /// Bytes available.
+        have: usize,
+    },
+}
+
+/// An owned single-segment packet mbuf; freed to its pool on drop.
+///
+/// `repr(transparent)` over a non-null `rte_mbuf*`: a `[Mbuf]` has the layout of the
+/// `struct rte_mbuf **` arrays the burst functions take, so ports pass `Vec<Mbuf>` storage
+/// to DPDK directly.
+#[repr(transparent)]
+pub struct Mbuf(NonNull<dpdk_sys::rte_mbuf>);
+
+// SAFETY: an mbuf is owned by exactly one `Mbuf`; DPDK allows an mbuf to be filled, sent or
+// freed from any thread (pools are multi-producer/multi-consumer).
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// Allocates an mbuf from `pool` holding `len` bytes (contents unspecified), or `None`
+    /// when the pool is empty or `len` exceeds the buffer's room.
+    pub fn alloc(pool: &Mempool, len: usize) -> Option<Mbuf> {
+        // SAFETY: pool.as_ptr() is a live pktmbuf pool.
+        let raw = unsafe { dpdk_sys::dpdk_shim_pktmbuf_alloc(pool.as_ptr()) };
+        let mut m = Mbuf(NonNull::new(raw)?);
+        if len > 0 {
+            m.append(len).ok()?;
+        }
+        Some(m)
+    }
+
+    /// Gives up ownership, returning the raw mbuf (for burst calls).
+    pub fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
+        let p = self.0.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    /// Takes ownership of a raw mbuf; `None` for a null pointer.
+    ///
+    /// # Safety
+    /// `raw` must be a valid, single-segment pktmbuf that nothing else owns or frees.
+    pub unsafe fn from_raw(raw: *mut dpdk_sys::rte_mbuf) -> Option<Mbuf> {
+        NonNull::new(raw).map(Mbuf)
+    }
+
+    /// The raw mbuf, still owned by `self`.
+    pub fn as_ptr(&self) -> *mut dpdk_sys::rte_mbuf {
+        self.0.as_ptr()
+    }
+
+    /// Number of segments in the chain (1 for every mbuf this module hands out).
+    pub fn segments(&self) -> u16 {
+        // SAFETY: self.0 is a live mbuf we own.
+        unsafe { dpdk_sys::dpdk_shim_pktmbuf_nb_segs(self.0.as_ptr()) }
+    }
+
+    /// Total packet length over all segments.
+    pub fn pkt_len(&self) -> u32 {
+        // SAFETY: self.0 is a live mbuf we own.
+        unsafe { dpdk_sys::dpdk_shim_pktmbuf_pkt_len(self.0.as_ptr()) }
+    }
+
+    /// Free bytes in front of the data.
+    pub fn headroom(&self) -> usize {
+        // SAFETY: self.0 is a live mbuf we own.
+        usize::from(unsafe { dpdk_sys::dpdk_shim_pktmbuf_headroom(self.0.as_ptr()) })
+    }
+
+    /// Free bytes after the data.
+    pub fn tailroom(&self) -> usize {
+        // SAFETY: self.0 is a live mbuf we own.
+        usize::from(unsafe { dpdk_sys::dpdk_shim_pktmbuf_tailroom(self.0.as_ptr()) })
+    }
+
+    /// Extends the data by `len` bytes at the end; returns the new bytes.
+    pub fn append(&mut self, len: usize) -> Result<&mut [u8], MbufError> {
+        let have = self.tailroom();
+        let no_room = MbufError::NoRoom {
+            op: "append",
+            need: len,
+            have,
+        };
+        let n = u16::try_from(len).map_err(|_| no_room)?;
+        if len > have {
+            return Err(no_room);
+        }
+        // SAFETY: self.0 is a live single-segment mbuf we own, and len fits its tailroom.
+        let p = unsafe { dpdk_sys::dpdk_shim_pktmbuf_append(self.0.as_ptr(), n) };
+        if p.is_null() {
+            return Err(no_room);
+        }
+        // SAFETY: DPDK returned a pointer to `len` bytes inside this mbuf's buffer, which
+        // we borrow mutably through &mut self.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
+    }
+
+    /// Extends the data by `len` bytes at the front (into the headroom); returns them.
+    pub fn prepend(&mut self, len: usize) -> Result<&mut [u8], MbufError> {
+        let have = self.headroom();
+        let no_room = MbufError::NoRoom {
+            op: "prepend",
+            need: len,
+            have,
+        };
+        let n = u16::try_from(len).map_err(|_| no_room)?;
+        if len > have {
+            return Err(no_room);
+        }
+        // SAFETY: self.0 is a live mbuf we own, and len fits its headroom.
+        let p = unsafe { dpdk_sys::dpdk_shim_pktmbuf_prepend(self.0.as_ptr(), n) };
+        if p.is_null() {
+            return Err(no_room);
+        }
+        // SAFETY: DPDK returned a pointer to the `len` new bytes at the data start.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
+    }
+
+    /// Removes `len` bytes from the front of the data (e.g. a header).
+    pub fn adj(&mut self, len: usize) -> Result<(), MbufError> {
+        let have = self.len();
+        let too_long = MbufError::NoRoom {
+            op: "adj",
+            need: len,
+            have,
+        };
+        let n = u16::try_from(len).map_err(|_| too_long)?;
+        if len > have {
+            return Err(too_long);
+        }
+        // SAFETY: self.0 is a live mbuf we own; len is at most its data length.
+        let p = unsafe { dpdk_sys::dpdk_shim_pktmbuf_adj(self.0.as_ptr(), n) };
+        if p.is_null() {
+            return Err(too_long);
+        }
+        Ok(())
+    }
+
+    /// Removes `len` bytes from the end of the data.
+    pub fn trim(&mut self, len: usize) -> Result<(), MbufError> {
+        let have = self.len();
+        let too_long = MbufError::NoRoom {
+            op: "trim",
+            need: len,
+            have,
+        };
+        let n = u16::try_from(len).map_err(|_| too_long)?;
+        if len > have {
+            return Err(too_long);
+        }
+        // SAFETY: self.0 is a live single-segment mbuf we own; len is at most its length.
+        let ret = unsafe { dpdk_sys::dpdk_shim_pktmbuf_trim(self.0.as_ptr(), n) };
+        if ret != 0 {
+            return Err(too_long);
+        }
+        Ok(())
+    }
+
+    fn data_len(&self) -> usize {
+        // SAFETY: self.0 is a live mbuf we own.
+        usize::from(unsafe { dpdk_sys::dpdk_shim_pktmbuf_data_len(self.0.as_ptr()) })
+    }
+}
+
+impl AsRef<[u8]> for Mbuf {
+    /// The first segment's data (the whole frame: ports only hand out single segments).
+    fn as_ref(&self) -> &[u8] {
+        let len = self.data_len();
+        // SAFETY: mtod points at data_len initialised bytes inside the mbuf's buffer, which
+        // lives as long as we own the mbuf; &self prevents concurrent mutation.
+        unsafe {
+            let p = dpdk_sys::dpdk_shim_pktmbuf_mtod(self.0.as_ptr());
+            std::slice::from_raw_parts(p.cast::<u8>(), len)
+        }
+    }
+}
+
+impl AsMut<[u8]> for Mbuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        let len = self.data_len();
+        // SAFETY: as in `as_ref`; &mut self gives exclusive access to the bytes.
+        unsafe {
+            let p = dpdk_sys::dpdk_shim_pktmbuf_mtod(self.0.as_ptr());
+            std::slice::from_raw_parts_mut(p.cast::<u8>(), len)
+        }
+    }
+}
+
+impl PacketBuf for Mbuf {
+    fn len(&self) -> usize {
+        self.data_len()
+    }
+
+    fn truncate(&mut self, len: usize) {
+        let cur = self.data_len();
+        if len < cur {
+            // Cannot fail: cur - len <= data_len.
+            let _ = self.trim(cur - len);
+        }
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf and nothing uses it after this.
+        unsafe { dpdk_sys::dpdk_shim_pktmbuf_free(self.0.as_ptr()) };
+    }
+}
+
+impl std::fmt::Debug for Mbuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mbuf")
+            .field("len", &self.data_len())
+            .field("headroom", &self.headroom())
+            .field("tailroom", &self.tailroom())
+            .finish()
+    }
+}

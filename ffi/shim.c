@@ -1,0 +1,141 @@
+/* `dpdk-sys` C shim: see shim.h. Each function forwards to one DPDK static-inline
+ * function, macro or thread-local, so the Rust side links against real symbols. */
+#include <rte_config.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_cycles.h>
+#include <rte_memory.h>
+#include <rte_mempool.h>
+#include <rte_mbuf.h>
+#include <rte_ethdev.h>
+
+#include "shim.h"
+
+uint16_t dpdk_shim_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts,
+                            uint16_t nb_pkts)
+{
+	return rte_eth_rx_burst(port_id, queue_id, rx_pkts, nb_pkts);
+}
+
+uint16_t dpdk_shim_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+                            uint16_t nb_pkts)
+{
+	return rte_eth_tx_burst(port_id, queue_id, tx_pkts, nb_pkts);
+}
+
+struct rte_mbuf *dpdk_shim_pktmbuf_alloc(struct rte_mempool *mp)
+{
+	return rte_pktmbuf_alloc(mp);
+}
+
+int dpdk_shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs,
+                                 unsigned int count)
+{
+	return rte_pktmbuf_alloc_bulk(mp, mbufs, count);
+}
+
+void dpdk_shim_pktmbuf_free(struct rte_mbuf *m)
+{
+	rte_pktmbuf_free(m);
+}
+
+void dpdk_shim_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned int count)
+{
+	rte_pktmbuf_free_bulk(mbufs, count);
+}
+
+void *dpdk_shim_pktmbuf_mtod(struct rte_mbuf *m)
+{
+	return rte_pktmbuf_mtod(m, void *);
+}
+
+uint16_t dpdk_shim_pktmbuf_data_len(const struct rte_mbuf *m)
+{
+	return rte_pktmbuf_data_len(m);
+}
+
+uint32_t dpdk_shim_pktmbuf_pkt_len(const struct rte_mbuf *m)
+{
+	return rte_pktmbuf_pkt_len(m);
+}
+
+uint16_t dpdk_shim_pktmbuf_nb_segs(const struct rte_mbuf *m)
+{
+	return m->nb_segs;
+}
+
+void dpdk_shim_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len)
+{
+	m->data_len = len;
+	m->pkt_len = len;
+}
+
+uint16_t dpdk_shim_pktmbuf_headroom(const struct rte_mbuf *m)
+{
+	return rte_pktmbuf_headroom(m);
+}
+
+uint16_t dpdk_shim_pktmbuf_tailroom(const struct rte_mbuf *m)
+{
+	return rte_pktmbuf_tailroom(m);
+}
+
+char *dpdk_shim_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
+{
+	return rte_pktmbuf_append(m, len);
+}
+
+char *dpdk_shim_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len)
+{
+	return rte_pktmbuf_prepend(m, len);
+}
+
+char *dpdk_shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len)
+{
+	return rte_pktmbuf_adj(m, len);
+}
+
+int dpdk_shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len)
+{
+	return rte_pktmbuf_trim(m, len);
+}
+
+struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m)
+{
+	return m->pool;
+}
+
+unsigned int dpdk_shim_mempool_avail_count(const struct rte_mempool *mp)
+{
+	return rte_mempool_avail_count(mp);
+}
+
+unsigned int dpdk_shim_mempool_size(const struct rte_mempool *mp)
+{
+	return mp->size;
+}
+
+int dpdk_shim_errno(void)
+{
+	return rte_errno;
+}
+
+unsigned int dpdk_shim_lcore_id(void)
+{
+	return rte_lcore_id();
+}
+
+int dpdk_shim_socket_id_any(void)
+{
+	return SOCKET_ID_ANY;
+}
+
+uint64_t dpdk_shim_rdtsc(void)
+{
+	return rte_rdtsc();
+}
+
+uint16_t dpdk_shim_pktmbuf_headroom_default(void)
+{
+	return RTE_PKTMBUF_HEADROOM;
+}

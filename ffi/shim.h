@@ -1,0 +1,49 @@
+/* `dpdk-sys` C shim: out-of-line versions of DPDK's static-inline fast path, macros and
+ * thread-local variables, which bindgen cannot bind. Implemented in shim.c. */
+#ifndef DPDK_SYS_SHIM_H
+#define DPDK_SYS_SHIM_H
+
+#include <stdint.h>
+
+struct rte_mbuf;
+struct rte_mempool;
+
+/* ethdev fast path */
+uint16_t dpdk_shim_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts,
+                            uint16_t nb_pkts);
+uint16_t dpdk_shim_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+                            uint16_t nb_pkts);
+
+/* mbuf allocation */
+struct rte_mbuf *dpdk_shim_pktmbuf_alloc(struct rte_mempool *mp);
+int dpdk_shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs,
+                                 unsigned int count);
+void dpdk_shim_pktmbuf_free(struct rte_mbuf *m);
+void dpdk_shim_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned int count);
+
+/* mbuf data access */
+void *dpdk_shim_pktmbuf_mtod(struct rte_mbuf *m);
+uint16_t dpdk_shim_pktmbuf_data_len(const struct rte_mbuf *m);
+uint32_t dpdk_shim_pktmbuf_pkt_len(const struct rte_mbuf *m);
+uint16_t dpdk_shim_pktmbuf_nb_segs(const struct rte_mbuf *m);
+void dpdk_shim_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
+uint16_t dpdk_shim_pktmbuf_headroom(const struct rte_mbuf *m);
+uint16_t dpdk_shim_pktmbuf_tailroom(const struct rte_mbuf *m);
+char *dpdk_shim_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
+char *dpdk_shim_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
+char *dpdk_shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
+int dpdk_shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
+struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m);
+
+/* mempool */
+unsigned int dpdk_shim_mempool_avail_count(const struct rte_mempool *mp);
+unsigned int dpdk_shim_mempool_size(const struct rte_mempool *mp);
+
+/* EAL */
+int dpdk_shim_errno(void);
+unsigned int dpdk_shim_lcore_id(void);
+int dpdk_shim_socket_id_any(void);
+uint64_t dpdk_shim_rdtsc(void);
+uint16_t dpdk_shim_pktmbuf_headroom_default(void);
+
+#endif
