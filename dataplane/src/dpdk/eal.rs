@@ -122,9 +122,21 @@ impl Eal {
         &self.handle.0.args
     }
 
+    /// EAL's runtime directory (`/var/run/dpdk/<file-prefix>` for root), where it keeps its
+    /// multi-process socket and configuration; `None` with `--in-memory`.
+    pub fn runtime_dir(&self) -> Option<PathBuf> {
+        runtime_dir().filter(|d| d.exists())
+    }
+
     /// A handle that keeps EAL alive.
     pub(crate) fn handle(&self) -> EalHandle {
         self.handle.clone()
+    }
+}
+
+impl std::fmt::Debug for Eal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Eal").field("args", &self.args()).finish()
     }
 }
 
