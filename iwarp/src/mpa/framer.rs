@@ -1,0 +1,157 @@
+//! MPA sender (RFC 5044 §4, §5, §6): wraps DDP segments into FPDUs (ULPDU_Length, pad,
+//! CRC or zero CRC, markers at their TCP sequence positions) and builds FPDU-aligned units:
+//! every unit holds whole FPDUs only, so every TCP segment starts with an FPDU or with the
+//! marker in front of one ("MPA-aware TCP", RFC 5044 §6.1).
+
+use crate::mpa::crc;
+use crate::mpa::error::MpaError;
+use crate::mpa::markers::{MarkedWriter, MarkerSpacing};
+use crate::mpa::negotiate::Negotiated;
+use crate::wire::mpa::{fpdu_len, pad_len};
+
+/// What `Framer::build_unit` put into a unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnitInfo {
+    /// Number of DDP segments (= FPDUs) taken from the front of the list.
+    pub fpdus: usize,
+    /// Octets appended to the unit buffer, markers included.
+    pub len: usize,
+    /// Sequence number after the unit.
+    pub end_seq: u32,
+}
+
+/// FPDU builder for one direction of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framer {
+    crc: bool,
+    markers: Option<MarkerSpacing>,
+}
+
+impl Framer {
+    /// A framer computing CRCs when `crc`, inserting markers when `markers` is set.
+    pub fn new(crc: bool, markers: Option<MarkerSpacing>) -> Self {
+        Framer { crc, markers }
+    }
+
+    /// The framer for our sending direction; `tx_start_seq` is the sequence number of the
+    /// octet after our MPA Request or Reply.
+    pub fn from_negotiated(n: &Negotiated, tx_start_seq: u32) -> Self {
+        Framer::new(
+            n.crc,
+            n.markers_tx.then(|| MarkerSpacing::new(tx_start_seq)),
+        )
+    }
+
+    /// Whether CRCs are computed.
+    pub fn crc(&self) -> bool {
+        self.crc
+    }
+
+    /// Marker spacing, when markers are sent.
+    pub fn markers(&self) -> Option<MarkerSpacing> {
+        self.markers
+    }
+
+    /// Stream octets of an FPDU carrying `ulpdu_len` octets that starts at `seq`.
+    pub fn wire_len(&self, seq: u32, ulpdu_len: usize) -> usize {
+        let len = fpdu_len(ulpdu_len);
+        match self.markers {
+            Some(s) => s.span(seq, len),
+            None => len,
+        }
+    }
+
+    /// Appends one FPDU carrying the gathered `segment` at stream position `seq`; returns
+    /// the octets appended.
+    pub fn emit_fpdu(&self, seq: u32, segment: &[&[u8]], out: &mut Vec<u8>) -> Result<usize, MpaError> {
+        let ulpdu_len: usize = segment.iter().map(|p| p.len()).sum();
+        if ulpdu_len > u16::MAX as usize {
+            return Err(MpaError::Framing("DDP segment longer than 65535 octets"));
+        }
+        let span = self.wire_len(seq, ulpdu_len);
+        if self.markers.is_some() && span > u16::MAX as usize + 1 {
+            return Err(MpaError::Framing("FPDU too long for a marker pointer"));
+        }
+        let start = out.len();
+        out.reserve(span);
+        let mut w = MarkedWriter::new(out, seq, self.markers);
+        w.write(&(ulpdu_len as u16).to_be_bytes());
+        for part in segment {
+            w.write(part);
+        }
+        w.write(&[0u8; 3][..pad_len(ulpdu_len)]);
+        let value = if self.crc { w.crc() } else { 0 };
+        w.finish(crc::to_wire(value));
+        debug_assert_eq!(out.len() - start, span);
+        Ok(out.len() - start)
+    }
+
+    /// Appends a unit starting at `seq` made of as many whole FPDUs from the front of
+    /// `segments` as fit into `max_len` octets (markers included). Fails when not even the
+    /// first FPDU fits; an empty list gives an empty unit.
+    pub fn build_unit<'s, G: AsRef<[&'s [u8]]>>(
+        &self,
+        seq: u32,
+        max_len: usize,
+        segments: &[G],
+        out: &mut Vec<u8>,
+    ) -> Result<UnitInfo, MpaError> {
+        let mut info = UnitInfo {
+            fpdus: 0,
+            len: 0,
+            end_seq: seq,
+        };
+        for seg in segments {
+            let parts = seg.as_ref();
+            let ulpdu_len: usize = parts.iter().map(|p| p.len()).sum();
+            let need = self.wire_len(info.end_seq, ulpdu_len);
+            if info.len + need > max_len {
+                if info.fpdus == 0 {
+                    return Err(MpaError::Framing("unit too small for the next FPDU"));
+                }
+                break;
+            }
+            let n = self.emit_fpdu(info.end_seq, parts, out)?;
+            info.fpdus += 1;
+            info.len += n;
+            info.end_seq = info.end_seq.wrapping_add(n as u32);
+        }
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::mpa::Fpdu;
+
+    #[test]
+    fn plain_fpdu_with_crc() {
+        // RFC 5044 §4.1: ULPDU_Length | ULPDU | pad | CRC over the first three.
+        let f = Framer::new(true, None);
+        let mut out = Vec::new();
+        let n = f.emit_fpdu(7, &[&[0xc1, 0x40], &[1, 2, 3]], &mut out).unwrap();
+        assert_eq!(n, 12);
+        let v = Fpdu::new_checked(&out[..]).unwrap();
+        assert_eq!(v.ulpdu(), &[0xc1, 0x40, 1, 2, 3]);
+        assert_eq!(v.crc(), crc::crc32c(v.crc_covered()));
+        let f = Framer::new(false, None);
+        out.clear();
+        f.emit_fpdu(7, &[&[1, 2, 3, 4, 5, 6]], &mut out).unwrap();
+        assert_eq!(&out[8..12], &[0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn units_hold_whole_fpdus() {
+        let f = Framer::new(true, Some(MarkerSpacing::new(100)));
+        let a = [0u8; 100];
+        let segs: Vec<Vec<&[u8]>> = vec![vec![&a[..]], vec![&a[..]], vec![&a[..]]];
+        let mut out = Vec::new();
+        // First FPDU: marker + 108 octets = 112; the second fits in 240, the third not.
+        let info = f.build_unit(100, 240, &segs, &mut out).unwrap();
+        assert_eq!(info.fpdus, 2);
+        assert_eq!(info.len, 112 + 108);
+        assert_eq!(out.len(), info.len);
+        assert!(f.build_unit(100, 50, &segs, &mut out).is_err());
+    }
+}

@@ -1,0 +1,587 @@
+//! MPA receiver (RFC 5044 §4–§6): finds FPDUs in the TCP stream, strips markers, checks
+//! CRCs and hands ULPDUs (DDP segments) up.
+//!
+//! It works on TCP segments with their sequence numbers, before TCP buffers anything:
+//!
+//! * in-order bytes are parsed as a stream (FPDUs may span segments; a partial FPDU is kept
+//!   here), and every error is reported with its Terminate cause;
+//! * a segment ahead of RCV.NXT is searched for whole FPDUs: through the markers of the
+//!   direction when they were negotiated, otherwise through the aligned-segment rule (the
+//!   segment starts with an FPDU) plus the CRC. With CRC off and no markers, only a segment
+//!   that is exactly tiled by plausible FPDUs is used. FPDUs found this way are handed up at
+//!   once and reported as consumed, so that TCP need not buffer them; out-of-order
+//!   inspection never raises an error: doubtful data is left for the in-order pass.
+//!
+//! The in-order pass skips FPDUs already handed up, so none is delivered twice.
+
+use std::collections::BTreeMap;
+
+use crate::mpa::crc::Crc32c;
+use crate::mpa::error::MpaError;
+use crate::mpa::markers::{self, MarkerSpacing};
+use crate::mpa::negotiate::Negotiated;
+use crate::wire::ddp::TAGGED_HEADER_LEN;
+use crate::wire::mpa::{fpdu_len, pad_len, Marker, CRC_LEN, MARKER_LEN, ULPDU_LENGTH_LEN};
+
+/// Receiver parameters for one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiverConfig {
+    /// CRCs are checked (else the field is ignored).
+    pub crc: bool,
+    /// Markers are present in this direction.
+    pub markers: bool,
+    /// Sequence number of the first FPDU octet (after the peer's Request or Reply).
+    pub start_seq: u32,
+    /// Smallest acceptable ULPDU_Length (a DDP tagged header: 14).
+    pub min_ulpdu_len: u16,
+    /// Largest acceptable ULPDU_Length.
+    pub max_ulpdu_len: u16,
+}
+
+impl ReceiverConfig {
+    /// Parameters of the receiving direction after negotiation.
+    pub fn from_negotiated(n: &Negotiated, rx_start_seq: u32) -> Self {
+        ReceiverConfig {
+            crc: n.crc,
+            markers: n.markers_rx,
+            start_seq: rx_start_seq,
+            min_ulpdu_len: TAGGED_HEADER_LEN as u16,
+            max_ulpdu_len: u16::MAX,
+        }
+    }
+}
+
+/// One ULPDU handed up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery<'a> {
+    /// Sequence number of the FPDU's ULPDU_Length field.
+    pub seq: u32,
+    /// The DDP segment, markers removed.
+    pub ulpdu: &'a [u8],
+    /// False when found in a segment ahead of RCV.NXT.
+    pub in_order: bool,
+    /// True when the CRC was checked (and matched); false when CRC is not negotiated.
+    pub crc_checked: bool,
+}
+
+/// The part of a segment (offsets into its payload, `start..end`) the receiver consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Consumed {
+    /// First consumed octet.
+    pub start: usize,
+    /// One past the last consumed octet.
+    pub end: usize,
+}
+
+impl Consumed {
+    /// Nothing consumed.
+    pub const NONE: Consumed = Consumed { start: 0, end: 0 };
+
+    /// Whether nothing was consumed.
+    pub fn is_empty(&self) -> bool {
+        self.start >= self.end
+    }
+
+    /// Number of consumed octets.
+    pub fn len(&self) -> usize {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+/// Problems with a candidate FPDU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Length(u16),
+    Marker { at: u64, fpduptr: u16, expected: u64 },
+    Crc { computed: u32, received: u32 },
+}
+
+/// Result of examining octets that should start with an FPDU's ULPDU_Length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Examined {
+    /// More octets needed: at least this many from the ULPDU_Length field.
+    Incomplete(usize),
+    /// A whole FPDU of `span` stream octets (markers and CRC included).
+    Whole { span: usize, ulpdu_len: usize },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InState {
+    /// At an FPDU boundary.
+    Boundary,
+    /// Collecting the marker in front of an FPDU.
+    Lead { have: usize, buf: [u8; 4] },
+    /// Inside the FPDU whose first octet (ULPDU_Length) is at `first`.
+    Body { boundary: u64, first: u64 },
+}
+
+/// The MPA receiver of one connection.
+#[derive(Debug)]
+pub struct Receiver {
+    cfg: ReceiverConfig,
+    spacing: Option<MarkerSpacing>,
+    /// Next in-order stream position, relative to `start_seq`.
+    pos: u64,
+    state: InState,
+    partial: Vec<u8>,
+    skip_until: u64,
+    /// FPDUs handed up ahead of `pos`: boundary → end (relative positions).
+    delivered: BTreeMap<u64, u64>,
+    scratch: Vec<u8>,
+    stopped: bool,
+}
+
+impl Receiver {
+    /// A receiver for one direction.
+    pub fn new(cfg: ReceiverConfig) -> Self {
+        Receiver {
+            cfg,
+            spacing: cfg.markers.then(|| MarkerSpacing::new(cfg.start_seq)),
+            pos: 0,
+            state: InState::Boundary,
+            partial: Vec::new(),
+            skip_until: 0,
+            delivered: BTreeMap::new(),
+            scratch: Vec::new(),
+            stopped: false,
+        }
+    }
+
+    /// Parameters in use.
+    pub fn config(&self) -> &ReceiverConfig {
+        &self.cfg
+    }
+
+    /// Sequence number of the next in-order octet this receiver expects.
+    pub fn next_seq(&self) -> u32 {
+        self.seq(self.pos)
+    }
+
+    /// Number of FPDUs handed up ahead of the in-order position and not yet passed by it.
+    pub fn pending_out_of_order(&self) -> usize {
+        self.delivered.len()
+    }
+
+    fn seq(&self, rel: u64) -> u32 {
+        self.cfg.start_seq.wrapping_add(rel as u32)
+    }
+
+    /// Relative position of `seq`, taken within ±2 GiB of the in-order position.
+    fn rel(&self, seq: u32) -> Option<u64> {
+        let d = seq.wrapping_sub(self.seq(self.pos)) as i32 as i64;
+        u64::try_from(self.pos as i64 + d).ok()
+    }
+
+    /// Offers a TCP segment. `in_order` is true when it starts at RCV.NXT (or overlaps it
+    /// after TCP trimmed it); such bytes are always consumed. For a segment ahead of
+    /// RCV.NXT the consumed range holds the FPDUs handed up; TCP keeps the rest.
+    pub fn handle_segment<F: FnMut(Delivery<'_>)>(
+        &mut self,
+        seq: u32,
+        payload: &[u8],
+        in_order: bool,
+        mut deliver: F,
+    ) -> Result<Consumed, MpaError> {
+        if self.stopped {
+            return Err(MpaError::Stopped);
+        }
+        if in_order {
+            self.handle_in_order(seq, payload, &mut deliver)?;
+            return Ok(Consumed {
+                start: 0,
+                end: payload.len(),
+            });
+        }
+        Ok(self.place_ahead(seq, payload, &mut deliver))
+    }
+
+    /// In-order stream octets starting at `seq`. Octets before the receiver's position are
+    /// ignored; a jump forward is allowed only over FPDUs this receiver consumed out of order.
+    pub fn handle_in_order<F: FnMut(Delivery<'_>)>(
+        &mut self,
+        seq: u32,
+        data: &[u8],
+        mut deliver: F,
+    ) -> Result<(), MpaError> {
+        if self.stopped {
+            return Err(MpaError::Stopped);
+        }
+        let start = self.rel(seq).ok_or(MpaError::StreamGap {
+            seq,
+            expected: self.next_seq(),
+        })?;
+        while self.pos < start {
+            if self.state == InState::Boundary {
+                if self.pos < self.skip_until {
+                    self.pos = self.skip_until;
+                    continue;
+                }
+                if let Some(end) = self.delivered.remove(&self.pos) {
+                    self.skip_until = end;
+                    continue;
+                }
+            }
+            self.stopped = true;
+            return Err(MpaError::StreamGap {
+                seq,
+                expected: self.next_seq(),
+            });
+        }
+        let skip = (self.pos - start) as usize;
+        if skip >= data.len() {
+            return Ok(());
+        }
+        let r = self.feed(&data[skip..], &mut deliver);
+        if r.is_err() {
+            self.stopped = true;
+        }
+        r
+    }
+
+    fn fault_to_error(&self, fault: Fault, first: u64) -> MpaError {
+        match fault {
+            Fault::Length(len) => MpaError::BadUlpduLength {
+                seq: self.seq(first),
+                len,
+                min: self.cfg.min_ulpdu_len,
+                max: self.cfg.max_ulpdu_len,
+            },
+            Fault::Marker {
+                at,
+                fpduptr,
+                expected,
+            } => MpaError::MarkerMismatch {
+                seq: self.seq(at),
+                fpduptr,
+                expected: expected as u32,
+            },
+            Fault::Crc { computed, received } => MpaError::CrcMismatch {
+                seq: self.seq(first),
+                computed,
+                received,
+            },
+        }
+    }
+
+    fn feed<F: FnMut(Delivery<'_>)>(&mut self, mut data: &[u8], deliver: &mut F) -> Result<(), MpaError> {
+        while !data.is_empty() {
+            match self.state {
+                InState::Boundary => {
+                    if self.pos < self.skip_until {
+                        let n = ((self.skip_until - self.pos) as usize).min(data.len());
+                        self.pos += n as u64;
+                        data = &data[n..];
+                        continue;
+                    }
+                    if let Some(end) = self.delivered.remove(&self.pos) {
+                        self.skip_until = end;
+                        continue;
+                    }
+                    let lead = self.spacing.is_some_and(|s| s.is_marker_at(self.seq(self.pos)));
+                    self.state = if lead {
+                        InState::Lead {
+                            have: 0,
+                            buf: [0; 4],
+                        }
+                    } else {
+                        InState::Body {
+                            boundary: self.pos,
+                            first: self.pos,
+                        }
+                    };
+                }
+                InState::Lead { mut have, mut buf } => {
+                    let n = (MARKER_LEN - have).min(data.len());
+                    buf[have..have + n].copy_from_slice(&data[..n]);
+                    have += n;
+                    self.pos += n as u64;
+                    data = &data[n..];
+                    if have < MARKER_LEN {
+                        self.state = InState::Lead { have, buf };
+                        continue;
+                    }
+                    let at = self.pos - MARKER_LEN as u64;
+                    let m = Marker::parse(&buf).map_err(MpaError::from)?;
+                    if m.fpduptr != 0 {
+                        return Err(self.fault_to_error(
+                            Fault::Marker {
+                                at,
+                                fpduptr: m.fpduptr,
+                                expected: 0,
+                            },
+                            at,
+                        ));
+                    }
+                    self.state = InState::Body {
+                        boundary: at,
+                        first: self.pos,
+                    };
+                }
+                InState::Body { boundary, first } => {
+                    if self.partial.is_empty() {
+                        match self.examine(first, boundary, data) {
+                            Err(f) => return Err(self.fault_to_error(f, first)),
+                            Ok(Examined::Whole { span, ulpdu_len }) => {
+                                self.check_overlap(boundary, first + span as u64)?;
+                                let fseq = self.seq(first);
+                                let ulpdu = ulpdu_of(self.spacing, fseq, &data[..span], ulpdu_len, &mut self.scratch);
+                                deliver(Delivery {
+                                    seq: fseq,
+                                    ulpdu,
+                                    in_order: true,
+                                    crc_checked: self.cfg.crc,
+                                });
+                                self.pos += span as u64;
+                                data = &data[span..];
+                                self.state = InState::Boundary;
+                            }
+                            Ok(Examined::Incomplete(_)) => {
+                                self.partial.extend_from_slice(data);
+                                self.pos += data.len() as u64;
+                                data = &[];
+                            }
+                        }
+                        continue;
+                    }
+                    let mut partial = std::mem::take(&mut self.partial);
+                    let need = match self.examine(first, boundary, &partial) {
+                        Err(f) => return Err(self.fault_to_error(f, first)),
+                        Ok(Examined::Incomplete(need)) => need,
+                        Ok(Examined::Whole { .. }) => partial.len(),
+                    };
+                    let n = need.saturating_sub(partial.len()).min(data.len());
+                    partial.extend_from_slice(&data[..n]);
+                    self.pos += n as u64;
+                    data = &data[n..];
+                    match self.examine(first, boundary, &partial) {
+                        Err(f) => return Err(self.fault_to_error(f, first)),
+                        Ok(Examined::Incomplete(_)) => {}
+                        Ok(Examined::Whole { span, ulpdu_len }) => {
+                            self.check_overlap(boundary, first + span as u64)?;
+                            let fseq = self.seq(first);
+                            let ulpdu = ulpdu_of(self.spacing, fseq, &partial[..span], ulpdu_len, &mut self.scratch);
+                            deliver(Delivery {
+                                seq: fseq,
+                                ulpdu,
+                                in_order: true,
+                                crc_checked: self.cfg.crc,
+                            });
+                            partial.clear();
+                            self.state = InState::Boundary;
+                        }
+                    }
+                    self.partial = partial;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An FPDU found in order must not overlap one handed up out of order at another start.
+    fn check_overlap(&mut self, boundary: u64, end: u64) -> Result<(), MpaError> {
+        if self.delivered.range(boundary..end).next().is_some() {
+            return Err(MpaError::Framing(
+                "an FPDU placed out of order disagrees with the in-order stream",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Examines `s`, whose first octet is the ULPDU_Length field at relative position
+    /// `first`; `boundary` is `first` or the marker in front of it.
+    fn examine(&self, first: u64, boundary: u64, s: &[u8]) -> Result<Examined, Fault> {
+        if s.len() < ULPDU_LENGTH_LEN {
+            return Ok(Examined::Incomplete(ULPDU_LENGTH_LEN));
+        }
+        let len = u16::from_be_bytes([s[0], s[1]]);
+        if len < self.cfg.min_ulpdu_len || len > self.cfg.max_ulpdu_len {
+            return Err(Fault::Length(len));
+        }
+        let flen = fpdu_len(len as usize);
+        let span = match self.spacing {
+            Some(sp) => sp.interior_span(self.seq(first), flen),
+            None => flen,
+        };
+        if s.len() < span {
+            return Ok(Examined::Incomplete(span));
+        }
+        if let Some(sp) = self.spacing {
+            let mut m = sp.next_marker(self.seq(first).wrapping_add(1));
+            let mut off = m.wrapping_sub(self.seq(first)) as usize;
+            while off < span {
+                let mk = Marker::parse(&s[off..]).map_err(|_| Fault::Length(len))?;
+                let expected = first + off as u64 - boundary;
+                if mk.fpduptr as u64 != expected {
+                    return Err(Fault::Marker {
+                        at: first + off as u64,
+                        fpduptr: mk.fpduptr,
+                        expected,
+                    });
+                }
+                m = m.wrapping_add(markers::MARKER_INTERVAL);
+                off = m.wrapping_sub(self.seq(first)) as usize;
+            }
+        }
+        if self.cfg.crc {
+            let mut c = Crc32c::new();
+            c.update(&s[..span - CRC_LEN]);
+            let computed = c.value();
+            let b = &s[span - CRC_LEN..span];
+            let received = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            if computed != received {
+                return Err(Fault::Crc { computed, received });
+            }
+        }
+        Ok(Examined::Whole {
+            span,
+            ulpdu_len: len as usize,
+        })
+    }
+
+    /// Finds and hands up whole FPDUs of a segment ahead of the in-order position.
+    fn place_ahead<F: FnMut(Delivery<'_>)>(&mut self, seq: u32, payload: &[u8], deliver: &mut F) -> Consumed {
+        let Some(s) = self.rel(seq) else {
+            return Consumed::NONE;
+        };
+        if s < self.pos || payload.is_empty() {
+            return Consumed::NONE;
+        }
+        let end = s + payload.len() as u64;
+        // Lowest boundary an FPDU ahead may have: past the FPDU being reassembled in order.
+        let mut floor = self.pos;
+        if let InState::Body { boundary, first } = self.state {
+            match self.examine(first, boundary, &self.partial) {
+                Ok(Examined::Incomplete(need)) if self.partial.len() >= ULPDU_LENGTH_LEN => {
+                    floor = floor.max(first + need as u64)
+                }
+                _ => {}
+            }
+        }
+        let Some(first_boundary) = self.locate(s, payload) else {
+            return Consumed::NONE;
+        };
+        if first_boundary < floor {
+            return Consumed::NONE;
+        }
+        // Chain whole FPDUs from the located boundary.
+        let mut found: Vec<(u64, u64, u64, usize)> = Vec::new(); // boundary, first, end, len
+        let mut b = first_boundary;
+        while b < end {
+            let mut first = b;
+            if let Some(sp) = self.spacing {
+                if sp.is_marker_at(self.seq(b)) {
+                    let off = (b - s) as usize;
+                    if b + MARKER_LEN as u64 > end {
+                        break;
+                    }
+                    match Marker::parse(&payload[off..]) {
+                        Ok(m) if m.fpduptr == 0 => first = b + MARKER_LEN as u64,
+                        _ => break,
+                    }
+                }
+            }
+            let off = (first - s) as usize;
+            match self.examine(first, b, &payload[off..]) {
+                Ok(Examined::Whole { span, ulpdu_len }) => {
+                    let fend = first + span as u64;
+                    if !self.cfg.crc && !self.plausible(first, &payload[off..off + span], ulpdu_len) {
+                        break;
+                    }
+                    found.push((b, first, fend, ulpdu_len));
+                    b = fend;
+                }
+                _ => break,
+            }
+        }
+        if found.is_empty() {
+            return Consumed::NONE;
+        }
+        // Without CRC and markers the aligned-segment rule must hold exactly.
+        if !self.cfg.crc && self.spacing.is_none() && b != end {
+            return Consumed::NONE;
+        }
+        for &(boundary, first, fend, ulpdu_len) in &found {
+            if self.delivered.contains_key(&boundary) {
+                continue;
+            }
+            let off = (first - s) as usize;
+            let span = (fend - first) as usize;
+            let fseq = self.seq(first);
+            let ulpdu = ulpdu_of(self.spacing, fseq, &payload[off..off + span], ulpdu_len, &mut self.scratch);
+            deliver(Delivery {
+                seq: fseq,
+                ulpdu,
+                in_order: false,
+                crc_checked: self.cfg.crc,
+            });
+            self.delivered.insert(boundary, fend);
+        }
+        Consumed {
+            start: (first_boundary - s) as usize,
+            end: (b - s) as usize,
+        }
+    }
+
+    /// Boundary of the first FPDU that starts inside the segment at `s`.
+    fn locate(&self, s: u64, payload: &[u8]) -> Option<u64> {
+        let end = s + payload.len() as u64;
+        let Some(sp) = self.spacing else {
+            return Some(s);
+        };
+        let mut m = s + sp.next_marker(self.seq(s)).wrapping_sub(self.seq(s)) as u64;
+        while m + MARKER_LEN as u64 <= end {
+            let mk = Marker::parse(&payload[(m - s) as usize..]).ok()?;
+            let ptr = mk.fpduptr as u64;
+            // FPDU boundaries are 4-aligned relative to the start (RFC 5044 §4.1, §5).
+            if ptr <= m && m - ptr >= s && (m - ptr) % 4 == 0 {
+                return Some(m - ptr);
+            }
+            m += markers::MARKER_INTERVAL as u64;
+        }
+        None
+    }
+
+    /// Without a CRC, an FPDU found ahead must look like one: zero pad, zero CRC field and a
+    /// DDP control field with version 1 (RFC 5041 §4.1).
+    fn plausible(&self, first: u64, fpdu: &[u8], ulpdu_len: usize) -> bool {
+        let mut body = Vec::new();
+        let data: &[u8] = match self.spacing {
+            Some(sp) => {
+                markers::strip(sp, self.seq(first), fpdu, &mut body);
+                &body
+            }
+            None => fpdu,
+        };
+        let pad = pad_len(ulpdu_len);
+        let after = ULPDU_LENGTH_LEN + ulpdu_len;
+        data.len() == after + pad + CRC_LEN
+            && data[ULPDU_LENGTH_LEN] & 0x03 == 1
+            && data[after..].iter().all(|&b| b == 0)
+    }
+}
+
+/// The ULPDU of a whole FPDU (`fpdu` starts at its ULPDU_Length field at `first_seq`):
+/// borrowed when no marker falls inside it, else copied into `scratch` without markers.
+fn ulpdu_of<'a>(
+    spacing: Option<MarkerSpacing>,
+    first_seq: u32,
+    fpdu: &'a [u8],
+    ulpdu_len: usize,
+    scratch: &'a mut Vec<u8>,
+) -> &'a [u8] {
+    let body = ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + ulpdu_len;
+    match spacing {
+        Some(sp) => {
+            let to_marker = sp.next_marker(first_seq.wrapping_add(1)).wrapping_sub(first_seq) as usize;
+            if to_marker >= body.end {
+                return &fpdu[body];
+            }
+            scratch.clear();
+            let data_seq = first_seq.wrapping_add(ULPDU_LENGTH_LEN as u32);
+            markers::strip(sp, data_seq, &fpdu[ULPDU_LENGTH_LEN..], scratch);
+            scratch.truncate(ulpdu_len);
+            &scratch[..]
+        }
+        None => &fpdu[body],
+    }
+}
