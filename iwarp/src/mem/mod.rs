@@ -8,5 +8,5 @@ mod table;
 
 pub use backend::{HeapBackend, MemoryBackend};
 pub use simple::{RegionSpec, SimpleMemory};
-pub use stag::{Access, PdId, STag, StreamId};
+pub use stag::{Access, PdId, STag, Sge, StreamId};
 pub use table::{AccessError, MemoryTable, Resolved};

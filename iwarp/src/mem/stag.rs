@@ -104,3 +104,14 @@ pub struct PdId(pub u32);
 /// RDMAP/DDP stream (queue pair) identifier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamId(pub u32);
+
+/// A local scatter/gather element: `len` octets at `to` of a locally registered `stag`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sge {
+    /// Local STag.
+    pub stag: STag,
+    /// Tagged offset of the first octet.
+    pub to: u64,
+    /// Length in octets.
+    pub len: u32,
+}

@@ -159,8 +159,8 @@ impl AtomicRequestRepr {
         if r.buffer.as_ref().len() < ATOMIC_REQUEST_LEN {
             return Err(ParseError::Truncated);
         }
-        let op = AtomicOp::from_u4(r.raw_opcode())
-            .ok_or(ParseError::AtomicOpcode(r.raw_opcode()))?;
+        let op =
+            AtomicOp::from_u4(r.raw_opcode()).ok_or(ParseError::AtomicOpcode(r.raw_opcode()))?;
         Ok(AtomicRequestRepr {
             op,
             request_id: r.request_id(),

@@ -246,7 +246,9 @@ impl ReadRequestRepr {
 
     /// Writes the header.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, ParseError> {
-        let out = buf.get_mut(..READ_REQUEST_LEN).ok_or(ParseError::Truncated)?;
+        let out = buf
+            .get_mut(..READ_REQUEST_LEN)
+            .ok_or(ParseError::Truncated)?;
         out[0..4].copy_from_slice(&self.sink_stag.to_be_bytes());
         out[4..12].copy_from_slice(&self.sink_to.to_be_bytes());
         out[12..16].copy_from_slice(&self.size.to_be_bytes());

@@ -1,0 +1,457 @@
+//! The sans-IO RDMAP engine of one stream: state, work queues, completion ordering,
+//! Terminate generation and stream lifecycle (RFC 5040 §5.5, §6, §7).
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use thiserror::Error;
+
+use super::completion::{Completion, CompletionOpcode, CompletionStatus, Event, WorkQueue};
+use super::rx::RxRecord;
+use super::tx::{Response, TxMessage};
+use super::wr::{SendOp, SendWr};
+use crate::ddp::delivery::DeliveryOrder;
+use crate::ddp::segmenter::MsnCounters;
+use crate::ddp::untagged::{RecvBuffer, UntaggedQueues};
+use crate::mem::{PdId, Resolved, StreamId};
+use crate::wire::rdmap::{RDMAP_VERSION, READ_REQUEST_LEN};
+use crate::wire::terminate::{CopiedDdpHeader, TerminateCause, TerminateRepr};
+
+/// Static parameters of one RDMAP stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Protection domain of the stream (queue pair).
+    pub pd: PdId,
+    /// Stream identity for STag association.
+    pub stream: StreamId,
+    /// Inbound RDMA Read (and Atomic) Request queue depth.
+    pub ird: u32,
+    /// Outbound RDMA Read (and Atomic) Requests allowed outstanding.
+    pub ord: u32,
+    /// RFC 7306 atomics and immediate data enabled.
+    pub extensions: bool,
+    /// RDMAP version to send and to accept (1 = IETF; 0 = RDMA Consortium, SPEC-DIGEST D11).
+    pub rdmap_version: u8,
+    /// Most early (out-of-order) segments held for in-order delivery.
+    pub max_held_segments: usize,
+}
+
+impl EngineConfig {
+    /// A configuration with RV 01b, no extensions and room for 1024 early segments.
+    pub fn new(pd: PdId, stream: StreamId, ird: u32, ord: u32) -> Self {
+        EngineConfig {
+            pd,
+            stream,
+            ird,
+            ord,
+            extensions: false,
+            rdmap_version: RDMAP_VERSION,
+            max_held_segments: 1024,
+        }
+    }
+}
+
+/// Lifecycle of the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    /// RDMA mode, both directions open.
+    Active,
+    /// Local graceful close requested: queued work drains, new work is refused.
+    Closing,
+    /// A Terminate was queued/sent or received: nothing more is placed or delivered.
+    Terminated,
+    /// Closed gracefully.
+    Closed,
+    /// The LLP failed.
+    Error,
+}
+
+/// Outcome of handing a DDP segment to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// Processed (placed, and delivered once every earlier segment arrived).
+    Accepted,
+    /// Already seen; nothing done.
+    Duplicate,
+    /// Too many early segments held; offer it again later (the LLP keeps the bytes).
+    Deferred,
+    /// The stream has stopped; the segment was silently dropped (RFC 5041 §7.1).
+    Dropped,
+}
+
+/// Why a work request was refused at post time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum PostError {
+    /// The stream is closing, terminated or closed.
+    #[error("stream is not active")]
+    NotActive,
+    /// The operation needs the RDMAP extensions, which are disabled.
+    #[error("RDMAP extensions not enabled")]
+    ExtensionsDisabled,
+    /// The total length exceeds 2^32 − 1 octets.
+    #[error("message too long")]
+    TooLong,
+}
+
+/// Which work request an error belongs to (it completes with a specific status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Culprit {
+    None,
+    Send(u64, CompletionStatus),
+    Recv(u32, CompletionStatus),
+}
+
+/// A detected error and the header copies its Terminate carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Failure {
+    pub cause: TerminateCause,
+    pub segment_len: Option<u16>,
+    pub ddp: Option<CopiedDdpHeader>,
+    pub rdma: Option<[u8; READ_REQUEST_LEN]>,
+    pub culprit: Culprit,
+}
+
+impl Failure {
+    pub(crate) fn bare(cause: TerminateCause, culprit: Culprit) -> Self {
+        Failure {
+            cause,
+            segment_len: None,
+            ddp: None,
+            rdma: None,
+            culprit,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SqEntry {
+    pub seq: u64,
+    pub wr: SendWr,
+    pub done: Option<CompletionStatus>,
+    pub byte_len: u32,
+    pub atomic_original: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct OutstandingRead {
+    pub seq: u64,
+    pub len: u32,
+    pub received: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct OutstandingAtomic {
+    pub seq: u64,
+    pub request_id: u32,
+    pub result: Option<Resolved>,
+}
+
+/// The RDMAP (+ DDP) protocol engine of one stream, driven by `handle_*` / `poll_*` calls.
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) cfg: EngineConfig,
+    pub(crate) state: StreamState,
+    pub(crate) msn: MsnCounters,
+    pub(crate) sq: VecDeque<SqEntry>,
+    pub(crate) sq_started: usize,
+    pub(crate) next_seq: u64,
+    pub(crate) current: Option<TxMessage>,
+    pub(crate) responses: VecDeque<Response>,
+    pub(crate) prefer_response: bool,
+    pub(crate) reads: VecDeque<OutstandingRead>,
+    pub(crate) atomics: VecDeque<OutstandingAtomic>,
+    pub(crate) next_request_id: u32,
+    pub(crate) terminate: Option<TerminateRepr>,
+    pub(crate) terminate_sent: bool,
+    pub(crate) order: DeliveryOrder<RxRecord>,
+    pub(crate) queues: UntaggedQueues,
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) events: VecDeque<Event>,
+    pub(crate) last_rx: Option<Instant>,
+    pub(crate) last_tx: Option<Instant>,
+}
+
+fn op_completion_opcode(op: &SendOp) -> CompletionOpcode {
+    match op {
+        SendOp::Send { .. } => CompletionOpcode::Send,
+        SendOp::Write { .. } => CompletionOpcode::Write,
+        SendOp::Read { .. } => CompletionOpcode::Read,
+        SendOp::Immediate { .. } => CompletionOpcode::Immediate,
+        SendOp::Atomic { op, .. } => CompletionOpcode::Atomic(*op),
+    }
+}
+
+impl Engine {
+    /// A stream in RDMA mode (all MSNs start at 1, segment positions at 0).
+    pub fn new(cfg: EngineConfig) -> Self {
+        Self::with_start_position(cfg, 0)
+    }
+
+    /// Like [`Engine::new`], with the position of the first incoming segment given in the
+    /// coordinate the LLP uses for [`crate::ddp::SegmentPos`].
+    pub fn with_start_position(cfg: EngineConfig, start: u64) -> Self {
+        Engine {
+            cfg,
+            state: StreamState::Active,
+            msn: MsnCounters::new(),
+            sq: VecDeque::new(),
+            sq_started: 0,
+            next_seq: 0,
+            current: None,
+            responses: VecDeque::new(),
+            prefer_response: true,
+            reads: VecDeque::new(),
+            atomics: VecDeque::new(),
+            next_request_id: 1,
+            terminate: None,
+            terminate_sent: false,
+            order: DeliveryOrder::new(start, cfg.max_held_segments),
+            queues: UntaggedQueues::new(cfg.ird, cfg.extensions),
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+            last_rx: None,
+            last_tx: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Current lifecycle state.
+    pub fn state(&self) -> StreamState {
+        self.state
+    }
+
+    /// The Terminate this side sent or will send, if any.
+    pub fn local_terminate(&self) -> Option<&TerminateRepr> {
+        self.terminate.as_ref()
+    }
+
+    /// Time of the last segment handled.
+    pub fn last_rx(&self) -> Option<Instant> {
+        self.last_rx
+    }
+
+    /// Time of the last segment polled.
+    pub fn last_tx(&self) -> Option<Instant> {
+        self.last_tx
+    }
+
+    /// Number of RDMA Read / Atomic Requests sent and not yet answered.
+    pub fn outstanding_requests(&self) -> usize {
+        self.reads.len() + self.atomics.len()
+    }
+
+    /// Next MSN this side will use on untagged queue `qn`.
+    pub fn next_send_msn(&self, qn: u32) -> u32 {
+        self.msn.peek(qn)
+    }
+
+    /// Sets the next outbound MSN of queue `qn` (MSN wrap tests, restarts).
+    pub fn set_next_send_msn(&mut self, qn: u32, msn: u32) {
+        self.msn.set(qn, msn);
+    }
+
+    /// Posts a send-queue work request. Messages go to DDP in posting order and complete in
+    /// posting order (RFC 5040 §5.5 rules 13, 15).
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        if self.state != StreamState::Active {
+            return Err(PostError::NotActive);
+        }
+        match &wr.op {
+            SendOp::Send { sgl, .. } | SendOp::Write { sgl, .. } => {
+                let total: u64 = sgl.iter().map(|s| u64::from(s.len)).sum();
+                if total > u64::from(u32::MAX) {
+                    return Err(PostError::TooLong);
+                }
+            }
+            SendOp::Immediate { .. } | SendOp::Atomic { .. } if !self.cfg.extensions => {
+                return Err(PostError::ExtensionsDisabled);
+            }
+            _ => {}
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.sq.push_back(SqEntry {
+            seq,
+            wr,
+            done: None,
+            byte_len: 0,
+            atomic_original: None,
+        });
+        Ok(())
+    }
+
+    /// Posts a receive buffer for incoming Sends / Immediate Data (QN 0).
+    pub fn post_recv(&mut self, wr: RecvBuffer) -> Result<(), PostError> {
+        match self.state {
+            StreamState::Active | StreamState::Closing => {
+                self.queues.post_recv(wr);
+                Ok(())
+            }
+            _ => Err(PostError::NotActive),
+        }
+    }
+
+    /// Next work completion, in the order the RFC requires.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// Next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Local graceful close (RFC 5040 §6.2 case 1, RFC 5041 §6): queued work still drains,
+    /// new send work is refused. The LLP may close once [`Engine::is_drained`].
+    pub fn close(&mut self) {
+        if self.state == StreamState::Active {
+            self.state = StreamState::Closing;
+        }
+    }
+
+    /// Whether nothing is left to send or to wait for.
+    pub fn is_drained(&self) -> bool {
+        self.sq.is_empty()
+            && self.responses.is_empty()
+            && self.current.is_none()
+            && (self.terminate.is_none() || self.terminate_sent)
+    }
+
+    /// Abortive termination by the ULP (RFC 5040 §6.2.1): queue a Terminate with `cause`
+    /// (no optional fields) and stop the stream.
+    pub fn abort(&mut self, cause: TerminateCause) {
+        self.fail(Failure::bare(cause, Culprit::None));
+    }
+
+    /// The LLP closed: `graceful` for a peer FIN, otherwise reset or loss.
+    pub fn handle_llp_closed(&mut self, graceful: bool) {
+        match self.state {
+            StreamState::Closed | StreamState::Error => return,
+            StreamState::Terminated => {
+                self.state = if graceful {
+                    StreamState::Closed
+                } else {
+                    StreamState::Error
+                };
+                return;
+            }
+            _ => {}
+        }
+        if !graceful {
+            self.state = StreamState::Error;
+            self.flush(Culprit::None);
+            self.events.push_back(Event::LlpLost);
+            return;
+        }
+        let busy = !self.sq.is_empty() || !self.responses.is_empty() || self.current.is_some();
+        if busy {
+            // VERBS-00 Fig. 24 "Bad LLP Close".
+            self.fail(Failure::bare(
+                TerminateCause::RDMAP_CATASTROPHIC_STREAM,
+                Culprit::None,
+            ));
+        } else {
+            self.state = StreamState::Closed;
+            self.flush(Culprit::None);
+            self.events.push_back(Event::Closed);
+        }
+    }
+
+    /// Records an error: the first one wins (RFC 5040 §7.1 case 4), a Terminate is queued,
+    /// every queue is flushed and nothing more is placed.
+    pub(crate) fn fail(&mut self, f: Failure) {
+        if self.terminate.is_some() || self.state == StreamState::Terminated {
+            return;
+        }
+        log::debug!("stream {:?}: terminate {}", self.cfg.stream, f.cause);
+        let carry = f.cause.carries_ddp_header();
+        self.terminate = Some(TerminateRepr {
+            cause: f.cause,
+            segment_len: if carry { f.segment_len } else { None },
+            ddp_header: if carry { f.ddp } else { None },
+            rdma_header: f.rdma,
+        });
+        self.state = StreamState::Terminated;
+        self.events.push_back(Event::TerminateSent(f.cause));
+        self.flush(f.culprit);
+    }
+
+    /// Peer Terminate: stop without answering (RFC 5040 §5.4).
+    pub(crate) fn remote_terminated(&mut self, t: TerminateRepr) {
+        if self.state == StreamState::Terminated {
+            return;
+        }
+        self.state = StreamState::Terminated;
+        self.terminate_sent = true;
+        self.events.push_back(Event::TerminateReceived(t));
+        self.flush(Culprit::None);
+    }
+
+    /// Completes every pending work request in error (RFC 5040 §5.4, §6.2.1).
+    pub(crate) fn flush(&mut self, culprit: Culprit) {
+        self.current = None;
+        self.responses.clear();
+        self.reads.clear();
+        self.atomics.clear();
+        self.order.clear();
+        for e in self.sq.iter_mut() {
+            if e.done.is_none() {
+                e.done = Some(match culprit {
+                    Culprit::Send(seq, st) if seq == e.seq => st,
+                    _ => CompletionStatus::Flushed,
+                });
+            }
+        }
+        self.sq_started = 0;
+        self.drain_sq();
+        for (i, b) in self.queues.drain_recv().into_iter().enumerate() {
+            let status = match culprit {
+                Culprit::Recv(idx, st) if idx as usize == i => st,
+                _ => CompletionStatus::Flushed,
+            };
+            self.completions.push_back(Completion::new(
+                b.wr_id,
+                WorkQueue::Recv,
+                CompletionOpcode::Recv,
+                status,
+            ));
+        }
+    }
+
+    /// Marks SQ entry `seq` done and emits every completion that is now in order.
+    pub(crate) fn finish_sq(&mut self, seq: u64, status: CompletionStatus) {
+        if let Some(e) = self.sq.iter_mut().find(|e| e.seq == seq) {
+            if e.done.is_none() {
+                e.done = Some(status);
+            }
+        }
+        self.drain_sq();
+    }
+
+    pub(crate) fn sq_entry_mut(&mut self, seq: u64) -> Option<&mut SqEntry> {
+        self.sq.iter_mut().find(|e| e.seq == seq)
+    }
+
+    fn drain_sq(&mut self) {
+        while self.sq.front().is_some_and(|f| f.done.is_some()) {
+            let Some(e) = self.sq.pop_front() else { break };
+            let status = e.done.unwrap_or(CompletionStatus::Flushed);
+            self.sq_started = self.sq_started.saturating_sub(1);
+            if e.wr.signaled || status != CompletionStatus::Success {
+                let mut c = Completion::new(
+                    e.wr.wr_id,
+                    WorkQueue::Send,
+                    op_completion_opcode(&e.wr.op),
+                    status,
+                );
+                c.byte_len = e.byte_len;
+                c.atomic_original = e.atomic_original;
+                self.completions.push_back(c);
+            }
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! Receive path: validation and placement of each DDP segment as it arrives (possibly out of
+//! order), then in-order delivery and RDMAP processing (RFC 5040 §5, §7.2; RFC 5041 §5.3,
+//! §7.1).
+
+use std::time::Instant;
+
+use super::completion::{Completion, CompletionOpcode, CompletionStatus, Event, WorkQueue};
+use super::engine::{Culprit, Engine, Failure, Handled, StreamState};
+use super::tx::Response;
+use crate::ddp::delivery::{Offer, SegmentPos};
+use crate::ddp::error::DdpError;
+use crate::ddp::tagged;
+use crate::mem::{Access, MemoryTable, STag};
+use crate::wire::atomic::{AtomicRequest, AtomicRequestRepr, AtomicResponseRepr};
+use crate::wire::atomic::{ATOMIC_REQUEST_LEN, ATOMIC_RESPONSE_LEN};
+use crate::wire::ddp::{DdpRepr, Segment, UntaggedRepr, DDP_VERSION};
+use crate::wire::rdmap::{
+    ImmediateDataRepr, Opcode, RdmapControl, ReadRequest, ReadRequestRepr, IMMEDIATE_DATA_LEN,
+    READ_REQUEST_LEN,
+};
+use crate::wire::terminate::{
+    CopiedDdpHeader, Terminate, TerminateCause, TerminateRepr, TERMINATE_MAX_LEN,
+};
+
+/// Largest RDMAP header kept inline for untagged control messages.
+const INLINE_MAX: usize = TERMINATE_MAX_LEN;
+
+/// What the in-order stage needs to know about one placed untagged segment.
+#[derive(Debug, Clone)]
+pub(crate) struct UntaggedRecord {
+    opcode: Opcode,
+    hdr: UntaggedRepr,
+    len: u32,
+    inline: [u8; INLINE_MAX],
+    inline_len: usize,
+    segment_len: u16,
+    copy: CopiedDdpHeader,
+}
+
+impl UntaggedRecord {
+    fn inline(&self) -> &[u8] {
+        &self.inline[..self.inline_len]
+    }
+
+    fn failure(&self, cause: TerminateCause, culprit: Culprit) -> Failure {
+        Failure {
+            cause,
+            segment_len: Some(self.segment_len),
+            ddp: Some(self.copy),
+            rdma: None,
+            culprit,
+        }
+    }
+}
+
+/// Per-segment record held until the segment is delivered in order.
+#[derive(Debug, Clone)]
+pub(crate) enum RxRecord {
+    /// A placed tagged segment.
+    Tagged {
+        opcode: Opcode,
+        last: bool,
+        len: u32,
+    },
+    /// A placed / stored untagged segment.
+    Untagged(Box<UntaggedRecord>),
+    /// Validation failed while in order: report when reached.
+    Failed(Failure),
+    /// Validation failed out of order: the state may differ once in order, so retry then.
+    Retry(Vec<u8>),
+}
+
+fn seg_len(bytes: &[u8]) -> u16 {
+    u16::try_from(bytes.len()).unwrap_or(u16::MAX)
+}
+
+impl Engine {
+    /// Hands one verified DDP segment (the MPA ULPDU: DDP header + payload) to the engine.
+    ///
+    /// `pos` gives the segment's place in the sender's order. Segments may arrive in any
+    /// order: each is validated and placed at once, and messages are delivered (completed,
+    /// processed by RDMAP) strictly in order once every earlier segment has been handed in.
+    pub fn handle_ddp_segment<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        pos: SegmentPos,
+        segment: &[u8],
+        mem: &mut M,
+    ) -> Handled {
+        if !matches!(self.state, StreamState::Active | StreamState::Closing) {
+            return Handled::Dropped;
+        }
+        self.last_rx = Some(now);
+        if self.order.is_duplicate(pos) {
+            return Handled::Duplicate;
+        }
+        let in_order = self.order.is_next(pos);
+        let record = match self.classify(segment, mem) {
+            Ok(r) => r,
+            Err(f) if in_order => RxRecord::Failed(f),
+            Err(_) => RxRecord::Retry(segment.to_vec()),
+        };
+        match self.order.offer(pos, record) {
+            Offer::Accepted => {}
+            Offer::Duplicate => return Handled::Duplicate,
+            Offer::Full => return Handled::Deferred,
+        }
+        self.deliver_ready(mem);
+        Handled::Accepted
+    }
+
+    fn deliver_ready<M: MemoryTable + ?Sized>(&mut self, mem: &mut M) {
+        while matches!(self.state, StreamState::Active | StreamState::Closing) {
+            let Some(rec) = self.order.pop_ready() else {
+                break;
+            };
+            let rec = match rec {
+                RxRecord::Retry(bytes) => match self.classify(&bytes, mem) {
+                    Ok(r) => r,
+                    Err(f) => RxRecord::Failed(f),
+                },
+                other => other,
+            };
+            if let Err(f) = self.deliver(rec, mem) {
+                self.fail(f);
+            }
+        }
+    }
+
+    /// Validates a segment (DDP checks, RDMAP version and opcode, untagged and tagged
+    /// buffer checks) and places its payload.
+    fn classify<M: MemoryTable + ?Sized>(
+        &self,
+        bytes: &[u8],
+        mem: &mut M,
+    ) -> Result<RxRecord, Failure> {
+        let segment_len = seg_len(bytes);
+        let seg = Segment::new_checked(bytes).map_err(|_| Failure {
+            cause: TerminateCause::RDMAP_CATASTROPHIC_STREAM,
+            segment_len: Some(segment_len),
+            ddp: None,
+            rdma: None,
+            culprit: Culprit::None,
+        })?;
+        let copy = CopiedDdpHeader::from_segment(bytes)
+            .map_err(|_| Failure::bare(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None))?;
+        let fail = |cause: TerminateCause| Failure {
+            cause,
+            segment_len: Some(segment_len),
+            ddp: Some(copy),
+            rdma: None,
+            culprit: Culprit::None,
+        };
+        // RFC 5041 §4.1 (SPEC-DIGEST D9): DV first.
+        if seg.version() != DDP_VERSION {
+            return Err(fail(if seg.tagged() {
+                DdpError::TaggedVersion.cause()
+            } else {
+                DdpError::UntaggedVersion.cause()
+            }));
+        }
+        let hdr =
+            DdpRepr::parse(&seg).map_err(|_| fail(TerminateCause::RDMAP_CATASTROPHIC_STREAM))?;
+        // RFC 5040 §7.2: RDMAP version, then opcode.
+        let ctrl_octet = hdr.rsvd_ulp();
+        if RdmapControl::raw_version(ctrl_octet) != self.cfg.rdmap_version {
+            return Err(fail(TerminateCause::RDMAP_INVALID_VERSION));
+        }
+        let opcode = match Opcode::from_u4(ctrl_octet & 0x0F) {
+            Some(op) if !op.is_extension() || self.cfg.extensions => op,
+            _ => return Err(fail(TerminateCause::RDMAP_UNEXPECTED_OPCODE)),
+        };
+        let payload = seg.payload();
+        let len = payload.len() as u32;
+        match hdr {
+            DdpRepr::Tagged(t) => {
+                if !opcode.is_tagged() {
+                    return Err(fail(TerminateCause::RDMAP_UNEXPECTED_OPCODE));
+                }
+                if opcode == Opcode::ReadResponse && self.reads.is_empty() {
+                    return Err(fail(TerminateCause::RDMAP_UNEXPECTED_OPCODE));
+                }
+                tagged::place(
+                    mem,
+                    self.cfg.pd,
+                    self.cfg.stream,
+                    &t,
+                    payload,
+                    Access::REMOTE_WRITE,
+                )
+                .map_err(|e| fail(e.cause()))?;
+                Ok(RxRecord::Tagged {
+                    opcode,
+                    last: t.last,
+                    len,
+                })
+            }
+            DdpRepr::Untagged(u) => {
+                // RFC 5041 §7.1 checks 1, 2, 5.
+                let slot = self
+                    .queues
+                    .check_msn(u.qn, u.msn)
+                    .map_err(|e| fail(e.cause()))?;
+                if opcode.is_tagged() || opcode.queue() != Some(u.qn) {
+                    return Err(fail(TerminateCause::RDMAP_UNEXPECTED_OPCODE));
+                }
+                let mut rec = UntaggedRecord {
+                    opcode,
+                    hdr: u,
+                    len,
+                    inline: [0; INLINE_MAX],
+                    inline_len: 0,
+                    segment_len,
+                    copy,
+                };
+                let single = u.mo == 0 && u.last;
+                match opcode {
+                    Opcode::Send
+                    | Opcode::SendSe
+                    | Opcode::SendInvalidate
+                    | Opcode::SendSeInvalidate => {
+                        self.queues
+                            .place_recv(mem, self.cfg.pd, self.cfg.stream, slot, u.mo, payload)
+                            .map_err(|e| {
+                                let mut f = fail(e.cause());
+                                if e == DdpError::TooLong {
+                                    f.culprit =
+                                        Culprit::Recv(slot.index, CompletionStatus::RecvOverflow);
+                                }
+                                f
+                            })?;
+                    }
+                    _ => {
+                        // Control messages are single segments of a fixed size
+                        // (SPEC-DIGEST D19, §3.9 item 3; EXT-01 §6.3).
+                        let want = match opcode {
+                            Opcode::ReadRequest => Some(READ_REQUEST_LEN),
+                            Opcode::AtomicRequest => Some(ATOMIC_REQUEST_LEN),
+                            Opcode::AtomicResponse => Some(ATOMIC_RESPONSE_LEN),
+                            Opcode::ImmediateData | Opcode::ImmediateDataSe => {
+                                Some(IMMEDIATE_DATA_LEN)
+                            }
+                            _ => None,
+                        };
+                        let ok_len = match want {
+                            Some(n) => payload.len() == n,
+                            None => {
+                                Terminate::new_checked(payload).is_ok()
+                                    && payload.len() <= INLINE_MAX
+                            }
+                        };
+                        if !single {
+                            return Err(fail(TerminateCause::RDMAP_CATASTROPHIC_STREAM));
+                        }
+                        if !ok_len {
+                            return Err(fail(if opcode == Opcode::AtomicRequest {
+                                TerminateCause::RDMAP_OP_UNSPECIFIED
+                            } else {
+                                TerminateCause::RDMAP_CATASTROPHIC_STREAM
+                            }));
+                        }
+                        rec.inline[..payload.len()].copy_from_slice(payload);
+                        rec.inline_len = payload.len();
+                    }
+                }
+                Ok(RxRecord::Untagged(Box::new(rec)))
+            }
+        }
+    }
+
+    /// In-order stage: Delivery to RDMAP (RFC 5041 §5.4) and RDMAP processing.
+    fn deliver<M: MemoryTable + ?Sized>(
+        &mut self,
+        rec: RxRecord,
+        mem: &mut M,
+    ) -> Result<(), Failure> {
+        match rec {
+            RxRecord::Failed(f) => Err(f),
+            RxRecord::Retry(_) => Err(Failure::bare(
+                TerminateCause::RDMAP_CATASTROPHIC_STREAM,
+                Culprit::None,
+            )),
+            RxRecord::Tagged { opcode, last, len } => {
+                if opcode == Opcode::ReadResponse {
+                    let Some(read) = self.reads.front_mut() else {
+                        return Err(Failure::bare(
+                            TerminateCause::RDMAP_UNEXPECTED_OPCODE,
+                            Culprit::None,
+                        ));
+                    };
+                    read.received += u64::from(len);
+                    if last {
+                        // RFC 5040 §5.5 rule 19: the Read completes on Read Response delivery.
+                        if let Some(read) = self.reads.pop_front() {
+                            // RFC 5040 §5.2.2: the response carries exactly RDMARDSZ octets
+                            // (a requester MAY check).
+                            if read.received != u64::from(read.len) {
+                                return Err(Failure::bare(
+                                    TerminateCause::RDMAP_OP_UNSPECIFIED,
+                                    Culprit::Send(read.seq, CompletionStatus::Fatal),
+                                ));
+                            }
+                            if let Some(e) = self.sq_entry_mut(read.seq) {
+                                e.byte_len = read.len;
+                            }
+                            self.finish_sq(read.seq, CompletionStatus::Success);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            RxRecord::Untagged(u) => self.deliver_untagged(&u, mem),
+        }
+    }
+
+    fn deliver_untagged<M: MemoryTable + ?Sized>(
+        &mut self,
+        u: &UntaggedRecord,
+        mem: &mut M,
+    ) -> Result<(), Failure> {
+        match u.opcode {
+            Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
+                self.deliver_send(u, mem)
+            }
+            Opcode::ImmediateData | Opcode::ImmediateDataSe => {
+                let imm = ImmediateDataRepr::parse(u.inline()).map_err(|_| {
+                    u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None)
+                })?;
+                let Some(posted) = self.queues.complete_recv() else {
+                    return Err(u.failure(TerminateCause::DDP_NO_BUFFER, Culprit::None));
+                };
+                let mut c = Completion::new(
+                    posted.buffer.wr_id,
+                    WorkQueue::Recv,
+                    CompletionOpcode::RecvImmediate,
+                    CompletionStatus::Success,
+                );
+                c.immediate = Some(imm.data);
+                c.solicited = u.opcode.is_solicited();
+                self.completions.push_back(c);
+                if c.solicited {
+                    self.events.push_back(Event::SolicitedEvent);
+                }
+                Ok(())
+            }
+            Opcode::ReadRequest => self.deliver_read_request(u, mem),
+            Opcode::AtomicRequest => self.deliver_atomic_request(u, mem),
+            Opcode::AtomicResponse => self.deliver_atomic_response(u, mem),
+            Opcode::Terminate => {
+                self.queues.deliver_slot(2, false);
+                let t = Terminate::new_checked(u.inline())
+                    .and_then(|t| TerminateRepr::parse(&t))
+                    .map_err(|_| {
+                        u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None)
+                    })?;
+                self.remote_terminated(t);
+                Ok(())
+            }
+            Opcode::Write | Opcode::ReadResponse => {
+                Err(u.failure(TerminateCause::RDMAP_UNEXPECTED_OPCODE, Culprit::None))
+            }
+        }
+    }
+
+    fn deliver_send<M: MemoryTable + ?Sized>(
+        &mut self,
+        u: &UntaggedRecord,
+        mem: &mut M,
+    ) -> Result<(), Failure> {
+        let index = u.hdr.msn.wrapping_sub(self.recv_base());
+        let Some(posted) = self.queues.recv_mut(index) else {
+            return Err(u.failure(TerminateCause::DDP_NO_BUFFER, Culprit::None));
+        };
+        posted.received += u64::from(u.len);
+        if !u.hdr.last {
+            return Ok(());
+        }
+        // RFC 5041 §5.4: message length = MO + length of the L=1 segment.
+        let msg_len = u64::from(u.hdr.mo) + u64::from(u.len);
+        if posted.received != msg_len {
+            return Err(u.failure(TerminateCause::DDP_INVALID_MO, Culprit::None));
+        }
+        let mut invalidated = None;
+        if u.opcode.carries_invalidate_stag() {
+            let stag = STag(u.hdr.rsvd_ulp_word);
+            // RFC 5040 §5.3: check association and invalidate before completing.
+            let result = if stag.0 == 0 {
+                Err(TerminateCause::RDMAP_PROT_CANNOT_INVALIDATE)
+            } else {
+                mem.invalidate(stag, self.cfg.pd, self.cfg.stream)
+                    .map_err(|e| e.invalidate_cause())
+            };
+            match result {
+                Ok(()) => invalidated = Some(stag),
+                Err(cause) => {
+                    return Err(u.failure(
+                        cause,
+                        Culprit::Recv(index, CompletionStatus::InvalidateFailed),
+                    ))
+                }
+            }
+        }
+        let Some(posted) = self.queues.complete_recv() else {
+            return Err(u.failure(TerminateCause::DDP_NO_BUFFER, Culprit::None));
+        };
+        let mut c = Completion::new(
+            posted.buffer.wr_id,
+            WorkQueue::Recv,
+            CompletionOpcode::Recv,
+            CompletionStatus::Success,
+        );
+        c.byte_len = u32::try_from(msg_len).unwrap_or(u32::MAX);
+        c.invalidated = invalidated;
+        c.solicited = u.opcode.is_solicited();
+        self.completions.push_back(c);
+        if c.solicited {
+            self.events.push_back(Event::SolicitedEvent);
+        }
+        Ok(())
+    }
+
+    fn recv_base(&self) -> u32 {
+        self.queues.recv_base()
+    }
+
+    fn deliver_read_request<M: MemoryTable + ?Sized>(
+        &mut self,
+        u: &UntaggedRecord,
+        mem: &mut M,
+    ) -> Result<(), Failure> {
+        self.queues.deliver_slot(1, true);
+        let view = ReadRequest::new_checked(u.inline())
+            .map_err(|_| u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None))?;
+        let req = ReadRequestRepr::parse(&view)
+            .map_err(|_| u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None))?;
+        // RFC 5040 §5.2.1: a zero-length read is not validated.
+        let src = if req.size == 0 {
+            None
+        } else {
+            match mem.resolve(
+                STag(req.src_stag),
+                self.cfg.pd,
+                self.cfg.stream,
+                req.src_to,
+                u64::from(req.size),
+                Access::REMOTE_READ,
+            ) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    let mut f = u.failure(e.rdmap_cause(), Culprit::None);
+                    f.rdma = Some(req.to_bytes());
+                    return Err(f);
+                }
+            }
+        };
+        self.responses.push_back(Response::Read {
+            src,
+            req,
+            copy: u.copy,
+            segment_len: u.segment_len,
+        });
+        Ok(())
+    }
+
+    fn deliver_atomic_request<M: MemoryTable + ?Sized>(
+        &mut self,
+        u: &UntaggedRecord,
+        mem: &mut M,
+    ) -> Result<(), Failure> {
+        self.queues.deliver_slot(1, true);
+        let view = AtomicRequest::new_checked(u.inline())
+            .map_err(|_| u.failure(TerminateCause::RDMAP_OP_UNSPECIFIED, Culprit::None))?;
+        let req = AtomicRequestRepr::parse(&view)
+            .map_err(|_| u.failure(TerminateCause::RDMAP_UNEXPECTED_OPCODE, Culprit::None))?;
+        // SPEC-DIGEST §3.9 item 5, D23: remote read and remote write rights.
+        let r = mem
+            .resolve(
+                STag(req.stag),
+                self.cfg.pd,
+                self.cfg.stream,
+                req.to,
+                8,
+                Access::REMOTE_READ | Access::REMOTE_WRITE,
+            )
+            .map_err(|e| u.failure(e.rdmap_cause(), Culprit::None))?;
+        // EXT-01 §5.1, §8.2; SPEC-DIGEST D20: natural alignment, memory untouched otherwise.
+        if req.to % 8 != 0 || r.addr % 8 != 0 {
+            return Err(u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None));
+        }
+        let original = mem
+            .atomic(&r, &mut |orig| req.apply(orig))
+            .map_err(|e| u.failure(e.rdmap_cause(), Culprit::None))?;
+        self.responses
+            .push_back(Response::Atomic(AtomicResponseRepr {
+                request_id: req.request_id,
+                original,
+            }));
+        Ok(())
+    }
+
+    fn deliver_atomic_response<M: MemoryTable + ?Sized>(
+        &mut self,
+        u: &UntaggedRecord,
+        mem: &mut M,
+    ) -> Result<(), Failure> {
+        self.queues.deliver_slot(3, false);
+        let resp = AtomicResponseRepr::parse(u.inline())
+            .map_err(|_| u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None))?;
+        let Some(pending) = self.atomics.pop_front() else {
+            return Err(u.failure(TerminateCause::RDMAP_UNEXPECTED_OPCODE, Culprit::None));
+        };
+        self.queues.set_capacity(3, self.atomics.len() as u32);
+        if pending.request_id != resp.request_id {
+            return Err(u.failure(TerminateCause::RDMAP_OP_UNSPECIFIED, Culprit::None));
+        }
+        if let Some(r) = &pending.result {
+            mem.write(r, 0, &resp.original.to_ne_bytes()).map_err(|_| {
+                Failure::bare(
+                    TerminateCause::RDMAP_LOCAL_CATASTROPHIC,
+                    Culprit::Send(pending.seq, CompletionStatus::LocalProtection),
+                )
+            })?;
+        }
+        if let Some(e) = self.sq_entry_mut(pending.seq) {
+            e.atomic_original = Some(resp.original);
+            e.byte_len = 8;
+        }
+        self.finish_sq(pending.seq, CompletionStatus::Success);
+        Ok(())
+    }
+}

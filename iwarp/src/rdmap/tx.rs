@@ -1,0 +1,579 @@
+//! Transmit path: choosing the next message (send queue work or responses to the peer's
+//! requests), segmenting it for the current MULPDU and generating Terminate.
+
+use std::time::Instant;
+
+use super::completion::CompletionStatus;
+use super::engine::{Culprit, Engine, Failure, OutstandingAtomic, OutstandingRead, StreamState};
+use super::wr::SendOp;
+use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
+use crate::mem::{Access, AccessError, MemoryTable, Resolved, Sge};
+use crate::wire::atomic::{AtomicRequestRepr, AtomicResponseRepr, ATOMIC_REQUEST_LEN};
+use crate::wire::ddp::{DdpRepr, UntaggedRepr, UNTAGGED_HEADER_LEN};
+use crate::wire::rdmap::{ImmediateDataRepr, Opcode, RdmapControl, ReadRequestRepr};
+use crate::wire::terminate::{CopiedDdpHeader, TerminateCause, TERMINATE_MAX_LEN};
+
+const INLINE_MAX: usize = TERMINATE_MAX_LEN;
+const HEADER_MAX: usize = UNTAGGED_HEADER_LEN + INLINE_MAX;
+
+/// One DDP segment ready for the MPA framer: header octets (DDP header and, for control
+/// messages, the RDMAP header) followed by the payload.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DdpSegmentOut {
+    header: [u8; HEADER_MAX],
+    header_len: usize,
+    payload: Vec<u8>,
+}
+
+impl DdpSegmentOut {
+    /// Header octets.
+    pub fn header(&self) -> &[u8] {
+        &self.header[..self.header_len]
+    }
+
+    /// Payload octets.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// Gather list for the framer.
+    pub fn parts(&self) -> [&[u8]; 2] {
+        [self.header(), self.payload()]
+    }
+
+    /// Total length (the MPA ULPDU_Length).
+    pub fn len(&self) -> usize {
+        self.header_len + self.payload.len()
+    }
+
+    /// Whether the segment is empty (never: a segment always has a header).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The segment as one contiguous buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        v.extend_from_slice(self.header());
+        v.extend_from_slice(&self.payload);
+        v
+    }
+}
+
+impl core::fmt::Debug for DdpSegmentOut {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DdpSegmentOut")
+            .field("header", &self.header())
+            .field("payload_len", &self.payload.len())
+            .finish()
+    }
+}
+
+/// A response owed to the peer, generated in request-delivery order.
+#[derive(Debug, Clone)]
+pub(crate) enum Response {
+    /// RDMA Read Response from a validated source (None for zero length).
+    Read {
+        src: Option<Resolved>,
+        req: ReadRequestRepr,
+        copy: CopiedDdpHeader,
+        segment_len: u16,
+    },
+    /// Atomic Response.
+    Atomic(AtomicResponseRepr),
+}
+
+#[derive(Debug, Clone)]
+enum TxPayload {
+    Inline { bytes: [u8; INLINE_MAX], len: usize },
+    Gather(Vec<(Option<Resolved>, u32)>),
+    Source(Option<Resolved>),
+}
+
+#[derive(Debug, Clone)]
+enum TxDone {
+    Complete(u64),
+    AwaitResponse,
+    ReadResponse {
+        req: ReadRequestRepr,
+        copy: CopiedDdpHeader,
+        segment_len: u16,
+    },
+    ReleaseIrd,
+}
+
+/// The message currently being segmented.
+#[derive(Debug, Clone)]
+pub(crate) struct TxMessage {
+    seg: Segmenter,
+    payload: TxPayload,
+    done: TxDone,
+}
+
+fn inline<const N: usize>(src: &[u8; N]) -> TxPayload {
+    let mut bytes = [0u8; INLINE_MAX];
+    bytes[..N].copy_from_slice(src);
+    TxPayload::Inline { bytes, len: N }
+}
+
+fn gather<M: MemoryTable + ?Sized>(
+    pieces: &[(Option<Resolved>, u32)],
+    mem: &M,
+    offset: u32,
+    out: &mut [u8],
+) -> Result<(), AccessError> {
+    let mut at = 0u64;
+    let want_lo = u64::from(offset);
+    let want_hi = want_lo + out.len() as u64;
+    for (r, len) in pieces {
+        let lo = at.max(want_lo);
+        let hi = (at + u64::from(*len)).min(want_hi);
+        if lo < hi {
+            let r = r.as_ref().ok_or(AccessError::InvalidStag)?;
+            mem.read(
+                r,
+                lo - at,
+                &mut out[(lo - want_lo) as usize..(hi - want_lo) as usize],
+            )?;
+        }
+        at += u64::from(*len);
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// The next DDP segment to transmit, at most `mulpdu` octets (RFC 5041 §5.2), or `None`
+    /// when there is nothing to send. After a Terminate nothing more is produced.
+    pub fn poll_segment<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mulpdu: usize,
+        mem: &M,
+    ) -> Option<DdpSegmentOut> {
+        loop {
+            if let Some(t) = self.terminate {
+                if self.terminate_sent {
+                    return None;
+                }
+                let hdr = DdpRepr::Untagged(UntaggedRepr {
+                    last: true,
+                    rsvd_ulp: RdmapControl {
+                        version: self.cfg.rdmap_version,
+                        opcode: Opcode::Terminate,
+                    }
+                    .to_octet(),
+                    rsvd_ulp_word: 0,
+                    qn: 2,
+                    msn: self.msn.take(2),
+                    mo: 0,
+                });
+                let mut out = DdpSegmentOut {
+                    header: [0; HEADER_MAX],
+                    header_len: 0,
+                    payload: Vec::new(),
+                };
+                let n = hdr.emit(&mut out.header).ok()?;
+                let m = t.emit(&mut out.header[n..]).ok()?;
+                out.header_len = n + m;
+                self.terminate_sent = true;
+                self.last_tx = Some(now);
+                return Some(out);
+            }
+            if !matches!(self.state, StreamState::Active | StreamState::Closing) {
+                return None;
+            }
+            if self.current.is_none() {
+                self.current = self.start_next(mem);
+                if self.current.is_none() {
+                    if self.terminate.is_some() {
+                        continue;
+                    }
+                    return None;
+                }
+            }
+            match self.next_from_current(mulpdu, mem) {
+                Ok(Some(out)) => {
+                    self.last_tx = Some(now);
+                    return Some(out);
+                }
+                Ok(None) => return None,
+                Err(f) => self.fail(f),
+            }
+        }
+    }
+
+    fn next_from_current<M: MemoryTable + ?Sized>(
+        &mut self,
+        mulpdu: usize,
+        mem: &M,
+    ) -> Result<Option<DdpSegmentOut>, Failure> {
+        let Some(cur) = self.current.as_mut() else {
+            return Ok(None);
+        };
+        if let TxPayload::Inline { len, .. } = &cur.payload {
+            // Control messages are never split (SPEC-DIGEST D19).
+            if mulpdu < cur.seg.header_len() + len {
+                return Ok(None);
+            }
+        }
+        let Some(plan) = cur.seg.next_segment(mulpdu) else {
+            return Ok(None);
+        };
+        let mut out = DdpSegmentOut {
+            header: [0; HEADER_MAX],
+            header_len: 0,
+            payload: Vec::new(),
+        };
+        let n = plan
+            .header
+            .emit(&mut out.header)
+            .map_err(|_| Failure::bare(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, Culprit::None))?;
+        out.header_len = n;
+        match &cur.payload {
+            TxPayload::Inline { bytes, len } => {
+                out.header[n..n + len].copy_from_slice(&bytes[..*len]);
+                out.header_len += len;
+            }
+            TxPayload::Gather(pieces) => {
+                out.payload = vec![0; plan.len as usize];
+                if let Err(_e) = gather(pieces, mem, plan.offset, &mut out.payload) {
+                    let culprit = match cur.done {
+                        TxDone::Complete(seq) => {
+                            Culprit::Send(seq, CompletionStatus::LocalProtection)
+                        }
+                        _ => Culprit::None,
+                    };
+                    return Err(Failure::bare(
+                        TerminateCause::RDMAP_LOCAL_CATASTROPHIC,
+                        culprit,
+                    ));
+                }
+            }
+            TxPayload::Source(src) => {
+                out.payload = vec![0; plan.len as usize];
+                if plan.len > 0 {
+                    let res = match src {
+                        Some(r) => mem.read(r, u64::from(plan.offset), &mut out.payload),
+                        None => Err(AccessError::InvalidStag),
+                    };
+                    if let Err(e) = res {
+                        if let TxDone::ReadResponse {
+                            req,
+                            copy,
+                            segment_len,
+                        } = &cur.done
+                        {
+                            // RFC 5040 §4.8: the copied Read Request is advanced by the octets
+                            // already sent.
+                            let sent = plan.offset;
+                            let updated = ReadRequestRepr {
+                                sink_to: req.sink_to.wrapping_add(u64::from(sent)),
+                                src_to: req.src_to.wrapping_add(u64::from(sent)),
+                                size: req.size - sent,
+                                ..*req
+                            };
+                            return Err(Failure {
+                                cause: e.rdmap_cause(),
+                                segment_len: Some(*segment_len),
+                                ddp: Some(*copy),
+                                rdma: Some(updated.to_bytes()),
+                                culprit: Culprit::None,
+                            });
+                        }
+                        return Err(Failure::bare(e.rdmap_cause(), Culprit::None));
+                    }
+                }
+            }
+        }
+        if cur.seg.is_done() {
+            if let Some(done) = self.current.take().map(|c| c.done) {
+                match done {
+                    TxDone::Complete(seq) => self.finish_sq(seq, CompletionStatus::Success),
+                    TxDone::AwaitResponse => {}
+                    TxDone::ReadResponse { .. } | TxDone::ReleaseIrd => self.queues.release_slot(1),
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    fn start_next<M: MemoryTable + ?Sized>(&mut self, mem: &M) -> Option<TxMessage> {
+        let response_first = self.prefer_response;
+        self.prefer_response = !self.prefer_response;
+        if response_first {
+            self.start_response().or_else(|| self.start_sq(mem))
+        } else {
+            self.start_sq(mem).or_else(|| self.start_response())
+        }
+    }
+
+    fn ctrl(&self, opcode: Opcode) -> u8 {
+        RdmapControl {
+            version: self.cfg.rdmap_version,
+            opcode,
+        }
+        .to_octet()
+    }
+
+    fn start_response(&mut self) -> Option<TxMessage> {
+        let resp = self.responses.pop_front()?;
+        Some(match resp {
+            Response::Read {
+                src,
+                req,
+                copy,
+                segment_len,
+            } => TxMessage {
+                seg: Segmenter::new(OutgoingMessage {
+                    target: MessageTarget::Tagged {
+                        stag: req.sink_stag,
+                        to: req.sink_to,
+                    },
+                    rsvd_ulp: self.ctrl(Opcode::ReadResponse),
+                    len: req.size,
+                }),
+                payload: TxPayload::Source(src),
+                done: TxDone::ReadResponse {
+                    req,
+                    copy,
+                    segment_len,
+                },
+            },
+            Response::Atomic(r) => {
+                let mut b = [0u8; 12];
+                // The array has exactly the header length.
+                let _ = r.emit(&mut b);
+                TxMessage {
+                    seg: Segmenter::new(OutgoingMessage {
+                        target: MessageTarget::Untagged {
+                            qn: 3,
+                            msn: self.msn.take(3),
+                            rsvd_ulp_word: 0,
+                        },
+                        rsvd_ulp: self.ctrl(Opcode::AtomicResponse),
+                        len: 12,
+                    }),
+                    payload: inline(&b),
+                    done: TxDone::ReleaseIrd,
+                }
+            }
+        })
+    }
+
+    fn resolve_local<M: MemoryTable + ?Sized>(
+        &self,
+        mem: &M,
+        sgl: &[Sge],
+        need: Access,
+    ) -> Result<Vec<(Option<Resolved>, u32)>, AccessError> {
+        sgl.iter()
+            .map(|s| {
+                if s.len == 0 {
+                    // Zero-length SGEs are not validated (VERBS-00 §8.1.3.2).
+                    Ok((None, 0))
+                } else {
+                    mem.resolve(
+                        s.stag,
+                        self.cfg.pd,
+                        self.cfg.stream,
+                        s.to,
+                        u64::from(s.len),
+                        need,
+                    )
+                    .map(|r| (Some(r), s.len))
+                }
+            })
+            .collect()
+    }
+
+    /// Starts the next send-queue work request, honouring fences and ORD. A local error while
+    /// building the message sends a Terminate instead (RFC 5040 §7.1 case 1).
+    fn start_sq<M: MemoryTable + ?Sized>(&mut self, mem: &M) -> Option<TxMessage> {
+        while self.sq_started < self.sq.len() {
+            let idx = self.sq_started;
+            let entry = &self.sq[idx];
+            let seq = entry.seq;
+            if entry.wr.local_fence && idx != 0 {
+                return None;
+            }
+            if entry.wr.read_fence && (!self.reads.is_empty() || !self.atomics.is_empty()) {
+                return None;
+            }
+            let op = entry.wr.op.clone();
+            let is_request = matches!(op, SendOp::Read { .. } | SendOp::Atomic { .. });
+            if is_request {
+                if self.cfg.ord == 0 {
+                    let before = self.sq.len();
+                    self.finish_sq(seq, CompletionStatus::ZeroReadResources);
+                    if self.sq.len() == before {
+                        self.sq_started += 1;
+                    }
+                    continue;
+                }
+                if self.outstanding_requests() >= self.cfg.ord as usize {
+                    return None;
+                }
+            }
+            let local_error = Failure::bare(
+                TerminateCause::RDMAP_LOCAL_CATASTROPHIC,
+                Culprit::Send(seq, CompletionStatus::LocalProtection),
+            );
+            let msg = match op {
+                SendOp::Send {
+                    sgl,
+                    solicited,
+                    invalidate,
+                } => {
+                    let Ok(pieces) = self.resolve_local(mem, &sgl, Access::LOCAL_READ) else {
+                        self.fail(local_error);
+                        return None;
+                    };
+                    let len: u32 = pieces.iter().map(|p| p.1).sum();
+                    let opcode = match (solicited, invalidate.is_some()) {
+                        (false, false) => Opcode::Send,
+                        (false, true) => Opcode::SendInvalidate,
+                        (true, false) => Opcode::SendSe,
+                        (true, true) => Opcode::SendSeInvalidate,
+                    };
+                    self.sq[idx].byte_len = len;
+                    TxMessage {
+                        seg: Segmenter::new(OutgoingMessage {
+                            target: MessageTarget::Untagged {
+                                qn: 0,
+                                msn: self.msn.take(0),
+                                rsvd_ulp_word: invalidate.map(|s| s.0).unwrap_or(0),
+                            },
+                            rsvd_ulp: self.ctrl(opcode),
+                            len,
+                        }),
+                        payload: TxPayload::Gather(pieces),
+                        done: TxDone::Complete(seq),
+                    }
+                }
+                SendOp::Write { sgl, remote } => {
+                    let Ok(pieces) = self.resolve_local(mem, &sgl, Access::LOCAL_READ) else {
+                        self.fail(local_error);
+                        return None;
+                    };
+                    let len: u32 = pieces.iter().map(|p| p.1).sum();
+                    self.sq[idx].byte_len = len;
+                    TxMessage {
+                        seg: Segmenter::new(OutgoingMessage {
+                            target: MessageTarget::Tagged {
+                                stag: remote.stag.0,
+                                to: remote.to,
+                            },
+                            rsvd_ulp: self.ctrl(Opcode::Write),
+                            len,
+                        }),
+                        payload: TxPayload::Gather(pieces),
+                        done: TxDone::Complete(seq),
+                    }
+                }
+                SendOp::Read { sink, remote, len } => {
+                    let req = ReadRequestRepr {
+                        sink_stag: sink.stag.0,
+                        sink_to: sink.to,
+                        size: len,
+                        src_stag: remote.stag.0,
+                        src_to: remote.to,
+                    };
+                    self.reads.push_back(OutstandingRead {
+                        seq,
+                        len,
+                        received: 0,
+                    });
+                    TxMessage {
+                        seg: Segmenter::new(OutgoingMessage {
+                            target: MessageTarget::Untagged {
+                                qn: 1,
+                                msn: self.msn.take(1),
+                                rsvd_ulp_word: 0,
+                            },
+                            rsvd_ulp: self.ctrl(Opcode::ReadRequest),
+                            len: 28,
+                        }),
+                        payload: inline(&req.to_bytes()),
+                        done: TxDone::AwaitResponse,
+                    }
+                }
+                SendOp::Immediate { data, solicited } => {
+                    let opcode = if solicited {
+                        Opcode::ImmediateDataSe
+                    } else {
+                        Opcode::ImmediateData
+                    };
+                    let mut b = [0u8; 8];
+                    // The array has exactly the header length.
+                    let _ = ImmediateDataRepr { data }.emit(&mut b);
+                    TxMessage {
+                        seg: Segmenter::new(OutgoingMessage {
+                            target: MessageTarget::Untagged {
+                                qn: 0,
+                                msn: self.msn.take(0),
+                                rsvd_ulp_word: 0,
+                            },
+                            rsvd_ulp: self.ctrl(opcode),
+                            len: 8,
+                        }),
+                        payload: inline(&b),
+                        done: TxDone::Complete(seq),
+                    }
+                }
+                SendOp::Atomic {
+                    op,
+                    remote,
+                    add_swap,
+                    add_swap_mask,
+                    compare,
+                    compare_mask,
+                    result,
+                } => {
+                    let Ok(mut pieces) =
+                        self.resolve_local(mem, &[Sge { len: 8, ..result }], Access::LOCAL_WRITE)
+                    else {
+                        self.fail(local_error);
+                        return None;
+                    };
+                    let request_id = self.next_request_id;
+                    self.next_request_id = self.next_request_id.wrapping_add(1);
+                    let req = AtomicRequestRepr {
+                        op,
+                        request_id,
+                        stag: remote.stag.0,
+                        to: remote.to,
+                        add_swap_data: add_swap,
+                        add_swap_mask,
+                        compare_data: compare,
+                        compare_mask,
+                    };
+                    let mut b = [0u8; ATOMIC_REQUEST_LEN];
+                    // The array has exactly the header length.
+                    let _ = req.emit(&mut b);
+                    self.atomics.push_back(OutstandingAtomic {
+                        seq,
+                        request_id,
+                        result: pieces.pop().and_then(|p| p.0),
+                    });
+                    self.queues.set_capacity(3, self.atomics.len() as u32);
+                    TxMessage {
+                        seg: Segmenter::new(OutgoingMessage {
+                            target: MessageTarget::Untagged {
+                                qn: 1,
+                                msn: self.msn.take(1),
+                                rsvd_ulp_word: 0,
+                            },
+                            rsvd_ulp: self.ctrl(Opcode::AtomicRequest),
+                            len: ATOMIC_REQUEST_LEN as u32,
+                        }),
+                        payload: inline(&b),
+                        done: TxDone::AwaitResponse,
+                    }
+                }
+            };
+            self.sq_started += 1;
+            return Some(msg);
+        }
+        None
+    }
+}

@@ -1,0 +1,98 @@
+//! Work requests the ULP (verbs layer) posts to an RDMAP stream.
+
+use crate::mem::{STag, Sge};
+use crate::wire::atomic::AtomicOp;
+
+/// A remote tagged buffer: STag and TO advertised by the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteBuf {
+    /// Remote STag.
+    pub stag: STag,
+    /// Remote tagged offset.
+    pub to: u64,
+}
+
+/// The operation of a send-queue work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOp {
+    /// Send family (RFC 5040 §5.3): `invalidate` selects the with-Invalidate variants,
+    /// `solicited` the with-SE variants.
+    Send {
+        /// Gather list.
+        sgl: Vec<Sge>,
+        /// Solicited Event.
+        solicited: bool,
+        /// STag to invalidate at the peer.
+        invalidate: Option<STag>,
+    },
+    /// RDMA Write (RFC 5040 §5.1).
+    Write {
+        /// Gather list.
+        sgl: Vec<Sge>,
+        /// Sink buffer at the peer.
+        remote: RemoteBuf,
+    },
+    /// RDMA Read (RFC 5040 §5.2): `len` octets from `remote` into the local `sink`
+    /// (a tagged buffer with remote-write rights, the Read Response's target).
+    Read {
+        /// Local sink STag and TO.
+        sink: RemoteBuf,
+        /// Source at the peer.
+        remote: RemoteBuf,
+        /// Octets to read.
+        len: u32,
+    },
+    /// Immediate Data (EXT-01 §6): 8 octets delivered in the peer's receive completion.
+    Immediate {
+        /// The data.
+        data: [u8; 8],
+        /// Immediate Data with Solicited Event.
+        solicited: bool,
+    },
+    /// Atomic operation (EXT-01 §5) on the 8 octets at `remote`; the original value is
+    /// written (host byte order) to `result` and reported in the completion.
+    Atomic {
+        /// FetchAdd, Swap or CmpSwap.
+        op: AtomicOp,
+        /// Target at the peer (8-octet aligned).
+        remote: RemoteBuf,
+        /// Add Data or Swap Data.
+        add_swap: u64,
+        /// Add Mask or Swap Mask.
+        add_swap_mask: u64,
+        /// Compare Data (CmpSwap).
+        compare: u64,
+        /// Compare Mask (CmpSwap).
+        compare_mask: u64,
+        /// Local 8-octet buffer for the original value.
+        result: Sge,
+    },
+}
+
+/// A send-queue work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    /// Consumer's id, echoed in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Produce a completion on success (errors always complete).
+    pub signaled: bool,
+    /// Read fence: start only when every earlier Read / Atomic has completed.
+    pub read_fence: bool,
+    /// Local fence: start only when every earlier WR has completed.
+    pub local_fence: bool,
+}
+
+impl SendWr {
+    /// A signaled, unfenced work request.
+    pub fn new(wr_id: u64, op: SendOp) -> Self {
+        SendWr {
+            wr_id,
+            op,
+            signaled: true,
+            read_fence: false,
+            local_fence: false,
+        }
+    }
+}
