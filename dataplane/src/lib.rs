@@ -1,5 +1,10 @@
 //! The data plane: ports, the poll loop, TCP and iWARP wired together.
 
+pub mod arp;
+pub mod classify;
+pub mod config;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod icmp;
+pub mod lcore;
 pub mod port;

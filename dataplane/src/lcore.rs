@@ -1,0 +1,605 @@
+//! The poll loop of one lcore: run to completion over its ports.
+//!
+//! Each iteration, for every port: receive a burst, classify each frame, answer ARP and
+//! ping, hand TCP/UDP to the [`Handler`], let the handler emit (timers, queued data), and
+//! transmit the burst of replies. Counters are kept per port and per stage; the loop stops
+//! when a shared flag is set or a deadline passes.
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::arp::{self, ArpCache, ArpOutcome};
+use crate::classify::{Classified, Classifier, FrameClass, ETH_HLEN};
+use crate::icmp;
+use crate::port::{Port, PortInfo};
+
+/// Number of frame classes counted.
+pub const CLASS_COUNT: usize = FrameClass::ALL.len();
+
+/// Per-port counters of the poll loop (the port's own counters are in `Port::stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoopCounters {
+    /// Frames received from the port.
+    pub rx: u64,
+    /// Frames per class, indexed by [`FrameClass::index`].
+    pub classified: [u64; CLASS_COUNT],
+    /// ARP replies sent.
+    pub arp_replies: u64,
+    /// ARP requests sent (address resolution for the handler).
+    pub arp_requests: u64,
+    /// ICMP echo replies sent.
+    pub echo_replies: u64,
+    /// Frames the handler consumed.
+    pub handled: u64,
+    /// Frames nobody wanted (no handler for the protocol, ICMP other than echo request).
+    pub unhandled: u64,
+    /// Frames queued for transmission.
+    pub tx: u64,
+    /// Frames the port refused on transmit, dropped by the loop.
+    pub tx_dropped: u64,
+    /// Replies not sent because no transmit buffer could be allocated.
+    pub alloc_failures: u64,
+    /// Iterations that received at least one frame.
+    pub busy_polls: u64,
+    /// Nanoseconds spent in receive bursts that returned frames.
+    pub rx_ns: u64,
+    /// Nanoseconds spent classifying and handling frames.
+    pub process_ns: u64,
+    /// Nanoseconds spent in transmit bursts.
+    pub tx_ns: u64,
+}
+
+impl LoopCounters {
+    /// Frames counted as malformed (any layer).
+    pub fn malformed(&self) -> u64 {
+        FrameClass::ALL
+            .iter()
+            .filter(|c| matches!(c, FrameClass::Malformed(_)))
+            .map(|c| self.classified[c.index()])
+            .sum()
+    }
+
+    /// Frames of class `c`.
+    pub fn class(&self, c: FrameClass) -> u64 {
+        self.classified[c.index()]
+    }
+}
+
+/// What a handler did with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// The handler used the frame (it may have queued frames in response).
+    Consumed,
+    /// The handler does not want the frame; it is dropped and counted as unhandled.
+    Ignored,
+}
+
+/// What a handler can do on the port a frame came from: allocate and queue frames, and
+/// resolve next hops.
+pub struct PortContext<'a, P: Port> {
+    index: usize,
+    port: &'a mut P,
+    tx: &'a mut Vec<P::Buf>,
+    arp: &'a mut ArpCache,
+    ipv4: Option<Ipv4Addr>,
+    counters: &'a mut LoopCounters,
+    now: Instant,
+}
+
+impl<P: Port> PortContext<'_, P> {
+    /// Index of the port in the loop.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Static facts about the port.
+    pub fn info(&self) -> &PortInfo {
+        self.port.info()
+    }
+
+    /// The port's IPv4 address.
+    pub fn ipv4(&self) -> Option<Ipv4Addr> {
+        self.ipv4
+    }
+
+    /// A transmit buffer of `len` bytes, or `None` when the pool is exhausted (counted).
+    pub fn alloc(&mut self, len: usize) -> Option<P::Buf> {
+        let b = self.port.alloc_tx(len);
+        if b.is_none() {
+            self.counters.alloc_failures += 1;
+        }
+        b
+    }
+
+    /// Queues `frame` for the transmit burst at the end of this iteration.
+    pub fn send(&mut self, frame: P::Buf) {
+        self.counters.tx += 1;
+        self.tx.push(frame);
+    }
+
+    /// The MAC of neighbour `ip`; on a miss, sends an ARP request (at most one per second
+    /// per address) and returns `None`.
+    pub fn resolve(&mut self, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        if let Some(mac) = self.arp.lookup(ip, self.now) {
+            return Some(mac);
+        }
+        let our_ip = self.ipv4?;
+        if self.arp.should_request(ip, self.now) {
+            let repr = arp::request(self.port.info().mac, our_ip, ip);
+            if let Some(mut buf) = self.alloc(arp::MIN_FRAME_LEN) {
+                if arp::emit_arp_frame(&repr, buf.as_mut()).is_some() {
+                    self.counters.arp_requests += 1;
+                    self.send(buf);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The protocol logic behind the poll loop: receives the TCP and UDP frames addressed to a
+/// port (checksums verified) and emits frames of its own. The TCP engine plugs in here.
+pub trait Handler<P: Port> {
+    /// Handles one TCP or UDP frame (`meta.class` says which; `meta.l4(frame.as_ref())`
+    /// gives the segment).
+    fn handle(
+        &mut self,
+        ctx: &mut PortContext<'_, P>,
+        now: Instant,
+        frame: P::Buf,
+        meta: &Classified,
+    ) -> Handled;
+
+    /// Called once per iteration for each port, after its receive burst was handled: emit
+    /// due retransmissions, acknowledgements, queued data.
+    fn poll(&mut self, _ctx: &mut PortContext<'_, P>, _now: Instant) {}
+}
+
+/// The handler of a loop without upper protocols: ignores TCP and UDP.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHandler;
+
+impl<P: Port> Handler<P> for NoHandler {
+    fn handle(
+        &mut self,
+        _ctx: &mut PortContext<'_, P>,
+        _now: Instant,
+        _frame: P::Buf,
+        _meta: &Classified,
+    ) -> Handled {
+        Handled::Ignored
+    }
+}
+
+/// Per-port state of the loop.
+#[derive(Debug)]
+struct PortSlot {
+    classifier: Classifier,
+    ipv4: Option<Ipv4Addr>,
+    arp: ArpCache,
+    counters: LoopCounters,
+}
+
+/// Why a poll loop stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The stop flag was set.
+    Stopped,
+    /// The deadline passed.
+    Deadline,
+}
+
+/// A run-to-completion poll loop over a set of ports of one type.
+pub struct PollLoop<P: Port, H: Handler<P>> {
+    ports: Vec<P>,
+    slots: Vec<PortSlot>,
+    handler: H,
+    burst: usize,
+    rx: Vec<P::Buf>,
+    tx: Vec<P::Buf>,
+}
+
+impl<P: Port, H: Handler<P>> PollLoop<P, H> {
+    /// A loop with `burst` frames per receive burst.
+    pub fn new(handler: H, burst: usize) -> PollLoop<P, H> {
+        PollLoop {
+            ports: Vec::new(),
+            slots: Vec::new(),
+            handler,
+            burst: burst.max(1),
+            rx: Vec::with_capacity(burst),
+            tx: Vec::with_capacity(burst * 2),
+        }
+    }
+
+    /// Adds a port with its IPv4 address (ARP and ping are answered for it); returns its
+    /// index.
+    pub fn add_port(&mut self, port: P, ipv4: Option<Ipv4Addr>, promiscuous: bool) -> usize {
+        let mut classifier = Classifier::new(port.info().mac, ipv4);
+        classifier.promiscuous = promiscuous;
+        self.ports.push(port);
+        self.slots.push(PortSlot {
+            classifier,
+            ipv4,
+            arp: ArpCache::new(),
+            counters: LoopCounters::default(),
+        });
+        self.ports.len() - 1
+    }
+
+    /// The ports.
+    pub fn ports(&self) -> &[P] {
+        &self.ports
+    }
+
+    /// The loop counters of port `i`.
+    pub fn counters(&self, i: usize) -> LoopCounters {
+        self.slots[i].counters
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// Takes the ports back.
+    pub fn into_ports(self) -> Vec<P> {
+        self.ports
+    }
+
+    /// Runs one iteration over all ports; returns the number of frames received.
+    pub fn poll_once(&mut self, now: Instant) -> usize {
+        let mut total = 0;
+        for i in 0..self.ports.len() {
+            total += self.poll_port(i, now);
+        }
+        total
+    }
+
+    /// Runs until `stop` is set or `deadline` passes, calling `tick` about every millisecond
+    /// of busy time or idle iteration batch (for periodic stats).
+    pub fn run(
+        &mut self,
+        stop: &AtomicBool,
+        deadline: Option<Instant>,
+        mut tick: impl FnMut(&Self, Instant),
+    ) -> StopReason {
+        let mut last_tick = Instant::now();
+        loop {
+            let now = Instant::now();
+            if stop.load(Ordering::Relaxed) {
+                return StopReason::Stopped;
+            }
+            if deadline.is_some_and(|d| now >= d) {
+                return StopReason::Deadline;
+            }
+            let n = self.poll_once(now);
+            if now.duration_since(last_tick) >= Duration::from_millis(1) {
+                tick(self, now);
+                last_tick = now;
+            }
+            if n == 0 {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn poll_port(&mut self, i: usize, now: Instant) -> usize {
+        let port = &mut self.ports[i];
+        let slot = &mut self.slots[i];
+        let t0 = Instant::now();
+        let n = port.rx_burst(&mut self.rx, self.burst);
+        let mut t1 = t0;
+        if n > 0 {
+            t1 = Instant::now();
+            slot.counters.busy_polls += 1;
+            slot.counters.rx += n as u64;
+            slot.counters.rx_ns += (t1 - t0).as_nanos() as u64;
+        }
+        let mut ctx = PortContext {
+            index: i,
+            port,
+            tx: &mut self.tx,
+            arp: &mut slot.arp,
+            ipv4: slot.ipv4,
+            counters: &mut slot.counters,
+            now,
+        };
+        for frame in self.rx.drain(..) {
+            let meta = slot.classifier.classify(frame.as_ref());
+            ctx.counters.classified[meta.class.index()] += 1;
+            match meta.class {
+                FrameClass::Arp => handle_arp(&mut ctx, frame),
+                FrameClass::Icmp => handle_icmp(&mut ctx, frame),
+                FrameClass::Tcp | FrameClass::Udp => {
+                    match self.handler.handle(&mut ctx, now, frame, &meta) {
+                        Handled::Consumed => ctx.counters.handled += 1,
+                        Handled::Ignored => ctx.counters.unhandled += 1,
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.handler.poll(&mut ctx, now);
+        if n > 0 {
+            let t2 = Instant::now();
+            ctx.counters.process_ns += (t2 - t1).as_nanos() as u64;
+            t1 = t2;
+        }
+        if !ctx.tx.is_empty() {
+            ctx.port.tx_burst(ctx.tx);
+            if !ctx.tx.is_empty() {
+                ctx.counters.tx_dropped += ctx.tx.len() as u64;
+                ctx.tx.clear();
+            }
+            ctx.counters.tx_ns += t1.elapsed().as_nanos() as u64;
+        }
+        n
+    }
+}
+
+fn handle_arp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
+    let mac = ctx.port.info().mac;
+    let arp_bytes = frame.as_ref().get(ETH_HLEN..).unwrap_or(&[]);
+    if let ArpOutcome::Reply(repr) = ctx.arp.handle(arp_bytes, mac, ctx.ipv4, ctx.now) {
+        drop(frame);
+        if let Some(mut buf) = ctx.alloc(arp::MIN_FRAME_LEN) {
+            if arp::emit_arp_frame(&repr, buf.as_mut()).is_some() {
+                ctx.counters.arp_replies += 1;
+                ctx.send(buf);
+            }
+        }
+    }
+}
+
+fn handle_icmp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
+    let Some(req) = icmp::parse_echo_request(frame.as_ref()) else {
+        ctx.counters.unhandled += 1;
+        return;
+    };
+    let mac = ctx.port.info().mac;
+    let Some(mut buf) = ctx.alloc(req.reply_len()) else {
+        return;
+    };
+    if icmp::emit_echo_reply(&req, mac, buf.as_mut()) {
+        ctx.counters.echo_replies += 1;
+        ctx.send(buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::heap::HeapBuf;
+    use crate::port::soft_pair::{soft_pair, SoftPort};
+    use smoltcp::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame};
+
+    const DP_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+    const DP_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+    const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+
+    fn setup<H: Handler<SoftPort>>(h: H) -> (PollLoop<SoftPort, H>, SoftPort) {
+        let info = |n: &str, mac| PortInfo {
+            name: n.into(),
+            mac,
+            mtu: 1500,
+        };
+        let (dp, peer) = soft_pair(info("dp", DP_MAC), info("peer", PEER_MAC), 64);
+        let mut l = PollLoop::new(h, 32);
+        l.add_port(dp, Some(DP_IP), false);
+        (l, peer)
+    }
+
+    fn send(peer: &mut SoftPort, frame: &[u8]) {
+        let mut v = vec![HeapBuf::unpooled(frame.to_vec())];
+        assert_eq!(peer.tx_burst(&mut v), 1);
+    }
+
+    fn recv(peer: &mut SoftPort) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        peer.rx_burst(&mut out, 64);
+        out.into_iter().map(|b| b.into_vec()).collect()
+    }
+
+    fn arp_request() -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        arp::emit_arp_frame(&arp::request(PEER_MAC, PEER_IP, DP_IP), &mut f).unwrap();
+        f
+    }
+
+    #[test]
+    fn answers_arp_and_ping_and_counts() {
+        let (mut l, mut peer) = setup(NoHandler);
+        send(&mut peer, &arp_request());
+        let ping = icmp_frame();
+        send(&mut peer, &ping);
+        send(&mut peer, &[0u8; 5]);
+        assert_eq!(l.poll_once(Instant::now()), 3);
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 2);
+        let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
+        let arp = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
+        let ArpRepr::EthernetIpv4 {
+            operation,
+            source_hardware_addr,
+            ..
+        } = arp
+        else {
+            panic!()
+        };
+        assert_eq!(operation, ArpOperation::Reply);
+        assert_eq!(source_hardware_addr, EthernetAddress(DP_MAC));
+        let req = icmp::parse_echo_request(&ping).unwrap();
+        let mut want = vec![0u8; req.reply_len()];
+        icmp::emit_echo_reply(&req, DP_MAC, &mut want);
+        assert_eq!(out[1], want);
+
+        let c = l.counters(0);
+        assert_eq!(c.rx, 3);
+        assert_eq!(c.class(FrameClass::Arp), 1);
+        assert_eq!(c.class(FrameClass::Icmp), 1);
+        assert_eq!(c.malformed(), 1);
+        assert_eq!((c.arp_replies, c.echo_replies, c.tx), (1, 1, 2));
+    }
+
+    fn icmp_frame() -> Vec<u8> {
+        use smoltcp::phy::ChecksumCapabilities;
+        use smoltcp::wire::{
+            EthernetProtocol, EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet,
+            Ipv4Repr,
+        };
+        let caps = ChecksumCapabilities::default();
+        let icmp = Icmpv4Repr::EchoRequest {
+            ident: 1,
+            seq_no: 2,
+            data: b"ping payload",
+        };
+        let ip = Ipv4Repr {
+            src_addr: PEER_IP,
+            dst_addr: DP_IP,
+            next_header: IpProtocol::Icmp,
+            payload_len: icmp.buffer_len(),
+            hop_limit: 64,
+        };
+        let mut buf = vec![0u8; 14 + 20 + icmp.buffer_len()];
+        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
+        EthernetRepr {
+            src_addr: EthernetAddress(PEER_MAC),
+            dst_addr: EthernetAddress(DP_MAC),
+            ethertype: EthernetProtocol::Ipv4,
+        }
+        .emit(&mut eth);
+        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
+        ip.emit(&mut ipp, &caps);
+        icmp.emit(&mut Icmpv4Packet::new_unchecked(ipp.payload_mut()), &caps);
+        buf
+    }
+
+    /// A handler that echoes UDP frames back with swapped MACs, resolving via ARP first.
+    #[derive(Default)]
+    struct Echo {
+        seen: usize,
+        polls: usize,
+    }
+
+    impl Handler<SoftPort> for Echo {
+        fn handle(
+            &mut self,
+            ctx: &mut PortContext<'_, SoftPort>,
+            _now: Instant,
+            mut frame: HeapBuf,
+            meta: &Classified,
+        ) -> Handled {
+            if meta.class != FrameClass::Udp {
+                return Handled::Ignored;
+            }
+            self.seen += 1;
+            let Some(mac) = ctx.resolve(meta.src_ip) else {
+                return Handled::Consumed;
+            };
+            let f = frame.as_mut();
+            f[0..6].copy_from_slice(&mac);
+            f[6..12].copy_from_slice(&DP_MAC);
+            ctx.send(frame);
+            Handled::Consumed
+        }
+
+        fn poll(&mut self, _ctx: &mut PortContext<'_, SoftPort>, _now: Instant) {
+            self.polls += 1;
+        }
+    }
+
+    fn udp_frame() -> Vec<u8> {
+        use smoltcp::phy::ChecksumCapabilities;
+        use smoltcp::wire::{
+            EthernetProtocol, EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr,
+            UdpPacket, UdpRepr,
+        };
+        let caps = ChecksumCapabilities::default();
+        let udp = UdpRepr {
+            src_port: 1,
+            dst_port: 2,
+        };
+        let ip = Ipv4Repr {
+            src_addr: PEER_IP,
+            dst_addr: DP_IP,
+            next_header: IpProtocol::Udp,
+            payload_len: 8 + 4,
+            hop_limit: 64,
+        };
+        let mut buf = vec![0u8; 14 + 20 + 12];
+        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
+        EthernetRepr {
+            src_addr: EthernetAddress(PEER_MAC),
+            dst_addr: EthernetAddress(DP_MAC),
+            ethertype: EthernetProtocol::Ipv4,
+        }
+        .emit(&mut eth);
+        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
+        ip.emit(&mut ipp, &caps);
+        udp.emit(
+            &mut UdpPacket::new_unchecked(ipp.payload_mut()),
+            &IpAddress::Ipv4(PEER_IP),
+            &IpAddress::Ipv4(DP_IP),
+            4,
+            |p| p.copy_from_slice(b"data"),
+            &caps,
+        );
+        buf
+    }
+
+    #[test]
+    fn handler_gets_udp_and_resolves_through_arp() {
+        let (mut l, mut peer) = setup(Echo::default());
+        send(&mut peer, &udp_frame());
+        l.poll_once(Instant::now());
+        // Unknown neighbour: the handler's resolve sent an ARP request instead.
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0][0..6], &[0xff; 6]);
+        assert_eq!(&out[0][12..14], &[0x08, 0x06]);
+        assert_eq!(&out[0][20..22], &[0, 1], "ARP request");
+        assert_eq!(l.counters(0).arp_requests, 1);
+
+        // The peer answers; the next datagram is echoed.
+        let reply = ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Reply,
+            source_hardware_addr: EthernetAddress(PEER_MAC),
+            source_protocol_addr: PEER_IP,
+            target_hardware_addr: EthernetAddress(DP_MAC),
+            target_protocol_addr: DP_IP,
+        };
+        let mut f = vec![0u8; 60];
+        arp::emit_arp_frame(&reply, &mut f).unwrap();
+        send(&mut peer, &f);
+        send(&mut peer, &udp_frame());
+        l.poll_once(Instant::now());
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0][0..6], &PEER_MAC);
+        assert_eq!(&out[0][6..12], &DP_MAC);
+        assert_eq!(l.handler().seen, 2);
+        assert_eq!(l.handler().polls, 2);
+        assert_eq!(l.counters(0).handled, 2);
+    }
+
+    #[test]
+    fn run_stops_on_flag_and_deadline() {
+        let (mut l, _peer) = setup(NoHandler);
+        let stop = AtomicBool::new(true);
+        assert_eq!(l.run(&stop, None, |_, _| {}), StopReason::Stopped);
+        let stop = AtomicBool::new(false);
+        let start = Instant::now();
+        let mut ticks = 0;
+        let r = l.run(
+            &stop,
+            Some(start + Duration::from_millis(30)),
+            |_, _| ticks += 1,
+        );
+        assert_eq!(r, StopReason::Deadline);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        assert!(ticks > 0);
+    }
+}
