@@ -78,7 +78,10 @@ fn dpdk_cflags() -> Vec<String> {
         .args(["--cflags", "libdpdk"])
         .output()
         .expect("run pkg-config --cflags libdpdk");
-    assert!(output.status.success(), "pkg-config --cflags libdpdk failed");
+    assert!(
+        output.status.success(),
+        "pkg-config --cflags libdpdk failed"
+    );
     String::from_utf8_lossy(&output.stdout)
         .split_whitespace()
         .map(str::to_string)

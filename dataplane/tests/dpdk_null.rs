@@ -46,7 +46,11 @@ fn a_dropped_port_is_closed_and_released() {
     // rte_eth_dev_close releases a virtual device's ethdev.
     assert!(!available_devices(eal()).iter().any(|d| d == "net_null5"));
     let err = DpdkPort::open(eal(), &DpdkPortConfig::new("again", "net_null5")).unwrap_err();
-    assert!(err.to_string().contains("no DPDK ethdev named \"net_null5\""), "{err}");
+    assert!(
+        err.to_string()
+            .contains("no DPDK ethdev named \"net_null5\""),
+        "{err}"
+    );
 }
 
 #[test]
@@ -95,11 +99,37 @@ fn null_port_counts_received_frames() {
     assert_eq!(stats.rx_bytes, 640 * 128);
     assert_eq!(port.hw_stats().unwrap().rx_packets, 640);
     assert_eq!(port.pool().in_use(), 640);
+    assert_eq!(hugepage_files_of_this_process(), Vec::<String>::new());
     drop(frames);
-    assert_eq!(port.pool().in_use(), 0, "dropping received mbufs returns them");
+    assert_eq!(
+        port.pool().in_use(),
+        0,
+        "dropping received mbufs returns them"
+    );
     // A burst larger than one DPDK call is split and still filled completely.
     let mut frames = Vec::new();
     assert_eq!(port.rx_burst(&mut frames, 1500), 1500);
+}
+
+/// Files of this process's hugepage memory (prefix `dataplane-<pid>`) in hugetlbfs mounts:
+/// `Eal::init` unlinks them right after mapping (`--huge-unlink`), so a crash leaves none.
+fn hugepage_files_of_this_process() -> Vec<String> {
+    let prefix = format!("dataplane-{}", std::process::id());
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let mut found = Vec::new();
+    for line in mounts.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(2) != Some(&"hugetlbfs") {
+            continue;
+        }
+        for entry in std::fs::read_dir(fields[1]).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&prefix) {
+                found.push(name);
+            }
+        }
+    }
+    found
 }
 
 #[test]
@@ -109,7 +139,10 @@ fn unknown_device_is_a_setup_error() {
         PortError::Setup { port, reason } => {
             assert_eq!(port, "ghost");
             assert!(reason.contains("net_nosuch0"), "{reason}");
-            assert!(reason.contains("net_null4"), "lists probed devices: {reason}");
+            assert!(
+                reason.contains("net_null4"),
+                "lists probed devices: {reason}"
+            );
         }
         other => panic!("expected PortError::Setup, got {other:?}"),
     }
@@ -134,7 +167,9 @@ fn jumbo_mtu_sizes_mbufs_even_when_the_pmd_cannot_set_it() {
     let mut port = DpdkPort::open(eal(), &cfg).unwrap();
     assert_eq!(port.info().mtu, 9000);
     assert_eq!(port.info().mac, [0x02, 0xaa, 0, 0, 0, 1]);
-    let m = port.alloc_tx(9014).expect("a 9014-byte frame fits one mbuf");
+    let m = port
+        .alloc_tx(9014)
+        .expect("a 9014-byte frame fits one mbuf");
     assert_eq!(m.len(), 9014);
     assert_eq!(m.segments(), 1);
 }
@@ -154,7 +189,10 @@ fn dropping_mbufs_returns_them_to_the_pool() {
     assert_eq!(pool.available(), 255);
     let mut held: Vec<Mbuf> = (0..255).map(|_| Mbuf::alloc(&pool, 100).unwrap()).collect();
     assert_eq!(pool.available(), 0);
-    assert!(Mbuf::alloc(&pool, 100).is_none(), "an empty pool allocates nothing");
+    assert!(
+        Mbuf::alloc(&pool, 100).is_none(),
+        "an empty pool allocates nothing"
+    );
     // into_raw/from_raw pass ownership through a raw pointer without freeing.
     let raw = held.pop().unwrap().into_raw();
     assert_eq!(pool.available(), 0);
@@ -173,7 +211,10 @@ fn dropping_mbufs_returns_them_to_the_pool() {
 fn mbuf_headroom_and_tailroom_operations() {
     eal();
     let pool = Mempool::new("t_room", 63, 0, Mempool::DEFAULT_DATA_ROOM, -1).unwrap();
-    assert!(Mbuf::alloc(&pool, 2049).is_none(), "larger than the data room");
+    assert!(
+        Mbuf::alloc(&pool, 2049).is_none(),
+        "larger than the data room"
+    );
     let mut m = Mbuf::alloc(&pool, 0).unwrap();
     assert!(m.is_empty());
     let headroom = usize::from(Mempool::headroom());
@@ -194,7 +235,11 @@ fn mbuf_headroom_and_tailroom_operations() {
     assert_eq!(m.pkt_len(), 2);
     assert_eq!(
         m.adj(3),
-        Err(MbufError::NoRoom { op: "adj", need: 3, have: 2 })
+        Err(MbufError::NoRoom {
+            op: "adj",
+            need: 3,
+            have: 2
+        })
     );
     assert!(m.prepend(headroom + 1).is_err());
     assert!(m.append(2049).is_err());

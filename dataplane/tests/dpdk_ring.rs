@@ -10,7 +10,10 @@ use dataplane::port::{Port, PortStats};
 use dpdk_common::*;
 
 fn eal() -> &'static Eal {
-    shared_eal("ring", &["-l", "0", "--vdev", "net_ring0", "--vdev", "net_ring1"])
+    shared_eal(
+        "ring",
+        &["-l", "0", "--vdev", "net_ring0", "--vdev", "net_ring1"],
+    )
 }
 
 #[test]
@@ -29,7 +32,10 @@ fn ring_loopback_returns_every_frame_intact() {
             next_tx += 1;
         }
         let sent = port.tx_burst(&mut tx);
-        assert!(sent > 0 || next_tx == N, "the ring never stays full while we drain it");
+        assert!(
+            sent > 0 || next_tx == N,
+            "the ring never stays full while we drain it"
+        );
         port.rx_burst(&mut rx, 64);
         for frame in rx.drain(..) {
             check_frame(next_rx, frame.as_ref()).unwrap();

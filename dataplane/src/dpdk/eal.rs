@@ -2,8 +2,10 @@
 //!
 //! Defaults added to the caller's arguments (each only when the caller did not choose):
 //! - the program name `dataplane` in front when the first argument is an option;
-//! - `--file-prefix=dataplane-<pid>`, so concurrent processes never share runtime files
-//!   (the generated runtime directory `/var/run/dpdk/dataplane-<pid>` is removed on drop);
+//! - `--file-prefix=dataplane-<pid>` and `--no-shconf`, so concurrent processes never share
+//!   runtime files and none are written (no secondary processes can attach; pass your own
+//!   `--file-prefix` to allow them); the runtime directory EAL still creates,
+//!   `/var/run/dpdk/dataplane-<pid>`, is removed on drop;
 //! - `--huge-unlink` when hugepages are used without `--in-memory`: hugepage files are
 //!   unlinked right after mapping, so a crashed or failed run leaves none behind.
 //!
@@ -72,7 +74,10 @@ impl Eal {
     pub fn init(args: &[String]) -> Result<Eal, EalError> {
         let args = with_defaults(args, std::process::id());
         if !has_flag(&args, "--no-huge") {
-            check_hugepages(Path::new("/sys/kernel/mm/hugepages"), Path::new("/proc/mounts"))?;
+            check_hugepages(
+                Path::new("/sys/kernel/mm/hugepages"),
+                Path::new("/proc/mounts"),
+            )?;
         }
         let c_args = args
             .iter()
@@ -100,7 +105,9 @@ impl Eal {
             });
         }
         let owned_runtime_dir = if has_flag(&args, "--file-prefix")
-            && args.iter().any(|a| a == &default_prefix_arg(std::process::id()))
+            && args
+                .iter()
+                .any(|a| a == &default_prefix_arg(std::process::id()))
         {
             runtime_dir()
         } else {
@@ -201,6 +208,9 @@ fn with_defaults(args: &[String], pid: u32) -> Vec<String> {
     out.extend_from_slice(args);
     if !has_flag(&out, "--file-prefix") {
         out.push(default_prefix_arg(pid));
+        if !has_flag(&out, "--no-shconf") && !has_flag(&out, "--in-memory") {
+            out.push("--no-shconf".to_string());
+        }
     }
     if !has_flag(&out, "--no-huge")
         && !has_flag(&out, "--in-memory")
@@ -259,7 +269,11 @@ fn hugetlbfs_mounted(mounts: &str) -> bool {
 /// True when this machine has free hugepages and a hugetlbfs mount, i.e. EAL can start
 /// without `--no-huge`.
 pub fn hugepages_available() -> bool {
-    check_hugepages(Path::new("/sys/kernel/mm/hugepages"), Path::new("/proc/mounts")).is_ok()
+    check_hugepages(
+        Path::new("/sys/kernel/mm/hugepages"),
+        Path::new("/proc/mounts"),
+    )
+    .is_ok()
 }
 
 #[cfg(test)]
@@ -282,6 +296,7 @@ mod tests {
                 "--vdev",
                 "net_null0",
                 "--file-prefix=dataplane-42",
+                "--no-shconf",
                 "--huge-unlink"
             ])
         );
@@ -296,7 +311,12 @@ mod tests {
         let given = strings(&["prog", "--huge-unlink=never"]);
         assert_eq!(
             with_defaults(&given, 7),
-            strings(&["prog", "--huge-unlink=never", "--file-prefix=dataplane-7"])
+            strings(&[
+                "prog",
+                "--huge-unlink=never",
+                "--file-prefix=dataplane-7",
+                "--no-shconf"
+            ])
         );
         assert_eq!(with_defaults(&[], 3)[0], "dataplane");
     }
@@ -333,7 +353,11 @@ mod tests {
 
         fs::write(size_dir.join("nr_hugepages"), "512\n").unwrap();
         let err = check_hugepages(&dir, &mounts).unwrap_err();
-        assert!(err.to_string().contains("all 512 reserved hugepages are in use"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("all 512 reserved hugepages are in use"),
+            "{err}"
+        );
 
         fs::write(size_dir.join("free_hugepages"), "100\n").unwrap();
         let err = check_hugepages(&dir, &mounts).unwrap_err();

@@ -154,12 +154,17 @@ impl EthDev {
 
         let (mut rx_desc, mut tx_desc) = (setup.rx_desc, setup.tx_desc);
         // SAFETY: configured port; valid out pointers.
-        let ret =
-            unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &mut rx_desc, &mut tx_desc) };
+        let ret = unsafe {
+            dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &mut rx_desc, &mut tx_desc)
+        };
         check(|| op("rte_eth_dev_adjust_nb_rx_tx_desc"), ret)?;
 
         let socket = Self::socket_of(port_id);
-        let socket_arg = if socket < 0 { dpdk_sys::SOCKET_ID_ANY } else { socket } as u32;
+        let socket_arg = if socket < 0 {
+            dpdk_sys::SOCKET_ID_ANY
+        } else {
+            socket
+        } as u32;
         // SAFETY: configured port; a null rxconf selects the device defaults; pool is a live
         // pktmbuf pool that outlives the device (the owner drops the device first).
         let ret = unsafe {
@@ -172,17 +177,26 @@ impl EthDev {
                 pool.as_ptr(),
             )
         };
-        check(|| op(&format!("rte_eth_rx_queue_setup({rx_desc} descriptors)")), ret)?;
+        check(
+            || op(&format!("rte_eth_rx_queue_setup({rx_desc} descriptors)")),
+            ret,
+        )?;
         // SAFETY: configured port; a null txconf selects the device defaults.
         let ret = unsafe {
             dpdk_sys::rte_eth_tx_queue_setup(port_id, 0, tx_desc, socket_arg, std::ptr::null())
         };
-        check(|| op(&format!("rte_eth_tx_queue_setup({tx_desc} descriptors)")), ret)?;
+        check(
+            || op(&format!("rte_eth_tx_queue_setup({tx_desc} descriptors)")),
+            ret,
+        )?;
 
         // SAFETY: configured port.
         let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(port_id, setup.mtu) };
         if ret == -ENOTSUP {
-            log::warn!("{device}: the PMD cannot set the MTU to {}; keeping its default", setup.mtu);
+            log::warn!(
+                "{device}: the PMD cannot set the MTU to {}; keeping its default",
+                setup.mtu
+            );
         } else {
             check(|| op(&format!("rte_eth_dev_set_mtu({})", setup.mtu)), ret)?;
         }
@@ -279,14 +293,16 @@ impl EthDev {
     pub fn xstats(&self) -> Result<Vec<(String, u64)>, DpdkError> {
         let op = |f: &str| format!("{}: {f}", self.device);
         // SAFETY: valid port; a null array with size 0 asks for the count.
-        let n = unsafe { dpdk_sys::rte_eth_xstats_get_names(self.port_id, std::ptr::null_mut(), 0) };
+        let n =
+            unsafe { dpdk_sys::rte_eth_xstats_get_names(self.port_id, std::ptr::null_mut(), 0) };
         check(|| op("rte_eth_xstats_get_names"), n)?;
         let n = n as usize;
         let mut names = vec![dpdk_sys::rte_eth_xstat_name { name: [0; 64] }; n];
         let mut values = vec![dpdk_sys::rte_eth_xstat::default(); n];
         // SAFETY: names has n entries, as passed.
-        let got =
-            unsafe { dpdk_sys::rte_eth_xstats_get_names(self.port_id, names.as_mut_ptr(), n as u32) };
+        let got = unsafe {
+            dpdk_sys::rte_eth_xstats_get_names(self.port_id, names.as_mut_ptr(), n as u32)
+        };
         check(|| op("rte_eth_xstats_get_names"), got)?;
         // SAFETY: values has n entries, as passed.
         let got_values =
@@ -317,7 +333,11 @@ impl Drop for EthDev {
         // SAFETY: port owned by us and stopped; nothing uses its queues after this.
         let ret = unsafe { dpdk_sys::rte_eth_dev_close(self.port_id) };
         if ret < 0 {
-            log::warn!("{}: rte_eth_dev_close: {}", self.device, strerror(ret.abs()));
+            log::warn!(
+                "{}: rte_eth_dev_close: {}",
+                self.device,
+                strerror(ret.abs())
+            );
         }
         release(self.port_id);
     }

@@ -34,7 +34,9 @@ impl Mempool {
         data_room: u16,
         socket: i32,
     ) -> Result<Mempool, DpdkError> {
-        let op = || format!("rte_pktmbuf_pool_create({name}, n={n}, cache={cache}, data_room={data_room})");
+        let op = || {
+            format!("rte_pktmbuf_pool_create({name}, n={n}, cache={cache}, data_room={data_room})")
+        };
         let eal = EalHandle::current().ok_or_else(|| DpdkError::NoEal { op: op() })?;
         let c_name = CString::new(name).map_err(|_| DpdkError::InvalidName(name.to_string()))?;
         // SAFETY: EAL is running (we hold a handle); c_name is a valid NUL-terminated string

@@ -77,8 +77,13 @@ impl DpdkPort {
         let mtu = u16::try_from(cfg.mtu)
             .map_err(|_| setup_err(format!("{}: MTU {} too large", cfg.device, cfg.mtu)))?;
         let frame_room = (usize::from(mtu) + L2_OVERHEAD).max(2048);
-        let data_room = u16::try_from(frame_room + usize::from(Mempool::headroom()))
-            .map_err(|_| setup_err(format!("{}: MTU {} too large for one mbuf", cfg.device, cfg.mtu)))?;
+        let data_room =
+            u16::try_from(frame_room + usize::from(Mempool::headroom())).map_err(|_| {
+                setup_err(format!(
+                    "{}: MTU {} too large for one mbuf",
+                    cfg.device, cfg.mtu
+                ))
+            })?;
         let min_pool = u32::from(cfg.rx_desc) + u32::from(cfg.tx_desc) + MAX_BURST as u32;
         if cfg.pool_size < min_pool {
             log::warn!(
@@ -88,8 +93,8 @@ impl DpdkPort {
             );
         }
 
-        let (port_id, claim) = EthDev::lookup(eal, &cfg.device)
-            .map_err(|e| setup_err(e.to_string()))?;
+        let (port_id, claim) =
+            EthDev::lookup(eal, &cfg.device).map_err(|e| setup_err(e.to_string()))?;
         let pool_name = format!("dp{port_id}_{}", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
         let cache = (cfg.pool_size / 8).min(256);
         let pool = Mempool::new(
@@ -114,7 +119,10 @@ impl DpdkPort {
             mac: dev.mac(),
             mtu: cfg.mtu,
         };
-        log::info!("port {info} on DPDK device {} (port id {port_id})", cfg.device);
+        log::info!(
+            "port {info} on DPDK device {} (port id {port_id})",
+            cfg.device
+        );
         Ok(DpdkPort {
             dev,
             pool,

@@ -9,11 +9,11 @@ use dataplane::dpdk::eal::hugepages_available;
 use dataplane::dpdk::Eal;
 
 /// EAL arguments for a test process: `extra` plus `--no-huge -m 512` when this machine has
-/// no hugepages, a unique `--file-prefix`, and no PCI scan or telemetry socket.
+/// no hugepages, and no PCI scan or telemetry socket. `Eal::init` adds the unique
+/// `--file-prefix=dataplane-<pid>`.
 pub fn eal_args(test: &str, extra: &[&str]) -> Vec<String> {
     let mut args = vec![
         format!("dpdk-test-{test}"),
-        format!("--file-prefix=dptest-{test}-{}", std::process::id()),
         "--no-pci".to_string(),
         "--no-telemetry".to_string(),
     ];
@@ -31,7 +31,7 @@ pub fn shared_eal(test: &str, extra: &[&str]) -> &'static Eal {
         let args = eal_args(test, extra);
         let eal = Eal::init(&args).unwrap_or_else(|e| panic!("EAL init with {args:?}: {e}"));
         // A static is never dropped, so EAL cleanup never runs: remove the runtime directory
-        // now (only secondary processes would need it).
+        // now (it is empty: `Eal::init` adds `--no-shconf`).
         if let Some(dir) = eal.runtime_dir() {
             std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("rm {}: {e}", dir.display()));
         }
@@ -64,7 +64,9 @@ pub fn fill_frame(seq: u32, buf: &mut [u8]) {
 }
 
 fn pattern_byte(seq: u32, i: usize) -> u8 {
-    (seq as usize).wrapping_mul(31).wrapping_add(i.wrapping_mul(7)) as u8
+    (seq as usize)
+        .wrapping_mul(31)
+        .wrapping_add(i.wrapping_mul(7)) as u8
 }
 
 /// Checks that `frame` is exactly test frame `seq`; returns a description of the first
