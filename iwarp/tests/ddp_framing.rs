@@ -1,0 +1,284 @@
+//! SPEC-DIGEST §8 group A: DDP framing at the sender.
+
+mod engine_support;
+
+use engine_support::*;
+use iwarp::ddp::segmenter::MessageTarget;
+use iwarp::ddp::{MsnCounters, OutgoingMessage, Segmenter};
+use iwarp::mem::{Access, Sge};
+use iwarp::rdmap::{RemoteBuf, SendOp, SendWr};
+use iwarp::wire::ddp::{DdpRepr, Segment};
+
+fn parse(seg: &[u8]) -> DdpRepr {
+    DdpRepr::parse(&Segment::new_checked(seg).unwrap()).unwrap()
+}
+
+/// A sender with a 1 MiB... region at offset 0 holding a pattern.
+fn sender(len: u64) -> (Side, iwarp::mem::STag) {
+    let mut s = Side::new(cfg(1));
+    let stag = s.region(0, len.max(1), Access::LOCAL_READ | Access::LOCAL_WRITE, 0);
+    s.write_bytes(0, &pattern(len as usize, 3));
+    (s, stag)
+}
+
+fn send_wr(id: u64, stag: iwarp::mem::STag, len: u32) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Send {
+            sgl: vec![Sge { stag, to: 0, len }],
+            solicited: false,
+            invalidate: None,
+        },
+    )
+}
+
+fn write_wr(id: u64, stag: iwarp::mem::STag, len: u32, to: u64) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Write {
+            sgl: vec![Sge { stag, to: 0, len }],
+            remote: RemoteBuf {
+                stag: iwarp::mem::STag(0x1234_5600),
+                to,
+            },
+        },
+    )
+}
+
+#[test]
+fn a01_tagged_header_is_14_octets() {
+    // RFC 5041 §4.2
+    let (mut s, stag) = sender(100);
+    s.engine.post_send(write_wr(1, stag, 100, 7)).unwrap();
+    let segs = s.drain_tx(1500);
+    assert_eq!(segs.len(), 1);
+    assert_eq!(segs[0].len(), 14 + 100);
+    assert_eq!(&segs[0][2..6], &0x1234_5600u32.to_be_bytes());
+    assert_eq!(&segs[0][6..14], &7u64.to_be_bytes());
+    assert_eq!(&segs[0][14..], &pattern(100, 3)[..]);
+}
+
+#[test]
+fn a02_untagged_header_is_18_octets() {
+    // RFC 5041 §4.3
+    let (mut s, stag) = sender(100);
+    s.engine.post_send(send_wr(1, stag, 100)).unwrap();
+    let segs = s.drain_tx(1500);
+    assert_eq!(segs[0].len(), 18 + 100);
+    assert_eq!(&segs[0][6..10], &0u32.to_be_bytes()); // QN 0
+    assert_eq!(&segs[0][10..14], &1u32.to_be_bytes()); // MSN 1
+    assert_eq!(&segs[0][14..18], &0u32.to_be_bytes()); // MO 0
+    assert_eq!(&segs[0][18..], &pattern(100, 3)[..]);
+}
+
+#[test]
+fn a03_control_octet_bits() {
+    // RFC 5041 §4.1; RFC 5040 Fig. 4
+    let (mut s, stag) = sender(3000);
+    s.engine.post_send(send_wr(1, stag, 3000)).unwrap();
+    s.engine.post_send(write_wr(2, stag, 3000, 0)).unwrap();
+    for seg in s.drain_tx(1000) {
+        assert_eq!(seg[0] & 0x3C, 0);
+        assert_eq!(seg[0] & 0x03, 1);
+        let tagged = seg[0] & 0x80 != 0;
+        let opcode = seg[1] & 0x0F;
+        assert_eq!(tagged, opcode == 0x0 || opcode == 0x2);
+    }
+}
+
+#[test]
+fn a04_exactly_one_last_segment_and_it_is_last() {
+    // RFC 5041 §4.1
+    let (mut s, stag) = sender(5000);
+    s.engine.post_send(send_wr(1, stag, 5000)).unwrap();
+    let segs = s.drain_tx(1000);
+    let lasts: Vec<bool> = segs.iter().map(|g| parse(g).last()).collect();
+    assert_eq!(lasts.iter().filter(|l| **l).count(), 1);
+    assert!(*lasts.last().unwrap());
+}
+
+#[test]
+fn a05_mo_contiguous_from_zero() {
+    // RFC 5041 §4.1, §5.2
+    let (mut s, stag) = sender(5000);
+    s.engine.post_send(send_wr(1, stag, 5000)).unwrap();
+    let mut expect = 0u32;
+    for seg in s.drain_tx(777) {
+        let DdpRepr::Untagged(u) = parse(&seg) else { panic!("untagged") };
+        assert_eq!(u.mo, expect);
+        expect += (seg.len() - 18) as u32;
+    }
+    assert_eq!(expect, 5000);
+}
+
+#[test]
+fn a06_same_rsvdulp_stag_qn_msn_on_every_segment() {
+    // RFC 5041 §4.2, §4.3
+    let (mut s, stag) = sender(5000);
+    s.engine.post_send(write_wr(1, stag, 5000, 0)).unwrap();
+    s.engine.post_send(send_wr(2, stag, 5000)).unwrap();
+    let segs = s.drain_tx(900);
+    let mut tagged = Vec::new();
+    let mut untagged = Vec::new();
+    for g in &segs {
+        match parse(g) {
+            DdpRepr::Tagged(t) => tagged.push((t.rsvd_ulp, t.stag)),
+            DdpRepr::Untagged(u) => untagged.push((u.rsvd_ulp, u.rsvd_ulp_word, u.qn, u.msn)),
+        }
+    }
+    assert!(tagged.len() > 1 && untagged.len() > 1);
+    assert!(tagged.windows(2).all(|w| w[0] == w[1]));
+    assert!(untagged.windows(2).all(|w| w[0] == w[1]));
+}
+
+#[test]
+fn a07_msn_starts_at_one_and_wraps() {
+    // RFC 5041 §4.3; VERBS-00 §6.2.1.2
+    let mut m = MsnCounters::new();
+    for qn in 0..3 {
+        assert_eq!(m.take(qn), 1);
+        assert_eq!(m.take(qn), 2);
+    }
+    m.set(0, u32::MAX);
+    assert_eq!(m.take(0), u32::MAX);
+    assert_eq!(m.take(0), 0);
+    assert_eq!(m.take(0), 1);
+    // Through the engine: three Sends carry MSN 1, 2, 3; after a wrap MSN 0 follows.
+    let (mut s, stag) = sender(10);
+    for i in 0..3 {
+        s.engine.post_send(send_wr(i, stag, 10)).unwrap();
+    }
+    let msns: Vec<u32> = s
+        .drain_tx(1500)
+        .iter()
+        .map(|g| match parse(g) {
+            DdpRepr::Untagged(u) => u.msn,
+            _ => panic!(),
+        })
+        .collect();
+    assert_eq!(msns, vec![1, 2, 3]);
+    s.engine.set_next_send_msn(0, u32::MAX);
+    s.engine.post_send(send_wr(9, stag, 10)).unwrap();
+    s.engine.post_send(send_wr(10, stag, 10)).unwrap();
+    let msns: Vec<u32> = s
+        .drain_tx(1500)
+        .iter()
+        .map(|g| match parse(g) {
+            DdpRepr::Untagged(u) => u.msn,
+            _ => panic!(),
+        })
+        .collect();
+    assert_eq!(msns, vec![u32::MAX, 0]);
+}
+
+#[test]
+fn a08_send_2048_mulpdu_1500() {
+    // RFC 5041 §5.2 example
+    let (mut s, stag) = sender(2048);
+    s.engine.post_send(send_wr(1, stag, 2048)).unwrap();
+    let segs = s.drain_tx(1500);
+    assert_eq!(segs.len(), 2);
+    let (a, b) = (parse(&segs[0]), parse(&segs[1]));
+    let (DdpRepr::Untagged(a), DdpRepr::Untagged(b)) = (a, b) else { panic!() };
+    assert_eq!((a.mo, segs[0].len() - 18, a.last), (0, 1482, false));
+    assert_eq!((b.mo, segs[1].len() - 18, b.last), (1482, 566, true));
+}
+
+#[test]
+fn a09_write_2048_at_16384_mulpdu_1500() {
+    // RFC 5041 §5.2 example
+    let (mut s, stag) = sender(2048);
+    s.engine.post_send(write_wr(1, stag, 2048, 16384)).unwrap();
+    let segs = s.drain_tx(1500);
+    assert_eq!(segs.len(), 2);
+    let (DdpRepr::Tagged(a), DdpRepr::Tagged(b)) = (parse(&segs[0]), parse(&segs[1])) else {
+        panic!()
+    };
+    assert_eq!((a.to, segs[0].len() - 14, a.last), (16384, 1486, false));
+    assert_eq!((b.to, segs[1].len() - 14, b.last), (17870, 562, true));
+}
+
+#[test]
+fn a10_segments_never_exceed_mulpdu_and_mulpdu_may_change() {
+    // RFC 5041 §3 items 1–2, §5.2: segments are created when polled, with the MULPDU then
+    // in force; none is re-segmented.
+    let mut seg = Segmenter::new(OutgoingMessage {
+        target: MessageTarget::Tagged { stag: 5, to: 0 },
+        rsvd_ulp: 0x40,
+        len: 10_000,
+    });
+    let mut total = 0;
+    for mulpdu in [1500usize, 600, 2000, 100, 9000] {
+        let p = seg.next_segment(mulpdu).unwrap();
+        assert!(p.len as usize + 14 <= mulpdu);
+        assert_eq!(p.offset, total);
+        total += p.len;
+    }
+    assert!(seg.is_done());
+    assert_eq!(total, 10_000);
+    // Too small a MULPDU produces nothing rather than an oversize segment.
+    let mut tiny = Segmenter::new(OutgoingMessage {
+        target: MessageTarget::Tagged { stag: 5, to: 0 },
+        rsvd_ulp: 0x40,
+        len: 10,
+    });
+    assert!(tiny.next_segment(14).is_none());
+    // Through the engine, with a random-ish MULPDU per poll.
+    let (mut s, stag) = sender(20_000);
+    s.engine.post_send(send_wr(1, stag, 20_000)).unwrap();
+    let mut got = 0;
+    for i in 0.. {
+        let mulpdu = 100 + (i * 397) % 3000;
+        match s.engine.poll_segment(now(), mulpdu, &s.mem) {
+            Some(g) => {
+                assert!(g.len() <= mulpdu);
+                got += g.payload().len();
+            }
+            None => break,
+        }
+    }
+    assert_eq!(got, 20_000);
+}
+
+#[test]
+fn a11_zero_length_messages_are_one_segment() {
+    // RFC 5041 §5.2; RFC 5040 §5.1, §5.2.1, §5.3
+    let (mut s, stag) = sender(0);
+    s.engine.post_send(send_wr(1, stag, 0)).unwrap();
+    s.engine.post_send(write_wr(2, stag, 0, 99)).unwrap();
+    let segs = s.drain_tx(1500);
+    assert_eq!(segs.len(), 2);
+    assert_eq!(segs[0].len(), 18);
+    assert_eq!(segs[1].len(), 14);
+    assert!(parse(&segs[0]).last() && parse(&segs[1]).last());
+    // Zero-length Read Response: see rdmap tests (e03).
+}
+
+#[test]
+fn a12_messages_leave_in_posting_order() {
+    // RFC 5041 §5.3; RFC 5040 §5.5 rule 13
+    let (mut s, stag) = sender(3000);
+    for i in 0..6u64 {
+        if i % 2 == 0 {
+            s.engine.post_send(send_wr(i, stag, 2500)).unwrap();
+        } else {
+            s.engine.post_send(write_wr(i, stag, 2500, i * 10_000)).unwrap();
+        }
+    }
+    let segs = s.drain_tx(1000);
+    let kinds: Vec<bool> = segs
+        .iter()
+        .filter(|g| parse(g).last())
+        .map(|g| g[0] & 0x80 != 0)
+        .collect();
+    assert_eq!(kinds, vec![false, true, false, true, false, true]);
+    // Sends carry MSN 1, 2, 3 in order.
+    let msns: Vec<u32> = segs
+        .iter()
+        .filter_map(|g| match parse(g) {
+            DdpRepr::Untagged(u) if u.last => Some(u.msn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(msns, vec![1, 2, 3]);
+}
