@@ -8,3 +8,4 @@ pub mod dpdk;
 pub mod icmp;
 pub mod lcore;
 pub mod port;
+pub mod stats;

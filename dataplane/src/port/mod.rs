@@ -120,6 +120,7 @@ pub mod any;
 pub mod capture;
 pub mod fault;
 pub mod heap;
+pub mod open;
 pub mod soft_pair;
 pub mod tap;
 
