@@ -297,7 +297,7 @@ fn random_order_duplicates_and_splits() {
     }
 }
 
-fn ahead_before_gap(crc: bool, markers: bool, split_first: bool) -> (Vec<Vec<u8>>, Sink, Consumed) {
+fn ahead_before_gap(crc: bool, markers: bool) -> (Vec<Vec<u8>>, Sink, Consumed) {
     let start = 5000;
     let m = mulpdu(EMSS, markers);
     let segs = segments_for_sizes(3 * m, 97, m);
@@ -307,12 +307,7 @@ fn ahead_before_gap(crc: bool, markers: bool, split_first: bool) -> (Vec<Vec<u8>
     let mut sim = TcpSim::new(start);
     let mut sink = Sink::default();
     let (pos, u) = &us[3];
-    let c = if split_first {
-        // Drop the first 8 octets: the segment starts inside an FPDU.
-        sim.arrive(&mut rx, &mut sink, pos + 8, &u[8..]).unwrap()
-    } else {
-        sim.arrive(&mut rx, &mut sink, *pos, u).unwrap()
-    };
+    let c = sim.arrive(&mut rx, &mut sink, *pos, u).unwrap();
     (segs, sink, c)
 }
 
@@ -321,7 +316,7 @@ fn segment_ahead_is_handed_up_before_the_gap_fills() {
     // RFC 5044 §5 (markers) and §6 (aligned segments + CRC): a unit that arrives before
     // its predecessors is placed at once.
     for (crc, markers) in [(false, true), (true, true), (true, false), (false, false)] {
-        let (_, sink, c) = ahead_before_gap(crc, markers, false);
+        let (_, sink, c) = ahead_before_gap(crc, markers);
         assert!(!sink.got.is_empty(), "crc {crc} markers {markers}");
         assert!(sink.got.iter().all(|g| !g.2));
         assert!(!c.is_empty());
@@ -330,14 +325,54 @@ fn segment_ahead_is_handed_up_before_the_gap_fills() {
 
 #[test]
 fn markers_locate_fpdus_in_a_segment_starting_mid_fpdu() {
-    // RFC 5044 §5: the marker inside the segment points back to the FPDU start.
-    let (_, sink, c) = ahead_before_gap(false, true, true);
-    // Only FPDUs that start inside the segment are placed; the head is left to TCP.
-    assert!(c.start > 0 || sink.got.is_empty());
-    // Without markers and CRC a segment starting mid-FPDU is never placed.
-    let (_, sink, c) = ahead_before_gap(false, false, true);
-    assert!(sink.got.is_empty());
-    assert!(c.is_empty());
+    // RFC 5044 §5: a marker inside an out-of-order segment points back to the start of
+    // an FPDU, even when the segment itself starts inside another FPDU.
+    let start = 77;
+    let segs: Vec<Vec<u8>> = (0..200).map(|i| ddp_segment(i, 10 + i as usize % 7)).collect();
+    let (framer, rc) = config(false, true, start, 600);
+    let stream: Vec<u8> = units(&framer, start, EMSS, &segs)
+        .into_iter()
+        .flat_map(|(_, u)| u)
+        .collect();
+    // Where each FPDU's ULPDU_Length sits, by parsing the stream in order.
+    let mut in_order = Vec::new();
+    Receiver::new(rc)
+        .handle_segment(start, &stream, true, |d| in_order.push((d.seq, d.ulpdu.to_vec())))
+        .unwrap();
+    assert_eq!(in_order.len(), segs.len());
+    let (from, to) = (201usize, 1203usize);
+    let mut rx = Receiver::new(rc);
+    let mut got = Vec::new();
+    let c = rx
+        .handle_segment(start + from as u32, &stream[from..to], false, |d| {
+            got.push((d.seq, d.ulpdu.to_vec()))
+        })
+        .unwrap();
+    // Found through the first marker in the segment (stream offset 512): the FPDU that
+    // holds it starts at most one FPDU (< 40 octets) before it.
+    let marker_off = 512 - from;
+    assert!(
+        c.start > 0 && c.start <= marker_off && marker_off - c.start < 40,
+        "octets before the located FPDU left to TCP: {c:?}"
+    );
+    assert!(c.end <= to - from);
+    assert!(got.len() > 15, "{}", got.len());
+    assert!(c.end + 40 > to - from, "placed up to the last whole FPDU");
+    for g in &got {
+        assert!(in_order.contains(g), "placed FPDU matches the in-order parse");
+    }
+    // Without markers and CRC the same segment is never placed.
+    let (_, rc) = config(false, false, start, 600);
+    let mut rx = Receiver::new(rc);
+    let mut n = 0;
+    let plain: Vec<u8> = units(&Framer::new(false, None), start, EMSS, &segs)
+        .into_iter()
+        .flat_map(|(_, u)| u)
+        .collect();
+    let c = rx
+        .handle_segment(start + from as u32, &plain[from..to], false, |_| n += 1)
+        .unwrap();
+    assert_eq!((n, c), (0, Consumed::NONE));
 }
 
 fn one_stream(crc: bool, markers: bool) -> (Vec<Vec<u8>>, Vec<u8>, ReceiverConfig) {
