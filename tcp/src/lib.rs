@@ -1,2 +1,69 @@
-//! Sans-IO TCP engine built on smoltcp's wire layer.
+//! Sans-IO TCP engine built on smoltcp's wire layer, with an MPA-aware segment hook.
+//!
+//! Segments and time go in ([`Engine::handle_packet`], [`Engine::handle_timeout`]); IPv4
+//! packets and events come out ([`Engine::poll_transmit`], [`Engine::poll_event`]). The
+//! engine knows nothing of Ethernet or ARP and never reads a clock.
+//!
+//! What makes it "MPA-aware":
+//! * **Receive**: each arriving payload segment is offered to the connection's
+//!   [`SegmentSink`] with its sequence number before any copy; only what the sink does not
+//!   consume is kept for in-order reassembly (see [`rx`]).
+//! * **Send**: a [`SegmentSource`] hands whole units, each sent as exactly one segment and
+//!   retransmitted unchanged (see [`tx`]).
 #![forbid(unsafe_code)]
+
+pub mod cc;
+mod config;
+mod engine;
+mod isn;
+mod options;
+pub mod rto;
+pub mod rx;
+mod sack;
+mod seq;
+mod stream;
+mod tcb;
+mod time;
+pub mod tx;
+mod wire;
+
+pub use config::{Config, Keepalive};
+pub use engine::{ConnId, Engine, Error, Event, FourTuple, PacketError, Stats, Transmit};
+pub use isn::IsnGenerator;
+pub use options::Negotiated;
+pub use rx::{Consumed, SegmentSink};
+pub use stream::StreamSocket;
+pub use tcb::{CloseReason, ConnInfo, State};
+pub use time::Instant;
+pub use tx::{SegmentSource, Unit};
+pub use wire::IPV4_HEADER_LEN;
+
+/// A connection's upper layer: receives through [`SegmentSink`], sends through
+/// [`SegmentSource`]. Implemented for every type that implements both.
+pub trait Ulp: SegmentSink + SegmentSource {}
+
+impl<T: SegmentSink + SegmentSource + ?Sized> Ulp for T {}
+
+impl<T: SegmentSink + ?Sized> SegmentSink for Box<T> {
+    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32) -> Consumed {
+        (**self).on_segment(seq, payload, in_order, rcv_nxt)
+    }
+    fn on_in_order(&mut self, seq: u32, bytes: &[u8]) {
+        (**self).on_in_order(seq, bytes)
+    }
+    fn on_advance(&mut self, rcv_nxt: u32) {
+        (**self).on_advance(rcv_nxt)
+    }
+    fn rx_window(&self) -> usize {
+        (**self).rx_window()
+    }
+}
+
+impl<T: SegmentSource + ?Sized> SegmentSource for Box<T> {
+    fn next_unit(&mut self, seq: u32, max_len: usize) -> Option<Unit> {
+        (**self).next_unit(seq, max_len)
+    }
+    fn pending(&self) -> bool {
+        (**self).pending()
+    }
+}

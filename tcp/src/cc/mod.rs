@@ -1,0 +1,50 @@
+//! Congestion control behind one trait: NewReno (RFC 5681, RFC 6582) and CUBIC (RFC 8312).
+//!
+//! The engine owns loss detection and recovery (RFC 6675 / RFC 6582); a controller only
+//! decides the congestion window and slow-start threshold, in bytes.
+
+mod cubic;
+mod newreno;
+
+use core::fmt::Debug;
+use core::time::Duration;
+
+pub use cubic::Cubic;
+pub use newreno::NewReno;
+
+use crate::time::Instant;
+
+/// A congestion controller: the engine reports ACKs and congestion signals.
+pub trait CongestionControl: Debug + Send {
+    /// Congestion window in bytes.
+    fn cwnd(&self) -> usize;
+    /// Slow-start threshold in bytes.
+    fn ssthresh(&self) -> usize;
+    /// `acked` new bytes were cumulatively acknowledged outside loss recovery.
+    fn on_ack(&mut self, now: Instant, acked: usize, srtt: Option<Duration>, mss: usize);
+    /// Loss detected by duplicate ACKs or SACK: entering fast recovery.
+    fn on_congestion_event(&mut self, now: Instant, flight: usize, mss: usize);
+    /// The retransmission timer expired.
+    fn on_rto(&mut self, now: Instant, flight: usize, mss: usize);
+}
+
+/// Which congestion controller a connection uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CongestionAlgorithm {
+    /// RFC 5681 with RFC 3465 byte counting.
+    NewReno,
+    /// RFC 8312.
+    #[default]
+    Cubic,
+}
+
+impl CongestionAlgorithm {
+    /// A controller with an initial window of `initial_segments` segments of `mss` bytes.
+    pub fn build(self, mss: usize, initial_segments: usize) -> Box<dyn CongestionControl> {
+        let iw = mss * initial_segments.max(1);
+        match self {
+            CongestionAlgorithm::NewReno => Box::new(NewReno::new(iw)),
+            CongestionAlgorithm::Cubic => Box::new(Cubic::new(iw, mss)),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Engine configuration.
+
+use core::time::Duration;
+
+use crate::cc::CongestionAlgorithm;
+
+/// TCP keepalive (RFC 9293 §3.8.4) parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first probe.
+    pub idle: Duration,
+    /// Time between unanswered probes.
+    pub interval: Duration,
+    /// Unanswered probes before the connection is dropped.
+    pub count: u32,
+}
+
+/// Engine-wide settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// IP MTU of the path; segments never exceed it. Transmit buffers must hold this much.
+    pub mtu: usize,
+    /// Window advertised while a connection has no sink attached yet, and the cap on any
+    /// advertised window.
+    pub max_rx_window: usize,
+    /// Our window scale shift (RFC 7323 §2.3), offered when `max_rx_window` needs it.
+    pub window_scale: u8,
+    /// Offer SACK-permitted (RFC 2018).
+    pub sack: bool,
+    /// Offer timestamps (RFC 7323).
+    pub timestamps: bool,
+    /// RFC 6298 initial RTO.
+    pub rto_initial: Duration,
+    /// Lower bound on the RTO (RFC 6298 §2.4 says 1 s; data centers use far less).
+    pub rto_min: Duration,
+    /// Upper bound on the RTO.
+    pub rto_max: Duration,
+    /// Delayed-ACK timeout (RFC 5681 §4.2 allows up to 500 ms).
+    pub delayed_ack: Duration,
+    /// Maximum segment lifetime; TIME-WAIT lasts 2 MSL (RFC 9293 §3.4.2).
+    pub msl: Duration,
+    /// How long FIN-WAIT-2 may last once the application closed.
+    pub fin_wait2_timeout: Duration,
+    /// SYN retransmissions before an active open fails.
+    pub syn_retries: u32,
+    /// SYN-ACK retransmissions before a half-open connection is dropped.
+    pub synack_retries: u32,
+    /// Consecutive retransmission timeouts before a connection is dropped (RFC 9293 R2).
+    pub max_retries: u32,
+    /// Keepalive, off when `None`.
+    pub keepalive: Option<Keepalive>,
+    /// Congestion controller.
+    pub congestion: CongestionAlgorithm,
+    /// Initial window in segments (RFC 6928).
+    pub initial_window: usize,
+    /// Most connections the table holds (all states).
+    pub max_connections: usize,
+    /// Secret for RFC 6528 ISNs; random per process in production.
+    pub isn_secret: [u8; 16],
+    /// First and last ephemeral port for active opens.
+    pub ephemeral_ports: (u16, u16),
+    /// Verify IPv4 and TCP checksums on receive (off when the NIC did).
+    pub verify_checksums: bool,
+    /// Fill IPv4 and TCP checksums on transmit (off when the NIC does).
+    pub fill_checksums: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mtu: 1500,
+            max_rx_window: 4 << 20,
+            window_scale: 7,
+            sack: true,
+            timestamps: true,
+            rto_initial: Duration::from_secs(1),
+            rto_min: Duration::from_millis(5),
+            rto_max: Duration::from_secs(60),
+            delayed_ack: Duration::from_millis(1),
+            msl: Duration::from_secs(30),
+            fin_wait2_timeout: Duration::from_secs(60),
+            syn_retries: 6,
+            synack_retries: 5,
+            max_retries: 15,
+            keepalive: None,
+            congestion: CongestionAlgorithm::Cubic,
+            initial_window: 10,
+            max_connections: 65_536,
+            isn_secret: [0x5a; 16],
+            ephemeral_ports: (49152, 65535),
+            verify_checksums: true,
+            fill_checksums: true,
+        }
+    }
+}
+
+impl Config {
+    /// Our MSS: MTU less the IPv4 and TCP base headers.
+    pub fn local_mss(&self) -> u16 {
+        u16::try_from(self.mtu.saturating_sub(40)).unwrap_or(u16::MAX)
+    }
+}

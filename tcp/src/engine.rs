@@ -1,0 +1,783 @@
+//! The sans-IO engine: connection table (hashed 4-tuple lookup), listeners, timers and the
+//! `handle_*` / `poll_*` API the data plane drives.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr};
+
+use crate::config::Config;
+use crate::isn::IsnGenerator;
+use crate::tcb::{CloseReason, ConnInfo, Holding, State, Tcb, TcbEvent};
+use crate::time::Instant;
+use crate::wire::{checksum_caps, write_packet, Header};
+use crate::Ulp;
+
+/// Handle of one connection. Stale handles (of closed connections) are detected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId {
+    index: u32,
+    generation: u32,
+}
+
+/// A connection's addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FourTuple {
+    /// Our address and port.
+    pub local: SocketAddrV4,
+    /// The peer's address and port.
+    pub remote: SocketAddrV4,
+}
+
+/// Something the application must learn about.
+#[derive(Debug)]
+pub enum Event<U> {
+    /// An active open completed.
+    Connected(ConnId),
+    /// A passive open completed; attach a ULP with [`Engine::attach`].
+    Accepted {
+        /// The new connection.
+        conn: ConnId,
+        /// Its addresses.
+        tuple: FourTuple,
+    },
+    /// The peer sent FIN: no more data will arrive.
+    PeerClosed(ConnId),
+    /// The connection is over; the handle is no longer valid. The ULP is handed back.
+    Closed {
+        /// The connection.
+        conn: ConnId,
+        /// Why it ended.
+        reason: CloseReason,
+        /// The attached ULP, if any.
+        ulp: Option<U>,
+    },
+}
+
+/// One IPv4 packet written by [`Engine::poll_transmit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written at the start of the buffer.
+    pub len: usize,
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination (the data plane resolves the next hop for it).
+    pub dst: Ipv4Addr,
+}
+
+/// Errors from the engine's API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The handle does not name a live connection.
+    #[error("no such connection")]
+    NoSuchConnection,
+    /// A listener already uses this port.
+    #[error("port {0} already has a listener")]
+    PortInUse(u16),
+    /// The 4-tuple is taken.
+    #[error("connection {0:?} already exists")]
+    TupleInUse(FourTuple),
+    /// No free ephemeral port toward this peer.
+    #[error("no free ephemeral port")]
+    NoEphemeralPort,
+    /// The connection table is full.
+    #[error("connection table full ({0} entries)")]
+    TableFull(usize),
+    /// A ULP is already attached.
+    #[error("a ULP is already attached")]
+    AlreadyAttached,
+}
+
+/// Why an incoming packet was not processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PacketError {
+    /// Not a well-formed IPv4 packet (or bad header checksum, or a fragment).
+    #[error("malformed IPv4 packet")]
+    BadIpv4,
+    /// Not TCP.
+    #[error("not a TCP packet (protocol {0})")]
+    NotTcp(u8),
+    /// Malformed TCP header, bad options or bad checksum.
+    #[error("malformed TCP segment or bad checksum")]
+    BadTcp,
+    /// Source or destination is not a unicast address.
+    #[error("non-unicast address")]
+    NotUnicast,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Segments handed to a TCB or listener.
+    pub segments_in: u64,
+    /// Packets written by `poll_transmit`.
+    pub segments_out: u64,
+    /// Packets rejected by parsing or checksum.
+    pub malformed: u64,
+    /// SYNs dropped because a listener's backlog of half-open connections was full.
+    pub syn_backlog_drops: u64,
+    /// RSTs sent for segments to no connection.
+    pub resets_sent: u64,
+}
+
+#[derive(Debug)]
+struct Listener {
+    addr: Ipv4Addr,
+    backlog: usize,
+    half_open: usize,
+}
+
+#[derive(Debug)]
+struct Conn<U> {
+    generation: u32,
+    tcb: Tcb,
+    ulp: Option<U>,
+    held: Vec<u8>,
+    held_start: Option<u32>,
+    queued: bool,
+    timer_at: Option<Instant>,
+    listen_port: Option<u16>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Rst {
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    seq: u32,
+    ack: Option<u32>,
+}
+
+/// Bound on queued RSTs for unknown connections (excess is dropped, RFC 5961 §7 spirit).
+const MAX_PENDING_RSTS: usize = 1024;
+
+/// The TCP engine. `U` is the per-connection upper layer: a [`crate::SegmentSink`] +
+/// [`crate::SegmentSource`] (the MPA endpoint, a [`crate::StreamSocket`], or an enum or
+/// `Box<dyn Ulp>` of several).
+#[derive(Debug)]
+pub struct Engine<U> {
+    cfg: Config,
+    isn: IsnGenerator,
+    slots: Vec<Option<Conn<U>>>,
+    generations: Vec<u32>,
+    free: Vec<u32>,
+    live: usize,
+    by_tuple: HashMap<FourTuple, ConnId>,
+    listeners: HashMap<u16, Listener>,
+    ready: VecDeque<ConnId>,
+    timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
+    events: VecDeque<Event<U>>,
+    rsts: VecDeque<Rst>,
+    next_port: u16,
+    scratch: Vec<TcbEvent>,
+    stats: Stats,
+}
+
+impl<U: Ulp> Engine<U> {
+    /// An engine with no connections.
+    pub fn new(cfg: Config) -> Self {
+        let isn = IsnGenerator::new(cfg.isn_secret);
+        let next_port = cfg.ephemeral_ports.0;
+        Engine {
+            cfg,
+            isn,
+            slots: Vec::new(),
+            generations: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            by_tuple: HashMap::new(),
+            listeners: HashMap::new(),
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            events: VecDeque::new(),
+            rsts: VecDeque::new(),
+            next_port,
+            scratch: Vec::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Connections in the table, in any state (TIME-WAIT and half-open included).
+    pub fn connection_count(&self) -> usize {
+        self.live
+    }
+
+    /// Half-open (SYN-RECEIVED) connections of the listener on `port`.
+    pub fn half_open(&self, port: u16) -> usize {
+        self.listeners.get(&port).map_or(0, |l| l.half_open)
+    }
+
+    /// Listen on `addr` (unspecified address: any) with at most `backlog` half-open
+    /// connections (RFC 9293 §3.10.1 passive OPEN).
+    pub fn listen(&mut self, addr: SocketAddrV4, backlog: usize) -> Result<(), Error> {
+        if self.listeners.contains_key(&addr.port()) {
+            return Err(Error::PortInUse(addr.port()));
+        }
+        self.listeners.insert(
+            addr.port(),
+            Listener {
+                addr: *addr.ip(),
+                backlog,
+                half_open: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stop listening on `port`; established connections are unaffected.
+    pub fn unlisten(&mut self, port: u16) -> bool {
+        self.listeners.remove(&port).is_some()
+    }
+
+    /// Active open (RFC 9293 §3.10.1) from `local` (port 0: pick an ephemeral port) to
+    /// `remote`, with `ulp` attached. Completion is reported by [`Event::Connected`].
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        ulp: U,
+    ) -> Result<ConnId, Error> {
+        let local = if local.port() == 0 {
+            self.ephemeral(*local.ip(), remote)?
+        } else {
+            local
+        };
+        let tuple = FourTuple { local, remote };
+        if self.by_tuple.contains_key(&tuple) {
+            return Err(Error::TupleInUse(tuple));
+        }
+        if self.live >= self.cfg.max_connections {
+            return Err(Error::TableFull(self.live));
+        }
+        let iss = self.isn.isn(now, local, remote);
+        let tcb = Tcb::new_active(now, &self.cfg, local, remote, iss, self.isn.ts_offset(local, remote));
+        let id = self.insert(tuple, tcb, Some(ulp), None);
+        self.wake(id);
+        Ok(id)
+    }
+
+    fn ephemeral(&mut self, ip: Ipv4Addr, remote: SocketAddrV4) -> Result<SocketAddrV4, Error> {
+        let (lo, hi) = self.cfg.ephemeral_ports;
+        let span = u32::from(hi.saturating_sub(lo)) + 1;
+        for _ in 0..span {
+            let port = self.next_port;
+            self.next_port = if port >= hi { lo } else { port + 1 };
+            let local = SocketAddrV4::new(ip, port);
+            if !self.listeners.contains_key(&port)
+                && !self.by_tuple.contains_key(&FourTuple { local, remote })
+            {
+                return Ok(local);
+            }
+        }
+        Err(Error::NoEphemeralPort)
+    }
+
+    fn insert(&mut self, tuple: FourTuple, tcb: Tcb, ulp: Option<U>, listen_port: Option<u16>) -> ConnId {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.generations.push(0);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let generation = self.generations[index as usize];
+        self.slots[index as usize] = Some(Conn {
+            generation,
+            tcb,
+            ulp,
+            held: Vec::new(),
+            held_start: None,
+            queued: false,
+            timer_at: None,
+            listen_port,
+        });
+        self.live += 1;
+        let id = ConnId { index, generation };
+        self.by_tuple.insert(tuple, id);
+        id
+    }
+
+    fn conn(&self, id: ConnId) -> Option<&Conn<U>> {
+        self.slots
+            .get(id.index as usize)?
+            .as_ref()
+            .filter(|c| c.generation == id.generation)
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn<U>> {
+        slot_mut(&mut self.slots, id)
+    }
+
+    fn visible(&self, id: ConnId) -> Option<&Conn<U>> {
+        self.conn(id).filter(|c| !c.tcb.reported_closed)
+    }
+
+    /// Attach the ULP of an accepted connection. Bytes that arrived in the meantime are
+    /// handed to it through `on_in_order`.
+    pub fn attach(&mut self, conn: ConnId, mut ulp: U) -> Result<(), Error> {
+        if self.visible(conn).is_none() {
+            return Err(Error::NoSuchConnection);
+        }
+        let c = self.conn_mut(conn).ok_or(Error::NoSuchConnection)?;
+        if c.ulp.is_some() {
+            return Err(Error::AlreadyAttached);
+        }
+        if let Some(start) = c.held_start.take() {
+            ulp.on_in_order(start, &c.held);
+            ulp.on_advance(c.tcb.rcv_nxt());
+        }
+        c.held = Vec::new();
+        c.ulp = Some(ulp);
+        self.wake(conn);
+        Ok(())
+    }
+
+    /// The attached ULP.
+    pub fn ulp(&self, conn: ConnId) -> Option<&U> {
+        self.visible(conn)?.ulp.as_ref()
+    }
+
+    /// The attached ULP, mutably. The connection is woken: new data of the source and a
+    /// grown receive window are picked up by the next `poll_transmit`.
+    pub fn ulp_mut(&mut self, conn: ConnId) -> Option<&mut U> {
+        self.visible(conn)?;
+        self.wake(conn);
+        self.conn_mut(conn)?.ulp.as_mut()
+    }
+
+    /// Ask for the connection to be polled for transmission.
+    pub fn wake(&mut self, conn: ConnId) {
+        if let Some(c) = self.conn_mut(conn) {
+            if !c.queued {
+                c.queued = true;
+                self.ready.push_back(conn);
+            }
+        }
+    }
+
+    /// State of a live connection.
+    pub fn state(&self, conn: ConnId) -> Option<State> {
+        self.visible(conn).map(|c| c.tcb.state)
+    }
+
+    /// Monitoring information of a live connection.
+    pub fn info(&self, conn: ConnId) -> Option<ConnInfo> {
+        self.visible(conn).map(|c| c.tcb.info())
+    }
+
+    /// The connection's addresses.
+    pub fn tuple(&self, conn: ConnId) -> Option<FourTuple> {
+        self.visible(conn).map(|c| FourTuple {
+            local: c.tcb.local,
+            remote: c.tcb.remote,
+        })
+    }
+
+    /// Graceful close (RFC 9293 §3.10.4): FIN is sent once the source has no pending
+    /// data; receiving continues (half-close) until the peer's FIN.
+    pub fn close(&mut self, conn: ConnId) -> Result<(), Error> {
+        if self.visible(conn).is_none() {
+            return Err(Error::NoSuchConnection);
+        }
+        let c = self.conn_mut(conn).ok_or(Error::NoSuchConnection)?;
+        match c.tcb.state {
+            State::SynSent => {
+                self.remove(conn, Some(CloseReason::Normal));
+                return Ok(());
+            }
+            _ => c.tcb.close(),
+        }
+        self.wake(conn);
+        Ok(())
+    }
+
+    /// Abort (RFC 9293 §3.10.5): send RST and drop the connection at once.
+    pub fn abort(&mut self, conn: ConnId) -> Result<(), Error> {
+        let c = self.visible(conn).ok_or(Error::NoSuchConnection)?;
+        if c.tcb.synchronized() || c.tcb.state == State::SynReceived {
+            let rst = Rst {
+                local: c.tcb.local,
+                remote: c.tcb.remote,
+                seq: c.tcb.snd_nxt(),
+                ack: Some(c.tcb.rcv_nxt()),
+            };
+            self.push_rst(rst);
+        }
+        self.remove(conn, Some(CloseReason::Aborted));
+        Ok(())
+    }
+
+    fn push_rst(&mut self, rst: Rst) {
+        if self.rsts.len() < MAX_PENDING_RSTS {
+            self.rsts.push_back(rst);
+        }
+    }
+
+    fn remove(&mut self, id: ConnId, reason: Option<CloseReason>) {
+        let Some(slot) = self.slots.get_mut(id.index as usize) else {
+            return;
+        };
+        let Some(c) = slot.take_if(|c| c.generation == id.generation) else {
+            return;
+        };
+        self.generations[id.index as usize] = c.generation.wrapping_add(1);
+        self.free.push(id.index);
+        self.live -= 1;
+        self.by_tuple.remove(&FourTuple {
+            local: c.tcb.local,
+            remote: c.tcb.remote,
+        });
+        if c.tcb.state == State::SynReceived {
+            if let Some(l) = c.listen_port.and_then(|p| self.listeners.get_mut(&p)) {
+                l.half_open = l.half_open.saturating_sub(1);
+            }
+        }
+        if !c.tcb.reported_closed {
+            if let Some(reason) = reason {
+                self.events.push_back(Event::Closed {
+                    conn: id,
+                    reason,
+                    ulp: c.ulp,
+                });
+            }
+        }
+    }
+
+    /// Next application event.
+    pub fn poll_event(&mut self) -> Option<Event<U>> {
+        self.events.pop_front()
+    }
+
+    // ------------------------------------------------------------------ input
+
+    /// Handle one IPv4 packet (header included) addressed to us.
+    pub fn handle_packet(&mut self, now: Instant, packet: &[u8]) -> Result<(), PacketError> {
+        let caps = checksum_caps(&self.cfg);
+        let ip = Ipv4Packet::new_checked(packet).map_err(|_| self.malformed(PacketError::BadIpv4))?;
+        let repr = Ipv4Repr::parse(&ip, &caps).map_err(|_| self.malformed(PacketError::BadIpv4))?;
+        if repr.next_header != IpProtocol::Tcp {
+            return Err(PacketError::NotTcp(u8::from(repr.next_header)));
+        }
+        self.handle_tcp(now, repr.src_addr, repr.dst_addr, ip.payload())
+    }
+
+    fn malformed(&mut self, e: PacketError) -> PacketError {
+        self.stats.malformed += 1;
+        e
+    }
+
+    /// Handle one TCP segment (header + payload) from `src` to `dst`, for a data plane
+    /// that already parsed the IPv4 header.
+    pub fn handle_tcp(
+        &mut self,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        segment: &[u8],
+    ) -> Result<(), PacketError> {
+        if !is_unicast(src) || !is_unicast(dst) {
+            return Err(self.malformed(PacketError::NotUnicast));
+        }
+        let caps = checksum_caps(&self.cfg);
+        let pkt = TcpPacket::new_checked(segment).map_err(|_| self.malformed(PacketError::BadTcp))?;
+        let repr = TcpRepr::parse(&pkt, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), &caps)
+            .map_err(|_| self.malformed(PacketError::BadTcp))?;
+        self.stats.segments_in += 1;
+        let tuple = FourTuple {
+            local: SocketAddrV4::new(dst, repr.dst_port),
+            remote: SocketAddrV4::new(src, repr.src_port),
+        };
+        match self.by_tuple.get(&tuple).copied() {
+            Some(id) => self.segment_to_conn(now, id, &repr),
+            None => self.segment_to_listener(now, tuple, &repr),
+        }
+        Ok(())
+    }
+
+    fn segment_to_conn(&mut self, now: Instant, id: ConnId, repr: &TcpRepr) {
+        let cap = self.cfg.max_rx_window;
+        let mut evs = std::mem::take(&mut self.scratch);
+        {
+            let Some(c) = slot_mut(&mut self.slots, id) else {
+                return;
+            };
+            let was_half_open = c.tcb.state == State::SynReceived;
+            let Conn {
+                tcb,
+                ulp,
+                held,
+                held_start,
+                ..
+            } = c;
+            match ulp {
+                Some(u) => tcb.handle_segment(now, &self.cfg, repr, u, &mut evs),
+                None => {
+                    let mut h = Holding {
+                        buf: held,
+                        start: held_start,
+                        cap,
+                    };
+                    tcb.handle_segment(now, &self.cfg, repr, &mut h, &mut evs)
+                }
+            }
+            if was_half_open && c.tcb.state != State::SynReceived {
+                if let Some(l) = c.listen_port.and_then(|p| self.listeners.get_mut(&p)) {
+                    l.half_open = l.half_open.saturating_sub(1);
+                }
+            }
+        }
+        self.apply_events(id, &mut evs);
+        self.scratch = evs;
+        self.after_activity(id);
+    }
+
+    fn segment_to_listener(&mut self, now: Instant, tuple: FourTuple, repr: &TcpRepr) {
+        let listener = self
+            .listeners
+            .get(&tuple.local.port())
+            .filter(|l| l.addr.is_unspecified() || l.addr == *tuple.local.ip());
+        let seq = repr.seq_number.0 as u32;
+        match (listener, repr.control, repr.ack_number) {
+            (_, TcpControl::Rst, _) => {}
+            // RFC 9293 §3.10.7.1/§3.10.7.2: ACK to a closed port or a listener: RST seq=ack.
+            (_, _, Some(ack)) => self.push_rst(Rst {
+                local: tuple.local,
+                remote: tuple.remote,
+                seq: ack.0 as u32,
+                ack: None,
+            }),
+            (Some(l), TcpControl::Syn, None) => {
+                if l.half_open >= l.backlog {
+                    self.stats.syn_backlog_drops += 1;
+                    return;
+                }
+                if self.live >= self.cfg.max_connections {
+                    self.stats.syn_backlog_drops += 1;
+                    return;
+                }
+                let iss = self.isn.isn(now, tuple.local, tuple.remote);
+                let tcb = Tcb::new_passive(
+                    now,
+                    &self.cfg,
+                    tuple.local,
+                    tuple.remote,
+                    iss,
+                    self.isn.ts_offset(tuple.local, tuple.remote),
+                    repr,
+                );
+                let port = tuple.local.port();
+                if let Some(l) = self.listeners.get_mut(&port) {
+                    l.half_open += 1;
+                }
+                let id = self.insert(tuple, tcb, None, Some(port));
+                self.after_activity(id);
+            }
+            (Some(_), _, None) => {}
+            // RFC 9293 §3.10.7.1: no ACK to a closed port: RST, ACK = SEG.SEQ + SEG.LEN.
+            (None, ctl, None) => {
+                let len = repr.payload.len() as u32 + ctl.len() as u32;
+                self.push_rst(Rst {
+                    local: tuple.local,
+                    remote: tuple.remote,
+                    seq: 0,
+                    ack: Some(seq.wrapping_add(len)),
+                });
+            }
+        }
+    }
+
+    fn apply_events(&mut self, id: ConnId, evs: &mut Vec<TcbEvent>) {
+        for ev in evs.drain(..) {
+            match ev {
+                TcbEvent::Connected => self.events.push_back(Event::Connected(id)),
+                TcbEvent::Accepted => {
+                    if let Some(t) = self.tuple(id) {
+                        self.events.push_back(Event::Accepted { conn: id, tuple: t });
+                    }
+                }
+                TcbEvent::PeerFin => {
+                    if self.visible(id).is_some() {
+                        self.events.push_back(Event::PeerClosed(id));
+                    }
+                }
+                TcbEvent::Closed(reason) => {
+                    if let Some(c) = self.conn_mut(id) {
+                        if !c.tcb.reported_closed {
+                            c.tcb.reported_closed = true;
+                            let ulp = c.ulp.take();
+                            self.events.push_back(Event::Closed {
+                                conn: id,
+                                reason,
+                                ulp,
+                            });
+                        }
+                    }
+                }
+                TcbEvent::Rst { seq, ack } => {
+                    if let Some(c) = self.conn(id) {
+                        let rst = Rst {
+                            local: c.tcb.local,
+                            remote: c.tcb.remote,
+                            seq,
+                            ack,
+                        };
+                        self.push_rst(rst);
+                    }
+                }
+                TcbEvent::Remove => self.remove(id, None),
+            }
+        }
+    }
+
+    fn after_activity(&mut self, id: ConnId) {
+        self.wake(id);
+        self.schedule(id);
+    }
+
+    fn schedule(&mut self, id: ConnId) {
+        let Some(c) = self.conn_mut(id) else { return };
+        let Some(d) = c.tcb.next_deadline() else {
+            return;
+        };
+        if c.timer_at.is_none_or(|t| d < t) {
+            c.timer_at = Some(d);
+            self.timers.push(Reverse((d, id)));
+        }
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    /// When `handle_timeout` should next be called.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((d, id))) = self.timers.peek() {
+            if self.conn(id).is_some_and(|c| c.timer_at == Some(d)) {
+                return Some(d);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Run every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((d, id))) = self.timers.peek() {
+            if d > now {
+                break;
+            }
+            self.timers.pop();
+            let mut evs = std::mem::take(&mut self.scratch);
+            let Some(c) = slot_mut(&mut self.slots, id) else {
+                continue;
+            };
+            if c.timer_at != Some(d) {
+                continue;
+            }
+            c.timer_at = None;
+            c.tcb.handle_timeout(now, &self.cfg, &mut evs);
+            self.apply_events(id, &mut evs);
+            self.scratch = evs;
+            self.after_activity(id);
+        }
+    }
+
+    // ------------------------------------------------------------------ output
+
+    /// Write the next IPv4 packet to send into `buf` (at least `Config::mtu` bytes).
+    /// Call until it returns `None` after any `handle_*` call or ULP activity.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(rst) = self.rsts.pop_front() {
+            let hdr = Header {
+                control: TcpControl::Rst,
+                seq: rst.seq,
+                ack: rst.ack,
+                window: 0,
+                syn: None,
+                sack: [None; 3],
+                timestamp: None,
+            };
+            if let Some(len) = write_packet(buf, &self.cfg, rst.local, rst.remote, &hdr, &[]) {
+                self.stats.resets_sent += 1;
+                self.stats.segments_out += 1;
+                return Some(Transmit {
+                    len,
+                    src: *rst.local.ip(),
+                    dst: *rst.remote.ip(),
+                });
+            }
+        }
+        let cap = self.cfg.max_rx_window;
+        while let Some(id) = self.ready.pop_front() {
+            let mut evs = std::mem::take(&mut self.scratch);
+            let sent = {
+                let Some(c) = slot_mut(&mut self.slots, id) else {
+                    self.scratch = evs;
+                    continue;
+                };
+                let Conn {
+                    tcb,
+                    ulp,
+                    held,
+                    held_start,
+                    ..
+                } = c;
+                let r = match ulp {
+                    Some(u) => tcb.poll_transmit(now, &self.cfg, u, buf, &mut evs),
+                    None => {
+                        let mut h = Holding {
+                            buf: held,
+                            start: held_start,
+                            cap,
+                        };
+                        tcb.poll_transmit(now, &self.cfg, &mut h, buf, &mut evs)
+                    }
+                };
+                let (local, remote) = (tcb.local, tcb.remote);
+                if r.is_none() {
+                    c.queued = false;
+                }
+                r.map(|len| (len, local, remote))
+            };
+            self.apply_events(id, &mut evs);
+            self.scratch = evs;
+            self.schedule(id);
+            if let Some((len, local, remote)) = sent {
+                if self.conn(id).is_some() {
+                    self.ready.push_back(id);
+                }
+                self.stats.segments_out += 1;
+                return Some(Transmit {
+                    len,
+                    src: *local.ip(),
+                    dst: *remote.ip(),
+                });
+            }
+            if !self.rsts.is_empty() {
+                return self.poll_transmit(now, buf);
+            }
+        }
+        None
+    }
+}
+
+fn slot_mut<U>(slots: &mut [Option<Conn<U>>], id: ConnId) -> Option<&mut Conn<U>> {
+    slots
+        .get_mut(id.index as usize)?
+        .as_mut()
+        .filter(|c| c.generation == id.generation)
+}
+
+fn is_unicast(a: Ipv4Addr) -> bool {
+    !(a.is_broadcast() || a.is_multicast() || a.is_unspecified())
+}

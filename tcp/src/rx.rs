@@ -1,0 +1,269 @@
+//! The receive hook and out-of-order bookkeeping.
+//!
+//! Every arriving payload segment is offered to a [`SegmentSink`] with its absolute sequence
+//! number **before** the engine copies anything. The sink (the MPA receiver) places what it
+//! can — verified FPDUs, possibly out of order — and answers with the byte ranges it
+//! [`Consumed`]. The engine marks the whole segment as received (so ACKs and SACK blocks
+//! cover placed data) and copies only the unconsumed bytes into [`Reassembly`], which hands
+//! them to [`SegmentSink::on_in_order`] once the stream reaches them. No byte is offered or
+//! delivered twice: a segment that overlaps data already received is cut into its new pieces
+//! before it is offered.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// Maximum number of ranges a sink can report per segment.
+pub const MAX_CONSUMED_RANGES: usize = 4;
+
+/// Byte ranges of one offered payload (offsets into that payload) that the sink consumed.
+///
+/// Ranges are pushed in ascending order and may not overlap. Anything outside them is kept
+/// by the engine and later handed to [`SegmentSink::on_in_order`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Consumed {
+    ranges: [(u32, u32); MAX_CONSUMED_RANGES],
+    len: u8,
+}
+
+/// [`Consumed::push`] was given a range out of order or more than [`MAX_CONSUMED_RANGES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("consumed ranges must ascend without overlap and number at most {MAX_CONSUMED_RANGES}")]
+pub struct ConsumedError;
+
+impl Consumed {
+    /// The sink consumed nothing; the engine keeps the whole payload.
+    pub const fn none() -> Self {
+        Consumed {
+            ranges: [(0, 0); MAX_CONSUMED_RANGES],
+            len: 0,
+        }
+    }
+
+    /// The sink consumed the first `n` bytes.
+    pub fn prefix(n: usize) -> Self {
+        let mut c = Consumed::none();
+        if n > 0 {
+            c.ranges[0] = (0, n as u32);
+            c.len = 1;
+        }
+        c
+    }
+
+    /// The sink consumed the whole payload of `len` bytes.
+    pub fn all(len: usize) -> Self {
+        Consumed::prefix(len)
+    }
+
+    /// Add a consumed range (offsets into the offered payload).
+    pub fn push(&mut self, range: Range<usize>) -> Result<(), ConsumedError> {
+        if range.start >= range.end {
+            return Ok(());
+        }
+        let (s, e) = (range.start as u32, range.end as u32);
+        if self.len > 0 {
+            let last = &mut self.ranges[self.len as usize - 1];
+            if s < last.1 {
+                return Err(ConsumedError);
+            }
+            if s == last.1 {
+                last.1 = e;
+                return Ok(());
+            }
+        }
+        if self.len as usize == MAX_CONSUMED_RANGES {
+            return Err(ConsumedError);
+        }
+        self.ranges[self.len as usize] = (s, e);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The consumed ranges, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.ranges[..self.len as usize]
+            .iter()
+            .map(|&(s, e)| s as usize..e as usize)
+    }
+
+    /// Total consumed bytes.
+    pub fn total(&self) -> usize {
+        self.iter().map(|r| r.len()).sum()
+    }
+}
+
+/// Receives each arriving payload segment before reassembly (implemented by the MPA
+/// receiver and by [`crate::StreamSocket`]).
+pub trait SegmentSink {
+    /// A new payload segment arrived. `seq` is the absolute TCP sequence number of
+    /// `payload[0]`; `in_order` is true when `seq == rcv_nxt`. Called before any copy; the
+    /// payload was already trimmed to the receive window and to bytes never seen before.
+    /// Return the ranges placed or otherwise taken; the rest is buffered by the engine.
+    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32)
+        -> Consumed;
+
+    /// Bytes the sink did not consume, now in order, starting at sequence `seq`. The sink
+    /// must take them all (the advertised window keeps their amount bounded).
+    fn on_in_order(&mut self, seq: u32, bytes: &[u8]);
+
+    /// RCV.NXT advanced to `rcv_nxt` (all bytes before it are received, placed or delivered).
+    fn on_advance(&mut self, _rcv_nxt: u32) {}
+
+    /// How many bytes beyond RCV.NXT the sink is prepared to receive: the advertised window.
+    fn rx_window(&self) -> usize;
+}
+
+/// Out-of-order state beyond RCV.NXT, in 64-bit stream offsets (no wrap-around): which
+/// byte ranges were received (consumed by the sink or stored) and the stored bytes. The
+/// number of gaps is unbounded; stored bytes are bounded by the receive window.
+#[derive(Debug, Default)]
+pub(crate) struct Reassembly {
+    ranges: BTreeMap<u64, u64>,
+    data: BTreeMap<u64, Vec<u8>>,
+    stored: usize,
+}
+
+impl Reassembly {
+    /// Nothing is held beyond RCV.NXT.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Number of disjoint received ranges beyond RCV.NXT (gaps in front of each).
+    pub(crate) fn range_count(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Bytes copied and held for in-order delivery.
+    pub(crate) fn stored_bytes(&self) -> usize {
+        self.stored
+    }
+
+    /// The received ranges, ascending.
+    pub(crate) fn ranges(&self) -> impl DoubleEndedIterator<Item = (u64, u64)> + '_ {
+        self.ranges.iter().map(|(&s, &e)| (s, e))
+    }
+
+    /// The received range containing `off`, if any.
+    pub(crate) fn range_containing(&self, off: u64) -> Option<(u64, u64)> {
+        self.ranges
+            .range(..=off)
+            .next_back()
+            .filter(|(_, &e)| e > off)
+            .map(|(&s, &e)| (s, e))
+    }
+
+    /// Sub-intervals of `[s, e)` not yet received.
+    pub(crate) fn uncovered(&self, s: u64, e: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut cur = s;
+        if let Some((_, &pe)) = self.ranges.range(..s).next_back() {
+            cur = cur.max(pe.min(e));
+        }
+        for (&rs, &re) in self.ranges.range(s..e) {
+            if rs > cur {
+                out.push((cur, rs));
+            }
+            cur = cur.max(re);
+            if cur >= e {
+                break;
+            }
+        }
+        if cur < e {
+            out.push((cur, e));
+        }
+        out
+    }
+
+    /// Copy `bytes` (which start at offset `s` and must not be received yet) for later
+    /// in-order delivery.
+    pub(crate) fn store(&mut self, s: u64, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            self.stored += bytes.len();
+            self.data.insert(s, bytes.to_vec());
+        }
+    }
+
+    /// Mark `[s, e)` as received, merging with neighbours.
+    pub(crate) fn insert(&mut self, mut s: u64, mut e: u64) {
+        if s >= e {
+            return;
+        }
+        if let Some((&ps, &pe)) = self.ranges.range(..=s).next_back() {
+            if pe >= s {
+                s = ps;
+                e = e.max(pe);
+                self.ranges.remove(&ps);
+            }
+        }
+        while let Some((&ns, &ne)) = self.ranges.range(s..=e).next() {
+            self.ranges.remove(&ns);
+            e = e.max(ne);
+        }
+        self.ranges.insert(s, e);
+    }
+
+    /// If a received range starts at or before `base`, remove it and return its end.
+    pub(crate) fn pop_front_at(&mut self, base: u64) -> Option<u64> {
+        let (&s, &e) = self.ranges.iter().next()?;
+        if s > base {
+            return None;
+        }
+        self.ranges.remove(&s);
+        Some(e.max(base))
+    }
+
+    /// Remove and return the first stored chunk starting before `end`.
+    pub(crate) fn pop_stored_before(&mut self, end: u64) -> Option<(u64, Vec<u8>)> {
+        let (&s, _) = self.data.iter().next()?;
+        if s >= end {
+            return None;
+        }
+        let v = self.data.remove(&s)?;
+        self.stored -= v.len();
+        Some((s, v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumed_ranges_merge_and_reject_disorder() {
+        let mut c = Consumed::none();
+        c.push(0..10).unwrap();
+        c.push(10..20).unwrap();
+        c.push(30..40).unwrap();
+        assert_eq!(c.iter().collect::<Vec<_>>(), vec![0..20, 30..40]);
+        assert_eq!(c.push(35..50), Err(ConsumedError));
+        assert_eq!(c.total(), 30);
+    }
+
+    #[test]
+    fn insert_merges_and_uncovered_finds_holes() {
+        let mut r = Reassembly::default();
+        r.insert(10, 20);
+        r.insert(30, 40);
+        assert_eq!(r.uncovered(0, 50), vec![(0, 10), (20, 30), (40, 50)]);
+        assert_eq!(r.uncovered(12, 18), vec![]);
+        assert_eq!(r.uncovered(15, 35), vec![(20, 30)]);
+        r.insert(20, 30);
+        assert_eq!(r.range_count(), 1);
+        assert_eq!(r.range_containing(25), Some((10, 40)));
+    }
+
+    // The gap list has no fixed limit (cf. smoltcp's 4-entry assembler).
+    #[test]
+    fn thousands_of_gaps() {
+        let mut r = Reassembly::default();
+        for i in 0..5000u64 {
+            r.insert(i * 10 + 5, i * 10 + 10);
+        }
+        assert_eq!(r.range_count(), 5000);
+        for i in 0..5000u64 {
+            r.insert(i * 10, i * 10 + 5);
+        }
+        assert_eq!(r.range_count(), 1);
+        assert_eq!(r.pop_front_at(0), Some(50_000));
+    }
+}

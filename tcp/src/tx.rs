@@ -1,0 +1,273 @@
+//! The send path: whole units from a [`SegmentSource`], kept with their boundaries until
+//! acknowledged, and a SACK scoreboard (RFC 6675) over those units.
+//!
+//! The engine never splits or merges units: each unit becomes exactly one segment, and a
+//! retransmission carries exactly the same bytes at the same sequence number. The source is
+//! told the sequence number a unit will start at (MPA markers depend on it) and the largest
+//! length that fits — `min(effective send MSS, usable send window)` — so a unit never
+//! exceeds the peer's MSS. When the window is too small for what the source wants to send,
+//! the source returns `None` and the engine waits for the window to open, probing a zero
+//! window with an empty segment below SND.UNA rather than with split data.
+
+use std::collections::VecDeque;
+
+use crate::seq;
+use crate::time::Instant;
+
+/// One segment's worth of payload, handed over whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unit {
+    /// The segment payload, sent and retransmitted unchanged.
+    pub payload: Vec<u8>,
+}
+
+impl Unit {
+    /// A unit carrying `payload`.
+    pub fn new(payload: Vec<u8>) -> Self {
+        Unit { payload }
+    }
+}
+
+/// Gives the engine whole units to send (implemented by the MPA sender and by
+/// [`crate::StreamSocket`]).
+pub trait SegmentSource {
+    /// The next unit, which will start at sequence number `seq` and must be at most
+    /// `max_len` bytes (`max_len` never exceeds the effective send MSS). Return `None` when
+    /// nothing fits or nothing is ready; the engine calls again when the window opens or
+    /// the connection is woken.
+    fn next_unit(&mut self, seq: u32, max_len: usize) -> Option<Unit>;
+
+    /// Whether the source holds data it would send given enough window. Drives zero-window
+    /// probing, and a graceful close sends FIN only once this is false.
+    fn pending(&self) -> bool;
+}
+
+/// A unit in flight.
+#[derive(Clone, Debug)]
+pub(crate) struct TxUnit {
+    pub(crate) seq: u32,
+    pub(crate) data: Vec<u8>,
+    pub(crate) fin: bool,
+    pub(crate) sent_at: Instant,
+    pub(crate) retransmitted: bool,
+    pub(crate) sacked: bool,
+    pub(crate) lost: bool,
+    in_pipe: bool,
+}
+
+impl TxUnit {
+    pub(crate) fn seq_len(&self) -> u32 {
+        self.data.len() as u32 + u32::from(self.fin)
+    }
+    pub(crate) fn end(&self) -> u32 {
+        self.seq.wrapping_add(self.seq_len())
+    }
+}
+
+/// What a cumulative ACK removed.
+#[derive(Debug, Default)]
+pub(crate) struct Acked {
+    pub(crate) bytes: usize,
+    pub(crate) rtt_sample_sent_at: Option<Instant>,
+    pub(crate) fin_acked: bool,
+}
+
+/// Units sent and not yet cumulatively acknowledged, in sequence order.
+#[derive(Debug, Default)]
+pub(crate) struct SendQueue {
+    units: VecDeque<TxUnit>,
+    /// RFC 6675 "pipe": bytes sent, not SACKed, not deemed lost (or retransmitted since).
+    pipe: usize,
+}
+
+impl SendQueue {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.units.is_empty()
+    }
+
+    pub(crate) fn pipe(&self) -> usize {
+        self.pipe
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.units.len()
+    }
+
+    pub(crate) fn unit(&self, i: usize) -> &TxUnit {
+        &self.units[i]
+    }
+
+    /// Record a unit sent for the first time at `now`.
+    pub(crate) fn push(&mut self, seq: u32, data: Vec<u8>, fin: bool, now: Instant) {
+        let u = TxUnit {
+            seq,
+            data,
+            fin,
+            sent_at: now,
+            retransmitted: false,
+            sacked: false,
+            lost: false,
+            in_pipe: true,
+        };
+        self.pipe += u.seq_len() as usize;
+        self.units.push_back(u);
+    }
+
+    /// Remove units wholly below `ack` (RFC 9293 §3.10.7.4, SND.UNA advance).
+    pub(crate) fn ack(&mut self, ack: u32) -> Acked {
+        let mut out = Acked::default();
+        while let Some(u) = self.units.front() {
+            if !seq::le(u.end(), ack) {
+                break;
+            }
+            let u = self.units.pop_front().expect("front exists");
+            if u.in_pipe {
+                self.pipe -= u.seq_len() as usize;
+            }
+            out.bytes += u.seq_len() as usize;
+            out.fin_acked |= u.fin;
+            // Karn's algorithm (RFC 6298 §3): no samples from retransmitted units.
+            out.rtt_sample_sent_at = if u.retransmitted {
+                None
+            } else {
+                Some(u.sent_at)
+            };
+        }
+        out
+    }
+
+    /// Mark units covered by a SACK block `[left, right)` (RFC 2018 §4). Returns whether a
+    /// unit became SACKed.
+    pub(crate) fn sack(&mut self, left: u32, right: u32) -> bool {
+        let mut changed = false;
+        for u in self.units.iter_mut() {
+            if seq::ge(u.seq, left) && seq::le(u.end(), right) && !u.sacked {
+                u.sacked = true;
+                u.lost = false;
+                if u.in_pipe {
+                    u.in_pipe = false;
+                    self.pipe -= u.seq_len() as usize;
+                }
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// RFC 6675 §4 IsLost: an un-SACKed unit is lost when at least DupThresh (3) SACKed
+    /// units, or more than (DupThresh - 1) * SMSS SACKed bytes, lie above it. Units already
+    /// retransmitted are left to the retransmission timer.
+    pub(crate) fn detect_losses(&mut self, mss: usize) {
+        let mut sacked_units = 0usize;
+        let mut sacked_bytes = 0usize;
+        let mut pipe = self.pipe;
+        for u in self.units.iter_mut().rev() {
+            if u.sacked {
+                sacked_units += 1;
+                sacked_bytes += u.seq_len() as usize;
+                continue;
+            }
+            if !u.lost && !u.retransmitted && (sacked_units >= 3 || sacked_bytes > 2 * mss) {
+                u.lost = true;
+                if u.in_pipe {
+                    u.in_pipe = false;
+                    pipe -= u.seq_len() as usize;
+                }
+            }
+        }
+        self.pipe = pipe;
+    }
+
+    /// Mark the first un-SACKed unit lost (fast retransmit, RFC 5681 §3.2 / RFC 6582).
+    pub(crate) fn mark_first_lost(&mut self) {
+        if let Some(u) = self.units.iter_mut().find(|u| !u.sacked) {
+            if !u.lost {
+                u.lost = true;
+                if u.in_pipe {
+                    u.in_pipe = false;
+                    self.pipe -= u.seq_len() as usize;
+                }
+            }
+        }
+    }
+
+    /// After a retransmission timeout every un-SACKed unit is considered lost.
+    pub(crate) fn mark_all_lost(&mut self) {
+        for u in self.units.iter_mut().filter(|u| !u.sacked) {
+            u.lost = true;
+            if u.in_pipe {
+                u.in_pipe = false;
+                self.pipe -= u.seq_len() as usize;
+            }
+        }
+    }
+
+    /// Whether the first un-SACKed unit is deemed lost.
+    pub(crate) fn first_lost(&self) -> bool {
+        self.units.iter().find(|u| !u.sacked).is_some_and(|u| u.lost)
+    }
+
+    /// Index of the first unit awaiting retransmission (RFC 6675 NextSeg rule 1).
+    pub(crate) fn next_lost(&self) -> Option<usize> {
+        self.units.iter().position(|u| u.lost)
+    }
+
+    /// Record the retransmission of unit `i` at `now`.
+    pub(crate) fn retransmitted(&mut self, i: usize, now: Instant) {
+        let u = &mut self.units[i];
+        u.lost = false;
+        u.retransmitted = true;
+        u.sent_at = now;
+        if !u.in_pipe {
+            u.in_pipe = true;
+            self.pipe += u.seq_len() as usize;
+        }
+    }
+
+    /// The first unit not yet fully acknowledged, if any.
+    pub(crate) fn front(&self) -> Option<&TxUnit> {
+        self.units.front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q() -> SendQueue {
+        let mut q = SendQueue::default();
+        for i in 0..6u32 {
+            q.push(1000 + i * 100, vec![0; 100], false, Instant::ZERO);
+        }
+        q
+    }
+
+    // RFC 6675 §4: IsLost with DupThresh = 3 SACKed segments above the hole.
+    #[test]
+    fn sack_marks_only_holes_lost() {
+        let mut q = q();
+        assert_eq!(q.pipe(), 600);
+        q.sack(1100, 1200);
+        q.sack(1300, 1600);
+        q.detect_losses(100);
+        assert_eq!(q.next_lost(), Some(0));
+        let lost: Vec<bool> = (0..6).map(|i| q.unit(i).lost).collect();
+        assert_eq!(lost, vec![true, false, true, false, false, false]);
+        assert_eq!(q.pipe(), 0);
+        q.retransmitted(0, Instant::ZERO);
+        assert_eq!(q.pipe(), 100);
+        let a = q.ack(1200);
+        assert_eq!(a.bytes, 200);
+        assert!(a.rtt_sample_sent_at.is_some(), "last acked unit was not retransmitted");
+        assert_eq!(q.next_lost(), Some(0));
+    }
+
+    // RFC 6298 §3 (Karn): no RTT sample when the newest acked unit was retransmitted.
+    #[test]
+    fn karn_no_sample_from_retransmission() {
+        let mut q = q();
+        q.mark_first_lost();
+        q.retransmitted(0, Instant::from_millis(5));
+        assert!(q.ack(1100).rtt_sample_sent_at.is_none());
+    }
+}

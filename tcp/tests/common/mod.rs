@@ -1,0 +1,488 @@
+//! Deterministic simulation harness: two engines joined by a simulated link with delay,
+//! serialization rate, loss, reordering, duplication and corruption, all from a seeded RNG.
+#![allow(dead_code)]
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+    TcpTimestampRepr,
+};
+use tcp::{Config, ConnId, Engine, Event, Instant, StreamSocket, Ulp};
+
+pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub const B_PORT: u16 = 5000;
+
+pub fn a_addr(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(A_IP, port)
+}
+pub fn b_addr() -> SocketAddrV4 {
+    SocketAddrV4::new(B_IP, B_PORT)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    A,
+    B,
+}
+
+impl Side {
+    fn idx(self) -> usize {
+        match self {
+            Side::A => 0,
+            Side::B => 1,
+        }
+    }
+}
+
+/// Impairments of the link, applied independently per packet and direction.
+#[derive(Clone, Debug)]
+pub struct LinkConfig {
+    pub delay: Duration,
+    pub rate_bps: u64,
+    pub loss: f64,
+    pub duplicate: f64,
+    pub reorder: f64,
+    pub reorder_extra: Duration,
+    pub corrupt: f64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            delay: Duration::from_micros(50),
+            rate_bps: 10_000_000_000,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_extra: Duration::from_micros(100),
+            corrupt: 0.0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LinkStats {
+    pub sent: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub corrupted_delivered: u64,
+    pub corrupted_rejected: u64,
+}
+
+struct InFlight {
+    to: Side,
+    bytes: Vec<u8>,
+    corrupted: bool,
+}
+
+pub type Filter = Box<dyn FnMut(Side, &Seg) -> bool>;
+
+pub struct Sim<U> {
+    pub now: Instant,
+    pub a: Engine<U>,
+    pub b: Engine<U>,
+    pub link: LinkConfig,
+    pub stats: LinkStats,
+    pub events: [Vec<Event<U>>; 2],
+    /// Packets delivered (destination, bytes), when `record` is set.
+    pub delivered: Vec<(Side, Vec<u8>)>,
+    pub record: bool,
+    /// Drop packets for which this returns false (sent by `Side`).
+    pub filter: Option<Filter>,
+    pub accept: [Option<Box<dyn FnMut() -> U>>; 2],
+    rng: StdRng,
+    queue: BinaryHeap<Reverse<(Instant, u64)>>,
+    packets: HashMap<u64, InFlight>,
+    next_id: u64,
+    busy_until: [Instant; 2],
+}
+
+pub fn test_config() -> Config {
+    Config {
+        isn_secret: [3; 16],
+        ..Config::default()
+    }
+}
+
+impl<U: Ulp> Sim<U> {
+    pub fn new(seed: u64, link: LinkConfig, cfg_a: Config, cfg_b: Config) -> Self {
+        Sim {
+            now: Instant::from_millis(1),
+            a: Engine::new(cfg_a),
+            b: Engine::new(cfg_b),
+            link,
+            stats: LinkStats::default(),
+            events: [Vec::new(), Vec::new()],
+            delivered: Vec::new(),
+            record: false,
+            filter: None,
+            accept: [None, None],
+            rng: StdRng::seed_from_u64(seed),
+            queue: BinaryHeap::new(),
+            packets: HashMap::new(),
+            next_id: 0,
+            busy_until: [Instant::ZERO; 2],
+        }
+    }
+
+    pub fn engine(&mut self, side: Side) -> &mut Engine<U> {
+        match side {
+            Side::A => &mut self.a,
+            Side::B => &mut self.b,
+        }
+    }
+
+    /// Inject a raw packet toward `to`, arriving after the link delay.
+    pub fn inject(&mut self, to: Side, bytes: Vec<u8>) {
+        let at = self.now + self.link.delay;
+        self.enqueue(at, to, bytes, false);
+    }
+
+    fn enqueue(&mut self, at: Instant, to: Side, bytes: Vec<u8>, corrupted: bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.packets.insert(
+            id,
+            InFlight {
+                to,
+                bytes,
+                corrupted,
+            },
+        );
+        self.queue.push(Reverse((at, id)));
+    }
+
+    fn send(&mut self, from: Side, mut bytes: Vec<u8>) {
+        self.stats.sent += 1;
+        let to = match from {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        };
+        if let Some(f) = self.filter.as_mut() {
+            if let Some(seg) = Seg::parse(&bytes) {
+                if !f(from, &seg) {
+                    self.stats.lost += 1;
+                    return;
+                }
+            }
+        }
+        let d = from.idx();
+        let start = self.now.max(self.busy_until[d]);
+        let ser = if self.link.rate_bps == 0 {
+            0
+        } else {
+            bytes.len() as u64 * 8 * 1_000_000 / self.link.rate_bps
+        };
+        self.busy_until[d] = start + Duration::from_micros(ser);
+        if self.rng.gen_bool(self.link.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let mut at = self.busy_until[d] + self.link.delay;
+        if self.rng.gen_bool(self.link.reorder) {
+            self.stats.reordered += 1;
+            at = at + self.link.reorder_extra;
+        }
+        let mut corrupted = false;
+        if self.rng.gen_bool(self.link.corrupt) {
+            let i = self.rng.gen_range(0..bytes.len());
+            let bit = self.rng.gen_range(0..8);
+            bytes[i] ^= 1 << bit;
+            corrupted = true;
+        }
+        if self.rng.gen_bool(self.link.duplicate) {
+            self.stats.duplicated += 1;
+            let later = at + Duration::from_micros(self.rng.gen_range(0..20));
+            self.enqueue(later, to, bytes.clone(), corrupted);
+        }
+        self.enqueue(at, to, bytes, corrupted);
+    }
+
+    fn flush(&mut self) {
+        let mut buf = vec![0u8; 1500];
+        for side in [Side::A, Side::B] {
+            loop {
+                let now = self.now;
+                let Some(t) = self.engine(side).poll_transmit(now, &mut buf) else {
+                    break;
+                };
+                let bytes = buf[..t.len].to_vec();
+                self.send(side, bytes);
+            }
+        }
+        self.drain_events();
+    }
+
+    fn drain_events(&mut self) {
+        for side in [Side::A, Side::B] {
+            while let Some(ev) = self.engine(side).poll_event() {
+                if let Event::Accepted { conn, .. } = ev {
+                    if let Some(f) = self.accept[side.idx()].as_mut() {
+                        let u = f();
+                        self.engine(side).attach(conn, u).expect("attach");
+                    }
+                }
+                self.events[side.idx()].push(ev);
+            }
+        }
+    }
+
+    /// Advance to the next packet arrival or timer and process it. False when idle.
+    pub fn step(&mut self) -> bool {
+        self.flush();
+        let mut next = self.queue.peek().map(|Reverse((t, _))| *t);
+        for t in [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten() {
+            next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        }
+        let Some(t) = next else {
+            return false;
+        };
+        self.now = self.now.max(t);
+        while let Some(&Reverse((t, id))) = self.queue.peek() {
+            if t > self.now {
+                break;
+            }
+            self.queue.pop();
+            let p = self.packets.remove(&id).expect("packet");
+            if self.record && !p.corrupted {
+                self.delivered.push((p.to, p.bytes.clone()));
+            }
+            let now = self.now;
+            let r = self.engine(p.to).handle_packet(now, &p.bytes);
+            if p.corrupted {
+                self.stats.corrupted_delivered += 1;
+                if r.is_err() {
+                    self.stats.corrupted_rejected += 1;
+                }
+            }
+        }
+        let now = self.now;
+        self.a.handle_timeout(now);
+        self.b.handle_timeout(now);
+        self.flush();
+        true
+    }
+
+    /// Step until `done` holds or simulated time passes `limit`. Returns whether `done` held.
+    pub fn run_until(&mut self, limit: Instant, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.now > limit || !self.step() {
+                return done(self);
+            }
+        }
+    }
+
+    pub fn connected(&self, side: Side, conn: ConnId) -> bool {
+        self.events[side.idx()].iter().any(|e| match e {
+            Event::Connected(c) => *c == conn,
+            _ => false,
+        })
+    }
+
+    pub fn accepted(&self, side: Side) -> Vec<ConnId> {
+        self.events[side.idx()]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Accepted { conn, .. } => Some(*conn),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn peer_closed(&self, side: Side, conn: ConnId) -> bool {
+        self.events[side.idx()]
+            .iter()
+            .any(|e| matches!(e, Event::PeerClosed(c) if *c == conn))
+    }
+
+    pub fn closed_reason(&self, side: Side, conn: ConnId) -> Option<tcp::CloseReason> {
+        self.events[side.idx()].iter().find_map(|e| match e {
+            Event::Closed { conn: c, reason, .. } if *c == conn => Some(*reason),
+            _ => None,
+        })
+    }
+}
+
+impl Sim<StreamSocket> {
+    /// A stream sim where B listens and auto-accepts with `StreamSocket`s.
+    pub fn streams(seed: u64, link: LinkConfig, cfg_a: Config, cfg_b: Config, buf: usize) -> Self {
+        let mut s = Sim::new(seed, link, cfg_a, cfg_b);
+        s.b.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 128)
+            .expect("listen");
+        s.accept[1] = Some(Box::new(move || StreamSocket::new(buf, buf)));
+        s
+    }
+}
+
+/// Deterministic pseudo-random payload.
+pub fn payload(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+/// Transfer `data` from A to B over stream sockets, A closing when done. Returns the bytes
+/// B received and the simulated duration, or `None` if not finished before `limit`.
+pub fn bulk_transfer(
+    sim: &mut Sim<StreamSocket>,
+    data: &[u8],
+    buf: usize,
+    limit: Duration,
+) -> Option<(Vec<u8>, Duration)> {
+    let start = sim.now;
+    let a = sim
+        .a
+        .connect(sim.now, a_addr(0), b_addr(), StreamSocket::new(buf, buf))
+        .expect("connect");
+    let mut written = 0usize;
+    let mut received = Vec::with_capacity(data.len());
+    let mut closed = false;
+    let deadline = start + limit;
+    let ok = sim.run_until(deadline, |s| {
+        if let Some(sock) = s.a.ulp_mut(a) {
+            written += sock.write(&data[written..]);
+        }
+        if written == data.len() && !closed && s.a.state(a) == Some(tcp::State::Established) {
+            s.a.close(a).expect("close");
+            closed = true;
+        }
+        for c in s.accepted(Side::B) {
+            if let Some(sock) = s.b.ulp_mut(c) {
+                received.extend(sock.read_all());
+            }
+        }
+        received.len() == data.len()
+            && s.accepted(Side::B).iter().any(|&c| s.peer_closed(Side::B, c))
+    });
+    ok.then(|| (received, sim.now - start))
+}
+
+/// An owned, parsed segment.
+#[derive(Clone, Debug)]
+pub struct Seg {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub sport: u16,
+    pub dport: u16,
+    pub control: TcpControl,
+    pub seq: u32,
+    pub ack: Option<u32>,
+    pub window: u16,
+    pub wscale: Option<u8>,
+    pub mss: Option<u16>,
+    pub sack_permitted: bool,
+    pub sack: Vec<(u32, u32)>,
+    pub ts: Option<(u32, u32)>,
+    pub payload: Vec<u8>,
+}
+
+impl Seg {
+    pub fn parse(bytes: &[u8]) -> Option<Seg> {
+        let caps = ChecksumCapabilities::default();
+        let ip = Ipv4Packet::new_checked(bytes).ok()?;
+        let ipr = Ipv4Repr::parse(&ip, &caps).ok()?;
+        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+        let r = TcpRepr::parse(
+            &tcp,
+            &IpAddress::Ipv4(ipr.src_addr),
+            &IpAddress::Ipv4(ipr.dst_addr),
+            &caps,
+        )
+        .ok()?;
+        Some(Seg {
+            src: ipr.src_addr,
+            dst: ipr.dst_addr,
+            sport: r.src_port,
+            dport: r.dst_port,
+            control: r.control,
+            seq: r.seq_number.0 as u32,
+            ack: r.ack_number.map(|a| a.0 as u32),
+            window: r.window_len,
+            wscale: r.window_scale,
+            mss: r.max_seg_size,
+            sack_permitted: r.sack_permitted,
+            sack: r.sack_ranges.iter().flatten().copied().collect(),
+            ts: r.timestamp.map(|t| (t.tsval, t.tsecr)),
+            payload: r.payload.to_vec(),
+        })
+    }
+
+    /// A segment from `src` to `dst` with no options.
+    pub fn new(src: SocketAddrV4, dst: SocketAddrV4, control: TcpControl, seq: u32, ack: Option<u32>) -> Seg {
+        Seg {
+            src: *src.ip(),
+            dst: *dst.ip(),
+            sport: src.port(),
+            dport: dst.port(),
+            control,
+            seq,
+            ack,
+            window: 65535,
+            wscale: None,
+            mss: None,
+            sack_permitted: false,
+            sack: Vec::new(),
+            ts: None,
+            payload: Vec::new(),
+        }
+    }
+
+    pub fn emit(&self) -> Vec<u8> {
+        let caps = ChecksumCapabilities::default();
+        let mut sack = [None; 3];
+        for (i, b) in self.sack.iter().take(3).enumerate() {
+            sack[i] = Some(*b);
+        }
+        let r = TcpRepr {
+            src_port: self.sport,
+            dst_port: self.dport,
+            control: self.control,
+            seq_number: TcpSeqNumber(self.seq as i32),
+            ack_number: self.ack.map(|a| TcpSeqNumber(a as i32)),
+            window_len: self.window,
+            window_scale: self.wscale,
+            max_seg_size: self.mss,
+            sack_permitted: self.sack_permitted,
+            sack_ranges: sack,
+            timestamp: self.ts.map(|(a, b)| TcpTimestampRepr::new(a, b)),
+            payload: &self.payload,
+        };
+        let ipr = Ipv4Repr {
+            src_addr: self.src,
+            dst_addr: self.dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: r.buffer_len(),
+            hop_limit: 64,
+        };
+        let mut buf = vec![0u8; 20 + r.buffer_len()];
+        ipr.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..]), &caps);
+        r.emit(
+            &mut TcpPacket::new_unchecked(&mut buf[20..]),
+            &IpAddress::Ipv4(self.src),
+            &IpAddress::Ipv4(self.dst),
+            &caps,
+        );
+        buf
+    }
+}
+
+/// Drain every packet `engine` wants to send now, parsed.
+pub fn drain<U: Ulp>(engine: &mut Engine<U>, now: Instant) -> Vec<Seg> {
+    let mut buf = vec![0u8; 1500];
+    let mut out = Vec::new();
+    while let Some(t) = engine.poll_transmit(now, &mut buf) {
+        out.push(Seg::parse(&buf[..t.len]).expect("engine emits valid packets"));
+    }
+    out
+}
