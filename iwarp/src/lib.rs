@@ -6,4 +6,5 @@ pub mod ddp;
 pub mod mem;
 pub mod mpa;
 pub mod rdmap;
+pub mod verbs;
 pub mod wire;

@@ -1,0 +1,192 @@
+//! Completion Queues (VERBS-00 §5.3, §8.2.4, §8.2.5, §9.2.3, §9.3.2).
+
+use std::collections::VecDeque;
+
+use super::{
+    AsyncEvent, AsyncEventKind, CqHandle, EventResource, QpId, Rnic, UlpId, VerbError,
+    WorkCompletion,
+};
+
+/// Which completion the next notification waits for (VERBS-00 §8.2.5, §9.3.2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NotifyType {
+    /// The next Receive of a Send with Solicited Event, or any error completion.
+    NextSolicited,
+    /// The next completion of any kind.
+    NextCompletion,
+}
+
+/// Which work queue a CQE came from; used to free the WQE slot when the CQE is polled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WqKind {
+    Sq,
+    Rq,
+    Srq,
+}
+
+#[derive(Debug)]
+pub(super) struct Cq {
+    pub(super) ulp: UlpId,
+    pub(super) capacity: u32,
+    pub(super) entries: VecDeque<(WorkCompletion, WqKind)>,
+    pub(super) notify: Option<NotifyType>,
+}
+
+/// Result of Query CQ (VERBS-00 §9.2.3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqAttributes {
+    /// Number of entries the CQ can hold.
+    pub entries: u32,
+    /// Number of CQEs currently on the CQ.
+    pub occupancy: u32,
+    /// The ULP owning the CQ.
+    pub ulp: UlpId,
+}
+
+impl Rnic {
+    /// Create CQ (VERBS-00 §9.2.3.1). Returns the handle and the actual number of entries
+    /// (at least `min_entries`).
+    pub fn create_cq(
+        &mut self,
+        ulp: UlpId,
+        min_entries: u32,
+    ) -> Result<(CqHandle, u32), VerbError> {
+        if min_entries > self.attrs.max_cqes_per_cq {
+            return Err(VerbError::CqeExceedsCapability);
+        }
+        if self.cqs.len() >= self.attrs.max_cqs as usize {
+            return Err(VerbError::InsufficientResources);
+        }
+        let entries = min_entries.max(1);
+        let held: u64 = self
+            .cqs
+            .values()
+            .filter(|cq| cq.ulp == ulp)
+            .map(|cq| u64::from(cq.capacity))
+            .sum();
+        if held + u64::from(entries) > self.quota(ulp).max_cqes {
+            return Err(VerbError::InsufficientResources);
+        }
+        let handle = CqHandle(self.new_handle());
+        self.cqs.insert(
+            handle,
+            Cq {
+                ulp,
+                capacity: entries,
+                entries: VecDeque::with_capacity(entries as usize),
+                notify: None,
+            },
+        );
+        Ok((handle, entries))
+    }
+
+    /// Query CQ (VERBS-00 §9.2.3.2).
+    pub fn query_cq(&self, cq: CqHandle) -> Result<CqAttributes, VerbError> {
+        let c = self.cqs.get(&cq).ok_or(VerbError::InvalidCqHandle)?;
+        Ok(CqAttributes {
+            entries: c.capacity,
+            occupancy: c.entries.len() as u32,
+            ulp: c.ulp,
+        })
+    }
+
+    /// Modify CQ (resize, VERBS-00 §5.3.3, §9.2.3.3): atomic, never below the current
+    /// occupancy, never loses a WC.
+    pub fn resize_cq(&mut self, cq: CqHandle, min_entries: u32) -> Result<u32, VerbError> {
+        let max = self.attrs.max_cqes_per_cq;
+        let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCqHandle)?;
+        if min_entries > max {
+            return Err(VerbError::CqeExceedsCapability);
+        }
+        if (min_entries as usize) < c.entries.len() {
+            return Err(VerbError::ShrinkBelowOccupancy);
+        }
+        c.capacity = min_entries.max(1);
+        let actual = c.capacity;
+        self.resume_flushing(cq);
+        Ok(actual)
+    }
+
+    /// Destroy CQ (VERBS-00 §9.2.3.4): refused while any work queue uses it.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), VerbError> {
+        if !self.cqs.contains_key(&cq) {
+            return Err(VerbError::InvalidCqHandle);
+        }
+        if self.qps.values().any(|qp| qp.sq_cq == cq || qp.rq_cq == cq) {
+            return Err(VerbError::CqInUse);
+        }
+        self.cqs.remove(&cq);
+        Ok(())
+    }
+
+    /// Poll CQ (VERBS-00 §9.3.2.1): the oldest WC, each returned once; `CqEmpty` when none.
+    /// Polling frees the WQE slot of the completed WR.
+    pub fn poll_cq(&mut self, cq: CqHandle) -> Result<WorkCompletion, VerbError> {
+        let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCqHandle)?;
+        let (wc, kind) = c.entries.pop_front().ok_or(VerbError::CqEmpty)?;
+        self.retire_slot(wc.qp, kind);
+        self.resume_flushing(cq);
+        Ok(wc)
+    }
+
+    /// Request Completion Notification (VERBS-00 §8.2.5, §9.3.2.2): one-shot; CQEs already
+    /// on the CQ do not trigger it; "next completion" wins over "next solicited".
+    pub fn request_notification(
+        &mut self,
+        cq: CqHandle,
+        kind: NotifyType,
+    ) -> Result<(), VerbError> {
+        let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCqHandle)?;
+        c.notify = Some(c.notify.map_or(kind, |k| k.max(kind)));
+        Ok(())
+    }
+
+    /// Puts a CQE on `cq`. On overflow the CQE is dropped, an unaffiliated "CQ Overflow
+    /// Detected" event is raised and `false` is returned: the caller then moves the QP to
+    /// Terminate with a CQ/SQ or CQ/RQ error (VERBS-00 Fig. 24). Other CQs and QPs are not
+    /// affected (RFC 5040 §8.1.1 item 10).
+    pub(super) fn push_wc(&mut self, cq: CqHandle, wc: WorkCompletion, kind: WqKind) -> bool {
+        let Some(c) = self.cqs.get_mut(&cq) else {
+            return false;
+        };
+        if c.entries.len() >= c.capacity as usize {
+            log::warn!("CQ {cq:?} overflow, completion of QP {:?} dropped", wc.qp);
+            self.raise(AsyncEvent {
+                resource: EventResource::Cq(cq),
+                kind: AsyncEventKind::CqOverflow,
+            });
+            return false;
+        }
+        let fire = match c.notify {
+            Some(NotifyType::NextCompletion) => true,
+            Some(NotifyType::NextSolicited) => wc.solicited || !wc.status.is_success(),
+            None => false,
+        };
+        c.entries.push_back((wc, kind));
+        if fire {
+            c.notify = None;
+            self.cq_events.push_back(cq);
+        }
+        true
+    }
+
+    /// Free room on `cq`.
+    pub(super) fn cq_room(&self, cq: CqHandle) -> usize {
+        self.cqs
+            .get(&cq)
+            .map_or(0, |c| (c.capacity as usize).saturating_sub(c.entries.len()))
+    }
+
+    /// QPs that report to `cq` and still have WQEs to flush.
+    fn resume_flushing(&mut self, cq: CqHandle) {
+        let pending: Vec<QpId> = self
+            .qps
+            .values()
+            .filter(|qp| (qp.sq_cq == cq || qp.rq_cq == cq) && qp.has_flush_pending())
+            .map(|qp| qp.id)
+            .collect();
+        for qp in pending {
+            self.flush(qp);
+        }
+    }
+}

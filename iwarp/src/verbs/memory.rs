@@ -1,0 +1,1162 @@
+//! The verbs memory model (VERBS-00 §7): Memory Regions (Non-Shared and Shared) over Page
+//! Lists, Memory Windows, STag states and every local and remote access check. It
+//! implements [`MemoryTable`] so the protocol engine places data into verbs-registered
+//! memory, and answers local (SGE) accesses with the draft's completion statuses.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use crate::mem::MemoryBackend;
+use crate::mem::{AccessError, MemoryTable, Resolved};
+
+use super::{Access, CompletionStatus, PdId, QpId, STag, StreamId, VerbError};
+
+/// How the TO of a region's first octet is chosen (VERBS-00 §7.6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaggedBase {
+    /// VA-based: the first octet's TO is this virtual address.
+    Va(u64),
+    /// Zero-based: the first octet's TO is 0.
+    ZeroBased,
+}
+
+impl TaggedBase {
+    fn base_to(self) -> u64 {
+        match self {
+            TaggedBase::Va(va) => va,
+            TaggedBase::ZeroBased => 0,
+        }
+    }
+}
+
+/// A Physical Buffer List in Page mode (VERBS-00 §7.6.2.1). Page addresses are offsets in
+/// the RNIC's memory backend ("physical addresses" of this soft RNIC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageList {
+    /// Page size, a power of two supported by the RNIC.
+    pub page_size: u64,
+    /// Address of every page, each a multiple of `page_size`.
+    pub pages: Vec<u64>,
+    /// First Byte Offset into the first page.
+    pub fbo: u64,
+    /// Length of the region in octets.
+    pub len: u64,
+}
+
+impl PageList {
+    /// The page list covering the contiguous backend range `[offset, offset + len)`.
+    pub fn contiguous(offset: u64, len: u64, page_size: u64) -> PageList {
+        let first = offset - offset % page_size;
+        let end = offset.saturating_add(len.max(1));
+        let pages = (first..end).step_by(page_size as usize).collect();
+        PageList {
+            page_size,
+            pages,
+            fbo: offset % page_size,
+            len,
+        }
+    }
+}
+
+/// Inputs of RI-Register / RI-Reregister Non-Shared MR (VERBS-00 §9.2.6.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MrSpec {
+    /// The buffer.
+    pub pbl: PageList,
+    /// VA-based or zero-based TO.
+    pub base: TaggedBase,
+    /// Protection domain.
+    pub pd: PdId,
+    /// Consumer key (low 8 bits of the STag).
+    pub key: u8,
+    /// Remote Access Flag: remote rights may be granted (now or by a later Fast-Register).
+    pub remote_access: bool,
+    /// Access rights (LR, LW, RR, RW, BIND; REMOTE_ATOMIC as RFC 7306 extension).
+    pub access: Access,
+}
+
+/// State of an MR or MW STag (VERBS-00 §7.2.2, §7.10.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StagState {
+    /// Usable.
+    Valid,
+    /// Allocated, every access fails.
+    Invalid,
+}
+
+/// Result of Query MR (VERBS-00 §9.2.6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrAttributes {
+    /// Key, if Valid.
+    pub key: Option<u8>,
+    /// Remote Access Flag.
+    pub remote_access: bool,
+    /// Protection domain.
+    pub pd: PdId,
+    /// State.
+    pub state: StagState,
+    /// Shared MR.
+    pub shared: bool,
+    /// PBL entries allocated.
+    pub pbl_entries: u32,
+    /// Access rights.
+    pub access: Access,
+    /// Number of Memory Windows bound to it.
+    pub bound_windows: u32,
+}
+
+/// Result of Query MW (VERBS-00 §9.2.6.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwAttributes {
+    /// Key, if Valid.
+    pub key: Option<u8>,
+    /// State.
+    pub state: StagState,
+    /// Protection domain.
+    pub pd: PdId,
+    /// QP the window is bound to, if Valid.
+    pub qp: Option<QpId>,
+    /// Remote rights, if Valid.
+    pub access: Access,
+}
+
+/// Inputs of a Bind MW work request (VERBS-00 §8.1.2.3, Fig. 27).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindSpec {
+    /// The MW: index and the new key.
+    pub mw: STag,
+    /// The MR (index and key) the window is bound into.
+    pub mr: STag,
+    /// TO (in the MR's VA space) of the window's first octet.
+    pub mr_to: u64,
+    /// Window length.
+    pub len: u64,
+    /// The window's own TO addressing.
+    pub zero_based: bool,
+    /// Remote rights of the window.
+    pub access: Access,
+}
+
+/// Inputs of a Fast-Register work request (VERBS-00 §7.3.2.5, Fig. 27).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FastRegSpec {
+    /// STag index and the new key.
+    pub stag: STag,
+    /// The buffer.
+    pub pbl: PageList,
+    /// VA-based or zero-based TO.
+    pub base: TaggedBase,
+    /// Access rights.
+    pub access: Access,
+}
+
+/// What a local access is checked against: the posting QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalContext {
+    /// QP ID.
+    pub qp: QpId,
+    /// PD of the QP (or of its S-RQ for receive buffers, VERBS-00 §6.3.5).
+    pub pd: PdId,
+    /// STag 0 and Fast-Register are enabled (privileged QP, VERBS-00 §6.1.1).
+    pub privileged: bool,
+    /// Memory Window binding is enabled on the QP.
+    pub bind_enabled: bool,
+}
+
+/// Inbound enables of a QP, checked together with the STag's rights for every remote
+/// access (VERBS-00 §8.1.2.2, Fig. 21).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct StreamRights {
+    pub(super) privileged: bool,
+    pub(super) inbound_read: bool,
+    pub(super) inbound_write: bool,
+    pub(super) inbound_atomic: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Mapping {
+    pages: Arc<Vec<u64>>,
+    page_size: u64,
+    fbo: u64,
+    len: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Mr {
+    pd: PdId,
+    key: u8,
+    valid: bool,
+    shared: bool,
+    remote_access: bool,
+    pbl_capacity: u32,
+    access: Access,
+    base_to: u64,
+    zero_based: bool,
+    mapping: Option<Mapping>,
+    bound_windows: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MwBinding {
+    qp: QpId,
+    mr: u32,
+    /// Offset of the window's first octet within the MR.
+    mr_offset: u64,
+    len: u64,
+    base_to: u64,
+    access: Access,
+}
+
+#[derive(Debug, Clone)]
+struct Mw {
+    pd: PdId,
+    key: u8,
+    binding: Option<MwBinding>,
+}
+
+#[derive(Debug, Clone)]
+enum Entry {
+    Mr(Mr),
+    Mw(Mw),
+    /// Inline data of a posted WR, readable locally by QPs of `pd` (VERBS-00 §8.1.3.2).
+    Inline {
+        pd: PdId,
+        data: Vec<u8>,
+    },
+}
+
+/// Index 0 of `Resolved::region` stands for STag 0 (physical addressing).
+const STAG0_REGION: u32 = 0;
+
+/// All MRs and MWs of an RNIC over one memory backend.
+pub struct MemoryModel {
+    backend: Box<dyn MemoryBackend + Send>,
+    read_only: Vec<(u64, u64)>,
+    entries: HashMap<u32, Entry>,
+    streams: HashMap<QpId, StreamRights>,
+    rng: u64,
+    pub(super) page_sizes: Vec<u64>,
+    pub(super) max_pbl_entries: u32,
+    pub(super) max_mr_size: u64,
+}
+
+impl std::fmt::Debug for MemoryModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryModel")
+            .field("arena", &self.backend.bytes().len())
+            .field("stags", &self.entries.len())
+            .finish()
+    }
+}
+
+fn mr_access_valid(a: Access, remote_flag: bool) -> bool {
+    let local = a.contains(Access::LOCAL_READ) || a.contains(Access::LOCAL_WRITE);
+    let rr_ok = !a.contains(Access::REMOTE_READ) || a.contains(Access::LOCAL_READ);
+    let rw_ok = !a.contains(Access::REMOTE_WRITE) || a.contains(Access::LOCAL_WRITE);
+    let ra_ok =
+        !a.contains(Access::REMOTE_ATOMIC) || a.contains(Access::LOCAL_READ | Access::LOCAL_WRITE);
+    local && rr_ok && rw_ok && ra_ok && (remote_flag || !a.any_remote())
+}
+
+/// Checks `[to, to+len)` against a TO range `[base, base+size)`: wrap first, then bounds
+/// (digest B12 decision). Returns the offset of `to` in the range.
+fn check_range(base: u64, size: u64, to: u64, len: u64) -> Result<u64, AccessError> {
+    if len > 0 && to.checked_add(len - 1).is_none() {
+        return Err(AccessError::ToWrap);
+    }
+    if to < base {
+        return Err(AccessError::BaseBounds);
+    }
+    let rel = to - base;
+    match rel.checked_add(len) {
+        Some(end) if end <= size => Ok(rel),
+        _ => Err(AccessError::BaseBounds),
+    }
+}
+
+/// Maps a remote-access error to the completion status of a local access.
+fn local_status(e: AccessError) -> CompletionStatus {
+    match e {
+        AccessError::InvalidStag | AccessError::Invalidated | AccessError::CannotInvalidate => {
+            CompletionStatus::InvalidStag
+        }
+        AccessError::BaseBounds => CompletionStatus::BaseBoundsViolation,
+        AccessError::AccessRights => CompletionStatus::AccessViolation,
+        AccessError::PdMismatch | AccessError::NotAssociated => CompletionStatus::InvalidPdId,
+        AccessError::ToWrap => CompletionStatus::WrapError,
+    }
+}
+
+impl MemoryModel {
+    pub(super) fn new(backend: Box<dyn MemoryBackend + Send>, seed: u64) -> Self {
+        MemoryModel {
+            backend,
+            read_only: Vec::new(),
+            entries: HashMap::new(),
+            streams: HashMap::new(),
+            rng: seed | 1,
+            page_sizes: vec![4096],
+            max_pbl_entries: 1 << 20,
+            max_mr_size: 1 << 40,
+        }
+    }
+
+    /// The backend's bytes (local CPU access by the owner of the memory).
+    pub fn bytes(&self) -> &[u8] {
+        self.backend.bytes()
+    }
+
+    /// The backend's bytes, writable (local CPU access by the owner of the memory).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.backend.bytes_mut()
+    }
+
+    /// Marks a backend range as mapped read-only for consumers: registrations covering it
+    /// with a write right are refused (RFC 5040 §8.1.2 item 4, VERBS-00 §7.5).
+    pub fn mark_read_only(&mut self, offset: u64, len: u64) {
+        self.read_only.push((offset, offset.saturating_add(len)));
+    }
+
+    /// Number of MR and MW STags in any of `pds`.
+    pub(super) fn stags_in(&self, pds: &[PdId]) -> usize {
+        self.entries
+            .values()
+            .filter(|e| match e {
+                Entry::Mr(m) => pds.contains(&m.pd),
+                Entry::Mw(w) => pds.contains(&w.pd),
+                Entry::Inline { .. } => false,
+            })
+            .count()
+    }
+
+    pub(super) fn uses_pd(&self, pd: PdId) -> bool {
+        self.stags_in(&[pd]) > 0
+    }
+
+    /// Number of MRs.
+    pub(super) fn mr_count(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| matches!(e, Entry::Mr(_)))
+            .count()
+    }
+
+    /// Number of MWs.
+    pub(super) fn mw_count(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| matches!(e, Entry::Mw(_)))
+            .count()
+    }
+
+    /// Keeps a copy of inline data and returns the STag naming it (key 0).
+    pub(super) fn store_inline(&mut self, pd: PdId, data: Vec<u8>) -> STag {
+        let idx = self.fresh_index();
+        self.entries.insert(idx, Entry::Inline { pd, data });
+        STag::new(idx, 0)
+    }
+
+    /// Releases inline data once its WR completed.
+    pub(super) fn free_inline(&mut self, stag: STag) {
+        if matches!(self.entries.get(&stag.index()), Some(Entry::Inline { .. })) {
+            self.entries.remove(&stag.index());
+        }
+    }
+
+    /// Number of windows bound to `qp`.
+    pub(super) fn windows_bound_to(&self, qp: QpId) -> usize {
+        self.entries
+            .values()
+            .filter(|e| matches!(e, Entry::Mw(Mw { binding: Some(b), .. }) if b.qp == qp))
+            .count()
+    }
+
+    pub(super) fn set_stream(&mut self, qp: QpId, rights: StreamRights) {
+        self.streams.insert(qp, rights);
+    }
+
+    pub(super) fn remove_stream(&mut self, qp: QpId) {
+        self.streams.remove(&qp);
+    }
+
+    /// A fresh sparse non-zero index (xorshift64*, RFC 5040 §8.1.1 item 8).
+    fn fresh_index(&mut self) -> u32 {
+        loop {
+            let mut x = self.rng;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            self.rng = x;
+            let idx = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as u32 & 0x00FF_FFFF;
+            if idx != 0 && !self.entries.contains_key(&idx) {
+                return idx;
+            }
+        }
+    }
+
+    /// Validates a page list and base (VERBS-00 §7.6.1, §7.6.2.1); `capacity` bounds the
+    /// number of pages.
+    fn check_pbl(&self, pbl: &PageList, base: TaggedBase, capacity: u32) -> Result<(), VerbError> {
+        if !pbl.page_size.is_power_of_two() || !self.page_sizes.contains(&pbl.page_size) {
+            return Err(VerbError::InvalidPhysicalBufferSize);
+        }
+        if pbl.pages.len() > capacity as usize {
+            return Err(VerbError::InvalidLength);
+        }
+        let arena = self.backend.bytes().len() as u64;
+        for &p in &pbl.pages {
+            if p % pbl.page_size != 0 || p.checked_add(pbl.page_size).is_none_or(|e| e > arena) {
+                return Err(VerbError::InvalidPblEntry);
+            }
+        }
+        if pbl.fbo >= pbl.page_size {
+            return Err(VerbError::InvalidFbo);
+        }
+        let covered = (pbl.pages.len() as u64)
+            .checked_mul(pbl.page_size)
+            .and_then(|c| c.checked_sub(pbl.fbo))
+            .unwrap_or(0);
+        if pbl.len > covered || pbl.len > self.max_mr_size {
+            return Err(VerbError::InvalidLength);
+        }
+        if let TaggedBase::Va(va) = base {
+            if va % pbl.page_size != pbl.fbo || va.checked_add(pbl.len).is_none() {
+                return Err(VerbError::InvalidVirtualAddress);
+            }
+        }
+        Ok(())
+    }
+
+    fn writes_read_only(&self, pbl: &PageList, access: Access) -> bool {
+        if !access.contains(Access::LOCAL_WRITE) && !access.contains(Access::REMOTE_WRITE) {
+            return false;
+        }
+        pbl.pages.iter().any(|&p| {
+            let end = p + pbl.page_size;
+            self.read_only.iter().any(|&(s, e)| p < e && s < end)
+        })
+    }
+
+    fn check_spec(&self, spec: &MrSpec, capacity: u32) -> Result<(), VerbError> {
+        self.check_pbl(&spec.pbl, spec.base, capacity)?;
+        if !mr_access_valid(spec.access, spec.remote_access)
+            || self.writes_read_only(&spec.pbl, spec.access)
+        {
+            return Err(VerbError::InvalidAccessRights);
+        }
+        Ok(())
+    }
+
+    fn mr_from_spec(spec: &MrSpec, capacity: u32) -> Mr {
+        Mr {
+            pd: spec.pd,
+            key: spec.key,
+            valid: true,
+            shared: false,
+            remote_access: spec.remote_access,
+            pbl_capacity: capacity,
+            access: spec.access,
+            base_to: spec.base.base_to(),
+            zero_based: spec.base == TaggedBase::ZeroBased,
+            mapping: Some(Mapping {
+                pages: Arc::new(spec.pbl.pages.clone()),
+                page_size: spec.pbl.page_size,
+                fbo: spec.pbl.fbo,
+                len: spec.pbl.len,
+            }),
+            bound_windows: 0,
+        }
+    }
+
+    pub(super) fn register(&mut self, spec: &MrSpec) -> Result<STag, VerbError> {
+        self.check_spec(spec, self.max_pbl_entries)?;
+        let idx = self.fresh_index();
+        let capacity = spec.pbl.pages.len() as u32;
+        self.entries
+            .insert(idx, Entry::Mr(Self::mr_from_spec(spec, capacity)));
+        Ok(STag::new(idx, spec.key))
+    }
+
+    pub(super) fn allocate_mr(
+        &mut self,
+        pd: PdId,
+        pbl_entries: u32,
+        remote: bool,
+    ) -> Result<STag, VerbError> {
+        if pbl_entries > self.max_pbl_entries {
+            return Err(VerbError::InsufficientResources);
+        }
+        let idx = self.fresh_index();
+        self.entries.insert(
+            idx,
+            Entry::Mr(Mr {
+                pd,
+                key: 0,
+                valid: false,
+                shared: false,
+                remote_access: remote,
+                pbl_capacity: pbl_entries.max(1),
+                access: Access::NONE,
+                base_to: 0,
+                zero_based: true,
+                mapping: None,
+                bound_windows: 0,
+            }),
+        );
+        Ok(STag::new(idx, 0))
+    }
+
+    pub(super) fn reregister(&mut self, index: u32, spec: &MrSpec) -> Result<STag, VerbError> {
+        let mr = match self.entries.get(&index) {
+            Some(Entry::Mr(mr)) if index != 0 && !mr.shared => mr,
+            _ => return Err(VerbError::InvalidStagIndex),
+        };
+        if mr.bound_windows > 0 {
+            return Err(VerbError::WindowsBoundToRegion);
+        }
+        let capacity = mr.pbl_capacity.max(spec.pbl.pages.len() as u32);
+        if let Err(e) = self.check_spec(spec, self.max_pbl_entries) {
+            // VERBS-00 §7.3.2.3: any failure other than bound windows or a bad index
+            // deallocates the region.
+            self.entries.remove(&index);
+            return Err(e);
+        }
+        self.entries
+            .insert(index, Entry::Mr(Self::mr_from_spec(spec, capacity)));
+        Ok(STag::new(index, spec.key))
+    }
+
+    pub(super) fn register_shared(
+        &mut self,
+        source: STag,
+        base: TaggedBase,
+        pd: PdId,
+        key: u8,
+        remote_access: bool,
+        access: Access,
+    ) -> Result<STag, VerbError> {
+        let src = match self.entries.get(&source.index()) {
+            Some(Entry::Mr(mr)) if source.index() != 0 && mr.valid && mr.key == source.key() => mr,
+            _ => return Err(VerbError::InvalidStagIndex),
+        };
+        let mapping = src.mapping.clone().ok_or(VerbError::InvalidStagIndex)?;
+        if let TaggedBase::Va(va) = base {
+            if va % mapping.page_size != mapping.fbo || va.checked_add(mapping.len).is_none() {
+                return Err(VerbError::InvalidVirtualAddress);
+            }
+        }
+        let pbl = PageList {
+            page_size: mapping.page_size,
+            pages: mapping.pages.to_vec(),
+            fbo: mapping.fbo,
+            len: mapping.len,
+        };
+        if !mr_access_valid(access, remote_access) || self.writes_read_only(&pbl, access) {
+            return Err(VerbError::InvalidAccessRights);
+        }
+        let capacity = src.pbl_capacity;
+        let idx = self.fresh_index();
+        if let Some(Entry::Mr(src)) = self.entries.get_mut(&source.index()) {
+            src.shared = true;
+        }
+        self.entries.insert(
+            idx,
+            Entry::Mr(Mr {
+                pd,
+                key,
+                valid: true,
+                shared: true,
+                remote_access,
+                pbl_capacity: capacity,
+                access,
+                base_to: base.base_to(),
+                zero_based: base == TaggedBase::ZeroBased,
+                mapping: Some(mapping),
+                bound_windows: 0,
+            }),
+        );
+        Ok(STag::new(idx, key))
+    }
+
+    pub(super) fn allocate_mw(&mut self, pd: PdId) -> STag {
+        let idx = self.fresh_index();
+        self.entries.insert(
+            idx,
+            Entry::Mw(Mw {
+                pd,
+                key: 0,
+                binding: None,
+            }),
+        );
+        STag::new(idx, 0)
+    }
+
+    pub(super) fn query_mr(&self, index: u32) -> Result<MrAttributes, VerbError> {
+        match self.entries.get(&index) {
+            Some(Entry::Mr(mr)) if index != 0 => Ok(MrAttributes {
+                key: mr.valid.then_some(mr.key),
+                remote_access: mr.remote_access,
+                pd: mr.pd,
+                state: if mr.valid {
+                    StagState::Valid
+                } else {
+                    StagState::Invalid
+                },
+                shared: mr.shared,
+                pbl_entries: mr.pbl_capacity,
+                access: mr.access,
+                bound_windows: mr.bound_windows,
+            }),
+            _ => Err(VerbError::InvalidStagIndex),
+        }
+    }
+
+    pub(super) fn query_mw(&self, index: u32) -> Result<MwAttributes, VerbError> {
+        match self.entries.get(&index) {
+            Some(Entry::Mw(mw)) if index != 0 => Ok(MwAttributes {
+                key: mw.binding.map(|_| mw.key),
+                state: if mw.binding.is_some() {
+                    StagState::Valid
+                } else {
+                    StagState::Invalid
+                },
+                pd: mw.pd,
+                qp: mw.binding.map(|b| b.qp),
+                access: mw.binding.map_or(Access::NONE, |b| b.access),
+            }),
+            _ => Err(VerbError::InvalidStagIndex),
+        }
+    }
+
+    pub(super) fn deallocate(&mut self, index: u32) -> Result<(), VerbError> {
+        match self.entries.get(&index) {
+            None => return Err(VerbError::InvalidStagIndex),
+            Some(Entry::Inline { .. }) => return Err(VerbError::InvalidStagIndex),
+            Some(_) if index == 0 => return Err(VerbError::InvalidStagIndex),
+            Some(Entry::Mr(mr)) if mr.bound_windows > 0 => {
+                return Err(VerbError::WindowsBoundToRegion)
+            }
+            Some(_) => {}
+        }
+        if let Some(Entry::Mw(Mw {
+            binding: Some(b), ..
+        })) = self.entries.remove(&index)
+        {
+            self.unbind_from_mr(b.mr);
+        }
+        Ok(())
+    }
+
+    fn unbind_from_mr(&mut self, mr: u32) {
+        if let Some(Entry::Mr(mr)) = self.entries.get_mut(&mr) {
+            mr.bound_windows = mr.bound_windows.saturating_sub(1);
+        }
+    }
+
+    /// Validates a local access (SGE) of `len` octets at `to` needing `need` (LOCAL_READ or
+    /// LOCAL_WRITE) for the QP in `ctx` (VERBS-00 §7.4.1, §7.6.3, §8.1.3.2), with the
+    /// draft's completion statuses. Zero-length SGEs are not checked; MW STags are refused
+    /// (§7.10, digest J18); STag 0 is allowed on privileged QPs only and addresses the
+    /// backend physically (§7.2.1).
+    pub fn resolve_local(
+        &self,
+        ctx: &LocalContext,
+        stag: STag,
+        to: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Resolved, CompletionStatus> {
+        self.check_access(stag, ctx.pd, ctx.qp, to, len, need, ctx.privileged, true)
+            .map_err(local_status)
+    }
+
+    /// The one access check behind every local and remote access.
+    #[allow(clippy::too_many_arguments)]
+    fn check_access(
+        &self,
+        stag: STag,
+        pd: PdId,
+        qp: QpId,
+        to: u64,
+        len: u64,
+        need: Access,
+        privileged: bool,
+        qp_allows: bool,
+    ) -> Result<Resolved, AccessError> {
+        if len == 0 {
+            // VERBS-00 §7.6.3: zero-length accesses are not checked and touch nothing.
+            return Ok(Resolved {
+                stag,
+                region: u32::MAX,
+                offset: 0,
+                len: 0,
+                addr: 0,
+            });
+        }
+        let remote = need.any_remote();
+        if stag.0 == 0 {
+            // §7.2.1: never remote; local only on privileged QPs; TO is a physical address.
+            if remote || !privileged {
+                return Err(AccessError::InvalidStag);
+            }
+            let arena = self.backend.bytes().len() as u64;
+            let rel = check_range(0, arena, to, len)?;
+            return Ok(Resolved {
+                stag,
+                region: STAG0_REGION,
+                offset: rel,
+                len,
+                addr: rel,
+            });
+        }
+        match self.entries.get(&stag.index()) {
+            Some(Entry::Mr(mr)) if mr.key == stag.key() => {
+                if !mr.valid {
+                    return Err(AccessError::Invalidated);
+                }
+                if mr.pd != pd {
+                    return Err(AccessError::PdMismatch);
+                }
+                if !mr.access.contains(need) || !qp_allows {
+                    return Err(AccessError::AccessRights);
+                }
+                self.resolved_in_mr(stag, stag.index(), mr, to, len)
+            }
+            Some(Entry::Mw(mw)) if remote && mw.key == stag.key() => {
+                let b = mw.binding.ok_or(AccessError::Invalidated)?;
+                if b.qp != qp {
+                    return Err(AccessError::NotAssociated);
+                }
+                if !b.access.contains(need) || !qp_allows {
+                    return Err(AccessError::AccessRights);
+                }
+                let rel = check_range(b.base_to, b.len, to, len)?;
+                let Some(Entry::Mr(mr)) = self.entries.get(&b.mr) else {
+                    return Err(AccessError::Invalidated);
+                };
+                let map = mr.mapping.as_ref().ok_or(AccessError::Invalidated)?;
+                let offset = b.mr_offset + rel;
+                Ok(Resolved {
+                    stag,
+                    region: b.mr,
+                    offset,
+                    len,
+                    addr: Self::translate(map, offset),
+                })
+            }
+            Some(Entry::Inline { pd: owner, data }) if !remote && stag.key() == 0 => {
+                if *owner != pd {
+                    return Err(AccessError::PdMismatch);
+                }
+                if need.contains(Access::LOCAL_WRITE) {
+                    return Err(AccessError::AccessRights);
+                }
+                let rel = check_range(0, data.len() as u64, to, len)?;
+                Ok(Resolved {
+                    stag,
+                    region: stag.index(),
+                    offset: rel,
+                    len,
+                    addr: rel,
+                })
+            }
+            _ => Err(AccessError::InvalidStag),
+        }
+    }
+
+    fn resolved_in_mr(
+        &self,
+        stag: STag,
+        index: u32,
+        mr: &Mr,
+        to: u64,
+        len: u64,
+    ) -> Result<Resolved, AccessError> {
+        let map = mr.mapping.as_ref().ok_or(AccessError::Invalidated)?;
+        let rel = check_range(mr.base_to, map.len, to, len)?;
+        Ok(Resolved {
+            stag,
+            region: index,
+            offset: rel,
+            len,
+            addr: Self::translate(map, rel),
+        })
+    }
+
+    fn translate(map: &Mapping, rel: u64) -> u64 {
+        let pos = map.fbo + rel;
+        let page = (pos / map.page_size) as usize;
+        map.pages.get(page).copied().unwrap_or(0) + pos % map.page_size
+    }
+
+    /// Checks a resolved range is still accessible (the STag was not invalidated,
+    /// deallocated or re-keyed since it was resolved, VERBS-00 §7.9, §7.10.4.1) and returns
+    /// the mapping it lives in.
+    fn live_mapping(&self, r: &Resolved) -> Result<Option<&Mapping>, AccessError> {
+        if r.region == STAG0_REGION && r.stag.0 == 0 {
+            return Ok(None);
+        }
+        match self.entries.get(&r.stag.index()) {
+            Some(Entry::Mr(mr)) if mr.key == r.stag.key() && mr.valid => mr
+                .mapping
+                .as_ref()
+                .map(Some)
+                .ok_or(AccessError::Invalidated),
+            Some(Entry::Mw(mw)) if mw.key == r.stag.key() => {
+                let b = mw.binding.ok_or(AccessError::Invalidated)?;
+                match self.entries.get(&b.mr) {
+                    Some(Entry::Mr(mr)) if b.mr == r.region => mr
+                        .mapping
+                        .as_ref()
+                        .map(Some)
+                        .ok_or(AccessError::Invalidated),
+                    _ => Err(AccessError::Invalidated),
+                }
+            }
+            _ => Err(AccessError::Invalidated),
+        }
+    }
+
+    /// Backend byte ranges covering `len` octets at `off` of a resolved range, page by page.
+    fn chunks(
+        &self,
+        r: &Resolved,
+        off: u64,
+        len: usize,
+    ) -> Result<Vec<(usize, usize)>, AccessError> {
+        match off.checked_add(len as u64) {
+            Some(end) if end <= r.len => {}
+            _ => return Err(AccessError::BaseBounds),
+        }
+        let arena = self.backend.bytes().len();
+        let mut out = Vec::with_capacity(2);
+        match self.live_mapping(r)? {
+            None => {
+                let start = usize::try_from(r.offset + off).map_err(|_| AccessError::BaseBounds)?;
+                if start + len > arena {
+                    return Err(AccessError::BaseBounds);
+                }
+                out.push((start, len));
+            }
+            Some(map) => {
+                let mut pos = map.fbo + r.offset + off;
+                let mut left = len as u64;
+                while left > 0 {
+                    let page = (pos / map.page_size) as usize;
+                    let in_page = pos % map.page_size;
+                    let n = left.min(map.page_size - in_page);
+                    let base = *map.pages.get(page).ok_or(AccessError::BaseBounds)?;
+                    let start = (base + in_page) as usize;
+                    if start + n as usize > arena {
+                        return Err(AccessError::BaseBounds);
+                    }
+                    out.push((start, n as usize));
+                    pos += n;
+                    left -= n;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Copies `out.len()` octets from a local resolved range (gathering a source SGE).
+    pub fn read_local(
+        &self,
+        r: &Resolved,
+        off: u64,
+        out: &mut [u8],
+    ) -> Result<(), CompletionStatus> {
+        self.read(r, off, out).map_err(local_status)
+    }
+
+    /// Copies `data` into a local resolved range (scattering into a sink SGE).
+    pub fn write_local(
+        &mut self,
+        r: &Resolved,
+        off: u64,
+        data: &[u8],
+    ) -> Result<(), CompletionStatus> {
+        self.write(r, off, data).map_err(local_status)
+    }
+
+    /// Executes a Bind MW work request posted on `ctx.qp` (VERBS-00 §7.10.2, checks of
+    /// §7.10.6.1, Figs. 19 and 20).
+    pub(super) fn bind(
+        &mut self,
+        ctx: &LocalContext,
+        spec: &BindSpec,
+    ) -> Result<(), CompletionStatus> {
+        use CompletionStatus as S;
+        let mw = match self.entries.get(&spec.mw.index()) {
+            Some(Entry::Mw(mw)) if spec.mw.index() != 0 => mw,
+            _ => return Err(S::InvalidWindow),
+        };
+        if mw.binding.is_some() {
+            return Err(S::StagNotInvalid);
+        }
+        if !ctx.bind_enabled {
+            return Err(S::AccessViolation);
+        }
+        let mw_pd = mw.pd;
+        let mr = match self.entries.get(&spec.mr.index()) {
+            Some(Entry::Mr(mr)) if spec.mr.0 != 0 && mr.key == spec.mr.key() && mr.valid => mr,
+            _ => return Err(S::InvalidRegion),
+        };
+        if mw_pd != ctx.pd || mr.pd != ctx.pd {
+            return Err(S::InvalidPdId);
+        }
+        if mr.zero_based {
+            return Err(S::InvalidRegion);
+        }
+        let a = spec.access;
+        let remote = a.contains(Access::REMOTE_READ) || a.contains(Access::REMOTE_WRITE);
+        if !mr.access.contains(Access::BIND)
+            || !remote
+            || (a.contains(Access::REMOTE_READ) && !mr.access.contains(Access::LOCAL_READ))
+            || (a.contains(Access::REMOTE_WRITE) && !mr.access.contains(Access::LOCAL_WRITE))
+            || (a.contains(Access::REMOTE_ATOMIC)
+                && !mr.access.contains(Access::LOCAL_READ | Access::LOCAL_WRITE))
+        {
+            return Err(S::AccessViolation);
+        }
+        let len = mr.mapping.as_ref().map_or(0, |m| m.len);
+        let rel = check_range(mr.base_to, len, spec.mr_to, spec.len).map_err(local_status)?;
+        let binding = MwBinding {
+            qp: ctx.qp,
+            mr: spec.mr.index(),
+            mr_offset: rel,
+            len: spec.len,
+            base_to: if spec.zero_based { 0 } else { spec.mr_to },
+            access: a,
+        };
+        if let Some(Entry::Mr(mr)) = self.entries.get_mut(&spec.mr.index()) {
+            mr.bound_windows += 1;
+        }
+        if let Some(Entry::Mw(mw)) = self.entries.get_mut(&spec.mw.index()) {
+            mw.key = spec.mw.key();
+            mw.binding = Some(binding);
+        }
+        Ok(())
+    }
+
+    /// Executes a Fast-Register work request (VERBS-00 §7.3.2.5; statuses of Fig. 36).
+    pub(super) fn fast_register(
+        &mut self,
+        ctx: &LocalContext,
+        spec: &FastRegSpec,
+    ) -> Result<(), CompletionStatus> {
+        use CompletionStatus as S;
+        if !ctx.privileged {
+            return Err(S::QpNotPrivileged);
+        }
+        let mr = match self.entries.get(&spec.stag.index()) {
+            Some(Entry::Mr(mr)) if spec.stag.index() != 0 && !mr.shared => mr,
+            _ => return Err(S::InvalidStag),
+        };
+        if mr.pd != ctx.pd {
+            return Err(S::InvalidPdId);
+        }
+        if mr.valid {
+            return Err(S::StagNotInvalid);
+        }
+        let capacity = mr.pbl_capacity;
+        let remote_flag = mr.remote_access;
+        let pbl = &spec.pbl;
+        if pbl.pages.len() > capacity as usize {
+            return Err(S::PblTooLong);
+        }
+        if let Err(e) = self.check_pbl(pbl, spec.base, capacity) {
+            return Err(match e {
+                VerbError::InvalidPhysicalBufferSize => S::InvalidPageSize,
+                VerbError::InvalidPblEntry => S::InvalidPblEntry,
+                VerbError::InvalidFbo => S::InvalidFbo,
+                VerbError::InvalidVirtualAddress => S::InvalidVirtualAddress,
+                _ => S::InvalidFastRegLength,
+            });
+        }
+        if !mr_access_valid(spec.access, remote_flag) || self.writes_read_only(pbl, spec.access) {
+            return Err(S::InvalidAccessRights);
+        }
+        let new = MrSpec {
+            pbl: pbl.clone(),
+            base: spec.base,
+            pd: ctx.pd,
+            key: spec.stag.key(),
+            remote_access: remote_flag,
+            access: spec.access,
+        };
+        self.entries.insert(
+            spec.stag.index(),
+            Entry::Mr(Self::mr_from_spec(&new, capacity)),
+        );
+        Ok(())
+    }
+
+    /// Executes an Invalidate Local STag (or the invalidation of RDMA Read with Invalidate
+    /// Local STag) posted on `ctx.qp` (VERBS-00 §7.8, §7.10.4, §7.10.6.3).
+    pub(super) fn invalidate_local(
+        &mut self,
+        ctx: &LocalContext,
+        stag: STag,
+    ) -> Result<(), CompletionStatus> {
+        use CompletionStatus as S;
+        let index = stag.index();
+        match self.entries.get_mut(&index) {
+            Some(Entry::Mr(mr)) if stag.0 != 0 => {
+                if mr.shared || mr.key != stag.key() {
+                    return Err(S::InvalidStag);
+                }
+                if mr.pd != ctx.pd {
+                    return Err(S::InvalidPdId);
+                }
+                if mr.bound_windows > 0 {
+                    return Err(S::AccessViolation);
+                }
+                mr.valid = false;
+                Ok(())
+            }
+            Some(Entry::Mw(mw)) if stag.0 != 0 => {
+                match mw.binding {
+                    Some(b) => {
+                        if mw.key != stag.key() {
+                            return Err(S::InvalidStag);
+                        }
+                        if b.qp != ctx.qp {
+                            return Err(S::InvalidPdId);
+                        }
+                        mw.binding = None;
+                        mw.pd = ctx.pd;
+                        self.unbind_from_mr(b.mr);
+                    }
+                    None if mw.pd != ctx.pd => return Err(S::InvalidPdId),
+                    None => {}
+                }
+                Ok(())
+            }
+            _ => Err(S::InvalidStag),
+        }
+    }
+}
+
+impl MemoryTable for MemoryModel {
+    /// Remote access check (VERBS-00 §7.4.2, §7.6.3, §7.10.6.2; RFC 5040 §8.1.1): STag 0
+    /// is never usable remotely; all 32 STag bits are compared; the QP's inbound enables
+    /// and the STag's rights must both allow the access (Fig. 21); MWs check only their own
+    /// rights and their QP; zero-length accesses are not checked (§7.6.3).
+    fn resolve(
+        &self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Resolved, AccessError> {
+        let qp = QpId(stream.0);
+        let rights = self.streams.get(&qp);
+        let qp_allows = rights.is_some_and(|s| {
+            (!need.contains(Access::REMOTE_READ) || s.inbound_read)
+                && (!need.contains(Access::REMOTE_WRITE) || s.inbound_write)
+                && (!need.contains(Access::REMOTE_ATOMIC) || s.inbound_atomic)
+        });
+        let privileged = rights.is_some_and(|s| s.privileged);
+        self.check_access(stag, pd, qp, to, len, need, privileged, qp_allows)
+    }
+
+    fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if matches!(
+            self.entries.get(&r.stag.index()),
+            Some(Entry::Inline { .. })
+        ) {
+            return Err(AccessError::AccessRights);
+        }
+        let chunks = self.chunks(r, off, data.len())?;
+        let bytes = self.backend.bytes_mut();
+        let mut done = 0;
+        for (start, n) in chunks {
+            bytes[start..start + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        if r.stag.0 != 0 {
+            if let Some(Entry::Inline { data, .. }) = self.entries.get(&r.stag.index()) {
+                let start = r.offset.checked_add(off).ok_or(AccessError::BaseBounds)?;
+                let src = usize::try_from(start)
+                    .ok()
+                    .and_then(|st| data.get(st..st.checked_add(out.len())?))
+                    .ok_or(AccessError::BaseBounds)?;
+                out.copy_from_slice(src);
+                return Ok(());
+            }
+        }
+        let chunks = self.chunks(r, off, out.len())?;
+        let bytes = self.backend.bytes();
+        let mut done = 0;
+        for (start, n) in chunks {
+            out[done..done + n].copy_from_slice(&bytes[start..start + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {
+        let mut cell = [0u8; 8];
+        self.read(r, 0, &mut cell)?;
+        let original = u64::from_ne_bytes(cell);
+        self.write(r, 0, &f(original).to_ne_bytes())?;
+        Ok(original)
+    }
+
+    /// Remote invalidation by an incoming Send with Invalidate (VERBS-00 §7.8, §7.10.6.3;
+    /// digest D6/D16): STag 0, Shared MRs, MRs of another PD or with bound windows, and
+    /// windows bound to another QP cannot be invalidated; the QP and the STag must both
+    /// have a remote right.
+    fn invalidate(&mut self, stag: STag, pd: PdId, stream: StreamId) -> Result<(), AccessError> {
+        if stag.0 == 0 {
+            return Err(AccessError::CannotInvalidate);
+        }
+        let qp = QpId(stream.0);
+        let qp_remote = self
+            .streams
+            .get(&qp)
+            .is_some_and(|s| s.inbound_read || s.inbound_write);
+        let unbind = match self.entries.get_mut(&stag.index()) {
+            Some(Entry::Mr(mr)) if mr.key == stag.key() => {
+                if mr.shared || mr.pd != pd || mr.bound_windows > 0 {
+                    return Err(AccessError::CannotInvalidate);
+                }
+                if !mr.access.any_remote() || !qp_remote {
+                    return Err(AccessError::AccessRights);
+                }
+                mr.valid = false;
+                None
+            }
+            Some(Entry::Mw(mw)) if mw.key == stag.key() => match mw.binding {
+                Some(b) if b.qp != qp => return Err(AccessError::CannotInvalidate),
+                Some(b) => {
+                    if !qp_remote {
+                        return Err(AccessError::AccessRights);
+                    }
+                    mw.binding = None;
+                    Some(b.mr)
+                }
+                None if mw.pd != pd => return Err(AccessError::CannotInvalidate),
+                None => None,
+            },
+            _ => return Err(AccessError::InvalidStag),
+        };
+        if let Some(mr) = unbind {
+            self.unbind_from_mr(mr);
+        }
+        Ok(())
+    }
+}

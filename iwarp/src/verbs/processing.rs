@@ -1,0 +1,512 @@
+//! Posting (PostSQ / PostRQ, VERBS-00 §8.2.1, §9.3.1) and the poll core's side of the
+//! work queues: handing message WRs to the RDMAP engine, executing memory operations
+//! (Bind, Fast-Register, Invalidate Local STag) in SQ order, and turning the engine's
+//! completions into Work Completions in posting order (§8.2.2, §8.2.3).
+
+use super::cq::WqKind;
+use super::qp::{ActiveRq, ActiveSq, TerminateOrigin};
+use super::{
+    Access, AsyncEventKind, CompletionStatus, LlpStreamHandle, QpId, QpState, RecvWr, Rnic, SendWr,
+    SqOp, VerbError, WcOpcode, WorkCompletion,
+};
+use crate::rdmap;
+use crate::wire::terminate::TerminateCause;
+
+/// The first Immediate Error of a posted WR list; WRs before it stay posted
+/// (VERBS-00 §8.2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{error} after {posted} work requests were posted")]
+pub struct PostError {
+    /// Number of WRs posted before the failing one.
+    pub posted: usize,
+    /// The failing WR's Immediate Error.
+    pub error: VerbError,
+}
+
+/// Something the poll core must do on a QP's LLP stream or engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QpAction {
+    /// Idle→RTS: reset DDP/RDMAP/MPA state, send `stream_message` in streaming mode (if
+    /// any), then run the iWARP engine on `stream` (VERBS-00 §6.2.1.2).
+    Attach {
+        /// The QP.
+        qp: QpId,
+        /// The LLP stream.
+        stream: LlpStreamHandle,
+        /// Last streaming-mode message (active side).
+        stream_message: Option<Vec<u8>>,
+    },
+    /// Send a Terminate with `cause` and no optional fields, then close the LLP gracefully
+    /// (VERBS-00 §6.4, Fig. 12).
+    SendTerminate {
+        /// The QP.
+        qp: QpId,
+        /// Terminate Control.
+        cause: TerminateCause,
+    },
+    /// Close the LLP stream gracefully (TCP FIN).
+    CloseLlp {
+        /// The QP.
+        qp: QpId,
+    },
+    /// Reset the LLP stream (TCP RST) and detach it.
+    ResetLlp {
+        /// The QP.
+        qp: QpId,
+    },
+    /// The QP was destroyed: drop its engine.
+    Destroyed {
+        /// The QP.
+        qp: QpId,
+    },
+}
+
+fn status_from_engine(s: rdmap::CompletionStatus, remote_term: bool) -> CompletionStatus {
+    use rdmap::CompletionStatus as E;
+    match s {
+        E::Success => CompletionStatus::Success,
+        E::Flushed => CompletionStatus::Flushed,
+        E::LocalProtection => CompletionStatus::InvalidStag,
+        E::ZeroReadResources => CompletionStatus::ZeroReadResources,
+        // SPEC-DIGEST D13: a too-short receive buffer completes with Base & Bounds.
+        E::RecvOverflow => CompletionStatus::BaseBoundsViolation,
+        E::InvalidateFailed => CompletionStatus::InvalidateStagMismatch,
+        E::Fatal if remote_term => CompletionStatus::RemoteTermination,
+        E::Fatal => CompletionStatus::LocalQpCatastrophic,
+    }
+}
+
+impl Rnic {
+    /// PostSQ (VERBS-00 §8.2.1, §9.3.1.1). WRs are checked and queued in list order; the
+    /// first Immediate Error stops the list. In Error the WRs are accepted and flushed; a
+    /// WR posted while Closing is a "Bad Close" (§6.2.5).
+    pub fn post_sq(&mut self, qp: QpId, wrs: Vec<SendWr>) -> Result<usize, PostError> {
+        let mut posted = 0;
+        for wr in wrs {
+            if let Err(error) = self.post_one_sq(qp, wr) {
+                return Err(PostError { posted, error });
+            }
+            posted += 1;
+        }
+        Ok(posted)
+    }
+
+    fn check_sq_wr(&self, qp: QpId, wr: &SendWr) -> Result<(), VerbError> {
+        let q = self.qps.get(&qp).ok_or(VerbError::InvalidQpHandle)?;
+        if q.sq_slots >= q.init.sq_depth {
+            return Err(VerbError::TooManyWorkRequests);
+        }
+        use rdmap::SendOp as M;
+        let fenceable = matches!(
+            wr.op,
+            SqOp::Message(M::Send { .. } | M::Write { .. } | M::Immediate { .. })
+                | SqOp::Inline { .. }
+        );
+        if (wr.read_fence && !fenceable)
+            || (wr.local_fence && !matches!(wr.op, SqOp::LocalInvalidate { .. }))
+        {
+            return Err(VerbError::InvalidModifier);
+        }
+        match &wr.op {
+            SqOp::Message(M::Send { sgl, .. }) if sgl.len() > q.init.send_sges as usize => {
+                Err(VerbError::InvalidSglLength)
+            }
+            SqOp::Message(M::Write { sgl, .. }) if sgl.len() > q.init.write_sges as usize => {
+                Err(VerbError::InvalidSglLength)
+            }
+            SqOp::Message(M::Immediate { .. } | M::Atomic { .. }) if !self.attrs.extensions => {
+                Err(VerbError::InvalidOperationType)
+            }
+            SqOp::Inline { op, data } => match op {
+                M::Send { sgl, .. } | M::Write { sgl, .. } if sgl.is_empty() => {
+                    if data.len() > self.attrs.max_inline as usize {
+                        Err(VerbError::InvalidModifier)
+                    } else {
+                        Ok(())
+                    }
+                }
+                _ => Err(VerbError::InvalidSglFormat),
+            },
+            SqOp::ReadInvalidate(op) if !matches!(op, M::Read { .. }) => {
+                Err(VerbError::InvalidOperationType)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn post_one_sq(&mut self, qp: QpId, mut wr: SendWr) -> Result<(), VerbError> {
+        self.check_sq_wr(qp, &wr)?;
+        let q = self.qps.get(&qp).expect("checked");
+        let (state, pd) = (q.state, q.pd);
+        if let SqOp::Inline { op, data } = &wr.op {
+            // Inline data is copied now, into RI-owned memory readable only by this QP's
+            // PD; the SGE the engine gathers from names that copy.
+            let len = data.len() as u32;
+            let stag = self.memory.store_inline(pd, data.clone());
+            let sgl = vec![super::Sge { stag, to: 0, len }];
+            let op = match op.clone() {
+                rdmap::SendOp::Send {
+                    solicited,
+                    invalidate,
+                    ..
+                } => rdmap::SendOp::Send {
+                    sgl,
+                    solicited,
+                    invalidate,
+                },
+                rdmap::SendOp::Write { remote, .. } => rdmap::SendOp::Write { sgl, remote },
+                other => other,
+            };
+            wr.op = SqOp::Inline {
+                op,
+                data: Vec::new(),
+            };
+        }
+        let q = self.qps.get_mut(&qp).expect("checked");
+        q.sq_slots += 1;
+        let work = q.next_work();
+        match state {
+            QpState::Error => {
+                let wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode(), CompletionStatus::Flushed);
+                self.free_inline_of(&wr);
+                self.qps
+                    .get_mut(&qp)
+                    .expect("checked")
+                    .flush_queue
+                    .push_back((wc, WqKind::Sq));
+                self.flush(qp);
+            }
+            QpState::Closing => {
+                q.sq_pending.push_back((work, wr));
+                self.actions.push_back(QpAction::ResetLlp { qp });
+                self.enter_error(qp, Some(AsyncEventKind::BadClose), true);
+            }
+            _ => q.sq_pending.push_back((work, wr)),
+        }
+        Ok(())
+    }
+
+    /// PostRQ to a QP's own RQ (VERBS-00 §9.3.1.2). A QP attached to an S-RQ refuses it
+    /// with "RQ Associated with S-RQ". In Closing and Error receives are flushed.
+    pub fn post_rq(&mut self, qp: QpId, wrs: Vec<RecvWr>) -> Result<usize, PostError> {
+        let mut posted = 0;
+        for wr in wrs {
+            let Some(q) = self.qps.get_mut(&qp) else {
+                return Err(PostError {
+                    posted,
+                    error: VerbError::InvalidQpHandle,
+                });
+            };
+            let error = if q.srq.is_some() {
+                Some(VerbError::RqAssociatedWithSrq)
+            } else if q.rq_slots >= q.init.rq_depth {
+                Some(VerbError::TooManyWorkRequests)
+            } else if wr.sgl.len() > q.init.recv_sges as usize {
+                Some(VerbError::InvalidSglLength)
+            } else {
+                None
+            };
+            if let Some(error) = error {
+                return Err(PostError { posted, error });
+            }
+            q.rq_slots += 1;
+            let work = q.next_work();
+            if matches!(q.state, QpState::Error | QpState::Closing) {
+                let wc =
+                    WorkCompletion::new(qp, wr.wr_id, WcOpcode::Receive, CompletionStatus::Flushed);
+                q.flush_queue.push_back((wc, WqKind::Rq));
+                self.flush(qp);
+            } else {
+                q.rq_pending.push_back((work, wr));
+            }
+            posted += 1;
+        }
+        Ok(posted)
+    }
+
+    fn free_inline_of(&mut self, wr: &SendWr) {
+        if let SqOp::Inline {
+            op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
+            ..
+        } = &wr.op
+        {
+            for s in sgl {
+                self.memory.free_inline(s.stag);
+            }
+        }
+    }
+
+    /// The next message WR for the QP's RDMAP engine, or `None` when the SQ is empty, the
+    /// QP is not in RTS, or a Local Fence holds the queue (VERBS-00 §6.2.2, §8.2.2). Memory
+    /// operations met on the way are executed here, in SQ order, and take effect before any
+    /// later WR (§8.2.2.1). The returned WR's `wr_id` is the RI's work number, which the
+    /// engine's completion echoes to [`Rnic::handle_completion`].
+    pub fn next_send_wr(&mut self, qp: QpId) -> Option<rdmap::SendWr> {
+        loop {
+            let q = self.qps.get_mut(&qp)?;
+            if q.state != QpState::Rts {
+                return None;
+            }
+            let (work, wr) = q.sq_pending.front()?.clone();
+            let ctx = q.local_context();
+            if wr.local_fence && q.sq_active.iter().any(|a| a.done.is_none()) {
+                return None;
+            }
+            q.sq_pending.pop_front();
+            let result = match &wr.op {
+                SqOp::Bind(spec) => Some(self.memory.bind(&ctx, spec)),
+                SqOp::FastRegister(spec) => Some(self.memory.fast_register(&ctx, spec)),
+                SqOp::LocalInvalidate { stag } => Some(self.memory.invalidate_local(&ctx, *stag)),
+                _ => None,
+            };
+            if let Some(result) = result {
+                let status = result.err().unwrap_or(CompletionStatus::Success);
+                self.finish_local(qp, work, wr, status);
+                continue;
+            }
+            // Check the source SGL here so a local protection error gets its precise
+            // status (VERBS-00 Fig. 36) and a Local Catastrophic Terminate replaces the
+            // message (RFC 5040 §7.1 case 1; digest G07).
+            if let Some(sgl) = wr.source_sgl().or_else(|| inline_sgl(&wr)) {
+                let mut total = 0u64;
+                let mut status = CompletionStatus::Success;
+                for s in sgl {
+                    total += u64::from(s.len);
+                    if let Err(e) = self.memory.resolve_local(
+                        &ctx,
+                        s.stag,
+                        s.to,
+                        u64::from(s.len),
+                        Access::LOCAL_READ,
+                    ) {
+                        status = e;
+                        break;
+                    }
+                }
+                if status.is_success() && total > u64::from(u32::MAX) {
+                    status = CompletionStatus::InvalidLength;
+                }
+                if !status.is_success() {
+                    self.finish_local(qp, work, wr, status);
+                    return None;
+                }
+            }
+            let op = match &wr.op {
+                SqOp::Message(op) | SqOp::Inline { op, .. } | SqOp::ReadInvalidate(op) => {
+                    op.clone()
+                }
+                _ => unreachable!("memory operations handled above"),
+            };
+            let engine_wr = rdmap::SendWr {
+                wr_id: work,
+                op,
+                signaled: true,
+                read_fence: wr.read_fence,
+                local_fence: false,
+            };
+            let q = self.qps.get_mut(&qp).expect("QP exists");
+            q.sq_active.push_back(ActiveSq {
+                work,
+                wr,
+                done: None,
+                local: false,
+            });
+            return Some(engine_wr);
+        }
+    }
+
+    /// Completes a WR the RI itself executed or rejected.
+    fn finish_local(&mut self, qp: QpId, work: u64, wr: SendWr, status: CompletionStatus) {
+        let Some(q) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        let wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode(), status);
+        q.sq_active.push_back(ActiveSq {
+            work,
+            wr,
+            done: Some(wc),
+            local: true,
+        });
+        self.release_sq(qp);
+    }
+
+    /// The next receive WQE for the QP's engine (from its RQ or its S-RQ), in RTS only.
+    /// Its `wr_id` is the RI's work number. Raises the QP RQ Limit event when the number of
+    /// messages in progress exceeds the armed limit (VERBS-00 §6.3.8).
+    pub fn next_recv_wr(&mut self, qp: QpId) -> Option<RecvWr> {
+        let q = self.qps.get_mut(&qp)?;
+        if q.state != QpState::Rts {
+            return None;
+        }
+        let wr = match q.srq {
+            None => q.rq_pending.pop_front().map(|(_, wr)| wr)?,
+            Some(srq) => self.take_srq_wqe(srq)?,
+        };
+        let q = self.qps.get_mut(&qp).expect("QP exists");
+        let work = q.next_work();
+        let engine_wr = RecvWr {
+            wr_id: work,
+            sgl: wr.sgl.clone(),
+        };
+        q.rq_active.push_back(ActiveRq {
+            work,
+            wr,
+            done: None,
+        });
+        if q.rq_limit_armed && q.rq_active.len() as u32 > q.init.rq_limit {
+            q.rq_limit_armed = false;
+            self.raise_qp(qp, AsyncEventKind::QpRqLimitReached);
+        }
+        Some(engine_wr)
+    }
+
+    /// Takes a completion from the QP's RDMAP engine (its `wr_id` is the work number handed
+    /// out by [`Rnic::next_send_wr`] / [`Rnic::next_recv_wr`]) and releases Work
+    /// Completions in posting order (VERBS-00 §8.2.2 rule 2).
+    pub fn handle_completion(&mut self, qp: QpId, c: rdmap::Completion) -> Result<(), VerbError> {
+        let q = self.qps.get_mut(&qp).ok_or(VerbError::InvalidQpHandle)?;
+        let remote_term = matches!(q.terminate, Some((_, TerminateOrigin::Remote)));
+        let mut status = status_from_engine(c.status, remote_term);
+        if q.state != QpState::Rts && !status.is_success() {
+            status = CompletionStatus::Flushed;
+        }
+        match c.queue {
+            rdmap::WorkQueue::Send => {
+                let ctx = q.local_context();
+                let Some(pos) = q
+                    .sq_active
+                    .iter()
+                    .position(|a| a.work == c.wr_id && a.done.is_none())
+                else {
+                    return Ok(());
+                };
+                let wr = q.sq_active[pos].wr.clone();
+                if status.is_success() {
+                    if let SqOp::ReadInvalidate(rdmap::SendOp::Read { sink, .. }) = &wr.op {
+                        // VERBS-00 §8.2.2.1: invalidate after the data landed, before the
+                        // WC is retrievable.
+                        if let Err(e) = self.memory.invalidate_local(&ctx, sink.stag) {
+                            status = e;
+                        }
+                    }
+                }
+                let q = self.qps.get_mut(&qp).expect("QP exists");
+                let mut wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode(), status);
+                wc.byte_len = c.byte_len;
+                wc.atomic_original = c.atomic_original;
+                q.sq_active[pos].done = Some(wc);
+                q.sq_active[pos].local =
+                    !status.is_success() && c.status == rdmap::CompletionStatus::Success;
+                self.release_sq(qp);
+            }
+            rdmap::WorkQueue::Recv => {
+                let Some(pos) = q
+                    .rq_active
+                    .iter()
+                    .position(|a| a.work == c.wr_id && a.done.is_none())
+                else {
+                    return Ok(());
+                };
+                let wr_id = q.rq_active[pos].wr.wr_id;
+                let mut wc = WorkCompletion::new(qp, wr_id, WcOpcode::Receive, status);
+                wc.byte_len = c.byte_len;
+                wc.invalidated = c.invalidated;
+                wc.solicited = c.solicited;
+                wc.immediate = c.immediate;
+                q.rq_active[pos].done = Some(wc);
+                self.release_rq(qp);
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases finished SQ WRs from the head of the active list as WCs.
+    fn release_sq(&mut self, qp: QpId) {
+        loop {
+            let Some(q) = self.qps.get_mut(&qp) else {
+                return;
+            };
+            let Some(front) = q.sq_active.front() else {
+                return;
+            };
+            if front.done.is_none() {
+                return;
+            }
+            let a = q.sq_active.pop_front().expect("front exists");
+            let wc = a.done.expect("checked");
+            let cq = q.sq_cq;
+            let ok = wc.status.is_success();
+            self.free_inline_of(&a.wr);
+            if !ok && wc.status != CompletionStatus::Flushed {
+                if let Some(q) = self.qps.get_mut(&qp) {
+                    q.error_reported = true;
+                }
+            }
+            if a.wr.signaled || !ok {
+                if !self.push_wc(cq, wc, WqKind::Sq) {
+                    self.local_error(
+                        qp,
+                        TerminateCause::RDMAP_CATASTROPHIC_STREAM,
+                        true,
+                        Some(AsyncEventKind::CqSqError),
+                    );
+                    return;
+                }
+            } else if let Some(q) = self.qps.get_mut(&qp) {
+                q.sq_slots = q.sq_slots.saturating_sub(1);
+            }
+            if !ok && wc.status != CompletionStatus::Flushed {
+                // A completion error stops the QP (VERBS-00 §8.3.2): Terminate, and the
+                // later WRs are flushed once it reaches Error.
+                self.local_error(qp, TerminateCause::RDMAP_LOCAL_CATASTROPHIC, a.local, None);
+                return;
+            }
+        }
+    }
+
+    /// Releases finished receives from the head of the RQ as WCs.
+    fn release_rq(&mut self, qp: QpId) {
+        loop {
+            let Some(q) = self.qps.get_mut(&qp) else {
+                return;
+            };
+            if q.rq_active.front().is_none_or(|a| a.done.is_none()) {
+                return;
+            }
+            let a = q.rq_active.pop_front().expect("front exists");
+            let wc = a.done.expect("checked");
+            let cq = q.rq_cq;
+            let kind = if q.srq.is_some() {
+                WqKind::Srq
+            } else {
+                WqKind::Rq
+            };
+            if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
+                q.error_reported = true;
+            }
+            if !self.push_wc(cq, wc, kind) {
+                self.local_error(
+                    qp,
+                    TerminateCause::RDMAP_CATASTROPHIC_STREAM,
+                    true,
+                    Some(AsyncEventKind::CqRqError),
+                );
+                return;
+            }
+            if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
+                self.local_error(qp, TerminateCause::RDMAP_LOCAL_CATASTROPHIC, false, None);
+                return;
+            }
+        }
+    }
+}
+
+fn inline_sgl(wr: &SendWr) -> Option<&[super::Sge]> {
+    match &wr.op {
+        SqOp::Inline {
+            op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
+            ..
+        } => Some(sgl),
+        _ => None,
+    }
+}

@@ -1,0 +1,292 @@
+//! The RNIC handle: Open/Query/Close RNIC (VERBS-00 §5.1, §9.2.1), the resource tables
+//! every other verb works on, and the event and action queues the poll core drains.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::cq::Cq;
+use super::memory::{MemoryBackend, MemoryModel};
+use super::qp::Qp;
+use super::srq::Srq;
+use super::{AsyncEvent, CqHandle, PdId, QpAction, QpId, SrqHandle, UlpId, VerbError};
+
+/// Physical buffer addressing mode chosen at Open RNIC (VERBS-00 §7.6.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressingMode {
+    /// Page Lists (mandatory).
+    Page,
+    /// Block Lists (optional, not supported here).
+    Block,
+}
+
+/// Capabilities reported by Query RNIC (VERBS-00 §9.2.1.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RnicAttributes {
+    /// Vendor / implementation name.
+    pub vendor: String,
+    /// Maximum number of QPs.
+    pub max_qps: u32,
+    /// Maximum number of WRs per SQ or RQ.
+    pub max_wrs_per_wq: u32,
+    /// Maximum number of WRs per S-RQ.
+    pub max_srq_wrs: u32,
+    /// Maximum SGEs per Send or Receive WR.
+    pub max_send_recv_sges: u32,
+    /// Maximum SGEs per RDMA Write WR.
+    pub max_write_sges: u32,
+    /// Maximum number of CQs.
+    pub max_cqs: u32,
+    /// Maximum number of CQEs per CQ.
+    pub max_cqes_per_cq: u32,
+    /// Maximum number of MR STags.
+    pub max_mrs: u32,
+    /// Maximum number of PBL entries per MR.
+    pub max_pbl_entries: u32,
+    /// Maximum number of PDs.
+    pub max_pds: u32,
+    /// Maximum number of MWs.
+    pub max_mws: u32,
+    /// Maximum number of S-RQs (0: S-RQ not supported).
+    pub max_srqs: u32,
+    /// Maximum IRD per QP.
+    pub max_ird_per_qp: u32,
+    /// Maximum ORD per QP.
+    pub max_ord_per_qp: u32,
+    /// Total IRD of the RNIC (0: not pooled).
+    pub ird_pool: u32,
+    /// Total ORD of the RNIC (0: not pooled).
+    pub ord_pool: u32,
+    /// IRD may be modified after creation.
+    pub ird_modifiable: bool,
+    /// ORD may be increased after creation.
+    pub ord_increasable: bool,
+    /// WQ depths may be changed by Modify QP.
+    pub wq_resizable: bool,
+    /// Supported page sizes (each a power of two).
+    pub page_sizes: Vec<u64>,
+    /// Maximum MR size in octets.
+    pub max_mr_size: u64,
+    /// Maximum inline data octets in a Send or Write WR.
+    pub max_inline: u32,
+    /// CQ overflow is detected and reported.
+    pub cq_overflow_detection: bool,
+    /// RDMAP extensions (atomics, immediate data, RFC 7306) are supported.
+    pub extensions: bool,
+}
+
+impl Default for RnicAttributes {
+    fn default() -> Self {
+        RnicAttributes {
+            vendor: "iwarp-dataplane soft RNIC".into(),
+            max_qps: 1024,
+            max_wrs_per_wq: 4096,
+            max_srq_wrs: 16384,
+            max_send_recv_sges: 8,
+            max_write_sges: 8,
+            max_cqs: 1024,
+            max_cqes_per_cq: 65536,
+            max_mrs: 65536,
+            max_pbl_entries: 1 << 20,
+            max_pds: 1024,
+            max_mws: 65536,
+            max_srqs: 256,
+            max_ird_per_qp: 64,
+            max_ord_per_qp: 64,
+            ird_pool: 0,
+            ord_pool: 0,
+            ird_modifiable: true,
+            ord_increasable: true,
+            wq_resizable: true,
+            page_sizes: vec![4096, 2 << 20, 1 << 30],
+            max_mr_size: 1 << 40,
+            max_inline: 256,
+            cq_overflow_detection: true,
+            extensions: true,
+        }
+    }
+}
+
+/// Per-ULP limits enforced by the privileged resource manager (RFC 5040 §8.1.2 items 2, 5
+/// and 6; digest §4 items 14, 17, 18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// QPs the ULP may hold.
+    pub max_qps: u32,
+    /// CQ entries (summed over its CQs) the ULP may hold.
+    pub max_cqes: u64,
+    /// MR and MW STags the ULP may hold.
+    pub max_stags: u32,
+    /// IRD (summed over its QPs) the ULP may hold.
+    pub max_ird: u32,
+}
+
+impl Quota {
+    /// No limit beyond the RNIC's own.
+    pub const UNLIMITED: Quota = Quota {
+        max_qps: u32::MAX,
+        max_cqes: u64::MAX,
+        max_stags: u32::MAX,
+        max_ird: u32::MAX,
+    };
+}
+
+/// An RNIC that can be opened once at a time (VERBS-00 §5.1.2: a second Open while open
+/// returns "RNIC in use").
+#[derive(Debug, Clone)]
+pub struct RnicDevice {
+    name: String,
+    attrs: RnicAttributes,
+    in_use: Arc<AtomicBool>,
+}
+
+impl RnicDevice {
+    /// Describes a device with the given name and capabilities.
+    pub fn new(name: impl Into<String>, attrs: RnicAttributes) -> Self {
+        RnicDevice {
+            name: name.into(),
+            attrs,
+            in_use: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Open RNIC (VERBS-00 §9.2.1.1). `backend` holds the bytes every registration refers
+    /// to; `stag_seed` seeds the sparse STag index allocator (RFC 5040 §8.1.1 item 8).
+    pub fn open(
+        &self,
+        mode: AddressingMode,
+        backend: Box<dyn MemoryBackend + Send>,
+        stag_seed: u64,
+    ) -> Result<Rnic, VerbError> {
+        if mode == AddressingMode::Block {
+            return Err(VerbError::BlockModeUnsupported);
+        }
+        if self
+            .in_use
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(VerbError::RnicInUse);
+        }
+        log::debug!("RNIC {} opened", self.name);
+        let mut memory = MemoryModel::new(backend, stag_seed);
+        memory.page_sizes = self.attrs.page_sizes.clone();
+        memory.max_pbl_entries = self.attrs.max_pbl_entries;
+        memory.max_mr_size = self.attrs.max_mr_size;
+        Ok(Rnic {
+            name: self.name.clone(),
+            attrs: self.attrs.clone(),
+            in_use: self.in_use.clone(),
+            next_handle: 1,
+            pds: HashMap::new(),
+            cqs: HashMap::new(),
+            srqs: HashMap::new(),
+            qps: HashMap::new(),
+            memory,
+            quotas: HashMap::new(),
+            events: VecDeque::new(),
+            cq_events: VecDeque::new(),
+            actions: VecDeque::new(),
+        })
+    }
+}
+
+/// An open RNIC and every resource created on it. It is owned by one thread (the poll core,
+/// or an application through [`super::channel`]); closing it (or dropping it) frees
+/// everything (VERBS-00 §5.1.4).
+pub struct Rnic {
+    pub(super) name: String,
+    pub(super) attrs: RnicAttributes,
+    in_use: Arc<AtomicBool>,
+    next_handle: u32,
+    pub(super) pds: HashMap<PdId, UlpId>,
+    pub(super) cqs: HashMap<CqHandle, Cq>,
+    pub(super) srqs: HashMap<SrqHandle, Srq>,
+    pub(super) qps: HashMap<QpId, Qp>,
+    pub(super) memory: MemoryModel,
+    pub(super) quotas: HashMap<UlpId, Quota>,
+    pub(super) events: VecDeque<AsyncEvent>,
+    pub(super) cq_events: VecDeque<CqHandle>,
+    pub(super) actions: VecDeque<QpAction>,
+}
+
+impl std::fmt::Debug for Rnic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rnic")
+            .field("name", &self.name)
+            .field("pds", &self.pds.len())
+            .field("cqs", &self.cqs.len())
+            .field("srqs", &self.srqs.len())
+            .field("qps", &self.qps.len())
+            .finish()
+    }
+}
+
+impl Rnic {
+    /// Query RNIC (VERBS-00 §9.2.1.2).
+    pub fn query(&self) -> &RnicAttributes {
+        &self.attrs
+    }
+
+    /// Close RNIC (VERBS-00 §9.2.1.3): frees every resource; the device may be opened again.
+    pub fn close(self) {}
+
+    /// A fresh handle value; handles are never reused, so stale handles are detected.
+    pub(super) fn new_handle(&mut self) -> u32 {
+        let h = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        h
+    }
+
+    /// Sets the resource quota of one ULP (privileged resource manager).
+    pub fn set_quota(&mut self, ulp: UlpId, quota: Quota) {
+        self.quotas.insert(ulp, quota);
+    }
+
+    pub(super) fn quota(&self, ulp: UlpId) -> Quota {
+        self.quotas.get(&ulp).copied().unwrap_or(Quota::UNLIMITED)
+    }
+
+    /// The next asynchronous event, if any (VERBS-00 §8.3.3).
+    pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// The next CQ whose armed completion notification fired (VERBS-00 §8.2.5); the
+    /// consumer then polls that CQ.
+    pub fn poll_completion_event(&mut self) -> Option<CqHandle> {
+        self.cq_events.pop_front()
+    }
+
+    /// The next action the poll core must carry out on an LLP stream or engine.
+    pub fn poll_action(&mut self) -> Option<QpAction> {
+        self.actions.pop_front()
+    }
+
+    /// The memory model (STag table and backend) the protocol engines place data through.
+    pub fn memory(&self) -> &MemoryModel {
+        &self.memory
+    }
+
+    /// Mutable access to the memory model, for the protocol engines.
+    pub fn memory_mut(&mut self) -> &mut MemoryModel {
+        &mut self.memory
+    }
+
+    pub(super) fn raise(&mut self, event: AsyncEvent) {
+        log::debug!("async event {event:?}");
+        self.events.push_back(event);
+    }
+}
+
+impl Drop for Rnic {
+    fn drop(&mut self) {
+        self.in_use.store(false, Ordering::Release);
+        log::debug!("RNIC {} closed", self.name);
+    }
+}

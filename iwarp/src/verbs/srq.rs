@@ -1,0 +1,177 @@
+//! Shared Receive Queues (VERBS-00 §6.3, §9.2.4).
+
+use std::collections::VecDeque;
+
+use super::{AsyncEvent, AsyncEventKind, EventResource, PdId, RecvWr, Rnic, SrqHandle, VerbError};
+
+#[derive(Debug)]
+pub(super) struct Srq {
+    pub(super) pd: PdId,
+    pub(super) max_wrs: u32,
+    pub(super) max_sges: u32,
+    pub(super) limit: u32,
+    pub(super) armed: bool,
+    /// WQEs posted and not yet taken by a QP.
+    pub(super) queue: VecDeque<RecvWr>,
+    /// WQEs posted whose WC was not yet polled (VERBS-00 §6.3.5).
+    pub(super) slots: u32,
+}
+
+/// Result of Query S-RQ (VERBS-00 §9.2.4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqAttributes {
+    /// Max outstanding WRs.
+    pub max_wrs: u32,
+    /// Max SGEs per WR.
+    pub max_sges: u32,
+    /// Protection domain.
+    pub pd: PdId,
+    /// S-RQ limit.
+    pub limit: u32,
+    /// Limit event armed.
+    pub armed: bool,
+    /// WQEs available (posted, not yet taken).
+    pub available: u32,
+}
+
+impl Rnic {
+    /// Create S-RQ (VERBS-00 §9.2.4.1). The limit event is armed when `limit` > 0.
+    pub fn create_srq(
+        &mut self,
+        pd: PdId,
+        max_wrs: u32,
+        max_sges: u32,
+        limit: u32,
+    ) -> Result<(SrqHandle, u32), VerbError> {
+        self.pd_owner(pd)?;
+        if self.attrs.max_srqs == 0 || self.srqs.len() >= self.attrs.max_srqs as usize {
+            return Err(VerbError::InsufficientResources);
+        }
+        if max_wrs > self.attrs.max_srq_wrs {
+            return Err(VerbError::WrsExceedCapability);
+        }
+        if max_sges > self.attrs.max_send_recv_sges {
+            return Err(VerbError::SgesExceedCapability);
+        }
+        let max_wrs = max_wrs.max(1);
+        if limit > max_wrs {
+            return Err(VerbError::SrqLimitOutOfRange);
+        }
+        let h = SrqHandle(self.new_handle());
+        self.srqs.insert(
+            h,
+            Srq {
+                pd,
+                max_wrs,
+                max_sges,
+                limit,
+                armed: limit > 0,
+                queue: VecDeque::new(),
+                slots: 0,
+            },
+        );
+        Ok((h, max_wrs))
+    }
+
+    /// Query S-RQ (VERBS-00 §9.2.4.2).
+    pub fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttributes, VerbError> {
+        let s = self.srqs.get(&srq).ok_or(VerbError::InvalidSrqHandle)?;
+        Ok(SrqAttributes {
+            max_wrs: s.max_wrs,
+            max_sges: s.max_sges,
+            pd: s.pd,
+            limit: s.limit,
+            armed: s.armed,
+            available: s.queue.len() as u32,
+        })
+    }
+
+    /// Modify S-RQ (VERBS-00 §6.3.2, §6.3.8, §9.2.4.3): resize, change the limit, re-arm.
+    pub fn modify_srq(
+        &mut self,
+        srq: SrqHandle,
+        max_wrs: Option<u32>,
+        limit: Option<u32>,
+        arm: bool,
+    ) -> Result<u32, VerbError> {
+        let cap = self.attrs.max_srq_wrs;
+        let s = self.srqs.get_mut(&srq).ok_or(VerbError::InvalidSrqHandle)?;
+        let new_max = max_wrs.unwrap_or(s.max_wrs);
+        if new_max > cap {
+            return Err(VerbError::WrsExceedCapability);
+        }
+        if new_max < s.slots {
+            return Err(VerbError::ShrinkBelowOccupancy);
+        }
+        let new_limit = limit.unwrap_or(s.limit);
+        if new_limit > new_max {
+            return Err(VerbError::SrqLimitOutOfRange);
+        }
+        if (arm || s.armed) && new_limit > 0 && new_max < new_limit {
+            return Err(VerbError::InvalidModifier);
+        }
+        s.max_wrs = new_max.max(1);
+        s.limit = new_limit;
+        if arm {
+            s.armed = new_limit > 0;
+        }
+        Ok(s.max_wrs)
+    }
+
+    /// Destroy S-RQ (VERBS-00 §6.3.3): refused while QPs use it; posted WRs are forgotten.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), VerbError> {
+        if !self.srqs.contains_key(&srq) {
+            return Err(VerbError::InvalidSrqHandle);
+        }
+        if self.qps.values().any(|q| q.srq == Some(srq)) {
+            return Err(VerbError::SrqHasQps);
+        }
+        self.srqs.remove(&srq);
+        Ok(())
+    }
+
+    /// PostRQ to an S-RQ (VERBS-00 §9.3.1.2). Returns the number of WRs posted; the first
+    /// failing WR stops the list.
+    pub fn post_srq(
+        &mut self,
+        srq: SrqHandle,
+        wrs: Vec<RecvWr>,
+    ) -> Result<usize, super::PostError> {
+        let s = self.srqs.get_mut(&srq).ok_or(super::PostError {
+            posted: 0,
+            error: VerbError::InvalidSrqHandle,
+        })?;
+        let mut posted = 0;
+        for wr in wrs {
+            let error = if s.slots >= s.max_wrs {
+                Some(VerbError::TooManyWorkRequests)
+            } else if wr.sgl.len() > s.max_sges as usize {
+                Some(VerbError::InvalidSglLength)
+            } else {
+                None
+            };
+            if let Some(error) = error {
+                return Err(super::PostError { posted, error });
+            }
+            s.slots += 1;
+            s.queue.push_back(wr);
+            posted += 1;
+        }
+        Ok(posted)
+    }
+
+    /// Takes one WQE from an S-RQ for a QP; raises the limit event when the number of
+    /// available WQEs drops below the armed limit (VERBS-00 §6.3.8).
+    pub(super) fn take_srq_wqe(&mut self, srq: SrqHandle) -> Option<RecvWr> {
+        let s = self.srqs.get_mut(&srq)?;
+        let wr = s.queue.pop_front()?;
+        if s.armed && (s.queue.len() as u32) < s.limit {
+            s.armed = false;
+            self.raise(AsyncEvent {
+                resource: EventResource::Srq(srq),
+                kind: AsyncEventKind::SrqLimitReached,
+            });
+        }
+        Some(wr)
+    }
+}
