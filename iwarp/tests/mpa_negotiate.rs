@@ -38,14 +38,17 @@ fn run(
     };
     assert_eq!(used, req.len());
     let ev = events(&mut r);
-    assert!(matches!(ev.as_slice(), [Event::ConnectRequest(_)]), "{ev:?}");
+    assert!(
+        matches!(ev.as_slice(), [Event::ConnectRequest(_)]),
+        "{ev:?}"
+    );
     let accepted = r.accept(now, accept_pd);
     let rep = drain(&mut r);
     let rres = accepted.map(|_| r.negotiated().unwrap().clone());
-    let ires = i.handle_input(now, &rep).and_then(|used| {
+    let ires = i.handle_input(now, &rep).map(|used| {
         assert_eq!(used, rep.len());
         match events(&mut i).pop() {
-            Some(Event::Established(n)) => Ok(n),
+            Some(Event::Established(n)) => n,
             other => panic!("unexpected {other:?}"),
         }
     });
@@ -498,10 +501,7 @@ fn p2p_rtr_exchange() {
     }
     r.handle_rtr(now, &zero_write()).unwrap();
     assert!(r.may_send_fpdus());
-    assert!(matches!(
-        events(&mut r).as_slice(),
-        [Event::Established(_)]
-    ));
+    assert!(matches!(events(&mut r).as_slice(), [Event::Established(_)]));
 }
 
 #[test]

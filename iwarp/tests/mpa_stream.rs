@@ -103,7 +103,8 @@ impl TcpSim {
             data = &data[(self.rcv_nxt - pos) as usize..];
             pos = self.rcv_nxt;
         }
-        let mut deliver = |d: iwarp::mpa::Delivery<'_>| sink.got.push((d.seq, d.ulpdu.to_vec(), d.in_order));
+        let mut deliver =
+            |d: iwarp::mpa::Delivery<'_>| sink.got.push((d.seq, d.ulpdu.to_vec(), d.in_order));
         if pos == self.rcv_nxt {
             let c = rx.handle_segment(self.seq(pos), data, true, &mut deliver)?;
             assert_eq!(c.len(), data.len(), "in-order bytes are always consumed");
@@ -116,10 +117,12 @@ impl TcpSim {
             self.buffered.insert(pos, data[..c.start].to_vec());
         }
         if c.end < data.len() {
-            self.buffered.insert(pos + c.end as u64, data[c.end..].to_vec());
+            self.buffered
+                .insert(pos + c.end as u64, data[c.end..].to_vec());
         }
         if !c.is_empty() {
-            self.consumed.insert(pos + c.start as u64, pos + c.end as u64);
+            self.consumed
+                .insert(pos + c.start as u64, pos + c.end as u64);
         }
         Ok(c)
     }
@@ -127,12 +130,7 @@ impl TcpSim {
     fn drain(&mut self, rx: &mut Receiver, sink: &mut Sink) -> Result<(), MpaError> {
         loop {
             let nxt = self.rcv_nxt;
-            if let Some((_, &end)) = self
-                .consumed
-                .range(..=nxt)
-                .rev()
-                .find(|(_, &e)| e > nxt)
-            {
+            if let Some((_, &end)) = self.consumed.range(..=nxt).rev().find(|(_, &e)| e > nxt) {
                 self.rcv_nxt = end;
                 rx.handle_rcv_nxt(self.seq(end))?;
                 continue;
@@ -176,7 +174,10 @@ fn check_exact(segs: &[Vec<u8>], sink: &Sink, base: u32) {
         .filter(|g| g.2)
         .map(|g| g.0.wrapping_sub(base))
         .collect();
-    assert!(in_order.windows(2).all(|w| w[0] < w[1]), "in-order deliveries in order");
+    assert!(
+        in_order.windows(2).all(|w| w[0] < w[1]),
+        "in-order deliveries in order"
+    );
 }
 
 fn config(crc: bool, markers: bool, start: u32, max: usize) -> (Framer, ReceiverConfig) {
@@ -328,7 +329,9 @@ fn markers_locate_fpdus_in_a_segment_starting_mid_fpdu() {
     // RFC 5044 §5: a marker inside an out-of-order segment points back to the start of
     // an FPDU, even when the segment itself starts inside another FPDU.
     let start = 77;
-    let segs: Vec<Vec<u8>> = (0..200).map(|i| ddp_segment(i, 10 + i as usize % 7)).collect();
+    let segs: Vec<Vec<u8>> = (0..200)
+        .map(|i| ddp_segment(i, 10 + i as usize % 7))
+        .collect();
     let (framer, rc) = config(false, true, start, 600);
     let stream: Vec<u8> = units(&framer, start, EMSS, &segs)
         .into_iter()
@@ -337,7 +340,9 @@ fn markers_locate_fpdus_in_a_segment_starting_mid_fpdu() {
     // Where each FPDU's ULPDU_Length sits, by parsing the stream in order.
     let mut in_order = Vec::new();
     Receiver::new(rc)
-        .handle_segment(start, &stream, true, |d| in_order.push((d.seq, d.ulpdu.to_vec())))
+        .handle_segment(start, &stream, true, |d| {
+            in_order.push((d.seq, d.ulpdu.to_vec()))
+        })
         .unwrap();
     assert_eq!(in_order.len(), segs.len());
     let (from, to) = (201usize, 1203usize);
@@ -359,7 +364,10 @@ fn markers_locate_fpdus_in_a_segment_starting_mid_fpdu() {
     assert!(got.len() > 15, "{}", got.len());
     assert!(c.end + 40 > to - from, "placed up to the last whole FPDU");
     for g in &got {
-        assert!(in_order.contains(g), "placed FPDU matches the in-order parse");
+        assert!(
+            in_order.contains(g),
+            "placed FPDU matches the in-order parse"
+        );
     }
     // Without markers and CRC the same segment is never placed.
     let (_, rc) = config(false, false, start, 600);
@@ -394,13 +402,14 @@ fn crc_mismatch_is_2_0_02() {
     stream[40] ^= 0x01;
     let mut rx = Receiver::new(rc);
     let mut n = 0;
-    let e = rx
-        .handle_segment(0, &stream, true, |_| n += 1)
-        .unwrap_err();
+    let e = rx.handle_segment(0, &stream, true, |_| n += 1).unwrap_err();
     assert!(matches!(e, MpaError::CrcMismatch { .. }), "{e:?}");
     assert_eq!(e.terminate_cause(), TerminateCause::MPA_CRC_ERROR);
     assert_eq!(e.terminate_cause(), TerminateCause::new(2, 0, 0x02));
-    assert_eq!(rx.handle_in_order(rx.next_seq(), &[0], |_| ()), Err(MpaError::Stopped));
+    assert_eq!(
+        rx.handle_in_order(rx.next_seq(), &[0], |_| ()),
+        Err(MpaError::Stopped)
+    );
 }
 
 #[test]
@@ -439,14 +448,27 @@ fn marker_disagreeing_with_length_is_2_0_03() {
     stream[515] ^= 0x04;
     let mut rx = Receiver::new(rc);
     let e = rx.handle_segment(0, &stream, true, |_| ()).unwrap_err();
-    assert!(matches!(e, MpaError::MarkerMismatch { seq: 512, .. }), "{e:?}");
+    assert!(
+        matches!(e, MpaError::MarkerMismatch { seq: 512, .. }),
+        "{e:?}"
+    );
     assert_eq!(e.terminate_cause(), TerminateCause::new(2, 0, 0x03));
     // A leading marker must point at its own position.
     let (_, mut stream, rc) = one_stream(false, true);
     stream[3] = 1;
     let mut rx = Receiver::new(rc);
     let e = rx.handle_segment(0, &stream, true, |_| ()).unwrap_err();
-    assert!(matches!(e, MpaError::MarkerMismatch { seq: 0, fpduptr: 1, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            MpaError::MarkerMismatch {
+                seq: 0,
+                fpduptr: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -463,7 +485,10 @@ fn nonsense_ulpdu_length_is_2_0_03() {
             max_ulpdu_len: 600,
         });
         let e = rx.handle_segment(0, &fpdu, true, |_| ()).unwrap_err();
-        assert!(matches!(e, MpaError::BadUlpduLength { len: l, .. } if l == len), "{e:?}");
+        assert!(
+            matches!(e, MpaError::BadUlpduLength { len: l, .. } if l == len),
+            "{e:?}"
+        );
         assert_eq!(e.terminate_cause(), TerminateCause::MPA_MARKER_MISMATCH);
     }
 }
@@ -473,7 +498,13 @@ fn gap_without_consumed_fpdus_is_an_error() {
     let (_, stream, rc) = one_stream(false, false);
     let mut rx = Receiver::new(rc);
     let e = rx.handle_in_order(100, &stream[100..], |_| ()).unwrap_err();
-    assert_eq!(e, MpaError::StreamGap { seq: 100, expected: 0 });
+    assert_eq!(
+        e,
+        MpaError::StreamGap {
+            seq: 100,
+            expected: 0
+        }
+    );
     assert_eq!(e.terminate_cause(), TerminateCause::MPA_LOCAL_CATASTROPHIC);
 }
 

@@ -53,7 +53,9 @@ pub enum MpaError {
     #[error("no matching RTR option: {0}")]
     NoMatchingRtr(&'static str),
     /// FPDU CRC mismatch (2/0/02).
-    #[error("MPA CRC error at seq {seq:#010x}: computed {computed:#010x}, received {received:#010x}")]
+    #[error(
+        "MPA CRC error at seq {seq:#010x}: computed {computed:#010x}, received {received:#010x}"
+    )]
     CrcMismatch {
         /// TCP sequence number of the FPDU.
         seq: u32,

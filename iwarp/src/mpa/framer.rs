@@ -3,7 +3,6 @@
 //! every unit holds whole FPDUs only, so every TCP segment starts with an FPDU or with the
 //! marker in front of one ("MPA-aware TCP", RFC 5044 §6.1).
 
-use crate::mpa::crc;
 use crate::mpa::error::MpaError;
 use crate::mpa::markers::{MarkedWriter, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
@@ -63,7 +62,12 @@ impl Framer {
 
     /// Appends one FPDU carrying the gathered `segment` at stream position `seq`; returns
     /// the octets appended.
-    pub fn emit_fpdu(&self, seq: u32, segment: &[&[u8]], out: &mut Vec<u8>) -> Result<usize, MpaError> {
+    pub fn emit_fpdu(
+        &self,
+        seq: u32,
+        segment: &[&[u8]],
+        out: &mut Vec<u8>,
+    ) -> Result<usize, MpaError> {
         let ulpdu_len: usize = segment.iter().map(|p| p.len()).sum();
         if ulpdu_len > u16::MAX as usize {
             return Err(MpaError::Framing("DDP segment longer than 65535 octets"));
@@ -80,8 +84,7 @@ impl Framer {
             w.write(part);
         }
         w.write(&[0u8; 3][..pad_len(ulpdu_len)]);
-        let value = if self.crc { w.crc() } else { 0 };
-        w.finish(crc::to_wire(value));
+        w.finish(self.crc);
         debug_assert_eq!(out.len() - start, span);
         Ok(out.len() - start)
     }
@@ -130,11 +133,13 @@ mod tests {
         // RFC 5044 §4.1: ULPDU_Length | ULPDU | pad | CRC over the first three.
         let f = Framer::new(true, None);
         let mut out = Vec::new();
-        let n = f.emit_fpdu(7, &[&[0xc1, 0x40], &[1, 2, 3]], &mut out).unwrap();
+        let n = f
+            .emit_fpdu(7, &[&[0xc1, 0x40], &[1, 2, 3]], &mut out)
+            .unwrap();
         assert_eq!(n, 12);
         let v = Fpdu::new_checked(&out[..]).unwrap();
         assert_eq!(v.ulpdu(), &[0xc1, 0x40, 1, 2, 3]);
-        assert_eq!(v.crc(), crc::crc32c(v.crc_covered()));
+        assert_eq!(v.crc(), crate::mpa::crc::crc32c(v.crc_covered()));
         let f = Framer::new(false, None);
         out.clear();
         f.emit_fpdu(7, &[&[1, 2, 3, 4, 5, 6]], &mut out).unwrap();

@@ -140,21 +140,21 @@ impl<'a> MarkedWriter<'a> {
         }
     }
 
-    /// CRC of everything written since the leading marker.
-    pub(crate) fn crc(&self) -> u32 {
-        self.crc.value()
-    }
-
-    /// Appends the CRC field (not covered), inserting a marker in front when one falls there.
-    pub(crate) fn finish(mut self, crc_field: [u8; 4]) -> u32 {
+    /// Appends the CRC field, inserting a marker in front of it when one falls there (that
+    /// marker is inside the FPDU, so the CRC covers it). The field carries the CRC of all
+    /// octets after the leading marker when `with_crc`, else zero. Returns the next seq.
+    pub(crate) fn finish(mut self, with_crc: bool) -> u32 {
         if let Some(s) = self.spacing {
             if s.is_marker_at(self.seq) {
                 let ptr = self.seq.wrapping_sub(self.boundary) as u16;
-                self.out.extend_from_slice(&Marker::new(ptr).to_bytes());
+                let m = Marker::new(ptr).to_bytes();
+                self.out.extend_from_slice(&m);
+                self.crc.update(&m);
                 self.seq = self.seq.wrapping_add(MARKER_LEN as u32);
             }
         }
-        self.out.extend_from_slice(&crc_field);
+        let value = if with_crc { self.crc.value() } else { 0 };
+        self.out.extend_from_slice(&crate::mpa::crc::to_wire(value));
         self.seq.wrapping_add(4)
     }
 }
@@ -162,7 +162,12 @@ impl<'a> MarkedWriter<'a> {
 /// Copies the non-marker octets of `data` (stream octets starting at `seq`) into `out` and
 /// returns the complete markers found as `(seq, marker)`. Octets of markers cut by the
 /// edges of `data` are dropped too.
-pub fn strip(spacing: MarkerSpacing, seq: u32, data: &[u8], out: &mut Vec<u8>) -> Vec<(u32, Marker)> {
+pub fn strip(
+    spacing: MarkerSpacing,
+    seq: u32,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> Vec<(u32, Marker)> {
     let mut markers = Vec::new();
     let mut i = 0usize;
     while i < data.len() {
@@ -208,7 +213,10 @@ mod tests {
         let s = MarkerSpacing::new(u32::MAX - 99);
         assert!(s.is_marker_at(u32::MAX - 99));
         assert!(s.is_marker_at((u32::MAX - 99).wrapping_add(512)));
-        assert_eq!(s.next_marker(u32::MAX - 98), (u32::MAX - 99).wrapping_add(512));
+        assert_eq!(
+            s.next_marker(u32::MAX - 98),
+            (u32::MAX - 99).wrapping_add(512)
+        );
     }
 
     #[test]
@@ -232,7 +240,7 @@ mod tests {
         let mut out = Vec::new();
         let mut w = MarkedWriter::new(&mut out, 1000, Some(s));
         w.write(&data);
-        let end = w.finish([9, 9, 9, 9]);
+        let end = w.finish(true);
         assert_eq!(out.len(), s.span(1000, 2004));
         assert_eq!(end, 1000 + out.len() as u32);
         let mut back = Vec::new();

@@ -405,7 +405,8 @@ impl Negotiator {
             self.state = State::Rejected;
             return Err(MpaError::MarkersRefused);
         }
-        self.events.push_back(Event::ConnectRequest(request.clone()));
+        self.events
+            .push_back(Event::ConnectRequest(request.clone()));
         self.state = State::RequestReceived(request);
         Ok(())
     }
@@ -466,7 +467,9 @@ impl Negotiator {
         self.tx.push_back(reply);
         if no_match {
             self.state = State::Failed;
-            return Err(MpaError::NoMatchingRtr("initiator offers no acceptable RTR type"));
+            return Err(MpaError::NoMatchingRtr(
+                "initiator offers no acceptable RTR type",
+            ));
         }
         let negotiated = Negotiated {
             role: Role::Responder,
@@ -598,7 +601,9 @@ impl Negotiator {
         let kind = negotiated.rtr.ok_or(MpaError::NotNegotiating("no RTR"))?;
         if !rtr_matches(kind, ulpdu) {
             self.state = State::Failed;
-            return Err(MpaError::NoMatchingRtr("first message is not the agreed RTR"));
+            return Err(MpaError::NoMatchingRtr(
+                "first message is not the agreed RTR",
+            ));
         }
         self.deadline = None;
         self.state = State::Established;

@@ -92,8 +92,15 @@ impl Consumed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     Length(u16),
-    Marker { at: u64, fpduptr: u16, expected: u64 },
-    Crc { computed: u32, received: u32 },
+    Marker {
+        at: u64,
+        fpduptr: u16,
+        expected: u64,
+    },
+    Crc {
+        computed: u32,
+        received: u32,
+    },
 }
 
 /// Result of examining octets that should start with an FPDU's ULPDU_Length.
@@ -238,6 +245,12 @@ impl Receiver {
         r
     }
 
+    /// Tells the receiver that TCP's RCV.NXT reached `rcv_nxt` over octets this receiver
+    /// consumed out of order, so it can forget those FPDUs without waiting for more data.
+    pub fn handle_rcv_nxt(&mut self, rcv_nxt: u32) -> Result<(), MpaError> {
+        self.handle_in_order(rcv_nxt, &[], |_| ())
+    }
+
     fn fault_to_error(&self, fault: Fault, first: u64) -> MpaError {
         match fault {
             Fault::Length(len) => MpaError::BadUlpduLength {
@@ -263,7 +276,11 @@ impl Receiver {
         }
     }
 
-    fn feed<F: FnMut(Delivery<'_>)>(&mut self, mut data: &[u8], deliver: &mut F) -> Result<(), MpaError> {
+    fn feed<F: FnMut(Delivery<'_>)>(
+        &mut self,
+        mut data: &[u8],
+        deliver: &mut F,
+    ) -> Result<(), MpaError> {
         while !data.is_empty() {
             match self.state {
                 InState::Boundary => {
@@ -277,7 +294,9 @@ impl Receiver {
                         self.skip_until = end;
                         continue;
                     }
-                    let lead = self.spacing.is_some_and(|s| s.is_marker_at(self.seq(self.pos)));
+                    let lead = self
+                        .spacing
+                        .is_some_and(|s| s.is_marker_at(self.seq(self.pos)));
                     self.state = if lead {
                         InState::Lead {
                             have: 0,
@@ -324,7 +343,13 @@ impl Receiver {
                             Ok(Examined::Whole { span, ulpdu_len }) => {
                                 self.check_overlap(boundary, first + span as u64)?;
                                 let fseq = self.seq(first);
-                                let ulpdu = ulpdu_of(self.spacing, fseq, &data[..span], ulpdu_len, &mut self.scratch);
+                                let ulpdu = ulpdu_of(
+                                    self.spacing,
+                                    fseq,
+                                    &data[..span],
+                                    ulpdu_len,
+                                    &mut self.scratch,
+                                );
                                 deliver(Delivery {
                                     seq: fseq,
                                     ulpdu,
@@ -359,7 +384,13 @@ impl Receiver {
                         Ok(Examined::Whole { span, ulpdu_len }) => {
                             self.check_overlap(boundary, first + span as u64)?;
                             let fseq = self.seq(first);
-                            let ulpdu = ulpdu_of(self.spacing, fseq, &partial[..span], ulpdu_len, &mut self.scratch);
+                            let ulpdu = ulpdu_of(
+                                self.spacing,
+                                fseq,
+                                &partial[..span],
+                                ulpdu_len,
+                                &mut self.scratch,
+                            );
                             deliver(Delivery {
                                 seq: fseq,
                                 ulpdu,
@@ -439,7 +470,12 @@ impl Receiver {
     }
 
     /// Finds and hands up whole FPDUs of a segment ahead of the in-order position.
-    fn place_ahead<F: FnMut(Delivery<'_>)>(&mut self, seq: u32, payload: &[u8], deliver: &mut F) -> Consumed {
+    fn place_ahead<F: FnMut(Delivery<'_>)>(
+        &mut self,
+        seq: u32,
+        payload: &[u8],
+        deliver: &mut F,
+    ) -> Consumed {
         let Some(s) = self.rel(seq) else {
             return Consumed::NONE;
         };
@@ -484,7 +520,8 @@ impl Receiver {
             match self.examine(first, b, &payload[off..]) {
                 Ok(Examined::Whole { span, ulpdu_len }) => {
                     let fend = first + span as u64;
-                    if !self.cfg.crc && !self.plausible(first, &payload[off..off + span], ulpdu_len) {
+                    if !self.cfg.crc && !self.plausible(first, &payload[off..off + span], ulpdu_len)
+                    {
                         break;
                     }
                     found.push((b, first, fend, ulpdu_len));
@@ -507,7 +544,13 @@ impl Receiver {
             let off = (first - s) as usize;
             let span = (fend - first) as usize;
             let fseq = self.seq(first);
-            let ulpdu = ulpdu_of(self.spacing, fseq, &payload[off..off + span], ulpdu_len, &mut self.scratch);
+            let ulpdu = ulpdu_of(
+                self.spacing,
+                fseq,
+                &payload[off..off + span],
+                ulpdu_len,
+                &mut self.scratch,
+            );
             deliver(Delivery {
                 seq: fseq,
                 ulpdu,
@@ -572,7 +615,9 @@ fn ulpdu_of<'a>(
     let body = ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + ulpdu_len;
     match spacing {
         Some(sp) => {
-            let to_marker = sp.next_marker(first_seq.wrapping_add(1)).wrapping_sub(first_seq) as usize;
+            let to_marker = sp
+                .next_marker(first_seq.wrapping_add(1))
+                .wrapping_sub(first_seq) as usize;
             if to_marker >= body.end {
                 return &fpdu[body];
             }

@@ -457,7 +457,12 @@ impl<'a> FrameRepr<'a> {
 
     /// PD_Length this frame will carry.
     pub fn pd_length(&self) -> usize {
-        self.private_data.len() + if self.ird_ord.is_some() { IRD_ORD_LEN } else { 0 }
+        self.private_data.len()
+            + if self.ird_ord.is_some() {
+                IRD_ORD_LEN
+            } else {
+                0
+            }
     }
 
     /// Total encoded length.
