@@ -1,5 +1,6 @@
-//! MPA CRC: CRC32c (Castagnoli, RFC 3720 §B.4) over ULPDU_Length, ULPDU, pad and any markers
-//! inside the FPDU (RFC 5044 §4.1, §5). On the wire the 32-bit value is sent in iSCSI order,
+//! MPA CRC: CRC32c (Castagnoli, RFC 3720 §B.4) over ULPDU_Length, ULPDU, pad and every
+//! marker of the FPDU, the one in front of its ULPDU_Length field included (RFC 5044 §4.1,
+//! §5; Wireshark's dissector checks it the same way). On the wire the 32-bit value is sent in iSCSI order,
 //! least significant octet first: 32 zero octets give 0x8A9136AA, sent as `aa 36 91 8a`.
 
 /// CRC32c of `data`.

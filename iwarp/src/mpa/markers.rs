@@ -85,7 +85,8 @@ impl MarkerSpacing {
 }
 
 /// Writes an FPDU into a buffer while inserting the markers that fall into it, and keeps
-/// the CRC over the covered octets (markers inside the FPDU included).
+/// the CRC over the covered octets: every marker of the FPDU, including the one in front of
+/// its ULPDU_Length field (as Wireshark's MPA dissector checks it).
 pub(crate) struct MarkedWriter<'a> {
     out: &'a mut Vec<u8>,
     seq: u32,
@@ -105,7 +106,9 @@ impl<'a> MarkedWriter<'a> {
             crc: Crc32c::new(),
         };
         if spacing.is_some_and(|s| s.is_marker_at(boundary)) {
-            w.out.extend_from_slice(&Marker::new(0).to_bytes());
+            let m = Marker::new(0).to_bytes();
+            w.out.extend_from_slice(&m);
+            w.crc.update(&m);
             w.seq = w.seq.wrapping_add(MARKER_LEN as u32);
         }
         w
@@ -142,7 +145,7 @@ impl<'a> MarkedWriter<'a> {
 
     /// Appends the CRC field, inserting a marker in front of it when one falls there (that
     /// marker is inside the FPDU, so the CRC covers it). The field carries the CRC of all
-    /// octets after the leading marker when `with_crc`, else zero. Returns the next seq.
+    /// octets of the FPDU before it when `with_crc`, else zero. Returns the next seq.
     pub(crate) fn finish(mut self, with_crc: bool) -> u32 {
         if let Some(s) = self.spacing {
             if s.is_marker_at(self.seq) {

@@ -118,8 +118,13 @@ enum InState {
     Boundary,
     /// Collecting the marker in front of an FPDU.
     Lead { have: usize, buf: [u8; 4] },
-    /// Inside the FPDU whose first octet (ULPDU_Length) is at `first`.
-    Body { boundary: u64, first: u64 },
+    /// Inside the FPDU whose ULPDU_Length is at `first`; `lead` is the marker in front of
+    /// it when `boundary != first`.
+    Body {
+        boundary: u64,
+        first: u64,
+        lead: [u8; 4],
+    },
 }
 
 /// The MPA receiver of one connection.
@@ -306,6 +311,7 @@ impl Receiver {
                         InState::Body {
                             boundary: self.pos,
                             first: self.pos,
+                            lead: [0; 4],
                         }
                     };
                 }
@@ -334,11 +340,16 @@ impl Receiver {
                     self.state = InState::Body {
                         boundary: at,
                         first: self.pos,
+                        lead: buf,
                     };
                 }
-                InState::Body { boundary, first } => {
+                InState::Body {
+                    boundary,
+                    first,
+                    lead,
+                } => {
                     if self.partial.is_empty() {
-                        match self.examine(first, boundary, data) {
+                        match self.examine(first, boundary, &lead, data) {
                             Err(f) => return Err(self.fault_to_error(f, first)),
                             Ok(Examined::Whole { span, ulpdu_len }) => {
                                 self.check_overlap(boundary, first + span as u64)?;
@@ -369,7 +380,7 @@ impl Receiver {
                         continue;
                     }
                     let mut partial = std::mem::take(&mut self.partial);
-                    let need = match self.examine(first, boundary, &partial) {
+                    let need = match self.examine(first, boundary, &lead, &partial) {
                         Err(f) => return Err(self.fault_to_error(f, first)),
                         Ok(Examined::Incomplete(need)) => need,
                         Ok(Examined::Whole { .. }) => partial.len(),
@@ -378,7 +389,7 @@ impl Receiver {
                     partial.extend_from_slice(&data[..n]);
                     self.pos += n as u64;
                     data = &data[n..];
-                    match self.examine(first, boundary, &partial) {
+                    match self.examine(first, boundary, &lead, &partial) {
                         Err(f) => return Err(self.fault_to_error(f, first)),
                         Ok(Examined::Incomplete(_)) => {}
                         Ok(Examined::Whole { span, ulpdu_len }) => {
@@ -419,8 +430,14 @@ impl Receiver {
     }
 
     /// Examines `s`, whose first octet is the ULPDU_Length field at relative position
-    /// `first`; `boundary` is `first` or the marker in front of it.
-    fn examine(&self, first: u64, boundary: u64, s: &[u8]) -> Result<Examined, Fault> {
+    /// `first`; `boundary` is `first` or the marker `lead` in front of it.
+    fn examine(
+        &self,
+        first: u64,
+        boundary: u64,
+        lead: &[u8; 4],
+        s: &[u8],
+    ) -> Result<Examined, Fault> {
         if s.len() < ULPDU_LENGTH_LEN {
             return Ok(Examined::Incomplete(ULPDU_LENGTH_LEN));
         }
@@ -455,6 +472,9 @@ impl Receiver {
         }
         if self.cfg.crc {
             let mut c = Crc32c::new();
+            if boundary != first {
+                c.update(lead);
+            }
             c.update(&s[..span - CRC_LEN]);
             let computed = c.value();
             let b = &s[span - CRC_LEN..span];
@@ -485,8 +505,13 @@ impl Receiver {
         let end = s + payload.len() as u64;
         // Lowest boundary an FPDU ahead may have: past the FPDU being reassembled in order.
         let mut floor = self.pos;
-        if let InState::Body { boundary, first } = self.state {
-            match self.examine(first, boundary, &self.partial) {
+        if let InState::Body {
+            boundary,
+            first,
+            lead,
+        } = self.state
+        {
+            match self.examine(first, boundary, &lead, &self.partial) {
                 Ok(Examined::Incomplete(need)) if self.partial.len() >= ULPDU_LENGTH_LEN => {
                     floor = floor.max(first + need as u64)
                 }
@@ -504,6 +529,7 @@ impl Receiver {
         let mut b = first_boundary;
         while b < end {
             let mut first = b;
+            let mut lead = [0u8; 4];
             if let Some(sp) = self.spacing {
                 if sp.is_marker_at(self.seq(b)) {
                     let off = (b - s) as usize;
@@ -514,10 +540,11 @@ impl Receiver {
                         Ok(m) if m.fpduptr == 0 => first = b + MARKER_LEN as u64,
                         _ => break,
                     }
+                    lead.copy_from_slice(&payload[off..off + MARKER_LEN]);
                 }
             }
             let off = (first - s) as usize;
-            match self.examine(first, b, &payload[off..]) {
+            match self.examine(first, b, &lead, &payload[off..]) {
                 Ok(Examined::Whole { span, ulpdu_len }) => {
                     let fend = first + span as u64;
                     if !self.cfg.crc && !self.plausible(first, &payload[off..off + span], ulpdu_len)
