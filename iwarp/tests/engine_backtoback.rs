@@ -1,0 +1,310 @@
+//! Two RDMAP engines back to back: every operation at sizes from 0 to several MULPDUs,
+//! segments handed over in order and shuffled (placed out of order, delivered in order).
+//! Data must arrive byte-exact and completions appear in the order RFC 5040 §5.5 requires.
+
+mod engine_support;
+
+use engine_support::*;
+use iwarp::mem::{STag, Sge};
+use iwarp::rdmap::{
+    CompletionOpcode, CompletionStatus, Event, RemoteBuf, SendOp, SendWr, WorkQueue,
+};
+use iwarp::wire::atomic::AtomicOp;
+
+const MULPDU: usize = 512;
+const SIZES: [usize; 8] = [0, 1, 100, 493, 494, 495, 512, 3 * 512 + 7];
+
+const SRC: u64 = 0;
+const DST: u64 = 1 << 18;
+
+
+fn all() -> iwarp::mem::Access {
+    iwarp::mem::Access::LOCAL_READ
+        | iwarp::mem::Access::LOCAL_WRITE
+        | iwarp::mem::Access::REMOTE_READ
+        | iwarp::mem::Access::REMOTE_WRITE
+}
+
+struct Setup {
+    p: Pair,
+    a_src: STag,
+    a_dst: STag,
+    b_src: STag,
+    b_dst: STag,
+}
+
+fn setup(ext: bool) -> Setup {
+    let (ca, cb) = if ext { (cfg_ext(1), cfg_ext(2)) } else { (cfg(1), cfg(2)) };
+    let mut p = Pair::new(ca, cb, MULPDU);
+    let a_src = p.a.region(SRC, 1 << 16, all(), 0);
+    let a_dst = p.a.region(DST, 1 << 16, all(), 0);
+    let b_src = p.b.region(SRC, 1 << 16, all(), 0);
+    let b_dst = p.b.region(DST, 1 << 16, all(), 0);
+    p.a.write_bytes(SRC, &pattern(1 << 16, 7));
+    p.b.write_bytes(SRC, &pattern(1 << 16, 91));
+    Setup {
+        p,
+        a_src,
+        a_dst,
+        b_src,
+        b_dst,
+    }
+}
+
+fn run(p: &mut Pair, shuffled: Option<u64>) {
+    match shuffled {
+        Some(seed) => p.pump_shuffled(seed),
+        None => p.pump(),
+    };
+}
+
+fn modes() -> Vec<Option<u64>> {
+    vec![None, Some(1), Some(2), Some(0xDEAD)]
+}
+
+#[test]
+fn send_every_size_and_variant() {
+    // RFC 5040 §5.3: the four Send variants, delivered byte-exact, lengths reported.
+    for mode in modes() {
+        for (vi, (solicited, inval)) in [(false, false), (true, false), (false, true), (true, true)]
+            .into_iter()
+            .enumerate()
+        {
+            for &n in &SIZES {
+                let mut s = setup(false);
+                let victim = s.p.b.region(1 << 19, 64, all(), 0);
+                s.p.b.post_recv(77, s.b_dst, 0, 8192);
+                let wr = SendWr::new(
+                    5,
+                    SendOp::Send {
+                        sgl: vec![Sge { stag: s.a_src, to: 0, len: n as u32 }],
+                        solicited,
+                        invalidate: inval.then_some(victim),
+                    },
+                );
+                s.p.a.engine.post_send(wr).unwrap();
+                run(&mut s.p, mode);
+                let ca = s.p.a.completions();
+                assert_eq!(ca.len(), 1, "variant {vi} size {n}");
+                assert_eq!(ca[0].status, CompletionStatus::Success);
+                assert_eq!(ca[0].opcode, CompletionOpcode::Send);
+                assert_eq!(ca[0].byte_len, n as u32);
+                let cb = s.p.b.completions();
+                assert_eq!(cb.len(), 1);
+                assert_eq!(cb[0].wr_id, 77);
+                assert_eq!(cb[0].queue, WorkQueue::Recv);
+                assert_eq!(cb[0].byte_len, n as u32);
+                assert_eq!(cb[0].solicited, solicited);
+                assert_eq!(cb[0].invalidated, inval.then_some(victim));
+                assert_eq!(s.p.b.mem.is_valid(victim), !inval);
+                assert_eq!(s.p.b.bytes(DST, n), &pattern(1 << 16, 7)[..n]);
+                assert_eq!(s.p.b.bytes(DST + n as u64, 1), &[0]);
+                assert_eq!(
+                    s.p.b.events().contains(&Event::SolicitedEvent),
+                    solicited
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn write_every_size() {
+    // RFC 5040 §5.1: placed, never delivered; no completion at the sink.
+    for mode in modes() {
+        for &n in &SIZES {
+            let mut s = setup(false);
+            let wr = SendWr::new(
+                1,
+                SendOp::Write {
+                    sgl: vec![
+                        Sge { stag: s.a_src, to: 0, len: (n / 2) as u32 },
+                        Sge { stag: s.a_src, to: 5000, len: (n - n / 2) as u32 },
+                    ],
+                    remote: RemoteBuf { stag: s.b_dst, to: 33 },
+                },
+            );
+            s.p.a.engine.post_send(wr).unwrap();
+            run(&mut s.p, mode);
+            let ca = s.p.a.completions();
+            assert_eq!(ca.len(), 1);
+            assert_eq!((ca[0].opcode, ca[0].status), (CompletionOpcode::Write, CompletionStatus::Success));
+            assert!(s.p.b.completions().is_empty());
+            let src = pattern(1 << 16, 7);
+            let mut expect = src[..n / 2].to_vec();
+            expect.extend_from_slice(&src[5000..5000 + n - n / 2]);
+            assert_eq!(s.p.b.bytes(DST + 33, n), &expect[..]);
+            assert_eq!(s.p.b.bytes(DST + 33 + n as u64, 1), &[0]);
+            assert_eq!(s.p.b.bytes(DST + 32, 1), &[0]);
+        }
+    }
+}
+
+#[test]
+fn read_every_size() {
+    // RFC 5040 §5.2: Read Request + Read Response, completes at the requester on delivery.
+    for mode in modes() {
+        for &n in &SIZES {
+            let mut s = setup(false);
+            let wr = SendWr::new(
+                3,
+                SendOp::Read {
+                    sink: RemoteBuf { stag: s.a_dst, to: 10 },
+                    remote: RemoteBuf { stag: s.b_src, to: 20 },
+                    len: n as u32,
+                },
+            );
+            s.p.a.engine.post_send(wr).unwrap();
+            run(&mut s.p, mode);
+            let ca = s.p.a.completions();
+            assert_eq!(ca.len(), 1);
+            assert_eq!((ca[0].opcode, ca[0].status, ca[0].byte_len), (CompletionOpcode::Read, CompletionStatus::Success, n as u32));
+            assert!(s.p.b.completions().is_empty());
+            assert_eq!(s.p.a.bytes(DST + 10, n), &pattern(1 << 16, 91)[20..20 + n]);
+            assert_eq!(s.p.a.bytes(DST + 10 + n as u64, 1), &[0]);
+            assert_eq!(s.p.a.engine.outstanding_requests(), 0);
+        }
+    }
+}
+
+#[test]
+fn immediate_data_both_variants() {
+    // EXT-01 §6
+    for mode in modes() {
+        for solicited in [false, true] {
+            let mut s = setup(true);
+            s.p.b.post_recv(8, s.b_dst, 0, 64);
+            let data = *b"imm-data";
+            s.p.a
+                .engine
+                .post_send(SendWr::new(4, SendOp::Immediate { data, solicited }))
+                .unwrap();
+            run(&mut s.p, mode);
+            let ca = s.p.a.completions();
+            assert_eq!((ca[0].opcode, ca[0].status), (CompletionOpcode::Immediate, CompletionStatus::Success));
+            let cb = s.p.b.completions();
+            assert_eq!(cb.len(), 1);
+            assert_eq!(cb[0].opcode, CompletionOpcode::RecvImmediate);
+            assert_eq!(cb[0].immediate, Some(data));
+            assert_eq!(cb[0].solicited, solicited);
+        }
+    }
+}
+
+#[test]
+fn atomics_back_to_back() {
+    // EXT-01 §5.1: FetchAdd, Swap, CmpSwap executed at the responder; original returned.
+    for mode in modes() {
+        let mut s = setup(true);
+        s.p.b.write_bytes(DST + 64, &100u64.to_ne_bytes());
+        let remote = RemoteBuf { stag: s.b_dst, to: 64 };
+        let ops = [
+            (AtomicOp::FetchAdd, 5u64, 0u64, 0u64, u64::MAX),
+            (AtomicOp::Swap, 7, u64::MAX, 0, u64::MAX),
+            (AtomicOp::CmpSwap, 9, u64::MAX, 7, u64::MAX),
+            (AtomicOp::CmpSwap, 11, u64::MAX, 1234, u64::MAX),
+        ];
+        for (i, (op, d, m, c, cm)) in ops.into_iter().enumerate() {
+            s.p.a
+                .engine
+                .post_send(SendWr::new(
+                    i as u64,
+                    SendOp::Atomic {
+                        op,
+                        remote,
+                        add_swap: d,
+                        add_swap_mask: m,
+                        compare: c,
+                        compare_mask: cm,
+                        result: Sge { stag: s.a_dst, to: 8 * i as u64, len: 8 },
+                    },
+                ))
+                .unwrap();
+        }
+        run(&mut s.p, mode);
+        let ca = s.p.a.completions();
+        let originals: Vec<u64> = ca.iter().map(|c| c.atomic_original.unwrap()).collect();
+        assert_eq!(originals, vec![100, 105, 7, 9]);
+        assert!(ca.iter().all(|c| c.status == CompletionStatus::Success));
+        assert_eq!(ca.iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        let mut v = [0u8; 8];
+        v.copy_from_slice(s.p.b.bytes(DST + 64, 8));
+        assert_eq!(u64::from_ne_bytes(v), 9);
+        for (i, o) in originals.iter().enumerate() {
+            v.copy_from_slice(s.p.a.bytes(DST + 8 * i as u64, 8));
+            assert_eq!(u64::from_ne_bytes(v), *o);
+        }
+    }
+}
+
+#[test]
+fn mixed_workload_completes_in_posting_order() {
+    // RFC 5040 §5.5 rule 15; VERBS-00 §8.2.2 rule 2 (C06): Reads mixed with Sends and
+    // Writes complete in posting order on both sides, shuffled or not.
+    for mode in modes() {
+        let mut s = setup(true);
+        for i in 0..10 {
+            s.p.b.post_recv(100 + i, s.b_dst, 4096 * i, 4096);
+            s.p.a.post_recv(200 + i, s.a_dst, 4096 * i, 4096);
+        }
+        let mut expect = Vec::new();
+        for i in 0..12u64 {
+            let n = (i as u32 * 333) % 1700;
+            let op = match i % 4 {
+                0 => SendOp::Read {
+                    sink: RemoteBuf { stag: s.a_dst, to: 50_000 },
+                    remote: RemoteBuf { stag: s.b_src, to: 0 },
+                    len: n,
+                },
+                1 => SendOp::Send {
+                    sgl: vec![Sge { stag: s.a_src, to: 0, len: n }],
+                    solicited: false,
+                    invalidate: None,
+                },
+                2 => SendOp::Write {
+                    sgl: vec![Sge { stag: s.a_src, to: 0, len: n }],
+                    remote: RemoteBuf { stag: s.b_dst, to: 60_000 },
+                },
+                _ => SendOp::Immediate {
+                    data: [i as u8; 8],
+                    solicited: false,
+                },
+            };
+            expect.push(i);
+            s.p.a.engine.post_send(SendWr::new(i, op)).unwrap();
+            // B also sends towards A concurrently.
+            s.p.b
+                .engine
+                .post_send(SendWr::new(
+                    1000 + i,
+                    SendOp::Read {
+                        sink: RemoteBuf { stag: s.b_dst, to: 50_000 },
+                        remote: RemoteBuf { stag: s.a_src, to: 0 },
+                        len: 700,
+                    },
+                ))
+                .unwrap();
+        }
+        run(&mut s.p, mode);
+        let ca: Vec<u64> = s
+            .p
+            .a
+            .completions()
+            .into_iter()
+            .filter(|c| c.queue == WorkQueue::Send)
+            .map(|c| c.wr_id)
+            .collect();
+        assert_eq!(ca, expect);
+        let cb: Vec<u64> = s.p.b.completions().into_iter().map(|c| c.wr_id).collect();
+        let mut want_b: Vec<u64> = (100..106).collect();
+        want_b.extend(1000..1012);
+        let mut got_b = cb.clone();
+        got_b.sort();
+        assert_eq!(got_b, want_b);
+        // Receives complete in MSN order (C05).
+        let recvs: Vec<u64> = cb.iter().copied().filter(|w| *w < 1000).collect();
+        assert_eq!(recvs, (100..106).collect::<Vec<_>>());
+        let reads: Vec<u64> = cb.iter().copied().filter(|w| *w >= 1000).collect();
+        assert_eq!(reads, (1000..1012).collect::<Vec<_>>());
+    }
+}
