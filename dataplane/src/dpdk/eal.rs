@@ -7,7 +7,9 @@
 //!   `--file-prefix` to allow them); the runtime directory EAL still creates,
 //!   `/var/run/dpdk/dataplane-<pid>`, is removed on drop;
 //! - `--huge-unlink` when hugepages are used without `--in-memory`: hugepage files are
-//!   unlinked right after mapping, so a crashed or failed run leaves none behind.
+//!   unlinked right after mapping, so a crashed or failed run leaves none behind; with
+//!   `--single-file-segments` (which EAL refuses to combine with `--huge-unlink`, and which
+//!   vhost-user needs) `--in-memory` instead, whose memory has no files at all.
 //!
 //! Before calling `rte_eal_init` without `--no-huge`, [`Eal::init`] checks that hugepages are
 //! reserved and hugetlbfs is mounted, and fails with [`EalError::NoHugepages`] otherwise.
@@ -130,7 +132,7 @@ impl Eal {
     }
 
     /// EAL's runtime directory (`/var/run/dpdk/<file-prefix>` for root), where it keeps its
-    /// multi-process socket and configuration; `None` with `--in-memory`.
+    /// multi-process socket and configuration (created even with `--no-shconf`).
     pub fn runtime_dir(&self) -> Option<PathBuf> {
         runtime_dir().filter(|d| d.exists())
     }
@@ -206,18 +208,26 @@ fn with_defaults(args: &[String], pid: u32) -> Vec<String> {
         out.push("dataplane".to_string());
     }
     out.extend_from_slice(args);
+    // How hugepage files are kept from outliving the process.
+    let memory_flag = if has_flag(&out, "--no-huge")
+        || has_flag(&out, "--in-memory")
+        || has_flag(&out, "--huge-unlink")
+    {
+        None
+    } else if has_flag(&out, "--single-file-segments") {
+        // EAL rejects --huge-unlink together with --single-file-segments.
+        Some("--in-memory")
+    } else {
+        Some("--huge-unlink")
+    };
+    let in_memory = has_flag(&out, "--in-memory") || memory_flag == Some("--in-memory");
     if !has_flag(&out, "--file-prefix") {
         out.push(default_prefix_arg(pid));
-        if !has_flag(&out, "--no-shconf") && !has_flag(&out, "--in-memory") {
+        if !in_memory && !has_flag(&out, "--no-shconf") {
             out.push("--no-shconf".to_string());
         }
     }
-    if !has_flag(&out, "--no-huge")
-        && !has_flag(&out, "--in-memory")
-        && !has_flag(&out, "--huge-unlink")
-    {
-        out.push("--huge-unlink".to_string());
-    }
+    out.extend(memory_flag.map(String::from));
     out
 }
 
@@ -319,6 +329,16 @@ mod tests {
             ])
         );
         assert_eq!(with_defaults(&[], 3)[0], "dataplane");
+        let given = strings(&["prog", "--single-file-segments"]);
+        assert_eq!(
+            with_defaults(&given, 9),
+            strings(&[
+                "prog",
+                "--single-file-segments",
+                "--file-prefix=dataplane-9",
+                "--in-memory"
+            ])
+        );
     }
 
     #[test]
