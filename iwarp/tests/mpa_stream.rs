@@ -7,7 +7,9 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use iwarp::mpa::{mulpdu, Consumed, Framer, MarkerSpacing, MpaError, Receiver, ReceiverConfig};
+use iwarp::mpa::{
+    mulpdu, Consumed, CrcErrorPolicy, Framer, MarkerSpacing, MpaError, Receiver, ReceiverConfig,
+};
 use iwarp::wire::terminate::TerminateCause;
 
 /// A DDP-looking segment: tagged header (control 0xC1, RDMAP 0x40, STag, TO) + payload.
@@ -188,6 +190,7 @@ fn config(crc: bool, markers: bool, start: u32, max: usize) -> (Framer, Receiver
         start_seq: start,
         min_ulpdu_len: 14,
         max_ulpdu_len: max as u16,
+        crc_errors: CrcErrorPolicy::Fail,
     };
     (framer, rc)
 }
@@ -483,6 +486,7 @@ fn nonsense_ulpdu_length_is_2_0_03() {
             start_seq: 0,
             min_ulpdu_len: 14,
             max_ulpdu_len: 600,
+            crc_errors: CrcErrorPolicy::Fail,
         });
         let e = rx.handle_segment(0, &fpdu, true, |_| ()).unwrap_err();
         assert!(

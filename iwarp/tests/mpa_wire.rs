@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use iwarp::mpa::crc::crc32c;
 use iwarp::mpa::markers::strip;
-use iwarp::mpa::{Framer, MarkerSpacing, Receiver, ReceiverConfig};
+use iwarp::mpa::{CrcErrorPolicy, Framer, MarkerSpacing, Receiver, ReceiverConfig};
 use iwarp::wire::mpa::{
     fpdu_len, Fpdu, FpduRepr, Frame, FrameKind, FrameRepr, IrdOrd, Marker, ReservedBits, RtrTypes,
     MAX_PRIVATE_DATA_LEN,
@@ -129,6 +129,7 @@ proptest! {
             start_seq: 0,
             min_ulpdu_len: 14,
             max_ulpdu_len: u16::MAX,
+            crc_errors: CrcErrorPolicy::Fail,
         });
         for (in_order, seq, data) in chunks {
             let seq = if in_order { rx.next_seq() } else { seq };
