@@ -680,6 +680,25 @@ impl Config {
 }
 
 impl PortConfig {
+    /// A port with default settings (as if only `name`, `backend` and `device` were given).
+    pub fn new(name: &str, backend: BackendKind, device: &str) -> PortConfig {
+        PortConfig {
+            name: Spanned::new(0..0, name.to_string()),
+            backend,
+            device: Spanned::new(0..0, device.to_string()),
+            mac: None,
+            ipv4: None,
+            gateway: None,
+            mtu: default_mtu(),
+            rx_desc: default_desc(),
+            tx_desc: default_desc(),
+            pool_size: default_pool(),
+            promiscuous: false,
+            capture: None,
+            fault: None,
+        }
+    }
+
     /// The port's name.
     pub fn name(&self) -> &str {
         self.name.get_ref()

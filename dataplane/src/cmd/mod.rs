@@ -1,0 +1,275 @@
+//! The subcommands. Each lives in its own module with an `Args` struct (clap derive) and a
+//! `run(args) -> Result<(), CmdError>`; adding one takes a variant in [`Command`] and a line
+//! in [`dispatch`].
+
+mod fwd;
+mod pktgen;
+mod run;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+
+use dataplane::config::{BackendKind, Config, ConfigError, PortConfig};
+#[cfg(feature = "dpdk")]
+use dataplane::dpdk::{Eal, EalError};
+use dataplane::port::open::{open_ports, OpenOptions};
+use dataplane::port::{AnyPort, PortError};
+
+/// Userspace iWARP data plane on DPDK.
+#[derive(Debug, Parser)]
+#[command(name = "dataplane", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Bring up the configured ports, answer ARP and ping, print statistics.
+    Run(run::Args),
+    /// Forward frames between two ports (or one port to itself), like testpmd.
+    Fwd(fwd::Args),
+    /// Generate and/or count UDP/IPv4 frames.
+    Pktgen(pktgen::Args),
+}
+
+/// Runs the chosen subcommand.
+pub fn dispatch(cmd: Command) -> Result<(), CmdError> {
+    match cmd {
+        Command::Run(a) => run::run(a),
+        Command::Fwd(a) => fwd::run(a),
+        Command::Pktgen(a) => pktgen::run(a),
+    }
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CmdError {
+    /// Wrong or inconsistent command-line arguments.
+    #[error("{0}")]
+    Usage(String),
+    /// The configuration file is unreadable or invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A port could not be opened or started.
+    #[error(transparent)]
+    Port(#[from] PortError),
+    /// The DPDK EAL could not start.
+    #[cfg(feature = "dpdk")]
+    #[error(transparent)]
+    Eal(#[from] EalError),
+    /// Something else failed at run time.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl CmdError {
+    /// Process exit code: 2 for usage and configuration errors, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CmdError::Usage(_) | CmdError::Config(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// The first line of a clap error, without clap's `error: ` prefix.
+pub fn usage_error_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    // The message is the first paragraph (clap lists missing arguments on indented lines).
+    let para: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let msg = para.join(" ");
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    let msg = if msg.is_empty() { "invalid arguments" } else { msg };
+    format!("{msg} (see 'dataplane --help')")
+}
+
+/// Parses a duration in seconds (`2`, `0.5`).
+pub fn parse_secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !v.is_finite() || v < 0.0 || v > 1e9 {
+        return Err(format!("{s:?} is not a number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Parses `[PORT:]KEY=VALUE,...` for `--fault`.
+pub fn parse_fault_arg(s: &str) -> Result<(Option<String>, String), String> {
+    match s.split_once(':') {
+        Some((port, spec)) if !port.contains('=') => Ok((Some(port.to_string()), spec.to_string())),
+        _ => Ok((None, s.to_string())),
+    }
+}
+
+/// A flag set by Ctrl-C (SIGINT/SIGTERM).
+pub fn stop_flag() -> Result<Arc<AtomicBool>, CmdError> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&flag);
+    ctrlc::set_handler(move || f.store(true, Ordering::Relaxed))
+        .map_err(|e| CmdError::Runtime(format!("cannot install the Ctrl-C handler: {e}")))?;
+    Ok(flag)
+}
+
+/// The deadline `duration` from now, if any.
+pub fn deadline(duration: Option<Duration>) -> Option<Instant> {
+    duration.map(|d| Instant::now() + d)
+}
+
+/// Ports opened for a command, with what the configuration says about them.
+pub struct OpenedPorts {
+    /// The ports, in configuration order (dropped before the EAL).
+    pub ports: Vec<AnyPort>,
+    /// Each port's configuration.
+    pub configs: Vec<PortConfig>,
+    /// The EAL, when a DPDK port is open (kept alive until the ports are gone).
+    #[cfg(feature = "dpdk")]
+    _eal: Option<Eal>,
+}
+
+/// How a command picks its ports: from a configuration file, or DPDK devices by name.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PortArgs {
+    /// Configuration file (TOML).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A port to use: a port name from --config, or else a DPDK device name (repeatable).
+    #[arg(long = "port", short = 'p', value_name = "NAME")]
+    pub ports: Vec<String>,
+    /// Write each port's frames to DIR/<port>.pcap.
+    #[arg(long, value_name = "DIR")]
+    pub capture_dir: Option<PathBuf>,
+    /// Inject faults: `[PORT:]KEY=VALUE,...` with the keys of `[ports.fault]` (repeatable).
+    #[arg(long = "fault", value_name = "SPEC", value_parser = parse_fault_arg)]
+    pub faults: Vec<(Option<String>, String)>,
+    /// DPDK EAL arguments (after `--`), added to the configuration's.
+    #[arg(last = true, value_name = "EAL ARGS")]
+    pub eal: Vec<String>,
+}
+
+impl PortArgs {
+    /// Loads the configuration, or builds one from `--port` DPDK device names.
+    pub fn config(&self) -> Result<Config, CmdError> {
+        if let Some(path) = &self.config {
+            let mut cfg = Config::load(path)?;
+            if !self.ports.is_empty() {
+                let mut picked = Vec::new();
+                for name in &self.ports {
+                    let p = cfg.port(name).ok_or_else(|| {
+                        CmdError::Usage(format!(
+                            "--port {name}: no such port in {} (ports: {})",
+                            path.display(),
+                            cfg.ports.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+                        ))
+                    })?;
+                    picked.push(p.clone());
+                }
+                // Soft links need both ends open even if only one is used.
+                for p in &cfg.ports {
+                    let partner_picked = picked
+                        .iter()
+                        .any(|q| q.backend == BackendKind::Soft && q.device() == p.device());
+                    if p.backend == BackendKind::Soft
+                        && partner_picked
+                        && !picked.iter().any(|q| q.name() == p.name())
+                    {
+                        picked.push(p.clone());
+                    }
+                }
+                cfg.ports = picked;
+            }
+            Ok(cfg)
+        } else {
+            if self.ports.is_empty() {
+                return Err(CmdError::Usage(
+                    "no ports: give --config FILE or --port DEVICE".into(),
+                ));
+            }
+            let mut cfg = Config::default();
+            for dev in &self.ports {
+                let mut p = PortConfig::new(dev, BackendKind::Dpdk, dev);
+                p.promiscuous = true;
+                cfg.ports.push(p);
+            }
+            Ok(cfg)
+        }
+    }
+
+    /// Opens the ports of `cfg` (starting the EAL if needed).
+    pub fn open(&self, cfg: &Config) -> Result<OpenedPorts, CmdError> {
+        let opts = OpenOptions {
+            capture_dir: self.capture_dir.clone(),
+            faults: self.faults.clone(),
+            ..OpenOptions::default()
+        };
+        if let Some(dir) = &self.capture_dir {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                CmdError::Runtime(format!("--capture-dir {}: {e}", dir.display()))
+            })?;
+        }
+        #[cfg(feature = "dpdk")]
+        {
+            let eal = if cfg.needs_eal() {
+                Some(Eal::init(&cfg.eal.argv(&self.eal))?)
+            } else {
+                None
+            };
+            let ports = open_ports(cfg, &opts, eal.as_ref())?;
+            Ok(OpenedPorts {
+                ports,
+                configs: cfg.ports.clone(),
+                _eal: eal,
+            })
+        }
+        #[cfg(not(feature = "dpdk"))]
+        {
+            if !self.eal.is_empty() && !cfg.needs_eal() {
+                log::warn!("EAL arguments ignored: no DPDK port");
+            }
+            let ports = open_ports(cfg, &opts)?;
+            Ok(OpenedPorts {
+                ports,
+                configs: cfg.ports.clone(),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_args() {
+        assert_eq!(
+            parse_fault_arg("p0:drop=1%").unwrap(),
+            (Some("p0".into()), "drop=1%".into())
+        );
+        assert_eq!(parse_fault_arg("drop=1%").unwrap(), (None, "drop=1%".into()));
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_secs("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_secs("-1").is_err());
+        assert!(parse_secs("inf").is_err());
+        assert!(parse_secs("x").is_err());
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}
