@@ -525,3 +525,20 @@ fn zero_copy_when_fpdu_is_contiguous() {
     .unwrap();
     assert!(inside, "ULPDUs borrowed from the segment");
 }
+
+#[test]
+fn crc_errors_can_be_delivered_for_analysis() {
+    // Capture analysis keeps going after a bad CRC and reports it per FPDU.
+    let (segs, mut stream, mut rc) = one_stream(true, false);
+    stream[40] ^= 0x01;
+    rc.crc_errors = CrcErrorPolicy::Deliver;
+    let mut rx = Receiver::new(rc);
+    let mut verdicts = Vec::new();
+    rx.handle_segment(0, &stream, true, |d| verdicts.push(d.crc))
+        .unwrap();
+    assert_eq!(verdicts.len(), segs.len());
+    assert!(matches!(verdicts[0], iwarp::mpa::CrcCheck::Bad { .. }));
+    assert!(verdicts[1..]
+        .iter()
+        .all(|v| *v == iwarp::mpa::CrcCheck::Good));
+}

@@ -11,4 +11,4 @@ pub use error::{MpaError, Recovery};
 pub use framer::{Framer, UnitInfo};
 pub use markers::{mulpdu, MarkerSpacing};
 pub use negotiate::{ConnectRequest, Event, MpaConfig, Negotiated, Negotiator, Role, RtrKind};
-pub use receiver::{Consumed, Delivery, Receiver, ReceiverConfig};
+pub use receiver::{Consumed, CrcCheck, CrcErrorPolicy, Delivery, Receiver, ReceiverConfig};

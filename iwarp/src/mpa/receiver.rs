@@ -36,6 +36,34 @@ pub struct ReceiverConfig {
     pub min_ulpdu_len: u16,
     /// Largest acceptable ULPDU_Length.
     pub max_ulpdu_len: u16,
+    /// What the in-order pass does with an FPDU whose CRC does not match.
+    pub crc_errors: CrcErrorPolicy,
+}
+
+/// Handling of CRC mismatches found in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CrcErrorPolicy {
+    /// Stop with `MpaError::CrcMismatch` (Terminate 2/0/02, RFC 5044 §8).
+    #[default]
+    Fail,
+    /// Hand the FPDU up marked `CrcCheck::Bad` and go on (capture analysis only).
+    Deliver,
+}
+
+/// CRC verdict of a delivered FPDU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrcCheck {
+    /// CRC not negotiated: the field was not checked.
+    Off,
+    /// CRC checked and matched.
+    Good,
+    /// CRC mismatch (only with `CrcErrorPolicy::Deliver`).
+    Bad {
+        /// CRC computed over the FPDU.
+        computed: u32,
+        /// CRC found on the wire.
+        received: u32,
+    },
 }
 
 impl ReceiverConfig {
@@ -47,6 +75,7 @@ impl ReceiverConfig {
             start_seq: rx_start_seq,
             min_ulpdu_len: TAGGED_HEADER_LEN as u16,
             max_ulpdu_len: u16::MAX,
+            crc_errors: CrcErrorPolicy::Fail,
         }
     }
 }
@@ -60,8 +89,8 @@ pub struct Delivery<'a> {
     pub ulpdu: &'a [u8],
     /// False when found in a segment ahead of RCV.NXT.
     pub in_order: bool,
-    /// True when the CRC was checked (and matched); false when CRC is not negotiated.
-    pub crc_checked: bool,
+    /// CRC verdict.
+    pub crc: CrcCheck,
 }
 
 /// The part of a segment (offsets into its payload, `start..end`) the receiver consumed.
@@ -100,6 +129,8 @@ enum Fault {
     Crc {
         computed: u32,
         received: u32,
+        span: usize,
+        ulpdu_len: usize,
     },
 }
 
@@ -273,7 +304,9 @@ impl Receiver {
                 fpduptr,
                 expected: expected as u32,
             },
-            Fault::Crc { computed, received } => MpaError::CrcMismatch {
+            Fault::Crc {
+                computed, received, ..
+            } => MpaError::CrcMismatch {
                 seq: self.seq(first),
                 computed,
                 received,
@@ -349,9 +382,9 @@ impl Receiver {
                     lead,
                 } => {
                     if self.partial.is_empty() {
-                        match self.examine(first, boundary, &lead, data) {
+                        match self.examine_in_order(first, boundary, &lead, data) {
                             Err(f) => return Err(self.fault_to_error(f, first)),
-                            Ok(Examined::Whole { span, ulpdu_len }) => {
+                            Ok((Examined::Whole { span, ulpdu_len }, crc)) => {
                                 self.check_overlap(boundary, first + span as u64)?;
                                 let fseq = self.seq(first);
                                 let ulpdu = ulpdu_of(
@@ -365,13 +398,13 @@ impl Receiver {
                                     seq: fseq,
                                     ulpdu,
                                     in_order: true,
-                                    crc_checked: self.cfg.crc,
+                                    crc,
                                 });
                                 self.pos += span as u64;
                                 data = &data[span..];
                                 self.state = InState::Boundary;
                             }
-                            Ok(Examined::Incomplete(_)) => {
+                            Ok((Examined::Incomplete(_), _)) => {
                                 self.partial.extend_from_slice(data);
                                 self.pos += data.len() as u64;
                                 data = &[];
@@ -380,19 +413,19 @@ impl Receiver {
                         continue;
                     }
                     let mut partial = std::mem::take(&mut self.partial);
-                    let need = match self.examine(first, boundary, &lead, &partial) {
+                    let need = match self.examine_in_order(first, boundary, &lead, &partial) {
                         Err(f) => return Err(self.fault_to_error(f, first)),
-                        Ok(Examined::Incomplete(need)) => need,
-                        Ok(Examined::Whole { .. }) => partial.len(),
+                        Ok((Examined::Incomplete(need), _)) => need,
+                        Ok((Examined::Whole { .. }, _)) => partial.len(),
                     };
                     let n = need.saturating_sub(partial.len()).min(data.len());
                     partial.extend_from_slice(&data[..n]);
                     self.pos += n as u64;
                     data = &data[n..];
-                    match self.examine(first, boundary, &lead, &partial) {
+                    match self.examine_in_order(first, boundary, &lead, &partial) {
                         Err(f) => return Err(self.fault_to_error(f, first)),
-                        Ok(Examined::Incomplete(_)) => {}
-                        Ok(Examined::Whole { span, ulpdu_len }) => {
+                        Ok((Examined::Incomplete(_), _)) => {}
+                        Ok((Examined::Whole { span, ulpdu_len }, crc)) => {
                             self.check_overlap(boundary, first + span as u64)?;
                             let fseq = self.seq(first);
                             let ulpdu = ulpdu_of(
@@ -406,7 +439,7 @@ impl Receiver {
                                 seq: fseq,
                                 ulpdu,
                                 in_order: true,
-                                crc_checked: self.cfg.crc,
+                                crc,
                             });
                             partial.clear();
                             self.state = InState::Boundary;
@@ -427,6 +460,34 @@ impl Receiver {
             ));
         }
         Ok(())
+    }
+
+    /// `examine` for the in-order pass: applies the CRC error policy.
+    fn examine_in_order(
+        &self,
+        first: u64,
+        boundary: u64,
+        lead: &[u8; 4],
+        s: &[u8],
+    ) -> Result<(Examined, CrcCheck), Fault> {
+        let ok = if self.cfg.crc {
+            CrcCheck::Good
+        } else {
+            CrcCheck::Off
+        };
+        match self.examine(first, boundary, lead, s) {
+            Ok(e) => Ok((e, ok)),
+            Err(Fault::Crc {
+                computed,
+                received,
+                span,
+                ulpdu_len,
+            }) if self.cfg.crc_errors == CrcErrorPolicy::Deliver => Ok((
+                Examined::Whole { span, ulpdu_len },
+                CrcCheck::Bad { computed, received },
+            )),
+            Err(f) => Err(f),
+        }
     }
 
     /// Examines `s`, whose first octet is the ULPDU_Length field at relative position
@@ -480,7 +541,12 @@ impl Receiver {
             let b = &s[span - CRC_LEN..span];
             let received = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             if computed != received {
-                return Err(Fault::Crc { computed, received });
+                return Err(Fault::Crc {
+                    computed,
+                    received,
+                    span,
+                    ulpdu_len: len as usize,
+                });
             }
         }
         Ok(Examined::Whole {
@@ -582,7 +648,11 @@ impl Receiver {
                 seq: fseq,
                 ulpdu,
                 in_order: false,
-                crc_checked: self.cfg.crc,
+                crc: if self.cfg.crc {
+                    CrcCheck::Good
+                } else {
+                    CrcCheck::Off
+                },
             });
             self.delivered.insert(boundary, fend);
         }
