@@ -147,3 +147,83 @@ pub fn engine_done(
         atomic_original: None,
     }
 }
+
+use iwarp::mem::MemoryTable;
+use iwarp::wire::terminate::TerminateCause;
+
+/// A peer's RDMA Write (or Read Response) arriving on `qp`, placed by DDP tagged placement
+/// through the verbs memory model (RFC 5041 §7.1, §8.1).
+pub fn peer_write(
+    rnic: &mut Rnic,
+    pd: PdId,
+    qp: QpId,
+    stag: STag,
+    to: u64,
+    data: &[u8],
+) -> Result<(), TerminateCause> {
+    let hdr = iwarp::wire::ddp::TaggedRepr {
+        last: true,
+        rsvd_ulp: 0x40,
+        stag: stag.0,
+        to,
+    };
+    iwarp::ddp::tagged::place(
+        rnic.memory_mut(),
+        pd,
+        qp.stream(),
+        &hdr,
+        data,
+        Access::REMOTE_WRITE,
+    )
+    .map_err(|e| e.cause())
+}
+
+/// A peer's RDMA Read Request on `qp` served from `stag` (RFC 5040 §7.2 item 4).
+pub fn peer_read(
+    rnic: &Rnic,
+    pd: PdId,
+    qp: QpId,
+    stag: STag,
+    to: u64,
+    len: usize,
+) -> Result<Vec<u8>, TerminateCause> {
+    let mem = rnic.memory();
+    let r = mem
+        .resolve(stag, pd, qp.stream(), to, len as u64, Access::REMOTE_READ)
+        .map_err(|e| e.rdmap_cause())?;
+    let mut out = vec![0; len];
+    mem.read(&r, 0, &mut out).map_err(|e| e.rdmap_cause())?;
+    Ok(out)
+}
+
+/// A peer's Send with Invalidate naming `stag`, arriving on `qp` (RFC 5040 §5.3).
+pub fn peer_send_inv(
+    rnic: &mut Rnic,
+    pd: PdId,
+    qp: QpId,
+    stag: STag,
+) -> Result<(), TerminateCause> {
+    rnic.memory_mut()
+        .invalidate(stag, pd, qp.stream())
+        .map_err(|e| e.invalidate_cause())
+}
+
+/// Fills the whole backend with `b`.
+pub fn fill(rnic: &mut Rnic, b: u8) {
+    rnic.memory_mut().bytes_mut().fill(b);
+}
+
+/// Number of octets of the backend that differ from `b`.
+pub fn touched(rnic: &Rnic, b: u8) -> usize {
+    rnic.memory().bytes().iter().filter(|&&x| x != b).count()
+}
+
+/// Posts one SQ WR and runs the SQ (memory operations execute, message WRs are returned).
+pub fn run_sq(rnic: &mut Rnic, qp: QpId, wr: SendWr) -> Vec<iwarp::rdmap::SendWr> {
+    rnic.post_sq(qp, vec![wr]).unwrap();
+    let mut out = Vec::new();
+    while let Some(w) = rnic.next_send_wr(qp) {
+        out.push(w);
+    }
+    out
+}
