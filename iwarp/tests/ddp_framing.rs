@@ -104,7 +104,9 @@ fn a05_mo_contiguous_from_zero() {
     s.engine.post_send(send_wr(1, stag, 5000)).unwrap();
     let mut expect = 0u32;
     for seg in s.drain_tx(777) {
-        let DdpRepr::Untagged(u) = parse(&seg) else { panic!("untagged") };
+        let DdpRepr::Untagged(u) = parse(&seg) else {
+            panic!("untagged")
+        };
         assert_eq!(u.mo, expect);
         expect += (seg.len() - 18) as u32;
     }
@@ -179,7 +181,9 @@ fn a08_send_2048_mulpdu_1500() {
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 2);
     let (a, b) = (parse(&segs[0]), parse(&segs[1]));
-    let (DdpRepr::Untagged(a), DdpRepr::Untagged(b)) = (a, b) else { panic!() };
+    let (DdpRepr::Untagged(a), DdpRepr::Untagged(b)) = (a, b) else {
+        panic!()
+    };
     assert_eq!((a.mo, segs[0].len() - 18, a.last), (0, 1482, false));
     assert_eq!((b.mo, segs[1].len() - 18, b.last), (1482, 566, true));
 }
@@ -262,7 +266,9 @@ fn a12_messages_leave_in_posting_order() {
         if i % 2 == 0 {
             s.engine.post_send(send_wr(i, stag, 2500)).unwrap();
         } else {
-            s.engine.post_send(write_wr(i, stag, 2500, i * 10_000)).unwrap();
+            s.engine
+                .post_send(write_wr(i, stag, 2500, i * 10_000))
+                .unwrap();
         }
     }
     let segs = s.drain_tx(1000);

@@ -225,6 +225,9 @@ fn b14_nothing_placed_after_first_error() {
     assert_eq!(s.bytes(4096, 5), &[0; 5]);
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 1, "exactly one message: the Terminate");
-    assert_eq!(parse_terminate(&segs[0]).cause, TerminateCause::DDP_INVALID_STAG);
+    assert_eq!(
+        parse_terminate(&segs[0]).cause,
+        TerminateCause::DDP_INVALID_STAG
+    );
     assert!(matches!(s.events()[0], Event::TerminateSent(_)));
 }

@@ -2,8 +2,7 @@
 //! and `Repr`s), and malformed-input handling.
 
 use iwarp::wire::atomic::{
-    masked_add, AtomicOp, AtomicRequest, AtomicRequestRepr, AtomicResponseRepr,
-    ATOMIC_REQUEST_LEN,
+    masked_add, AtomicOp, AtomicRequest, AtomicRequestRepr, AtomicResponseRepr, ATOMIC_REQUEST_LEN,
 };
 use iwarp::wire::ddp::{DdpRepr, ParseError, Segment, TaggedRepr, UntaggedRepr};
 use iwarp::wire::rdmap::{
@@ -30,14 +29,16 @@ fn ddp_repr() -> impl Strategy<Value = DdpRepr> {
             any::<u32>(),
             any::<u32>()
         )
-            .prop_map(|(last, rsvd_ulp, w, qn, msn, mo)| DdpRepr::Untagged(UntaggedRepr {
-                last,
-                rsvd_ulp,
-                rsvd_ulp_word: w,
-                qn,
-                msn,
-                mo
-            })),
+            .prop_map(
+                |(last, rsvd_ulp, w, qn, msn, mo)| DdpRepr::Untagged(UntaggedRepr {
+                    last,
+                    rsvd_ulp,
+                    rsvd_ulp_word: w,
+                    qn,
+                    msn,
+                    mo
+                })
+            ),
     ]
 }
 
@@ -226,8 +227,9 @@ fn terminate_bare_has_no_optional_fields() {
     assert_eq!(r.emit(&mut b).unwrap(), 4);
     assert_eq!(b, [0, 0, 0, 0]);
     // Extra trailing zero octets are tolerated on receive (G08).
-    let t = TerminateRepr::parse(&Terminate::new_checked(&[0x00u8, 0x42, 0, 0, 0, 0, 0][..]).unwrap())
-        .unwrap();
+    let t =
+        TerminateRepr::parse(&Terminate::new_checked(&[0x00u8, 0x42, 0, 0, 0, 0, 0][..]).unwrap())
+            .unwrap();
     assert_eq!(t.cause, TerminateCause::new(0, 0, 0x42));
     assert_eq!(t.ddp_header, None);
 }
@@ -236,7 +238,10 @@ fn terminate_bare_has_no_optional_fields() {
 fn terminate_cause_llp_codes() {
     // MPA-FACTS §6 / RFC 5044 §8
     assert_eq!(TerminateCause::MPA_CRC_ERROR, TerminateCause::new(2, 0, 2));
-    assert_eq!(TerminateCause::MPA_NO_MATCHING_RTR, TerminateCause::new(2, 0, 7));
+    assert_eq!(
+        TerminateCause::MPA_NO_MATCHING_RTR,
+        TerminateCause::new(2, 0, 7)
+    );
     assert_eq!(TerminateCause::DDP_MSN_RANGE.to_string(), "1/2/03");
 }
 

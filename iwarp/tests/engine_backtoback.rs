@@ -17,7 +17,6 @@ const SIZES: [usize; 8] = [0, 1, 100, 493, 494, 495, 512, 3 * 512 + 7];
 const SRC: u64 = 0;
 const DST: u64 = 1 << 18;
 
-
 fn all() -> iwarp::mem::Access {
     iwarp::mem::Access::LOCAL_READ
         | iwarp::mem::Access::LOCAL_WRITE
@@ -34,7 +33,11 @@ struct Setup {
 }
 
 fn setup(ext: bool) -> Setup {
-    let (ca, cb) = if ext { (cfg_ext(1), cfg_ext(2)) } else { (cfg(1), cfg(2)) };
+    let (ca, cb) = if ext {
+        (cfg_ext(1), cfg_ext(2))
+    } else {
+        (cfg(1), cfg(2))
+    };
     let mut p = Pair::new(ca, cb, MULPDU);
     let a_src = p.a.region(SRC, 1 << 16, all(), 0);
     let a_dst = p.a.region(DST, 1 << 16, all(), 0);
@@ -77,7 +80,11 @@ fn send_every_size_and_variant() {
                 let wr = SendWr::new(
                     5,
                     SendOp::Send {
-                        sgl: vec![Sge { stag: s.a_src, to: 0, len: n as u32 }],
+                        sgl: vec![Sge {
+                            stag: s.a_src,
+                            to: 0,
+                            len: n as u32,
+                        }],
                         solicited,
                         invalidate: inval.then_some(victim),
                     },
@@ -99,10 +106,7 @@ fn send_every_size_and_variant() {
                 assert_eq!(s.p.b.mem.is_valid(victim), !inval);
                 assert_eq!(s.p.b.bytes(DST, n), &pattern(1 << 16, 7)[..n]);
                 assert_eq!(s.p.b.bytes(DST + n as u64, 1), &[0]);
-                assert_eq!(
-                    s.p.b.events().contains(&Event::SolicitedEvent),
-                    solicited
-                );
+                assert_eq!(s.p.b.events().contains(&Event::SolicitedEvent), solicited);
             }
         }
     }
@@ -118,17 +122,31 @@ fn write_every_size() {
                 1,
                 SendOp::Write {
                     sgl: vec![
-                        Sge { stag: s.a_src, to: 0, len: (n / 2) as u32 },
-                        Sge { stag: s.a_src, to: 5000, len: (n - n / 2) as u32 },
+                        Sge {
+                            stag: s.a_src,
+                            to: 0,
+                            len: (n / 2) as u32,
+                        },
+                        Sge {
+                            stag: s.a_src,
+                            to: 5000,
+                            len: (n - n / 2) as u32,
+                        },
                     ],
-                    remote: RemoteBuf { stag: s.b_dst, to: 33 },
+                    remote: RemoteBuf {
+                        stag: s.b_dst,
+                        to: 33,
+                    },
                 },
             );
             s.p.a.engine.post_send(wr).unwrap();
             run(&mut s.p, mode);
             let ca = s.p.a.completions();
             assert_eq!(ca.len(), 1);
-            assert_eq!((ca[0].opcode, ca[0].status), (CompletionOpcode::Write, CompletionStatus::Success));
+            assert_eq!(
+                (ca[0].opcode, ca[0].status),
+                (CompletionOpcode::Write, CompletionStatus::Success)
+            );
             assert!(s.p.b.completions().is_empty());
             let src = pattern(1 << 16, 7);
             let mut expect = src[..n / 2].to_vec();
@@ -149,8 +167,14 @@ fn read_every_size() {
             let wr = SendWr::new(
                 3,
                 SendOp::Read {
-                    sink: RemoteBuf { stag: s.a_dst, to: 10 },
-                    remote: RemoteBuf { stag: s.b_src, to: 20 },
+                    sink: RemoteBuf {
+                        stag: s.a_dst,
+                        to: 10,
+                    },
+                    remote: RemoteBuf {
+                        stag: s.b_src,
+                        to: 20,
+                    },
                     len: n as u32,
                 },
             );
@@ -158,7 +182,10 @@ fn read_every_size() {
             run(&mut s.p, mode);
             let ca = s.p.a.completions();
             assert_eq!(ca.len(), 1);
-            assert_eq!((ca[0].opcode, ca[0].status, ca[0].byte_len), (CompletionOpcode::Read, CompletionStatus::Success, n as u32));
+            assert_eq!(
+                (ca[0].opcode, ca[0].status, ca[0].byte_len),
+                (CompletionOpcode::Read, CompletionStatus::Success, n as u32)
+            );
             assert!(s.p.b.completions().is_empty());
             assert_eq!(s.p.a.bytes(DST + 10, n), &pattern(1 << 16, 91)[20..20 + n]);
             assert_eq!(s.p.a.bytes(DST + 10 + n as u64, 1), &[0]);
@@ -181,7 +208,10 @@ fn immediate_data_both_variants() {
                 .unwrap();
             run(&mut s.p, mode);
             let ca = s.p.a.completions();
-            assert_eq!((ca[0].opcode, ca[0].status), (CompletionOpcode::Immediate, CompletionStatus::Success));
+            assert_eq!(
+                (ca[0].opcode, ca[0].status),
+                (CompletionOpcode::Immediate, CompletionStatus::Success)
+            );
             let cb = s.p.b.completions();
             assert_eq!(cb.len(), 1);
             assert_eq!(cb[0].opcode, CompletionOpcode::RecvImmediate);
@@ -197,7 +227,10 @@ fn atomics_back_to_back() {
     for mode in modes() {
         let mut s = setup(true);
         s.p.b.write_bytes(DST + 64, &100u64.to_ne_bytes());
-        let remote = RemoteBuf { stag: s.b_dst, to: 64 };
+        let remote = RemoteBuf {
+            stag: s.b_dst,
+            to: 64,
+        };
         let ops = [
             (AtomicOp::FetchAdd, 5u64, 0u64, 0u64, u64::MAX),
             (AtomicOp::Swap, 7, u64::MAX, 0, u64::MAX),
@@ -216,7 +249,11 @@ fn atomics_back_to_back() {
                         add_swap_mask: m,
                         compare: c,
                         compare_mask: cm,
-                        result: Sge { stag: s.a_dst, to: 8 * i as u64, len: 8 },
+                        result: Sge {
+                            stag: s.a_dst,
+                            to: 8 * i as u64,
+                            len: 8,
+                        },
                     },
                 ))
                 .unwrap();
@@ -226,7 +263,10 @@ fn atomics_back_to_back() {
         let originals: Vec<u64> = ca.iter().map(|c| c.atomic_original.unwrap()).collect();
         assert_eq!(originals, vec![100, 105, 7, 9]);
         assert!(ca.iter().all(|c| c.status == CompletionStatus::Success));
-        assert_eq!(ca.iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        assert_eq!(
+            ca.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
         let mut v = [0u8; 8];
         v.copy_from_slice(s.p.b.bytes(DST + 64, 8));
         assert_eq!(u64::from_ne_bytes(v), 9);
@@ -252,18 +292,35 @@ fn mixed_workload_completes_in_posting_order() {
             let n = (i as u32 * 333) % 1700;
             let op = match i % 4 {
                 0 => SendOp::Read {
-                    sink: RemoteBuf { stag: s.a_dst, to: 50_000 },
-                    remote: RemoteBuf { stag: s.b_src, to: 0 },
+                    sink: RemoteBuf {
+                        stag: s.a_dst,
+                        to: 50_000,
+                    },
+                    remote: RemoteBuf {
+                        stag: s.b_src,
+                        to: 0,
+                    },
                     len: n,
                 },
                 1 => SendOp::Send {
-                    sgl: vec![Sge { stag: s.a_src, to: 0, len: n }],
+                    sgl: vec![Sge {
+                        stag: s.a_src,
+                        to: 0,
+                        len: n,
+                    }],
                     solicited: false,
                     invalidate: None,
                 },
                 2 => SendOp::Write {
-                    sgl: vec![Sge { stag: s.a_src, to: 0, len: n }],
-                    remote: RemoteBuf { stag: s.b_dst, to: 60_000 },
+                    sgl: vec![Sge {
+                        stag: s.a_src,
+                        to: 0,
+                        len: n,
+                    }],
+                    remote: RemoteBuf {
+                        stag: s.b_dst,
+                        to: 60_000,
+                    },
                 },
                 _ => SendOp::Immediate {
                     data: [i as u8; 8],
@@ -278,22 +335,27 @@ fn mixed_workload_completes_in_posting_order() {
                 .post_send(SendWr::new(
                     1000 + i,
                     SendOp::Read {
-                        sink: RemoteBuf { stag: s.b_dst, to: 50_000 },
-                        remote: RemoteBuf { stag: s.a_src, to: 0 },
+                        sink: RemoteBuf {
+                            stag: s.b_dst,
+                            to: 50_000,
+                        },
+                        remote: RemoteBuf {
+                            stag: s.a_src,
+                            to: 0,
+                        },
                         len: 700,
                     },
                 ))
                 .unwrap();
         }
         run(&mut s.p, mode);
-        let ca: Vec<u64> = s
-            .p
-            .a
-            .completions()
-            .into_iter()
-            .filter(|c| c.queue == WorkQueue::Send)
-            .map(|c| c.wr_id)
-            .collect();
+        let ca: Vec<u64> =
+            s.p.a
+                .completions()
+                .into_iter()
+                .filter(|c| c.queue == WorkQueue::Send)
+                .map(|c| c.wr_id)
+                .collect();
         assert_eq!(ca, expect);
         let cb: Vec<u64> = s.p.b.completions().into_iter().map(|c| c.wr_id).collect();
         let mut want_b: Vec<u64> = (100..106).collect();

@@ -95,7 +95,11 @@ fn at_most_one_terminate_under_garbage() {
         let seg = vec![i as u8; (i as usize * 7) % 60];
         s.engine
             .handle_ddp_segment(now(), SegmentPos::index(i), &seg, &mut s.mem);
-        terminates += s.drain_tx(1500).iter().filter(|g| g.len() > 1 && g[1] & 0x0F == 7).count();
+        terminates += s
+            .drain_tx(1500)
+            .iter()
+            .filter(|g| g.len() > 1 && g[1] & 0x0F == 7)
+            .count();
     }
     assert_eq!(terminates, 1);
 }

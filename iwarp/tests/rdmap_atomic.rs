@@ -48,14 +48,29 @@ fn h01_atomic_request_on_the_wire() {
     let mut s = Side::new(cfg_ext(1));
     let a = s.region(0, 64, all(), 0);
     s.engine
-        .post_send(fetch_add_wr(1, RemoteBuf { stag: STag(0x4400), to: 16 }, 3, Sge { stag: a, to: 0, len: 8 }))
+        .post_send(fetch_add_wr(
+            1,
+            RemoteBuf {
+                stag: STag(0x4400),
+                to: 16,
+            },
+            3,
+            Sge {
+                stag: a,
+                to: 0,
+                len: 8,
+            },
+        ))
         .unwrap();
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 1);
     let g = &segs[0];
     assert_eq!(g.len(), 70);
     assert_eq!(g[1], 0x4A);
-    let DdpRepr::Untagged(u) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap() else { panic!() };
+    let DdpRepr::Untagged(u) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap()
+    else {
+        panic!()
+    };
     assert_eq!((u.qn, u.msn, u.mo, u.last), (1, 1, 0, true));
     assert_eq!(&g[18..21], &[0, 0, 0]);
     assert_eq!(g[21], 0x00);
@@ -68,7 +83,15 @@ fn h06_misaligned_target() {
     let mut s = Side::new(cfg_ext(2));
     let t = s.region(0, 64, all(), 0x11);
     let before = s.mem.bytes().to_vec();
-    let seg = untagged_seg(0xA, true, 0, 1, 1, 0, &atomic_req(AtomicRequestRepr::fetch_add(9, t.0, 4, 1, 0)));
+    let seg = untagged_seg(
+        0xA,
+        true,
+        0,
+        1,
+        1,
+        0,
+        &atomic_req(AtomicRequestRepr::fetch_add(9, t.0, 4, 1, 0)),
+    );
     s.receive(&seg);
     let term = expect_terminate(&mut s);
     assert_eq!(term.cause, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
@@ -78,8 +101,19 @@ fn h06_misaligned_target() {
     // A region whose arena offset is odd: TO 0 is aligned, the host address is not.
     let mut s = Side::new(cfg_ext(2));
     let t = s.region(3, 64, all(), 0x11);
-    s.receive(&untagged_seg(0xA, true, 0, 1, 1, 0, &atomic_req(AtomicRequestRepr::fetch_add(9, t.0, 0, 1, 0))));
-    assert_eq!(expect_terminate(&mut s).cause, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
+    s.receive(&untagged_seg(
+        0xA,
+        true,
+        0,
+        1,
+        1,
+        0,
+        &atomic_req(AtomicRequestRepr::fetch_add(9, t.0, 0, 1, 0)),
+    ));
+    assert_eq!(
+        expect_terminate(&mut s).cause,
+        TerminateCause::RDMAP_CATASTROPHIC_STREAM
+    );
 }
 
 #[test]
@@ -87,8 +121,19 @@ fn h07_responses_echo_ids_in_order() {
     // EXT-01 §5.2.1 items 7–8, §5.2.2 (SPEC-DIGEST D1: QN 3)
     let mut s = Side::new(cfg_ext(2));
     let t = s.region(0, 64, all(), 0);
-    for (i, id) in [0xAAAA_0001u32, 0x0000_0007, 0x1234_5678].into_iter().enumerate() {
-        s.receive(&untagged_seg(0xA, true, 0, 1, i as u32 + 1, 0, &atomic_req(AtomicRequestRepr::fetch_add(id, t.0, 8, 1, 0))));
+    for (i, id) in [0xAAAA_0001u32, 0x0000_0007, 0x1234_5678]
+        .into_iter()
+        .enumerate()
+    {
+        s.receive(&untagged_seg(
+            0xA,
+            true,
+            0,
+            1,
+            i as u32 + 1,
+            0,
+            &atomic_req(AtomicRequestRepr::fetch_add(id, t.0, 8, 1, 0)),
+        ));
     }
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 3);
@@ -96,7 +141,10 @@ fn h07_responses_echo_ids_in_order() {
     for (i, g) in segs.iter().enumerate() {
         assert_eq!(g.len(), 30);
         assert_eq!(g[1] & 0x0F, 0xB);
-        let DdpRepr::Untagged(u) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap() else { panic!() };
+        let DdpRepr::Untagged(u) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap()
+        else {
+            panic!()
+        };
         assert_eq!((u.qn, u.msn), (3, i as u32 + 1));
         let r = AtomicResponseRepr::parse(&g[18..]).unwrap();
         assert_eq!(r.original, i as u64);
@@ -113,23 +161,40 @@ fn h08_atomics_from_two_streams_on_one_memory() {
     let target = shared
         .register(RegionSpec::new(64, 8, all(), PdId(1)))
         .unwrap();
-    let mut responders = [
-        Engine::new(cfg_ext(10)),
-        Engine::new(cfg_ext(11)),
-    ];
+    let mut responders = [Engine::new(cfg_ext(10)), Engine::new(cfg_ext(11))];
     let mut requesters: Vec<Side> = (0..2).map(|i| Side::new(cfg_ext(20 + i))).collect();
-    let results: Vec<STag> = requesters.iter_mut().map(|r| r.region(0, 8, all(), 0)).collect();
+    let results: Vec<STag> = requesters
+        .iter_mut()
+        .map(|r| r.region(0, 8, all(), 0))
+        .collect();
     let mut pos = [[0u64; 2]; 2];
     for round in 0..1000u64 {
         for k in 0..2 {
             requesters[k]
                 .engine
-                .post_send(fetch_add_wr(round, RemoteBuf { stag: target, to: 0 }, 1, Sge { stag: results[k], to: 0, len: 8 }))
+                .post_send(fetch_add_wr(
+                    round,
+                    RemoteBuf {
+                        stag: target,
+                        to: 0,
+                    },
+                    1,
+                    Sge {
+                        stag: results[k],
+                        to: 0,
+                        len: 8,
+                    },
+                ))
                 .unwrap();
         }
         for k in 0..2 {
             for g in requesters[k].drain_tx(1500) {
-                responders[k].handle_ddp_segment(now(), SegmentPos::index(pos[k][0]), &g, &mut shared);
+                responders[k].handle_ddp_segment(
+                    now(),
+                    SegmentPos::index(pos[k][0]),
+                    &g,
+                    &mut shared,
+                );
                 pos[k][0] += 1;
             }
             while let Some(g) = responders[k].poll_segment(now(), 1500, &shared) {
@@ -141,7 +206,9 @@ fn h08_atomics_from_two_streams_on_one_memory() {
     for r in &mut requesters {
         let c = r.completions();
         assert_eq!(c.len(), 1000);
-        assert!(c.iter().all(|c| c.opcode == CompletionOpcode::Atomic(AtomicOp::FetchAdd)));
+        assert!(c
+            .iter()
+            .all(|c| c.opcode == CompletionOpcode::Atomic(AtomicOp::FetchAdd)));
     }
 }
 
@@ -150,7 +217,13 @@ fn h09_immediate_data_format_and_length_check() {
     // EXT-01 §6.2, §6.3
     let mut s = Side::new(cfg_ext(1));
     s.engine
-        .post_send(SendWr::new(1, SendOp::Immediate { data: [1, 2, 3, 4, 5, 6, 7, 8], solicited: true }))
+        .post_send(SendWr::new(
+            1,
+            SendOp::Immediate {
+                data: [1, 2, 3, 4, 5, 6, 7, 8],
+                solicited: true,
+            },
+        ))
         .unwrap();
     let g = s.drain_tx(1500).remove(0);
     assert_eq!(g.len(), 26);
@@ -168,7 +241,10 @@ fn h09_immediate_data_format_and_length_check() {
             assert_eq!(c[0].immediate, Some([0x33; 8]));
             assert!(r.drain_tx(1500).is_empty());
         } else {
-            assert_eq!(expect_terminate(&mut r).cause, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
+            assert_eq!(
+                expect_terminate(&mut r).cause,
+                TerminateCause::RDMAP_CATASTROPHIC_STREAM
+            );
         }
     }
 }
@@ -189,11 +265,17 @@ fn atomic_responder_checks() {
         c
     };
     let ok = atomic_req(AtomicRequestRepr::fetch_add(1, 0, 0, 1, 0));
-    assert_eq!(run(ok.clone(), Access::LOCAL_READ | Access::REMOTE_READ), TerminateCause::RDMAP_ACCESS_RIGHTS);
+    assert_eq!(
+        run(ok.clone(), Access::LOCAL_READ | Access::REMOTE_READ),
+        TerminateCause::RDMAP_ACCESS_RIGHTS
+    );
     let mut bad_op = ok.clone();
     bad_op[3] = 0x0F;
     assert_eq!(run(bad_op, all()), TerminateCause::RDMAP_UNEXPECTED_OPCODE);
-    assert_eq!(run(ok[..51].to_vec(), all()), TerminateCause::RDMAP_OP_UNSPECIFIED);
+    assert_eq!(
+        run(ok[..51].to_vec(), all()),
+        TerminateCause::RDMAP_OP_UNSPECIFIED
+    );
     let mut oob = ok.clone();
     oob[12..20].copy_from_slice(&64u64.to_be_bytes());
     assert_eq!(run(oob, all()), TerminateCause::RDMAP_BASE_BOUNDS);
@@ -204,7 +286,13 @@ fn extensions_disabled_refuses_posts() {
     // EXT-01 §5: optional support.
     let mut s = Side::new(cfg(1));
     assert_eq!(
-        s.engine.post_send(SendWr::new(1, SendOp::Immediate { data: [0; 8], solicited: false })),
+        s.engine.post_send(SendWr::new(
+            1,
+            SendOp::Immediate {
+                data: [0; 8],
+                solicited: false
+            }
+        )),
         Err(PostError::ExtensionsDisabled)
     );
 }

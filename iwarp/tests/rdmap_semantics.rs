@@ -62,12 +62,18 @@ fn c01_delivery_only_after_all_earlier_placed() {
     assert_eq!(h(&mut s, 1, &m1b), Handled::Accepted);
     assert_eq!(s.bytes(4096, 10), &[3; 10], "placed out of order");
     assert_eq!(s.bytes(100, 50), &[2; 50]);
-    assert!(s.completions().is_empty(), "not delivered before the gap closes");
+    assert!(
+        s.completions().is_empty(),
+        "not delivered before the gap closes"
+    );
     // Duplicate placement of an early segment is harmless.
     assert_eq!(h(&mut s, 1, &m1b), Handled::Duplicate);
     assert_eq!(h(&mut s, 0, &m1a), Handled::Accepted);
     let c = s.completions();
-    assert_eq!(c.iter().map(|c| (c.wr_id, c.byte_len)).collect::<Vec<_>>(), vec![(1, 150), (2, 10)]);
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.byte_len)).collect::<Vec<_>>(),
+        vec![(1, 150), (2, 10)]
+    );
     // Re-offering delivered segments delivers nothing twice.
     assert_eq!(h(&mut s, 0, &m1a), Handled::Duplicate);
     assert_eq!(h(&mut s, 2, &m2), Handled::Duplicate);
@@ -162,7 +168,11 @@ fn c06_sq_completes_in_posting_order() {
         .post_send(SendWr::new(
             11,
             SendOp::Send {
-                sgl: vec![Sge { stag: a, to: 0, len: 10 }],
+                sgl: vec![Sge {
+                    stag: a,
+                    to: 0,
+                    len: 10,
+                }],
                 solicited: false,
                 invalidate: None,
             },
@@ -171,7 +181,10 @@ fn c06_sq_completes_in_posting_order() {
     // Transmit A's two messages; the Send is handed to DDP but the Read is not answered yet.
     let segs = p.a.drain_tx(1500);
     assert_eq!(segs.len(), 2);
-    assert!(p.a.completions().is_empty(), "Send must not complete before the earlier Read");
+    assert!(
+        p.a.completions().is_empty(),
+        "Send must not complete before the earlier Read"
+    );
     for s in &segs {
         p.b.receive(s);
     }
@@ -189,12 +202,45 @@ fn d01_d02_d03_transmitted_control_and_queues() {
     let mut s = Side::new(cfg(1));
     let a = s.region(0, 8192, all(), 1);
     let ops = vec![
-        SendOp::Write { sgl: vec![Sge { stag: a, to: 0, len: 5 }], remote: RemoteBuf { stag: STag(0x100), to: 0 } },
-        SendOp::Read { sink: RemoteBuf { stag: a, to: 0 }, remote: RemoteBuf { stag: STag(0x200), to: 0 }, len: 5 },
-        SendOp::Send { sgl: vec![], solicited: false, invalidate: None },
-        SendOp::Send { sgl: vec![], solicited: false, invalidate: Some(inv) },
-        SendOp::Send { sgl: vec![], solicited: true, invalidate: None },
-        SendOp::Send { sgl: vec![], solicited: true, invalidate: Some(inv) },
+        SendOp::Write {
+            sgl: vec![Sge {
+                stag: a,
+                to: 0,
+                len: 5,
+            }],
+            remote: RemoteBuf {
+                stag: STag(0x100),
+                to: 0,
+            },
+        },
+        SendOp::Read {
+            sink: RemoteBuf { stag: a, to: 0 },
+            remote: RemoteBuf {
+                stag: STag(0x200),
+                to: 0,
+            },
+            len: 5,
+        },
+        SendOp::Send {
+            sgl: vec![],
+            solicited: false,
+            invalidate: None,
+        },
+        SendOp::Send {
+            sgl: vec![],
+            solicited: false,
+            invalidate: Some(inv),
+        },
+        SendOp::Send {
+            sgl: vec![],
+            solicited: true,
+            invalidate: None,
+        },
+        SendOp::Send {
+            sgl: vec![],
+            solicited: true,
+            invalidate: Some(inv),
+        },
     ];
     for (i, op) in ops.into_iter().enumerate() {
         s.engine.post_send(SendWr::new(i as u64, op)).unwrap();
@@ -248,7 +294,11 @@ fn d05_extension_opcode_without_extensions() {
         let seg = untagged_seg(op, true, 0, 0, 1, 0, &[0; 8]);
         s.receive(&seg);
         let t = expect_terminate(&mut s);
-        assert_eq!(t.cause, TerminateCause::RDMAP_UNEXPECTED_OPCODE, "opcode {op:#x}");
+        assert_eq!(
+            t.cause,
+            TerminateCause::RDMAP_UNEXPECTED_OPCODE,
+            "opcode {op:#x}"
+        );
         copy_d(&t, &seg);
     }
 }
@@ -267,7 +317,9 @@ fn d06_reserved_bits_and_stray_invalidate_stag_ignored() {
     s.receive(&untagged_seg(OP_SEND_SE, true, victim.0, 0, 2, 0, b"b"));
     let c = s.completions();
     assert_eq!(c.len(), 2);
-    assert!(c.iter().all(|c| c.status == CompletionStatus::Success && c.invalidated.is_none()));
+    assert!(c
+        .iter()
+        .all(|c| c.status == CompletionStatus::Success && c.invalidated.is_none()));
     assert!(s.mem.is_valid(victim));
     assert!(s.drain_tx(1500).is_empty());
 }
@@ -287,33 +339,65 @@ fn e01_read_request_layout() {
     let mut s = Side::new(cfg(1));
     let a = s.region(0, 4096, all(), 0);
     s.engine
-        .post_send(SendWr::new(1, SendOp::Read {
-            sink: RemoteBuf { stag: a, to: 0x1122 },
-            remote: RemoteBuf { stag: STag(0x0000_7700), to: 0x3344 },
-            len: 999,
-        }))
+        .post_send(SendWr::new(
+            1,
+            SendOp::Read {
+                sink: RemoteBuf {
+                    stag: a,
+                    to: 0x1122,
+                },
+                remote: RemoteBuf {
+                    stag: STag(0x0000_7700),
+                    to: 0x3344,
+                },
+                len: 999,
+            },
+        ))
         .unwrap();
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 1);
     let g = &segs[0];
     assert_eq!(g.len(), 46);
-    let DdpRepr::Untagged(u) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap() else { panic!() };
+    let DdpRepr::Untagged(u) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap()
+    else {
+        panic!()
+    };
     assert!(u.last);
     assert_eq!((u.mo, u.qn, u.msn), (0, 1, 1));
     let r = ReadRequestRepr::parse(&ReadRequest::new_checked(&g[18..]).unwrap()).unwrap();
-    assert_eq!(r, ReadRequestRepr { sink_stag: a.0, sink_to: 0x1122, size: 999, src_stag: 0x7700, src_to: 0x3344 });
+    assert_eq!(
+        r,
+        ReadRequestRepr {
+            sink_stag: a.0,
+            sink_to: 0x1122,
+            size: 999,
+            src_stag: 0x7700,
+            src_to: 0x3344
+        }
+    );
 }
 
 #[test]
 fn e02_read_response_uses_sink_stag_and_to() {
     // RFC 5040 §4.4, §5.2.2
     let (mut s, src) = responder();
-    s.receive(&untagged_seg(OP_READ_REQ, true, 0, 1, 1, 0, &read_req(0xABCD_EF00, 5000, 3000, src.0, 100)));
+    s.receive(&untagged_seg(
+        OP_READ_REQ,
+        true,
+        0,
+        1,
+        1,
+        0,
+        &read_req(0xABCD_EF00, 5000, 3000, src.0, 100),
+    ));
     let segs = s.drain_tx(1000);
     let mut total = 0;
     let mut expect_to = 5000u64;
     for g in &segs {
-        let DdpRepr::Tagged(t) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap() else { panic!() };
+        let DdpRepr::Tagged(t) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(g[1] & 0x0F, 0x2);
         assert_eq!(t.stag, 0xABCD_EF00);
         assert_eq!(t.to, expect_to);
@@ -329,7 +413,15 @@ fn e02_read_response_uses_sink_stag_and_to() {
 fn e03_zero_length_read_not_validated() {
     // RFC 5040 §5.2.1
     let (mut s, _) = responder();
-    s.receive(&untagged_seg(OP_READ_REQ, true, 0, 1, 1, 0, &read_req(0x500, 7, 0, 0xDEAD_0000, u64::MAX)));
+    s.receive(&untagged_seg(
+        OP_READ_REQ,
+        true,
+        0,
+        1,
+        1,
+        0,
+        &read_req(0x500, 7, 0, 0xDEAD_0000, u64::MAX),
+    ));
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 1);
     assert_eq!(segs[0].len(), 14);
@@ -338,15 +430,28 @@ fn e03_zero_length_read_not_validated() {
     assert!(s.engine.local_terminate().is_none());
 }
 
-fn read_error(src_stag: u32, src_to: u64, size: u32, setup: impl FnOnce(&mut Side) -> u32) -> (TerminateRepr, Vec<u8>) {
+fn read_error(
+    src_stag: u32,
+    src_to: u64,
+    size: u32,
+    setup: impl FnOnce(&mut Side) -> u32,
+) -> (TerminateRepr, Vec<u8>) {
     let (mut s, _) = responder();
-    let stag = if src_stag == 0 { setup(&mut s) } else { src_stag };
+    let stag = if src_stag == 0 {
+        setup(&mut s)
+    } else {
+        src_stag
+    };
     let rr = read_req(0x900, 0, size, stag, src_to);
     let seg = untagged_seg(OP_READ_REQ, true, 0, 1, 1, 0, &rr);
     s.receive(&seg);
     let t = expect_terminate(&mut s);
     copy_d(&t, &seg);
-    assert_eq!(t.rdma_header.map(|h| h.to_vec()), Some(rr.clone()), "copy(D+R) original header");
+    assert_eq!(
+        t.rdma_header.map(|h| h.to_vec()),
+        Some(rr.clone()),
+        "copy(D+R) original header"
+    );
     (t, seg)
 }
 
@@ -385,7 +490,13 @@ fn e06_read_bounds_and_wrap() {
 fn e07_read_without_remote_read() {
     // RFC 5040 Fig. 9; VERBS-00 §7.4.2
     let (t, _) = read_error(0, 0, 10, |s| {
-        s.region(8192, 100, Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE, 0).0
+        s.region(
+            8192,
+            100,
+            Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            0,
+        )
+        .0
     });
     assert_eq!(t.cause, TerminateCause::RDMAP_ACCESS_RIGHTS);
 }
@@ -403,7 +514,16 @@ fn e08_failed_read_response_reports_progress() {
     assert_eq!(t.cause, TerminateCause::RDMAP_INVALID_STAG);
     let h = t.rdma_header.unwrap();
     let r = ReadRequestRepr::parse(&ReadRequest::new_checked(&h[..]).unwrap()).unwrap();
-    assert_eq!(r, ReadRequestRepr { sink_stag: 0x900, sink_to: 2000, size: 2000, src_stag: src.0, src_to: 1100 });
+    assert_eq!(
+        r,
+        ReadRequestRepr {
+            sink_stag: 0x900,
+            sink_to: 2000,
+            size: 2000,
+            src_stag: src.0,
+            src_to: 1100
+        }
+    );
 }
 
 #[test]
@@ -411,7 +531,15 @@ fn e09_read_responses_in_request_order() {
     // RFC 5040 §5.2.2, §5.5 rule 20
     let (mut s, src) = responder();
     for i in 0..3u32 {
-        s.receive(&untagged_seg(OP_READ_REQ, true, 0, 1, i + 1, 0, &read_req(0x100 * (i + 1), 0, 600, src.0, 0)));
+        s.receive(&untagged_seg(
+            OP_READ_REQ,
+            true,
+            0,
+            1,
+            i + 1,
+            0,
+            &read_req(0x100 * (i + 1), 0, 600, src.0, 0),
+        ));
     }
     let stags: Vec<u32> = s
         .drain_tx(400)
@@ -430,15 +558,29 @@ fn e10_write_then_read_returns_written_data() {
     let a = p.a.region(0, 8192, all(), 0);
     let b = p.b.region(0, 8192, all(), 0);
     p.a.write_bytes(0, &pattern(3000, 42));
-    p.a.engine.post_send(SendWr::new(1, SendOp::Write {
-        sgl: vec![Sge { stag: a, to: 0, len: 3000 }],
-        remote: RemoteBuf { stag: b, to: 100 },
-    })).unwrap();
-    p.a.engine.post_send(SendWr::new(2, SendOp::Read {
-        sink: RemoteBuf { stag: a, to: 4000 },
-        remote: RemoteBuf { stag: b, to: 100 },
-        len: 3000,
-    })).unwrap();
+    p.a.engine
+        .post_send(SendWr::new(
+            1,
+            SendOp::Write {
+                sgl: vec![Sge {
+                    stag: a,
+                    to: 0,
+                    len: 3000,
+                }],
+                remote: RemoteBuf { stag: b, to: 100 },
+            },
+        ))
+        .unwrap();
+    p.a.engine
+        .post_send(SendWr::new(
+            2,
+            SendOp::Read {
+                sink: RemoteBuf { stag: a, to: 4000 },
+                remote: RemoteBuf { stag: b, to: 100 },
+                len: 3000,
+            },
+        ))
+        .unwrap();
     p.pump_shuffled(9);
     assert_eq!(p.a.bytes(4000, 3000), &pattern(3000, 42)[..]);
 }
@@ -452,11 +594,19 @@ fn e11_ord_limits_outstanding_reads() {
     let a = p.a.region(0, 8192, all(), 0);
     let b = p.b.region(0, 8192, all(), 0);
     for i in 0..4 {
-        p.a.engine.post_send(SendWr::new(i, SendOp::Read {
-            sink: RemoteBuf { stag: a, to: 100 * i },
-            remote: RemoteBuf { stag: b, to: 0 },
-            len: 50,
-        })).unwrap();
+        p.a.engine
+            .post_send(SendWr::new(
+                i,
+                SendOp::Read {
+                    sink: RemoteBuf {
+                        stag: a,
+                        to: 100 * i,
+                    },
+                    remote: RemoteBuf { stag: b, to: 0 },
+                    len: 50,
+                },
+            ))
+            .unwrap();
     }
     let mut done = Vec::new();
     for _ in 0..10 {
@@ -483,14 +633,33 @@ fn e12_ird_exceeded() {
     let mut s = Side::new(c);
     let src = s.region(0, 4096, all(), 0);
     for i in 1..=2 {
-        s.receive(&untagged_seg(OP_READ_REQ, true, 0, 1, i, 0, &read_req(0x100, 0, 10, src.0, 0)));
+        s.receive(&untagged_seg(
+            OP_READ_REQ,
+            true,
+            0,
+            1,
+            i,
+            0,
+            &read_req(0x100, 0, 10, src.0, 0),
+        ));
     }
-    let third = untagged_seg(OP_READ_REQ, true, 0, 1, 3, 0, &read_req(0x100, 0, 10, src.0, 0));
+    let third = untagged_seg(
+        OP_READ_REQ,
+        true,
+        0,
+        1,
+        3,
+        0,
+        &read_req(0x100, 0, 10, src.0, 0),
+    );
     s.receive(&third);
     let t = expect_terminate(&mut s);
     assert_eq!(t.cause, TerminateCause::DDP_MSN_RANGE);
     copy_d(&t, &third);
-    assert_eq!(&t.ddp_header.unwrap().as_bytes()[6..10], &1u32.to_be_bytes());
+    assert_eq!(
+        &t.ddp_header.unwrap().as_bytes()[6..10],
+        &1u32.to_be_bytes()
+    );
 }
 
 #[test]
@@ -501,7 +670,15 @@ fn e12b_ird_slots_free_after_response() {
     let mut s = Side::new(c);
     let src = s.region(0, 4096, all(), 0);
     for i in 1..=5 {
-        s.receive(&untagged_seg(OP_READ_REQ, true, 0, 1, i, 0, &read_req(0x100, 0, 10, src.0, 0)));
+        s.receive(&untagged_seg(
+            OP_READ_REQ,
+            true,
+            0,
+            1,
+            i,
+            0,
+            &read_req(0x100, 0, 10, src.0, 0),
+        ));
         assert_eq!(s.drain_tx(1500).len(), 1);
     }
     assert!(s.engine.local_terminate().is_none());
@@ -514,27 +691,44 @@ fn e13_read_with_ord_zero() {
     c.ord = 0;
     let mut s = Side::new(c);
     let a = s.region(0, 4096, all(), 0);
-    s.engine.post_send(SendWr::new(5, SendOp::Read {
-        sink: RemoteBuf { stag: a, to: 0 },
-        remote: RemoteBuf { stag: STag(0x100), to: 0 },
-        len: 10,
-    })).unwrap();
+    s.engine
+        .post_send(SendWr::new(
+            5,
+            SendOp::Read {
+                sink: RemoteBuf { stag: a, to: 0 },
+                remote: RemoteBuf {
+                    stag: STag(0x100),
+                    to: 0,
+                },
+                len: 10,
+            },
+        ))
+        .unwrap();
     assert!(s.drain_tx(1500).is_empty());
     let c = s.completions();
-    assert_eq!((c[0].wr_id, c[0].status), (5, CompletionStatus::ZeroReadResources));
+    assert_eq!(
+        (c[0].wr_id, c[0].status),
+        (5, CompletionStatus::ZeroReadResources)
+    );
 }
 
 #[test]
 fn e14_read_response_into_buffer_without_remote_write() {
     // VERBS-00 §7.4.2 (SPEC-DIGEST D10): 1/1/00 at the requester.
     let mut p = Pair::new(cfg(1), cfg(2), 1500);
-    let a = p.a.region(0, 4096, Access::LOCAL_READ | Access::LOCAL_WRITE, 0);
+    let a =
+        p.a.region(0, 4096, Access::LOCAL_READ | Access::LOCAL_WRITE, 0);
     let b = p.b.region(0, 4096, all(), 9);
-    p.a.engine.post_send(SendWr::new(1, SendOp::Read {
-        sink: RemoteBuf { stag: a, to: 0 },
-        remote: RemoteBuf { stag: b, to: 0 },
-        len: 10,
-    })).unwrap();
+    p.a.engine
+        .post_send(SendWr::new(
+            1,
+            SendOp::Read {
+                sink: RemoteBuf { stag: a, to: 0 },
+                remote: RemoteBuf { stag: b, to: 0 },
+                len: 10,
+            },
+        ))
+        .unwrap();
     for g in p.a.drain_tx(1500) {
         p.b.receive(&g);
     }
@@ -562,7 +756,15 @@ fn f01_send_with_invalidate() {
     // RFC 5040 §5.3; VERBS-00 §8.2.2.1 item 1
     let (mut s, _) = inval_side();
     let victim = s.region(8192, 64, all(), 0);
-    s.receive(&untagged_seg(OP_SEND_INV, true, victim.0, 0, 1, 0, b"payload"));
+    s.receive(&untagged_seg(
+        OP_SEND_INV,
+        true,
+        victim.0,
+        0,
+        1,
+        0,
+        b"payload",
+    ));
     let c = s.completions();
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].invalidated, Some(victim));
@@ -585,14 +787,14 @@ fn f02_write_after_remote_invalidate() {
 #[test]
 fn f03_cannot_invalidate() {
     // RFC 5040 §5.3; VERBS-00 §7.8 (SPEC-DIGEST D6)
-    let cases: Vec<Box<dyn Fn(&mut Side) -> STag>> = vec![
-        Box::new(|s| s.region_spec(RegionSpec::new(8192, 64, all(), PdId(5)))),
-        Box::new(|s| {
+    let cases: [fn(&mut Side) -> STag; 3] = [
+        |s| s.region_spec(RegionSpec::new(8192, 64, all(), PdId(5))),
+        |s| {
             let mut spec = RegionSpec::new(8192, 64, all(), PdId(1));
             spec.shared = true;
             s.region_spec(spec)
-        }),
-        Box::new(|_| STag(0)),
+        },
+        |_| STag(0),
     ];
     for make in cases {
         let (mut s, _) = inval_side();

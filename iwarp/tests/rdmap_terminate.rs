@@ -34,7 +34,8 @@ fn g01_terminate_layout() {
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 1);
     let g = &segs[0];
-    let DdpRepr::Untagged(u) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap() else {
+    let DdpRepr::Untagged(u) = DdpRepr::parse(&Segment::new_checked(&g[..]).unwrap()).unwrap()
+    else {
         panic!("untagged")
     };
     assert!(u.last);
@@ -81,7 +82,10 @@ fn g03_first_error_is_reported_once() {
     assert_eq!(s.receive(&second), Handled::Dropped);
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 1);
-    assert_eq!(parse_terminate(&segs[0]).cause, TerminateCause::DDP_INVALID_STAG);
+    assert_eq!(
+        parse_terminate(&segs[0]).cause,
+        TerminateCause::DDP_INVALID_STAG
+    );
     // Also when the first failing segment arrives later than the second (out of order):
     // the error of the earlier segment in stream order wins.
     let mut s = Side::new(cfg(2));
@@ -94,7 +98,10 @@ fn g03_first_error_is_reported_once() {
     h(&mut s, 0, &first);
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 1);
-    assert_eq!(parse_terminate(&segs[0]).cause, TerminateCause::DDP_INVALID_STAG);
+    assert_eq!(
+        parse_terminate(&segs[0]).cause,
+        TerminateCause::DDP_INVALID_STAG
+    );
 }
 
 #[test]
@@ -106,11 +113,18 @@ fn g04_terminate_received() {
     p.b.engine.abort(TerminateCause::RDMAP_LOCAL_CATASTROPHIC);
     p.pump();
     let ev = p.a.events();
-    let Event::TerminateReceived(t) = &ev[0] else { panic!("{ev:?}") };
+    let Event::TerminateReceived(t) = &ev[0] else {
+        panic!("{ev:?}")
+    };
     assert_eq!(t.cause, TerminateCause::RDMAP_LOCAL_CATASTROPHIC);
     assert_eq!(p.a.engine.state(), StreamState::Terminated);
     assert!(p.a.drain_tx(1500).is_empty(), "no Terminate in reply");
-    assert_eq!(p.b.events(), vec![Event::TerminateSent(TerminateCause::RDMAP_LOCAL_CATASTROPHIC)]);
+    assert_eq!(
+        p.b.events(),
+        vec![Event::TerminateSent(
+            TerminateCause::RDMAP_LOCAL_CATASTROPHIC
+        )]
+    );
     p.a.engine.handle_llp_closed(true);
     assert_eq!(p.a.engine.state(), StreamState::Closed);
 }
@@ -151,11 +165,22 @@ fn g07_local_error_building_send() {
     s.engine.post_send(send(2, STag(0x0099_9900), 10)).unwrap();
     s.engine.post_send(send(3, a, 10)).unwrap();
     let segs = s.drain_tx(1500);
-    assert_eq!(segs.len(), 2, "first Send, then a Terminate instead of the second");
+    assert_eq!(
+        segs.len(),
+        2,
+        "first Send, then a Terminate instead of the second"
+    );
     assert_eq!(segs[0][1] & 0x0F, 0x3);
     let t = parse_terminate(&segs[1]);
-    assert_eq!(t, TerminateRepr::bare(TerminateCause::RDMAP_LOCAL_CATASTROPHIC));
-    let c: Vec<(u64, CompletionStatus)> = s.completions().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        t,
+        TerminateRepr::bare(TerminateCause::RDMAP_LOCAL_CATASTROPHIC)
+    );
+    let c: Vec<(u64, CompletionStatus)> = s
+        .completions()
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
     assert_eq!(
         c,
         vec![
@@ -177,8 +202,13 @@ fn g08_any_terminate_is_accepted() {
         let mut s = Side::new(cfg(1));
         s.receive(&untagged_seg(0x7, true, 0, 2, 1, 0, &body));
         let ev = s.events();
-        let Event::TerminateReceived(t) = &ev[0] else { panic!() };
-        assert_eq!((t.cause.layer, t.cause.etype, t.cause.code), (body[0] >> 4, body[0] & 15, body[1]));
+        let Event::TerminateReceived(t) = &ev[0] else {
+            panic!()
+        };
+        assert_eq!(
+            (t.cause.layer, t.cause.etype, t.cause.code),
+            (body[0] >> 4, body[0] & 15, body[1])
+        );
         assert!(s.drain_tx(1500).is_empty());
     }
 }
@@ -214,7 +244,10 @@ fn g11_segment_after_close_is_dropped() {
     let mut s = Side::new(cfg(1));
     let a = s.region(0, 8192, all(), 1);
     s.engine.handle_llp_closed(true);
-    assert_eq!(s.receive(&tagged_seg(0, true, a.0, 0, b"x")), Handled::Dropped);
+    assert_eq!(
+        s.receive(&tagged_seg(0, true, a.0, 0, b"x")),
+        Handled::Dropped
+    );
     assert_eq!(s.bytes(0, 1), &[1]);
 }
 
@@ -230,18 +263,26 @@ fn g12_flush_leaves_one_error_completion() {
     s.engine.post_send(send(2, STag(0x0012_3400), 5)).unwrap();
     s.engine.post_send(send(3, a, 5)).unwrap();
     s.engine
-        .post_send(SendWr::new(4, SendOp::Read {
-            sink: RemoteBuf { stag: a, to: 0 },
-            remote: RemoteBuf { stag: a, to: 0 },
-            len: 5,
-        }))
+        .post_send(SendWr::new(
+            4,
+            SendOp::Read {
+                sink: RemoteBuf { stag: a, to: 0 },
+                remote: RemoteBuf { stag: a, to: 0 },
+                len: 5,
+            },
+        ))
         .unwrap();
     s.drain_tx(1500);
     let c = s.completions();
     assert_eq!(c.len(), 7);
     let odd = c
         .iter()
-        .filter(|c| !matches!(c.status, CompletionStatus::Success | CompletionStatus::Flushed))
+        .filter(|c| {
+            !matches!(
+                c.status,
+                CompletionStatus::Success | CompletionStatus::Flushed
+            )
+        })
         .count();
     assert_eq!(odd, 1);
 }
@@ -256,7 +297,10 @@ fn graceful_close_drains_then_refuses() {
     p.a.engine.post_send(send(1, a, 50)).unwrap();
     p.a.engine.close();
     assert_eq!(p.a.engine.state(), StreamState::Closing);
-    assert_eq!(p.a.engine.post_send(send(2, a, 1)), Err(PostError::NotActive));
+    assert_eq!(
+        p.a.engine.post_send(send(2, a, 1)),
+        Err(PostError::NotActive)
+    );
     assert!(!p.a.engine.is_drained());
     p.pump();
     assert!(p.a.engine.is_drained());
@@ -271,10 +315,16 @@ fn multi_segment_read_request_rejected() {
     let mut s = Side::new(cfg(2));
     let seg = untagged_seg(0x1, false, 0, 1, 1, 0, &[0; 28]);
     s.receive(&seg);
-    assert_eq!(expect_terminate(&mut s).cause, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
+    assert_eq!(
+        expect_terminate(&mut s).cause,
+        TerminateCause::RDMAP_CATASTROPHIC_STREAM
+    );
     let mut s = Side::new(cfg(2));
     s.receive(&untagged_seg(0x1, true, 0, 1, 1, 0, &[0; 27]));
-    assert_eq!(expect_terminate(&mut s).cause, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
+    assert_eq!(
+        expect_terminate(&mut s).cause,
+        TerminateCause::RDMAP_CATASTROPHIC_STREAM
+    );
 }
 
 #[test]
@@ -284,7 +334,10 @@ fn read_request_disabled_with_ird_zero() {
     c.ird = 0;
     let mut s = Side::new(c);
     s.receive(&untagged_seg(0x1, true, 0, 1, 1, 0, &[0; 28]));
-    assert_eq!(expect_terminate(&mut s).cause, TerminateCause::DDP_INVALID_QN);
+    assert_eq!(
+        expect_terminate(&mut s).cause,
+        TerminateCause::DDP_INVALID_QN
+    );
 }
 
 #[test]
@@ -293,9 +346,15 @@ fn unexpected_read_response_and_wrong_queue() {
     let mut s = Side::new(cfg(2));
     let a = s.region(0, 64, all(), 0);
     s.receive(&tagged_seg(0x2, true, a.0, 0, b"x"));
-    assert_eq!(expect_terminate(&mut s).cause, TerminateCause::RDMAP_UNEXPECTED_OPCODE);
+    assert_eq!(
+        expect_terminate(&mut s).cause,
+        TerminateCause::RDMAP_UNEXPECTED_OPCODE
+    );
     assert_eq!(s.bytes(0, 1), &[0]);
     let mut s = Side::new(cfg(2));
     s.receive(&untagged_seg(0x3, true, 0, 1, 1, 0, b"x"));
-    assert_eq!(expect_terminate(&mut s).cause, TerminateCause::RDMAP_UNEXPECTED_OPCODE);
+    assert_eq!(
+        expect_terminate(&mut s).cause,
+        TerminateCause::RDMAP_UNEXPECTED_OPCODE
+    );
 }

@@ -131,7 +131,7 @@ impl UntaggedQueues {
     pub fn check_msn(&self, qn: u32, msn: u32) -> Result<Slot, DdpError> {
         let index = match qn {
             0 => window(self.recv_base, self.recv.len() as u32, msn, true)?,
-            1 | 2 | 3 => {
+            1..=3 => {
                 if qn == 3 && !self.qn3_enabled {
                     return Err(DdpError::InvalidQn);
                 }
