@@ -444,7 +444,20 @@ fn check_range<T: PartialOrd + fmt::Display + Copy>(
 }
 
 fn de_ranged<'de, D: Deserializer<'de>>(d: D, r: RangeInclusive<i64>) -> Result<i64, D::Error> {
-    let v = i64::deserialize(d)?;
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = i64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an integer")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
+            Ok(v)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
+            i64::try_from(v).map_err(|_| E::custom(format!("invalid value {v} (too large)")))
+        }
+    }
+    let v = d.deserialize_i64(V)?;
     check_range(v, r).map_err(de::Error::custom)
 }
 
@@ -578,8 +591,12 @@ impl Config {
             ConfigError::Invalid {
                 file: file.to_string(),
                 line: inner.span().map(|s| line_of(text, s.start)),
+                message: if key == "." {
+                    format!("TOML syntax error: {}", one_line(inner.message()))
+                } else {
+                    one_line(inner.message())
+                },
                 key: if key == "." { String::new() } else { key },
-                message: one_line(inner.message()),
             }
         })?;
         cfg.validate(text, file)?;

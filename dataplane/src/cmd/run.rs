@@ -106,6 +106,15 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// `ns / n` as text, `-` when `n` is zero.
+fn per_pkt(ns: u64, n: u64) -> String {
+    if n == 0 {
+        "-".into()
+    } else {
+        (ns / n).to_string()
+    }
+}
+
 /// The end-of-run tables: port counters, poll loop counters, and faults if any.
 fn summary(poll: &PollLoop<AnyPort, NoHandler>, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64().max(1e-9);
@@ -125,7 +134,9 @@ fn summary(poll: &PollLoop<AnyPort, NoHandler>, elapsed: Duration) -> String {
         "arp_reply",
         "echo_reply",
         "unhandled",
-        "ns/pkt",
+        "rx_ns/pkt",
+        "proc_ns/pkt",
+        "tx_ns/pkt",
     ]);
     let mut faults = Table::new([
         "port", "dir", "seen", "dropped", "reordered", "duplicated", "corrupted", "truncated",
@@ -151,7 +162,6 @@ fn summary(poll: &PollLoop<AnyPort, NoHandler>, elapsed: Duration) -> String {
         let other = c.class(FrameClass::OtherIpv4)
             + c.class(FrameClass::Fragment)
             + c.class(FrameClass::OtherEthertype);
-        let busy_ns = c.rx_ns + c.process_ns + c.tx_ns;
         lp.row([
             name.clone(),
             c.class(FrameClass::Arp).to_string(),
@@ -164,11 +174,9 @@ fn summary(poll: &PollLoop<AnyPort, NoHandler>, elapsed: Duration) -> String {
             c.arp_replies.to_string(),
             c.echo_replies.to_string(),
             c.unhandled.to_string(),
-            if c.rx > 0 {
-                (busy_ns / c.rx).to_string()
-            } else {
-                "-".into()
-            },
+            per_pkt(c.rx_ns, c.rx),
+            per_pkt(c.process_ns, c.rx),
+            per_pkt(c.tx_ns, c.tx),
         ]);
         if let Some((rx, tx)) = p.fault_counters() {
             for (dir, f) in [("rx", rx), ("tx", tx)] {

@@ -24,6 +24,7 @@ pub struct TapPort {
     pool: Arc<BufPool>,
     stats: PortStats,
     tx_errors: u64,
+    rx_failing: bool,
 }
 
 impl TapPort {
@@ -56,6 +57,7 @@ impl TapPort {
             pool,
             stats: PortStats::default(),
             tx_errors: 0,
+            rx_failing: false,
         })
     }
 
@@ -84,18 +86,27 @@ impl Port for TapPort {
             let mut buf = self.pool.take(self.info.mtu + RX_SLACK);
             match self.iface.recv(buf.as_mut()) {
                 Ok(len) => {
+                    self.rx_failing = false;
                     buf.resize(len);
                     self.stats.rx_packets += 1;
                     self.stats.rx_bytes += len as u64;
                     out.push(buf);
                     n += 1;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.rx_failing = false;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    log::debug!("port {}: TAP read: {e}", self.info.name);
-                    self.stats.rx_errors += 1;
-                    break;
+                    // A failing device (e.g. the interface was deleted) fails every read:
+                    // count and report the first failure of a run of them.
+                    if !self.rx_failing {
+                        log::warn!("port {}: TAP read: {e}", self.info.name);
+                        self.stats.rx_errors += 1;
+                        self.rx_failing = true;
+                    }
+                    return n;
                 }
             }
         }

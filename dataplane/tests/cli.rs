@@ -1,0 +1,208 @@
+//! The `dataplane` binary: exit codes, one-line errors, and a short `run` on software ports.
+
+use std::process::{Command, Output};
+
+fn dataplane(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("spawn dataplane")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Asserts exit code `code` and exactly one stderr line starting `dataplane: error: `.
+fn assert_one_error_line(o: &Output, code: i32) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected, got: {err:?}");
+    assert!(lines[0].starts_with("dataplane: error: "), "{err}");
+    lines[0].to_string()
+}
+
+fn write_config(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn unknown_flag_is_a_usage_error() {
+    let o = dataplane(&["run", "--bogus"]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(line.contains("unexpected argument '--bogus'"), "{line}");
+    let o = dataplane(&["frobnicate"]);
+    assert_one_error_line(&o, 2);
+    let o = dataplane(&["fwd", "--burst", "0"]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(line.contains("0 is not in 1..=512"), "{line}");
+}
+
+#[test]
+fn missing_required_argument_is_one_line() {
+    let o = dataplane(&["run"]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(line.contains("--config <FILE>"), "{line}");
+}
+
+#[test]
+fn help_exits_zero() {
+    let o = dataplane(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    for sub in ["run", "fwd", "pktgen"] {
+        assert!(out.contains(sub), "{out}");
+    }
+}
+
+#[test]
+fn bad_config_names_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        "x.toml",
+        "[[ports]]\nname = \"p0\"\nbackend = \"soft\"\ndevice = \"l\"\n\n\nmtu = 70000\n",
+    );
+    let o = dataplane(&["run", "--config", &path]);
+    let line = assert_one_error_line(&o, 2);
+    assert_eq!(
+        line,
+        format!("dataplane: error: {path}:7: ports[0].mtu: invalid value 70000 (must be 68..=9000)")
+    );
+}
+
+#[test]
+fn missing_config_file_is_a_config_error() {
+    let o = dataplane(&["run", "--config", "/nonexistent/dp.toml"]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(line.contains("/nonexistent/dp.toml"), "{line}");
+}
+
+#[test]
+fn port_failure_is_a_runtime_error() {
+    // A TAP name the kernel rejects (contains '/'): opening fails at run time.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        "t.toml",
+        "[[ports]]\nname = \"t\"\nbackend = \"tap\"\ndevice = \"bad/name\"\n",
+    );
+    let o = dataplane(&["run", "--config", &path, "--duration", "0.1"]);
+    let line = assert_one_error_line(&o, 1);
+    assert!(line.starts_with("dataplane: error: port t: "), "{line}");
+}
+
+#[test]
+fn bad_fault_override_is_reported() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
+    let o = dataplane(&["run", "--config", cfg, "--fault", "a:drop=lots", "-d", "0.1"]);
+    let line = assert_one_error_line(&o, 1);
+    assert!(line.contains("port a: fault setting drop: invalid rate"), "{line}");
+}
+
+#[test]
+fn run_on_soft_ports_stops_by_itself_with_a_summary() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
+    let o = dataplane(&["run", "--config", cfg, "--duration", "1.2", "--stats-interval", "0.5"]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    assert!(out.contains("stopped after 1.2"), "{out}");
+    assert!(out.contains("(duration reached)"), "{out}");
+    let stats_lines = out.lines().filter(|l| l.starts_with('[')).count();
+    assert!(stats_lines >= 2, "periodic stats lines: {out}");
+    // The summary table: header, one row per port, columns aligned (same width).
+    let lines: Vec<&str> = out.lines().collect();
+    let h = lines.iter().position(|l| l.starts_with("port ") && l.contains("rx_pkts")).unwrap();
+    assert!(lines[h + 1].starts_with("a "), "{out}");
+    assert!(lines[h + 2].starts_with("b "), "{out}");
+    assert_eq!(lines[h].len(), lines[h + 1].len(), "aligned:\n{out}");
+    assert_eq!(lines[h].len(), lines[h + 2].len(), "aligned:\n{out}");
+    assert!(out.contains("faults"), "b has a fault layer: {out}");
+}
+
+#[test]
+fn pktgen_over_a_soft_link_counts_every_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        "s.toml",
+        "[[ports]]\nname = \"a\"\nbackend = \"soft\"\ndevice = \"l\"\n\
+         [[ports]]\nname = \"b\"\nbackend = \"soft\"\ndevice = \"l\"\n",
+    );
+    let o = dataplane(&[
+        "pktgen", "--config", &path, "--tx-port", "a", "--rx-port", "b", "--count", "5000",
+        "--size", "128", "--stats-interval", "0", "--duration", "20",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert!(out.contains("received 5000 generated frames: 0 sequence gaps, 0 late"), "{out}");
+    assert!(out.contains("lost 0 of 5000 sent"), "{out}");
+}
+
+#[test]
+fn pktgen_with_injected_loss_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        "s.toml",
+        "[[ports]]\nname = \"a\"\nbackend = \"soft\"\ndevice = \"l\"\n\
+         [[ports]]\nname = \"b\"\nbackend = \"soft\"\ndevice = \"l\"\n",
+    );
+    let o = dataplane(&[
+        "pktgen", "--config", &path, "--tx-port", "a", "--rx-port", "b", "--count", "10000",
+        "--fault", "b:direction=rx,drop=10%,seed=5", "--stats-interval", "0", "-d", "20",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let lost: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("lost "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!((800..1200).contains(&lost), "lost {lost}: {out}");
+}
+
+#[test]
+fn pktgen_size_is_checked() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
+    let o = dataplane(&["pktgen", "--config", cfg, "--tx-port", "a", "--size", "20"]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(line.contains("--size 20: must be 60..=1514"), "{line}");
+    let o = dataplane(&["pktgen", "--config", cfg, "--tx-port", "zz"]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(line.contains("--port zz: no such port"), "{line}");
+}
+
+#[test]
+fn capture_dir_writes_pcaps_that_tshark_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
+    let cap = dir.path().join("cap");
+    let o = dataplane(&[
+        "pktgen", "--config", cfg, "--tx-port", "a", "--rx-port", "b", "--count", "20",
+        "--capture-dir", cap.to_str().unwrap(), "--stats-interval", "0", "-d", "20",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let pcap = cap.join("a.pcap");
+    let bytes = std::fs::read(&pcap).unwrap();
+    assert_eq!(bytes.len(), 24 + 20 * (16 + 64), "20 frames of 64 bytes");
+    // tshark is installed by testbed/setup.
+    let t = Command::new("tshark")
+        .args(["-r", pcap.to_str().unwrap(), "-T", "fields", "-e", "udp.dstport"])
+        .output()
+        .expect("tshark (installed by testbed/setup)");
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    let ports = String::from_utf8_lossy(&t.stdout);
+    assert_eq!(ports.lines().count(), 20, "{ports}");
+    assert!(ports.lines().all(|l| l.trim() == "9"), "{ports}");
+}
