@@ -1,0 +1,743 @@
+//! Verbs work requests and completions: conformance checklist group K (and the verbs
+//! parts of F and G) from SPEC-DIGEST §8. The RDMAP engine's side is driven through
+//! `next_send_wr` / `next_recv_wr` / `handle_completion`.
+
+mod verbs_common;
+
+use iwarp::rdmap::{CompletionStatus as EngineStatus, WorkQueue};
+use iwarp::verbs::*;
+use verbs_common::*;
+
+const VA: u64 = 0x1000_0000;
+
+fn rts() -> Fx {
+    let mut fx = fixture();
+    to_rts(&mut fx.rnic, fx.qp);
+    fx
+}
+
+fn source_mr(fx: &mut Fx) -> STag {
+    fx.rnic
+        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
+        .unwrap()
+}
+
+fn sge(stag: STag, off: u64, len: u32) -> Sge {
+    Sge {
+        stag,
+        to: VA + off,
+        len,
+    }
+}
+
+#[test]
+fn k01_list_stops_at_first_invalid_wr() {
+    // VERBS-00 §8.2.1
+    let mut fx = fixture();
+    let s = Sge {
+        stag: STag(0),
+        to: 0,
+        len: 0,
+    };
+    let too_many = vec![s; 5];
+    let wrs = vec![
+        send(1, vec![]),
+        send(2, vec![]),
+        send(3, too_many),
+        send(4, vec![]),
+        send(5, vec![]),
+    ];
+    assert_eq!(
+        fx.rnic.post_sq(fx.qp, wrs),
+        Err(PostError {
+            posted: 2,
+            error: VerbError::InvalidSglLength
+        })
+    );
+    fx.rnic
+        .modify_qp(fx.qp, ModifyQp::to(QpState::Error))
+        .unwrap();
+    let ids: Vec<u64> = drain(&mut fx.rnic, fx.cq).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, vec![1, 2]);
+}
+
+#[test]
+fn k02_full_sq_refuses_more() {
+    // VERBS-00 §8.2.1, §9.3.1.1
+    let mut fx = fixture_with(|i| i.sq_depth = 3);
+    let wrs = (0..3).map(|i| send(i, vec![])).collect();
+    assert_eq!(fx.rnic.post_sq(fx.qp, wrs), Ok(3));
+    assert_eq!(
+        fx.rnic.post_sq(fx.qp, vec![send(9, vec![])]),
+        Err(PostError {
+            posted: 0,
+            error: VerbError::TooManyWorkRequests
+        })
+    );
+    // Same for the RQ.
+    let mut fx = fixture_with(|i| i.rq_depth = 1);
+    fx.rnic.post_rq(fx.qp, vec![recv(1, vec![])]).unwrap();
+    assert_eq!(
+        fx.rnic.post_rq(fx.qp, vec![recv(2, vec![])]),
+        Err(PostError {
+            posted: 0,
+            error: VerbError::TooManyWorkRequests
+        })
+    );
+}
+
+#[test]
+fn k03_unsignaled_success_silent_failure_reported_rest_flushed() {
+    // VERBS-00 §8.1.3.1
+    let mut fx = rts();
+    let mr = source_mr(&mut fx);
+    fx.rnic
+        .post_sq(
+            fx.qp,
+            vec![
+                send(1, vec![sge(mr, 0, 8)]).unsignaled(),
+                send(2, vec![sge(mr, 0, 8)]).unsignaled(),
+                send(3, vec![]),
+            ],
+        )
+        .unwrap();
+    let w1 = fx.rnic.next_send_wr(fx.qp).unwrap();
+    let w2 = fx.rnic.next_send_wr(fx.qp).unwrap();
+    let _w3 = fx.rnic.next_send_wr(fx.qp).unwrap();
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(w1.wr_id, WorkQueue::Send, EngineStatus::Success, 8),
+        )
+        .unwrap();
+    assert_eq!(fx.rnic.poll_cq(fx.cq), Err(VerbError::CqEmpty));
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(w2.wr_id, WorkQueue::Send, EngineStatus::LocalProtection, 0),
+        )
+        .unwrap();
+    let wc = fx.rnic.poll_cq(fx.cq).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (2, CompletionStatus::InvalidStag));
+    assert_eq!(fx.rnic.query_qp(fx.qp).unwrap().state, QpState::Terminate);
+    fx.rnic.handle_llp_event(fx.qp, LlpEvent::Closed).unwrap();
+    let rest = drain(&mut fx.rnic, fx.cq);
+    assert_eq!(rest.len(), 1);
+    assert_eq!(
+        (rest[0].wr_id, rest[0].status),
+        (3, CompletionStatus::Flushed)
+    );
+}
+
+#[test]
+fn k04_receive_reports_message_length() {
+    // VERBS-00 §8.1.2.1, §9.3.2.1
+    let mut fx = rts();
+    let mr = source_mr(&mut fx);
+    fx.rnic
+        .post_rq(
+            fx.qp,
+            vec![
+                recv(1, vec![sge(mr, 0, 64)]),
+                recv(2, vec![sge(mr, 64, 64)]),
+            ],
+        )
+        .unwrap();
+    let r1 = fx.rnic.next_recv_wr(fx.qp).unwrap();
+    let r2 = fx.rnic.next_recv_wr(fx.qp).unwrap();
+    assert_eq!(r1.sgl, vec![sge(mr, 0, 64)]);
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(r1.wr_id, WorkQueue::Recv, EngineStatus::Success, 0),
+        )
+        .unwrap();
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(r2.wr_id, WorkQueue::Recv, EngineStatus::Success, 37),
+        )
+        .unwrap();
+    let wcs = drain(&mut fx.rnic, fx.cq);
+    assert_eq!(
+        wcs.iter()
+            .map(|w| (w.wr_id, w.opcode, w.byte_len))
+            .collect::<Vec<_>>(),
+        vec![(1, WcOpcode::Receive, 0), (2, WcOpcode::Receive, 37)]
+    );
+}
+
+#[test]
+fn k05_read_fence_is_handed_to_the_engine_and_only_where_allowed() {
+    // VERBS-00 §8.2.2.2: Read Fence applies to Send-type and Write WRs.
+    let mut fx = rts();
+    let mr = source_mr(&mut fx);
+    let read = SendWr::message(
+        1,
+        SendOp::Read {
+            sink: RemoteBuf { stag: mr, to: VA },
+            remote: RemoteBuf {
+                stag: STag(0x100),
+                to: 0,
+            },
+            len: 16,
+        },
+    );
+    let mut fenced = send(2, vec![sge(mr, 0, 8)]);
+    fenced.read_fence = true;
+    fx.rnic.post_sq(fx.qp, vec![read.clone(), fenced]).unwrap();
+    let r = fx.rnic.next_send_wr(fx.qp).unwrap();
+    let s = fx.rnic.next_send_wr(fx.qp).unwrap();
+    assert!(!r.read_fence);
+    assert!(
+        s.read_fence,
+        "the engine must hold the Send until the Read completes"
+    );
+    let mut bad = read;
+    bad.read_fence = true;
+    assert_eq!(
+        fx.rnic.post_sq(fx.qp, vec![bad]).unwrap_err().error,
+        VerbError::InvalidModifier
+    );
+    // Completions still come in posting order even if the Send finishes first
+    // (VERBS-00 §8.2.2 rule 2; digest C06).
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(s.wr_id, WorkQueue::Send, EngineStatus::Success, 8),
+        )
+        .unwrap();
+    assert_eq!(fx.rnic.poll_cq(fx.cq), Err(VerbError::CqEmpty));
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(r.wr_id, WorkQueue::Send, EngineStatus::Success, 16),
+        )
+        .unwrap();
+    let ids: Vec<_> = drain(&mut fx.rnic, fx.cq)
+        .iter()
+        .map(|w| (w.wr_id, w.opcode))
+        .collect();
+    assert_eq!(ids, vec![(1, WcOpcode::RdmaRead), (2, WcOpcode::Send)]);
+}
+
+#[test]
+fn k06_local_fence_waits_for_earlier_wrs() {
+    // VERBS-00 §8.2.2.2
+    let mut fx = rts();
+    let mr = source_mr(&mut fx);
+    let mut inv = SendWr::new(2, SqOp::LocalInvalidate { stag: mr });
+    inv.local_fence = true;
+    fx.rnic
+        .post_sq(fx.qp, vec![send(1, vec![sge(mr, 0, 8)]), inv])
+        .unwrap();
+    let w1 = fx.rnic.next_send_wr(fx.qp).unwrap();
+    assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
+    assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Valid);
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(w1.wr_id, WorkQueue::Send, EngineStatus::Success, 8),
+        )
+        .unwrap();
+    assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
+    assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Invalid);
+    let ids: Vec<_> = drain(&mut fx.rnic, fx.cq)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            (1, CompletionStatus::Success),
+            (2, CompletionStatus::Success)
+        ]
+    );
+    // Without the fence the invalidation does not wait (§8.2.2.1).
+    let mut fx = rts();
+    let mr = source_mr(&mut fx);
+    fx.rnic
+        .post_sq(
+            fx.qp,
+            vec![
+                send(1, vec![sge(mr, 0, 8)]),
+                SendWr::new(2, SqOp::LocalInvalidate { stag: mr }),
+            ],
+        )
+        .unwrap();
+    assert!(fx.rnic.next_send_wr(fx.qp).is_some());
+    assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
+    assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Invalid);
+}
+
+#[test]
+fn k07_send_right_after_fast_register_uses_the_new_stag() {
+    // VERBS-00 §8.2.2.1 item 3
+    let mut fx = fixture_with(|i| i.privileged = true);
+    to_rts(&mut fx.rnic, fx.qp);
+    let s = fx.rnic.alloc_mr_stag(fx.pd, 1, false).unwrap();
+    let new = STag::new(s.index(), 0x42);
+    let fr = SendWr::new(
+        1,
+        SqOp::FastRegister(FastRegSpec {
+            stag: new,
+            pbl: PageList::contiguous(0, PAGE, PAGE),
+            base: TaggedBase::Va(VA),
+            access: Access::LOCAL_READ,
+        }),
+    );
+    let out = {
+        fx.rnic
+            .post_sq(fx.qp, vec![fr, send(2, vec![sge(new, 0, 100)])])
+            .unwrap();
+        fx.rnic.next_send_wr(fx.qp)
+    };
+    let w = out.expect("the Send goes to the engine");
+    assert!(matches!(w.op, SendOp::Send { .. }));
+    let wc = fx.rnic.poll_cq(fx.cq).unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.status),
+        (1, WcOpcode::FastRegister, CompletionStatus::Success)
+    );
+}
+
+#[test]
+fn k08_zero_length_receive_sge_is_not_validated() {
+    // VERBS-00 §8.1.3.2
+    let mut fx = rts();
+    let bogus = Sge {
+        stag: STag(0xDEAD_BEEF),
+        to: u64::MAX,
+        len: 0,
+    };
+    fx.rnic.post_rq(fx.qp, vec![recv(1, vec![bogus])]).unwrap();
+    let r = fx.rnic.next_recv_wr(fx.qp).unwrap();
+    let ctx = LocalContext {
+        qp: fx.qp,
+        pd: fx.pd,
+        privileged: false,
+        bind_enabled: false,
+    };
+    assert!(fx
+        .rnic
+        .memory()
+        .resolve_local(&ctx, bogus.stag, bogus.to, 0, Access::LOCAL_WRITE)
+        .is_ok());
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(r.wr_id, WorkQueue::Recv, EngineStatus::Success, 0),
+        )
+        .unwrap();
+    assert_eq!(
+        fx.rnic.poll_cq(fx.cq).unwrap().status,
+        CompletionStatus::Success
+    );
+    // Zero-length sends with a bogus SGE go out too.
+    assert!(!run_sq(&mut fx.rnic, fx.qp, send(2, vec![bogus])).is_empty());
+}
+
+#[test]
+fn k09_notification_is_one_shot_and_ignores_existing_cqes() {
+    // VERBS-00 §8.2.5
+    let mut fx = fixture();
+    fx.rnic.post_sq(fx.qp, vec![send(1, vec![])]).unwrap();
+    fx.rnic
+        .post_rq(fx.qp, vec![recv(2, vec![]), recv(3, vec![])])
+        .unwrap();
+    // One CQE already present when arming.
+    let (cq2, _) = fx.rnic.create_cq(fx.ulp, 8).unwrap();
+    let (qp2, _) = fx.rnic.create_qp(QpInit::new(fx.pd, cq2, cq2)).unwrap();
+    fx.rnic
+        .post_sq(qp2, vec![send(10, vec![]), send(11, vec![])])
+        .unwrap();
+    fx.rnic
+        .modify_qp(qp2, ModifyQp::to(QpState::Error))
+        .unwrap();
+    fx.rnic
+        .request_notification(cq2, NotifyType::NextCompletion)
+        .unwrap();
+    assert_eq!(fx.rnic.poll_completion_event(), None);
+    // Fires once on the next CQE, not again without re-arming.
+    fx.rnic
+        .request_notification(fx.cq, NotifyType::NextCompletion)
+        .unwrap();
+    fx.rnic
+        .request_notification(fx.cq, NotifyType::NextSolicited)
+        .unwrap();
+    fx.rnic
+        .modify_qp(fx.qp, ModifyQp::to(QpState::Error))
+        .unwrap();
+    assert_eq!(fx.rnic.query_cq(fx.cq).unwrap().occupancy, 3);
+    assert_eq!(fx.rnic.poll_completion_event(), Some(fx.cq));
+    assert_eq!(fx.rnic.poll_completion_event(), None);
+}
+
+#[test]
+fn k10_post_rq_on_srq_qp_is_refused() {
+    // VERBS-00 §6.3.5, §9.3.1.2
+    let mut fx = fixture();
+    let (srq, _) = fx.rnic.create_srq(fx.pd, 8, 2, 0).unwrap();
+    let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
+    init.srq = Some(srq);
+    let (qp, _) = fx.rnic.create_qp(init).unwrap();
+    assert_eq!(
+        fx.rnic
+            .post_rq(qp, vec![recv(1, vec![])])
+            .unwrap_err()
+            .error,
+        VerbError::RqAssociatedWithSrq
+    );
+    assert_eq!(fx.rnic.post_srq(srq, vec![recv(1, vec![])]), Ok(1));
+}
+
+#[test]
+fn k11_srq_limit_fires_once_until_rearmed() {
+    // VERBS-00 §6.3.8
+    let mut fx = fixture();
+    let (srq, _) = fx.rnic.create_srq(fx.pd, 16, 1, 3).unwrap();
+    let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
+    init.srq = Some(srq);
+    let (qp, _) = fx.rnic.create_qp(init).unwrap();
+    to_rts(&mut fx.rnic, qp);
+    events(&mut fx.rnic);
+    let wrs = (0..6).map(|i| recv(i, vec![])).collect();
+    fx.rnic.post_srq(srq, wrs).unwrap();
+    let limit_events = |fx: &mut Fx| {
+        events(&mut fx.rnic)
+            .into_iter()
+            .filter(|e| e.kind == AsyncEventKind::SrqLimitReached)
+            .count()
+    };
+    for _ in 0..3 {
+        fx.rnic.next_recv_wr(qp).unwrap(); // available 5, 4, 3
+    }
+    assert_eq!(limit_events(&mut fx), 0);
+    fx.rnic.next_recv_wr(qp).unwrap(); // available 2 < 3
+    assert_eq!(limit_events(&mut fx), 1);
+    fx.rnic.next_recv_wr(qp).unwrap(); // 1: not again
+    assert_eq!(limit_events(&mut fx), 0);
+    assert!(!fx.rnic.query_srq(srq).unwrap().armed);
+    fx.rnic.modify_srq(srq, None, None, true).unwrap();
+    fx.rnic.next_recv_wr(qp).unwrap(); // 0
+    assert_eq!(limit_events(&mut fx), 1);
+    // Limit above the size is out of range.
+    assert_eq!(
+        fx.rnic.modify_srq(srq, None, Some(17), true),
+        Err(VerbError::SrqLimitOutOfRange)
+    );
+}
+
+#[test]
+fn k12_empty_cq_and_error_wcs_until_destroy() {
+    // VERBS-00 §8.2.4, §9.3.2.1
+    let mut fx = fixture();
+    assert_eq!(fx.rnic.poll_cq(fx.cq), Err(VerbError::CqEmpty));
+    fx.rnic
+        .post_sq(fx.qp, vec![send(1, vec![]), send(2, vec![])])
+        .unwrap();
+    fx.rnic
+        .modify_qp(fx.qp, ModifyQp::to(QpState::Error))
+        .unwrap();
+    assert_eq!(fx.rnic.poll_cq(fx.cq).unwrap().wr_id, 1);
+    fx.rnic.destroy_qp(fx.qp).unwrap();
+    assert_eq!(fx.rnic.poll_cq(fx.cq), Err(VerbError::CqEmpty));
+}
+
+#[test]
+fn f05_f06_next_solicited_fires_on_se_and_errors_only() {
+    // RFC 5040 §5.3; VERBS-00 §8.2.5
+    let mut fx = rts();
+    fx.rnic
+        .post_rq(
+            fx.qp,
+            vec![recv(1, vec![]), recv(2, vec![]), recv(3, vec![])],
+        )
+        .unwrap();
+    let r: Vec<_> = (0..3)
+        .map(|_| fx.rnic.next_recv_wr(fx.qp).unwrap())
+        .collect();
+    fx.rnic
+        .request_notification(fx.cq, NotifyType::NextSolicited)
+        .unwrap();
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(r[0].wr_id, WorkQueue::Recv, EngineStatus::Success, 1),
+        )
+        .unwrap();
+    assert_eq!(fx.rnic.poll_completion_event(), None);
+    let mut se = engine_done(r[1].wr_id, WorkQueue::Recv, EngineStatus::Success, 1);
+    se.solicited = true;
+    fx.rnic.handle_completion(fx.qp, se).unwrap();
+    assert_eq!(fx.rnic.poll_completion_event(), Some(fx.cq));
+    // F06: an error WC triggers "next solicited" too.
+    fx.rnic
+        .request_notification(fx.cq, NotifyType::NextSolicited)
+        .unwrap();
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(r[2].wr_id, WorkQueue::Recv, EngineStatus::RecvOverflow, 0),
+        )
+        .unwrap();
+    assert_eq!(fx.rnic.poll_completion_event(), Some(fx.cq));
+    let wcs = drain(&mut fx.rnic, fx.cq);
+    assert_eq!(wcs[2].status, CompletionStatus::BaseBoundsViolation);
+}
+
+#[test]
+fn f01_receive_reports_the_invalidated_stag() {
+    // RFC 5040 §5.3; VERBS-00 §8.2.2.1 item 1, §9.3.2.1
+    let mut fx = rts();
+    let mr = source_mr(&mut fx);
+    fx.rnic.post_rq(fx.qp, vec![recv(1, vec![])]).unwrap();
+    let r = fx.rnic.next_recv_wr(fx.qp).unwrap();
+    peer_send_inv(&mut fx.rnic, fx.pd, fx.qp, mr).unwrap();
+    let mut c = engine_done(r.wr_id, WorkQueue::Recv, EngineStatus::Success, 0);
+    c.invalidated = Some(mr);
+    fx.rnic.handle_completion(fx.qp, c).unwrap();
+    let wc = fx.rnic.poll_cq(fx.cq).unwrap();
+    assert_eq!(wc.invalidated, Some(mr));
+    assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Invalid);
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA, b"x"),
+        Err(iwarp::wire::terminate::TerminateCause::DDP_INVALID_STAG)
+    );
+}
+
+#[test]
+fn g07_invalid_source_stag_terminates_instead_of_sending() {
+    // RFC 5040 §7.1 case 1; VERBS-00 §6.4 item 4, Fig. 23
+    let mut fx = rts();
+    actions(&mut fx.rnic);
+    let bad = Sge {
+        stag: STag(0x00AB_CD01),
+        to: 0,
+        len: 4,
+    };
+    assert!(run_sq(&mut fx.rnic, fx.qp, send(1, vec![bad])).is_empty());
+    assert_eq!(
+        fx.rnic.poll_cq(fx.cq).unwrap().status,
+        CompletionStatus::InvalidStag
+    );
+    assert_eq!(
+        actions(&mut fx.rnic),
+        vec![QpAction::SendTerminate {
+            qp: fx.qp,
+            cause: iwarp::wire::terminate::TerminateCause::RDMAP_LOCAL_CATASTROPHIC
+        }]
+    );
+}
+
+#[test]
+fn g12_one_error_wc_then_only_flushed() {
+    // VERBS-00 §6.2.4
+    let mut fx = rts();
+    let mr = source_mr(&mut fx);
+    fx.rnic
+        .post_sq(
+            fx.qp,
+            vec![
+                send(1, vec![sge(mr, 0, 4)]),
+                send(2, vec![sge(mr, 0, 4)]),
+                send(3, vec![sge(mr, 0, 4)]),
+            ],
+        )
+        .unwrap();
+    fx.rnic.post_rq(fx.qp, vec![recv(4, vec![])]).unwrap();
+    let w: Vec<_> = (0..3)
+        .map(|_| fx.rnic.next_send_wr(fx.qp).unwrap())
+        .collect();
+    // The engine fails the 2nd and 3rd (e.g. remote Terminate), the 1st is in flight.
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(w[1].wr_id, WorkQueue::Send, EngineStatus::Fatal, 0),
+        )
+        .unwrap();
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(w[2].wr_id, WorkQueue::Send, EngineStatus::Fatal, 0),
+        )
+        .unwrap();
+    fx.rnic.handle_llp_event(fx.qp, LlpEvent::Reset).unwrap();
+    let wcs = drain(&mut fx.rnic, fx.cq);
+    assert_eq!(wcs.len(), 4);
+    let errors = wcs
+        .iter()
+        .filter(|w| {
+            !matches!(
+                w.status,
+                CompletionStatus::Success | CompletionStatus::Flushed
+            )
+        })
+        .count();
+    assert_eq!(errors, 1, "{wcs:?}");
+}
+
+#[test]
+fn inline_data_is_copied_at_post_time() {
+    // VERBS-00 §8.1.3.2 (the WQE holds the data; no STag of the consumer involved).
+    let mut fx = rts();
+    let mut data = b"inline payload".to_vec();
+    let wr = SendWr::new(
+        1,
+        SqOp::Inline {
+            op: SendOp::Send {
+                sgl: vec![],
+                solicited: false,
+                invalidate: None,
+            },
+            data: data.clone(),
+        },
+    );
+    let out = run_sq(&mut fx.rnic, fx.qp, wr);
+    data[0] = b'X'; // the consumer's buffer is free right after posting
+    let SendOp::Send { sgl, .. } = &out[0].op else {
+        panic!("not a Send: {:?}", out[0].op);
+    };
+    use iwarp::mem::MemoryTable;
+    let r = fx
+        .rnic
+        .memory()
+        .resolve(
+            sgl[0].stag,
+            fx.pd,
+            fx.qp.stream(),
+            0,
+            14,
+            Access::LOCAL_READ,
+        )
+        .unwrap();
+    let mut got = vec![0; 14];
+    fx.rnic.memory().read(&r, 0, &mut got).unwrap();
+    assert_eq!(got, b"inline payload");
+    // Not reachable remotely, not writable.
+    assert!(fx
+        .rnic
+        .memory()
+        .resolve(
+            sgl[0].stag,
+            fx.pd,
+            fx.qp.stream(),
+            0,
+            14,
+            Access::REMOTE_READ
+        )
+        .is_err());
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(out[0].wr_id, WorkQueue::Send, EngineStatus::Success, 14),
+        )
+        .unwrap();
+    assert!(fx
+        .rnic
+        .memory()
+        .resolve(
+            sgl[0].stag,
+            fx.pd,
+            fx.qp.stream(),
+            0,
+            14,
+            Access::LOCAL_READ
+        )
+        .is_err());
+    // Too long inline data is refused.
+    let big = SendWr::new(
+        2,
+        SqOp::Inline {
+            op: SendOp::Send {
+                sgl: vec![],
+                solicited: false,
+                invalidate: None,
+            },
+            data: vec![0; fx.rnic.query().max_inline as usize + 1],
+        },
+    );
+    assert_eq!(
+        fx.rnic.post_sq(fx.qp, vec![big]).unwrap_err().error,
+        VerbError::InvalidModifier
+    );
+}
+
+#[test]
+fn read_with_invalidate_local_invalidates_the_sink() {
+    // VERBS-00 §8.1.2.2, §8.2.2.1
+    let mut fx = rts();
+    let mr = source_mr(&mut fx);
+    let op = SendOp::Read {
+        sink: RemoteBuf { stag: mr, to: VA },
+        remote: RemoteBuf {
+            stag: STag(0x100),
+            to: 0,
+        },
+        len: 8,
+    };
+    let w = run_sq(
+        &mut fx.rnic,
+        fx.qp,
+        SendWr::new(1, SqOp::ReadInvalidate(op)),
+    );
+    assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Valid);
+    fx.rnic
+        .handle_completion(
+            fx.qp,
+            engine_done(w[0].wr_id, WorkQueue::Send, EngineStatus::Success, 8),
+        )
+        .unwrap();
+    assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Invalid);
+    let wc = fx.rnic.poll_cq(fx.cq).unwrap();
+    assert_eq!(
+        (wc.opcode, wc.status),
+        (WcOpcode::RdmaReadInvalidate, CompletionStatus::Success)
+    );
+}
+
+#[test]
+fn channel_carries_wrs_in_and_completions_out() {
+    // Thread model: SPSC rings between an application thread and the poll core.
+    let mut fx = fixture();
+    let (app, mut core) = channel::pair(4, vec![fx.cq], vec![fx.qp]);
+    let t = std::thread::spawn(move || {
+        for i in 0..3 {
+            app.post_send(QpId(0), send(i, vec![])).unwrap();
+        }
+        app
+    });
+    let app = t.join().unwrap();
+    // QpId(0) does not exist: every post is rejected and reported back.
+    assert_eq!(core.pump(&mut fx.rnic), 3);
+    let mut rejected = 0;
+    while let Some(n) = app.poll() {
+        assert!(matches!(
+            n,
+            channel::Notice::Rejected {
+                error: VerbError::InvalidQpHandle,
+                ..
+            }
+        ));
+        rejected += 1;
+    }
+    assert_eq!(rejected, 3);
+    for i in 0..3 {
+        app.post_send(fx.qp, send(10 + i, vec![])).unwrap();
+    }
+    core.pump(&mut fx.rnic);
+    fx.rnic
+        .modify_qp(fx.qp, ModifyQp::to(QpState::Error))
+        .unwrap();
+    core.pump(&mut fx.rnic);
+    let mut ids = Vec::new();
+    while let Some(channel::Notice::Completion { wc, .. }) = app.poll() {
+        ids.push(wc.wr_id);
+    }
+    assert_eq!(ids, vec![10, 11, 12]);
+    // A full ring hands the command back.
+    for i in 0..4 {
+        app.post_send(fx.qp, send(i, vec![])).unwrap();
+    }
+    assert!(app.post_send(fx.qp, send(9, vec![])).is_err());
+}
