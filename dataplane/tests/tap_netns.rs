@@ -1,0 +1,130 @@
+//! `dataplane run` on a TAP port answers ARP and ping from the Linux kernel. The kernel side
+//! of the TAP is moved into a network namespace this test creates (and always deletes), so
+//! the traffic stays on that link. Needs root (as in CI).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Deletes the namespace and stops the data plane however the test ends.
+struct Cleanup {
+    netns: String,
+    child: Option<Child>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.netns]).output();
+    }
+}
+
+fn sh(args: &[&str]) -> Output {
+    let o = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+#[test]
+fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
+    let pid = std::process::id();
+    let tap = format!("dpt{}", pid % 1_000_000);
+    let netns = format!("dpcore{pid}");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tap.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[ports]]\nname = \"tap0\"\nbackend = \"tap\"\ndevice = \"{tap}\"\n\
+             mac = \"02:00:00:00:07:01\"\nipv4 = \"10.99.7.1/24\"\n"
+        ),
+    )
+    .unwrap();
+
+    let mut guard = Cleanup {
+        netns: netns.clone(),
+        child: None,
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["run", "--config", cfg.to_str().unwrap(), "--duration", "30"])
+        .args(["--stats-interval", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    guard.child = Some(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Wait for the data plane to report it is running (the TAP exists then).
+    let start = Instant::now();
+    let mut out = Vec::new();
+    while !out.iter().any(|l: &String| l.starts_with("running")) {
+        let left = Duration::from_secs(10).saturating_sub(start.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(l) => out.push(l),
+            Err(_) => panic!("dataplane did not start: {out:?}"),
+        }
+    }
+
+    sh(&["ip", "netns", "add", &netns]);
+    sh(&["ip", "link", "set", &tap, "netns", &netns]);
+    sh(&["ip", "-n", &netns, "addr", "add", "10.99.7.2/24", "dev", &tap]);
+    sh(&["ip", "-n", &netns, "link", "set", &tap, "up"]);
+    let ping = Command::new("ip")
+        .args(["netns", "exec", &netns, "ping", "-c", "3", "-i", "0.2", "-W", "2"])
+        .arg("10.99.7.1")
+        .output()
+        .unwrap();
+    let ping_out = String::from_utf8_lossy(&ping.stdout);
+    assert!(ping.status.success(), "ping failed: {ping_out}");
+    assert!(ping_out.contains("3 received"), "{ping_out}");
+    // RFC 826: the kernel learned our MAC from the ARP reply.
+    let neigh = sh(&["ip", "-n", &netns, "neigh", "show", "10.99.7.1"]);
+    let neigh = String::from_utf8_lossy(&neigh.stdout);
+    assert!(neigh.contains("02:00:00:00:07:01"), "{neigh}");
+
+    // Ctrl-C ends the run cleanly with the summary.
+    let child = guard.child.as_mut().unwrap();
+    sh(&["kill", "-INT", &child.id().to_string()]);
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    guard.child = None;
+    assert_eq!(status.code(), Some(0), "stderr: {err}");
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
+        out.push(l);
+    }
+    let text = out.join("\n");
+    assert!(text.contains("(interrupted)"), "{text}");
+    let h = out
+        .iter()
+        .position(|l| l.contains("echo_reply"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let header: Vec<&str> = out[h].split_whitespace().collect();
+    let row: Vec<&str> = out[h + 1].split_whitespace().collect();
+    let col = |name: &str| -> u64 {
+        let i = header.iter().position(|c| *c == name).unwrap();
+        row[i].parse().unwrap()
+    };
+    assert_eq!(col("echo_reply"), 3, "{text}");
+    assert!(col("arp_reply") >= 1, "{text}");
+}
