@@ -857,3 +857,142 @@ fn f06_error_completion_is_reported() {
     assert_eq!(c[0].status, CompletionStatus::RecvOverflow);
     assert_eq!(c[0].opcode, CompletionOpcode::Recv);
 }
+
+// ---------------------------------------------------------------- reordering and fences
+
+#[test]
+fn f02_reordered_write_after_remote_invalidate() {
+    // VERBS-00 §7.8 with out-of-order arrival: the Write placed early is checked again when
+    // it is reached in order, after the Send with Invalidate.
+    let (mut s, _) = inval_side();
+    let victim = s.region(8192, 64, all(), 0);
+    let inv = untagged_seg(OP_SEND_INV, true, victim.0, 0, 1, 0, b"");
+    let write = tagged_seg(OP_WRITE, true, victim.0, 0, b"x");
+    s.engine
+        .handle_ddp_segment(now(), SegmentPos::index(1), &write, &mut s.mem);
+    s.engine
+        .handle_ddp_segment(now(), SegmentPos::index(0), &inv, &mut s.mem);
+    let t = expect_terminate(&mut s);
+    assert_eq!(t.cause, TerminateCause::DDP_INVALID_STAG);
+    copy_d(&t, &write);
+}
+
+#[test]
+fn early_segment_failing_validation_is_retried_in_order() {
+    // RFC 5041 §5.3: an early Send whose buffer is posted before the gap closes.
+    let mut s = Side::new(cfg(2));
+    let buf = s.region(0, 4096, all(), 0);
+    s.post_recv(1, buf, 0, 100);
+    let m1 = untagged_seg(OP_SEND, true, 0, 0, 1, 0, b"one");
+    let m2 = untagged_seg(OP_SEND, true, 0, 0, 2, 0, b"two");
+    s.engine
+        .handle_ddp_segment(now(), SegmentPos::index(1), &m2, &mut s.mem);
+    assert!(
+        s.drain_tx(1500).is_empty(),
+        "no error reported out of order"
+    );
+    s.post_recv(2, buf, 100, 100);
+    s.engine
+        .handle_ddp_segment(now(), SegmentPos::index(0), &m1, &mut s.mem);
+    assert!(s.drain_tx(1500).is_empty());
+    let ids: Vec<u64> = s.completions().iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, vec![1, 2]);
+    assert_eq!(s.bytes(100, 3), b"two");
+}
+
+#[test]
+fn held_segment_limit_defers() {
+    // RFC 5041 App. A: bounded buffering of early segments; the LLP keeps the rest.
+    let mut c = cfg(2);
+    c.max_held_segments = 2;
+    let mut s = Side::new(c);
+    let buf = s.region(0, 4096, all(), 0);
+    let w = |i: u64| tagged_seg(OP_WRITE, true, buf.0, i, &[i as u8]);
+    let mut h = |i: u64| {
+        s.engine
+            .handle_ddp_segment(now(), SegmentPos::index(i), &w(i), &mut s.mem)
+    };
+    assert_eq!(h(1), Handled::Accepted);
+    assert_eq!(h(2), Handled::Accepted);
+    assert_eq!(h(3), Handled::Deferred);
+    assert_eq!(h(0), Handled::Accepted);
+    assert_eq!(h(3), Handled::Accepted);
+    assert_eq!(s.bytes(0, 4), &[0, 1, 2, 3]);
+}
+
+#[test]
+fn k05_read_fence_holds_later_send() {
+    // VERBS-00 §8.2.2.2; RFC 5040 App. B footnote 2
+    let mut p = Pair::new(cfg(1), cfg(2), 1500);
+    let a = p.a.region(0, 8192, all(), 1);
+    let b = p.b.region(0, 8192, all(), 2);
+    p.b.post_recv(1, b, 4000, 100);
+    p.a.engine
+        .post_send(SendWr::new(
+            1,
+            SendOp::Read {
+                sink: RemoteBuf { stag: a, to: 1000 },
+                remote: RemoteBuf { stag: b, to: 0 },
+                len: 100,
+            },
+        ))
+        .unwrap();
+    let mut fenced = SendWr::new(
+        2,
+        SendOp::Send {
+            sgl: vec![Sge {
+                stag: a,
+                to: 1000,
+                len: 100,
+            }],
+            solicited: false,
+            invalidate: None,
+        },
+    );
+    fenced.read_fence = true;
+    p.a.engine.post_send(fenced).unwrap();
+    let first = p.a.drain_tx(1500);
+    assert_eq!(first.len(), 1, "only the Read Request before the response");
+    assert_eq!(first[0][1] & 0x0F, 0x1);
+    p.b.receive(&first[0]);
+    p.pump();
+    // The Send carried the data the Read brought back.
+    assert_eq!(p.b.bytes(4000, 100), &[2; 100][..]);
+    let ids: Vec<u64> = p.a.completions().iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, vec![1, 2]);
+}
+
+#[test]
+fn local_fence_waits_for_earlier_completions() {
+    // VERBS-00 §8.2.2.2
+    let mut p = Pair::new(cfg(1), cfg(2), 1500);
+    let a = p.a.region(0, 8192, all(), 1);
+    let b = p.b.region(0, 8192, all(), 2);
+    p.a.engine
+        .post_send(SendWr::new(
+            1,
+            SendOp::Read {
+                sink: RemoteBuf { stag: a, to: 0 },
+                remote: RemoteBuf { stag: b, to: 0 },
+                len: 10,
+            },
+        ))
+        .unwrap();
+    let mut w = SendWr::new(
+        2,
+        SendOp::Write {
+            sgl: vec![Sge {
+                stag: a,
+                to: 0,
+                len: 10,
+            }],
+            remote: RemoteBuf { stag: b, to: 100 },
+        },
+    );
+    w.local_fence = true;
+    p.a.engine.post_send(w).unwrap();
+    assert_eq!(p.a.drain_tx(1500).len(), 1);
+    assert_eq!(p.a.engine.posted_recv_count(), 0);
+    p.pump();
+    assert_eq!(p.b.bytes(100, 10), &[2; 10][..]);
+}

@@ -150,8 +150,10 @@ impl<B: MemoryBackend> SimpleMemory<B> {
             .get(&r.region)
             .filter(|g| g.valid)
             .ok_or(AccessError::Invalidated)?;
-        let start = r.offset + off;
-        let end = start + len as u64;
+        let start = r.offset.checked_add(off).ok_or(AccessError::BaseBounds)?;
+        let end = start
+            .checked_add(len as u64)
+            .ok_or(AccessError::BaseBounds)?;
         if start < region.spec.offset || end > region.spec.offset + region.spec.len {
             return Err(AccessError::BaseBounds);
         }

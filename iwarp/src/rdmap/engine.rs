@@ -295,6 +295,11 @@ impl Engine {
         }
     }
 
+    /// Number of receive buffers posted and not yet consumed.
+    pub fn posted_recv_count(&self) -> usize {
+        self.queues.recv_posted()
+    }
+
     /// Next work completion, in the order the RFC requires.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
@@ -364,7 +369,12 @@ impl Engine {
     /// Records an error: the first one wins (RFC 5040 §7.1 case 4), a Terminate is queued,
     /// every queue is flushed and nothing more is placed.
     pub(crate) fn fail(&mut self, f: Failure) {
-        if self.terminate.is_some() || self.state == StreamState::Terminated {
+        if self.terminate.is_some()
+            || matches!(
+                self.state,
+                StreamState::Terminated | StreamState::Closed | StreamState::Error
+            )
+        {
             return;
         }
         log::debug!("stream {:?}: terminate {}", self.cfg.stream, f.cause);

@@ -61,6 +61,7 @@ pub(crate) enum RxRecord {
         opcode: Opcode,
         last: bool,
         len: u32,
+        recheck: Option<Box<EarlyTagged>>,
     },
     /// A placed / stored untagged segment.
     Untagged(Box<UntaggedRecord>),
@@ -68,6 +69,17 @@ pub(crate) enum RxRecord {
     Failed(Failure),
     /// Validation failed out of order: the state may differ once in order, so retry then.
     Retry(Vec<u8>),
+}
+
+/// A tagged segment placed before every earlier segment arrived: its STag is checked again
+/// when it is reached in order, so an invalidation earlier in the stream still reports the
+/// error the in-order stream requires (VERBS-00 §7.8).
+#[derive(Debug, Clone)]
+pub(crate) struct EarlyTagged {
+    stag: u32,
+    to: u64,
+    segment_len: u16,
+    copy: CopiedDdpHeader,
 }
 
 fn seg_len(bytes: &[u8]) -> u16 {
@@ -95,7 +107,7 @@ impl Engine {
             return Handled::Duplicate;
         }
         let in_order = self.order.is_next(pos);
-        let record = match self.classify(segment, mem) {
+        let record = match self.classify(segment, mem, !in_order) {
             Ok(r) => r,
             Err(f) if in_order => RxRecord::Failed(f),
             Err(_) => RxRecord::Retry(segment.to_vec()),
@@ -115,7 +127,7 @@ impl Engine {
                 break;
             };
             let rec = match rec {
-                RxRecord::Retry(bytes) => match self.classify(&bytes, mem) {
+                RxRecord::Retry(bytes) => match self.classify(&bytes, mem, false) {
                     Ok(r) => r,
                     Err(f) => RxRecord::Failed(f),
                 },
@@ -133,6 +145,7 @@ impl Engine {
         &self,
         bytes: &[u8],
         mem: &mut M,
+        early: bool,
     ) -> Result<RxRecord, Failure> {
         let segment_len = seg_len(bytes);
         let seg = Segment::new_checked(bytes).map_err(|_| Failure {
@@ -189,10 +202,19 @@ impl Engine {
                     Access::REMOTE_WRITE,
                 )
                 .map_err(|e| fail(e.cause()))?;
+                let recheck = (early && len > 0).then(|| {
+                    Box::new(EarlyTagged {
+                        stag: t.stag,
+                        to: t.to,
+                        segment_len,
+                        copy,
+                    })
+                });
                 Ok(RxRecord::Tagged {
                     opcode,
                     last: t.last,
                     len,
+                    recheck,
                 })
             }
             DdpRepr::Untagged(u) => {
@@ -280,7 +302,29 @@ impl Engine {
                 TerminateCause::RDMAP_CATASTROPHIC_STREAM,
                 Culprit::None,
             )),
-            RxRecord::Tagged { opcode, last, len } => {
+            RxRecord::Tagged {
+                opcode,
+                last,
+                len,
+                recheck,
+            } => {
+                if let Some(e) = recheck {
+                    mem.resolve(
+                        STag(e.stag),
+                        self.cfg.pd,
+                        self.cfg.stream,
+                        e.to,
+                        u64::from(len),
+                        Access::REMOTE_WRITE,
+                    )
+                    .map_err(|err| Failure {
+                        cause: err.ddp_cause(),
+                        segment_len: Some(e.segment_len),
+                        ddp: Some(e.copy),
+                        rdma: None,
+                        culprit: Culprit::None,
+                    })?;
+                }
                 if opcode == Opcode::ReadResponse {
                     let Some(read) = self.reads.front_mut() else {
                         return Err(Failure::bare(
