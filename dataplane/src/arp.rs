@@ -281,7 +281,11 @@ mod tests {
             ArpOutcome::Learned
         );
         assert_eq!(cache.lookup(PEER_IP, later), Some(new_mac));
-        assert_eq!(cache.lookup(PEER_IP, later + ENTRY_LIFETIME), None, "aged out");
+        assert_eq!(
+            cache.lookup(PEER_IP, later + ENTRY_LIFETIME),
+            None,
+            "aged out"
+        );
     }
 
     #[test]

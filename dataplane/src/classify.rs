@@ -7,8 +7,8 @@
 use std::net::Ipv4Addr;
 
 use smoltcp::wire::{
-    ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress, IpProtocol,
-    Ipv4Packet, TcpPacket, UdpPacket,
+    ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet,
+    TcpPacket, UdpPacket,
 };
 
 /// Ethernet header length (no VLAN tag).

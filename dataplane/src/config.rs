@@ -183,9 +183,9 @@ impl fmt::Display for Ipv4Cidr {
 impl std::str::FromStr for Ipv4Cidr {
     type Err = String;
     fn from_str(s: &str) -> Result<Ipv4Cidr, String> {
-        let (a, p) = s
-            .split_once('/')
-            .ok_or_else(|| format!("invalid IPv4 address {s:?} (expected ADDR/PREFIX like 10.0.0.1/24)"))?;
+        let (a, p) = s.split_once('/').ok_or_else(|| {
+            format!("invalid IPv4 address {s:?} (expected ADDR/PREFIX like 10.0.0.1/24)")
+        })?;
         let addr: Ipv4Addr = a
             .parse()
             .map_err(|_| format!("invalid IPv4 address {a:?} in {s:?}"))?;
@@ -414,7 +414,9 @@ fn parse_direction(s: &str) -> Result<Direction, String> {
         "rx" => Ok(Direction::Rx),
         "tx" => Ok(Direction::Tx),
         "both" => Ok(Direction::Both),
-        _ => Err(format!("invalid direction {s:?} (expected \"rx\", \"tx\" or \"both\")")),
+        _ => Err(format!(
+            "invalid direction {s:?} (expected \"rx\", \"tx\" or \"both\")"
+        )),
     }
 }
 
@@ -493,7 +495,9 @@ fn de_interval<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
             if v.is_finite() && (0.0..=3600.0).contains(&v) {
                 Ok(v)
             } else {
-                Err(E::custom(format!("invalid value {v} (must be 0..=3600 seconds)")))
+                Err(E::custom(format!(
+                    "invalid value {v} (must be 0..=3600 seconds)"
+                )))
             }
         }
     }
@@ -504,8 +508,7 @@ fn de_name<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<String>, D::Error>
     let s = Spanned::<String>::deserialize(d)?;
     let ok = !s.get_ref().is_empty()
         && s.get_ref().len() <= 32
-        && s
-            .get_ref()
+        && s.get_ref()
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if ok {
@@ -555,9 +558,8 @@ fn de_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Rate, D::Error> {
             self.visit_f64(v as f64)
         }
         fn visit_f64<E: de::Error>(self, v: f64) -> Result<Rate, E> {
-            Rate::from_percent(v).ok_or_else(|| {
-                E::custom(format!("invalid rate {v} (must be 0..=100 percent)"))
-            })
+            Rate::from_percent(v)
+                .ok_or_else(|| E::custom(format!("invalid rate {v} (must be 0..=100 percent)")))
         }
     }
     d.deserialize_any(V)
@@ -658,7 +660,11 @@ impl Config {
                     format!(
                         "device {dev:?} already used by ports[{}]{}",
                         users[0],
-                        if limit == 2 { " and another port (a soft link has two ends)" } else { "" }
+                        if limit == 2 {
+                            " and another port (a soft link has two ends)"
+                        } else {
+                            ""
+                        }
                     ),
                 ));
             }
@@ -795,7 +801,10 @@ device = "l0"
     #[test]
     fn good_config_parses_with_defaults() {
         let c = parse(GOOD).unwrap();
-        assert_eq!(c.eal.argv(&["-v".into()]), ["-l", "0", "--no-huge", "-m", "512", "-v"]);
+        assert_eq!(
+            c.eal.argv(&["-v".into()]),
+            ["-l", "0", "--no-huge", "-m", "512", "-v"]
+        );
         assert_eq!(c.poll.burst, 64);
         assert_eq!(c.ports.len(), 2);
         let p0 = &c.ports[0];
@@ -859,8 +868,12 @@ device = "l0"
         assert!(e.contains("unknown field `mtux`"), "{e}");
         let e = parse("[poll]\nburst = \"many\"\n").unwrap_err();
         assert!(e.starts_with("t.toml:2: poll.burst: invalid type"), "{e}");
-        let e = parse("[[ports]]\nname = \"p0\"\nbackend = \"vhost\"\ndevice = \"x\"\n").unwrap_err();
-        assert!(e.starts_with("t.toml:3: ports[0].backend: unknown variant `vhost`"), "{e}");
+        let e =
+            parse("[[ports]]\nname = \"p0\"\nbackend = \"vhost\"\ndevice = \"x\"\n").unwrap_err();
+        assert!(
+            e.starts_with("t.toml:3: ports[0].backend: unknown variant `vhost`"),
+            "{e}"
+        );
         assert!(!e.contains('\n'));
     }
 

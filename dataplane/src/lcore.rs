@@ -514,8 +514,8 @@ mod tests {
     fn udp_frame() -> Vec<u8> {
         use smoltcp::phy::ChecksumCapabilities;
         use smoltcp::wire::{
-            EthernetProtocol, EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr,
-            UdpPacket, UdpRepr,
+            EthernetProtocol, EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, UdpPacket,
+            UdpRepr,
         };
         let caps = ChecksumCapabilities::default();
         let udp = UdpRepr {
@@ -593,11 +593,9 @@ mod tests {
         let stop = AtomicBool::new(false);
         let start = Instant::now();
         let mut ticks = 0;
-        let r = l.run(
-            &stop,
-            Some(start + Duration::from_millis(30)),
-            |_, _| ticks += 1,
-        );
+        let r = l.run(&stop, Some(start + Duration::from_millis(30)), |_, _| {
+            ticks += 1
+        });
         assert_eq!(r, StopReason::Deadline);
         assert!(start.elapsed() >= Duration::from_millis(30));
         assert!(ticks > 0);

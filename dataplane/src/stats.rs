@@ -157,15 +157,21 @@ mod tests {
             rx_bytes: 125_000_000,
             ..PortStats::default()
         };
-        assert!(r.poll(t0 + Duration::from_millis(500), &[("p0", s)]).is_none());
+        assert!(r
+            .poll(t0 + Duration::from_millis(500), &[("p0", s)])
+            .is_none());
         let line = r.poll(t0 + Duration::from_secs(2), &[("p0", s)]).unwrap();
         assert_eq!(
             line,
             "[    2.00s] p0: rx 1.00 Mpps 500.00 Mbit/s tx 0 pps 0 bit/s drop rx 0 tx 0"
         );
-        assert!(r.poll(t0 + Duration::from_millis(2500), &[("p0", s)]).is_none());
+        assert!(r
+            .poll(t0 + Duration::from_millis(2500), &[("p0", s)])
+            .is_none());
         let mut never = RateReporter::new(Duration::ZERO, t0, 1);
-        assert!(never.poll(t0 + Duration::from_secs(9), &[("p0", s)]).is_none());
+        assert!(never
+            .poll(t0 + Duration::from_secs(9), &[("p0", s)])
+            .is_none());
     }
 
     #[test]

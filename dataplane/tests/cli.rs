@@ -75,7 +75,9 @@ fn bad_config_names_file_and_line() {
     let line = assert_one_error_line(&o, 2);
     assert_eq!(
         line,
-        format!("dataplane: error: {path}:7: ports[0].mtu: invalid value 70000 (must be 68..=9000)")
+        format!(
+            "dataplane: error: {path}:7: ports[0].mtu: invalid value 70000 (must be 68..=9000)"
+        )
     );
 }
 
@@ -103,15 +105,34 @@ fn port_failure_is_a_runtime_error() {
 #[test]
 fn bad_fault_override_is_reported() {
     let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
-    let o = dataplane(&["run", "--config", cfg, "--fault", "a:drop=lots", "-d", "0.1"]);
+    let o = dataplane(&[
+        "run",
+        "--config",
+        cfg,
+        "--fault",
+        "a:drop=lots",
+        "-d",
+        "0.1",
+    ]);
     let line = assert_one_error_line(&o, 1);
-    assert!(line.contains("port a: fault setting drop: invalid rate"), "{line}");
+    assert!(
+        line.contains("port a: fault setting drop: invalid rate"),
+        "{line}"
+    );
 }
 
 #[test]
 fn run_on_soft_ports_stops_by_itself_with_a_summary() {
     let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
-    let o = dataplane(&["run", "--config", cfg, "--duration", "1.2", "--stats-interval", "0.5"]);
+    let o = dataplane(&[
+        "run",
+        "--config",
+        cfg,
+        "--duration",
+        "1.2",
+        "--stats-interval",
+        "0.5",
+    ]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
@@ -121,7 +142,10 @@ fn run_on_soft_ports_stops_by_itself_with_a_summary() {
     assert!(stats_lines >= 2, "periodic stats lines: {out}");
     // The summary table: header, one row per port, columns aligned (same width).
     let lines: Vec<&str> = out.lines().collect();
-    let h = lines.iter().position(|l| l.starts_with("port ") && l.contains("rx_pkts")).unwrap();
+    let h = lines
+        .iter()
+        .position(|l| l.starts_with("port ") && l.contains("rx_pkts"))
+        .unwrap();
     assert!(lines[h + 1].starts_with("a "), "{out}");
     assert!(lines[h + 2].starts_with("b "), "{out}");
     assert_eq!(lines[h].len(), lines[h + 1].len(), "aligned:\n{out}");
@@ -139,12 +163,28 @@ fn pktgen_over_a_soft_link_counts_every_frame() {
          [[ports]]\nname = \"b\"\nbackend = \"soft\"\ndevice = \"l\"\n",
     );
     let o = dataplane(&[
-        "pktgen", "--config", &path, "--tx-port", "a", "--rx-port", "b", "--count", "5000",
-        "--size", "128", "--stats-interval", "0", "--duration", "20",
+        "pktgen",
+        "--config",
+        &path,
+        "--tx-port",
+        "a",
+        "--rx-port",
+        "b",
+        "--count",
+        "5000",
+        "--size",
+        "128",
+        "--stats-interval",
+        "0",
+        "--duration",
+        "20",
     ]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
-    assert!(out.contains("received 5000 generated frames: 0 sequence gaps, 0 late"), "{out}");
+    assert!(
+        out.contains("received 5000 generated frames: 0 sequence gaps, 0 late"),
+        "{out}"
+    );
     assert!(out.contains("lost 0 of 5000 sent"), "{out}");
 }
 
@@ -158,8 +198,21 @@ fn pktgen_with_injected_loss_reports_it() {
          [[ports]]\nname = \"b\"\nbackend = \"soft\"\ndevice = \"l\"\n",
     );
     let o = dataplane(&[
-        "pktgen", "--config", &path, "--tx-port", "a", "--rx-port", "b", "--count", "10000",
-        "--fault", "b:direction=rx,drop=10%,seed=5", "--stats-interval", "0", "-d", "20",
+        "pktgen",
+        "--config",
+        &path,
+        "--tx-port",
+        "a",
+        "--rx-port",
+        "b",
+        "--count",
+        "10000",
+        "--fault",
+        "b:direction=rx,drop=10%,seed=5",
+        "--stats-interval",
+        "0",
+        "-d",
+        "20",
     ]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
@@ -189,8 +242,21 @@ fn capture_dir_writes_pcaps_that_tshark_reads() {
     let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
     let cap = dir.path().join("cap");
     let o = dataplane(&[
-        "pktgen", "--config", cfg, "--tx-port", "a", "--rx-port", "b", "--count", "20",
-        "--capture-dir", cap.to_str().unwrap(), "--stats-interval", "0", "-d", "20",
+        "pktgen",
+        "--config",
+        cfg,
+        "--tx-port",
+        "a",
+        "--rx-port",
+        "b",
+        "--count",
+        "20",
+        "--capture-dir",
+        cap.to_str().unwrap(),
+        "--stats-interval",
+        "0",
+        "-d",
+        "20",
     ]);
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     let pcap = cap.join("a.pcap");
@@ -198,7 +264,14 @@ fn capture_dir_writes_pcaps_that_tshark_reads() {
     assert_eq!(bytes.len(), 24 + 20 * (16 + 64), "20 frames of 64 bytes");
     // tshark is installed by testbed/setup.
     let t = Command::new("tshark")
-        .args(["-r", pcap.to_str().unwrap(), "-T", "fields", "-e", "udp.dstport"])
+        .args([
+            "-r",
+            pcap.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "udp.dstport",
+        ])
         .output()
         .expect("tshark (installed by testbed/setup)");
     assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));

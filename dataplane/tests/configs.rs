@@ -52,7 +52,10 @@ fn topology_configs_describe_their_links() {
 #[test]
 fn broken_configs_give_file_line_and_key() {
     let cases = [
-        ("truncated.toml", "5: TOML syntax error: invalid string; expected `\"`, `'`"),
+        (
+            "truncated.toml",
+            "5: TOML syntax error: invalid string; expected `\"`, `'`",
+        ),
         (
             "unknown-key.toml",
             "6: ports[0].rx_descs: unknown field `rx_descs`, expected one of `name`, `backend`, \

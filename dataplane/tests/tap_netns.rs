@@ -19,7 +19,9 @@ impl Drop for Cleanup {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.netns]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.netns])
+            .output();
     }
 }
 
@@ -84,10 +86,21 @@ fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
 
     sh(&["ip", "netns", "add", &netns]);
     sh(&["ip", "link", "set", &tap, "netns", &netns]);
-    sh(&["ip", "-n", &netns, "addr", "add", "10.99.7.2/24", "dev", &tap]);
+    sh(&[
+        "ip",
+        "-n",
+        &netns,
+        "addr",
+        "add",
+        "10.99.7.2/24",
+        "dev",
+        &tap,
+    ]);
     sh(&["ip", "-n", &netns, "link", "set", &tap, "up"]);
     let ping = Command::new("ip")
-        .args(["netns", "exec", &netns, "ping", "-c", "3", "-i", "0.2", "-W", "2"])
+        .args([
+            "netns", "exec", &netns, "ping", "-c", "3", "-i", "0.2", "-W", "2",
+        ])
         .arg("10.99.7.1")
         .output()
         .unwrap();

@@ -252,6 +252,9 @@ mod tests {
         let mut got = Vec::new();
         while sink.rx_burst(&mut got, 64) > 0 {}
         assert_eq!(got.len(), 100);
-        assert!(got.iter().enumerate().all(|(i, f)| f.as_ref()[20] == i as u8));
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, f)| f.as_ref()[20] == i as u8));
     }
 }

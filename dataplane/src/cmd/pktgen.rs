@@ -265,7 +265,12 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             (false, true) => "rx",
             (false, false) => "idle",
         };
-        println!("port {} ({}, {role}): {}", p.info().name, p.kind(), p.info());
+        println!(
+            "port {} ({}, {role}): {}",
+            p.info().name,
+            p.kind(),
+            p.info()
+        );
     }
     let _ = std::io::stdout().flush();
 
@@ -376,7 +381,11 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             rx.generated, rx.gaps, rx.late
         );
         if tx_i.is_some() {
-            println!("lost {} of {} sent", sent.saturating_sub(rx.generated), sent);
+            println!(
+                "lost {} of {} sent",
+                sent.saturating_sub(rx.generated),
+                sent
+            );
         }
     }
     let _ = std::io::stdout().flush();

@@ -139,7 +139,14 @@ fn summary(poll: &PollLoop<AnyPort, NoHandler>, elapsed: Duration) -> String {
         "tx_ns/pkt",
     ]);
     let mut faults = Table::new([
-        "port", "dir", "seen", "dropped", "reordered", "duplicated", "corrupted", "truncated",
+        "port",
+        "dir",
+        "seen",
+        "dropped",
+        "reordered",
+        "duplicated",
+        "corrupted",
+        "truncated",
         "delayed",
     ]);
     for (i, p) in poll.ports().iter().enumerate() {

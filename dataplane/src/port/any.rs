@@ -13,9 +13,9 @@ use super::tap::TapPort;
 use super::{PacketBuf, Port, PortInfo, PortStats};
 
 #[cfg(feature = "dpdk")]
-use crate::dpdk::Mbuf;
-#[cfg(feature = "dpdk")]
 use super::dpdk::DpdkPort;
+#[cfg(feature = "dpdk")]
+use crate::dpdk::Mbuf;
 
 /// A frame buffer of any backend.
 #[derive(Debug)]
@@ -368,6 +368,10 @@ mod tests {
         assert_eq!(a.captured(), Some(2));
         let (rx, _) = a.fault_counters().unwrap();
         assert_eq!(rx.duplicated, 1);
-        assert_eq!(a.stats().rx_packets, 1, "wire counters come from the backend");
+        assert_eq!(
+            a.stats().rx_packets,
+            1,
+            "wire counters come from the backend"
+        );
     }
 }

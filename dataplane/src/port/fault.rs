@@ -12,7 +12,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
+use smoltcp::wire::{
+    EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket,
+};
 
 use super::{PacketBuf, Port, PortInfo, PortStats};
 
@@ -498,9 +500,10 @@ impl<P: Port> Port for FaultPort<P> {
             self.inner.rx_burst(&mut self.scratch, max);
             let inner = &mut self.inner;
             for buf in self.scratch.drain(..) {
-                self.rx.process(&self.cfg, now, buf, &mut self.rx_ready, &mut |len| {
-                    inner.alloc_tx(len)
-                });
+                self.rx
+                    .process(&self.cfg, now, buf, &mut self.rx_ready, &mut |len| {
+                        inner.alloc_tx(len)
+                    });
             }
         }
         let n = self.rx_ready.len().min(max);
@@ -526,9 +529,10 @@ impl<P: Port> Port for FaultPort<P> {
         let n = bufs.len();
         let inner = &mut self.inner;
         for buf in bufs.drain(..) {
-            self.tx.process(&self.cfg, now, buf, &mut self.tx_ready, &mut |len| {
-                inner.alloc_tx(len)
-            });
+            self.tx
+                .process(&self.cfg, now, buf, &mut self.tx_ready, &mut |len| {
+                    inner.alloc_tx(len)
+                });
         }
         self.flush_tx(now);
         n

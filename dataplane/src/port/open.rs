@@ -36,7 +36,10 @@ pub fn default_mac(index: usize) -> [u8; 6] {
 
 /// The effective fault settings of port `p` after command-line overrides, or `None` when no
 /// fault is active.
-pub fn fault_settings(p: &PortConfig, opts: &OpenOptions) -> Result<Option<FaultSection>, PortError> {
+pub fn fault_settings(
+    p: &PortConfig,
+    opts: &OpenOptions,
+) -> Result<Option<FaultSection>, PortError> {
     let mut section = p.fault.clone();
     for (target, spec) in &opts.faults {
         if target.as_deref().is_some_and(|t| t != p.name()) {
@@ -94,7 +97,13 @@ pub fn open_ports(
                 }
             }
             BackendKind::Tap => opened[i] = Some(TapPort::open(p.device(), info)?.into()),
-            BackendKind::Dpdk => opened[i] = Some(open_dpdk(p, #[cfg(feature = "dpdk")] eal)?),
+            BackendKind::Dpdk => {
+                opened[i] = Some(open_dpdk(
+                    p,
+                    #[cfg(feature = "dpdk")]
+                    eal,
+                )?)
+            }
         }
     }
     if let Some((dev, &i)) = links.iter().next() {
@@ -185,7 +194,13 @@ capture = "{}"
         );
         let cfg = Config::parse(&text, "t.toml").unwrap();
         let opts = OpenOptions::default();
-        let mut ports = open_ports(&cfg, &opts, #[cfg(feature = "dpdk")] None).unwrap();
+        let mut ports = open_ports(
+            &cfg,
+            &opts,
+            #[cfg(feature = "dpdk")]
+            None,
+        )
+        .unwrap();
         assert_eq!(ports[0].kind(), "fault+soft");
         assert_eq!(ports[1].kind(), "capture+soft");
         assert_eq!(ports[0].info().mac, default_mac(0));
@@ -195,7 +210,11 @@ capture = "{}"
         let mut v = vec![f];
         ports[0].tx_burst(&mut v);
         let mut got = Vec::new();
-        assert_eq!(ports[1].rx_burst(&mut got, 8), 2, "duplicated on a's transmit");
+        assert_eq!(
+            ports[1].rx_burst(&mut got, 8),
+            2,
+            "duplicated on a's transmit"
+        );
         assert_eq!(ports[1].captured(), Some(2));
     }
 
@@ -208,20 +227,38 @@ capture = "{}"
             faults: vec![(Some("b".into()), "drop=5%".into())],
             ..OpenOptions::default()
         };
-        let ports = open_ports(&cfg, &opts, #[cfg(feature = "dpdk")] None).unwrap();
+        let ports = open_ports(
+            &cfg,
+            &opts,
+            #[cfg(feature = "dpdk")]
+            None,
+        )
+        .unwrap();
         assert_eq!(ports[0].kind(), "soft");
         assert_eq!(ports[1].kind(), "fault+soft");
         let opts = OpenOptions {
             faults: vec![(None, "seed=3,drop=0%".into())],
             ..OpenOptions::default()
         };
-        let ports = open_ports(&cfg, &opts, #[cfg(feature = "dpdk")] None).unwrap();
+        let ports = open_ports(
+            &cfg,
+            &opts,
+            #[cfg(feature = "dpdk")]
+            None,
+        )
+        .unwrap();
         assert_eq!(ports[0].kind(), "soft", "no active fault, no fault layer");
         let opts = OpenOptions {
             faults: vec![(Some("zz".into()), "drop=5%".into())],
             ..OpenOptions::default()
         };
-        let e = open_ports(&cfg, &opts, #[cfg(feature = "dpdk")] None).unwrap_err();
+        let e = open_ports(
+            &cfg,
+            &opts,
+            #[cfg(feature = "dpdk")]
+            None,
+        )
+        .unwrap_err();
         assert_eq!(
             e.to_string(),
             "port zz: --fault names a port that is not in the configuration"
@@ -230,7 +267,17 @@ capture = "{}"
             faults: vec![(None, "drop=lots".into())],
             ..OpenOptions::default()
         };
-        let e = open_ports(&cfg, &opts, #[cfg(feature = "dpdk")] None).unwrap_err();
-        assert!(e.to_string().starts_with("port a: fault setting drop: invalid rate"), "{e}");
+        let e = open_ports(
+            &cfg,
+            &opts,
+            #[cfg(feature = "dpdk")]
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("port a: fault setting drop: invalid rate"),
+            "{e}"
+        );
     }
 }

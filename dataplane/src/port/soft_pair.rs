@@ -164,7 +164,11 @@ mod tests {
         let mut bufs: Vec<_> = (0..6).map(|i| frame(&mut a, i, 64)).collect();
         assert_eq!(a.tx_burst(&mut bufs), 4);
         assert_eq!(bufs.len(), 2, "refused frames stay with the caller");
-        assert_eq!(bufs[0].as_ref()[0], 4, "the first refused frame is the fifth");
+        assert_eq!(
+            bufs[0].as_ref()[0],
+            4,
+            "the first refused frame is the fifth"
+        );
         assert_eq!(a.stats().tx_dropped, 2);
         let mut got = Vec::new();
         assert_eq!(b.rx_burst(&mut got, 32), 4);
