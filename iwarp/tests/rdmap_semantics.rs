@@ -197,7 +197,10 @@ fn c06_sq_completes_in_posting_order() {
 
 /// Posts one of every RFC 5040 message type and returns the transmitted segments with the
 /// expected (opcode, tagged, QN, RsvdULP word).
-fn one_of_each() -> (Vec<Vec<u8>>, [(u8, bool, Option<u32>, u32); 6]) {
+/// (opcode, tagged, QN, RsvdULP word) expected for each transmitted message.
+type Expected = [(u8, bool, Option<u32>, u32); 6];
+
+fn one_of_each() -> (Vec<Vec<u8>>, Expected) {
     let inv = STag(0x00AB_CD01);
     let mut s = Side::new(cfg(1));
     let a = s.region(0, 8192, all(), 1);
