@@ -1,0 +1,44 @@
+//! The bindings link against the system's DPDK 22.11 and agree with its C headers (no EAL
+//! needed for these calls).
+
+use std::ffi::CStr;
+
+#[test]
+fn links_against_dpdk_22_11() {
+    // SAFETY: rte_version returns a pointer to a static NUL-terminated string.
+    let version = unsafe { CStr::from_ptr(dpdk_sys::rte_version()) };
+    let version = version.to_str().unwrap();
+    assert!(version.starts_with("DPDK 22.11"), "{version}");
+}
+
+#[test]
+fn shim_constants_match_the_headers() {
+    // SAFETY: returns a compile-time constant.
+    let headroom = unsafe { dpdk_sys::dpdk_shim_pktmbuf_headroom_default() };
+    assert_eq!(u32::from(headroom), dpdk_sys::RTE_PKTMBUF_HEADROOM);
+    // SAFETY: returns a compile-time constant.
+    assert_eq!(
+        unsafe { dpdk_sys::dpdk_shim_socket_id_any() },
+        dpdk_sys::SOCKET_ID_ANY
+    );
+    // rte_mbuf is two cache lines in DPDK 22.11 on x86-64.
+    assert_eq!(std::mem::size_of::<dpdk_sys::rte_mbuf>(), 128);
+}
+
+#[test]
+fn dpdk_error_texts_come_from_rte_strerror() {
+    // SAFETY: rte_strerror returns a NUL-terminated string valid until the next call on
+    // this thread; it is copied at once.
+    let text = |code: i32| {
+        unsafe { CStr::from_ptr(dpdk_sys::rte_strerror(code)) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    // ENODEV (19 on Linux) is a libc code; rte_strerror passes it to strerror.
+    assert_eq!(text(19), "No such device");
+    assert!(
+        text(dpdk_sys::E_RTE_NO_CONFIG as i32).contains("config"),
+        "{}",
+        text(dpdk_sys::E_RTE_NO_CONFIG as i32)
+    );
+}
