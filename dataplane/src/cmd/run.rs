@@ -108,11 +108,8 @@ pub fn run(args: Args) -> Result<(), CmdError> {
 
 /// `ns / n` as text, `-` when `n` is zero.
 fn per_pkt(ns: u64, n: u64) -> String {
-    if n == 0 {
-        "-".into()
-    } else {
-        (ns / n).to_string()
-    }
+    ns.checked_div(n)
+        .map_or_else(|| "-".to_string(), |v| v.to_string())
 }
 
 /// The end-of-run tables: port counters, poll loop counters, and faults if any.
