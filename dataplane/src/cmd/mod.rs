@@ -90,7 +90,11 @@ pub fn usage_error_line(e: &clap::Error) -> String {
         .collect();
     let msg = para.join(" ");
     let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
-    let msg = if msg.is_empty() { "invalid arguments" } else { msg };
+    let msg = if msg.is_empty() {
+        "invalid arguments"
+    } else {
+        msg
+    };
     format!("{msg} (see 'dataplane --help')")
 }
 
@@ -99,7 +103,7 @@ pub fn parse_secs(s: &str) -> Result<Duration, String> {
     let v: f64 = s
         .parse()
         .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !v.is_finite() || v < 0.0 || v > 1e9 {
+    if !v.is_finite() || !(0.0..=1e9).contains(&v) {
         return Err(format!("{s:?} is not a number of seconds"));
     }
     Ok(Duration::from_secs_f64(v))
@@ -170,7 +174,11 @@ impl PortArgs {
                         CmdError::Usage(format!(
                             "--port {name}: no such port in {} (ports: {})",
                             path.display(),
-                            cfg.ports.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+                            cfg.ports
+                                .iter()
+                                .map(|p| p.name())
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ))
                     })?;
                     picked.push(p.clone());
@@ -214,9 +222,8 @@ impl PortArgs {
             ..OpenOptions::default()
         };
         if let Some(dir) = &self.capture_dir {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                CmdError::Runtime(format!("--capture-dir {}: {e}", dir.display()))
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| CmdError::Runtime(format!("--capture-dir {}: {e}", dir.display())))?;
         }
         #[cfg(feature = "dpdk")]
         {
@@ -256,7 +263,10 @@ mod tests {
             parse_fault_arg("p0:drop=1%").unwrap(),
             (Some("p0".into()), "drop=1%".into())
         );
-        assert_eq!(parse_fault_arg("drop=1%").unwrap(), (None, "drop=1%".into()));
+        assert_eq!(
+            parse_fault_arg("drop=1%").unwrap(),
+            (None, "drop=1%".into())
+        );
     }
 
     #[test]
