@@ -110,6 +110,28 @@ impl<B: MemoryBackend> SimpleMemory<B> {
         Ok(STag::new(index, spec.key))
     }
 
+    /// Registers a region under a caller-chosen STag (capture replay, simulations); fails
+    /// when the index is 0 or already in use.
+    pub fn register_with_stag(&mut self, spec: RegionSpec, stag: STag) -> Result<(), AccessError> {
+        let end = spec
+            .offset
+            .checked_add(spec.len)
+            .ok_or(AccessError::BaseBounds)?;
+        if end > self.backend.bytes().len() as u64 {
+            return Err(AccessError::BaseBounds);
+        }
+        if stag.index() == 0 || self.regions.contains_key(&stag.index()) {
+            return Err(AccessError::InvalidStag);
+        }
+        let spec = RegionSpec {
+            key: stag.key(),
+            ..spec
+        };
+        self.regions
+            .insert(stag.index(), Region { spec, valid: true });
+        Ok(())
+    }
+
     /// Local invalidation: the STag stays allocated but every access fails.
     pub fn invalidate_local(&mut self, stag: STag) -> Result<(), AccessError> {
         let r = self.lookup_mut(stag)?;
