@@ -169,7 +169,9 @@ fn run_server(socket: &Path) {
 
 fn run_client(socket: &Path) {
     let socket: PathBuf = socket.to_path_buf();
-    let eal = start_eal("client", "1", &socket);
+    // Its own CPU when there is a second one.
+    let two_cpus = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    let eal = start_eal("client", if two_cpus { "1" } else { "0" }, &socket);
     let mut port =
         DpdkPort::open(&eal, &DpdkPortConfig::new("memif-client", "net_memif0")).unwrap();
     let deadline = Instant::now() + RUN_TIMEOUT;
