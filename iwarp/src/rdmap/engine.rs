@@ -95,7 +95,7 @@ pub enum PostError {
 
 /// Which work request an error belongs to (it completes with a specific status).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Culprit {
+pub(super) enum Culprit {
     None,
     Send(u64, CompletionStatus),
     Recv(u32, CompletionStatus),
@@ -103,7 +103,7 @@ pub(crate) enum Culprit {
 
 /// A detected error and the header copies its Terminate carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Failure {
+pub(super) struct Failure {
     pub cause: TerminateCause,
     pub segment_len: Option<u16>,
     pub ddp: Option<CopiedDdpHeader>,
@@ -112,7 +112,7 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    pub(crate) fn bare(cause: TerminateCause, culprit: Culprit) -> Self {
+    pub(super) fn bare(cause: TerminateCause, culprit: Culprit) -> Self {
         Failure {
             cause,
             segment_len: None,
@@ -124,7 +124,7 @@ impl Failure {
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct SqEntry {
+pub(super) struct SqEntry {
     pub seq: u64,
     pub wr: SendWr,
     pub done: Option<CompletionStatus>,
@@ -133,14 +133,14 @@ pub(crate) struct SqEntry {
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct OutstandingRead {
+pub(super) struct OutstandingRead {
     pub seq: u64,
     pub len: u32,
     pub received: u64,
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct OutstandingAtomic {
+pub(super) struct OutstandingAtomic {
     pub seq: u64,
     pub request_id: u32,
     pub result: Option<Resolved>,
@@ -149,26 +149,26 @@ pub(crate) struct OutstandingAtomic {
 /// The RDMAP (+ DDP) protocol engine of one stream, driven by `handle_*` / `poll_*` calls.
 #[derive(Debug)]
 pub struct Engine {
-    pub(crate) cfg: EngineConfig,
-    pub(crate) state: StreamState,
-    pub(crate) msn: MsnCounters,
-    pub(crate) sq: VecDeque<SqEntry>,
-    pub(crate) sq_started: usize,
-    pub(crate) next_seq: u64,
-    pub(crate) current: Option<TxMessage>,
-    pub(crate) responses: VecDeque<Response>,
-    pub(crate) prefer_response: bool,
-    pub(crate) reads: VecDeque<OutstandingRead>,
-    pub(crate) atomics: VecDeque<OutstandingAtomic>,
-    pub(crate) next_request_id: u32,
-    pub(crate) terminate: Option<TerminateRepr>,
-    pub(crate) terminate_sent: bool,
-    pub(crate) order: DeliveryOrder<RxRecord>,
-    pub(crate) queues: UntaggedQueues,
-    pub(crate) completions: VecDeque<Completion>,
-    pub(crate) events: VecDeque<Event>,
-    pub(crate) last_rx: Option<Instant>,
-    pub(crate) last_tx: Option<Instant>,
+    pub(super) cfg: EngineConfig,
+    pub(super) state: StreamState,
+    pub(super) msn: MsnCounters,
+    pub(super) sq: VecDeque<SqEntry>,
+    pub(super) sq_started: usize,
+    pub(super) next_seq: u64,
+    pub(super) current: Option<TxMessage>,
+    pub(super) responses: VecDeque<Response>,
+    pub(super) prefer_response: bool,
+    pub(super) reads: VecDeque<OutstandingRead>,
+    pub(super) atomics: VecDeque<OutstandingAtomic>,
+    pub(super) next_request_id: u32,
+    pub(super) terminate: Option<TerminateRepr>,
+    pub(super) terminate_sent: bool,
+    pub(super) order: DeliveryOrder<RxRecord>,
+    pub(super) queues: UntaggedQueues,
+    pub(super) completions: VecDeque<Completion>,
+    pub(super) events: VecDeque<Event>,
+    pub(super) last_rx: Option<Instant>,
+    pub(super) last_tx: Option<Instant>,
 }
 
 fn op_completion_opcode(op: &SendOp) -> CompletionOpcode {
@@ -295,6 +295,12 @@ impl Engine {
         }
     }
 
+    /// The position (in the coordinate of [`crate::ddp::SegmentPos`]) the next in-order
+    /// segment must start at.
+    pub fn next_segment_position(&self) -> u64 {
+        self.order.next_position()
+    }
+
     /// Number of receive buffers posted and not yet consumed.
     pub fn posted_recv_count(&self) -> usize {
         self.queues.recv_posted()
@@ -368,7 +374,7 @@ impl Engine {
 
     /// Records an error: the first one wins (RFC 5040 §7.1 case 4), a Terminate is queued,
     /// every queue is flushed and nothing more is placed.
-    pub(crate) fn fail(&mut self, f: Failure) {
+    pub(super) fn fail(&mut self, f: Failure) {
         if self.terminate.is_some()
             || matches!(
                 self.state,
@@ -391,7 +397,7 @@ impl Engine {
     }
 
     /// Peer Terminate: stop without answering (RFC 5040 §5.4).
-    pub(crate) fn remote_terminated(&mut self, t: TerminateRepr) {
+    pub(super) fn remote_terminated(&mut self, t: TerminateRepr) {
         if self.state == StreamState::Terminated {
             return;
         }
@@ -402,7 +408,7 @@ impl Engine {
     }
 
     /// Completes every pending work request in error (RFC 5040 §5.4, §6.2.1).
-    pub(crate) fn flush(&mut self, culprit: Culprit) {
+    pub(super) fn flush(&mut self, culprit: Culprit) {
         self.current = None;
         self.responses.clear();
         self.reads.clear();
@@ -433,7 +439,7 @@ impl Engine {
     }
 
     /// Marks SQ entry `seq` done and emits every completion that is now in order.
-    pub(crate) fn finish_sq(&mut self, seq: u64, status: CompletionStatus) {
+    pub(super) fn finish_sq(&mut self, seq: u64, status: CompletionStatus) {
         if let Some(e) = self.sq.iter_mut().find(|e| e.seq == seq) {
             if e.done.is_none() {
                 e.done = Some(status);
@@ -442,7 +448,7 @@ impl Engine {
         self.drain_sq();
     }
 
-    pub(crate) fn sq_entry_mut(&mut self, seq: u64) -> Option<&mut SqEntry> {
+    pub(super) fn sq_entry_mut(&mut self, seq: u64) -> Option<&mut SqEntry> {
         self.sq.iter_mut().find(|e| e.seq == seq)
     }
 

@@ -27,7 +27,7 @@ const INLINE_MAX: usize = TERMINATE_MAX_LEN;
 
 /// What the in-order stage needs to know about one placed untagged segment.
 #[derive(Debug, Clone)]
-pub(crate) struct UntaggedRecord {
+pub(super) struct UntaggedRecord {
     opcode: Opcode,
     hdr: UntaggedRepr,
     len: u32,
@@ -55,7 +55,7 @@ impl UntaggedRecord {
 
 /// Per-segment record held until the segment is delivered in order.
 #[derive(Debug, Clone)]
-pub(crate) enum RxRecord {
+pub(super) enum RxRecord {
     /// A placed tagged segment.
     Tagged {
         opcode: Opcode,
@@ -75,7 +75,7 @@ pub(crate) enum RxRecord {
 /// when it is reached in order, so an invalidation earlier in the stream still reports the
 /// error the in-order stream requires (VERBS-00 §7.8).
 #[derive(Debug, Clone)]
-pub(crate) struct EarlyTagged {
+pub(super) struct EarlyTagged {
     stag: u32,
     to: u64,
     segment_len: u16,

@@ -71,7 +71,7 @@ impl core::fmt::Debug for DdpSegmentOut {
 
 /// A response owed to the peer, generated in request-delivery order.
 #[derive(Debug, Clone)]
-pub(crate) enum Response {
+pub(super) enum Response {
     /// RDMA Read Response from a validated source (None for zero length).
     Read {
         src: Option<Resolved>,
@@ -104,7 +104,7 @@ enum TxDone {
 
 /// The message currently being segmented.
 #[derive(Debug, Clone)]
-pub(crate) struct TxMessage {
+pub(super) struct TxMessage {
     seg: Segmenter,
     payload: TxPayload,
     done: TxDone,
