@@ -288,3 +288,25 @@ fn a12_messages_leave_in_posting_order() {
         .collect();
     assert_eq!(msns, vec![1, 2, 3]);
 }
+
+#[test]
+fn reused_payload_buffers_carry_no_stale_bytes() {
+    // RFC 5041 §5.2: each segment carries exactly its own payload.
+    let (mut s, stag) = sender(3000);
+    s.engine.post_send(send_wr(1, stag, 3000)).unwrap();
+    s.engine.post_send(write_wr(2, stag, 10, 0)).unwrap();
+    let mut buf = vec![0xAA; 5000];
+    let mut total = Vec::new();
+    while let Some(seg) = s.engine.poll_segment_reusing(now(), 1000, &s.mem, buf) {
+        assert!(seg.len() <= 1000);
+        total.push(seg.to_vec());
+        buf = seg.into_buffer();
+    }
+    let fresh = {
+        let (mut s2, stag2) = sender(3000);
+        s2.engine.post_send(send_wr(1, stag2, 3000)).unwrap();
+        s2.engine.post_send(write_wr(2, stag2, 10, 0)).unwrap();
+        s2.drain_tx(1000)
+    };
+    assert_eq!(total, fresh);
+}

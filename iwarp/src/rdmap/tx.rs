@@ -51,6 +51,11 @@ impl DdpSegmentOut {
         self.len() == 0
     }
 
+    /// Gives the payload buffer back for [`Engine::poll_segment_reusing`].
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.payload
+    }
+
     /// The segment as one contiguous buffer.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len());
@@ -150,6 +155,18 @@ impl Engine {
         mulpdu: usize,
         mem: &M,
     ) -> Option<DdpSegmentOut> {
+        self.poll_segment_reusing(now, mulpdu, mem, Vec::new())
+    }
+
+    /// Like [`Engine::poll_segment`], gathering the payload into `buffer` (a buffer given
+    /// back by [`DdpSegmentOut::into_buffer`]) instead of a new allocation.
+    pub fn poll_segment_reusing<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mulpdu: usize,
+        mem: &M,
+        mut buffer: Vec<u8>,
+    ) -> Option<DdpSegmentOut> {
         loop {
             if let Some(t) = self.terminate {
                 if self.terminate_sent {
@@ -191,7 +208,7 @@ impl Engine {
                     return None;
                 }
             }
-            match self.next_from_current(mulpdu, mem) {
+            match self.next_from_current(mulpdu, mem, &mut buffer) {
                 Ok(Some(out)) => {
                     self.last_tx = Some(now);
                     return Some(out);
@@ -206,6 +223,7 @@ impl Engine {
         &mut self,
         mulpdu: usize,
         mem: &M,
+        buffer: &mut Vec<u8>,
     ) -> Result<Option<DdpSegmentOut>, Failure> {
         let Some(cur) = self.current.as_mut() else {
             return Ok(None);
@@ -222,8 +240,9 @@ impl Engine {
         let mut out = DdpSegmentOut {
             header: [0; HEADER_MAX],
             header_len: 0,
-            payload: Vec::new(),
+            payload: core::mem::take(buffer),
         };
+        out.payload.clear();
         let n = plan
             .header
             .emit(&mut out.header)
@@ -235,7 +254,8 @@ impl Engine {
                 out.header_len += len;
             }
             TxPayload::Gather(pieces) => {
-                out.payload = vec![0; plan.len as usize];
+                out.payload.clear();
+                out.payload.resize(plan.len as usize, 0);
                 if let Err(_e) = gather(pieces, mem, plan.offset, &mut out.payload) {
                     let culprit = match cur.done {
                         TxDone::Complete(seq) => {
@@ -250,7 +270,8 @@ impl Engine {
                 }
             }
             TxPayload::Source(src) => {
-                out.payload = vec![0; plan.len as usize];
+                out.payload.clear();
+                out.payload.resize(plan.len as usize, 0);
                 if plan.len > 0 {
                     let res = match src {
                         Some(r) => mem.read(r, u64::from(plan.offset), &mut out.payload),
