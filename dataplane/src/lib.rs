@@ -5,6 +5,7 @@ pub mod classify;
 pub mod config;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod hugemem;
 pub mod icmp;
 pub mod lcore;
 pub mod port;

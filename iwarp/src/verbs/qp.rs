@@ -821,6 +821,35 @@ impl Rnic {
     }
 }
 
+impl Rnic {
+    /// Takes an event of the QP's RDMAP engine and applies the matching automatic
+    /// transition (VERBS-00 §6.2.2.3, §6.2.3, §6.6.2.4). A Terminate the engine sent for a
+    /// Local Catastrophic error is already reported by the failing WR's WC, so it raises no
+    /// asynchronous event (§6.2.2.3).
+    pub fn handle_engine_event(&mut self, qp: QpId, event: crate::rdmap::Event) -> Result<(), VerbError> {
+        use crate::rdmap::Event;
+        match event {
+            Event::SolicitedEvent => {
+                if !self.qps.contains_key(&qp) {
+                    return Err(VerbError::InvalidQpHandle);
+                }
+                Ok(())
+            }
+            Event::TerminateReceived(t) => self.handle_terminate_received(qp, t.cause),
+            Event::TerminateSent(cause) if cause.layer == 0 && cause.etype == 0 => {
+                if !self.qps.contains_key(&qp) {
+                    return Err(VerbError::InvalidQpHandle);
+                }
+                self.local_error(qp, cause, false, None);
+                Ok(())
+            }
+            Event::TerminateSent(cause) => self.handle_remote_error(qp, cause),
+            Event::Closed => self.handle_llp_event(qp, LlpEvent::Closed),
+            Event::LlpLost => self.handle_llp_event(qp, LlpEvent::Lost),
+        }
+    }
+}
+
 /// The affiliated asynchronous event reporting a Terminate cause (VERBS-00 Fig. 24 and
 /// Fig. 37, with RFC numbering per digest §5.11).
 pub fn event_for_cause(c: TerminateCause) -> AsyncEventKind {

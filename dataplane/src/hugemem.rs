@@ -1,0 +1,262 @@
+//! Hugepage memory for registered regions: a file on a hugetlbfs mount, mapped shared, that
+//! the verbs layer uses as its [`MemoryBackend`], so DDP placement writes land in pinned
+//! memory a NIC could DMA to. The mapping is the only unsafe code here.
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use iwarp::mem::MemoryBackend;
+
+/// Why hugepage memory could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum HugeMemError {
+    /// No hugetlbfs file system is mounted.
+    #[error("no hugetlbfs mount found in {0}")]
+    NoMount(PathBuf),
+    /// Creating or sizing the backing file failed.
+    #[error("hugepage file {path}: {source}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// mmap failed (e.g. not enough free hugepages).
+    #[error("mapping {len} octets failed: {source}")]
+    Map {
+        /// Requested length.
+        len: usize,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// A hugetlbfs mount point and its page size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HugetlbfsMount {
+    /// Mount point.
+    pub path: PathBuf,
+    /// Page size in octets (`pagesize=` option; 2 MiB when absent).
+    pub page_size: usize,
+}
+
+/// Finds the first hugetlbfs mount in a `/proc/mounts`-format text.
+pub fn find_hugetlbfs(mounts: &str) -> Option<HugetlbfsMount> {
+    mounts.lines().find_map(|line| {
+        let mut f = line.split_whitespace();
+        let (_, dir, fstype, opts) = (f.next()?, f.next()?, f.next()?, f.next()?);
+        if fstype != "hugetlbfs" {
+            return None;
+        }
+        let page_size = opts
+            .split(',')
+            .find_map(|o| o.strip_prefix("pagesize="))
+            .and_then(parse_size)
+            .unwrap_or(2 << 20);
+        Some(HugetlbfsMount {
+            path: PathBuf::from(dir),
+            page_size,
+        })
+    })
+}
+
+fn parse_size(s: &str) -> Option<usize> {
+    let (num, mult) = match s.as_bytes().last()? {
+        b'K' | b'k' => (&s[..s.len() - 1], 1 << 10),
+        b'M' | b'm' => (&s[..s.len() - 1], 1 << 20),
+        b'G' | b'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+/// A shared mapping of a (hugetlbfs) file, owned exclusively; unmapped on drop. The file is
+/// unlinked right after mapping, so nothing is left behind.
+#[derive(Debug)]
+pub struct HugepageMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    page_size: usize,
+}
+
+// SAFETY: the mapping is private to this value (its file was unlinked before anyone else
+// could open it) and only reachable through `&self`/`&mut self`, so moving it to another
+// thread is as safe as moving a `Vec<u8>`.
+unsafe impl Send for HugepageMemory {}
+
+static NEXT_FILE: AtomicU32 = AtomicU32::new(0);
+
+impl HugepageMemory {
+    /// Maps at least `len` octets of hugepage memory from the first hugetlbfs mount listed
+    /// in `/proc/mounts`.
+    pub fn new(len: usize) -> Result<Self, HugeMemError> {
+        let mounts = Path::new("/proc/mounts");
+        let text = fs::read_to_string(mounts).unwrap_or_default();
+        let mount = find_hugetlbfs(&text).ok_or_else(|| HugeMemError::NoMount(mounts.into()))?;
+        Self::create_in(&mount.path, len, mount.page_size)
+    }
+
+    /// Maps at least `len` octets (rounded up to `page_size`) backed by a new file in `dir`.
+    pub fn create_in(dir: &Path, len: usize, page_size: usize) -> Result<Self, HugeMemError> {
+        let page_size = page_size.max(1);
+        let len = len.max(1).div_ceil(page_size) * page_size;
+        let path = dir.join(format!(
+            "iwarp-mem-{}-{}",
+            std::process::id(),
+            NEXT_FILE.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file_err = |source| HugeMemError::File {
+            path: path.clone(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(file_err)?;
+        let sized = file.set_len(len as u64).map_err(file_err);
+        let mapped = sized.and_then(|()| {
+            // SAFETY: a fresh shared read/write mapping of `len` octets of a file we just
+            // created and sized to `len`; the kernel picks the address. No Rust reference
+            // aliases it yet.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_POPULATE,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                Err(HugeMemError::Map {
+                    len,
+                    source: io::Error::last_os_error(),
+                })
+            } else {
+                Ok(p)
+            }
+        });
+        // The mapping keeps the memory; the name is not needed any more.
+        let _ = fs::remove_file(&path);
+        let p = mapped?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(HugeMemError::Map {
+            len,
+            source: io::Error::other("null mapping"),
+        })?;
+        log::debug!(
+            "mapped {len} octets of hugepage memory in {}",
+            dir.display()
+        );
+        Ok(HugepageMemory {
+            ptr,
+            len,
+            page_size,
+        })
+    }
+
+    /// Page size of the mapping.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+}
+
+impl MemoryBackend for HugepageMemory {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live mapping of `len` readable octets owned by `self`; the
+        // returned slice borrows `self`, so it cannot outlive the mapping or alias a
+        // mutable borrow.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes this the only borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for HugepageMemory {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping created in `create_in`; no borrow of it can
+        // outlive `self`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iwarp::mem::MemoryTable;
+    use iwarp::verbs::*;
+
+    #[test]
+    fn finds_hugetlbfs_and_page_size() {
+        let text = "proc /proc proc rw 0 0\n\
+                    nodev /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n\
+                    nodev /mnt/huge1g hugetlbfs rw,pagesize=1024M 0 0\n";
+        assert_eq!(
+            find_hugetlbfs(text),
+            Some(HugetlbfsMount {
+                path: "/dev/hugepages".into(),
+                page_size: 2 << 20
+            })
+        );
+        assert_eq!(find_hugetlbfs("tmpfs /tmp tmpfs rw 0 0\n"), None);
+        assert_eq!(parse_size("1024M"), Some(1 << 30));
+    }
+
+    /// Registers the backend with a verbs RNIC and places a peer Write into it.
+    fn place_through_verbs(mem: HugepageMemory) {
+        let page = mem.page_size() as u64;
+        let mut attrs = RnicAttributes::default();
+        attrs.page_sizes.push(page);
+        let dev = RnicDevice::new("huge0", attrs);
+        let mut rnic = dev.open(AddressingMode::Page, Box::new(mem), 7).unwrap();
+        let ulp = UlpId(1);
+        let pd = rnic.alloc_pd(ulp).unwrap();
+        let (cq, _) = rnic.create_cq(ulp, 4).unwrap();
+        let (qp, _) = rnic.create_qp(QpInit::new(pd, cq, cq)).unwrap();
+        let access = Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let mr = rnic
+            .register_mr(&MrSpec {
+                pbl: PageList::contiguous(0, page, page),
+                base: TaggedBase::ZeroBased,
+                pd,
+                key: 1,
+                remote_access: true,
+                access,
+            })
+            .unwrap();
+        let m = rnic.memory_mut();
+        let r = m
+            .resolve(mr, pd, qp.stream(), 100, 5, Access::REMOTE_WRITE)
+            .unwrap();
+        m.write(&r, 0, b"hello").unwrap();
+        assert_eq!(&rnic.memory().bytes()[100..105], b"hello");
+        assert!(rnic.memory().bytes()[..100].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn file_mapping_backs_verbs_regions() {
+        let dir = std::env::temp_dir();
+        let mem = HugepageMemory::create_in(&dir, 5000, 4096).unwrap();
+        assert_eq!(mem.bytes().len(), 8192);
+        place_through_verbs(mem);
+    }
+
+    #[test]
+    fn hugetlbfs_mapping_backs_verbs_regions() {
+        // testbed/setup reserves hugepages and mounts hugetlbfs.
+        let mem = HugepageMemory::new(1).expect("hugetlbfs with a free hugepage");
+        assert_eq!(mem.bytes().len(), mem.page_size());
+        place_through_verbs(mem);
+    }
+}
