@@ -100,9 +100,23 @@ pub struct EalConfig {
 }
 
 impl EalConfig {
-    /// The full EAL argument list: `-l` if set, the configured args, then `extra`.
+    /// The full EAL argument list: quieter EAL logging (warnings and worse; unless a
+    /// `--log-level` is given) and no telemetry socket (unless `--telemetry` is given), `-l`
+    /// if set, the configured args, then `extra`.
     pub fn argv(&self, extra: &[String]) -> Vec<String> {
         let mut v = Vec::new();
+        let given = |flag: &str| {
+            self.args
+                .iter()
+                .chain(extra)
+                .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+        };
+        if !given("--log-level") {
+            v.push("--log-level=*:warning".to_string());
+        }
+        if !given("--telemetry") && !given("--no-telemetry") {
+            v.push("--no-telemetry".to_string());
+        }
         if let Some(l) = &self.lcores {
             v.push("-l".to_string());
             v.push(l.clone());
@@ -803,7 +817,20 @@ device = "l0"
         let c = parse(GOOD).unwrap();
         assert_eq!(
             c.eal.argv(&["-v".into()]),
-            ["-l", "0", "--no-huge", "-m", "512", "-v"]
+            [
+                "--log-level=*:warning",
+                "--no-telemetry",
+                "-l",
+                "0",
+                "--no-huge",
+                "-m",
+                "512",
+                "-v"
+            ]
+        );
+        assert_eq!(
+            c.eal.argv(&["--log-level=8".into(), "--telemetry".into()])[..2],
+            ["-l", "0"]
         );
         assert_eq!(c.poll.burst, 64);
         assert_eq!(c.ports.len(), 2);

@@ -72,6 +72,9 @@ pub struct Args {
     /// UDP source and destination port.
     #[arg(long, default_value_t = 9)]
     pub udp_port: u16,
+    /// Longest wait for the links to come up before sending.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "5")]
+    pub link_wait: Duration,
     /// Seconds between statistics lines (0: none).
     #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "1")]
     pub stats_interval: Duration,
@@ -273,6 +276,19 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         );
     }
     let _ = std::io::stdout().flush();
+
+    let used: Vec<usize> = tx_i.iter().chain(rx_i.iter()).copied().collect();
+    let wait_start = Instant::now();
+    while !used.iter().all(|&i| ports[i].link_up()) {
+        if stop.load(Ordering::Relaxed) || wait_start.elapsed() >= args.link_wait {
+            log::warn!(
+                "link still down after {:.1}s; sending anyway",
+                args.link_wait.as_secs_f64()
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     let burst = usize::from(args.burst);
     let end = deadline(args.duration);

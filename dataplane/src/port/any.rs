@@ -150,6 +150,17 @@ impl AnyPort {
         }
     }
 
+    /// True when the link is up (software and TAP ports always are).
+    pub fn link_up(&self) -> bool {
+        match &self.backend {
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.link_up(),
+            Backend::Fault(p) => p.inner().link_up(),
+            Backend::Capture(p) => p.inner().link_up(),
+            _ => true,
+        }
+    }
+
     /// Fault counters (receive, transmit) of the fault layer in this stack, if any.
     pub fn fault_counters(&self) -> Option<(FaultCounters, FaultCounters)> {
         match &self.backend {
