@@ -1027,3 +1027,38 @@ fn local_fence_waits_for_earlier_completions() {
     p.pump();
     assert_eq!(p.b.bytes(100, 10), &[2; 10][..]);
 }
+
+#[test]
+fn positions_with_holes_deliver_on_in_order_position() {
+    // RFC 5041 §3 item 5: the LLP supplies the order; with MPA markers between FPDUs the
+    // stream offsets of consecutive segments are not contiguous.
+    let mut s = Side::new(cfg(2));
+    // The first FPDU follows the MPA Reply at stream offset 1000.
+    s.engine = iwarp::rdmap::Engine::with_start_position(cfg(2), 1000);
+    let buf = s.region(0, 4096, all(), 0);
+    for i in 0..3 {
+        s.post_recv(i, buf, 100 * i, 100);
+    }
+    let seg = |msn: u32| untagged_seg(OP_SEND, true, 0, 0, msn, 0, &[msn as u8; 4]);
+    let pos = |start, end| SegmentPos { start, end };
+    s.engine
+        .handle_ddp_segment(now(), pos(1000, 1030), &seg(1), &mut s.mem);
+    assert_eq!(s.completions().len(), 1);
+    // Next FPDU sits behind a 4-octet marker: held until the LLP says it is in order.
+    s.engine
+        .handle_ddp_segment(now(), pos(1034, 1064), &seg(2), &mut s.mem);
+    assert!(s.completions().is_empty());
+    s.engine.handle_in_order_position(now(), 1064, &mut s.mem);
+    assert_eq!(s.completions()[0].wr_id, 1);
+    // Contiguous again.
+    s.engine
+        .handle_ddp_segment(now(), pos(1064, 1094), &seg(3), &mut s.mem);
+    assert_eq!(s.completions()[0].wr_id, 2);
+    assert_eq!(s.engine.next_segment_position(), 1094);
+    // Old positions are duplicates.
+    assert_eq!(
+        s.engine
+            .handle_ddp_segment(now(), pos(1034, 1064), &seg(2), &mut s.mem),
+        Handled::Duplicate
+    );
+}

@@ -1,7 +1,9 @@
 //! Placement may happen out of order, Delivery must happen in the sender's order
 //! (RFC 5041 §1.2, §5.3, §5.4). The LLP (MPA) names each segment's place in the stream with
 //! a [`SegmentPos`]; [`DeliveryOrder`] holds what arrived early until the gap before it
-//! closes.
+//! closes: either the next segment starts exactly where the previous one ended, or the LLP
+//! reports that every segment starting before some position has been handed in (for
+//! coordinates with holes between segments, e.g. MPA markers between FPDUs).
 
 use std::collections::BTreeMap;
 
@@ -86,6 +88,18 @@ impl<T> DeliveryOrder<T> {
     pub fn pop_ready(&mut self) -> Option<T> {
         let (end, rec) = self.held.remove(&self.next)?;
         self.next = end;
+        Some(rec)
+    }
+
+    /// The LLP handed in every segment that starts before `position`: the earliest held
+    /// record is released if it starts before it (call repeatedly until `None`).
+    pub fn pop_before(&mut self, position: u64) -> Option<T> {
+        let (&start, _) = self.held.iter().next()?;
+        if start >= position {
+            return None;
+        }
+        let (end, rec) = self.held.remove(&start)?;
+        self.next = self.next.max(end);
         Some(rec)
     }
 

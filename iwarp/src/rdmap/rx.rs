@@ -117,13 +117,34 @@ impl Engine {
             Offer::Duplicate => return Handled::Duplicate,
             Offer::Full => return Handled::Deferred,
         }
-        self.deliver_ready(mem);
+        self.deliver_ready(mem, None);
         Handled::Accepted
     }
 
-    fn deliver_ready<M: MemoryTable + ?Sized>(&mut self, mem: &mut M) {
+    /// The LLP reports that every DDP segment starting before `position` has been handed in
+    /// (its in-order point moved, e.g. MPA's RCV.NXT in stream offsets). Needed only when the
+    /// positions have holes between consecutive segments; held segments before `position`
+    /// are delivered in order.
+    pub fn handle_in_order_position<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        position: u64,
+        mem: &mut M,
+    ) {
+        if !matches!(self.state, StreamState::Active | StreamState::Closing) {
+            return;
+        }
+        self.last_rx = Some(now);
+        self.deliver_ready(mem, Some(position));
+    }
+
+    fn deliver_ready<M: MemoryTable + ?Sized>(&mut self, mem: &mut M, watermark: Option<u64>) {
         while matches!(self.state, StreamState::Active | StreamState::Closing) {
-            let Some(rec) = self.order.pop_ready() else {
+            let next = match self.order.pop_ready() {
+                Some(r) => Some(r),
+                None => watermark.and_then(|w| self.order.pop_before(w)),
+            };
+            let Some(rec) = next else {
                 break;
             };
             let rec = match rec {
