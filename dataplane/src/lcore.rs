@@ -11,8 +11,32 @@ use std::time::{Duration, Instant};
 
 use crate::arp::{self, ArpCache, ArpOutcome};
 use crate::classify::{Classified, Classifier, FrameClass, ETH_HLEN};
+use crate::config::Ipv4Cidr;
 use crate::icmp;
-use crate::port::{Port, PortInfo};
+use crate::port::{PacketBuf, Port, PortInfo};
+
+/// A port's layer-3 identity in the poll loop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortAddr {
+    /// Own address and subnet; ARP and ping are answered for the address.
+    pub ipv4: Option<Ipv4Cidr>,
+    /// Next hop for destinations outside the subnet.
+    pub gateway: Option<Ipv4Addr>,
+    /// Accept frames for any destination MAC.
+    pub promiscuous: bool,
+}
+
+/// What became of a packet offered with [`PortContext::send_ipv4`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// Queued for transmission.
+    Sent,
+    /// The next hop's MAC is unknown: an ARP request went out instead and the packet was
+    /// dropped (the sender's retransmission will find the neighbour).
+    Unresolved,
+    /// No route: the destination is off-link and no gateway is configured.
+    NoRoute,
+}
 
 /// Number of frame classes counted.
 pub const CLASS_COUNT: usize = FrameClass::ALL.len();
@@ -40,6 +64,8 @@ pub struct LoopCounters {
     pub tx_dropped: u64,
     /// Replies not sent because no transmit buffer could be allocated.
     pub alloc_failures: u64,
+    /// Packets dropped by `send_ipv4` for want of a neighbour's MAC or a route.
+    pub unresolved: u64,
     /// Iterations that received at least one frame.
     pub busy_polls: u64,
     /// Nanoseconds spent in receive bursts that returned frames.
@@ -82,7 +108,8 @@ pub struct PortContext<'a, P: Port> {
     port: &'a mut P,
     tx: &'a mut Vec<P::Buf>,
     arp: &'a mut ArpCache,
-    ipv4: Option<Ipv4Addr>,
+    addr: PortAddr,
+    spare: &'a mut Option<P::Buf>,
     counters: &'a mut LoopCounters,
     now: Instant,
 }
@@ -100,7 +127,65 @@ impl<P: Port> PortContext<'_, P> {
 
     /// The port's IPv4 address.
     pub fn ipv4(&self) -> Option<Ipv4Addr> {
-        self.ipv4
+        self.addr.ipv4.map(|c| c.addr)
+    }
+
+    /// The port's addressing.
+    pub fn addr(&self) -> PortAddr {
+        self.addr
+    }
+
+    /// The neighbour to send to for `dst`: `dst` itself when on-link, else the gateway.
+    pub fn next_hop(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        match self.addr.ipv4 {
+            Some(net) if net.contains(dst) || dst.is_broadcast() => Some(dst),
+            _ => self.addr.gateway,
+        }
+    }
+
+    /// Sends one IPv4 packet that `write` produces: `write` gets the buffer after the
+    /// Ethernet header (room for an MTU-sized packet) and returns the packet's destination
+    /// and length, or `None` when it has nothing to send. The Ethernet header is filled in
+    /// for the next hop (ARP-resolved). Returns `None` when nothing was written or no
+    /// buffer was available (counted), else what became of the packet.
+    ///
+    /// Typical use, draining an engine's output:
+    /// `while ctx.send_ipv4(|b| engine.poll_transmit(now, b).map(|t| (t.dst, t.len))).is_some() {}`
+    pub fn send_ipv4(
+        &mut self,
+        write: impl FnOnce(&mut [u8]) -> Option<(Ipv4Addr, usize)>,
+    ) -> Option<SendOutcome> {
+        let full = self.port.info().mtu + ETH_HLEN;
+        let mut buf = match self.spare.take() {
+            Some(b) => b,
+            None => self.alloc(full)?,
+        };
+        let written = buf.as_mut().get_mut(ETH_HLEN..).and_then(write);
+        let Some((dst, len)) = written else {
+            *self.spare = Some(buf);
+            return None;
+        };
+        let Some(hop) = self.next_hop(dst) else {
+            self.counters.unresolved += 1;
+            return Some(SendOutcome::NoRoute);
+        };
+        let mac = if hop.is_broadcast() {
+            Some([0xff; 6])
+        } else {
+            self.resolve(hop)
+        };
+        let Some(mac) = mac else {
+            self.counters.unresolved += 1;
+            return Some(SendOutcome::Unresolved);
+        };
+        let own = self.port.info().mac;
+        let frame = buf.as_mut();
+        frame[0..6].copy_from_slice(&mac);
+        frame[6..12].copy_from_slice(&own);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        buf.truncate(ETH_HLEN + len.min(full - ETH_HLEN));
+        self.send(buf);
+        Some(SendOutcome::Sent)
     }
 
     /// A transmit buffer of `len` bytes, or `None` when the pool is exhausted (counted).
@@ -124,7 +209,7 @@ impl<P: Port> PortContext<'_, P> {
         if let Some(mac) = self.arp.lookup(ip, self.now) {
             return Some(mac);
         }
-        let our_ip = self.ipv4?;
+        let our_ip = self.ipv4()?;
         if self.arp.should_request(ip, self.now) {
             let repr = arp::request(self.port.info().mac, our_ip, ip);
             if let Some(mut buf) = self.alloc(arp::MIN_FRAME_LEN) {
@@ -174,10 +259,11 @@ impl<P: Port> Handler<P> for NoHandler {
 
 /// Per-port state of the loop.
 #[derive(Debug)]
-struct PortSlot {
+struct PortSlot<B> {
     classifier: Classifier,
-    ipv4: Option<Ipv4Addr>,
+    addr: PortAddr,
     arp: ArpCache,
+    spare: Option<B>,
     counters: LoopCounters,
 }
 
@@ -193,7 +279,7 @@ pub enum StopReason {
 /// A run-to-completion poll loop over a set of ports of one type.
 pub struct PollLoop<P: Port, H: Handler<P>> {
     ports: Vec<P>,
-    slots: Vec<PortSlot>,
+    slots: Vec<PortSlot<P::Buf>>,
     handler: H,
     burst: usize,
     rx: Vec<P::Buf>,
@@ -213,16 +299,17 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         }
     }
 
-    /// Adds a port with its IPv4 address (ARP and ping are answered for it); returns its
-    /// index.
-    pub fn add_port(&mut self, port: P, ipv4: Option<Ipv4Addr>, promiscuous: bool) -> usize {
-        let mut classifier = Classifier::new(port.info().mac, ipv4);
-        classifier.promiscuous = promiscuous;
+    /// Adds a port with its addressing (ARP and ping are answered for its IPv4 address);
+    /// returns its index.
+    pub fn add_port(&mut self, port: P, addr: PortAddr) -> usize {
+        let mut classifier = Classifier::new(port.info().mac, addr.ipv4.map(|c| c.addr));
+        classifier.promiscuous = addr.promiscuous;
         self.ports.push(port);
         self.slots.push(PortSlot {
             classifier,
-            ipv4,
+            addr,
             arp: ArpCache::new(),
+            spare: None,
             counters: LoopCounters::default(),
         });
         self.ports.len() - 1
@@ -302,7 +389,8 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             port,
             tx: &mut self.tx,
             arp: &mut slot.arp,
-            ipv4: slot.ipv4,
+            addr: slot.addr,
+            spare: &mut slot.spare,
             counters: &mut slot.counters,
             now,
         };
@@ -342,7 +430,8 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
 fn handle_arp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
     let mac = ctx.port.info().mac;
     let arp_bytes = frame.as_ref().get(ETH_HLEN..).unwrap_or(&[]);
-    if let ArpOutcome::Reply(repr) = ctx.arp.handle(arp_bytes, mac, ctx.ipv4, ctx.now) {
+    let ipv4 = ctx.ipv4();
+    if let ArpOutcome::Reply(repr) = ctx.arp.handle(arp_bytes, mac, ipv4, ctx.now) {
         drop(frame);
         if let Some(mut buf) = ctx.alloc(arp::MIN_FRAME_LEN) {
             if arp::emit_arp_frame(&repr, buf.as_mut()).is_some() {
@@ -379,6 +468,7 @@ mod tests {
     const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
     const DP_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
     const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+    const GW_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 254);
 
     fn setup<H: Handler<SoftPort>>(h: H) -> (PollLoop<SoftPort, H>, SoftPort) {
         let info = |n: &str, mac| PortInfo {
@@ -388,7 +478,17 @@ mod tests {
         };
         let (dp, peer) = soft_pair(info("dp", DP_MAC), info("peer", PEER_MAC), 64);
         let mut l = PollLoop::new(h, 32);
-        l.add_port(dp, Some(DP_IP), false);
+        l.add_port(
+            dp,
+            PortAddr {
+                ipv4: Some(Ipv4Cidr {
+                    addr: DP_IP,
+                    prefix: 24,
+                }),
+                gateway: Some(GW_IP),
+                promiscuous: false,
+            },
+        );
         (l, peer)
     }
 
@@ -583,6 +683,101 @@ mod tests {
         assert_eq!(l.handler().seen, 2);
         assert_eq!(l.handler().polls, 2);
         assert_eq!(l.counters(0).handled, 2);
+    }
+
+    /// A handler that sends one small IPv4 packet to each queued destination per poll.
+    #[derive(Default)]
+    struct Sender {
+        dsts: Vec<Ipv4Addr>,
+        outcomes: Vec<Option<SendOutcome>>,
+    }
+
+    impl Handler<SoftPort> for Sender {
+        fn handle(
+            &mut self,
+            _ctx: &mut PortContext<'_, SoftPort>,
+            _now: Instant,
+            _frame: HeapBuf,
+            _meta: &Classified,
+        ) -> Handled {
+            Handled::Ignored
+        }
+
+        fn poll(&mut self, ctx: &mut PortContext<'_, SoftPort>, _now: Instant) {
+            use smoltcp::phy::ChecksumCapabilities;
+            use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv4Repr};
+            for &dst in &self.dsts {
+                let out = ctx.send_ipv4(|buf| {
+                    let repr = Ipv4Repr {
+                        src_addr: DP_IP,
+                        dst_addr: dst,
+                        next_header: IpProtocol::Udp,
+                        payload_len: 0,
+                        hop_limit: 64,
+                    };
+                    let mut p = Ipv4Packet::new_unchecked(&mut buf[..20]);
+                    repr.emit(&mut p, &ChecksumCapabilities::default());
+                    Some((dst, 20))
+                });
+                self.outcomes.push(out);
+            }
+            // Nothing to write: no frame, and the buffer is kept for the next call.
+            assert_eq!(ctx.send_ipv4(|_| None), None);
+        }
+    }
+
+    fn arp_reply_from(ip: Ipv4Addr, mac: [u8; 6]) -> Vec<u8> {
+        let reply = ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Reply,
+            source_hardware_addr: EthernetAddress(mac),
+            source_protocol_addr: ip,
+            target_hardware_addr: EthernetAddress(DP_MAC),
+            target_protocol_addr: DP_IP,
+        };
+        let mut f = vec![0u8; 60];
+        arp::emit_arp_frame(&reply, &mut f).unwrap();
+        f
+    }
+
+    #[test]
+    fn send_ipv4_routes_on_link_and_via_gateway() {
+        let off_link = Ipv4Addr::new(192, 0, 2, 9);
+        let (mut l, mut peer) = setup(Sender {
+            dsts: vec![PEER_IP, off_link],
+            ..Sender::default()
+        });
+        l.poll_once(Instant::now());
+        assert_eq!(
+            l.handler().outcomes,
+            [Some(SendOutcome::Unresolved), Some(SendOutcome::Unresolved)]
+        );
+        let out = recv(&mut peer);
+        let targets: Vec<&[u8]> = out.iter().map(|f| &f[38..42]).collect();
+        assert_eq!(
+            targets,
+            [&PEER_IP.octets()[..], &GW_IP.octets()[..]],
+            "ARP for the peer and for the gateway, not the off-link address"
+        );
+        assert_eq!(l.counters(0).unresolved, 2);
+
+        let gw_mac = [2, 0, 0, 0, 0, 0xfe];
+        send(&mut peer, &arp_reply_from(PEER_IP, PEER_MAC));
+        send(&mut peer, &arp_reply_from(GW_IP, gw_mac));
+        l.poll_once(Instant::now());
+        assert_eq!(
+            l.handler().outcomes[2..],
+            [Some(SendOutcome::Sent), Some(SendOutcome::Sent)]
+        );
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 2);
+        assert_eq!(&out[0][0..6], &PEER_MAC);
+        assert_eq!(&out[1][0..6], &gw_mac, "off-link goes to the gateway's MAC");
+        for f in &out {
+            assert_eq!(f.len(), 14 + 20);
+            assert_eq!(&f[6..12], &DP_MAC);
+            assert_eq!(&f[12..14], &[0x08, 0x00]);
+        }
+        assert_eq!(&out[1][30..34], &off_link.octets());
     }
 
     #[test]

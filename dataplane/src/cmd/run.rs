@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dataplane::classify::FrameClass;
-use dataplane::lcore::{NoHandler, PollLoop, StopReason};
+use dataplane::lcore::{NoHandler, PollLoop, PortAddr, StopReason};
 use dataplane::port::{AnyPort, Port};
 use dataplane::stats::{RateReporter, Table};
 
@@ -60,7 +60,6 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let mut poll = PollLoop::new(NoHandler, cfg.poll.burst);
     for (i, port) in opened.ports.into_iter().enumerate() {
         let pc = &opened.configs[i];
-        let ipv4 = pc.ipv4.map(|c| c.addr);
         println!(
             "port {} ({}, {}): {}{}",
             port.info().name,
@@ -69,7 +68,12 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             port.info(),
             pc.ipv4.map(|c| format!(" ipv4 {c}")).unwrap_or_default()
         );
-        poll.add_port(port, ipv4, pc.promiscuous);
+        let addr = PortAddr {
+            ipv4: pc.ipv4,
+            gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
+            promiscuous: pc.promiscuous,
+        };
+        poll.add_port(port, addr);
     }
     println!(
         "running{}; Ctrl-C stops",
