@@ -8,5 +8,6 @@ pub mod dpdk;
 pub mod hugemem;
 pub mod icmp;
 pub mod lcore;
+pub mod pcap;
 pub mod port;
 pub mod stats;

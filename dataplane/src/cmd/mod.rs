@@ -3,6 +3,7 @@
 //! in [`dispatch`].
 
 mod fwd;
+mod inspect;
 mod pktgen;
 mod run;
 
@@ -37,6 +38,8 @@ pub enum Command {
     Fwd(fwd::Args),
     /// Generate and/or count UDP/IPv4 frames.
     Pktgen(pktgen::Args),
+    /// Decode the iWARP traffic (MPA, DDP, RDMAP) of a pcap/pcapng capture.
+    Inspect(inspect::Args),
 }
 
 /// Runs the chosen subcommand.
@@ -45,6 +48,7 @@ pub fn dispatch(cmd: Command) -> Result<(), CmdError> {
         Command::Run(a) => run::run(a),
         Command::Fwd(a) => fwd::run(a),
         Command::Pktgen(a) => pktgen::run(a),
+        Command::Inspect(a) => inspect::run(a),
     }
 }
 

@@ -200,6 +200,11 @@ impl Receiver {
         self.seq(self.pos)
     }
 
+    /// Whether the in-order position is between FPDUs (no partial FPDU or marker held).
+    pub fn is_at_boundary(&self) -> bool {
+        self.state == InState::Boundary && self.pos >= self.skip_until
+    }
+
     /// Number of FPDUs handed up ahead of the in-order position and not yet passed by it.
     pub fn pending_out_of_order(&self) -> usize {
         self.delivered.len()
