@@ -520,3 +520,294 @@ fn window_bound_on_the_qp_accepts_a_remote_write() {
     assert!(b.terminates_sent.is_empty(), "{:?}", b.terminates_sent);
     assert_eq!(&b.fx.rnic.memory().bytes()[272..276], b"WIND");
 }
+
+#[test]
+fn k05_read_fence_holds_the_send_until_the_response_landed() {
+    // VERBS-00 §8.2.2.2; digest K05
+    let (mut a, mut b) = pair();
+    let sink = a.reg(0, 4096, all_rights());
+    let source = b.reg(0, 4096, all_rights());
+    let buf = b.reg(8192, 4096, all_rights());
+    b.fx.rnic
+        .post_rq(
+            b.fx.qp,
+            vec![recv(
+                7,
+                vec![Sge {
+                    stag: buf,
+                    to: VA + 8192,
+                    len: 64,
+                }],
+            )],
+        )
+        .unwrap();
+    let mut fenced = send(
+        2,
+        vec![Sge {
+            stag: sink,
+            to: VA,
+            len: 8,
+        }],
+    );
+    fenced.read_fence = true;
+    let read = SendWr::message(
+        1,
+        SendOp::Read {
+            sink: RemoteBuf { stag: sink, to: VA },
+            remote: RemoteBuf {
+                stag: source,
+                to: VA,
+            },
+            len: 8,
+        },
+    );
+    a.fx.rnic.post_sq(a.fx.qp, vec![read, fenced]).unwrap();
+    b.fx.rnic.memory_mut().bytes_mut()[..8].copy_from_slice(b"readdata");
+    a.service();
+    let first = a.tx();
+    assert_eq!(
+        first.len(),
+        1,
+        "only the Read Request leaves before the response"
+    );
+    b.service();
+    for s in &first {
+        b.rx(s);
+    }
+    pump(&mut a, &mut b);
+    // The fenced Send carried the data the Read brought in.
+    assert_eq!(&b.fx.rnic.memory().bytes()[8192..8200], b"readdata");
+    let ids: Vec<_> = a
+        .wcs()
+        .iter()
+        .map(|w| (w.wr_id, w.opcode, w.status))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            (1, WcOpcode::RdmaRead, CompletionStatus::Success),
+            (2, WcOpcode::Send, CompletionStatus::Success)
+        ]
+    );
+}
+
+#[test]
+fn c06_mixed_sq_completes_in_posting_order() {
+    // RFC 5040 §5.5 rule 15; VERBS-00 §8.2.2 rule 2; digest C06
+    let (mut a, mut b) = pair();
+    let local = a.reg(0, 4096, all_rights());
+    let remote = b.reg(0, 4096, all_rights());
+    let buf = b.reg(8192, 4096, all_rights());
+    b.fx.rnic
+        .post_rq(
+            b.fx.qp,
+            vec![
+                recv(
+                    1,
+                    vec![Sge {
+                        stag: buf,
+                        to: VA + 8192,
+                        len: 64,
+                    }],
+                ),
+                recv(
+                    2,
+                    vec![Sge {
+                        stag: buf,
+                        to: VA + 8192,
+                        len: 64,
+                    }],
+                ),
+            ],
+        )
+        .unwrap();
+    let wrs = vec![
+        send(
+            10,
+            vec![Sge {
+                stag: local,
+                to: VA,
+                len: 10,
+            }],
+        ),
+        SendWr::message(
+            11,
+            SendOp::Read {
+                sink: RemoteBuf {
+                    stag: local,
+                    to: VA + 100,
+                },
+                remote: RemoteBuf {
+                    stag: remote,
+                    to: VA,
+                },
+                len: 600,
+            },
+        ),
+        SendWr::message(
+            12,
+            SendOp::Write {
+                sgl: vec![Sge {
+                    stag: local,
+                    to: VA,
+                    len: 700,
+                }],
+                remote: RemoteBuf {
+                    stag: remote,
+                    to: VA + 1000,
+                },
+            },
+        ),
+        send(
+            13,
+            vec![Sge {
+                stag: local,
+                to: VA,
+                len: 1,
+            }],
+        ),
+    ];
+    a.fx.rnic.post_sq(a.fx.qp, wrs).unwrap();
+    pump(&mut a, &mut b);
+    let ids: Vec<_> = a.wcs().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        ids,
+        (10..14)
+            .map(|i| (i, CompletionStatus::Success))
+            .collect::<Vec<_>>()
+    );
+    let rb: Vec<_> = b.wcs().iter().map(|w| (w.wr_id, w.byte_len)).collect();
+    assert_eq!(rb, vec![(1, 10), (2, 1)]);
+}
+
+#[test]
+fn remote_terminate_flushes_the_wrs_in_flight() {
+    // VERBS-00 §6.2.2.3, §6.2.4: a Terminate from the peer stops the QP; what was not
+    // done is flushed, and Query QP shows the remote Terminate.
+    let (mut a, mut b) = pair();
+    let local = a.reg(0, 4096, all_rights());
+    let wrs = vec![
+        SendWr::message(
+            1,
+            SendOp::Write {
+                sgl: vec![Sge {
+                    stag: local,
+                    to: VA,
+                    len: 8,
+                }],
+                remote: RemoteBuf {
+                    stag: STag(0x0055_5501),
+                    to: 0,
+                },
+            },
+        ),
+        SendWr::message(
+            2,
+            SendOp::Read {
+                sink: RemoteBuf {
+                    stag: local,
+                    to: VA,
+                },
+                remote: RemoteBuf {
+                    stag: STag(0x0055_5501),
+                    to: 0,
+                },
+                len: 8,
+            },
+        ),
+        send(3, vec![]),
+    ];
+    a.fx.rnic.post_sq(a.fx.qp, wrs).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(b.terminates_sent, vec![T::DDP_INVALID_STAG]);
+    assert_eq!(a.state(), QpState::Terminate);
+    a.fx.rnic
+        .handle_llp_event(a.fx.qp, LlpEvent::Closed)
+        .unwrap();
+    assert_eq!(a.state(), QpState::Error);
+    let wcs = a.wcs();
+    assert_eq!(wcs.len(), 3, "{wcs:?}");
+    // The Write completed locally before the peer's Terminate arrived (VERBS-00 §8.2.2
+    // rule 11); the Read in flight is flushed; the Send sent before the Terminate arrived
+    // completed; no second error status appears.
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, CompletionStatus::Success),
+            (2, CompletionStatus::Flushed),
+            (3, CompletionStatus::Success)
+        ]
+    );
+    assert_eq!(
+        a.fx.rnic.query_qp(a.fx.qp).unwrap().terminate,
+        Some((T::DDP_INVALID_STAG, TerminateOrigin::Remote))
+    );
+}
+
+#[test]
+fn h02_fetch_add_through_verbs() {
+    // RFC 7306 §5.1.1; digest H02: original 0x00000000FFFFFFFF + 1 with mask 0.
+    let (mut a, mut b) = pair();
+    let result = a.reg(0, 4096, all_rights());
+    let target = b.reg(0, 4096, all_rights());
+    b.fx.rnic.memory_mut().bytes_mut()[64..72]
+        .copy_from_slice(&0x0000_0000_FFFF_FFFFu64.to_ne_bytes());
+    let op = SendOp::Atomic {
+        op: iwarp::wire::atomic::AtomicOp::FetchAdd,
+        remote: RemoteBuf {
+            stag: target,
+            to: VA + 64,
+        },
+        add_swap: 1,
+        add_swap_mask: 0,
+        compare: 0,
+        compare_mask: 0,
+        result: Sge {
+            stag: result,
+            to: VA + 8,
+            len: 8,
+        },
+    };
+    a.fx.rnic
+        .post_sq(a.fx.qp, vec![SendWr::message(1, op)])
+        .unwrap();
+    pump(&mut a, &mut b);
+    let wc = a.wcs()[0];
+    assert_eq!(
+        (wc.opcode, wc.status),
+        (WcOpcode::FetchAdd, CompletionStatus::Success)
+    );
+    assert_eq!(wc.atomic_original, Some(0x0000_0000_FFFF_FFFF));
+    let mut now = [0u8; 8];
+    now.copy_from_slice(&b.fx.rnic.memory().bytes()[64..72]);
+    assert_eq!(u64::from_ne_bytes(now), 0x0000_0001_0000_0000);
+    let mut got = [0u8; 8];
+    got.copy_from_slice(&a.fx.rnic.memory().bytes()[8..16]);
+    assert_eq!(u64::from_ne_bytes(got), 0x0000_0000_FFFF_FFFF);
+}
+
+#[test]
+fn h09_immediate_data_consumes_a_receive() {
+    // RFC 7306 §6; digest H09
+    let (mut a, mut b) = pair();
+    b.fx.rnic.post_rq(b.fx.qp, vec![recv(4, vec![])]).unwrap();
+    let op = SendOp::Immediate {
+        data: *b"IMMEDIAT",
+        solicited: true,
+    };
+    a.fx.rnic
+        .post_sq(a.fx.qp, vec![SendWr::message(1, op)])
+        .unwrap();
+    b.fx.rnic
+        .request_notification(b.fx.cq, NotifyType::NextSolicited)
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(a.wcs()[0].opcode, WcOpcode::ImmediateData);
+    let wc = b.wcs()[0];
+    assert_eq!(
+        (wc.wr_id, wc.immediate, wc.solicited),
+        (4, Some(*b"IMMEDIAT"), true)
+    );
+    assert_eq!(b.fx.rnic.poll_completion_event(), Some(b.fx.cq));
+}

@@ -366,10 +366,9 @@ impl Rnic {
     pub fn handle_completion(&mut self, qp: QpId, c: rdmap::Completion) -> Result<(), VerbError> {
         let q = self.qps.get_mut(&qp).ok_or(VerbError::InvalidQpHandle)?;
         let remote_term = matches!(q.terminate, Some((_, TerminateOrigin::Remote)));
+        // Statuses after the first error are turned into Flushed when released (at most
+        // one error WC per QP, VERBS-00 §6.2.4).
         let mut status = status_from_engine(c.status, remote_term);
-        if q.state != QpState::Rts && !status.is_success() {
-            status = CompletionStatus::Flushed;
-        }
         match c.queue {
             rdmap::WorkQueue::Send => {
                 let ctx = q.local_context();
@@ -433,15 +432,10 @@ impl Rnic {
                 return;
             }
             let a = q.sq_active.pop_front().expect("front exists");
-            let wc = a.done.expect("checked");
+            let wc = one_error(q, a.done.expect("checked"));
             let cq = q.sq_cq;
             let ok = wc.status.is_success();
             self.free_inline_of(&a.wr);
-            if !ok && wc.status != CompletionStatus::Flushed {
-                if let Some(q) = self.qps.get_mut(&qp) {
-                    q.error_reported = true;
-                }
-            }
             if a.wr.signaled || !ok {
                 if !self.push_wc(cq, wc, WqKind::Sq) {
                     self.local_error(
@@ -474,16 +468,13 @@ impl Rnic {
                 return;
             }
             let a = q.rq_active.pop_front().expect("front exists");
-            let wc = a.done.expect("checked");
+            let wc = one_error(q, a.done.expect("checked"));
             let cq = q.rq_cq;
             let kind = if q.srq.is_some() {
                 WqKind::Srq
             } else {
                 WqKind::Rq
             };
-            if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
-                q.error_reported = true;
-            }
             if !self.push_wc(cq, wc, kind) {
                 self.local_error(
                     qp,
@@ -499,6 +490,17 @@ impl Rnic {
             }
         }
     }
+}
+
+/// Lets only the first error WC of a QP keep its status; later ones become Flushed.
+fn one_error(q: &mut super::qp::Qp, mut wc: WorkCompletion) -> WorkCompletion {
+    if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
+        if q.error_reported {
+            wc.status = CompletionStatus::Flushed;
+        }
+        q.error_reported = true;
+    }
+    wc
 }
 
 fn inline_sgl(wr: &SendWr) -> Option<&[super::Sge]> {

@@ -826,7 +826,11 @@ impl Rnic {
     /// transition (VERBS-00 §6.2.2.3, §6.2.3, §6.6.2.4). A Terminate the engine sent for a
     /// Local Catastrophic error is already reported by the failing WR's WC, so it raises no
     /// asynchronous event (§6.2.2.3).
-    pub fn handle_engine_event(&mut self, qp: QpId, event: crate::rdmap::Event) -> Result<(), VerbError> {
+    pub fn handle_engine_event(
+        &mut self,
+        qp: QpId,
+        event: crate::rdmap::Event,
+    ) -> Result<(), VerbError> {
         use crate::rdmap::Event;
         match event {
             Event::SolicitedEvent => {

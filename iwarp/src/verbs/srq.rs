@@ -104,11 +104,12 @@ impl Rnic {
             return Err(VerbError::ShrinkBelowOccupancy);
         }
         let new_limit = limit.unwrap_or(s.limit);
+        if limit.is_none() && (arm || s.armed) && new_max < new_limit {
+            // §6.3.8: shrinking below an armed limit is an invalid input modifier.
+            return Err(VerbError::InvalidModifier);
+        }
         if new_limit > new_max {
             return Err(VerbError::SrqLimitOutOfRange);
-        }
-        if (arm || s.armed) && new_limit > 0 && new_max < new_limit {
-            return Err(VerbError::InvalidModifier);
         }
         s.max_wrs = new_max.max(1);
         s.limit = new_limit;
