@@ -5,6 +5,16 @@ use std::time::{Duration, Instant};
 
 use crate::port::PortStats;
 
+/// Writes a line to stdout, ignoring errors (a closed pipe must not abort the program the
+/// way `println!` would).
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 /// Formats a rate with an SI prefix: `12.3 M`, `987 k`, `12`.
 pub fn si(v: f64) -> String {
     if v >= 1e9 {

@@ -4,11 +4,11 @@
 //! When every port is a plain DPDK port (or every port a plain soft port), the loop runs
 //! monomorphised on the concrete port type; otherwise on [`AnyPort`].
 
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dataplane::port::{AnyPort, Backend, Port, PortStats};
+use dataplane::say;
 use dataplane::stats::{RateReporter, Table};
 
 use super::{deadline, parse_secs, stop_flag, CmdError, PortArgs};
@@ -62,13 +62,13 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let opened = args.ports.open(&cfg)?;
     let ports = opened.ports;
     for p in &ports {
-        println!("port {} ({}): {}", p.info().name, p.kind(), p.info());
+        say!("port {} ({}): {}", p.info().name, p.kind(), p.info());
     }
-    println!(
+    say!(
         "forwarding ({:?}, burst {}); Ctrl-C stops",
-        args.mode, args.burst
+        args.mode,
+        args.burst
     );
-    let _ = std::io::stdout().flush();
     let run = Run {
         mode: args.mode,
         burst: usize::from(args.burst),
@@ -89,7 +89,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     } else {
         fast_or_any(run, ports, &kinds)
     };
-    println!("stopped after {:.2}s", elapsed.as_secs_f64());
+    say!("stopped after {:.2}s", elapsed.as_secs_f64());
     let secs = elapsed.as_secs_f64().max(1e-9);
     let mut t = Table::new([
         "port", "rx_pkts", "tx_pkts", "rx_drop", "tx_drop", "fwd_from", "fwd_drop", "rx_Mpps",
@@ -108,8 +108,11 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             format!("{:.3}", s.tx_packets as f64 / secs / 1e6),
         ]);
     }
-    print!("\n{t}");
-    let _ = std::io::stdout().flush();
+    say!(
+        "
+{}",
+        t.to_string().trim_end()
+    );
     Ok(())
 }
 
@@ -166,8 +169,7 @@ impl Run<'_> {
                     .map(|p| (p.info().name.as_str(), p.stats()))
                     .collect();
                 if let Some(line) = reporter.poll(now, &s) {
-                    println!("{line}");
-                    let _ = std::io::stdout().flush();
+                    say!("{line}");
                 }
             }
             for from in 0..n {

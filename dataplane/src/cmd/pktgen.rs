@@ -5,7 +5,6 @@
 //! starts with the signature `DPGN` and a 64-bit sequence number, so the receiving side
 //! counts losses and reordering.
 
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -19,6 +18,7 @@ use smoltcp::wire::{
 
 use dataplane::config::parse_mac;
 use dataplane::port::{Port, PortStats};
+use dataplane::say;
 use dataplane::stats::{si, RateReporter, Table};
 
 use super::{deadline, parse_fault_arg, parse_secs, stop_flag, CmdError, PortArgs};
@@ -268,14 +268,13 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             (false, true) => "rx",
             (false, false) => "idle",
         };
-        println!(
+        say!(
             "port {} ({}, {role}): {}",
             p.info().name,
             p.kind(),
             p.info()
         );
     }
-    let _ = std::io::stdout().flush();
 
     let used: Vec<usize> = tx_i.iter().chain(rx_i.iter()).copied().collect();
     let wait_start = Instant::now();
@@ -353,13 +352,12 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                 .map(|p| (p.info().name.as_str(), p.stats()))
                 .collect();
             if let Some(line) = reporter.poll(now, &s) {
-                println!("{line}");
-                let _ = std::io::stdout().flush();
+                say!("{line}");
             }
         }
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
-    println!("stopped after {secs:.2}s");
+    say!("stopped after {secs:.2}s");
     let mut t = Table::new(["port", "role", "frames", "bytes", "pps", "bit/s"]);
     if let Some(i) = tx_i {
         let s = ports[i].stats();
@@ -372,7 +370,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             si((sent * args.size as u64 * 8) as f64 / secs),
         ]);
         if s.tx_dropped > 0 || alloc_failures > 0 {
-            println!(
+            say!(
                 "tx port {}: {} refused by the ring, {} buffer allocation failures",
                 ports[i].info().name,
                 s.tx_dropped,
@@ -390,21 +388,26 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             si((rx.bytes * 8) as f64 / secs),
         ]);
     }
-    print!("\n{t}");
+    say!(
+        "
+{}",
+        t.to_string().trim_end()
+    );
     if rx_i.is_some() {
-        println!(
+        say!(
             "received {} generated frames: {} sequence gaps, {} late",
-            rx.generated, rx.gaps, rx.late
+            rx.generated,
+            rx.gaps,
+            rx.late
         );
         if tx_i.is_some() {
-            println!(
+            say!(
                 "lost {} of {} sent",
                 sent.saturating_sub(rx.generated),
                 sent
             );
         }
     }
-    let _ = std::io::stdout().flush();
     Ok(())
 }
 

@@ -1,13 +1,13 @@
 //! `dataplane run`: bring up the configured ports, answer ARP and ping on them, print
 //! periodic statistics and a summary at the end.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dataplane::classify::FrameClass;
 use dataplane::lcore::{NoHandler, PollLoop, PortAddr, StopReason};
 use dataplane::port::{AnyPort, Port};
+use dataplane::say;
 use dataplane::stats::{RateReporter, Table};
 
 use super::{deadline, parse_fault_arg, parse_secs, stop_flag, CmdError, PortArgs};
@@ -60,7 +60,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let mut poll = PollLoop::new(NoHandler, cfg.poll.burst);
     for (i, port) in opened.ports.into_iter().enumerate() {
         let pc = &opened.configs[i];
-        println!(
+        say!(
             "port {} ({}, {}): {}{}",
             port.info().name,
             port.kind(),
@@ -75,13 +75,12 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         };
         poll.add_port(port, addr);
     }
-    println!(
+    say!(
         "running{}; Ctrl-C stops",
         args.duration
             .map(|d| format!(" for {:.1}s", d.as_secs_f64()))
             .unwrap_or_default()
     );
-    let _ = std::io::stdout().flush();
 
     let start = Instant::now();
     let mut reporter = RateReporter::new(interval, start, poll.ports().len());
@@ -92,12 +91,11 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             .map(|p| (p.info().name.as_str(), p.stats()))
             .collect();
         if let Some(line) = reporter.poll(now, &stats) {
-            println!("{line}");
-            let _ = std::io::stdout().flush();
+            say!("{line}");
         }
     });
     let elapsed = start.elapsed();
-    println!(
+    say!(
         "stopped after {:.2}s ({})",
         elapsed.as_secs_f64(),
         match reason {
@@ -105,8 +103,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             StopReason::Deadline => "duration reached",
         }
     );
-    print!("{}", summary(&poll, elapsed));
-    let _ = std::io::stdout().flush();
+    say!("{}", summary(&poll, elapsed).trim_end());
     Ok(())
 }
 
