@@ -1062,3 +1062,41 @@ fn positions_with_holes_deliver_on_in_order_position() {
         Handled::Duplicate
     );
 }
+
+#[test]
+fn d11_rdma_consortium_version_when_configured() {
+    // RFC 5040 §4.1 (SPEC-DIGEST D11): RV 00b both ways when negotiated so.
+    let mut c1 = cfg(1);
+    c1.rdmap_version = 0;
+    let mut c2 = cfg(2);
+    c2.rdmap_version = 0;
+    let mut p = Pair::new(c1, c2, 1500);
+    let a = p.a.region(0, 4096, all(), 1);
+    let b = p.b.region(0, 4096, all(), 0);
+    p.b.post_recv(1, b, 0, 100);
+    p.a.engine
+        .post_send(SendWr::new(
+            1,
+            SendOp::Send {
+                sgl: vec![Sge {
+                    stag: a,
+                    to: 0,
+                    len: 10,
+                }],
+                solicited: false,
+                invalidate: None,
+            },
+        ))
+        .unwrap();
+    let segs = p.a.drain_tx(1500);
+    assert_eq!(segs[0][1] & 0xC0, 0x00);
+    p.b.receive(&segs[0]);
+    assert_eq!(p.b.completions().len(), 1);
+    // An RV 01b message is then a version error.
+    let seg = untagged_seg(OP_SEND, true, 0, 0, 2, 0, b"x");
+    p.b.receive(&seg);
+    assert_eq!(
+        expect_terminate(&mut p.b).cause,
+        TerminateCause::RDMAP_INVALID_VERSION
+    );
+}
