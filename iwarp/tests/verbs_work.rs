@@ -741,3 +741,59 @@ fn channel_carries_wrs_in_and_completions_out() {
     }
     assert!(app.post_send(fx.qp, send(9, vec![])).is_err());
 }
+
+#[test]
+fn completion_event_handler_identifiers() {
+    // VERBS-00 §9.2.3.1, §9.2.3.2, §9.4.1, Figs. 30 and 35
+    let mut fx = fixture();
+    let bogus = CompletionHandlerId(12345);
+    assert_eq!(
+        fx.rnic.create_cq_with_handler(fx.ulp, 4, Some(bogus)),
+        Err(VerbError::InvalidCompletionHandlerId)
+    );
+    let h = fx.rnic.add_completion_handler().unwrap();
+    let (cq, _) = fx.rnic.create_cq_with_handler(fx.ulp, 4, Some(h)).unwrap();
+    assert_eq!(fx.rnic.query_cq(cq).unwrap().handler, Some(h));
+    fx.rnic.remove_completion_handler(h).unwrap();
+    assert_eq!(fx.rnic.query_cq(cq).unwrap().handler, None);
+    assert_eq!(
+        fx.rnic.remove_completion_handler(h),
+        Err(VerbError::InvalidCompletionHandlerId)
+    );
+    let max = fx.rnic.query().max_cq_handlers;
+    for _ in 0..max {
+        fx.rnic.add_completion_handler().unwrap();
+    }
+    assert_eq!(
+        fx.rnic.add_completion_handler(),
+        Err(VerbError::InsufficientResources)
+    );
+}
+
+#[test]
+fn rnic_can_be_opened_once_at_a_time() {
+    // VERBS-00 §5.1.2, §5.1.4, §9.2.1.1
+    let dev = device();
+    let rnic = open(&dev);
+    let again = dev.open(
+        AddressingMode::Page,
+        Box::new(iwarp::mem::HeapBackend::new(4096)),
+        1,
+    );
+    assert_eq!(again.unwrap_err(), VerbError::RnicInUse);
+    assert_eq!(
+        device()
+            .open(
+                AddressingMode::Block,
+                Box::new(iwarp::mem::HeapBackend::new(4096)),
+                1
+            )
+            .unwrap_err(),
+        VerbError::BlockModeUnsupported
+    );
+    assert_eq!(rnic.query().max_qps, RnicAttributes::default().max_qps);
+    rnic.close();
+    let mut reopened = open(&dev);
+    // Close freed everything: a fresh RNIC has no PD to deallocate.
+    assert_eq!(reopened.dealloc_pd(PdId(1)), Err(VerbError::InvalidPdId));
+}

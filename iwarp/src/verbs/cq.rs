@@ -3,8 +3,8 @@
 use std::collections::VecDeque;
 
 use super::{
-    AsyncEvent, AsyncEventKind, CqHandle, EventResource, QpId, Rnic, UlpId, VerbError,
-    WorkCompletion,
+    AsyncEvent, AsyncEventKind, CompletionHandlerId, CqHandle, EventResource, QpId, Rnic, UlpId,
+    VerbError, WorkCompletion,
 };
 
 /// Which completion the next notification waits for (VERBS-00 §8.2.5, §9.3.2.2).
@@ -30,6 +30,7 @@ pub(super) struct Cq {
     pub(super) capacity: u32,
     pub(super) entries: VecDeque<(WorkCompletion, WqKind)>,
     pub(super) notify: Option<NotifyType>,
+    pub(super) handler: Option<CompletionHandlerId>,
 }
 
 /// Result of Query CQ (VERBS-00 §9.2.3.2).
@@ -41,6 +42,8 @@ pub struct CqAttributes {
     pub occupancy: u32,
     /// The ULP owning the CQ.
     pub ulp: UlpId,
+    /// Its Completion Event Handler.
+    pub handler: Option<CompletionHandlerId>,
 }
 
 impl Rnic {
@@ -51,6 +54,19 @@ impl Rnic {
         ulp: UlpId,
         min_entries: u32,
     ) -> Result<(CqHandle, u32), VerbError> {
+        self.create_cq_with_handler(ulp, min_entries, None)
+    }
+
+    /// Create CQ with a Completion Event Handler identifier (VERBS-00 §9.2.3.1).
+    pub fn create_cq_with_handler(
+        &mut self,
+        ulp: UlpId,
+        min_entries: u32,
+        handler: Option<CompletionHandlerId>,
+    ) -> Result<(CqHandle, u32), VerbError> {
+        if handler.is_some_and(|h| !self.handlers.contains(&h)) {
+            return Err(VerbError::InvalidCompletionHandlerId);
+        }
         if min_entries > self.attrs.max_cqes_per_cq {
             return Err(VerbError::CqeExceedsCapability);
         }
@@ -75,6 +91,7 @@ impl Rnic {
                 capacity: entries,
                 entries: VecDeque::with_capacity(entries as usize),
                 notify: None,
+                handler,
             },
         );
         Ok((handle, entries))
@@ -87,6 +104,7 @@ impl Rnic {
             entries: c.capacity,
             occupancy: c.entries.len() as u32,
             ulp: c.ulp,
+            handler: c.handler,
         })
     }
 

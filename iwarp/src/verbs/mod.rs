@@ -52,6 +52,11 @@ pub use wr::{RecvWr, SendWr, SqOp};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct UlpId(pub u32);
 
+/// Identifies a Completion Event Handler (VERBS-00 §9.4.1); given at Create CQ so the
+/// consumer can route a CQ's notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CompletionHandlerId(pub u32);
+
 /// A Completion Queue handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CqHandle(pub u32);

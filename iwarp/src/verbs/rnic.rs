@@ -1,7 +1,7 @@
 //! The RNIC handle: Open/Query/Close RNIC (VERBS-00 §5.1, §9.2.1), the resource tables
 //! every other verb works on, and the event and action queues the poll core drains.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -9,7 +9,9 @@ use super::cq::Cq;
 use super::memory::{MemoryBackend, MemoryModel};
 use super::qp::Qp;
 use super::srq::Srq;
-use super::{AsyncEvent, CqHandle, PdId, QpAction, QpId, SrqHandle, UlpId, VerbError};
+use super::{
+    AsyncEvent, CompletionHandlerId, CqHandle, PdId, QpAction, QpId, SrqHandle, UlpId, VerbError,
+};
 
 /// Physical buffer addressing mode chosen at Open RNIC (VERBS-00 §7.6.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +41,8 @@ pub struct RnicAttributes {
     pub max_cqs: u32,
     /// Maximum number of CQEs per CQ.
     pub max_cqes_per_cq: u32,
+    /// Maximum number of Completion Event Handlers.
+    pub max_cq_handlers: u32,
     /// Maximum number of MR STags.
     pub max_mrs: u32,
     /// Maximum number of PBL entries per MR.
@@ -86,6 +90,7 @@ impl Default for RnicAttributes {
             max_write_sges: 8,
             max_cqs: 1024,
             max_cqes_per_cq: 65536,
+            max_cq_handlers: 64,
             max_mrs: 65536,
             max_pbl_entries: 1 << 20,
             max_pds: 1024,
@@ -189,6 +194,7 @@ impl RnicDevice {
             qps: HashMap::new(),
             memory,
             quotas: HashMap::new(),
+            handlers: HashSet::new(),
             events: VecDeque::new(),
             cq_events: VecDeque::new(),
             actions: VecDeque::new(),
@@ -210,6 +216,7 @@ pub struct Rnic {
     pub(super) qps: HashMap<QpId, Qp>,
     pub(super) memory: MemoryModel,
     pub(super) quotas: HashMap<UlpId, Quota>,
+    pub(super) handlers: HashSet<CompletionHandlerId>,
     pub(super) events: VecDeque<AsyncEvent>,
     pub(super) cq_events: VecDeque<CqHandle>,
     pub(super) actions: VecDeque<QpAction>,
@@ -252,13 +259,37 @@ impl Rnic {
         self.quotas.get(&ulp).copied().unwrap_or(Quota::UNLIMITED)
     }
 
+    /// Set Completion Event Handler, adding one (VERBS-00 §9.4.1): returns a new identifier
+    /// to give to Create CQ.
+    pub fn add_completion_handler(&mut self) -> Result<CompletionHandlerId, VerbError> {
+        if self.handlers.len() >= self.attrs.max_cq_handlers as usize {
+            return Err(VerbError::InsufficientResources);
+        }
+        let id = CompletionHandlerId(self.new_handle());
+        self.handlers.insert(id);
+        Ok(id)
+    }
+
+    /// Set Completion Event Handler, clearing one (VERBS-00 §9.4.1).
+    pub fn remove_completion_handler(&mut self, id: CompletionHandlerId) -> Result<(), VerbError> {
+        if !self.handlers.remove(&id) {
+            return Err(VerbError::InvalidCompletionHandlerId);
+        }
+        for cq in self.cqs.values_mut() {
+            if cq.handler == Some(id) {
+                cq.handler = None;
+            }
+        }
+        Ok(())
+    }
+
     /// The next asynchronous event, if any (VERBS-00 §8.3.3).
     pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
         self.events.pop_front()
     }
 
     /// The next CQ whose armed completion notification fired (VERBS-00 §8.2.5); the
-    /// consumer then polls that CQ.
+    /// consumer then polls that CQ; Query CQ tells its handler.
     pub fn poll_completion_event(&mut self) -> Option<CqHandle> {
         self.cq_events.pop_front()
     }
