@@ -82,6 +82,9 @@ pub struct Config {
     /// Poll loop settings.
     #[serde(default)]
     pub poll: PollConfig,
+    /// Capture file settings.
+    #[serde(default)]
+    pub capture: CaptureOptions,
     /// The ports, in order.
     #[serde(default)]
     pub ports: Vec<PortConfig>,
@@ -756,21 +759,45 @@ fn one_line(msg: &str) -> String {
         .join("; ")
 }
 
-/// Capture file settings shared by all captured ports.
-#[derive(Clone, Copy, Debug)]
+/// `[capture]`: settings of every capture file (ports choose to capture with `capture`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CaptureOptions {
-    /// Timestamp resolution.
+    /// Timestamp resolution: `"ns"` (default) or `"us"`.
+    #[serde(default = "default_resolution", deserialize_with = "de_resolution")]
     pub resolution: Resolution,
-    /// Longest record.
+    /// Longest record, 64..=262144 bytes.
+    #[serde(default = "default_snaplen", deserialize_with = "de_snaplen")]
     pub snaplen: u32,
 }
 
 impl Default for CaptureOptions {
     fn default() -> CaptureOptions {
         CaptureOptions {
-            resolution: Resolution::Nanos,
-            snaplen: 65535,
+            resolution: default_resolution(),
+            snaplen: default_snaplen(),
         }
+    }
+}
+
+fn default_resolution() -> Resolution {
+    Resolution::Nanos
+}
+fn default_snaplen() -> u32 {
+    65535
+}
+
+fn de_snaplen<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    de_ranged(d, 64..=262_144).map(|v| v as u32)
+}
+
+fn de_resolution<'de, D: Deserializer<'de>>(d: D) -> Result<Resolution, D::Error> {
+    match String::deserialize(d)?.as_str() {
+        "ns" => Ok(Resolution::Nanos),
+        "us" => Ok(Resolution::Micros),
+        other => Err(de::Error::custom(format!(
+            "invalid resolution {other:?} (expected \"ns\" or \"us\")"
+        ))),
     }
 }
 
@@ -790,6 +817,9 @@ lcores = "0"
 [poll]
 burst = 64
 stats_interval = 0.5
+
+[capture]
+resolution = "us"
 
 [[ports]]
 name = "p0"
@@ -833,6 +863,8 @@ device = "l0"
             ["-l", "0"]
         );
         assert_eq!(c.poll.burst, 64);
+        assert_eq!(c.capture.resolution, Resolution::Micros);
+        assert_eq!(c.capture.snaplen, 65535);
         assert_eq!(c.ports.len(), 2);
         let p0 = &c.ports[0];
         assert_eq!(p0.name(), "p0");

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::config::{BackendKind, CaptureOptions, Config, FaultSection, PortConfig};
+use crate::config::{BackendKind, Config, FaultSection, PortConfig};
 #[cfg(feature = "dpdk")]
 use crate::dpdk::Eal;
 
@@ -22,8 +22,6 @@ use super::{AnyPort, PortError, PortInfo};
 pub struct OpenOptions {
     /// Capture every port into `DIR/<port>.pcap`.
     pub capture_dir: Option<PathBuf>,
-    /// Capture file settings.
-    pub capture: CaptureOptions,
     /// Fault overrides: (port name or `None` for all ports, `key=value,...`).
     pub faults: Vec<(Option<String>, String)>,
 }
@@ -128,7 +126,7 @@ pub fn open_ports(
             None => p.capture.clone(),
         };
         if let Some(path) = capture {
-            port = CapturePort::create(port, &path, opts.capture.resolution, opts.capture.snaplen)?
+            port = CapturePort::create(port, &path, cfg.capture.resolution, cfg.capture.snaplen)?
                 .into();
         }
         out.push(port);
