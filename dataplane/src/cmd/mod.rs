@@ -223,7 +223,6 @@ impl PortArgs {
         let opts = OpenOptions {
             capture_dir: self.capture_dir.clone(),
             faults: self.faults.clone(),
-            ..OpenOptions::default()
         };
         if let Some(dir) = &self.capture_dir {
             std::fs::create_dir_all(dir)
