@@ -56,14 +56,10 @@ fn start_eal(role: &str, core: &str, socket: &Path) -> Eal {
 }
 
 fn wait_link(port: &DpdkPort, role: &str) {
-    let deadline = Instant::now() + LINK_TIMEOUT;
-    while !port.link_up() {
-        assert!(
-            Instant::now() < deadline,
-            "{role}: memif link not up after {LINK_TIMEOUT:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    assert!(
+        port.wait_link_up(LINK_TIMEOUT),
+        "{role}: memif link not up after {LINK_TIMEOUT:?}"
+    );
 }
 
 /// Kills the client if the server side fails before it exits.
