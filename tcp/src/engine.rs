@@ -197,6 +197,12 @@ impl<U: Ulp> Engine<U> {
         }
     }
 
+    /// Window offered while no ULP is attached: what fits an unscaled SYN-ACK, so that the
+    /// ULP attached later can still choose a smaller window (windows never shrink).
+    fn holding_window(&self) -> usize {
+        self.cfg.max_rx_window.min(65_535)
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
@@ -507,7 +513,7 @@ impl<U: Ulp> Engine<U> {
     }
 
     fn segment_to_conn(&mut self, now: Instant, id: ConnId, repr: &TcpRepr) {
-        let cap = self.cfg.max_rx_window;
+        let cap = self.holding_window();
         let mut evs = std::mem::take(&mut self.scratch);
         {
             let Some(c) = slot_mut(&mut self.slots, id) else {
@@ -717,7 +723,7 @@ impl<U: Ulp> Engine<U> {
                 });
             }
         }
-        let cap = self.cfg.max_rx_window;
+        let cap = self.holding_window();
         while let Some(id) = self.ready.pop_front() {
             let mut evs = std::mem::take(&mut self.scratch);
             let sent = {

@@ -436,6 +436,17 @@ impl Tcb {
             return;
         }
 
+        // RFC 9293 §3.10.7.4 (TIME-WAIT): a retransmission of the peer's FIN is
+        // acknowledged and restarts the 2 MSL timer.
+        if self.state == State::TimeWait
+            && repr.control == TcpControl::Fin
+            && seg_seq.wrapping_add(repr.payload.len() as u32 + 1) == self.rcv_nxt
+        {
+            self.timewait_deadline = Some(now + 2 * cfg.msl);
+            self.ack_now = true;
+            return;
+        }
+
         // PAWS, RFC 7323 §5.3 R1.
         if self.opts.timestamps && !is_rst {
             if let (Some(ts), Some(at)) = (repr.timestamp, self.ts_recent_at) {
@@ -963,31 +974,38 @@ impl Tcb {
 
     // ---------------------------------------------------------------- transmit
 
-    fn window_to_advertise(&mut self, cfg: &Config, sink_wnd: usize, syn: bool) -> u16 {
-        let shift = if syn { 0 } else { self.opts.rcv_shift };
-        let max = (65_535usize) << shift;
+    /// The window we would advertise now: the sink's window capped by configuration and
+    /// scaling, with receiver SWS avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only
+    /// by a useful amount and never backward.
+    fn proposed_window(&self, cfg: &Config, sink_wnd: usize, shift: u8) -> u32 {
+        let max = 65_535usize << shift;
         let want = sink_wnd.min(cfg.max_rx_window).min(max) as u32;
         let cur = self.rcv_wnd();
-        // RFC 9293 §3.8.6.2.2: move the right edge only by a useful amount, never back.
-        let step = (u32::from(self.offer.mss)).min(want / 2).max(1);
+        let step = u32::from(self.offer.mss).min(want / 2).max(1);
         let wnd = if want >= cur.saturating_add(step) || (cur == 0 && want > 0) {
             want
         } else {
             cur
         };
-        let field = (wnd >> shift).min(65_535);
-        let edge = self.rcv_nxt.wrapping_add(field << shift);
+        (wnd >> shift).min(65_535) << shift
+    }
+
+    fn window_to_advertise(&mut self, cfg: &Config, sink_wnd: usize, syn: bool) -> u16 {
+        let shift = if syn { 0 } else { self.opts.rcv_shift };
+        let wnd = self.proposed_window(cfg, sink_wnd, shift);
+        let edge = self.rcv_nxt.wrapping_add(wnd);
         if seq::gt(edge, self.rcv_adv) {
             self.rcv_adv = edge;
         }
-        field as u16
+        (wnd >> shift) as u16
     }
 
+    /// A pure window update is worth sending (RFC 9293 §3.8.6.2.2 and §3.8.6.3).
     fn window_update_due(&self, cfg: &Config, sink_wnd: usize) -> bool {
-        let want = sink_wnd.min(cfg.max_rx_window).min(65_535usize << self.opts.rcv_shift);
+        let new = self.proposed_window(cfg, sink_wnd, self.opts.rcv_shift) as usize;
         let cur = self.rcv_wnd() as usize;
         let mss = usize::from(self.offer.mss);
-        want > cur && (want - cur >= (2 * mss).min(cfg.max_rx_window / 2) || cur < mss)
+        new > cur && (new - cur >= (2 * mss).min(cfg.max_rx_window / 2) || cur < mss)
     }
 
     fn header(

@@ -223,11 +223,6 @@ impl SendQueue {
             self.pipe += u.seq_len() as usize;
         }
     }
-
-    /// The first unit not yet fully acknowledged, if any.
-    pub(crate) fn front(&self) -> Option<&TxUnit> {
-        self.units.front()
-    }
 }
 
 #[cfg(test)]

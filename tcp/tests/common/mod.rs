@@ -84,7 +84,8 @@ struct InFlight {
     corrupted: bool,
 }
 
-pub type Filter = Box<dyn FnMut(Side, &Seg) -> bool>;
+/// Called with the send time, the sender and the segment; false drops the packet.
+pub type Filter = Box<dyn FnMut(Instant, Side, &Seg) -> bool>;
 
 pub struct Sim<U> {
     pub now: Instant,
@@ -103,7 +104,7 @@ pub struct Sim<U> {
     queue: BinaryHeap<Reverse<(Instant, u64)>>,
     packets: HashMap<u64, InFlight>,
     next_id: u64,
-    busy_until: [Instant; 2],
+    busy_ns: [u64; 2],
 }
 
 pub fn test_config() -> Config {
@@ -130,7 +131,7 @@ impl<U: Ulp> Sim<U> {
             queue: BinaryHeap::new(),
             packets: HashMap::new(),
             next_id: 0,
-            busy_until: [Instant::ZERO; 2],
+            busy_ns: [0; 2],
         }
     }
 
@@ -169,25 +170,26 @@ impl<U: Ulp> Sim<U> {
         };
         if let Some(f) = self.filter.as_mut() {
             if let Some(seg) = Seg::parse(&bytes) {
-                if !f(from, &seg) {
+                if !f(self.now, from, &seg) {
                     self.stats.lost += 1;
                     return;
                 }
             }
         }
         let d = from.idx();
-        let start = self.now.max(self.busy_until[d]);
+        let start = (self.now.as_micros() * 1000).max(self.busy_ns[d]);
         let ser = if self.link.rate_bps == 0 {
             0
         } else {
-            bytes.len() as u64 * 8 * 1_000_000 / self.link.rate_bps
+            bytes.len() as u64 * 8 * 1_000_000_000 / self.link.rate_bps
         };
-        self.busy_until[d] = start + Duration::from_micros(ser);
+        self.busy_ns[d] = start + ser;
+        let departed = Instant::from_micros(self.busy_ns[d].div_ceil(1000));
         if self.rng.gen_bool(self.link.loss) {
             self.stats.lost += 1;
             return;
         }
-        let mut at = self.busy_until[d] + self.link.delay;
+        let mut at = departed + self.link.delay;
         if self.rng.gen_bool(self.link.reorder) {
             self.stats.reordered += 1;
             at = at + self.link.reorder_extra;
@@ -210,7 +212,8 @@ impl<U: Ulp> Sim<U> {
     fn flush(&mut self) {
         let mut buf = vec![0u8; 1500];
         for side in [Side::A, Side::B] {
-            loop {
+            for n in 0.. {
+                assert!(n < 1_000_000, "engine keeps transmitting at one instant");
                 let now = self.now;
                 let Some(t) = self.engine(side).poll_transmit(now, &mut buf) else {
                     break;
@@ -319,7 +322,7 @@ impl Sim<StreamSocket> {
     /// A stream sim where B listens and auto-accepts with `StreamSocket`s.
     pub fn streams(seed: u64, link: LinkConfig, cfg_a: Config, cfg_b: Config, buf: usize) -> Self {
         let mut s = Sim::new(seed, link, cfg_a, cfg_b);
-        s.b.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 128)
+        s.b.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 1024)
             .expect("listen");
         s.accept[1] = Some(Box::new(move || StreamSocket::new(buf, buf)));
         s
@@ -482,7 +485,133 @@ pub fn drain<U: Ulp>(engine: &mut Engine<U>, now: Instant) -> Vec<Seg> {
     let mut buf = vec![0u8; 1500];
     let mut out = Vec::new();
     while let Some(t) = engine.poll_transmit(now, &mut buf) {
+        assert!(out.len() < 100_000, "engine keeps transmitting at one instant");
         out.push(Seg::parse(&buf[..t.len]).expect("engine emits valid packets"));
     }
     out
+}
+
+/// A scripted peer (the "A" side, as raw segments) against one engine listening on
+/// `b_addr()`.
+pub struct RawPeer {
+    pub e: Engine<StreamSocket>,
+    pub now: Instant,
+    pub me: SocketAddrV4,
+    /// Next sequence number the raw peer sends.
+    pub snd: u32,
+    /// Next sequence number expected from the engine.
+    pub rcv: u32,
+    pub conn: Option<ConnId>,
+    /// Timestamps offered in the SYN (TSval sent next).
+    pub tsval: Option<u32>,
+    pub peer_tsval: u32,
+    pub events: Vec<Event<StreamSocket>>,
+}
+
+impl RawPeer {
+    pub fn new(cfg: Config) -> Self {
+        let mut e = Engine::new(cfg);
+        e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 16)
+            .expect("listen");
+        RawPeer {
+            e,
+            now: Instant::from_millis(10),
+            me: a_addr(33_000),
+            snd: 7_000,
+            rcv: 0,
+            conn: None,
+            tsval: None,
+            peer_tsval: 0,
+            events: Vec::new(),
+        }
+    }
+
+    /// A segment from the raw peer at its current sequence state.
+    pub fn seg(&self, control: TcpControl, payload: &[u8]) -> Seg {
+        let mut s = Seg::new(self.me, b_addr(), control, self.snd, Some(self.rcv));
+        s.payload = payload.to_vec();
+        s.ts = self.tsval.map(|v| (v, self.peer_tsval));
+        s
+    }
+
+    /// Deliver `seg` to the engine; return what the engine sends now.
+    pub fn send(&mut self, seg: &Seg) -> Vec<Seg> {
+        let _ = self.e.handle_packet(self.now, &seg.emit());
+        self.output()
+    }
+
+    /// Whatever the engine sends now, and pending events collected.
+    pub fn output(&mut self) -> Vec<Seg> {
+        let out = drain(&mut self.e, self.now);
+        for s in &out {
+            if let Some((v, _)) = s.ts {
+                self.peer_tsval = v;
+            }
+        }
+        while let Some(ev) = self.e.poll_event() {
+            self.events.push(ev);
+        }
+        out
+    }
+
+    /// Advance time by `d`, running timers.
+    pub fn advance(&mut self, d: Duration) -> Vec<Seg> {
+        self.now = self.now + d;
+        self.e.handle_timeout(self.now);
+        self.output()
+    }
+
+    /// Three-way handshake (RFC 9293 §3.5); attaches a StreamSocket of `buf` bytes.
+    pub fn handshake_with(&mut self, wscale: Option<u8>, ts: bool, sack: bool, buf: usize) -> ConnId {
+        let mut syn = Seg::new(self.me, b_addr(), TcpControl::Syn, self.snd, None);
+        syn.mss = Some(1460);
+        syn.wscale = wscale;
+        syn.sack_permitted = sack;
+        if ts {
+            self.tsval = Some(1_000);
+            syn.ts = Some((1_000, 0));
+        }
+        let out = self.send(&syn);
+        let synack = out
+            .iter()
+            .find(|s| s.control == TcpControl::Syn)
+            .expect("SYN-ACK");
+        assert_eq!(synack.ack, Some(self.snd.wrapping_add(1)));
+        self.snd = self.snd.wrapping_add(1);
+        self.rcv = synack.seq.wrapping_add(1);
+        if let Some(v) = self.tsval.as_mut() {
+            *v += 1;
+        }
+        let ack = self.seg(TcpControl::None, &[]);
+        self.send(&ack);
+        let conn = self
+            .events
+            .iter()
+            .find_map(|e| match e {
+                Event::Accepted { conn, .. } => Some(*conn),
+                _ => None,
+            })
+            .expect("accepted");
+        self.e.attach(conn, StreamSocket::new(buf, buf)).expect("attach");
+        self.conn = Some(conn);
+        conn
+    }
+
+    pub fn handshake(&mut self) -> ConnId {
+        self.handshake_with(Some(7), true, true, 1 << 20)
+    }
+
+    /// Send data at the current sequence number and advance it.
+    pub fn send_data(&mut self, data: &[u8]) -> Vec<Seg> {
+        let s = self.seg(TcpControl::Psh, data);
+        self.snd = self.snd.wrapping_add(data.len() as u32);
+        self.send(&s)
+    }
+
+    pub fn closed_reason(&self) -> Option<tcp::CloseReason> {
+        self.events.iter().find_map(|e| match e {
+            Event::Closed { reason, .. } => Some(*reason),
+            _ => None,
+        })
+    }
 }

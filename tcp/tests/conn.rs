@@ -1,0 +1,426 @@
+//! Connection state machine tests (RFC 9293 §3.5-§3.10, RFC 5961, RFC 7323).
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use common::*;
+use smoltcp::wire::TcpControl;
+use tcp::{CloseReason, Config, Event, Instant, State, StreamSocket};
+
+fn sim() -> Sim<StreamSocket> {
+    Sim::streams(11, LinkConfig::default(), test_config(), test_config(), 1 << 16)
+}
+
+// RFC 9293 §3.5 figure 6: three-way handshake, both ends ESTABLISHED, options negotiated.
+#[test]
+fn three_way_handshake() {
+    let mut s = sim();
+    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(1000, 1000)).unwrap();
+    assert_eq!(s.a.state(a), Some(State::SynSent));
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| s.connected(Side::A, a) && !s.accepted(Side::B).is_empty()));
+    let b = s.accepted(Side::B)[0];
+    assert_eq!(s.a.state(a), Some(State::Established));
+    assert_eq!(s.b.state(b), Some(State::Established));
+    let info = s.a.info(a).unwrap();
+    assert!(info.options.sack && info.options.timestamps);
+    assert_eq!(info.options.snd_shift, 7);
+    // RFC 6691: 1500 MTU - 40 = 1460, less 12 bytes of timestamps.
+    assert_eq!(info.effective_mss, 1448);
+    assert!(info.srtt.is_some(), "handshake RTT sampled");
+}
+
+// RFC 9293 §3.5 figure 8: simultaneous open; both sides reach ESTABLISHED and exchange data.
+#[test]
+fn simultaneous_open() {
+    let mut s: Sim<StreamSocket> = Sim::new(12, LinkConfig::default(), test_config(), test_config());
+    let pa = SocketAddrV4::new(A_IP, 1111);
+    let pb = SocketAddrV4::new(B_IP, 2222);
+    let a = s.a.connect(s.now, pa, pb, StreamSocket::new(4096, 4096)).unwrap();
+    let b = s.b.connect(s.now, pb, pa, StreamSocket::new(4096, 4096)).unwrap();
+    let limit = s.now + Duration::from_millis(50);
+    assert!(s.run_until(limit, |s| s.connected(Side::A, a) && s.connected(Side::B, b)));
+    s.a.ulp_mut(a).unwrap().write(b"hello from a");
+    s.b.ulp_mut(b).unwrap().write(b"hello from b");
+    let limit = s.now + Duration::from_millis(50);
+    assert!(s.run_until(limit, |s| {
+        s.a.ulp(a).unwrap().readable() == 12 && s.b.ulp(b).unwrap().readable() == 12
+    }));
+    assert_eq!(s.a.ulp_mut(a).unwrap().read_all(), b"hello from b");
+    assert_eq!(s.b.ulp_mut(b).unwrap().read_all(), b"hello from a");
+}
+
+// RFC 9293 §3.10.7.1: a SYN to a closed port draws <SEQ=0><ACK=SEG.SEQ+1><CTL=RST,ACK>.
+#[test]
+fn syn_to_closed_port_gets_rst() {
+    let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(test_config());
+    let syn = Seg::new(a_addr(4000), b_addr(), TcpControl::Syn, 1000, None);
+    e.handle_packet(Instant::ZERO, &syn.emit()).unwrap();
+    let out = drain(&mut e, Instant::ZERO);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::Rst);
+    assert_eq!(out[0].seq, 0);
+    assert_eq!(out[0].ack, Some(1001));
+    // An ACK segment to a closed port draws <SEQ=SEG.ACK><CTL=RST>.
+    let ack = Seg::new(a_addr(4000), b_addr(), TcpControl::None, 5, Some(777));
+    e.handle_packet(Instant::ZERO, &ack.emit()).unwrap();
+    let out = drain(&mut e, Instant::ZERO);
+    assert_eq!((out[0].control, out[0].seq, out[0].ack), (TcpControl::Rst, 777, None));
+    // A RST to a closed port is dropped silently.
+    let rst = Seg::new(a_addr(4000), b_addr(), TcpControl::Rst, 5, None);
+    e.handle_packet(Instant::ZERO, &rst.emit()).unwrap();
+    assert!(drain(&mut e, Instant::ZERO).is_empty());
+}
+
+// RFC 9293 §3.10.7.3: RST in SYN-SENT acknowledging our SYN refuses the connection.
+#[test]
+fn rst_in_syn_sent_refuses() {
+    let mut s: Sim<StreamSocket> = Sim::new(13, LinkConfig::default(), test_config(), test_config());
+    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100)).unwrap();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| s.closed_reason(Side::A, a).is_some()));
+    assert_eq!(s.closed_reason(Side::A, a), Some(CloseReason::Refused));
+    assert_eq!(s.a.connection_count(), 0);
+}
+
+// RFC 9293 §3.10.7.4: RST in SYN-RECEIVED of a passive open returns to LISTEN silently.
+#[test]
+fn rst_in_syn_received_returns_to_listen() {
+    let mut p = RawPeer::new(test_config());
+    let syn = Seg::new(p.me, b_addr(), TcpControl::Syn, p.snd, None);
+    let out = p.send(&syn);
+    assert_eq!(out[0].control, TcpControl::Syn);
+    assert_eq!(p.e.half_open(B_PORT), 1);
+    let rst = Seg::new(p.me, b_addr(), TcpControl::Rst, p.snd.wrapping_add(1), None);
+    p.send(&rst);
+    assert_eq!(p.e.connection_count(), 0);
+    assert_eq!(p.e.half_open(B_PORT), 0);
+    assert!(p.events.is_empty(), "no event for a never-accepted connection");
+    // The listener still works.
+    p.snd = 9_000;
+    p.handshake();
+}
+
+/// Bring a raw-peer connection into `state` (the engine side).
+fn into_state(state: State) -> RawPeer {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake();
+    match state {
+        State::Established => {}
+        State::CloseWait | State::LastAck => {
+            let fin = p.seg(TcpControl::Fin, &[]);
+            p.snd += 1;
+            p.send(&fin);
+            if state == State::LastAck {
+                p.e.close(c).unwrap();
+                let out = p.output();
+                assert_eq!(out[0].control, TcpControl::Fin);
+            }
+        }
+        State::FinWait1 | State::FinWait2 | State::Closing | State::TimeWait => {
+            p.e.close(c).unwrap();
+            let out = p.output();
+            assert_eq!(out[0].control, TcpControl::Fin);
+            match state {
+                State::FinWait2 | State::TimeWait => {
+                    p.rcv += 1;
+                    let ack = p.seg(TcpControl::None, &[]);
+                    p.send(&ack);
+                    if state == State::TimeWait {
+                        let fin = p.seg(TcpControl::Fin, &[]);
+                        p.snd += 1;
+                        p.send(&fin);
+                    }
+                }
+                State::Closing => {
+                    // Our FIN does not acknowledge theirs.
+                    let fin = p.seg(TcpControl::Fin, &[]);
+                    p.snd += 1;
+                    p.send(&fin);
+                    p.rcv += 1;
+                }
+                _ => {}
+            }
+        }
+        _ => unreachable!(),
+    }
+    let info_state = p.e.info(c).map(|i| i.state);
+    if state == State::TimeWait {
+        assert_eq!(info_state, None, "TIME-WAIT is invisible to the application");
+        assert_eq!(p.e.connection_count(), 1);
+    } else {
+        assert_eq!(info_state, Some(state));
+    }
+    p
+}
+
+// RFC 9293 §3.10.7.4 second check and RFC 5961 §3.2: an exact-sequence RST closes the
+// connection in every synchronized state; the reported reason depends on the state.
+#[test]
+fn rst_in_each_synchronized_state() {
+    for (state, reason) in [
+        (State::Established, Some(CloseReason::Reset)),
+        (State::CloseWait, Some(CloseReason::Reset)),
+        (State::FinWait1, Some(CloseReason::Reset)),
+        (State::FinWait2, Some(CloseReason::Reset)),
+        (State::Closing, Some(CloseReason::Normal)),
+        (State::LastAck, Some(CloseReason::Normal)),
+        (State::TimeWait, Some(CloseReason::Normal)),
+    ] {
+        let mut p = into_state(state);
+        let rst = p.seg(TcpControl::Rst, &[]);
+        p.send(&rst);
+        assert_eq!(p.e.connection_count(), 0, "{state:?}: RST removes the TCB");
+        assert_eq!(p.closed_reason(), reason, "{state:?}");
+    }
+}
+
+// RFC 5961 §3.2: an in-window RST that is not exactly RCV.NXT draws a challenge ACK and
+// leaves the connection alone; an out-of-window RST is ignored.
+#[test]
+fn rst_challenge_ack() {
+    let mut p = into_state(State::Established);
+    let mut rst = p.seg(TcpControl::Rst, &[]);
+    rst.seq = p.snd.wrapping_add(100);
+    let out = p.send(&rst);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::None);
+    assert_eq!(out[0].ack, Some(p.snd));
+    assert_eq!(p.e.state(p.conn.unwrap()), Some(State::Established));
+    rst.seq = p.snd.wrapping_add(50_000_000);
+    p.send(&rst);
+    assert_eq!(p.e.state(p.conn.unwrap()), Some(State::Established));
+}
+
+// RFC 5961 §4.2: a SYN in a synchronized state draws a challenge ACK.
+#[test]
+fn syn_in_established_gets_challenge_ack() {
+    let mut p = into_state(State::Established);
+    let mut syn = Seg::new(p.me, b_addr(), TcpControl::Syn, p.snd.wrapping_add(5), None);
+    syn.ts = p.tsval.map(|v| (v, 0));
+    let out = p.send(&syn);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::None);
+    assert_eq!(out[0].ack, Some(p.snd));
+    assert_eq!(p.e.state(p.conn.unwrap()), Some(State::Established));
+}
+
+// RFC 9293 §3.6 half-close: A closes its sending side, B keeps sending, A keeps receiving;
+// then B closes and both report a normal close.
+#[test]
+fn half_close_both_directions() {
+    let mut s = sim();
+    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(1 << 16, 1 << 16)).unwrap();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| s.connected(Side::A, a)));
+    s.a.ulp_mut(a).unwrap().write(b"request");
+    s.a.close(a).unwrap();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| {
+        s.accepted(Side::B).first().is_some_and(|&b| s.peer_closed(Side::B, b))
+            && s.a.state(a) == Some(State::FinWait2)
+    }));
+    let b = s.accepted(Side::B)[0];
+    assert_eq!(s.b.state(b), Some(State::CloseWait));
+    assert_eq!(s.a.state(a), Some(State::FinWait2));
+    assert_eq!(s.b.ulp_mut(b).unwrap().read_all(), b"request");
+    let reply = payload(50_000, 9);
+    let mut off = 0;
+    let mut got = Vec::new();
+    let limit = s.now + Duration::from_millis(100);
+    assert!(s.run_until(limit, |s| {
+        if let Some(sock) = s.b.ulp_mut(b) {
+            off += sock.write(&reply[off..]);
+        }
+        if let Some(sock) = s.a.ulp_mut(a) {
+            got.extend(sock.read_all());
+        }
+        got.len() == reply.len()
+    }));
+    assert_eq!(got, reply);
+    s.b.close(b).unwrap();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| s.closed_reason(Side::B, b).is_some() && s.closed_reason(Side::A, a).is_some()));
+    assert_eq!(s.closed_reason(Side::A, a), Some(CloseReason::Normal));
+    assert_eq!(s.closed_reason(Side::B, b), Some(CloseReason::Normal));
+    // B (passive closer) is gone at once; A (active closer) lingers in TIME-WAIT.
+    assert_eq!(s.b.connection_count(), 0);
+    assert_eq!(s.a.connection_count(), 1);
+}
+
+// RFC 9293 §3.4.2 / §3.10.7.4: TIME-WAIT lasts 2 MSL; a retransmitted FIN is re-ACKed and
+// restarts the timer; then the TCB disappears.
+#[test]
+fn time_wait_expiry() {
+    let cfg = Config {
+        msl: Duration::from_millis(100),
+        ..test_config()
+    };
+    let mut p = RawPeer::new(cfg);
+    let c = p.handshake();
+    p.e.close(c).unwrap();
+    p.output();
+    p.rcv += 1;
+    let fin = p.seg(TcpControl::Fin, &[]);
+    p.snd += 1;
+    let out = p.send(&fin);
+    assert_eq!(out.last().unwrap().ack, Some(p.snd));
+    assert_eq!(p.e.connection_count(), 1);
+    p.advance(Duration::from_millis(150));
+    assert_eq!(p.e.connection_count(), 1);
+    // Retransmitted FIN (the peer lost our ACK).
+    let mut again = fin.clone();
+    again.ts = p.tsval.map(|v| (v + 1, p.peer_tsval));
+    let out = p.send(&again);
+    assert_eq!(out.len(), 1, "FIN in TIME-WAIT is acknowledged");
+    assert_eq!(out[0].ack, Some(p.snd));
+    p.advance(Duration::from_millis(150));
+    assert_eq!(p.e.connection_count(), 1, "timer restarted by the FIN");
+    p.advance(Duration::from_millis(60));
+    assert_eq!(p.e.connection_count(), 0);
+}
+
+// RFC 7323 §5.3: PAWS drops a segment whose TSval is older than TS.Recent, and ACKs it.
+#[test]
+fn paws_rejects_old_timestamps() {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake();
+    p.tsval = Some(2_000);
+    p.send_data(b"fresh");
+    assert_eq!(p.e.ulp(c).unwrap().readable(), 5);
+    p.tsval = Some(1_500);
+    let out = p.send_data(b"stale");
+    assert_eq!(p.e.ulp(c).unwrap().readable(), 5, "old TSval: segment dropped");
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, Some(p.snd.wrapping_sub(5)), "ACK of what was accepted");
+    p.snd = p.snd.wrapping_sub(5);
+    p.tsval = Some(2_001);
+    p.send_data(b"again");
+    assert_eq!(p.e.ulp_mut(c).unwrap().read_all(), b"freshagain");
+}
+
+// RFC 7323 §1.3/§2.2: window scale in the SYN-ACK only when the SYN had it; SYN windows are
+// never scaled, later windows are.
+#[test]
+fn window_scale_negotiation() {
+    let mut p = RawPeer::new(test_config());
+    let mut syn = Seg::new(p.me, b_addr(), TcpControl::Syn, 100, None);
+    syn.wscale = None;
+    let out = p.send(&syn);
+    assert_eq!(out[0].wscale, None);
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake_with(Some(3), false, false, 1 << 20);
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.options.snd_shift, info.options.rcv_shift), (3, 7));
+    // Peer's window field 1000 means 8000 bytes.
+    let mut ack = p.seg(TcpControl::None, &[]);
+    ack.window = 1000;
+    p.send(&ack);
+    assert_eq!(p.e.info(c).unwrap().snd_wnd, 8000);
+    // Our advertised window is scaled by 2^7: 1 MiB socket buffer -> field 8192.
+    let out = p.send_data(&[1; 10]);
+    let _ = out;
+    let out = p.advance(Duration::from_millis(5));
+    let w = out.last().expect("delayed ACK").window;
+    assert!((8100..=8192).contains(&w), "window field {w}");
+}
+
+// RFC 9293 §3.10.7.4: data beyond the right window edge is trimmed; a zero window accepts
+// nothing and is answered with an ACK.
+#[test]
+fn receive_window_enforced() {
+    let cfg = Config {
+        max_rx_window: 1000,
+        ..test_config()
+    };
+    let mut p = RawPeer::new(cfg);
+    let c = p.handshake_with(None, false, false, 1000);
+    let out = p.send_data(&[7; 1500]);
+    let _ = out;
+    assert_eq!(p.e.ulp(c).unwrap().readable(), 1000, "trimmed to the 1000-byte window");
+}
+
+// Connection table: 4-tuples are looked up by hash; many connections coexist.
+#[test]
+fn many_connections_hashed_lookup() {
+    let mut s = sim();
+    let conns: Vec<_> = (0..200)
+        .map(|i| s.a.connect(s.now, a_addr(20_000 + i), b_addr(), StreamSocket::new(1000, 1000)).unwrap())
+        .collect();
+    let limit = s.now + Duration::from_millis(50);
+    assert!(s.run_until(limit, |s| conns.iter().all(|&c| s.connected(Side::A, c))));
+    assert_eq!(s.b.connection_count(), 200);
+    for (i, &c) in conns.iter().enumerate() {
+        s.a.ulp_mut(c).unwrap().write(format!("conn {i}").as_bytes());
+    }
+    let limit = s.now + Duration::from_millis(50);
+    let mut seen = std::collections::HashMap::new();
+    assert!(s.run_until(limit, |s| {
+        for b in s.accepted(Side::B) {
+            let t = s.b.tuple(b).unwrap();
+            if let Some(sock) = s.b.ulp_mut(b) {
+                seen.entry(t.remote.port()).or_insert_with(Vec::new).extend(sock.read_all());
+            }
+        }
+        seen.values().map(|v| v.len()).sum::<usize>() >= (0..200).map(|i| format!("conn {i}").len()).sum()
+    }));
+    for i in 0..200u16 {
+        assert_eq!(seen[&(20_000 + i)], format!("conn {i}").as_bytes());
+    }
+}
+
+// SYN flood: 10 000 SYNs from distinct sources; half-open connections stay within the
+// backlog (memory bounded), SYN-ACK retries expire them (RFC 9293 §3.10.7.2, RFC 4987 §3.2),
+// and the listener then accepts a genuine client.
+#[test]
+fn syn_flood_bounded_by_backlog() {
+    let cfg = Config {
+        synack_retries: 2,
+        ..test_config()
+    };
+    let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(cfg);
+    e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 64).unwrap();
+    let mut now = Instant::from_millis(1);
+    for i in 0..10_000u32 {
+        let src = SocketAddrV4::new(Ipv4Addr::new(192, 168, (i >> 8) as u8, i as u8), 1024 + (i % 50_000) as u16);
+        let syn = Seg::new(src, b_addr(), TcpControl::Syn, i.wrapping_mul(7919), None);
+        e.handle_packet(now, &syn.emit()).unwrap();
+        drain(&mut e, now);
+        assert!(e.connection_count() <= 64);
+    }
+    assert_eq!(e.half_open(B_PORT), 64);
+    assert_eq!(e.stats().syn_backlog_drops, 10_000 - 64);
+    while let Some(t) = e.poll_timeout() {
+        now = t;
+        e.handle_timeout(now);
+        drain(&mut e, now);
+    }
+    assert_eq!(e.connection_count(), 0, "half-open connections expire");
+    assert_eq!(e.half_open(B_PORT), 0);
+    let mut p = RawPeer::new(test_config());
+    p.e = e;
+    p.now = now;
+    p.handshake();
+}
+
+// RFC 9293 §3.10.4: close in SYN-SENT deletes the TCB; abort sends RST and the peer
+// reports a reset.
+#[test]
+fn abort_sends_rst() {
+    let mut s = sim();
+    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100)).unwrap();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| !s.accepted(Side::B).is_empty()));
+    let b = s.accepted(Side::B)[0];
+    s.a.abort(a).unwrap();
+    assert_eq!(s.a.state(a), None);
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| s.closed_reason(Side::B, b).is_some()));
+    assert_eq!(s.closed_reason(Side::B, b), Some(CloseReason::Reset));
+    assert!(matches!(
+        s.events[0].iter().find(|e| matches!(e, Event::Closed { .. })),
+        Some(Event::Closed { reason: CloseReason::Aborted, ulp: Some(_), .. })
+    ));
+}
