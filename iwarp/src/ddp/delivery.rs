@@ -84,6 +84,16 @@ impl<T> DeliveryOrder<T> {
         Offer::Accepted
     }
 
+    /// Records that the next in-order segment, `pos`, was delivered directly without being
+    /// held. Returns false (and changes nothing) when `pos` is not the next segment.
+    pub fn advance(&mut self, pos: SegmentPos) -> bool {
+        if !self.is_next(pos) || pos.end <= pos.start {
+            return false;
+        }
+        self.next = pos.end;
+        true
+    }
+
     /// The next record in order, if it has arrived.
     pub fn pop_ready(&mut self) -> Option<T> {
         let (end, rec) = self.held.remove(&self.next)?;

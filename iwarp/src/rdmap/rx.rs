@@ -112,6 +112,14 @@ impl Engine {
             Err(f) if in_order => RxRecord::Failed(f),
             Err(_) => RxRecord::Retry(segment.to_vec()),
         };
+        if in_order && self.order.advance(pos) {
+            // Fast path: deliver at once, then whatever was held behind it.
+            if let Err(f) = self.deliver(record, mem) {
+                self.fail(f);
+            }
+            self.deliver_ready(mem, None);
+            return Handled::Accepted;
+        }
         match self.order.offer(pos, record) {
             Offer::Accepted => {}
             Offer::Duplicate => return Handled::Duplicate,
