@@ -12,9 +12,34 @@ use proptest::prelude::*;
 use verbs_common::*;
 
 const SLOTS: usize = 3;
-/// MR slot `i` covers backend page `2 * i` and TOs `[VA(i), VA(i) + PAGE)`.
+/// Region length: less than a page, so one octet past the end is still mapped memory.
+const LEN: u64 = 3000;
+/// MR slot `i` covers the first `LEN` octets of backend page `2 * i`, TOs `[VA(i), VA(i) + LEN)`.
 fn va(i: usize) -> u64 {
     0x10_0000 * (i as u64 + 1)
+}
+
+/// An offset: anywhere, or so that the access ends `d` octets past the end of the range.
+#[derive(Debug, Clone, Copy)]
+enum Off {
+    Any(u16),
+    Edge(i8),
+}
+
+impl Off {
+    fn at(self, len: u16, limit: u64) -> u64 {
+        match self {
+            Off::Any(o) => u64::from(o),
+            Off::Edge(d) => (limit as i64 - i64::from(len) + i64::from(d)).max(0) as u64,
+        }
+    }
+}
+
+fn off() -> impl Strategy<Value = Off> {
+    prop_oneof![
+        (0u16..4200).prop_map(Off::Any),
+        (-2i8..=2).prop_map(Off::Edge)
+    ]
 }
 
 #[derive(Debug, Clone)]
@@ -33,7 +58,7 @@ enum Op {
     Bind {
         mw: usize,
         mr: usize,
-        off: u16,
+        off: Off,
         len: u16,
         write: bool,
         key: u8,
@@ -46,14 +71,14 @@ enum Op {
     },
     WriteMr {
         slot: usize,
-        off: u16,
+        off: Off,
         len: u16,
         other_qp: bool,
         stale_key: bool,
     },
     WriteMw {
         mw: usize,
-        off: u16,
+        off: Off,
         len: u16,
         other_qp: bool,
     },
@@ -65,13 +90,13 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (s.clone(), 0u8..16, any::<u8>()).prop_map(|(slot, rights, key)| Op::Register { slot, rights, key }),
         1 => s.clone().prop_map(|slot| Op::Dealloc { slot }),
         1 => s.clone().prop_map(|slot| Op::Invalidate { slot }),
-        2 => (s.clone(), s.clone(), 0u16..4200, 0u16..300, any::<bool>(), any::<u8>())
+        2 => (s.clone(), s.clone(), off(), 0u16..300, any::<bool>(), any::<u8>())
             .prop_map(|(mw, mr, off, len, write, key)| Op::Bind { mw, mr, off, len, write, key }),
         1 => s.clone().prop_map(|mw| Op::UnbindWindow { mw }),
         1 => s.clone().prop_map(|slot| Op::SendInv { slot }),
-        4 => (s.clone(), 0u16..4200, 1u16..300, any::<bool>(), any::<bool>())
+        4 => (s.clone(), off(), 1u16..300, any::<bool>(), any::<bool>())
             .prop_map(|(slot, off, len, other_qp, stale_key)| Op::WriteMr { slot, off, len, other_qp, stale_key }),
-        3 => (s, 0u16..400, 1u16..300, any::<bool>())
+        3 => (s, off(), 1u16..300, any::<bool>())
             .prop_map(|(mw, off, len, other_qp)| Op::WriteMw { mw, off, len, other_qp }),
     ]
 }
@@ -180,7 +205,7 @@ proptest! {
             match op {
                 Op::Register { slot, rights, key } => {
                     let access = access_of(rights);
-                    let mut spec = mr_spec(w.fx.pd, 2 * slot as u64 * PAGE, PAGE, va(slot), access);
+                    let mut spec = mr_spec(w.fx.pd, 2 * slot as u64 * PAGE, LEN, va(slot), access);
                     spec.key = key;
                     let busy = w.mrs[slot].is_some();
                     if busy {
@@ -216,12 +241,13 @@ proptest! {
                     }
                 }
                 Op::Bind { mw, mr, off, len, write, key } => {
+                    let off = off.at(len, LEN);
                     let Some(m) = w.mrs[mr] else { continue };
                     let access = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
                     let spec = BindSpec {
                         mw: STag::new(w.mws[mw].index(), key),
                         mr: m.stag,
-                        mr_to: va(mr) + u64::from(off),
+                        mr_to: va(mr) + off,
                         len: u64::from(len),
                         zero_based: false,
                         access,
@@ -234,14 +260,14 @@ proptest! {
                         || (!write && !m.access.contains(Access::LOCAL_READ))
                     {
                         CompletionStatus::AccessViolation
-                    } else if u64::from(off) + u64::from(len) > PAGE {
+                    } else if off + u64::from(len) > LEN {
                         CompletionStatus::BaseBoundsViolation
                     } else {
                         CompletionStatus::Success
                     };
                     prop_assert_eq!(w.wr(SqOp::Bind(spec)), expect);
                     if expect.is_success() {
-                        w.bound[mw] = Some(MwModel { mr, key, off: u64::from(off), len: u64::from(len), write });
+                        w.bound[mw] = Some(MwModel { mr, key, off, len: u64::from(len), write });
                         w.mrs[mr].as_mut().unwrap().windows += 1;
                     }
                 }
@@ -268,22 +294,23 @@ proptest! {
                     }
                 }
                 Op::WriteMr { slot, off, len, other_qp, stale_key } => {
+                    let off = off.at(len, LEN);
                     let qp = if other_qp { w.other } else { w.fx.qp };
                     let (stag, expect, land) = match w.mrs[slot] {
                         None => (STag::new(0x00AB_CD00 + slot as u32, 1), Err(T::DDP_INVALID_STAG), None),
                         Some(m) => {
                             let stag = if stale_key { STag::new(m.stag.index(), m.stag.key().wrapping_add(1)) } else { m.stag };
-                            let end = u64::from(off) + u64::from(len);
+                            let end = off + u64::from(len);
                             if stale_key || !m.valid || !m.access.contains(Access::REMOTE_WRITE) {
                                 (stag, Err(T::DDP_INVALID_STAG), None)
-                            } else if end > PAGE {
+                            } else if end > LEN {
                                 (stag, Err(T::DDP_BASE_BOUNDS), None)
                             } else {
-                                (stag, Ok(()), Some(2 * slot as u64 * PAGE + u64::from(off)))
+                                (stag, Ok(()), Some(2 * slot as u64 * PAGE + off))
                             }
                         }
                     };
-                    let got = w.write(qp, stag, va(slot) + u64::from(off), usize::from(len));
+                    let got = w.write(qp, stag, va(slot) + off, usize::from(len));
                     prop_assert_eq!(got, expect);
                     if let Some(at) = land {
                         for i in 0..usize::from(len) {
@@ -292,12 +319,13 @@ proptest! {
                     }
                 }
                 Op::WriteMw { mw, off, len, other_qp } => {
+                    let off = off.at(len, w.bound[mw].map_or(LEN, |b| b.len));
                     let qp = if other_qp { w.other } else { w.fx.qp };
                     let (stag, expect, land) = match w.bound[mw] {
                         None => (w.mws[mw], Err(T::DDP_INVALID_STAG), None),
                         Some(b) => {
                             let stag = STag::new(w.mws[mw].index(), b.key);
-                            let end = u64::from(off) + u64::from(len);
+                            let end = off + u64::from(len);
                             if other_qp {
                                 (stag, Err(T::DDP_STAG_NOT_ASSOCIATED), None)
                             } else if !b.write {
@@ -305,11 +333,11 @@ proptest! {
                             } else if end > b.len {
                                 (stag, Err(T::DDP_BASE_BOUNDS), None)
                             } else {
-                                (stag, Ok(()), Some(2 * b.mr as u64 * PAGE + b.off + u64::from(off)))
+                                (stag, Ok(()), Some(2 * b.mr as u64 * PAGE + b.off + off))
                             }
                         }
                     };
-                    let to = w.bound[mw].map_or(0, |b| va(b.mr) + b.off) + u64::from(off);
+                    let to = w.bound[mw].map_or(0, |b| va(b.mr) + b.off) + off;
                     let got = w.write(qp, stag, to, usize::from(len));
                     prop_assert_eq!(got, expect);
                     if let Some(at) = land {

@@ -121,6 +121,26 @@ fn sec03_out_of_bounds_and_wrap() {
     assert_eq!(b[(8 * PAGE - 1) as usize], GUARD);
     assert_eq!(b[(9 * PAGE) as usize], GUARD);
     assert_eq!(touched(&fx.rnic, GUARD), 2);
+    // A region that does not end on a page boundary: one octet past it is still mapped
+    // memory, and must stay untouched.
+    let small = fx
+        .rnic
+        .register_mr(&mr_spec(fx.pd, 100, 200, VA + 100, all_rights()))
+        .unwrap();
+    fill(&mut fx.rnic, GUARD);
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, small, VA + 299, b"ab"),
+        Err(T::DDP_BASE_BOUNDS)
+    );
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, small, VA + 99, b"ab"),
+        Err(T::DDP_BASE_BOUNDS)
+    );
+    assert_eq!(
+        peer_read(&fx.rnic, fx.pd, fx.qp, small, VA + 250, 51),
+        Err(T::RDMAP_BASE_BOUNDS)
+    );
+    assert_eq!(touched(&fx.rnic, GUARD), 0);
 }
 
 #[test]
