@@ -271,6 +271,10 @@ pub struct PortConfig {
     /// Receive frames for any destination MAC.
     #[serde(default)]
     pub promiscuous: bool,
+    /// The poll loop (lcore) that drives this port, 0..=127; ports with the same value
+    /// share one loop, loop 0 runs on the main thread.
+    #[serde(default, deserialize_with = "de_lcore")]
+    pub lcore: u32,
     /// Write every frame of this port to this pcap file.
     #[serde(default)]
     pub capture: Option<PathBuf>,
@@ -488,6 +492,9 @@ fn de_desc<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
 }
 fn de_pool<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     de_ranged(d, 256..=1 << 20).map(|v| v as u32)
+}
+fn de_lcore<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    de_ranged(d, 0..=127).map(|v| v as u32)
 }
 fn de_burst<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     de_ranged(d, 1..=512).map(|v| v as usize)
@@ -734,6 +741,7 @@ impl PortConfig {
             tx_desc: default_desc(),
             pool_size: default_pool(),
             promiscuous: false,
+            lcore: 0,
             capture: None,
             fault: None,
         }

@@ -47,9 +47,13 @@ fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
     let cfg = dir.path().join("tap.toml");
     std::fs::write(
         &cfg,
+        // The TAP port runs on a second poll loop (its own thread); a soft link on the
+        // main loop keeps that one busy meanwhile.
         format!(
-            "[[ports]]\nname = \"tap0\"\nbackend = \"tap\"\ndevice = \"{tap}\"\n\
-             mac = \"02:00:00:00:07:01\"\nipv4 = \"10.99.7.1/24\"\n"
+            "[[ports]]\nname = \"s0\"\nbackend = \"soft\"\ndevice = \"l\"\n\
+             [[ports]]\nname = \"s1\"\nbackend = \"soft\"\ndevice = \"l\"\n\
+             [[ports]]\nname = \"tap0\"\nbackend = \"tap\"\ndevice = \"{tap}\"\n\
+             mac = \"02:00:00:00:07:01\"\nipv4 = \"10.99.7.1/24\"\nlcore = 1\n"
         ),
     )
     .unwrap();
@@ -76,7 +80,10 @@ fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
     // Wait for the data plane to report it is running (the TAP exists then).
     let start = Instant::now();
     let mut out = Vec::new();
-    while !out.iter().any(|l: &String| l.starts_with("running")) {
+    while !out
+        .iter()
+        .any(|l: &String| l.starts_with("running 2 poll loops"))
+    {
         let left = Duration::from_secs(10).saturating_sub(start.elapsed());
         match rx.recv_timeout(left) {
             Ok(l) => out.push(l),
@@ -133,7 +140,8 @@ fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
         .position(|l| l.contains("echo_reply"))
         .unwrap_or_else(|| panic!("{text}"));
     let header: Vec<&str> = out[h].split_whitespace().collect();
-    let row: Vec<&str> = out[h + 1].split_whitespace().collect();
+    let row: Vec<&str> = out[h + 3].split_whitespace().collect();
+    assert_eq!(row[0], "tap0", "{text}");
     let col = |name: &str| -> u64 {
         let i = header.iter().position(|c| *c == name).unwrap();
         row[i].parse().unwrap()

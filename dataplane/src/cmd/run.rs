@@ -1,12 +1,15 @@
 //! `dataplane run`: bring up the configured ports, answer ARP and ping on them, print
 //! periodic statistics and a summary at the end.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use dataplane::classify::FrameClass;
-use dataplane::lcore::{NoHandler, PollLoop, PortAddr, StopReason};
-use dataplane::port::{AnyPort, Port};
+use dataplane::lcore::{LoopCounters, NoHandler, PollLoop, PortAddr, StopReason};
+use dataplane::port::{AnyPort, Port, PortStats};
 use dataplane::say;
 use dataplane::stats::{RateReporter, Table};
 
@@ -57,14 +60,16 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         .stats_interval
         .unwrap_or_else(|| Duration::from_secs_f64(cfg.poll.stats_interval));
 
-    let mut poll = PollLoop::new(NoHandler, cfg.poll.burst);
+    // One poll loop per lcore value; loop order follows the lowest lcore first.
+    let mut groups: BTreeMap<u32, Lcore> = BTreeMap::new();
     for (i, port) in opened.ports.into_iter().enumerate() {
         let pc = &opened.configs[i];
         say!(
-            "port {} ({}, {}): {}{}",
+            "port {} ({}, {}, lcore {}): {}{}",
             port.info().name,
             port.kind(),
             pc.device(),
+            pc.lcore,
             port.info(),
             pc.ipv4.map(|c| format!(" ipv4 {c}")).unwrap_or_default()
         );
@@ -73,27 +78,75 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
             promiscuous: pc.promiscuous,
         };
-        poll.add_port(port, addr);
+        let group = groups.entry(pc.lcore).or_insert_with(|| Lcore {
+            id: pc.lcore,
+            poll: PollLoop::new(NoHandler, cfg.poll.burst),
+            ports: Vec::new(),
+        });
+        group.poll.add_port(port, addr);
+        group.ports.push(i);
     }
+    let n_ports = opened.configs.len();
+    let names: Vec<String> = opened
+        .configs
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
     say!(
-        "running{}; Ctrl-C stops",
+        "running {} poll loop{}{}; Ctrl-C stops",
+        groups.len(),
+        if groups.len() == 1 { "" } else { "s" },
         args.duration
             .map(|d| format!(" for {:.1}s", d.as_secs_f64()))
             .unwrap_or_default()
     );
 
     let start = Instant::now();
-    let mut reporter = RateReporter::new(interval, start, poll.ports().len());
-    let reason = poll.run(&stop, deadline(args.duration), |l, now| {
-        let stats: Vec<(&str, _)> = l
-            .ports()
-            .iter()
-            .map(|p| (p.info().name.as_str(), p.stats()))
-            .collect();
-        if let Some(line) = reporter.poll(now, &stats) {
-            say!("{line}");
+    let end = deadline(args.duration);
+    let shared = Mutex::new(vec![PortStats::default(); n_ports]);
+    let mut reporter = RateReporter::new(interval, start, n_ports);
+    let mut groups = groups.into_values();
+    let Some(mut main) = groups.next() else {
+        return Err(CmdError::Usage("no ports".into()));
+    };
+    let others: Vec<Lcore> = groups.collect();
+    let stop: &AtomicBool = &stop;
+    let (reason, mut loops) = std::thread::scope(|s| -> Result<_, CmdError> {
+        let mut handles = Vec::new();
+        for mut lc in others {
+            let shared = &shared;
+            let h = std::thread::Builder::new()
+                .name(format!("lcore-{}", lc.id))
+                .spawn_scoped(s, move || {
+                    lc.poll
+                        .run(stop, end, |l, _| lc_publish(shared, &lc.ports, l));
+                    lc_publish(shared, &lc.ports, &lc.poll);
+                    lc
+                })
+                .map_err(|e| CmdError::Runtime(format!("cannot start an lcore thread: {e}")))?;
+            handles.push(h);
         }
-    });
+        let reason = main.poll.run(stop, end, |l, now| {
+            lc_publish(&shared, &main.ports, l);
+            let stats = lock(&shared).clone();
+            let named: Vec<(&str, PortStats)> =
+                names.iter().map(String::as_str).zip(stats).collect();
+            if let Some(line) = reporter.poll(now, &named) {
+                say!("{line}");
+            }
+        });
+        // The other loops stop with this one.
+        stop.store(true, Ordering::Relaxed);
+        let mut loops = vec![main];
+        for h in handles {
+            loops.push(
+                h.join()
+                    .map_err(|_| CmdError::Runtime("an lcore thread panicked".into()))?,
+            );
+        }
+        Ok((reason, loops))
+    })?;
+    loops.sort_by_key(|l| l.id);
     let elapsed = start.elapsed();
     say!(
         "stopped after {:.2}s ({})",
@@ -103,8 +156,30 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             StopReason::Deadline => "duration reached",
         }
     );
-    say!("{}", summary(&poll, elapsed).trim_end());
+    say!("{}", summary(&loops, n_ports, elapsed).trim_end());
     Ok(())
+}
+
+/// One poll loop and the configuration indices of its ports.
+struct Lcore {
+    id: u32,
+    poll: PollLoop<AnyPort, NoHandler>,
+    ports: Vec<usize>,
+}
+
+/// Locks the shared stats, tolerating a poisoned lock (stats stay usable).
+fn lock(m: &Mutex<Vec<PortStats>>) -> std::sync::MutexGuard<'_, Vec<PortStats>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Copies a loop's port counters into the shared table (indexed by configuration order).
+fn lc_publish(shared: &Mutex<Vec<PortStats>>, idx: &[usize], l: &PollLoop<AnyPort, NoHandler>) {
+    let mut g = lock(shared);
+    for (k, p) in l.ports().iter().enumerate() {
+        if let Some(slot) = idx.get(k).and_then(|&i| g.get_mut(i)) {
+            *slot = p.stats();
+        }
+    }
 }
 
 /// `ns / n` as text, `-` when `n` is zero.
@@ -114,11 +189,11 @@ fn per_pkt(ns: u64, n: u64) -> String {
 }
 
 /// The end-of-run tables: port counters, poll loop counters, and faults if any.
-fn summary(poll: &PollLoop<AnyPort, NoHandler>, elapsed: Duration) -> String {
+fn summary(loops: &[Lcore], n_ports: usize, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64().max(1e-9);
     let mut ports = Table::new([
-        "port", "backend", "rx_pkts", "rx_bytes", "tx_pkts", "tx_bytes", "rx_drop", "tx_drop",
-        "rx_err", "rx_pps", "tx_pps",
+        "port", "backend", "lcore", "rx_pkts", "rx_bytes", "tx_pkts", "tx_bytes", "rx_drop",
+        "tx_drop", "rx_err", "rx_pps", "tx_pps",
     ]);
     let mut lp = Table::new([
         "port",
@@ -147,12 +222,22 @@ fn summary(poll: &PollLoop<AnyPort, NoHandler>, elapsed: Duration) -> String {
         "truncated",
         "delayed",
     ]);
-    for (i, p) in poll.ports().iter().enumerate() {
+    // Rows in configuration order.
+    let mut rows: Vec<Option<(u32, &AnyPort, LoopCounters)>> = vec![None; n_ports];
+    for lc in loops {
+        for (k, p) in lc.poll.ports().iter().enumerate() {
+            if let Some(row) = lc.ports.get(k).and_then(|&i| rows.get_mut(i)) {
+                *row = Some((lc.id, p, lc.poll.counters(k)));
+            }
+        }
+    }
+    for (lcore, p, c) in rows.into_iter().flatten() {
         let s = p.stats();
         let name = &p.info().name;
         ports.row([
             name.clone(),
             p.kind(),
+            lcore.to_string(),
             s.rx_packets.to_string(),
             s.rx_bytes.to_string(),
             s.tx_packets.to_string(),
@@ -163,7 +248,6 @@ fn summary(poll: &PollLoop<AnyPort, NoHandler>, elapsed: Duration) -> String {
             format!("{:.0}", s.rx_packets as f64 / secs),
             format!("{:.0}", s.tx_packets as f64 / secs),
         ]);
-        let c = poll.counters(i);
         let other = c.class(FrameClass::OtherIpv4)
             + c.class(FrameClass::Fragment)
             + c.class(FrameClass::OtherEthertype);

@@ -346,6 +346,14 @@ mod tests {
         }
     }
 
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn ports_can_move_to_lcore_threads() {
+        assert_send::<AnyPort>();
+        assert_send::<AnyBuf>();
+    }
+
     #[test]
     fn layered_stack_passes_frames_and_reports_layers() {
         let dir = tempfile::tempdir().unwrap();
