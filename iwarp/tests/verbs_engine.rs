@@ -43,6 +43,29 @@ impl Node {
         }
     }
 
+    /// A node whose QP (in the fixture's PD) takes its receives from an S-RQ of another
+    /// PD; returns the node and the S-RQ's PD and handle.
+    fn with_srq() -> (Node, PdId, SrqHandle) {
+        let mut fx = fixture();
+        let srq_pd = fx.rnic.alloc_pd(fx.ulp).unwrap();
+        let (srq, _) = fx.rnic.create_srq(srq_pd, 8, 1, 0).unwrap();
+        let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
+        init.srq = Some(srq);
+        fx.rnic.destroy_qp(fx.qp).unwrap();
+        let (qp, _) = fx.rnic.create_qp(init).unwrap();
+        fx.qp = qp;
+        to_rts(&mut fx.rnic, qp);
+        let cfg = EngineConfig::new(fx.pd, qp.stream(), 4, 4);
+        let node = Node {
+            engine: Engine::new(cfg),
+            fx,
+            rx_pos: 0,
+            terminates_sent: Vec::new(),
+            terminates_received: Vec::new(),
+        };
+        (node, srq_pd, srq)
+    }
+
     /// Hands posted WRs to the engine and engine results back to the verbs layer.
     fn service(&mut self) {
         let qp = self.fx.qp;
@@ -810,4 +833,63 @@ fn h09_immediate_data_consumes_a_receive() {
         (4, Some(*b"IMMEDIAT"), true)
     );
     assert_eq!(b.fx.rnic.poll_completion_event(), Some(b.fx.cq));
+}
+
+#[test]
+fn srq_receive_buffers_are_checked_against_the_srq_pd() {
+    // VERBS-00 §6.3.5: incoming Sends consuming S-RQ WQEs use the S-RQ's PD.
+    for srq_buffer in [true, false] {
+        let mut a = Node::new(|_| {});
+        let (mut b, srq_pd, srq) = Node::with_srq();
+        let src = a.reg(0, 4096, all_rights());
+        a.fx.rnic.memory_mut().bytes_mut()[..5].copy_from_slice(b"s-rq!");
+        let pd = if srq_buffer {
+            srq_pd
+        } else {
+            b.fx.rnic.alloc_pd(b.fx.ulp).unwrap()
+        };
+        let buf =
+            b.fx.rnic
+                .register_mr(&mr_spec(pd, 8192, 4096, VA, all_rights()))
+                .unwrap();
+        b.fx.rnic
+            .post_srq(
+                srq,
+                vec![recv(
+                    3,
+                    vec![Sge {
+                        stag: buf,
+                        to: VA,
+                        len: 64,
+                    }],
+                )],
+            )
+            .unwrap();
+        a.fx.rnic
+            .post_sq(
+                a.fx.qp,
+                vec![send(
+                    1,
+                    vec![Sge {
+                        stag: src,
+                        to: VA,
+                        len: 5,
+                    }],
+                )],
+            )
+            .unwrap();
+        pump(&mut a, &mut b);
+        if srq_buffer {
+            assert!(b.terminates_sent.is_empty(), "{:?}", b.terminates_sent);
+            assert_eq!(&b.fx.rnic.memory().bytes()[8192..8197], b"s-rq!");
+            let wc = b.wcs()[0];
+            assert_eq!(
+                (wc.wr_id, wc.byte_len, wc.status),
+                (3, 5, CompletionStatus::Success)
+            );
+        } else {
+            assert_eq!(b.terminates_sent.len(), 1);
+            assert_eq!(&b.fx.rnic.memory().bytes()[8192..8197], &[0; 5]);
+        }
+    }
 }

@@ -46,6 +46,7 @@ pub struct PageList {
 impl PageList {
     /// The page list covering the contiguous backend range `[offset, offset + len)`.
     pub fn contiguous(offset: u64, len: u64, page_size: u64) -> PageList {
+        let page_size = page_size.max(1);
         let first = offset - offset % page_size;
         let end = offset.saturating_add(len.max(1));
         let pages = (first..end).step_by(page_size as usize).collect();
@@ -168,6 +169,9 @@ pub struct LocalContext {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct StreamRights {
     pub(super) privileged: bool,
+    /// PD of the QP's S-RQ: receive buffers taken from it belong to that PD
+    /// (VERBS-00 §6.3.5).
+    pub(super) srq_pd: Option<PdId>,
     pub(super) inbound_read: bool,
     pub(super) inbound_write: bool,
     pub(super) inbound_atomic: bool,
@@ -1060,7 +1064,17 @@ impl MemoryTable for MemoryModel {
                 && (!need.contains(Access::REMOTE_ATOMIC) || s.inbound_atomic)
         });
         let privileged = rights.is_some_and(|s| s.privileged);
-        self.check_access(stag, pd, qp, to, len, need, privileged, qp_allows)
+        let result = self.check_access(stag, pd, qp, to, len, need, privileged, qp_allows);
+        // Local writes of an S-RQ QP are receive placements into S-RQ WQEs, whose SGEs
+        // are checked against the S-RQ's PD (VERBS-00 §6.3.5).
+        match (result, rights.and_then(|s| s.srq_pd)) {
+            (Err(AccessError::PdMismatch), Some(srq_pd))
+                if need == Access::LOCAL_WRITE && srq_pd != pd =>
+            {
+                self.check_access(stag, srq_pd, qp, to, len, need, privileged, qp_allows)
+            }
+            (result, _) => result,
+        }
     }
 
     fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError> {

@@ -245,9 +245,10 @@ impl Qp {
         }
     }
 
-    fn stream_rights(&self) -> StreamRights {
+    fn stream_rights(&self, srq_pd: Option<PdId>) -> StreamRights {
         StreamRights {
             privileged: self.init.privileged,
+            srq_pd,
             inbound_read: self.init.inbound_read,
             inbound_write: self.init.inbound_write,
             inbound_atomic: self.init.inbound_atomic,
@@ -344,7 +345,8 @@ impl Rnic {
             rq_limit_armed: init.rq_limit > 0,
             error_reported: false,
         };
-        self.memory.set_stream(id, qp.stream_rights());
+        let srq_pd = init.srq.and_then(|s| self.srqs.get(&s)).map(|s| s.pd);
+        self.memory.set_stream(id, qp.stream_rights(srq_pd));
         self.qps.insert(id, qp);
         log::debug!("QP {id:?} created");
         Ok((id, granted))
@@ -449,7 +451,8 @@ impl Rnic {
         if m.arm_rq_limit || (m.rq_limit.is_some() && new.rq_limit > 0) {
             q.rq_limit_armed = new.rq_limit > 0;
         }
-        let rights = q.stream_rights();
+        let srq_pd = q.srq.and_then(|s| self.srqs.get(&s)).map(|s| s.pd);
+        let rights = q.stream_rights(srq_pd);
         self.memory.set_stream(qp, rights);
         self.apply_modify(qp, from, to, m.llp);
         Ok(new)
