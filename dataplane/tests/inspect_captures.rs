@@ -496,7 +496,10 @@ fn synthetic_markers_and_crc_capture() {
     }
     // Last: an FPDU that ends exactly where a marker starts (RFC 5044 §5: that marker leads
     // the next FPDU with FPDUPTR 0), and one more after it that starts with that marker.
-    let payload = (0..1200)
+    // It is longer than 512 octets, so a marker also falls inside it: Wireshark 4.0 then
+    // counts one marker too many (its count is ((size - offset) / 512) + 1, which includes
+    // the marker starting right after the segment) and loses this direction's alignment.
+    let payload = (600..1400)
         .find(|&p| {
             seq_a
                 .wrapping_add(fa.wire_len(seq_a, 18 + p) as u32)
@@ -520,6 +523,17 @@ fn synthetic_markers_and_crc_capture() {
         expect.push((frames.len() as u64, 3u64, "good".to_string()));
         seq_a = info.end_seq;
     }
+    // A Terminate from b: DDP/RDMAP error 1/2/01 (invalid QN), no headers copied.
+    let mut term = vec![0x41, 0x47, 0, 0, 0, 0];
+    term.extend_from_slice(&2u32.to_be_bytes());
+    term.extend_from_slice(&1u32.to_be_bytes());
+    term.extend_from_slice(&0u32.to_be_bytes());
+    term.extend_from_slice(&[0x12, 0x01, 0x00, 0x00]);
+    let mut unit = Vec::new();
+    fb.build_unit(seq_b, 1460, &[[&term[..]]], &mut unit)
+        .unwrap();
+    frames.push(tcp_frame(b, a, seq_b, 0x18, &unit));
+    expect.push((frames.len() as u64, 7u64, "good".to_string()));
     let packets: Vec<Packet> = frames
         .into_iter()
         .enumerate()
@@ -537,8 +551,22 @@ fn synthetic_markers_and_crc_capture() {
     assert_eq!(fpdus(&v), expect);
     let mpa = v["mpa"].as_array().unwrap();
     assert!(mpa.iter().all(|m| m["markers"] == true && m["crc"] == true));
+    let last = v["fpdus"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["name"], "Terminate");
+    assert_eq!(last["terminate"], "1/2/01");
     if tshark_available() {
-        let n = expect.len() - 2;
-        assert_eq!(tshark_fpdus(&file)[..n], expect[..n], "Wireshark agrees");
+        // All but the edge FPDU and the one behind it in the same direction, whose decode
+        // depends on how Wireshark reassembles after it lost alignment.
+        let edge = [expect[expect.len() - 3].0, expect[expect.len() - 2].0];
+        let want: Vec<_> = expect
+            .iter()
+            .filter(|f| !edge.contains(&f.0))
+            .cloned()
+            .collect();
+        let theirs: Vec<_> = tshark_fpdus(&file)
+            .into_iter()
+            .filter(|f| !edge.contains(&f.0))
+            .collect();
+        assert_eq!(theirs, want, "Wireshark agrees");
     }
 }

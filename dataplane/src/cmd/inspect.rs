@@ -21,6 +21,7 @@ use iwarp::wire::mpa::{
     fpdu_len, Frame, FrameKind, FrameRepr, ReservedBits, FRAME_HEADER_LEN, REPLY_KEY, REQUEST_KEY,
 };
 use iwarp::wire::rdmap::{Opcode, RDMAP_VERSION};
+use iwarp::wire::terminate::Terminate;
 
 use super::CmdError;
 
@@ -75,6 +76,9 @@ pub struct FpduRecord {
     /// Message offset (untagged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mo: Option<u32>,
+    /// Terminate cause as sent, `layer/etype/code` (RFC 5040 §4.8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminate: Option<String>,
 }
 
 /// One decoded MPA Request or Reply.
@@ -216,9 +220,14 @@ fn render_text(report: &Report) -> String {
             (_, _, Some(qn), Some(msn), Some(mo)) => format!("qn {qn} msn {msn} mo {mo}"),
             _ => String::new(),
         };
+        let cause = f
+            .terminate
+            .as_ref()
+            .map(|c| format!("  cause {c}"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{:>6}  {} -> {}  {:<27} {}{}  len {}  crc {}",
+            "{:>6}  {} -> {}  {:<27} {}{}  len {}  crc {}{}",
             f.frame,
             f.src,
             f.dst,
@@ -226,7 +235,8 @@ fn render_text(report: &Report) -> String {
             where_,
             if f.last { " L" } else { "" },
             f.len,
-            f.crc
+            f.crc,
+            cause
         );
     }
     let s = &report.summary;
@@ -612,6 +622,18 @@ fn decode_ulpdu(
         )));
     }
     let tagged = seg.tagged();
+    let terminate = if op == Opcode::Terminate {
+        let t = Terminate::new_checked(seg.payload()).map_err(|e| {
+            at(format!(
+                "Terminate header of {} octets: {e} (RFC 5040 §4.8)",
+                seg.payload().len()
+            ))
+        })?;
+        let c = t.cause();
+        Some(format!("{}/{}/{:02x}", c.layer, c.etype, c.code))
+    } else {
+        None
+    };
     Ok(FpduRecord {
         frame,
         src: d.src(),
@@ -633,5 +655,6 @@ fn decode_ulpdu(
         qn: (!tagged).then(|| seg.qn()),
         msn: (!tagged).then(|| seg.msn()),
         mo: (!tagged).then(|| seg.mo()),
+        terminate,
     })
 }
