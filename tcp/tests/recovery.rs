@@ -1,0 +1,224 @@
+//! Loss recovery, timers and ACK policy, driven segment by segment through a scripted peer.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use smoltcp::wire::TcpControl;
+use tcp::{CloseReason, Config, Keepalive, State, StreamSocket};
+
+/// A connection where the engine (server side) has `n` full segments in flight toward the
+/// raw peer. Returns the peer and the data segments.
+fn in_flight(cfg: Config, sack: bool, n: usize) -> (RawPeer, Vec<Seg>) {
+    let mut p = RawPeer::new(cfg);
+    let c = p.handshake_with(Some(7), true, sack, 1 << 20);
+    let mss = p.e.info(c).unwrap().effective_mss;
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * n, 1));
+    let segs: Vec<Seg> = p.output().into_iter().filter(|s| !s.payload.is_empty()).collect();
+    assert_eq!(segs.len(), n, "initial window (RFC 6928) lets {n} segments out");
+    (p, segs)
+}
+
+fn ack_for(p: &RawPeer, ack: u32, sack: &[(u32, u32)]) -> Seg {
+    let mut s = p.seg(TcpControl::None, &[]);
+    s.ack = Some(ack);
+    s.sack = sack.to_vec();
+    s
+}
+
+fn data(out: &[Seg]) -> Vec<Seg> {
+    out.iter().filter(|s| !s.payload.is_empty()).cloned().collect()
+}
+
+// RFC 5681 §3.2: the third duplicate ACK (not the first or second) triggers a fast
+// retransmit of the first unacknowledged segment, byte-identical to the original.
+#[test]
+fn fast_retransmit_on_third_dupack() {
+    let (mut p, segs) = in_flight(test_config(), false, 10);
+    let una = segs[1].seq;
+    let out = p.send(&ack_for(&p, una, &[]));
+    assert!(data(&out).iter().all(|s| s.seq != una));
+    for i in 1..=3 {
+        let out = data(&p.send(&ack_for(&p, una, &[])));
+        if i < 3 {
+            assert!(out.iter().all(|s| s.seq != una), "no retransmit after {i} dupacks");
+        } else {
+            let r = out.iter().find(|s| s.seq == una).expect("fast retransmit");
+            assert_eq!(r.payload, segs[1].payload, "same unit, same bytes");
+        }
+    }
+    let info = p.e.info(p.conn.unwrap()).unwrap();
+    assert_eq!(info.recoveries, 1);
+    assert_eq!(info.timeouts, 0);
+}
+
+// RFC 6675 §5: with SACK, recovery retransmits exactly the holes (IsLost, NextSeg rule 1)
+// and nothing the receiver already holds.
+#[test]
+fn sack_recovery_retransmits_only_holes() {
+    let (mut p, segs) = in_flight(test_config(), true, 10);
+    let end = segs[9].seq.wrapping_add(segs[9].payload.len() as u32);
+    let blocks = [(segs[5].seq, end), (segs[2].seq, segs[4].seq)];
+    let mut retransmitted = Vec::new();
+    for _ in 0..3 {
+        let out = p.send(&ack_for(&p, segs[1].seq, &blocks));
+        retransmitted.extend(data(&out));
+    }
+    let seqs: Vec<u32> = retransmitted.iter().map(|s| s.seq).collect();
+    assert!(seqs.contains(&segs[1].seq) && seqs.contains(&segs[4].seq), "{seqs:?}");
+    for s in &retransmitted {
+        let orig = segs.iter().find(|o| o.seq == s.seq).expect("retransmission of a unit");
+        assert_eq!(s.payload, orig.payload);
+        assert!(s.seq == segs[1].seq || s.seq == segs[4].seq, "only holes: {seqs:?}");
+    }
+    assert_eq!(p.e.info(p.conn.unwrap()).unwrap().timeouts, 0);
+}
+
+// RFC 6298 §2.4 (minimum configurable, here 5 ms and 20 ms) and §5.5 (backoff doubles):
+// a tail loss is retransmitted at the RTO, not earlier.
+#[test]
+fn rto_minimum_honoured_and_backoff() {
+    for min_ms in [5u64, 20] {
+        let cfg = Config {
+            rto_min: Duration::from_millis(min_ms),
+            ..test_config()
+        };
+        let (mut p, segs) = in_flight(cfg, true, 1);
+        let start = p.now;
+        let mut times = Vec::new();
+        while times.len() < 2 {
+            let out = p.advance(Duration::from_micros(100));
+            if data(&out).iter().any(|s| s.seq == segs[0].seq) {
+                times.push(p.now - start);
+            }
+            assert!(p.now - start < Duration::from_secs(1));
+        }
+        let min = Duration::from_millis(min_ms);
+        assert!(times[0] >= min && times[0] <= min + Duration::from_micros(200), "{times:?}");
+        let second = times[1] - times[0];
+        assert!(second >= 2 * min && second <= 2 * min + Duration::from_micros(200), "{times:?}");
+    }
+}
+
+// RFC 9293 §3.8.6.1: a zero window stops data; probes (empty segments below SND.UNA, so no
+// unit is split) are sent with backoff until the window opens, then data flows again.
+#[test]
+fn zero_window_probe() {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake_with(Some(7), true, true, 1 << 20);
+    let mss = p.e.info(c).unwrap().effective_mss;
+    let total = mss * 20;
+    p.e.ulp_mut(c).unwrap().write(&payload(total, 2));
+    let segs = data(&p.output());
+    let end = segs.last().map(|s| s.seq.wrapping_add(s.payload.len() as u32)).unwrap();
+    let mut zero = ack_for(&p, end, &[]);
+    zero.window = 0;
+    assert!(data(&p.send(&zero)).is_empty());
+    let mut probes = Vec::new();
+    for _ in 0..400 {
+        for s in p.advance(Duration::from_millis(1)) {
+            assert!(s.payload.is_empty(), "no data into a zero window");
+            if s.seq == end.wrapping_sub(1) {
+                probes.push(p.now);
+            }
+        }
+    }
+    assert!(probes.len() >= 3, "probes: {probes:?}");
+    assert!(probes[2] - probes[1] > probes[1] - probes[0], "probe interval backs off");
+    let mut open = ack_for(&p, end, &[]);
+    open.window = 1000;
+    let out = data(&p.send(&open));
+    assert!(!out.is_empty(), "window opened: data resumes");
+    assert_eq!(out[0].seq, end);
+}
+
+// RFC 9293 §3.8.4: keepalive probes after idle time; a live peer answers and the connection
+// stays; an unreachable one is dropped after `count` unanswered probes.
+#[test]
+fn keepalive_probes_and_timeout() {
+    let ka = Keepalive {
+        idle: Duration::from_millis(50),
+        interval: Duration::from_millis(10),
+        count: 3,
+    };
+    let cfg_a = Config {
+        keepalive: Some(ka),
+        ..test_config()
+    };
+    let mut s = Sim::streams(21, LinkConfig::default(), cfg_a, test_config(), 4096);
+    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096)).unwrap();
+    let limit = s.now + Duration::from_millis(5);
+    assert!(s.run_until(limit, |s| s.connected(Side::A, a)));
+    let probes = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let seen = probes.clone();
+    s.filter = Some(Box::new(move |_, side, seg| {
+        if side == Side::A && seg.payload.is_empty() && seg.control == TcpControl::None {
+            seen.set(seen.get() + 1);
+        }
+        true
+    }));
+    let limit = s.now + Duration::from_millis(220);
+    s.run_until(limit, |_| false);
+    assert!(probes.get() >= 4, "one probe per idle period: {}", probes.get());
+    assert_eq!(s.a.state(a), Some(State::Established));
+    s.filter = Some(Box::new(|_, _, _| false));
+    let limit = s.now + Duration::from_millis(200);
+    assert!(s.run_until(limit, |s| s.closed_reason(Side::A, a).is_some()));
+    assert_eq!(s.closed_reason(Side::A, a), Some(CloseReason::TimedOut));
+}
+
+// RFC 5681 §4.2 / RFC 9293 §3.8.6.3: ACK every second full segment, delay a lone one by the
+// delayed-ACK timeout, and ACK an out-of-order segment at once with a SACK block (RFC 2018).
+#[test]
+fn delayed_ack_and_quick_ack_on_reordering() {
+    let mut p = RawPeer::new(test_config());
+    p.handshake();
+    // Attaching a 1 MiB socket opens the window beyond the pre-attach 64 KiB: an update.
+    assert_eq!(p.output().len(), 1);
+    assert!(p.send_data(&[1; 1000]).is_empty(), "first segment: ACK delayed");
+    let out = p.send_data(&[2; 1000]);
+    assert_eq!(out.len(), 1, "second segment: immediate ACK");
+    assert_eq!(out[0].ack, Some(p.snd));
+    assert!(p.send_data(&[3; 100]).is_empty());
+    let out = p.advance(Duration::from_millis(1));
+    assert_eq!(out.len(), 1, "delayed ACK after 1 ms");
+    // Out of order: skip 500 bytes.
+    let hole = p.snd;
+    p.snd = p.snd.wrapping_add(500);
+    let out = p.send_data(&[4; 300]);
+    assert_eq!(out.len(), 1, "quick ACK on reordering");
+    assert_eq!(out[0].ack, Some(hole));
+    assert_eq!(out[0].sack, vec![(hole.wrapping_add(500), hole.wrapping_add(800))]);
+}
+
+// Fast retransmit in a simulated transfer without SACK (RFC 6582): a dropped segment is
+// repaired well before the (deliberately long) RTO.
+#[test]
+fn fast_retransmit_beats_rto_in_transfer() {
+    let cfg = Config {
+        sack: false,
+        rto_min: Duration::from_millis(200),
+        ..test_config()
+    };
+    let mut s = Sim::streams(22, LinkConfig::default(), cfg.clone(), cfg, 1 << 20);
+    let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let l = log.clone();
+    let mut n = 0;
+    s.filter = Some(Box::new(move |now, side, seg| {
+        if side != Side::A || seg.payload.is_empty() {
+            return true;
+        }
+        n += 1;
+        l.borrow_mut().push((now, seg.seq, n == 40));
+        n != 40
+    }));
+    let data = payload(300_000, 3);
+    let (got, took) = bulk_transfer(&mut s, &data, 1 << 20, Duration::from_secs(5)).expect("done");
+    assert!(got == data);
+    let log = log.borrow();
+    let &(t0, seq, _) = log.iter().find(|e| e.2).expect("dropped one");
+    let &(t1, _, _) = log.iter().find(|e| e.1 == seq && e.0 > t0).expect("retransmitted");
+    assert!(t1 - t0 < Duration::from_millis(5), "repaired in {:?}", t1 - t0);
+    assert!(took < Duration::from_millis(100), "took {took:?}");
+}
