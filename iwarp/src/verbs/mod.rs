@@ -11,6 +11,39 @@
 //! [`MemoryModel`] is the engine's [`crate::mem::MemoryTable`], and [`Rnic::poll_action`]
 //! tells the data plane what to do with LLP streams. Applications on other threads reach
 //! the poll core through the lock-free rings of [`channel`].
+//!
+//! ```
+//! use iwarp::mem::HeapBackend;
+//! use iwarp::verbs::*;
+//!
+//! let device = RnicDevice::new("rnic0", RnicAttributes::default());
+//! let mut rnic = device
+//!     .open(AddressingMode::Page, Box::new(HeapBackend::new(1 << 16)), 42)
+//!     .unwrap();
+//! let ulp = UlpId(1);
+//! let pd = rnic.alloc_pd(ulp).unwrap();
+//! let (cq, _) = rnic.create_cq(ulp, 16).unwrap();
+//! let (qp, _) = rnic.create_qp(QpInit::new(pd, cq, cq)).unwrap();
+//! let access = Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+//! let mr = rnic
+//!     .register_mr(&MrSpec {
+//!         pbl: PageList::contiguous(0, 4096, 4096),
+//!         base: TaggedBase::Va(0x1000),
+//!         pd,
+//!         key: 7,
+//!         remote_access: true,
+//!         access,
+//!     })
+//!     .unwrap();
+//! assert_eq!(mr.key(), 7);
+//! rnic.post_rq(qp, vec![RecvWr { wr_id: 1, sgl: vec![Sge { stag: mr, to: 0x1000, len: 64 }] }])
+//!     .unwrap();
+//! // Abortive teardown flushes the posted receive.
+//! rnic.modify_qp(qp, ModifyQp::to(QpState::Error)).unwrap();
+//! let wc = rnic.poll_cq(cq).unwrap();
+//! assert_eq!((wc.wr_id, wc.status), (1, CompletionStatus::Flushed));
+//! assert_eq!(rnic.poll_cq(cq), Err(VerbError::CqEmpty));
+//! ```
 
 pub mod channel;
 mod cq;
