@@ -136,6 +136,7 @@ fn run_units(
     placement: Placement,
     total: usize,
     receiver_cap: usize,
+    drain_per_step: usize,
 ) -> (Sim<TestUlp>, tcp::ConnId, tcp::ConnId) {
     let mut s: Sim<TestUlp> = Sim::new(seed, link, test_config(), test_config());
     s.record = true;
@@ -157,7 +158,7 @@ fn run_units(
         };
         // The application consumes placed data at its own pace.
         if let Some(u) = s.b.ulp_mut(b) {
-            u.unread = u.unread.saturating_sub(4096);
+            u.unread = u.unread.saturating_sub(drain_per_step);
         }
         s.b.ulp(b).is_some_and(|u| u.placed.values().map(Vec::len).sum::<usize>() == total)
     });
@@ -177,7 +178,7 @@ fn unit_boundaries_preserved_on_retransmission() {
         ..LinkConfig::default()
     };
     let total = 1 << 20;
-    let (s, a, b) = run_units(31, link, Placement::All, total, 64 * 1024);
+    let (s, a, b) = run_units(31, link, Placement::All, total, 64 * 1024, 4096);
     let units = s.a.ulp(a).unwrap().units.clone();
     let units = units.borrow();
     let mut per_seq: HashMap<u32, usize> = HashMap::new();
@@ -263,7 +264,7 @@ fn partially_consumed_segments_complete_the_stream() {
         ..LinkConfig::default()
     };
     let total = 500_000;
-    let (s, a, b) = run_units(33, link, Placement::FirstHalf, total, 1 << 20);
+    let (s, a, b) = run_units(33, link, Placement::FirstHalf, total, 1 << 20, 4096);
     let ub = s.b.ulp(b).unwrap();
     assert!(ub.in_order_bytes > 0 && ub.in_order_bytes < total);
     assert_eq!(ub.stream(), s.a.ulp(a).unwrap().sent_stream);
@@ -274,7 +275,7 @@ fn partially_consumed_segments_complete_the_stream() {
 #[test]
 fn small_window_never_splits_units() {
     let total = 200_000;
-    let (s, a, _) = run_units(34, LinkConfig::default(), Placement::All, total, 3000);
+    let (s, a, _) = run_units(34, LinkConfig::default(), Placement::All, total, 2500, 300);
     assert!(s.a.ulp(a).unwrap().waits > 0, "the window was at times smaller than a unit");
     let units = s.a.ulp(a).unwrap().units.clone();
     let units = units.borrow();
