@@ -863,26 +863,6 @@ impl MemoryModel {
         Ok(out)
     }
 
-    /// Copies `out.len()` octets from a local resolved range (gathering a source SGE).
-    pub fn read_local(
-        &self,
-        r: &Resolved,
-        off: u64,
-        out: &mut [u8],
-    ) -> Result<(), CompletionStatus> {
-        self.read(r, off, out).map_err(local_status)
-    }
-
-    /// Copies `data` into a local resolved range (scattering into a sink SGE).
-    pub fn write_local(
-        &mut self,
-        r: &Resolved,
-        off: u64,
-        data: &[u8],
-    ) -> Result<(), CompletionStatus> {
-        self.write(r, off, data).map_err(local_status)
-    }
-
     /// Executes a Bind MW work request posted on `ctx.qp` (VERBS-00 §7.10.2, checks of
     /// §7.10.6.1, Figs. 19 and 20).
     pub(super) fn bind(
