@@ -267,7 +267,14 @@ impl<U: Ulp> Engine<U> {
             return Err(Error::TableFull(self.live));
         }
         let iss = self.isn.isn(now, local, remote);
-        let tcb = Tcb::new_active(now, &self.cfg, local, remote, iss, self.isn.ts_offset(local, remote));
+        let tcb = Tcb::new_active(
+            now,
+            &self.cfg,
+            local,
+            remote,
+            iss,
+            self.isn.ts_offset(local, remote),
+        );
         let id = self.insert(tuple, tcb, Some(ulp), None);
         self.wake(id);
         Ok(id)
@@ -289,7 +296,13 @@ impl<U: Ulp> Engine<U> {
         Err(Error::NoEphemeralPort)
     }
 
-    fn insert(&mut self, tuple: FourTuple, tcb: Tcb, ulp: Option<U>, listen_port: Option<u16>) -> ConnId {
+    fn insert(
+        &mut self,
+        tuple: FourTuple,
+        tcb: Tcb,
+        ulp: Option<U>,
+        listen_port: Option<u16>,
+    ) -> ConnId {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -471,7 +484,8 @@ impl<U: Ulp> Engine<U> {
     /// Handle one IPv4 packet (header included) addressed to us.
     pub fn handle_packet(&mut self, now: Instant, packet: &[u8]) -> Result<(), PacketError> {
         let caps = checksum_caps(&self.cfg);
-        let ip = Ipv4Packet::new_checked(packet).map_err(|_| self.malformed(PacketError::BadIpv4))?;
+        let ip =
+            Ipv4Packet::new_checked(packet).map_err(|_| self.malformed(PacketError::BadIpv4))?;
         let repr = Ipv4Repr::parse(&ip, &caps).map_err(|_| self.malformed(PacketError::BadIpv4))?;
         if repr.next_header != IpProtocol::Tcp {
             return Err(PacketError::NotTcp(u8::from(repr.next_header)));
@@ -497,7 +511,8 @@ impl<U: Ulp> Engine<U> {
             return Err(self.malformed(PacketError::NotUnicast));
         }
         let caps = checksum_caps(&self.cfg);
-        let pkt = TcpPacket::new_checked(segment).map_err(|_| self.malformed(PacketError::BadTcp))?;
+        let pkt =
+            TcpPacket::new_checked(segment).map_err(|_| self.malformed(PacketError::BadTcp))?;
         let repr = TcpRepr::parse(&pkt, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), &caps)
             .map_err(|_| self.malformed(PacketError::BadTcp))?;
         self.stats.segments_in += 1;
@@ -610,7 +625,8 @@ impl<U: Ulp> Engine<U> {
                 TcbEvent::Connected => self.events.push_back(Event::Connected(id)),
                 TcbEvent::Accepted => {
                     if let Some(t) = self.tuple(id) {
-                        self.events.push_back(Event::Accepted { conn: id, tuple: t });
+                        self.events
+                            .push_back(Event::Accepted { conn: id, tuple: t });
                     }
                 }
                 TcbEvent::PeerFin => {

@@ -49,7 +49,8 @@ impl RttEstimator {
             }
         }
         let srtt = self.srtt_us.unwrap_or(r);
-        self.rto_us = (srtt + (4 * self.rttvar_us).max(GRANULARITY_US)).clamp(self.min_us, self.max_us);
+        self.rto_us =
+            (srtt + (4 * self.rttvar_us).max(GRANULARITY_US)).clamp(self.min_us, self.max_us);
         self.backoff = 0;
     }
 

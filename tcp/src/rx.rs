@@ -98,8 +98,7 @@ pub trait SegmentSink {
     /// `payload[0]`; `in_order` is true when `seq == rcv_nxt`. Called before any copy; the
     /// payload was already trimmed to the receive window and to bytes never seen before.
     /// Return the ranges placed or otherwise taken; the rest is buffered by the engine.
-    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32)
-        -> Consumed;
+    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32) -> Consumed;
 
     /// Bytes the sink did not consume, now in order, starting at sequence `seq`. The sink
     /// must take them all (the advertised window keeps their amount bounded).

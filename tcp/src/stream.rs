@@ -35,7 +35,9 @@ impl StreamSocket {
 
     /// Queue bytes for sending; returns how many fit into the send buffer.
     pub fn write(&mut self, data: &[u8]) -> usize {
-        let n = data.len().min(self.tx_capacity.saturating_sub(self.tx.len()));
+        let n = data
+            .len()
+            .min(self.tx_capacity.saturating_sub(self.tx.len()));
         self.tx.extend(&data[..n]);
         n
     }

@@ -462,8 +462,8 @@ impl Tcb {
         let seg_len = repr.payload.len() as u32
             + u32::from(matches!(repr.control, TcpControl::Syn | TcpControl::Fin));
         let wnd = self.rcv_wnd();
-        let start_ok = seq::ge(seg_seq, self.rcv_nxt)
-            && seq::lt(seg_seq, self.rcv_nxt.wrapping_add(wnd));
+        let start_ok =
+            seq::ge(seg_seq, self.rcv_nxt) && seq::lt(seg_seq, self.rcv_nxt.wrapping_add(wnd));
         let acceptable = match (seg_len, wnd) {
             (0, 0) => seg_seq == self.rcv_nxt,
             (0, _) => start_ok,
@@ -482,7 +482,7 @@ impl Tcb {
             // RFC 9293 §3.10.7.4: with a zero window, valid ACKs are still processed.
             if wnd == 0 && seg_seq == self.rcv_nxt && !is_rst && self.synchronized() {
                 if let Some(a) = seg_ack {
-                    self.process_ack(now, cfg, repr, seg_seq, a, ev);
+                    self.process_ack(now, repr, seg_seq, a);
                 }
             }
             return;
@@ -538,7 +538,7 @@ impl Tcb {
             self.ack_now = true;
             return;
         }
-        self.process_ack(now, cfg, repr, seg_seq, ack, ev);
+        self.process_ack(now, repr, seg_seq, ack);
 
         let fin_acked = self.fin_queued && self.txq.is_empty();
         match self.state {
@@ -634,11 +634,9 @@ impl Tcb {
             }
         }
         match repr.control {
-            TcpControl::Rst => {
-                if seg_ack.is_some() {
-                    ev.push(TcbEvent::Closed(CloseReason::Refused));
-                    ev.push(TcbEvent::Remove);
-                }
+            TcpControl::Rst if seg_ack.is_some() => {
+                ev.push(TcbEvent::Closed(CloseReason::Refused));
+                ev.push(TcbEvent::Remove);
             }
             TcpControl::Syn => {
                 self.accept_syn(now, cfg, repr);
@@ -661,17 +659,7 @@ impl Tcb {
 
     /// ACK field processing (RFC 9293 §3.10.7.4 fifth check) with SACK (RFC 6675) and
     /// fast retransmit / NewReno recovery (RFC 5681 §3.2, RFC 6582).
-    fn process_ack(
-        &mut self,
-        now: Instant,
-        cfg: &Config,
-        repr: &TcpRepr,
-        seg_seq: u32,
-        ack: u32,
-        ev: &mut Vec<TcbEvent>,
-    ) {
-        let _ = ev;
-        let _ = cfg;
+    fn process_ack(&mut self, now: Instant, repr: &TcpRepr, seg_seq: u32, ack: u32) {
         let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         let mut sack_changed = false;
         if self.opts.sack {
@@ -699,10 +687,9 @@ impl Tcb {
                         self.txq.mark_first_lost();
                     }
                 }
-                None => {
-                    self.cc
-                        .on_ack(now, acked.bytes, self.rtt.srtt(), self.eff_mss)
-                }
+                None => self
+                    .cc
+                    .on_ack(now, acked.bytes, self.rtt.srtt(), self.eff_mss),
             }
             // RFC 6298 §5.2/§5.3.
             self.rtx_deadline = if self.txq.is_empty() {
@@ -735,8 +722,7 @@ impl Tcb {
             self.fast_rtx = true;
         }
         // RFC 9293 §3.10.7.4: send window update.
-        if seq::lt(self.snd_wl1, seg_seq)
-            || (self.snd_wl1 == seg_seq && seq::le(self.snd_wl2, ack))
+        if seq::lt(self.snd_wl1, seg_seq) || (self.snd_wl1 == seg_seq && seq::le(self.snd_wl2, ack))
         {
             self.snd_wnd = new_wnd;
             self.snd_wl1 = seg_seq;
@@ -798,13 +784,8 @@ impl Tcb {
             let slice = &p[(ps - s) as usize..(pe - s) as usize];
             let pseq = self.seq_of(ps);
             let in_order = ps == self.rcv_off;
-            let consumed = <dyn Ulp as SegmentSink>::on_segment(
-                ulp,
-                pseq,
-                slice,
-                in_order,
-                self.rcv_nxt,
-            );
+            let consumed =
+                <dyn Ulp as SegmentSink>::on_segment(ulp, pseq, slice, in_order, self.rcv_nxt);
             if in_order && self.rx.is_empty() {
                 // Fast path: nothing buffered; unconsumed bytes go straight to the sink.
                 for_each_unconsumed(&consumed, slice.len(), |a, b| {
@@ -1221,9 +1202,7 @@ impl Tcb {
             return None;
         }
         if len > max_len {
-            log::error!(
-                "segment source returned a {len}-byte unit, limit {max_len}; aborting"
-            );
+            log::error!("segment source returned a {len}-byte unit, limit {max_len}; aborting");
             self.abort_with(CloseReason::UnitTooLarge, ev);
             return None;
         }

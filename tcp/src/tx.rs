@@ -204,7 +204,10 @@ impl SendQueue {
 
     /// Whether the first un-SACKed unit is deemed lost.
     pub(crate) fn first_lost(&self) -> bool {
-        self.units.iter().find(|u| !u.sacked).is_some_and(|u| u.lost)
+        self.units
+            .iter()
+            .find(|u| !u.sacked)
+            .is_some_and(|u| u.lost)
     }
 
     /// Index of the first unit awaiting retransmission (RFC 6675 NextSeg rule 1).
@@ -253,7 +256,10 @@ mod tests {
         assert_eq!(q.pipe(), 100);
         let a = q.ack(1200);
         assert_eq!(a.bytes, 200);
-        assert!(a.rtt_sample_sent_at.is_some(), "last acked unit was not retransmitted");
+        assert!(
+            a.rtt_sample_sent_at.is_some(),
+            "last acked unit was not retransmitted"
+        );
         assert_eq!(q.next_lost(), Some(0));
     }
 

@@ -82,7 +82,10 @@ pub(crate) fn write_packet(
     }
     let total = IPV4_HEADER_LEN + repr.buffer_len();
     if total > buf.len() {
-        log::warn!("transmit buffer of {} bytes too small for {total}", buf.len());
+        log::warn!(
+            "transmit buffer of {} bytes too small for {total}",
+            buf.len()
+        );
         return None;
     }
     let caps = checksum_caps(cfg);

@@ -10,17 +10,26 @@ use smoltcp::wire::TcpControl;
 use tcp::{CloseReason, Config, Event, Instant, State, StreamSocket};
 
 fn sim() -> Sim<StreamSocket> {
-    Sim::streams(11, LinkConfig::default(), test_config(), test_config(), 1 << 16)
+    Sim::streams(
+        11,
+        LinkConfig::default(),
+        test_config(),
+        test_config(),
+        1 << 16,
+    )
 }
 
 // RFC 9293 §3.5 figure 6: three-way handshake, both ends ESTABLISHED, options negotiated.
 #[test]
 fn three_way_handshake() {
     let mut s = sim();
-    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(1000, 1000)).unwrap();
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(1000, 1000))
+            .unwrap();
     assert_eq!(s.a.state(a), Some(State::SynSent));
     let limit = s.now + Duration::from_millis(10);
-    assert!(s.run_until(limit, |s| s.connected(Side::A, a) && !s.accepted(Side::B).is_empty()));
+    assert!(s.run_until(limit, |s| s.connected(Side::A, a)
+        && !s.accepted(Side::B).is_empty()));
     let b = s.accepted(Side::B)[0];
     assert_eq!(s.a.state(a), Some(State::Established));
     assert_eq!(s.b.state(b), Some(State::Established));
@@ -35,13 +44,19 @@ fn three_way_handshake() {
 // RFC 9293 §3.5 figure 8: simultaneous open; both sides reach ESTABLISHED and exchange data.
 #[test]
 fn simultaneous_open() {
-    let mut s: Sim<StreamSocket> = Sim::new(12, LinkConfig::default(), test_config(), test_config());
+    let mut s: Sim<StreamSocket> =
+        Sim::new(12, LinkConfig::default(), test_config(), test_config());
     let pa = SocketAddrV4::new(A_IP, 1111);
     let pb = SocketAddrV4::new(B_IP, 2222);
-    let a = s.a.connect(s.now, pa, pb, StreamSocket::new(4096, 4096)).unwrap();
-    let b = s.b.connect(s.now, pb, pa, StreamSocket::new(4096, 4096)).unwrap();
+    let a =
+        s.a.connect(s.now, pa, pb, StreamSocket::new(4096, 4096))
+            .unwrap();
+    let b =
+        s.b.connect(s.now, pb, pa, StreamSocket::new(4096, 4096))
+            .unwrap();
     let limit = s.now + Duration::from_millis(50);
-    assert!(s.run_until(limit, |s| s.connected(Side::A, a) && s.connected(Side::B, b)));
+    assert!(s.run_until(limit, |s| s.connected(Side::A, a)
+        && s.connected(Side::B, b)));
     s.a.ulp_mut(a).unwrap().write(b"hello from a");
     s.b.ulp_mut(b).unwrap().write(b"hello from b");
     let limit = s.now + Duration::from_millis(50);
@@ -67,7 +82,10 @@ fn syn_to_closed_port_gets_rst() {
     let ack = Seg::new(a_addr(4000), b_addr(), TcpControl::None, 5, Some(777));
     e.handle_packet(Instant::ZERO, &ack.emit()).unwrap();
     let out = drain(&mut e, Instant::ZERO);
-    assert_eq!((out[0].control, out[0].seq, out[0].ack), (TcpControl::Rst, 777, None));
+    assert_eq!(
+        (out[0].control, out[0].seq, out[0].ack),
+        (TcpControl::Rst, 777, None)
+    );
     // A RST to a closed port is dropped silently.
     let rst = Seg::new(a_addr(4000), b_addr(), TcpControl::Rst, 5, None);
     e.handle_packet(Instant::ZERO, &rst.emit()).unwrap();
@@ -77,8 +95,11 @@ fn syn_to_closed_port_gets_rst() {
 // RFC 9293 §3.10.7.3: RST in SYN-SENT acknowledging our SYN refuses the connection.
 #[test]
 fn rst_in_syn_sent_refuses() {
-    let mut s: Sim<StreamSocket> = Sim::new(13, LinkConfig::default(), test_config(), test_config());
-    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100)).unwrap();
+    let mut s: Sim<StreamSocket> =
+        Sim::new(13, LinkConfig::default(), test_config(), test_config());
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100))
+            .unwrap();
     let limit = s.now + Duration::from_millis(10);
     assert!(s.run_until(limit, |s| s.closed_reason(Side::A, a).is_some()));
     assert_eq!(s.closed_reason(Side::A, a), Some(CloseReason::Refused));
@@ -97,7 +118,10 @@ fn rst_in_syn_received_returns_to_listen() {
     p.send(&rst);
     assert_eq!(p.e.connection_count(), 0);
     assert_eq!(p.e.half_open(B_PORT), 0);
-    assert!(p.events.is_empty(), "no event for a never-accepted connection");
+    assert!(
+        p.events.is_empty(),
+        "no event for a never-accepted connection"
+    );
     // The listener still works.
     p.snd = 9_000;
     p.handshake();
@@ -148,7 +172,10 @@ fn into_state(state: State) -> RawPeer {
     }
     let info_state = p.e.info(c).map(|i| i.state);
     if state == State::TimeWait {
-        assert_eq!(info_state, None, "TIME-WAIT is invisible to the application");
+        assert_eq!(
+            info_state, None,
+            "TIME-WAIT is invisible to the application"
+        );
         assert_eq!(p.e.connection_count(), 1);
     } else {
         assert_eq!(info_state, Some(state));
@@ -212,14 +239,23 @@ fn syn_in_established_gets_challenge_ack() {
 #[test]
 fn half_close_both_directions() {
     let mut s = sim();
-    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(1 << 16, 1 << 16)).unwrap();
+    let a =
+        s.a.connect(
+            s.now,
+            a_addr(0),
+            b_addr(),
+            StreamSocket::new(1 << 16, 1 << 16),
+        )
+        .unwrap();
     let limit = s.now + Duration::from_millis(10);
     assert!(s.run_until(limit, |s| s.connected(Side::A, a)));
     s.a.ulp_mut(a).unwrap().write(b"request");
     s.a.close(a).unwrap();
     let limit = s.now + Duration::from_millis(10);
     assert!(s.run_until(limit, |s| {
-        s.accepted(Side::B).first().is_some_and(|&b| s.peer_closed(Side::B, b))
+        s.accepted(Side::B)
+            .first()
+            .is_some_and(|&b| s.peer_closed(Side::B, b))
             && s.a.state(a) == Some(State::FinWait2)
     }));
     let b = s.accepted(Side::B)[0];
@@ -242,7 +278,8 @@ fn half_close_both_directions() {
     assert_eq!(got, reply);
     s.b.close(b).unwrap();
     let limit = s.now + Duration::from_millis(10);
-    assert!(s.run_until(limit, |s| s.closed_reason(Side::B, b).is_some() && s.closed_reason(Side::A, a).is_some()));
+    assert!(s.run_until(limit, |s| s.closed_reason(Side::B, b).is_some()
+        && s.closed_reason(Side::A, a).is_some()));
     assert_eq!(s.closed_reason(Side::A, a), Some(CloseReason::Normal));
     assert_eq!(s.closed_reason(Side::B, b), Some(CloseReason::Normal));
     // B (passive closer) is gone at once; A (active closer) lingers in TIME-WAIT.
@@ -292,9 +329,17 @@ fn paws_rejects_old_timestamps() {
     assert_eq!(p.e.ulp(c).unwrap().readable(), 5);
     p.tsval = Some(1_500);
     let out = p.send_data(b"stale");
-    assert_eq!(p.e.ulp(c).unwrap().readable(), 5, "old TSval: segment dropped");
+    assert_eq!(
+        p.e.ulp(c).unwrap().readable(),
+        5,
+        "old TSval: segment dropped"
+    );
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].ack, Some(p.snd.wrapping_sub(5)), "ACK of what was accepted");
+    assert_eq!(
+        out[0].ack,
+        Some(p.snd.wrapping_sub(5)),
+        "ACK of what was accepted"
+    );
     p.snd = p.snd.wrapping_sub(5);
     p.tsval = Some(2_001);
     p.send_data(b"again");
@@ -339,7 +384,11 @@ fn receive_window_enforced() {
     let c = p.handshake_with(None, false, false, 1000);
     let out = p.send_data(&[7; 1500]);
     let _ = out;
-    assert_eq!(p.e.ulp(c).unwrap().readable(), 1000, "trimmed to the 1000-byte window");
+    assert_eq!(
+        p.e.ulp(c).unwrap().readable(),
+        1000,
+        "trimmed to the 1000-byte window"
+    );
 }
 
 // Connection table: 4-tuples are looked up by hash; many connections coexist.
@@ -347,13 +396,23 @@ fn receive_window_enforced() {
 fn many_connections_hashed_lookup() {
     let mut s = sim();
     let conns: Vec<_> = (0..200)
-        .map(|i| s.a.connect(s.now, a_addr(20_000 + i), b_addr(), StreamSocket::new(1000, 1000)).unwrap())
+        .map(|i| {
+            s.a.connect(
+                s.now,
+                a_addr(20_000 + i),
+                b_addr(),
+                StreamSocket::new(1000, 1000),
+            )
+            .unwrap()
+        })
         .collect();
     let limit = s.now + Duration::from_millis(50);
     assert!(s.run_until(limit, |s| conns.iter().all(|&c| s.connected(Side::A, c))));
     assert_eq!(s.b.connection_count(), 200);
     for (i, &c) in conns.iter().enumerate() {
-        s.a.ulp_mut(c).unwrap().write(format!("conn {i}").as_bytes());
+        s.a.ulp_mut(c)
+            .unwrap()
+            .write(format!("conn {i}").as_bytes());
     }
     let limit = s.now + Duration::from_millis(50);
     let mut seen = std::collections::HashMap::new();
@@ -361,10 +420,13 @@ fn many_connections_hashed_lookup() {
         for b in s.accepted(Side::B) {
             let t = s.b.tuple(b).unwrap();
             if let Some(sock) = s.b.ulp_mut(b) {
-                seen.entry(t.remote.port()).or_insert_with(Vec::new).extend(sock.read_all());
+                seen.entry(t.remote.port())
+                    .or_insert_with(Vec::new)
+                    .extend(sock.read_all());
             }
         }
-        seen.values().map(|v| v.len()).sum::<usize>() >= (0..200).map(|i| format!("conn {i}").len()).sum()
+        seen.values().map(|v| v.len()).sum::<usize>()
+            >= (0..200).map(|i| format!("conn {i}").len()).sum()
     }));
     for i in 0..200u16 {
         assert_eq!(seen[&(20_000 + i)], format!("conn {i}").as_bytes());
@@ -381,10 +443,14 @@ fn syn_flood_bounded_by_backlog() {
         ..test_config()
     };
     let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(cfg);
-    e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 64).unwrap();
+    e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 64)
+        .unwrap();
     let mut now = Instant::from_millis(1);
     for i in 0..10_000u32 {
-        let src = SocketAddrV4::new(Ipv4Addr::new(192, 168, (i >> 8) as u8, i as u8), 1024 + (i % 50_000) as u16);
+        let src = SocketAddrV4::new(
+            Ipv4Addr::new(192, 168, (i >> 8) as u8, i as u8),
+            1024 + (i % 50_000) as u16,
+        );
         let syn = Seg::new(src, b_addr(), TcpControl::Syn, i.wrapping_mul(7919), None);
         e.handle_packet(now, &syn.emit()).unwrap();
         drain(&mut e, now);
@@ -410,7 +476,9 @@ fn syn_flood_bounded_by_backlog() {
 #[test]
 fn abort_sends_rst() {
     let mut s = sim();
-    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100)).unwrap();
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100))
+            .unwrap();
     let limit = s.now + Duration::from_millis(10);
     assert!(s.run_until(limit, |s| !s.accepted(Side::B).is_empty()));
     let b = s.accepted(Side::B)[0];
@@ -420,7 +488,13 @@ fn abort_sends_rst() {
     assert!(s.run_until(limit, |s| s.closed_reason(Side::B, b).is_some()));
     assert_eq!(s.closed_reason(Side::B, b), Some(CloseReason::Reset));
     assert!(matches!(
-        s.events[0].iter().find(|e| matches!(e, Event::Closed { .. })),
-        Some(Event::Closed { reason: CloseReason::Aborted, ulp: Some(_), .. })
+        s.events[0]
+            .iter()
+            .find(|e| matches!(e, Event::Closed { .. })),
+        Some(Event::Closed {
+            reason: CloseReason::Aborted,
+            ulp: Some(_),
+            ..
+        })
     ));
 }

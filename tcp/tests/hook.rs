@@ -66,7 +66,10 @@ impl TestUlp {
         let off = u64::from(seq.wrapping_sub(base));
         let end = off + bytes.len() as u64;
         if let Some((&s, v)) = self.placed.range(..end).next_back() {
-            assert!(s + v.len() as u64 <= off, "byte at {off} handed to the sink twice");
+            assert!(
+                s + v.len() as u64 <= off,
+                "byte at {off} handed to the sink twice"
+            );
         }
         self.placed.insert(off, bytes.to_vec());
         self.unread += bytes.len();
@@ -140,16 +143,23 @@ fn run_units(
 ) -> (Sim<TestUlp>, tcp::ConnId, tcp::ConnId) {
     let mut s: Sim<TestUlp> = Sim::new(seed, link, test_config(), test_config());
     s.record = true;
-    s.b.listen(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, B_PORT), 16)
-        .unwrap();
+    s.b.listen(
+        std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, B_PORT),
+        16,
+    )
+    .unwrap();
     s.accept[1] = Some(Box::new(move || {
         let mut u = TestUlp::new(placement, 0, 0);
         u.cap = receiver_cap;
         u
     }));
-    let a = s
-        .a
-        .connect(s.now, a_addr(0), b_addr(), TestUlp::new(placement, total, seed))
+    let a =
+        s.a.connect(
+            s.now,
+            a_addr(0),
+            b_addr(),
+            TestUlp::new(placement, total, seed),
+        )
         .unwrap();
     let limit = s.now + Duration::from_secs(10);
     let done = s.run_until(limit, |s| {
@@ -160,7 +170,8 @@ fn run_units(
         if let Some(u) = s.b.ulp_mut(b) {
             u.unread = u.unread.saturating_sub(drain_per_step);
         }
-        s.b.ulp(b).is_some_and(|u| u.placed.values().map(Vec::len).sum::<usize>() == total)
+        s.b.ulp(b)
+            .is_some_and(|u| u.placed.values().map(Vec::len).sum::<usize>() == total)
     });
     assert!(done, "transfer of {total} bytes in units did not complete");
     let b = s.accepted(Side::B)[0];
@@ -195,13 +206,23 @@ fn unit_boundaries_preserved_on_retransmission() {
         let unit = units
             .get(&seg.seq)
             .unwrap_or_else(|| panic!("segment at {} does not start a unit", seg.seq));
-        assert_eq!(&seg.payload, unit, "segment differs from the unit at {}", seg.seq);
+        assert_eq!(
+            &seg.payload, unit,
+            "segment differs from the unit at {}",
+            seg.seq
+        );
         *per_seq.entry(seg.seq).or_default() += 1;
     }
     assert!(data_segments >= units.len());
-    assert!(per_seq.values().any(|&n| n > 1), "some units were retransmitted");
+    assert!(
+        per_seq.values().any(|&n| n > 1),
+        "some units were retransmitted"
+    );
     let ua = s.a.ulp(a).unwrap();
-    assert!(ua.max_len_seen <= 1448, "source never asked for more than the MSS");
+    assert!(
+        ua.max_len_seen <= 1448,
+        "source never asked for more than the MSS"
+    );
     assert_eq!(s.b.ulp(b).unwrap().stream(), ua.sent_stream);
 }
 
@@ -210,8 +231,11 @@ fn unit_boundaries_preserved_on_retransmission() {
 #[test]
 fn sink_sees_out_of_order_before_gap_filled() {
     let mut s: Sim<TestUlp> = Sim::new(32, LinkConfig::default(), test_config(), test_config());
-    s.b.listen(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, B_PORT), 16)
-        .unwrap();
+    s.b.listen(
+        std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, B_PORT),
+        16,
+    )
+    .unwrap();
     s.accept[1] = Some(Box::new(|| TestUlp::new(Placement::All, 0, 0)));
     let mut n = 0;
     s.filter = Some(Box::new(move |_, side, seg| {
@@ -222,7 +246,14 @@ fn sink_sees_out_of_order_before_gap_filled() {
         true
     }));
     let total = 100_000;
-    let a = s.a.connect(s.now, a_addr(0), b_addr(), TestUlp::new(Placement::All, 0, 5)).unwrap();
+    let a =
+        s.a.connect(
+            s.now,
+            a_addr(0),
+            b_addr(),
+            TestUlp::new(Placement::All, 0, 5),
+        )
+        .unwrap();
     let limit = s.now + Duration::from_millis(10);
     assert!(s.run_until(limit, |s| !s.accepted(Side::B).is_empty()));
     s.a.ulp_mut(a).unwrap().to_send = total;
@@ -235,11 +266,16 @@ fn sink_sees_out_of_order_before_gap_filled() {
         if let Some(i) = s.b.info(b) {
             max_stored = max_stored.max(i.rx_stored);
         }
-        s.b.ulp(b).is_some_and(|u| u.placed.values().map(Vec::len).sum::<usize>() == total)
+        s.b.ulp(b)
+            .is_some_and(|u| u.placed.values().map(Vec::len).sum::<usize>() == total)
     }));
     let b = s.accepted(Side::B)[0];
     let ub = s.b.ulp(b).unwrap();
-    let first_ooo = ub.offers.iter().position(|o| !o.2).expect("an out-of-order offer");
+    let first_ooo = ub
+        .offers
+        .iter()
+        .position(|o| !o.2)
+        .expect("an out-of-order offer");
     let (gap_seq, ..) = ub.offers[first_ooo - 1];
     let gap_seq = gap_seq.wrapping_add(ub.offers[first_ooo - 1].1 as u32);
     let fill = ub
@@ -247,7 +283,10 @@ fn sink_sees_out_of_order_before_gap_filled() {
         .iter()
         .position(|o| o.0 == gap_seq && o.2)
         .expect("the gap is filled later");
-    assert!(fill > first_ooo + 1, "several out-of-order segments offered before the fill");
+    assert!(
+        fill > first_ooo + 1,
+        "several out-of-order segments offered before the fill"
+    );
     assert_eq!(ub.in_order_bytes, 0, "everything was placed on offer");
     assert_eq!(max_stored, 0, "the engine copied nothing");
     assert_eq!(ub.stream(), s.a.ulp(a).unwrap().sent_stream);
@@ -276,7 +315,10 @@ fn partially_consumed_segments_complete_the_stream() {
 fn small_window_never_splits_units() {
     let total = 200_000;
     let (s, a, _) = run_units(34, LinkConfig::default(), Placement::All, total, 2500, 300);
-    assert!(s.a.ulp(a).unwrap().waits > 0, "the window was at times smaller than a unit");
+    assert!(
+        s.a.ulp(a).unwrap().waits > 0,
+        "the window was at times smaller than a unit"
+    );
     let units = s.a.ulp(a).unwrap().units.clone();
     let units = units.borrow();
     for (to, bytes) in &s.delivered {

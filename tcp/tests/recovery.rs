@@ -15,8 +15,16 @@ fn in_flight(cfg: Config, sack: bool, n: usize) -> (RawPeer, Vec<Seg>) {
     let c = p.handshake_with(Some(7), true, sack, 1 << 20);
     let mss = p.e.info(c).unwrap().effective_mss;
     p.e.ulp_mut(c).unwrap().write(&payload(mss * n, 1));
-    let segs: Vec<Seg> = p.output().into_iter().filter(|s| !s.payload.is_empty()).collect();
-    assert_eq!(segs.len(), n, "initial window (RFC 6928) lets {n} segments out");
+    let segs: Vec<Seg> = p
+        .output()
+        .into_iter()
+        .filter(|s| !s.payload.is_empty())
+        .collect();
+    assert_eq!(
+        segs.len(),
+        n,
+        "initial window (RFC 6928) lets {n} segments out"
+    );
     (p, segs)
 }
 
@@ -28,7 +36,10 @@ fn ack_for(p: &RawPeer, ack: u32, sack: &[(u32, u32)]) -> Seg {
 }
 
 fn data(out: &[Seg]) -> Vec<Seg> {
-    out.iter().filter(|s| !s.payload.is_empty()).cloned().collect()
+    out.iter()
+        .filter(|s| !s.payload.is_empty())
+        .cloned()
+        .collect()
 }
 
 // RFC 5681 §3.2: the third duplicate ACK (not the first or second) triggers a fast
@@ -42,7 +53,10 @@ fn fast_retransmit_on_third_dupack() {
     for i in 1..=3 {
         let out = data(&p.send(&ack_for(&p, una, &[])));
         if i < 3 {
-            assert!(out.iter().all(|s| s.seq != una), "no retransmit after {i} dupacks");
+            assert!(
+                out.iter().all(|s| s.seq != una),
+                "no retransmit after {i} dupacks"
+            );
         } else {
             let r = out.iter().find(|s| s.seq == una).expect("fast retransmit");
             assert_eq!(r.payload, segs[1].payload, "same unit, same bytes");
@@ -66,11 +80,20 @@ fn sack_recovery_retransmits_only_holes() {
         retransmitted.extend(data(&out));
     }
     let seqs: Vec<u32> = retransmitted.iter().map(|s| s.seq).collect();
-    assert!(seqs.contains(&segs[1].seq) && seqs.contains(&segs[4].seq), "{seqs:?}");
+    assert!(
+        seqs.contains(&segs[1].seq) && seqs.contains(&segs[4].seq),
+        "{seqs:?}"
+    );
     for s in &retransmitted {
-        let orig = segs.iter().find(|o| o.seq == s.seq).expect("retransmission of a unit");
+        let orig = segs
+            .iter()
+            .find(|o| o.seq == s.seq)
+            .expect("retransmission of a unit");
         assert_eq!(s.payload, orig.payload);
-        assert!(s.seq == segs[1].seq || s.seq == segs[4].seq, "only holes: {seqs:?}");
+        assert!(
+            s.seq == segs[1].seq || s.seq == segs[4].seq,
+            "only holes: {seqs:?}"
+        );
     }
     assert_eq!(p.e.info(p.conn.unwrap()).unwrap().timeouts, 0);
 }
@@ -95,9 +118,15 @@ fn rto_minimum_honoured_and_backoff() {
             assert!(p.now - start < Duration::from_secs(1));
         }
         let min = Duration::from_millis(min_ms);
-        assert!(times[0] >= min && times[0] <= min + Duration::from_micros(200), "{times:?}");
+        assert!(
+            times[0] >= min && times[0] <= min + Duration::from_micros(200),
+            "{times:?}"
+        );
         let second = times[1] - times[0];
-        assert!(second >= 2 * min && second <= 2 * min + Duration::from_micros(200), "{times:?}");
+        assert!(
+            second >= 2 * min && second <= 2 * min + Duration::from_micros(200),
+            "{times:?}"
+        );
     }
 }
 
@@ -111,7 +140,10 @@ fn zero_window_probe() {
     let total = mss * 20;
     p.e.ulp_mut(c).unwrap().write(&payload(total, 2));
     let segs = data(&p.output());
-    let end = segs.last().map(|s| s.seq.wrapping_add(s.payload.len() as u32)).unwrap();
+    let end = segs
+        .last()
+        .map(|s| s.seq.wrapping_add(s.payload.len() as u32))
+        .unwrap();
     let mut zero = ack_for(&p, end, &[]);
     zero.window = 0;
     assert!(data(&p.send(&zero)).is_empty());
@@ -125,7 +157,10 @@ fn zero_window_probe() {
         }
     }
     assert!(probes.len() >= 3, "probes: {probes:?}");
-    assert!(probes[2] - probes[1] > probes[1] - probes[0], "probe interval backs off");
+    assert!(
+        probes[2] - probes[1] > probes[1] - probes[0],
+        "probe interval backs off"
+    );
     let mut open = ack_for(&p, end, &[]);
     open.window = 1000;
     let out = data(&p.send(&open));
@@ -147,7 +182,9 @@ fn keepalive_probes_and_timeout() {
         ..test_config()
     };
     let mut s = Sim::streams(21, LinkConfig::default(), cfg_a, test_config(), 4096);
-    let a = s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096)).unwrap();
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096))
+            .unwrap();
     let limit = s.now + Duration::from_millis(5);
     assert!(s.run_until(limit, |s| s.connected(Side::A, a)));
     let probes = std::rc::Rc::new(std::cell::Cell::new(0u32));
@@ -160,7 +197,11 @@ fn keepalive_probes_and_timeout() {
     }));
     let limit = s.now + Duration::from_millis(220);
     s.run_until(limit, |_| false);
-    assert!(probes.get() >= 4, "one probe per idle period: {}", probes.get());
+    assert!(
+        probes.get() >= 4,
+        "one probe per idle period: {}",
+        probes.get()
+    );
     assert_eq!(s.a.state(a), Some(State::Established));
     s.filter = Some(Box::new(|_, _, _| false));
     let limit = s.now + Duration::from_millis(200);
@@ -176,7 +217,10 @@ fn delayed_ack_and_quick_ack_on_reordering() {
     p.handshake();
     // Attaching a 1 MiB socket opens the window beyond the pre-attach 64 KiB: an update.
     assert_eq!(p.output().len(), 1);
-    assert!(p.send_data(&[1; 1000]).is_empty(), "first segment: ACK delayed");
+    assert!(
+        p.send_data(&[1; 1000]).is_empty(),
+        "first segment: ACK delayed"
+    );
     let out = p.send_data(&[2; 1000]);
     assert_eq!(out.len(), 1, "second segment: immediate ACK");
     assert_eq!(out[0].ack, Some(p.snd));
@@ -189,7 +233,10 @@ fn delayed_ack_and_quick_ack_on_reordering() {
     let out = p.send_data(&[4; 300]);
     assert_eq!(out.len(), 1, "quick ACK on reordering");
     assert_eq!(out[0].ack, Some(hole));
-    assert_eq!(out[0].sack, vec![(hole.wrapping_add(500), hole.wrapping_add(800))]);
+    assert_eq!(
+        out[0].sack,
+        vec![(hole.wrapping_add(500), hole.wrapping_add(800))]
+    );
 }
 
 // Fast retransmit in a simulated transfer without SACK (RFC 6582): a dropped segment is
@@ -218,7 +265,14 @@ fn fast_retransmit_beats_rto_in_transfer() {
     assert!(got == data);
     let log = log.borrow();
     let &(t0, seq, _) = log.iter().find(|e| e.2).expect("dropped one");
-    let &(t1, _, _) = log.iter().find(|e| e.1 == seq && e.0 > t0).expect("retransmitted");
-    assert!(t1 - t0 < Duration::from_millis(5), "repaired in {:?}", t1 - t0);
+    let &(t1, _, _) = log
+        .iter()
+        .find(|e| e.1 == seq && e.0 > t0)
+        .expect("retransmitted");
+    assert!(
+        t1 - t0 < Duration::from_millis(5),
+        "repaired in {:?}",
+        t1 - t0
+    );
     assert!(took < Duration::from_millis(100), "took {took:?}");
 }

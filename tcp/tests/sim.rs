@@ -9,7 +9,13 @@ use common::*;
 use tcp::cc::CongestionAlgorithm;
 use tcp::Config;
 
-fn run(seed: u64, link: LinkConfig, cfg: Config, len: usize, limit: Duration) -> (Sim<tcp::StreamSocket>, Duration) {
+fn run(
+    seed: u64,
+    link: LinkConfig,
+    cfg: Config,
+    len: usize,
+    limit: Duration,
+) -> (Sim<tcp::StreamSocket>, Duration) {
     let buf = 1 << 20;
     let mut sim = Sim::streams(seed, link, cfg.clone(), cfg, buf);
     let data = payload(len, seed);
@@ -24,7 +30,13 @@ fn run(seed: u64, link: LinkConfig, cfg: Config, len: usize, limit: Duration) ->
 // RFC 9293 §3.10: a clean link moves 10 MB byte-exact, near line rate.
 #[test]
 fn clean_link_10mb() {
-    let (_, took) = run(1, LinkConfig::default(), test_config(), 10 << 20, Duration::from_secs(2));
+    let (_, took) = run(
+        1,
+        LinkConfig::default(),
+        test_config(),
+        10 << 20,
+        Duration::from_secs(2),
+    );
     // 10 MiB at 10 Gbit/s is ~8.4 ms of serialization; allow slow start and headers.
     assert!(took < Duration::from_millis(40), "took {took:?}");
 }

@@ -101,10 +101,7 @@ impl CongestionControl for Cubic {
             self.cwnd += segs.min(2.0);
             return;
         }
-        let epoch = *self.epoch_start.get_or_insert_with(|| now);
-        if self.w_max < self.cwnd && self.k == 0.0 {
-            self.w_max = self.cwnd;
-        }
+        let epoch = *self.epoch_start.get_or_insert(now);
         let rtt = srtt.map(|d| d.as_secs_f64()).unwrap_or(0.1).max(1e-6);
         let t = now.saturating_since(epoch).as_secs_f64();
         let est = self.w_est(t, rtt);

@@ -178,11 +178,9 @@ impl<U: Ulp> Sim<U> {
         }
         let d = from.idx();
         let start = (self.now.as_micros() * 1000).max(self.busy_ns[d]);
-        let ser = if self.link.rate_bps == 0 {
-            0
-        } else {
-            bytes.len() as u64 * 8 * 1_000_000_000 / self.link.rate_bps
-        };
+        let ser = (bytes.len() as u64 * 8 * 1_000_000_000)
+            .checked_div(self.link.rate_bps)
+            .unwrap_or(0);
         self.busy_ns[d] = start + ser;
         let departed = Instant::from_micros(self.busy_ns[d].div_ceil(1000));
         if self.rng.gen_bool(self.link.loss) {
@@ -243,7 +241,10 @@ impl<U: Ulp> Sim<U> {
     pub fn step(&mut self) -> bool {
         self.flush();
         let mut next = self.queue.peek().map(|Reverse((t, _))| *t);
-        for t in [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten() {
+        for t in [self.a.poll_timeout(), self.b.poll_timeout()]
+            .into_iter()
+            .flatten()
+        {
             next = Some(next.map_or(t, |n: Instant| n.min(t)));
         }
         let Some(t) = next else {
@@ -312,7 +313,9 @@ impl<U: Ulp> Sim<U> {
 
     pub fn closed_reason(&self, side: Side, conn: ConnId) -> Option<tcp::CloseReason> {
         self.events[side.idx()].iter().find_map(|e| match e {
-            Event::Closed { conn: c, reason, .. } if *c == conn => Some(*reason),
+            Event::Closed {
+                conn: c, reason, ..
+            } if *c == conn => Some(*reason),
             _ => None,
         })
     }
@@ -366,7 +369,9 @@ pub fn bulk_transfer(
             }
         }
         received.len() == data.len()
-            && s.accepted(Side::B).iter().any(|&c| s.peer_closed(Side::B, c))
+            && s.accepted(Side::B)
+                .iter()
+                .any(|&c| s.peer_closed(Side::B, c))
     });
     ok.then(|| (received, sim.now - start))
 }
@@ -422,7 +427,13 @@ impl Seg {
     }
 
     /// A segment from `src` to `dst` with no options.
-    pub fn new(src: SocketAddrV4, dst: SocketAddrV4, control: TcpControl, seq: u32, ack: Option<u32>) -> Seg {
+    pub fn new(
+        src: SocketAddrV4,
+        dst: SocketAddrV4,
+        control: TcpControl,
+        seq: u32,
+        ack: Option<u32>,
+    ) -> Seg {
         Seg {
             src: *src.ip(),
             dst: *dst.ip(),
@@ -485,7 +496,10 @@ pub fn drain<U: Ulp>(engine: &mut Engine<U>, now: Instant) -> Vec<Seg> {
     let mut buf = vec![0u8; 1500];
     let mut out = Vec::new();
     while let Some(t) = engine.poll_transmit(now, &mut buf) {
-        assert!(out.len() < 100_000, "engine keeps transmitting at one instant");
+        assert!(
+            out.len() < 100_000,
+            "engine keeps transmitting at one instant"
+        );
         out.push(Seg::parse(&buf[..t.len]).expect("engine emits valid packets"));
     }
     out
@@ -562,7 +576,13 @@ impl RawPeer {
     }
 
     /// Three-way handshake (RFC 9293 §3.5); attaches a StreamSocket of `buf` bytes.
-    pub fn handshake_with(&mut self, wscale: Option<u8>, ts: bool, sack: bool, buf: usize) -> ConnId {
+    pub fn handshake_with(
+        &mut self,
+        wscale: Option<u8>,
+        ts: bool,
+        sack: bool,
+        buf: usize,
+    ) -> ConnId {
         let mut syn = Seg::new(self.me, b_addr(), TcpControl::Syn, self.snd, None);
         syn.mss = Some(1460);
         syn.wscale = wscale;
@@ -592,7 +612,9 @@ impl RawPeer {
                 _ => None,
             })
             .expect("accepted");
-        self.e.attach(conn, StreamSocket::new(buf, buf)).expect("attach");
+        self.e
+            .attach(conn, StreamSocket::new(buf, buf))
+            .expect("attach");
         self.conn = Some(conn);
         conn
     }
