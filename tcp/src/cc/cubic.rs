@@ -166,13 +166,10 @@ mod tests {
         assert!((c.w_max() - 59.5).abs() < 1e-9);
     }
 
-    // RFC 8312 §4.3-4.4: after a loss the window climbs back toward W_max (concave), reaches
-    // it around t = K, and grows beyond it (convex).
-    #[test]
-    fn concave_then_convex_growth() {
+    /// Run `2 K` of ACK clocking at `rtt` after a loss at W = 100; return (cwnd at K, end).
+    fn run_epoch(rtt: Duration) -> (f64, usize) {
         let mut c = Cubic::new(100 * MSS, MSS);
         c.on_congestion_event(Instant::ZERO, 0, MSS);
-        let rtt = Duration::from_millis(10);
         let mut now = Instant::ZERO;
         let k_us = (c.k() * 1e6) as u64;
         let mut at_k = 0;
@@ -186,9 +183,27 @@ mod tests {
                 at_k = c.cwnd();
             }
         }
-        let k_window = at_k as f64 / MSS as f64;
-        assert!((k_window - 100.0).abs() < 10.0, "window at K = {k_window}");
-        assert!(c.cwnd() > 110 * MSS, "convex region grows past W_max");
+        (at_k as f64 / MSS as f64, c.cwnd())
+    }
+
+    // RFC 8312 §4.3-4.4: with a long RTT the cubic function governs: the window climbs back
+    // toward W_max (concave), plateaus near it at t = K, then grows beyond it (convex).
+    #[test]
+    fn concave_then_convex_growth() {
+        let (k_window, end) = run_epoch(Duration::from_millis(100));
+        assert!((k_window - 100.0).abs() < 5.0, "window at K = {k_window}");
+        assert!(end > 120 * MSS, "convex region grows past W_max: {end}");
+    }
+
+    // RFC 8312 §4.2: with a short RTT the Reno-friendly estimate W_est exceeds W_cubic and
+    // sets the window: W_est(K) = 0.7 W_max + 3 (1 - 0.7) / 1.7 * K / RTT.
+    #[test]
+    fn tcp_friendly_region_with_short_rtt() {
+        let rtt = Duration::from_millis(10);
+        let (k_window, _) = run_epoch(rtt);
+        let k = Cubic::k_for(100.0);
+        let w_est = 70.0 + 3.0 * 0.3 / 1.7 * (k / rtt.as_secs_f64());
+        assert!((k_window - w_est).abs() / w_est < 0.05, "{k_window} vs W_est {w_est}");
     }
 
     // RFC 8312 §4.7: timeout sets cwnd to one segment.
