@@ -769,10 +769,13 @@ impl Tcb {
         let s = self.rcv_off + rel;
         let e = s + p.len() as u64;
         let had_gaps = !self.rx.is_empty();
-        let pieces = if had_gaps {
-            self.rx.uncovered(s, e)
+        let whole = [(s, e)];
+        let uncovered;
+        let pieces: &[(u64, u64)] = if had_gaps {
+            uncovered = self.rx.uncovered(s, e);
+            &uncovered
         } else {
-            vec![(s, e)]
+            &whole
         };
         if pieces.is_empty() {
             // Entirely duplicate: RFC 5681 §4.2 immediate ACK.
@@ -780,7 +783,7 @@ impl Tcb {
             return;
         }
         let before = self.rcv_nxt;
-        for (ps, pe) in pieces {
+        for &(ps, pe) in pieces {
             let slice = &p[(ps - s) as usize..(pe - s) as usize];
             let pseq = self.seq_of(ps);
             let in_order = ps == self.rcv_off;

@@ -140,7 +140,12 @@ impl SendQueue {
     /// unit became SACKed.
     pub(crate) fn sack(&mut self, left: u32, right: u32) -> bool {
         let mut changed = false;
-        for u in self.units.iter_mut() {
+        // Units are in sequence order: skip those ending at or before `left`.
+        let first = self.units.partition_point(|u| seq::le(u.end(), left));
+        for u in self.units.iter_mut().skip(first) {
+            if !seq::lt(u.seq, right) {
+                break;
+            }
             if seq::ge(u.seq, left) && seq::le(u.end(), right) && !u.sacked {
                 u.sacked = true;
                 u.lost = false;

@@ -203,7 +203,10 @@ mod tests {
         let (k_window, _) = run_epoch(rtt);
         let k = Cubic::k_for(100.0);
         let w_est = 70.0 + 3.0 * 0.3 / 1.7 * (k / rtt.as_secs_f64());
-        assert!((k_window - w_est).abs() / w_est < 0.05, "{k_window} vs W_est {w_est}");
+        assert!(
+            (k_window - w_est).abs() / w_est < 0.05,
+            "{k_window} vs W_est {w_est}"
+        );
     }
 
     // RFC 8312 §4.7: timeout sets cwnd to one segment.
