@@ -4,6 +4,14 @@
 //! ping, hand TCP/UDP to the [`Handler`], let the handler emit (timers, queued data), and
 //! transmit the burst of replies. Counters are kept per port and per stage; the loop stops
 //! when a shared flag is set or a deadline passes.
+//!
+//! Plugging in an engine (e.g. `tcp::Engine`): implement [`Handler`] for it. In
+//! [`Handler::handle`], pass the segment on with the addresses the classifier found:
+//! `engine.handle_tcp(now, meta.src_ip, meta.dst_ip, meta.l4(frame.as_ref()))`, then drop
+//! the frame (or keep it while the payload is placed). In [`Handler::poll`], drain the
+//! engine's output with [`PortContext::send_ipv4`], which adds the Ethernet header for the
+//! ARP-resolved next hop: `while ctx.send_ipv4(|b| engine.poll_transmit(t, b).map(|x|
+//! (x.dst, x.len))).is_some() {}`; timers are driven from `poll` as well.
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -279,3 +279,32 @@ fn capture_dir_writes_pcaps_that_tshark_reads() {
     assert_eq!(ports.lines().count(), 20, "{ports}");
     assert!(ports.lines().all(|l| l.trim() == "9"), "{ports}");
 }
+
+#[test]
+fn fwd_on_a_soft_port_runs_and_summarises() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
+    let o = dataplane(&[
+        "fwd", "--config", cfg, "--port", "a", "--mode", "macswap", "-d", "0.3",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert!(out.contains("forwarding (Macswap, burst 32)"), "{out}");
+    // Both ends of the soft link are opened, but only `a` forwards (to itself).
+    assert!(out.lines().any(|l| l.starts_with("a ")), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with("b ")), "{out}");
+    let o = dataplane(&[
+        "fwd", "--config", cfg, "-d", "0.1", "--port", "a", "--port", "b", "--port", "a",
+    ]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(line.contains("fwd needs one or two ports, got 3"), "{line}");
+}
+
+#[test]
+fn ports_without_config_need_dpdk_devices() {
+    let o = dataplane(&["fwd", "-d", "0.1"]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(
+        line.contains("no ports: give --config FILE or --port DEVICE"),
+        "{line}"
+    );
+}

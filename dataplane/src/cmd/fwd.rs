@@ -52,15 +52,22 @@ struct DirCounters {
 /// Runs `dataplane fwd`.
 pub fn run(args: Args) -> Result<(), CmdError> {
     let cfg = args.ports.config()?;
-    if !(1..=2).contains(&cfg.ports.len()) {
+    // The ports named with --port come first; a soft link's other end may follow (opened
+    // so the link has two ends, but not forwarded from).
+    let used = if args.ports.ports.is_empty() {
+        cfg.ports.len()
+    } else {
+        args.ports.ports.len()
+    };
+    if !(1..=2).contains(&used) {
         return Err(CmdError::Usage(format!(
-            "fwd needs one or two ports, got {} (pick them with --port)",
-            cfg.ports.len()
+            "fwd needs one or two ports, got {used} (pick them with --port)"
         )));
     }
     let stop = stop_flag()?;
     let opened = args.ports.open(&cfg)?;
-    let ports = opened.ports;
+    let mut ports = opened.ports;
+    let _idle = ports.split_off(used);
     for p in &ports {
         say!("port {} ({}): {}", p.info().name, p.kind(), p.info());
     }
