@@ -38,25 +38,15 @@ fn sh(args: &[&str]) -> Output {
     o
 }
 
-#[test]
-fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
-    let pid = std::process::id();
-    let tap = format!("dpt{}", pid % 1_000_000);
-    let netns = format!("dpcore{pid}");
+/// Runs `dataplane run` on `config` (whose port `tap0` at 10.99.7.1, MAC 02:00:00:00:07:01,
+/// makes the kernel interface `tap`), pings it 3 times from a new namespace `netns`, stops it
+/// with Ctrl-C and checks the summary. `running` is the start line to wait for; `row` the
+/// summary row of `tap0`.
+fn ping_dataplane(config: &str, tap: &str, netns: &str, running: &str, row: usize) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("tap.toml");
-    std::fs::write(
-        &cfg,
-        // The TAP port runs on a second poll loop (its own thread); a soft link on the
-        // main loop keeps that one busy meanwhile.
-        format!(
-            "[[ports]]\nname = \"s0\"\nbackend = \"soft\"\ndevice = \"l\"\n\
-             [[ports]]\nname = \"s1\"\nbackend = \"soft\"\ndevice = \"l\"\n\
-             [[ports]]\nname = \"tap0\"\nbackend = \"tap\"\ndevice = \"{tap}\"\n\
-             mac = \"02:00:00:00:07:01\"\nipv4 = \"10.99.7.1/24\"\nlcore = 1\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&cfg, config).unwrap();
+    let (tap, netns) = (tap.to_string(), netns.to_string());
 
     let mut guard = Cleanup {
         netns: netns.clone(),
@@ -80,10 +70,7 @@ fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
     // Wait for the data plane to report it is running (the TAP exists then).
     let start = Instant::now();
     let mut out = Vec::new();
-    while !out
-        .iter()
-        .any(|l: &String| l.starts_with("running 2 poll loops"))
-    {
+    while !out.iter().any(|l: &String| l.starts_with(running)) {
         let left = Duration::from_secs(10).saturating_sub(start.elapsed());
         match rx.recv_timeout(left) {
             Ok(l) => out.push(l),
@@ -140,7 +127,7 @@ fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
         .position(|l| l.contains("echo_reply"))
         .unwrap_or_else(|| panic!("{text}"));
     let header: Vec<&str> = out[h].split_whitespace().collect();
-    let row: Vec<&str> = out[h + 3].split_whitespace().collect();
+    let row: Vec<&str> = out[h + row].split_whitespace().collect();
     assert_eq!(row[0], "tap0", "{text}");
     let col = |name: &str| -> u64 {
         let i = header.iter().position(|c| *c == name).unwrap();
@@ -148,4 +135,47 @@ fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
     };
     assert_eq!(col("echo_reply"), 3, "{text}");
     assert!(col("arp_reply") >= 1, "{text}");
+}
+
+#[test]
+fn kernel_pings_the_dataplane_over_tap_in_a_netns() {
+    let pid = std::process::id();
+    let tap = format!("dpt{}", pid % 1_000_000);
+    // The TAP port runs on a second poll loop (its own thread); a soft link on the main
+    // loop keeps that one busy meanwhile.
+    let config = format!(
+        "[[ports]]\nname = \"s0\"\nbackend = \"soft\"\ndevice = \"l\"\n\
+         [[ports]]\nname = \"s1\"\nbackend = \"soft\"\ndevice = \"l\"\n\
+         [[ports]]\nname = \"tap0\"\nbackend = \"tap\"\ndevice = \"{tap}\"\n\
+         mac = \"02:00:00:00:07:01\"\nipv4 = \"10.99.7.1/24\"\nlcore = 1\n"
+    );
+    ping_dataplane(
+        &config,
+        &tap,
+        &format!("dpcore{pid}"),
+        "running 2 poll loops",
+        3,
+    );
+}
+
+/// The same through DPDK: the `net_tap` PMD makes the kernel interface, the data plane
+/// drives it as an ethdev.
+#[cfg(feature = "dpdk")]
+#[test]
+fn kernel_pings_a_dpdk_port_over_net_tap_in_a_netns() {
+    let pid = std::process::id();
+    let tap = format!("dpk{}", pid % 1_000_000);
+    let config = format!(
+        "[eal]\nargs = [\"--no-huge\", \"-m\", \"512\", \"--no-pci\", \
+         \"--vdev\", \"net_tap0,iface={tap}\"]\n\
+         [[ports]]\nname = \"tap0\"\nbackend = \"dpdk\"\ndevice = \"net_tap0\"\n\
+         mac = \"02:00:00:00:07:01\"\nipv4 = \"10.99.7.1/24\"\n"
+    );
+    ping_dataplane(
+        &config,
+        &tap,
+        &format!("dpcorek{pid}"),
+        "running 1 poll loop",
+        1,
+    );
 }
