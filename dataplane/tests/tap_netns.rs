@@ -16,6 +16,14 @@ struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         if let Some(c) = &mut self.child {
+            // Ctrl-C first so EAL can clean up, then kill.
+            let _ = Command::new("kill")
+                .args(["-INT", &c.id().to_string()])
+                .output();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && !matches!(c.try_wait(), Ok(Some(_))) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
