@@ -48,9 +48,14 @@ impl RateReporter {
         }
     }
 
+    /// True when the next report is due (so callers gather counters only then).
+    pub fn due(&self, now: Instant) -> bool {
+        !self.interval.is_zero() && now.duration_since(self.last) >= self.interval
+    }
+
     /// Returns the report line when an interval has passed since the last one.
     pub fn poll(&mut self, now: Instant, ports: &[(&str, PortStats)]) -> Option<String> {
-        if self.interval.is_zero() || now.duration_since(self.last) < self.interval {
+        if !self.due(now) {
             return None;
         }
         let dt = now.duration_since(self.last).as_secs_f64();

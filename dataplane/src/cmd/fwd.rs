@@ -171,12 +171,14 @@ impl Run<'_> {
                 if self.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| now >= d) {
                     break;
                 }
-                let s: Vec<(&str, PortStats)> = ports
-                    .iter()
-                    .map(|p| (p.info().name.as_str(), p.stats()))
-                    .collect();
-                if let Some(line) = reporter.poll(now, &s) {
-                    say!("{line}");
+                if reporter.due(now) {
+                    let s: Vec<(&str, PortStats)> = ports
+                        .iter()
+                        .map(|p| (p.info().name.as_str(), p.stats()))
+                        .collect();
+                    if let Some(line) = reporter.poll(now, &s) {
+                        say!("{line}");
+                    }
                 }
             }
             for from in 0..n {

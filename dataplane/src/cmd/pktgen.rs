@@ -345,7 +345,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                 break;
             }
         }
-        if now.duration_since(last_tick) >= Duration::from_millis(10) {
+        if now.duration_since(last_tick) >= Duration::from_millis(10) && reporter.due(now) {
             last_tick = now;
             let s: Vec<(&str, PortStats)> = ports
                 .iter()

@@ -118,8 +118,14 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             let h = std::thread::Builder::new()
                 .name(format!("lcore-{}", lc.id))
                 .spawn_scoped(s, move || {
-                    lc.poll
-                        .run(stop, end, |l, _| lc_publish(shared, &lc.ports, l));
+                    let mut last = Instant::now();
+                    lc.poll.run(stop, end, |l, now| {
+                        // Fresh enough for the main loop's reports, cheap for this one.
+                        if now.duration_since(last) >= PUBLISH_EVERY {
+                            last = now;
+                            lc_publish(shared, &lc.ports, l);
+                        }
+                    });
                     lc_publish(shared, &lc.ports, &lc.poll);
                     lc
                 })
@@ -127,6 +133,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             handles.push(h);
         }
         let reason = main.poll.run(stop, end, |l, now| {
+            if !reporter.due(now) {
+                return;
+            }
             lc_publish(&shared, &main.ports, l);
             let stats = lock(&shared).clone();
             let named: Vec<(&str, PortStats)> =
@@ -159,6 +168,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     say!("{}", summary(&loops, n_ports, elapsed).trim_end());
     Ok(())
 }
+
+/// How often loops on other threads copy their port counters for the periodic report.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 /// One poll loop and the configuration indices of its ports.
 struct Lcore {
