@@ -17,19 +17,17 @@ fn shim_constants_match_the_headers() {
     let headroom = unsafe { dpdk_sys::dpdk_shim_pktmbuf_headroom_default() };
     assert_eq!(u32::from(headroom), dpdk_sys::RTE_PKTMBUF_HEADROOM);
     // SAFETY: returns a compile-time constant.
-    assert_eq!(
-        unsafe { dpdk_sys::dpdk_shim_socket_id_any() },
-        dpdk_sys::SOCKET_ID_ANY
-    );
+    let any = unsafe { dpdk_sys::dpdk_shim_socket_id_any() };
+    assert_eq!(any, dpdk_sys::SOCKET_ID_ANY);
     // rte_mbuf is two cache lines in DPDK 22.11 on x86-64.
     assert_eq!(std::mem::size_of::<dpdk_sys::rte_mbuf>(), 128);
 }
 
 #[test]
 fn dpdk_error_texts_come_from_rte_strerror() {
-    // SAFETY: rte_strerror returns a NUL-terminated string valid until the next call on
-    // this thread; it is copied at once.
     let text = |code: i32| {
+        // SAFETY: rte_strerror returns a NUL-terminated string valid until the next call
+        // on this thread; it is copied at once.
         unsafe { CStr::from_ptr(dpdk_sys::rte_strerror(code)) }
             .to_string_lossy()
             .into_owned()

@@ -193,10 +193,10 @@ impl EthDev {
         let mut current_mtu = 0u16;
         // SAFETY: valid port; current_mtu is a valid out pointer.
         let have_mtu = unsafe { dpdk_sys::rte_eth_dev_get_mtu(port_id, &mut current_mtu) } == 0;
-        // SAFETY: configured port.
         let ret = if have_mtu && current_mtu == setup.mtu {
             0
         } else {
+            // SAFETY: configured, not yet started port.
             unsafe { dpdk_sys::rte_eth_dev_set_mtu(port_id, setup.mtu) }
         };
         if ret == -ENOTSUP {
