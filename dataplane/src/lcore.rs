@@ -451,7 +451,10 @@ fn handle_arp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
 }
 
 fn handle_icmp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
-    let Some(req) = icmp::parse_echo_request(frame.as_ref()) else {
+    // Echo requests to our own address only: broadcast pings are not answered (as Linux
+    // does by default), so a reply's source is always our address.
+    let req = icmp::parse_echo_request(frame.as_ref()).filter(|r| Some(r.dst_ip) == ctx.ipv4());
+    let Some(req) = req else {
         ctx.counters.unhandled += 1;
         return;
     };
@@ -550,6 +553,28 @@ mod tests {
         assert_eq!(c.class(FrameClass::Icmp), 1);
         assert_eq!(c.malformed(), 1);
         assert_eq!((c.arp_replies, c.echo_replies, c.tx), (1, 1, 2));
+    }
+
+    #[test]
+    fn broadcast_ping_is_not_answered() {
+        let (mut l, mut peer) = setup(NoHandler);
+        let mut ping = icmp_frame();
+        // Destination 255.255.255.255 (and broadcast MAC); fix the IPv4 checksum.
+        ping[0..6].copy_from_slice(&[0xff; 6]);
+        ping[30..34].copy_from_slice(&[255; 4]);
+        {
+            use smoltcp::wire::Ipv4Packet;
+            let mut ip = Ipv4Packet::new_unchecked(&mut ping[14..]);
+            ip.fill_checksum();
+        }
+        send(&mut peer, &ping);
+        l.poll_once(Instant::now());
+        assert!(recv(&mut peer).is_empty());
+        let c = l.counters(0);
+        assert_eq!(
+            (c.class(FrameClass::Icmp), c.echo_replies, c.unhandled),
+            (1, 0, 1)
+        );
     }
 
     fn icmp_frame() -> Vec<u8> {
