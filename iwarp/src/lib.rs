@@ -2,6 +2,7 @@
 //! RDMAP extensions (RFC 7306) and a verbs interface.
 #![forbid(unsafe_code)]
 
+pub mod conn;
 pub mod ddp;
 pub mod mem;
 pub mod mpa;

@@ -1,0 +1,51 @@
+//! Settings of one iWARP connection.
+
+use crate::mem::{PdId, StreamId};
+use crate::mpa::MpaConfig;
+use crate::wire::rdmap::RDMAP_VERSION;
+
+/// Settings of one [`super::Connection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnConfig {
+    /// MPA negotiation policy (revision, CRC, markers, IRD/ORD, peer-to-peer, timeout).
+    pub mpa: MpaConfig,
+    /// Protection domain of the stream.
+    pub pd: PdId,
+    /// Stream identity for STag association.
+    pub stream: StreamId,
+    /// RFC 7306 atomics and immediate data.
+    pub extensions: bool,
+    /// RDMAP version to send and accept.
+    pub rdmap_version: u8,
+    /// Receive window offered to TCP (bytes beyond RCV.NXT).
+    pub rx_window: usize,
+    /// Most early DDP segments the engine holds for in-order delivery.
+    pub max_held_segments: usize,
+    /// DDP segment bytes prepared ahead of TCP (taken from the engine before TCP asks).
+    pub tx_budget: usize,
+    /// Effective send MSS, when known; otherwise the largest unit size TCP offered is used.
+    pub emss: Option<usize>,
+}
+
+impl ConnConfig {
+    /// Defaults around `mpa`: PD 0, stream 0, extensions on, 1 MiB window.
+    pub fn new(mpa: MpaConfig) -> Self {
+        ConnConfig {
+            mpa,
+            pd: PdId(0),
+            stream: StreamId(0),
+            extensions: true,
+            rdmap_version: RDMAP_VERSION,
+            rx_window: 1 << 20,
+            max_held_segments: 1 << 16,
+            tx_budget: 64 << 10,
+            emss: None,
+        }
+    }
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig::new(MpaConfig::default())
+    }
+}

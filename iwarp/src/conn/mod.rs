@@ -1,0 +1,31 @@
+//! One iWARP connection: the "QP engine" that joins MPA negotiation, the MPA framer and
+//! receiver, and the RDMAP/DDP [`crate::rdmap::Engine`] of one TCP connection.
+//!
+//! [`Connection`] implements [`tcp::SegmentSink`] and [`tcp::SegmentSource`], so a
+//! `tcp::Engine<Connection<M>>` carries iWARP directly and both stay sans-IO:
+//!
+//! * phase 1, MPA negotiation (RFC 5044 §7.1, RFC 6581): the initiator's Request is the
+//!   first unit it hands TCP; the responder reports [`ConnEvent::ConnectRequest`] and
+//!   answers through [`Connection::accept`] or [`Connection::reject`]; in peer-to-peer mode
+//!   the initiator sends the zero-length RTR first and the responder consumes it;
+//! * phase 2, FPDU mode: every TCP segment goes to the MPA receiver before TCP copies it;
+//!   verified FPDUs are handed to the engine with their stream offsets, out-of-order ones
+//!   are placed at once and reported as consumed so TCP keeps only what nobody could place.
+//!   Units for TCP are whole FPDUs built from the engine's DDP segments, sized by the
+//!   MULPDU of the effective send MSS (RFC 5044 §4.1), with markers at their sequence
+//!   positions.
+//!
+//! Time is passed in ([`Connection::set_time`], [`Connection::handle_timeout`]); what TCP
+//! must do with the stream comes out of [`Connection::poll_llp_request`].
+
+mod config;
+mod connection;
+mod rtr;
+mod shared;
+mod stats;
+
+pub use config::ConnConfig;
+pub use connection::{ConnEvent, ConnState, Connection, LlpRequest, NotEstablished};
+pub use rtr::rtr_message;
+pub use shared::{HasMemoryTable, Shared};
+pub use stats::ConnStats;

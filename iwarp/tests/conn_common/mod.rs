@@ -1,0 +1,471 @@
+//! Simulation harness: two `tcp::Engine<iwarp::conn::Connection>` joined by a simulated
+//! link with delay, loss, reordering, duplication and a packet-rewriting hook.
+#![allow(dead_code)]
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use iwarp::conn::{ConnConfig, ConnEvent, Connection, LlpRequest};
+use iwarp::mem::{Access, PdId, RegionSpec, STag, SimpleMemory};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tcp::{CloseReason, Config, ConnId, Engine, Event, Instant};
+
+pub type Conn = Connection<SimpleMemory>;
+
+pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub const PORT: u16 = 7174;
+pub const PD: PdId = PdId(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    A,
+    B,
+}
+
+impl Side {
+    fn idx(self) -> usize {
+        match self {
+            Side::A => 0,
+            Side::B => 1,
+        }
+    }
+    fn other(self) -> Side {
+        match self {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        }
+    }
+}
+
+/// Link impairments, drawn per packet from a seeded RNG.
+#[derive(Clone, Debug)]
+pub struct LinkConfig {
+    pub delay: Duration,
+    pub loss: f64,
+    pub duplicate: f64,
+    pub reorder: f64,
+    pub reorder_extra: Duration,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            delay: Duration::from_micros(20),
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_extra: Duration::from_micros(60),
+        }
+    }
+}
+
+impl LinkConfig {
+    pub fn lossy() -> Self {
+        LinkConfig {
+            loss: 0.01,
+            duplicate: 0.01,
+            reorder: 0.05,
+            ..LinkConfig::default()
+        }
+    }
+}
+
+/// What the responder's application answers to a Request.
+#[derive(Clone, Debug)]
+pub enum Decision {
+    Accept(Vec<u8>),
+    Reject(Vec<u8>),
+    Ignore,
+}
+
+/// Rewrites a packet sent by `Side` (an IPv4 packet); returns false to drop it.
+pub type Mangle = Box<dyn FnMut(Side, &mut Vec<u8>) -> bool>;
+
+pub struct Node {
+    pub engine: Engine<Conn>,
+    pub conn: Option<ConnId>,
+    pub events: Vec<ConnEvent>,
+    pub closed: Option<(CloseReason, Option<Conn>)>,
+    pub peer_fin: bool,
+}
+
+pub struct Sim {
+    pub now: Instant,
+    pub epoch: std::time::Instant,
+    pub nodes: [Node; 2],
+    pub link: LinkConfig,
+    pub mangle: Option<Mangle>,
+    pub decision: Decision,
+    resp: Option<(ConnConfig, SimpleMemory)>,
+    rng: StdRng,
+    queue: BinaryHeap<Reverse<(Instant, u64)>>,
+    packets: HashMap<u64, (Side, Vec<u8>)>,
+    next_id: u64,
+}
+
+pub fn tcp_config(secret: u8) -> Config {
+    Config {
+        isn_secret: [secret; 16],
+        ..Config::default()
+    }
+}
+
+pub fn rights() -> Access {
+    Access::LOCAL_READ
+        | Access::LOCAL_WRITE
+        | Access::REMOTE_READ
+        | Access::REMOTE_WRITE
+        | Access::REMOTE_ATOMIC
+}
+
+/// A heap memory of `len` octets with one region covering it all.
+pub fn memory(len: usize) -> (SimpleMemory, STag) {
+    let mut m = SimpleMemory::with_heap(len);
+    let stag = m
+        .register(RegionSpec::new(0, len as u64, rights(), PD))
+        .expect("region");
+    (m, stag)
+}
+
+pub fn conn_config(mpa: iwarp::mpa::MpaConfig) -> ConnConfig {
+    ConnConfig {
+        pd: PD,
+        ..ConnConfig::new(mpa)
+    }
+}
+
+impl Sim {
+    /// A connects to B; B accepts with `decision`.
+    pub fn new(
+        seed: u64,
+        link: LinkConfig,
+        (cfg_a, mem_a): (ConnConfig, SimpleMemory),
+        (cfg_b, mem_b): (ConnConfig, SimpleMemory),
+        decision: Decision,
+    ) -> Self {
+        let epoch = std::time::Instant::now();
+        let now = Instant::from_millis(1);
+        let mut a = Engine::new(tcp_config(1));
+        let mut b = Engine::new(tcp_config(2));
+        b.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT), 16)
+            .expect("listen");
+        let t = epoch + Duration::from_micros(now.as_micros());
+        let ca = Connection::initiator(cfg_a, mem_a, t).expect("initiator");
+        let id = a
+            .connect(
+                now,
+                SocketAddrV4::new(A_IP, 0),
+                SocketAddrV4::new(B_IP, PORT),
+                ca,
+            )
+            .expect("connect");
+        let node = |engine, conn| Node {
+            engine,
+            conn,
+            events: Vec::new(),
+            closed: None,
+            peer_fin: false,
+        };
+        Sim {
+            now,
+            epoch,
+            nodes: [node(a, Some(id)), node(b, None)],
+            link,
+            mangle: None,
+            decision,
+            resp: Some((cfg_b, mem_b)),
+            rng: StdRng::seed_from_u64(seed),
+            queue: BinaryHeap::new(),
+            packets: HashMap::new(),
+            next_id: 0,
+        }
+    }
+
+    pub fn time(&self) -> std::time::Instant {
+        self.epoch + Duration::from_micros(self.now.as_micros())
+    }
+
+    fn to_tcp(&self, t: std::time::Instant) -> Instant {
+        Instant::from_micros(t.saturating_duration_since(self.epoch).as_micros() as u64)
+    }
+
+    /// The connection of `side`, alive or handed back by TCP.
+    pub fn conn(&mut self, side: Side) -> Option<&mut Conn> {
+        let n = &mut self.nodes[side.idx()];
+        if let Some(id) = n.conn {
+            if n.engine.ulp(id).is_some() {
+                return n.engine.ulp_mut(id);
+            }
+        }
+        n.closed.as_mut().and_then(|(_, c)| c.as_mut())
+    }
+
+    pub fn events(&self, side: Side) -> &[ConnEvent] {
+        &self.nodes[side.idx()].events
+    }
+
+    fn send(&mut self, from: Side, mut bytes: Vec<u8>) {
+        if let Some(m) = self.mangle.as_mut() {
+            if !m(from, &mut bytes) {
+                return;
+            }
+        }
+        if self.rng.gen_bool(self.link.loss) {
+            return;
+        }
+        let mut at = self.now + self.link.delay;
+        if self.rng.gen_bool(self.link.reorder) {
+            at = at + self.link.reorder_extra;
+        }
+        let to = from.other();
+        if self.rng.gen_bool(self.link.duplicate) {
+            let later = at + Duration::from_micros(self.rng.gen_range(0..30));
+            self.enqueue(later, to, bytes.clone());
+        }
+        self.enqueue(at, to, bytes);
+    }
+
+    fn enqueue(&mut self, at: Instant, to: Side, bytes: Vec<u8>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.packets.insert(id, (to, bytes));
+        self.queue.push(Reverse((at, id)));
+    }
+
+    fn flush(&mut self) {
+        let mut buf = vec![0u8; 1500];
+        for side in [Side::A, Side::B] {
+            loop {
+                let now = self.now;
+                let Some(t) = self.nodes[side.idx()].engine.poll_transmit(now, &mut buf) else {
+                    break;
+                };
+                let bytes = buf[..t.len].to_vec();
+                self.send(side, bytes);
+            }
+        }
+    }
+
+    /// Tcp events, connection events, decisions and LLP requests.
+    fn service(&mut self) {
+        let t = self.time();
+        for side in [Side::A, Side::B] {
+            self.tcp_events(side, t);
+            let node = &mut self.nodes[side.idx()];
+            let Some(id) = node.conn else { continue };
+            let mut requests = Vec::new();
+            if let Some(c) = node.engine.ulp_mut(id) {
+                c.set_time(t);
+                while let Some(e) = c.poll_event() {
+                    if let ConnEvent::ConnectRequest(_) = &e {
+                        match &self.decision {
+                            Decision::Accept(pd) => c.accept(t, pd).expect("accept"),
+                            Decision::Reject(pd) => c.reject(pd).expect("reject"),
+                            Decision::Ignore => {}
+                        }
+                    }
+                    node.events.push(e);
+                }
+                while let Some(r) = c.poll_llp_request() {
+                    requests.push(r);
+                }
+            }
+            for r in requests {
+                let _ = match r {
+                    LlpRequest::Close => node.engine.close(id),
+                    LlpRequest::Reset => node.engine.abort(id),
+                };
+            }
+            self.tcp_events(side, t);
+        }
+    }
+
+    fn tcp_events(&mut self, side: Side, t: std::time::Instant) {
+        {
+            while let Some(ev) = self.nodes[side.idx()].engine.poll_event() {
+                match ev {
+                    Event::Accepted { conn, .. } => {
+                        if let Some((cfg, mem)) = self.resp.take() {
+                            let c = Connection::responder(cfg, mem, t).expect("responder");
+                            self.nodes[side.idx()]
+                                .engine
+                                .attach(conn, c)
+                                .expect("attach");
+                            self.nodes[side.idx()].conn = Some(conn);
+                        }
+                    }
+                    Event::PeerClosed(id) => {
+                        self.nodes[side.idx()].peer_fin = true;
+                        if let Some(c) = self.nodes[side.idx()].engine.ulp_mut(id) {
+                            c.handle_llp_closed(true);
+                        }
+                    }
+                    Event::Closed {
+                        reason, mut ulp, ..
+                    } => {
+                        if let Some(c) = ulp.as_mut() {
+                            if reason != CloseReason::Normal {
+                                c.handle_llp_closed(false);
+                            }
+                            while let Some(e) = c.poll_event() {
+                                self.nodes[side.idx()].events.push(e);
+                            }
+                        }
+                        self.nodes[side.idx()].closed = Some((reason, ulp));
+                    }
+                    Event::Connected(_) => {}
+                }
+            }
+        }
+    }
+
+    fn conn_timeout(&self, side: Side) -> Option<Instant> {
+        let n = &self.nodes[side.idx()];
+        let id = n.conn?;
+        n.engine
+            .ulp(id)?
+            .poll_timeout()
+            .map(|t| self.to_tcp(t).max(self.now))
+    }
+
+    /// Advances to the next arrival or timer. False when nothing is left to do.
+    pub fn step(&mut self) -> bool {
+        self.service();
+        self.flush();
+        let mut next = self.queue.peek().map(|Reverse((t, _))| *t);
+        let timers = [
+            self.nodes[0].engine.poll_timeout(),
+            self.nodes[1].engine.poll_timeout(),
+            self.conn_timeout(Side::A),
+            self.conn_timeout(Side::B),
+        ];
+        for t in timers.into_iter().flatten() {
+            next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        }
+        let Some(t) = next else {
+            return false;
+        };
+        self.now = self.now.max(t);
+        let wall = self.time();
+        for side in [Side::A, Side::B] {
+            let n = &mut self.nodes[side.idx()];
+            if let Some(c) = n.conn.and_then(|id| n.engine.ulp_mut(id)) {
+                c.set_time(wall);
+            }
+        }
+        while let Some(&Reverse((at, id))) = self.queue.peek() {
+            if at > self.now {
+                break;
+            }
+            self.queue.pop();
+            let (to, bytes) = self.packets.remove(&id).expect("packet");
+            let now = self.now;
+            let _ = self.nodes[to.idx()].engine.handle_packet(now, &bytes);
+        }
+        let now = self.now;
+        for side in [Side::A, Side::B] {
+            let n = &mut self.nodes[side.idx()];
+            n.engine.handle_timeout(now);
+            if let Some(c) = n.conn.and_then(|id| n.engine.ulp_mut(id)) {
+                c.handle_timeout(wall);
+            }
+        }
+        self.service();
+        self.flush();
+        true
+    }
+
+    /// Steps until `done` or until `limit` of simulated time passed. Returns `done`.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+        let end = self.now + limit;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.now > end || !self.step() {
+                return done(self);
+            }
+        }
+    }
+
+    pub fn established(&self, side: Side) -> bool {
+        self.events(side)
+            .iter()
+            .any(|e| matches!(e, ConnEvent::Established(_)))
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+/// FNV-1a, to compare large buffers by hash.
+pub fn hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Parsed view of an IPv4/TCP packet built by the TCP engine (no IP options).
+pub struct TcpView {
+    pub ip_header: usize,
+    pub tcp_header: usize,
+    pub seq: u32,
+}
+
+impl TcpView {
+    pub fn parse(p: &[u8]) -> Option<TcpView> {
+        if p.len() < 40 || p[0] >> 4 != 4 || p[9] != 6 {
+            return None;
+        }
+        let ip_header = usize::from(p[0] & 0x0f) * 4;
+        let tcp_header = usize::from(p.get(ip_header + 12)? >> 4) * 4;
+        let s = ip_header + 4;
+        let seq = u32::from_be_bytes(p.get(s..s + 4)?.try_into().ok()?);
+        Some(TcpView {
+            ip_header,
+            tcp_header,
+            seq,
+        })
+    }
+
+    pub fn payload_start(&self) -> usize {
+        self.ip_header + self.tcp_header
+    }
+}
+
+/// Recomputes the TCP checksum of an IPv4 packet after its payload was changed (RFC 9293
+/// §3.1 pseudo-header), so that only the MPA CRC can notice the change.
+pub fn fix_tcp_checksum(p: &mut [u8]) {
+    let ihl = usize::from(p[0] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([p[2], p[3]]));
+    let tcp_len = total - ihl;
+    p[ihl + 16] = 0;
+    p[ihl + 17] = 0;
+    let mut sum: u32 = 0;
+    let mut add = |b: &[u8]| {
+        for c in b.chunks(2) {
+            let w = if c.len() == 2 {
+                u16::from_be_bytes([c[0], c[1]])
+            } else {
+                u16::from_be_bytes([c[0], 0])
+            };
+            sum += u32::from(w);
+        }
+    };
+    add(&p[12..20]);
+    add(&[0, 6]);
+    add(&(tcp_len as u16).to_be_bytes());
+    add(&p[ihl..ihl + tcp_len]);
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let c = !(sum as u16);
+    p[ihl + 16..ihl + 18].copy_from_slice(&c.to_be_bytes());
+}

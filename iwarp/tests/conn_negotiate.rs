@@ -1,0 +1,339 @@
+//! MPA negotiation of two connections over simulated TCP, both roles (RFC 5044 §7.1,
+//! RFC 6581), followed by a Send and an RDMA Write in each direction.
+
+mod conn_common;
+
+use std::time::Duration;
+
+use conn_common::*;
+use iwarp::conn::{ConnEvent, ConnState};
+use iwarp::mem::{STag, Sge};
+use iwarp::mpa::{MpaConfig, MpaError, Recovery, RtrKind};
+use iwarp::rdmap::{CompletionStatus, RecvWr, RemoteBuf, SendOp, SendWr, StreamState, WorkQueue};
+use iwarp::wire::mpa::RtrTypes;
+
+const MEM: usize = 1 << 16;
+
+fn rtr(send: bool, write: bool, read: bool) -> RtrTypes {
+    RtrTypes { send, write, read }
+}
+
+fn sim(a: MpaConfig, b: MpaConfig, decision: Decision, seed: u64) -> (Sim, STag, STag) {
+    let (ma, sa) = memory(MEM);
+    let (mb, sb) = memory(MEM);
+    let s = Sim::new(
+        seed,
+        LinkConfig::default(),
+        (conn_config(a), ma),
+        (conn_config(b), mb),
+        decision,
+    );
+    (s, sa, sb)
+}
+
+/// A Send and a Write from each side to the other; checks bytes and completions.
+fn exchange(s: &mut Sim, sa: STag, sb: STag) {
+    let data_a = pattern(5000, 1);
+    let data_b = pattern(3000, 2);
+    s.conn(Side::A).unwrap().memory_mut().bytes_mut()[..5000].copy_from_slice(&data_a);
+    s.conn(Side::B).unwrap().memory_mut().bytes_mut()[..3000].copy_from_slice(&data_b);
+    for (side, stag) in [(Side::A, sa), (Side::B, sb)] {
+        let c = s.conn(side).unwrap();
+        c.post_recv(RecvWr {
+            wr_id: 100,
+            sgl: vec![Sge {
+                stag,
+                to: 10_000,
+                len: 8000,
+            }],
+        })
+        .unwrap();
+    }
+    for (side, stag, peer, len) in [(Side::A, sa, sb, 5000u32), (Side::B, sb, sa, 3000)] {
+        let c = s.conn(side).unwrap();
+        c.post_send(SendWr::new(
+            1,
+            SendOp::Send {
+                sgl: vec![Sge { stag, to: 0, len }],
+                solicited: false,
+                invalidate: None,
+            },
+        ))
+        .unwrap();
+        c.post_send(SendWr::new(
+            2,
+            SendOp::Write {
+                sgl: vec![Sge { stag, to: 0, len }],
+                remote: RemoteBuf {
+                    stag: peer,
+                    to: 30_000,
+                },
+            },
+        ))
+        .unwrap();
+    }
+    let mut done: [Vec<iwarp::rdmap::Completion>; 2] = [Vec::new(), Vec::new()];
+    let ok = s.run_until(Duration::from_secs(5), |s| {
+        for (i, side) in [Side::A, Side::B].into_iter().enumerate() {
+            if let Some(c) = s.conn(side) {
+                while let Some(wc) = c.poll_completion() {
+                    done[i].push(wc);
+                }
+            }
+        }
+        done.iter().all(|d| d.len() == 3)
+    });
+    assert!(ok, "completions: {done:?}");
+    for d in &done {
+        // RFC 5040 §5.5: Send queue in posting order; the receive completes once.
+        let sq: Vec<u64> = d
+            .iter()
+            .filter(|c| c.queue == WorkQueue::Send)
+            .map(|c| c.wr_id)
+            .collect();
+        assert_eq!(sq, vec![1, 2]);
+        assert!(d.iter().all(|c| c.status == CompletionStatus::Success));
+    }
+    let b = s.conn(Side::B).unwrap().memory().bytes().to_vec();
+    let a = s.conn(Side::A).unwrap().memory().bytes().to_vec();
+    assert_eq!(&b[10_000..15_000], &data_a[..]);
+    assert_eq!(&b[30_000..35_000], &data_a[..]);
+    assert_eq!(&a[10_000..13_000], &data_b[..]);
+    assert_eq!(&a[30_000..33_000], &data_b[..]);
+}
+
+fn negotiated(s: &mut Sim, side: Side) -> iwarp::mpa::Negotiated {
+    s.conn(side)
+        .unwrap()
+        .negotiated()
+        .cloned()
+        .expect("negotiated")
+}
+
+fn establish(s: &mut Sim) {
+    let ok = s.run_until(Duration::from_secs(2), |s| {
+        s.established(Side::A) && s.established(Side::B)
+    });
+    assert!(ok, "A: {:?}\nB: {:?}", s.events(Side::A), s.events(Side::B));
+}
+
+// RFC 6581: revision 2 with IRD/ORD by default; private data goes both ways.
+#[test]
+fn rev2_default_private_data_both_ways() {
+    let a = MpaConfig {
+        private_data: b"hello responder".to_vec(),
+        ird: 8,
+        ord: 4,
+        ..MpaConfig::default()
+    };
+    let b = MpaConfig {
+        ird: 2,
+        ord: 16,
+        ..MpaConfig::default()
+    };
+    let (mut s, sa, sb) = sim(a, b, Decision::Accept(b"hi initiator".to_vec()), 1);
+    establish(&mut s);
+    let req = s.events(Side::B).iter().find_map(|e| match e {
+        ConnEvent::ConnectRequest(r) => Some(r.clone()),
+        _ => None,
+    });
+    let req = req.expect("request reported");
+    assert_eq!(req.revision, 2);
+    assert_eq!(req.private_data, b"hello responder");
+    let na = negotiated(&mut s, Side::A);
+    let nb = negotiated(&mut s, Side::B);
+    assert_eq!((na.revision, nb.revision), (2, 2));
+    assert!(na.enhanced && nb.enhanced);
+    assert!(!na.crc && !nb.crc);
+    assert_eq!(na.private_data, b"hi initiator");
+    assert_eq!(nb.private_data, b"hello responder");
+    // RFC 6581 §5: the responder's ORD never exceeds the initiator's IRD (8); the
+    // initiator's ORD never exceeds the responder's IRD (2).
+    assert_eq!((na.ird, na.ord), (8, 2));
+    assert_eq!((nb.ird, nb.ord), (2, 8));
+    assert_eq!(
+        s.conn(Side::A).unwrap().state(),
+        ConnState::Rdma(StreamState::Active)
+    );
+    exchange(&mut s, sa, sb);
+}
+
+// RFC 5044 §7.1 / RFC 6581 §4: a revision 1 responder answers revision 1.
+#[test]
+fn rev1_fallback() {
+    let b = MpaConfig {
+        revision: 1,
+        ..MpaConfig::default()
+    };
+    let (mut s, sa, sb) = sim(MpaConfig::default(), b, Decision::Accept(Vec::new()), 2);
+    establish(&mut s);
+    let na = negotiated(&mut s, Side::A);
+    assert_eq!(na.revision, 1);
+    assert!(!na.enhanced);
+    assert_eq!(negotiated(&mut s, Side::B).revision, 1);
+    exchange(&mut s, sa, sb);
+}
+
+// RFC 5044 §7.1: CRC is used in both directions when either side asks for it.
+#[test]
+fn crc_on_when_either_side_asks() {
+    for (ca, cb) in [(true, false), (false, true), (true, true), (false, false)] {
+        let a = MpaConfig {
+            require_crc: ca,
+            ..MpaConfig::default()
+        };
+        let b = MpaConfig {
+            require_crc: cb,
+            ..MpaConfig::default()
+        };
+        let (mut s, sa, sb) = sim(a, b, Decision::Accept(Vec::new()), 3);
+        establish(&mut s);
+        assert_eq!(negotiated(&mut s, Side::A).crc, ca || cb);
+        assert_eq!(negotiated(&mut s, Side::B).crc, ca || cb);
+        exchange(&mut s, sa, sb);
+    }
+}
+
+// RFC 5044 §7.1: markers are negotiated per direction (M asks the peer to send them).
+#[test]
+fn markers_per_direction() {
+    for (wa, wb) in [(true, false), (false, true), (true, true)] {
+        let a = MpaConfig {
+            want_markers: wa,
+            accept_markers: true,
+            require_crc: true,
+            ..MpaConfig::default()
+        };
+        let b = MpaConfig {
+            want_markers: wb,
+            accept_markers: true,
+            ..MpaConfig::default()
+        };
+        let (mut s, sa, sb) = sim(a, b, Decision::Accept(Vec::new()), 4);
+        establish(&mut s);
+        let na = negotiated(&mut s, Side::A);
+        let nb = negotiated(&mut s, Side::B);
+        assert_eq!((na.markers_rx, na.markers_tx), (wa, wb));
+        assert_eq!((nb.markers_rx, nb.markers_tx), (wb, wa));
+        exchange(&mut s, sa, sb);
+    }
+}
+
+// RFC 5044 §7.1: a reject carries the responder's private data to the initiator, then
+// the connection closes.
+#[test]
+fn reject_with_private_data() {
+    let (mut s, _, _) = sim(
+        MpaConfig::default(),
+        MpaConfig::default(),
+        Decision::Reject(b"go away".to_vec()),
+        5,
+    );
+    let ok = s.run_until(Duration::from_secs(2), |s| {
+        s.events(Side::A)
+            .iter()
+            .any(|e| matches!(e, ConnEvent::Rejected { .. }))
+    });
+    assert!(ok, "A: {:?}", s.events(Side::A));
+    let pd = s.events(Side::A).iter().find_map(|e| match e {
+        ConnEvent::Rejected { private_data } => Some(private_data.clone()),
+        _ => None,
+    });
+    assert_eq!(pd.as_deref(), Some(&b"go away"[..]));
+    assert_eq!(s.conn(Side::A).unwrap().state(), ConnState::Rejected);
+    assert_eq!(s.conn(Side::B).unwrap().state(), ConnState::Rejected);
+    assert!(s
+        .conn(Side::A)
+        .unwrap()
+        .post_send(SendWr::new(
+            1,
+            SendOp::Immediate {
+                data: [0; 8],
+                solicited: false
+            }
+        ))
+        .is_err());
+    let closed = s.run_until(Duration::from_secs(5), |s| {
+        s.nodes[0].closed.is_some() && s.nodes[1].closed.is_some()
+    });
+    assert!(closed, "both TCP connections close after the reject");
+}
+
+// Linux siw behaviour kept by default: a Request asking for markers is rejected.
+#[test]
+fn markers_refused_by_default_responder() {
+    let a = MpaConfig {
+        want_markers: true,
+        accept_markers: true,
+        ..MpaConfig::default()
+    };
+    let (mut s, _, _) = sim(a, MpaConfig::default(), Decision::Accept(Vec::new()), 6);
+    let ok = s.run_until(Duration::from_secs(2), |s| {
+        s.events(Side::A)
+            .iter()
+            .any(|e| matches!(e, ConnEvent::Rejected { .. }))
+    });
+    assert!(ok, "A: {:?}", s.events(Side::A));
+    assert!(s.events(Side::B).iter().any(|e| matches!(
+        e,
+        ConnEvent::NegotiationFailed {
+            error: MpaError::MarkersRefused,
+            recovery: Recovery::Close
+        }
+    )));
+}
+
+// RFC 6581 §5: in peer-to-peer mode the initiator sends the agreed zero-length RTR first;
+// the responder consumes it and only then may send.
+#[test]
+fn p2p_rtr_each_kind() {
+    for (offer, want) in [
+        (rtr(false, true, false), RtrKind::Write),
+        (rtr(true, false, false), RtrKind::Send),
+        (rtr(false, false, true), RtrKind::Read),
+    ] {
+        let a = MpaConfig {
+            p2p: Some(offer),
+            ..MpaConfig::default()
+        };
+        let b = MpaConfig {
+            p2p: Some(rtr(true, true, true)),
+            ..MpaConfig::default()
+        };
+        let (mut s, sa, sb) = sim(a, b, Decision::Accept(Vec::new()), 7);
+        establish(&mut s);
+        assert_eq!(negotiated(&mut s, Side::A).rtr, Some(want));
+        assert_eq!(negotiated(&mut s, Side::B).rtr, Some(want));
+        // The RTR reached the responder's MPA layer, not its RDMAP engine.
+        assert_eq!(s.conn(Side::B).unwrap().stats().fpdus_received, 1);
+        assert_eq!(s.conn(Side::A).unwrap().stats().fpdus_sent, 1);
+        exchange(&mut s, sa, sb);
+    }
+}
+
+// RFC 5044 §7.1: a peer that never completes the exchange is timed out and reset.
+#[test]
+fn negotiation_timeout_resets() {
+    let b = MpaConfig {
+        timeout: Duration::from_secs(1),
+        ..MpaConfig::default()
+    };
+    let a = MpaConfig {
+        timeout: Duration::from_secs(2),
+        ..MpaConfig::default()
+    };
+    let (mut s, _, _) = sim(a, b, Decision::Ignore, 8);
+    let ok = s.run_until(Duration::from_secs(5), |s| {
+        s.events(Side::A).iter().any(|e| {
+            matches!(
+                e,
+                ConnEvent::NegotiationFailed {
+                    error: MpaError::Timeout,
+                    recovery: Recovery::Reset
+                }
+            )
+        })
+    });
+    assert!(ok, "A: {:?}", s.events(Side::A));
+    assert_eq!(s.conn(Side::A).unwrap().state(), ConnState::Failed);
+}
