@@ -1,5 +1,6 @@
-//! Two `dataplane` processes joined by a DPDK memif link: `fwd --mode macswap` on the
-//! server side reflects what `pktgen` sends from the client side.
+//! Two `dataplane` processes joined by a DPDK virtual link (memif, or vhost-user with
+//! virtio-user): `fwd --mode macswap` on the server side reflects what `pktgen` sends from
+//! the client side.
 
 #![cfg(feature = "dpdk")]
 
@@ -26,26 +27,27 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn config(dir: &std::path::Path, role: &str, lcore: u32) -> String {
-    let sock = dir.join("memif.sock");
+/// Writes a one-port configuration with these EAL arguments and returns its path.
+fn config(dir: &std::path::Path, name: &str, lcore: u32, eal: &[&str], device: &str) -> String {
+    let mut args = vec!["--no-huge", "-m", "512", "--no-pci"];
+    args.extend_from_slice(eal);
+    let lcore = lcore.to_string();
+    args.extend_from_slice(&["-l", &lcore]);
+    let quoted: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
     let text = format!(
-        "[eal]\nargs = [\"--no-huge\", \"-m\", \"512\", \"--no-pci\", \"-l\", \"{lcore}\", \
-         \"--vdev\", \"net_memif0,role={role},id=0,socket={}\"]\n\
-         [[ports]]\nname = \"m\"\nbackend = \"dpdk\"\ndevice = \"net_memif0\"\n",
-        sock.display()
+        "[eal]\nargs = [{}]\n[[ports]]\nname = \"m\"\nbackend = \"dpdk\"\ndevice = \"{device}\"\n",
+        quoted.join(", ")
     );
-    let path = dir.join(format!("{role}.toml"));
+    let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
     path.display().to_string()
 }
 
-#[test]
-fn pktgen_through_a_macswap_forwarder_over_memif() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = config(dir.path(), "server", 0);
-    let client = config(dir.path(), "client", 1);
+/// Starts the forwarder on `server`, sends 5000 frames from `client`, and checks that
+/// (nearly) all come back in order.
+fn reflect(server: &str, client: &str) {
     let mut fwd = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["fwd", "--config", &server, "--mode", "macswap", "-d", "20"])
+        .args(["fwd", "--config", server, "--mode", "macswap", "-d", "20"])
         .args(["--stats-interval", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -57,13 +59,13 @@ fn pktgen_through_a_macswap_forwarder_over_memif() {
     let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
     assert!(
         lines.any(|l| l.starts_with("forwarding")),
-        "memif server did not start"
+        "forwarder did not start"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
         .args([
             "pktgen",
             "--config",
-            &client,
+            client,
             "--tx-port",
             "m",
             "--rx-port",
@@ -92,4 +94,51 @@ fn pktgen_through_a_macswap_forwarder_over_memif() {
         "only {received} of 5000 came back:\n{text}"
     );
     assert!(text.contains(" 0 late"), "memif keeps order:\n{text}");
+}
+
+#[test]
+fn pktgen_through_a_macswap_forwarder_over_memif() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("memif.sock");
+    let dev = |role: &str| format!("net_memif0,role={role},id=0,socket={}", sock.display());
+    let server = config(
+        dir.path(),
+        "server",
+        0,
+        &["--vdev", &dev("server")],
+        "net_memif0",
+    );
+    let client = config(
+        dir.path(),
+        "client",
+        1,
+        &["--vdev", &dev("client")],
+        "net_memif0",
+    );
+    reflect(&server, &client);
+}
+
+#[test]
+fn pktgen_through_a_macswap_forwarder_over_vhost_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("vhost.sock");
+    // Both sides need --single-file-segments (vhost-user's memory table limit).
+    let server_dev = format!("net_vhost0,iface={},queues=1", sock.display());
+    let client_dev = format!("virtio_user0,path={},queues=1", sock.display());
+    let ssf = "--single-file-segments";
+    let server = config(
+        dir.path(),
+        "server",
+        0,
+        &[ssf, "--vdev", &server_dev],
+        "net_vhost0",
+    );
+    let client = config(
+        dir.path(),
+        "client",
+        1,
+        &[ssf, "--vdev", &client_dev],
+        "virtio_user0",
+    );
+    reflect(&server, &client);
 }
