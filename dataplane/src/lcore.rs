@@ -338,6 +338,11 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         &self.handler
     }
 
+    /// The handler, for work between iterations (e.g. from the `run` tick).
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.handler
+    }
+
     /// Takes the ports back.
     pub fn into_ports(self) -> Vec<P> {
         self.ports
@@ -352,13 +357,13 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         total
     }
 
-    /// Runs until `stop` is set or `deadline` passes, calling `tick` about every millisecond
-    /// of busy time or idle iteration batch (for periodic stats).
+    /// Runs until `stop` is set or `deadline` passes, calling `tick` between iterations
+    /// about once a millisecond (periodic stats, work handed to the handler).
     pub fn run(
         &mut self,
         stop: &AtomicBool,
         deadline: Option<Instant>,
-        mut tick: impl FnMut(&Self, Instant),
+        mut tick: impl FnMut(&mut Self, Instant),
     ) -> StopReason {
         let mut last_tick = Instant::now();
         loop {
