@@ -271,8 +271,8 @@ pub struct PortConfig {
     /// Receive frames for any destination MAC.
     #[serde(default)]
     pub promiscuous: bool,
-    /// The poll loop (lcore) that drives this port, 0..=127; ports with the same value
-    /// share one loop, loop 0 runs on the main thread.
+    /// The poll loop (lcore) that drives this port in `dataplane run`, 0..=127; ports with
+    /// the same value share one loop (thread), the lowest value runs on the main thread.
     #[serde(default, deserialize_with = "de_lcore")]
     pub lcore: u32,
     /// Write every frame of this port to this pcap file.
