@@ -608,6 +608,38 @@ mod tests {
         u32::from_be_bytes(frame[..4].try_into().unwrap())
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Whatever the mix of faults, every frame is accounted for: delivered frames =
+        /// seen - dropped + duplicated, once delayed and held frames are released.
+        #[test]
+        fn frames_are_conserved(
+            seed in proptest::prelude::any::<u64>(),
+            rates in proptest::array::uniform6(0u32..300_000),
+            depth in 1usize..8,
+            n in 1u32..300,
+        ) {
+            let r = |i: usize| Rate::from_ppm(rates[i]).unwrap();
+            let cfg = FaultConfig {
+                seed,
+                drop: r(0),
+                reorder: r(1),
+                reorder_depth: depth,
+                reorder_max_hold: Duration::ZERO,
+                duplicate: r(2),
+                corrupt: r(3),
+                truncate: r(4),
+                delay: r(5),
+                delay_time: Duration::ZERO,
+                ..FaultConfig::default()
+            };
+            let (got, c) = pass_rx(cfg, n);
+            proptest::prop_assert_eq!(c.seen, n as u64);
+            proptest::prop_assert_eq!(got.len() as u64, c.seen - c.dropped + c.duplicated);
+        }
+    }
+
     #[test]
     fn rate_parsing() {
         assert_eq!("1%".parse::<Rate>().unwrap().ppm(), 10_000);
