@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use dataplane::classify::FrameClass;
 use dataplane::lcore::{LoopCounters, NoHandler, PollLoop, PortAddr, StopReason};
+use dataplane::port::fault::Direction;
 use dataplane::port::{AnyPort, Port, PortStats};
 use dataplane::say;
 use dataplane::stats::{RateReporter, Table};
@@ -279,8 +280,13 @@ fn summary(loops: &[Lcore], n_ports: usize, elapsed: Duration) -> String {
             per_pkt(c.process_ns, c.rx),
             per_pkt(c.tx_ns, c.tx),
         ]);
-        if let Some((rx, tx)) = p.fault_counters() {
-            for (dir, f) in [("rx", rx), ("tx", tx)] {
+        if let (Some((rx, tx)), Some(fc)) = (p.fault_counters(), p.fault_config()) {
+            let dirs = match fc.direction {
+                Direction::Rx => vec![("rx", rx)],
+                Direction::Tx => vec![("tx", tx)],
+                Direction::Both => vec![("rx", rx), ("tx", tx)],
+            };
+            for (dir, f) in dirs {
                 faults.row([
                     name.clone(),
                     dir.into(),

@@ -6,7 +6,7 @@
 //! concrete port type instead.
 
 use super::capture::CapturePort;
-use super::fault::{FaultCounters, FaultPort};
+use super::fault::{FaultConfig, FaultCounters, FaultPort};
 use super::heap::HeapBuf;
 use super::soft_pair::SoftPort;
 use super::tap::TapPort;
@@ -158,6 +158,15 @@ impl AnyPort {
             Backend::Fault(p) => p.inner().link_up(),
             Backend::Capture(p) => p.inner().link_up(),
             _ => true,
+        }
+    }
+
+    /// The fault layer's configuration in this stack, if any.
+    pub fn fault_config(&self) -> Option<&FaultConfig> {
+        match &self.backend {
+            Backend::Fault(p) => Some(p.config()),
+            Backend::Capture(p) => p.inner().fault_config(),
+            _ => None,
         }
     }
 
