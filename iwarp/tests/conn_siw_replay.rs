@@ -1,0 +1,277 @@
+//! An initiator connection facing the responder bytes of a real Linux siw rping exchange
+//! (captures/siw-rping-mpa2.pcap, siw 6.1, MPA revision 2, CRC off, no markers): it sends
+//! the same MPA Request siw's initiator sent, negotiates what siw negotiated, and answers
+//! siw's RDMA Read Request with the same Read Response octets (RFC 5044 §7.1, RFC 6581,
+//! RFC 5040 §4.4).
+
+use std::time::Instant;
+
+use iwarp::conn::{ConnConfig, ConnEvent, Connection};
+use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory};
+use iwarp::mpa::{MpaConfig, Negotiated, Role, RtrKind};
+use iwarp::rdmap::{CompletionOpcode, CompletionStatus, RecvWr, SendOp, SendWr, WorkQueue};
+use iwarp::wire::mpa::RtrTypes;
+use tcp::{SegmentSink, SegmentSource};
+
+/// One captured rping start, as hex payloads of the TCP segments.
+struct Capture {
+    /// MPA policy that matches the siw client of the capture.
+    mpa: MpaConfig,
+    /// Client → server: MPA Request.
+    request: &'static str,
+    /// Server → client: MPA Reply.
+    reply: &'static str,
+    /// Client → server: the peer-to-peer RTR, if any.
+    rtr: Option<&'static str>,
+    /// Client → server: rping's Send of its 16-octet buffer descriptor (QN 0, MSN 1).
+    client_send: &'static str,
+    /// Server → client: RDMA Read Request (QN 1, MSN 1) for the client's 64 octets.
+    server_read_request: &'static str,
+    /// Client → server: the Read Response carrying "rdma-ping-0: ABC…".
+    client_read_response: &'static str,
+    /// Server → client: Send "go ahead" (QN 0, MSN 1, 16 zero octets), if captured.
+    server_send: Option<&'static str>,
+}
+
+/// captures/siw-rping-mpa2.pcap frames 4, 6, 8, 9, 10, 11: stock siw, CRC off.
+fn plain() -> Capture {
+    Capture {
+        mpa: MpaConfig {
+            ird: 1,
+            ord: 1,
+            ..MpaConfig::default()
+        },
+        request: "4d504120494420526571204672616d651002000400010001",
+        reply: "4d504120494420526570204672616d651002000400010001",
+        rtr: None,
+        client_send: "00224143000000000000000000000001000000000000555bd2707370e2b5ae00\
+                      0000004000000000",
+        server_read_request: "002e4141000000000000000100000001000000007ac8e4000000559512ae0550\
+                              00000040e2b5ae000000555bd270737000000000",
+        client_read_response: "004ec1427ac8e4000000559512ae055072646d612d70696e672d303a20\
+                               4142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f60\
+                               6162636465666768696a6b6c6d6e6f7071720000000000",
+        server_send: Some(
+            "00224143000000000000000000000001000000000000000000000000000000000000000000000000",
+        ),
+    }
+}
+
+/// captures/siw-rping-mpa2-crc.pcap frames 4, 6, 8, 9, 10, 11: siw with CRC required.
+fn crc() -> Capture {
+    Capture {
+        mpa: MpaConfig {
+            ird: 1,
+            ord: 1,
+            require_crc: true,
+            ..MpaConfig::default()
+        },
+        request: "4d504120494420526571204672616d655002000400010001",
+        reply: "4d504120494420526570204672616d655002000400010001",
+        rtr: None,
+        client_send: "0022414300000000000000000000000100000000000055aa6ed633701f5abd00\
+                      00000040 14e7e4df",
+        server_read_request: "002e414100000000000000010000000100000000b07e9d00000055c41b3db550\
+                              000000401f5abd00000055aa6ed6337059b40b10",
+        client_read_response: "004ec142b07e9d00000055c41b3db55072646d612d70696e672d303a20\
+                               4142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f60\
+                               6162636465666768696a6b6c6d6e6f70717200b1ba0149",
+        server_send: Some(
+            "00224143000000000000000000000001000000000000000000000000000000000000000084609a12",
+        ),
+    }
+}
+
+/// captures/siw-rping-mpa2-p2p.pcap frames 4, 6, 8, 9, 11, 12: siw-tunable peer_to_peer=1.
+fn p2p() -> Capture {
+    Capture {
+        mpa: MpaConfig {
+            ird: 1,
+            ord: 1,
+            p2p: Some(RtrTypes {
+                send: false,
+                write: true,
+                read: true,
+            }),
+            ..MpaConfig::default()
+        },
+        request: "4d504120494420526571204672616d65100200048001c001",
+        reply: "4d504120494420526570204672616d651002000480018001",
+        rtr: Some("000ec14000000001000000000000000000000000"),
+        client_send: "00224143000000000000000000000001000000000000560420178370ba2cf800\
+                      0000004000000000",
+        server_read_request: "002e414100000000000000010000000100000000eb3d3200000055e4b7e9f550\
+                              00000040ba2cf800000056042017837000000000",
+        client_read_response: "004ec142eb3d3200000055e4b7e9f55072646d612d70696e672d303a20\
+                               4142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f60\
+                               6162636465666768696a6b6c6d6e6f7071720000000000",
+        server_send: None,
+    }
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+const PD: PdId = PdId(1);
+const MSS: usize = 1448;
+
+/// Plays the server's segments to an initiator and compares what it sends with the
+/// capture's client segments. Sequence numbers are the capture's relative ones.
+fn replay(cap: Capture) -> Negotiated {
+    let now = Instant::now();
+    let send = hex(cap.client_send);
+    let rr = hex(cap.server_read_request);
+    let resp = hex(cap.client_read_response);
+    let mut mem = SimpleMemory::with_heap(4096);
+    let local = mem
+        .register(RegionSpec::new(
+            0,
+            1024,
+            Access::LOCAL_READ | Access::LOCAL_WRITE,
+            PD,
+        ))
+        .unwrap();
+    // rping's source buffer as the server's Read Request names it (RFC 5040 §4.4).
+    // ULPDU_Length (2) + untagged header (18), then sink STag, sink TO, size, source STag,
+    // source TO.
+    let src_stag = STag(u32::from_be_bytes(rr[36..40].try_into().unwrap()));
+    let src_to = u64::from_be_bytes(rr[40..48].try_into().unwrap());
+    let mut spec = RegionSpec::new(2048, 64, Access::LOCAL_READ | Access::REMOTE_READ, PD);
+    spec.base_to = src_to;
+    spec.key = src_stag.key();
+    mem.register_with_stag(spec, src_stag).unwrap();
+    mem.bytes_mut()[2048..2112].copy_from_slice(&resp[16..80]);
+    mem.bytes_mut()[..16].copy_from_slice(&send[20..36]);
+    let cfg = ConnConfig {
+        pd: PD,
+        ..ConnConfig::new(cap.mpa)
+    };
+    let mut c = Connection::initiator(cfg, mem, now).unwrap();
+
+    // The Request is the first unit and equals siw's octet for octet.
+    assert!(c.pending());
+    let u = c.next_unit(1, MSS).expect("request");
+    assert_eq!(u.payload, hex(cap.request));
+    assert!(c.next_unit(25, MSS).is_none(), "no FPDU before the Reply");
+
+    let reply = hex(cap.reply);
+    let consumed = c.on_segment(1, &reply, true, 1);
+    assert_eq!(consumed.total(), reply.len());
+    c.on_advance(25);
+    let n = loop {
+        match c.poll_event() {
+            Some(ConnEvent::Established(n)) => break n,
+            Some(_) => {}
+            None => panic!("not established"),
+        }
+    };
+
+    let mut seq = 25u32;
+    if let Some(rtr) = cap.rtr {
+        // RFC 6581 §5: the RTR goes first, as siw's initiator sent it.
+        let u = c.next_unit(seq, MSS).expect("rtr");
+        assert_eq!(u.payload, hex(rtr));
+        seq += u.payload.len() as u32;
+    }
+    for i in 0..2 {
+        c.post_recv(RecvWr {
+            wr_id: 10 + i,
+            sgl: vec![Sge {
+                stag: local,
+                to: 512 + 16 * i,
+                len: 16,
+            }],
+        })
+        .unwrap();
+    }
+    c.post_send(SendWr::new(
+        1,
+        SendOp::Send {
+            sgl: vec![Sge {
+                stag: local,
+                to: 0,
+                len: 16,
+            }],
+            solicited: false,
+            invalidate: None,
+        },
+    ))
+    .unwrap();
+    let u = c.next_unit(seq, MSS).expect("send");
+    assert_eq!(u.payload, send);
+    seq += u.payload.len() as u32;
+
+    // siw's Read Request is answered with the Read Response siw's client sent.
+    c.on_segment(25, &rr, true, 25);
+    c.on_advance(25 + rr.len() as u32);
+    let u = c.next_unit(seq, MSS).expect("read response");
+    assert_eq!(u.payload, resp);
+
+    let mut wcs = Vec::new();
+    if let Some(ss) = cap.server_send {
+        // siw's Send lands in the first receive buffer.
+        let ss = hex(ss);
+        let at = 25 + rr.len() as u32;
+        c.on_segment(at, &ss, true, at);
+        c.on_advance(at + ss.len() as u32);
+    }
+    while let Some(wc) = c.poll_completion() {
+        wcs.push(wc);
+    }
+    assert_eq!(
+        (wcs[0].queue, wcs[0].opcode, wcs[0].wr_id),
+        (WorkQueue::Send, CompletionOpcode::Send, 1)
+    );
+    if cap.server_send.is_some() {
+        assert_eq!(wcs.len(), 2, "{wcs:?}");
+        assert_eq!(
+            (wcs[1].queue, wcs[1].wr_id, wcs[1].byte_len),
+            (WorkQueue::Recv, 10, 16)
+        );
+    }
+    assert!(wcs.iter().all(|w| w.status == CompletionStatus::Success));
+    let st = c.stats();
+    assert_eq!(
+        st.crc_errors + st.terminates_sent + st.terminates_received,
+        0
+    );
+    n
+}
+
+// RFC 5044 §7.1, RFC 6581: stock siw negotiates revision 2, enhanced, CRC and markers off,
+// IRD 1 / ORD 1 for rping.
+#[test]
+fn initiator_against_siw_responder_bytes() {
+    let n = replay(plain());
+    assert_eq!(n.role, Role::Initiator);
+    assert_eq!(n.revision, 2);
+    assert!(n.enhanced);
+    assert!(!n.crc);
+    assert!(!n.markers_tx && !n.markers_rx);
+    assert_eq!((n.ird, n.ord), (1, 1));
+    assert_eq!(n.rtr, None);
+    assert!(n.private_data.is_empty());
+}
+
+// RFC 5044 §4.1: with CRC required siw echoes C; our CRC32c matches siw's on the wire and
+// siw's CRCs verify here.
+#[test]
+fn initiator_against_siw_responder_with_crc() {
+    let n = replay(crc());
+    assert!(n.crc);
+    assert_eq!((n.revision, n.ird, n.ord), (2, 1, 1));
+}
+
+// RFC 6581 §5: siw-tunable peer_to_peer=1 chooses the zero-length RDMA Write RTR; our RTR
+// FPDU equals siw's.
+#[test]
+fn initiator_against_siw_responder_peer_to_peer() {
+    let n = replay(p2p());
+    assert_eq!(n.rtr, Some(RtrKind::Write));
+    assert_eq!((n.ird, n.ord), (1, 1));
+}
