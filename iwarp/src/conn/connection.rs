@@ -7,6 +7,7 @@ use tcp::{SegmentSink, SegmentSource, Unit};
 
 use super::config::ConnConfig;
 use super::rtr::rtr_message;
+use super::shared::Shared;
 use super::stats::ConnStats;
 use crate::ddp::SegmentPos;
 use crate::mem::MemoryTable;
@@ -415,37 +416,6 @@ impl<M: MemoryTable> Connection<M> {
     }
 
     // ------------------------------------------------------------------ verbs
-
-    /// Moves work between a verbs QP and this connection's engine: posted WRs in, engine
-    /// completions and stream events out (the poll core calls it after each activity).
-    pub fn pump_verbs(&mut self, rnic: &mut Rnic, qp: QpId) {
-        let events = self.verbs_events.get_or_insert_with(VecDeque::new);
-        let pending: Vec<rdmap::Event> = events.drain(..).collect();
-        for ev in pending {
-            let _ = rnic.handle_engine_event(qp, ev);
-        }
-        if self.phase == Phase::Fpdu || self.phase == Phase::Negotiating {
-            while let Some(wr) = rnic.next_recv_wr(qp) {
-                if self.post_recv(wr).is_err() {
-                    break;
-                }
-            }
-            while let Some(wr) = rnic.next_send_wr(qp) {
-                if self.post_send(wr).is_err() {
-                    break;
-                }
-            }
-        }
-        while let Some(c) = self.poll_completion() {
-            let _ = rnic.handle_completion(qp, c);
-        }
-        if let Some(events) = self.verbs_events.as_mut() {
-            let pending: Vec<rdmap::Event> = events.drain(..).collect();
-            for ev in pending {
-                let _ = rnic.handle_engine_event(qp, ev);
-            }
-        }
-    }
 
     /// Carries out a verbs [`QpAction`] aimed at this connection; returns what the driver
     /// must then do with the TCP connection.
@@ -883,5 +853,44 @@ impl<M: MemoryTable> SegmentSource for Connection<M> {
     fn pending(&self) -> bool {
         !self.frames.is_empty()
             || (self.framer.is_some() && self.negotiator.may_send_fpdus() && !self.tx.is_empty())
+    }
+}
+
+impl Connection<Shared<Rnic>> {
+    /// Moves work between the verbs QP `qp` of the shared [`Rnic`] and this connection's
+    /// engine: posted WRs in (once the QP is in RTS), engine completions and stream events
+    /// out, with their automatic QP transitions (VERBS-00 §6.2, §8.2). The poll core calls
+    /// it after creating the connection and after each activity; the RNIC is borrowed only
+    /// for each single call into it.
+    pub fn pump_verbs(&mut self, qp: QpId) {
+        let rnic = self.mem.0.clone();
+        self.verbs_events.get_or_insert_with(VecDeque::new);
+        self.forward_verbs_events(&rnic, qp);
+        if matches!(self.phase, Phase::Fpdu | Phase::Negotiating) {
+            loop {
+                let wr = rnic.borrow_mut().next_recv_wr(qp);
+                let Some(wr) = wr else { break };
+                if self.post_recv(wr).is_err() {
+                    break;
+                }
+            }
+            loop {
+                let wr = rnic.borrow_mut().next_send_wr(qp);
+                let Some(wr) = wr else { break };
+                if self.post_send(wr).is_err() {
+                    break;
+                }
+            }
+        }
+        while let Some(c) = self.poll_completion() {
+            let _ = rnic.borrow_mut().handle_completion(qp, c);
+        }
+        self.forward_verbs_events(&rnic, qp);
+    }
+
+    fn forward_verbs_events(&mut self, rnic: &std::cell::RefCell<Rnic>, qp: QpId) {
+        while let Some(ev) = self.verbs_events.as_mut().and_then(VecDeque::pop_front) {
+            let _ = rnic.borrow_mut().handle_engine_event(qp, ev);
+        }
     }
 }
