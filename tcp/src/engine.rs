@@ -411,8 +411,11 @@ impl<U: Ulp> Engine<U> {
             return Err(Error::NoSuchConnection);
         }
         let c = self.conn_mut(conn).ok_or(Error::NoSuchConnection)?;
+        let pending = c.ulp.as_ref().is_some_and(|u| u.pending());
         match c.tcb.state {
-            State::SynSent => {
+            // RFC 9293 §3.10.4: in SYN-SENT with nothing queued, delete the TCB; with data
+            // queued, FIN follows it once established.
+            State::SynSent if !pending => {
                 self.remove(conn, Some(CloseReason::Normal));
                 return Ok(());
             }

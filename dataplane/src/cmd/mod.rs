@@ -6,6 +6,7 @@ mod fwd;
 mod inspect;
 mod pktgen;
 mod run;
+mod tcp;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +41,8 @@ pub enum Command {
     Pktgen(pktgen::Args),
     /// Decode the iWARP traffic (MPA, DDP, RDMAP) of a pcap/pcapng capture.
     Inspect(inspect::Args),
+    /// Plain TCP over the data plane's own TCP engine: echo, sink, source, client.
+    Tcp(tcp::Args),
 }
 
 /// Runs the chosen subcommand.
@@ -49,6 +52,7 @@ pub fn dispatch(cmd: Command) -> Result<(), CmdError> {
         Command::Fwd(a) => fwd::run(a),
         Command::Pktgen(a) => pktgen::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Tcp(a) => tcp::run(a),
     }
 }
 

@@ -1,0 +1,490 @@
+//! `dataplane tcp`: plain TCP over the data plane's own engine (crate `tcp`) on one port.
+//!
+//! Modes: `echo` and `sink` listen; `source` and `client` connect. The engine plugs into the
+//! poll loop as its [`Handler`]: classified TCP segments go to `Engine::handle_tcp`, and each
+//! iteration runs the engine's timers, moves application bytes, and drains
+//! `Engine::poll_transmit` straight into transmit buffers after the Ethernet header, with
+//! the next hop resolved through the port's ARP cache.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dataplane::classify::{Classified, FrameClass};
+use dataplane::lcore::{Handled, Handler, PollLoop, PortAddr, PortContext};
+use dataplane::port::Port;
+use dataplane::say;
+use rand::Rng;
+use tcp::cc::CongestionAlgorithm;
+use tcp::{CloseReason, ConnId, ConnInfo, Engine, Event, StreamSocket};
+
+use super::{deadline, parse_secs, stop_flag, CmdError, PortArgs};
+
+/// Socket buffer per connection (send and receive), which bounds the advertised window.
+const SOCKET_BUF: usize = 4 << 20;
+
+/// What `dataplane tcp` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Listen and send every received byte back.
+    Echo,
+    /// Listen and consume (optionally save) every received byte.
+    Sink,
+    /// Connect, send the data, close.
+    Source,
+    /// Connect, send the data, read it back from an echo server, close.
+    Client,
+}
+
+/// Congestion controller choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Cc {
+    /// RFC 5681 / RFC 6582.
+    Newreno,
+    /// RFC 8312.
+    Cubic,
+}
+
+/// Arguments of `tcp`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What to run.
+    #[arg(value_enum)]
+    pub mode: Mode,
+    /// TCP port to listen on (echo, sink).
+    #[arg(long, value_name = "PORT")]
+    pub listen: Option<u16>,
+    /// Peer to connect to (source, client).
+    #[arg(long, value_name = "IP:PORT")]
+    pub connect: Option<SocketAddrV4>,
+    /// Send the contents of this file (source, client).
+    #[arg(long, value_name = "FILE", conflicts_with = "bytes")]
+    pub file: Option<PathBuf>,
+    /// Send this many pseudo-random bytes (source, client).
+    #[arg(long, value_name = "N")]
+    pub bytes: Option<u64>,
+    /// Write the received bytes to this file (sink: the stream; client: the echo).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Serve one connection, then exit (echo, sink).
+    #[arg(long)]
+    pub once: bool,
+    /// Stop after this many seconds (default: when done, or Ctrl-C).
+    #[arg(long, short = 'd', value_name = "SECS", value_parser = parse_secs)]
+    pub duration: Option<Duration>,
+    /// Congestion control.
+    #[arg(long, value_enum, default_value = "cubic")]
+    pub cc: Cc,
+    /// Minimum retransmission timeout in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5)]
+    pub rto_min_ms: u64,
+    /// Ports (exactly one).
+    #[command(flatten)]
+    pub ports: PortArgs,
+}
+
+/// One connection of the application.
+#[derive(Debug)]
+struct AppConn {
+    id: ConnId,
+    /// The peer closed; close our side once everything read was echoed.
+    peer_closed: bool,
+    close_sent: bool,
+}
+
+/// The application on top of the engine: the poll loop's handler.
+struct TcpApp {
+    engine: Engine<StreamSocket>,
+    epoch: Instant,
+    mode: Mode,
+    once: bool,
+    data: Vec<u8>,
+    written: usize,
+    received: u64,
+    output: Option<BufWriter<File>>,
+    conns: Vec<AppConn>,
+    stop: Arc<AtomicBool>,
+    outcome: Option<Result<(), String>>,
+    started: Option<Instant>,
+    finished: Option<Instant>,
+    last_info: Option<ConnInfo>,
+    scratch: Vec<u8>,
+}
+
+impl TcpApp {
+    fn now(&self, now: Instant) -> tcp::Instant {
+        tcp::Instant::from_micros(now.saturating_duration_since(self.epoch).as_micros() as u64)
+    }
+
+    fn finish(&mut self, now: Instant, outcome: Result<(), String>) {
+        if let Some(out) = self.output.as_mut() {
+            if let Err(e) = out.flush() {
+                self.outcome = Some(Err(format!("--output: {e}")));
+            }
+        }
+        self.finished.get_or_insert(now);
+        self.outcome.get_or_insert(outcome);
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn take_received(&mut self, bytes: &[u8]) {
+        self.received += bytes.len() as u64;
+        if let Some(out) = self.output.as_mut() {
+            if let Err(e) = out.write_all(bytes) {
+                self.outcome = Some(Err(format!("--output: {e}")));
+                self.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn handle_events(&mut self, now: Instant) {
+        while let Some(ev) = self.engine.poll_event() {
+            match ev {
+                Event::Accepted { conn, tuple } => {
+                    say!("accepted {} from {}", tuple.local, tuple.remote);
+                    if self.once && !self.conns.is_empty() {
+                        let _ = self.engine.abort(conn);
+                        continue;
+                    }
+                    if let Err(e) = self
+                        .engine
+                        .attach(conn, StreamSocket::new(SOCKET_BUF, SOCKET_BUF))
+                    {
+                        log::warn!("attach: {e}");
+                        continue;
+                    }
+                    self.started.get_or_insert(now);
+                    self.conns.push(AppConn {
+                        id: conn,
+                        peer_closed: false,
+                        close_sent: false,
+                    });
+                }
+                Event::Connected(conn) => {
+                    if let Some(t) = self.engine.tuple(conn) {
+                        say!("connected {} to {}", t.local, t.remote);
+                    }
+                    self.started.get_or_insert(now);
+                }
+                Event::PeerClosed(conn) => {
+                    if let Some(c) = self.conns.iter_mut().find(|c| c.id == conn) {
+                        c.peer_closed = true;
+                    }
+                }
+                Event::Closed { conn, reason, ulp } => {
+                    if let Some(mut sock) = ulp {
+                        let rest = sock.read_all();
+                        if matches!(self.mode, Mode::Sink | Mode::Client) {
+                            self.take_received(&rest);
+                        }
+                    }
+                    self.conns.retain(|c| c.id != conn);
+                    say!("connection closed: {reason:?}");
+                    let ok = match self.mode {
+                        Mode::Source => {
+                            reason == CloseReason::Normal && self.written == self.data.len()
+                        }
+                        Mode::Client => {
+                            reason == CloseReason::Normal && self.received == self.data.len() as u64
+                        }
+                        Mode::Echo | Mode::Sink => reason == CloseReason::Normal,
+                    };
+                    if self.once || matches!(self.mode, Mode::Source | Mode::Client) {
+                        let outcome = if ok {
+                            Ok(())
+                        } else {
+                            Err(format!(
+                                "connection ended ({reason:?}) after {} bytes sent, {} received",
+                                self.written, self.received
+                            ))
+                        };
+                        self.finish(now, outcome);
+                    }
+                }
+            }
+        }
+    }
+
+    fn move_bytes(&mut self) {
+        for i in 0..self.conns.len() {
+            let id = self.conns[i].id;
+            let Some(sock) = self.engine.ulp(id) else {
+                continue;
+            };
+            let readable = sock.readable();
+            let sendable = sock.send_capacity();
+            let can_write = self.written < self.data.len() && sendable > 0;
+            let done_sending = self.written == self.data.len();
+            match self.mode {
+                Mode::Echo => {
+                    let n = readable.min(sendable);
+                    if n > 0 {
+                        self.scratch.resize(n, 0);
+                        let Some(sock) = self.engine.ulp_mut(id) else {
+                            continue;
+                        };
+                        let got = sock.read(&mut self.scratch[..n]);
+                        sock.write(&self.scratch[..got]);
+                    }
+                    let drained = self.engine.ulp(id).is_some_and(|s| s.readable() == 0);
+                    let c = &mut self.conns[i];
+                    if c.peer_closed && drained && !c.close_sent {
+                        c.close_sent = true;
+                        let _ = self.engine.close(id);
+                    }
+                }
+                Mode::Sink => {
+                    if readable > 0 {
+                        let Some(sock) = self.engine.ulp_mut(id) else {
+                            continue;
+                        };
+                        let bytes = sock.read_all();
+                        self.take_received(&bytes);
+                    }
+                    let c = &mut self.conns[i];
+                    if c.peer_closed && !c.close_sent {
+                        c.close_sent = true;
+                        let _ = self.engine.close(id);
+                    }
+                }
+                Mode::Source | Mode::Client => {}
+            }
+            if self.mode == Mode::Client && readable > 0 {
+                if let Some(sock) = self.engine.ulp_mut(id) {
+                    let bytes = sock.read_all();
+                    self.take_received(&bytes);
+                }
+            }
+            if can_write {
+                if let Some(sock) = self.engine.ulp_mut(id) {
+                    self.written += sock.write(&self.data[self.written..]);
+                }
+            }
+            let all_back = self.mode != Mode::Client || self.received == self.data.len() as u64;
+            let c = &mut self.conns[i];
+            if matches!(self.mode, Mode::Source | Mode::Client)
+                && done_sending
+                && all_back
+                && !c.close_sent
+            {
+                c.close_sent = true;
+                let _ = self.engine.close(id);
+            }
+            if let Some(info) = self.engine.info(id) {
+                self.last_info = Some(info);
+            }
+        }
+    }
+}
+
+impl<P: Port> Handler<P> for TcpApp {
+    fn handle(
+        &mut self,
+        _ctx: &mut PortContext<'_, P>,
+        now: Instant,
+        frame: P::Buf,
+        meta: &Classified,
+    ) -> Handled {
+        if meta.class != FrameClass::Tcp {
+            return Handled::Ignored;
+        }
+        let t = self.now(now);
+        match self
+            .engine
+            .handle_tcp(t, meta.src_ip, meta.dst_ip, meta.l4(frame.as_ref()))
+        {
+            Ok(()) => Handled::Consumed,
+            Err(e) => {
+                log::debug!("tcp: {e}");
+                Handled::Ignored
+            }
+        }
+    }
+
+    fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
+        let t = self.now(now);
+        if self.engine.poll_timeout().is_some_and(|d| d <= t) {
+            self.engine.handle_timeout(t);
+        }
+        self.handle_events(now);
+        self.move_bytes();
+        let engine = &mut self.engine;
+        while ctx
+            .send_ipv4(|buf| engine.poll_transmit(t, buf).map(|x| (x.dst, x.len)))
+            .is_some()
+        {}
+        self.handle_events(now);
+    }
+}
+
+fn pseudo_random(n: u64) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Runs `dataplane tcp`.
+pub fn run(args: Args) -> Result<(), CmdError> {
+    let listen = matches!(args.mode, Mode::Echo | Mode::Sink);
+    if listen && args.listen.is_none() {
+        return Err(CmdError::Usage(
+            format!("{:?} needs --listen PORT", args.mode).to_lowercase(),
+        ));
+    }
+    if !listen && args.connect.is_none() {
+        return Err(CmdError::Usage(
+            format!("{:?} needs --connect IP:PORT", args.mode).to_lowercase(),
+        ));
+    }
+    let data = match (&args.file, args.bytes) {
+        _ if listen => Vec::new(),
+        (Some(f), _) => {
+            std::fs::read(f).map_err(|e| CmdError::Usage(format!("--file {}: {e}", f.display())))?
+        }
+        (None, Some(n)) => pseudo_random(n),
+        (None, None) => {
+            return Err(CmdError::Usage(
+                "source and client need --file FILE or --bytes N".into(),
+            ))
+        }
+    };
+    let output = match &args.output {
+        Some(p) => Some(BufWriter::new(File::create(p).map_err(|e| {
+            CmdError::Usage(format!("--output {}: {e}", p.display()))
+        })?)),
+        None => None,
+    };
+    let cfg = args.ports.config()?;
+    if cfg.ports.len() != 1 {
+        return Err(CmdError::Usage(format!(
+            "tcp runs on exactly one port ({} configured; pick one with --port)",
+            cfg.ports.len()
+        )));
+    }
+    let pc = cfg.ports[0].clone();
+    let Some(net) = pc.ipv4 else {
+        return Err(CmdError::Usage(format!(
+            "port {} has no ipv4 address",
+            pc.name()
+        )));
+    };
+    let stop = stop_flag()?;
+    let opened = args.ports.open(&cfg)?;
+    let Some(port) = opened.ports.into_iter().next() else {
+        return Err(CmdError::Usage("no port".into()));
+    };
+    let tcp_cfg = tcp::Config {
+        mtu: port.info().mtu,
+        verify_checksums: false,
+        isn_secret: rand::thread_rng().gen(),
+        rto_min: Duration::from_millis(args.rto_min_ms),
+        congestion: match args.cc {
+            Cc::Newreno => CongestionAlgorithm::NewReno,
+            Cc::Cubic => CongestionAlgorithm::Cubic,
+        },
+        ..tcp::Config::default()
+    };
+    let mut engine: Engine<StreamSocket> = Engine::new(tcp_cfg);
+    let epoch = Instant::now();
+    if let Some(p) = args.listen.filter(|_| listen) {
+        engine
+            .listen(SocketAddrV4::new(net.addr, p), 128)
+            .map_err(|e| CmdError::Runtime(e.to_string()))?;
+        say!("tcp {:?}: listening on {}:{p}", args.mode, net.addr);
+    }
+    let mut conns = Vec::new();
+    if let Some(remote) = args.connect.filter(|_| !listen) {
+        let id = engine
+            .connect(
+                tcp::Instant::ZERO,
+                SocketAddrV4::new(net.addr, 0),
+                remote,
+                StreamSocket::new(SOCKET_BUF, SOCKET_BUF),
+            )
+            .map_err(|e| CmdError::Runtime(e.to_string()))?;
+        say!(
+            "tcp {:?}: connecting to {remote}, {} bytes",
+            args.mode,
+            data.len()
+        );
+        conns.push(AppConn {
+            id,
+            peer_closed: false,
+            close_sent: false,
+        });
+    }
+    let app = TcpApp {
+        engine,
+        epoch,
+        mode: args.mode,
+        once: args.once,
+        data,
+        written: 0,
+        received: 0,
+        output,
+        conns,
+        stop: Arc::clone(&stop),
+        outcome: None,
+        started: None,
+        finished: None,
+        last_info: None,
+        scratch: Vec::new(),
+    };
+    let mut poll = PollLoop::new(app, cfg.poll.burst);
+    poll.add_port(
+        port,
+        PortAddr {
+            ipv4: pc.ipv4,
+            gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
+            promiscuous: pc.promiscuous,
+        },
+    );
+    poll.run(&stop, deadline(args.duration), |_, _| {});
+    let app = poll.handler();
+    let secs = match (app.started, app.finished) {
+        (Some(s), Some(f)) => f.saturating_duration_since(s).as_secs_f64(),
+        (Some(s), None) => s.elapsed().as_secs_f64(),
+        _ => 0.0,
+    };
+    let moved = (app.written as u64).max(app.received);
+    let rate = if secs > 0.0 {
+        moved as f64 * 8.0 / secs / 1e6
+    } else {
+        0.0
+    };
+    say!(
+        "tcp {:?}: sent {} bytes, received {} bytes in {secs:.3} s ({rate:.1} Mbit/s)",
+        app.mode,
+        app.written,
+        app.received
+    );
+    if let Some(i) = app.last_info {
+        say!(
+            "tcp: srtt {:?}, rto {:?}, cwnd {}, retransmits {}, timeouts {}, recoveries {}",
+            i.srtt,
+            i.rto,
+            i.cwnd,
+            i.retransmits,
+            i.timeouts,
+            i.recoveries
+        );
+    }
+    match &app.outcome {
+        Some(Err(e)) => Err(CmdError::Runtime(e.clone())),
+        Some(Ok(())) => Ok(()),
+        None if matches!(app.mode, Mode::Source | Mode::Client) || app.once => Err(
+            CmdError::Runtime("stopped before the transfer completed".into()),
+        ),
+        None => Ok(()),
+    }
+}
