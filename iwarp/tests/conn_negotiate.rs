@@ -337,3 +337,83 @@ fn negotiation_timeout_resets() {
     assert!(ok, "A: {:?}", s.events(Side::A));
     assert_eq!(s.conn(Side::A).unwrap().state(), ConnState::Failed);
 }
+
+// siwlab README (siw 6.1 race after the MPA Reply): the initiator can hold its first FPDU;
+// work posted during negotiation waits for FPDU mode and then for the hold.
+#[test]
+fn first_fpdu_delay_holds_initiator_fpdus() {
+    let (ma, sa) = memory(MEM);
+    let (mb, sb) = memory(MEM);
+    let mut ca = conn_config(MpaConfig::default());
+    ca.first_fpdu_delay = Duration::from_millis(100);
+    let mut s = Sim::new(
+        9,
+        LinkConfig::default(),
+        (ca, ma),
+        (conn_config(MpaConfig::default()), mb),
+        Decision::Accept(Vec::new()),
+    );
+    s.conn(Side::A)
+        .unwrap()
+        .post_send(SendWr::new(
+            1,
+            SendOp::Write {
+                sgl: vec![Sge {
+                    stag: sa,
+                    to: 0,
+                    len: 64,
+                }],
+                remote: RemoteBuf { stag: sb, to: 0 },
+            },
+        ))
+        .unwrap();
+    establish(&mut s);
+    let t0 = s.now;
+    let mut wc = None;
+    let ok = s.run_until(Duration::from_secs(2), |s| {
+        wc = wc.or_else(|| s.conn(Side::A).unwrap().poll_completion());
+        wc.is_some() && s.conn(Side::B).unwrap().stats().fpdus_received == 1
+    });
+    assert!(ok);
+    assert_eq!(wc.unwrap().status, CompletionStatus::Success);
+    assert!(
+        s.now - t0 >= Duration::from_millis(99),
+        "sent after {:?}",
+        s.now - t0
+    );
+    assert_eq!(s.conn(Side::B).unwrap().stats().fpdus_received, 1);
+}
+
+// RFC 5040 §6.2, RFC 5041 §6: a graceful close drains, sends FIN, and the peer's stream
+// closes without a Terminate.
+#[test]
+fn graceful_close_after_traffic() {
+    let (mut s, sa, sb) = sim(
+        MpaConfig::default(),
+        MpaConfig::default(),
+        Decision::Accept(Vec::new()),
+        10,
+    );
+    establish(&mut s);
+    exchange(&mut s, sa, sb);
+    s.conn(Side::A).unwrap().close();
+    let ok = s.run_until(Duration::from_secs(100), |s| {
+        s.nodes[0].closed.is_some() && s.nodes[1].closed.is_some()
+    });
+    assert!(ok, "A {:?}\nB {:?}", s.events(Side::A), s.events(Side::B));
+    for side in [Side::A, Side::B] {
+        assert!(
+            s.events(side)
+                .iter()
+                .any(|e| matches!(e, ConnEvent::Stream(iwarp::rdmap::Event::Closed))),
+            "{side:?}: {:?}",
+            s.events(side)
+        );
+        let st = s.conn(side).unwrap().stats();
+        assert_eq!(st.terminates_sent + st.terminates_received, 0);
+    }
+    assert_eq!(
+        s.conn(Side::B).unwrap().state(),
+        ConnState::Rdma(StreamState::Closed)
+    );
+}

@@ -1,5 +1,7 @@
 //! Settings of one iWARP connection.
 
+use std::time::Duration;
+
 use crate::mem::{PdId, StreamId};
 use crate::mpa::MpaConfig;
 use crate::wire::rdmap::RDMAP_VERSION;
@@ -25,6 +27,10 @@ pub struct ConnConfig {
     pub tx_budget: usize,
     /// Effective send MSS, when known; otherwise the largest unit size TCP offered is used.
     pub emss: Option<usize>,
+    /// Initiator: how long to hold the first FPDU after the Reply arrived. Linux siw 6.1 as
+    /// responder drops an FPDU that arrives right after its Reply (siwlab README: 0.1 s
+    /// avoids the stall); zero sends at once.
+    pub first_fpdu_delay: Duration,
 }
 
 impl ConnConfig {
@@ -40,6 +46,7 @@ impl ConnConfig {
             max_held_segments: 1 << 16,
             tx_budget: 64 << 10,
             emss: None,
+            first_fpdu_delay: Duration::ZERO,
         }
     }
 }

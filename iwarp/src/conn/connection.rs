@@ -151,6 +151,8 @@ pub struct Connection<M> {
     /// Stream octets after the peer's frame that arrived before the receiver existed.
     rx_early: Option<(u32, Vec<u8>)>,
     awaiting_rtr: bool,
+    /// Initiator: no FPDU before this time (`ConnConfig::first_fpdu_delay`).
+    hold_until: Option<Instant>,
     tx_start: Option<u32>,
     frames: VecDeque<Vec<u8>>,
     tx: VecDeque<TxSeg>,
@@ -198,6 +200,7 @@ impl<M: MemoryTable> Connection<M> {
             },
             rx_early: None,
             awaiting_rtr: false,
+            hold_until: None,
             tx_start: None,
             frames: VecDeque::new(),
             tx: VecDeque::new(),
@@ -226,6 +229,7 @@ impl<M: MemoryTable> Connection<M> {
             Phase::Negotiating => ConnState::Negotiating,
             Phase::Rejected => ConnState::Rejected,
             Phase::Failed => ConnState::Failed,
+            Phase::Fpdu if self.awaiting_rtr => ConnState::Negotiating,
             Phase::Fpdu => match &self.engine {
                 Some(e) => ConnState::Rdma(e.state()),
                 None => ConnState::Negotiating,
@@ -362,12 +366,14 @@ impl<M: MemoryTable> Connection<M> {
         self.pump();
     }
 
-    /// Local graceful close (RFC 5040 §6.2): queued work drains, then the driver may
-    /// close TCP (see [`Connection::is_drained`]).
+    /// Local graceful close (RFC 5040 §6.2, RFC 5041 §6): new work is refused, queued work
+    /// drains, and [`LlpRequest::Close`] asks for the TCP FIN, which TCP sends after the
+    /// last unit.
     pub fn close(&mut self) {
         if let Some(e) = &mut self.engine {
             e.close();
         }
+        self.llp.push_back(LlpRequest::Close);
         self.pump();
     }
 
@@ -392,25 +398,33 @@ impl<M: MemoryTable> Connection<M> {
         self.pump();
     }
 
-    /// When [`Connection::handle_timeout`] must run (the MPA negotiation or RTR deadline).
+    /// When [`Connection::handle_timeout`] must run: the MPA negotiation or RTR deadline,
+    /// or the end of the first-FPDU hold.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.phase == Phase::Negotiating || self.awaiting_rtr {
+        let negotiation = if self.phase == Phase::Negotiating || self.awaiting_rtr {
             self.negotiator.poll_timeout()
         } else {
             None
+        };
+        match (negotiation, self.hold_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
-    /// Runs the negotiation timer: a peer that never completes the exchange is reset
-    /// (RFC 5044 §7.1, Terminate cause 2/0/01 reported).
+    /// Runs the timers: a peer that never completes the exchange is reset (RFC 5044 §7.1,
+    /// reported with Terminate cause 2/0/01); a held first FPDU is released (the driver
+    /// then wakes the TCP connection).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.set_time(now);
-        if self.phase != Phase::Negotiating && !self.awaiting_rtr {
-            return;
+        if self.hold_until.is_some_and(|t| now >= t) {
+            self.hold_until = None;
         }
-        if let Err(e) = self.negotiator.handle_timeout(now) {
-            self.awaiting_rtr = false;
-            self.fail_negotiation(e);
+        if self.phase == Phase::Negotiating || self.awaiting_rtr {
+            if let Err(e) = self.negotiator.handle_timeout(now) {
+                self.awaiting_rtr = false;
+                self.fail_negotiation(e);
+            }
         }
         self.pump();
     }
@@ -494,6 +508,9 @@ impl<M: MemoryTable> Connection<M> {
             let _ = engine.post_send(wr);
         }
         self.engine = Some(engine);
+        if n.role == Role::Initiator && !self.cfg.first_fpdu_delay.is_zero() {
+            self.hold_until = Some(self.now + self.cfg.first_fpdu_delay);
+        }
         self.negotiated = Some(n);
         self.phase = Phase::Fpdu;
         self.setup_tx();
@@ -680,6 +697,8 @@ impl<M: MemoryTable> Connection<M> {
                         self.tx_bytes = 0;
                         self.llp.push_back(LlpRequest::Close);
                     }
+                    // The peer closed gracefully and nothing is pending: close our half.
+                    rdmap::Event::Closed => self.llp.push_back(LlpRequest::Close),
                     _ => {}
                 }
                 if let Some(v) = self.verbs_events.as_mut() {
@@ -691,9 +710,16 @@ impl<M: MemoryTable> Connection<M> {
         self.fill_tx();
     }
 
+    /// Whether FPDUs may go out now.
+    fn may_send(&self) -> bool {
+        self.framer.is_some()
+            && self.negotiator.may_send_fpdus()
+            && self.hold_until.is_none_or(|t| self.now >= t)
+    }
+
     /// Takes DDP segments from the engine up to the budget.
     fn fill_tx(&mut self) {
-        if self.framer.is_none() || !self.negotiator.may_send_fpdus() {
+        if !self.may_send() {
             return;
         }
         let mulpdu = self.mulpdu();
@@ -828,7 +854,7 @@ impl<M: MemoryTable> SegmentSource for Connection<M> {
             return Some(Unit::new(f));
         }
         let framer = self.framer?;
-        if !self.negotiator.may_send_fpdus() {
+        if !self.may_send() {
             return None;
         }
         self.fill_tx();
@@ -851,8 +877,7 @@ impl<M: MemoryTable> SegmentSource for Connection<M> {
     }
 
     fn pending(&self) -> bool {
-        !self.frames.is_empty()
-            || (self.framer.is_some() && self.negotiator.may_send_fpdus() && !self.tx.is_empty())
+        !self.frames.is_empty() || (self.may_send() && !self.tx.is_empty())
     }
 }
 

@@ -308,9 +308,8 @@ impl Sim {
                         reason, mut ulp, ..
                     } => {
                         if let Some(c) = ulp.as_mut() {
-                            if reason != CloseReason::Normal {
-                                c.handle_llp_closed(false);
-                            }
+                            // Both FINs exchanged: graceful; otherwise reset or lost.
+                            c.handle_llp_closed(reason == CloseReason::Normal);
                             while let Some(e) = c.poll_event() {
                                 self.nodes[side.idx()].events.push(e);
                             }
