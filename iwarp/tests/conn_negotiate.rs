@@ -417,3 +417,45 @@ fn graceful_close_after_traffic() {
         ConnState::Rdma(StreamState::Closed)
     );
 }
+
+// RFC 6581 §7: no RTR type both sides accept: the responder replies, then sends Terminate
+// 2/0/07 and closes; the initiator fails the negotiation too.
+#[test]
+fn p2p_without_matching_rtr_terminates_2_0_07() {
+    let a = MpaConfig {
+        p2p: Some(rtr(false, true, false)),
+        ..MpaConfig::default()
+    };
+    let b = MpaConfig {
+        p2p: Some(rtr(true, false, false)),
+        ..MpaConfig::default()
+    };
+    let (mut s, _, _) = sim(a, b, Decision::Accept(Vec::new()), 11);
+    let ok = s.run_until(Duration::from_secs(5), |s| {
+        s.nodes[0].closed.is_some() && s.nodes[1].closed.is_some()
+    });
+    assert!(ok, "A {:?}\nB {:?}", s.events(Side::A), s.events(Side::B));
+    for side in [Side::A, Side::B] {
+        assert!(
+            s.events(side).iter().any(|e| matches!(
+                e,
+                ConnEvent::NegotiationFailed {
+                    error: MpaError::NoMatchingRtr(_),
+                    recovery: Recovery::Terminate
+                }
+            )),
+            "{side:?}: {:?}",
+            s.events(side)
+        );
+        let c = s.conn(side).unwrap();
+        assert_eq!(c.state(), ConnState::Failed);
+        // One FPDU went out: the Terminate with 2/0/07.
+        assert_eq!(c.stats().terminates_sent, 1);
+        assert_eq!(c.stats().fpdus_sent, 1);
+        assert!(s.events(side).iter().any(|e| matches!(
+            e,
+            ConnEvent::Stream(iwarp::rdmap::Event::TerminateSent(c))
+                if *c == iwarp::wire::terminate::TerminateCause::MPA_NO_MATCHING_RTR
+        )));
+    }
+}

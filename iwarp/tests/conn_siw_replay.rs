@@ -1,15 +1,18 @@
-//! An initiator connection facing the responder bytes of a real Linux siw rping exchange
-//! (captures/siw-rping-mpa2.pcap, siw 6.1, MPA revision 2, CRC off, no markers): it sends
-//! the same MPA Request siw's initiator sent, negotiates what siw negotiated, and answers
-//! siw's RDMA Read Request with the same Read Response octets (RFC 5044 §7.1, RFC 6581,
-//! RFC 5040 §4.4).
+//! Connections facing the bytes of a real Linux siw rping exchange
+//! (captures/siw-rping-mpa2*.pcap, siw 6.1, MPA revision 2, no markers): as initiator
+//! it sends the MPA Request siw's initiator sent, negotiates what siw negotiated and
+//! answers siw's RDMA Read Request with the same Read Response octets; as responder it
+//! answers siw's Request with siw's Reply and sends siw's server FPDUs (RFC 5044 §7.1,
+//! RFC 6581, RFC 5040 §4.4).
 
 use std::time::Instant;
 
-use iwarp::conn::{ConnConfig, ConnEvent, Connection};
+use iwarp::conn::{ConnConfig, ConnEvent, ConnState, Connection};
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory};
 use iwarp::mpa::{MpaConfig, Negotiated, Role, RtrKind};
-use iwarp::rdmap::{CompletionOpcode, CompletionStatus, RecvWr, SendOp, SendWr, WorkQueue};
+use iwarp::rdmap::{
+    CompletionOpcode, CompletionStatus, RecvWr, RemoteBuf, SendOp, SendWr, WorkQueue,
+};
 use iwarp::wire::mpa::RtrTypes;
 use tcp::{SegmentSink, SegmentSource};
 
@@ -274,4 +277,167 @@ fn initiator_against_siw_responder_peer_to_peer() {
     let n = replay(p2p());
     assert_eq!(n.rtr, Some(RtrKind::Write));
     assert_eq!((n.ird, n.ord), (1, 1));
+}
+
+/// Plays the client's segments to a responder and compares what it sends with the
+/// capture's server segments.
+fn replay_responder(cap: Capture) -> Negotiated {
+    let now = Instant::now();
+    let send = hex(cap.client_send);
+    let rr = hex(cap.server_read_request);
+    let resp = hex(cap.client_read_response);
+    let mut mem = SimpleMemory::with_heap(4096);
+    let local = mem
+        .register(RegionSpec::new(
+            0,
+            1024,
+            Access::LOCAL_READ | Access::LOCAL_WRITE,
+            PD,
+        ))
+        .unwrap();
+    // rping server's sink buffer as its Read Request names it.
+    let sink = STag(u32::from_be_bytes(rr[20..24].try_into().unwrap()));
+    let sink_to = u64::from_be_bytes(rr[24..32].try_into().unwrap());
+    let mut spec = RegionSpec::new(2048, 64, Access::LOCAL_READ | Access::REMOTE_WRITE, PD);
+    spec.base_to = sink_to;
+    spec.key = sink.key();
+    mem.register_with_stag(spec, sink).unwrap();
+    let cfg = ConnConfig {
+        pd: PD,
+        ..ConnConfig::new(MpaConfig {
+            private_data: Vec::new(),
+            ..cap.mpa.clone()
+        })
+    };
+    let mut c = Connection::responder(cfg, mem, now).unwrap();
+    assert!(!c.pending());
+
+    let req = hex(cap.request);
+    c.on_segment(1, &req, true, 1);
+    c.on_advance(1 + req.len() as u32);
+    match c.poll_event() {
+        Some(ConnEvent::ConnectRequest(r)) => {
+            assert_eq!(r.revision, 2);
+            assert_eq!(r.crc, cap.mpa.require_crc);
+            assert!(r.private_data.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    c.post_recv(RecvWr {
+        wr_id: 20,
+        sgl: vec![Sge {
+            stag: local,
+            to: 512,
+            len: 16,
+        }],
+    })
+    .unwrap();
+    c.accept(now, &[]).unwrap();
+    let u = c.next_unit(1, MSS).expect("reply");
+    assert_eq!(u.payload, hex(cap.reply));
+    let mut cseq = 25u32;
+    if let Some(rtr) = cap.rtr {
+        assert_eq!(c.state(), ConnState::Negotiating, "waits for the RTR");
+        let rtr = hex(rtr);
+        c.on_segment(cseq, &rtr, true, cseq);
+        cseq += rtr.len() as u32;
+        c.on_advance(cseq);
+    }
+    let n = loop {
+        match c.poll_event() {
+            Some(ConnEvent::Established(n)) => break n,
+            Some(_) => {}
+            None => panic!("not established"),
+        }
+    };
+    // The client's Send (its buffer descriptor) lands in the posted receive.
+    c.on_segment(cseq, &send, true, cseq);
+    cseq += send.len() as u32;
+    c.on_advance(cseq);
+    let wc = c.poll_completion().expect("receive");
+    assert_eq!((wc.wr_id, wc.byte_len, wc.status), (20, 16, CompletionStatus::Success));
+    let desc = c.memory().bytes()[512..528].to_vec();
+    assert_eq!(&desc[..], &send[20..36]);
+    // The server reads the advertised buffer: siw's Read Request, octet for octet.
+    let src = STag(u32::from_be_bytes(desc[8..12].try_into().unwrap()));
+    let src_to = u64::from_be_bytes(desc[..8].try_into().unwrap());
+    c.post_send(SendWr::new(
+        1,
+        SendOp::Read {
+            sink: RemoteBuf {
+                stag: sink,
+                to: sink_to,
+            },
+            remote: RemoteBuf {
+                stag: src,
+                to: src_to,
+            },
+            len: 64,
+        },
+    ))
+    .unwrap();
+    let u = c.next_unit(25, MSS).expect("read request");
+    assert_eq!(u.payload, rr);
+    let mut sseq = 25 + rr.len() as u32;
+    c.on_segment(cseq, &resp, true, cseq);
+    cseq += resp.len() as u32;
+    c.on_advance(cseq);
+    let wc = c.poll_completion().expect("read");
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.byte_len, wc.status),
+        (1, CompletionOpcode::Read, 64, CompletionStatus::Success)
+    );
+    assert_eq!(&c.memory().bytes()[2048..2112], &resp[16..80]);
+    if let Some(ss) = cap.server_send {
+        // "go ahead": 16 zero octets, siw's FPDU octet for octet.
+        c.post_send(SendWr::new(
+            2,
+            SendOp::Send {
+                sgl: vec![Sge {
+                    stag: local,
+                    to: 256,
+                    len: 16,
+                }],
+                solicited: false,
+                invalidate: None,
+            },
+        ))
+        .unwrap();
+        let u = c.next_unit(sseq, MSS).expect("send");
+        assert_eq!(u.payload, hex(ss));
+        sseq += u.payload.len() as u32;
+    }
+    assert!(sseq > 25);
+    let st = c.stats();
+    assert_eq!(st.crc_errors + st.terminates_sent + st.terminates_received, 0);
+    n
+}
+
+// RFC 5044 §7.1, RFC 6581 §5: our responder's Reply to siw's Request is siw's Reply.
+#[test]
+fn responder_against_siw_initiator_bytes() {
+    let n = replay_responder(plain());
+    assert_eq!(n.role, Role::Responder);
+    assert_eq!((n.revision, n.crc, n.ird, n.ord), (2, false, 1, 1));
+}
+
+// RFC 5044 §4.1: CRCs computed here equal siw's for the server's FPDUs.
+#[test]
+fn responder_against_siw_initiator_with_crc() {
+    let n = replay_responder(crc());
+    assert!(n.crc);
+}
+
+// RFC 6581 §5: the responder picks the Write RTR as siw does, consumes siw's RTR, and only
+// then is established.
+#[test]
+fn responder_against_siw_initiator_peer_to_peer() {
+    let mut cap = p2p();
+    cap.mpa.p2p = Some(RtrTypes {
+        send: false,
+        write: true,
+        read: true,
+    });
+    let n = replay_responder(cap);
+    assert_eq!(n.rtr, Some(RtrKind::Write));
 }

@@ -77,11 +77,6 @@ pub enum LlpRequest {
     Reset,
 }
 
-/// Work posted after negotiation failed or the stream stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the connection is not established")]
-pub struct NotEstablished;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Negotiating,
@@ -151,6 +146,11 @@ pub struct Connection<M> {
     /// Stream octets after the peer's frame that arrived before the receiver existed.
     rx_early: Option<(u32, Vec<u8>)>,
     awaiting_rtr: bool,
+    /// CRC and markers of the one Terminate sent when negotiation fails after the peer's
+    /// frame (RFC 6581 §7: 2/0/06, 2/0/07).
+    terminate_framing: Option<(bool, bool)>,
+    /// Responder: the peer's Request, for the framing of such a Terminate.
+    request: Option<ConnectRequest>,
     /// Initiator: no FPDU before this time (`ConnConfig::first_fpdu_delay`).
     hold_until: Option<Instant>,
     tx_start: Option<u32>,
@@ -200,6 +200,8 @@ impl<M: MemoryTable> Connection<M> {
             },
             rx_early: None,
             awaiting_rtr: false,
+            terminate_framing: None,
+            request: None,
             hold_until: None,
             tx_start: None,
             frames: VecDeque::new(),
@@ -454,6 +456,21 @@ impl<M: MemoryTable> Connection<M> {
         let recovery = error.recovery();
         log::debug!("conn: negotiation failed: {error}");
         self.phase = Phase::Failed;
+        if recovery == Recovery::Terminate && self.engine.is_none() {
+            // The frames were exchanged, so the peer can parse one FPDU: the Terminate.
+            let (crc, markers) = match &self.request {
+                Some(r) => (
+                    r.crc || self.cfg.mpa.require_crc,
+                    r.markers && self.cfg.mpa.accept_markers,
+                ),
+                None => (self.cfg.mpa.require_crc, false),
+            };
+            self.terminate_framing = Some((crc, markers));
+            let mut engine = Engine::new(EngineConfig::new(self.cfg.pd, self.cfg.stream, 0, 0));
+            engine.abort(error.terminate_cause());
+            self.engine = Some(engine);
+            self.setup_tx();
+        }
         self.llp.push_back(match recovery {
             Recovery::Reset => LlpRequest::Reset,
             Recovery::Close | Recovery::Terminate => LlpRequest::Close,
@@ -521,10 +538,20 @@ impl<M: MemoryTable> Connection<M> {
 
     /// Creates the framer once our frame went out and the parameters are known.
     fn setup_tx(&mut self) {
-        if self.framer.is_some() || self.phase != Phase::Fpdu {
+        let Some(start) = self.tx_start else {
+            return;
+        };
+        if self.framer.is_some() {
             return;
         }
-        let (Some(n), Some(start)) = (&self.negotiated, self.tx_start) else {
+        if let Some((crc, markers)) = self.terminate_framing {
+            self.framer = Some(Framer::new(
+                crc,
+                markers.then(|| MarkerSpacing::new(start)),
+            ));
+            return;
+        }
+        let (Some(n), Phase::Fpdu) = (&self.negotiated, self.phase) else {
             return;
         };
         self.framer = Some(Framer::from_negotiated(n, start));
@@ -558,6 +585,7 @@ impl<M: MemoryTable> Connection<M> {
             match ev {
                 MpaEvent::ConnectRequest(r) => {
                     self.rx_start = Some(frame_end);
+                    self.request = Some(r.clone());
                     self.events.push_back(ConnEvent::ConnectRequest(r));
                 }
                 MpaEvent::Established(n) => {
@@ -713,7 +741,7 @@ impl<M: MemoryTable> Connection<M> {
     /// Whether FPDUs may go out now.
     fn may_send(&self) -> bool {
         self.framer.is_some()
-            && self.negotiator.may_send_fpdus()
+            && (self.negotiator.may_send_fpdus() || self.terminate_framing.is_some())
             && self.hold_until.is_none_or(|t| self.now >= t)
     }
 

@@ -25,7 +25,7 @@ mod shared;
 mod stats;
 
 pub use config::ConnConfig;
-pub use connection::{ConnEvent, ConnState, Connection, LlpRequest, NotEstablished};
+pub use connection::{ConnEvent, ConnState, Connection, LlpRequest};
 pub use rtr::rtr_message;
 pub use shared::{HasMemoryTable, Shared};
 pub use stats::ConnStats;

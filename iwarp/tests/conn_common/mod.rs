@@ -263,7 +263,10 @@ impl Sim {
                 while let Some(e) = c.poll_event() {
                     if let ConnEvent::ConnectRequest(_) = &e {
                         match &self.decision {
-                            Decision::Accept(pd) => c.accept(t, pd).expect("accept"),
+                            // A refused accept is reported as an event too.
+                            Decision::Accept(pd) => {
+                                let _ = c.accept(t, pd);
+                            }
                             Decision::Reject(pd) => c.reject(pd).expect("reject"),
                             Decision::Ignore => {}
                         }
