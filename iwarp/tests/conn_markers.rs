@@ -13,7 +13,7 @@ use iwarp::rdmap::{CompletionStatus, RemoteBuf, SendOp, SendWr};
 
 const MEM: usize = 8 << 20;
 
-fn run(seed: u64, crc: bool) -> (u64, u64, u64) {
+fn run(seed: u64, crc: bool, link: LinkConfig) -> (u64, u64, u64) {
     let mpa = MpaConfig {
         want_markers: true,
         accept_markers: true,
@@ -22,11 +22,6 @@ fn run(seed: u64, crc: bool) -> (u64, u64, u64) {
     };
     let (ma, sa) = memory(MEM);
     let (mb, sb) = memory(MEM);
-    let link = LinkConfig {
-        reorder: 0.3,
-        reorder_extra: Duration::from_micros(80),
-        ..LinkConfig::default()
-    };
     let mut s = Sim::new(
         seed,
         link,
@@ -105,9 +100,31 @@ fn run(seed: u64, crc: bool) -> (u64, u64, u64) {
 #[test]
 fn markers_reordering_places_ahead_and_holds_no_tagged_data() {
     for (seed, crc) in [(1, true), (2, false), (3, true)] {
-        let (placed, tagged_held, bytes) = run(seed, crc);
+        let link = LinkConfig {
+            reorder: 0.3,
+            reorder_extra: Duration::from_micros(80),
+            ..LinkConfig::default()
+        };
+        let (placed, tagged_held, bytes) = run(seed, crc, link);
         assert!(placed > 50, "seed {seed}: only {placed} FPDUs placed ahead");
         assert!(bytes > 50 * 1000);
+        assert_eq!(tagged_held, 0, "seed {seed}: tagged bytes left to TCP");
+    }
+}
+
+// The same with loss and duplication as well: retransmitted units keep their boundaries,
+// so every segment behind a hole is still placed at once.
+#[test]
+fn markers_lossy_link_places_ahead_and_holds_no_tagged_data() {
+    for (seed, crc) in [(4, true), (5, false)] {
+        let link = LinkConfig {
+            reorder: 0.1,
+            loss: 0.02,
+            duplicate: 0.02,
+            ..LinkConfig::default()
+        };
+        let (placed, tagged_held, _) = run(seed, crc, link);
+        assert!(placed > 20, "seed {seed}: only {placed} FPDUs placed ahead");
         assert_eq!(tagged_held, 0, "seed {seed}: tagged bytes left to TCP");
     }
 }

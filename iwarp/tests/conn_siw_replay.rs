@@ -355,7 +355,10 @@ fn replay_responder(cap: Capture) -> Negotiated {
     cseq += send.len() as u32;
     c.on_advance(cseq);
     let wc = c.poll_completion().expect("receive");
-    assert_eq!((wc.wr_id, wc.byte_len, wc.status), (20, 16, CompletionStatus::Success));
+    assert_eq!(
+        (wc.wr_id, wc.byte_len, wc.status),
+        (20, 16, CompletionStatus::Success)
+    );
     let desc = c.memory().bytes()[512..528].to_vec();
     assert_eq!(&desc[..], &send[20..36]);
     // The server reads the advertised buffer: siw's Read Request, octet for octet.
@@ -409,7 +412,10 @@ fn replay_responder(cap: Capture) -> Negotiated {
     }
     assert!(sseq > 25);
     let st = c.stats();
-    assert_eq!(st.crc_errors + st.terminates_sent + st.terminates_received, 0);
+    assert_eq!(
+        st.crc_errors + st.terminates_sent + st.terminates_received,
+        0
+    );
     n
 }
 

@@ -545,10 +545,7 @@ impl<M: MemoryTable> Connection<M> {
             return;
         }
         if let Some((crc, markers)) = self.terminate_framing {
-            self.framer = Some(Framer::new(
-                crc,
-                markers.then(|| MarkerSpacing::new(start)),
-            ));
+            self.framer = Some(Framer::new(crc, markers.then(|| MarkerSpacing::new(start))));
             return;
         }
         let (Some(n), Phase::Fpdu) = (&self.negotiated, self.phase) else {

@@ -15,8 +15,24 @@
 //!   MULPDU of the effective send MSS (RFC 5044 §4.1), with markers at their sequence
 //!   positions.
 //!
-//! Time is passed in ([`Connection::set_time`], [`Connection::handle_timeout`]); what TCP
-//! must do with the stream comes out of [`Connection::poll_llp_request`].
+//! Driving it (the poll core; see `tests/conn_common` for a complete simulation):
+//!
+//! * create it with [`Connection::initiator`] and hand it to `tcp::Engine::connect`, or with
+//!   [`Connection::responder`] and `tcp::Engine::attach` after `tcp::Event::Accepted`;
+//! * TCP's callbacks carry no time: call [`Connection::set_time`] (through
+//!   `tcp::Engine::ulp_mut`, which also wakes the connection) before feeding packets, and
+//!   run [`Connection::handle_timeout`] at [`Connection::poll_timeout`] (MPA negotiation
+//!   deadline, first-FPDU hold);
+//! * take [`Connection::poll_event`] (a responder answers
+//!   [`ConnEvent::ConnectRequest`] with [`Connection::accept`] / [`Connection::reject`]) and
+//!   [`Connection::poll_llp_request`], mapping [`LlpRequest::Close`] / [`LlpRequest::Reset`]
+//!   to `tcp::Engine::close` / `abort`;
+//! * report `tcp::Event::PeerClosed` as `handle_llp_closed(true)` and `tcp::Event::Closed`
+//!   (which hands the connection back) as `handle_llp_closed(reason == Normal)`;
+//! * with verbs, the memory table is a [`Shared`] [`crate::verbs::Rnic`]: call
+//!   [`Connection::pump_verbs`] after each activity, move the QP to RTS on
+//!   [`ConnEvent::Established`], and carry out the RNIC's `QpAction`s with
+//!   [`Connection::apply_qp_action`].
 
 mod config;
 mod connection;
