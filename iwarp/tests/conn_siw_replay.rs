@@ -447,3 +447,80 @@ fn responder_against_siw_initiator_peer_to_peer() {
     let n = replay_responder(cap);
     assert_eq!(n.rtr, Some(RtrKind::Write));
 }
+
+// RFC 5044 §7.1: frames may arrive in any segmentation: the Request one octet at a time,
+// and the Reply sharing a segment with the first FPDU.
+#[test]
+fn frames_split_and_joined_across_segments() {
+    let cap = plain();
+    let now = Instant::now();
+    let cfg = || ConnConfig {
+        pd: PD,
+        ..ConnConfig::new(cap.mpa.clone())
+    };
+    let mut r = Connection::responder(cfg(), SimpleMemory::with_heap(256), now).unwrap();
+    let req = hex(cap.request);
+    for (i, b) in req.iter().enumerate() {
+        let seq = 1 + i as u32;
+        r.on_segment(seq, std::slice::from_ref(b), true, seq);
+        r.on_advance(seq + 1);
+        let ev = r.poll_event();
+        assert_eq!(ev.is_some(), i == req.len() - 1, "octet {i}: {ev:?}");
+    }
+
+    let mut i = Connection::initiator(cfg(), SimpleMemory::with_heap(256), now).unwrap();
+    i.next_unit(1, MSS).unwrap();
+    // The Reply and siw's Read Request in one segment: the Read Request is processed in
+    // FPDU mode (it fails the access check here: no such STag, RFC 5040 §7.2).
+    let mut joined = hex(cap.reply);
+    joined.extend_from_slice(&hex(cap.server_read_request));
+    let c = i.on_segment(1, &joined, true, 1);
+    assert_eq!(c.total(), joined.len());
+    i.on_advance(1 + joined.len() as u32);
+    assert!(matches!(i.poll_event(), Some(ConnEvent::Established(_))));
+    assert_eq!(i.stats().fpdus_received, 1);
+    assert_eq!(i.stats().terminates_sent, 1);
+    let t = i.next_unit(25, MSS).expect("terminate");
+    // Untagged QN 2 (Terminate), RDMAP layer / remote protection error, invalid STag.
+    assert_eq!(&t.payload[2..4], &[0x41, 0x47]);
+    assert_eq!(&t.payload[8..12], &[0, 0, 0, 2]);
+    assert_eq!(t.payload[20], 0x01, "RDMAP layer, remote protection EType");
+    assert_eq!(t.payload[21], 0x00, "invalid STag");
+}
+
+// RFC 6581 §5 / RFC 5044 §7.1: a peer-to-peer responder that never gets the RTR times out
+// and resets the connection.
+#[test]
+fn p2p_responder_times_out_without_rtr() {
+    let mut cap = p2p();
+    cap.mpa.p2p = Some(RtrTypes {
+        send: false,
+        write: true,
+        read: false,
+    });
+    let now = Instant::now();
+    let cfg = ConnConfig {
+        pd: PD,
+        ..ConnConfig::new(cap.mpa.clone())
+    };
+    let mut r = Connection::responder(cfg, SimpleMemory::with_heap(256), now).unwrap();
+    let req = hex(cap.request);
+    r.on_segment(1, &req, true, 1);
+    r.on_advance(25);
+    assert!(matches!(r.poll_event(), Some(ConnEvent::ConnectRequest(_))));
+    r.accept(now, &[]).unwrap();
+    assert!(r.next_unit(1, MSS).is_some(), "reply");
+    assert_eq!(r.state(), ConnState::Negotiating);
+    let deadline = r.poll_timeout().expect("RTR deadline");
+    assert!(deadline > now);
+    r.handle_timeout(deadline);
+    assert_eq!(r.state(), ConnState::Failed);
+    assert!(matches!(
+        r.poll_event(),
+        Some(ConnEvent::NegotiationFailed {
+            recovery: iwarp::mpa::Recovery::Reset,
+            ..
+        })
+    ));
+    assert_eq!(r.poll_llp_request(), Some(iwarp::conn::LlpRequest::Reset));
+}
