@@ -6,17 +6,53 @@
 //! segments directly (one copy, from the segment into the receive buffer) and leaves
 //! out-of-order ones to the engine's reassembly.
 
-use std::collections::VecDeque;
-
 use crate::rx::{Consumed, SegmentSink};
 use crate::tx::{SegmentSource, Unit};
+
+/// A byte FIFO: a vector with a read offset, compacted when half consumed, so that
+/// appends and reads are `memcpy`s.
+#[derive(Debug, Clone, Default)]
+struct Fifo {
+    buf: Vec<u8>,
+    head: usize,
+}
+
+impl Fifo {
+    fn len(&self) -> usize {
+        self.buf.len() - self.head
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        if self.head > 0 && self.head >= self.buf.len() / 2 {
+            self.buf.drain(..self.head);
+            self.head = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    fn peek(&self, n: usize) -> &[u8] {
+        &self.buf[self.head..self.head + n.min(self.len())]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.head += n.min(self.len());
+        if self.head == self.buf.len() {
+            self.buf.clear();
+            self.head = 0;
+        }
+    }
+}
 
 /// A buffered byte stream attached to one connection.
 #[derive(Debug, Clone)]
 pub struct StreamSocket {
-    rx: VecDeque<u8>,
+    rx: Fifo,
     rx_capacity: usize,
-    tx: VecDeque<u8>,
+    tx: Fifo,
     tx_capacity: usize,
     received_total: u64,
 }
@@ -25,9 +61,9 @@ impl StreamSocket {
     /// A socket with receive and send buffers of the given capacities.
     pub fn new(rx_capacity: usize, tx_capacity: usize) -> Self {
         StreamSocket {
-            rx: VecDeque::new(),
+            rx: Fifo::default(),
             rx_capacity,
-            tx: VecDeque::new(),
+            tx: Fifo::default(),
             tx_capacity,
             received_total: 0,
         }
@@ -38,7 +74,7 @@ impl StreamSocket {
         let n = data
             .len()
             .min(self.tx_capacity.saturating_sub(self.tx.len()));
-        self.tx.extend(&data[..n]);
+        self.tx.push(&data[..n]);
         n
     }
 
@@ -55,15 +91,16 @@ impl StreamSocket {
     /// Read received in-order bytes into `buf`; returns how many.
     pub fn read(&mut self, buf: &mut [u8]) -> usize {
         let n = buf.len().min(self.rx.len());
-        for (d, s) in buf.iter_mut().zip(self.rx.drain(..n)) {
-            *d = s;
-        }
+        buf[..n].copy_from_slice(self.rx.peek(n));
+        self.rx.consume(n);
         n
     }
 
     /// Take every received byte.
     pub fn read_all(&mut self) -> Vec<u8> {
-        self.rx.drain(..).collect()
+        let all = self.rx.peek(self.rx.len()).to_vec();
+        self.rx.consume(all.len());
+        all
     }
 
     /// Bytes ready to read.
@@ -88,7 +125,7 @@ impl SegmentSink for StreamSocket {
     }
 
     fn on_in_order(&mut self, _seq: u32, bytes: &[u8]) {
-        self.rx.extend(bytes);
+        self.rx.push(bytes);
         self.received_total += bytes.len() as u64;
     }
 
@@ -103,10 +140,39 @@ impl SegmentSource for StreamSocket {
         if n == 0 {
             return None;
         }
-        Some(Unit::new(self.tx.drain(..n).collect()))
+        let unit = Unit::new(self.tx.peek(n).to_vec());
+        self.tx.consume(n);
+        Some(unit)
     }
 
     fn pending(&self) -> bool {
         !self.tx.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_order_across_compaction() {
+        let mut s = StreamSocket::new(100, 100);
+        assert_eq!(s.write(&[1; 60]), 60);
+        assert_eq!(s.write(&[2; 60]), 40, "bounded by the send buffer");
+        assert_eq!(s.next_unit(0, 50).unwrap().payload, vec![1; 50]);
+        assert_eq!(s.write(&[3; 10]), 10);
+        let u = s.next_unit(0, 1000).unwrap().payload;
+        assert_eq!(u.len(), 60);
+        assert_eq!(&u[..10], &[1; 10]);
+        assert_eq!(&u[10..50], &[2; 40]);
+        assert_eq!(&u[50..], &[3; 10]);
+        assert!(!s.pending());
+        s.on_in_order(0, b"hello ");
+        s.on_in_order(6, b"world");
+        let mut b = [0u8; 3];
+        assert_eq!(s.read(&mut b), 3);
+        assert_eq!(&b, b"hel");
+        assert_eq!(s.read_all(), b"lo world");
+        assert_eq!(s.received_total(), 11);
     }
 }

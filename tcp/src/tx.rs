@@ -78,6 +78,8 @@ pub(crate) struct SendQueue {
     units: VecDeque<TxUnit>,
     /// RFC 6675 "pipe": bytes sent, not SACKed, not deemed lost (or retransmitted since).
     pipe: usize,
+    /// Units marked lost and not yet retransmitted.
+    lost_count: usize,
 }
 
 impl SendQueue {
@@ -124,6 +126,9 @@ impl SendQueue {
             if u.in_pipe {
                 self.pipe -= u.seq_len() as usize;
             }
+            if u.lost {
+                self.lost_count -= 1;
+            }
             out.bytes += u.seq_len() as usize;
             out.fin_acked |= u.fin;
             // Karn's algorithm (RFC 6298 §3): no samples from retransmitted units.
@@ -148,7 +153,10 @@ impl SendQueue {
             }
             if seq::ge(u.seq, left) && seq::le(u.end(), right) && !u.sacked {
                 u.sacked = true;
-                u.lost = false;
+                if u.lost {
+                    u.lost = false;
+                    self.lost_count -= 1;
+                }
                 if u.in_pipe {
                     u.in_pipe = false;
                     self.pipe -= u.seq_len() as usize;
@@ -166,6 +174,7 @@ impl SendQueue {
         let mut sacked_units = 0usize;
         let mut sacked_bytes = 0usize;
         let mut pipe = self.pipe;
+        let mut lost_count = self.lost_count;
         for u in self.units.iter_mut().rev() {
             if u.sacked {
                 sacked_units += 1;
@@ -174,6 +183,7 @@ impl SendQueue {
             }
             if !u.lost && !u.retransmitted && (sacked_units >= 3 || sacked_bytes > 2 * mss) {
                 u.lost = true;
+                lost_count += 1;
                 if u.in_pipe {
                     u.in_pipe = false;
                     pipe -= u.seq_len() as usize;
@@ -181,6 +191,7 @@ impl SendQueue {
             }
         }
         self.pipe = pipe;
+        self.lost_count = lost_count;
     }
 
     /// Mark the first un-SACKed unit lost (fast retransmit, RFC 5681 §3.2 / RFC 6582).
@@ -188,6 +199,7 @@ impl SendQueue {
         if let Some(u) = self.units.iter_mut().find(|u| !u.sacked) {
             if !u.lost {
                 u.lost = true;
+                self.lost_count += 1;
                 if u.in_pipe {
                     u.in_pipe = false;
                     self.pipe -= u.seq_len() as usize;
@@ -199,7 +211,10 @@ impl SendQueue {
     /// After a retransmission timeout every un-SACKed unit is considered lost.
     pub(crate) fn mark_all_lost(&mut self) {
         for u in self.units.iter_mut().filter(|u| !u.sacked) {
-            u.lost = true;
+            if !u.lost {
+                u.lost = true;
+                self.lost_count += 1;
+            }
             if u.in_pipe {
                 u.in_pipe = false;
                 self.pipe -= u.seq_len() as usize;
@@ -217,13 +232,19 @@ impl SendQueue {
 
     /// Index of the first unit awaiting retransmission (RFC 6675 NextSeg rule 1).
     pub(crate) fn next_lost(&self) -> Option<usize> {
+        if self.lost_count == 0 {
+            return None;
+        }
         self.units.iter().position(|u| u.lost)
     }
 
     /// Record the retransmission of unit `i` at `now`.
     pub(crate) fn retransmitted(&mut self, i: usize, now: Instant) {
         let u = &mut self.units[i];
-        u.lost = false;
+        if u.lost {
+            u.lost = false;
+            self.lost_count -= 1;
+        }
         u.retransmitted = true;
         u.sent_at = now;
         if !u.in_pipe {
