@@ -10,6 +10,16 @@
 //!   consume is kept for in-order reassembly (see [`rx`]).
 //! * **Send**: a [`SegmentSource`] hands whole units, each sent as exactly one segment and
 //!   retransmitted unchanged (see [`tx`]).
+//!
+//! Driving it (what `dataplane tcp` does in its poll-loop handler):
+//! 1. For each received TCP segment: [`Engine::handle_tcp`] with the IPv4 addresses (or
+//!    [`Engine::handle_packet`] with the whole IPv4 packet).
+//! 2. Once per iteration: [`Engine::handle_timeout`] when [`Engine::poll_timeout`] is due,
+//!    then drain [`Engine::poll_event`] (attach a ULP to each `Accepted` connection).
+//! 3. Drain [`Engine::poll_transmit`] into transmit buffers right after the Ethernet header;
+//!    the returned destination is the address to resolve (ARP) for the next hop.
+//! 4. After the application gives a ULP new data or reads from it, [`Engine::ulp_mut`] (or
+//!    [`Engine::wake`]) makes the next `poll_transmit` pick it up.
 #![forbid(unsafe_code)]
 
 pub mod cc;

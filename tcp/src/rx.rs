@@ -4,7 +4,7 @@
 //! number **before** the engine copies anything. The sink (the MPA receiver) places what it
 //! can — verified FPDUs, possibly out of order — and answers with the byte ranges it
 //! [`Consumed`]. The engine marks the whole segment as received (so ACKs and SACK blocks
-//! cover placed data) and copies only the unconsumed bytes into [`Reassembly`], which hands
+//! cover placed data) and copies only the unconsumed bytes into its reassembly store, which hands
 //! them to [`SegmentSink::on_in_order`] once the stream reaches them. No byte is offered or
 //! delivered twice: a segment that overlaps data already received is cut into its new pieces
 //! before it is offered.
