@@ -524,6 +524,14 @@ impl<U: Ulp> Engine<U> {
             remote: SocketAddrV4::new(src, repr.src_port),
         };
         match self.by_tuple.get(&tuple).copied() {
+            Some(id)
+                if self
+                    .conn(id)
+                    .is_some_and(|c| c.tcb.time_wait_reusable_by(&repr)) =>
+            {
+                self.remove(id, None);
+                self.segment_to_listener(now, tuple, &repr);
+            }
             Some(id) => self.segment_to_conn(now, id, &repr),
             None => self.segment_to_listener(now, tuple, &repr),
         }

@@ -348,6 +348,22 @@ impl Tcb {
         !matches!(self.state, State::SynSent | State::SynReceived)
     }
 
+    /// A new SYN may reuse this 4-tuple while in TIME-WAIT (RFC 9293 §3.6.1, RFC 6191): its
+    /// sequence number is beyond the old connection's, or its timestamp is newer.
+    pub(crate) fn time_wait_reusable_by(&self, syn: &TcpRepr) -> bool {
+        if self.state != State::TimeWait
+            || syn.control != TcpControl::Syn
+            || syn.ack_number.is_some()
+        {
+            return false;
+        }
+        let newer_ts = match (self.opts.timestamps, syn.timestamp) {
+            (true, Some(ts)) => seq::gt(ts.tsval, self.ts_recent),
+            _ => false,
+        };
+        newer_ts || seq::gt(syn.seq_number.0 as u32, self.rcv_nxt)
+    }
+
     /// Graceful close (RFC 9293 §3.10.4): FIN follows once the source is drained.
     pub(crate) fn close(&mut self) {
         self.close_requested = true;

@@ -319,6 +319,33 @@ fn time_wait_expiry() {
     assert_eq!(p.e.connection_count(), 0);
 }
 
+// RFC 9293 §3.6.1 / RFC 6191: a new SYN with a higher sequence number (or newer timestamp)
+// reopens a 4-tuple in TIME-WAIT; an old one does not.
+#[test]
+fn time_wait_reuse_by_new_syn() {
+    let mut p = into_state(State::TimeWait);
+    let old = p.snd;
+    let mut stale = Seg::new(
+        p.me,
+        b_addr(),
+        TcpControl::Syn,
+        old.wrapping_sub(1000),
+        None,
+    );
+    stale.ts = Some((1, 0));
+    let out = p.send(&stale);
+    assert!(
+        out.iter().all(|s| s.control != TcpControl::Syn),
+        "old SYN: no new connection"
+    );
+    assert_eq!(p.e.connection_count(), 1);
+    p.events.clear();
+    p.snd = old.wrapping_add(100_000);
+    p.tsval = p.tsval.map(|v| v + 100);
+    p.handshake();
+    assert_eq!(p.e.connection_count(), 1, "the TIME-WAIT TCB was replaced");
+}
+
 // RFC 7323 §5.3: PAWS drops a segment whose TSval is older than TS.Recent, and ACKs it.
 #[test]
 fn paws_rejects_old_timestamps() {
