@@ -10,4 +10,5 @@ pub mod icmp;
 pub mod lcore;
 pub mod pcap;
 pub mod port;
+pub mod rdma;
 pub mod stats;

@@ -1,0 +1,194 @@
+//! Applications on the poll core: run to completion, one application step after each
+//! poll-loop iteration, and the verbs resources every application sets up.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use iwarp::verbs::{Access, CqHandle, PdId, QpInit, UlpId, VerbError, WorkCompletion};
+
+use super::arena::{Arena, ArenaError, Region};
+use super::handler::{CmError, RdmaHandler};
+use crate::lcore::PollLoop;
+use crate::port::Port;
+
+/// What an application step decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Keep going.
+    Continue,
+    /// Finished: `Ok` or the reason it failed.
+    Done(Result<(), String>),
+}
+
+/// An application driven by the poll loop.
+pub trait App {
+    /// Does whatever is possible now (CM events, completions, new work) without blocking.
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step;
+}
+
+/// Why an application could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// Verbs resources.
+    #[error("verbs: {0:?}")]
+    Verbs(VerbError),
+    /// Buffer registration.
+    #[error(transparent)]
+    Arena(#[from] ArenaError),
+    /// Connection manager.
+    #[error(transparent)]
+    Cm(#[from] CmError),
+}
+
+impl From<VerbError> for AppError {
+    fn from(e: VerbError) -> Self {
+        AppError::Verbs(e)
+    }
+}
+
+/// The verbs resources of one application: a PD, one CQ for both queues, a QP template and
+/// the buffer allocator over the RNIC's memory.
+#[derive(Debug, Clone)]
+pub struct Resources {
+    /// Protection domain.
+    pub pd: PdId,
+    /// Completion queue (send and receive).
+    pub cq: CqHandle,
+    /// QP template for connect/listen.
+    pub init: QpInit,
+    /// Buffer allocator.
+    pub arena: Arena,
+}
+
+impl Resources {
+    /// Allocates a PD and a CQ of `cq_depth` entries; QPs get `sq_depth`/`rq_depth` WRs.
+    pub fn new(
+        h: &RdmaHandler,
+        cq_depth: u32,
+        sq_depth: u32,
+        rq_depth: u32,
+        ord_ird: u32,
+    ) -> Result<Resources, AppError> {
+        let mut rnic = h.rnic().0.borrow_mut();
+        let ulp = UlpId(1);
+        let pd = rnic.alloc_pd(ulp)?;
+        let (cq, _) = rnic.create_cq(ulp, cq_depth)?;
+        let mut init = QpInit::new(pd, cq, cq);
+        init.sq_depth = sq_depth;
+        init.rq_depth = rq_depth;
+        init.ord = ord_ird;
+        init.ird = ord_ird;
+        init.inbound_read = true;
+        init.inbound_write = true;
+        init.inbound_atomic = true;
+        let len = rnic.memory().bytes().len();
+        Ok(Resources {
+            pd,
+            cq,
+            init,
+            arena: Arena::new(len),
+        })
+    }
+
+    /// Registers a buffer of `len` octets.
+    pub fn buffer(
+        &mut self,
+        h: &RdmaHandler,
+        len: usize,
+        access: Access,
+    ) -> Result<Region, AppError> {
+        let mut rnic = h.rnic().0.borrow_mut();
+        Ok(self.arena.register(&mut rnic, self.pd, len, access)?)
+    }
+
+    /// Polls one completion.
+    pub fn poll_cq(&self, h: &RdmaHandler) -> Option<WorkCompletion> {
+        h.rnic().0.borrow_mut().poll_cq(self.cq).ok()
+    }
+}
+
+/// Every right: local and remote read/write and atomics.
+pub fn all_rights() -> Access {
+    Access::LOCAL_READ
+        | Access::LOCAL_WRITE
+        | Access::REMOTE_READ
+        | Access::REMOTE_WRITE
+        | Access::REMOTE_ATOMIC
+}
+
+/// Runs `app` on `poll` until it is done, `stop` is set or `deadline` passes; `tick` runs
+/// about every `tick_every` (stats lines).
+pub fn run_app<P: Port, A: App>(
+    poll: &mut PollLoop<P, RdmaHandler>,
+    app: &mut A,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+    tick_every: Option<Duration>,
+    mut tick: impl FnMut(&mut PollLoop<P, RdmaHandler>, Instant),
+) -> Result<(), String> {
+    let mut last_tick = Instant::now();
+    loop {
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed) {
+            return Err("stopped".into());
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            return Err("time limit reached".into());
+        }
+        poll.poll_once(now);
+        if let Step::Done(r) = app.step(poll.handler_mut(), now) {
+            // Let the last frames (FIN, ACKs) out.
+            let end = Instant::now() + Duration::from_millis(20);
+            while Instant::now() < end {
+                poll.poll_once(Instant::now());
+            }
+            return r;
+        }
+        if let Some(every) = tick_every {
+            if now.duration_since(last_tick) >= every {
+                tick(poll, now);
+                last_tick = now;
+            }
+        }
+    }
+}
+
+/// Runs two applications on two loops in one thread (the in-process software pair) until
+/// both are done; returns both results.
+pub fn run_pair<P: Port, A: App, B: App>(
+    la: &mut PollLoop<P, RdmaHandler>,
+    a: &mut A,
+    lb: &mut PollLoop<P, RdmaHandler>,
+    b: &mut B,
+    limit: Duration,
+) -> (Result<(), String>, Result<(), String>) {
+    let end = Instant::now() + limit;
+    let mut ra = None;
+    let mut rb = None;
+    while ra.is_none() || rb.is_none() {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        la.poll_once(now);
+        lb.poll_once(now);
+        if ra.is_none() {
+            if let Step::Done(r) = a.step(la.handler_mut(), now) {
+                ra = Some(r);
+            }
+        }
+        if rb.is_none() {
+            if let Step::Done(r) = b.step(lb.handler_mut(), now) {
+                rb = Some(r);
+            }
+        }
+    }
+    // Flush what is still in flight (FIN, ACKs).
+    for _ in 0..200 {
+        let now = Instant::now();
+        la.poll_once(now);
+        lb.poll_once(now);
+    }
+    let timeout = || Err("time limit reached".to_string());
+    (ra.unwrap_or_else(timeout), rb.unwrap_or_else(timeout))
+}

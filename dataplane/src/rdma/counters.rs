@@ -1,0 +1,75 @@
+//! What the iWARP connections of one poll core did, for the stats line and the summary.
+
+use iwarp::conn::ConnStats;
+
+/// Totals over every connection of a handler, live and closed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RdmaCounters {
+    /// Connections established (FPDU mode reached).
+    pub established: u64,
+    /// FPDUs framed and handed to TCP.
+    pub fpdus_sent: u64,
+    /// FPDUs received and handed to DDP/RDMAP.
+    pub fpdus_received: u64,
+    /// FPDUs found ahead of RCV.NXT and placed at once (out-of-order placement).
+    pub fpdus_placed_ahead: u64,
+    /// ULPDU octets of those FPDUs.
+    pub bytes_placed_ahead: u64,
+    /// Octets ahead of RCV.NXT nobody could place, held by TCP for reassembly.
+    pub bytes_held: u64,
+    /// Of those, octets of tagged DDP segments.
+    pub tagged_bytes_held: u64,
+    /// FPDUs whose MPA CRC did not match.
+    pub crc_errors: u64,
+    /// Terminate messages sent.
+    pub terminates_sent: u64,
+    /// Terminate messages received.
+    pub terminates_received: u64,
+}
+
+impl RdmaCounters {
+    /// Adds one connection's counters.
+    pub fn add(&mut self, s: &ConnStats) {
+        self.fpdus_sent += s.fpdus_sent;
+        self.fpdus_received += s.fpdus_received;
+        self.fpdus_placed_ahead += s.fpdus_placed_ahead;
+        self.bytes_placed_ahead += s.bytes_placed_ahead;
+        self.bytes_held += s.bytes_left_to_tcp;
+        self.tagged_bytes_held += s.tagged_bytes_left_to_tcp;
+        self.crc_errors += s.crc_errors;
+        self.terminates_sent += s.terminates_sent;
+        self.terminates_received += s.terminates_received;
+    }
+
+    /// The compact form for the periodic stats line.
+    pub fn line(&self) -> String {
+        format!(
+            "fpdu tx {} rx {} | ooo placed {} ({} B) | held {} B (tagged {} B) | crc err {} | term tx {} rx {}",
+            self.fpdus_sent,
+            self.fpdus_received,
+            self.fpdus_placed_ahead,
+            self.bytes_placed_ahead,
+            self.bytes_held,
+            self.tagged_bytes_held,
+            self.crc_errors,
+            self.terminates_sent,
+            self.terminates_received
+        )
+    }
+
+    /// `key: value` lines for the end-of-run summary (stable names, parsed by tests).
+    pub fn summary(&self) -> String {
+        format!(
+            "rdma-fpdus-sent: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}",
+            self.fpdus_sent,
+            self.fpdus_received,
+            self.fpdus_placed_ahead,
+            self.bytes_placed_ahead,
+            self.bytes_held,
+            self.tagged_bytes_held,
+            self.crc_errors,
+            self.terminates_sent,
+            self.terminates_received
+        )
+    }
+}

@@ -1,0 +1,43 @@
+//! Where registered memory lives: hugepages when hugetlbfs has free pages, else the heap.
+
+use iwarp::mem::HeapBackend;
+use iwarp::verbs::{AddressingMode, MemoryBackend, Rnic, RnicAttributes, RnicDevice, VerbError};
+
+use crate::hugemem::HugepageMemory;
+
+/// The kind of memory behind an RNIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// A hugetlbfs mapping.
+    Hugepages,
+    /// Ordinary heap memory (no hugetlbfs mount or no free hugepages).
+    Heap,
+}
+
+impl std::fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MemoryKind::Hugepages => "hugepages",
+            MemoryKind::Heap => "heap",
+        })
+    }
+}
+
+/// Opens a software RNIC over `len` octets of memory: hugepage memory when `hugepages` is
+/// set and a hugetlbfs mapping succeeds, else the heap.
+pub fn open_rnic(len: usize, hugepages: bool, seed: u64) -> Result<(Rnic, MemoryKind), VerbError> {
+    let (backend, kind): (Box<dyn MemoryBackend + Send>, MemoryKind) = if hugepages {
+        match HugepageMemory::new(len) {
+            Ok(m) => (Box::new(m), MemoryKind::Hugepages),
+            Err(e) => {
+                log::info!("registered memory on the heap: {e}");
+                (Box::new(HeapBackend::new(len)), MemoryKind::Heap)
+            }
+        }
+    } else {
+        (Box::new(HeapBackend::new(len)), MemoryKind::Heap)
+    };
+    let device = RnicDevice::new("dp-rnic0", RnicAttributes::default());
+    let rnic = device.open(AddressingMode::Page, backend, seed)?;
+    Ok((rnic, kind))
+}

@@ -1,0 +1,26 @@
+//! iWARP on the poll core: the [`RdmaHandler`] plugs `tcp::Engine<iwarp::conn::Connection>`
+//! and a verbs [`iwarp::verbs::Rnic`] into the poll loop.
+//!
+//! Receive: port rx burst → classifier → `tcp::Engine::handle_tcp` → the connection's MPA
+//! receiver (CRC, markers, FPDUs located even ahead of RCV.NXT) → DDP placement through the
+//! RNIC's memory model (hugepage memory when hugetlbfs has room) → RDMAP → CQ. Send: WRs
+//! posted on the RNIC's QPs → RDMAP → DDP → MPA FPDU-aligned units → TCP → tx burst.
+//!
+//! Applications running on the poll core (run to completion: one application step, then
+//! [`crate::lcore::PollLoop::poll_once`]) use the RNIC directly through
+//! [`RdmaHandler::rnic`]; the connection manager ([`RdmaHandler::listen`],
+//! [`RdmaHandler::connect`], [`RdmaHandler::accept`], [`RdmaHandler::reject`],
+//! [`RdmaHandler::disconnect`], [`RdmaHandler::abort`], [`RdmaHandler::poll_cm_event`])
+//! mirrors what rdma_cm users expect.
+
+pub mod app;
+mod arena;
+mod counters;
+mod handler;
+mod memory;
+pub mod rping;
+
+pub use arena::{Arena, Region, REGION_VA_BASE};
+pub use counters::RdmaCounters;
+pub use handler::{CmError, CmEvent, RdmaConfig, RdmaConn, RdmaHandler};
+pub use memory::{open_rnic, MemoryKind};

@@ -1,0 +1,464 @@
+//! rping, wire-compatible with rdma-core's `rping`: each ping, the client advertises its
+//! source buffer `{addr, rkey, size}` (16 octets, big-endian) in a Send, the server RDMA
+//! Reads it and answers with a "go ahead" Send; the client advertises its sink buffer, the
+//! server RDMA Writes the ping data back and sends "go ahead" again.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Instant;
+
+use iwarp::verbs::{
+    Access, CompletionStatus, QpId, RecvWr, RemoteBuf, STag, SendOp, SendWr, WcOpcode,
+};
+use tcp::ConnId;
+
+use super::app::{all_rights, App, AppError, Resources, Step};
+use super::arena::Region;
+use super::handler::{CmEvent, RdmaHandler};
+use crate::say;
+
+/// Length of the `{addr, rkey, size}` record.
+pub const INFO_LEN: usize = 16;
+/// rping's smallest and largest ping sizes.
+pub const MIN_SIZE: usize = 24;
+/// Largest ping size (rping's 64 KiB buffer).
+pub const MAX_SIZE: usize = 64 * 1024 - 1;
+
+/// The buffer advertisement rping exchanges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaInfo {
+    /// Tagged address.
+    pub addr: u64,
+    /// STag.
+    pub rkey: u32,
+    /// Length.
+    pub size: u32,
+}
+
+impl RdmaInfo {
+    /// The 16-octet wire form.
+    pub fn to_bytes(self) -> [u8; INFO_LEN] {
+        let mut b = [0; INFO_LEN];
+        b[..8].copy_from_slice(&self.addr.to_be_bytes());
+        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        b[12..].copy_from_slice(&self.size.to_be_bytes());
+        b
+    }
+
+    /// Parses the wire form.
+    pub fn parse(b: &[u8]) -> Option<RdmaInfo> {
+        if b.len() != INFO_LEN {
+            return None;
+        }
+        Some(RdmaInfo {
+            addr: u64::from_be_bytes(b[..8].try_into().ok()?),
+            rkey: u32::from_be_bytes(b[8..12].try_into().ok()?),
+            size: u32::from_be_bytes(b[12..].try_into().ok()?),
+        })
+    }
+}
+
+/// rping's ping text for ping number `ping`: `rdma-ping-N: ` then rotating letters, NUL
+/// terminated.
+pub fn ping_data(ping: u32, size: usize) -> Vec<u8> {
+    let mut v = format!("rdma-ping-{ping}: ").into_bytes();
+    v.truncate(size);
+    let mut c = b'A' + (ping % 58) as u8;
+    while v.len() < size {
+        v.push(c);
+        c = if c >= b'z' { b'A' } else { c + 1 };
+    }
+    if let Some(last) = v.last_mut() {
+        *last = 0;
+    }
+    v
+}
+
+/// Options shared by both roles.
+#[derive(Debug, Clone)]
+pub struct RpingOptions {
+    /// Ping size in octets.
+    pub size: usize,
+    /// Pings (client; 0 = until stopped).
+    pub count: u32,
+    /// Print ping data.
+    pub verbose: bool,
+    /// Validate ping data (client).
+    pub validate: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Idle,
+    Connecting,
+    ReadAdv,
+    ReadComplete,
+    WriteAdv,
+    WriteComplete,
+    Disconnecting,
+}
+
+/// Both roles of rping.
+#[derive(Debug)]
+pub struct Rping {
+    server: bool,
+    opts: RpingOptions,
+    res: Resources,
+    recv_buf: Region,
+    send_buf: Region,
+    rdma_buf: Region,
+    start_buf: Option<Region>,
+    conn: Option<(ConnId, QpId)>,
+    state: State,
+    ping: u32,
+    remote: Option<RdmaInfo>,
+    /// Pings completed.
+    pub pings: u32,
+    /// When the connection was established and when the last ping finished.
+    pub started: Option<Instant>,
+    /// When the last ping finished.
+    pub finished: Option<Instant>,
+}
+
+impl Rping {
+    fn new(h: &RdmaHandler, server: bool, opts: RpingOptions) -> Result<Rping, AppError> {
+        let mut res = Resources::new(h, 64, 16, 2, 1)?;
+        let recv_buf = res.buffer(h, INFO_LEN, Access::LOCAL_WRITE)?;
+        let send_buf = res.buffer(h, INFO_LEN, Access::LOCAL_READ)?;
+        let rdma_buf = res.buffer(h, opts.size, all_rights())?;
+        let start_buf = if server {
+            None
+        } else {
+            Some(res.buffer(h, opts.size, all_rights())?)
+        };
+        Ok(Rping {
+            server,
+            opts,
+            res,
+            recv_buf,
+            send_buf,
+            rdma_buf,
+            start_buf,
+            conn: None,
+            state: State::Idle,
+            ping: 0,
+            remote: None,
+            pings: 0,
+            started: None,
+            finished: None,
+        })
+    }
+
+    /// The server: listens on `addr` and serves one client until it disconnects.
+    pub fn server(
+        h: &mut RdmaHandler,
+        addr: SocketAddrV4,
+        opts: RpingOptions,
+    ) -> Result<Rping, AppError> {
+        let r = Rping::new(h, true, opts)?;
+        h.listen(addr, r.res.init.clone())?;
+        Ok(r)
+    }
+
+    /// The client: connects from `local` to `remote`.
+    pub fn client(
+        h: &mut RdmaHandler,
+        local: Ipv4Addr,
+        remote: SocketAddrV4,
+        opts: RpingOptions,
+    ) -> Result<Rping, AppError> {
+        let mut r = Rping::new(h, false, opts)?;
+        let (id, qp) = h.connect(local, remote, r.res.init.clone(), &[])?;
+        r.post_recv(h, qp)?;
+        r.conn = Some((id, qp));
+        r.state = State::Connecting;
+        Ok(r)
+    }
+
+    fn post_recv(&self, h: &RdmaHandler, qp: QpId) -> Result<(), AppError> {
+        h.rnic()
+            .0
+            .borrow_mut()
+            .post_rq(
+                qp,
+                vec![RecvWr {
+                    wr_id: 1,
+                    sgl: vec![self.recv_buf.sge(0, INFO_LEN)],
+                }],
+            )
+            .map_err(|e| AppError::Verbs(e.error))?;
+        Ok(())
+    }
+
+    fn post(&self, h: &RdmaHandler, wr: SendWr) -> Result<(), String> {
+        let (_, qp) = self.conn.ok_or("no connection")?;
+        h.rnic()
+            .0
+            .borrow_mut()
+            .post_sq(qp, vec![wr])
+            .map(|_| ())
+            .map_err(|e| format!("post send: {e:?}"))
+    }
+
+    fn send_info(&self, h: &RdmaHandler, info: Option<RdmaInfo>) -> Result<(), String> {
+        let bytes = info.map_or([0; INFO_LEN], RdmaInfo::to_bytes);
+        {
+            let mut rnic = h.rnic().0.borrow_mut();
+            self.send_buf.bytes_mut(&mut rnic)[..INFO_LEN].copy_from_slice(&bytes);
+        }
+        self.post(
+            h,
+            SendWr::message(
+                2,
+                SendOp::Send {
+                    sgl: vec![self.send_buf.sge(0, INFO_LEN)],
+                    solicited: false,
+                    invalidate: None,
+                },
+            ),
+        )
+    }
+
+    fn advertise(&self, h: &RdmaHandler, r: &Region) -> Result<(), String> {
+        self.send_info(
+            h,
+            Some(RdmaInfo {
+                addr: r.addr(0),
+                rkey: r.stag.0,
+                size: self.opts.size as u32,
+            }),
+        )
+    }
+
+    fn start_ping(&mut self, h: &RdmaHandler) -> Result<(), String> {
+        let data = ping_data(self.ping, self.opts.size);
+        let start = self.start_buf.ok_or("client without start buffer")?;
+        {
+            let mut rnic = h.rnic().0.borrow_mut();
+            start.bytes_mut(&mut rnic)[..data.len()].copy_from_slice(&data);
+            self.rdma_buf.bytes_mut(&mut rnic).fill(0);
+        }
+        self.state = State::ReadAdv;
+        self.advertise(h, &start)
+    }
+
+    fn cstr(bytes: &[u8]) -> String {
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    }
+
+    fn completion(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<bool, String> {
+        let Some(wc) = self.res.poll_cq(h) else {
+            return Ok(false);
+        };
+        if wc.status == CompletionStatus::Flushed {
+            return Ok(true);
+        }
+        if wc.status != CompletionStatus::Success {
+            return Err(format!(
+                "cq completion failed status {:?} ({:?})",
+                wc.status, wc.opcode
+            ));
+        }
+        let (_, qp) = self.conn.ok_or("no connection")?;
+        match wc.opcode {
+            WcOpcode::Receive => {
+                if wc.byte_len as usize != INFO_LEN {
+                    return Err(format!("Received bogus data, size {}", wc.byte_len));
+                }
+                let info = {
+                    let rnic = h.rnic().0.borrow();
+                    RdmaInfo::parse(&self.recv_buf.bytes(&rnic)[..INFO_LEN])
+                };
+                self.post_recv(h, qp).map_err(|e| e.to_string())?;
+                if self.server {
+                    let info = info.ok_or("bad record")?;
+                    self.remote = Some(info);
+                    if self.state == State::WriteAdv {
+                        // The client's sink: write the ping data back.
+                        let len = {
+                            let rnic = h.rnic().0.borrow();
+                            let b = self.rdma_buf.bytes(&rnic);
+                            let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                            (n + 1).min(info.size as usize).min(b.len())
+                        };
+                        self.state = State::WriteComplete;
+                        self.post(
+                            h,
+                            SendWr::message(
+                                3,
+                                SendOp::Write {
+                                    sgl: vec![self.rdma_buf.sge(0, len)],
+                                    remote: RemoteBuf {
+                                        stag: STag(info.rkey),
+                                        to: info.addr,
+                                    },
+                                },
+                            ),
+                        )?;
+                    } else {
+                        // The client's source: read it.
+                        let len = (info.size as usize).min(self.rdma_buf.len);
+                        self.state = State::ReadComplete;
+                        self.post(
+                            h,
+                            SendWr::message(
+                                4,
+                                SendOp::Read {
+                                    sink: RemoteBuf {
+                                        stag: self.rdma_buf.stag,
+                                        to: self.rdma_buf.addr(0),
+                                    },
+                                    remote: RemoteBuf {
+                                        stag: STag(info.rkey),
+                                        to: info.addr,
+                                    },
+                                    len: len as u32,
+                                },
+                            ),
+                        )?;
+                    }
+                } else if self.state == State::ReadAdv {
+                    // Go ahead: the server read our ping; advertise the sink.
+                    self.state = State::WriteAdv;
+                    self.advertise(h, &self.rdma_buf)?;
+                } else if self.state == State::WriteAdv {
+                    // The server wrote the ping back.
+                    self.state = State::WriteComplete;
+                    let (got, want) = {
+                        let rnic = h.rnic().0.borrow();
+                        let start = self.start_buf.ok_or("no start buffer")?;
+                        (
+                            self.rdma_buf.bytes(&rnic).to_vec(),
+                            start.bytes(&rnic).to_vec(),
+                        )
+                    };
+                    if self.opts.validate && got != want {
+                        return Err("data mismatch!".into());
+                    }
+                    if self.opts.verbose {
+                        say!("ping data: {}", Self::cstr(&got));
+                    }
+                    self.pings += 1;
+                    self.finished = Some(now);
+                    self.ping += 1;
+                    if self.opts.count != 0 && self.ping >= self.opts.count {
+                        self.state = State::Disconnecting;
+                        if let Some((id, _)) = self.conn {
+                            h.disconnect(id).map_err(|e| e.to_string())?;
+                        }
+                    } else {
+                        self.start_ping(h)?;
+                    }
+                } else {
+                    return Err(format!("unexpected receive in state {:?}", self.state));
+                }
+            }
+            WcOpcode::RdmaRead if self.server => {
+                if self.opts.verbose {
+                    let rnic = h.rnic().0.borrow();
+                    say!(
+                        "server ping data: {}",
+                        Self::cstr(self.rdma_buf.bytes(&rnic))
+                    );
+                }
+                self.pings += 1;
+                self.state = State::WriteAdv;
+                self.send_info(h, None)?;
+            }
+            WcOpcode::RdmaWrite if self.server => {
+                self.state = State::ReadAdv;
+                self.finished = Some(now);
+                self.send_info(h, None)?;
+            }
+            WcOpcode::Send => {}
+            other => return Err(format!("unexpected completion {other:?}")),
+        }
+        Ok(true)
+    }
+
+    fn cm(&mut self, h: &mut RdmaHandler, ev: CmEvent, now: Instant) -> Option<Step> {
+        match ev {
+            CmEvent::ConnectRequest { id, qp, remote, .. } => {
+                if self.conn.is_some() {
+                    let _ = h.reject(id, b"busy");
+                    return None;
+                }
+                say!("rping: connect request from {remote}");
+                if let Err(e) = self.post_recv(h, qp) {
+                    return Some(Step::Done(Err(e.to_string())));
+                }
+                self.conn = Some((id, qp));
+                self.state = State::ReadAdv;
+                if let Err(e) = h.accept(id, &[]) {
+                    return Some(Step::Done(Err(e.to_string())));
+                }
+            }
+            CmEvent::Established { negotiated, .. } => {
+                self.started = Some(now);
+                say!(
+                    "rping: connected (MPA rev {}, CRC {}, markers {})",
+                    negotiated.revision,
+                    if negotiated.crc { "on" } else { "off" },
+                    if negotiated.markers_tx || negotiated.markers_rx {
+                        "on"
+                    } else {
+                        "off"
+                    }
+                );
+                if !self.server {
+                    if let Err(e) = self.start_ping(h) {
+                        return Some(Step::Done(Err(e)));
+                    }
+                }
+            }
+            CmEvent::Rejected { private_data, .. } => {
+                return Some(Step::Done(Err(format!(
+                    "connection rejected ({})",
+                    String::from_utf8_lossy(&private_data)
+                ))))
+            }
+            CmEvent::ConnectError { reason, .. } => return Some(Step::Done(Err(reason))),
+            CmEvent::Disconnected { graceful, .. } => {
+                say!(
+                    "{} DISCONNECT EVENT...",
+                    if self.server { "server" } else { "client" }
+                );
+                let done_ok = self.server || self.state == State::Disconnecting;
+                return Some(Step::Done(if done_ok && graceful {
+                    Ok(())
+                } else if done_ok {
+                    Err("connection aborted".into())
+                } else {
+                    Err(format!(
+                        "disconnected after {} of {} pings",
+                        self.pings, self.opts.count
+                    ))
+                }));
+            }
+        }
+        None
+    }
+}
+
+impl App for Rping {
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step {
+        while let Some(ev) = h.poll_cm_event() {
+            if let Some(s) = self.cm(h, ev, now) {
+                return s;
+            }
+        }
+        loop {
+            match self.completion(h, now) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    if let Some((id, _)) = self.conn {
+                        let _ = h.abort(id);
+                    }
+                    return Step::Done(Err(e));
+                }
+            }
+        }
+        Step::Continue
+    }
+}
