@@ -279,6 +279,13 @@ fn every_operation_clean_link() {
     );
     let (ca, cb) = all_operations(&mut fx);
     check_all_operations(&mut fx, &ca, &cb);
+    // RFC 5040 §5.3: Sends and Immediate Data with SE raise the Solicited Event.
+    let se =
+        fx.s.events(Side::B)
+            .iter()
+            .filter(|e| matches!(e, ConnEvent::Stream(Event::SolicitedEvent)))
+            .count();
+    assert_eq!(se, 3);
     let st = fx.s.conn(Side::B).unwrap().stats();
     assert_eq!(st.crc_errors, 0);
     assert_eq!(st.terminates_sent + st.terminates_received, 0);

@@ -654,12 +654,24 @@ impl<M: MemoryTable> Connection<M> {
                 }
                 return;
             }
-            let start = offsets.offset(d.seq);
+            // Stream offsets of the FPDU, its leading marker included (RFC 5044 §5: a
+            // marker right in front of ULPDU_Length belongs to this FPDU), so consecutive
+            // FPDUs have adjacent positions.
+            let first = offsets.offset(d.seq);
             let len = fpdu_len(d.ulpdu.len());
-            let span = spacing.map_or(len, |sp| sp.interior_span(d.seq, len));
+            let (lead, span) = match spacing {
+                Some(sp) => {
+                    let lead = sp.is_marker_at(d.seq.wrapping_sub(MARKER_LEN as u32));
+                    (
+                        if lead { MARKER_LEN } else { 0 },
+                        sp.interior_span(d.seq, len),
+                    )
+                }
+                None => (0, len),
+            };
             let pos = SegmentPos {
-                start,
-                end: start + span as u64,
+                start: first.saturating_sub(lead as u64),
+                end: first + span as u64,
             };
             if engine.handle_ddp_segment(now, pos, d.ulpdu, mem) == Handled::Deferred {
                 deferred = true;
