@@ -67,14 +67,12 @@ impl Mbuf {
 
     /// Number of segments in the chain (1 for every mbuf this module hands out).
     pub fn segments(&self) -> u16 {
-        // SAFETY: self.0 is a live mbuf we own.
-        unsafe { dpdk_sys::dpdk_shim_pktmbuf_nb_segs(self.0.as_ptr()) }
+        self.header().nb_segs
     }
 
     /// Total packet length over all segments.
     pub fn pkt_len(&self) -> u32 {
-        // SAFETY: self.0 is a live mbuf we own.
-        unsafe { dpdk_sys::dpdk_shim_pktmbuf_pkt_len(self.0.as_ptr()) }
+        self.header().pkt_len
     }
 
     /// Free bytes in front of the data.
@@ -172,33 +170,39 @@ impl Mbuf {
         Ok(())
     }
 
+    /// The mbuf header. Fast-path fields are read in Rust (bindgen checked the layout
+    /// against the C headers at compile time) rather than through a shim call.
+    fn header(&self) -> &dpdk_sys::rte_mbuf {
+        // SAFETY: self.0 is a live mbuf we own exclusively; nothing else writes its header
+        // while we hold it, and the borrow is tied to &self.
+        unsafe { self.0.as_ref() }
+    }
+
     fn data_len(&self) -> usize {
-        // SAFETY: self.0 is a live mbuf we own.
-        usize::from(unsafe { dpdk_sys::dpdk_shim_pktmbuf_data_len(self.0.as_ptr()) })
+        usize::from(self.header().data_len)
+    }
+
+    /// Start of the frame data (`rte_pktmbuf_mtod`: buffer address plus data offset).
+    fn data_ptr(&self) -> *mut u8 {
+        let h = self.header();
+        // SAFETY: data_off is within the mbuf's buffer (DPDK keeps data_off <= buf_len).
+        unsafe { h.buf_addr.cast::<u8>().add(usize::from(h.data_off)) }
     }
 }
 
 impl AsRef<[u8]> for Mbuf {
     /// The first segment's data (the whole frame: ports only hand out single segments).
     fn as_ref(&self) -> &[u8] {
-        let len = self.data_len();
-        // SAFETY: mtod points at data_len initialised bytes inside the mbuf's buffer, which
-        // lives as long as we own the mbuf; &self prevents concurrent mutation.
-        unsafe {
-            let p = dpdk_sys::dpdk_shim_pktmbuf_mtod(self.0.as_ptr());
-            std::slice::from_raw_parts(p.cast::<u8>(), len)
-        }
+        // SAFETY: the data start points at data_len initialised bytes inside the mbuf's
+        // buffer, which lives as long as we own the mbuf; &self prevents mutation.
+        unsafe { std::slice::from_raw_parts(self.data_ptr(), self.data_len()) }
     }
 }
 
 impl AsMut<[u8]> for Mbuf {
     fn as_mut(&mut self) -> &mut [u8] {
-        let len = self.data_len();
         // SAFETY: as in `as_ref`; &mut self gives exclusive access to the bytes.
-        unsafe {
-            let p = dpdk_sys::dpdk_shim_pktmbuf_mtod(self.0.as_ptr());
-            std::slice::from_raw_parts_mut(p.cast::<u8>(), len)
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.data_ptr(), self.data_len()) }
     }
 }
 
