@@ -208,6 +208,36 @@ fn dropping_mbufs_returns_them_to_the_pool() {
 }
 
 #[test]
+fn bulk_allocation_is_all_or_nothing() {
+    eal();
+    let pool = Mempool::new("t_bulk", 100, 0, Mempool::DEFAULT_DATA_ROOM, -1).unwrap();
+    let mut held = Vec::new();
+    assert!(Mbuf::alloc_bulk(&pool, &mut held, 64, 1514));
+    assert_eq!(held.len(), 64);
+    assert!(held.iter().all(|m| m.len() == 1514 && m.pkt_len() == 1514));
+    assert!(held.iter().all(|m| m.segments() == 1));
+    assert_eq!(pool.in_use(), 64);
+    // 36 left: asking for 40 takes none.
+    assert!(!Mbuf::alloc_bulk(&pool, &mut held, 40, 60));
+    assert_eq!((held.len(), pool.in_use()), (64, 64));
+    // Too long for the data room: none taken either.
+    assert!(!Mbuf::alloc_bulk(&pool, &mut held, 8, 2049));
+    assert_eq!((held.len(), pool.in_use()), (64, 64));
+    assert!(Mbuf::alloc_bulk(&pool, &mut held, 36, 60));
+    assert_eq!(pool.available(), 0);
+    // Every buffer is distinct memory.
+    for (i, m) in held.iter_mut().enumerate() {
+        m.as_mut().fill(i as u8);
+    }
+    assert!(held
+        .iter()
+        .enumerate()
+        .all(|(i, m)| m.as_ref().iter().all(|&b| b == i as u8)));
+    drop(held);
+    assert_eq!(pool.in_use(), 0);
+}
+
+#[test]
 fn mbuf_headroom_and_tailroom_operations() {
     eal();
     let pool = Mempool::new("t_room", 63, 0, Mempool::DEFAULT_DATA_ROOM, -1).unwrap();

@@ -45,6 +45,43 @@ impl Mbuf {
         Some(m)
     }
 
+    /// Appends `n` mbufs of `len` bytes each (contents unspecified) from `pool` to `out`
+    /// with one bulk allocation; all or nothing: `false` (and `out` unchanged) when the
+    /// pool has fewer than `n` free or `len` exceeds the buffer's room.
+    pub fn alloc_bulk(pool: &Mempool, out: &mut Vec<Mbuf>, n: usize, len: usize) -> bool {
+        let (Ok(count), Ok(len16)) = (u32::try_from(n), u16::try_from(len)) else {
+            return false;
+        };
+        out.reserve(n);
+        let base = out.len();
+        // SAFETY: `out` has room for n more elements; Mbuf is repr(transparent) over a
+        // non-null rte_mbuf pointer, so on success DPDK fills the spare capacity with n
+        // valid, reset mbufs, which we then own.
+        let ret = unsafe {
+            let slots = out.as_mut_ptr().add(base).cast::<*mut dpdk_sys::rte_mbuf>();
+            dpdk_sys::dpdk_shim_pktmbuf_alloc_bulk(pool.as_ptr(), slots, count)
+        };
+        if ret != 0 {
+            return false;
+        }
+        // SAFETY: DPDK initialised the n slots after `base`.
+        unsafe { out.set_len(base + n) };
+        if out[base].tailroom() < len {
+            out.truncate(base);
+            return false;
+        }
+        for m in &mut out[base..] {
+            // SAFETY: a freshly allocated mbuf we own: one empty segment whose tailroom
+            // (the same for every mbuf of the pool) holds len bytes.
+            unsafe {
+                let h = m.0.as_ptr();
+                (*h).data_len = len16;
+                (*h).pkt_len = u32::from(len16);
+            }
+        }
+        true
+    }
+
     /// Gives up ownership, returning the raw mbuf (for burst calls).
     pub fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
         let p = self.0.as_ptr();
