@@ -13,7 +13,9 @@ use iwarp::rdmap::{CompletionStatus, RemoteBuf, SendOp, SendWr};
 
 const MEM: usize = 8 << 20;
 
-fn run(seed: u64, crc: bool, link: LinkConfig) -> (u64, u64, u64) {
+/// Returns FPDUs placed ahead, tagged octets left to TCP, octets placed ahead, and the most
+/// octets TCP's reassembly store held at once (sampled after every event).
+fn run(seed: u64, crc: bool, link: LinkConfig) -> (u64, u64, u64, usize) {
     let mpa = MpaConfig {
         want_markers: true,
         accept_markers: true,
@@ -93,6 +95,7 @@ fn run(seed: u64, crc: bool, link: LinkConfig) -> (u64, u64, u64) {
         sa_.fpdus_placed_ahead + sb_.fpdus_placed_ahead,
         sa_.tagged_bytes_left_to_tcp + sb_.tagged_bytes_left_to_tcp,
         sa_.bytes_placed_ahead + sb_.bytes_placed_ahead,
+        s.nodes[0].max_rx_stored.max(s.nodes[1].max_rx_stored),
     )
 }
 
@@ -105,10 +108,12 @@ fn markers_reordering_places_ahead_and_holds_no_tagged_data() {
             reorder_extra: Duration::from_micros(80),
             ..LinkConfig::default()
         };
-        let (placed, tagged_held, bytes) = run(seed, crc, link);
+        let (placed, tagged_held, bytes, tcp_held) = run(seed, crc, link);
         assert!(placed > 50, "seed {seed}: only {placed} FPDUs placed ahead");
         assert!(bytes > 50 * 1000);
         assert_eq!(tagged_held, 0, "seed {seed}: tagged bytes left to TCP");
+        // The only untagged message is the 52-octet Read Request FPDU: TCP never held more.
+        assert!(tcp_held <= 52, "seed {seed}: TCP held {tcp_held} octets");
     }
 }
 
@@ -123,8 +128,9 @@ fn markers_lossy_link_places_ahead_and_holds_no_tagged_data() {
             duplicate: 0.02,
             ..LinkConfig::default()
         };
-        let (placed, tagged_held, _) = run(seed, crc, link);
+        let (placed, tagged_held, _, tcp_held) = run(seed, crc, link);
         assert!(placed > 20, "seed {seed}: only {placed} FPDUs placed ahead");
         assert_eq!(tagged_held, 0, "seed {seed}: tagged bytes left to TCP");
+        assert!(tcp_held <= 52, "seed {seed}: TCP held {tcp_held} octets");
     }
 }

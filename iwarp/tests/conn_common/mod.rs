@@ -91,6 +91,8 @@ pub struct Node {
     pub events: Vec<ConnEvent>,
     pub closed: Option<(CloseReason, Option<Conn>)>,
     pub peer_fin: bool,
+    /// Most octets TCP held in its reassembly store at once (tcp::ConnInfo::rx_stored).
+    pub max_rx_stored: usize,
 }
 
 pub struct Sim {
@@ -169,6 +171,7 @@ impl Sim {
             events: Vec::new(),
             closed: None,
             peer_fin: false,
+            max_rx_stored: 0,
         };
         Sim {
             now,
@@ -371,6 +374,9 @@ impl Sim {
         let now = self.now;
         for side in [Side::A, Side::B] {
             let n = &mut self.nodes[side.idx()];
+            if let Some(info) = n.conn.and_then(|id| n.engine.info(id)) {
+                n.max_rx_stored = n.max_rx_stored.max(info.rx_stored);
+            }
             n.engine.handle_timeout(now);
             if let Some(c) = n.conn.and_then(|id| n.engine.ulp_mut(id)) {
                 c.handle_timeout(wall);
