@@ -223,12 +223,36 @@ fn markers_per_direction() {
 // the connection closes.
 #[test]
 fn reject_with_private_data() {
-    let (mut s, _, _) = sim(
+    let (mut s, sa, _) = sim(
         MpaConfig::default(),
         MpaConfig::default(),
         Decision::Reject(b"go away".to_vec()),
         5,
     );
+    // Work posted during the negotiation completes as Flushed (RFC 5040 §5.4).
+    let a = s.conn(Side::A).unwrap();
+    a.post_recv(RecvWr {
+        wr_id: 8,
+        sgl: vec![Sge {
+            stag: sa,
+            to: 0,
+            len: 64,
+        }],
+    })
+    .unwrap();
+    a.post_send(SendWr::new(
+        9,
+        SendOp::Send {
+            sgl: vec![Sge {
+                stag: sa,
+                to: 0,
+                len: 64,
+            }],
+            solicited: false,
+            invalidate: None,
+        },
+    ))
+    .unwrap();
     let ok = s.run_until(Duration::from_secs(2), |s| {
         s.events(Side::A)
             .iter()
@@ -240,6 +264,18 @@ fn reject_with_private_data() {
         _ => None,
     });
     assert_eq!(pd.as_deref(), Some(&b"go away"[..]));
+    let mut flushed = Vec::new();
+    while let Some(c) = s.conn(Side::A).unwrap().poll_completion() {
+        flushed.push((c.wr_id, c.queue, c.status));
+    }
+    flushed.sort_by_key(|f| f.0);
+    assert_eq!(
+        flushed,
+        vec![
+            (8, WorkQueue::Recv, CompletionStatus::Flushed),
+            (9, WorkQueue::Send, CompletionStatus::Flushed)
+        ]
+    );
     assert_eq!(s.conn(Side::A).unwrap().state(), ConnState::Rejected);
     assert_eq!(s.conn(Side::B).unwrap().state(), ConnState::Rejected);
     assert!(s

@@ -159,6 +159,8 @@ pub struct Connection<M> {
     tx_bytes: usize,
     pre_sq: Vec<SendWr>,
     pre_rq: Vec<RecvWr>,
+    /// Completions of work posted during a negotiation that failed.
+    flushed: VecDeque<Completion>,
     emss: usize,
     events: VecDeque<ConnEvent>,
     llp: VecDeque<LlpRequest>,
@@ -209,6 +211,7 @@ impl<M: MemoryTable> Connection<M> {
             tx_bytes: 0,
             pre_sq: Vec::new(),
             pre_rq: Vec::new(),
+            flushed: VecDeque::new(),
             events: VecDeque::new(),
             llp: VecDeque::new(),
             verbs_events: None,
@@ -311,6 +314,7 @@ impl<M: MemoryTable> Connection<M> {
     pub fn reject(&mut self, private_data: &[u8]) -> Result<(), MpaError> {
         self.negotiator.reject(private_data)?;
         self.phase = Phase::Rejected;
+        self.flush_pre_posted();
         self.llp.push_back(LlpRequest::Close);
         self.pump();
         Ok(())
@@ -340,6 +344,9 @@ impl<M: MemoryTable> Connection<M> {
 
     /// Next work completion, in the order RFC 5040 §5.5 requires.
     pub fn poll_completion(&mut self) -> Option<Completion> {
+        if let Some(c) = self.flushed.pop_front() {
+            return Some(c);
+        }
         self.engine.as_mut()?.poll_completion()
     }
 
@@ -361,6 +368,7 @@ impl<M: MemoryTable> Connection<M> {
             None => {
                 if self.phase == Phase::Negotiating {
                     self.phase = Phase::Failed;
+                    self.flush_pre_posted();
                     self.llp.push_back(LlpRequest::Reset);
                 }
             }
@@ -393,6 +401,7 @@ impl<M: MemoryTable> Connection<M> {
             None => {
                 if self.phase == Phase::Negotiating {
                     self.phase = Phase::Failed;
+                    self.flush_pre_posted();
                     self.events.push_back(ConnEvent::LlpClosedDuringNegotiation);
                 }
             }
@@ -466,11 +475,12 @@ impl<M: MemoryTable> Connection<M> {
                 None => (self.cfg.mpa.require_crc, false),
             };
             self.terminate_framing = Some((crc, markers));
-            let mut engine = Engine::new(EngineConfig::new(self.cfg.pd, self.cfg.stream, 0, 0));
+            let mut engine = self.standby_engine();
             engine.abort(error.terminate_cause());
             self.engine = Some(engine);
             self.setup_tx();
         }
+        self.flush_pre_posted();
         self.llp.push_back(match recovery {
             Recovery::Reset => LlpRequest::Reset,
             Recovery::Close | Recovery::Terminate => LlpRequest::Close,
@@ -478,6 +488,32 @@ impl<M: MemoryTable> Connection<M> {
         self.events
             .push_back(ConnEvent::NegotiationFailed { error, recovery });
         self.pump();
+    }
+
+    /// An engine holding the work posted during negotiation (IRD/ORD 0: it only flushes).
+    fn standby_engine(&mut self) -> Engine {
+        let mut cfg = EngineConfig::new(self.cfg.pd, self.cfg.stream, 0, 0);
+        cfg.extensions = self.cfg.extensions;
+        let mut engine = Engine::new(cfg);
+        for wr in self.pre_rq.drain(..) {
+            let _ = engine.post_recv(wr);
+        }
+        for wr in self.pre_sq.drain(..) {
+            let _ = engine.post_send(wr);
+        }
+        engine
+    }
+
+    /// Completes the work posted during a negotiation that failed as Flushed.
+    fn flush_pre_posted(&mut self) {
+        if self.pre_sq.is_empty() && self.pre_rq.is_empty() {
+            return;
+        }
+        let mut engine = self.standby_engine();
+        engine.handle_llp_closed(false);
+        while let Some(c) = engine.poll_completion() {
+            self.flushed.push_back(c);
+        }
     }
 
     /// Sets up the receive side and the engine once the parameters are known.
@@ -592,6 +628,7 @@ impl<M: MemoryTable> Connection<M> {
                 }
                 MpaEvent::Rejected { private_data } => {
                     self.phase = Phase::Rejected;
+                    self.flush_pre_posted();
                     self.llp.push_back(LlpRequest::Close);
                     self.events.push_back(ConnEvent::Rejected { private_data });
                 }
