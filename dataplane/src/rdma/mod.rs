@@ -18,6 +18,7 @@ mod arena;
 mod counters;
 mod handler;
 mod memory;
+pub mod perf;
 pub mod rping;
 
 pub use arena::{Arena, Region, REGION_VA_BASE};

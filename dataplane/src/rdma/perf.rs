@@ -1,0 +1,1085 @@
+//! perftest-style benchmarks over the data plane's iWARP: RDMA Write, RDMA Read, Send and
+//! atomics (FetchAdd), in bandwidth and latency modes.
+//!
+//! Control exchange: the client's MPA Request private data carries a [`Hello`] (test, size,
+//! its buffer), the server's Reply private data its buffer ([`Offer`]). One connection per
+//! QP and per message size; the server serves connections until the client's last one
+//! (flagged in the hello) disconnects. perftest's own rdma_cm exchange (`-R`) would be a
+//! second implementation of these two records over Send/Recv.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use iwarp::verbs::{
+    Access, CompletionStatus, QpId, RecvWr, RemoteBuf, STag, SendOp, SendWr, SqOp, WcOpcode,
+    WorkCompletion,
+};
+use iwarp::wire::atomic::AtomicOp;
+use tcp::ConnId;
+
+use super::app::{all_rights, App, AppError, Resources, Step};
+use super::arena::Region;
+use super::handler::{CmEvent, RdmaHandler};
+
+/// Which operation to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PerfOp {
+    /// RDMA Write.
+    Write,
+    /// RDMA Read.
+    Read,
+    /// Send.
+    Send,
+    /// FetchAdd.
+    Atomic,
+}
+
+/// Bandwidth or latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PerfMode {
+    /// Many operations in flight.
+    Bw,
+    /// One at a time (ping-pong for Write and Send).
+    Lat,
+}
+
+impl PerfOp {
+    fn code(self) -> u8 {
+        match self {
+            PerfOp::Write => 1,
+            PerfOp::Read => 2,
+            PerfOp::Send => 3,
+            PerfOp::Atomic => 4,
+        }
+    }
+    fn from_code(c: u8) -> Option<PerfOp> {
+        Some(match c {
+            1 => PerfOp::Write,
+            2 => PerfOp::Read,
+            3 => PerfOp::Send,
+            4 => PerfOp::Atomic,
+            _ => return None,
+        })
+    }
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PerfOp::Write => "write",
+            PerfOp::Read => "read",
+            PerfOp::Send => "send",
+            PerfOp::Atomic => "atomic",
+        }
+    }
+}
+
+const MAGIC: &[u8; 4] = b"DPPF";
+const VERSION: u8 = 1;
+/// Receives the Send server keeps posted per connection (the client's send credits).
+const SEND_CREDITS: u32 = 512;
+/// Receives the client keeps posted for credit returns.
+const CREDIT_RECVS: u32 = 64;
+/// The server returns credits after this many receives.
+const CREDIT_BATCH: u32 = SEND_CREDITS / 8;
+
+/// The client's test description (MPA Request private data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// Operation.
+    pub op: PerfOp,
+    /// Mode.
+    pub mode: PerfMode,
+    /// The last connection of the run.
+    pub last: bool,
+    /// Message size of this connection.
+    pub size: u32,
+    /// Largest message size of the run (buffer size).
+    pub max_size: u32,
+    /// QP slot (0..qps).
+    pub slot: u16,
+    /// The client's buffer (ping-pong target).
+    pub addr: u64,
+    /// Its STag.
+    pub rkey: u32,
+}
+
+/// Length of [`Hello`] on the wire.
+pub const HELLO_LEN: usize = 32;
+
+impl Hello {
+    /// Wire form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(HELLO_LEN);
+        b.extend_from_slice(MAGIC);
+        b.push(VERSION);
+        b.push(self.op.code());
+        b.push(u8::from(self.mode == PerfMode::Lat));
+        b.push(u8::from(self.last));
+        b.extend_from_slice(&self.size.to_be_bytes());
+        b.extend_from_slice(&self.max_size.to_be_bytes());
+        b.extend_from_slice(&self.slot.to_be_bytes());
+        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(&self.addr.to_be_bytes());
+        b.extend_from_slice(&self.rkey.to_be_bytes());
+        b
+    }
+
+    /// Parses the wire form.
+    pub fn parse(b: &[u8]) -> Option<Hello> {
+        if b.len() < HELLO_LEN || &b[..4] != MAGIC || b[4] != VERSION {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Some(Hello {
+            op: PerfOp::from_code(b[5])?,
+            mode: if b[6] == 1 {
+                PerfMode::Lat
+            } else {
+                PerfMode::Bw
+            },
+            last: b[7] == 1,
+            size: u32_at(8),
+            max_size: u32_at(12),
+            slot: u16::from_be_bytes([b[16], b[17]]),
+            addr: u64::from_be_bytes(b[20..28].try_into().ok()?),
+            rkey: u32_at(28),
+        })
+    }
+}
+
+/// The server's buffer (MPA Reply private data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offer {
+    /// Tagged address.
+    pub addr: u64,
+    /// STag.
+    pub rkey: u32,
+    /// Length.
+    pub len: u32,
+}
+
+impl Offer {
+    /// Wire form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(24);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&[VERSION, 0, 0, 0]);
+        b.extend_from_slice(&self.addr.to_be_bytes());
+        b.extend_from_slice(&self.rkey.to_be_bytes());
+        b.extend_from_slice(&self.len.to_be_bytes());
+        b
+    }
+
+    /// Parses the wire form.
+    pub fn parse(b: &[u8]) -> Option<Offer> {
+        if b.len() < 24 || &b[..4] != MAGIC || b[4] != VERSION {
+            return None;
+        }
+        Some(Offer {
+            addr: u64::from_be_bytes(b[8..16].try_into().ok()?),
+            rkey: u32::from_be_bytes(b[16..20].try_into().ok()?),
+            len: u32::from_be_bytes(b[20..24].try_into().ok()?),
+        })
+    }
+}
+
+// ------------------------------------------------------------------ server
+
+struct ServerConn {
+    hello: Hello,
+    qp: QpId,
+    buf: Region,
+    /// Receives completed since the last credit return.
+    since_credit: u32,
+    /// Ping-pong: the last sequence byte seen.
+    seen: u8,
+}
+
+/// The perf server: serves connections until the client's last one is gone.
+pub struct PerfServer {
+    res: Resources,
+    bufs: HashMap<u16, Region>,
+    conns: HashMap<ConnId, ServerConn>,
+    last_seen: bool,
+    /// Connections served.
+    pub served: u32,
+}
+
+impl PerfServer {
+    /// Listens on `addr`.
+    pub fn new(h: &mut RdmaHandler, addr: SocketAddrV4) -> Result<PerfServer, AppError> {
+        let res = Resources::new(h, 8192, 1024, SEND_CREDITS + 8, 16)?;
+        h.listen(addr, res.init.clone())?;
+        Ok(PerfServer {
+            res,
+            bufs: HashMap::new(),
+            conns: HashMap::new(),
+            last_seen: false,
+            served: 0,
+        })
+    }
+
+    fn buffer(&mut self, h: &RdmaHandler, hello: &Hello) -> Result<Region, AppError> {
+        let want = (hello.max_size as usize).max(64);
+        if let Some(r) = self.bufs.get(&hello.slot) {
+            if r.len >= want {
+                return Ok(*r);
+            }
+        }
+        let r = self.res.buffer(h, want, all_rights())?;
+        self.bufs.insert(hello.slot, r);
+        Ok(r)
+    }
+
+    fn request(
+        &mut self,
+        h: &mut RdmaHandler,
+        id: ConnId,
+        qp: QpId,
+        pd: &[u8],
+    ) -> Result<(), String> {
+        let Some(hello) = Hello::parse(pd) else {
+            let _ = h.reject(id, b"not a dataplane perf client");
+            return Ok(());
+        };
+        let buf = self.buffer(h, &hello).map_err(|e| e.to_string())?;
+        buf.bytes_mut(&mut h.rnic().0.borrow_mut()).fill(0);
+        if hello.op == PerfOp::Send {
+            let n = if hello.mode == PerfMode::Lat {
+                1
+            } else {
+                SEND_CREDITS
+            };
+            let wrs = (0..n)
+                .map(|_| RecvWr {
+                    wr_id: 0,
+                    sgl: vec![buf.sge(0, hello.size as usize)],
+                })
+                .collect();
+            h.rnic()
+                .0
+                .borrow_mut()
+                .post_rq(qp, wrs)
+                .map_err(|e| format!("post recv: {:?}", e.error))?;
+        }
+        let offer = Offer {
+            addr: buf.addr(0),
+            rkey: buf.stag.0,
+            len: buf.len as u32,
+        };
+        h.accept(id, &offer.to_bytes()).map_err(|e| e.to_string())?;
+        self.conns.insert(
+            id,
+            ServerConn {
+                hello,
+                qp,
+                buf,
+                since_credit: 0,
+                seen: 0,
+            },
+        );
+        Ok(())
+    }
+
+    fn completion(&mut self, h: &mut RdmaHandler, wc: WorkCompletion) -> Result<(), String> {
+        if wc.status == CompletionStatus::Flushed {
+            return Ok(());
+        }
+        if wc.status != CompletionStatus::Success {
+            return Err(format!("completion {:?}: {:?}", wc.opcode, wc.status));
+        }
+        if wc.opcode != WcOpcode::Receive {
+            return Ok(());
+        }
+        let Some(c) = self.conns.values_mut().find(|c| c.qp == wc.qp) else {
+            return Ok(());
+        };
+        let mut rnic = h.rnic().0.borrow_mut();
+        rnic.post_rq(
+            c.qp,
+            vec![RecvWr {
+                wr_id: 0,
+                sgl: vec![c.buf.sge(0, c.hello.size as usize)],
+            }],
+        )
+        .map_err(|e| format!("post recv: {:?}", e.error))?;
+        let reply = if c.hello.mode == PerfMode::Lat {
+            Some(wc.byte_len as usize)
+        } else {
+            c.since_credit += 1;
+            if c.since_credit >= CREDIT_BATCH {
+                c.since_credit = 0;
+                Some(0)
+            } else {
+                None
+            }
+        };
+        if let Some(len) = reply {
+            let wr = SendWr::message(
+                1,
+                SendOp::Send {
+                    sgl: if len == 0 {
+                        Vec::new()
+                    } else {
+                        vec![c.buf.sge(0, len)]
+                    },
+                    solicited: false,
+                    invalidate: None,
+                },
+            )
+            .unsignaled();
+            rnic.post_sq(c.qp, vec![wr])
+                .map_err(|e| format!("post send: {:?}", e.error))?;
+        }
+        Ok(())
+    }
+
+    /// Write ping-pong: answer each new sequence byte with a write of our own.
+    fn write_pong(&mut self, h: &RdmaHandler) -> Result<(), String> {
+        let mut rnic = h.rnic().0.borrow_mut();
+        for c in self.conns.values_mut() {
+            if c.hello.op != PerfOp::Write || c.hello.mode != PerfMode::Lat || c.hello.size == 0
+            {
+                continue;
+            }
+            let size = c.hello.size as usize;
+            let b = c.buf.bytes(&rnic)[size - 1];
+            if b == c.seen {
+                continue;
+            }
+            c.seen = b;
+            let wr = SendWr::message(
+                1,
+                SendOp::Write {
+                    sgl: vec![c.buf.sge(0, size)],
+                    remote: RemoteBuf {
+                        stag: STag(c.hello.rkey),
+                        to: c.hello.addr,
+                    },
+                },
+            )
+            .unsignaled();
+            rnic.post_sq(c.qp, vec![wr])
+                .map_err(|e| format!("post write: {:?}", e.error))?;
+        }
+        Ok(())
+    }
+}
+
+impl App for PerfServer {
+    fn step(&mut self, h: &mut RdmaHandler, _now: Instant) -> Step {
+        while let Some(ev) = h.poll_cm_event() {
+            match ev {
+                CmEvent::ConnectRequest {
+                    id,
+                    qp,
+                    private_data,
+                    ..
+                } => {
+                    if let Err(e) = self.request(h, id, qp, &private_data) {
+                        return Step::Done(Err(e));
+                    }
+                }
+                CmEvent::Established { id, .. } => {
+                    if let Some(c) = self.conns.get(&id) {
+                        self.last_seen |= c.hello.last;
+                    }
+                    self.served += 1;
+                }
+                CmEvent::Disconnected { id, .. } | CmEvent::ConnectError { id, .. } => {
+                    self.conns.remove(&id);
+                    if self.last_seen && self.conns.is_empty() {
+                        return Step::Done(Ok(()));
+                    }
+                }
+                CmEvent::Rejected { .. } => {}
+            }
+        }
+        while let Some(wc) = self.res.poll_cq(h) {
+            if let Err(e) = self.completion(h, wc) {
+                return Step::Done(Err(e));
+            }
+        }
+        if let Err(e) = self.write_pong(h) {
+            return Step::Done(Err(e));
+        }
+        Step::Continue
+    }
+}
+
+// ------------------------------------------------------------------ client
+
+/// What the client runs.
+#[derive(Debug, Clone)]
+pub struct PerfParams {
+    /// Operation.
+    pub op: PerfOp,
+    /// Mode.
+    pub mode: PerfMode,
+    /// Message sizes, in order.
+    pub sizes: Vec<usize>,
+    /// Iterations per size (ignored with `duration`).
+    pub iters: u64,
+    /// Run each size this long instead.
+    pub duration: Option<Duration>,
+    /// QPs (connections) in parallel (bandwidth modes).
+    pub qps: u16,
+    /// Work requests in flight per QP (bandwidth modes).
+    pub tx_depth: u32,
+    /// Largest payload posted inline (Write, Send).
+    pub inline: usize,
+}
+
+/// One line of the results table.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PerfResult {
+    /// Bandwidth.
+    Bw {
+        /// Message size.
+        bytes: usize,
+        /// Operations completed.
+        iters: u64,
+        /// Best 10 ms window, MB/s (2^20 octets per second, as perftest).
+        peak_mbs: f64,
+        /// Over the whole run, MB/s.
+        avg_mbs: f64,
+        /// Million messages per second.
+        mpps: f64,
+    },
+    /// Latency (µs; half round trip for Write and Send ping-pong, as perftest).
+    Lat {
+        /// Message size.
+        bytes: usize,
+        /// Samples.
+        iters: u64,
+        /// Minimum.
+        min: f64,
+        /// Maximum.
+        max: f64,
+        /// Median.
+        typical: f64,
+        /// Mean.
+        avg: f64,
+        /// Standard deviation.
+        stdev: f64,
+        /// 99th percentile.
+        p99: f64,
+        /// 99.9th percentile.
+        p999: f64,
+    },
+}
+
+impl PerfResult {
+    /// The table header for `mode`.
+    pub fn header(mode: PerfMode) -> &'static str {
+        match mode {
+            PerfMode::Bw => " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
+            PerfMode::Lat => " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]",
+        }
+    }
+
+    /// The row.
+    pub fn row(&self) -> String {
+        match self {
+            PerfResult::Bw {
+                bytes,
+                iters,
+                peak_mbs,
+                avg_mbs,
+                mpps,
+            } => format!(
+                " {bytes:<10} {iters:<14} {peak_mbs:<18.2} {avg_mbs:<20.2} {mpps:.6}"
+            ),
+            PerfResult::Lat {
+                bytes,
+                iters,
+                min,
+                max,
+                typical,
+                avg,
+                stdev,
+                p99,
+                p999,
+            } => format!(
+                " {bytes:<6} {iters:<11} {min:<14.2} {max:<14.2} {typical:<16.2} {avg:<14.2} {stdev:<15.2} {p99:<22.2} {p999:.2}"
+            ),
+        }
+    }
+}
+
+/// Latency statistics over samples in µs.
+pub fn latency_result(bytes: usize, mut s: Vec<f64>) -> PerfResult {
+    s.sort_by(f64::total_cmp);
+    let n = s.len().max(1);
+    let pct = |p: f64| s.get(((s.len() as f64 * p) as usize).min(s.len().saturating_sub(1)));
+    let avg = s.iter().sum::<f64>() / n as f64;
+    let var = s.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n as f64;
+    PerfResult::Lat {
+        bytes,
+        iters: s.len() as u64,
+        min: s.first().copied().unwrap_or(0.0),
+        max: s.last().copied().unwrap_or(0.0),
+        typical: pct(0.5).copied().unwrap_or(0.0),
+        avg,
+        stdev: var.sqrt(),
+        p99: pct(0.99).copied().unwrap_or(0.0),
+        p999: pct(0.999).copied().unwrap_or(0.0),
+    }
+}
+
+struct ClientQp {
+    id: ConnId,
+    qp: QpId,
+    local: Region,
+    /// Where the server's ping-pong writes land.
+    sink: Region,
+    result: Region,
+    credit_buf: Region,
+    remote: Option<Offer>,
+    established: bool,
+    gone: bool,
+    posted: u64,
+    completed: u64,
+    credits: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Connecting,
+    Running,
+    Disconnecting,
+}
+
+/// The perf client.
+pub struct PerfClient {
+    params: PerfParams,
+    res: Resources,
+    local_ip: Ipv4Addr,
+    server: SocketAddrV4,
+    bufs: Vec<[Region; 4]>,
+    qps: Vec<ClientQp>,
+    size_idx: usize,
+    phase: Phase,
+    start: Option<Instant>,
+    window: (Instant, u64),
+    peak: f64,
+    samples: Vec<f64>,
+    lat_sent: Option<Instant>,
+    lat_seq: u8,
+    last_progress: Option<Instant>,
+    /// Results, one per size.
+    pub results: Vec<PerfResult>,
+    /// Print a progress line every second on stderr.
+    pub progress: bool,
+    /// Called with each result as it is ready.
+    pub on_result: Option<Box<dyn FnMut(&PerfResult)>>,
+}
+
+impl PerfClient {
+    /// Starts the first connection(s) to `server`.
+    pub fn new(
+        h: &mut RdmaHandler,
+        local_ip: Ipv4Addr,
+        server: SocketAddrV4,
+        params: PerfParams,
+    ) -> Result<PerfClient, AppError> {
+        let qps = if params.mode == PerfMode::Lat {
+            1
+        } else {
+            params.qps.max(1)
+        };
+        let depth = params.tx_depth.max(1) + 8;
+        let mut res = Resources::new(h, 8192, depth, CREDIT_RECVS + 8, 16)?;
+        let max = params.sizes.iter().copied().max().unwrap_or(0).max(64);
+        let mut bufs = Vec::new();
+        for _ in 0..qps {
+            let local = res.buffer(h, max, all_rights())?;
+            let sink = res.buffer(h, max, all_rights())?;
+            let result = res.buffer(h, 8, Access::LOCAL_WRITE | Access::LOCAL_READ)?;
+            let credit = res.buffer(h, 64, Access::LOCAL_WRITE)?;
+            // A recognisable source pattern.
+            for (i, b) in local.bytes_mut(&mut h.rnic().0.borrow_mut()).iter_mut().enumerate() {
+                *b = (i * 31 + 7) as u8;
+            }
+            bufs.push([local, sink, result, credit]);
+        }
+        let mut c = PerfClient {
+            params: PerfParams { qps, ..params },
+            res,
+            local_ip,
+            server,
+            bufs,
+            qps: Vec::new(),
+            size_idx: 0,
+            phase: Phase::Connecting,
+            start: None,
+            window: (Instant::now(), 0),
+            peak: 0.0,
+            samples: Vec::new(),
+            lat_sent: None,
+            lat_seq: 0,
+            last_progress: None,
+            results: Vec::new(),
+            progress: false,
+            on_result: None,
+        };
+        c.connect_all(h)?;
+        Ok(c)
+    }
+
+    fn size(&self) -> usize {
+        self.params.sizes[self.size_idx]
+    }
+
+    fn connect_all(&mut self, h: &mut RdmaHandler) -> Result<(), AppError> {
+        let size = self.size();
+        let last = self.size_idx + 1 == self.params.sizes.len();
+        let max = self.params.sizes.iter().copied().max().unwrap_or(0);
+        self.qps.clear();
+        for slot in 0..self.params.qps {
+            let [local, sink, result, credit_buf] = self.bufs[usize::from(slot)];
+            sink.bytes_mut(&mut h.rnic().0.borrow_mut()).fill(0);
+            let hello = Hello {
+                op: self.params.op,
+                mode: self.params.mode,
+                last,
+                size: size as u32,
+                max_size: max as u32,
+                slot,
+                addr: sink.addr(0),
+                rkey: sink.stag.0,
+            };
+            let (id, qp) = h.connect(
+                self.local_ip,
+                self.server,
+                self.res.init.clone(),
+                &hello.to_bytes(),
+            )?;
+            if self.params.op == PerfOp::Send {
+                let n = if self.params.mode == PerfMode::Lat {
+                    1
+                } else {
+                    CREDIT_RECVS
+                };
+                let sge_len = if self.params.mode == PerfMode::Lat {
+                    size
+                } else {
+                    0
+                };
+                let wrs = (0..n)
+                    .map(|_| RecvWr {
+                        wr_id: 0,
+                        sgl: if sge_len == 0 {
+                            vec![credit_buf.sge(0, 0)]
+                        } else {
+                            vec![local.sge(0, sge_len)]
+                        },
+                    })
+                    .collect();
+                h.rnic()
+                    .0
+                    .borrow_mut()
+                    .post_rq(qp, wrs)
+                    .map_err(|e| AppError::Verbs(e.error))?;
+            }
+            self.qps.push(ClientQp {
+                id,
+                qp,
+                local,
+                sink,
+                result,
+                credit_buf,
+                remote: None,
+                established: false,
+                gone: false,
+                posted: 0,
+                completed: 0,
+                credits: u64::from(SEND_CREDITS),
+            });
+        }
+        self.phase = Phase::Connecting;
+        Ok(())
+    }
+
+    fn target(&self) -> u64 {
+        if self.params.duration.is_some() {
+            u64::MAX
+        } else {
+            self.params.iters.max(1)
+        }
+    }
+
+    fn wr(&self, q: &ClientQp, size: usize) -> Result<SendWr, String> {
+        let remote = q.remote.ok_or("no server buffer")?;
+        let rb = RemoteBuf {
+            stag: STag(remote.rkey),
+            to: remote.addr,
+        };
+        let op = match self.params.op {
+            PerfOp::Write => SendOp::Write {
+                sgl: vec![q.local.sge(0, size)],
+                remote: rb,
+            },
+            PerfOp::Send => SendOp::Send {
+                sgl: vec![q.local.sge(0, size)],
+                solicited: false,
+                invalidate: None,
+            },
+            PerfOp::Read => SendOp::Read {
+                sink: RemoteBuf {
+                    stag: q.local.stag,
+                    to: q.local.addr(0),
+                },
+                remote: rb,
+                len: size as u32,
+            },
+            PerfOp::Atomic => SendOp::Atomic {
+                op: AtomicOp::FetchAdd,
+                remote: rb,
+                add_swap: 1,
+                add_swap_mask: 0,
+                compare: 0,
+                compare_mask: 0,
+                result: q.result.sge(0, 8),
+            },
+        };
+        let inline = matches!(self.params.op, PerfOp::Write | PerfOp::Send)
+            && size > 0
+            && size <= self.params.inline;
+        if inline {
+            // The payload is copied at post time; the operation names no SGE.
+            let op = match op {
+                SendOp::Write { remote, .. } => SendOp::Write {
+                    sgl: Vec::new(),
+                    remote,
+                },
+                SendOp::Send {
+                    solicited,
+                    invalidate,
+                    ..
+                } => SendOp::Send {
+                    sgl: Vec::new(),
+                    solicited,
+                    invalidate,
+                },
+                other => other,
+            };
+            Ok(SendWr::new(
+                q.posted,
+                SqOp::Inline {
+                    op,
+                    data: Vec::new(),
+                },
+            ))
+        } else {
+            Ok(SendWr::message(q.posted, op))
+        }
+    }
+
+    fn post_bw(&mut self, h: &RdmaHandler) -> Result<(), String> {
+        let size = self.size();
+        let target = self.target();
+        let depth = u64::from(match self.params.op {
+            PerfOp::Read | PerfOp::Atomic => self.params.tx_depth.clamp(1, 16),
+            _ => self.params.tx_depth.max(1),
+        });
+        for i in 0..self.qps.len() {
+            let mut wrs = Vec::new();
+            {
+                let q = &self.qps[i];
+                let share = target / self.qps.len() as u64
+                    + u64::from((i as u64) < target % self.qps.len() as u64);
+                let mut posted = q.posted;
+                while posted < share && posted - q.completed < depth {
+                    if self.params.op == PerfOp::Send && posted >= q.credits {
+                        break;
+                    }
+                    let mut wr = self.wr(q, size)?;
+                    wr.wr_id = posted;
+                    if let SqOp::Inline { data, .. } = &mut wr.op {
+                        *data = q.local.bytes(&h.rnic().0.borrow())[..size].to_vec();
+                    }
+                    wrs.push(wr);
+                    posted += 1;
+                }
+            }
+            if !wrs.is_empty() {
+                let n = wrs.len() as u64;
+                h.rnic()
+                    .0
+                    .borrow_mut()
+                    .post_sq(self.qps[i].qp, wrs)
+                    .map_err(|e| format!("post: {:?}", e.error))?;
+                self.qps[i].posted += n;
+            }
+        }
+        Ok(())
+    }
+
+    fn post_lat(&mut self, h: &RdmaHandler, now: Instant) -> Result<(), String> {
+        if self.lat_sent.is_some() {
+            return Ok(());
+        }
+        let size = self.size();
+        let q = &self.qps[0];
+        if q.posted >= self.target() {
+            return Ok(());
+        }
+        if self.params.op == PerfOp::Write {
+            self.lat_seq = self.lat_seq.wrapping_add(1).max(1);
+            let mut rnic = h.rnic().0.borrow_mut();
+            // The last octet carries the sequence; the peer echoes it back.
+            if size > 0 {
+                q.local.bytes_mut(&mut rnic)[size - 1] = self.lat_seq;
+            }
+        }
+        let mut wr = self.wr(q, size)?;
+        if self.params.op == PerfOp::Write {
+            wr = wr.unsignaled();
+        }
+        if let SqOp::Inline { data, .. } = &mut wr.op {
+            *data = q.local.bytes(&h.rnic().0.borrow())[..size].to_vec();
+        }
+        h.rnic()
+            .0
+            .borrow_mut()
+            .post_sq(q.qp, vec![wr])
+            .map_err(|e| format!("post: {:?}", e.error))?;
+        self.qps[0].posted += 1;
+        self.lat_sent = Some(now);
+        Ok(())
+    }
+
+    fn lat_done(&mut self, now: Instant) {
+        if let Some(t) = self.lat_sent.take() {
+            let us = now.duration_since(t).as_secs_f64() * 1e6;
+            let half = matches!(self.params.op, PerfOp::Write | PerfOp::Send);
+            self.samples.push(if half { us / 2.0 } else { us });
+            self.qps[0].completed += 1;
+        }
+    }
+
+    fn completion(
+        &mut self,
+        h: &RdmaHandler,
+        wc: WorkCompletion,
+        now: Instant,
+    ) -> Result<(), String> {
+        if wc.status == CompletionStatus::Flushed && self.phase != Phase::Running {
+            return Ok(());
+        }
+        if wc.status != CompletionStatus::Success {
+            return Err(format!("completion {:?}: {:?}", wc.opcode, wc.status));
+        }
+        let Some(i) = self.qps.iter().position(|q| q.qp == wc.qp) else {
+            return Ok(());
+        };
+        if wc.opcode == WcOpcode::Receive {
+            let q = &mut self.qps[i];
+            let sge = if self.params.mode == PerfMode::Lat {
+                q.local.sge(0, self.params.sizes[self.size_idx])
+            } else {
+                q.credits += u64::from(CREDIT_BATCH);
+                q.credit_buf.sge(0, 0)
+            };
+            h.rnic()
+                .0
+                .borrow_mut()
+                .post_rq(
+                    q.qp,
+                    vec![RecvWr {
+                        wr_id: 0,
+                        sgl: vec![sge],
+                    }],
+                )
+                .map_err(|e| format!("post recv: {:?}", e.error))?;
+            if self.params.mode == PerfMode::Lat {
+                self.lat_done(now);
+            }
+            return Ok(());
+        }
+        match self.params.mode {
+            PerfMode::Bw => {
+                let size = self.size() as u64;
+                self.qps[i].completed += 1;
+                self.window.1 += size;
+                let dt = now.duration_since(self.window.0);
+                if dt >= Duration::from_millis(10) {
+                    let rate = self.window.1 as f64 / dt.as_secs_f64() / 1048576.0;
+                    self.peak = self.peak.max(rate);
+                    self.window = (now, 0);
+                }
+            }
+            PerfMode::Lat => {
+                if matches!(self.params.op, PerfOp::Read | PerfOp::Atomic) {
+                    self.lat_done(now);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_size(&mut self, h: &mut RdmaHandler, now: Instant) {
+        let size = self.size();
+        let done: u64 = self.qps.iter().map(|q| q.completed).sum();
+        let r = match self.params.mode {
+            PerfMode::Bw => {
+                let secs = self
+                    .start
+                    .map_or(0.0, |s| now.duration_since(s).as_secs_f64())
+                    .max(1e-9);
+                let avg = (done * size as u64) as f64 / secs / 1048576.0;
+                PerfResult::Bw {
+                    bytes: size,
+                    iters: done,
+                    peak_mbs: self.peak.max(avg),
+                    avg_mbs: avg,
+                    mpps: done as f64 / secs / 1e6,
+                }
+            }
+            PerfMode::Lat => latency_result(size, std::mem::take(&mut self.samples)),
+        };
+        if let Some(f) = self.on_result.as_mut() {
+            f(&r);
+        }
+        self.results.push(r);
+        self.phase = Phase::Disconnecting;
+        for q in &self.qps {
+            let _ = h.disconnect(q.id);
+        }
+    }
+
+    fn progress_line(&mut self, now: Instant) {
+        if !self.progress {
+            return;
+        }
+        let Some(start) = self.start else { return };
+        let last = *self.last_progress.get_or_insert(start);
+        if now.duration_since(last) < Duration::from_secs(1) {
+            return;
+        }
+        self.last_progress = Some(now);
+        let done: u64 = self.qps.iter().map(|q| q.completed).sum();
+        let secs = now.duration_since(start).as_secs_f64();
+        eprintln!(
+            "perf {} {} B: {:.0} s, {} iterations, {:.2} MB/sec",
+            self.params.op.name(),
+            self.size(),
+            secs,
+            done,
+            (done * self.size() as u64) as f64 / secs / 1048576.0
+        );
+    }
+
+    fn run_step(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<Option<()>, String> {
+        while let Some(ev) = h.poll_cm_event() {
+            match ev {
+                CmEvent::Established { id, negotiated, .. } => {
+                    if let Some(q) = self.qps.iter_mut().find(|q| q.id == id) {
+                        q.established = true;
+                        q.remote = Offer::parse(&negotiated.private_data);
+                        if q.remote.is_none() {
+                            return Err("the server's reply carries no buffer".into());
+                        }
+                    }
+                }
+                CmEvent::Rejected { private_data, .. } => {
+                    return Err(format!(
+                        "rejected: {}",
+                        String::from_utf8_lossy(&private_data)
+                    ))
+                }
+                CmEvent::ConnectError { reason, .. } => return Err(reason),
+                CmEvent::Disconnected { id, .. } => {
+                    if let Some(q) = self.qps.iter_mut().find(|q| q.id == id) {
+                        q.gone = true;
+                    }
+                    if self.phase != Phase::Disconnecting {
+                        return Err("the server disconnected".into());
+                    }
+                }
+                CmEvent::ConnectRequest { id, .. } => {
+                    let _ = h.reject(id, b"client");
+                }
+            }
+        }
+        while let Some(wc) = self.res.poll_cq(h) {
+            self.completion(h, wc, now)?;
+        }
+        match self.phase {
+            Phase::Connecting => {
+                if self.qps.iter().all(|q| q.established) {
+                    self.phase = Phase::Running;
+                    self.start = Some(now);
+                    self.window = (now, 0);
+                    self.peak = 0.0;
+                    self.last_progress = None;
+                }
+            }
+            Phase::Running => {
+                let time_up = self
+                    .params
+                    .duration
+                    .zip(self.start)
+                    .is_some_and(|(d, s)| now.duration_since(s) >= d);
+                let done: u64 = self.qps.iter().map(|q| q.completed).sum();
+                let outstanding = self.qps.iter().any(|q| q.posted > q.completed);
+                if (done >= self.target() || time_up) && !outstanding {
+                    self.finish_size(h, now);
+                } else if !time_up {
+                    if self.params.mode == PerfMode::Bw {
+                        self.post_bw(h)?;
+                    } else {
+                        if self.params.op == PerfOp::Write {
+                            let size = self.size();
+                            let q = &self.qps[0];
+                            let back = size > 0
+                                && q.sink.bytes(&h.rnic().0.borrow())[size - 1] == self.lat_seq
+                                && self.lat_sent.is_some();
+                            // The peer's write carries our sequence back.
+                            if back || (size == 0 && self.lat_sent.is_some()) {
+                                if size > 0 {
+                                    self.lat_done(now);
+                                } else {
+                                    return Err("write latency needs -s 1 or more".into());
+                                }
+                            }
+                        }
+                        self.post_lat(h, now)?;
+                    }
+                    self.progress_line(now);
+                }
+            }
+            Phase::Disconnecting => {
+                if self.qps.iter().all(|q| q.gone) {
+                    if self.size_idx + 1 == self.params.sizes.len() {
+                        return Ok(Some(()));
+                    }
+                    self.size_idx += 1;
+                    self.connect_all(h).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl App for PerfClient {
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step {
+        match self.run_step(h, now) {
+            Ok(None) => Step::Continue,
+            Ok(Some(())) => Step::Done(Ok(())),
+            Err(e) => {
+                for q in &self.qps {
+                    let _ = h.abort(q.id);
+                }
+                Step::Done(Err(e))
+            }
+        }
+    }
+}
+
+/// perftest's `-a` sizes: 2 B … 8 MiB by powers of two, capped at `max`.
+pub fn all_sizes(max: usize) -> Vec<usize> {
+    (1..=23).map(|k| 1usize << k).filter(|&s| s <= max).collect()
+}

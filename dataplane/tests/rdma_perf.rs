@@ -1,0 +1,98 @@
+//! `perf` client and server between two RDMA poll loops over the in-process software pair:
+//! every operation in both modes completes the iterations it was asked for.
+
+mod rdma_common;
+
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use dataplane::port::fault::FaultConfig;
+use dataplane::rdma::app::run_pair;
+use dataplane::rdma::perf::{PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer};
+use iwarp::mpa::MpaConfig;
+use rdma_common::*;
+
+fn perf(op: PerfOp, mode: PerfMode, sizes: Vec<usize>, iters: u64, qps: u16, inline: usize) -> Vec<PerfResult> {
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    let addr = SocketAddrV4::new(SERVER_IP, 18515);
+    let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
+    let params = PerfParams {
+        op,
+        mode,
+        sizes,
+        iters,
+        duration: None,
+        qps,
+        tx_depth: 64,
+        inline,
+    };
+    let mut c = PerfClient::new(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
+    let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(60));
+    rc.expect("client");
+    rs.expect("server");
+    c.results
+}
+
+fn bw_iters(r: &PerfResult) -> u64 {
+    match r {
+        PerfResult::Bw {
+            bytes,
+            iters,
+            avg_mbs,
+            mpps,
+            ..
+        } => {
+            assert!(*mpps > 0.0 && (*avg_mbs > 0.0 || *bytes == 0));
+            *iters
+        }
+        PerfResult::Lat { .. } => panic!("bandwidth expected"),
+    }
+}
+
+fn lat_iters(r: &PerfResult) -> u64 {
+    match r {
+        PerfResult::Lat { iters, min, max, typical, .. } => {
+            assert!(min <= typical && typical <= max && *min > 0.0);
+            *iters
+        }
+        PerfResult::Bw { .. } => panic!("latency expected"),
+    }
+}
+
+// RFC 5040 §5.1: RDMA Write bandwidth over sizes, several QPs.
+#[test]
+fn write_bw_sizes_and_qps() {
+    let r = perf(PerfOp::Write, PerfMode::Bw, vec![64, 4096, 65536], 300, 2, 0);
+    assert_eq!(r.iter().map(bw_iters).collect::<Vec<_>>(), vec![300, 300, 300]);
+}
+
+// RFC 5040 §5.2: RDMA Read bandwidth with several Reads outstanding.
+#[test]
+fn read_bw() {
+    let r = perf(PerfOp::Read, PerfMode::Bw, vec![8192], 300, 1, 0);
+    assert_eq!(bw_iters(&r[0]), 300);
+}
+
+// RFC 5040 §5.3: Send bandwidth, receive credits returned by the server.
+#[test]
+fn send_bw_with_credits_and_inline() {
+    let r = perf(PerfOp::Send, PerfMode::Bw, vec![0, 64, 2000], 2000, 1, 64);
+    assert_eq!(r.iter().map(bw_iters).collect::<Vec<_>>(), vec![2000, 2000, 2000]);
+}
+
+// RFC 7306 §4: FetchAdd bandwidth and latency.
+#[test]
+fn atomic_bw_and_lat() {
+    let r = perf(PerfOp::Atomic, PerfMode::Bw, vec![8], 500, 1, 0);
+    assert_eq!(bw_iters(&r[0]), 500);
+    let r = perf(PerfOp::Atomic, PerfMode::Lat, vec![8], 100, 1, 0);
+    assert_eq!(lat_iters(&r[0]), 100);
+}
+
+#[test]
+fn latency_write_send_read() {
+    for op in [PerfOp::Write, PerfOp::Send, PerfOp::Read] {
+        let r = perf(op, PerfMode::Lat, vec![8, 4096], 100, 1, 0);
+        assert_eq!(r.iter().map(lat_iters).collect::<Vec<_>>(), vec![100, 100], "{op:?}");
+    }
+}
