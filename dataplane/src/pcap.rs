@@ -427,12 +427,20 @@ impl DirState {
     fn push(&mut self, seg: &TcpSegment<'_>) {
         let mut seq = seg.seq;
         if seg.syn {
-            self.stream.syn_seen = true;
-            self.stream.start_seq = seg.seq.wrapping_add(1);
-            self.started = true;
-            self.next = 0;
-            self.pending.clear();
-            seq = seq.wrapping_add(1);
+            let first = seg.seq.wrapping_add(1);
+            // A retransmitted SYN changes nothing; any other SYN starts the direction over
+            // (a new connection on the same addresses), so that the chunks stay contiguous
+            // from `start_seq`.
+            if !(self.stream.syn_seen && self.stream.start_seq == first) {
+                self.stream.syn_seen = true;
+                self.stream.start_seq = first;
+                self.stream.chunks.clear();
+                self.stream.closed = false;
+                self.started = true;
+                self.next = 0;
+                self.pending.clear();
+            }
+            seq = first;
         }
         if seg.fin || seg.rst {
             self.stream.closed = true;
