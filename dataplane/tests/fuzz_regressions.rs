@@ -43,11 +43,7 @@ fn syn_after_data_starts_the_stream_over() {
     // connection has a new ISN).
     const SYN: u8 = 0x02;
     const ACK: u8 = 0x10;
-    let bytes = capture(&[
-        (1000, ACK, b"old"),
-        (5000, SYN, b""),
-        (5001, ACK, b"new"),
-    ]);
+    let bytes = capture(&[(1000, ACK, b"old"), (5000, SYN, b""), (5001, ACK, b"new")]);
     let packets = pcap::parse(&bytes).unwrap();
     let conns = pcap::reassemble(&packets);
     assert_eq!(conns.len(), 1);

@@ -99,7 +99,11 @@ fn directions(path: &Path) -> Vec<Direction> {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let captures = PathBuf::from(args.get(1).map(String::as_str).unwrap_or("../../../shared/captures"));
+    let captures = PathBuf::from(
+        args.get(1)
+            .map(String::as_str)
+            .unwrap_or("../../../shared/captures"),
+    );
     let mut seeds = Seeds {
         dir: PathBuf::from(args.get(2).map(String::as_str).unwrap_or("seeds")),
         written: BTreeSet::new(),
@@ -119,7 +123,11 @@ fn main() {
             // as responder and initiator input with default and peer-to-peer policies.
             for (cfg, ird, cuts) in [(0x00u8, 0x09u8, &[][..]), (0x12, 0x4f, &[5u8, 7, 11][..])] {
                 let mut o = Output::new();
-                o.u8(cfg).u8(ird).u8(cuts.len() as u8).bytes(cuts).bytes(&d.frame);
+                o.u8(cfg)
+                    .u8(ird)
+                    .u8(cuts.len() as u8)
+                    .bytes(cuts)
+                    .bytes(&d.frame);
                 seeds.put("mpa_frame", &format!("{}-{cfg:02x}", d.name), &o.buf);
                 let tail = &d.fpdu_stream[..d.fpdu_stream.len().min(64)];
                 o.bytes(tail);
@@ -179,7 +187,13 @@ fn main() {
                     data.clone()
                 };
                 first = false;
-                o.u8(tcp::SEGMENT).u8(0).u8(0x18).u16(0).u16(0).u16(0xffff).u8(0);
+                o.u8(tcp::SEGMENT)
+                    .u8(0)
+                    .u8(0x18)
+                    .u16(0)
+                    .u16(0)
+                    .u16(0xffff)
+                    .u8(0);
                 o.chunk(&payload[..payload.len().min(1400)]);
                 o.u8(tcp::ADVANCE).u8(2);
             }
@@ -191,7 +205,10 @@ fn main() {
     // mpa_receiver (model): valid streams, each CRC / marker setting.
     for mode in 0..4u8 {
         let mut o = Output::new();
-        o.u8(receiver::MODE_MODEL | mode).u32(0xffff_f000).u16(600).u8(12);
+        o.u8(receiver::MODE_MODEL | mode)
+            .u32(0xffff_f000)
+            .u16(600)
+            .u8(12);
         for i in 0..12u16 {
             o.u16(i * 97);
         }
@@ -207,7 +224,9 @@ fn main() {
         let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
         files.sort();
         for p in files {
-            let Ok(text) = std::fs::read(&p) else { continue };
+            let Ok(text) = std::fs::read(&p) else {
+                continue;
+            };
             let name = p.file_name().unwrap().to_string_lossy().to_string();
             seeds.put("config", &name, &text);
             let mut with = text.clone();

@@ -104,7 +104,10 @@ fn mpa(data: &[u8]) {
         let pad_start = 2 + r.ulpdu.len();
         let pad_end = total - 4;
         assert_eq!(out[..pad_start], data[..pad_start]);
-        assert!(out[pad_start..pad_end].iter().all(|&b| b == 0), "pad zeroed");
+        assert!(
+            out[pad_start..pad_end].iter().all(|&b| b == 0),
+            "pad zeroed"
+        );
         assert_eq!(out[pad_end..], data[pad_end..total], "CRC kept");
         let again = Fpdu::new_checked(&out[..]).expect("emitted FPDU is whole");
         assert_eq!(FpduRepr::parse(&again), Ok(r));

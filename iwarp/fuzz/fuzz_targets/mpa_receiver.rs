@@ -259,7 +259,10 @@ fn model(mode: u8, mut input: Input<'_>) {
         .filter(|g| g.2)
         .map(|g| g.0.wrapping_sub(start))
         .collect();
-    assert!(in_order.windows(2).all(|w| w[0] < w[1]), "in-order deliveries in order");
+    assert!(
+        in_order.windows(2).all(|w| w[0] < w[1]),
+        "in-order deliveries in order"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {

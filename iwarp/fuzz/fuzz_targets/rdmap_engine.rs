@@ -76,7 +76,12 @@ impl World {
             (RegionSpec::new(4096, 4096, all(), PdId(1)), true, 0x00),
             // R1: remote read only: never written.
             (
-                RegionSpec::new(12288, 256, Access::LOCAL_READ | Access::REMOTE_READ, PdId(1)),
+                RegionSpec::new(
+                    12288,
+                    256,
+                    Access::LOCAL_READ | Access::REMOTE_READ,
+                    PdId(1),
+                ),
                 false,
                 0x5a,
             ),
@@ -304,7 +309,10 @@ impl World {
         let b = self.mem.bytes();
         let mut at = 0;
         for r in &self.regions {
-            assert!(b[at..r.offset].iter().all(|&x| x == GUARD), "guard before {at}");
+            assert!(
+                b[at..r.offset].iter().all(|&x| x == GUARD),
+                "guard before {at}"
+            );
             if !r.writable {
                 assert!(
                     b[r.offset..r.offset + r.len].iter().all(|&x| x == r.fill),
@@ -314,7 +322,10 @@ impl World {
             }
             at = r.offset + r.len;
         }
-        assert!(b[at..].iter().all(|&x| x == GUARD), "guard after the last region");
+        assert!(
+            b[at..].iter().all(|&x| x == GUARD),
+            "guard after the last region"
+        );
     }
 }
 

@@ -22,7 +22,7 @@ use iwarp_fuzz::Input;
 use libfuzzer_sys::fuzz_target;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{IpAddress, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr};
-use tcp::{Config, Consumed, ConnId, Engine, Event, Instant, SegmentSink, SegmentSource, Unit};
+use tcp::{Config, ConnId, Consumed, Engine, Event, Instant, SegmentSink, SegmentSource, Unit};
 
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -124,7 +124,10 @@ impl SegmentSink for CheckingUlp {
         let r = self.rel(rcv_nxt);
         if let Some((&s, &e)) = self.delivered.0.iter().next() {
             // Everything before RCV.NXT was placed or delivered (a FIN takes one number).
-            assert!(s >= r || e + 1 >= r, "gap before RCV.NXT: [{s}, {e}) vs {r}");
+            assert!(
+                s >= r || e + 1 >= r,
+                "gap before RCV.NXT: [{s}, {e}) vs {r}"
+            );
         }
     }
 
@@ -264,7 +267,9 @@ impl World {
             tsval: 1000,
             peer_tsval: 0,
         });
-        let opts = [2, 4, 0x05, 0xb4, 3, 3, 7, 4, 2, 8, 10, 0, 0, 3, 0xe8, 0, 0, 0, 0, 1, 1];
+        let opts = [
+            2, 4, 0x05, 0xb4, 3, 3, 7, 4, 2, 8, 10, 0, 0, 3, 0xe8, 0, 0, 0, 0, 1, 1,
+        ];
         let syn = w.build(0, SYN, 0, 0, 65535, &opts, &[]);
         w.conns[0].snd = w.conns[0].snd.wrapping_add(1);
         w.input(&syn);
@@ -432,9 +437,8 @@ impl World {
         }
         if dseq == 0 && target & 0x10 == 0 {
             let c = &mut self.conns[i];
-            let len = payload.len() as u32
-                + u32::from(flags & SYN != 0)
-                + u32::from(flags & FIN != 0);
+            let len =
+                payload.len() as u32 + u32::from(flags & SYN != 0) + u32::from(flags & FIN != 0);
             c.snd = c.snd.wrapping_add(len);
             c.tsval = c.tsval.wrapping_add(1);
         }
