@@ -4,7 +4,9 @@
 
 mod fwd;
 mod inspect;
+mod perf;
 mod pktgen;
+mod rping;
 mod run;
 mod tcp;
 
@@ -43,6 +45,10 @@ pub enum Command {
     Inspect(inspect::Args),
     /// Plain TCP over the data plane's own TCP engine: echo, sink, source, client.
     Tcp(tcp::Args),
+    /// rdma-core's rping over the data plane's iWARP (server -s, client -c).
+    Rping(rping::Args),
+    /// perftest-style RDMA benchmarks: write, read, send, atomic; bandwidth or latency.
+    Perf(perf::Args),
 }
 
 /// Runs the chosen subcommand.
@@ -53,6 +59,8 @@ pub fn dispatch(cmd: Command) -> Result<(), CmdError> {
         Command::Pktgen(a) => pktgen::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Tcp(a) => tcp::run(a),
+        Command::Rping(a) => rping::run(a),
+        Command::Perf(a) => perf::run(a),
     }
 }
 

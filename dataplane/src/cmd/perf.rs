@@ -1,0 +1,149 @@
+//! `dataplane perf`: perftest-style benchmarks (ib_write_bw, ib_read_lat, ...) over the data
+//! plane's iWARP. Without a server address it is the server; with one, the client, which
+//! prints perftest's table.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use dataplane::rdma::perf::{
+    all_sizes, PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer,
+};
+use dataplane::say;
+
+use super::rping::RdmaArgs;
+use super::{parse_secs, CmdError};
+
+/// The operation to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Op {
+    /// RDMA Write.
+    Write,
+    /// RDMA Read.
+    Read,
+    /// Send.
+    Send,
+    /// FetchAdd atomic.
+    Atomic,
+}
+
+/// Arguments of `perf`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Operation.
+    #[arg(value_enum)]
+    pub op: Op,
+    /// The server's address (client); without it, run the server.
+    pub server: Option<Ipv4Addr>,
+    /// Latency test instead of bandwidth.
+    #[arg(long)]
+    pub lat: bool,
+    /// Message size in bytes.
+    #[arg(short = 's', long = "size", value_name = "SIZE")]
+    pub size: Option<usize>,
+    /// Run all sizes from 2 bytes up to --size (default 1 MiB; perftest's -a).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Iterations per size (default 5000 bandwidth, 1000 latency).
+    #[arg(short = 'n', long = "iters", value_name = "ITERS")]
+    pub iters: Option<u64>,
+    /// Run each size this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long = "duration", value_name = "SECS", value_parser = parse_secs)]
+    pub duration: Option<Duration>,
+    /// QPs (connections) in parallel (bandwidth).
+    #[arg(short = 'q', long = "qps", value_name = "QPS", default_value_t = 1)]
+    pub qps: u16,
+    /// Work requests in flight per QP (bandwidth).
+    #[arg(short = 't', long = "tx-depth", value_name = "N", default_value_t = 128)]
+    pub tx_depth: u32,
+    /// Post payloads up to this size inline (write, send).
+    #[arg(short = 'I', long = "inline", value_name = "BYTES", default_value_t = 0)]
+    pub inline: usize,
+    /// TCP port of the server.
+    #[arg(short = 'p', long = "tcp-port", value_name = "PORT", default_value_t = 18515)]
+    pub port: u16,
+    /// Ports and iWARP settings.
+    #[command(flatten)]
+    pub rdma: RdmaArgs,
+}
+
+/// Runs `dataplane perf`.
+pub fn run(args: Args) -> Result<(), CmdError> {
+    let op = match args.op {
+        Op::Write => PerfOp::Write,
+        Op::Read => PerfOp::Read,
+        Op::Send => PerfOp::Send,
+        Op::Atomic => PerfOp::Atomic,
+    };
+    let mode = if args.lat { PerfMode::Lat } else { PerfMode::Bw };
+    let default_size = match (op, mode) {
+        (PerfOp::Atomic, _) => 8,
+        (_, PerfMode::Lat) => 2,
+        _ => 65536,
+    };
+    let sizes = if args.all {
+        all_sizes(args.size.unwrap_or(1 << 20))
+    } else {
+        vec![args.size.unwrap_or(default_size)]
+    };
+    if op == PerfOp::Atomic && sizes.iter().any(|&s| s != 8) {
+        return Err(CmdError::Usage("atomic operations are 8 bytes (-s 8)".into()));
+    }
+    if op == PerfOp::Write && mode == PerfMode::Lat && sizes.contains(&0) {
+        return Err(CmdError::Usage("write latency needs -s 1 or more".into()));
+    }
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    if max > 64 << 20 {
+        return Err(CmdError::Usage("-s: at most 64 MiB".into()));
+    }
+    let mut rdma = args.rdma.clone();
+    // Room for the buffers of every QP (client: source, sink; server: one each).
+    let need_mb = (max * 2 * usize::from(args.qps.max(1))).div_ceil(1 << 20) + 8;
+    rdma.mem_mb = rdma.mem_mb.max(need_mb);
+    let mut s = rdma.session()?;
+    let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
+    match args.server {
+        None => {
+            let addr = SocketAddrV4::new(s.ip, args.port);
+            let mut app = PerfServer::new(s.poll.handler_mut(), addr).map_err(runtime)?;
+            say!(
+                "perf {} server listening on {addr} (memory: {})",
+                op.name(),
+                s.memory
+            );
+            let r = s.run(&mut app, rdma.time_limit);
+            say!("perf server: {} connections served", app.served);
+            r
+        }
+        Some(ip) => {
+            let remote = SocketAddrV4::new(ip, args.port);
+            let params = PerfParams {
+                op,
+                mode,
+                sizes,
+                iters: args.iters.unwrap_or(match mode {
+                    PerfMode::Bw => 5000,
+                    PerfMode::Lat => 1000,
+                }),
+                duration: args.duration,
+                qps: args.qps,
+                tx_depth: args.tx_depth,
+                inline: args.inline,
+            };
+            let local = s.ip;
+            let mut app =
+                PerfClient::new(s.poll.handler_mut(), local, remote, params).map_err(runtime)?;
+            app.progress = true;
+            say!(
+                "perf {} {} to {remote} (memory: {}, CRC {}, markers {})",
+                op.name(),
+                if args.lat { "latency" } else { "bandwidth" },
+                s.memory,
+                if rdma.crc { "on" } else { "off" },
+                if rdma.markers { "on" } else { "off" }
+            );
+            say!("{}", PerfResult::header(mode));
+            app.on_result = Some(Box::new(|r: &PerfResult| say!("{}", r.row())));
+            s.run(&mut app, rdma.time_limit)
+        }
+    }
+}

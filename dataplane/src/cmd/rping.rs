@@ -1,0 +1,263 @@
+//! `dataplane rping`: rdma-core's rping (Send / RDMA Read / RDMA Write ping-pong of
+//! `{addr, rkey, size}` records) over the data plane's iWARP, server (`-s`) or client
+//! (`-c`), with rping's flags. Also home of the port and iWARP options `perf` shares.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use dataplane::lcore::{PollLoop, PortAddr};
+use dataplane::port::{AnyPort, Port};
+use dataplane::rdma::app::{run_app, App};
+use dataplane::rdma::rping::{Rping, RpingOptions, MAX_SIZE, MIN_SIZE};
+use dataplane::rdma::{open_rnic, MemoryKind, RdmaConfig, RdmaHandler};
+use dataplane::say;
+use iwarp::mpa::MpaConfig;
+use rand::Rng;
+
+use super::{deadline, parse_fault_arg, parse_secs, stop_flag, CmdError, OpenedPorts, PortArgs};
+
+/// Ports and iWARP settings of the RDMA commands (long options only: the short letters
+/// belong to rping's and perftest's own flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RdmaArgs {
+    /// Configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The port to use: a port name from --config, or a DPDK device name.
+    #[arg(long = "dev", value_name = "NAME")]
+    pub devs: Vec<String>,
+    /// Write each port's frames to DIR/<port>.pcap.
+    #[arg(long, value_name = "DIR")]
+    pub capture_dir: Option<PathBuf>,
+    /// Inject faults: `[PORT:]KEY=VALUE,...` with the keys of `[ports.fault]` (repeatable).
+    #[arg(long = "fault", value_name = "SPEC", value_parser = parse_fault_arg)]
+    pub faults: Vec<(Option<String>, String)>,
+    /// Require MPA CRC32c on every FPDU.
+    #[arg(long)]
+    pub crc: bool,
+    /// Ask for MPA markers (and accept them when the peer asks).
+    #[arg(long)]
+    pub markers: bool,
+    /// MiB of registered memory (hugepages when hugetlbfs has room).
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub mem_mb: usize,
+    /// Keep registered memory on the heap even when hugepages are available.
+    #[arg(long)]
+    pub heap: bool,
+    /// Seconds between stats lines on stderr (default: the configuration's; 0 = none).
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub stats: Option<Duration>,
+    /// Give up after this many seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub time_limit: Option<Duration>,
+    /// DPDK EAL arguments (after `--`), added to the configuration's.
+    #[arg(last = true, value_name = "EAL ARGS")]
+    pub eal: Vec<String>,
+}
+
+/// An open port with an RDMA handler on its poll loop.
+pub struct Session {
+    /// The poll loop (dropped before the EAL).
+    pub poll: PollLoop<AnyPort, RdmaHandler>,
+    /// Our IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Where registered memory lives.
+    pub memory: MemoryKind,
+    stats_every: Option<Duration>,
+    _opened: OpenedPorts,
+}
+
+impl RdmaArgs {
+    /// Opens the one port and builds the handler.
+    pub fn session(&self) -> Result<Session, CmdError> {
+        let pa = PortArgs {
+            config: self.config.clone(),
+            ports: self.devs.clone(),
+            capture_dir: self.capture_dir.clone(),
+            faults: self.faults.clone(),
+            eal: self.eal.clone(),
+        };
+        let cfg = pa.config()?;
+        if cfg.ports.len() != 1 {
+            return Err(CmdError::Usage(format!(
+                "RDMA runs on exactly one port ({} configured; pick one with --dev)",
+                cfg.ports.len()
+            )));
+        }
+        let pc = cfg.ports[0].clone();
+        let Some(net) = pc.ipv4 else {
+            return Err(CmdError::Usage(format!(
+                "port {} has no ipv4 address",
+                pc.name()
+            )));
+        };
+        let mut opened = pa.open(&cfg)?;
+        let port = opened
+            .ports
+            .pop()
+            .ok_or_else(|| CmdError::Usage("no port".into()))?;
+        let mtu = port.info().mtu;
+        let (rnic, memory) = open_rnic(self.mem_mb << 20, !self.heap, rand::thread_rng().gen())
+            .map_err(|e| CmdError::Runtime(format!("RNIC: {e:?}")))?;
+        let mpa = MpaConfig {
+            require_crc: self.crc,
+            want_markers: self.markers,
+            accept_markers: true,
+            ..MpaConfig::default()
+        };
+        let handler = RdmaHandler::new(
+            RdmaConfig {
+                mpa,
+                tcp: tcp::Config {
+                    mtu,
+                    verify_checksums: false,
+                    isn_secret: rand::thread_rng().gen(),
+                    rto_min: Duration::from_millis(5),
+                    ..tcp::Config::default()
+                },
+                rx_window: 4 << 20,
+            },
+            rnic,
+        );
+        let mut poll = PollLoop::new(handler, cfg.poll.burst);
+        poll.add_port(
+            port,
+            PortAddr {
+                ipv4: pc.ipv4,
+                gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
+                promiscuous: pc.promiscuous,
+            },
+        );
+        let stats_every = match self.stats {
+            Some(d) => Some(d),
+            None if cfg.poll.stats_interval > 0.0 => {
+                Some(Duration::from_secs_f64(cfg.poll.stats_interval))
+            }
+            None => None,
+        }
+        .filter(|d| !d.is_zero());
+        Ok(Session {
+            poll,
+            ip: net.addr,
+            memory,
+            stats_every,
+            _opened: opened,
+        })
+    }
+}
+
+impl Session {
+    /// Runs `app` until done; stats lines on stderr; the counters summary at the end.
+    pub fn run<A: App>(&mut self, app: &mut A, limit: Option<Duration>) -> Result<(), CmdError> {
+        let stop = stop_flag()?;
+        let started = Instant::now();
+        let r = run_app(
+            &mut self.poll,
+            app,
+            &stop,
+            deadline(limit),
+            self.stats_every,
+            |poll, now| {
+                let c = poll.counters(0);
+                eprintln!(
+                    "[{:>6.1}s] rx {} tx {} | {}",
+                    now.duration_since(started).as_secs_f64(),
+                    c.rx,
+                    c.tx,
+                    poll.handler().counters().line()
+                );
+            },
+        );
+        say!("{}", self.poll.handler().counters().summary());
+        r.map_err(CmdError::Runtime)
+    }
+}
+
+/// Arguments of `rping`.
+#[derive(Debug, clap::Args)]
+#[command(disable_version_flag = true)]
+pub struct Args {
+    /// Server side.
+    #[arg(short = 's', conflicts_with = "client")]
+    pub server: bool,
+    /// Client side.
+    #[arg(short = 'c')]
+    pub client: bool,
+    /// Address (server: to listen on, default the port's; client: the server's).
+    #[arg(short = 'a', value_name = "ADDR")]
+    pub addr: Option<Ipv4Addr>,
+    /// TCP port.
+    #[arg(short = 'p', value_name = "PORT", default_value_t = 7174)]
+    pub port: u16,
+    /// Ping count (client; 0 = until stopped).
+    #[arg(short = 'C', value_name = "COUNT", default_value_t = 0)]
+    pub count: u32,
+    /// Ping data size.
+    #[arg(short = 'S', value_name = "SIZE", default_value_t = 64)]
+    pub size: usize,
+    /// Display ping data.
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Validate ping data.
+    #[arg(short = 'V')]
+    pub validate: bool,
+    /// Ports and iWARP settings.
+    #[command(flatten)]
+    pub rdma: RdmaArgs,
+}
+
+/// Runs `dataplane rping`.
+pub fn run(args: Args) -> Result<(), CmdError> {
+    if args.server == args.client {
+        return Err(CmdError::Usage("give -s (server) or -c (client)".into()));
+    }
+    if !(MIN_SIZE..=MAX_SIZE).contains(&args.size) {
+        return Err(CmdError::Usage(format!(
+            "Invalid size {} (valid range is {MIN_SIZE} to {MAX_SIZE})",
+            args.size
+        )));
+    }
+    if args.client && args.addr.is_none() {
+        return Err(CmdError::Usage("the client needs -a ADDR".into()));
+    }
+    let opts = RpingOptions {
+        size: args.size,
+        count: args.count,
+        verbose: args.verbose,
+        validate: args.validate,
+    };
+    let mut s = args.rdma.session()?;
+    let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
+    let mut app = if args.server {
+        let addr = SocketAddrV4::new(args.addr.unwrap_or(s.ip), args.port);
+        let app = Rping::server(s.poll.handler_mut(), addr, opts).map_err(runtime)?;
+        say!(
+            "rping server listening on {addr} (memory: {})",
+            s.memory
+        );
+        app
+    } else {
+        let remote = SocketAddrV4::new(args.addr.unwrap_or(s.ip), args.port);
+        let ip = s.ip;
+        let app = Rping::client(s.poll.handler_mut(), ip, remote, opts).map_err(runtime)?;
+        say!("rping client connecting to {remote} (memory: {})", s.memory);
+        app
+    };
+    let r = s.run(&mut app, args.rdma.time_limit);
+    let secs = match (app.started, app.finished) {
+        (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
+        _ => 0.0,
+    };
+    say!(
+        "rping: {} pings of {} bytes in {secs:.3} s{}",
+        app.pings,
+        args.size,
+        if app.pings > 0 && secs > 0.0 {
+            format!(" ({:.1} us per ping)", secs * 1e6 / f64::from(app.pings))
+        } else {
+            String::new()
+        }
+    );
+    r
+}
