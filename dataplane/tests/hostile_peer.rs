@@ -1,0 +1,406 @@
+//! Hostile-peer tests: a scripted attacker speaking raw Ethernet/IPv4/TCP to a poll loop
+//! running `RdmaHandler`. Each attack gets the outcome the specs name (Terminate
+//! layer/type/code parsed from the server's frames, or a TCP reset), and afterwards a
+//! well-behaved connection set up beforehand still completes an RDMA Write + Read with
+//! byte-exact data, and the server's connection tables stay bounded.
+
+mod hostile_common;
+
+use std::time::Duration;
+
+use hostile_common::*;
+use iwarp::verbs::{CompletionStatus, WcOpcode};
+
+const EVIL_PORT: u16 = 40_000;
+
+/// A server with a good connection that already moved data once.
+fn setup() -> Net {
+    let mut net = Net::new();
+    net.evil_arp();
+    net.connect_good();
+    net.good_write_read(1, 0, 4096);
+    net
+}
+
+/// The good connection still works and the server holds only a bounded number of
+/// connections (the good one plus at most `extra`).
+fn still_serving(net: &mut Net, extra: usize) {
+    net.good_write_read(0x5a, 8192, 6000);
+    let tcp = net.server.handler().tcp();
+    // A torn-down attacker connection may linger in FIN-WAIT/TIME-WAIT (one entry).
+    assert!(
+        tcp.connection_count() <= 2 + extra,
+        "server holds {} TCP connections",
+        tcp.connection_count()
+    );
+    assert!(
+        net.server.handler().live() <= 1 + extra,
+        "server holds {} iWARP connections",
+        net.server.handler().live()
+    );
+}
+
+/// Waits until the attacker's connection is reset or closed by the server.
+fn torn_down(net: &mut Net, sport: u16) -> bool {
+    net.run_until(Duration::from_secs(3), |n| {
+        n.evil[&sport].rst || n.evil[&sport].fin
+    })
+}
+
+/// MPA negotiation attack: the server never answers with a Reply and resets the
+/// connection (MPA-FACTS §1, RFC 5044 §7.1: malformed Request → reset).
+fn mpa_attack(request: Vec<u8>) {
+    let mut net = setup();
+    net.evil_connect(EVIL_PORT);
+    net.evil_send(EVIL_PORT, &request);
+    assert!(torn_down(&mut net, EVIL_PORT), "connection not torn down");
+    let c = &net.evil[&EVIL_PORT];
+    assert!(c.rst, "expected a TCP reset");
+    assert!(
+        !c.rx.starts_with(b"MPA ID Rep Frame") || c.rx[16] & 0x20 != 0,
+        "server accepted a malformed Request"
+    );
+    still_serving(&mut net, 0);
+}
+
+// RFC 5044 §7.1.1: the key must be "MPA ID Req Frame"; anything else is not an MPA peer.
+#[test]
+fn mpa_bad_key_is_reset() {
+    let mut req = mpa_request(0x4000 | 1, &[]);
+    req[4] = b'X';
+    mpa_attack(req);
+}
+
+// RFC 5044 §7.1.1: PD_Length at most 512.
+#[test]
+fn mpa_private_data_over_512_is_reset() {
+    let mut req = mpa_request(0x4000 | 1, &[0u8; 600]);
+    req[18..20].copy_from_slice(&600u16.to_be_bytes());
+    mpa_attack(req);
+}
+
+// RFC 5044 §7.1.1: Res bits must be zero (MPA-FACTS §1: reject malformed frames).
+#[test]
+fn mpa_reserved_bits_is_reset() {
+    mpa_attack(mpa_request(0x4000 | 0x0100 | 1, &[]));
+}
+
+// RFC 5044 §7.1.1 / RFC 6581 §5: a revision the responder cannot interoperate with.
+#[test]
+fn mpa_revision_3_is_refused() {
+    let mut net = setup();
+    net.evil_connect(EVIL_PORT);
+    net.evil_send(EVIL_PORT, &mpa_request(0x4000 | 3, &[]));
+    net.run_until(Duration::from_secs(3), |n| {
+        n.evil[&EVIL_PORT].rst || n.evil[&EVIL_PORT].fin || n.evil[&EVIL_PORT].rx.len() >= 20
+    });
+    let c = net.evil[&EVIL_PORT].clone();
+    if c.rx.len() >= 20 {
+        // A Reply naming a revision the responder speaks, or a reject.
+        assert_eq!(&c.rx[..16], b"MPA ID Rep Frame");
+        let rev = c.rx[17];
+        assert!(
+            c.rx[16] & 0x20 != 0 || rev <= 2,
+            "reply revision {rev} without reject"
+        );
+    } else {
+        assert!(c.rst || c.fin, "revision 3 neither answered nor refused");
+    }
+    still_serving(&mut net, 1);
+}
+
+/// FPDU-mode attack: `stream` after the MPA exchange; the server answers with Terminate
+/// `want` and tears the connection down.
+fn fpdu_attack(stream: Vec<u8>, want: (u8, u8, u8)) -> Net {
+    let mut net = setup();
+    net.evil_establish(EVIL_PORT);
+    let before = net.server_region();
+    net.evil_send(EVIL_PORT, &stream);
+    let t = net.await_terminate(EVIL_PORT);
+    let Some((layer, etype, code, _)) = t else {
+        panic!(
+            "no Terminate from the server (rst {})",
+            net.evil[&EVIL_PORT].rst
+        );
+    };
+    assert_eq!((layer, etype, code), want, "Terminate layer/type/code");
+    assert!(torn_down(&mut net, EVIL_PORT), "connection not torn down");
+    // Nothing of the attack was placed in the region (the good client only writes at 0 and
+    // 8192, after this point).
+    assert!(net.server_region() == before, "attack bytes placed");
+    still_serving(&mut net, 0);
+    net
+}
+
+// RFC 5041 §7.2 (DDP) via RFC 5040 §7.1 case 2: Terminate layer 1.
+
+// RFC 5041 §7.2: QN not valid for this stream → 1/2/01 Invalid QN.
+#[test]
+fn ddp_invalid_qn() {
+    fpdu_attack(fpdu(&untagged(3, 5, 1, 0, b"hello")), (1, 2, 0x01));
+}
+
+// RFC 5041 §7.2, SPEC-DIGEST D15: an old MSN (0, before the first message) is outside
+// the legal window → 1/2/03 Invalid MSN – MSN range is not valid.
+#[test]
+fn ddp_msn_out_of_range() {
+    fpdu_attack(fpdu(&untagged(3, 0, 0, 0, b"hello")), (1, 2, 0x03));
+}
+
+// RFC 5041 §7.2, SPEC-DIGEST D15: an MSN beyond the posted receive buffers → 1/2/02
+// Invalid MSN – no buffer available.
+#[test]
+fn ddp_msn_beyond_posted_buffers() {
+    fpdu_attack(fpdu(&untagged(3, 0, 1000, 0, b"hello")), (1, 2, 0x02));
+}
+
+// RFC 5041 §7.2 / §8.2: STag not associated with the stream (other PD) → 1/1/02.
+#[test]
+fn ddp_stag_of_another_pd() {
+    let mut net = Net::new();
+    let other = {
+        let h = net.server.handler();
+        let mut rnic = h.rnic().0.borrow_mut();
+        let pd = rnic.alloc_pd(iwarp::verbs::UlpId(9)).expect("pd");
+        let mut arena = dataplane::rdma::Arena::new(rnic.memory().bytes().len());
+        // Skip what the harness registered.
+        arena
+            .register(
+                &mut rnic,
+                net.srv.pd,
+                1 << 20,
+                dataplane::rdma::app::all_rights(),
+            )
+            .expect("skip");
+        arena
+            .register(&mut rnic, pd, 4096, dataplane::rdma::app::all_rights())
+            .expect("other pd region")
+    };
+    net.evil_arp();
+    net.connect_good();
+    net.evil_establish(EVIL_PORT);
+    net.evil_send(
+        EVIL_PORT,
+        &fpdu(&tagged(0, other.stag.0, other.addr(0), &[0xee; 64])),
+    );
+    let t = net.await_terminate(EVIL_PORT).expect("terminate");
+    assert_eq!((t.0, t.1, t.2), (1, 1, 0x02));
+    let h = net.server.handler();
+    {
+        let rnic = h.rnic().0.borrow();
+        assert!(
+            other.bytes(&rnic)[..64].iter().all(|&b| b != 0xee),
+            "placed into another PD's region"
+        );
+    }
+    assert!(torn_down(&mut net, EVIL_PORT));
+    still_serving(&mut net, 0);
+}
+
+// RFC 5041 §7.2: TO + length past the region's end → 1/1/01 Base or bounds violation.
+#[test]
+fn ddp_to_past_region_end() {
+    let net = Net::new();
+    let (stag, end) = (net.srv_region.stag.0, net.srv_region.addr(REGION_LEN - 16));
+    drop(net);
+    fpdu_attack(fpdu(&tagged(0, stag, end, &[0xee; 64])), (1, 1, 0x01));
+}
+
+// RFC 5041 §7.2: an STag nobody registered → 1/1/00 Invalid STag.
+#[test]
+fn ddp_unknown_stag() {
+    fpdu_attack(fpdu(&tagged(0, 0x00ab_cd00, 0, &[0xee; 64])), (1, 1, 0x00));
+}
+
+// RFC 5040 §7.2 item 2: an opcode RDMAP does not define → 0/2/06 Unexpected OpCode.
+#[test]
+fn rdmap_unknown_opcode() {
+    fpdu_attack(fpdu(&untagged(0xf, 0, 1, 0, b"hello")), (0, 2, 0x06));
+}
+
+// RFC 5040 §4.1 / SPEC-DIGEST D11: RDMAP version 3 → 0/2/05 Invalid RDMAP version.
+#[test]
+fn rdmap_bad_version() {
+    let mut seg = untagged(3, 0, 1, 0, b"hello");
+    seg[1] = 0xc0 | 3;
+    fpdu_attack(fpdu(&seg), (0, 2, 0x05));
+}
+
+// RFC 5044 §7.2 (MPA-FACTS §6): CRC mismatch → 2/0/02.
+#[test]
+fn mpa_crc_error() {
+    let mut f = fpdu(&untagged(3, 0, 1, 0, b"hello"));
+    let n = f.len();
+    f[n - 1] ^= 0x55;
+    fpdu_attack(f, (2, 0, 0x02));
+}
+
+// RFC 5044 §4.1/§7.2: an FPDU whose ULPDU_Length is shorter than any DDP header (CRC
+// right). The framing itself is inconsistent; MPA's only length code is 2/0/03 ("marker
+// and ULPDU_Length disagree"), which the data plane uses for every impossible length.
+#[test]
+fn fpdu_shorter_than_headers() {
+    fpdu_attack(fpdu(&[0x41, 0x43, 0, 0]), (2, 0, 0x03));
+}
+
+// RFC 5044 §4.1: a long ULPDU_Length (30 000, far above the MULPDU of a 1500-octet MTU)
+// is not rejected by length alone (the receiver cannot know the sender's EMSS); the
+// octets that follow are zeros, so the CRC fails → 2/0/02 (RFC 5044 §7.2).
+#[test]
+fn ulpdu_length_long_with_garbage() {
+    let mut s = 30_000u16.to_be_bytes().to_vec();
+    s.extend_from_slice(&[0u8; 31_000]);
+    fpdu_attack(s, (2, 0, 0x02));
+}
+
+// RFC 5044 §4.1: ULPDU_Length larger than what follows; the next octets are taken as
+// the rest of the FPDU, so its CRC fails → 2/0/02 (RFC 5044 §7.2).
+#[test]
+fn ulpdu_length_beyond_segment() {
+    let mut s = vec![0x05, 0xdc]; // 1500 octets announced
+    s.extend_from_slice(&untagged(3, 0, 1, 0, b"short"));
+    s.extend_from_slice(&[0u8; 4]);
+    // More FPDUs follow; they become part of the big one.
+    for _ in 0..100 {
+        s.extend_from_slice(&fpdu(&untagged(3, 0, 1, 0, b"after")));
+    }
+    fpdu_attack(s, (2, 0, 0x02));
+}
+
+// RFC 5040 §7.2, SPEC-DIGEST §3.9/D15: more Read Requests than IRD at once → 1/2/03.
+#[test]
+fn read_requests_beyond_ird() {
+    let net = Net::new();
+    let (stag, addr) = (net.srv_region.stag.0, net.srv_region.addr(0));
+    drop(net);
+    let mut s = Vec::new();
+    for msn in 1..=SERVER_IRD + 1 {
+        s.extend_from_slice(&fpdu(&read_request(msn, (0x77, 0), 16_000, (stag, addr))));
+    }
+    fpdu_attack(s, (1, 2, 0x03));
+}
+
+// RFC 5040 §7.2 item 4: Read Request with TO past the source region → 0/1/01.
+#[test]
+fn read_request_out_of_bounds() {
+    let net = Net::new();
+    let (stag, addr) = (net.srv_region.stag.0, net.srv_region.addr(REGION_LEN - 8));
+    drop(net);
+    fpdu_attack(
+        fpdu(&read_request(1, (0x77, 0), 64, (stag, addr))),
+        (0, 1, 0x01),
+    );
+}
+
+// RFC 5040 §6.3/§7 and RFC 5041 §7.1: after a Terminate the stream is dead: later
+// segments are not placed or delivered, and no Terminate is sent back for a Terminate.
+#[test]
+fn terminate_then_more_data() {
+    let mut net = setup();
+    let sc = net.evil_establish(EVIL_PORT);
+    let before = net.server_region();
+    // Terminate: QN 2, MSN 1, Layer 0 EType 0 Code 0, no headers.
+    let mut s = fpdu(&untagged(7, 2, 1, 0, &[0x00, 0x00, 0x00, 0x00]));
+    s.extend_from_slice(&fpdu(&untagged(3, 0, 1, 0, b"after terminate")));
+    s.extend_from_slice(&fpdu(&tagged(
+        0,
+        net.srv_region.stag.0,
+        net.srv_region.addr(30_000),
+        &[0xee; 100],
+    )));
+    net.evil_send(EVIL_PORT, &s);
+    assert!(torn_down(&mut net, EVIL_PORT), "connection not torn down");
+    net.run_for(Duration::from_millis(50));
+    assert!(
+        find_terminate(&net.evil[&EVIL_PORT].rx).is_none(),
+        "Terminate answered with a Terminate"
+    );
+    assert!(
+        !net.server_wcs.iter().any(|wc| wc.qp == sc.qp
+            && wc.opcode == WcOpcode::Receive
+            && wc.status == CompletionStatus::Success),
+        "a Send after Terminate was delivered"
+    );
+    assert!(
+        net.server_region() == before,
+        "a Write after Terminate was placed"
+    );
+    still_serving(&mut net, 0);
+}
+
+// RFC 793 §3.4 / RFC 4987: 10 000 half-open connections (SYN, never ACK) are bounded by
+// the listener's backlog; the good connection keeps working.
+#[test]
+fn ten_thousand_half_open() {
+    let mut net = setup();
+    for i in 0..10_000u16 {
+        net.evil_syn(20_000 + i, false);
+        if i % 256 == 255 {
+            for _ in 0..8 {
+                net.step();
+            }
+            let tcp = net.server.handler().tcp();
+            assert!(
+                tcp.half_open(LISTEN_PORT) <= 64,
+                "half-open {}",
+                tcp.half_open(LISTEN_PORT)
+            );
+        }
+    }
+    net.run_for(Duration::from_millis(20));
+    let tcp = net.server.handler().tcp();
+    assert!(tcp.half_open(LISTEN_PORT) <= 64);
+    let st = tcp.stats();
+    assert!(st.syn_backlog_drops >= 10_000 - 64 * 4, "{st:?}");
+    assert!(tcp.connection_count() <= 1 + 64);
+    still_serving(&mut net, 64);
+}
+
+// RFC 5044 §7.1 (MPA-FACTS §1): TCP connections that never send an MPA Request are timed
+// out; they do not accumulate.
+#[test]
+fn silent_connections_time_out() {
+    let mut net = setup();
+    for i in 0..40u16 {
+        net.evil_connect(30_000 + i);
+    }
+    assert!(net.server.handler().tcp().connection_count() >= 41);
+    // MPA timeout is 2 s in the harness.
+    let ok = net.run_until(Duration::from_secs(6), |n| {
+        n.server.handler().tcp().connection_count() <= 1
+    });
+    assert!(
+        ok,
+        "silent connections still held: {}",
+        net.server.handler().tcp().connection_count()
+    );
+    assert!((0..40u16).all(|i| net.evil[&(30_000 + i)].rst || net.evil[&(30_000 + i)].fin));
+    still_serving(&mut net, 0);
+}
+
+// RFC 4987 §3: a SYN flood, bounded in count (20 000 SYNs) and time (a few seconds).
+#[test]
+fn syn_flood_bounded() {
+    let mut net = setup();
+    let start = std::time::Instant::now();
+    for i in 0..20_000u32 {
+        let sport = 1024 + (i % 60_000) as u16;
+        let f = Net::tcp_frame(
+            sport,
+            smoltcp::wire::TcpControl::Syn,
+            i.wrapping_mul(7919),
+            None,
+            &[],
+        );
+        net.inject(&f);
+        if i % 512 == 511 {
+            net.step();
+        }
+    }
+    net.run_for(Duration::from_millis(20));
+    assert!(start.elapsed() < Duration::from_secs(30));
+    let tcp = net.server.handler().tcp();
+    assert!(tcp.half_open(LISTEN_PORT) <= 64);
+    assert!(tcp.connection_count() <= 1 + 64);
+    still_serving(&mut net, 64);
+}
