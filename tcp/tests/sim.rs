@@ -117,3 +117,37 @@ fn window_scale_fills_long_path() {
     // 4 MiB at 1 Gbit/s = 34 ms + slow start over 20 ms RTTs.
     assert!(took < Duration::from_millis(400), "took {took:?}");
 }
+
+// Many seeds under heavy impairment (5 % loss, 10 % reordering, duplication, corruption),
+// both congestion controllers, with and without SACK and timestamps: every transfer
+// byte-exact and done within 2 s of simulated time (with a 50 ms initial RTO, so a lost SYN
+// costs 50 ms rather than RFC 6298's 1 s). TCP_SIM_SEEDS=N runs more seeds.
+#[test]
+fn many_seeds_heavy_impairment() {
+    let seeds: u64 = std::env::var("TCP_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
+    for seed in 0..seeds {
+        let link = LinkConfig {
+            loss: 0.05,
+            reorder: 0.1,
+            duplicate: 0.03,
+            corrupt: 0.01,
+            delay: Duration::from_micros(20 + 37 * (seed % 7)),
+            ..LinkConfig::default()
+        };
+        let cfg = Config {
+            congestion: if seed % 2 == 0 {
+                CongestionAlgorithm::Cubic
+            } else {
+                CongestionAlgorithm::NewReno
+            },
+            sack: seed % 3 != 0,
+            timestamps: seed % 4 != 0,
+            rto_initial: Duration::from_millis(50),
+            ..test_config()
+        };
+        run(100 + seed, link, cfg, 200_000, Duration::from_secs(2));
+    }
+}
