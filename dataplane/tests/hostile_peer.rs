@@ -404,3 +404,42 @@ fn syn_flood_bounded() {
     assert!(tcp.connection_count() <= 1 + 64);
     still_serving(&mut net, 64);
 }
+
+// VERBS-00 §6.6.1 / RFC 4987: connections that are reset before the MPA exchange must not
+// use up the RNIC's QP table (1024 QPs; more than that many of each kind); a
+// legitimate client connects afterwards.
+#[test]
+fn connection_churn_does_not_exhaust_qps() {
+    let mut net = Net::new();
+    net.evil_arp();
+    for i in 0..2100u16 {
+        let sport = 10_000 + i;
+        net.evil_connect(sport);
+        if i % 2 == 0 {
+            // Let the server attach its connection first (the other half is reset while
+            // the accept is still queued).
+            net.step();
+            net.step();
+        }
+        let c = net.evil[&sport].clone();
+        let f = Net::tcp_frame(sport, smoltcp::wire::TcpControl::Rst, c.snd_nxt, None, &[]);
+        net.inject(&f);
+        net.step();
+    }
+    net.run_for(Duration::from_millis(20));
+    assert_eq!(
+        net.server.handler().live(),
+        0,
+        "reset connections still tracked"
+    );
+    {
+        let h = net.server.handler();
+        let mut rnic = h.rnic().0.borrow_mut();
+        let (qp, _) = rnic
+            .create_qp(net.srv.init.clone())
+            .expect("QP table has room");
+        rnic.destroy_qp(qp).expect("destroy");
+    }
+    net.connect_good();
+    still_serving(&mut net, 0);
+}

@@ -117,6 +117,9 @@ struct Entry {
     closing: bool,
     tcp_close_sent: bool,
     aborted: bool,
+    /// The application knows the QP (its own connect, or a ConnectRequest was reported);
+    /// QPs it never saw are destroyed by the handler when the connection closes.
+    announced: bool,
 }
 
 /// The iWARP side of a poll core: owns the TCP engine, the connections and the RNIC.
@@ -198,7 +201,7 @@ impl RdmaHandler {
         let id = self
             .engine
             .connect(t, SocketAddrV4::new(local, 0), remote, conn)?;
-        self.track(id, qp, remote);
+        self.track(id, qp, remote, true);
         Ok((id, qp))
     }
 
@@ -274,7 +277,7 @@ impl RdmaHandler {
         }
     }
 
-    fn track(&mut self, id: ConnId, qp: QpId, remote: SocketAddrV4) {
+    fn track(&mut self, id: ConnId, qp: QpId, remote: SocketAddrV4, announced: bool) {
         self.conns.insert(
             id,
             Entry {
@@ -284,6 +287,7 @@ impl RdmaHandler {
                 closing: false,
                 tcp_close_sent: false,
                 aborted: false,
+                announced,
             },
         );
         self.order.push(id);
@@ -356,12 +360,17 @@ impl RdmaHandler {
 
     fn conn_event(&mut self, id: ConnId, qp: QpId, remote: SocketAddrV4, e: ConnEvent) {
         match e {
-            ConnEvent::ConnectRequest(req) => self.events.push_back(CmEvent::ConnectRequest {
-                id,
-                qp,
-                remote,
-                private_data: req.private_data,
-            }),
+            ConnEvent::ConnectRequest(req) => {
+                if let Some(entry) = self.conns.get_mut(&id) {
+                    entry.announced = true;
+                }
+                self.events.push_back(CmEvent::ConnectRequest {
+                    id,
+                    qp,
+                    remote,
+                    private_data: req.private_data,
+                })
+            }
             ConnEvent::Established(n) => {
                 // VERBS-00 §6.2.1.2: Idle → RTS with the established LLP stream.
                 let r = self.rnic.0.borrow_mut().modify_qp(
@@ -390,6 +399,12 @@ impl RdmaHandler {
                 qp,
                 private_data,
             }),
+            ConnEvent::NegotiationFailed { .. } | ConnEvent::LlpClosedDuringNegotiation
+                if self.conns.get(&id).is_some_and(|e| !e.announced) =>
+            {
+                // An incoming connection the application never saw (no valid MPA Request).
+                log::debug!("incoming connection from {remote} failed before its Request: {e:?}");
+            }
             ConnEvent::NegotiationFailed { error, .. } => {
                 self.events.push_back(CmEvent::ConnectError {
                     id,
@@ -397,13 +412,11 @@ impl RdmaHandler {
                     reason: error.to_string(),
                 })
             }
-            ConnEvent::LlpClosedDuringNegotiation => {
-                self.events.push_back(CmEvent::ConnectError {
-                    id,
-                    qp,
-                    reason: "connection closed during MPA negotiation".into(),
-                })
-            }
+            ConnEvent::LlpClosedDuringNegotiation => self.events.push_back(CmEvent::ConnectError {
+                id,
+                qp,
+                reason: "connection closed during MPA negotiation".into(),
+            }),
             ConnEvent::Stream(ev) => {
                 log::debug!("qp {qp:?}: {ev:?}");
                 if matches!(ev, rdmap::Event::TerminateReceived(_)) {
@@ -472,11 +485,15 @@ impl RdmaHandler {
                         Ok(mut c) => {
                             c.pump_verbs(qp);
                             if self.engine.attach(conn, c).is_ok() {
-                                self.track(conn, qp, tuple.remote);
+                                self.track(conn, qp, tuple.remote, false);
+                            } else {
+                                // Closed (e.g. reset) before we got to it: free the QP.
+                                let _ = self.rnic.0.borrow_mut().destroy_qp(qp);
                             }
                         }
                         Err(e) => {
                             log::warn!("responder: {e}");
+                            let _ = self.rnic.0.borrow_mut().destroy_qp(qp);
                             let _ = self.engine.abort(conn);
                         }
                     }
@@ -537,7 +554,19 @@ impl RdmaHandler {
                             .borrow_mut()
                             .modify_qp(qp, ModifyQp::to(QpState::Error));
                     }
-                    if entry.established {
+                    let announced = entry.announced
+                        || self.events.iter().any(
+                            |e| matches!(e, CmEvent::ConnectRequest { id, .. } if *id == conn),
+                        );
+                    if !announced {
+                        // A connection that closed before its MPA Request: nobody holds its
+                        // QP, so free it (else resets before MPA use up the QP table).
+                        let mut rnic = self.rnic.0.borrow_mut();
+                        let _ = rnic.modify_qp(qp, ModifyQp::to(QpState::Error));
+                        if let Err(e) = rnic.destroy_qp(qp) {
+                            log::warn!("destroy unannounced qp {qp:?}: {e:?}");
+                        }
+                    } else if entry.established {
                         self.events.push_back(CmEvent::Disconnected {
                             id: conn,
                             qp,
