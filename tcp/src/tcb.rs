@@ -1068,6 +1068,19 @@ impl Tcb {
         }
     }
 
+    /// RFC 6675 pipe. Without SACK, each duplicate ACK stands for one segment that left the
+    /// network: this gives Limited Transmit (RFC 3042) on the first two and the window
+    /// inflation of NewReno recovery (RFC 6582 §3.2) after the third.
+    fn pipe(&self) -> usize {
+        if self.opts.sack {
+            self.txq.pipe()
+        } else {
+            self.txq
+                .pipe()
+                .saturating_sub(self.dupacks as usize * self.eff_mss)
+        }
+    }
+
     fn arm_rtx(&mut self, now: Instant) {
         if self.rtx_deadline.is_none() {
             self.rtx_deadline = Some(now + self.rtt.rto());
@@ -1143,7 +1156,7 @@ impl Tcb {
 
         // Retransmissions: whole units, identical bytes.
         if let Some(i) = self.txq.next_lost() {
-            if self.fast_rtx || self.txq.pipe() < self.cc.cwnd() {
+            if self.fast_rtx || self.pipe() < self.cc.cwnd() {
                 self.fast_rtx = false;
                 self.txq.retransmitted(i, now);
                 self.retransmits += 1;
@@ -1162,7 +1175,7 @@ impl Tcb {
                 let sws_ok = max_len == self.eff_mss
                     || (max_len > 0 && self.txq.is_empty())
                     || (max_len > 0 && max_len >= self.max_snd_wnd as usize / 2);
-                if sws_ok && self.txq.pipe() < self.cc.cwnd() {
+                if sws_ok && self.pipe() < self.cc.cwnd() {
                     if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
                         return self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, ev);
                     }

@@ -276,3 +276,29 @@ fn fast_retransmit_beats_rto_in_transfer() {
     );
     assert!(took < Duration::from_millis(100), "took {took:?}");
 }
+
+// RFC 3042 Limited Transmit (no SACK): each of the first two duplicate ACKs lets one new
+// segment out although cwnd is full; the third triggers the fast retransmit.
+#[test]
+fn limited_transmit_on_first_two_dupacks() {
+    let (mut p, segs) = in_flight(test_config(), false, 10);
+    let c = p.conn.unwrap();
+    let mss = p.e.info(c).unwrap().effective_mss;
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 5, 4));
+    assert!(data(&p.output()).is_empty(), "cwnd is full");
+    let una = segs[1].seq;
+    // The ACK of the first segment frees one segment and grows cwnd by one (slow start).
+    let opened = data(&p.send(&ack_for(&p, una, &[])));
+    assert_eq!(opened.len(), 2);
+    let end = opened[1].seq.wrapping_add(mss as u32);
+    assert!(data(&p.output()).is_empty(), "cwnd full again");
+    let first = data(&p.send(&ack_for(&p, una, &[])));
+    assert_eq!(first.iter().map(|s| s.seq).collect::<Vec<_>>(), vec![end]);
+    let second = data(&p.send(&ack_for(&p, una, &[])));
+    assert_eq!(
+        second.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        vec![end.wrapping_add(mss as u32)]
+    );
+    let third = data(&p.send(&ack_for(&p, una, &[])));
+    assert_eq!(third.first().map(|s| s.seq), Some(una), "fast retransmit");
+}
