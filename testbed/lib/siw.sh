@@ -1,0 +1,176 @@
+# testbed/lib/siw.sh: helpers of testbed/siw-interop (sourced, bash).
+#
+# siw_check_capture PCAP [KEY=VALUE ...] checks one capture with tshark (and, with inspect=DP,
+# with `DP inspect --json`) and prints one line: "ok: <summary>" or the first problem found.
+# Returns 0 when every check passed. Keys:
+#   conns=N       exactly N MPA Request/Reply exchanges (default: at least 1)
+#   rev=1|2       MPA revision of every Request and Reply
+#   enhanced=0|1  RFC 6581 H bit (shown by tshark 4.0 as Res 0x10) on every Request/Reply
+#   crc=0|1       C bit of every Reply; with 1 every FPDU must show "Good CRC32"
+#   markers=0|1   M bit of every Reply; with 1 tshark must find markers
+#   pd_req=HEX    private data of every Request (e.g. 00010001); pd_rep=HEX for Replies
+#   min_fpdus=N   at least N FPDUs decoded by tshark
+#   opcodes=LIST  comma list of RDMAP opcodes (hex) that must all appear, e.g. 0x3,0x1,0x2
+#   inspect=BIN   also decode with `BIN inspect --json`: no errors, the same MPA bits, the same
+#                 FPDU sequence (sender and opcode, per connection) as tshark, CRC verdicts
+#                 that agree with tshark's
+
+SIW_CHECK_PY=$(cat <<'PY'
+import json, subprocess, sys
+from collections import defaultdict
+
+pcap = sys.argv[1]
+want = dict(a.split("=", 1) for a in sys.argv[2:])
+
+def fail(msg):
+    print(msg)
+    sys.exit(1)
+
+def tshark(*args):
+    r = subprocess.run(["tshark", "-n", "-r", pcap, "--disable-heuristic", "rpcrdma_iwarp", *args],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("tshark failed: " + r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "tshark failed")
+    return r.stdout
+
+def fields(filt, *names):
+    out = tshark("-Y", filt, "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=;",
+                 *sum([["-e", n] for n in names], []))
+    return [l.split("\t") for l in out.splitlines() if l.strip()]
+
+# 1. No malformed frames at all (any protocol).
+bad = fields("_ws.malformed", "frame.number")
+if bad:
+    fail("tshark: %d malformed frame(s), first frame %s" % (len(bad), bad[0][0]))
+
+# 2. MPA Request/Reply bits.
+mpa = fields("iwarp_mpa.req || iwarp_mpa.rep", "frame.number", "ip.src", "tcp.srcport", "ip.dst",
+             "tcp.dstport", "iwarp_mpa.req", "iwarp_mpa.marker_flag", "iwarp_mpa.crc_flag",
+             "iwarp_mpa.rej_flag", "iwarp_mpa.res", "iwarp_mpa.rev", "iwarp_mpa.privatedata")
+reqs = [m for m in mpa if m[5]]
+reps = [m for m in mpa if not m[5]]
+if not reqs or not reps:
+    fail("tshark: no MPA %s in the capture" % ("Request" if not reqs else "Reply"))
+if "conns" in want and (len(reqs) != int(want["conns"]) or len(reps) != int(want["conns"])):
+    fail("tshark: %d MPA Request(s) and %d Reply(ies), expected %s each"
+         % (len(reqs), len(reps), want["conns"]))
+for m in mpa:
+    kind = "Request" if m[5] else "Reply"
+    where = "frame %s MPA %s %s:%s->%s:%s" % (m[0], kind, m[1], m[2], m[3], m[4])
+    if m[8] not in ("0", "False"):
+        fail("%s: Reject bit set" % where)
+    if "rev" in want and m[10] != want["rev"]:
+        fail("%s: revision %s, expected %s" % (where, m[10], want["rev"]))
+    if "enhanced" in want:
+        h = int(m[9] or "0", 16) & 0x10 != 0
+        if h != (want["enhanced"] == "1"):
+            fail("%s: H (enhanced) bit %d, expected %s" % (where, h, want["enhanced"]))
+    bit = lambda v: "1" if v in ("1", "True") else "0"
+    if kind == "Reply" and "crc" in want and bit(m[7]) != want["crc"]:
+        fail("%s: C bit %s, expected %s" % (where, bit(m[7]), want["crc"]))
+    if kind == "Reply" and "markers" in want and bit(m[6]) != want["markers"]:
+        fail("%s: M bit %s, expected %s" % (where, bit(m[6]), want["markers"]))
+    key = "pd_req" if kind == "Request" else "pd_rep"
+    if key in want and m[11].replace(":", "") != want[key]:
+        fail("%s: private data '%s', expected %s" % (where, m[11], want[key]))
+
+# 3. FPDUs: every one decoded, opcodes, CRC verdicts.
+fp = fields("iwarp_ddp_rdmap", "frame.number", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport",
+            "iwarp_rdma.opcode")
+seq = defaultdict(list)   # connection (sorted endpoints) -> [(sender, opcode)]
+n_fpdus = 0
+ops = set()
+for f in fp:
+    a, b = "%s:%s" % (f[1], f[2]), "%s:%s" % (f[3], f[4])
+    for op in f[5].split(";"):
+        if not op:
+            continue
+        op = int(op, 16)
+        ops.add(op)
+        seq[tuple(sorted((a, b)))].append((a, op))
+        n_fpdus += 1
+if "min_fpdus" in want and n_fpdus < int(want["min_fpdus"]):
+    fail("tshark: %d FPDUs decoded, expected at least %s" % (n_fpdus, want["min_fpdus"]))
+for op in filter(None, want.get("opcodes", "").split(",")):
+    if int(op, 16) not in ops:
+        fail("tshark: no FPDU with RDMAP opcode %s (seen: %s)"
+             % (op, ",".join("0x%x" % o for o in sorted(ops))))
+text = tshark("-Y", "iwarp_mpa", "-V")
+good = text.count("(Good CRC32)")
+badc = text.count("Bad CRC32")
+n_ulpdu = sum(1 for l in text.splitlines() if l.strip().startswith("ULPDU length:"))
+if badc:
+    fail("tshark: %d FPDU(s) with Bad CRC32" % badc)
+if want.get("crc") == "1" and good != n_ulpdu:
+    fail("tshark: %d of %d FPDUs show Good CRC32" % (good, n_ulpdu))
+if want.get("crc") == "0" and good:
+    fail("tshark: %d CRCs checked although CRC was not negotiated" % good)
+n_markers = sum(1 for l in text.splitlines() if l.strip().startswith("Marker"))
+if want.get("markers") == "1" and n_markers == 0:
+    fail("tshark: markers negotiated but no marker decoded")
+summary = "%d MPA exchange(s) rev %s, %d FPDUs (%s), CRC %s%s" % (
+    len(reqs), reqs[0][10], n_fpdus, ",".join("0x%x" % o for o in sorted(ops)),
+    "good %d/%d" % (good, n_ulpdu) if good else "off",
+    ", %d markers" % n_markers if n_markers else "")
+
+# 4. The project's own decoder must see the same.
+if "inspect" in want:
+    r = subprocess.run([want["inspect"], "inspect", "--json", pcap], capture_output=True, text=True)
+    try:
+        rep = json.loads(r.stdout)
+    except ValueError:
+        fail("dataplane inspect: exit %d, no JSON: %s" % (r.returncode, r.stderr.strip()[-300:]))
+    if rep["errors"] or r.returncode != 0:
+        fail("dataplane inspect: %s" % "; ".join(rep["errors"][:3] or [r.stderr.strip()]))
+    if len(rep["mpa"]) != len(mpa):
+        fail("dataplane inspect: %d MPA frames, tshark %d" % (len(rep["mpa"]), len(mpa)))
+    for m, t in zip(sorted(rep["mpa"], key=lambda m: m["frame"]), mpa):
+        if (str(m["revision"]), int(m["crc"]), int(m["markers"])) != \
+           (t[10], int(t[7] in ("1", "True")), int(t[6] in ("1", "True"))):
+            fail("dataplane inspect: frame %s MPA rev/C/M %s/%d/%d, tshark %s/%s/%s"
+                 % (m["frame"], m["revision"], m["crc"], m["markers"], t[10], t[7], t[6]))
+        if "ird" in m and t[11]:
+            pd = "%04x%04x" % ((m["ird"] | (0x8000 if m["p2p"] else 0)),
+                               m["ord"] | (0x8000 if "write" in m["rtr"] else 0)
+                               | (0x4000 if "read" in m["rtr"] else 0))
+            if not t[11].replace(":", "").startswith(pd):
+                fail("dataplane inspect: frame %s IRD/ORD %s, tshark private data %s"
+                     % (m["frame"], pd, t[11]))
+    iseq = defaultdict(list)
+    for f in sorted(rep["fpdus"], key=lambda f: (f["frame"], f["seq"])):
+        iseq[tuple(sorted((f["src"], f["dst"])))].append((f["src"], f["opcode"]))
+    if set(iseq) != set(seq):
+        fail("dataplane inspect: connections %s, tshark %s" % (sorted(iseq), sorted(seq)))
+    for c in seq:
+        if iseq[c] != seq[c]:
+            i = next((i for i, (x, y) in enumerate(zip(iseq[c], seq[c])) if x != y),
+                     min(len(iseq[c]), len(seq[c])))
+            fail("dataplane inspect: %s FPDU #%d differs: inspect %s, tshark %s (of %d/%d)"
+                 % (" <-> ".join(c), i, iseq[c][i:i + 1], seq[c][i:i + 1], len(iseq[c]),
+                    len(seq[c])))
+    s = rep["summary"]
+    if want.get("crc") == "1" and s["crc_good"] != s["fpdus"]:
+        fail("dataplane inspect: %d of %d CRCs good" % (s["crc_good"], s["fpdus"]))
+    if s["crc_bad"]:
+        fail("dataplane inspect: %d bad CRCs" % s["crc_bad"])
+    summary += "; inspect agrees (%d FPDUs)" % s["fpdus"]
+print("ok: " + summary)
+PY
+)
+
+siw_check_capture() {
+  python3 -c "$SIW_CHECK_PY" "$@"
+}
+
+# siw_check_ping PCAP MAC IP COUNT: the capture holds an ARP reply "IP is-at MAC" and COUNT
+# ICMP echo replies from IP with source MAC, and nothing malformed.
+siw_check_ping() {
+  local pcap=$1 mac=$2 ip=$3 count=$4 n
+  n=$(tshark -n -r "$pcap" -Y '_ws.malformed' 2>/dev/null | wc -l)
+  [ "$n" = 0 ] || { echo "tshark: $n malformed frame(s)"; return 1; }
+  n=$(tshark -n -r "$pcap" -Y "arp.opcode == 2 && arp.src.proto_ipv4 == $ip && arp.src.hw_mac == $mac && eth.src == $mac" 2>/dev/null | wc -l)
+  [ "$n" -ge 1 ] || { echo "tshark: no ARP reply '$ip is-at $mac'"; return 1; }
+  n=$(tshark -n -r "$pcap" -Y "icmp.type == 0 && ip.src == $ip && eth.src == $mac && icmp.resp_to" 2>/dev/null | wc -l)
+  [ "$n" -ge "$count" ] || { echo "tshark: $n ICMP echo replies from $ip ($mac), expected $count"; return 1; }
+  echo "ok: ARP reply and $n echo replies from $ip ($mac)"
+}
