@@ -44,3 +44,13 @@ fn rping_large_pings_with_loss_and_reordering() {
     };
     assert_eq!(rping(MpaConfig::default(), faults, 60000, 20), (20, 20));
 }
+
+// RFC 5044 §6.5: the same exchange with CRC32c on every FPDU.
+#[test]
+fn rping_crc() {
+    let mpa = MpaConfig {
+        require_crc: true,
+        ..MpaConfig::default()
+    };
+    assert_eq!(rping(mpa, FaultConfig::default(), 4000, 50), (50, 50));
+}

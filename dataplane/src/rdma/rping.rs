@@ -124,7 +124,9 @@ impl Rping {
         let mut res = Resources::new(h, 64, 16, 2, 1)?;
         let recv_buf = res.buffer(h, INFO_LEN, Access::LOCAL_WRITE)?;
         let send_buf = res.buffer(h, INFO_LEN, Access::LOCAL_READ)?;
-        let rdma_buf = res.buffer(h, opts.size, all_rights())?;
+        // The server takes whatever size the client advertises (up to rping's limit).
+        let rdma_len = if server { MAX_SIZE + 1 } else { opts.size };
+        let rdma_buf = res.buffer(h, rdma_len, all_rights())?;
         let start_buf = if server {
             None
         } else {
