@@ -30,6 +30,8 @@ use smoltcp::wire::{
 };
 use tcp::ConnId;
 
+pub mod mix;
+
 pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 2);
 pub const EVIL_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 66);
