@@ -443,3 +443,51 @@ fn connection_churn_does_not_exhaust_qps() {
     net.connect_good();
     still_serving(&mut net, 0);
 }
+
+// RFC 5044 §5 / §7.2 (MPA-FACTS §6): with markers negotiated towards the server, an FPDU
+// whose marker FPDUPTR disagrees with ULPDU_Length (CRC recomputed, so only the marker is
+// wrong) → Terminate 2/0/03. The FPDU before it, with correct markers, is delivered.
+#[test]
+fn marker_disagrees_with_length() {
+    use iwarp::mpa::{Framer, MarkerSpacing};
+    let mut cfg = rdma_config();
+    cfg.mpa.want_markers = true;
+    cfg.mpa.accept_markers = true;
+    let mut net = Net::with_config(cfg);
+    net.evil_arp();
+    net.connect_good();
+    let sc = net.evil_establish(EVIL_PORT);
+    let framer = Framer::new(true, Some(MarkerSpacing::new(0)));
+    let mut s = Vec::new();
+    let first = untagged(3, 0, 1, 0, &[0x11; 700]);
+    framer.emit_fpdu(0, &[&first], &mut s).expect("fpdu");
+    let start = s.len();
+    let second = untagged(3, 0, 2, 0, &[0x22; 700]);
+    framer
+        .emit_fpdu(start as u32, &[&second], &mut s)
+        .expect("fpdu");
+    let end = s.len();
+    let m = start.div_ceil(512) * 512;
+    assert!(
+        m > start && m + 4 < end - 4,
+        "a marker inside the second FPDU"
+    );
+    let ptr = u16::from_be_bytes([s[m + 2], s[m + 3]]);
+    assert_eq!(usize::from(ptr), m - start, "framer's marker");
+    s[m + 2..m + 4].copy_from_slice(&(ptr + 64).to_be_bytes());
+    let crc = iwarp::mpa::crc::crc32c(&s[start..end - 4]);
+    s[end - 4..end].copy_from_slice(&iwarp::mpa::crc::to_wire(crc));
+    net.evil_send(EVIL_PORT, &s);
+    // The attacker did not ask for markers, so the server's FPDUs to it carry none.
+    let t = net.await_terminate(EVIL_PORT).expect("terminate");
+    assert_eq!((t.0, t.1, t.2), (2, 0, 0x03));
+    assert!(
+        net.server_wcs.iter().any(|wc| wc.qp == sc.qp
+            && wc.opcode == WcOpcode::Receive
+            && wc.status == CompletionStatus::Success
+            && wc.byte_len == 700),
+        "the FPDU with correct markers was not delivered"
+    );
+    assert!(torn_down(&mut net, EVIL_PORT));
+    still_serving(&mut net, 0);
+}

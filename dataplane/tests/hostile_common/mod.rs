@@ -65,9 +65,8 @@ pub fn rdma_config() -> RdmaConfig {
     }
 }
 
-fn new_loop(port: SoftPort, ip: Ipv4Addr, seed: u64) -> Loop {
+fn new_loop(port: SoftPort, ip: Ipv4Addr, seed: u64, mut cfg: RdmaConfig) -> Loop {
     let (rnic, _) = open_rnic(4 << 20, false, seed).expect("rnic");
-    let mut cfg = rdma_config();
     cfg.tcp.isn_secret = [seed as u8; 16];
     let h = RdmaHandler::new(cfg, rnic);
     let mut l = PollLoop::new(h, 64);
@@ -144,10 +143,15 @@ fn info(name: &str, mac: [u8; 6]) -> PortInfo {
 impl Net {
     /// Server listening on LISTEN_PORT, client loop idle.
     pub fn new() -> Net {
+        Net::with_config(rdma_config())
+    }
+
+    /// As [`Net::new`] with `cfg` on both loops.
+    pub fn with_config(cfg: RdmaConfig) -> Net {
         let (srv_port, sw_server) = soft_pair(info("srv", SERVER_MAC), info("sw0", EVIL_MAC), 8192);
         let (cli_port, sw_client) = soft_pair(info("cli", CLIENT_MAC), info("sw1", EVIL_MAC), 8192);
-        let mut server = new_loop(srv_port, SERVER_IP, 1);
-        let client = new_loop(cli_port, CLIENT_IP, 2);
+        let mut server = new_loop(srv_port, SERVER_IP, 1, cfg.clone());
+        let client = new_loop(cli_port, CLIENT_IP, 2, cfg);
         let mut srv = Resources::new(server.handler(), 1024, 64, 64, SERVER_IRD).expect("srv res");
         let srv_region = srv
             .buffer(server.handler(), REGION_LEN, all_rights())
