@@ -25,6 +25,10 @@ pub struct RdmaCounters {
     pub terminates_sent: u64,
     /// Terminate messages received.
     pub terminates_received: u64,
+    /// TCP segments retransmitted.
+    pub tcp_retransmits: u64,
+    /// TCP retransmission timeouts.
+    pub tcp_timeouts: u64,
 }
 
 impl RdmaCounters {
@@ -44,7 +48,7 @@ impl RdmaCounters {
     /// The compact form for the periodic stats line.
     pub fn line(&self) -> String {
         format!(
-            "fpdu tx {} rx {} | ooo placed {} ({} B) | held {} B (tagged {} B) | crc err {} | term tx {} rx {}",
+            "fpdu tx {} rx {} | ooo placed {} ({} B) | held {} B (tagged {} B) | crc err {} | term tx {} rx {} | tcp retx {} rto {}",
             self.fpdus_sent,
             self.fpdus_received,
             self.fpdus_placed_ahead,
@@ -53,14 +57,16 @@ impl RdmaCounters {
             self.tagged_bytes_held,
             self.crc_errors,
             self.terminates_sent,
-            self.terminates_received
+            self.terminates_received,
+            self.tcp_retransmits,
+            self.tcp_timeouts
         )
     }
 
     /// `key: value` lines for the end-of-run summary (stable names, parsed by tests).
     pub fn summary(&self) -> String {
         format!(
-            "rdma-fpdus-sent: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}",
+            "rdma-fpdus-sent: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}",
             self.fpdus_sent,
             self.fpdus_received,
             self.fpdus_placed_ahead,
@@ -69,7 +75,9 @@ impl RdmaCounters {
             self.tagged_bytes_held,
             self.crc_errors,
             self.terminates_sent,
-            self.terminates_received
+            self.terminates_received,
+            self.tcp_retransmits,
+            self.tcp_timeouts
         )
     }
 }
