@@ -36,8 +36,9 @@ struct Duo {
 }
 
 fn fnv(b: &[u8]) -> u64 {
-    b.iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -75,7 +76,12 @@ impl Duo {
             lc.poll_once(now);
             while let Some(e) = ls.handler_mut().poll_cm_event() {
                 match e {
-                    CmEvent::ConnectRequest { id, qp, private_data, .. } => {
+                    CmEvent::ConnectRequest {
+                        id,
+                        qp,
+                        private_data,
+                        ..
+                    } => {
                         // Private data passes through both ways (RFC 5044 §7.1).
                         assert_eq!(private_data, b"hello");
                         sqp = Some(qp);
@@ -98,8 +104,16 @@ impl Duo {
         Duo {
             ls,
             lc,
-            s: Side { res: sres, qp: sqp.unwrap(), buf: sbuf },
-            c: Side { res: cres, qp: cqp, buf: cbuf },
+            s: Side {
+                res: sres,
+                qp: sqp.unwrap(),
+                buf: sbuf,
+            },
+            c: Side {
+                res: cres,
+                qp: cqp,
+                buf: cbuf,
+            },
         }
     }
 
@@ -114,9 +128,17 @@ impl Duo {
         let mut v = Vec::new();
         let end = Instant::now() + Duration::from_secs(60);
         while v.len() < n {
-            assert!(Instant::now() < end, "only {} of {n} completions: {v:?}", v.len());
+            assert!(
+                Instant::now() < end,
+                "only {} of {n} completions: {v:?}",
+                v.len()
+            );
             self.spin();
-            let (l, side) = if server { (&self.ls, &self.s) } else { (&self.lc, &self.c) };
+            let (l, side) = if server {
+                (&self.ls, &self.s)
+            } else {
+                (&self.lc, &self.c)
+            };
             while let Some(wc) = side.res.poll_cq(l.handler()) {
                 v.push(wc);
             }
@@ -125,22 +147,45 @@ impl Duo {
     }
 
     fn post_sq(&mut self, wrs: Vec<SendWr>) {
-        self.lc.handler().rnic().0.borrow_mut().post_sq(self.c.qp, wrs).unwrap();
+        self.lc
+            .handler()
+            .rnic()
+            .0
+            .borrow_mut()
+            .post_sq(self.c.qp, wrs)
+            .unwrap();
     }
 
     fn post_recv(&mut self, server: bool, wrs: Vec<RecvWr>) {
-        let (l, side) = if server { (&self.ls, &self.s) } else { (&self.lc, &self.c) };
-        l.handler().rnic().0.borrow_mut().post_rq(side.qp, wrs).unwrap();
+        let (l, side) = if server {
+            (&self.ls, &self.s)
+        } else {
+            (&self.lc, &self.c)
+        };
+        l.handler()
+            .rnic()
+            .0
+            .borrow_mut()
+            .post_rq(side.qp, wrs)
+            .unwrap();
     }
 
     fn fill(&mut self, server: bool, off: usize, data: &[u8]) {
-        let (l, side) = if server { (&self.ls, &self.s) } else { (&self.lc, &self.c) };
+        let (l, side) = if server {
+            (&self.ls, &self.s)
+        } else {
+            (&self.lc, &self.c)
+        };
         side.buf.bytes_mut(&mut l.handler().rnic().0.borrow_mut())[off..off + data.len()]
             .copy_from_slice(data);
     }
 
     fn hash(&self, server: bool, off: usize, len: usize) -> u64 {
-        let (l, side) = if server { (&self.ls, &self.s) } else { (&self.lc, &self.c) };
+        let (l, side) = if server {
+            (&self.ls, &self.s)
+        } else {
+            (&self.lc, &self.c)
+        };
         fnv(&side.buf.bytes(&l.handler().rnic().0.borrow())[off..off + len])
     }
 
@@ -150,11 +195,22 @@ impl Duo {
 }
 
 fn remote(r: &Region, off: usize) -> RemoteBuf {
-    RemoteBuf { stag: r.stag, to: r.addr(off) }
+    RemoteBuf {
+        stag: r.stag,
+        to: r.addr(off),
+    }
 }
 
-fn send(sgl: Vec<iwarp::verbs::Sge>, solicited: bool, invalidate: Option<iwarp::verbs::STag>) -> SendOp {
-    SendOp::Send { sgl, solicited, invalidate }
+fn send(
+    sgl: Vec<iwarp::verbs::Sge>,
+    solicited: bool,
+    invalidate: Option<iwarp::verbs::STag>,
+) -> SendOp {
+    SendOp::Send {
+        sgl,
+        solicited,
+        invalidate,
+    }
 }
 
 fn ok_in_order(wcs: &[WorkCompletion], ids: &[u64]) {
@@ -175,21 +231,45 @@ fn all_operations(mpa: MpaConfig, faults: FaultConfig) -> (RdmaCounters, RdmaCou
         let h = fnv(&data);
         // RFC 5040 §5.3 Send (four variants cycle over the sizes; invalidation below).
         d.fill(false, 0, &data);
-        d.post_recv(true, vec![RecvWr { wr_id: 100 + k as u64, sgl: vec![d.s.buf.sge(0, size)] }]);
+        d.post_recv(
+            true,
+            vec![RecvWr {
+                wr_id: 100 + k as u64,
+                sgl: vec![d.s.buf.sge(0, size)],
+            }],
+        );
         let se = k % 2 == 1;
-        d.post_sq(vec![SendWr::message(1, send(vec![d.c.buf.sge(0, size)], se, None))]);
+        d.post_sq(vec![SendWr::message(
+            1,
+            send(vec![d.c.buf.sge(0, size)], se, None),
+        )]);
         let w = d.wcs(true, 1);
         ok_in_order(&w, &[100 + k as u64]);
-        assert_eq!((w[0].opcode, w[0].byte_len as usize, w[0].solicited), (WcOpcode::Receive, size, se));
+        assert_eq!(
+            (w[0].opcode, w[0].byte_len as usize, w[0].solicited),
+            (WcOpcode::Receive, size, se)
+        );
         assert_eq!(d.hash(true, 0, size), h, "send {size}");
         ok_in_order(&d.wcs(false, 1), &[1]);
 
         // RFC 5040 §5.1 RDMA Write, then a Send that is delivered after it (§5.5).
         let data2 = pattern(size, seed + 100);
         d.fill(false, half, &data2);
-        d.post_recv(true, vec![RecvWr { wr_id: 200, sgl: vec![] }]);
+        d.post_recv(
+            true,
+            vec![RecvWr {
+                wr_id: 200,
+                sgl: vec![],
+            }],
+        );
         d.post_sq(vec![
-            SendWr::message(2, SendOp::Write { sgl: vec![d.c.buf.sge(half, size)], remote: remote(&d.s.buf, half) }),
+            SendWr::message(
+                2,
+                SendOp::Write {
+                    sgl: vec![d.c.buf.sge(half, size)],
+                    remote: remote(&d.s.buf, half),
+                },
+            ),
             SendWr::message(3, send(vec![], false, None)),
         ]);
         ok_in_order(&d.wcs(true, 1), &[200]);
@@ -205,11 +285,14 @@ fn all_operations(mpa: MpaConfig, faults: FaultConfig) -> (RdmaCounters, RdmaCou
                 .iter()
                 .enumerate()
                 .map(|(i, &(o, l))| {
-                    SendWr::message(10 + i as u64, SendOp::Read {
-                        sink: remote(&d.c.buf, o),
-                        remote: remote(&d.s.buf, half + o),
-                        len: l as u32,
-                    })
+                    SendWr::message(
+                        10 + i as u64,
+                        SendOp::Read {
+                            sink: remote(&d.c.buf, o),
+                            remote: remote(&d.s.buf, half + o),
+                            len: l as u32,
+                        },
+                    )
                 })
                 .collect(),
         );
@@ -218,8 +301,20 @@ fn all_operations(mpa: MpaConfig, faults: FaultConfig) -> (RdmaCounters, RdmaCou
     }
 
     // RFC 7306 §6 Immediate Data.
-    d.post_recv(true, vec![RecvWr { wr_id: 300, sgl: vec![] }]);
-    d.post_sq(vec![SendWr::message(20, SendOp::Immediate { data: *b"immdata!", solicited: true })]);
+    d.post_recv(
+        true,
+        vec![RecvWr {
+            wr_id: 300,
+            sgl: vec![],
+        }],
+    );
+    d.post_sq(vec![SendWr::message(
+        20,
+        SendOp::Immediate {
+            data: *b"immdata!",
+            solicited: true,
+        },
+    )]);
     let w = d.wcs(true, 1);
     ok_in_order(&w, &[300]);
     assert_eq!(w[0].immediate, Some(*b"immdata!"));
@@ -228,16 +323,23 @@ fn all_operations(mpa: MpaConfig, faults: FaultConfig) -> (RdmaCounters, RdmaCou
     // RFC 7306 §5 atomics on the server's first 8 octets.
     d.fill(true, 0, &100u64.to_ne_bytes());
     let atomic = |id, op, add_swap, compare| {
-        SendWr::message(id, SendOp::Atomic {
-            op,
-            remote: remote(&d.s.buf, 0),
-            add_swap,
-            // RFC 7306 §5.1: the add mask marks carry boundaries (none); swap all bits.
-            add_swap_mask: if op == AtomicOp::FetchAdd { 0 } else { u64::MAX },
-            compare,
-            compare_mask: u64::MAX,
-            result: d.c.buf.sge(64 * (id as usize - 29), 8),
-        })
+        SendWr::message(
+            id,
+            SendOp::Atomic {
+                op,
+                remote: remote(&d.s.buf, 0),
+                add_swap,
+                // RFC 7306 §5.1: the add mask marks carry boundaries (none); swap all bits.
+                add_swap_mask: if op == AtomicOp::FetchAdd {
+                    0
+                } else {
+                    u64::MAX
+                },
+                compare,
+                compare_mask: u64::MAX,
+                result: d.c.buf.sge(64 * (id as usize - 29), 8),
+            },
+        )
     };
     let wrs = vec![
         atomic(30, AtomicOp::FetchAdd, 5, 0),
@@ -261,7 +363,19 @@ fn all_operations(mpa: MpaConfig, faults: FaultConfig) -> (RdmaCounters, RdmaCou
     // RFC 5040 §5.3 Send with Invalidate (and SE), then an RDMA Write to the invalidated
     // STag: the server Terminates, the client's Write completes in error.
     let stag = d.s.buf.stag;
-    d.post_recv(true, vec![RecvWr { wr_id: 400, sgl: vec![] }, RecvWr { wr_id: 401, sgl: vec![] }]);
+    d.post_recv(
+        true,
+        vec![
+            RecvWr {
+                wr_id: 400,
+                sgl: vec![],
+            },
+            RecvWr {
+                wr_id: 401,
+                sgl: vec![],
+            },
+        ],
+    );
     d.post_sq(vec![SendWr::message(40, send(vec![], true, Some(stag)))]);
     let w = d.wcs(true, 1);
     ok_in_order(&w, &[400]);
@@ -269,21 +383,35 @@ fn all_operations(mpa: MpaConfig, faults: FaultConfig) -> (RdmaCounters, RdmaCou
     ok_in_order(&d.wcs(false, 1), &[40]);
     let before = d.hash(true, 0, 64);
     d.post_sq(vec![
-        SendWr::message(41, SendOp::Write { sgl: vec![d.c.buf.sge(0, 64)], remote: remote(&d.s.buf, 0) }),
+        SendWr::message(
+            41,
+            SendOp::Write {
+                sgl: vec![d.c.buf.sge(0, 64)],
+                remote: remote(&d.s.buf, 0),
+            },
+        ),
         SendWr::message(42, send(vec![], false, None)),
     ]);
     // The Write completes locally (RFC 5040 §5.1); the server finds the STag invalid
     // (RFC 5040 §7.2, DDP 1/1/00) and Terminates: its pending receive is flushed, the
     // Send behind the Write is never delivered, the memory is untouched.
     let w = d.wcs(true, 1);
-    assert_eq!((w[0].wr_id, w[0].status), (401, CompletionStatus::Flushed), "{w:?}");
+    assert_eq!(
+        (w[0].wr_id, w[0].status),
+        (401, CompletionStatus::Flushed),
+        "{w:?}"
+    );
     assert_eq!(d.hash(true, 0, 64), before);
     let end = Instant::now() + Duration::from_secs(5);
     while Instant::now() < end && d.counters().1.terminates_received == 0 {
         d.spin();
     }
     let (s, c) = d.counters();
-    assert_eq!((s.terminates_sent, c.terminates_received), (1, 1), "{s:?} {c:?}");
+    assert_eq!(
+        (s.terminates_sent, c.terminates_received),
+        (1, 1),
+        "{s:?} {c:?}"
+    );
     data_phase
 }
 
@@ -308,7 +436,11 @@ fn lossy() -> FaultConfig {
 fn all_operations_plain() {
     let (s, c) = all_operations(mpa(false, false), FaultConfig::default());
     assert_eq!((s.crc_errors, c.crc_errors), (0, 0));
-    assert_eq!((s.bytes_held, c.bytes_held), (0, 0), "nothing out of order on a clean link");
+    assert_eq!(
+        (s.bytes_held, c.bytes_held),
+        (0, 0),
+        "nothing out of order on a clean link"
+    );
 }
 
 #[test]
@@ -337,8 +469,15 @@ fn all_operations_lossy_crc() {
 fn all_operations_lossy_markers_place_out_of_order() {
     let (s, c) = all_operations(mpa(true, true), lossy());
     eprintln!("server {s:?}\nclient {c:?}");
-    assert!(s.fpdus_placed_ahead + c.fpdus_placed_ahead > 0, "{s:?} {c:?}");
-    assert_eq!((s.tagged_bytes_held, c.tagged_bytes_held), (0, 0), "{s:?} {c:?}");
+    assert!(
+        s.fpdus_placed_ahead + c.fpdus_placed_ahead > 0,
+        "{s:?} {c:?}"
+    );
+    assert_eq!(
+        (s.tagged_bytes_held, c.tagged_bytes_held),
+        (0, 0),
+        "{s:?} {c:?}"
+    );
     assert_eq!((s.crc_errors, c.crc_errors), (0, 0));
 }
 

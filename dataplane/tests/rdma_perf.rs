@@ -12,7 +12,14 @@ use dataplane::rdma::perf::{PerfClient, PerfMode, PerfOp, PerfParams, PerfResult
 use iwarp::mpa::MpaConfig;
 use rdma_common::*;
 
-fn perf(op: PerfOp, mode: PerfMode, sizes: Vec<usize>, iters: u64, qps: u16, inline: usize) -> Vec<PerfResult> {
+fn perf(
+    op: PerfOp,
+    mode: PerfMode,
+    sizes: Vec<usize>,
+    iters: u64,
+    qps: u16,
+    inline: usize,
+) -> Vec<PerfResult> {
     let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
     let addr = SocketAddrV4::new(SERVER_IP, 18515);
     let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
@@ -51,7 +58,13 @@ fn bw_iters(r: &PerfResult) -> u64 {
 
 fn lat_iters(r: &PerfResult) -> u64 {
     match r {
-        PerfResult::Lat { iters, min, max, typical, .. } => {
+        PerfResult::Lat {
+            iters,
+            min,
+            max,
+            typical,
+            ..
+        } => {
             assert!(min <= typical && typical <= max && *min > 0.0);
             *iters
         }
@@ -62,8 +75,18 @@ fn lat_iters(r: &PerfResult) -> u64 {
 // RFC 5040 §5.1: RDMA Write bandwidth over sizes, several QPs.
 #[test]
 fn write_bw_sizes_and_qps() {
-    let r = perf(PerfOp::Write, PerfMode::Bw, vec![64, 4096, 65536], 300, 2, 0);
-    assert_eq!(r.iter().map(bw_iters).collect::<Vec<_>>(), vec![300, 300, 300]);
+    let r = perf(
+        PerfOp::Write,
+        PerfMode::Bw,
+        vec![64, 4096, 65536],
+        300,
+        2,
+        0,
+    );
+    assert_eq!(
+        r.iter().map(bw_iters).collect::<Vec<_>>(),
+        vec![300, 300, 300]
+    );
 }
 
 // RFC 5040 §5.2: RDMA Read bandwidth with several Reads outstanding.
@@ -77,7 +100,10 @@ fn read_bw() {
 #[test]
 fn send_bw_with_credits_and_inline() {
     let r = perf(PerfOp::Send, PerfMode::Bw, vec![0, 64, 2000], 2000, 1, 64);
-    assert_eq!(r.iter().map(bw_iters).collect::<Vec<_>>(), vec![2000, 2000, 2000]);
+    assert_eq!(
+        r.iter().map(bw_iters).collect::<Vec<_>>(),
+        vec![2000, 2000, 2000]
+    );
 }
 
 // RFC 7306 §4: FetchAdd bandwidth and latency.
@@ -93,6 +119,10 @@ fn atomic_bw_and_lat() {
 fn latency_write_send_read() {
     for op in [PerfOp::Write, PerfOp::Send, PerfOp::Read] {
         let r = perf(op, PerfMode::Lat, vec![8, 4096], 100, 1, 0);
-        assert_eq!(r.iter().map(lat_iters).collect::<Vec<_>>(), vec![100, 100], "{op:?}");
+        assert_eq!(
+            r.iter().map(lat_iters).collect::<Vec<_>>(),
+            vec![100, 100],
+            "{op:?}"
+        );
     }
 }

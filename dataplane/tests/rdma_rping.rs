@@ -32,7 +32,10 @@ fn rping(mpa: MpaConfig, faults: FaultConfig, size: usize, count: u32) -> (u32, 
 // validated by the client after each ping.
 #[test]
 fn rping_validates_every_ping() {
-    assert_eq!(rping(MpaConfig::default(), FaultConfig::default(), 64, 20), (20, 20));
+    assert_eq!(
+        rping(MpaConfig::default(), FaultConfig::default(), 64, 20),
+        (20, 20)
+    );
 }
 
 #[test]

@@ -31,8 +31,17 @@ impl Drop for KillOnDrop {
 }
 
 /// A one-port configuration with these EAL arguments; returns its path.
-fn config(dir: &std::path::Path, name: &str, lcore: u32, eal: &[String], device: &str, ip: &str) -> String {
-    let mut args: Vec<String> = ["--no-huge", "-m", "512", "--no-pci"].map(String::from).to_vec();
+fn config(
+    dir: &std::path::Path,
+    name: &str,
+    lcore: u32,
+    eal: &[String],
+    device: &str,
+    ip: &str,
+) -> String {
+    let mut args: Vec<String> = ["--no-huge", "-m", "512", "--no-pci"]
+        .map(String::from)
+        .to_vec();
     args.extend_from_slice(eal);
     args.extend(["-l".to_string(), lcore.to_string()]);
     let quoted: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
@@ -64,8 +73,22 @@ fn memif(name: &str) -> Link {
         ]
     };
     Link {
-        server: config(dir.path(), "s", 0, &eal("server"), "net_memif0", "10.98.0.1"),
-        client: config(dir.path(), "c", 1, &eal("client"), "net_memif0", "10.98.0.2"),
+        server: config(
+            dir.path(),
+            "s",
+            0,
+            &eal("server"),
+            "net_memif0",
+            "10.98.0.1",
+        ),
+        client: config(
+            dir.path(),
+            "c",
+            1,
+            &eal("client"),
+            "net_memif0",
+            "10.98.0.2",
+        ),
         _dir: dir,
     }
 }
@@ -153,7 +176,18 @@ fn memif_rping_crc() {
     let (_, c) = run(
         &l,
         &["rping", "-s", "--crc"],
-        &["rping", "-c", "-a", "10.98.0.1", "-C", "50", "-S", "4000", "-V", "--crc"],
+        &[
+            "rping",
+            "-c",
+            "-a",
+            "10.98.0.1",
+            "-C",
+            "50",
+            "-S",
+            "4000",
+            "-V",
+            "--crc",
+        ],
     );
     assert!(c.contains("rping: 50 pings of 4000 bytes"), "{c}");
     assert_eq!(counter(&c, "rdma-crc-errors"), 0);
@@ -168,8 +202,17 @@ fn memif_perf_write_markers_reordering() {
         &l,
         &["perf", "write", "--markers", "--crc"],
         &[
-            "perf", "write", "10.98.0.1", "-s", "65536", "-n", "300", "--markers", "--crc",
-            "--fault", "reorder=1%,drop=1%",
+            "perf",
+            "write",
+            "10.98.0.1",
+            "-s",
+            "65536",
+            "-n",
+            "300",
+            "--markers",
+            "--crc",
+            "--fault",
+            "reorder=1%,drop=1%",
         ],
     );
     assert!(c.contains(" 65536      300"), "{c}");
@@ -186,11 +229,23 @@ fn memif_perf_write_markers_reordering() {
 #[test]
 fn memif_perf_read_send_atomic() {
     let l = memif("ops");
-    let (_, c) = run(&l, &["perf", "read"], &["perf", "read", "10.98.0.1", "-s", "1048576", "-n", "20"]);
+    let (_, c) = run(
+        &l,
+        &["perf", "read"],
+        &["perf", "read", "10.98.0.1", "-s", "1048576", "-n", "20"],
+    );
     assert!(c.contains(" 1048576    20"), "{c}");
-    let (_, c) = run(&l, &["perf", "send"], &["perf", "send", "10.98.0.1", "--lat", "-s", "8", "-n", "200"]);
+    let (_, c) = run(
+        &l,
+        &["perf", "send"],
+        &["perf", "send", "10.98.0.1", "--lat", "-s", "8", "-n", "200"],
+    );
     assert!(c.contains(" 8      200"), "{c}");
-    let (_, c) = run(&l, &["perf", "atomic"], &["perf", "atomic", "10.98.0.1", "-n", "200"]);
+    let (_, c) = run(
+        &l,
+        &["perf", "atomic"],
+        &["perf", "atomic", "10.98.0.1", "-n", "200"],
+    );
     assert!(c.contains(" 8          200"), "{c}");
 }
 
@@ -203,6 +258,10 @@ fn vhost_rping_and_perf_write() {
         &["rping", "-c", "-a", "10.98.0.1", "-C", "30", "-V"],
     );
     assert!(c.contains("rping: 30 pings"), "{c}");
-    let (_, c) = run(&l, &["perf", "write"], &["perf", "write", "10.98.0.1", "-s", "4194304", "-n", "10"]);
+    let (_, c) = run(
+        &l,
+        &["perf", "write"],
+        &["perf", "write", "10.98.0.1", "-s", "4194304", "-n", "10"],
+    );
     assert!(c.contains(" 4194304    10"), "{c}");
 }

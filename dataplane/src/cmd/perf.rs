@@ -53,13 +53,28 @@ pub struct Args {
     #[arg(short = 'q', long = "qps", value_name = "QPS", default_value_t = 1)]
     pub qps: u16,
     /// Work requests in flight per QP (bandwidth).
-    #[arg(short = 't', long = "tx-depth", value_name = "N", default_value_t = 128)]
+    #[arg(
+        short = 't',
+        long = "tx-depth",
+        value_name = "N",
+        default_value_t = 128
+    )]
     pub tx_depth: u32,
     /// Post payloads up to this size inline (write, send).
-    #[arg(short = 'I', long = "inline", value_name = "BYTES", default_value_t = 0)]
+    #[arg(
+        short = 'I',
+        long = "inline",
+        value_name = "BYTES",
+        default_value_t = 0
+    )]
     pub inline: usize,
     /// TCP port of the server.
-    #[arg(short = 'p', long = "tcp-port", value_name = "PORT", default_value_t = 18515)]
+    #[arg(
+        short = 'p',
+        long = "tcp-port",
+        value_name = "PORT",
+        default_value_t = 18515
+    )]
     pub port: u16,
     /// Ports and iWARP settings.
     #[command(flatten)]
@@ -74,7 +89,11 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         Op::Send => PerfOp::Send,
         Op::Atomic => PerfOp::Atomic,
     };
-    let mode = if args.lat { PerfMode::Lat } else { PerfMode::Bw };
+    let mode = if args.lat {
+        PerfMode::Lat
+    } else {
+        PerfMode::Bw
+    };
     let default_size = match (op, mode) {
         (PerfOp::Atomic, _) => 8,
         (_, PerfMode::Lat) => 2,
@@ -86,7 +105,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         vec![args.size.unwrap_or(default_size)]
     };
     if op == PerfOp::Atomic && sizes.iter().any(|&s| s != 8) {
-        return Err(CmdError::Usage("atomic operations are 8 bytes (-s 8)".into()));
+        return Err(CmdError::Usage(
+            "atomic operations are 8 bytes (-s 8)".into(),
+        ));
     }
     if op == PerfOp::Write && mode == PerfMode::Lat && sizes.contains(&0) {
         return Err(CmdError::Usage("write latency needs -s 1 or more".into()));

@@ -232,10 +232,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let mut app = if args.server {
         let addr = SocketAddrV4::new(args.addr.unwrap_or(s.ip), args.port);
         let app = Rping::server(s.poll.handler_mut(), addr, opts).map_err(runtime)?;
-        say!(
-            "rping server listening on {addr} (memory: {})",
-            s.memory
-        );
+        say!("rping server listening on {addr} (memory: {})", s.memory);
         app
     } else {
         let remote = SocketAddrV4::new(args.addr.unwrap_or(s.ip), args.port);

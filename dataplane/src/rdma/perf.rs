@@ -338,8 +338,7 @@ impl PerfServer {
     fn write_pong(&mut self, h: &RdmaHandler) -> Result<(), String> {
         let mut rnic = h.rnic().0.borrow_mut();
         for c in self.conns.values_mut() {
-            if c.hello.op != PerfOp::Write || c.hello.mode != PerfMode::Lat || c.hello.size == 0
-            {
+            if c.hello.op != PerfOp::Write || c.hello.mode != PerfMode::Lat || c.hello.size == 0 {
                 continue;
             }
             let size = c.hello.size as usize;
@@ -598,7 +597,11 @@ impl PerfClient {
             let result = res.buffer(h, 8, Access::LOCAL_WRITE | Access::LOCAL_READ)?;
             let credit = res.buffer(h, 64, Access::LOCAL_WRITE)?;
             // A recognisable source pattern.
-            for (i, b) in local.bytes_mut(&mut h.rnic().0.borrow_mut()).iter_mut().enumerate() {
+            for (i, b) in local
+                .bytes_mut(&mut h.rnic().0.borrow_mut())
+                .iter_mut()
+                .enumerate()
+            {
                 *b = (i * 31 + 7) as u8;
             }
             bufs.push([local, sink, result, credit]);
@@ -1081,5 +1084,8 @@ impl App for PerfClient {
 
 /// perftest's `-a` sizes: 2 B … 8 MiB by powers of two, capped at `max`.
 pub fn all_sizes(max: usize) -> Vec<usize> {
-    (1..=23).map(|k| 1usize << k).filter(|&s| s <= max).collect()
+    (1..=23)
+        .map(|k| 1usize << k)
+        .filter(|&s| s <= max)
+        .collect()
 }

@@ -48,7 +48,10 @@ pub fn pair(mpa: MpaConfig, mem: usize, faults: FaultConfig) -> (Loop, Loop) {
         l.add_port(
             FaultPort::new(port, f),
             PortAddr {
-                ipv4: Some(Ipv4Cidr { addr: ip, prefix: 24 }),
+                ipv4: Some(Ipv4Cidr {
+                    addr: ip,
+                    prefix: 24,
+                }),
                 gateway: None,
                 promiscuous: false,
             },
