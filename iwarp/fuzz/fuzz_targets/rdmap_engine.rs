@@ -364,7 +364,6 @@ fuzz_target!(|data: &[u8]| {
                 _ => w.engine.abort(TerminateCause::MPA_CRC_ERROR),
             },
         }
-        w.check_memory();
     }
     w.transmit();
     w.check_memory();
