@@ -9,6 +9,7 @@
 #   crc=0|1       C bit of every Reply; with 1 every FPDU must show "Good CRC32"
 #   markers=0|1   M bit of every Reply; with 1 tshark must find markers
 #   pd_req=HEX    private data of every Request (e.g. 00010001); pd_rep=HEX for Replies
+#   p2p=0|1       RFC 6581 P2P bit (IRD bit 15) of every Request and Reply
 #   min_fpdus=N   at least N FPDUs decoded by tshark
 #   opcodes=LIST  comma list of RDMAP opcodes (hex) that must all appear, e.g. 0x3,0x1,0x2
 #   inspect=BIN   also decode with `BIN inspect --json`: no errors, the same MPA bits, the same
@@ -70,6 +71,11 @@ for m in mpa:
         fail("%s: C bit %s, expected %s" % (where, bit(m[7]), want["crc"]))
     if kind == "Reply" and "markers" in want and bit(m[6]) != want["markers"]:
         fail("%s: M bit %s, expected %s" % (where, bit(m[6]), want["markers"]))
+    if "p2p" in want:
+        pd = m[11].replace(":", "")
+        p2p = len(pd) >= 4 and int(pd[:4], 16) & 0x8000 != 0
+        if p2p != (want["p2p"] == "1"):
+            fail("%s: P2P bit %d in private data '%s', expected %s" % (where, p2p, pd, want["p2p"]))
     key = "pd_req" if kind == "Request" else "pd_rep"
     if key in want and m[11].replace(":", "") != want[key]:
         fail("%s: private data '%s', expected %s" % (where, m[11], want[key]))
