@@ -237,7 +237,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
     let mut cli = Resources::new(lc.handler(), 4096, 64, 64, 16).expect("cli");
     srv.init.rq_depth = RECV_SLOTS as u32 * 2;
     ls.handler_mut()
-        .listen(SocketAddrV4::new(SERVER_IP, PORT), srv.init.clone())
+        .listen(SocketAddrV4::new(SERVER_IP, PORT), srv.init)
         .expect("listen");
     let mut qps = Vec::new();
     for i in 0..p.qps {
@@ -256,7 +256,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             .connect(
                 CLIENT_IP,
                 SocketAddrV4::new(SERVER_IP, PORT),
-                cli.init.clone(),
+                cli.init,
                 &(i as u32).to_be_bytes(),
             )
             .expect("connect");

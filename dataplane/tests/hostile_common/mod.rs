@@ -163,7 +163,7 @@ impl Net {
             .handler_mut()
             .listen(
                 SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, LISTEN_PORT),
-                srv.init.clone(),
+                srv.init,
             )
             .expect("listen");
         let mut cli = Resources::new(client.handler(), 1024, 64, 64, SERVER_IRD).expect("cli res");
@@ -487,7 +487,7 @@ impl Net {
 
     /// Connects the well-behaved client and waits for both sides to be established.
     pub fn connect_good(&mut self) {
-        let init = self.cli.init.clone();
+        let init = self.cli.init;
         let (id, qp) = self
             .client
             .handler_mut()
