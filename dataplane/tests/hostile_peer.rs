@@ -435,9 +435,7 @@ fn connection_churn_does_not_exhaust_qps() {
     {
         let h = net.server.handler();
         let mut rnic = h.rnic().0.borrow_mut();
-        let (qp, _) = rnic
-            .create_qp(net.srv.init)
-            .expect("QP table has room");
+        let (qp, _) = rnic.create_qp(net.srv.init).expect("QP table has room");
         rnic.destroy_qp(qp).expect("destroy");
     }
     net.connect_good();
