@@ -57,8 +57,9 @@ fn mpa_attack(request: Vec<u8>) {
     let c = &net.evil[&EVIL_PORT];
     assert!(c.rst, "expected a TCP reset");
     assert!(
-        !c.rx.starts_with(b"MPA ID Rep Frame") || c.rx[16] & 0x20 != 0,
-        "server accepted a malformed Request"
+        c.rx.is_empty(),
+        "server answered a malformed Request: {:?}",
+        c.rx
     );
     still_serving(&mut net, 0);
 }
@@ -85,28 +86,12 @@ fn mpa_reserved_bits_is_reset() {
     mpa_attack(mpa_request(0x4000 | 0x0100 | 1, &[]));
 }
 
-// RFC 5044 §7.1.1 / RFC 6581 §5: a revision the responder cannot interoperate with.
+// RFC 5044 §7.1 (Rev): a receiver that cannot interoperate with the received revision
+// terminates the connection; this responder speaks revisions 1 and 2 (RFC 6581), so a
+// Request with revision 3 is refused with a reset and no Reply.
 #[test]
-fn mpa_revision_3_is_refused() {
-    let mut net = setup();
-    net.evil_connect(EVIL_PORT);
-    net.evil_send(EVIL_PORT, &mpa_request(0x4000 | 3, &[]));
-    net.run_until(Duration::from_secs(3), |n| {
-        n.evil[&EVIL_PORT].rst || n.evil[&EVIL_PORT].fin || n.evil[&EVIL_PORT].rx.len() >= 20
-    });
-    let c = net.evil[&EVIL_PORT].clone();
-    if c.rx.len() >= 20 {
-        // A Reply naming a revision the responder speaks, or a reject.
-        assert_eq!(&c.rx[..16], b"MPA ID Rep Frame");
-        let rev = c.rx[17];
-        assert!(
-            c.rx[16] & 0x20 != 0 || rev <= 2,
-            "reply revision {rev} without reject"
-        );
-    } else {
-        assert!(c.rst || c.fin, "revision 3 neither answered nor refused");
-    }
-    still_serving(&mut net, 1);
+fn mpa_revision_3_is_reset() {
+    mpa_attack(mpa_request(0x4000 | 3, &[]));
 }
 
 /// FPDU-mode attack: `stream` after the MPA exchange; the server answers with Terminate
