@@ -441,6 +441,13 @@ fn all_operations_plain() {
         (0, 0),
         "nothing out of order on a clean link"
     );
+    // Every FPDU one side framed, the other side received (counted once each).
+    assert_eq!(
+        (s.fpdus_sent, c.fpdus_sent),
+        (c.fpdus_received, s.fpdus_received),
+        "{s:?} {c:?}"
+    );
+    assert_eq!((s.fpdus_placed_ahead, c.fpdus_placed_ahead), (0, 0));
 }
 
 #[test]

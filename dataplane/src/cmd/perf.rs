@@ -5,6 +5,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
+use dataplane::rdma::app::run_pair;
 use dataplane::rdma::perf::{
     all_sizes, PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer,
 };
@@ -34,6 +35,10 @@ pub struct Args {
     pub op: Op,
     /// The server's address (client); without it, run the server.
     pub server: Option<Ipv4Addr>,
+    /// Run server and client in this process on the two ends of one link (e.g. the
+    /// software pair of configs/rdma-soft-pair.toml).
+    #[arg(long, conflicts_with = "server")]
+    pub loopback: bool,
     /// Latency test instead of bandwidth.
     #[arg(long)]
     pub lat: bool,
@@ -120,8 +125,48 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     // Room for the buffers of every QP (client: source, sink; server: one each).
     let need_mb = (max * 2 * usize::from(args.qps.max(1))).div_ceil(1 << 20) + 8;
     rdma.mem_mb = rdma.mem_mb.max(need_mb);
-    let mut s = rdma.session()?;
     let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
+    let params = PerfParams {
+        op,
+        mode,
+        sizes,
+        iters: args.iters.unwrap_or(match mode {
+            PerfMode::Bw => 5000,
+            PerfMode::Lat => 1000,
+        }),
+        duration: args.duration,
+        qps: args.qps,
+        tx_depth: args.tx_depth,
+        inline: args.inline,
+    };
+    if args.loopback {
+        let mut pair = rdma.loopback()?;
+        let addr = SocketAddrV4::new(pair.server.1, args.port);
+        let mut server = PerfServer::new(pair.server.0.handler_mut(), addr).map_err(runtime)?;
+        let local = pair.client.1;
+        let mut client =
+            PerfClient::new(pair.client.0.handler_mut(), local, addr, params).map_err(runtime)?;
+        client.progress = true;
+        say!(
+            "perf {} {} in-process loopback to {addr} (memory: {})",
+            op.name(),
+            if args.lat { "latency" } else { "bandwidth" },
+            pair.memory
+        );
+        say!("{}", PerfResult::header(mode));
+        client.on_result = Some(Box::new(|r: &PerfResult| say!("{}", r.row())));
+        let (rs, rc) = run_pair(
+            &mut pair.server.0,
+            &mut server,
+            &mut pair.client.0,
+            &mut client,
+            rdma.time_limit.unwrap_or(Duration::from_secs(3600)),
+        );
+        say!("{}", pair.server.0.handler().counters().summary());
+        rc.map_err(CmdError::Runtime)?;
+        return rs.map_err(CmdError::Runtime);
+    }
+    let mut s = rdma.session()?;
     match args.server {
         None => {
             let addr = SocketAddrV4::new(s.ip, args.port);
@@ -137,19 +182,6 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         }
         Some(ip) => {
             let remote = SocketAddrV4::new(ip, args.port);
-            let params = PerfParams {
-                op,
-                mode,
-                sizes,
-                iters: args.iters.unwrap_or(match mode {
-                    PerfMode::Bw => 5000,
-                    PerfMode::Lat => 1000,
-                }),
-                duration: args.duration,
-                qps: args.qps,
-                tx_depth: args.tx_depth,
-                inline: args.inline,
-            };
             let local = s.ip;
             let mut app =
                 PerfClient::new(s.poll.handler_mut(), local, remote, params).map_err(runtime)?;

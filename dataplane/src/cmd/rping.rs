@@ -48,6 +48,9 @@ pub struct RdmaArgs {
     /// Seconds between stats lines on stderr (default: the configuration's; 0 = none).
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub stats: Option<Duration>,
+    /// Most packets sent per poll-loop iteration.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub tx_per_poll: usize,
     /// Give up after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub time_limit: Option<Duration>,
@@ -65,12 +68,22 @@ pub struct Session {
     /// Where registered memory lives.
     pub memory: MemoryKind,
     stats_every: Option<Duration>,
+    _opened: Option<OpenedPorts>,
+}
+
+/// Both ends of an in-process link, each with its own handler (`perf --loopback`).
+pub struct LoopbackPair {
+    /// The server's loop and address.
+    pub server: (PollLoop<AnyPort, RdmaHandler>, Ipv4Addr),
+    /// The client's loop and address.
+    pub client: (PollLoop<AnyPort, RdmaHandler>, Ipv4Addr),
+    /// Where registered memory lives.
+    pub memory: MemoryKind,
     _opened: OpenedPorts,
 }
 
 impl RdmaArgs {
-    /// Opens the one port and builds the handler.
-    pub fn session(&self) -> Result<Session, CmdError> {
+    fn open(&self, want: usize) -> Result<(Vec<Session>, OpenedPorts), CmdError> {
         let pa = PortArgs {
             config: self.config.clone(),
             ports: self.devs.clone(),
@@ -79,56 +92,13 @@ impl RdmaArgs {
             eal: self.eal.clone(),
         };
         let cfg = pa.config()?;
-        if cfg.ports.len() != 1 {
+        if cfg.ports.len() != want {
             return Err(CmdError::Usage(format!(
-                "RDMA runs on exactly one port ({} configured; pick one with --dev)",
+                "this runs on exactly {want} port(s) ({} configured; pick with --dev)",
                 cfg.ports.len()
             )));
         }
-        let pc = cfg.ports[0].clone();
-        let Some(net) = pc.ipv4 else {
-            return Err(CmdError::Usage(format!(
-                "port {} has no ipv4 address",
-                pc.name()
-            )));
-        };
         let mut opened = pa.open(&cfg)?;
-        let port = opened
-            .ports
-            .pop()
-            .ok_or_else(|| CmdError::Usage("no port".into()))?;
-        let mtu = port.info().mtu;
-        let (rnic, memory) = open_rnic(self.mem_mb << 20, !self.heap, rand::thread_rng().gen())
-            .map_err(|e| CmdError::Runtime(format!("RNIC: {e:?}")))?;
-        let mpa = MpaConfig {
-            require_crc: self.crc,
-            want_markers: self.markers,
-            accept_markers: true,
-            ..MpaConfig::default()
-        };
-        let handler = RdmaHandler::new(
-            RdmaConfig {
-                mpa,
-                tcp: tcp::Config {
-                    mtu,
-                    verify_checksums: false,
-                    isn_secret: rand::thread_rng().gen(),
-                    rto_min: Duration::from_millis(5),
-                    ..tcp::Config::default()
-                },
-                rx_window: 4 << 20,
-            },
-            rnic,
-        );
-        let mut poll = PollLoop::new(handler, cfg.poll.burst);
-        poll.add_port(
-            port,
-            PortAddr {
-                ipv4: pc.ipv4,
-                gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
-                promiscuous: pc.promiscuous,
-            },
-        );
         let stats_every = match self.stats {
             Some(d) => Some(d),
             None if cfg.poll.stats_interval > 0.0 => {
@@ -137,11 +107,81 @@ impl RdmaArgs {
             None => None,
         }
         .filter(|d| !d.is_zero());
-        Ok(Session {
-            poll,
-            ip: net.addr,
+        let mut sessions = Vec::new();
+        let ports = std::mem::take(&mut opened.ports);
+        for (port, pc) in ports.into_iter().zip(cfg.ports.iter()) {
+            let Some(net) = pc.ipv4 else {
+                return Err(CmdError::Usage(format!(
+                    "port {} has no ipv4 address",
+                    pc.name()
+                )));
+            };
+            let mtu = port.info().mtu;
+            let (rnic, memory) = open_rnic(self.mem_mb << 20, !self.heap, rand::thread_rng().gen())
+                .map_err(|e| CmdError::Runtime(format!("RNIC: {e:?}")))?;
+            let mpa = MpaConfig {
+                require_crc: self.crc,
+                want_markers: self.markers,
+                accept_markers: true,
+                ..MpaConfig::default()
+            };
+            let mut handler = RdmaHandler::new(
+                RdmaConfig {
+                    mpa,
+                    tcp: tcp::Config {
+                        mtu,
+                        verify_checksums: false,
+                        isn_secret: rand::thread_rng().gen(),
+                        rto_min: Duration::from_millis(5),
+                        ..tcp::Config::default()
+                    },
+                    rx_window: 4 << 20,
+                },
+                rnic,
+            );
+            handler.set_tx_per_poll(self.tx_per_poll);
+            let mut poll = PollLoop::new(handler, cfg.poll.burst);
+            poll.add_port(
+                port,
+                PortAddr {
+                    ipv4: pc.ipv4,
+                    gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
+                    promiscuous: pc.promiscuous,
+                },
+            );
+            sessions.push(Session {
+                poll,
+                ip: net.addr,
+                memory,
+                stats_every,
+                _opened: None,
+            });
+        }
+        Ok((sessions, opened))
+    }
+
+    /// Opens the one port and builds the handler.
+    pub fn session(&self) -> Result<Session, CmdError> {
+        let (mut sessions, opened) = self.open(1)?;
+        let mut s = sessions
+            .pop()
+            .ok_or_else(|| CmdError::Usage("no port".into()))?;
+        s._opened = Some(opened);
+        Ok(s)
+    }
+
+    /// Opens two ports (the ends of one link) with a handler each.
+    pub fn loopback(&self) -> Result<LoopbackPair, CmdError> {
+        let (sessions, opened) = self.open(2)?;
+        let memory = sessions[0].memory;
+        let mut it = sessions.into_iter().map(|s| (s.poll, s.ip));
+        let (Some(server), Some(client)) = (it.next(), it.next()) else {
+            return Err(CmdError::Usage("--loopback needs two ports".into()));
+        };
+        Ok(LoopbackPair {
+            server,
+            client,
             memory,
-            stats_every,
             _opened: opened,
         })
     }

@@ -32,6 +32,9 @@ pub struct RdmaConfig {
     pub rx_window: usize,
 }
 
+/// Default of [`RdmaHandler::set_tx_per_poll`].
+pub const TX_PER_POLL: usize = 128;
+
 /// What the connection manager reports (the rdma_cm events).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CmEvent {
@@ -136,6 +139,7 @@ pub struct RdmaHandler {
     order: Vec<ConnId>,
     events: VecDeque<CmEvent>,
     closed: RdmaCounters,
+    tx_per_poll: usize,
 }
 
 impl RdmaHandler {
@@ -153,6 +157,7 @@ impl RdmaHandler {
             order: Vec::new(),
             events: VecDeque::new(),
             closed: RdmaCounters::default(),
+            tx_per_poll: TX_PER_POLL,
         }
     }
 
@@ -160,6 +165,13 @@ impl RdmaHandler {
     /// borrow across a poll-loop iteration.
     pub fn rnic(&self) -> &Shared<Rnic> {
         &self.rnic
+    }
+
+    /// Most packets sent per poll-loop iteration and port, so that one burst does not
+    /// overflow the port's transmit ring or the peer's receive ring (the rest goes out in
+    /// the next iterations).
+    pub fn set_tx_per_poll(&mut self, n: usize) {
+        self.tx_per_poll = n.max(1);
     }
 
     /// The TCP engine (monitoring).
@@ -667,10 +679,14 @@ impl<P: Port> Handler<P> for RdmaHandler {
         self.work(now);
         let t = self.tcp_now(now);
         let engine = &mut self.engine;
-        while ctx
-            .send_ipv4(|buf| engine.poll_transmit(t, buf).map(|x| (x.dst, x.len)))
-            .is_some()
-        {}
+        for _ in 0..self.tx_per_poll {
+            if ctx
+                .send_ipv4(|buf| engine.poll_transmit(t, buf).map(|x| (x.dst, x.len)))
+                .is_none()
+            {
+                break;
+            }
+        }
         self.tcp_events();
     }
 }
