@@ -61,10 +61,10 @@ impl Duo {
         let sbuf = sres.buffer(ls.handler(), BUF, all_rights()).unwrap();
         let cbuf = cres.buffer(lc.handler(), BUF, all_rights()).unwrap();
         let addr = SocketAddrV4::new(SERVER_IP, 4791);
-        ls.handler_mut().listen(addr, sres.init.clone()).unwrap();
+        ls.handler_mut().listen(addr, sres.init).unwrap();
         let (_, cqp) = lc
             .handler_mut()
-            .connect(CLIENT_IP, addr, cres.init.clone(), b"hello")
+            .connect(CLIENT_IP, addr, cres.init, b"hello")
             .unwrap();
         let mut sqp = None;
         let mut up = (false, false);

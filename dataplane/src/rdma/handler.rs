@@ -205,7 +205,7 @@ impl RdmaHandler {
         init: QpInit,
         private_data: &[u8],
     ) -> Result<(ConnId, QpId), CmError> {
-        let (qp, _) = self.rnic.0.borrow_mut().create_qp(init.clone())?;
+        let (qp, _) = self.rnic.0.borrow_mut().create_qp(init)?;
         let mut mpa = self.cfg.mpa.clone();
         mpa.private_data = private_data.to_vec();
         let cfg = self.conn_config(mpa, &init, qp);
@@ -494,7 +494,7 @@ impl RdmaHandler {
                         let _ = self.engine.abort(conn);
                         continue;
                     };
-                    let created = self.rnic.0.borrow_mut().create_qp(init.clone());
+                    let created = self.rnic.0.borrow_mut().create_qp(init);
                     let qp = match created {
                         Ok((qp, _)) => qp,
                         Err(e) => {

@@ -209,7 +209,7 @@ impl PerfServer {
     /// Listens on `addr`.
     pub fn new(h: &mut RdmaHandler, addr: SocketAddrV4) -> Result<PerfServer, AppError> {
         let res = Resources::new(h, 8192, 1024, SEND_CREDITS + 8, 16)?;
-        h.listen(addr, res.init.clone())?;
+        h.listen(addr, res.init)?;
         Ok(PerfServer {
             res,
             bufs: HashMap::new(),
@@ -526,6 +526,9 @@ pub fn latency_result(bytes: usize, mut s: Vec<f64>) -> PerfResult {
     }
 }
 
+/// Receives each result as soon as it is known.
+pub type ResultSink = Box<dyn FnMut(&PerfResult)>;
+
 struct ClientQp {
     id: ConnId,
     qp: QpId,
@@ -571,7 +574,7 @@ pub struct PerfClient {
     /// Print a progress line every second on stderr.
     pub progress: bool,
     /// Called with each result as it is ready.
-    pub on_result: Option<Box<dyn FnMut(&PerfResult)>>,
+    pub on_result: Option<ResultSink>,
 }
 
 impl PerfClient {
@@ -652,12 +655,8 @@ impl PerfClient {
                 addr: sink.addr(0),
                 rkey: sink.stag.0,
             };
-            let (id, qp) = h.connect(
-                self.local_ip,
-                self.server,
-                self.res.init.clone(),
-                &hello.to_bytes(),
-            )?;
+            let (id, qp) =
+                h.connect(self.local_ip, self.server, self.res.init, &hello.to_bytes())?;
             if self.params.op == PerfOp::Send {
                 let n = if self.params.mode == PerfMode::Lat {
                     1

@@ -157,7 +157,7 @@ impl Rping {
         opts: RpingOptions,
     ) -> Result<Rping, AppError> {
         let r = Rping::new(h, true, opts)?;
-        h.listen(addr, r.res.init.clone())?;
+        h.listen(addr, r.res.init)?;
         Ok(r)
     }
 
@@ -169,7 +169,7 @@ impl Rping {
         opts: RpingOptions,
     ) -> Result<Rping, AppError> {
         let mut r = Rping::new(h, false, opts)?;
-        let (id, qp) = h.connect(local, remote, r.res.init.clone(), &[])?;
+        let (id, qp) = h.connect(local, remote, r.res.init, &[])?;
         r.post_recv(h, qp)?;
         r.conn = Some((id, qp));
         r.state = State::Connecting;
