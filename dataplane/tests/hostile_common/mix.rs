@@ -529,6 +529,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                 last_print = Instant::now();
                 report.elapsed = start.elapsed();
                 report.faults = fault_totals(&ls, &lc);
+                report.qps_completed = qps.iter().filter(|q| q.failed.is_none()).count();
                 println!("progress: {}", report.line());
             }
         }
@@ -548,6 +549,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
         }
     }
     // Streams that ended in an error: nothing but the pattern was ever placed.
+    report.qps_completed = 0;
     for (i, q) in qps.iter().enumerate() {
         let Some(why) = &q.failed else {
             report.qps_completed += 1;
