@@ -48,6 +48,9 @@ pub struct RdmaArgs {
     /// Seconds between stats lines on stderr (default: the configuration's; 0 = none).
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub stats: Option<Duration>,
+    /// Minimum TCP retransmission timeout in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 20)]
+    pub rto_min_ms: u64,
     /// Most packets sent per poll-loop iteration.
     #[arg(long, value_name = "N", default_value_t = 128)]
     pub tx_per_poll: usize,
@@ -132,7 +135,7 @@ impl RdmaArgs {
                         mtu,
                         verify_checksums: false,
                         isn_secret: rand::thread_rng().gen(),
-                        rto_min: Duration::from_millis(5),
+                        rto_min: Duration::from_millis(self.rto_min_ms),
                         ..tcp::Config::default()
                     },
                     rx_window: 4 << 20,

@@ -7,6 +7,7 @@ use std::time::Instant;
 use iwarp::conn::{ConnConfig, ConnEvent, Connection, LlpRequest, Shared};
 use iwarp::mpa::{MpaConfig, Negotiated};
 use iwarp::rdmap;
+use iwarp::verbs::channel::CoreEnd;
 use iwarp::verbs::{
     LlpAttach, LlpStreamHandle, ModifyQp, QpAction, QpId, QpInit, QpState, Rnic, VerbError,
 };
@@ -140,6 +141,7 @@ pub struct RdmaHandler {
     events: VecDeque<CmEvent>,
     closed: RdmaCounters,
     tx_per_poll: usize,
+    channels: Vec<CoreEnd>,
 }
 
 impl RdmaHandler {
@@ -158,6 +160,7 @@ impl RdmaHandler {
             events: VecDeque::new(),
             closed: RdmaCounters::default(),
             tx_per_poll: TX_PER_POLL,
+            channels: Vec::new(),
         }
     }
 
@@ -172,6 +175,13 @@ impl RdmaHandler {
     /// the next iterations).
     pub fn set_tx_per_poll(&mut self, n: usize) {
         self.tx_per_poll = n.max(1);
+    }
+
+    /// Serves an application on another thread: its WRs (from the ring) are posted on
+    /// every iteration, completions of its CQs go back through the ring
+    /// ([`iwarp::verbs::channel::pair`]).
+    pub fn attach_channel(&mut self, core: CoreEnd) {
+        self.channels.push(core);
     }
 
     /// The TCP engine (monitoring).
@@ -626,6 +636,12 @@ impl RdmaHandler {
             }
         }
         self.tcp_events();
+        if !self.channels.is_empty() {
+            let mut rnic = self.rnic.0.borrow_mut();
+            for ch in &mut self.channels {
+                ch.pump(&mut rnic);
+            }
+        }
         for i in 0..self.order.len() {
             if let Some(&id) = self.order.get(i) {
                 self.service(id);
