@@ -474,3 +474,32 @@ fn marker_disagrees_with_length() {
     assert!(torn_down(&mut net, EVIL_PORT));
     still_serving(&mut net, 0);
 }
+
+// RFC 9293 §3.10.7.4 (FIN-WAIT-2) / RFC 5040 §7: an attacker that provokes a Terminate and
+// then never closes its side does not hold the connection (and its QP) forever: the
+// FIN-WAIT-2 timer (1 s here) reclaims it.
+#[test]
+fn attacker_that_never_closes_is_reaped() {
+    let mut cfg = rdma_config();
+    cfg.tcp.fin_wait2_timeout = Duration::from_secs(1);
+    let mut net = Net::with_config(cfg);
+    net.evil_closes = false;
+    net.evil_arp();
+    net.connect_good();
+    net.evil_establish(EVIL_PORT);
+    net.evil_send(EVIL_PORT, &fpdu(&untagged(3, 5, 1, 0, b"bad qn")));
+    let t = net.await_terminate(EVIL_PORT).expect("terminate");
+    assert_eq!((t.0, t.1, t.2), (1, 2, 0x01));
+    assert!(torn_down(&mut net, EVIL_PORT));
+    assert!(!net.evil[&EVIL_PORT].fin_sent);
+    let ok = net.run_until(Duration::from_secs(5), |n| {
+        n.server.handler().tcp().connection_count() == 1 && n.server.handler().live() == 1
+    });
+    assert!(
+        ok,
+        "half-closed attacker connection still held: {} TCP, {} iWARP",
+        net.server.handler().tcp().connection_count(),
+        net.server.handler().live()
+    );
+    still_serving(&mut net, 0);
+}

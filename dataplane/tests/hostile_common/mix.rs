@@ -35,7 +35,10 @@ pub const MSG: usize = 4096;
 const RECV_SLOTS: usize = 8;
 
 /// Terminates seen on the wire: (TCP source port, TCP destination port, layer/etype/code).
-pub type TermLog = Rc<RefCell<Vec<(u16, u16, (u8, u8, u8))>>>;
+pub type TermLog = Rc<RefCell<Vec<(u16, u16, Cause)>>>;
+
+/// A Terminate's (layer, error type, error code).
+pub type Cause = (u8, u8, u8);
 
 /// A port that records the Terminates the data plane transmits (each FPDU-aligned TCP
 /// segment is scanned for RDMAP opcode 7).
@@ -68,7 +71,7 @@ impl<P: Port> Port for Tap<P> {
     }
 }
 
-fn terminate_in(frame: &[u8]) -> Option<(u16, u16, (u8, u8, u8))> {
+fn terminate_in(frame: &[u8]) -> Option<(u16, u16, Cause)> {
     let eth = EthernetFrame::new_checked(frame).ok()?;
     if eth.ethertype() != EthernetProtocol::Ipv4 {
         return None;
@@ -137,7 +140,7 @@ pub struct MixReport {
     /// (QP index, reason) of the streams that ended in an error.
     pub qps_failed: Vec<(usize, String)>,
     /// Terminates each failed stream saw on the wire.
-    pub failed_terminates: Vec<(usize, Vec<(u8, u8, u8)>)>,
+    pub failed_terminates: Vec<(usize, Vec<Cause>)>,
     pub faults: FaultCounters,
     pub crc_errors: u64,
     pub elapsed: Duration,

@@ -116,6 +116,9 @@ pub struct Net {
     pub evil: HashMap<u16, EvilConn>,
     /// Frames for the attacker that were not TCP for a known connection.
     pub evil_stray: usize,
+    /// The attacker answers the server's FIN with its own (a kernel TCP would); when
+    /// false it never closes, leaving the server in FIN-WAIT-2.
+    pub evil_closes: bool,
     pub srv: Resources,
     /// The server's target region (Write/Read target of the good client).
     pub srv_region: Region,
@@ -177,6 +180,7 @@ impl Net {
             sw_client,
             evil: HashMap::new(),
             evil_stray: 0,
+            evil_closes: true,
             srv,
             srv_region,
             srv_recv,
@@ -403,7 +407,7 @@ impl Net {
         if ack_needed {
             // The attacker's stack closes its side once the server closed (FIN answered
             // with FIN), as a kernel TCP does when the application exits.
-            let fin_now = c.fin && !c.fin_sent;
+            let fin_now = c.fin && !c.fin_sent && self.evil_closes;
             let (snd, rcv) = (c.snd_nxt, c.rcv_nxt);
             let control = if fin_now {
                 c.fin_sent = true;
