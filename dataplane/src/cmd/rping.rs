@@ -213,6 +213,13 @@ impl Session {
             },
         );
         say!("{}", self.poll.handler().counters().summary());
+        let loop_counters = self.poll.counters(0);
+        let port = self.poll.ports()[0].stats();
+        say!(
+            "port-rx-dropped: {}\nport-tx-dropped: {}",
+            port.rx_dropped,
+            port.tx_dropped + loop_counters.tx_dropped
+        );
         r.map_err(CmdError::Runtime)
     }
 }
