@@ -251,9 +251,20 @@ impl RdmaHandler {
     pub fn disconnect(&mut self, id: ConnId) -> Result<(), CmError> {
         let e = self.conns.get_mut(&id).ok_or(CmError::NoConnection)?;
         e.closing = true;
-        if let Some(c) = self.engine.ulp_mut(id) {
-            c.close();
+        let qp = e.qp;
+        // VERBS-00 §6.2.2.2: RTS → Closing; the RNIC asks for the LLP close (CloseLlp).
+        let moved = self
+            .rnic
+            .0
+            .borrow_mut()
+            .modify_qp(qp, ModifyQp::to(QpState::Closing));
+        if moved.is_err() {
+            // Not in RTS (still negotiating): close the stream directly.
+            if let Some(c) = self.engine.ulp_mut(id) {
+                c.close();
+            }
         }
+        self.qp_actions();
         self.service(id);
         Ok(())
     }

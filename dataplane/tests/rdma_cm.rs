@@ -1,0 +1,192 @@
+//! Connection management the way rdma_cm users see it: private data both ways, reject
+//! with private data, graceful disconnect and abort, each reported to both sides.
+
+mod rdma_common;
+
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use dataplane::port::fault::FaultConfig;
+use dataplane::rdma::app::{all_rights, Resources};
+use dataplane::rdma::CmEvent;
+use iwarp::mpa::MpaConfig;
+use iwarp::verbs::{CompletionStatus, QpState, RecvWr};
+use rdma_common::*;
+
+struct Cm {
+    ls: Loop,
+    lc: Loop,
+    server: Vec<CmEvent>,
+    client: Vec<CmEvent>,
+}
+
+impl Cm {
+    fn new() -> Cm {
+        let (ls, lc) = pair(MpaConfig::default(), 1 << 20, FaultConfig::default());
+        Cm {
+            ls,
+            lc,
+            server: Vec::new(),
+            client: Vec::new(),
+        }
+    }
+
+    /// Runs both loops until `done`; `on_server` answers the server's events.
+    fn run(
+        &mut self,
+        mut on_server: impl FnMut(&mut Loop, &CmEvent),
+        mut done: impl FnMut(&Cm) -> bool,
+    ) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !done(self) {
+            assert!(
+                Instant::now() < end,
+                "server {:?}\nclient {:?}",
+                self.server,
+                self.client
+            );
+            let now = Instant::now();
+            self.ls.poll_once(now);
+            self.lc.poll_once(now);
+            while let Some(e) = self.ls.handler_mut().poll_cm_event() {
+                on_server(&mut self.ls, &e);
+                self.server.push(e);
+            }
+            while let Some(e) = self.lc.handler_mut().poll_cm_event() {
+                self.client.push(e);
+            }
+        }
+    }
+}
+
+fn established(v: &[CmEvent]) -> bool {
+    v.iter().any(|e| matches!(e, CmEvent::Established { .. }))
+}
+
+fn disconnected(v: &[CmEvent]) -> Option<bool> {
+    v.iter().find_map(|e| match e {
+        CmEvent::Disconnected { graceful, .. } => Some(*graceful),
+        _ => None,
+    })
+}
+
+fn connect(cm: &mut Cm) -> (tcp::ConnId, iwarp::verbs::QpId, Resources) {
+    let sres = Resources::new(cm.ls.handler(), 16, 8, 8, 4).unwrap();
+    let cres = Resources::new(cm.lc.handler(), 16, 8, 8, 4).unwrap();
+    let addr = SocketAddrV4::new(SERVER_IP, 6000);
+    cm.ls.handler_mut().listen(addr, sres.init).unwrap();
+    let (id, qp) = cm
+        .lc
+        .handler_mut()
+        .connect(CLIENT_IP, addr, cres.init, b"client-pd")
+        .unwrap();
+    (id, qp, cres)
+}
+
+// RFC 5044 §7.1: Request and Reply carry private data to the other ULP.
+#[test]
+fn private_data_both_ways_then_graceful_disconnect() {
+    let mut cm = Cm::new();
+    let (id, qp, _res) = connect(&mut cm);
+    cm.run(
+        |l, e| {
+            if let CmEvent::ConnectRequest {
+                id, private_data, ..
+            } = e
+            {
+                assert_eq!(private_data, b"client-pd");
+                l.handler_mut().accept(*id, b"server-pd").unwrap();
+            }
+        },
+        |cm| established(&cm.server) && established(&cm.client),
+    );
+    match &cm.client[0] {
+        CmEvent::Established { negotiated, .. } => {
+            assert_eq!(negotiated.private_data, b"server-pd")
+        }
+        e => panic!("{e:?}"),
+    }
+    // RFC 5040 §6.2: graceful close by the client; both sides see a graceful disconnect.
+    cm.lc.handler_mut().disconnect(id).unwrap();
+    cm.run(
+        |_, _| {},
+        |cm| disconnected(&cm.server).is_some() && disconnected(&cm.client).is_some(),
+    );
+    assert_eq!(disconnected(&cm.server), Some(true), "{:?}", cm.server);
+    assert_eq!(disconnected(&cm.client), Some(true), "{:?}", cm.client);
+    let state = cm
+        .lc
+        .handler()
+        .rnic()
+        .0
+        .borrow()
+        .query_qp(qp)
+        .unwrap()
+        .state;
+    assert_ne!(state, QpState::Rts);
+    assert_eq!(cm.lc.handler().live(), 0);
+    assert_eq!(cm.ls.handler().live(), 0);
+}
+
+// RFC 5044 §7.1: the responder rejects with private data; the initiator gets it.
+#[test]
+fn reject_with_private_data() {
+    let mut cm = Cm::new();
+    connect(&mut cm);
+    cm.run(
+        |l, e| {
+            if let CmEvent::ConnectRequest { id, .. } = e {
+                l.handler_mut().reject(*id, b"no room").unwrap();
+            }
+        },
+        |cm| {
+            cm.client
+                .iter()
+                .any(|e| matches!(e, CmEvent::Rejected { .. }))
+        },
+    );
+    match &cm.client[0] {
+        CmEvent::Rejected { private_data, .. } => assert_eq!(private_data, b"no room"),
+        e => panic!("{e:?}"),
+    }
+    assert!(!established(&cm.client));
+}
+
+// RFC 5040 §6.2.1: abortive close; posted receives are flushed, both sides report an
+// abnormal disconnect.
+#[test]
+fn abort_flushes_and_reports() {
+    let mut cm = Cm::new();
+    let (id, qp, mut res) = connect(&mut cm);
+    let buf = res.buffer(cm.lc.handler(), 4096, all_rights()).unwrap();
+    cm.lc
+        .handler()
+        .rnic()
+        .0
+        .borrow_mut()
+        .post_rq(
+            qp,
+            vec![RecvWr {
+                wr_id: 5,
+                sgl: vec![buf.sge(0, 64)],
+            }],
+        )
+        .unwrap();
+    cm.run(
+        |l, e| {
+            if let CmEvent::ConnectRequest { id, .. } = e {
+                l.handler_mut().accept(*id, &[]).unwrap();
+            }
+        },
+        |cm| established(&cm.server) && established(&cm.client),
+    );
+    cm.lc.handler_mut().abort(id).unwrap();
+    cm.run(
+        |_, _| {},
+        |cm| disconnected(&cm.server).is_some() && disconnected(&cm.client).is_some(),
+    );
+    assert_eq!(disconnected(&cm.server), Some(false), "{:?}", cm.server);
+    assert_eq!(disconnected(&cm.client), Some(false), "{:?}", cm.client);
+    let wc = res.poll_cq(cm.lc.handler()).expect("flushed receive");
+    assert_eq!((wc.wr_id, wc.status), (5, CompletionStatus::Flushed));
+}
