@@ -54,6 +54,10 @@ pub struct RdmaArgs {
     /// Most packets sent per poll-loop iteration.
     #[arg(long, value_name = "N", default_value_t = 128)]
     pub tx_per_poll: usize,
+    /// Initiator: milliseconds to hold the first FPDU after the MPA Reply (Linux siw 6.1
+    /// can stall on an FPDU that follows its Reply at once; 0 = send at once).
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    pub first_fpdu_delay_ms: u64,
     /// Give up after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub time_limit: Option<Duration>,
@@ -143,6 +147,7 @@ impl RdmaArgs {
                 rnic,
             );
             handler.set_tx_per_poll(self.tx_per_poll);
+            handler.set_first_fpdu_delay(Duration::from_millis(self.first_fpdu_delay_ms));
             let mut poll = PollLoop::new(handler, cfg.poll.burst);
             poll.add_port(
                 port,

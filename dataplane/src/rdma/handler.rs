@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use iwarp::conn::{ConnConfig, ConnEvent, Connection, LlpRequest, Shared};
 use iwarp::mpa::{MpaConfig, Negotiated};
@@ -141,6 +141,7 @@ pub struct RdmaHandler {
     events: VecDeque<CmEvent>,
     closed: RdmaCounters,
     tx_per_poll: usize,
+    first_fpdu_delay: Duration,
     channels: Vec<CoreEnd>,
 }
 
@@ -160,6 +161,7 @@ impl RdmaHandler {
             events: VecDeque::new(),
             closed: RdmaCounters::default(),
             tx_per_poll: TX_PER_POLL,
+            first_fpdu_delay: Duration::ZERO,
             channels: Vec::new(),
         }
     }
@@ -175,6 +177,13 @@ impl RdmaHandler {
     /// the next iterations).
     pub fn set_tx_per_poll(&mut self, n: usize) {
         self.tx_per_poll = n.max(1);
+    }
+
+    /// How long an initiator holds its first FPDU after the MPA Reply. Linux siw 6.1 as
+    /// responder can leave an FPDU that arrives right after its Reply unread (siwlab README);
+    /// 100 ms avoids that. Zero (the default) sends at once.
+    pub fn set_first_fpdu_delay(&mut self, delay: Duration) {
+        self.first_fpdu_delay = delay;
     }
 
     /// Serves an application on another thread: its WRs (from the ring) are posted on
@@ -312,6 +321,7 @@ impl RdmaHandler {
             pd: init.pd,
             stream: qp.stream(),
             rx_window: self.cfg.rx_window,
+            first_fpdu_delay: self.first_fpdu_delay,
             ..ConnConfig::new(mpa)
         }
     }
