@@ -11,6 +11,7 @@ use iwarp::verbs::channel::CoreEnd;
 use iwarp::verbs::{
     LlpAttach, LlpStreamHandle, ModifyQp, QpAction, QpId, QpInit, QpState, Rnic, VerbError,
 };
+use iwarp::wire::mpa::RtrTypes;
 use iwarp::wire::terminate::TerminateCause;
 use tcp::{CloseReason, ConnId, Engine, Event};
 
@@ -316,6 +317,22 @@ impl RdmaHandler {
         self.conns.len()
     }
 
+    /// MPA policy of accepted connections: peer-to-peer mode (RFC 6581) is accepted when an
+    /// initiator asks for it, with a zero-length Send or RDMA Write as RTR (Linux siw with
+    /// `peer_to_peer=1` offers Write and Read and takes Write), unless the configuration
+    /// chose its own RTR types.
+    fn responder_mpa(&self) -> MpaConfig {
+        let mut mpa = self.cfg.mpa.clone();
+        if mpa.p2p.is_none() && mpa.revision >= 2 {
+            mpa.p2p = Some(RtrTypes {
+                send: true,
+                write: true,
+                read: false,
+            });
+        }
+        mpa
+    }
+
     fn conn_config(&self, mpa: MpaConfig, init: &QpInit, qp: QpId) -> ConnConfig {
         ConnConfig {
             pd: init.pd,
@@ -534,7 +551,7 @@ impl RdmaHandler {
                             continue;
                         }
                     };
-                    let cfg = self.conn_config(self.cfg.mpa.clone(), &init, qp);
+                    let cfg = self.conn_config(self.responder_mpa(), &init, qp);
                     match Connection::responder(cfg, self.rnic.clone(), self.now) {
                         Ok(mut c) => {
                             c.pump_verbs(qp);
