@@ -129,7 +129,7 @@ fn run(link: &Link, server: &[&str], client: &[&str]) -> (String, String) {
         .args(server)
         .args(["--config", &link.server, "--heap", "--time-limit", "90"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(link._dir.path().join("server.err")).unwrap())
         .spawn()
         .unwrap();
     let stdout = srv.stdout.take().unwrap();
@@ -161,7 +161,11 @@ fn run(link: &Link, server: &[&str], client: &[&str]) -> (String, String) {
     reader.read_to_string(&mut rest).unwrap();
     let status = srv.0.wait().unwrap();
     let stext = head + &rest;
-    assert!(status.success(), "server failed: {stext}");
+    let serr = std::fs::read_to_string(link._dir.path().join("server.err")).unwrap_or_default();
+    assert!(
+        status.success(),
+        "server failed ({status}): {stext}\n{serr}"
+    );
     (stext, ctext)
 }
 
