@@ -9,7 +9,8 @@
 //!   reassembly store and hands every byte over through [`SegmentSink::on_in_order`].
 //!
 //! Both modes check every received byte against the sent pattern and exit non-zero on a
-//! mismatch or a short transfer.
+//! mismatch or a short transfer. With `both` the second run finds the allocator warm; run
+//! each mode in its own process (as `testbed/tcp-goodput` does) for a fair comparison.
 //!
 //!     cargo run --release -p tcp --example goodput -- [MiB] [loss-percent] [on|off|both]
 
@@ -239,7 +240,7 @@ fn main() -> ExitCode {
         let exact = r.mismatches == 0 && r.received == total as u64;
         ok &= exact;
         println!(
-            "hook {}: {mib} MiB in {:.3} s wall = {:.2} Gbit/s goodput (loss {:.2} %, {} retransmits, {} timeouts, {})",
+            "hook {}: {mib} MiB in {:.6} s wall = {:.2} Gbit/s goodput (loss {:.2} %, {} retransmits, {} timeouts, {})",
             if hook { "on " } else { "off" },
             r.secs,
             total as f64 * 8.0 / r.secs / 1e9,
