@@ -39,8 +39,9 @@ pub struct PortAddr {
 pub enum SendOutcome {
     /// Queued for transmission.
     Sent,
-    /// The next hop's MAC is unknown: an ARP request went out instead and the packet was
-    /// dropped (the sender's retransmission will find the neighbour).
+    /// The next hop's MAC is unknown: an ARP request went out and the packet is held until
+    /// the reply arrives (one packet per port; a newer one replaces it). While one is held,
+    /// the loop repeats the request once per interval.
     Unresolved,
     /// No route: the destination is off-link and no gateway is configured.
     NoRoute,
@@ -118,6 +119,7 @@ pub struct PortContext<'a, P: Port> {
     arp: &'a mut ArpCache,
     addr: PortAddr,
     spare: &'a mut Option<P::Buf>,
+    held: &'a mut Option<(Ipv4Addr, P::Buf)>,
     counters: &'a mut LoopCounters,
     now: Instant,
 }
@@ -177,6 +179,11 @@ impl<P: Port> PortContext<'_, P> {
             self.counters.unresolved += 1;
             return Some(SendOutcome::NoRoute);
         };
+        let own = self.port.info().mac;
+        let frame = buf.as_mut();
+        frame[6..12].copy_from_slice(&own);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        buf.truncate(ETH_HLEN + len.min(full - ETH_HLEN));
         let mac = if hop.is_broadcast() {
             Some([0xff; 6])
         } else {
@@ -184,16 +191,28 @@ impl<P: Port> PortContext<'_, P> {
         };
         let Some(mac) = mac else {
             self.counters.unresolved += 1;
+            *self.held = Some((hop, buf));
             return Some(SendOutcome::Unresolved);
         };
-        let own = self.port.info().mac;
-        let frame = buf.as_mut();
-        frame[0..6].copy_from_slice(&mac);
-        frame[6..12].copy_from_slice(&own);
-        frame[12..14].copy_from_slice(&[0x08, 0x00]);
-        buf.truncate(ETH_HLEN + len.min(full - ETH_HLEN));
+        buf.as_mut()[0..6].copy_from_slice(&mac);
         self.send(buf);
         Some(SendOutcome::Sent)
+    }
+
+    /// Sends the packet held for an unresolved neighbour once its MAC is known; until then
+    /// repeats the ARP request (rate-limited by [`PortContext::resolve`]), so a request or
+    /// reply lost (e.g. while the link comes up) does not wait for the sender's next
+    /// retransmission.
+    fn flush_held(&mut self) {
+        let Some(ip) = self.held.as_ref().map(|(ip, _)| *ip) else {
+            return;
+        };
+        if let Some(mac) = self.resolve(ip) {
+            if let Some((_, mut buf)) = self.held.take() {
+                buf.as_mut()[0..6].copy_from_slice(&mac);
+                self.send(buf);
+            }
+        }
     }
 
     /// A transmit buffer of `len` bytes, or `None` when the pool is exhausted (counted).
@@ -272,6 +291,7 @@ struct PortSlot<B> {
     addr: PortAddr,
     arp: ArpCache,
     spare: Option<B>,
+    held: Option<(Ipv4Addr, B)>,
     counters: LoopCounters,
 }
 
@@ -318,6 +338,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             addr,
             arp: ArpCache::new(),
             spare: None,
+            held: None,
             counters: LoopCounters::default(),
         });
         self.ports.len() - 1
@@ -404,6 +425,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             arp: &mut slot.arp,
             addr: slot.addr,
             spare: &mut slot.spare,
+            held: &mut slot.held,
             counters: &mut slot.counters,
             now,
         };
@@ -422,6 +444,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 _ => {}
             }
         }
+        ctx.flush_held();
         self.handler.poll(&mut ctx, now);
         if n > 0 {
             let t2 = Instant::now();
@@ -807,15 +830,56 @@ mod tests {
             [Some(SendOutcome::Sent), Some(SendOutcome::Sent)]
         );
         let out = recv(&mut peer);
-        assert_eq!(out.len(), 2);
-        assert_eq!(&out[0][0..6], &PEER_MAC);
-        assert_eq!(&out[1][0..6], &gw_mac, "off-link goes to the gateway's MAC");
+        // First the packet held since the first poll (the later of the two unresolved
+        // ones: one is held per port), then the two new ones.
+        assert_eq!(out.len(), 3);
+        assert_eq!(&out[0][0..6], &gw_mac, "the held packet, to the gateway");
+        assert_eq!(&out[0][30..34], &off_link.octets());
+        assert_eq!(&out[1][0..6], &PEER_MAC);
+        assert_eq!(&out[2][0..6], &gw_mac, "off-link goes to the gateway's MAC");
         for f in &out {
             assert_eq!(f.len(), 14 + 20);
             assert_eq!(&f[6..12], &DP_MAC);
             assert_eq!(&f[12..14], &[0x08, 0x00]);
         }
-        assert_eq!(&out[1][30..34], &off_link.octets());
+        assert_eq!(&out[2][30..34], &off_link.octets());
+    }
+
+    #[test]
+    fn unresolved_packet_is_held_and_arp_repeated_until_reply() {
+        let (mut l, mut peer) = setup(Sender {
+            dsts: vec![PEER_IP],
+            ..Sender::default()
+        });
+        let t0 = Instant::now();
+        l.poll_once(t0);
+        l.handler_mut().dsts.clear();
+        assert_eq!(l.handler().outcomes, [Some(SendOutcome::Unresolved)]);
+        assert_eq!(
+            recv(&mut peer).len(),
+            1,
+            "the first ARP request (lost, say)"
+        );
+        // No more traffic from the handler: the loop repeats the request once per interval.
+        l.poll_once(t0 + arp::REQUEST_INTERVAL / 2);
+        assert!(recv(&mut peer).is_empty());
+        l.poll_once(t0 + arp::REQUEST_INTERVAL);
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0][12..14], &[0x08, 0x06]);
+        assert_eq!(&out[0][38..42], &PEER_IP.octets());
+        assert_eq!(l.counters(0).arp_requests, 2);
+        // The reply releases the held packet without the handler sending again.
+        send(&mut peer, &arp_reply_from(PEER_IP, PEER_MAC));
+        l.poll_once(t0 + arp::REQUEST_INTERVAL);
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0][0..6], &PEER_MAC);
+        assert_eq!(&out[0][6..12], &DP_MAC);
+        assert_eq!(&out[0][12..14], &[0x08, 0x00]);
+        assert_eq!(&out[0][30..34], &PEER_IP.octets());
+        l.poll_once(t0 + 3 * arp::REQUEST_INTERVAL);
+        assert!(recv(&mut peer).is_empty(), "nothing held any more");
     }
 
     #[test]
