@@ -183,7 +183,7 @@ fn parse_pcapng(bytes: &[u8]) -> Result<Vec<Packet>, PcapError> {
             what: "pcapng block",
             offset: off,
         })? as usize;
-        if blen < 12 || blen % 4 != 0 {
+        if blen < 12 || !blen.is_multiple_of(4) {
             return Err(PcapError::BadBlock {
                 offset: off,
                 why: "bad block length",

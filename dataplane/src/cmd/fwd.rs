@@ -166,7 +166,7 @@ impl Run<'_> {
         let mut iter: u32 = 0;
         loop {
             iter = iter.wrapping_add(1);
-            if iter % 1024 == 0 {
+            if iter.is_multiple_of(1024) {
                 let now = Instant::now();
                 if self.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| now >= d) {
                     break;

@@ -82,7 +82,7 @@ impl FromStr for Rate {
 
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 % 10_000 == 0 {
+        if self.0.is_multiple_of(10_000) {
             write!(f, "{}%", self.0 / 10_000)
         } else {
             write!(f, "{}ppm", self.0)

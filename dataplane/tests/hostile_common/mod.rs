@@ -639,7 +639,7 @@ pub fn mpa_request(bits: u16, pd: &[u8]) -> Vec<u8> {
 pub fn fpdu(ulpdu: &[u8]) -> Vec<u8> {
     let mut v = (ulpdu.len() as u16).to_be_bytes().to_vec();
     v.extend_from_slice(ulpdu);
-    while v.len() % 4 != 0 {
+    while !v.len().is_multiple_of(4) {
         v.push(0);
     }
     let crc = crc32c(&v);

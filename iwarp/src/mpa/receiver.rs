@@ -678,7 +678,7 @@ impl Receiver {
             let mk = Marker::parse(&payload[(m - s) as usize..]).ok()?;
             let ptr = mk.fpduptr as u64;
             // FPDU boundaries are 4-aligned relative to the start (RFC 5044 §4.1, §5).
-            if ptr <= m && m - ptr >= s && (m - ptr) % 4 == 0 {
+            if ptr <= m && m - ptr >= s && (m - ptr).is_multiple_of(4) {
                 return Some(m - ptr);
             }
             m += markers::MARKER_INTERVAL as u64;
