@@ -119,6 +119,11 @@ pub struct Stats {
     pub syn_backlog_drops: u64,
     /// RSTs sent for segments to no connection.
     pub resets_sent: u64,
+    /// Segments retransmitted by every connection, live and removed, SYN and SYN-ACK
+    /// included (half-open connections that never reached the ULP too).
+    pub retransmits: u64,
+    /// Retransmission timeouts of every connection, live and removed.
+    pub timeouts: u64,
 }
 
 #[derive(Debug)]
@@ -208,9 +213,15 @@ impl<U: Ulp> Engine<U> {
         &self.cfg
     }
 
-    /// Counters.
+    /// Counters (the loss counters summed over the connections in the table: O(n)).
     pub fn stats(&self) -> Stats {
-        self.stats
+        let mut s = self.stats;
+        for c in self.slots.iter().flatten() {
+            let (retransmits, timeouts) = c.tcb.loss_counters();
+            s.retransmits += retransmits;
+            s.timeouts += timeouts;
+        }
+        s
     }
 
     /// Connections in the table, in any state (TIME-WAIT and half-open included).
@@ -457,6 +468,9 @@ impl<U: Ulp> Engine<U> {
         self.generations[id.index as usize] = c.generation.wrapping_add(1);
         self.free.push(id.index);
         self.live -= 1;
+        let (retransmits, timeouts) = c.tcb.loss_counters();
+        self.stats.retransmits += retransmits;
+        self.stats.timeouts += timeouts;
         self.by_tuple.remove(&FourTuple {
             local: c.tcb.local,
             remote: c.tcb.remote,

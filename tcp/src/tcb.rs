@@ -108,9 +108,9 @@ pub struct ConnInfo {
     pub rx_ranges: usize,
     /// Bytes copied into the reassembly store.
     pub rx_stored: usize,
-    /// Segments retransmitted.
+    /// Segments retransmitted, SYN and SYN-ACK included.
     pub retransmits: u64,
-    /// Retransmission timeouts.
+    /// Retransmission timeouts, those of the SYN and SYN-ACK included.
     pub timeouts: u64,
     /// Fast-recovery episodes.
     pub recoveries: u64,
@@ -169,6 +169,7 @@ pub(crate) struct Tcb {
     finwait2_deadline: Option<Instant>,
 
     send_syn: bool,
+    syn_emitted: bool,
     ack_now: bool,
     send_probe: bool,
     segs_unacked: u32,
@@ -250,6 +251,7 @@ impl Tcb {
             timewait_deadline: None,
             finwait2_deadline: None,
             send_syn: true,
+            syn_emitted: false,
             ack_now: false,
             send_probe: false,
             segs_unacked: 0,
@@ -331,6 +333,11 @@ impl Tcb {
             timeouts: self.timeouts,
             recoveries: self.recoveries,
         }
+    }
+
+    /// Segments retransmitted and retransmission timeouts so far.
+    pub(crate) fn loss_counters(&self) -> (u64, u64) {
+        (self.retransmits, self.timeouts)
     }
 
     /// Sequence number of the next new byte (for RSTs on abort).
@@ -934,6 +941,7 @@ impl Tcb {
         match self.state {
             State::SynSent | State::SynReceived => {
                 self.syn_retries += 1;
+                self.timeouts += 1;
                 let limit = if self.state == State::SynSent {
                     cfg.syn_retries
                 } else {
@@ -1134,6 +1142,11 @@ impl Tcb {
                     if self.syn_retries == 0 {
                         self.syn_sent_at = now;
                     }
+                    // Every SYN or SYN-ACK after the first carries the same ISS again.
+                    if self.syn_emitted {
+                        self.retransmits += 1;
+                    }
+                    self.syn_emitted = true;
                     self.rtx_deadline = Some(now + self.rtt.rto());
                     let hdr = self.header(now, cfg, sink_wnd, TcpControl::Syn, self.iss);
                     return write_packet(buf, cfg, self.local, self.remote, &hdr, &[]);

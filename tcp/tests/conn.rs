@@ -525,3 +525,88 @@ fn abort_sends_rst() {
         })
     ));
 }
+
+// RFC 9293 §3.8.1 / RFC 6298 §5.5 (and RFC 6298 §5.7 for the SYN): a SYN that draws no
+// answer is retransmitted with the same ISS on each backed-off timeout; every retransmission
+// and timeout is counted, per connection and in the engine totals, which survive the
+// connection's removal when it finally gives up.
+#[test]
+fn unanswered_syn_is_retransmitted_and_counted() {
+    let cfg = Config {
+        syn_retries: 3,
+        ..test_config()
+    };
+    let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(cfg);
+    let mut now = Instant::from_millis(1);
+    let c = e
+        .connect(now, a_addr(0), b_addr(), StreamSocket::new(100, 100))
+        .unwrap();
+    let first = drain(&mut e, now);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].control, TcpControl::Syn);
+    let iss = first[0].seq;
+    assert_eq!(e.info(c).unwrap().retransmits, 0);
+    let mut syns = 0;
+    for round in 1..=3u64 {
+        now = e.poll_timeout().expect("SYN retransmission timer armed");
+        e.handle_timeout(now);
+        let out = drain(&mut e, now);
+        assert_eq!(out.len(), 1, "one SYN per timeout");
+        assert_eq!((out[0].control, out[0].seq), (TcpControl::Syn, iss));
+        syns += 1;
+        let info = e.info(c).unwrap();
+        assert_eq!((info.retransmits, info.timeouts), (round, round));
+        let stats = e.stats();
+        assert_eq!((stats.retransmits, stats.timeouts), (round, round));
+    }
+    // The fourth timeout exceeds syn_retries: the connection is given up.
+    now = e.poll_timeout().expect("last timer");
+    e.handle_timeout(now);
+    assert!(drain(&mut e, now).is_empty());
+    let mut reason = None;
+    while let Some(ev) = e.poll_event() {
+        if let Event::Closed { reason: r, .. } = ev {
+            reason = Some(r);
+        }
+    }
+    assert_eq!(reason, Some(CloseReason::TimedOut));
+    assert_eq!(e.connection_count(), 0);
+    let stats = e.stats();
+    assert_eq!(stats.retransmits, syns);
+    assert_eq!(
+        stats.timeouts,
+        syns + 1,
+        "the giving-up timeout is counted too"
+    );
+}
+
+// RFC 9293 §3.10.7.2: a SYN-ACK that is never acknowledged is retransmitted on timeout, and
+// again when the peer's SYN is retransmitted; both count as retransmissions, in the engine
+// totals, also for a half-open connection no application ever saw.
+#[test]
+fn unanswered_syn_ack_is_retransmitted_and_counted() {
+    let mut p = RawPeer::new(Config {
+        synack_retries: 2,
+        ..test_config()
+    });
+    let syn = Seg::new(p.me, b_addr(), TcpControl::Syn, p.snd, None);
+    let out = p.send(&syn);
+    assert_eq!(out[0].control, TcpControl::Syn);
+    assert_eq!(p.e.stats().retransmits, 0);
+    // The peer's SYN again: the SYN-ACK is repeated.
+    let out = p.send(&syn);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::Syn);
+    assert_eq!((p.e.stats().retransmits, p.e.stats().timeouts), (1, 0));
+    let t = p.e.poll_timeout().expect("SYN-ACK timer");
+    let out = p.advance(t.saturating_since(p.now));
+    assert_eq!(out[0].control, TcpControl::Syn);
+    assert_eq!((p.e.stats().retransmits, p.e.stats().timeouts), (2, 1));
+    let t = p.e.poll_timeout().expect("SYN-ACK timer");
+    let out = p.advance(t.saturating_since(p.now));
+    assert_eq!(out[0].control, TcpControl::Syn);
+    let t = p.e.poll_timeout().expect("SYN-ACK timer");
+    assert!(p.advance(t.saturating_since(p.now)).is_empty());
+    assert_eq!(p.e.connection_count(), 0);
+    assert_eq!((p.e.stats().retransmits, p.e.stats().timeouts), (3, 3));
+}

@@ -125,8 +125,6 @@ struct Entry {
     /// The application knows the QP (its own connect, or a ConnectRequest was reported);
     /// QPs it never saw are destroyed by the handler when the connection closes.
     announced: bool,
-    /// TCP retransmissions and timeouts seen so far.
-    tcp: (u64, u64),
 }
 
 /// The iWARP side of a poll core: owns the TCP engine, the connections and the RNIC.
@@ -304,11 +302,12 @@ impl RdmaHandler {
             if let Some(conn) = self.engine.ulp(*id) {
                 c.add(&conn.stats());
             }
-            if let Some(e) = self.conns.get(id) {
-                c.tcp_retransmits += e.tcp.0;
-                c.tcp_timeouts += e.tcp.1;
-            }
         }
+        // The engine's totals cover SYN and SYN-ACK retransmissions and connections that
+        // never reached the handler (half-open ones, failed connects).
+        let tcp = self.engine.stats();
+        c.tcp_retransmits = tcp.retransmits;
+        c.tcp_timeouts = tcp.timeouts;
         c
     }
 
@@ -354,7 +353,6 @@ impl RdmaHandler {
                 tcp_close_sent: false,
                 aborted: false,
                 announced,
-                tcp: (0, 0),
             },
         );
         self.order.push(id);
@@ -410,10 +408,6 @@ impl RdmaHandler {
                     let _ = self.engine.abort(id);
                 }
             }
-        }
-        let info = self.engine.info(id).map(|i| (i.retransmits, i.timeouts));
-        if let (Some(info), Some(e)) = (info, self.conns.get_mut(&id)) {
-            e.tcp = info;
         }
         if drained && self.conns.get(&id).is_some_and(|e| e.closing) {
             self.close_tcp(id);
@@ -591,8 +585,6 @@ impl RdmaHandler {
                     };
                     self.order.retain(|c| *c != conn);
                     let qp = entry.qp;
-                    self.closed.tcp_retransmits += entry.tcp.0;
-                    self.closed.tcp_timeouts += entry.tcp.1;
                     let mut graceful = reason == CloseReason::Normal && !entry.aborted;
                     if let Some(mut c) = ulp {
                         if reason != CloseReason::Normal {
