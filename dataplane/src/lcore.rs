@@ -41,11 +41,17 @@ pub enum SendOutcome {
     Sent,
     /// The next hop's MAC is unknown: an ARP request went out and the packet is held until
     /// the reply arrives (one packet per port; a newer one replaces it). While one is held,
-    /// the loop repeats the request once per interval.
+    /// the loop repeats the request once per interval, [`ARP_ATTEMPTS`] requests in all;
+    /// then the packet is dropped and counted in [`LoopCounters::arp_failures`].
     Unresolved,
     /// No route: the destination is off-link and no gateway is configured.
     NoRoute,
 }
+
+/// ARP requests sent for a held packet before it is dropped: resolution gives up
+/// `ARP_ATTEMPTS` × [`arp::REQUEST_INTERVAL`] after the first request (Linux's default of
+/// three multicast solicitations a second apart).
+pub const ARP_ATTEMPTS: u32 = 3;
 
 /// Number of frame classes counted.
 pub const CLASS_COUNT: usize = FrameClass::ALL.len();
@@ -73,8 +79,12 @@ pub struct LoopCounters {
     pub tx_dropped: u64,
     /// Replies not sent because no transmit buffer could be allocated.
     pub alloc_failures: u64,
-    /// Packets dropped by `send_ipv4` for want of a neighbour's MAC or a route.
+    /// Packets `send_ipv4` could not send at once for want of a neighbour's MAC (held) or
+    /// of a route (dropped).
     pub unresolved: u64,
+    /// Held packets dropped because their next hop did not answer [`ARP_ATTEMPTS`]
+    /// requests.
+    pub arp_failures: u64,
     /// Iterations that received at least one frame.
     pub busy_polls: u64,
     /// Nanoseconds spent in receive bursts that returned frames.
@@ -119,7 +129,7 @@ pub struct PortContext<'a, P: Port> {
     arp: &'a mut ArpCache,
     addr: PortAddr,
     spare: &'a mut Option<P::Buf>,
-    held: &'a mut Option<(Ipv4Addr, P::Buf)>,
+    held: &'a mut Option<Held<P::Buf>>,
     counters: &'a mut LoopCounters,
     now: Instant,
 }
@@ -191,7 +201,13 @@ impl<P: Port> PortContext<'_, P> {
         };
         let Some(mac) = mac else {
             self.counters.unresolved += 1;
-            *self.held = Some((hop, buf));
+            // A newer packet to the same neighbour replaces the held one but not the time
+            // resolution started.
+            let since = match self.held.as_ref() {
+                Some(h) if h.hop == hop => h.since,
+                _ => self.now,
+            };
+            *self.held = Some(Held { hop, buf, since });
             return Some(SendOutcome::Unresolved);
         };
         buf.as_mut()[0..6].copy_from_slice(&mac);
@@ -202,17 +218,33 @@ impl<P: Port> PortContext<'_, P> {
     /// Sends the packet held for an unresolved neighbour once its MAC is known; until then
     /// repeats the ARP request (rate-limited by [`PortContext::resolve`]), so a request or
     /// reply lost (e.g. while the link comes up) does not wait for the sender's next
-    /// retransmission.
+    /// retransmission. After [`ARP_ATTEMPTS`] unanswered requests the packet is dropped
+    /// (counted; logged once per port): the neighbour is gone, and the sender's own
+    /// retransmission starts a new resolution.
     fn flush_held(&mut self) {
-        let Some(ip) = self.held.as_ref().map(|(ip, _)| *ip) else {
+        let Some((hop, since)) = self.held.as_ref().map(|h| (h.hop, h.since)) else {
             return;
         };
-        if let Some(mac) = self.resolve(ip) {
-            if let Some((_, mut buf)) = self.held.take() {
-                buf.as_mut()[0..6].copy_from_slice(&mac);
-                self.send(buf);
+        if let Some(mac) = self.arp.lookup(hop, self.now) {
+            if let Some(mut h) = self.held.take() {
+                h.buf.as_mut()[0..6].copy_from_slice(&mac);
+                self.send(h.buf);
             }
+            return;
         }
+        if self.now.saturating_duration_since(since) >= arp::REQUEST_INTERVAL * ARP_ATTEMPTS {
+            *self.held = None;
+            self.counters.arp_failures += 1;
+            if self.counters.arp_failures == 1 {
+                log::warn!(
+                    "port {}: no ARP reply from {hop} after {ARP_ATTEMPTS} requests; \
+                     dropping the packet held for it (later failures are counted only)",
+                    self.port.info().name
+                );
+            }
+            return;
+        }
+        self.resolve(hop);
     }
 
     /// A transmit buffer of `len` bytes, or `None` when the pool is exhausted (counted).
@@ -284,6 +316,15 @@ impl<P: Port> Handler<P> for NoHandler {
     }
 }
 
+/// A packet waiting for its next hop's MAC.
+#[derive(Debug)]
+struct Held<B> {
+    hop: Ipv4Addr,
+    buf: B,
+    /// When resolution of `hop` started (the first packet held for it).
+    since: Instant,
+}
+
 /// Per-port state of the loop.
 #[derive(Debug)]
 struct PortSlot<B> {
@@ -291,7 +332,7 @@ struct PortSlot<B> {
     addr: PortAddr,
     arp: ArpCache,
     spare: Option<B>,
-    held: Option<(Ipv4Addr, B)>,
+    held: Option<Held<B>>,
     counters: LoopCounters,
 }
 
@@ -880,6 +921,47 @@ mod tests {
         assert_eq!(&out[0][30..34], &PEER_IP.octets());
         l.poll_once(t0 + 3 * arp::REQUEST_INTERVAL);
         assert!(recv(&mut peer).is_empty(), "nothing held any more");
+    }
+
+    #[test]
+    fn unresolved_packet_is_dropped_after_arp_attempts() {
+        let (mut l, mut peer) = setup(Sender {
+            dsts: vec![PEER_IP],
+            ..Sender::default()
+        });
+        let t0 = Instant::now();
+        l.poll_once(t0);
+        l.handler_mut().dsts.clear();
+        assert_eq!(l.handler().outcomes, [Some(SendOutcome::Unresolved)]);
+        // RFC 826 gives no retry policy; ours: ARP_ATTEMPTS requests a second apart.
+        let mut requests = recv(&mut peer).len();
+        for k in 1..ARP_ATTEMPTS {
+            l.poll_once(t0 + arp::REQUEST_INTERVAL * k);
+            requests += recv(&mut peer).len();
+            assert_eq!(l.counters(0).arp_failures, 0, "still trying after {k} s");
+        }
+        assert_eq!(requests, ARP_ATTEMPTS as usize);
+        // No reply within an interval of the last request: the packet is dropped, once.
+        l.poll_once(t0 + arp::REQUEST_INTERVAL * ARP_ATTEMPTS);
+        assert!(recv(&mut peer).is_empty(), "no further request");
+        let c = l.counters(0);
+        assert_eq!(
+            (c.arp_failures, c.arp_requests),
+            (1, u64::from(ARP_ATTEMPTS))
+        );
+        l.poll_once(t0 + arp::REQUEST_INTERVAL * (ARP_ATTEMPTS + 5));
+        assert!(recv(&mut peer).is_empty(), "nothing held any more");
+        assert_eq!(l.counters(0).arp_failures, 1);
+        // A late reply sends nothing: the packet is gone.
+        send(&mut peer, &arp_reply_from(PEER_IP, PEER_MAC));
+        l.poll_once(t0 + arp::REQUEST_INTERVAL * (ARP_ATTEMPTS + 5));
+        assert!(recv(&mut peer).is_empty());
+        // The sender's next packet to the neighbour starts over, and now goes out.
+        l.handler_mut().dsts.push(PEER_IP);
+        l.poll_once(t0 + arp::REQUEST_INTERVAL * (ARP_ATTEMPTS + 6));
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0][0..6], &PEER_MAC);
     }
 
     #[test]
