@@ -15,7 +15,13 @@ const MEM: usize = 8 << 20;
 
 /// Returns FPDUs placed ahead, tagged octets left to TCP, octets placed ahead, and the most
 /// octets TCP's reassembly store held at once (sampled after every event).
-fn run(seed: u64, crc: bool, link: LinkConfig) -> (u64, u64, u64, usize) {
+/// `writes` gives the Write sizes from the ULPDU payload of a full tagged FPDU.
+fn run(
+    seed: u64,
+    crc: bool,
+    link: LinkConfig,
+    writes: impl Fn(u32) -> Vec<u32>,
+) -> (u64, u64, u64, usize) {
     let mpa = MpaConfig {
         want_markers: true,
         accept_markers: true,
@@ -42,27 +48,34 @@ fn run(seed: u64, crc: bool, link: LinkConfig) -> (u64, u64, u64, usize) {
     let src = pattern(2 << 20, seed);
     s.conn(Side::A).unwrap().memory_mut().bytes_mut()[..2 << 20].copy_from_slice(&src);
     s.conn(Side::B).unwrap().memory_mut().bytes_mut()[..2 << 20].copy_from_slice(&src);
-    // Whole-segment messages: every tagged FPDU fills a TCP segment and so holds a marker.
+    // Writes of the given sizes, back to back, then one Read of as much: a message that is
+    // not a multiple of the MULPDU ends with a short FPDU that may carry no marker, and
+    // units of whole FPDUs can start with one.
     let per_fpdu = s.conn(Side::A).unwrap().mulpdu() as u32 - 14;
-    let len = per_fpdu * 700;
+    let writes = writes(per_fpdu);
+    let mut to = 0u32;
     let a = s.conn(Side::A).unwrap();
-    a.post_send(SendWr::new(
-        1,
-        SendOp::Write {
-            sgl: vec![Sge {
-                stag: sa,
-                to: 0,
-                len,
-            }],
-            remote: RemoteBuf {
-                stag: sb,
-                to: 4 << 20,
+    for (i, &len) in writes.iter().enumerate() {
+        a.post_send(SendWr::new(
+            1 + i as u64,
+            SendOp::Write {
+                sgl: vec![Sge {
+                    stag: sa,
+                    to: u64::from(to),
+                    len,
+                }],
+                remote: RemoteBuf {
+                    stag: sb,
+                    to: (4 << 20) + u64::from(to),
+                },
             },
-        },
-    ))
-    .unwrap();
+        ))
+        .unwrap();
+        to += len;
+    }
+    let len = to;
     a.post_send(SendWr::new(
-        2,
+        0,
         SendOp::Read {
             sink: RemoteBuf {
                 stag: sa,
@@ -78,7 +91,7 @@ fn run(seed: u64, crc: bool, link: LinkConfig) -> (u64, u64, u64, usize) {
         while let Some(c) = s.conn(Side::A).unwrap().poll_completion() {
             done.push(c);
         }
-        done.len() == 2
+        done.len() == writes.len() + 1
     });
     assert!(ok, "{done:?}");
     assert!(done.iter().all(|c| c.status == CompletionStatus::Success));
@@ -99,7 +112,8 @@ fn run(seed: u64, crc: bool, link: LinkConfig) -> (u64, u64, u64, usize) {
     )
 }
 
-// RFC 5044 §5: with markers a receiver locates FPDUs in any segment.
+// RFC 5044 §5: with markers a receiver locates FPDUs in any segment (here: every tagged
+// FPDU fills a TCP segment and so holds a marker).
 #[test]
 fn markers_reordering_places_ahead_and_holds_no_tagged_data() {
     for (seed, crc) in [(1, true), (2, false), (3, true)] {
@@ -108,7 +122,8 @@ fn markers_reordering_places_ahead_and_holds_no_tagged_data() {
             reorder_extra: Duration::from_micros(80),
             ..LinkConfig::default()
         };
-        let (placed, tagged_held, bytes, tcp_held) = run(seed, crc, link);
+        let (placed, tagged_held, bytes, tcp_held) =
+            run(seed, crc, link, |per_fpdu| vec![per_fpdu * 700]);
         assert!(placed > 50, "seed {seed}: only {placed} FPDUs placed ahead");
         assert!(bytes > 50 * 1000);
         assert_eq!(tagged_held, 0, "seed {seed}: tagged bytes left to TCP");
@@ -128,8 +143,34 @@ fn markers_lossy_link_places_ahead_and_holds_no_tagged_data() {
             duplicate: 0.02,
             ..LinkConfig::default()
         };
-        let (placed, tagged_held, _, tcp_held) = run(seed, crc, link);
+        let (placed, tagged_held, _, tcp_held) =
+            run(seed, crc, link, |per_fpdu| vec![per_fpdu * 700]);
         assert!(placed > 20, "seed {seed}: only {placed} FPDUs placed ahead");
+        assert_eq!(tagged_held, 0, "seed {seed}: tagged bytes left to TCP");
+        assert!(tcp_held <= 52, "seed {seed}: TCP held {tcp_held} octets");
+    }
+}
+
+// RFC 5044 §5, §6.1: 64 KiB Writes (as `dataplane perf write` sends them) end with a short
+// FPDU, and odd sizes give short FPDUs that carry no marker at all; the sender is
+// FPDU-aligned, so every segment starts with an FPDU and everything is placed ahead: no
+// tagged octet is left to TCP, with or without CRC.
+#[test]
+fn markers_reordering_short_fpdus_hold_no_tagged_data() {
+    for (seed, crc) in [(6, true), (7, false), (8, true)] {
+        let link = LinkConfig {
+            reorder: 0.3,
+            reorder_extra: Duration::from_micros(80),
+            loss: 0.01,
+            ..LinkConfig::default()
+        };
+        let (placed, tagged_held, _, tcp_held) = run(seed, crc, link, |_| {
+            let mut w = vec![65_536; 12];
+            w.extend([100, 300, 1_000, 70, 65_536, 333, 65_536]);
+            w.extend(vec![65_536; 8]);
+            w
+        });
+        assert!(placed > 50, "seed {seed}: only {placed} FPDUs placed ahead");
         assert_eq!(tagged_held, 0, "seed {seed}: tagged bytes left to TCP");
         assert!(tcp_held <= 52, "seed {seed}: TCP held {tcp_held} octets");
     }

@@ -117,6 +117,9 @@ impl Consumed {
     }
 }
 
+/// A whole FPDU found ahead: boundary, first ULPDU_Length octet, end, ULPDU length.
+type Found = (u64, u64, u64, usize);
+
 /// Problems with a candidate FPDU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -589,44 +592,11 @@ impl Receiver {
                 _ => {}
             }
         }
-        let Some(first_boundary) = self.locate(s, payload) else {
+        let Some((first_boundary, found, b)) = self.locate_chain(s, payload, floor) else {
             return Consumed::NONE;
         };
         if first_boundary < floor {
             return Consumed::NONE;
-        }
-        // Chain whole FPDUs from the located boundary.
-        let mut found: Vec<(u64, u64, u64, usize)> = Vec::new(); // boundary, first, end, len
-        let mut b = first_boundary;
-        while b < end {
-            let mut first = b;
-            let mut lead = [0u8; 4];
-            if let Some(sp) = self.spacing {
-                if sp.is_marker_at(self.seq(b)) {
-                    let off = (b - s) as usize;
-                    if b + MARKER_LEN as u64 > end {
-                        break;
-                    }
-                    match Marker::parse(&payload[off..]) {
-                        Ok(m) if m.fpduptr == 0 => first = b + MARKER_LEN as u64,
-                        _ => break,
-                    }
-                    lead.copy_from_slice(&payload[off..off + MARKER_LEN]);
-                }
-            }
-            let off = (first - s) as usize;
-            match self.examine(first, b, &lead, &payload[off..]) {
-                Ok(Examined::Whole { span, ulpdu_len }) => {
-                    let fend = first + span as u64;
-                    if !self.cfg.crc && !self.plausible(first, &payload[off..off + span], ulpdu_len)
-                    {
-                        break;
-                    }
-                    found.push((b, first, fend, ulpdu_len));
-                    b = fend;
-                }
-                _ => break,
-            }
         }
         if found.is_empty() {
             return Consumed::NONE;
@@ -665,6 +635,81 @@ impl Receiver {
             start: (first_boundary - s) as usize,
             end: (b - s) as usize,
         }
+    }
+
+    /// The whole FPDUs of the segment at `s` and where their chain starts and ends (no
+    /// boundary below `floor`).
+    ///
+    /// With markers the chain starts at the boundary the first marker of the segment points
+    /// to, or at the segment's start when a chain from there is confirmed: FPDU-aligned
+    /// senders (RFC 5044 §6.1) start every segment with an FPDU, and the FPDUs in front of
+    /// the first marker (short ones carry none) are then placed too. The start is
+    /// confirmed when its chain runs into the marker-located boundary, or, in a segment
+    /// without a marker, by the CRC (without CRC: when plausible FPDUs tile the segment
+    /// exactly, as without markers).
+    ///
+    /// What cannot be placed and is left to TCP: octets of an FPDU whose ULPDU_Length is
+    /// in another segment (a segment starting inside an FPDU, from a sender that is not
+    /// FPDU-aligned or a segment cut by a middlebox or a window trim), and an FPDU that
+    /// continues into the next segment. The marker in such a piece does point back to its
+    /// header, but the CRC covers the whole FPDU and must match before any of it reaches
+    /// DDP (RFC 5044 §6.5, §8), so the pieces would have to be held until complete either
+    /// way: TCP's reassembly store does that.
+    fn locate_chain(&self, s: u64, payload: &[u8], floor: u64) -> Option<(u64, Vec<Found>, u64)> {
+        let marked = self.locate(s, payload);
+        if self.spacing.is_some() && marked != Some(s) && s >= floor {
+            let (found, b) = self.chain(s, payload, s);
+            let confirmed = !found.is_empty()
+                && match marked {
+                    Some(m) => b == m || found.iter().any(|f| f.0 == m),
+                    None => self.cfg.crc || b == s + payload.len() as u64,
+                };
+            if confirmed {
+                return Some((s, found, b));
+            }
+        }
+        let m = marked?;
+        let (found, b) = self.chain(s, payload, m);
+        Some((m, found, b))
+    }
+
+    /// Chains whole FPDUs of the segment at `s` from boundary `from`; returns them and the
+    /// boundary after the last one.
+    fn chain(&self, s: u64, payload: &[u8], from: u64) -> (Vec<Found>, u64) {
+        let end = s + payload.len() as u64;
+        let mut found = Vec::new();
+        let mut b = from;
+        while b < end {
+            let mut first = b;
+            let mut lead = [0u8; 4];
+            if let Some(sp) = self.spacing {
+                if sp.is_marker_at(self.seq(b)) {
+                    let off = (b - s) as usize;
+                    if b + MARKER_LEN as u64 > end {
+                        break;
+                    }
+                    match Marker::parse(&payload[off..]) {
+                        Ok(m) if m.fpduptr == 0 => first = b + MARKER_LEN as u64,
+                        _ => break,
+                    }
+                    lead.copy_from_slice(&payload[off..off + MARKER_LEN]);
+                }
+            }
+            let off = (first - s) as usize;
+            match self.examine(first, b, &lead, &payload[off..]) {
+                Ok(Examined::Whole { span, ulpdu_len }) => {
+                    let fend = first + span as u64;
+                    if !self.cfg.crc && !self.plausible(first, &payload[off..off + span], ulpdu_len)
+                    {
+                        break;
+                    }
+                    found.push((b, first, fend, ulpdu_len));
+                    b = fend;
+                }
+                _ => break,
+            }
+        }
+        (found, b)
     }
 
     /// Boundary of the first FPDU that starts inside the segment at `s`.
