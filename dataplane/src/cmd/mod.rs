@@ -8,6 +8,7 @@ mod perf;
 mod pktgen;
 mod rping;
 mod run;
+mod soak;
 mod tcp;
 
 use std::path::PathBuf;
@@ -49,6 +50,8 @@ pub enum Command {
     Rping(rping::Args),
     /// perftest-style RDMA benchmarks: write, read, send, atomic; bandwidth or latency.
     Perf(perf::Args),
+    /// Verified RDMA Write + Read + Send mix on many QPs (robustness soak).
+    Soak(soak::Args),
 }
 
 /// Runs the chosen subcommand.
@@ -61,6 +64,7 @@ pub fn dispatch(cmd: Command) -> Result<(), CmdError> {
         Command::Tcp(a) => tcp::run(a),
         Command::Rping(a) => rping::run(a),
         Command::Perf(a) => perf::run(a),
+        Command::Soak(a) => soak::run(a),
     }
 }
 

@@ -20,6 +20,7 @@ mod handler;
 mod memory;
 pub mod perf;
 pub mod rping;
+pub mod soak;
 
 pub use arena::{Arena, Region, REGION_VA_BASE};
 pub use counters::RdmaCounters;

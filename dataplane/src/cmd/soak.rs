@@ -1,0 +1,345 @@
+//! `dataplane soak`: the verified RDMA Write + Read + Send mix on many QPs (see
+//! [`dataplane::rdma::soak`]). Without a server address it is the server; with one, the
+//! client, whose exit status covers the server's verdict too.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use dataplane::port::fault::FaultCounters;
+use dataplane::port::Port;
+use dataplane::rdma::app::{App, Step};
+use dataplane::rdma::soak::{parse_bytes, SoakClient, SoakParams, SoakServer, SoakTally};
+use dataplane::rdma::RdmaHandler;
+use dataplane::say;
+
+use super::rping::{RdmaArgs, Session};
+use super::{deadline, parse_secs, stop_flag, CmdError};
+
+/// Arguments of `soak`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The server's address (client); without it, run the server.
+    pub server: Option<Ipv4Addr>,
+    /// QPs (connections) in parallel.
+    #[arg(long, value_name = "Q", default_value_t = 8)]
+    pub qps: usize,
+    /// Stop after this volume moved (Write + Read + Send), e.g. 64MiB, 1GiB.
+    #[arg(long, value_name = "N", value_parser = parse_bytes)]
+    pub bytes: Option<u64>,
+    /// Stop after this many minutes (fractions allowed).
+    #[arg(long, value_name = "M")]
+    pub minutes: Option<f64>,
+    /// Seed of the data patterns and operation sizes.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+    /// Largest RDMA Write / Read.
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes, default_value = "64KiB")]
+    pub max_io: u64,
+    /// Largest Send.
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes, default_value = "32KiB")]
+    pub max_msg: u64,
+    /// Fail after this many seconds without any completion.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "30")]
+    pub stall: Duration,
+    /// Seconds between progress lines (0 = none).
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "5")]
+    pub progress: Duration,
+    /// TCP port of the server.
+    #[arg(
+        short = 'p',
+        long = "tcp-port",
+        value_name = "PORT",
+        default_value_t = 18600
+    )]
+    pub port: u16,
+    /// Ports and iWARP settings.
+    #[command(flatten)]
+    pub rdma: RdmaArgs,
+}
+
+/// Both directions' fault counters of the session's port.
+fn faults(s: &Session) -> FaultCounters {
+    s.poll.ports()[0]
+        .fault_counters()
+        .map(|(rx, tx)| rx + tx)
+        .unwrap_or_default()
+}
+
+fn fault_text(f: &FaultCounters) -> String {
+    format!(
+        "dropped {} reordered {} duplicated {} corrupted {}",
+        f.dropped,
+        f.reordered,
+        f.duplicated,
+        f.corrupted + f.corrupted_tcp
+    )
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1u64 << 20) as f64
+}
+
+/// Runs `app` on the session until it is done, stopped or out of time; `line` makes the
+/// progress line.
+fn drive<A: App>(
+    s: &mut Session,
+    app: &mut A,
+    limit: Option<Duration>,
+    every: Duration,
+    mut line: impl FnMut(&A, &Session, Duration) -> String,
+) -> Result<(), String> {
+    let stop = stop_flag().map_err(|e| e.to_string())?;
+    let end = deadline(limit);
+    let started = Instant::now();
+    let mut last = started;
+    loop {
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed) {
+            return Err("stopped".into());
+        }
+        if end.is_some_and(|d| now >= d) {
+            return Err("time limit reached".into());
+        }
+        s.poll.poll_once(now);
+        if let Step::Done(r) = app.step(s.poll.handler_mut(), now) {
+            // Let the last frames (FIN, ACKs) out.
+            let flush = Instant::now() + Duration::from_millis(50);
+            while Instant::now() < flush {
+                s.poll.poll_once(Instant::now());
+            }
+            return r;
+        }
+        if !every.is_zero() && now.duration_since(last) >= every {
+            last = now;
+            say!(
+                "[{:>7.1}s] {}",
+                now.duration_since(started).as_secs_f64(),
+                line(app, s, now.duration_since(started))
+            );
+        }
+    }
+}
+
+fn counters_line(h: &RdmaHandler) -> String {
+    let c = h.counters();
+    format!(
+        "tcp retx {} rto {} | ooo placed {} | crc err {} | term tx {} rx {}",
+        c.tcp_retransmits,
+        c.tcp_timeouts,
+        c.fpdus_placed_ahead,
+        c.crc_errors,
+        c.terminates_sent,
+        c.terminates_received
+    )
+}
+
+/// The end-of-run table and the `key: value` lines tests parse.
+fn summary(role: &str, s: &Session, t: &SoakTally, secs: f64, result: &Result<(), String>) {
+    let c = s.poll.handler().counters();
+    let f = faults(s);
+    let port = s.poll.ports()[0].stats();
+    say!("soak summary ({role}, {secs:.1} s)");
+    if role == "client" {
+        say!(
+            "  written     {:>14} B  {:>9.1} MiB  every byte read back and compared",
+            t.written,
+            mib(t.written)
+        );
+        say!(
+            "  read        {:>14} B  {:>9.1} MiB  every byte compared",
+            t.read,
+            mib(t.read)
+        );
+        say!(
+            "  sent        {:>14} B  {:>9.1} MiB  server verified {} B",
+            t.sent,
+            mib(t.sent),
+            t.server_verified
+        );
+        say!(
+            "  ops         rounds {} writes {} reads {} sends {}",
+            t.rounds,
+            t.writes,
+            t.reads,
+            t.sends
+        );
+    } else {
+        say!(
+            "  received    {:>14} B  {:>9.1} MiB  {} messages, every byte compared",
+            t.sent,
+            mib(t.sent),
+            t.sends
+        );
+    }
+    say!(
+        "  tcp         retransmits {} timeouts {}",
+        c.tcp_retransmits,
+        c.tcp_timeouts
+    );
+    say!("  faults      {} (this port, rx + tx)", fault_text(&f));
+    say!(
+        "  mpa         ooo placed {} FPDUs ({} B) crc errors {}",
+        c.fpdus_placed_ahead,
+        c.bytes_placed_ahead,
+        c.crc_errors
+    );
+    say!(
+        "  terminates  sent {} received {}",
+        c.terminates_sent,
+        c.terminates_received
+    );
+    say!("{}", c.summary());
+    say!(
+        "port-rx-dropped: {}\nport-tx-dropped: {}",
+        port.rx_dropped,
+        port.tx_dropped + s.poll.counters(0).tx_dropped
+    );
+    say!(
+        "fault-dropped: {}\nfault-reordered: {}\nfault-duplicated: {}\nfault-corrupted: {}",
+        f.dropped,
+        f.reordered,
+        f.duplicated,
+        f.corrupted + f.corrupted_tcp
+    );
+    if role == "client" {
+        say!(
+            "soak-written-bytes: {}\nsoak-read-bytes: {}\nsoak-sent-bytes: {}\nsoak-server-verified-bytes: {}",
+            t.written,
+            t.read,
+            t.sent,
+            t.server_verified
+        );
+    } else {
+        say!("soak-received-bytes: {}", t.sent);
+    }
+    match result {
+        Ok(()) => say!("soak-result: ok"),
+        Err(why) => say!("soak-result: FAILED: {why}"),
+    }
+}
+
+/// Runs `dataplane soak`.
+pub fn run(args: Args) -> Result<(), CmdError> {
+    let duration = match args.minutes {
+        Some(m) if !(m.is_finite() && m > 0.0) => {
+            return Err(CmdError::Usage("--minutes: a positive number".into()))
+        }
+        Some(m) => Some(Duration::from_secs_f64(m * 60.0)),
+        None => None,
+    };
+    let params = SoakParams {
+        qps: args.qps,
+        bytes: match (args.bytes, duration) {
+            (None, None) => Some(64 << 20),
+            (b, _) => b,
+        },
+        duration,
+        seed: args.seed,
+        max_io: usize::try_from(args.max_io).unwrap_or(usize::MAX),
+        max_msg: usize::try_from(args.max_msg).unwrap_or(usize::MAX),
+        stall: args.stall,
+    };
+    params.check().map_err(CmdError::Usage)?;
+    let mut rdma = args.rdma.clone();
+    let need = params.client_memory().max(params.server_memory());
+    rdma.mem_mb = rdma.mem_mb.max(need.div_ceil(1 << 20) + 4);
+    let mut s = rdma.session()?;
+    let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
+    let started = Instant::now();
+    match args.server {
+        None => {
+            let addr = SocketAddrV4::new(s.ip, args.port);
+            let mut app =
+                SoakServer::new(s.poll.handler_mut(), addr, args.stall).map_err(runtime)?;
+            say!(
+                "soak server listening on {addr} (memory: {}, CRC {}, markers {})",
+                s.memory,
+                if rdma.crc { "on" } else { "off" },
+                if rdma.markers { "on" } else { "off" }
+            );
+            let r = drive(
+                &mut s,
+                &mut app,
+                rdma.time_limit,
+                args.progress,
+                |a, s, _| {
+                    format!(
+                        "server: {} QPs live, {} messages ({:.1} MiB) verified | {} | faults {}",
+                        a.live(),
+                        a.tally.sends,
+                        mib(a.tally.sent),
+                        counters_line(s.poll.handler()),
+                        fault_text(&faults(s))
+                    )
+                },
+            );
+            summary(
+                "server",
+                &s,
+                &app.tally,
+                started.elapsed().as_secs_f64(),
+                &r,
+            );
+            r.map_err(CmdError::Runtime)
+        }
+        Some(ip) => {
+            let remote = SocketAddrV4::new(ip, args.port);
+            let local = s.ip;
+            let mut app = SoakClient::new(s.poll.handler_mut(), local, remote, params.clone())
+                .map_err(runtime)?;
+            say!(
+                "soak client: {} QPs to {remote}, {} (memory: {}, CRC {}, markers {}, seed {})",
+                params.qps,
+                match (params.bytes, params.duration) {
+                    (Some(b), None) => format!("{:.1} MiB", mib(b)),
+                    (None, Some(d)) => format!("{:.1} min", d.as_secs_f64() / 60.0),
+                    (Some(b), Some(d)) =>
+                        format!("{:.1} MiB or {:.1} min", mib(b), d.as_secs_f64() / 60.0),
+                    (None, None) => String::new(),
+                },
+                s.memory,
+                if rdma.crc { "on" } else { "off" },
+                if rdma.markers { "on" } else { "off" },
+                params.seed
+            );
+            let mut last = (Duration::ZERO, 0u64);
+            let r = drive(
+                &mut s,
+                &mut app,
+                rdma.time_limit,
+                args.progress,
+                |a, s, at| {
+                    let bytes = a.tally.bytes();
+                    let dt = (at - last.0).as_secs_f64().max(1e-9);
+                    let rate = (bytes - last.1) as f64 * 8.0 / dt / 1e6;
+                    last = (at, bytes);
+                    format!(
+                    "client: {}/{} QPs, {} rounds, {:.1} MiB verified ({rate:.0} Mbit/s) | {} | faults {}",
+                    a.established(),
+                    params.qps,
+                    a.tally.rounds,
+                    mib(bytes),
+                    counters_line(s.poll.handler()),
+                    fault_text(&faults(s))
+                )
+                },
+            );
+            let secs = if app.elapsed.is_zero() {
+                started.elapsed().as_secs_f64()
+            } else {
+                app.elapsed.as_secs_f64()
+            };
+            summary("client", &s, &app.tally, secs, &r);
+            if r.is_ok() {
+                say!(
+                    "soak: {:.1} MiB verified on {} QPs in {secs:.1} s ({:.0} Mbit/s)",
+                    mib(app.tally.bytes()),
+                    params.qps,
+                    app.tally.bytes() as f64 * 8.0 / secs.max(1e-9) / 1e6
+                );
+            }
+            r.map_err(CmdError::Runtime)
+        }
+    }
+}
