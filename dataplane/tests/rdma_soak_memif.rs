@@ -33,6 +33,28 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Removes the EAL runtime directories of both processes (EAL keeps a directory whose
+/// `--file-prefix` was given explicitly).
+struct RuntimeDirs(Vec<String>);
+
+impl Drop for RuntimeDirs {
+    fn drop(&mut self) {
+        let mut bases = vec!["/var/run/dpdk".to_string(), "/tmp/dpdk".to_string()];
+        if let Ok(x) = std::env::var("XDG_RUNTIME_DIR") {
+            bases.push(format!("{x}/dpdk"));
+        }
+        for b in &bases {
+            for p in &self.0 {
+                let _ = std::fs::remove_dir_all(format!("{b}/{p}"));
+            }
+        }
+    }
+}
+
+fn prefix(role: &str) -> String {
+    format!("soak-memif-{role}-{}", std::process::id())
+}
+
 /// A one-port memif configuration for `role` pinned to `lcore`; returns its path.
 fn config(dir: &std::path::Path, role: &str, lcore: u32, ip: &str) -> String {
     let sock = dir.join("memif.sock").display().to_string();
@@ -43,7 +65,7 @@ fn config(dir: &std::path::Path, role: &str, lcore: u32, ip: &str) -> String {
         "--no-pci".to_string(),
         "--no-telemetry".to_string(),
         "--file-prefix".to_string(),
-        format!("soak-memif-{role}-{}", std::process::id()),
+        prefix(role),
         "--vdev".to_string(),
         format!("net_memif0,role={role},id=0,socket={sock}"),
         "-l".to_string(),
@@ -78,6 +100,7 @@ fn fault_mix(seed: u32) -> String {
 #[test]
 fn memif_fault_mix_soak_is_byte_exact() {
     let dir = tempfile::tempdir().unwrap();
+    let _runtime = RuntimeDirs(vec![prefix("server"), prefix("client")]);
     let server_cfg = config(dir.path(), "server", 0, "10.97.0.1");
     let client_cfg = config(dir.path(), "client", 1, "10.97.0.2");
     let started = Instant::now();
