@@ -5,10 +5,12 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
+use dataplane::port::Port;
 use dataplane::rdma::app::run_pair;
 use dataplane::rdma::perf::{
     all_sizes, PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer,
 };
+use dataplane::rdma::perftest::{PerftestParams, PerftestSession, Test};
 use dataplane::say;
 
 use super::rping::RdmaArgs;
@@ -42,6 +44,11 @@ pub struct Args {
     /// Latency test instead of bandwidth.
     #[arg(long)]
     pub lat: bool,
+    /// Speak perftest's rdma_cm exchange (its `-R`): a control connection with perftest's
+    /// records, then the data connection; interoperates with ib_write_bw, ib_read_bw,
+    /// ib_send_bw and ib_write_lat run with -R (same -s and -n on both sides).
+    #[arg(short = 'R', long = "rdma-cm")]
+    pub rdma_cm: bool,
     /// Message size in bytes.
     #[arg(short = 's', long = "size", value_name = "SIZE")]
     pub size: Option<usize>,
@@ -121,6 +128,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     if max > 64 << 20 {
         return Err(CmdError::Usage("-s: at most 64 MiB".into()));
     }
+    if args.rdma_cm {
+        return run_perftest(&args, op, mode, sizes[0]);
+    }
     let mut rdma = args.rdma.clone();
     // Room for the buffers of every QP (client: source, sink; server: one each).
     let need_mb = (max * 2 * usize::from(args.qps.max(1))).div_ceil(1 << 20) + 8;
@@ -199,4 +209,111 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             s.run(&mut app, rdma.time_limit)
         }
     }
+}
+
+/// `perf -R`: perftest's own exchange.
+fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<(), CmdError> {
+    let test = match (op, mode) {
+        (PerfOp::Write, PerfMode::Bw) => Test::WriteBw,
+        (PerfOp::Read, PerfMode::Bw) => Test::ReadBw,
+        (PerfOp::Send, PerfMode::Bw) => Test::SendBw,
+        (PerfOp::Write, PerfMode::Lat) => Test::WriteLat,
+        _ => {
+            return Err(CmdError::Usage(
+                "-R speaks perftest's ib_write_bw, ib_read_bw, ib_send_bw and ib_write_lat".into(),
+            ))
+        }
+    };
+    if args.all || args.qps != 1 || args.duration.is_some() {
+        return Err(CmdError::Usage(
+            "-R runs one size on one QP for -n iterations (no -a, -q, -D)".into(),
+        ));
+    }
+    let iters = args
+        .iters
+        .unwrap_or(if args.lat { 1000 } else { 5000 })
+        .max(1);
+    let mut params = PerftestParams::new(test, size, iters);
+    params.tx_depth = params.tx_depth.min(args.tx_depth.max(1));
+    let mut rdma = args.rdma.clone();
+    rdma.mem_mb = rdma.mem_mb.max((size * 3).div_ceil(1 << 20) * 2 + 8);
+    let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
+    let header = PerfResult::header(mode);
+    let print = |who: &'static str| {
+        Box::new(move |r: &PerfResult| {
+            say!("{}", header);
+            say!("{}", r.row());
+            if !who.is_empty() {
+                say!("({who})");
+            }
+        }) as dataplane::rdma::perf::ResultSink
+    };
+    if args.loopback {
+        let mut pair = rdma.loopback()?;
+        let addr = SocketAddrV4::new(pair.server.1, args.port);
+        let mut server = PerftestSession::server(pair.server.0.handler_mut(), addr, params.clone())
+            .map_err(runtime)?;
+        server.on_result = Some(print("server"));
+        let mut client =
+            PerftestSession::client(pair.client.0.handler_mut(), pair.client.1, addr, params)
+                .map_err(runtime)?;
+        client.on_result = Some(print("client"));
+        say!(
+            "perf -R {} in-process loopback to {addr} (memory: {})",
+            test.name(),
+            pair.memory
+        );
+        let (rs, rc) = run_pair(
+            &mut pair.server.0,
+            &mut server,
+            &mut pair.client.0,
+            &mut client,
+            rdma.time_limit.unwrap_or(Duration::from_secs(3600)),
+        );
+        rc.map_err(CmdError::Runtime)?;
+        return rs.map_err(CmdError::Runtime);
+    }
+    let mut s = rdma.session()?;
+    if let Some(p) = s.poll.ports().first() {
+        params.mac = p.info().mac;
+        params.mtu = p.info().mtu;
+    }
+    let r = match args.server {
+        None => {
+            let addr = SocketAddrV4::new(s.ip, args.port);
+            let mut app =
+                PerftestSession::server(s.poll.handler_mut(), addr, params).map_err(runtime)?;
+            app.on_result = Some(print(""));
+            say!(
+                "perf -R {} server listening on {addr} (memory: {})",
+                test.name(),
+                s.memory
+            );
+            let r = s.run(&mut app, rdma.time_limit);
+            if let Some(v) = app.peer_version() {
+                say!("perf -R: peer perftest version {v}");
+            }
+            r
+        }
+        Some(ip) => {
+            let remote = SocketAddrV4::new(ip, args.port);
+            let local = s.ip;
+            let mut app = PerftestSession::client(s.poll.handler_mut(), local, remote, params)
+                .map_err(runtime)?;
+            app.on_result = Some(print(""));
+            say!(
+                "perf -R {} to {remote} (memory: {}, CRC {}, markers {})",
+                test.name(),
+                s.memory,
+                if rdma.crc { "on" } else { "off" },
+                if rdma.markers { "on" } else { "off" }
+            );
+            let r = s.run(&mut app, rdma.time_limit);
+            if let Some(v) = app.peer_version() {
+                say!("perf -R: peer perftest version {v}");
+            }
+            r
+        }
+    };
+    r
 }

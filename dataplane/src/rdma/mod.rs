@@ -19,6 +19,7 @@ mod counters;
 mod handler;
 mod memory;
 pub mod perf;
+pub mod perftest;
 pub mod rping;
 pub mod soak;
 

@@ -1,0 +1,9 @@
+//! perftest's `-R` (rdma_cm) protocol, wire-compatible with linux-rdma perftest 4.5
+//! (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`, `ib_write_lat`), both roles: a control
+//! connection carrying Send/Recv records ([`wire`]), then a data connection for the test
+//! traffic ([`session`]).
+
+pub mod session;
+pub mod wire;
+
+pub use session::{PerftestError, PerftestParams, PerftestSession, Test};

@@ -1,0 +1,128 @@
+//! `perf -R` (perftest's rdma_cm exchange): our client against our server over the
+//! in-process software pair, for every test the siw interop runs against Linux perftest.
+
+mod rdma_common;
+
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use dataplane::port::fault::FaultConfig;
+use dataplane::rdma::app::run_pair;
+use dataplane::rdma::perf::PerfResult;
+use dataplane::rdma::perftest::{PerftestParams, PerftestSession, Test};
+use iwarp::mpa::MpaConfig;
+use rdma_common::*;
+
+fn run(test: Test, size: usize, iters: u64) -> (PerfResult, Option<PerfResult>) {
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    let addr = SocketAddrV4::new(SERVER_IP, 18515);
+    let params = PerftestParams::new(test, size, iters);
+    let mut s = PerftestSession::server(ls.handler_mut(), addr, params.clone()).expect("server");
+    let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
+    let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(60));
+    assert!(rc.is_ok() && rs.is_ok(), "client {rc:?}, server {rs:?}");
+    assert_eq!(c.peer_version(), Some("6.06"));
+    assert_eq!(s.peer_version(), Some("6.06"));
+    (c.result.expect("client result"), s.result)
+}
+
+fn bw(r: &PerfResult) -> (usize, u64, f64) {
+    match r {
+        PerfResult::Bw {
+            bytes,
+            iters,
+            peak_mbs,
+            avg_mbs,
+            mpps,
+        } => {
+            assert!(
+                *avg_mbs > 0.0 && *mpps > 0.0 && peak_mbs >= avg_mbs,
+                "{r:?}"
+            );
+            (*bytes, *iters, *avg_mbs)
+        }
+        PerfResult::Lat { .. } => panic!("bandwidth expected"),
+    }
+}
+
+// RFC 5040 §5.1 (RDMA Write); the server prints the report the client sent over the
+// control connection (five big-endian 8-octet fields), so both rows agree.
+#[test]
+fn write_bw_client_report_reaches_server() {
+    let (c, s) = run(Test::WriteBw, 65536, 300);
+    assert_eq!(bw(&c).0, 65536);
+    assert_eq!(bw(&c).1, 300);
+    assert_eq!(Some(c), s);
+}
+
+// RFC 5040 §5.2 (RDMA Read), IRD/ORD offered on the data connection.
+#[test]
+fn read_bw() {
+    let (c, s) = run(Test::ReadBw, 8192, 300);
+    assert_eq!(bw(&c).1, 300);
+    assert_eq!(Some(c), s);
+}
+
+// RFC 5040 §5.3 (Send) with perftest's iWARP credits: the server RDMA-Writes its receive
+// count into the client's credit buffer; 1000 Sends through 100 receives (rx_depth is
+// at most -n, so here 512) only finish if credits flow.
+#[test]
+fn send_bw_with_credit_writes() {
+    let mut p = PerftestParams::new(Test::SendBw, 1024, 1000);
+    assert_eq!(p.rx_depth, 512);
+    p.rx_depth = 100;
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    let addr = SocketAddrV4::new(SERVER_IP, 18515);
+    let mut s = PerftestSession::server(ls.handler_mut(), addr, p.clone()).expect("server");
+    let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, p).expect("client");
+    let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(60));
+    rc.expect("client");
+    rs.expect("server");
+    // The server measures its own receives (perftest's ib_send_bw server does too).
+    assert_eq!(bw(c.result.as_ref().unwrap()).1, 1000);
+    assert_eq!(bw(s.result.as_ref().unwrap()).1, 1000);
+}
+
+#[test]
+fn send_bw_default_depths() {
+    let (c, s) = run(Test::SendBw, 65536, 200);
+    assert_eq!(bw(&c).1, 200);
+    assert_eq!(bw(&s.expect("server result")).1, 200);
+}
+
+// Write ping-pong: both sides measure half round trips.
+#[test]
+fn write_lat() {
+    let (c, s) = run(Test::WriteLat, 2, 200);
+    for r in [c, s.expect("server result")] {
+        match r {
+            PerfResult::Lat {
+                bytes,
+                iters,
+                min,
+                typical,
+                max,
+                ..
+            } => {
+                assert_eq!((bytes, iters), (2, 200));
+                assert!(min > 0.0 && min <= typical && typical <= max);
+            }
+            PerfResult::Bw { .. } => panic!("latency expected"),
+        }
+    }
+}
+
+// A server that is not perftest (our own perf protocol, no Sends on the control
+// connection) leaves the client waiting: the run is bounded by the time limit and fails.
+#[test]
+fn client_against_plain_perf_server_fails_cleanly() {
+    use dataplane::rdma::perf::PerfServer;
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    let addr = SocketAddrV4::new(SERVER_IP, 18515);
+    let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
+    let params = PerftestParams::new(Test::WriteBw, 64, 10);
+    let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
+    let (_, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(3));
+    assert!(rc.is_err());
+    assert!(c.result.is_none());
+}
