@@ -82,12 +82,18 @@ for m in mpa:
 
 # 3. FPDUs: every one decoded, opcodes, CRC verdicts.
 fp = fields("iwarp_ddp_rdmap", "frame.number", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport",
-            "iwarp_rdma.opcode")
+            "iwarp_rdma.opcode", "tcp.seq_raw")
 seq = defaultdict(list)   # connection (sorted endpoints) -> [(sender, opcode)]
 n_fpdus = 0
 ops = set()
+starts = set()            # (sender, TCP sequence) of every frame decoded so far
 for f in fp:
     a, b = "%s:%s" % (f[1], f[2]), "%s:%s" % (f[3], f[4])
+    # A retransmitted segment that was captured before is decoded again by tshark; the
+    # stream carries its FPDUs once.
+    if (a, f[6]) in starts:
+        continue
+    starts.add((a, f[6]))
     for op in f[5].split(";"):
         if not op:
             continue

@@ -185,6 +185,13 @@ impl RdmaHandler {
         self.first_fpdu_delay = delay;
     }
 
+    /// IRD/ORD offered in the MPA exchange of new connections (RFC 6581), and the Read
+    /// depths of MPA revision 1 connections, which exchange none.
+    pub fn set_ird_ord(&mut self, ird: u16, ord: u16) {
+        self.cfg.mpa.ird = ird;
+        self.cfg.mpa.ord = ord;
+    }
+
     /// Serves an application on another thread: its WRs (from the ring) are posted on
     /// every iteration, completions of its CQs go back through the ring
     /// ([`iwarp::verbs::channel::pair`]).

@@ -67,6 +67,8 @@ const QP_MAX_IRD_ORD: u32 = 64;
 const DATA_CONNECT_TRIES: u32 = 10;
 /// Pause between them.
 const DATA_CONNECT_PAUSE: Duration = Duration::from_millis(100);
+/// How long a side that finished first waits for the peer to close before it closes.
+const CLOSE_LINGER: Duration = Duration::from_millis(200);
 /// Control receives kept posted and control send buffers.
 const CTRL_SLOTS: usize = 4;
 /// Control buffer size (the largest record is 56 octets).
@@ -214,6 +216,8 @@ struct Conn {
     qp: QpId,
     established: bool,
     gone: bool,
+    /// It closed in order (no reset, no Terminate).
+    graceful: bool,
     /// ORD negotiated (Reads the client may keep outstanding).
     ord: u16,
 }
@@ -264,6 +268,8 @@ pub struct PerftestSession {
     report: BwReport,
     peer_report: BwReport,
     data_phase: DataPhase,
+    /// When the script is over and the peer has not closed: close at this time.
+    close_at: Option<Instant>,
     finishing: bool,
     /// The result (client: its measurement; server: the client's report for write/read
     /// bandwidth, its own measurement otherwise).
@@ -280,6 +286,11 @@ impl PerftestSession {
         remote: Option<SocketAddrV4>,
         params: PerftestParams,
     ) -> Result<PerftestSession, AppError> {
+        if params.test == Test::ReadBw {
+            // perftest offers out_reads (128) both ways on the data connection; MPA
+            // revision 1 exchanges nothing, and the peer then keeps that many in flight.
+            h.set_ird_ord(READ_DEPTH as u16, READ_DEPTH as u16);
+        }
         let depth = params.tx_depth.max(1) + 8;
         let rq = params.rx_depth.max(1) + CTRL_SLOTS as u32 + 8;
         let mut res = Resources::new(h, 8192, depth.max(16), rq, 0)?;
@@ -334,6 +345,7 @@ impl PerftestSession {
             report: BwReport::default(),
             peer_report: BwReport::default(),
             data_phase: DataPhase::default(),
+            close_at: None,
             finishing: false,
             result: None,
             on_result: None,
@@ -370,6 +382,7 @@ impl PerftestSession {
             qp,
             established: false,
             gone: false,
+            graceful: false,
             ord: 0,
         });
         Ok(s)
@@ -537,6 +550,7 @@ impl PerftestSession {
                         qp,
                         established: false,
                         gone: false,
+                        graceful: false,
                         ord: 0,
                     });
                 } else if self.data.is_none() {
@@ -552,6 +566,7 @@ impl PerftestSession {
                         qp,
                         established: false,
                         gone: false,
+                        graceful: false,
                         ord: 0,
                     });
                 } else {
@@ -586,10 +601,11 @@ impl PerftestSession {
                     return Err(PerftestError::Rdma(format!("data connection: {why}")));
                 }
             }
-            CmEvent::Disconnected { id, .. } => {
+            CmEvent::Disconnected { id, graceful, .. } => {
                 for c in [&mut self.ctrl, &mut self.data].into_iter().flatten() {
                     if c.id == id {
                         c.gone = true;
+                        c.graceful = graceful;
                     }
                 }
             }
@@ -613,6 +629,7 @@ impl PerftestSession {
             qp,
             established: false,
             gone: false,
+            graceful: false,
             ord: 0,
         });
         Ok(())
@@ -996,18 +1013,30 @@ impl PerftestSession {
                     // Our last record is still queued: closing now would flush it.
                     return Ok(false);
                 }
+                // Give the peer a moment to complete its last work request: siw fails a
+                // Send whose connection closes before it completed.
+                let peer_closed = [self.ctrl, self.data].into_iter().flatten().any(|c| c.gone);
+                let at = *self.close_at.get_or_insert(now + CLOSE_LINGER);
+                if !peer_closed && now < at {
+                    return Ok(false);
+                }
                 self.finishing = true;
                 for c in [self.data, self.ctrl].into_iter().flatten() {
                     if !c.gone {
                         let _ = h.disconnect(c.id);
                     }
                 }
-            } else if let Some(which) = [("control", self.ctrl), ("data", self.data)]
+            } else if let Some((which, c)) = [("control", self.ctrl), ("data", self.data)]
                 .into_iter()
-                .find_map(|(n, c)| c.filter(|c| c.gone).map(|_| n))
+                .find_map(|(n, c)| c.filter(|c| c.gone).map(|c| (n, c)))
             {
                 return Err(PerftestError::Rdma(format!(
-                    "the peer closed the {which} connection during {}",
+                    "the {which} connection {} during {}",
+                    if c.graceful {
+                        "was closed by the peer"
+                    } else {
+                        "broke (reset or Terminate)"
+                    },
                     self.stage_name()
                 )));
             }
