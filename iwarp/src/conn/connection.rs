@@ -521,7 +521,7 @@ impl<M: MemoryTable> Connection<M> {
         let Some(rx_start) = self.rx_start else {
             return;
         };
-        let rcfg = ReceiverConfig::from_negotiated(&n, rx_start);
+        let rcfg = ReceiverConfig::from_negotiated(&n, rx_start).limit_to_mss(self.emss);
         self.rx_spacing = n.markers_rx.then(|| MarkerSpacing::new(rx_start));
         self.receiver = Some(Receiver::new(rcfg));
         self.rx_offsets = RxOffsets {

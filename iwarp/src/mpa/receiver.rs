@@ -78,6 +78,24 @@ impl ReceiverConfig {
             crc_errors: CrcErrorPolicy::Fail,
         }
     }
+
+    /// Bounds ULPDU_Length by the segment size of the connection: `mss` is the largest TCP
+    /// payload the peer sends us (its effective MSS, never above the MSS we advertised,
+    /// RFC 9293 §3.7.1). A conforming sender never frames an FPDU larger than its EMSS
+    /// (RFC 5044 §4.1: MULPDU = EMSS less the FPDU overhead; RFC 5041 §5.2: no DDP segment
+    /// exceeds MULPDU), so a longer ULPDU_Length is an MPA error, reported as soon as its two
+    /// octets arrive. Without this bound a corrupted length can make the receiver wait for
+    /// up to 64 KiB that the peer never sends (it waits for our answer), with CRCs on as
+    /// well as off: the CRC can only be checked once the FPDU is complete. The bound is
+    /// `mss - 6` (length field, pad-free CRC: the largest ULPDU of a one-segment FPDU),
+    /// markers only lower the real MULPDU. `mss` 0 (unknown) leaves the bound unchanged.
+    pub fn limit_to_mss(mut self, mss: usize) -> Self {
+        if mss > ULPDU_LENGTH_LEN + CRC_LEN {
+            let max = (mss - ULPDU_LENGTH_LEN - CRC_LEN).min(usize::from(u16::MAX)) as u16;
+            self.max_ulpdu_len = self.max_ulpdu_len.min(max).max(self.min_ulpdu_len);
+        }
+        self
+    }
 }
 
 /// One ULPDU handed up.
@@ -775,5 +793,130 @@ fn ulpdu_of<'a>(
             &scratch[..]
         }
         None => &fpdu[body],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mpa::Framer;
+
+    const START: u32 = 5000;
+    const MSS: usize = 1460;
+
+    /// Two FPDUs of 200 and 100 octets, CRCs on, no markers; the first one's ULPDU_Length
+    /// grown by a flipped bit (`bit`) with the stream's TCP checksum still valid.
+    fn corrupted_stream(bit: u16) -> Vec<u8> {
+        let f = Framer::new(true, None);
+        let mut out = Vec::new();
+        let a = [0x41u8; 200];
+        let b = [0x42u8; 100];
+        let n = f.emit_fpdu(START, &[&a[..]], &mut out).unwrap();
+        f.emit_fpdu(START.wrapping_add(n as u32), &[&b[..]], &mut out)
+            .unwrap();
+        let len = u16::from_be_bytes([out[0], out[1]]) | (1 << bit);
+        out[..2].copy_from_slice(&len.to_be_bytes());
+        out
+    }
+
+    fn config() -> ReceiverConfig {
+        ReceiverConfig {
+            crc: true,
+            markers: false,
+            start_seq: START,
+            min_ulpdu_len: TAGGED_HEADER_LEN as u16,
+            max_ulpdu_len: u16::MAX,
+            crc_errors: CrcErrorPolicy::Fail,
+        }
+    }
+
+    // RFC 5044 §4.1 (MULPDU from EMSS), RFC 5041 §5.2 (no DDP segment above MULPDU),
+    // RFC 9293 §3.7.1 (no segment above the advertised MSS): a ULPDU_Length the peer could
+    // not have sent is an MPA error as soon as its two octets arrive, with CRCs on, even
+    // though the CRC cannot be checked until the FPDU is complete (RFC 5044 §6.5). The
+    // stream ends: nothing after it is delivered.
+    #[test]
+    fn length_beyond_the_segment_size_fails_at_once() {
+        for bit in 11..16 {
+            let stream = corrupted_stream(bit);
+            let mut rx = Receiver::new(config().limit_to_mss(MSS));
+            let mut delivered = 0;
+            let r = rx.handle_segment(START, &stream[..2], true, |_| delivered += 1);
+            match r {
+                Err(e @ MpaError::BadUlpduLength { max, .. }) => {
+                    assert_eq!(usize::from(max), MSS - 6);
+                    assert_eq!(
+                        e.terminate_cause(),
+                        crate::wire::terminate::TerminateCause::MPA_MARKER_MISMATCH
+                    );
+                }
+                other => panic!("bit {bit}: {other:?}"),
+            }
+            assert_eq!(delivered, 0);
+            assert_eq!(
+                rx.handle_segment(START + 2, &stream[2..], true, |_| delivered += 1),
+                Err(MpaError::Stopped)
+            );
+            assert_eq!(delivered, 0);
+        }
+    }
+
+    // The stall the bound removes: without it the receiver takes the whole stream, delivers
+    // nothing and waits for octets the grown length claims (the peer, waiting for our
+    // answer, never sends them).
+    #[test]
+    fn unbounded_length_waits_for_octets_that_never_come() {
+        let stream = corrupted_stream(12);
+        let mut rx = Receiver::new(config());
+        let mut delivered = 0;
+        let r = rx.handle_segment(START, &stream, true, |_| delivered += 1);
+        assert_eq!(
+            r,
+            Ok(Consumed {
+                start: 0,
+                end: stream.len()
+            })
+        );
+        assert_eq!(delivered, 0);
+        assert!(!rx.is_at_boundary());
+    }
+
+    // The bound never rejects what a conforming peer sends: an FPDU filling a whole segment
+    // (ULPDU of MSS - 6 octets) passes, and a growth that stays within it is still caught by
+    // the CRC once the claimed octets are there (RFC 5044 §7.1: 2/0/02 CRC error).
+    #[test]
+    fn bound_keeps_full_segments_and_the_crc_check() {
+        let f = Framer::new(true, None);
+        let body = vec![7u8; MSS - 6];
+        let mut full = Vec::new();
+        assert_eq!(f.emit_fpdu(START, &[&body[..]], &mut full).unwrap(), MSS);
+        let mut rx = Receiver::new(config().limit_to_mss(MSS));
+        let mut got = Vec::new();
+        rx.handle_segment(START, &full, true, |d| got.push(d.ulpdu.len()))
+            .unwrap();
+        assert_eq!(got, vec![MSS - 6]);
+
+        let stream = corrupted_stream(8);
+        let mut rx = Receiver::new(config().limit_to_mss(MSS));
+        let mut tail = vec![0u8; 600];
+        tail.splice(0..0, stream.iter().copied());
+        let r = rx.handle_segment(START, &tail, true, |_| ());
+        assert!(matches!(r, Err(MpaError::CrcMismatch { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn unknown_mss_keeps_the_configured_bound() {
+        assert_eq!(config().limit_to_mss(0).max_ulpdu_len, u16::MAX);
+        assert_eq!(config().limit_to_mss(4).max_ulpdu_len, u16::MAX);
+        assert_eq!(config().limit_to_mss(100_000).max_ulpdu_len, u16::MAX);
+        let c = ReceiverConfig {
+            max_ulpdu_len: 600,
+            ..config()
+        };
+        assert_eq!(c.limit_to_mss(MSS).max_ulpdu_len, 600);
+        assert_eq!(
+            config().limit_to_mss(16).max_ulpdu_len,
+            TAGGED_HEADER_LEN as u16
+        );
     }
 }
