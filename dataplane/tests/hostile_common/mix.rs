@@ -291,13 +291,13 @@ pub fn run_mix(p: &MixParams) -> MixReport {
         // Server CM: accept, post receives.
         while let Some(e) = ls.handler_mut().poll_cm_event() {
             match e {
-                CmEvent::ConnectRequest {
-                    id,
-                    qp,
-                    private_data,
-                    ..
-                } => {
-                    let i = u32::from_be_bytes(private_data[..4].try_into().expect("pd")) as usize;
+                CmEvent::ConnectRequest { id, qp, remote, .. } => {
+                    // The QP is found by the client's port, not by the Request's private
+                    // data: MPA Requests carry no CRC, so corruption can change it.
+                    let Some(i) = qps.iter().position(|q| q.local_port == remote.port()) else {
+                        let _ = ls.handler_mut().reject(id, b"unknown port");
+                        continue;
+                    };
                     let q = &mut qps[i];
                     q.sqp = Some(qp);
                     srv_qp.insert(qp, i);
@@ -336,6 +336,11 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                 CmEvent::ConnectError { qp, reason, .. } => {
                     if let Some(&i) = cli_qp.get(&qp) {
                         panic!("QP {i} could not connect: {reason}");
+                    }
+                }
+                CmEvent::Rejected { qp, .. } => {
+                    if let Some(&i) = cli_qp.get(&qp) {
+                        qps[i].failed = Some("client side: rejected".into());
                     }
                 }
                 CmEvent::Disconnected { qp, graceful, .. } => {
