@@ -21,7 +21,7 @@ use iwarp::wire::mpa::{
     fpdu_len, Frame, FrameKind, FrameRepr, ReservedBits, FRAME_HEADER_LEN, REPLY_KEY, REQUEST_KEY,
 };
 use iwarp::wire::rdmap::{Opcode, RDMAP_VERSION};
-use iwarp::wire::terminate::Terminate;
+use iwarp::wire::terminate::{ControlOrder, Terminate};
 
 use super::CmdError;
 
@@ -76,9 +76,12 @@ pub struct FpduRecord {
     /// Message offset (untagged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mo: Option<u32>,
-    /// Terminate cause as sent, `layer/etype/code` (RFC 5040 §4.8).
+    /// Terminate cause `layer/etype/code` (RFC 5040 §4.8), as the sender meant it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub terminate: Option<String>,
+    /// The Terminate Control came with its Layer and EType nibbles swapped (Linux siw).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub terminate_swapped: bool,
 }
 
 /// One decoded MPA Request or Reply.
@@ -223,7 +226,14 @@ fn render_text(report: &Report) -> String {
         let cause = f
             .terminate
             .as_ref()
-            .map(|c| format!("  cause {c}"))
+            .map(|c| {
+                let order = if f.terminate_swapped {
+                    " (Layer/EType nibbles swapped, as siw sends them)"
+                } else {
+                    ""
+                };
+                format!("  cause {c}{order}")
+            })
             .unwrap_or_default();
         let _ = writeln!(
             out,
@@ -629,11 +639,12 @@ fn decode_ulpdu(
                 seg.payload().len()
             ))
         })?;
-        let c = t.cause();
-        Some(format!("{}/{}/{:02x}", c.layer, c.etype, c.code))
+        Some(t.decoded_cause())
     } else {
         None
     };
+    let terminate_swapped = matches!(terminate, Some((_, ControlOrder::NibbleSwapped)));
+    let terminate = terminate.map(|(c, _)| format!("{}/{}/{:02x}", c.layer, c.etype, c.code));
     Ok(FpduRecord {
         frame,
         src: d.src(),
@@ -656,5 +667,51 @@ fn decode_ulpdu(
         msn: (!tagged).then(|| seg.msn()),
         mo: (!tagged).then(|| seg.mo()),
         terminate,
+        terminate_swapped,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rping capture whose first client Send (frame 8, 16 octets on QN 0) is rewritten
+    /// into a Terminate (QN 2) carrying `control` and zero flags, as siw would send it.
+    fn with_terminate(control: [u8; 2]) -> Report {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures");
+        let dir = if dir.is_dir() {
+            dir
+        } else {
+            PathBuf::from("/work/shared/captures")
+        };
+        let mut packets = pcap::read_file(&dir.join("siw-rping-mpa2.pcap")).expect("capture");
+        let p = &mut packets[7];
+        let seg = pcap::tcp_segment(p).expect("tcp");
+        let off = p.data.len() - seg.payload.len();
+        let f = &mut p.data[off..];
+        // ULPDU_Length, DDP control, RDMAP control (opcode 3 → 7), rsvd, QN, MSN, MO.
+        assert_eq!(f[3] & 0x0f, 0x3, "frame 8 is a Send");
+        f[3] = (f[3] & 0xf0) | 0x7;
+        f[8..12].copy_from_slice(&2u32.to_be_bytes());
+        f[12..16].copy_from_slice(&1u32.to_be_bytes());
+        f[20..24].copy_from_slice(&[control[0], control[1], 0, 0]);
+        analyze(&packets)
+    }
+
+    // RFC 5040 §4.8 puts the Layer in the high nibble; siw sends "LLP, MPA, no matching
+    // RTR" (2/0/07, RFC 6581 §9) as 0x02 0x07 (siwlab README).
+    #[test]
+    fn siw_nibble_swapped_terminate_is_decoded() {
+        let r = with_terminate([0x02, 0x07]);
+        let t: Vec<_> = r.fpdus.iter().filter(|f| f.terminate.is_some()).collect();
+        assert_eq!(t.len(), 1, "{:?}", r.errors);
+        assert_eq!(t[0].terminate.as_deref(), Some("2/0/07"));
+        assert!(t[0].terminate_swapped);
+        assert!(render_text(&r).contains("cause 2/0/07 (Layer/EType nibbles swapped"));
+        // The same cause in RFC order is decoded as sent.
+        let r = with_terminate([0x20, 0x07]);
+        let t: Vec<_> = r.fpdus.iter().filter(|f| f.terminate.is_some()).collect();
+        assert_eq!(t[0].terminate.as_deref(), Some("2/0/07"));
+        assert!(!t[0].terminate_swapped);
+    }
 }

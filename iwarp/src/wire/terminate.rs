@@ -120,6 +120,16 @@ impl TerminateCause {
     /// 2/0/07 No matching RTR option (RFC 6581).
     pub const MPA_NO_MATCHING_RTR: Self = Self::new(LAYER_LLP, 0x0, 0x07);
 
+    /// A cause RFC 5040 Fig. 9 / RFC 5041 §7.2 / RFC 5044 §8 define a layer and error
+    /// type for: RDMAP and DDP with error types 0–2, LLP (MPA) with error type 0.
+    pub fn is_defined(&self) -> bool {
+        match self.layer {
+            LAYER_RDMAP | LAYER_DDP => self.etype <= 0x2,
+            LAYER_LLP => self.etype == 0x0,
+            _ => false,
+        }
+    }
+
     /// Which optional headers a Terminate for this cause should carry
     /// (RFC 5040 Fig. 10; SPEC-DIGEST D5: the RDMA header only for Read Request errors).
     pub fn carries_ddp_header(&self) -> bool {
@@ -230,10 +240,37 @@ impl<T: AsRef<[u8]>> Terminate<T> {
         self.buffer
     }
 
-    /// Terminate Control: layer, error type and code.
+    /// Terminate Control: layer, error type and code, in RFC 5040 §4.8 order (Layer in the
+    /// high nibble of the first octet).
     pub fn cause(&self) -> TerminateCause {
         let d = self.buffer.as_ref();
         TerminateCause::new(d[0] >> 4, d[0] & 0x0F, d[1])
+    }
+
+    /// Terminate Control read with the nibbles of the first octet swapped (Layer in the low
+    /// nibble), as Linux siw on little-endian hosts sends it.
+    pub fn cause_swapped(&self) -> TerminateCause {
+        let d = self.buffer.as_ref();
+        TerminateCause::new(d[0] & 0x0F, d[0] >> 4, d[1])
+    }
+
+    /// The cause a peer meant, and the nibble order it used: the RFC order unless that
+    /// reading names no defined layer/type, or disagrees with the D flag (RFC 5040 Fig. 10:
+    /// DDP and RDMAP errors other than local catastrophic carry the DDP header, LLP errors
+    /// none) while the swapped reading is defined and agrees. E.g. siw's "LLP, MPA, no
+    /// matching RTR" arrives as `0x02 0x07` without headers, which in RFC order would be
+    /// RDMAP 0/2/07 and carry a DDP header.
+    pub fn decoded_cause(&self) -> (TerminateCause, ControlOrder) {
+        let rfc = self.cause();
+        let swapped = self.cause_swapped();
+        let fits = |c: &TerminateCause| c.is_defined() && c.carries_ddp_header() == self.d();
+        if !fits(&rfc) && fits(&swapped) {
+            return (swapped, ControlOrder::NibbleSwapped);
+        }
+        if !rfc.is_defined() && swapped.is_defined() {
+            return (swapped, ControlOrder::NibbleSwapped);
+        }
+        (rfc, ControlOrder::Rfc)
     }
 
     /// M: the DDP Segment Length field is valid.
@@ -292,6 +329,15 @@ impl<T: AsRef<[u8]>> Terminate<T> {
     }
 }
 
+/// Nibble order of a received Terminate Control's first octet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlOrder {
+    /// Layer in the high nibble (RFC 5040 §4.8).
+    Rfc,
+    /// Layer in the low nibble (Linux siw's bit-field layout on little-endian hosts).
+    NibbleSwapped,
+}
+
 /// High-level representation of a Terminate header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TerminateRepr {
@@ -316,7 +362,9 @@ impl TerminateRepr {
         }
     }
 
-    /// Parses a checked view. Extra trailing octets are tolerated (SPEC-DIGEST D4).
+    /// Parses a checked view, the cause in RFC order (a peer's swapped Terminate Control is
+    /// read with [`Terminate::decoded_cause`]). Extra trailing octets are tolerated
+    /// (SPEC-DIGEST D4).
     pub fn parse<T: AsRef<[u8]>>(t: &Terminate<T>) -> Result<Self, ParseError> {
         t.check_len()?;
         let ddp_header = match t.ddp_header() {
@@ -386,5 +434,76 @@ impl TerminateRepr {
             out[at..at + READ_REQUEST_LEN].copy_from_slice(r);
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // RFC 5040 §4.8: Layer in the high nibble. Linux siw sends it in the low nibble
+    // (siwlab README, "siw's Terminate Control byte order", checked with a capture).
+    #[test]
+    fn siw_ddp_invalid_qn_is_recognised() {
+        // DDP, untagged buffer error, invalid QN (1/2/01) with the DDP header (D=1) as siw
+        // sends it: 0x21 0x01. In RFC order that reads LLP with error type 1 (undefined).
+        let mut b = [0u8; TERMINATE_FIXED_LEN + SEGMENT_LEN_FIELD_LEN + UNTAGGED_HEADER_LEN];
+        b[..4].copy_from_slice(&[0x21, 0x01, FLAG_M | FLAG_D, 0]);
+        b[6] = 0x41;
+        let t = Terminate::new_checked(&b[..]).unwrap();
+        assert_eq!(t.cause(), TerminateCause::new(LAYER_LLP, 1, 0x01));
+        assert_eq!(
+            t.decoded_cause(),
+            (TerminateCause::DDP_INVALID_QN, ControlOrder::NibbleSwapped)
+        );
+    }
+
+    #[test]
+    fn siw_mpa_no_matching_rtr_is_recognised() {
+        // LLP, MPA, no matching RTR (2/0/07, RFC 6581 §9) without headers: siw sends
+        // 0x02 0x07, which in RFC order would be RDMAP 0/2/07 (which carries a DDP header).
+        let b = [0x02, 0x07, 0, 0];
+        let t = Terminate::new_checked(&b[..]).unwrap();
+        assert_eq!(t.cause().to_string(), "0/2/07");
+        assert_eq!(
+            t.decoded_cause(),
+            (
+                TerminateCause::MPA_NO_MATCHING_RTR,
+                ControlOrder::NibbleSwapped
+            )
+        );
+    }
+
+    #[test]
+    fn rfc_order_terminates_decode_unchanged() {
+        for (cause, ddp) in [
+            (TerminateCause::MPA_CRC_ERROR, false),
+            (TerminateCause::MPA_NO_MATCHING_RTR, false),
+            (TerminateCause::RDMAP_LOCAL_CATASTROPHIC, false),
+            (TerminateCause::DDP_LOCAL_CATASTROPHIC, false),
+            (TerminateCause::DDP_INVALID_QN, true),
+            (TerminateCause::RDMAP_CATASTROPHIC_STREAM, true),
+            (TerminateCause::RDMAP_INVALID_STAG, true),
+        ] {
+            let mut repr = TerminateRepr::bare(cause);
+            if ddp {
+                let mut seg = [0u8; UNTAGGED_HEADER_LEN];
+                seg[0] = 0x41;
+                repr.segment_len = Some(18);
+                repr.ddp_header = Some(CopiedDdpHeader::from_segment(&seg).unwrap());
+            }
+            let mut buf = [0u8; TERMINATE_MAX_LEN];
+            let n = repr.emit(&mut buf).unwrap();
+            let t = Terminate::new_checked(&buf[..n]).unwrap();
+            assert_eq!(t.decoded_cause(), (cause, ControlOrder::Rfc), "{cause}");
+            assert_eq!(TerminateRepr::parse(&t).unwrap(), repr);
+        }
+    }
+
+    #[test]
+    fn undefined_either_way_stays_rfc_order() {
+        let t = Terminate::new_checked(&[0xF3, 0x00, 0, 0][..]).unwrap();
+        assert_eq!(t.decoded_cause().1, ControlOrder::Rfc);
+        assert!(!t.cause().is_defined());
     }
 }
