@@ -171,9 +171,9 @@ impl RdmaHandler {
         &self.rnic
     }
 
-    /// Most packets sent per poll-loop iteration and port, so that one burst does not
-    /// overflow the port's transmit ring or the peer's receive ring (the rest goes out in
-    /// the next iterations).
+    /// Most packets queued per poll-loop iteration and port, those the port refused
+    /// earlier included, so that one burst does not overflow the port's transmit ring or
+    /// the peer's receive ring (the rest goes out in the next iterations).
     pub fn set_tx_per_poll(&mut self, n: usize) {
         self.tx_per_poll = n.max(1);
     }
@@ -732,10 +732,13 @@ impl<P: Port> Handler<P> for RdmaHandler {
         self.work(now);
         let t = self.tcp_now(now);
         let engine = &mut self.engine;
+        // Frames the port refused earlier count against the budget: while its ring stays
+        // full the data waits in TCP's queues, and nothing is dropped.
         for _ in 0..self.tx_per_poll {
-            if ctx
-                .send_ipv4(|buf| engine.poll_transmit(t, buf).map(|x| (x.dst, x.len)))
-                .is_none()
+            if ctx.tx_pending() >= self.tx_per_poll
+                || ctx
+                    .send_ipv4(|buf| engine.poll_transmit(t, buf).map(|x| (x.dst, x.len)))
+                    .is_none()
             {
                 break;
             }

@@ -28,6 +28,9 @@ use crate::wire::terminate::TerminateCause;
 /// Smallest MULPDU worth segmenting for (an untagged header plus a Read Request body).
 const MIN_MULPDU: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_LEN;
 
+/// FPDUs of one unit gathered on the stack (more, e.g. many tiny Sends, take a Vec).
+const UNIT_PARTS: usize = 8;
+
 /// Where the connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnState {
@@ -936,9 +939,28 @@ impl<M: MemoryTable> SegmentSource for Connection<M> {
             return None;
         }
         let mut out = Vec::with_capacity(max_len);
-        let most = max_len / fpdu_len(0) + 1;
-        let info = {
-            let parts: Vec<[&[u8]; 2]> = self.tx.iter().take(most).map(TxSeg::parts).collect();
+        // The FPDUs that fit (at least one, so that a unit too small is refused as such).
+        let mut fit = 0;
+        let (mut end, mut len) = (seq, 0);
+        for s in &self.tx {
+            let n = framer.wire_len(end, s.len());
+            if fit > 0 && len + n > max_len {
+                break;
+            }
+            fit += 1;
+            len += n;
+            end = end.wrapping_add(n as u32);
+        }
+        let info = if fit <= UNIT_PARTS {
+            let mut parts: [[&[u8]; 2]; UNIT_PARTS] = [[&[], &[]]; UNIT_PARTS];
+            for (p, s) in parts.iter_mut().zip(&self.tx) {
+                *p = s.parts();
+            }
+            framer
+                .build_unit(seq, max_len, &parts[..fit], &mut out)
+                .ok()?
+        } else {
+            let parts: Vec<[&[u8]; 2]> = self.tx.iter().take(fit).map(TxSeg::parts).collect();
             framer.build_unit(seq, max_len, &parts, &mut out).ok()?
         };
         for s in self.tx.drain(..info.fpdus) {
