@@ -5,10 +5,10 @@
 mod rdma_common;
 
 use std::net::SocketAddrV4;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dataplane::port::fault::{CorruptMode, Direction, FaultConfig, FaultCounters, Rate};
-use dataplane::rdma::app::run_pair;
+use dataplane::rdma::app::{run_pair, App, Step};
 use dataplane::rdma::soak::{SoakClient, SoakParams, SoakServer};
 use iwarp::mpa::MpaConfig;
 use rdma_common::{pair, Loop, CLIENT_IP, SERVER_IP};
@@ -124,4 +124,48 @@ fn undetected_corruption_fails_the_soak() {
     let why = o.client.expect_err("corrupted data went unnoticed");
     println!("client: {why}\nserver: {:?}", o.server);
     assert!(o.server.is_err() || why.contains("differs"), "{why}");
+}
+
+// A link that stops carrying frames ends the client's run with a stall error naming the
+// open QPs instead of hanging (the server, which never heard of the client, keeps
+// listening).
+#[test]
+fn dead_link_is_reported_as_a_stall() {
+    let dead = FaultConfig {
+        seed: 1,
+        direction: Direction::Rx,
+        drop: Rate::ALWAYS,
+        ..FaultConfig::default()
+    };
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 8 << 20, dead);
+    let addr = SocketAddrV4::new(SERVER_IP, 18600);
+    let params = SoakParams {
+        qps: 2,
+        bytes: Some(1 << 20),
+        stall: Duration::from_secs(1),
+        ..SoakParams::default()
+    };
+    let mut srv = SoakServer::new(ls.handler_mut(), addr, params.stall).expect("server");
+    let mut cli = SoakClient::new(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
+    let started = Instant::now();
+    let why = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no stall reported"
+        );
+        let now = Instant::now();
+        ls.poll_once(now);
+        lc.poll_once(now);
+        assert_eq!(srv.step(ls.handler_mut(), now), Step::Continue);
+        if let Step::Done(r) = cli.step(lc.handler_mut(), now) {
+            break r.expect_err("a dead link passed");
+        }
+    };
+    assert!(why.starts_with("stall: no completion for 1 s"), "{why}");
+    assert!(
+        why.contains("QP 0 Connecting") && why.contains("QP 1 Connecting"),
+        "{why}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(cli.tally.rounds, 0);
 }

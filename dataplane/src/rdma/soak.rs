@@ -393,7 +393,7 @@ impl SoakParams {
 
 #[derive(Debug)]
 struct ServerQp {
-    id: ConnId,
+    id: Option<ConnId>,
     slot: usize,
     seed: u64,
     max_msg: usize,
@@ -524,7 +524,7 @@ impl SoakServer {
         self.qps.insert(
             qp,
             ServerQp {
-                id,
+                id: Some(id),
                 slot,
                 seed: hello.seed,
                 max_msg: msg,
@@ -764,8 +764,8 @@ impl App for SoakServer {
         if let (Some(why), Some(at)) = (&self.failure, self.failed_at) {
             // Give the verdict time to reach the client, then stop.
             if now.duration_since(at) > Duration::from_secs(2) {
-                for q in self.qps.values().filter(|q| !q.gone) {
-                    let _ = h.abort(q.id);
+                for id in self.qps.values().filter(|q| !q.gone).filter_map(|q| q.id) {
+                    let _ = h.abort(id);
                 }
                 return Step::Done(Err(why.clone()));
             }
@@ -1286,6 +1286,72 @@ mod tests {
         bad[777] ^= 0x40;
         assert_eq!(pattern_mismatch(42, 5, &bad), Some(777));
         assert_ne!(pattern(43, 0, 64), whole[..64]);
+    }
+
+    fn server_qp() -> ServerQp {
+        let r = Region {
+            offset: 0,
+            len: 4096,
+            stag: STag(1),
+        };
+        ServerQp {
+            id: None,
+            slot: 2,
+            seed: 99,
+            max_msg: 4096,
+            recv: r,
+            verdict_buf: r,
+            next_seq: 0,
+            bytes: 0,
+            failure: None,
+            verdict_sent: false,
+            ended: false,
+            gone: false,
+        }
+    }
+
+    fn message(seq: u64, len: usize) -> Vec<u8> {
+        let mut m = header(KIND_DATA, len, seq).to_vec();
+        m.resize(len, 0);
+        pattern_fill(pattern_seed(99, 2, seq, USE_SEND), 0, &mut m[HEADER_LEN..]);
+        m
+    }
+
+    // RFC 5040 §5.3: Sends arrive in order, each exactly once; the server checks sequence,
+    // length and every payload octet, and counts what the client announces in its END.
+    #[test]
+    fn server_checks_every_message() {
+        let mut q = server_qp();
+        assert_eq!(
+            SoakServer::check_message(&mut q, &message(0, 100)),
+            Ok(false)
+        );
+        assert_eq!(
+            SoakServer::check_message(&mut q, &message(1, HEADER_LEN)),
+            Ok(false)
+        );
+        assert_eq!((q.next_seq, q.bytes), (2, 100 + HEADER_LEN as u64));
+        // A repeated or skipped message.
+        let e = SoakServer::check_message(&mut q, &message(1, 50)).unwrap_err();
+        assert!(e.contains("message 1 arrived, expected 2"), "{e}");
+        // One flipped bit in the payload.
+        let mut m = message(2, 300);
+        m[HEADER_LEN + 123] ^= 0x10;
+        let e = SoakServer::check_message(&mut q, &m).unwrap_err();
+        assert!(e.contains("differs at octet 143"), "{e}");
+        // Truncated: the header's length disagrees.
+        let m = message(2, 300);
+        assert!(SoakServer::check_message(&mut q, &m[..299]).is_err());
+        assert!(SoakServer::check_message(&mut q, &m[..10]).is_err());
+        assert_eq!(q.next_seq, 2);
+        // END with the wrong count, then the right one.
+        let e = SoakServer::check_message(&mut q, &header(KIND_END, HEADER_LEN, 3)).unwrap_err();
+        assert!(e.contains("sent 3 messages, 2 arrived"), "{e}");
+        assert_eq!(
+            SoakServer::check_message(&mut q, &header(KIND_END, HEADER_LEN, 2)),
+            Ok(true)
+        );
+        assert!(q.ended);
     }
 
     #[test]

@@ -166,17 +166,9 @@ impl MixReport {
     }
 }
 
+/// The soak's seeded pattern (no zero octet: zero marks "not placed").
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // Never zero: zero marks "not placed".
-            (x % 255) as u8 + 1
-        })
-        .collect()
+    dataplane::rdma::soak::pattern(seed, 0, len)
 }
 
 fn seed(qp: usize, round: u64, kind: u64) -> u64 {
