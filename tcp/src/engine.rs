@@ -124,6 +124,8 @@ pub struct Stats {
     pub retransmits: u64,
     /// Retransmission timeouts of every connection, live and removed.
     pub timeouts: u64,
+    /// Of those, timeouts found spurious and undone (RFC 3522, RFC 4015).
+    pub spurious_timeouts: u64,
 }
 
 #[derive(Debug)]
@@ -217,9 +219,10 @@ impl<U: Ulp> Engine<U> {
     pub fn stats(&self) -> Stats {
         let mut s = self.stats;
         for c in self.slots.iter().flatten() {
-            let (retransmits, timeouts) = c.tcb.loss_counters();
+            let (retransmits, timeouts, spurious) = c.tcb.loss_counters();
             s.retransmits += retransmits;
             s.timeouts += timeouts;
+            s.spurious_timeouts += spurious;
         }
         s
     }
@@ -468,9 +471,10 @@ impl<U: Ulp> Engine<U> {
         self.generations[id.index as usize] = c.generation.wrapping_add(1);
         self.free.push(id.index);
         self.live -= 1;
-        let (retransmits, timeouts) = c.tcb.loss_counters();
+        let (retransmits, timeouts, spurious) = c.tcb.loss_counters();
         self.stats.retransmits += retransmits;
         self.stats.timeouts += timeouts;
+        self.stats.spurious_timeouts += spurious;
         self.by_tuple.remove(&FourTuple {
             local: c.tcb.local,
             remote: c.tcb.remote,

@@ -112,6 +112,9 @@ pub struct ConnInfo {
     pub retransmits: u64,
     /// Retransmission timeouts, those of the SYN and SYN-ACK included.
     pub timeouts: u64,
+    /// Of those, timeouts found spurious by the Eifel algorithm and undone (RFC 3522,
+    /// RFC 4015).
+    pub spurious_timeouts: u64,
     /// Fast-recovery episodes.
     pub recoveries: u64,
 }
@@ -181,7 +184,20 @@ pub(crate) struct Tcb {
 
     retransmits: u64,
     timeouts: u64,
+    spurious_timeouts: u64,
     recoveries: u64,
+    /// Since a timeout: how to undo it should it prove spurious.
+    rto_undo: Option<RtoUndo>,
+}
+
+/// What a retransmission timeout changed, kept until the next ACK shows whether it was
+/// spurious (RFC 3522 detection with timestamps, RFC 4015 response).
+#[derive(Debug)]
+struct RtoUndo {
+    /// TSval of the first retransmission (RFC 3522 RetransmitTS).
+    retransmit_ts: u32,
+    /// The congestion controller before the timeout.
+    cc: Box<dyn CongestionControl>,
 }
 
 impl Tcb {
@@ -261,7 +277,9 @@ impl Tcb {
             ts_offset,
             retransmits: 0,
             timeouts: 0,
+            spurious_timeouts: 0,
             recoveries: 0,
+            rto_undo: None,
         }
     }
 
@@ -331,13 +349,14 @@ impl Tcb {
             rx_stored: self.rx.stored_bytes(),
             retransmits: self.retransmits,
             timeouts: self.timeouts,
+            spurious_timeouts: self.spurious_timeouts,
             recoveries: self.recoveries,
         }
     }
 
-    /// Segments retransmitted and retransmission timeouts so far.
-    pub(crate) fn loss_counters(&self) -> (u64, u64) {
-        (self.retransmits, self.timeouts)
+    /// Segments retransmitted, retransmission timeouts and spurious ones so far.
+    pub(crate) fn loss_counters(&self) -> (u64, u64, u64) {
+        (self.retransmits, self.timeouts, self.spurious_timeouts)
     }
 
     /// Sequence number of the next new byte (for RSTs on abort).
@@ -694,6 +713,21 @@ impl Tcb {
         }
         let outstanding = !self.txq.is_empty();
         if seq::gt(ack, self.snd_una) {
+            if let Some(undo) = self.rto_undo.take() {
+                // RFC 3522 §3.2: the first ACK for new data after a timeout echoes a
+                // TSval older than the retransmission's: the original arrived, the
+                // timeout was spurious (a peer that stalled, not a loss). RFC 4015 §3:
+                // restore the congestion state, and what the timeout marked lost is in
+                // flight (not sent again).
+                if repr
+                    .timestamp
+                    .is_some_and(|ts| seq::lt(ts.tsecr, undo.retransmit_ts))
+                {
+                    self.cc = undo.cc;
+                    self.txq.undo_lost();
+                    self.spurious_timeouts += 1;
+                }
+            }
             let acked = self.txq.ack(ack);
             self.snd_una = ack;
             if let Some(sent) = acked.rtt_sample_sent_at {
@@ -966,6 +1000,14 @@ impl Tcb {
                 if self.rtx_count > cfg.max_retries {
                     self.abort_with(CloseReason::TimedOut, ev);
                     return;
+                }
+                // RFC 3522 §3.2: remember RetransmitTS and (RFC 4015) the state to restore,
+                // at the first timeout of an episode.
+                if self.opts.timestamps && self.rto_undo.is_none() {
+                    self.rto_undo = Some(RtoUndo {
+                        retransmit_ts: self.tsval(now),
+                        cc: self.cc.snapshot(),
+                    });
                 }
                 // RFC 6298 §5.4-5.6, RFC 5681 §3.1, RFC 6675 §5.1.
                 let flight = seq::diff(self.snd_nxt, self.snd_una).max(0) as usize;

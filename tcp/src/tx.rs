@@ -222,6 +222,19 @@ impl SendQueue {
         }
     }
 
+    /// A timeout proved spurious (RFC 4015): units marked lost by it and not retransmitted
+    /// yet are in flight after all.
+    pub(crate) fn undo_lost(&mut self) {
+        for u in self.units.iter_mut().filter(|u| u.lost) {
+            u.lost = false;
+            if !u.in_pipe {
+                u.in_pipe = true;
+                self.pipe += u.seq_len() as usize;
+            }
+        }
+        self.lost_count = 0;
+    }
+
     /// Whether the first un-SACKed unit is deemed lost.
     pub(crate) fn first_lost(&self) -> bool {
         self.units

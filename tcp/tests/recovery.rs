@@ -302,3 +302,78 @@ fn limited_transmit_on_first_two_dupacks() {
     let third = data(&p.send(&ack_for(&p, una, &[])));
     assert_eq!(third.first().map(|s| s.seq), Some(una), "fast retransmit");
 }
+
+/// Ten segments in flight, then the retransmission timeout: returns the peer, the original
+/// segments, the retransmission and the congestion window before the timeout.
+fn timed_out() -> (RawPeer, Vec<Seg>, Seg, usize) {
+    let (mut p, segs) = in_flight(test_config(), true, 10);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let start = p.now;
+    let rtx = loop {
+        let out = data(&p.advance(Duration::from_millis(1)));
+        if let Some(s) = out.first() {
+            break s.clone();
+        }
+        assert!(p.now - start < Duration::from_secs(2), "no RTO");
+    };
+    assert_eq!(rtx.seq, segs[0].seq, "go-back-N starts at SND.UNA");
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.timeouts, 1);
+    assert!(
+        info.cwnd < cwnd,
+        "RFC 5681 §3.1: loss window after the timeout"
+    );
+    (p, segs, rtx, cwnd)
+}
+
+/// The peer's ACK of the first `n` original segments, echoing `tsecr`.
+fn ack_echoing(p: &mut RawPeer, segs: &[Seg], n: usize, tsecr: u32) -> Vec<Seg> {
+    let mut a = ack_for(p, segs[n - 1].seq + segs[n - 1].payload.len() as u32, &[]);
+    let tsval = p.tsval.unwrap() + 1;
+    p.tsval = Some(tsval);
+    a.ts = Some((tsval, tsecr));
+    p.send(&a)
+}
+
+// RFC 3522 §3.2 / RFC 4015 §3: after a timeout, an ACK echoing the TSval of the original
+// transmission (older than the retransmission's) shows the timeout was spurious (the peer
+// stalled): the congestion state is restored and the segments the timeout marked lost are
+// not sent again.
+#[test]
+fn spurious_timeout_is_detected_and_undone() {
+    let (mut p, segs, rtx, cwnd) = timed_out();
+    let c = p.conn.unwrap();
+    let original_ts = segs[4].ts.unwrap().0;
+    assert!(
+        original_ts < rtx.ts.unwrap().0,
+        "ms timestamps tell them apart"
+    );
+    let out = ack_echoing(&mut p, &segs, 5, original_ts);
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.timeouts, info.spurious_timeouts), (1, 1));
+    assert!(info.cwnd >= cwnd, "cwnd {} restored to {cwnd}", info.cwnd);
+    let resent: Vec<u32> = data(&out)
+        .iter()
+        .map(|s| s.seq)
+        .filter(|q| segs[5..].iter().any(|s| s.seq == *q))
+        .collect();
+    assert!(resent.is_empty(), "in flight, not lost: {resent:?}");
+    assert_eq!(info.retransmits, 1);
+}
+
+// RFC 3522 §3.2: an ACK echoing the retransmission's TSval means the original was lost:
+// the timeout stands, and go-back-N goes on.
+#[test]
+fn genuine_timeout_is_not_undone() {
+    let (mut p, segs, rtx, cwnd) = timed_out();
+    let c = p.conn.unwrap();
+    let out = ack_echoing(&mut p, &segs, 1, rtx.ts.unwrap().0);
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.timeouts, info.spurious_timeouts), (1, 0));
+    assert!(info.cwnd < cwnd);
+    assert!(
+        data(&out).iter().any(|s| s.seq == segs[1].seq),
+        "the next lost segment is retransmitted"
+    );
+}

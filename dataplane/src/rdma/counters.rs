@@ -29,6 +29,8 @@ pub struct RdmaCounters {
     pub tcp_retransmits: u64,
     /// TCP retransmission timeouts.
     pub tcp_timeouts: u64,
+    /// Of those, timeouts found spurious and undone (a peer that stalled).
+    pub tcp_spurious_timeouts: u64,
 }
 
 impl RdmaCounters {
@@ -48,7 +50,7 @@ impl RdmaCounters {
     /// The compact form for the periodic stats line.
     pub fn line(&self) -> String {
         format!(
-            "fpdu tx {} rx {} | ooo placed {} ({} B) | held {} B (tagged {} B) | crc err {} | term tx {} rx {} | tcp retx {} rto {}",
+            "fpdu tx {} rx {} | ooo placed {} ({} B) | held {} B (tagged {} B) | crc err {} | term tx {} rx {} | tcp retx {} rto {} (spurious {})",
             self.fpdus_sent,
             self.fpdus_received,
             self.fpdus_placed_ahead,
@@ -59,14 +61,15 @@ impl RdmaCounters {
             self.terminates_sent,
             self.terminates_received,
             self.tcp_retransmits,
-            self.tcp_timeouts
+            self.tcp_timeouts,
+            self.tcp_spurious_timeouts
         )
     }
 
     /// `key: value` lines for the end-of-run summary (stable names, parsed by tests).
     pub fn summary(&self) -> String {
         format!(
-            "rdma-fpdus-sent: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}",
+            "rdma-fpdus-sent: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}\ntcp-spurious-timeouts: {}",
             self.fpdus_sent,
             self.fpdus_received,
             self.fpdus_placed_ahead,
@@ -77,7 +80,8 @@ impl RdmaCounters {
             self.terminates_sent,
             self.terminates_received,
             self.tcp_retransmits,
-            self.tcp_timeouts
+            self.tcp_timeouts,
+            self.tcp_spurious_timeouts
         )
     }
 }

@@ -315,6 +315,7 @@ impl RdmaHandler {
         let tcp = self.engine.stats();
         c.tcp_retransmits = tcp.retransmits;
         c.tcp_timeouts = tcp.timeouts;
+        c.tcp_spurious_timeouts = tcp.spurious_timeouts;
         c
     }
 

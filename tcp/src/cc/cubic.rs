@@ -123,6 +123,10 @@ impl CongestionControl for Cubic {
         self.cwnd = self.ssthresh;
     }
 
+    fn snapshot(&self) -> Box<dyn CongestionControl> {
+        Box::new(self.clone())
+    }
+
     fn on_rto(&mut self, _now: Instant, _flight: usize, mss: usize) {
         self.mss = mss.max(1);
         self.reduce();

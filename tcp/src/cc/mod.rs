@@ -26,6 +26,9 @@ pub trait CongestionControl: Debug + Send {
     fn on_congestion_event(&mut self, now: Instant, flight: usize, mss: usize);
     /// The retransmission timer expired.
     fn on_rto(&mut self, now: Instant, flight: usize, mss: usize);
+    /// A copy of the controller's whole state, restored when a timeout proves spurious
+    /// (RFC 4015).
+    fn snapshot(&self) -> Box<dyn CongestionControl>;
 }
 
 /// Which congestion controller a connection uses.
