@@ -119,6 +119,8 @@ struct MixQp {
     cid: ConnId,
     cqp: QpId,
     sqp: Option<QpId>,
+    /// The server's connection.
+    sid: Option<ConnId>,
     local_port: u16,
     established: bool,
     /// Server target, client source (CHUNK + MSG) and client sink.
@@ -260,6 +262,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             cid,
             cqp,
             sqp: None,
+            sid: None,
             local_port,
             established: false,
             target,
@@ -292,6 +295,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                     };
                     let q = &mut qps[i];
                     q.sqp = Some(qp);
+                    q.sid = Some(id);
                     srv_qp.insert(qp, i);
                     let wrs = (0..RECV_SLOTS)
                         .map(|s| RecvWr {
@@ -545,6 +549,17 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                     )
                 })
                 .collect();
+            // Both ends of every open stream: TCP sequence state and MPA/DDP counters.
+            for (i, q) in qps.iter().enumerate().filter(|(_, q)| q.round.is_some()) {
+                let c = lc.handler().tcp().info(q.cid);
+                let s = q.sid.and_then(|id| ls.handler().tcp().info(id));
+                let cs = lc.handler().conn(q.cid).map(|c| c.stats());
+                let ss = q
+                    .sid
+                    .and_then(|id| ls.handler().conn(id))
+                    .map(|c| c.stats());
+                eprintln!("QP {i} client tcp {c:?}\n  mpa {cs:?}\nserver tcp {s:?}\n  mpa {ss:?}");
+            }
             panic!("no progress for {:?}: {state:?}", p.stall_limit);
         }
     }

@@ -226,6 +226,32 @@ impl Receiver {
         self.state == InState::Boundary && self.pos >= self.skip_until
     }
 
+    /// The FPDU the in-order pass holds in part, if any: the sequence number of its
+    /// ULPDU_Length field, the octets held and the octets its ULPDU_Length claims (0 while
+    /// the field itself is incomplete). With CRCs on nothing can be checked until the FPDU
+    /// is complete (RFC 5044 §6.5), so a ULPDU_Length corrupted upwards within the bound of
+    /// [`ReceiverConfig::limit_to_mss`] leaves the stream waiting for octets the peer may
+    /// never send: only a timeout on this state can end such a stream.
+    pub fn pending_fpdu(&self) -> Option<(u32, usize, usize)> {
+        let InState::Body { first, .. } = self.state else {
+            return None;
+        };
+        if self.partial.is_empty() {
+            return None;
+        }
+        let claimed = match self.partial.get(..ULPDU_LENGTH_LEN) {
+            Some(b) => {
+                let len = usize::from(u16::from_be_bytes([b[0], b[1]]));
+                match self.spacing {
+                    Some(sp) => sp.interior_span(self.seq(first), fpdu_len(len)),
+                    None => fpdu_len(len),
+                }
+            }
+            None => 0,
+        };
+        Some((self.seq(first), self.partial.len(), claimed))
+    }
+
     /// Number of FPDUs handed up ahead of the in-order position and not yet passed by it.
     pub fn pending_out_of_order(&self) -> usize {
         self.delivered.len()
@@ -879,6 +905,28 @@ mod tests {
         );
         assert_eq!(delivered, 0);
         assert!(!rx.is_at_boundary());
+        // What it waits for: the first FPDU's claimed 200 | 4096 octets of ULPDU.
+        let claimed = fpdu_len(200 | 1 << 12);
+        assert_eq!(rx.pending_fpdu(), Some((START, stream.len(), claimed)));
+        assert!(claimed > stream.len());
+    }
+
+    // A bit flip that grows a short FPDU's length within the segment size (a 46-octet Read
+    // Request claiming 558) cannot be told from a real FPDU until the claimed octets are
+    // there; `pending_fpdu` shows the state a connection can time out.
+    #[test]
+    fn growth_within_the_bound_is_pending() {
+        let f = Framer::new(true, None);
+        let mut out = Vec::new();
+        f.emit_fpdu(START, &[&[0x11u8; 46][..]], &mut out).unwrap();
+        out[0] = 0x02; // 46 -> 558
+        let mut rx = Receiver::new(config().limit_to_mss(MSS));
+        assert_eq!(rx.pending_fpdu(), None);
+        rx.handle_segment(START, &out[..1], true, |_| ()).unwrap();
+        assert_eq!(rx.pending_fpdu(), Some((START, 1, 0)));
+        rx.handle_segment(START + 1, &out[1..], true, |_| ())
+            .unwrap();
+        assert_eq!(rx.pending_fpdu(), Some((START, out.len(), fpdu_len(558))));
     }
 
     // The bound never rejects what a conforming peer sends: an FPDU filling a whole segment
