@@ -126,3 +126,94 @@ fn client_against_plain_perf_server_fails_cleanly() {
     assert!(rc.is_err());
     assert!(c.result.is_none());
 }
+
+/// A peer that answers the client's first record (the version) with `reply`.
+struct BadPeer {
+    res: dataplane::rdma::app::Resources,
+    buf: dataplane::rdma::Region,
+    qp: Option<iwarp::verbs::QpId>,
+    reply: Vec<u8>,
+}
+
+impl dataplane::rdma::app::App for BadPeer {
+    fn step(
+        &mut self,
+        h: &mut dataplane::rdma::RdmaHandler,
+        _now: std::time::Instant,
+    ) -> dataplane::rdma::app::Step {
+        use dataplane::rdma::app::Step;
+        use dataplane::rdma::CmEvent;
+        use iwarp::verbs::{CompletionStatus, RecvWr, SendOp, SendWr, WcOpcode};
+        while let Some(ev) = h.poll_cm_event() {
+            match ev {
+                CmEvent::ConnectRequest { id, qp, .. } => {
+                    let wr = RecvWr {
+                        wr_id: 0,
+                        sgl: vec![self.buf.sge(0, 64)],
+                    };
+                    h.rnic().0.borrow_mut().post_rq(qp, vec![wr]).unwrap();
+                    h.accept(id, &[]).unwrap();
+                    self.qp = Some(qp);
+                }
+                CmEvent::Disconnected { .. } => return Step::Done(Ok(())),
+                _ => {}
+            }
+        }
+        while let Some(wc) = self.res.poll_cq(h) {
+            if wc.opcode == WcOpcode::Receive && wc.status == CompletionStatus::Success {
+                let mut rnic = h.rnic().0.borrow_mut();
+                self.buf.bytes_mut(&mut rnic)[64..64 + self.reply.len()]
+                    .copy_from_slice(&self.reply);
+                let wr = SendWr::message(
+                    1,
+                    SendOp::Send {
+                        sgl: vec![self.buf.sge(64, self.reply.len())],
+                        solicited: false,
+                        invalidate: None,
+                    },
+                );
+                rnic.post_sq(wc.qp, vec![wr]).unwrap();
+            }
+        }
+        Step::Continue
+    }
+}
+
+fn against_bad_peer(reply: &[u8]) -> String {
+    use dataplane::rdma::app::{all_rights, Resources};
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    let addr = SocketAddrV4::new(SERVER_IP, 18515);
+    let h = ls.handler_mut();
+    let mut res = Resources::new(h, 64, 16, 16, 0).unwrap();
+    let buf = res.buffer(h, 128, all_rights()).unwrap();
+    h.listen(addr, res.init).unwrap();
+    let mut s = BadPeer {
+        res,
+        buf,
+        qp: None,
+        reply: reply.to_vec(),
+    };
+    let params = PerftestParams::new(Test::WriteBw, 64, 10);
+    let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
+    let (_, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(10));
+    assert!(s.qp.is_some(), "the bad peer accepted");
+    rc.expect_err("the client must fail")
+}
+
+// Malformed control records from the peer: a one-line error naming the record, no panic.
+#[test]
+fn malformed_version_records_are_errors() {
+    let e = against_bad_peer(b"not-a-version!!\0");
+    assert_eq!(
+        e,
+        "malformed version record from the peer: version record is not a version string"
+    );
+    let e = against_bad_peer(b"6.06");
+    assert_eq!(
+        e,
+        "malformed version record from the peer: version: 4 octets, expected 16"
+    );
+    let e = against_bad_peer(b"5.20\0\0\0\0\0\0\0\0\0\0\0\0");
+    assert!(e.contains("older than 5.33"), "{e}");
+    assert!(!e.contains('\n'));
+}
