@@ -76,4 +76,7 @@ impl<T: SegmentSource + ?Sized> SegmentSource for Box<T> {
     fn pending(&self) -> bool {
         (**self).pending()
     }
+    fn recycle(&mut self, buffer: Vec<u8>) {
+        (**self).recycle(buffer)
+    }
 }

@@ -524,7 +524,7 @@ impl Tcb {
             // RFC 9293 §3.10.7.4: with a zero window, valid ACKs are still processed.
             if wnd == 0 && seg_seq == self.rcv_nxt && !is_rst && self.synchronized() {
                 if let Some(a) = seg_ack {
-                    self.process_ack(now, repr, seg_seq, a);
+                    self.process_ack(now, repr, seg_seq, a, ulp);
                 }
             }
             return;
@@ -580,7 +580,7 @@ impl Tcb {
             self.ack_now = true;
             return;
         }
-        self.process_ack(now, repr, seg_seq, ack);
+        self.process_ack(now, repr, seg_seq, ack, ulp);
 
         let fin_acked = self.fin_queued && self.txq.is_empty();
         match self.state {
@@ -701,7 +701,14 @@ impl Tcb {
 
     /// ACK field processing (RFC 9293 §3.10.7.4 fifth check) with SACK (RFC 6675) and
     /// fast retransmit / NewReno recovery (RFC 5681 §3.2, RFC 6582).
-    fn process_ack(&mut self, now: Instant, repr: &TcpRepr, seg_seq: u32, ack: u32) {
+    fn process_ack(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        seg_seq: u32,
+        ack: u32,
+        ulp: &mut dyn Ulp,
+    ) {
         let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         let mut sack_changed = false;
         if self.opts.sack {
@@ -728,7 +735,7 @@ impl Tcb {
                     self.spurious_timeouts += 1;
                 }
             }
-            let acked = self.txq.ack(ack);
+            let acked = self.txq.ack(ack, |b| ulp.recycle(b));
             self.snd_una = ack;
             if let Some(sent) = acked.rtt_sample_sent_at {
                 self.rtt.sample(now.saturating_since(sent));

@@ -40,6 +40,10 @@ pub trait SegmentSource {
     /// Whether the source holds data it would send given enough window. Drives zero-window
     /// probing, and a graceful close sends FIN only once this is false.
     fn pending(&self) -> bool;
+
+    /// The payload buffer of a unit the peer acknowledged, for reuse by later units (the
+    /// default drops it).
+    fn recycle(&mut self, _buffer: Vec<u8>) {}
 }
 
 /// A unit in flight.
@@ -115,8 +119,9 @@ impl SendQueue {
         self.units.push_back(u);
     }
 
-    /// Remove units wholly below `ack` (RFC 9293 §3.10.7.4, SND.UNA advance).
-    pub(crate) fn ack(&mut self, ack: u32) -> Acked {
+    /// Remove units wholly below `ack` (RFC 9293 §3.10.7.4, SND.UNA advance), handing their
+    /// payload buffers to `recycle`.
+    pub(crate) fn ack(&mut self, ack: u32, mut recycle: impl FnMut(Vec<u8>)) -> Acked {
         let mut out = Acked::default();
         while let Some(u) = self.units.front() {
             if !seq::le(u.end(), ack) {
@@ -137,6 +142,7 @@ impl SendQueue {
             } else {
                 Some(u.sent_at)
             };
+            recycle(u.data);
         }
         out
     }
@@ -293,7 +299,7 @@ mod tests {
         assert_eq!(q.pipe(), 0);
         q.retransmitted(0, Instant::ZERO);
         assert_eq!(q.pipe(), 100);
-        let a = q.ack(1200);
+        let a = q.ack(1200, drop);
         assert_eq!(a.bytes, 200);
         assert!(
             a.rtt_sample_sent_at.is_some(),
@@ -302,12 +308,24 @@ mod tests {
         assert_eq!(q.next_lost(), Some(0));
     }
 
+    // Acknowledged units hand their payload buffers back, in order, whole.
+    #[test]
+    fn ack_recycles_payload_buffers() {
+        let mut q = q();
+        let mut back = Vec::new();
+        let a = q.ack(1250, |b| back.push(b));
+        assert_eq!(a.bytes, 200);
+        assert_eq!(back.len(), 2, "only units wholly below the ACK");
+        assert!(back.iter().all(|b| b.len() == 100 && b.capacity() >= 100));
+        assert_eq!(q.len(), 4);
+    }
+
     // RFC 6298 §3 (Karn): no RTT sample when the newest acked unit was retransmitted.
     #[test]
     fn karn_no_sample_from_retransmission() {
         let mut q = q();
         q.mark_first_lost();
         q.retransmitted(0, Instant::from_millis(5));
-        assert!(q.ack(1100).rtt_sample_sent_at.is_none());
+        assert!(q.ack(1100, drop).rtt_sample_sent_at.is_none());
     }
 }

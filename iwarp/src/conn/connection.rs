@@ -31,6 +31,10 @@ const MIN_MULPDU: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_LEN;
 /// FPDUs of one unit gathered on the stack (more, e.g. many tiny Sends, take a Vec).
 const UNIT_PARTS: usize = 8;
 
+/// Payload buffers of framed DDP segments kept for the next ones (no allocation per
+/// segment in a steady stream).
+const SPARE_BUFFERS: usize = 32;
+
 /// Where the connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnState {
@@ -160,6 +164,9 @@ pub struct Connection<M> {
     frames: VecDeque<Vec<u8>>,
     tx: VecDeque<TxSeg>,
     tx_bytes: usize,
+    spare: Vec<Vec<u8>>,
+    /// Buffers of acknowledged units, for the next units.
+    spare_units: Vec<Vec<u8>>,
     pre_sq: Vec<SendWr>,
     pre_rq: Vec<RecvWr>,
     /// Completions of work posted during a negotiation that failed.
@@ -212,6 +219,8 @@ impl<M: MemoryTable> Connection<M> {
             frames: VecDeque::new(),
             tx: VecDeque::new(),
             tx_bytes: 0,
+            spare: Vec::new(),
+            spare_units: Vec::new(),
             pre_sq: Vec::new(),
             pre_rq: Vec::new(),
             flushed: VecDeque::new(),
@@ -807,7 +816,8 @@ impl<M: MemoryTable> Connection<M> {
             return;
         };
         while self.tx_bytes < self.cfg.tx_budget {
-            match engine.poll_segment(self.now, mulpdu, &self.mem) {
+            let buffer = self.spare.pop().unwrap_or_default();
+            match engine.poll_segment_reusing(self.now, mulpdu, &self.mem, buffer) {
                 Some(s) => {
                     self.tx_bytes += s.len();
                     self.tx.push_back(TxSeg::Engine(s));
@@ -938,7 +948,9 @@ impl<M: MemoryTable> SegmentSource for Connection<M> {
         if self.tx.is_empty() {
             return None;
         }
-        let mut out = Vec::with_capacity(max_len);
+        let mut out = self.spare_units.pop().unwrap_or_default();
+        out.clear();
+        out.reserve(max_len);
         // The FPDUs that fit (at least one, so that a unit too small is refused as such).
         let mut fit = 0;
         let (mut end, mut len) = (seq, 0);
@@ -965,6 +977,9 @@ impl<M: MemoryTable> SegmentSource for Connection<M> {
         };
         for s in self.tx.drain(..info.fpdus) {
             self.tx_bytes -= s.len();
+            if let (TxSeg::Engine(s), true) = (s, self.spare.len() < SPARE_BUFFERS) {
+                self.spare.push(s.into_buffer());
+            }
         }
         self.stats.units_sent += 1;
         self.stats.fpdus_sent += info.fpdus as u64;
@@ -974,6 +989,12 @@ impl<M: MemoryTable> SegmentSource for Connection<M> {
 
     fn pending(&self) -> bool {
         !self.frames.is_empty() || (self.may_send() && !self.tx.is_empty())
+    }
+
+    fn recycle(&mut self, buffer: Vec<u8>) {
+        if self.spare_units.len() < SPARE_BUFFERS {
+            self.spare_units.push(buffer);
+        }
     }
 }
 
