@@ -131,6 +131,8 @@ struct MixQp {
     round: Option<Round>,
     rounds_done: u64,
     failed: Option<String>,
+    /// Ended without a Terminate in a known state (see `stalled_on_partial_fpdu`).
+    quiet_end: bool,
 }
 
 /// What a run did.
@@ -141,8 +143,12 @@ pub struct MixReport {
     pub qps_completed: usize,
     /// (QP index, reason) of the streams that ended in an error.
     pub qps_failed: Vec<(usize, String)>,
-    /// Terminates each failed stream saw on the wire.
+    /// Terminates each failed stream saw on the wire (not those in `quiet_ends`).
     pub failed_terminates: Vec<(usize, Vec<Cause>)>,
+    /// (QP index, reason) of the failed streams that ended without a Terminate: MPA
+    /// negotiation broken by corruption (no CRC protects it, RFC 5044 §7.1), or a stream
+    /// waiting on a partial FPDU whose length a corruption grew (RFC 5044 §6.5).
+    pub quiet_ends: Vec<(usize, String)>,
     pub faults: FaultCounters,
     pub crc_errors: u64,
     pub elapsed: Duration,
@@ -272,6 +278,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             round: None,
             rounds_done: 0,
             failed: None,
+            quiet_end: false,
         });
     }
     let mut srv_qp: HashMap<QpId, usize> = HashMap::new();
@@ -331,12 +338,15 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                 }
                 CmEvent::ConnectError { qp, reason, .. } => {
                     if let Some(&i) = cli_qp.get(&qp) {
-                        panic!("QP {i} could not connect: {reason}");
+                        assert!(p.errors_allowed, "QP {i} could not connect: {reason}");
+                        qps[i].failed = Some(format!("could not connect: {reason}"));
+                        qps[i].quiet_end = true;
                     }
                 }
                 CmEvent::Rejected { qp, .. } => {
                     if let Some(&i) = cli_qp.get(&qp) {
                         qps[i].failed = Some("client side: rejected".into());
+                        qps[i].quiet_end = true;
                     }
                 }
                 CmEvent::Disconnected { qp, graceful, .. } => {
@@ -537,6 +547,24 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                 println!("progress: {}", report.line());
             }
         }
+        if last_progress.elapsed() > p.stall_limit && p.errors_allowed {
+            let mut explained = true;
+            for q in qps
+                .iter_mut()
+                .filter(|q| q.round.is_some() && q.failed.is_none())
+            {
+                if stalled_on_partial_fpdu(&ls, &lc, q) {
+                    q.failed = Some("stalled: an FPDU's grown length is never completed".into());
+                    q.quiet_end = true;
+                } else {
+                    explained = false;
+                }
+            }
+            if explained {
+                last_progress = Instant::now();
+                continue;
+            }
+        }
         if last_progress.elapsed() > p.stall_limit {
             let state: Vec<_> = qps
                 .iter()
@@ -605,12 +633,39 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             .map(|(_, _, c)| *c)
             .collect();
         report.qps_failed.push((i, why.clone()));
-        report.failed_terminates.push((i, terms));
+        if q.quiet_end {
+            report.quiet_ends.push((i, why.clone()));
+        } else {
+            report.failed_terminates.push((i, terms));
+        }
     }
     report.faults = fault_totals(&ls, &lc);
     report.crc_errors = ls.handler().counters().crc_errors + lc.handler().counters().crc_errors;
     report.elapsed = start.elapsed();
     report
+}
+
+/// Whether `q`'s stream is stuck in the state a corrupted-upwards ULPDU_Length leaves: in
+/// one direction TCP delivered and acknowledged every octet, yet the receiver handed up
+/// fewer FPDUs than the sender framed (it holds a partial FPDU, waiting for octets the
+/// length claims and the peer, waiting for an answer, never sends).
+fn stalled_on_partial_fpdu(ls: &MixLoop, lc: &MixLoop, q: &MixQp) -> bool {
+    let Some(sid) = q.sid else {
+        return false;
+    };
+    let (Some(ct), Some(st)) = (lc.handler().tcp().info(q.cid), ls.handler().tcp().info(sid))
+    else {
+        return false;
+    };
+    let (Some(cc), Some(sc)) = (lc.handler().conn(q.cid), ls.handler().conn(sid)) else {
+        return false;
+    };
+    let (cs, ss) = (cc.stats(), sc.stats());
+    let waiting = |snd: &tcp::ConnInfo, rcv: &tcp::ConnInfo, sent: u64, got: u64| {
+        snd.snd_una == snd.snd_nxt && rcv.rcv_nxt == snd.snd_nxt && got < sent
+    };
+    waiting(&ct, &st, cs.fpdus_sent, ss.fpdus_received)
+        || waiting(&st, &ct, ss.fpdus_sent, cs.fpdus_received)
 }
 
 fn fault_totals(ls: &MixLoop, lc: &MixLoop) -> FaultCounters {
