@@ -169,3 +169,37 @@ fn dead_link_is_reported_as_a_stall() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(cli.tally.rounds, 0);
 }
+
+/// Runs the `dataplane` binary; returns (exit code, stdout, stderr).
+fn dataplane(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(args)
+        .output()
+        .expect("run dataplane");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn soak_usage_errors_exit_2() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/rdma-soft-pair.toml"
+    );
+    for (args, want) in [
+        (vec!["soak", "--qps", "0"], "--qps: 1 to 64"),
+        (vec!["soak", "--bytes", "12parsecs"], "unknown unit"),
+        (vec!["soak", "--minutes", "0"], "--minutes: a positive number"),
+        (vec!["soak", "--max-msg", "8"], "--max-msg"),
+    ] {
+        let mut a = args.clone();
+        a.extend(["--config", cfg]);
+        let (code, _, err) = dataplane(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
