@@ -17,7 +17,9 @@ pub struct ConnStats {
     /// reassembly store until they are in order.
     pub bytes_left_to_tcp: u64,
     /// Of those, octets whose segment part starts with a tagged DDP segment (by the
-    /// FPDU-aligned sender rule, RFC 5044 §6.1).
+    /// FPDU-aligned sender rule, RFC 5044 §6.1). With markers and an FPDU-aligned sender
+    /// (this crate's framer) it stays 0; what remains possible is a piece of an FPDU whose
+    /// header is in another segment (see `mpa::Receiver`'s out-of-order placement).
     pub tagged_bytes_left_to_tcp: u64,
     /// FPDUs whose CRC did not match (each stops the stream with Terminate 2/0/02).
     pub crc_errors: u64,
