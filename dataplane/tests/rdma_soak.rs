@@ -46,7 +46,7 @@ fn soak(crc: bool, faults_cfg: FaultConfig, params: SoakParams) -> Outcome {
         require_crc: crc,
         ..MpaConfig::default()
     };
-    let (mut ls, mut lc) = pair(mpa, 32 << 20, faults_cfg);
+    let (mut ls, mut lc) = pair(mpa, 12 << 20, faults_cfg);
     let addr = SocketAddrV4::new(SERVER_IP, 18600);
     let mut srv = SoakServer::new(ls.handler_mut(), addr, params.stall).expect("server");
     let mut cli = SoakClient::new(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
@@ -170,6 +170,29 @@ fn dead_link_is_reported_as_a_stall() {
     assert_eq!(cli.tally.rounds, 0);
 }
 
+// A server without memory for the client's buffers rejects the QP with the reason in the
+// Reply's private data (RFC 5044 §7.1), and both sides fail with it.
+#[test]
+fn server_out_of_memory_rejects_with_the_reason() {
+    let o = soak(
+        true,
+        FaultConfig::default(),
+        SoakParams {
+            qps: 4,
+            max_io: 4096,
+            max_msg: 1 << 20,
+            bytes: Some(1 << 20),
+            stall: Duration::from_secs(5),
+            ..SoakParams::default()
+        },
+    );
+    let why = o.client.expect_err("client passed");
+    assert!(why.starts_with("rejected: QP "), "{why}");
+    assert!(why.contains("--mem-mb"), "{why}");
+    let srv = o.server.expect_err("server passed");
+    assert!(srv.contains("--mem-mb"), "{srv}");
+}
+
 /// Runs the `dataplane` binary; returns (exit code, stdout, stderr).
 fn dataplane(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
@@ -192,7 +215,10 @@ fn soak_usage_errors_exit_2() {
     for (args, want) in [
         (vec!["soak", "--qps", "0"], "--qps: 1 to 64"),
         (vec!["soak", "--bytes", "12parsecs"], "unknown unit"),
-        (vec!["soak", "--minutes", "0"], "--minutes: a positive number"),
+        (
+            vec!["soak", "--minutes", "0"],
+            "--minutes: a positive number",
+        ),
         (vec!["soak", "--max-msg", "8"], "--max-msg"),
     ] {
         let mut a = args.clone();

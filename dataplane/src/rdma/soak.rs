@@ -480,17 +480,24 @@ impl SoakServer {
         self.slots_seen[slot] = true;
         let io = hello.max_io as usize;
         let msg = hello.max_msg as usize;
-        let fail = |e: AppError| format!("QP {slot}: {e}");
-        let target = self.res.buffer(h, io, all_rights()).map_err(fail)?;
-        let source = self.res.buffer(h, io, all_rights()).map_err(fail)?;
-        let recv = self
-            .res
-            .buffer(h, msg * RECV_SLOTS, Access::LOCAL_WRITE)
-            .map_err(fail)?;
-        let verdict_buf = self
-            .res
-            .buffer(h, VERDICT_LEN, Access::LOCAL_READ)
-            .map_err(fail)?;
+        let mut alloc = |len: usize, access: Access| self.res.buffer(h, len, access);
+        let bufs = (|| {
+            Ok::<_, AppError>((
+                alloc(io, all_rights())?,
+                alloc(io, all_rights())?,
+                alloc(msg * RECV_SLOTS, Access::LOCAL_WRITE)?,
+                alloc(VERDICT_LEN, Access::LOCAL_READ)?,
+            ))
+        })();
+        let (target, source, recv, verdict_buf) = match bufs {
+            Ok(b) => b,
+            Err(e) => {
+                // Tell the client why (it stops at the reject) and fail.
+                let why = format!("QP {slot}: {e} (give the server more --mem-mb)");
+                let _ = h.reject(id, why.as_bytes());
+                return Err(why);
+            }
+        };
         {
             let mut rnic = h.rnic().0.borrow_mut();
             pattern_fill(
