@@ -112,6 +112,39 @@ fn write_lat() {
     }
 }
 
+fn lat(r: &PerfResult) -> (usize, u64) {
+    match r {
+        PerfResult::Lat {
+            bytes,
+            iters,
+            min,
+            typical,
+            max,
+            ..
+        } => {
+            assert!(*min > 0.0 && min <= typical && typical <= max, "{r:?}");
+            (*bytes, *iters)
+        }
+        PerfResult::Bw { .. } => panic!("latency expected"),
+    }
+}
+
+// RFC 5040 §5.2: one RDMA Read at a time; only the client measures (the server is passive).
+#[test]
+fn read_lat() {
+    let (c, s) = run(Test::ReadLat, 64, 150);
+    assert_eq!(lat(&c), (64, 150));
+    assert!(s.is_none());
+}
+
+// RFC 5040 §5.3: Send ping-pong, the client first; both sides measure.
+#[test]
+fn send_lat() {
+    let (c, s) = run(Test::SendLat, 2, 150);
+    assert_eq!(lat(&c), (2, 150));
+    assert_eq!(lat(&s.expect("server result")), (2, 150));
+}
+
 // A server that is not perftest (our own perf protocol, no Sends on the control
 // connection) leaves the client waiting: the run is bounded by the time limit and fails.
 #[test]

@@ -46,7 +46,8 @@ pub struct Args {
     pub lat: bool,
     /// Speak perftest's rdma_cm exchange (its `-R`): a control connection with perftest's
     /// records, then the data connection; interoperates with ib_write_bw, ib_read_bw,
-    /// ib_send_bw and ib_write_lat run with -R (same -s and -n on both sides).
+    /// ib_send_bw, ib_write_lat, ib_read_lat and ib_send_lat run with -R (same -s and -n
+    /// on both sides).
     #[arg(short = 'R', long = "rdma-cm")]
     pub rdma_cm: bool,
     /// Message size in bytes.
@@ -218,9 +219,11 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
         (PerfOp::Read, PerfMode::Bw) => Test::ReadBw,
         (PerfOp::Send, PerfMode::Bw) => Test::SendBw,
         (PerfOp::Write, PerfMode::Lat) => Test::WriteLat,
+        (PerfOp::Read, PerfMode::Lat) => Test::ReadLat,
+        (PerfOp::Send, PerfMode::Lat) => Test::SendLat,
         _ => {
             return Err(CmdError::Usage(
-                "-R speaks perftest's ib_write_bw, ib_read_bw, ib_send_bw and ib_write_lat".into(),
+                "-R speaks perftest's ib_{write,read,send}_{bw,lat}, not atomics".into(),
             ))
         }
     };

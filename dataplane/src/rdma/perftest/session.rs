@@ -36,6 +36,10 @@ pub enum Test {
     SendBw,
     /// `ib_write_lat`.
     WriteLat,
+    /// `ib_read_lat`.
+    ReadLat,
+    /// `ib_send_lat`.
+    SendLat,
 }
 
 impl Test {
@@ -46,12 +50,24 @@ impl Test {
             Test::ReadBw => "ib_read_bw",
             Test::SendBw => "ib_send_bw",
             Test::WriteLat => "ib_write_lat",
+            Test::ReadLat => "ib_read_lat",
+            Test::SendLat => "ib_send_lat",
         }
     }
 
     /// Latency rather than bandwidth.
     pub fn is_lat(self) -> bool {
-        self == Test::WriteLat
+        matches!(self, Test::WriteLat | Test::ReadLat | Test::SendLat)
+    }
+
+    /// RDMA Reads (IRD/ORD and `out_reads` 128).
+    fn reads(self) -> bool {
+        matches!(self, Test::ReadBw | Test::ReadLat)
+    }
+
+    /// Sends on the data connection (receives to post).
+    fn sends(self) -> bool {
+        matches!(self, Test::SendBw | Test::SendLat)
     }
 }
 
@@ -122,7 +138,7 @@ impl PerftestParams {
 
     /// IRD and ORD perftest's data connection asks for: `out_reads` for reads, else 0.
     pub fn ird_ord(&self) -> u32 {
-        if self.test == Test::ReadBw {
+        if self.test.reads() {
             READ_DEPTH
         } else {
             0
@@ -208,7 +224,9 @@ fn script(test: Test) -> Vec<Stage> {
             s.extend((0..REPORT_FIELDS).map(|i| Xchg(Rec::Report(i))));
             s.push(Xchg(Rec::Dest));
         }
-        Test::SendBw => s.extend([Xchg(Rec::Dest), Data, Xchg(Rec::Dest)]),
+        Test::SendBw | Test::ReadLat | Test::SendLat => {
+            s.extend([Xchg(Rec::Dest), Data, Xchg(Rec::Dest)])
+        }
         Test::WriteLat => s.extend([Xchg(Rec::Dest), Data]),
     }
     s
@@ -239,8 +257,12 @@ struct DataPhase {
     peak: f64,
     /// Latency: the time of each posted Write.
     posts: Vec<Instant>,
-    /// Latency: waiting for the peer's next Write.
+    /// Latency: waiting for the peer's next Write or Send.
     awaiting: bool,
+    /// `ib_send_lat`: Sends received so far.
+    arrived: u64,
+    /// `ib_read_lat`: each Read's round trip, µs.
+    samples: Vec<f64>,
 }
 
 /// One side of a perftest `-R` run.
@@ -290,7 +312,7 @@ impl PerftestSession {
         remote: Option<SocketAddrV4>,
         params: PerftestParams,
     ) -> Result<PerftestSession, AppError> {
-        if params.test == Test::ReadBw {
+        if params.test.reads() {
             // perftest offers out_reads (128) both ways on the data connection; MPA
             // revision 1 exchanges nothing, and the peer then keeps that many in flight.
             h.set_ird_ord(READ_DEPTH as u16, READ_DEPTH as u16);
@@ -446,7 +468,7 @@ impl PerftestSession {
         let qpn = self.data.map_or(0, |c| c.qp.0);
         Dest {
             lid: 0,
-            out_reads: if self.params.test == Test::ReadBw {
+            out_reads: if self.params.test.reads() {
                 READ_DEPTH
             } else {
                 1
@@ -493,9 +515,10 @@ impl PerftestSession {
             Rec::Dest => {
                 let d = Dest::parse(b).map_err(bad)?;
                 let needs_buffer = match self.params.test {
-                    Test::WriteBw | Test::ReadBw => !self.server,
+                    Test::WriteBw | Test::ReadBw | Test::ReadLat => !self.server,
                     Test::SendBw => self.server,
                     Test::WriteLat => true,
+                    Test::SendLat => false,
                 };
                 if needs_buffer && d.rkey == 0 && d.vaddr == 0 {
                     return Err(PerftestError::Peer(
@@ -558,7 +581,7 @@ impl PerftestSession {
                         ord: 0,
                     });
                 } else if self.data.is_none() {
-                    if self.params.test == Test::SendBw {
+                    if self.params.test.sends() {
                         let n = u64::from(self.params.rx_depth.max(1)).min(self.params.iters);
                         self.post_data_recvs(h, qp, n)
                             .map_err(PerftestError::Rdma)?;
@@ -628,6 +651,12 @@ impl PerftestSession {
             .connect(*self.local.ip(), remote, init, &[])
             .map_err(|e| PerftestError::Rdma(format!("data connection: {e}")))?;
         self.data_tries += 1;
+        if self.params.test == Test::SendLat {
+            self.data_phase.recvs_posted = 0;
+            let n = u64::from(self.params.rx_depth.max(1)).min(self.params.iters);
+            self.post_data_recvs(h, qp, n)
+                .map_err(PerftestError::Rdma)?;
+        }
         self.data = Some(Conn {
             id,
             qp,
@@ -692,6 +721,11 @@ impl PerftestSession {
                 let d = &mut self.data_phase;
                 d.completed += 1;
                 d.end = Some(now);
+                if self.params.test == Test::ReadLat {
+                    if let Some(t) = d.posts.last() {
+                        d.samples.push(now.duration_since(*t).as_secs_f64() * 1e6);
+                    }
+                }
                 if !self.params.test.is_lat() {
                     let (t0, bytes) = d.window.get_or_insert((now, 0));
                     *bytes += self.params.size as u64;
@@ -704,8 +738,24 @@ impl PerftestSession {
                 }
             }
             TAG_CTRL_SEND => self.ctrl_sends_pending = self.ctrl_sends_pending.saturating_sub(1),
-            TAG_DATA_RECV if wc.opcode == WcOpcode::Receive => self.data_received(h, now)?,
+            TAG_DATA_RECV if wc.opcode == WcOpcode::Receive => {
+                if self.params.test == Test::SendBw {
+                    self.data_received(h, now)?;
+                } else {
+                    self.lat_received(h, wc.qp)?;
+                }
+            }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// `ib_send_lat`: one ping received; keep receives posted for the rest.
+    fn lat_received(&mut self, h: &RdmaHandler, qp: QpId) -> Result<(), PerftestError> {
+        self.data_phase.arrived += 1;
+        if self.data_phase.recvs_posted < self.params.iters {
+            self.post_data_recvs(h, qp, 1)
+                .map_err(PerftestError::Rdma)?;
         }
         Ok(())
     }
@@ -756,9 +806,10 @@ impl PerftestSession {
     fn data_step(&mut self, h: &RdmaHandler, now: Instant) -> Result<bool, PerftestError> {
         let iters = self.params.iters;
         match (self.params.test, self.server) {
-            (Test::WriteBw | Test::ReadBw, true) => Ok(true),
+            (Test::WriteBw | Test::ReadBw | Test::ReadLat, true) => Ok(true),
             (Test::SendBw, true) => Ok(self.data_phase.received >= iters),
-            (Test::WriteLat, _) => self.lat_step(h, now),
+            (Test::WriteLat | Test::SendLat, _) => self.lat_step(h, now),
+            (Test::ReadLat, false) => self.read_lat_step(h, now),
             (_, false) => {
                 self.post_bw(h, now)?;
                 Ok(self.data_phase.completed >= iters)
@@ -828,7 +879,8 @@ impl PerftestSession {
     fn lat_step(&mut self, h: &RdmaHandler, now: Instant) -> Result<bool, PerftestError> {
         let iters = self.params.iters;
         let size = self.params.size;
-        if size == 0 {
+        let write = self.params.test == Test::WriteLat;
+        if write && size == 0 {
             return Err(PerftestError::Rdma(
                 "write latency needs -s 1 or more".into(),
             ));
@@ -843,7 +895,8 @@ impl PerftestSession {
         let d = &mut self.data_phase;
         if d.start.is_none() {
             d.start = Some(now);
-            d.awaiting = !self.server;
+            // ib_write_lat's server writes first, ib_send_lat's client sends first.
+            d.awaiting = if write { !self.server } else { self.server };
         }
         loop {
             if d.awaiting {
@@ -851,25 +904,40 @@ impl PerftestSession {
                     d.awaiting = false;
                     continue;
                 }
-                let want = (d.received + 1) as u8;
-                if self.buf.bytes(&rnic)[self.adv_off + size - 1] != want {
+                let arrived = if write {
+                    self.buf.bytes(&rnic)[self.adv_off + size - 1] == (d.received + 1) as u8
+                } else {
+                    d.arrived > d.received
+                };
+                if !arrived {
                     break;
                 }
                 d.received += 1;
                 d.awaiting = false;
             } else if d.posted < iters {
                 d.posted += 1;
-                self.buf.bytes_mut(&mut rnic)[size - 1] = d.posted as u8;
-                let wr = SendWr::message(
-                    TAG_DATA | d.posted,
+                let sgl = if size == 0 {
+                    Vec::new()
+                } else {
+                    self.buf.bytes_mut(&mut rnic)[size - 1] = d.posted as u8;
+                    vec![self.buf.sge(0, size)]
+                };
+                let op = if write {
                     SendOp::Write {
-                        sgl: vec![self.buf.sge(0, size)],
+                        sgl,
                         remote: RemoteBuf {
                             stag: STag(peer.rkey),
                             to: peer.vaddr,
                         },
-                    },
-                );
+                    }
+                } else {
+                    SendOp::Send {
+                        sgl,
+                        solicited: false,
+                        invalidate: None,
+                    }
+                };
+                let wr = SendWr::message(TAG_DATA | d.posted, op);
                 rnic.post_sq(data.qp, vec![wr])
                     .map_err(|e| PerftestError::Rdma(format!("post: {:?}", e.error)))?;
                 d.posts.push(now);
@@ -881,16 +949,59 @@ impl PerftestSession {
         Ok(d.posted >= iters && d.received >= iters && d.completed >= iters)
     }
 
+    /// `ib_read_lat` client: one Read at a time.
+    fn read_lat_step(&mut self, h: &RdmaHandler, now: Instant) -> Result<bool, PerftestError> {
+        let iters = self.params.iters;
+        let data = self
+            .data
+            .ok_or_else(|| PerftestError::Rdma("no data connection".into()))?;
+        let peer = self
+            .peer_dest
+            .ok_or_else(|| PerftestError::Peer("buffer unknown".into()))?;
+        let d = &mut self.data_phase;
+        d.start.get_or_insert(now);
+        if d.posted == d.completed && d.posted < iters {
+            d.posted += 1;
+            let wr = SendWr::message(
+                TAG_DATA | d.posted,
+                SendOp::Read {
+                    sink: RemoteBuf {
+                        stag: self.buf.stag,
+                        to: self.buf.addr(0),
+                    },
+                    remote: RemoteBuf {
+                        stag: STag(peer.rkey),
+                        to: peer.vaddr,
+                    },
+                    len: self.params.size as u32,
+                },
+            );
+            h.rnic()
+                .0
+                .borrow_mut()
+                .post_sq(data.qp, vec![wr])
+                .map_err(|e| PerftestError::Rdma(format!("post: {:?}", e.error)))?;
+            d.posts.push(now);
+        }
+        Ok(d.completed >= iters)
+    }
+
     fn data_done(&mut self) {
         let size = self.params.size;
         let d = &self.data_phase;
-        let r = if self.params.test.is_lat() {
-            // perftest: half of each gap between consecutive posts.
-            let samples = d
-                .posts
-                .windows(2)
-                .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / 2.0)
-                .collect();
+        let r = if self.params.test == Test::ReadLat && self.server {
+            // The passive side measures nothing.
+            None
+        } else if self.params.test.is_lat() {
+            let samples = if self.params.test == Test::ReadLat {
+                d.samples.clone()
+            } else {
+                // perftest: half of each gap between consecutive posts (a round trip).
+                d.posts
+                    .windows(2)
+                    .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / 2.0)
+                    .collect()
+            };
             let mut r = latency_result(size, samples);
             if let PerfResult::Lat { iters, .. } = &mut r {
                 *iters = self.params.iters;
@@ -1093,8 +1204,17 @@ mod tests {
         assert_eq!(sends(Test::ReadBw), 16);
         assert_eq!(sends(Test::SendBw), 11);
         assert_eq!(sends(Test::WriteLat), 10);
+        assert_eq!(sends(Test::ReadLat), 11);
+        assert_eq!(sends(Test::SendLat), 11);
         // The data connection comes after the fifth exchange; data after the records.
-        for t in [Test::WriteBw, Test::ReadBw, Test::SendBw, Test::WriteLat] {
+        for t in [
+            Test::WriteBw,
+            Test::ReadBw,
+            Test::SendBw,
+            Test::WriteLat,
+            Test::ReadLat,
+            Test::SendLat,
+        ] {
             let s = script(t);
             assert_eq!(s[5], Stage::ConnectData);
             let data = s.iter().position(|x| *x == Stage::Data).unwrap();
