@@ -517,13 +517,18 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         }
         if !self.tx.is_empty() || !slot.backlog.is_empty() {
             // Back-pressure: what the port refuses stays queued, in order, for the next
-            // iteration (a drop here would cost the sender a retransmission).
-            if slot.backlog.is_empty() {
+            // iteration (a drop here would cost the sender a retransmission). Offered a
+            // burst at a time, so that a full ring costs one burst's work per iteration,
+            // not the whole backlog's.
+            slot.backlog.append(&mut self.tx);
+            while !slot.backlog.is_empty() {
+                let k = slot.backlog.len().min(self.burst);
+                self.tx.extend(slot.backlog.drain(..k));
                 port.tx_burst(&mut self.tx);
-                std::mem::swap(&mut slot.backlog, &mut self.tx);
-            } else {
-                slot.backlog.append(&mut self.tx);
-                port.tx_burst(&mut slot.backlog);
+                if !self.tx.is_empty() {
+                    slot.backlog.splice(0..0, self.tx.drain(..));
+                    break;
+                }
             }
             let c = &mut slot.counters;
             c.tx_deferred += slot.backlog.len() as u64;
