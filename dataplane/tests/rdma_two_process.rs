@@ -4,119 +4,13 @@
 
 #![cfg(feature = "dpdk")]
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod dpdk_common;
 
-/// Stops a process however the test ends: Ctrl-C first (so EAL cleans up), then kill.
-struct KillOnDrop(Child);
+use std::process::Command;
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Ok(Some(_)) = self.0.try_wait() {
-            return;
-        }
-        let _ = Command::new("kill")
-            .args(["-INT", &self.0.id().to_string()])
-            .output();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use dpdk_common::two_process::{counter, Link};
 
-/// A one-port configuration with these EAL arguments; returns its path.
-fn config(
-    dir: &std::path::Path,
-    name: &str,
-    lcore: u32,
-    eal: &[String],
-    device: &str,
-    ip: &str,
-) -> String {
-    let mut args: Vec<String> = ["--no-huge", "-m", "512", "--no-pci"]
-        .map(String::from)
-        .to_vec();
-    args.extend_from_slice(eal);
-    args.extend(["-l".to_string(), lcore.to_string()]);
-    let quoted: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
-    let text = format!(
-        "[eal]\nargs = [{}]\n[poll]\nstats_interval = 0\n[[ports]]\nname = \"m\"\nbackend = \"dpdk\"\ndevice = \"{device}\"\nipv4 = \"{ip}/24\"\nmtu = 1500\n",
-        quoted.join(", ")
-    );
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path.display().to_string()
-}
-
-struct Link {
-    _dir: tempfile::TempDir,
-    server: String,
-    client: String,
-}
-
-fn memif(name: &str) -> Link {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("memif.sock").display().to_string();
-    let tag = std::process::id();
-    let eal = |role: &str| {
-        vec![
-            "--file-prefix".to_string(),
-            format!("rdma-memif-{name}-{role}-{tag}"),
-            "--vdev".to_string(),
-            format!("net_memif0,role={role},id=0,socket={sock}"),
-        ]
-    };
-    Link {
-        server: config(
-            dir.path(),
-            "s",
-            0,
-            &eal("server"),
-            "net_memif0",
-            "10.98.0.1",
-        ),
-        client: config(
-            dir.path(),
-            "c",
-            1,
-            &eal("client"),
-            "net_memif0",
-            "10.98.0.2",
-        ),
-        _dir: dir,
-    }
-}
-
-fn vhost(name: &str) -> Link {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("vhost.sock").display().to_string();
-    let tag = std::process::id();
-    let s = vec![
-        "--file-prefix".to_string(),
-        format!("rdma-vhost-{name}-s-{tag}"),
-        "--single-file-segments".to_string(),
-        "--vdev".to_string(),
-        format!("net_vhost0,iface={sock},queues=1"),
-    ];
-    let c = vec![
-        "--file-prefix".to_string(),
-        format!("rdma-vhost-{name}-c-{tag}"),
-        "--single-file-segments".to_string(),
-        "--vdev".to_string(),
-        format!("virtio_user0,path={sock},queues=1"),
-    ];
-    Link {
-        server: config(dir.path(), "s", 0, &s, "net_vhost0", "10.98.0.1"),
-        client: config(dir.path(), "c", 1, &c, "virtio_user0", "10.98.0.2"),
-        _dir: dir,
-    }
-}
+const IPS: Option<[&str; 2]> = Some(["10.98.0.1", "10.98.0.2"]);
 
 /// One pair of busy-polling processes at a time: the cases share two cores.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -125,30 +19,15 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// outputs.
 fn run(link: &Link, server: &[&str], client: &[&str]) -> (String, String) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut srv = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(server)
-        .args(["--config", &link.server, "--heap", "--time-limit", "90"])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(link._dir.path().join("server.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let stdout = srv.stdout.take().unwrap();
-    let mut srv = KillOnDrop(srv);
-    let mut reader = BufReader::new(stdout);
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap() == 0 {
-            panic!("server did not start: {head}");
-        }
-        head.push_str(&line);
-        if line.contains("listening") {
-            break;
-        }
-    }
+    let common = ["--heap", "--time-limit", "90"];
+    let mut args = server.to_vec();
+    args.extend(["--config", &link.server]);
+    args.extend(common);
+    let srv = link.start_server(&args, "listening");
     let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
         .args(client)
-        .args(["--config", &link.client, "--heap", "--time-limit", "90"])
+        .args(["--config", &link.client])
+        .args(common)
         .output()
         .unwrap();
     let ctext = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -157,11 +36,7 @@ fn run(link: &Link, server: &[&str], client: &[&str]) -> (String, String) {
         "client failed: {ctext}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut rest = String::new();
-    reader.read_to_string(&mut rest).unwrap();
-    let status = srv.0.wait().unwrap();
-    let stext = head + &rest;
-    let serr = std::fs::read_to_string(link._dir.path().join("server.err")).unwrap_or_default();
+    let (status, stext, serr) = srv.finish();
     assert!(
         status.success(),
         "server failed ({status}): {stext}\n{serr}"
@@ -169,18 +44,10 @@ fn run(link: &Link, server: &[&str], client: &[&str]) -> (String, String) {
     (stext, ctext)
 }
 
-fn counter(text: &str, name: &str) -> u64 {
-    text.lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
-}
-
 // RFC 5040 §5.1–5.3 via rping's exchange, CRC on (RFC 5044 §6.5); every ping validated.
 #[test]
 fn memif_rping_crc() {
-    let l = memif("rping");
+    let l = Link::memif("rping", IPS);
     let (_, c) = run(
         &l,
         &["rping", "-s", "--crc"],
@@ -205,7 +72,7 @@ fn memif_rping_crc() {
 // out-of-order FPDUs are placed at once, no tagged data is held.
 #[test]
 fn memif_perf_write_markers_reordering() {
-    let l = memif("reorder");
+    let l = Link::memif("reorder", IPS);
     let (s, c) = run(
         &l,
         &["perf", "write", "--markers", "--crc"],
@@ -236,7 +103,7 @@ fn memif_perf_write_markers_reordering() {
 
 #[test]
 fn memif_perf_read_send_atomic() {
-    let l = memif("ops");
+    let l = Link::memif("ops", IPS);
     let (_, c) = run(
         &l,
         &["perf", "read"],
@@ -259,7 +126,7 @@ fn memif_perf_read_send_atomic() {
 
 #[test]
 fn vhost_rping_and_perf_write() {
-    let l = vhost("rping");
+    let l = Link::vhost("rping", IPS);
     let (_, c) = run(
         &l,
         &["rping", "-s"],

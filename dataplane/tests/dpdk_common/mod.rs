@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod two_process;
+
 use std::sync::OnceLock;
 
 use dataplane::dpdk::eal::hugepages_available;
