@@ -115,6 +115,14 @@ impl Node {
             .unwrap()
     }
 
+    fn post_send(&mut self, wr: SendWr) {
+        self.fx.rnic.post_sq(self.fx.qp, vec![wr]).unwrap();
+    }
+
+    fn post_recv(&mut self, wr: RecvWr) {
+        self.fx.rnic.post_rq(self.fx.qp, vec![wr]).unwrap();
+    }
+
     fn wcs(&mut self) -> Vec<WorkCompletion> {
         drain(&mut self.fx.rnic, self.fx.cq)
     }
@@ -122,6 +130,37 @@ impl Node {
     fn state(&self) -> QpState {
         self.fx.rnic.query_qp(self.fx.qp).unwrap().state
     }
+}
+
+/// One scatter/gather element: `len` octets at `to` of `stag`.
+fn sge(stag: STag, to: u64, len: u32) -> Sge {
+    Sge { stag, to, len }
+}
+
+/// An RDMA Write of `sgl` to `to` in the peer's `stag`.
+fn write(wr_id: u64, sgl: Vec<Sge>, stag: STag, to: u64) -> SendWr {
+    SendWr::message(
+        wr_id,
+        SendOp::Write {
+            sgl,
+            remote: RemoteBuf { stag, to },
+        },
+    )
+}
+
+/// An RDMA Read of `len` octets at `to` in the peer's `stag` into `sink_to` of `sink`.
+fn read(wr_id: u64, sink: STag, sink_to: u64, stag: STag, to: u64, len: u32) -> SendWr {
+    SendWr::message(
+        wr_id,
+        SendOp::Read {
+            sink: RemoteBuf {
+                stag: sink,
+                to: sink_to,
+            },
+            remote: RemoteBuf { stag, to },
+            len,
+        },
+    )
 }
 
 /// Runs both sides until nothing moves.
@@ -158,32 +197,8 @@ fn send_and_receive_through_registered_memory() {
     let dst = b.reg(8192, 4096, all_rights());
     let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
     a.fx.rnic.memory_mut().bytes_mut()[..1000].copy_from_slice(&payload);
-    b.fx.rnic
-        .post_rq(
-            b.fx.qp,
-            vec![recv(
-                10,
-                vec![Sge {
-                    stag: dst,
-                    to: VA + 8192,
-                    len: 2048,
-                }],
-            )],
-        )
-        .unwrap();
-    a.fx.rnic
-        .post_sq(
-            a.fx.qp,
-            vec![send(
-                20,
-                vec![Sge {
-                    stag: src,
-                    to: VA,
-                    len: 1000,
-                }],
-            )],
-        )
-        .unwrap();
+    b.post_recv(recv(10, vec![sge(dst, VA + 8192, 2048)]));
+    a.post_send(send(20, vec![sge(src, VA, 1000)]));
     pump(&mut a, &mut b);
     let wa = a.wcs();
     assert_eq!(wa.len(), 1);
@@ -208,25 +223,7 @@ fn sec01_b13_write_into_another_pd_terminates_with_1_1_02() {
             .register_mr(&mr_spec(other_pd, 4096, 4096, VA, all_rights()))
             .unwrap();
     fill(&mut b.fx.rnic, GUARD);
-    a.fx.rnic
-        .post_sq(
-            a.fx.qp,
-            vec![SendWr::message(
-                1,
-                SendOp::Write {
-                    sgl: vec![Sge {
-                        stag: src,
-                        to: VA,
-                        len: 100,
-                    }],
-                    remote: RemoteBuf {
-                        stag: foreign,
-                        to: VA,
-                    },
-                },
-            )],
-        )
-        .unwrap();
+    a.post_send(write(1, vec![sge(src, VA, 100)], foreign, VA));
     pump(&mut a, &mut b);
     assert_eq!(b.terminates_sent, vec![T::DDP_STAG_NOT_ASSOCIATED]);
     assert_eq!(a.terminates_received, vec![T::DDP_STAG_NOT_ASSOCIATED]);
@@ -248,22 +245,7 @@ fn sec03_read_past_the_end_terminates_with_0_1_01() {
     let sink = a.reg(0, 4096, all_rights());
     let source = b.reg(4096, 4096, all_rights());
     fill(&mut a.fx.rnic, GUARD);
-    a.fx.rnic
-        .post_sq(
-            a.fx.qp,
-            vec![SendWr::message(
-                1,
-                SendOp::Read {
-                    sink: RemoteBuf { stag: sink, to: VA },
-                    remote: RemoteBuf {
-                        stag: source,
-                        to: VA + 4096 + 4000,
-                    },
-                    len: 97,
-                },
-            )],
-        )
-        .unwrap();
+    a.post_send(read(1, sink, VA, source, VA + 4096 + 4000, 97));
     pump(&mut a, &mut b);
     assert_eq!(b.terminates_sent, vec![T::RDMAP_BASE_BOUNDS]);
     assert_eq!(touched(&a.fx.rnic, GUARD), 0);
@@ -282,22 +264,7 @@ fn e07_read_without_remote_read_right() {
         4096,
         Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE,
     );
-    a.fx.rnic
-        .post_sq(
-            a.fx.qp,
-            vec![SendWr::message(
-                1,
-                SendOp::Read {
-                    sink: RemoteBuf { stag: sink, to: VA },
-                    remote: RemoteBuf {
-                        stag: source,
-                        to: VA,
-                    },
-                    len: 8,
-                },
-            )],
-        )
-        .unwrap();
+    a.post_send(read(1, sink, VA, source, VA, 8));
     pump(&mut a, &mut b);
     assert_eq!(b.terminates_sent, vec![T::RDMAP_ACCESS_RIGHTS]);
 }
@@ -309,22 +276,7 @@ fn e14_read_response_into_sink_without_remote_write() {
     let sink = a.reg(0, 4096, Access::LOCAL_READ | Access::LOCAL_WRITE);
     let source = b.reg(0, 4096, all_rights());
     fill(&mut a.fx.rnic, GUARD);
-    a.fx.rnic
-        .post_sq(
-            a.fx.qp,
-            vec![SendWr::message(
-                1,
-                SendOp::Read {
-                    sink: RemoteBuf { stag: sink, to: VA },
-                    remote: RemoteBuf {
-                        stag: source,
-                        to: VA,
-                    },
-                    len: 8,
-                },
-            )],
-        )
-        .unwrap();
+    a.post_send(read(1, sink, VA, source, VA, 8));
     pump(&mut a, &mut b);
     assert_eq!(a.terminates_sent, vec![T::DDP_INVALID_STAG]);
     assert_eq!(touched(&a.fx.rnic, GUARD), 0);
@@ -340,22 +292,7 @@ fn sec11_e12_more_read_requests_than_ird() {
     let sink = a.reg(0, 4096, all_rights());
     let source = b.reg(0, 4096, all_rights());
     let wrs = (0..3)
-        .map(|i| {
-            SendWr::message(
-                i,
-                SendOp::Read {
-                    sink: RemoteBuf {
-                        stag: sink,
-                        to: VA + 8 * i,
-                    },
-                    remote: RemoteBuf {
-                        stag: source,
-                        to: VA,
-                    },
-                    len: 8,
-                },
-            )
-        })
+        .map(|i| read(i, sink, VA + 8 * i, source, VA, 8))
         .collect();
     a.fx.rnic.post_sq(a.fx.qp, wrs).unwrap();
     // All three requests reach the responder before it can answer any.
@@ -395,39 +332,20 @@ fn f03_f04_send_with_invalidate_failures() {
                 zero_based: false,
                 access: Access::REMOTE_READ,
             };
-            b.fx.rnic
-                .post_sq(b.fx.qp, vec![SendWr::new(99, SqOp::Bind(bind))])
-                .unwrap();
+            b.post_send(SendWr::new(99, SqOp::Bind(bind)));
             b.service();
             assert_eq!(b.wcs()[0].status, CompletionStatus::Success);
         }
         let buf = b.reg(8192, 4096, all_rights());
-        b.fx.rnic
-            .post_rq(
-                b.fx.qp,
-                vec![recv(
-                    5,
-                    vec![Sge {
-                        stag: buf,
-                        to: VA + 8192,
-                        len: 64,
-                    }],
-                )],
-            )
-            .unwrap();
-        a.fx.rnic
-            .post_sq(
-                a.fx.qp,
-                vec![SendWr::message(
-                    1,
-                    SendOp::Send {
-                        sgl: vec![],
-                        solicited: false,
-                        invalidate: Some(victim),
-                    },
-                )],
-            )
-            .unwrap();
+        b.post_recv(recv(5, vec![sge(buf, VA + 8192, 64)]));
+        a.post_send(SendWr::message(
+            1,
+            SendOp::Send {
+                sgl: vec![],
+                solicited: false,
+                invalidate: Some(victim),
+            },
+        ));
         pump(&mut a, &mut b);
         assert_eq!(b.terminates_sent, vec![expect]);
         assert_eq!(b.fx.rnic.query_mr(victim).unwrap().state, StagState::Valid);
@@ -441,32 +359,15 @@ fn f01_send_with_invalidate_then_write_fails() {
     let src = a.reg(0, 4096, all_rights());
     let victim = b.reg(0, 4096, all_rights());
     let buf = b.reg(8192, 4096, all_rights());
-    b.fx.rnic
-        .post_rq(
-            b.fx.qp,
-            vec![recv(
-                5,
-                vec![Sge {
-                    stag: buf,
-                    to: VA + 8192,
-                    len: 64,
-                }],
-            )],
-        )
-        .unwrap();
-    a.fx.rnic
-        .post_sq(
-            a.fx.qp,
-            vec![SendWr::message(
-                1,
-                SendOp::Send {
-                    sgl: vec![],
-                    solicited: false,
-                    invalidate: Some(victim),
-                },
-            )],
-        )
-        .unwrap();
+    b.post_recv(recv(5, vec![sge(buf, VA + 8192, 64)]));
+    a.post_send(SendWr::message(
+        1,
+        SendOp::Send {
+            sgl: vec![],
+            solicited: false,
+            invalidate: Some(victim),
+        },
+    ));
     pump(&mut a, &mut b);
     let wb = b.wcs();
     assert_eq!(wb[0].invalidated, Some(victim));
@@ -475,25 +376,7 @@ fn f01_send_with_invalidate_then_write_fails() {
         StagState::Invalid
     );
     fill(&mut b.fx.rnic, GUARD);
-    a.fx.rnic
-        .post_sq(
-            a.fx.qp,
-            vec![SendWr::message(
-                2,
-                SendOp::Write {
-                    sgl: vec![Sge {
-                        stag: src,
-                        to: VA,
-                        len: 16,
-                    }],
-                    remote: RemoteBuf {
-                        stag: victim,
-                        to: VA,
-                    },
-                },
-            )],
-        )
-        .unwrap();
+    a.post_send(write(2, vec![sge(src, VA, 16)], victim, VA));
     pump(&mut a, &mut b);
     assert_eq!(b.terminates_sent, vec![T::DDP_INVALID_STAG]);
     assert_eq!(touched(&b.fx.rnic, GUARD), 0);
@@ -520,25 +403,8 @@ fn window_bound_on_the_qp_accepts_a_remote_write() {
         zero_based: true,
         access: Access::REMOTE_WRITE,
     };
-    b.fx.rnic
-        .post_sq(b.fx.qp, vec![SendWr::new(1, SqOp::Bind(bind))])
-        .unwrap();
-    a.fx.rnic
-        .post_sq(
-            a.fx.qp,
-            vec![SendWr::message(
-                2,
-                SendOp::Write {
-                    sgl: vec![Sge {
-                        stag: src,
-                        to: VA,
-                        len: 4,
-                    }],
-                    remote: RemoteBuf { stag: w, to: 16 },
-                },
-            )],
-        )
-        .unwrap();
+    b.post_send(SendWr::new(1, SqOp::Bind(bind)));
+    a.post_send(write(2, vec![sge(src, VA, 4)], w, 16));
     pump(&mut a, &mut b);
     assert!(b.terminates_sent.is_empty(), "{:?}", b.terminates_sent);
     assert_eq!(&b.fx.rnic.memory().bytes()[272..276], b"WIND");
@@ -551,40 +417,12 @@ fn k05_read_fence_holds_the_send_until_the_response_landed() {
     let sink = a.reg(0, 4096, all_rights());
     let source = b.reg(0, 4096, all_rights());
     let buf = b.reg(8192, 4096, all_rights());
-    b.fx.rnic
-        .post_rq(
-            b.fx.qp,
-            vec![recv(
-                7,
-                vec![Sge {
-                    stag: buf,
-                    to: VA + 8192,
-                    len: 64,
-                }],
-            )],
-        )
-        .unwrap();
-    let mut fenced = send(
-        2,
-        vec![Sge {
-            stag: sink,
-            to: VA,
-            len: 8,
-        }],
-    );
+    b.post_recv(recv(7, vec![sge(buf, VA + 8192, 64)]));
+    let mut fenced = send(2, vec![sge(sink, VA, 8)]);
     fenced.read_fence = true;
-    let read = SendWr::message(
-        1,
-        SendOp::Read {
-            sink: RemoteBuf { stag: sink, to: VA },
-            remote: RemoteBuf {
-                stag: source,
-                to: VA,
-            },
-            len: 8,
-        },
-    );
-    a.fx.rnic.post_sq(a.fx.qp, vec![read, fenced]).unwrap();
+    a.fx.rnic
+        .post_sq(a.fx.qp, vec![read(1, sink, VA, source, VA, 8), fenced])
+        .unwrap();
     b.fx.rnic.memory_mut().bytes_mut()[..8].copy_from_slice(b"readdata");
     a.service();
     let first = a.tx();
@@ -625,70 +463,16 @@ fn c06_mixed_sq_completes_in_posting_order() {
         .post_rq(
             b.fx.qp,
             vec![
-                recv(
-                    1,
-                    vec![Sge {
-                        stag: buf,
-                        to: VA + 8192,
-                        len: 64,
-                    }],
-                ),
-                recv(
-                    2,
-                    vec![Sge {
-                        stag: buf,
-                        to: VA + 8192,
-                        len: 64,
-                    }],
-                ),
+                recv(1, vec![sge(buf, VA + 8192, 64)]),
+                recv(2, vec![sge(buf, VA + 8192, 64)]),
             ],
         )
         .unwrap();
     let wrs = vec![
-        send(
-            10,
-            vec![Sge {
-                stag: local,
-                to: VA,
-                len: 10,
-            }],
-        ),
-        SendWr::message(
-            11,
-            SendOp::Read {
-                sink: RemoteBuf {
-                    stag: local,
-                    to: VA + 100,
-                },
-                remote: RemoteBuf {
-                    stag: remote,
-                    to: VA,
-                },
-                len: 600,
-            },
-        ),
-        SendWr::message(
-            12,
-            SendOp::Write {
-                sgl: vec![Sge {
-                    stag: local,
-                    to: VA,
-                    len: 700,
-                }],
-                remote: RemoteBuf {
-                    stag: remote,
-                    to: VA + 1000,
-                },
-            },
-        ),
-        send(
-            13,
-            vec![Sge {
-                stag: local,
-                to: VA,
-                len: 1,
-            }],
-        ),
+        send(10, vec![sge(local, VA, 10)]),
+        read(11, local, VA + 100, remote, VA, 600),
+        write(12, vec![sge(local, VA, 700)], remote, VA + 1000),
+        send(13, vec![sge(local, VA, 1)]),
     ];
     a.fx.rnic.post_sq(a.fx.qp, wrs).unwrap();
     pump(&mut a, &mut b);
@@ -710,34 +494,8 @@ fn remote_terminate_flushes_the_wrs_in_flight() {
     let (mut a, mut b) = pair();
     let local = a.reg(0, 4096, all_rights());
     let wrs = vec![
-        SendWr::message(
-            1,
-            SendOp::Write {
-                sgl: vec![Sge {
-                    stag: local,
-                    to: VA,
-                    len: 8,
-                }],
-                remote: RemoteBuf {
-                    stag: STag(0x0055_5501),
-                    to: 0,
-                },
-            },
-        ),
-        SendWr::message(
-            2,
-            SendOp::Read {
-                sink: RemoteBuf {
-                    stag: local,
-                    to: VA,
-                },
-                remote: RemoteBuf {
-                    stag: STag(0x0055_5501),
-                    to: 0,
-                },
-                len: 8,
-            },
-        ),
+        write(1, vec![sge(local, VA, 8)], STag(0x0055_5501), 0),
+        read(2, local, VA, STag(0x0055_5501), 0, 8),
         send(3, vec![]),
     ];
     a.fx.rnic.post_sq(a.fx.qp, wrs).unwrap();
@@ -786,15 +544,9 @@ fn h02_fetch_add_through_verbs() {
         add_swap_mask: 0,
         compare: 0,
         compare_mask: 0,
-        result: Sge {
-            stag: result,
-            to: VA + 8,
-            len: 8,
-        },
+        result: sge(result, VA + 8, 8),
     };
-    a.fx.rnic
-        .post_sq(a.fx.qp, vec![SendWr::message(1, op)])
-        .unwrap();
+    a.post_send(SendWr::message(1, op));
     pump(&mut a, &mut b);
     let wc = a.wcs()[0];
     assert_eq!(
@@ -814,14 +566,12 @@ fn h02_fetch_add_through_verbs() {
 fn h09_immediate_data_consumes_a_receive() {
     // RFC 7306 §6; digest H09
     let (mut a, mut b) = pair();
-    b.fx.rnic.post_rq(b.fx.qp, vec![recv(4, vec![])]).unwrap();
+    b.post_recv(recv(4, vec![]));
     let op = SendOp::Immediate {
         data: *b"IMMEDIAT",
         solicited: true,
     };
-    a.fx.rnic
-        .post_sq(a.fx.qp, vec![SendWr::message(1, op)])
-        .unwrap();
+    a.post_send(SendWr::message(1, op));
     b.fx.rnic
         .request_notification(b.fx.cq, NotifyType::NextSolicited)
         .unwrap();
@@ -853,31 +603,9 @@ fn srq_receive_buffers_are_checked_against_the_srq_pd() {
                 .register_mr(&mr_spec(pd, 8192, 4096, VA, all_rights()))
                 .unwrap();
         b.fx.rnic
-            .post_srq(
-                srq,
-                vec![recv(
-                    3,
-                    vec![Sge {
-                        stag: buf,
-                        to: VA,
-                        len: 64,
-                    }],
-                )],
-            )
+            .post_srq(srq, vec![recv(3, vec![sge(buf, VA, 64)])])
             .unwrap();
-        a.fx.rnic
-            .post_sq(
-                a.fx.qp,
-                vec![send(
-                    1,
-                    vec![Sge {
-                        stag: src,
-                        to: VA,
-                        len: 5,
-                    }],
-                )],
-            )
-            .unwrap();
+        a.post_send(send(1, vec![sge(src, VA, 5)]));
         pump(&mut a, &mut b);
         if srq_buffer {
             assert!(b.terminates_sent.is_empty(), "{:?}", b.terminates_sent);

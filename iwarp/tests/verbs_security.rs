@@ -380,12 +380,7 @@ fn sec10_cq_overflow_affects_only_its_users() {
     // The other QP and CQ carry on.
     fx.rnic.post_sq(fx.qp, vec![send(3, vec![])]).unwrap();
     let w = fx.rnic.next_send_wr(fx.qp).unwrap();
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(w.wr_id, WorkQueue::Send, EngineStatus::Success, 0),
-        )
-        .unwrap();
+    fx.complete(w.wr_id, WorkQueue::Send, EngineStatus::Success, 0);
     let wc = fx.rnic.poll_cq(fx.cq).unwrap();
     assert_eq!((wc.wr_id, wc.status), (3, CompletionStatus::Success));
     assert_eq!(fx.rnic.query_qp(fx.qp).unwrap().state, QpState::Rts);
@@ -1020,17 +1015,12 @@ fn zero_ord_read_completes_in_error() {
             },
         ),
     );
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(
-                w[0].wr_id,
-                WorkQueue::Send,
-                EngineStatus::ZeroReadResources,
-                0,
-            ),
-        )
-        .unwrap();
+    fx.complete(
+        w[0].wr_id,
+        WorkQueue::Send,
+        EngineStatus::ZeroReadResources,
+        0,
+    );
     assert_eq!(
         fx.rnic.poll_cq(fx.cq).unwrap().status,
         CompletionStatus::ZeroReadResources

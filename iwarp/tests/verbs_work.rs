@@ -104,19 +104,9 @@ fn k03_unsignaled_success_silent_failure_reported_rest_flushed() {
     let w1 = fx.rnic.next_send_wr(fx.qp).unwrap();
     let w2 = fx.rnic.next_send_wr(fx.qp).unwrap();
     let _w3 = fx.rnic.next_send_wr(fx.qp).unwrap();
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(w1.wr_id, WorkQueue::Send, EngineStatus::Success, 8),
-        )
-        .unwrap();
+    fx.complete(w1.wr_id, WorkQueue::Send, EngineStatus::Success, 8);
     assert_eq!(fx.rnic.poll_cq(fx.cq), Err(VerbError::CqEmpty));
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(w2.wr_id, WorkQueue::Send, EngineStatus::LocalProtection, 0),
-        )
-        .unwrap();
+    fx.complete(w2.wr_id, WorkQueue::Send, EngineStatus::LocalProtection, 0);
     let wc = fx.rnic.poll_cq(fx.cq).unwrap();
     assert_eq!((wc.wr_id, wc.status), (2, CompletionStatus::InvalidStag));
     assert_eq!(fx.rnic.query_qp(fx.qp).unwrap().state, QpState::Terminate);
@@ -146,18 +136,8 @@ fn k04_receive_reports_message_length() {
     let r1 = fx.rnic.next_recv_wr(fx.qp).unwrap();
     let r2 = fx.rnic.next_recv_wr(fx.qp).unwrap();
     assert_eq!(r1.sgl, vec![sge(mr, 0, 64)]);
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(r1.wr_id, WorkQueue::Recv, EngineStatus::Success, 0),
-        )
-        .unwrap();
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(r2.wr_id, WorkQueue::Recv, EngineStatus::Success, 37),
-        )
-        .unwrap();
+    fx.complete(r1.wr_id, WorkQueue::Recv, EngineStatus::Success, 0);
+    fx.complete(r2.wr_id, WorkQueue::Recv, EngineStatus::Success, 37);
     let wcs = drain(&mut fx.rnic, fx.cq);
     assert_eq!(
         wcs.iter()
@@ -201,19 +181,9 @@ fn k05_read_fence_is_handed_to_the_engine_and_only_where_allowed() {
     );
     // Completions still come in posting order even if the Send finishes first
     // (VERBS-00 §8.2.2 rule 2; digest C06).
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(s.wr_id, WorkQueue::Send, EngineStatus::Success, 8),
-        )
-        .unwrap();
+    fx.complete(s.wr_id, WorkQueue::Send, EngineStatus::Success, 8);
     assert_eq!(fx.rnic.poll_cq(fx.cq), Err(VerbError::CqEmpty));
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(r.wr_id, WorkQueue::Send, EngineStatus::Success, 16),
-        )
-        .unwrap();
+    fx.complete(r.wr_id, WorkQueue::Send, EngineStatus::Success, 16);
     let ids: Vec<_> = drain(&mut fx.rnic, fx.cq)
         .iter()
         .map(|w| (w.wr_id, w.opcode))
@@ -234,12 +204,7 @@ fn k06_local_fence_waits_for_earlier_wrs() {
     let w1 = fx.rnic.next_send_wr(fx.qp).unwrap();
     assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
     assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Valid);
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(w1.wr_id, WorkQueue::Send, EngineStatus::Success, 8),
-        )
-        .unwrap();
+    fx.complete(w1.wr_id, WorkQueue::Send, EngineStatus::Success, 8);
     assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
     assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Invalid);
     let ids: Vec<_> = drain(&mut fx.rnic, fx.cq)
@@ -323,12 +288,7 @@ fn k08_zero_length_receive_sge_is_not_validated() {
         .memory()
         .resolve_local(&ctx, bogus.stag, bogus.to, 0, Access::LOCAL_WRITE)
         .is_ok());
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(r.wr_id, WorkQueue::Recv, EngineStatus::Success, 0),
-        )
-        .unwrap();
+    fx.complete(r.wr_id, WorkQueue::Recv, EngineStatus::Success, 0);
     assert_eq!(
         fx.rnic.poll_cq(fx.cq).unwrap().status,
         CompletionStatus::Success
@@ -460,12 +420,7 @@ fn f05_f06_next_solicited_fires_on_se_and_errors_only() {
     fx.rnic
         .request_notification(fx.cq, NotifyType::NextSolicited)
         .unwrap();
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(r[0].wr_id, WorkQueue::Recv, EngineStatus::Success, 1),
-        )
-        .unwrap();
+    fx.complete(r[0].wr_id, WorkQueue::Recv, EngineStatus::Success, 1);
     assert_eq!(fx.rnic.poll_completion_event(), None);
     let mut se = engine_done(r[1].wr_id, WorkQueue::Recv, EngineStatus::Success, 1);
     se.solicited = true;
@@ -475,12 +430,7 @@ fn f05_f06_next_solicited_fires_on_se_and_errors_only() {
     fx.rnic
         .request_notification(fx.cq, NotifyType::NextSolicited)
         .unwrap();
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(r[2].wr_id, WorkQueue::Recv, EngineStatus::RecvOverflow, 0),
-        )
-        .unwrap();
+    fx.complete(r[2].wr_id, WorkQueue::Recv, EngineStatus::RecvOverflow, 0);
     assert_eq!(fx.rnic.poll_completion_event(), Some(fx.cq));
     let wcs = drain(&mut fx.rnic, fx.cq);
     assert_eq!(wcs[2].status, CompletionStatus::BaseBoundsViolation);
@@ -550,18 +500,8 @@ fn g12_one_error_wc_then_only_flushed() {
         .map(|_| fx.rnic.next_send_wr(fx.qp).unwrap())
         .collect();
     // The engine fails the 2nd and 3rd (e.g. remote Terminate), the 1st is in flight.
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(w[1].wr_id, WorkQueue::Send, EngineStatus::Fatal, 0),
-        )
-        .unwrap();
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(w[2].wr_id, WorkQueue::Send, EngineStatus::Fatal, 0),
-        )
-        .unwrap();
+    fx.complete(w[1].wr_id, WorkQueue::Send, EngineStatus::Fatal, 0);
+    fx.complete(w[2].wr_id, WorkQueue::Send, EngineStatus::Fatal, 0);
     fx.rnic.handle_llp_event(fx.qp, LlpEvent::Reset).unwrap();
     let wcs = drain(&mut fx.rnic, fx.cq);
     assert_eq!(wcs.len(), 4);
@@ -627,12 +567,7 @@ fn inline_data_is_copied_at_post_time() {
             Access::REMOTE_READ
         )
         .is_err());
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(out[0].wr_id, WorkQueue::Send, EngineStatus::Success, 14),
-        )
-        .unwrap();
+    fx.complete(out[0].wr_id, WorkQueue::Send, EngineStatus::Success, 14);
     assert!(fx
         .rnic
         .memory()
@@ -682,12 +617,7 @@ fn read_with_invalidate_local_invalidates_the_sink() {
         SendWr::new(1, SqOp::ReadInvalidate(op)),
     );
     assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Valid);
-    fx.rnic
-        .handle_completion(
-            fx.qp,
-            engine_done(w[0].wr_id, WorkQueue::Send, EngineStatus::Success, 8),
-        )
-        .unwrap();
+    fx.complete(w[0].wr_id, WorkQueue::Send, EngineStatus::Success, 8);
     assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Invalid);
     let wc = fx.rnic.poll_cq(fx.cq).unwrap();
     assert_eq!(

@@ -125,6 +125,21 @@ pub fn recv(wr_id: u64, sgl: Vec<Sge>) -> RecvWr {
     RecvWr { wr_id, sgl }
 }
 
+impl Fx {
+    /// The RDMAP engine reports work `work` of `queue` on the fixture's QP as done.
+    pub fn complete(
+        &mut self,
+        work: u64,
+        queue: iwarp::rdmap::WorkQueue,
+        status: iwarp::rdmap::CompletionStatus,
+        byte_len: u32,
+    ) {
+        self.rnic
+            .handle_completion(self.qp, engine_done(work, queue, status, byte_len))
+            .unwrap();
+    }
+}
+
 /// A completion the RDMAP engine reports for the work number `work`.
 pub fn engine_done(
     work: u64,
