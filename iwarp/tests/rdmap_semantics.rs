@@ -35,6 +35,63 @@ fn read_req(sink: u32, sink_to: u64, size: u32, src: u32, src_to: u64) -> Vec<u8
     .to_vec()
 }
 
+/// An RDMA Read Request segment (queue 1, message `msn`) carrying the header `rr`.
+fn read_req_seg(msn: u32, rr: &[u8]) -> Vec<u8> {
+    untagged_seg(OP_READ_REQ, true, 0, 1, msn, 0, rr)
+}
+
+/// An RDMA Read of `len` octets at `src_to` of the peer's `src` into `sink_to` of `sink`.
+fn read_wr(id: u64, sink: STag, sink_to: u64, src: STag, src_to: u64, len: u32) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Read {
+            sink: RemoteBuf {
+                stag: sink,
+                to: sink_to,
+            },
+            remote: RemoteBuf {
+                stag: src,
+                to: src_to,
+            },
+            len,
+        },
+    )
+}
+
+/// An RDMA Write of `len` octets at `to` of `local` to `dst_to` of the peer's `dst`.
+fn write_wr(id: u64, local: STag, to: u64, len: u32, dst: STag, dst_to: u64) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Write {
+            sgl: vec![Sge {
+                stag: local,
+                to,
+                len,
+            }],
+            remote: RemoteBuf {
+                stag: dst,
+                to: dst_to,
+            },
+        },
+    )
+}
+
+/// A Send of `len` octets at `to` of `local`.
+fn send_wr(id: u64, local: STag, to: u64, len: u32) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Send {
+            sgl: vec![Sge {
+                stag: local,
+                to,
+                len,
+            }],
+            solicited: false,
+            invalidate: None,
+        },
+    )
+}
+
 fn copy_d(t: &TerminateRepr, seg: &[u8]) {
     let hlen = if seg[0] & 0x80 != 0 { 14 } else { 18 };
     assert_eq!(t.segment_len, Some(seg.len() as u16));
@@ -155,29 +212,9 @@ fn c06_sq_completes_in_posting_order() {
     let b = p.b.region(0, 8192, all(), 2);
     p.b.post_recv(1, b, 0, 100);
     p.a.engine
-        .post_send(SendWr::new(
-            10,
-            SendOp::Read {
-                sink: RemoteBuf { stag: a, to: 1000 },
-                remote: RemoteBuf { stag: b, to: 0 },
-                len: 3000,
-            },
-        ))
+        .post_send(read_wr(10, a, 1000, b, 0, 3000))
         .unwrap();
-    p.a.engine
-        .post_send(SendWr::new(
-            11,
-            SendOp::Send {
-                sgl: vec![Sge {
-                    stag: a,
-                    to: 0,
-                    len: 10,
-                }],
-                solicited: false,
-                invalidate: None,
-            },
-        ))
-        .unwrap();
+    p.a.engine.post_send(send_wr(11, a, 0, 10)).unwrap();
     // Transmit A's two messages; the Send is handed to DDP but the Read is not answered yet.
     let segs = p.a.drain_tx(1500);
     assert_eq!(segs.len(), 2);
@@ -370,20 +407,7 @@ fn e01_read_request_layout() {
     let mut s = Side::new(cfg(1));
     let a = s.region(0, 4096, all(), 0);
     s.engine
-        .post_send(SendWr::new(
-            1,
-            SendOp::Read {
-                sink: RemoteBuf {
-                    stag: a,
-                    to: 0x1122,
-                },
-                remote: RemoteBuf {
-                    stag: STag(0x0000_7700),
-                    to: 0x3344,
-                },
-                len: 999,
-            },
-        ))
+        .post_send(read_wr(1, a, 0x1122, STag(0x0000_7700), 0x3344, 999))
         .unwrap();
     let segs = s.drain_tx(1500);
     assert_eq!(segs.len(), 1);
@@ -412,13 +436,8 @@ fn e01_read_request_layout() {
 fn e02_read_response_uses_sink_stag_and_to() {
     // RFC 5040 §4.4, §5.2.2
     let (mut s, src) = responder();
-    s.receive(&untagged_seg(
-        OP_READ_REQ,
-        true,
-        0,
+    s.receive(&read_req_seg(
         1,
-        1,
-        0,
         &read_req(0xABCD_EF00, 5000, 3000, src.0, 100),
     ));
     let segs = s.drain_tx(1000);
@@ -444,13 +463,8 @@ fn e02_read_response_uses_sink_stag_and_to() {
 fn e03_zero_length_read_not_validated() {
     // RFC 5040 §5.2.1
     let (mut s, _) = responder();
-    s.receive(&untagged_seg(
-        OP_READ_REQ,
-        true,
-        0,
+    s.receive(&read_req_seg(
         1,
-        1,
-        0,
         &read_req(0x500, 7, 0, 0xDEAD_0000, u64::MAX),
     ));
     let segs = s.drain_tx(1500);
@@ -474,7 +488,7 @@ fn read_error(
         src_stag
     };
     let rr = read_req(0x900, 0, size, stag, src_to);
-    let seg = untagged_seg(OP_READ_REQ, true, 0, 1, 1, 0, &rr);
+    let seg = read_req_seg(1, &rr);
     s.receive(&seg);
     let t = expect_terminate(&mut s);
     copy_d(&t, &seg);
@@ -537,7 +551,7 @@ fn e08_failed_read_response_reports_progress() {
     // RFC 5040 §4.8: SinkTO + N, SrcTO + N, size − N.
     let (mut s, src) = responder();
     let rr = read_req(0x900, 1000, 3000, src.0, 100);
-    s.receive(&untagged_seg(OP_READ_REQ, true, 0, 1, 1, 0, &rr));
+    s.receive(&read_req_seg(1, &rr));
     let first = s.engine.poll_segment(now(), 1014, &s.mem).unwrap();
     assert_eq!(first.payload().len(), 1000);
     s.mem.invalidate_local(src).unwrap();
@@ -562,13 +576,8 @@ fn e09_read_responses_in_request_order() {
     // RFC 5040 §5.2.2, §5.5 rule 20
     let (mut s, src) = responder();
     for i in 0..3u32 {
-        s.receive(&untagged_seg(
-            OP_READ_REQ,
-            true,
-            0,
-            1,
+        s.receive(&read_req_seg(
             i + 1,
-            0,
             &read_req(0x100 * (i + 1), 0, 600, src.0, 0),
         ));
     }
@@ -590,27 +599,10 @@ fn e10_write_then_read_returns_written_data() {
     let b = p.b.region(0, 8192, all(), 0);
     p.a.write_bytes(0, &pattern(3000, 42));
     p.a.engine
-        .post_send(SendWr::new(
-            1,
-            SendOp::Write {
-                sgl: vec![Sge {
-                    stag: a,
-                    to: 0,
-                    len: 3000,
-                }],
-                remote: RemoteBuf { stag: b, to: 100 },
-            },
-        ))
+        .post_send(write_wr(1, a, 0, 3000, b, 100))
         .unwrap();
     p.a.engine
-        .post_send(SendWr::new(
-            2,
-            SendOp::Read {
-                sink: RemoteBuf { stag: a, to: 4000 },
-                remote: RemoteBuf { stag: b, to: 100 },
-                len: 3000,
-            },
-        ))
+        .post_send(read_wr(2, a, 4000, b, 100, 3000))
         .unwrap();
     p.pump_shuffled(9);
     assert_eq!(p.a.bytes(4000, 3000), &pattern(3000, 42)[..]);
@@ -626,17 +618,7 @@ fn e11_ord_limits_outstanding_reads() {
     let b = p.b.region(0, 8192, all(), 0);
     for i in 0..4 {
         p.a.engine
-            .post_send(SendWr::new(
-                i,
-                SendOp::Read {
-                    sink: RemoteBuf {
-                        stag: a,
-                        to: 100 * i,
-                    },
-                    remote: RemoteBuf { stag: b, to: 0 },
-                    len: 50,
-                },
-            ))
+            .post_send(read_wr(i, a, 100 * i, b, 0, 50))
             .unwrap();
     }
     let mut done = Vec::new();
@@ -664,25 +646,9 @@ fn e12_ird_exceeded() {
     let mut s = Side::new(c);
     let src = s.region(0, 4096, all(), 0);
     for i in 1..=2 {
-        s.receive(&untagged_seg(
-            OP_READ_REQ,
-            true,
-            0,
-            1,
-            i,
-            0,
-            &read_req(0x100, 0, 10, src.0, 0),
-        ));
+        s.receive(&read_req_seg(i, &read_req(0x100, 0, 10, src.0, 0)));
     }
-    let third = untagged_seg(
-        OP_READ_REQ,
-        true,
-        0,
-        1,
-        3,
-        0,
-        &read_req(0x100, 0, 10, src.0, 0),
-    );
+    let third = read_req_seg(3, &read_req(0x100, 0, 10, src.0, 0));
     s.receive(&third);
     let t = expect_terminate(&mut s);
     assert_eq!(t.cause, TerminateCause::DDP_MSN_RANGE);
@@ -701,15 +667,7 @@ fn e12b_ird_slots_free_after_response() {
     let mut s = Side::new(c);
     let src = s.region(0, 4096, all(), 0);
     for i in 1..=5 {
-        s.receive(&untagged_seg(
-            OP_READ_REQ,
-            true,
-            0,
-            1,
-            i,
-            0,
-            &read_req(0x100, 0, 10, src.0, 0),
-        ));
+        s.receive(&read_req_seg(i, &read_req(0x100, 0, 10, src.0, 0)));
         assert_eq!(s.drain_tx(1500).len(), 1);
     }
     assert!(s.engine.local_terminate().is_none());
@@ -723,17 +681,7 @@ fn e13_read_with_ord_zero() {
     let mut s = Side::new(c);
     let a = s.region(0, 4096, all(), 0);
     s.engine
-        .post_send(SendWr::new(
-            5,
-            SendOp::Read {
-                sink: RemoteBuf { stag: a, to: 0 },
-                remote: RemoteBuf {
-                    stag: STag(0x100),
-                    to: 0,
-                },
-                len: 10,
-            },
-        ))
+        .post_send(read_wr(5, a, 0, STag(0x100), 0, 10))
         .unwrap();
     assert!(s.drain_tx(1500).is_empty());
     let c = s.completions();
@@ -750,16 +698,7 @@ fn e14_read_response_into_buffer_without_remote_write() {
     let a =
         p.a.region(0, 4096, Access::LOCAL_READ | Access::LOCAL_WRITE, 0);
     let b = p.b.region(0, 4096, all(), 9);
-    p.a.engine
-        .post_send(SendWr::new(
-            1,
-            SendOp::Read {
-                sink: RemoteBuf { stag: a, to: 0 },
-                remote: RemoteBuf { stag: b, to: 0 },
-                len: 10,
-            },
-        ))
-        .unwrap();
+    p.a.engine.post_send(read_wr(1, a, 0, b, 0, 10)).unwrap();
     for g in p.a.drain_tx(1500) {
         p.b.receive(&g);
     }
@@ -959,27 +898,9 @@ fn k05_read_fence_holds_later_send() {
     let b = p.b.region(0, 8192, all(), 2);
     p.b.post_recv(1, b, 4000, 100);
     p.a.engine
-        .post_send(SendWr::new(
-            1,
-            SendOp::Read {
-                sink: RemoteBuf { stag: a, to: 1000 },
-                remote: RemoteBuf { stag: b, to: 0 },
-                len: 100,
-            },
-        ))
+        .post_send(read_wr(1, a, 1000, b, 0, 100))
         .unwrap();
-    let mut fenced = SendWr::new(
-        2,
-        SendOp::Send {
-            sgl: vec![Sge {
-                stag: a,
-                to: 1000,
-                len: 100,
-            }],
-            solicited: false,
-            invalidate: None,
-        },
-    );
+    let mut fenced = send_wr(2, a, 1000, 100);
     fenced.read_fence = true;
     p.a.engine.post_send(fenced).unwrap();
     let first = p.a.drain_tx(1500);
@@ -999,27 +920,8 @@ fn local_fence_waits_for_earlier_completions() {
     let mut p = Pair::new(cfg(1), cfg(2), 1500);
     let a = p.a.region(0, 8192, all(), 1);
     let b = p.b.region(0, 8192, all(), 2);
-    p.a.engine
-        .post_send(SendWr::new(
-            1,
-            SendOp::Read {
-                sink: RemoteBuf { stag: a, to: 0 },
-                remote: RemoteBuf { stag: b, to: 0 },
-                len: 10,
-            },
-        ))
-        .unwrap();
-    let mut w = SendWr::new(
-        2,
-        SendOp::Write {
-            sgl: vec![Sge {
-                stag: a,
-                to: 0,
-                len: 10,
-            }],
-            remote: RemoteBuf { stag: b, to: 100 },
-        },
-    );
+    p.a.engine.post_send(read_wr(1, a, 0, b, 0, 10)).unwrap();
+    let mut w = write_wr(2, a, 0, 10, b, 100);
     w.local_fence = true;
     p.a.engine.post_send(w).unwrap();
     assert_eq!(p.a.drain_tx(1500).len(), 1);
@@ -1074,20 +976,7 @@ fn d11_rdma_consortium_version_when_configured() {
     let a = p.a.region(0, 4096, all(), 1);
     let b = p.b.region(0, 4096, all(), 0);
     p.b.post_recv(1, b, 0, 100);
-    p.a.engine
-        .post_send(SendWr::new(
-            1,
-            SendOp::Send {
-                sgl: vec![Sge {
-                    stag: a,
-                    to: 0,
-                    len: 10,
-                }],
-                solicited: false,
-                invalidate: None,
-            },
-        ))
-        .unwrap();
+    p.a.engine.post_send(send_wr(1, a, 0, 10)).unwrap();
     let segs = p.a.drain_tx(1500);
     assert_eq!(segs[0][1] & 0xC0, 0x00);
     p.b.receive(&segs[0]);
