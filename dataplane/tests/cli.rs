@@ -34,6 +34,32 @@ fn write_config(dir: &std::path::Path, name: &str, text: &str) -> String {
     p.display().to_string()
 }
 
+/// Runs `pktgen` from port `a` to port `b` of a soft link with these extra arguments (no
+/// periodic stats, at most 20 s); asserts exit code 0 and returns the standard output.
+fn pktgen_over_a_soft_link(extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        "s.toml",
+        "[[ports]]\nname = \"a\"\nbackend = \"soft\"\ndevice = \"l\"\n\
+         [[ports]]\nname = \"b\"\nbackend = \"soft\"\ndevice = \"l\"\n",
+    );
+    let mut args = vec![
+        "pktgen",
+        "--config",
+        &path,
+        "--tx-port",
+        "a",
+        "--rx-port",
+        "b",
+    ];
+    args.extend_from_slice(extra);
+    args.extend(["--stats-interval", "0", "-d", "20"]);
+    let o = dataplane(&args);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    stdout(&o)
+}
+
 #[test]
 fn unknown_flag_is_a_usage_error() {
     let o = dataplane(&["run", "--bogus"]);
@@ -155,32 +181,7 @@ fn run_on_soft_ports_stops_by_itself_with_a_summary() {
 
 #[test]
 fn pktgen_over_a_soft_link_counts_every_frame() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        "s.toml",
-        "[[ports]]\nname = \"a\"\nbackend = \"soft\"\ndevice = \"l\"\n\
-         [[ports]]\nname = \"b\"\nbackend = \"soft\"\ndevice = \"l\"\n",
-    );
-    let o = dataplane(&[
-        "pktgen",
-        "--config",
-        &path,
-        "--tx-port",
-        "a",
-        "--rx-port",
-        "b",
-        "--count",
-        "5000",
-        "--size",
-        "128",
-        "--stats-interval",
-        "0",
-        "--duration",
-        "20",
-    ]);
-    let out = stdout(&o);
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let out = pktgen_over_a_soft_link(&["--count", "5000", "--size", "128"]);
     assert!(
         out.contains("received 5000 generated frames: 0 sequence gaps, 0 late"),
         "{out}"
@@ -190,32 +191,12 @@ fn pktgen_over_a_soft_link_counts_every_frame() {
 
 #[test]
 fn pktgen_with_injected_loss_reports_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        "s.toml",
-        "[[ports]]\nname = \"a\"\nbackend = \"soft\"\ndevice = \"l\"\n\
-         [[ports]]\nname = \"b\"\nbackend = \"soft\"\ndevice = \"l\"\n",
-    );
-    let o = dataplane(&[
-        "pktgen",
-        "--config",
-        &path,
-        "--tx-port",
-        "a",
-        "--rx-port",
-        "b",
+    let out = pktgen_over_a_soft_link(&[
         "--count",
         "10000",
         "--fault",
         "b:direction=rx,drop=10%,seed=5",
-        "--stats-interval",
-        "0",
-        "-d",
-        "20",
     ]);
-    let out = stdout(&o);
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     let lost: u64 = out
         .lines()
         .find_map(|l| l.strip_prefix("lost "))

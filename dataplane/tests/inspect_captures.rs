@@ -265,17 +265,29 @@ fn tcp_payload_offset(p: &Packet) -> usize {
     p.data.len() - seg.payload.len()
 }
 
+/// Inspects a copy of `packets` in which `damage` changed the TCP payload of frame `frame`
+/// (numbered from 1, as tshark does).
+fn inspect_damaged(
+    packets: &[Packet],
+    frame: usize,
+    json: bool,
+    damage: impl FnOnce(&mut [u8]),
+) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let mut packets = packets.to_vec();
+    let p = &mut packets[frame - 1];
+    let off = tcp_payload_offset(p);
+    damage(&mut p.data[off..]);
+    let file = dir.path().join("damaged.pcap");
+    write_pcap(&file, &packets);
+    inspect(&file, json)
+}
+
 #[test]
 fn bad_crc_is_a_precise_error() {
     // RFC 5044 §8: CRC error → 2/0/02; the FPDU is still listed as "bad".
-    let dir = tempfile::tempdir().unwrap();
-    let mut packets = pcap::read_file(&captures().join("siw-rping-mpa2-crc.pcap")).unwrap();
-    let p = &mut packets[9 - 1];
-    let off = tcp_payload_offset(p);
-    p.data[off + 6] ^= 0x10;
-    let file = dir.path().join("bad-crc.pcap");
-    write_pcap(&file, &packets);
-    let r = inspect(&file, true);
+    let packets = pcap::read_file(&captures().join("siw-rping-mpa2-crc.pcap")).unwrap();
+    let r = inspect_damaged(&packets, 9, true, |payload| payload[6] ^= 0x10);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
         r.stderr.contains("frame 9 (")
@@ -292,15 +304,9 @@ fn bad_crc_is_a_precise_error() {
 
 #[test]
 fn bad_ddp_version_and_bad_mpa_frame_are_errors() {
-    let dir = tempfile::tempdir().unwrap();
     let orig = pcap::read_file(&captures().join("siw-rping-mpa2.pcap")).unwrap();
     // DDP version 0 in frame 9 (RFC 5041 §4.1).
-    let mut packets = orig.clone();
-    let off = tcp_payload_offset(&packets[8]);
-    packets[8].data[off + 2] &= !0x03;
-    let file = dir.path().join("dv.pcap");
-    write_pcap(&file, &packets);
-    let r = inspect(&file, false);
+    let r = inspect_damaged(&orig, 9, false, |payload| payload[2] &= !0x03);
     assert_eq!(r.code, 1);
     assert!(
         r.stderr.contains("frame 9 (") && r.stderr.contains("DDP version 0"),
@@ -308,12 +314,7 @@ fn bad_ddp_version_and_bad_mpa_frame_are_errors() {
         r.stderr
     );
     // Revision 3 in the MPA Request (frame 4): invalid Request, 2/0/04.
-    let mut packets = orig.clone();
-    let off = tcp_payload_offset(&packets[3]);
-    packets[3].data[off + 17] = 3;
-    let file = dir.path().join("rev3.pcap");
-    write_pcap(&file, &packets);
-    let r = inspect(&file, false);
+    let r = inspect_damaged(&orig, 4, false, |payload| payload[17] = 3);
     assert_eq!(r.code, 1);
     assert!(
         r.stderr.contains("invalid MPA Request")
@@ -323,12 +324,9 @@ fn bad_ddp_version_and_bad_mpa_frame_are_errors() {
         r.stderr
     );
     // ULPDU_Length below a DDP header: 2/0/03, rest of the direction not decoded.
-    let mut packets = orig;
-    let off = tcp_payload_offset(&packets[8]);
-    packets[8].data[off..off + 2].copy_from_slice(&4u16.to_be_bytes());
-    let file = dir.path().join("len.pcap");
-    write_pcap(&file, &packets);
-    let r = inspect(&file, false);
+    let r = inspect_damaged(&orig, 9, false, |payload| {
+        payload[..2].copy_from_slice(&4u16.to_be_bytes())
+    });
     assert_eq!(r.code, 1);
     assert!(
         r.stderr.contains("ULPDU_Length 4") && r.stderr.contains("2/0/03"),
