@@ -206,7 +206,7 @@ impl Session {
             &stop,
             deadline(limit),
             self.stats_every,
-            |poll, now| {
+            |poll, _, now| {
                 let c = poll.counters(0);
                 eprintln!(
                     "[{:>6.1}s] rx {} tx {} | {}",

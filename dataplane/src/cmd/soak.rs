@@ -3,12 +3,12 @@
 //! client, whose exit status covers the server's verdict too.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use dataplane::lcore::PollLoop;
 use dataplane::port::fault::FaultCounters;
-use dataplane::port::Port;
-use dataplane::rdma::app::{App, Step};
+use dataplane::port::{AnyPort, Port};
+use dataplane::rdma::app::{run_app, App};
 use dataplane::rdma::soak::{parse_bytes, SoakClient, SoakParams, SoakServer, SoakTally};
 use dataplane::rdma::RdmaHandler;
 use dataplane::say;
@@ -58,9 +58,9 @@ pub struct Args {
     pub rdma: RdmaArgs,
 }
 
-/// Both directions' fault counters of the session's port.
-fn faults(s: &Session) -> FaultCounters {
-    s.poll.ports()[0]
+/// Both directions' fault counters of the loop's port.
+fn faults(poll: &PollLoop<AnyPort, RdmaHandler>) -> FaultCounters {
+    poll.ports()[0]
         .fault_counters()
         .map(|(rx, tx)| rx + tx)
         .unwrap_or_default()
@@ -80,45 +80,34 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
 
-/// Runs `app` on the session until it is done, stopped or out of time; `line` makes the
-/// progress line.
+/// Runs `app` on the session until it is done, stopped or out of time; every `every` (unless
+/// zero) a progress line: `line`'s part, the RDMA counters and the faults injected.
 fn drive<A: App>(
     s: &mut Session,
     app: &mut A,
     limit: Option<Duration>,
     every: Duration,
-    mut line: impl FnMut(&A, &Session, Duration) -> String,
+    mut line: impl FnMut(&A, Duration) -> String,
 ) -> Result<(), String> {
     let stop = stop_flag().map_err(|e| e.to_string())?;
-    let end = deadline(limit);
     let started = Instant::now();
-    let mut last = started;
-    loop {
-        let now = Instant::now();
-        if stop.load(Ordering::Relaxed) {
-            return Err("stopped".into());
-        }
-        if end.is_some_and(|d| now >= d) {
-            return Err("time limit reached".into());
-        }
-        s.poll.poll_once(now);
-        if let Step::Done(r) = app.step(s.poll.handler_mut(), now) {
-            // Let the last frames (FIN, ACKs) out.
-            let flush = Instant::now() + Duration::from_millis(50);
-            while Instant::now() < flush {
-                s.poll.poll_once(Instant::now());
-            }
-            return r;
-        }
-        if !every.is_zero() && now.duration_since(last) >= every {
-            last = now;
+    run_app(
+        &mut s.poll,
+        app,
+        &stop,
+        deadline(limit),
+        (!every.is_zero()).then_some(every),
+        |poll, a, now| {
+            let at = now.duration_since(started);
             say!(
-                "[{:>7.1}s] {}",
-                now.duration_since(started).as_secs_f64(),
-                line(app, s, now.duration_since(started))
+                "[{:>7.1}s] {} | {} | faults {}",
+                at.as_secs_f64(),
+                line(a, at),
+                counters_line(poll.handler()),
+                fault_text(&faults(poll))
             );
-        }
-    }
+        },
+    )
 }
 
 fn counters_line(h: &RdmaHandler) -> String {
@@ -137,7 +126,7 @@ fn counters_line(h: &RdmaHandler) -> String {
 /// The end-of-run table and the `key: value` lines tests parse.
 fn summary(role: &str, s: &Session, t: &SoakTally, secs: f64, result: &Result<(), String>) {
     let c = s.poll.handler().counters();
-    let f = faults(s);
+    let f = faults(&s.poll);
     let port = s.poll.ports()[0].stats();
     say!("soak summary ({role}, {secs:.1} s)");
     if role == "client" {
@@ -258,22 +247,14 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                 if rdma.crc { "on" } else { "off" },
                 if rdma.markers { "on" } else { "off" }
             );
-            let r = drive(
-                &mut s,
-                &mut app,
-                rdma.time_limit,
-                args.progress,
-                |a, s, _| {
-                    format!(
-                        "server: {} QPs live, {} messages ({:.1} MiB) verified | {} | faults {}",
-                        a.live(),
-                        a.tally.sends,
-                        mib(a.tally.sent),
-                        counters_line(s.poll.handler()),
-                        fault_text(&faults(s))
-                    )
-                },
-            );
+            let r = drive(&mut s, &mut app, rdma.time_limit, args.progress, |a, _| {
+                format!(
+                    "server: {} QPs live, {} messages ({:.1} MiB) verified",
+                    a.live(),
+                    a.tally.sends,
+                    mib(a.tally.sent),
+                )
+            });
             summary(
                 "server",
                 &s,
@@ -304,27 +285,19 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                 params.seed
             );
             let mut last = (Duration::ZERO, 0u64);
-            let r = drive(
-                &mut s,
-                &mut app,
-                rdma.time_limit,
-                args.progress,
-                |a, s, at| {
-                    let bytes = a.tally.bytes();
-                    let dt = (at - last.0).as_secs_f64().max(1e-9);
-                    let rate = (bytes - last.1) as f64 * 8.0 / dt / 1e6;
-                    last = (at, bytes);
-                    format!(
-                    "client: {}/{} QPs, {} rounds, {:.1} MiB verified ({rate:.0} Mbit/s) | {} | faults {}",
+            let r = drive(&mut s, &mut app, rdma.time_limit, args.progress, |a, at| {
+                let bytes = a.tally.bytes();
+                let dt = (at - last.0).as_secs_f64().max(1e-9);
+                let rate = (bytes - last.1) as f64 * 8.0 / dt / 1e6;
+                last = (at, bytes);
+                format!(
+                    "client: {}/{} QPs, {} rounds, {:.1} MiB verified ({rate:.0} Mbit/s)",
                     a.established(),
                     params.qps,
                     a.tally.rounds,
                     mib(bytes),
-                    counters_line(s.poll.handler()),
-                    fault_text(&faults(s))
                 )
-                },
-            );
+            });
             let secs = if app.elapsed.is_zero() {
                 started.elapsed().as_secs_f64()
             } else {

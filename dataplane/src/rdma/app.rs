@@ -117,14 +117,16 @@ pub fn all_rights() -> Access {
 }
 
 /// Runs `app` on `poll` until it is done, `stop` is set or `deadline` passes; `tick` runs
-/// about every `tick_every` (stats lines).
+/// about every `tick_every` (stats and progress lines) with the loop, the application and
+/// the time. Once the application is done the loop runs 50 ms more to let the last frames
+/// (FIN, ACKs) out.
 pub fn run_app<P: Port, A: App>(
     poll: &mut PollLoop<P, RdmaHandler>,
     app: &mut A,
     stop: &AtomicBool,
     deadline: Option<Instant>,
     tick_every: Option<Duration>,
-    mut tick: impl FnMut(&mut PollLoop<P, RdmaHandler>, Instant),
+    mut tick: impl FnMut(&mut PollLoop<P, RdmaHandler>, &A, Instant),
 ) -> Result<(), String> {
     let mut last_tick = Instant::now();
     loop {
@@ -138,7 +140,7 @@ pub fn run_app<P: Port, A: App>(
         poll.poll_once(now);
         if let Step::Done(r) = app.step(poll.handler_mut(), now) {
             // Let the last frames (FIN, ACKs) out.
-            let end = Instant::now() + Duration::from_millis(20);
+            let end = Instant::now() + Duration::from_millis(50);
             while Instant::now() < end {
                 poll.poll_once(Instant::now());
             }
@@ -146,7 +148,7 @@ pub fn run_app<P: Port, A: App>(
         }
         if let Some(every) = tick_every {
             if now.duration_since(last_tick) >= every {
-                tick(poll, now);
+                tick(poll, app, now);
                 last_tick = now;
             }
         }
