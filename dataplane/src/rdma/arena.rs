@@ -1,6 +1,9 @@
 //! Carving application buffers out of the RNIC's memory and registering them.
 
-use iwarp::verbs::{Access, MrSpec, PageList, PdId, Rnic, STag, Sge, TaggedBase, VerbError};
+use iwarp::verbs::{
+    Access, MrSpec, PageList, PdId, RecvWr, RemoteBuf, Rnic, STag, SendOp, Sge, TaggedBase,
+    VerbError,
+};
 
 /// Tagged offset (virtual address) of the start of the RNIC's memory: a region at arena
 /// offset `o` has the address `REGION_VA_BASE + o`.
@@ -40,6 +43,31 @@ impl Region {
             stag: self.stag,
             to: self.addr(off),
             len: len as u32,
+        }
+    }
+
+    /// The buffer from `off` as the target or source of a peer's RDMA Write or Read.
+    pub fn remote(&self, off: usize) -> RemoteBuf {
+        RemoteBuf {
+            stag: self.stag,
+            to: self.addr(off),
+        }
+    }
+
+    /// A Send of `len` octets from `off` (not solicited, invalidating nothing).
+    pub fn send(&self, off: usize, len: usize) -> SendOp {
+        SendOp::Send {
+            sgl: vec![self.sge(off, len)],
+            solicited: false,
+            invalidate: None,
+        }
+    }
+
+    /// Receive WR `wr_id` into `len` octets from `off`.
+    pub fn recv_wr(&self, wr_id: u64, off: usize, len: usize) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sgl: vec![self.sge(off, len)],
         }
     }
 

@@ -6,9 +6,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Instant;
 
-use iwarp::verbs::{
-    Access, CompletionStatus, QpId, RecvWr, RemoteBuf, STag, SendOp, SendWr, WcOpcode,
-};
+use iwarp::verbs::{Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode};
 use tcp::ConnId;
 
 use super::app::{all_rights, App, AppError, Resources, Step};
@@ -180,13 +178,7 @@ impl Rping {
         h.rnic()
             .0
             .borrow_mut()
-            .post_rq(
-                qp,
-                vec![RecvWr {
-                    wr_id: 1,
-                    sgl: vec![self.recv_buf.sge(0, INFO_LEN)],
-                }],
-            )
+            .post_rq(qp, vec![self.recv_buf.recv_wr(1, 0, INFO_LEN)])
             .map_err(|e| AppError::Verbs(e.error))?;
         Ok(())
     }
@@ -207,17 +199,7 @@ impl Rping {
             let mut rnic = h.rnic().0.borrow_mut();
             self.send_buf.bytes_mut(&mut rnic)[..INFO_LEN].copy_from_slice(&bytes);
         }
-        self.post(
-            h,
-            SendWr::message(
-                2,
-                SendOp::Send {
-                    sgl: vec![self.send_buf.sge(0, INFO_LEN)],
-                    solicited: false,
-                    invalidate: None,
-                },
-            ),
-        )
+        self.post(h, SendWr::message(2, self.send_buf.send(0, INFO_LEN)))
     }
 
     fn advertise(&self, h: &RdmaHandler, r: &Region) -> Result<(), String> {
@@ -306,10 +288,7 @@ impl Rping {
                             SendWr::message(
                                 4,
                                 SendOp::Read {
-                                    sink: RemoteBuf {
-                                        stag: self.rdma_buf.stag,
-                                        to: self.rdma_buf.addr(0),
-                                    },
+                                    sink: self.rdma_buf.remote(0),
                                     remote: RemoteBuf {
                                         stag: STag(info.rkey),
                                         to: info.addr,

@@ -26,8 +26,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use iwarp::verbs::{
-    Access, CompletionStatus, QpId, RecvWr, RemoteBuf, STag, SendOp, SendWr, WcOpcode,
-    WorkCompletion,
+    Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode, WorkCompletion,
 };
 use tcp::ConnId;
 
@@ -507,23 +506,14 @@ impl SoakServer {
             );
             target.bytes_mut(&mut rnic).fill(0);
             let wrs = (0..RECV_SLOTS)
-                .map(|s| RecvWr {
-                    wr_id: s as u64,
-                    sgl: vec![recv.sge(s * msg, msg)],
-                })
+                .map(|s| recv.recv_wr(s as u64, s * msg, msg))
                 .collect();
             rnic.post_rq(qp, wrs)
                 .map_err(|e| format!("QP {slot}: post receives: {:?}", e.error))?;
         }
         let offer = Offer {
-            target: RemoteBuf {
-                stag: target.stag,
-                to: target.addr(0),
-            },
-            source: RemoteBuf {
-                stag: source.stag,
-                to: source.addr(0),
-            },
+            target: target.remote(0),
+            source: source.remote(0),
             len: io as u32,
         };
         h.accept(id, &offer.to_bytes())
@@ -611,19 +601,9 @@ impl SoakServer {
         .to_bytes();
         let mut rnic = h.rnic().0.borrow_mut();
         q.verdict_buf.bytes_mut(&mut rnic)[..v.len()].copy_from_slice(&v);
-        rnic.post_sq(
-            qp,
-            vec![SendWr::message(
-                0,
-                SendOp::Send {
-                    sgl: vec![q.verdict_buf.sge(0, v.len())],
-                    solicited: false,
-                    invalidate: None,
-                },
-            )],
-        )
-        .map(|_| ())
-        .map_err(|e| format!("QP {}: post verdict: {:?}", q.slot, e.error))
+        rnic.post_sq(qp, vec![SendWr::message(0, q.verdict_buf.send(0, v.len()))])
+            .map(|_| ())
+            .map_err(|e| format!("QP {}: post verdict: {:?}", q.slot, e.error))
     }
 
     fn fail(&mut self, why: String, now: Instant) {
@@ -679,10 +659,7 @@ impl SoakServer {
             q.recv.bytes_mut(&mut rnic)[slot * msg_len..(slot + 1) * msg_len].fill(0);
             if let Err(e) = rnic.post_rq(
                 wc.qp,
-                vec![RecvWr {
-                    wr_id: slot as u64,
-                    sgl: vec![q.recv.sge(slot * msg_len, msg_len)],
-                }],
+                vec![q.recv.recv_wr(slot as u64, slot * msg_len, msg_len)],
             ) {
                 let why = format!("QP {}: repost receive: {:?}", q.slot, e.error);
                 self.fail(why, now);
@@ -882,13 +859,7 @@ impl SoakClient {
             h.rnic()
                 .0
                 .borrow_mut()
-                .post_rq(
-                    qp,
-                    vec![RecvWr {
-                        wr_id: 0,
-                        sgl: vec![verdict_buf.sge(0, VERDICT_LEN)],
-                    }],
-                )
+                .post_rq(qp, vec![verdict_buf.recv_wr(0, 0, VERDICT_LEN)])
                 .map_err(|e| AppError::Verbs(e.error))?;
             by_qp.insert(qp, slot);
             qps.push(ClientQp {
@@ -979,10 +950,7 @@ impl SoakClient {
             wr(
                 1,
                 SendOp::Read {
-                    sink: RemoteBuf {
-                        stag: q.sink.stag,
-                        to: q.sink.addr(0),
-                    },
+                    sink: q.sink.remote(0),
                     remote: target,
                     len: write_len as u32,
                 },
@@ -990,10 +958,7 @@ impl SoakClient {
             wr(
                 2,
                 SendOp::Read {
-                    sink: RemoteBuf {
-                        stag: q.source_sink.stag,
-                        to: q.source_sink.addr(0),
-                    },
+                    sink: q.source_sink.remote(0),
                     remote: RemoteBuf {
                         stag: offer.source.stag,
                         to: offer.source.to + read_off as u64,
@@ -1001,14 +966,7 @@ impl SoakClient {
                     len: read_len as u32,
                 },
             ),
-            wr(
-                3,
-                SendOp::Send {
-                    sgl: vec![q.src.sge(io, send_len)],
-                    solicited: false,
-                    invalidate: None,
-                },
-            ),
+            wr(3, q.src.send(io, send_len)),
         ];
         h.rnic()
             .0
@@ -1066,18 +1024,8 @@ impl SoakClient {
         let mut rnic = h.rnic().0.borrow_mut();
         q.src.bytes_mut(&mut rnic)[io..io + HEADER_LEN]
             .copy_from_slice(&header(KIND_END, HEADER_LEN, q.rounds));
-        rnic.post_sq(
-            q.qp,
-            vec![SendWr::message(
-                7,
-                SendOp::Send {
-                    sgl: vec![q.src.sge(io, HEADER_LEN)],
-                    solicited: false,
-                    invalidate: None,
-                },
-            )],
-        )
-        .map_err(|e| format!("QP {}: post END: {:?}", q.slot, e.error))?;
+        rnic.post_sq(q.qp, vec![SendWr::message(7, q.src.send(io, HEADER_LEN))])
+            .map_err(|e| format!("QP {}: post END: {:?}", q.slot, e.error))?;
         q.phase = QpPhase::EndSent;
         Ok(())
     }
