@@ -1,5 +1,5 @@
 //! perftest's `-R` (rdma_cm) protocol, wire-compatible with linux-rdma perftest 4.5
-//! (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`, `ib_write_lat`), both roles: a control
+//! (`ib_{write,read,send}_bw`, `ib_{write,read,send}_lat`), both roles: a control
 //! connection carrying Send/Recv records ([`wire`]), then a data connection for the test
 //! traffic ([`session`]).
 

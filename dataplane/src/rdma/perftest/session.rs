@@ -1,13 +1,13 @@
 //! One perftest `-R` run, either role, as an [`App`]: the control connection's exchange
 //! script, the data connection, and the data phase of `ib_write_bw`, `ib_read_bw`,
-//! `ib_send_bw` or `ib_write_lat`.
+//! `ib_send_bw`, `ib_write_lat`, `ib_read_lat` or `ib_send_lat`.
 //!
 //! The script (perftest 4.5, checked against siw captures): version, cycle buffer, cache
 //! line, MTU, a zero `pingpong_dest` (sync), then the data connection is made, another
-//! sync, then the `pingpong_dest` records (three for write/read bandwidth, four for send
-//! bandwidth and write latency), the data phase, and the closing exchanges: for write/read
-//! bandwidth a record, the client's five report fields and a last record; for send
-//! bandwidth one record; for write latency none.
+//! sync, then the `pingpong_dest` records (three for write/read bandwidth, four for the
+//! others), the data phase, and the closing exchanges: for write/read bandwidth a record,
+//! the client's five report fields and a last record; for send bandwidth and read/send
+//! latency one record; for write latency none.
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
