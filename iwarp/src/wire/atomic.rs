@@ -1,6 +1,7 @@
 //! Atomic Request (52 octets) and Atomic Response (12 octets) headers (EXT-01 §5.2,
 //! App. A; RFC 7306).
 
+use super::be::{be32, be64};
 use super::ddp::ParseError;
 
 /// Length of the Atomic Request header.
@@ -38,16 +39,6 @@ impl AtomicOp {
             AtomicOp::CmpSwap => 2,
         }
     }
-}
-
-fn be32(b: &[u8]) -> u32 {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-}
-
-fn be64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
 }
 
 /// Zero-copy view over an Atomic Request header.

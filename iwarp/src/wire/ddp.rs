@@ -1,6 +1,7 @@
 //! DDP segment headers (RFC 5041 §4): control field, tagged (14 octets) and untagged
 //! (18 octets) headers.
 
+use super::be::{be32, be64};
 use thiserror::Error;
 
 /// Errors from parsing or emitting DDP / RDMAP / Terminate / atomic headers.
@@ -47,16 +48,6 @@ mod field {
     pub const QN: Range<usize> = 6..10;
     pub const MSN: Range<usize> = 10..14;
     pub const MO: Range<usize> = 14..18;
-}
-
-fn be32(b: &[u8]) -> u32 {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-}
-
-fn be64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
 }
 
 /// Zero-copy view over a DDP segment (header + payload).

@@ -1,6 +1,7 @@
 //! Zero-copy wire views and `Repr` types for every iWARP header.
 
 pub mod atomic;
+mod be;
 pub mod ddp;
 pub mod mpa;
 pub mod rdmap;

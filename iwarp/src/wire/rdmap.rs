@@ -1,6 +1,7 @@
 //! RDMAP control field, opcodes (RFC 5040 Figs. 4/5, EXT-01 Figs. 2/3), RDMA Read Request
 //! header (RFC 5040 §4.4) and Immediate Data (EXT-01 §6).
 
+use super::be::{be32, be64};
 use super::ddp::ParseError;
 
 /// RDMAP version carried in RV for RFC 5040 (01b).
@@ -155,16 +156,6 @@ impl RdmapControl {
     pub fn to_octet(self) -> u8 {
         ((self.version & 0x03) << 6) | self.opcode.to_u4()
     }
-}
-
-fn be32(b: &[u8]) -> u32 {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-}
-
-fn be64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
 }
 
 /// Zero-copy view over an RDMA Read Request header (28 octets after the DDP header).
