@@ -27,6 +27,40 @@ fn setup() -> (Fx, STag) {
     (fx, mr)
 }
 
+/// Registers the first page as a bindable region at `va` and binds a new window (key `key`)
+/// over its first `len` octets on the fixture's QP; returns the region and the window.
+fn bind_window(
+    fx: &mut Fx,
+    va: u64,
+    key: u8,
+    len: u64,
+    zero_based: bool,
+    access: Access,
+) -> (STag, STag) {
+    let mr = fx
+        .rnic
+        .register_mr(&mr_spec(fx.pd, 0, PAGE, va, all_rights() | Access::BIND))
+        .unwrap();
+    let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
+    let w = STag::new(mw.index(), key);
+    run_sq(
+        &mut fx.rnic,
+        fx.qp,
+        SendWr::new(
+            1,
+            SqOp::Bind(BindSpec {
+                mw: w,
+                mr,
+                mr_to: va,
+                len,
+                zero_based,
+                access,
+            }),
+        ),
+    );
+    (mr, w)
+}
+
 #[test]
 fn sec01_pd_mismatch() {
     // RFC 5040 §8.1.1 item 1; RFC 5041 §8.2
@@ -48,28 +82,15 @@ fn sec01_pd_mismatch() {
 fn sec02_window_of_another_stream() {
     // RFC 5040 §8.1.1 item 2; VERBS-00 §7.10.6.2
     let (mut fx, _) = setup();
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights() | Access::BIND))
-        .unwrap();
-    let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
-    let (y, _) = fx.rnic.create_qp(QpInit::new(fx.pd, fx.cq, fx.cq)).unwrap();
-    let w = STag::new(mw.index(), 1);
-    run_sq(
-        &mut fx.rnic,
-        fx.qp,
-        SendWr::new(
-            1,
-            SqOp::Bind(BindSpec {
-                mw: w,
-                mr,
-                mr_to: VA,
-                len: 64,
-                zero_based: false,
-                access: Access::REMOTE_WRITE | Access::REMOTE_READ,
-            }),
-        ),
+    let (_, w) = bind_window(
+        &mut fx,
+        VA,
+        1,
+        64,
+        false,
+        Access::REMOTE_WRITE | Access::REMOTE_READ,
     );
+    let (y, _) = fx.rnic.create_qp(QpInit::new(fx.pd, fx.cq, fx.cq)).unwrap();
     assert_eq!(
         drain(&mut fx.rnic, fx.cq)[0].status,
         CompletionStatus::Success
@@ -147,33 +168,7 @@ fn sec03_out_of_bounds_and_wrap() {
 fn sec04_unbind_and_deallocate_revoke() {
     // RFC 5040 §8.1.1 item 4; VERBS-00 §7.9, §7.10.4
     let (mut fx, mr) = setup();
-    let win_mr = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            0,
-            PAGE,
-            0x9000_0000,
-            all_rights() | Access::BIND,
-        ))
-        .unwrap();
-    let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
-    let w = STag::new(mw.index(), 7);
-    run_sq(
-        &mut fx.rnic,
-        fx.qp,
-        SendWr::new(
-            1,
-            SqOp::Bind(BindSpec {
-                mw: w,
-                mr: win_mr,
-                mr_to: 0x9000_0000,
-                len: 128,
-                zero_based: true,
-                access: Access::REMOTE_WRITE,
-            }),
-        ),
-    );
+    let (win_mr, w) = bind_window(&mut fx, 0x9000_0000, 7, 128, true, Access::REMOTE_WRITE);
     peer_write(&mut fx.rnic, fx.pd, fx.qp, w, 0, b"ok").unwrap();
     run_sq(
         &mut fx.rnic,
@@ -706,33 +701,7 @@ fn sec22_pd_and_stream_association_both_supported() {
     assert!(peer_write(&mut fx.rnic, fx.pd, other, mr, VA, b"a").is_ok());
     assert!(peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA, b"b").is_ok());
     // Stream association: a window only on its QP.
-    let base = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            0,
-            PAGE,
-            0x5000_0000,
-            all_rights() | Access::BIND,
-        ))
-        .unwrap();
-    let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
-    let w = STag::new(mw.index(), 2);
-    run_sq(
-        &mut fx.rnic,
-        fx.qp,
-        SendWr::new(
-            1,
-            SqOp::Bind(BindSpec {
-                mw: w,
-                mr: base,
-                mr_to: 0x5000_0000,
-                len: 16,
-                zero_based: false,
-                access: Access::REMOTE_WRITE,
-            }),
-        ),
-    );
+    let (_, w) = bind_window(&mut fx, 0x5000_0000, 2, 16, false, Access::REMOTE_WRITE);
     assert!(peer_write(&mut fx.rnic, fx.pd, fx.qp, w, 0x5000_0000, b"c").is_ok());
     assert!(peer_write(&mut fx.rnic, fx.pd, other, w, 0x5000_0000, b"d").is_err());
 }
