@@ -163,6 +163,22 @@ fn read(wr_id: u64, sink: STag, sink_to: u64, stag: STag, to: u64, len: u32) -> 
     )
 }
 
+/// `a` sends a Send with Invalidate of `victim` (no payload) into a receive `b` posts (in a
+/// new buffer), and both sides run.
+fn send_invalidate(a: &mut Node, b: &mut Node, victim: STag) {
+    let buf = b.reg(8192, 4096, all_rights());
+    b.post_recv(recv(5, vec![sge(buf, VA + 8192, 64)]));
+    a.post_send(SendWr::message(
+        1,
+        SendOp::Send {
+            sgl: vec![],
+            solicited: false,
+            invalidate: Some(victim),
+        },
+    ));
+    pump(a, b);
+}
+
 /// Runs both sides until nothing moves.
 fn pump(a: &mut Node, b: &mut Node) {
     loop {
@@ -336,17 +352,7 @@ fn f03_f04_send_with_invalidate_failures() {
             b.service();
             assert_eq!(b.wcs()[0].status, CompletionStatus::Success);
         }
-        let buf = b.reg(8192, 4096, all_rights());
-        b.post_recv(recv(5, vec![sge(buf, VA + 8192, 64)]));
-        a.post_send(SendWr::message(
-            1,
-            SendOp::Send {
-                sgl: vec![],
-                solicited: false,
-                invalidate: Some(victim),
-            },
-        ));
-        pump(&mut a, &mut b);
+        send_invalidate(&mut a, &mut b, victim);
         assert_eq!(b.terminates_sent, vec![expect]);
         assert_eq!(b.fx.rnic.query_mr(victim).unwrap().state, StagState::Valid);
     }
@@ -358,17 +364,7 @@ fn f01_send_with_invalidate_then_write_fails() {
     let (mut a, mut b) = pair();
     let src = a.reg(0, 4096, all_rights());
     let victim = b.reg(0, 4096, all_rights());
-    let buf = b.reg(8192, 4096, all_rights());
-    b.post_recv(recv(5, vec![sge(buf, VA + 8192, 64)]));
-    a.post_send(SendWr::message(
-        1,
-        SendOp::Send {
-            sgl: vec![],
-            solicited: false,
-            invalidate: Some(victim),
-        },
-    ));
-    pump(&mut a, &mut b);
+    send_invalidate(&mut a, &mut b, victim);
     let wb = b.wcs();
     assert_eq!(wb[0].invalidated, Some(victim));
     assert_eq!(

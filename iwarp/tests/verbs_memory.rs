@@ -58,12 +58,7 @@ fn j02_destroy_cq_in_use_and_resize_below_occupancy() {
     // VERBS-00 §5.3.3, §5.3.4
     let mut fx = fixture();
     assert_eq!(fx.rnic.destroy_cq(fx.cq), Err(VerbError::CqInUse));
-    fx.rnic
-        .post_sq(
-            fx.qp,
-            vec![send(1, vec![]), send(2, vec![]), send(3, vec![])],
-        )
-        .unwrap();
+    fx.post_sq(vec![send(1, vec![]), send(2, vec![]), send(3, vec![])]);
     fx.rnic
         .modify_qp(fx.qp, ModifyQp::to(QpState::Error))
         .unwrap();

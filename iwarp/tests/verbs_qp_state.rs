@@ -33,8 +33,8 @@ fn i01_new_qp_is_idle_and_does_not_process() {
     // VERBS-00 §6.1.1, §6.2.1
     let mut fx = fixture();
     assert_eq!(state(&fx.rnic, fx.qp), QpState::Idle);
-    fx.rnic.post_sq(fx.qp, vec![send(1, vec![])]).unwrap();
-    fx.rnic.post_rq(fx.qp, vec![recv(2, vec![])]).unwrap();
+    fx.post_sq(vec![send(1, vec![])]);
+    fx.post_rq(vec![recv(2, vec![])]);
     assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
     assert_eq!(fx.rnic.next_recv_wr(fx.qp), None);
     assert_eq!(fx.rnic.poll_cq(fx.cq), Err(VerbError::CqEmpty));
@@ -148,12 +148,8 @@ fn i06_error_transitions_and_still_flushing() {
 fn i07_idle_error_idle_flushes_every_wr() {
     // VERBS-00 §6.2.1.3
     let mut fx = fixture();
-    fx.rnic
-        .post_sq(fx.qp, vec![send(1, vec![]), send(2, vec![]).unsignaled()])
-        .unwrap();
-    fx.rnic
-        .post_rq(fx.qp, vec![recv(3, vec![]), recv(4, vec![])])
-        .unwrap();
+    fx.post_sq(vec![send(1, vec![]), send(2, vec![]).unsignaled()]);
+    fx.post_rq(vec![recv(3, vec![]), recv(4, vec![])]);
     fx.rnic
         .modify_qp(fx.qp, ModifyQp::to(QpState::Error))
         .unwrap();
@@ -193,9 +189,7 @@ fn i08_invalid_attribute_changes_nothing() {
     assert_eq!(fx.rnic.modify_qp(fx.qp, m), Err(VerbError::InvalidModifier));
     assert_eq!(fx.rnic.query_qp(fx.qp).unwrap(), before);
     // Shrinking an SQ below its occupancy fails too.
-    fx.rnic
-        .post_sq(fx.qp, vec![send(1, vec![]), send(2, vec![])])
-        .unwrap();
+    fx.post_sq(vec![send(1, vec![]), send(2, vec![])]);
     let mut m = ModifyQp::to(QpState::Idle);
     m.sq_depth = Some(1);
     assert_eq!(
@@ -236,9 +230,7 @@ fn i09_destroy_from_every_state_unless_windows_bound() {
         zero_based: false,
         access: Access::REMOTE_WRITE,
     };
-    fx.rnic
-        .post_sq(fx.qp, vec![SendWr::new(1, SqOp::Bind(bind))])
-        .unwrap();
+    fx.post_sq(vec![SendWr::new(1, SqOp::Bind(bind))]);
     assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
     assert_eq!(
         fx.rnic.poll_cq(fx.cq).unwrap().status,

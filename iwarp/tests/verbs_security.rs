@@ -373,7 +373,7 @@ fn sec10_cq_overflow_affects_only_its_users() {
         }]
     );
     // The other QP and CQ carry on.
-    fx.rnic.post_sq(fx.qp, vec![send(3, vec![])]).unwrap();
+    fx.post_sq(vec![send(3, vec![])]);
     let w = fx.rnic.next_send_wr(fx.qp).unwrap();
     fx.complete(w.wr_id, WorkQueue::Send, EngineStatus::Success, 0);
     let wc = fx.rnic.poll_cq(fx.cq).unwrap();
@@ -775,7 +775,7 @@ fn sec25_stream_must_be_attached_by_the_ulp() {
         fx.rnic.modify_qp(fx.qp, ModifyQp::to_rts(l)),
         Err(VerbError::InvalidLlpStreamHandle)
     );
-    fx.rnic.post_sq(fx.qp, vec![send(1, vec![])]).unwrap();
+    fx.post_sq(vec![send(1, vec![])]);
     assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
     fx.rnic.modify_qp(fx.qp, ModifyQp::to_rts(llp(5))).unwrap();
     assert_eq!(
@@ -932,7 +932,7 @@ fn sq_and_rq_exhaustion_return_immediate_errors() {
         i.sq_depth = 1;
         i.rq_depth = 1;
     });
-    fx.rnic.post_sq(fx.qp, vec![send(1, vec![])]).unwrap();
+    fx.post_sq(vec![send(1, vec![])]);
     assert_eq!(
         fx.rnic
             .post_sq(fx.qp, vec![send(2, vec![])])
@@ -940,7 +940,7 @@ fn sq_and_rq_exhaustion_return_immediate_errors() {
             .error,
         VerbError::TooManyWorkRequests
     );
-    fx.rnic.post_rq(fx.qp, vec![recv(1, vec![])]).unwrap();
+    fx.post_rq(vec![recv(1, vec![])]);
     assert_eq!(
         fx.rnic
             .post_rq(fx.qp, vec![recv(2, vec![])])

@@ -76,7 +76,7 @@ fn k02_full_sq_refuses_more() {
     );
     // Same for the RQ.
     let mut fx = fixture_with(|i| i.rq_depth = 1);
-    fx.rnic.post_rq(fx.qp, vec![recv(1, vec![])]).unwrap();
+    fx.post_rq(vec![recv(1, vec![])]);
     assert_eq!(
         fx.rnic.post_rq(fx.qp, vec![recv(2, vec![])]),
         Err(PostError {
@@ -91,16 +91,11 @@ fn k03_unsignaled_success_silent_failure_reported_rest_flushed() {
     // VERBS-00 §8.1.3.1
     let mut fx = rts();
     let mr = source_mr(&mut fx);
-    fx.rnic
-        .post_sq(
-            fx.qp,
-            vec![
-                send(1, vec![sge(mr, 0, 8)]).unsignaled(),
-                send(2, vec![sge(mr, 0, 8)]).unsignaled(),
-                send(3, vec![]),
-            ],
-        )
-        .unwrap();
+    fx.post_sq(vec![
+        send(1, vec![sge(mr, 0, 8)]).unsignaled(),
+        send(2, vec![sge(mr, 0, 8)]).unsignaled(),
+        send(3, vec![]),
+    ]);
     let w1 = fx.rnic.next_send_wr(fx.qp).unwrap();
     let w2 = fx.rnic.next_send_wr(fx.qp).unwrap();
     let _w3 = fx.rnic.next_send_wr(fx.qp).unwrap();
@@ -124,15 +119,10 @@ fn k04_receive_reports_message_length() {
     // VERBS-00 §8.1.2.1, §9.3.2.1
     let mut fx = rts();
     let mr = source_mr(&mut fx);
-    fx.rnic
-        .post_rq(
-            fx.qp,
-            vec![
-                recv(1, vec![sge(mr, 0, 64)]),
-                recv(2, vec![sge(mr, 64, 64)]),
-            ],
-        )
-        .unwrap();
+    fx.post_rq(vec![
+        recv(1, vec![sge(mr, 0, 64)]),
+        recv(2, vec![sge(mr, 64, 64)]),
+    ]);
     let r1 = fx.rnic.next_recv_wr(fx.qp).unwrap();
     let r2 = fx.rnic.next_recv_wr(fx.qp).unwrap();
     assert_eq!(r1.sgl, vec![sge(mr, 0, 64)]);
@@ -165,7 +155,7 @@ fn k05_read_fence_is_handed_to_the_engine_and_only_where_allowed() {
     );
     let mut fenced = send(2, vec![sge(mr, 0, 8)]);
     fenced.read_fence = true;
-    fx.rnic.post_sq(fx.qp, vec![read.clone(), fenced]).unwrap();
+    fx.post_sq(vec![read.clone(), fenced]);
     let r = fx.rnic.next_send_wr(fx.qp).unwrap();
     let s = fx.rnic.next_send_wr(fx.qp).unwrap();
     assert!(!r.read_fence);
@@ -198,9 +188,7 @@ fn k06_local_fence_waits_for_earlier_wrs() {
     let mr = source_mr(&mut fx);
     let mut inv = SendWr::new(2, SqOp::LocalInvalidate { stag: mr });
     inv.local_fence = true;
-    fx.rnic
-        .post_sq(fx.qp, vec![send(1, vec![sge(mr, 0, 8)]), inv])
-        .unwrap();
+    fx.post_sq(vec![send(1, vec![sge(mr, 0, 8)]), inv]);
     let w1 = fx.rnic.next_send_wr(fx.qp).unwrap();
     assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
     assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Valid);
@@ -221,15 +209,10 @@ fn k06_local_fence_waits_for_earlier_wrs() {
     // Without the fence the invalidation does not wait (§8.2.2.1).
     let mut fx = rts();
     let mr = source_mr(&mut fx);
-    fx.rnic
-        .post_sq(
-            fx.qp,
-            vec![
-                send(1, vec![sge(mr, 0, 8)]),
-                SendWr::new(2, SqOp::LocalInvalidate { stag: mr }),
-            ],
-        )
-        .unwrap();
+    fx.post_sq(vec![
+        send(1, vec![sge(mr, 0, 8)]),
+        SendWr::new(2, SqOp::LocalInvalidate { stag: mr }),
+    ]);
     assert!(fx.rnic.next_send_wr(fx.qp).is_some());
     assert_eq!(fx.rnic.next_send_wr(fx.qp), None);
     assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Invalid);
@@ -252,9 +235,7 @@ fn k07_send_right_after_fast_register_uses_the_new_stag() {
         }),
     );
     let out = {
-        fx.rnic
-            .post_sq(fx.qp, vec![fr, send(2, vec![sge(new, 0, 100)])])
-            .unwrap();
+        fx.post_sq(vec![fr, send(2, vec![sge(new, 0, 100)])]);
         fx.rnic.next_send_wr(fx.qp)
     };
     let w = out.expect("the Send goes to the engine");
@@ -275,7 +256,7 @@ fn k08_zero_length_receive_sge_is_not_validated() {
         to: u64::MAX,
         len: 0,
     };
-    fx.rnic.post_rq(fx.qp, vec![recv(1, vec![bogus])]).unwrap();
+    fx.post_rq(vec![recv(1, vec![bogus])]);
     let r = fx.rnic.next_recv_wr(fx.qp).unwrap();
     let ctx = LocalContext {
         qp: fx.qp,
@@ -301,10 +282,8 @@ fn k08_zero_length_receive_sge_is_not_validated() {
 fn k09_notification_is_one_shot_and_ignores_existing_cqes() {
     // VERBS-00 §8.2.5
     let mut fx = fixture();
-    fx.rnic.post_sq(fx.qp, vec![send(1, vec![])]).unwrap();
-    fx.rnic
-        .post_rq(fx.qp, vec![recv(2, vec![]), recv(3, vec![])])
-        .unwrap();
+    fx.post_sq(vec![send(1, vec![])]);
+    fx.post_rq(vec![recv(2, vec![]), recv(3, vec![])]);
     // One CQE already present when arming.
     let (cq2, _) = fx.rnic.create_cq(fx.ulp, 8).unwrap();
     let (qp2, _) = fx.rnic.create_qp(QpInit::new(fx.pd, cq2, cq2)).unwrap();
@@ -393,9 +372,7 @@ fn k12_empty_cq_and_error_wcs_until_destroy() {
     // VERBS-00 §8.2.4, §9.3.2.1
     let mut fx = fixture();
     assert_eq!(fx.rnic.poll_cq(fx.cq), Err(VerbError::CqEmpty));
-    fx.rnic
-        .post_sq(fx.qp, vec![send(1, vec![]), send(2, vec![])])
-        .unwrap();
+    fx.post_sq(vec![send(1, vec![]), send(2, vec![])]);
     fx.rnic
         .modify_qp(fx.qp, ModifyQp::to(QpState::Error))
         .unwrap();
@@ -408,12 +385,7 @@ fn k12_empty_cq_and_error_wcs_until_destroy() {
 fn f05_f06_next_solicited_fires_on_se_and_errors_only() {
     // RFC 5040 §5.3; VERBS-00 §8.2.5
     let mut fx = rts();
-    fx.rnic
-        .post_rq(
-            fx.qp,
-            vec![recv(1, vec![]), recv(2, vec![]), recv(3, vec![])],
-        )
-        .unwrap();
+    fx.post_rq(vec![recv(1, vec![]), recv(2, vec![]), recv(3, vec![])]);
     let r: Vec<_> = (0..3)
         .map(|_| fx.rnic.next_recv_wr(fx.qp).unwrap())
         .collect();
@@ -441,7 +413,7 @@ fn f01_receive_reports_the_invalidated_stag() {
     // RFC 5040 §5.3; VERBS-00 §8.2.2.1 item 1, §9.3.2.1
     let mut fx = rts();
     let mr = source_mr(&mut fx);
-    fx.rnic.post_rq(fx.qp, vec![recv(1, vec![])]).unwrap();
+    fx.post_rq(vec![recv(1, vec![])]);
     let r = fx.rnic.next_recv_wr(fx.qp).unwrap();
     peer_send_inv(&mut fx.rnic, fx.pd, fx.qp, mr).unwrap();
     let mut c = engine_done(r.wr_id, WorkQueue::Recv, EngineStatus::Success, 0);
@@ -485,17 +457,12 @@ fn g12_one_error_wc_then_only_flushed() {
     // VERBS-00 §6.2.4
     let mut fx = rts();
     let mr = source_mr(&mut fx);
-    fx.rnic
-        .post_sq(
-            fx.qp,
-            vec![
-                send(1, vec![sge(mr, 0, 4)]),
-                send(2, vec![sge(mr, 0, 4)]),
-                send(3, vec![sge(mr, 0, 4)]),
-            ],
-        )
-        .unwrap();
-    fx.rnic.post_rq(fx.qp, vec![recv(4, vec![])]).unwrap();
+    fx.post_sq(vec![
+        send(1, vec![sge(mr, 0, 4)]),
+        send(2, vec![sge(mr, 0, 4)]),
+        send(3, vec![sge(mr, 0, 4)]),
+    ]);
+    fx.post_rq(vec![recv(4, vec![])]);
     let w: Vec<_> = (0..3)
         .map(|_| fx.rnic.next_send_wr(fx.qp).unwrap())
         .collect();

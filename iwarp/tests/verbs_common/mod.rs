@@ -126,6 +126,16 @@ pub fn recv(wr_id: u64, sgl: Vec<Sge>) -> RecvWr {
 }
 
 impl Fx {
+    /// Posts `wrs` to the fixture's SQ; all must be accepted.
+    pub fn post_sq(&mut self, wrs: Vec<SendWr>) {
+        self.rnic.post_sq(self.qp, wrs).unwrap();
+    }
+
+    /// Posts `wrs` to the fixture's RQ; all must be accepted.
+    pub fn post_rq(&mut self, wrs: Vec<RecvWr>) {
+        self.rnic.post_rq(self.qp, wrs).unwrap();
+    }
+
     /// The RDMAP engine reports work `work` of `queue` on the fixture's QP as done.
     pub fn complete(
         &mut self,
