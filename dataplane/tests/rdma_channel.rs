@@ -13,7 +13,7 @@ use dataplane::rdma::app::{all_rights, Resources};
 use dataplane::rdma::CmEvent;
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::channel::{pair as channel_pair, Notice};
-use iwarp::verbs::{CompletionStatus, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode};
+use iwarp::verbs::{CompletionStatus, SendOp, SendWr, WcOpcode};
 use rdma_common::*;
 
 // RFC 5040 §5.1 and §5.3 posted from another thread: RDMA Write then Send, completions
@@ -45,13 +45,7 @@ fn app_thread_posts_through_the_rings() {
                         .rnic()
                         .0
                         .borrow_mut()
-                        .post_rq(
-                            qp,
-                            vec![RecvWr {
-                                wr_id: 9,
-                                sgl: vec![sbuf.sge(0, 64)],
-                            }],
-                        )
+                        .post_rq(qp, vec![sbuf.recv_wr(9, 0, 64)])
                         .unwrap();
                     ls.handler_mut().accept(id, &[]).unwrap();
                 }
@@ -77,26 +71,13 @@ fn app_thread_posts_through_the_rings() {
                 1,
                 SendOp::Write {
                     sgl: vec![cbuf.sge(0, 100_000)],
-                    remote: RemoteBuf {
-                        stag: sbuf.stag,
-                        to: sbuf.addr(4096),
-                    },
+                    remote: sbuf.remote(4096),
                 },
             ),
         )
         .unwrap();
-        app.post_send(
-            cqp,
-            SendWr::message(
-                2,
-                SendOp::Send {
-                    sgl: vec![cbuf.sge(0, 64)],
-                    solicited: false,
-                    invalidate: None,
-                },
-            ),
-        )
-        .unwrap();
+        app.post_send(cqp, SendWr::message(2, cbuf.send(0, 64)))
+            .unwrap();
         let mut got = Vec::new();
         let end = Instant::now() + Duration::from_secs(20);
         while got.len() < 2 && Instant::now() < end {

@@ -10,7 +10,7 @@ use dataplane::port::fault::FaultConfig;
 use dataplane::rdma::app::{all_rights, Resources};
 use dataplane::rdma::CmEvent;
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::{CompletionStatus, QpState, RecvWr};
+use iwarp::verbs::{CompletionStatus, QpState};
 use rdma_common::*;
 
 struct Cm {
@@ -164,13 +164,7 @@ fn abort_flushes_and_reports() {
         .rnic()
         .0
         .borrow_mut()
-        .post_rq(
-            qp,
-            vec![RecvWr {
-                wr_id: 5,
-                sgl: vec![buf.sge(0, 64)],
-            }],
-        )
+        .post_rq(qp, vec![buf.recv_wr(5, 0, 64)])
         .unwrap();
     cm.run(
         |l, e| {

@@ -19,7 +19,7 @@ use dataplane::port::{Port, PortInfo, PortStats};
 use dataplane::rdma::app::{all_rights, Resources};
 use dataplane::rdma::{open_rnic, CmEvent, RdmaConfig, RdmaHandler, Region};
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::{CompletionStatus, QpId, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode};
+use iwarp::verbs::{CompletionStatus, QpId, SendOp, SendWr, WcOpcode};
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use tcp::ConnId;
 
@@ -305,10 +305,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                     q.sid = Some(id);
                     srv_qp.insert(qp, i);
                     let wrs = (0..RECV_SLOTS)
-                        .map(|s| RecvWr {
-                            wr_id: s as u64,
-                            sgl: vec![q.recv.sge(s * MSG, MSG)],
-                        })
+                        .map(|s| q.recv.recv_wr(s as u64, s * MSG, MSG))
                         .collect();
                     let h = ls.handler_mut();
                     h.rnic().0.borrow_mut().post_rq(qp, wrs).expect("post rq");
@@ -396,13 +393,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             h.rnic()
                 .0
                 .borrow_mut()
-                .post_rq(
-                    wc.qp,
-                    vec![RecvWr {
-                        wr_id: slot as u64,
-                        sgl: vec![q.recv.sge(slot * MSG, MSG)],
-                    }],
-                )
+                .post_rq(wc.qp, vec![q.recv.recv_wr(slot as u64, slot * MSG, MSG)])
                 .expect("repost");
         }
         // Client completions.
@@ -482,23 +473,14 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                     0,
                     SendOp::Write {
                         sgl: vec![q.src.sge(0, write_len)],
-                        remote: RemoteBuf {
-                            stag: q.target.stag,
-                            to: q.target.addr(0),
-                        },
+                        remote: q.target.remote(0),
                     },
                 ),
                 wr(
                     1,
                     SendOp::Read {
-                        sink: RemoteBuf {
-                            stag: q.sink.stag,
-                            to: q.sink.addr(0),
-                        },
-                        remote: RemoteBuf {
-                            stag: q.target.stag,
-                            to: q.target.addr(0),
-                        },
+                        sink: q.sink.remote(0),
+                        remote: q.target.remote(0),
                         len: write_len as u32,
                     },
                 ),

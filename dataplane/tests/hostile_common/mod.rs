@@ -22,7 +22,7 @@ use dataplane::rdma::app::{all_rights, Resources};
 use dataplane::rdma::{open_rnic, CmEvent, RdmaConfig, RdmaHandler, Region};
 use iwarp::mpa::crc::{crc32c, to_wire};
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::{CompletionStatus, QpId, RecvWr, RemoteBuf, SendOp, SendWr, WorkCompletion};
+use iwarp::verbs::{CompletionStatus, QpId, SendOp, SendWr, WorkCompletion};
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
@@ -231,9 +231,9 @@ impl Net {
         while let Some(e) = self.server.handler_mut().poll_cm_event() {
             if let CmEvent::ConnectRequest { id, qp, remote, .. } = &e {
                 let wrs = (0..SERVER_RECVS)
-                    .map(|i| RecvWr {
-                        wr_id: 1000 + i,
-                        sgl: vec![self.srv_recv.sge((i as usize % 64) * RECV_LEN, RECV_LEN)],
+                    .map(|i| {
+                        self.srv_recv
+                            .recv_wr(1000 + i, (i as usize % 64) * RECV_LEN, RECV_LEN)
                     })
                     .collect();
                 let h = self.server.handler_mut();
@@ -530,23 +530,14 @@ impl Net {
             self.next_wr(),
             SendOp::Write {
                 sgl: vec![self.cli_region.sge(0, len)],
-                remote: RemoteBuf {
-                    stag: self.srv_region.stag,
-                    to: self.srv_region.addr(off),
-                },
+                remote: self.srv_region.remote(off),
             },
         );
         let read = SendWr::message(
             self.next_wr(),
             SendOp::Read {
-                sink: RemoteBuf {
-                    stag: self.cli_region.stag,
-                    to: self.cli_region.addr(len),
-                },
-                remote: RemoteBuf {
-                    stag: self.srv_region.stag,
-                    to: self.srv_region.addr(off),
-                },
+                sink: self.cli_region.remote(len),
+                remote: self.srv_region.remote(off),
                 len: len as u32,
             },
         );
