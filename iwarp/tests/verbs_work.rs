@@ -484,81 +484,48 @@ fn g12_one_error_wc_then_only_flushed() {
     assert_eq!(errors, 1, "{wcs:?}");
 }
 
-#[test]
-fn inline_data_is_copied_at_post_time() {
-    // VERBS-00 §8.1.3.2 (the WQE holds the data; no STag of the consumer involved).
-    let mut fx = rts();
-    let mut data = b"inline payload".to_vec();
-    let wr = SendWr::new(
-        1,
+/// A Send of `data` carried inline in the WQE.
+fn inline_send(wr_id: u64, data: Vec<u8>) -> SendWr {
+    SendWr::new(
+        wr_id,
         SqOp::Inline {
             op: SendOp::Send {
                 sgl: vec![],
                 solicited: false,
                 invalidate: None,
             },
-            data: data.clone(),
+            data,
         },
-    );
+    )
+}
+
+#[test]
+fn inline_data_is_copied_at_post_time() {
+    // VERBS-00 §8.1.3.2 (the WQE holds the data; no STag of the consumer involved).
+    let mut fx = rts();
+    let mut data = b"inline payload".to_vec();
+    let wr = inline_send(1, data.clone());
     let out = run_sq(&mut fx.rnic, fx.qp, wr);
     data[0] = b'X'; // the consumer's buffer is free right after posting
     let SendOp::Send { sgl, .. } = &out[0].op else {
         panic!("not a Send: {:?}", out[0].op);
     };
     use iwarp::mem::MemoryTable;
-    let r = fx
-        .rnic
-        .memory()
-        .resolve(
-            sgl[0].stag,
-            fx.pd,
-            fx.qp.stream(),
-            0,
-            14,
-            Access::LOCAL_READ,
-        )
-        .unwrap();
+    let resolve = |fx: &Fx, access| {
+        fx.rnic
+            .memory()
+            .resolve(sgl[0].stag, fx.pd, fx.qp.stream(), 0, 14, access)
+    };
+    let r = resolve(&fx, Access::LOCAL_READ).unwrap();
     let mut got = vec![0; 14];
     fx.rnic.memory().read(&r, 0, &mut got).unwrap();
     assert_eq!(got, b"inline payload");
     // Not reachable remotely, not writable.
-    assert!(fx
-        .rnic
-        .memory()
-        .resolve(
-            sgl[0].stag,
-            fx.pd,
-            fx.qp.stream(),
-            0,
-            14,
-            Access::REMOTE_READ
-        )
-        .is_err());
+    assert!(resolve(&fx, Access::REMOTE_READ).is_err());
     fx.complete(out[0].wr_id, WorkQueue::Send, EngineStatus::Success, 14);
-    assert!(fx
-        .rnic
-        .memory()
-        .resolve(
-            sgl[0].stag,
-            fx.pd,
-            fx.qp.stream(),
-            0,
-            14,
-            Access::LOCAL_READ
-        )
-        .is_err());
+    assert!(resolve(&fx, Access::LOCAL_READ).is_err());
     // Too long inline data is refused.
-    let big = SendWr::new(
-        2,
-        SqOp::Inline {
-            op: SendOp::Send {
-                sgl: vec![],
-                solicited: false,
-                invalidate: None,
-            },
-            data: vec![0; fx.rnic.query().max_inline as usize + 1],
-        },
-    );
+    let big = inline_send(2, vec![0; fx.rnic.query().max_inline as usize + 1]);
     assert_eq!(
         fx.rnic.post_sq(fx.qp, vec![big]).unwrap_err().error,
         VerbError::InvalidModifier
