@@ -123,13 +123,12 @@ fn hex(s: &str) -> Vec<u8> {
 const PD: PdId = PdId(1);
 const MSS: usize = 1448;
 
-/// Plays the server's segments to an initiator and compares what it sends with the
-/// capture's client segments. Sequence numbers are the capture's relative ones.
-fn replay(cap: Capture) -> Negotiated {
-    let now = Instant::now();
-    let send = hex(cap.client_send);
-    let rr = hex(cap.server_read_request);
-    let resp = hex(cap.client_read_response);
+/// 4 KiB of memory with a local 1 KiB buffer at 0 and, at 2048, 64 octets with `access`
+/// registered under the STag and tagged offset the capture's Read Request `rr` names at
+/// octet `at`: after ULPDU_Length (2) and the untagged header (18) come the sink STag (20),
+/// sink TO, size, source STag (36) and source TO (RFC 5040 §4.4). Returns the memory, the
+/// local buffer, and that STag and TO.
+fn replay_memory(rr: &[u8], at: usize, access: Access) -> (SimpleMemory, STag, STag, u64) {
     let mut mem = SimpleMemory::with_heap(4096);
     let local = mem
         .register(RegionSpec::new(
@@ -139,15 +138,24 @@ fn replay(cap: Capture) -> Negotiated {
             PD,
         ))
         .unwrap();
+    let stag = STag(u32::from_be_bytes(rr[at..at + 4].try_into().unwrap()));
+    let to = u64::from_be_bytes(rr[at + 4..at + 12].try_into().unwrap());
+    let mut spec = RegionSpec::new(2048, 64, Access::LOCAL_READ | access, PD);
+    spec.base_to = to;
+    spec.key = stag.key();
+    mem.register_with_stag(spec, stag).unwrap();
+    (mem, local, stag, to)
+}
+
+/// Plays the server's segments to an initiator and compares what it sends with the
+/// capture's client segments. Sequence numbers are the capture's relative ones.
+fn replay(cap: Capture) -> Negotiated {
+    let now = Instant::now();
+    let send = hex(cap.client_send);
+    let rr = hex(cap.server_read_request);
+    let resp = hex(cap.client_read_response);
     // rping's source buffer as the server's Read Request names it (RFC 5040 §4.4).
-    // ULPDU_Length (2) + untagged header (18), then sink STag, sink TO, size, source STag,
-    // source TO.
-    let src_stag = STag(u32::from_be_bytes(rr[36..40].try_into().unwrap()));
-    let src_to = u64::from_be_bytes(rr[40..48].try_into().unwrap());
-    let mut spec = RegionSpec::new(2048, 64, Access::LOCAL_READ | Access::REMOTE_READ, PD);
-    spec.base_to = src_to;
-    spec.key = src_stag.key();
-    mem.register_with_stag(spec, src_stag).unwrap();
+    let (mut mem, local, _, _) = replay_memory(&rr, 36, Access::REMOTE_READ);
     mem.bytes_mut()[2048..2112].copy_from_slice(&resp[16..80]);
     mem.bytes_mut()[..16].copy_from_slice(&send[20..36]);
     let cfg = ConnConfig {
@@ -286,22 +294,8 @@ fn replay_responder(cap: Capture) -> Negotiated {
     let send = hex(cap.client_send);
     let rr = hex(cap.server_read_request);
     let resp = hex(cap.client_read_response);
-    let mut mem = SimpleMemory::with_heap(4096);
-    let local = mem
-        .register(RegionSpec::new(
-            0,
-            1024,
-            Access::LOCAL_READ | Access::LOCAL_WRITE,
-            PD,
-        ))
-        .unwrap();
     // rping server's sink buffer as its Read Request names it.
-    let sink = STag(u32::from_be_bytes(rr[20..24].try_into().unwrap()));
-    let sink_to = u64::from_be_bytes(rr[24..32].try_into().unwrap());
-    let mut spec = RegionSpec::new(2048, 64, Access::LOCAL_READ | Access::REMOTE_WRITE, PD);
-    spec.base_to = sink_to;
-    spec.key = sink.key();
-    mem.register_with_stag(spec, sink).unwrap();
+    let (mem, local, sink, sink_to) = replay_memory(&rr, 20, Access::REMOTE_WRITE);
     let cfg = ConnConfig {
         pd: PD,
         ..ConnConfig::new(MpaConfig {
