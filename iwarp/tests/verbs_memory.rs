@@ -28,6 +28,12 @@ fn one_wc(fx: &mut Fx) -> WorkCompletion {
     wcs[0]
 }
 
+/// Posts Bind `b` as WR `wr_id` on the fixture's QP; returns its one completion's status.
+fn bind(fx: &mut Fx, wr_id: u64, b: BindSpec) -> CompletionStatus {
+    run_sq(&mut fx.rnic, fx.qp, SendWr::new(wr_id, SqOp::Bind(b)));
+    one_wc(fx).status
+}
+
 #[test]
 fn j01_dealloc_pd_in_use() {
     // VERBS-00 §5.2.2, §9.2.2.2
@@ -322,8 +328,7 @@ fn j11_bind_rights_and_bounds() {
         ))
         .unwrap();
     let b = bind_spec(mw, 1, ro, VA, 16, Access::REMOTE_WRITE);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(1, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::AccessViolation);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::AccessViolation);
 
     let (mut fx, mr, mw) = bind_fixture();
     let b = bind_spec(mw, 1, mr, VA + PAGE, PAGE + 1, Access::REMOTE_READ);
@@ -336,8 +341,7 @@ fn j11_bind_rights_and_bounds() {
     // The exact end of the region is fine.
     let (mut fx, mr, mw) = bind_fixture();
     let b = bind_spec(mw, 1, mr, VA + PAGE, PAGE, Access::REMOTE_READ);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(1, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::Success);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
 }
 
 #[test]
@@ -345,11 +349,9 @@ fn j12_bind_of_valid_window_fails() {
     // VERBS-00 §7.10.6.1, §8.2.2.1
     let (mut fx, mr, mw) = bind_fixture();
     let b = bind_spec(mw, 1, mr, VA, 16, Access::REMOTE_READ);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(1, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::Success);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
     let b = bind_spec(mw, 2, mr, VA, 16, Access::REMOTE_READ);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(2, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::StagNotInvalid);
+    assert_eq!(bind(&mut fx, 2, b), CompletionStatus::StagNotInvalid);
     // The first binding (key 1) is untouched.
     assert_eq!(fx.rnic.query_mw(mw).unwrap().key, Some(1));
 }
@@ -360,8 +362,7 @@ fn j13_window_is_tied_to_the_binding_qp() {
     let (mut fx, mr, mw) = bind_fixture();
     let (other, _) = fx.rnic.create_qp(QpInit::new(fx.pd, fx.cq, fx.cq)).unwrap();
     let b = bind_spec(mw, 4, mr, VA + 64, 128, Access::REMOTE_WRITE);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(1, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::Success);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
     let w = STag::new(mw.index(), 4);
     fill(&mut fx.rnic, 0);
     assert_eq!(
@@ -388,8 +389,7 @@ fn j14_invalidate_window_only_from_its_qp() {
     let (other, _) = fx.rnic.create_qp(QpInit::new(fx.pd, fx.cq, fx.cq)).unwrap();
     to_rts(&mut fx.rnic, other);
     let b = bind_spec(mw, 4, mr, VA, 16, Access::REMOTE_READ);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(1, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::Success);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
     let w = STag::new(mw.index(), 4);
     let inv = SendWr::new(2, SqOp::LocalInvalidate { stag: w });
     run_sq(&mut fx.rnic, other, inv.clone());
@@ -400,8 +400,7 @@ fn j14_invalidate_window_only_from_its_qp() {
     assert_eq!(fx.rnic.query_mw(mw).unwrap().state, StagState::Invalid);
     // Re-bindable, with a new key.
     let b = bind_spec(mw, 5, mr, VA, 16, Access::REMOTE_READ);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(3, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::Success);
+    assert_eq!(bind(&mut fx, 3, b), CompletionStatus::Success);
     assert_eq!(fx.rnic.query_mw(mw).unwrap().key, Some(5));
 }
 
@@ -448,8 +447,7 @@ fn j16_deallocate_with_bound_window_then_every_access_fails() {
     // VERBS-00 §7.9
     let (mut fx, mr, mw) = bind_fixture();
     let b = bind_spec(mw, 4, mr, VA, 16, Access::REMOTE_WRITE);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(1, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::Success);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
     assert_eq!(
         fx.rnic.dealloc_stag(mr),
         Err(VerbError::WindowsBoundToRegion)
@@ -504,8 +502,7 @@ fn j18_window_stag_in_a_send_sge_fails() {
     // VERBS-00 §8.1.3.2
     let (mut fx, mr, mw) = bind_fixture();
     let b = bind_spec(mw, 4, mr, VA, 16, Access::REMOTE_READ);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(1, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::Success);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
     let sge = Sge {
         stag: STag::new(mw.index(), 4),
         to: VA,
@@ -539,8 +536,7 @@ fn reregister_failure_deallocates_but_bound_windows_refuse() {
     // VERBS-00 §7.3.2.3
     let (mut fx, mr, mw) = bind_fixture();
     let b = bind_spec(mw, 4, mr, VA, 16, Access::REMOTE_READ);
-    run_sq(&mut fx.rnic, fx.qp, SendWr::new(1, SqOp::Bind(b)));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::Success);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
     let spec = mr_spec(fx.pd, 0, PAGE, VA, all_rights());
     assert_eq!(
         fx.rnic.reregister_mr(mr, &spec),
