@@ -145,8 +145,8 @@ fn send_lat() {
     assert_eq!(lat(&s.expect("server result")), (2, 150));
 }
 
-// A server that is not perftest (our own perf protocol, no Sends on the control
-// connection) leaves the client waiting: the run is bounded by the time limit and fails.
+// Our own perf protocol's server rejects a connection without its hello in the MPA
+// private data: the client reports the rejected control connection and stops.
 #[test]
 fn client_against_plain_perf_server_fails_cleanly() {
     use dataplane::rdma::perf::PerfServer;
@@ -156,7 +156,7 @@ fn client_against_plain_perf_server_fails_cleanly() {
     let params = PerftestParams::new(Test::WriteBw, 64, 10);
     let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
     let (_, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(3));
-    assert!(rc.is_err());
+    assert_eq!(rc, Err("control connection: rejected".to_string()));
     assert!(c.result.is_none());
 }
 
