@@ -31,6 +31,10 @@ pub struct ConnConfig {
     /// responder drops an FPDU that arrives right after its Reply (siwlab README: 0.1 s
     /// avoids the stall); zero sends at once.
     pub first_fpdu_delay: Duration,
+    /// How long a partial FPDU may wait for its next in-order octet while TCP has nothing
+    /// missing around it before the stream ends with Terminate 2/0/03 (an FPDU-aligned
+    /// sender never leaves half an FPDU outstanding, RFC 5044 §4.1).
+    pub partial_fpdu_timeout: Duration,
 }
 
 impl ConnConfig {
@@ -47,6 +51,7 @@ impl ConnConfig {
             tx_budget: 64 << 10,
             emss: None,
             first_fpdu_delay: Duration::ZERO,
+            partial_fpdu_timeout: Duration::from_secs(3),
         }
     }
 }

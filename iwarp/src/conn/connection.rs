@@ -175,6 +175,10 @@ pub struct Connection<M> {
     events: VecDeque<ConnEvent>,
     llp: VecDeque<LlpRequest>,
     verbs_events: Option<VecDeque<rdmap::Event>>,
+    /// End of the highest stream octets TCP handed in (in order or ahead of RCV.NXT).
+    rx_highest: Option<u32>,
+    /// The partial FPDU the receiver holds (its seq and octets held) and since when.
+    stall: Option<(u32, usize, Instant)>,
     stats: ConnStats,
 }
 
@@ -227,6 +231,8 @@ impl<M: MemoryTable> Connection<M> {
             events: VecDeque::new(),
             llp: VecDeque::new(),
             verbs_events: None,
+            rx_highest: None,
+            stall: None,
             stats: ConnStats::default(),
         };
         c.pump();
@@ -422,17 +428,17 @@ impl<M: MemoryTable> Connection<M> {
     }
 
     /// When [`Connection::handle_timeout`] must run: the MPA negotiation or RTR deadline,
-    /// or the end of the first-FPDU hold.
+    /// the end of the first-FPDU hold, or the partial-FPDU deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let negotiation = if self.phase == Phase::Negotiating || self.awaiting_rtr {
             self.negotiator.poll_timeout()
         } else {
             None
         };
-        match (negotiation, self.hold_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [negotiation, self.hold_until, self.stall_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Runs the timers: a peer that never completes the exchange is reset (RFC 5044 §7.1,
@@ -449,7 +455,57 @@ impl<M: MemoryTable> Connection<M> {
                 self.fail_negotiation(e);
             }
         }
+        if self.stall_deadline().is_some_and(|t| now >= t) {
+            if let Some((seq, held, claimed)) =
+                self.receiver.as_ref().and_then(|r| r.pending_fpdu())
+            {
+                self.stall = None;
+                self.stats.stalled_fpdus += 1;
+                self.mpa_error(MpaError::IncompleteFpdu { seq, held, claimed });
+            }
+        }
         self.pump();
+    }
+
+    /// When the partial FPDU the receiver holds counts as stalled: it has not grown for
+    /// `partial_fpdu_timeout` and TCP handed in nothing beyond it (nothing missing before
+    /// it, nothing held ahead of it), so the peer sent all it means to send (RFC 5044 §4.1:
+    /// an FPDU-aligned sender never leaves part of an FPDU unsent).
+    fn stall_deadline(&self) -> Option<Instant> {
+        let (_, _, since) = self.stall?;
+        let next = self.receiver.as_ref()?.next_seq();
+        let beyond = self
+            .rx_highest
+            .is_some_and(|h| (h.wrapping_sub(next) as i32) > 0);
+        if beyond || self.phase != Phase::Fpdu {
+            return None;
+        }
+        Some(since + self.cfg.partial_fpdu_timeout)
+    }
+
+    /// Restarts the stall clock whenever the partial FPDU changed.
+    fn track_partial_fpdu(&mut self) {
+        let pending = self
+            .engine
+            .as_ref()
+            .filter(|e| matches!(e.state(), StreamState::Active | StreamState::Closing))
+            .and_then(|_| self.receiver.as_ref()?.pending_fpdu());
+        self.stall = match (pending, self.stall) {
+            (None, _) => None,
+            (Some((seq, held, _)), Some((s, h, since))) if s == seq && h == held => {
+                Some((s, h, since))
+            }
+            (Some((seq, held, _)), _) => Some((seq, held, self.now)),
+        };
+    }
+
+    /// Notes the end of stream octets TCP handed in.
+    fn note_rx_end(&mut self, seq: u32, len: usize) {
+        let end = seq.wrapping_add(len as u32);
+        match self.rx_highest {
+            Some(h) if (end.wrapping_sub(h) as i32) <= 0 => {}
+            _ => self.rx_highest = Some(end),
+        }
     }
 
     // ------------------------------------------------------------------ verbs
@@ -793,6 +849,7 @@ impl<M: MemoryTable> Connection<M> {
                 self.events.push_back(ConnEvent::Stream(ev));
             }
         }
+        self.track_partial_fpdu();
         self.fill_tx();
     }
 
@@ -856,6 +913,7 @@ impl<M: MemoryTable> SegmentSink for Connection<M> {
         _rcv_nxt: u32,
     ) -> tcp::Consumed {
         let all = tcp::Consumed::all(payload.len());
+        self.note_rx_end(seq, payload.len());
         let out = match self.phase {
             Phase::Negotiating if in_order => {
                 self.negotiate_input(seq, payload);
@@ -892,6 +950,7 @@ impl<M: MemoryTable> SegmentSink for Connection<M> {
     }
 
     fn on_in_order(&mut self, seq: u32, bytes: &[u8]) {
+        self.note_rx_end(seq, bytes.len());
         match self.phase {
             Phase::Negotiating => self.negotiate_input(seq, bytes),
             Phase::Fpdu => self.receive_in_order(seq, bytes),

@@ -23,6 +23,9 @@ pub struct ConnStats {
     pub tagged_bytes_left_to_tcp: u64,
     /// FPDUs whose CRC did not match (each stops the stream with Terminate 2/0/02).
     pub crc_errors: u64,
+    /// Partial FPDUs that stopped progressing (`ConnConfig::partial_fpdu_timeout`); each
+    /// stops the stream with Terminate 2/0/03.
+    pub stalled_fpdus: u64,
     /// Terminates this side sent (queued for sending).
     pub terminates_sent: u64,
     /// Terminates received from the peer.

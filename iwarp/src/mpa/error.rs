@@ -87,6 +87,19 @@ pub enum MpaError {
         /// Largest acceptable value.
         max: u16,
     },
+    /// A partial FPDU saw no further in-order octets for the configured time while TCP had
+    /// nothing missing before or after it. An FPDU-aligned sender sends whole FPDUs (RFC
+    /// 5044 §4.1, §5), so its ULPDU_Length cannot be trusted and, with CRCs on, never
+    /// checked (RFC 5044 §7.1): reported as a bad FPDU length (2/0/03, SPEC-DIGEST §8 item 8).
+    #[error("FPDU at seq {seq:#010x} holds {held} of {claimed} octets and the stream stopped")]
+    IncompleteFpdu {
+        /// TCP sequence number of the FPDU's ULPDU_Length.
+        seq: u32,
+        /// Octets received.
+        held: usize,
+        /// Octets its ULPDU_Length claims (0 if the field itself is incomplete).
+        claimed: usize,
+    },
     /// In-order data was handed with a gap the receiver never consumed (local error, 2/0/05).
     #[error("in-order data at seq {seq:#010x} leaves a gap after {expected:#010x}")]
     StreamGap {
@@ -115,9 +128,9 @@ impl MpaError {
             MpaError::InsufficientIrd { .. } => TerminateCause::MPA_INSUFFICIENT_IRD,
             MpaError::NoMatchingRtr(_) => TerminateCause::MPA_NO_MATCHING_RTR,
             MpaError::CrcMismatch { .. } => TerminateCause::MPA_CRC_ERROR,
-            MpaError::MarkerMismatch { .. } | MpaError::BadUlpduLength { .. } => {
-                TerminateCause::MPA_MARKER_MISMATCH
-            }
+            MpaError::MarkerMismatch { .. }
+            | MpaError::BadUlpduLength { .. }
+            | MpaError::IncompleteFpdu { .. } => TerminateCause::MPA_MARKER_MISMATCH,
             MpaError::StreamGap { .. } | MpaError::Stopped | MpaError::Framing(_) => {
                 TerminateCause::MPA_LOCAL_CATASTROPHIC
             }
