@@ -503,3 +503,54 @@ fn attacker_that_never_closes_is_reaped() {
     );
     still_serving(&mut net, 0);
 }
+
+// RFC 6581 §5 (peer-to-peer mode): a P2P initiator sends the agreed zero-length RTR as its
+// first FPDU and may send its first real message right behind it, in the same TCP segment
+// (Linux siw's perftest clients do). The responder must hold that Send until its QP is in
+// RTS and then deliver it: no Terminate, no reset, the receive completes.
+#[test]
+fn p2p_send_right_behind_the_rtr_is_delivered() {
+    let mut net = setup();
+    net.evil_connect(EVIL_PORT);
+    // Revision 2, CRC, RFC 6581 enhanced mode (H); IRD 4 with the P2P bit, ORD 4 with the
+    // zero-length RDMA Write RTR bit.
+    let ird_ord = [0x80, 4, 0x80, 4];
+    net.evil_send(EVIL_PORT, &mpa_request(0x5000 | 2, &ird_ord));
+    let ok = net.run_until(Duration::from_secs(3), |n| {
+        n.evil[&EVIL_PORT].rx.len() >= 24
+    });
+    assert!(ok, "no MPA Reply");
+    let rx = net.evil[&EVIL_PORT].rx.clone();
+    assert_eq!(&rx[..16], b"MPA ID Rep Frame");
+    assert_eq!(rx[16] & 0x20, 0, "reply must not reject");
+    assert_eq!(rx[20] & 0x80, 0x80, "reply must keep peer-to-peer mode");
+    net.evil.get_mut(&EVIL_PORT).expect("conn").rx.drain(..24);
+    let sc = *net
+        .accepted
+        .iter()
+        .find(|c| c.remote.port() == EVIL_PORT)
+        .expect("accepted");
+    // The RTR (zero-length RDMA Write, STag 1, TO 0, as siw sends it) and a Send in one
+    // segment.
+    let mut stream = fpdu(&tagged(0, 1, 0, &[]));
+    stream.extend_from_slice(&fpdu(&untagged(3, 0, 1, 0, b"right behind the RTR")));
+    net.evil_send(EVIL_PORT, &stream);
+    let delivered = net.run_until(Duration::from_secs(3), |n| {
+        n.server_wcs.iter().any(|wc| {
+            wc.qp == sc.qp
+                && wc.opcode == WcOpcode::Receive
+                && wc.status == CompletionStatus::Success
+                && wc.byte_len == 20
+        })
+    });
+    let c = &net.evil[&EVIL_PORT];
+    assert!(
+        delivered,
+        "Send behind the RTR not delivered (terminate {:?}, rst {})",
+        find_terminate(&c.rx),
+        c.rst
+    );
+    assert_eq!(find_terminate(&c.rx), None);
+    assert!(!c.rst);
+    still_serving(&mut net, 1);
+}

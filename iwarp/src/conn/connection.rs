@@ -179,7 +179,25 @@ pub struct Connection<M> {
     rx_highest: Option<u32>,
     /// The partial FPDU the receiver holds (its seq and octets held) and since when.
     stall: Option<(u32, usize, Instant)>,
+    /// Responder in peer-to-peer mode: the FPDUs that followed the peer's RTR, held until
+    /// the consumer has seen [`ConnEvent::Established`] (and moved its QP to RTS).
+    rx_gate: Option<RxGate>,
     stats: ConnStats,
+}
+
+/// DDP segments received behind the RTR before the consumer saw the establishment
+/// (RFC 6581 §5: the initiator may send its first message right behind the RTR, in the same
+/// TCP segment, while the responder's QP is not yet in RTS).
+#[derive(Debug, Default)]
+struct RxGate {
+    /// The segments with their stream positions, in arrival order.
+    segments: Vec<(SegmentPos, Vec<u8>)>,
+    /// Octets held.
+    bytes: usize,
+    /// The highest in-order position TCP reported meanwhile.
+    position: Option<u64>,
+    /// `Established` was polled: the next pump delivers the segments.
+    open: bool,
 }
 
 impl<M: MemoryTable> Connection<M> {
@@ -233,6 +251,7 @@ impl<M: MemoryTable> Connection<M> {
             verbs_events: None,
             rx_highest: None,
             stall: None,
+            rx_gate: None,
             stats: ConnStats::default(),
         };
         c.pump();
@@ -370,7 +389,40 @@ impl<M: MemoryTable> Connection<M> {
 
     /// Next event.
     pub fn poll_event(&mut self) -> Option<ConnEvent> {
-        self.events.pop_front()
+        let e = self.events.pop_front();
+        if matches!(e, Some(ConnEvent::Established(_))) {
+            if let Some(gate) = &mut self.rx_gate {
+                gate.open = true;
+            }
+        }
+        e
+    }
+
+    /// Delivers the segments held behind a peer-to-peer RTR once the consumer has polled
+    /// `Established` (it moves its QP to RTS before pumping or handing in more input).
+    fn release_rx_gate(&mut self) {
+        if !self.rx_gate.as_ref().is_some_and(|g| g.open) {
+            return;
+        }
+        let Some(gate) = self.rx_gate.take() else {
+            return;
+        };
+        let Some(engine) = &mut self.engine else {
+            return;
+        };
+        let mut deferred = false;
+        for (pos, seg) in &gate.segments {
+            if engine.handle_ddp_segment(self.now, *pos, seg, &mut self.mem) == Handled::Deferred {
+                deferred = true;
+            }
+        }
+        if let Some(pos) = gate.position {
+            engine.handle_in_order_position(self.now, pos, &mut self.mem);
+        }
+        if deferred {
+            self.stats.deferred_segments += 1;
+            self.mpa_error(MpaError::Framing("too many early segments held"));
+        }
     }
 
     /// Next thing the driver must do with the TCP connection.
@@ -735,6 +787,8 @@ impl<M: MemoryTable> Connection<M> {
             rx_spacing,
             rx_offsets,
             awaiting_rtr,
+            rx_gate,
+            cfg,
             now,
             ..
         } = self;
@@ -754,8 +808,11 @@ impl<M: MemoryTable> Connection<M> {
             if *awaiting_rtr && d.in_order {
                 // RFC 6581 §5: the first FPDU is the agreed zero-length message.
                 *awaiting_rtr = false;
-                if let Err(e) = negotiator.handle_rtr(now, d.ulpdu) {
-                    failure.get_or_insert(e);
+                match negotiator.handle_rtr(now, d.ulpdu) {
+                    Ok(()) => *rx_gate = Some(RxGate::default()),
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                    }
                 }
                 return;
             }
@@ -778,6 +835,16 @@ impl<M: MemoryTable> Connection<M> {
                 start: first.saturating_sub(lead as u64),
                 end: first + span as u64,
             };
+            if let Some(gate) = rx_gate {
+                // Bounded by what the peer may send before our first answer: its window.
+                if gate.bytes + d.ulpdu.len() > cfg.rx_window.max(64 * 1024) {
+                    failure.get_or_insert(MpaError::Framing("too much data behind the RTR"));
+                } else {
+                    gate.bytes += d.ulpdu.len();
+                    gate.segments.push((pos, d.ulpdu.to_vec()));
+                }
+                return;
+            }
             if engine.handle_ddp_segment(now, pos, d.ulpdu, mem) == Handled::Deferred {
                 deferred = true;
             }
@@ -912,6 +979,7 @@ impl<M: MemoryTable> SegmentSink for Connection<M> {
         in_order: bool,
         _rcv_nxt: u32,
     ) -> tcp::Consumed {
+        self.release_rx_gate();
         let all = tcp::Consumed::all(payload.len());
         self.note_rx_end(seq, payload.len());
         let out = match self.phase {
@@ -950,6 +1018,7 @@ impl<M: MemoryTable> SegmentSink for Connection<M> {
     }
 
     fn on_in_order(&mut self, seq: u32, bytes: &[u8]) {
+        self.release_rx_gate();
         self.note_rx_end(seq, bytes.len());
         match self.phase {
             Phase::Negotiating => self.negotiate_input(seq, bytes),
@@ -971,7 +1040,9 @@ impl<M: MemoryTable> SegmentSink for Connection<M> {
         if self.rx_start.is_some() {
             self.rx_offsets.advance(rcv_nxt);
             let pos = self.rx_offsets.base_off;
-            if let Some(engine) = &mut self.engine {
+            if let Some(gate) = &mut self.rx_gate {
+                gate.position = Some(pos);
+            } else if let Some(engine) = &mut self.engine {
                 engine.handle_in_order_position(self.now, pos, &mut self.mem);
             }
         }
@@ -1082,6 +1153,8 @@ impl Connection<Shared<Rnic>> {
                     break;
                 }
             }
+            // The QP's receives are posted: what followed a peer-to-peer RTR can go in.
+            self.release_rx_gate();
         }
         while let Some(c) = self.poll_completion() {
             let _ = rnic.borrow_mut().handle_completion(qp, c);
