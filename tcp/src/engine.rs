@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use rustc_hash::FxHashMap;
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr};
 
 use crate::config::Config;
@@ -169,8 +170,11 @@ pub struct Engine<U> {
     generations: Vec<u32>,
     free: Vec<u32>,
     live: usize,
+    /// Keyed by what the network sends: SipHash with a per-process random key (std's
+    /// `RandomState`), so crafted 4-tuples cannot flood one bucket.
     by_tuple: HashMap<FourTuple, ConnId>,
-    listeners: HashMap<u16, Listener>,
+    /// Keyed by our own listening ports: a fast unkeyed hash.
+    listeners: FxHashMap<u16, Listener>,
     ready: VecDeque<ConnId>,
     timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
     events: VecDeque<Event<U>>,
@@ -193,7 +197,7 @@ impl<U: Ulp> Engine<U> {
             free: Vec::new(),
             live: 0,
             by_tuple: HashMap::new(),
-            listeners: HashMap::new(),
+            listeners: FxHashMap::default(),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             events: VecDeque::new(),

@@ -1,6 +1,6 @@
 //! The poll-loop handler that runs iWARP connections: TCP engine, connections, RNIC, CM.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use iwarp::verbs::{
 };
 use iwarp::wire::mpa::RtrTypes;
 use iwarp::wire::terminate::TerminateCause;
+use rustc_hash::FxHashMap;
 use tcp::{CloseReason, ConnId, Engine, Event};
 
 use super::counters::RdmaCounters;
@@ -134,8 +135,9 @@ pub struct RdmaHandler {
     rnic: Shared<Rnic>,
     epoch: Instant,
     now: Instant,
-    listeners: HashMap<u16, QpInit>,
-    conns: HashMap<ConnId, Entry>,
+    /// Keyed by local ports and engine-assigned ids: a fast unkeyed hash.
+    listeners: FxHashMap<u16, QpInit>,
+    conns: FxHashMap<ConnId, Entry>,
     order: Vec<ConnId>,
     events: VecDeque<CmEvent>,
     closed: RdmaCounters,
@@ -154,8 +156,8 @@ impl RdmaHandler {
             rnic: Shared::new(rnic),
             epoch: now,
             now,
-            listeners: HashMap::new(),
-            conns: HashMap::new(),
+            listeners: FxHashMap::default(),
+            conns: FxHashMap::default(),
             order: Vec::new(),
             events: VecDeque::new(),
             closed: RdmaCounters::default(),

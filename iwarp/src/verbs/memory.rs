@@ -3,8 +3,9 @@
 //! implements [`MemoryTable`] so the protocol engine places data into verbs-registered
 //! memory, and answers local (SGE) accesses with the draft's completion statuses.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 pub use crate::mem::MemoryBackend;
 use crate::mem::{AccessError, MemoryTable, Resolved};
@@ -236,8 +237,9 @@ const STAG0_REGION: u32 = 0;
 pub struct MemoryModel {
     backend: Box<dyn MemoryBackend + Send>,
     read_only: Vec<(u64, u64)>,
-    entries: HashMap<u32, Entry>,
-    streams: HashMap<QpId, StreamRights>,
+    /// Keyed by STag indices this RNIC chose (unkeyed fast hash: the network cannot insert).
+    entries: FxHashMap<u32, Entry>,
+    streams: FxHashMap<QpId, StreamRights>,
     rng: u64,
     pub(super) page_sizes: Vec<u64>,
     pub(super) max_pbl_entries: u32,
@@ -296,8 +298,8 @@ impl MemoryModel {
         MemoryModel {
             backend,
             read_only: Vec::new(),
-            entries: HashMap::new(),
-            streams: HashMap::new(),
+            entries: FxHashMap::default(),
+            streams: FxHashMap::default(),
             rng: seed | 1,
             page_sizes: vec![4096],
             max_pbl_entries: 1 << 20,

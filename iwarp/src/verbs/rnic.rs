@@ -1,9 +1,11 @@
 //! The RNIC handle: Open/Query/Close RNIC (VERBS-00 §5.1, §9.2.1), the resource tables
 //! every other verb works on, and the event and action queues the poll core drains.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::cq::Cq;
 use super::memory::{MemoryBackend, MemoryModel};
@@ -188,13 +190,13 @@ impl RnicDevice {
             attrs: self.attrs.clone(),
             in_use: self.in_use.clone(),
             next_handle: 1,
-            pds: HashMap::new(),
-            cqs: HashMap::new(),
-            srqs: HashMap::new(),
-            qps: HashMap::new(),
+            pds: FxHashMap::default(),
+            cqs: FxHashMap::default(),
+            srqs: FxHashMap::default(),
+            qps: FxHashMap::default(),
             memory,
-            quotas: HashMap::new(),
-            handlers: HashSet::new(),
+            quotas: FxHashMap::default(),
+            handlers: FxHashSet::default(),
             events: VecDeque::new(),
             cq_events: VecDeque::new(),
             actions: VecDeque::new(),
@@ -210,13 +212,14 @@ pub struct Rnic {
     pub(super) attrs: RnicAttributes,
     in_use: Arc<AtomicBool>,
     next_handle: u32,
-    pub(super) pds: HashMap<PdId, UlpId>,
-    pub(super) cqs: HashMap<CqHandle, Cq>,
-    pub(super) srqs: HashMap<SrqHandle, Srq>,
-    pub(super) qps: HashMap<QpId, Qp>,
+    // Tables keyed by ids this RNIC hands out: a fast unkeyed hash (no network-chosen keys).
+    pub(super) pds: FxHashMap<PdId, UlpId>,
+    pub(super) cqs: FxHashMap<CqHandle, Cq>,
+    pub(super) srqs: FxHashMap<SrqHandle, Srq>,
+    pub(super) qps: FxHashMap<QpId, Qp>,
     pub(super) memory: MemoryModel,
-    pub(super) quotas: HashMap<UlpId, Quota>,
-    pub(super) handlers: HashSet<CompletionHandlerId>,
+    pub(super) quotas: FxHashMap<UlpId, Quota>,
+    pub(super) handlers: FxHashSet<CompletionHandlerId>,
     pub(super) events: VecDeque<AsyncEvent>,
     pub(super) cq_events: VecDeque<CqHandle>,
     pub(super) actions: VecDeque<QpAction>,
