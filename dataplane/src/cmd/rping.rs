@@ -221,9 +221,11 @@ impl Session {
         let loop_counters = self.poll.counters(0);
         let port = self.poll.ports()[0].stats();
         say!(
-            "port-rx-dropped: {}\nport-tx-dropped: {}",
+            "port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}",
             port.rx_dropped,
-            port.tx_dropped + loop_counters.tx_dropped
+            port.tx_dropped + loop_counters.tx_dropped,
+            loop_counters.tx_deferred,
+            loop_counters.arp_failures
         );
         r.map_err(CmdError::Runtime)
     }
