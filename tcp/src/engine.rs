@@ -173,6 +173,8 @@ pub struct Engine<U> {
     /// Keyed by what the network sends: SipHash with a per-process random key (std's
     /// `RandomState`), so crafted 4-tuples cannot flood one bucket.
     by_tuple: HashMap<FourTuple, ConnId>,
+    /// The last `by_tuple` hit: a burst of one connection's segments hashes once.
+    last_hit: Option<(FourTuple, ConnId)>,
     /// Keyed by our own listening ports: a fast unkeyed hash.
     listeners: FxHashMap<u16, Listener>,
     ready: VecDeque<ConnId>,
@@ -197,6 +199,7 @@ impl<U: Ulp> Engine<U> {
             free: Vec::new(),
             live: 0,
             by_tuple: HashMap::new(),
+            last_hit: None,
             listeners: FxHashMap::default(),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -342,7 +345,9 @@ impl<U: Ulp> Engine<U> {
         });
         self.live += 1;
         let id = ConnId { index, generation };
-        self.by_tuple.insert(tuple, id);
+        if self.by_tuple.insert(tuple, id).is_some() {
+            self.last_hit = None;
+        }
         id
     }
 
@@ -479,10 +484,14 @@ impl<U: Ulp> Engine<U> {
         self.stats.retransmits += retransmits;
         self.stats.timeouts += timeouts;
         self.stats.spurious_timeouts += spurious;
-        self.by_tuple.remove(&FourTuple {
+        let tuple = FourTuple {
             local: c.tcb.local,
             remote: c.tcb.remote,
-        });
+        };
+        self.by_tuple.remove(&tuple);
+        if self.last_hit.is_some_and(|(t, _)| t == tuple) {
+            self.last_hit = None;
+        }
         if c.tcb.state == State::SynReceived {
             if let Some(l) = c.listen_port.and_then(|p| self.listeners.get_mut(&p)) {
                 l.half_open = l.half_open.saturating_sub(1);
@@ -545,7 +554,17 @@ impl<U: Ulp> Engine<U> {
             local: SocketAddrV4::new(dst, repr.dst_port),
             remote: SocketAddrV4::new(src, repr.src_port),
         };
-        match self.by_tuple.get(&tuple).copied() {
+        let found = match self.last_hit {
+            Some((t, id)) if t == tuple => Some(id),
+            _ => {
+                let found = self.by_tuple.get(&tuple).copied();
+                if let Some(id) = found {
+                    self.last_hit = Some((tuple, id));
+                }
+                found
+            }
+        };
+        match found {
             Some(id)
                 if self
                     .conn(id)
