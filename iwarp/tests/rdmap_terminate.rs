@@ -213,6 +213,22 @@ fn g08_any_terminate_is_accepted() {
     }
 }
 
+// RFC 5040 §4.8 puts the Layer in the high nibble of the Terminate Control; Linux siw sends
+// the nibbles swapped (its bit-fields are little-endian). A received Terminate is reported
+// with the cause siw meant: `0x02 0x07` without DDP header is 2/0/07 "no matching RTR"
+// (RFC 6581 §7), not RDMAP 0/2/07 (which would carry the DDP header, RFC 5040 Fig. 10).
+#[test]
+fn g08_siw_nibble_swapped_terminate_names_its_cause() {
+    let mut s = Side::new(cfg(1));
+    s.receive(&untagged_seg(0x7, true, 0, 2, 1, 0, &[0x02, 0x07, 0, 0]));
+    let ev = s.events();
+    let Event::TerminateReceived(t) = &ev[0] else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((t.cause.layer, t.cause.etype, t.cause.code), (2, 0, 0x07));
+    assert_eq!(s.engine.state(), StreamState::Terminated);
+}
+
 #[test]
 fn g09_peer_close_with_work_pending() {
     // VERBS-00 §6.2.2.2, Fig. 24 "Bad LLP Close"

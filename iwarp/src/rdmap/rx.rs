@@ -421,8 +421,14 @@ impl Engine {
             Opcode::AtomicResponse => self.deliver_atomic_response(u, mem),
             Opcode::Terminate => {
                 self.queues.deliver_slot(2, false);
+                // siw sends the Layer/EType nibbles swapped; name the cause it meant.
                 let t = Terminate::new_checked(u.inline())
-                    .and_then(|t| TerminateRepr::parse(&t))
+                    .and_then(|t| {
+                        TerminateRepr::parse(&t).map(|r| TerminateRepr {
+                            cause: t.decoded_cause().0,
+                            ..r
+                        })
+                    })
                     .map_err(|_| {
                         u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None)
                     })?;
