@@ -689,8 +689,7 @@ impl Receiver {
     /// senders (RFC 5044 §6.1) start every segment with an FPDU, and the FPDUs in front of
     /// the first marker (short ones carry none) are then placed too. The start is
     /// confirmed when its chain runs into the marker-located boundary, or, in a segment
-    /// without a marker, by the CRC (without CRC: when plausible FPDUs tile the segment
-    /// exactly, as without markers).
+    /// without a marker, by the CRC (without CRC such a segment is left to TCP).
     ///
     /// What cannot be placed and is left to TCP: octets of an FPDU whose ULPDU_Length is
     /// in another segment (a segment starting inside an FPDU, from a sender that is not
@@ -701,12 +700,22 @@ impl Receiver {
     /// way: TCP's reassembly store does that.
     fn locate_chain(&self, s: u64, payload: &[u8], floor: u64) -> Option<(u64, Vec<Found>, u64)> {
         let marked = self.locate(s, payload);
-        if self.spacing.is_some() && marked != Some(s) && s >= floor {
+        // A segment that starts right behind a marker: an FPDU starting there owns that
+        // marker (RFC 5044 §5), so its boundary lies in the previous segment, where the
+        // in-order path will meet it; leave such a start to the marker-located chain.
+        let after_marker = self
+            .spacing
+            .is_some_and(|sp| sp.is_marker_at(self.seq(s).wrapping_sub(MARKER_LEN as u32)));
+        if self.spacing.is_some() && marked != Some(s) && s >= floor && !after_marker {
             let (found, b) = self.chain(s, payload, s);
             let confirmed = !found.is_empty()
                 && match marked {
                     Some(m) => b == m || found.iter().any(|f| f.0 == m),
-                    None => self.cfg.crc || b == s + payload.len() as u64,
+                    // Without a marker in the segment only the CRC can confirm the start:
+                    // with markers on the sender need not align FPDUs with segments, and
+                    // plausible-looking FPDUs that happen to tile the rest of a segment
+                    // starting inside an FPDU would be placed at the wrong boundary.
+                    None => self.cfg.crc,
                 };
             if confirmed {
                 return Some((s, found, b));
@@ -966,5 +975,40 @@ mod tests {
             config().limit_to_mss(16).max_ulpdu_len,
             TAGGED_HEADER_LEN as u16
         );
+    }
+
+    // RFC 5044 §5: a marker right in front of an FPDU's ULPDU_Length belongs to that FPDU.
+    // A segment ahead of RCV.NXT that starts right behind such a marker (the marker came in
+    // the previous segment) must not be placed as if its FPDU began there: the in-order path
+    // delivers it once the marker arrived (found by the mpa_receiver fuzz target: the
+    // out-of-order placement was recorded at the wrong boundary and the in-order path then
+    // reported a stream gap).
+    #[test]
+    fn segment_starting_behind_a_marker_is_left_to_the_in_order_path() {
+        let f = Framer::new(false, Some(MarkerSpacing::new(START)));
+        let mut ulpdu = vec![0xc1u8, 0x41];
+        ulpdu.resize(450, 7);
+        let mut stream = Vec::new();
+        let n = f.emit_fpdu(START, &[&ulpdu[..]], &mut stream).unwrap();
+        assert_eq!((n, stream.len()), (460, 460), "marker + 456-octet FPDU");
+        let mut rx = Receiver::new(ReceiverConfig {
+            crc: false,
+            markers: true,
+            ..config()
+        });
+        let mut got = Vec::new();
+        let c = rx
+            .handle_segment(START + 4, &stream[4..], false, |d| {
+                got.push(d.ulpdu.to_vec())
+            })
+            .unwrap();
+        assert_eq!((c.start, c.end), (0, 0), "nothing consumed ahead");
+        assert!(got.is_empty());
+        rx.handle_segment(START, &stream[..4], true, |d| got.push(d.ulpdu.to_vec()))
+            .unwrap();
+        rx.handle_in_order(START + 4, &stream[4..], |d| got.push(d.ulpdu.to_vec()))
+            .unwrap();
+        assert_eq!(got, vec![ulpdu]);
+        assert!(rx.is_at_boundary());
     }
 }
