@@ -244,6 +244,20 @@ struct Conn {
     ord: u16,
 }
 
+impl Conn {
+    /// A connection just requested or accepted.
+    fn new(id: ConnId, qp: QpId) -> Self {
+        Conn {
+            id,
+            qp,
+            established: false,
+            gone: false,
+            graceful: false,
+            ord: 0,
+        }
+    }
+}
+
 /// Data-phase counters and timing.
 #[derive(Debug, Default)]
 struct DataPhase {
@@ -403,14 +417,7 @@ impl PerftestSession {
             PerftestSession::new(h, false, SocketAddrV4::new(local, 0), Some(server), params)?;
         let (id, qp) = h.connect(local, server, s.res.init, &[])?;
         s.post_ctrl_recvs(h, qp).map_err(AppError::Verbs)?;
-        s.ctrl = Some(Conn {
-            id,
-            qp,
-            established: false,
-            gone: false,
-            graceful: false,
-            ord: 0,
-        });
+        s.ctrl = Some(Conn::new(id, qp));
         Ok(s)
     }
 
@@ -572,14 +579,7 @@ impl PerftestSession {
                         .map_err(|e| PerftestError::Rdma(format!("post receive: {e:?}")))?;
                     h.accept(id, &[])
                         .map_err(|e| PerftestError::Rdma(format!("accept: {e}")))?;
-                    self.ctrl = Some(Conn {
-                        id,
-                        qp,
-                        established: false,
-                        gone: false,
-                        graceful: false,
-                        ord: 0,
-                    });
+                    self.ctrl = Some(Conn::new(id, qp));
                 } else if self.data.is_none() {
                     if self.params.test.sends() {
                         let n = u64::from(self.params.rx_depth.max(1)).min(self.params.iters);
@@ -588,14 +588,7 @@ impl PerftestSession {
                     }
                     h.accept(id, &[])
                         .map_err(|e| PerftestError::Rdma(format!("accept: {e}")))?;
-                    self.data = Some(Conn {
-                        id,
-                        qp,
-                        established: false,
-                        gone: false,
-                        graceful: false,
-                        ord: 0,
-                    });
+                    self.data = Some(Conn::new(id, qp));
                 } else {
                     let _ = h.reject(id, &[]);
                 }
@@ -657,14 +650,7 @@ impl PerftestSession {
             self.post_data_recvs(h, qp, n)
                 .map_err(PerftestError::Rdma)?;
         }
-        self.data = Some(Conn {
-            id,
-            qp,
-            established: false,
-            gone: false,
-            graceful: false,
-            ord: 0,
-        });
+        self.data = Some(Conn::new(id, qp));
         Ok(())
     }
 
