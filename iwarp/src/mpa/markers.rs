@@ -3,7 +3,7 @@
 //!
 //! Positions are computed modulo 2^32 (a multiple of 512), so sequence wrap needs no care.
 
-use crate::mpa::crc::Crc32c;
+use crate::mpa::crc::crc32c;
 use crate::wire::mpa::{Marker, MARKER_LEN};
 
 /// Distance between markers in TCP sequence space.
@@ -84,31 +84,32 @@ impl MarkerSpacing {
     }
 }
 
-/// Writes an FPDU into a buffer while inserting the markers that fall into it, and keeps
-/// the CRC over the covered octets: every marker of the FPDU, including the one in front of
-/// its ULPDU_Length field (as Wireshark's MPA dissector checks it).
+/// Writes an FPDU into a buffer while inserting the markers that fall into it. The CRC
+/// covers every octet it writes before the CRC field: every marker of the FPDU, including
+/// the one in front of its ULPDU_Length field (as Wireshark's MPA dissector checks it), so
+/// `finish` hashes the FPDU in one pass.
 pub(crate) struct MarkedWriter<'a> {
     out: &'a mut Vec<u8>,
+    start: usize,
     seq: u32,
     boundary: u32,
     spacing: Option<MarkerSpacing>,
-    crc: Crc32c,
 }
 
 impl<'a> MarkedWriter<'a> {
     /// Starts an FPDU at `boundary`; writes the leading marker when one falls there.
     pub(crate) fn new(out: &'a mut Vec<u8>, boundary: u32, spacing: Option<MarkerSpacing>) -> Self {
+        let start = out.len();
         let mut w = MarkedWriter {
             out,
+            start,
             seq: boundary,
             boundary,
             spacing,
-            crc: Crc32c::new(),
         };
         if spacing.is_some_and(|s| s.is_marker_at(boundary)) {
             let m = Marker::new(0).to_bytes();
             w.out.extend_from_slice(&m);
-            w.crc.update(&m);
             w.seq = w.seq.wrapping_add(MARKER_LEN as u32);
         }
         w
@@ -123,7 +124,6 @@ impl<'a> MarkedWriter<'a> {
                         let ptr = self.seq.wrapping_sub(self.boundary) as u16;
                         let m = Marker::new(ptr).to_bytes();
                         self.out.extend_from_slice(&m);
-                        self.crc.update(&m);
                         self.seq = self.seq.wrapping_add(MARKER_LEN as u32);
                     }
                     let to_marker = s.next_marker(self.seq).wrapping_sub(self.seq) as usize;
@@ -137,7 +137,6 @@ impl<'a> MarkedWriter<'a> {
                 None => data.len(),
             };
             self.out.extend_from_slice(&data[..n]);
-            self.crc.update(&data[..n]);
             self.seq = self.seq.wrapping_add(n as u32);
             data = &data[n..];
         }
@@ -152,11 +151,14 @@ impl<'a> MarkedWriter<'a> {
                 let ptr = self.seq.wrapping_sub(self.boundary) as u16;
                 let m = Marker::new(ptr).to_bytes();
                 self.out.extend_from_slice(&m);
-                self.crc.update(&m);
                 self.seq = self.seq.wrapping_add(MARKER_LEN as u32);
             }
         }
-        let value = if with_crc { self.crc.value() } else { 0 };
+        let value = if with_crc {
+            crc32c(&self.out[self.start..])
+        } else {
+            0
+        };
         self.out.extend_from_slice(&crate::mpa::crc::to_wire(value));
         self.seq.wrapping_add(4)
     }
