@@ -35,6 +35,11 @@ const UNIT_PARTS: usize = 8;
 /// segment in a steady stream).
 const SPARE_BUFFERS: usize = 32;
 
+/// Unit buffers given back by TCP once acknowledged, kept for the next units. ACKs arrive in
+/// bursts that free many units at once, so the pool is deeper than [`SPARE_BUFFERS`]; it
+/// only ever holds buffers that were in flight before.
+const SPARE_UNITS: usize = 256;
+
 /// Where the connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnState {
@@ -1122,7 +1127,7 @@ impl<M: MemoryTable> SegmentSource for Connection<M> {
     }
 
     fn recycle(&mut self, buffer: Vec<u8>) {
-        if self.spare_units.len() < SPARE_BUFFERS {
+        if self.spare_units.len() < SPARE_UNITS {
             self.spare_units.push(buffer);
         }
     }

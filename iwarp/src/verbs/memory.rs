@@ -293,6 +293,25 @@ fn local_status(e: AccessError) -> CompletionStatus {
     }
 }
 
+/// Backend byte ranges `(start, len)` of one access, in order.
+enum Chunks {
+    /// One contiguous range (a region without a page list).
+    One(Option<(usize, usize)>),
+    /// Page by page.
+    Paged(std::vec::IntoIter<(usize, usize)>),
+}
+
+impl Iterator for Chunks {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        match self {
+            Chunks::One(c) => c.take(),
+            Chunks::Paged(it) => it.next(),
+        }
+    }
+}
+
 impl MemoryModel {
     pub(super) fn new(backend: Box<dyn MemoryBackend + Send>, seed: u64) -> Self {
         MemoryModel {
@@ -824,27 +843,23 @@ impl MemoryModel {
     }
 
     /// Backend byte ranges covering `len` octets at `off` of a resolved range, page by page.
-    fn chunks(
-        &self,
-        r: &Resolved,
-        off: u64,
-        len: usize,
-    ) -> Result<Vec<(usize, usize)>, AccessError> {
+    /// A region without a page list (the common case) gives one range and allocates nothing.
+    fn chunks(&self, r: &Resolved, off: u64, len: usize) -> Result<Chunks, AccessError> {
         match off.checked_add(len as u64) {
             Some(end) if end <= r.len => {}
             _ => return Err(AccessError::BaseBounds),
         }
         let arena = self.backend.bytes().len();
-        let mut out = Vec::with_capacity(2);
         match self.live_mapping(r)? {
             None => {
                 let start = usize::try_from(r.offset + off).map_err(|_| AccessError::BaseBounds)?;
                 if start + len > arena {
                     return Err(AccessError::BaseBounds);
                 }
-                out.push((start, len));
+                Ok(Chunks::One(Some((start, len))))
             }
             Some(map) => {
+                let mut out = Vec::with_capacity(2);
                 let mut pos = map.fbo + r.offset + off;
                 let mut left = len as u64;
                 while left > 0 {
@@ -860,9 +875,9 @@ impl MemoryModel {
                     pos += n;
                     left -= n;
                 }
+                Ok(Chunks::Paged(out.into_iter()))
             }
         }
-        Ok(out)
     }
 
     /// Executes a Bind MW work request posted on `ctx.qp` (VERBS-00 §7.10.2, checks of
