@@ -243,7 +243,10 @@ impl Classifier {
         c.class = match ip.next_header() {
             IpProtocol::Tcp => match TcpPacket::new_checked(payload) {
                 Err(_) => FrameClass::Malformed(Malformed::Tcp),
-                Ok(t) if self.verify_checksums && !t.verify_checksum(&src, &dst) => {
+                Ok(_)
+                    if self.verify_checksums
+                        && !tcp::checksum::tcp_checksum_ok(c.src_ip, c.dst_ip, payload) =>
+                {
                     FrameClass::Malformed(Malformed::TcpChecksum)
                 }
                 Ok(_) => FrameClass::Tcp,
@@ -353,6 +356,70 @@ mod tests {
             c.classify(&f).class,
             FrameClass::Malformed(Malformed::UdpChecksum)
         );
+    }
+
+    /// An Ethernet frame to us carrying a TCP segment, checksummed by smoltcp.
+    fn tcp_frame(payload: &[u8]) -> Vec<u8> {
+        use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber};
+        let tcp = TcpRepr {
+            src_port: 1000,
+            dst_port: 2000,
+            control: TcpControl::Psh,
+            seq_number: TcpSeqNumber(7),
+            ack_number: Some(TcpSeqNumber(9)),
+            window_len: 512,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload,
+        };
+        let ip = Ipv4Repr {
+            src_addr: PEER_IP,
+            dst_addr: OUR_IP,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let mut buf = vec![0u8; ETH_HLEN + ip.buffer_len() + ip.payload_len];
+        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
+        EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            dst_addr: EthernetAddress(OUR_MAC),
+            ethertype: EthernetProtocol::Ipv4,
+        }
+        .emit(&mut eth);
+        let caps = ChecksumCapabilities::default();
+        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
+        ip.emit(&mut ipp, &caps);
+        tcp.emit(
+            &mut TcpPacket::new_unchecked(ipp.payload_mut()),
+            &IpAddress::Ipv4(PEER_IP),
+            &IpAddress::Ipv4(OUR_IP),
+            &caps,
+        );
+        buf
+    }
+
+    // RFC 9293 §3.1: the checksum covers pseudo-header, header and data; an odd data length
+    // is padded for the sum. smoltcp's value is accepted, any flipped data bit is not.
+    #[test]
+    fn tcp_checksum_errors_are_malformed() {
+        let c = classifier();
+        for len in [0usize, 5, 1448] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
+            let f = tcp_frame(&data);
+            assert_eq!(c.classify(&f).class, FrameClass::Tcp, "{len} octets");
+            let mut bad = f.clone();
+            let last = bad.len() - 1;
+            bad[last] ^= 0x01;
+            assert_eq!(
+                c.classify(&bad).class,
+                FrameClass::Malformed(Malformed::TcpChecksum),
+                "{len} octets"
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use rustc_hash::FxHashMap;
+use smoltcp::phy::Checksum;
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr};
 
 use crate::config::Config;
@@ -544,9 +545,14 @@ impl<U: Ulp> Engine<U> {
         if !is_unicast(src) || !is_unicast(dst) {
             return Err(self.malformed(PacketError::NotUnicast));
         }
-        let caps = checksum_caps(&self.cfg);
+        // The TCP checksum is verified here (crate::checksum), not by smoltcp's parser.
+        let mut caps = checksum_caps(&self.cfg);
+        caps.tcp = Checksum::None;
         let pkt =
             TcpPacket::new_checked(segment).map_err(|_| self.malformed(PacketError::BadTcp))?;
+        if self.cfg.verify_checksums && !crate::checksum::tcp_checksum_ok(src, dst, segment) {
+            return Err(self.malformed(PacketError::BadTcp));
+        }
         let repr = TcpRepr::parse(&pkt, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), &caps)
             .map_err(|_| self.malformed(PacketError::BadTcp))?;
         self.stats.segments_in += 1;

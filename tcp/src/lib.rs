@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cc;
+pub mod checksum;
 mod config;
 mod engine;
 mod isn;

@@ -88,7 +88,9 @@ pub(crate) fn write_packet(
         );
         return None;
     }
-    let caps = checksum_caps(cfg);
+    // The TCP checksum is ours (crate::checksum), filled in below.
+    let mut caps = checksum_caps(cfg);
+    caps.tcp = Checksum::None;
     let ip = Ipv4Repr {
         src_addr: *src.ip(),
         dst_addr: *dst.ip(),
@@ -103,5 +105,10 @@ pub(crate) fn write_packet(
         &IpAddress::Ipv4(*dst.ip()),
         &caps,
     );
+    if cfg.fill_checksums {
+        let segment = &mut buf[IPV4_HEADER_LEN..total];
+        let sum = crate::checksum::tcp_checksum(*src.ip(), *dst.ip(), segment);
+        TcpPacket::new_unchecked(segment).set_checksum(sum);
+    }
     Some(total)
 }
