@@ -643,3 +643,52 @@ fn page_list_scatters_across_non_contiguous_pages() {
         data
     );
 }
+
+#[test]
+fn page_list_merges_adjacent_pages_and_takes_many_ranges() {
+    // VERBS-00 §7.6.2.1: pages in list order, whatever their physical order. Pages 3-4-5 and
+    // 10-11 are physically adjacent; 9, 8 and 1 are not: five ranges for one access.
+    let order = [3u64, 4, 5, 9, 8, 10, 11, 1];
+    let mut fx = fixture();
+    let len = order.len() as u64 * PAGE - 300;
+    let spec = MrSpec {
+        pbl: PageList {
+            page_size: PAGE,
+            pages: order.iter().map(|p| p * PAGE).collect(),
+            fbo: 100,
+            len,
+        },
+        base: TaggedBase::Va(VA + 100),
+        pd: fx.pd,
+        key: 1,
+        remote_access: true,
+        access: all_rights(),
+    };
+    let mr = fx.rnic.register_mr(&spec).unwrap();
+    fill(&mut fx.rnic, 0);
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+    peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 100, &data).unwrap();
+    let bytes = fx.rnic.memory().bytes();
+    for (i, p) in order.iter().enumerate() {
+        // Region octet r lives at list page (r + fbo) / PAGE.
+        let lo = (i as u64 * PAGE).max(100);
+        let hi = ((i as u64 + 1) * PAGE).min(len + 100);
+        let phys = (p * PAGE + lo % PAGE) as usize;
+        assert_eq!(
+            &bytes[phys..phys + (hi - lo) as usize],
+            &data[(lo - 100) as usize..(hi - 100) as usize],
+            "list page {i} (physical page {p})"
+        );
+    }
+    assert_eq!(touched(&fx.rnic, 0), len as usize);
+    assert_eq!(
+        peer_read(&fx.rnic, fx.pd, fx.qp, mr, VA + 100, len as usize).unwrap(),
+        data
+    );
+    // A part inside the merged run 10-11 and across into page 1.
+    let at = 5 * PAGE + 50;
+    assert_eq!(
+        peer_read(&fx.rnic, fx.pd, fx.qp, mr, VA + at, 2 * PAGE as usize + 10).unwrap(),
+        &data[(at - 100) as usize..(at - 100) as usize + 2 * PAGE as usize + 10]
+    );
+}

@@ -397,17 +397,20 @@ impl Tcb {
 
     /// Earliest pending timer.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        [
-            self.rtx_deadline,
-            self.delack_deadline,
-            self.persist_deadline,
-            self.keepalive_deadline,
-            self.timewait_deadline,
-            self.finwait2_deadline,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        // Pairwise, without building an array: this runs after every segment.
+        fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        earliest(
+            earliest(
+                earliest(self.rtx_deadline, self.delack_deadline),
+                earliest(self.persist_deadline, self.keepalive_deadline),
+            ),
+            earliest(self.timewait_deadline, self.finwait2_deadline),
+        )
     }
 
     fn rcv_wnd(&self) -> u32 {

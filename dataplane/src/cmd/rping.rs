@@ -221,7 +221,14 @@ impl Session {
         let loop_counters = self.poll.counters(0);
         let port = self.poll.ports()[0].stats();
         say!(
-            "port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}",
+            "loop-rx-frames: {}\nloop-busy-polls: {}\nloop-tx-frames: {}\nloop-busy-ns: rx {} process {} tx {}\n\
+             port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}",
+            loop_counters.rx,
+            loop_counters.busy_polls,
+            loop_counters.tx,
+            loop_counters.rx_ns,
+            loop_counters.process_ns,
+            loop_counters.tx_ns,
             port.rx_dropped,
             port.tx_dropped + loop_counters.tx_dropped,
             loop_counters.tx_deferred,

@@ -200,6 +200,11 @@ impl Engine {
                 return None;
             }
             if self.current.is_none() {
+                // Nothing to start (the receiving side's usual case, asked after every
+                // segment): answer without building a message.
+                if self.responses.is_empty() && self.sq_started >= self.sq.len() {
+                    return None;
+                }
                 self.current = self.start_next(mem);
                 if self.current.is_none() {
                     if self.terminate.is_some() {

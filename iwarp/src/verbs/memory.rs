@@ -293,22 +293,55 @@ fn local_status(e: AccessError) -> CompletionStatus {
     }
 }
 
-/// Backend byte ranges `(start, len)` of one access, in order.
-enum Chunks {
-    /// One contiguous range (a region without a page list).
-    One(Option<(usize, usize)>),
-    /// Page by page.
-    Paged(std::vec::IntoIter<(usize, usize)>),
+/// Ranges an access keeps inline; more (tiny pages, long accesses) go to a `Vec`.
+const INLINE_CHUNKS: usize = 4;
+
+/// Backend byte ranges `(start, len)` of one access, in order, physically adjacent pages
+/// merged. The usual access (one range, or a segment across two pages) allocates nothing.
+#[derive(Default)]
+struct Chunks {
+    inline: [(usize, usize); INLINE_CHUNKS],
+    count: usize,
+    more: Vec<(usize, usize)>,
+    at: usize,
+}
+
+impl Chunks {
+    fn push(&mut self, start: usize, len: usize) {
+        let last = match self.count {
+            0 => None,
+            n if n <= INLINE_CHUNKS => Some(&mut self.inline[n - 1]),
+            _ => self.more.last_mut(),
+        };
+        if let Some((s, l)) = last {
+            if *s + *l == start {
+                *l += len;
+                return;
+            }
+        }
+        if self.count < INLINE_CHUNKS {
+            self.inline[self.count] = (start, len);
+        } else {
+            self.more.push((start, len));
+        }
+        self.count += 1;
+    }
 }
 
 impl Iterator for Chunks {
     type Item = (usize, usize);
 
     fn next(&mut self) -> Option<(usize, usize)> {
-        match self {
-            Chunks::One(c) => c.take(),
-            Chunks::Paged(it) => it.next(),
+        if self.at >= self.count {
+            return None;
         }
+        let c = if self.at < INLINE_CHUNKS {
+            self.inline[self.at]
+        } else {
+            self.more[self.at - INLINE_CHUNKS]
+        };
+        self.at += 1;
+        Some(c)
     }
 }
 
@@ -842,8 +875,8 @@ impl MemoryModel {
         }
     }
 
-    /// Backend byte ranges covering `len` octets at `off` of a resolved range, page by page.
-    /// A region without a page list (the common case) gives one range and allocates nothing.
+    /// Backend byte ranges covering `len` octets at `off` of a resolved range, page by page,
+    /// all checked before any is used.
     fn chunks(&self, r: &Resolved, off: u64, len: usize) -> Result<Chunks, AccessError> {
         match off.checked_add(len as u64) {
             Some(end) if end <= r.len => {}
@@ -856,10 +889,12 @@ impl MemoryModel {
                 if start + len > arena {
                     return Err(AccessError::BaseBounds);
                 }
-                Ok(Chunks::One(Some((start, len))))
+                let mut out = Chunks::default();
+                out.push(start, len);
+                Ok(out)
             }
             Some(map) => {
-                let mut out = Vec::with_capacity(2);
+                let mut out = Chunks::default();
                 let mut pos = map.fbo + r.offset + off;
                 let mut left = len as u64;
                 while left > 0 {
@@ -871,11 +906,11 @@ impl MemoryModel {
                     if start + n as usize > arena {
                         return Err(AccessError::BaseBounds);
                     }
-                    out.push((start, n as usize));
+                    out.push(start, n as usize);
                     pos += n;
                     left -= n;
                 }
-                Ok(Chunks::Paged(out.into_iter()))
+                Ok(out)
             }
         }
     }
