@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::mpa::crc::Crc32c;
+use crate::mpa::crc::{crc32c, Crc32c};
 use crate::mpa::error::MpaError;
 use crate::mpa::markers::{self, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
@@ -584,12 +584,14 @@ impl Receiver {
             }
         }
         if self.cfg.crc {
-            let mut c = Crc32c::new();
-            if boundary != first {
+            let computed = if boundary != first {
+                let mut c = Crc32c::new();
                 c.update(lead);
-            }
-            c.update(&s[..span - CRC_LEN]);
-            let computed = c.value();
+                c.update(&s[..span - CRC_LEN]);
+                c.value()
+            } else {
+                crc32c(&s[..span - CRC_LEN])
+            };
             let b = &s[span - CRC_LEN..span];
             let received = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             if computed != received {
