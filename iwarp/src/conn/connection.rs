@@ -294,6 +294,13 @@ impl<M: MemoryTable> Connection<M> {
         self.stats
     }
 
+    /// Initiator: until when FPDUs are held after the MPA Reply
+    /// (`ConnConfig::first_fpdu_delay`); `None` without a hold or once it is over. Work
+    /// posted before then waits, so a measurement should not start earlier.
+    pub fn fpdu_hold_until(&self) -> Option<Instant> {
+        self.hold_until.filter(|&t| self.now < t)
+    }
+
     /// The memory table.
     pub fn memory(&self) -> &M {
         &self.mem
@@ -425,9 +432,16 @@ impl<M: MemoryTable> Connection<M> {
             engine.handle_in_order_position(self.now, pos, &mut self.mem);
         }
         if deferred {
-            self.stats.deferred_segments += 1;
-            self.mpa_error(MpaError::Framing("too many early segments held"));
+            let e = self.early_segments_held();
+            self.mpa_error(e);
         }
+    }
+
+    /// Counts a DDP segment that arrived early when the engine already holds as many as it
+    /// may, and gives the error that ends the stream.
+    fn early_segments_held(&mut self) -> MpaError {
+        self.stats.deferred_segments += 1;
+        MpaError::Framing("too many early segments held")
     }
 
     /// Next thing the driver must do with the TCP connection.
@@ -856,8 +870,8 @@ impl<M: MemoryTable> Connection<M> {
         };
         let r = f(receiver, &mut deliver);
         if deferred {
-            self.stats.deferred_segments += 1;
-            failure.get_or_insert(MpaError::Framing("too many early segments held"));
+            let e = self.early_segments_held();
+            failure.get_or_insert(e);
         }
         if let Some(e) = failure {
             self.mpa_error(e);
