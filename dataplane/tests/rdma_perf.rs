@@ -20,7 +20,21 @@ fn perf(
     qps: u16,
     inline: usize,
 ) -> Vec<PerfResult> {
+    perf_held(op, mode, sizes, iters, qps, inline, Duration::ZERO)
+}
+
+/// [`perf`] with the client holding its first FPDUs for `hold` after each MPA Reply.
+fn perf_held(
+    op: PerfOp,
+    mode: PerfMode,
+    sizes: Vec<usize>,
+    iters: u64,
+    qps: u16,
+    inline: usize,
+    hold: Duration,
+) -> Vec<PerfResult> {
     let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    lc.handler_mut().set_first_fpdu_delay(hold);
     let addr = SocketAddrV4::new(SERVER_IP, 18515);
     let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
     let params = PerfParams {
@@ -124,5 +138,25 @@ fn latency_write_send_read() {
             vec![100, 100],
             "{op:?}"
         );
+    }
+}
+
+// RFC 5044 §7.1.2: the initiator sends the first FPDU once the MPA Reply arrived; ours may
+// hold it a while longer (`first_fpdu_delay`, for Linux siw). Measurement starts after
+// that hold: a sample containing it would come near half the hold (a ping-pong sample is
+// half a round trip), every real one is a round trip of two in-process loops.
+#[test]
+fn latency_excludes_first_fpdu_hold() {
+    let hold = Duration::from_secs(1);
+    for op in [PerfOp::Write, PerfOp::Read] {
+        let start = std::time::Instant::now();
+        let r = perf_held(op, PerfMode::Lat, vec![8], 50, 1, 0, hold);
+        assert!(start.elapsed() >= hold, "{op:?}: the hold was not kept");
+        assert_eq!(lat_iters(&r[0]), 50, "{op:?}");
+        let PerfResult::Lat { max, .. } = r[0] else {
+            unreachable!()
+        };
+        let limit = hold.as_secs_f64() * 1e6 / 4.0;
+        assert!(max < limit, "{op:?}: a sample of {max} µs spans the hold");
     }
 }

@@ -14,7 +14,18 @@ use iwarp::mpa::MpaConfig;
 use rdma_common::*;
 
 fn run(test: Test, size: usize, iters: u64) -> (PerfResult, Option<PerfResult>) {
+    run_held(test, size, iters, Duration::ZERO)
+}
+
+/// [`run`] with the client holding its first FPDUs for `hold` after each MPA Reply.
+fn run_held(
+    test: Test,
+    size: usize,
+    iters: u64,
+    hold: Duration,
+) -> (PerfResult, Option<PerfResult>) {
     let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    lc.handler_mut().set_first_fpdu_delay(hold);
     let addr = SocketAddrV4::new(SERVER_IP, 18515);
     let params = PerftestParams::new(test, size, iters);
     let mut s = PerftestSession::server(ls.handler_mut(), addr, params.clone()).expect("server");
@@ -109,6 +120,24 @@ fn write_lat() {
             }
             PerfResult::Bw { .. } => panic!("latency expected"),
         }
+    }
+}
+
+// RFC 5044 §7.1.2: the client's first FPDU on the data connection may be held after the
+// MPA Reply (`first_fpdu_delay`, for Linux siw); the data phase starts after the hold, so
+// neither side's samples (half the gap between its consecutive Writes) contain it. One
+// that did would come near half the hold (less the few control exchanges before it).
+#[test]
+fn write_lat_excludes_first_fpdu_hold() {
+    let hold = Duration::from_secs(1);
+    let (c, s) = run_held(Test::WriteLat, 2, 50, hold);
+    for r in [c, s.expect("server result")] {
+        assert_eq!(lat(&r), (2, 50));
+        let PerfResult::Lat { max, .. } = r else {
+            unreachable!()
+        };
+        let limit = hold.as_secs_f64() * 1e6 / 4.0;
+        assert!(max < limit, "a sample of {max} µs spans the hold");
     }
 }
 

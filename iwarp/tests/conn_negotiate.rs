@@ -405,12 +405,19 @@ fn first_fpdu_delay_holds_initiator_fpdus() {
         .unwrap();
     establish(&mut s);
     let t0 = s.now;
+    // The hold is visible to the consumer (a measurement waits for its end); the
+    // responder holds nothing.
+    let until = s.conn(Side::A).unwrap().fpdu_hold_until().expect("held");
+    assert!(until > s.time() && until - s.time() <= Duration::from_millis(100));
+    assert_eq!(s.conn(Side::B).unwrap().fpdu_hold_until(), None);
     let mut wc = None;
     let ok = s.run_until(Duration::from_secs(2), |s| {
         wc = wc.or_else(|| s.conn(Side::A).unwrap().poll_completion());
         wc.is_some() && s.conn(Side::B).unwrap().stats().fpdus_received == 1
     });
     assert!(ok);
+    assert!(s.time() >= until);
+    assert_eq!(s.conn(Side::A).unwrap().fpdu_hold_until(), None);
     assert_eq!(wc.unwrap().status, CompletionStatus::Success);
     assert!(
         s.now - t0 >= Duration::from_millis(99),

@@ -1010,7 +1010,16 @@ impl PerfClient {
         }
         match self.phase {
             Phase::Connecting => {
-                if self.qps.iter().all(|q| q.established) {
+                // The clock starts once work posted now goes out at once: an initiator
+                // holds its first FPDUs for a while after the MPA Reply (the Linux siw
+                // workaround), and a sample spanning that hold measures the hold.
+                let ready = self.qps.iter().all(|q| {
+                    q.established
+                        && h.conn(q.id)
+                            .and_then(|c| c.fpdu_hold_until())
+                            .is_none_or(|t| now >= t)
+                });
+                if ready {
                     self.phase = Phase::Running;
                     self.start = Some(now);
                     self.window = (now, 0);

@@ -1080,7 +1080,13 @@ impl PerftestSession {
             return Ok(self.data.is_some());
         }
         match self.data {
-            Some(c) => Ok(c.established),
+            // The next sync starts both sides' data phase: not while our first FPDUs on
+            // the data connection are still held (the Linux siw workaround), or the
+            // first sample or bandwidth interval measures the hold.
+            Some(c) => Ok(c.established
+                && h.conn(c.id)
+                    .and_then(|x| x.fpdu_hold_until())
+                    .is_none_or(|t| now >= t)),
             None => {
                 if self.data_retry_at.is_some_and(|t| now < t) {
                     return Ok(false);
