@@ -137,7 +137,7 @@ pub fn run_app<P: Port, A: App>(
         if deadline.is_some_and(|d| now >= d) {
             return Err("time limit reached".into());
         }
-        poll.poll_once(now);
+        let frames = poll.poll_once(now);
         if let Step::Done(r) = app.step(poll.handler_mut(), now) {
             // Let the last frames (FIN, ACKs) out.
             let end = Instant::now() + Duration::from_millis(50);
@@ -151,6 +151,10 @@ pub fn run_app<P: Port, A: App>(
                 tick(poll, app, now);
                 last_tick = now;
             }
+        }
+        if frames == 0 {
+            // Idle poll: let a sibling hardware thread run (as `PollLoop::run` does).
+            std::hint::spin_loop();
         }
     }
 }
