@@ -110,6 +110,8 @@ fn memif_perf_read_send_atomic() {
         &["perf", "read", "10.98.0.1", "-s", "1048576", "-n", "20"],
     );
     assert!(c.contains(" 1048576    20"), "{c}");
+    // Its peer is a dataplane: no first-FPDU hold for siw unless asked for.
+    assert!(c.contains("first FPDUs held 0 ms"), "{c}");
     let (_, c) = run(
         &l,
         &["perf", "send"],
@@ -119,9 +121,18 @@ fn memif_perf_read_send_atomic() {
     let (_, c) = run(
         &l,
         &["perf", "atomic"],
-        &["perf", "atomic", "10.98.0.1", "-n", "200"],
+        &[
+            "perf",
+            "atomic",
+            "10.98.0.1",
+            "-n",
+            "200",
+            "--first-fpdu-delay-ms",
+            "30",
+        ],
     );
     assert!(c.contains(" 8          200"), "{c}");
+    assert!(c.contains("first FPDUs held 30 ms"), "{c}");
 }
 
 #[test]

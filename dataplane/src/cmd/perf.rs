@@ -133,6 +133,8 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         return run_perftest(&args, op, mode, sizes[0]);
     }
     let mut rdma = args.rdma.clone();
+    // The native protocol's peer is a dataplane server: no siw to wait for.
+    rdma.first_fpdu_delay_ms.get_or_insert(0);
     // Room for the buffers of every QP (client: source, sink; server: one each).
     let need_mb = (max * 2 * usize::from(args.qps.max(1))).div_ceil(1 << 20) + 8;
     rdma.mem_mb = rdma.mem_mb.max(need_mb);
@@ -198,12 +200,13 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                 PerfClient::new(s.poll.handler_mut(), local, remote, params).map_err(runtime)?;
             app.progress = true;
             say!(
-                "perf {} {} to {remote} (memory: {}, CRC {}, markers {})",
+                "perf {} {} to {remote} (memory: {}, CRC {}, markers {}, first FPDUs held {} ms)",
                 op.name(),
                 if args.lat { "latency" } else { "bandwidth" },
                 s.memory,
                 if rdma.crc { "on" } else { "off" },
-                if rdma.markers { "on" } else { "off" }
+                if rdma.markers { "on" } else { "off" },
+                rdma.first_fpdu_delay()
             );
             say!("{}", PerfResult::header(mode));
             app.on_result = Some(Box::new(|r: &PerfResult| say!("{}", r.row())));
@@ -239,6 +242,8 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
     let mut params = PerftestParams::new(test, size, iters);
     params.tx_depth = params.tx_depth.min(args.tx_depth.max(1));
     let mut rdma = args.rdma.clone();
+    // The native protocol's peer is a dataplane server: no siw to wait for.
+    rdma.first_fpdu_delay_ms.get_or_insert(0);
     rdma.mem_mb = rdma.mem_mb.max((size * 3).div_ceil(1 << 20) * 2 + 8);
     let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
     let header = PerfResult::header(mode);
@@ -305,11 +310,12 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
                 .map_err(runtime)?;
             app.on_result = Some(print(""));
             say!(
-                "perf -R {} to {remote} (memory: {}, CRC {}, markers {})",
+                "perf -R {} to {remote} (memory: {}, CRC {}, markers {}, first FPDUs held {} ms)",
                 test.name(),
                 s.memory,
                 if rdma.crc { "on" } else { "off" },
-                if rdma.markers { "on" } else { "off" }
+                if rdma.markers { "on" } else { "off" },
+                rdma.first_fpdu_delay()
             );
             let r = s.run(&mut app, rdma.time_limit);
             if let Some(v) = app.peer_version() {

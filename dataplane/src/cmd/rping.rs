@@ -55,9 +55,10 @@ pub struct RdmaArgs {
     #[arg(long, value_name = "N", default_value_t = 128)]
     pub tx_per_poll: usize,
     /// Initiator: milliseconds to hold the first FPDU after the MPA Reply (Linux siw 6.1
-    /// can stall on an FPDU that follows its Reply at once; 0 = send at once).
-    #[arg(long, value_name = "MS", default_value_t = 100)]
-    pub first_fpdu_delay_ms: u64,
+    /// can stall on an FPDU that follows its Reply at once; 0 = send at once). Default 100,
+    /// except 0 for `perf` without `-R` (its peer is always a dataplane).
+    #[arg(long, value_name = "MS")]
+    pub first_fpdu_delay_ms: Option<u64>,
     /// Give up after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub time_limit: Option<Duration>,
@@ -65,6 +66,10 @@ pub struct RdmaArgs {
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal: Vec<String>,
 }
+
+/// Default hold of the initiator's first FPDU, long enough for Linux siw (see
+/// `--first-fpdu-delay-ms`).
+pub const SIW_FIRST_FPDU_DELAY_MS: u64 = 100;
 
 /// An open port with an RDMA handler on its poll loop.
 pub struct Session {
@@ -90,6 +95,11 @@ pub struct LoopbackPair {
 }
 
 impl RdmaArgs {
+    /// Milliseconds the initiator holds its first FPDUs (`--first-fpdu-delay-ms`).
+    pub fn first_fpdu_delay(&self) -> u64 {
+        self.first_fpdu_delay_ms.unwrap_or(SIW_FIRST_FPDU_DELAY_MS)
+    }
+
     fn open(&self, want: usize) -> Result<(Vec<Session>, OpenedPorts), CmdError> {
         let pa = PortArgs {
             config: self.config.clone(),
@@ -147,7 +157,7 @@ impl RdmaArgs {
                 rnic,
             );
             handler.set_tx_per_poll(self.tx_per_poll);
-            handler.set_first_fpdu_delay(Duration::from_millis(self.first_fpdu_delay_ms));
+            handler.set_first_fpdu_delay(Duration::from_millis(self.first_fpdu_delay()));
             let mut poll = PollLoop::new(handler, cfg.poll.burst);
             poll.add_port(
                 port,
