@@ -360,46 +360,13 @@ mod tests {
 
     /// An Ethernet frame to us carrying a TCP segment, checksummed by smoltcp.
     fn tcp_frame(payload: &[u8]) -> Vec<u8> {
-        use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber};
-        let tcp = TcpRepr {
-            src_port: 1000,
-            dst_port: 2000,
-            control: TcpControl::Psh,
-            seq_number: TcpSeqNumber(7),
-            ack_number: Some(TcpSeqNumber(9)),
-            window_len: 512,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload,
+        let ends = crate::test_frames::Ends {
+            src_mac: [2, 0, 0, 0, 0, 2],
+            dst_mac: OUR_MAC,
+            src_ip: PEER_IP,
+            dst_ip: OUR_IP,
         };
-        let ip = Ipv4Repr {
-            src_addr: PEER_IP,
-            dst_addr: OUR_IP,
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let mut buf = vec![0u8; ETH_HLEN + ip.buffer_len() + ip.payload_len];
-        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
-        EthernetRepr {
-            src_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            dst_addr: EthernetAddress(OUR_MAC),
-            ethertype: EthernetProtocol::Ipv4,
-        }
-        .emit(&mut eth);
-        let caps = ChecksumCapabilities::default();
-        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-        ip.emit(&mut ipp, &caps);
-        tcp.emit(
-            &mut TcpPacket::new_unchecked(ipp.payload_mut()),
-            &IpAddress::Ipv4(PEER_IP),
-            &IpAddress::Ipv4(OUR_IP),
-            &caps,
-        );
-        buf
+        crate::test_frames::tcp_frame(ends, payload)
     }
 
     // RFC 9293 §3.1: the checksum covers pseudo-header, header and data; an odd data length

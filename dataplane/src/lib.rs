@@ -12,3 +12,5 @@ pub mod pcap;
 pub mod port;
 pub mod rdma;
 pub mod stats;
+#[cfg(test)]
+mod test_frames;

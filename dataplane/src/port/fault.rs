@@ -560,10 +560,7 @@ mod tests {
     use super::*;
     use crate::port::heap::HeapBuf;
     use crate::port::soft_pair::{soft_pair, SoftPort};
-    use smoltcp::phy::ChecksumCapabilities;
-    use smoltcp::wire::{
-        EthernetAddress, EthernetRepr, Ipv4Address, Ipv4Repr, TcpControl, TcpRepr, TcpSeqNumber,
-    };
+    use smoltcp::wire::Ipv4Address;
 
     fn info(name: &str, last: u8) -> PortInfo {
         PortInfo {
@@ -817,48 +814,13 @@ mod tests {
     }
 
     fn tcp_frame(payload: &[u8]) -> Vec<u8> {
-        let src = Ipv4Address::new(10, 0, 0, 1);
-        let dst = Ipv4Address::new(10, 0, 0, 2);
-        let tcp = TcpRepr {
-            src_port: 4000,
-            dst_port: 5000,
-            control: TcpControl::Psh,
-            seq_number: TcpSeqNumber(1000),
-            ack_number: Some(TcpSeqNumber(2000)),
-            window_len: 1024,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload,
+        let ends = crate::test_frames::Ends {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: Ipv4Address::new(10, 0, 0, 1),
+            dst_ip: Ipv4Address::new(10, 0, 0, 2),
         };
-        let ip = Ipv4Repr {
-            src_addr: src,
-            dst_addr: dst,
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let eth = EthernetRepr {
-            src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
-            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            ethertype: EthernetProtocol::Ipv4,
-        };
-        let mut buf = vec![0u8; 14 + 20 + tcp.buffer_len()];
-        let caps = ChecksumCapabilities::default();
-        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-        eth.emit(&mut frame);
-        let mut ipp = Ipv4Packet::new_unchecked(frame.payload_mut());
-        ip.emit(&mut ipp, &caps);
-        let mut tcpp = TcpPacket::new_unchecked(ipp.payload_mut());
-        tcp.emit(
-            &mut tcpp,
-            &IpAddress::Ipv4(src),
-            &IpAddress::Ipv4(dst),
-            &caps,
-        );
-        buf
+        crate::test_frames::tcp_frame(ends, payload)
     }
 
     #[test]
