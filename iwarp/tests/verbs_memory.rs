@@ -607,24 +607,30 @@ fn shared_region_sees_the_same_bytes() {
     );
 }
 
-#[test]
-fn page_list_scatters_across_non_contiguous_pages() {
-    // VERBS-00 §7.6.2.1: a region over pages 5 and 2 (in that order) with FBO 4000.
-    let mut fx = fixture();
+/// Registers `len` octets over `pages` (physical addresses, in list order) starting `fbo`
+/// into the first page, at VA + fbo, all rights, remote access.
+fn page_list_mr(fx: &mut Fx, pages: Vec<u64>, fbo: u64, len: u64) -> STag {
     let spec = MrSpec {
         pbl: PageList {
             page_size: PAGE,
-            pages: vec![5 * PAGE, 2 * PAGE],
-            fbo: 4000,
-            len: 200,
+            pages,
+            fbo,
+            len,
         },
-        base: TaggedBase::Va(VA + 4000),
+        base: TaggedBase::Va(VA + fbo),
         pd: fx.pd,
         key: 1,
         remote_access: true,
         access: all_rights(),
     };
-    let mr = fx.rnic.register_mr(&spec).unwrap();
+    fx.rnic.register_mr(&spec).unwrap()
+}
+
+#[test]
+fn page_list_scatters_across_non_contiguous_pages() {
+    // VERBS-00 §7.6.2.1: a region over pages 5 and 2 (in that order) with FBO 4000.
+    let mut fx = fixture();
+    let mr = page_list_mr(&mut fx, vec![5 * PAGE, 2 * PAGE], 4000, 200);
     fill(&mut fx.rnic, 0);
     let data: Vec<u8> = (0..200u8).collect();
     peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 4000, &data).unwrap();
@@ -651,20 +657,7 @@ fn page_list_merges_adjacent_pages_and_takes_many_ranges() {
     let order = [3u64, 4, 5, 9, 8, 10, 11, 1];
     let mut fx = fixture();
     let len = order.len() as u64 * PAGE - 300;
-    let spec = MrSpec {
-        pbl: PageList {
-            page_size: PAGE,
-            pages: order.iter().map(|p| p * PAGE).collect(),
-            fbo: 100,
-            len,
-        },
-        base: TaggedBase::Va(VA + 100),
-        pd: fx.pd,
-        key: 1,
-        remote_access: true,
-        access: all_rights(),
-    };
-    let mr = fx.rnic.register_mr(&spec).unwrap();
+    let mr = page_list_mr(&mut fx, order.iter().map(|p| p * PAGE).collect(), 100, len);
     fill(&mut fx.rnic, 0);
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
     peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 100, &data).unwrap();
