@@ -6,14 +6,13 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use rustc_hash::FxHashMap;
-use smoltcp::phy::Checksum;
-use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr};
+use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpRepr};
 
 use crate::config::Config;
 use crate::isn::IsnGenerator;
 use crate::tcb::{CloseReason, ConnInfo, Holding, State, Tcb, TcbEvent};
 use crate::time::Instant;
-use crate::wire::{checksum_caps, write_packet, Header};
+use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
 use crate::Ulp;
 
 /// Handle of one connection. Stale handles (of closed connections) are detected.
@@ -545,16 +544,12 @@ impl<U: Ulp> Engine<U> {
         if !is_unicast(src) || !is_unicast(dst) {
             return Err(self.malformed(PacketError::NotUnicast));
         }
-        // The TCP checksum is verified here (crate::checksum), not by smoltcp's parser.
-        let mut caps = checksum_caps(&self.cfg);
-        caps.tcp = Checksum::None;
-        let pkt =
-            TcpPacket::new_checked(segment).map_err(|_| self.malformed(PacketError::BadTcp))?;
+        // The TCP checksum is verified here (crate::checksum), not by the parser.
         if self.cfg.verify_checksums && !crate::checksum::tcp_checksum_ok(src, dst, segment) {
             return Err(self.malformed(PacketError::BadTcp));
         }
-        let repr = TcpRepr::parse(&pkt, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), &caps)
-            .map_err(|_| self.malformed(PacketError::BadTcp))?;
+        let repr =
+            parse_segment(src, dst, segment).ok_or_else(|| self.malformed(PacketError::BadTcp))?;
         self.stats.segments_in += 1;
         let tuple = FourTuple {
             local: SocketAddrV4::new(dst, repr.dst_port),

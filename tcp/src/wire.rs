@@ -3,6 +3,8 @@
 use std::net::SocketAddrV4;
 
 use smoltcp::phy::{Checksum, ChecksumCapabilities};
+use std::net::Ipv4Addr;
+
 use smoltcp::wire::{
     IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
     TcpTimestampRepr,
@@ -111,4 +113,146 @@ pub(crate) fn write_packet(
         TcpPacket::new_unchecked(segment).set_checksum(sum);
     }
     Some(total)
+}
+
+/// TCP header length without options.
+const TCP_HEADER_LEN: usize = 20;
+/// NOP, NOP, Timestamps kind 8 length 10: the option layout of data segments with
+/// timestamps (RFC 7323 Appendix A), which Linux and this engine send.
+const NOP_NOP_TIMESTAMP: [u8; 4] = [1, 1, 8, 10];
+
+/// Parses a TCP segment (header and payload; its checksum is checked elsewhere). A data or
+/// ACK segment without SYN, FIN or RST whose options are none or NOP, NOP, Timestamps (nearly
+/// every segment of a transfer) is read field by field; anything else goes through
+/// smoltcp's parser. The result is the same either way (tested against smoltcp).
+pub(crate) fn parse_segment(src: Ipv4Addr, dst: Ipv4Addr, segment: &[u8]) -> Option<TcpRepr<'_>> {
+    if let Some(r) = parse_common(segment) {
+        return Some(r);
+    }
+    let pkt = TcpPacket::new_checked(segment).ok()?;
+    TcpRepr::parse(
+        &pkt,
+        &IpAddress::Ipv4(src),
+        &IpAddress::Ipv4(dst),
+        &ChecksumCapabilities::ignored(),
+    )
+    .ok()
+}
+
+/// The common case of [`parse_segment`], or `None` to leave the segment to smoltcp.
+fn parse_common(s: &[u8]) -> Option<TcpRepr<'_>> {
+    let word = |at: usize| u32::from_be_bytes([s[at], s[at + 1], s[at + 2], s[at + 3]]);
+    if s.len() < TCP_HEADER_LEN {
+        return None;
+    }
+    let header_len = usize::from(s[12] >> 4) * 4;
+    let flags = s[13];
+    // FIN 0x01, SYN 0x02, RST 0x04 take smoltcp's path; URG, ECE and CWR are ignored there.
+    if flags & 0x07 != 0 || s.len() < header_len {
+        return None;
+    }
+    let timestamp = match header_len {
+        TCP_HEADER_LEN => None,
+        32 if s[20..24] == NOP_NOP_TIMESTAMP => Some(TcpTimestampRepr::new(word(24), word(28))),
+        _ => return None,
+    };
+    let src_port = u16::from_be_bytes([s[0], s[1]]);
+    let dst_port = u16::from_be_bytes([s[2], s[3]]);
+    if src_port == 0 || dst_port == 0 {
+        return None;
+    }
+    Some(TcpRepr {
+        src_port,
+        dst_port,
+        control: if flags & 0x08 != 0 {
+            TcpControl::Psh
+        } else {
+            TcpControl::None
+        },
+        seq_number: TcpSeqNumber(word(4) as i32),
+        ack_number: (flags & 0x10 != 0).then(|| TcpSeqNumber(word(8) as i32)),
+        window_len: u16::from_be_bytes([s[14], s[15]]),
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp,
+        payload: &s[header_len..],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn smoltcp_parse(segment: &[u8]) -> Option<TcpRepr<'_>> {
+        let pkt = TcpPacket::new_checked(segment).ok()?;
+        let any = IpAddress::Ipv4(Ipv4Addr::new(10, 0, 0, 1));
+        TcpRepr::parse(&pkt, &any, &any, &ChecksumCapabilities::ignored()).ok()
+    }
+
+    /// Options: none, NOP NOP Timestamps, or arbitrary octets (SACK, MSS, garbage).
+    fn options() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(Vec::new()),
+            any::<[u8; 8]>().prop_map(|ts| {
+                let mut o = NOP_NOP_TIMESTAMP.to_vec();
+                o.extend_from_slice(&ts);
+                o
+            }),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|mut o| {
+                o.truncate(o.len() / 4 * 4);
+                o
+            }),
+        ]
+    }
+
+    proptest! {
+        // RFC 9293 §3.1 header layout, RFC 7323 §3.2 Timestamps: the direct reading and
+        // smoltcp's parser agree on every header, also on those left to smoltcp.
+        #[test]
+        fn same_as_smoltcp(
+            head in any::<[u8; 20]>(),
+            opts in options(),
+            payload in proptest::collection::vec(any::<u8>(), 0..64),
+            offset_off in prop::bool::weighted(0.1),
+        ) {
+            let mut seg = head.to_vec();
+            let words = (TCP_HEADER_LEN + opts.len()) / 4;
+            // Mostly a consistent data offset; sometimes whatever the random octet says.
+            if !offset_off {
+                seg[12] = (seg[12] & 0x0f) | ((words as u8) << 4);
+            }
+            seg.extend_from_slice(&opts);
+            seg.extend_from_slice(&payload);
+            let ours = parse_segment(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 1), &seg);
+            prop_assert_eq!(ours, smoltcp_parse(&seg));
+        }
+    }
+
+    // The direct path takes the usual data segment: ACK + PSH with timestamps.
+    #[test]
+    fn data_segment_with_timestamps_takes_the_direct_path() {
+        let mut seg = vec![0u8; 32];
+        seg[0..2].copy_from_slice(&4000u16.to_be_bytes());
+        seg[2..4].copy_from_slice(&5000u16.to_be_bytes());
+        seg[4..8].copy_from_slice(&7u32.to_be_bytes());
+        seg[8..12].copy_from_slice(&9u32.to_be_bytes());
+        seg[12] = 8 << 4;
+        seg[13] = 0x18;
+        seg[20..24].copy_from_slice(&NOP_NOP_TIMESTAMP);
+        seg[24..28].copy_from_slice(&11u32.to_be_bytes());
+        seg[28..32].copy_from_slice(&13u32.to_be_bytes());
+        seg.extend_from_slice(b"ddp");
+        let r = parse_common(&seg).expect("direct path");
+        assert_eq!(r.control, TcpControl::Psh);
+        assert_eq!(r.ack_number, Some(TcpSeqNumber(9)));
+        assert_eq!(r.timestamp, Some(TcpTimestampRepr::new(11, 13)));
+        assert_eq!(r.payload, b"ddp");
+        assert_eq!(Some(r), smoltcp_parse(&seg));
+        seg[13] = 0x12; // SYN-ACK: smoltcp's path
+        assert!(parse_common(&seg).is_none());
+        assert!(parse_segment(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &seg).is_some());
+    }
 }
