@@ -3,7 +3,7 @@
 mod rdma_common;
 
 use std::net::SocketAddrV4;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dataplane::port::fault::{FaultConfig, Rate};
 use dataplane::rdma::app::run_pair;
@@ -56,4 +56,39 @@ fn rping_crc() {
         ..MpaConfig::default()
     };
     assert_eq!(rping(mpa, FaultConfig::default(), 4000, 50), (50, 50));
+}
+
+// The client holds its first FPDUs after the MPA Reply (the Linux siw workaround): the time
+// rping reports starts when that hold ends, so it is the pings' time, not the hold's.
+#[test]
+fn rping_time_excludes_first_fpdu_hold() {
+    let hold = Duration::from_millis(800);
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 1 << 20, FaultConfig::default());
+    lc.handler_mut().set_first_fpdu_delay(hold);
+    let opts = RpingOptions {
+        size: 64,
+        count: 10,
+        verbose: false,
+        validate: true,
+    };
+    let addr = SocketAddrV4::new(SERVER_IP, 7174);
+    let mut s = Rping::server(ls.handler_mut(), addr, opts.clone()).expect("server");
+    let mut c = Rping::client(lc.handler_mut(), CLIENT_IP, addr, opts).expect("client");
+    let t0 = Instant::now();
+    let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(20));
+    rc.expect("client");
+    rs.expect("server");
+    assert_eq!(c.pings, 10);
+    let started = c.started.expect("started");
+    let finished = c.finished.expect("finished");
+    assert!(
+        started >= t0 + hold,
+        "the clock started before the hold ended"
+    );
+    // Ten in-process pings take milliseconds; with the hold counted it would be 800 ms.
+    assert!(
+        finished.duration_since(started) < hold / 4,
+        "{:?}",
+        finished.duration_since(started)
+    );
 }

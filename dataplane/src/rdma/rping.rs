@@ -111,7 +111,8 @@ pub struct Rping {
     remote: Option<RdmaInfo>,
     /// Pings completed.
     pub pings: u32,
-    /// When the connection was established and when the last ping finished.
+    /// When the first ping could go out: the connection's establishment, or the end of the
+    /// initiator's first-FPDU hold (the siw workaround), whichever is later.
     pub started: Option<Instant>,
     /// When the last ping finished.
     pub finished: Option<Instant>,
@@ -374,8 +375,10 @@ impl Rping {
                     return Some(Step::Done(Err(e.to_string())));
                 }
             }
-            CmEvent::Established { negotiated, .. } => {
-                self.started = Some(now);
+            CmEvent::Established { id, negotiated, .. } => {
+                // The first ping is posted now but held until then: time from there.
+                let held = h.conn(id).and_then(|c| c.fpdu_hold_until());
+                self.started = Some(held.map_or(now, |t| t.max(now)));
                 say!(
                     "rping: connected (MPA rev {}, CRC {}, markers {})",
                     negotiated.revision,
