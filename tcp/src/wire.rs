@@ -101,16 +101,23 @@ pub(crate) fn write_packet(
         hop_limit: 64,
     };
     ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..total]), &caps);
+    // The header is emitted without the payload, which is copied and summed in one pass.
+    repr.payload = &[];
+    let data_at = IPV4_HEADER_LEN + repr.header_len();
     repr.emit(
         &mut TcpPacket::new_unchecked(&mut buf[IPV4_HEADER_LEN..total]),
         &IpAddress::Ipv4(*src.ip()),
         &IpAddress::Ipv4(*dst.ip()),
         &caps,
     );
+    let (head, data) = buf[..total].split_at_mut(data_at);
     if cfg.fill_checksums {
-        let segment = &mut buf[IPV4_HEADER_LEN..total];
-        let sum = crate::checksum::tcp_checksum(*src.ip(), *dst.ip(), segment);
+        let payload_sum = crate::checksum::copy_payload(data, payload);
+        let segment = &mut head[IPV4_HEADER_LEN..];
+        let sum = crate::checksum::tcp_checksum_split(*src.ip(), *dst.ip(), segment, payload_sum);
         TcpPacket::new_unchecked(segment).set_checksum(sum);
+    } else {
+        data.copy_from_slice(payload);
     }
     Some(total)
 }
