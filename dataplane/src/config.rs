@@ -271,6 +271,10 @@ pub struct PortConfig {
     /// Receive frames for any destination MAC.
     #[serde(default)]
     pub promiscuous: bool,
+    /// Seconds to keep retrying a DPDK device start that fails because its peer is not
+    /// there yet (a memif client started before its server), 0..=600.
+    #[serde(default = "default_start_wait", deserialize_with = "de_start_wait")]
+    pub start_wait: u64,
     /// The poll loop (lcore) that drives this port in `dataplane run`, 0..=127; ports with
     /// the same value share one loop (thread), the lowest value runs on the main thread.
     #[serde(default, deserialize_with = "de_lcore")]
@@ -291,6 +295,9 @@ fn default_desc() -> u16 {
 }
 fn default_pool() -> u32 {
     8191
+}
+fn default_start_wait() -> u64 {
+    10
 }
 
 /// `[ports.fault]`: the fault injection of one port (see [`FaultConfig`]).
@@ -492,6 +499,9 @@ fn de_desc<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
 }
 fn de_pool<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     de_ranged(d, 256..=1 << 20).map(|v| v as u32)
+}
+fn de_start_wait<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    de_ranged(d, 0..=600).map(|v| v as u64)
 }
 fn de_lcore<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     de_ranged(d, 0..=127).map(|v| v as u32)
@@ -741,6 +751,7 @@ impl PortConfig {
             tx_desc: default_desc(),
             pool_size: default_pool(),
             promiscuous: false,
+            start_wait: default_start_wait(),
             lcore: 0,
             capture: None,
             fault: None,
@@ -886,6 +897,7 @@ device = "l0"
         assert_eq!(f.corrupt_mode, CorruptMode::TcpPayload);
         let p1 = &c.ports[1];
         assert_eq!((p1.mtu, p1.rx_desc, p1.pool_size), (1500, 1024, 8191));
+        assert_eq!(p1.start_wait, 10);
         assert!(p1.fault.is_none() && p1.mac.is_none());
         assert!(!c.needs_eal());
     }
@@ -896,6 +908,10 @@ device = "l0"
             (
                 "[[ports]]\nname = \"p0\"\nbackend = \"tap\"\ndevice = \"t0\"\nmtu = 70000\n",
                 "t.toml:5: ports[0].mtu: invalid value 70000 (must be 68..=9000)",
+            ),
+            (
+                "[[ports]]\nname = \"p0\"\nbackend = \"dpdk\"\ndevice = \"net_memif0\"\nstart_wait = 601\n",
+                "t.toml:5: ports[0].start_wait: invalid value 601 (must be 0..=600)",
             ),
             (
                 "[[ports]]\nname = \"p0\"\nbackend = \"tap\"\ndevice = \"t0\"\nmac = \"02:00:00:00:00\"\n",

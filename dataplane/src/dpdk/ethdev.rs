@@ -4,6 +4,7 @@
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::eal::{Eal, EalHandle};
 use super::mempool::Mempool;
@@ -14,6 +15,9 @@ use crate::port::PortStats;
 static CLAIMED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 
 const ENOTSUP: i32 = libc::ENOTSUP;
+const EPERM: i32 = libc::EPERM;
+/// Pause between two start attempts while the peer is not there yet.
+const START_RETRY: Duration = Duration::from_millis(100);
 
 /// How to set up an ethdev with one receive and one transmit queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +32,9 @@ pub struct EthDevSetup {
     pub mac: Option<[u8; 6]>,
     /// Receive frames for every destination MAC.
     pub promiscuous: bool,
+    /// How long to keep retrying `rte_eth_dev_start` while it fails with `EPERM`, which is
+    /// how a memif client reports that its server's socket is not there yet.
+    pub start_wait: Duration,
 }
 
 /// A configured and started ethdev (queue 0 for rx and tx). Dropping it stops and closes
@@ -240,8 +247,23 @@ impl EthDev {
             check(|| op("rte_eth_promiscuous_enable/disable"), ret)?;
         }
 
-        // SAFETY: configured port with its queues set up.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_start(port_id) };
+        let deadline = Instant::now() + setup.start_wait;
+        let mut attempts = 0u32;
+        let ret = loop {
+            // SAFETY: configured port with its queues set up.
+            let ret = unsafe { dpdk_sys::rte_eth_dev_start(port_id) };
+            if ret != -EPERM || Instant::now() >= deadline {
+                break ret;
+            }
+            if attempts == 0 {
+                log::info!(
+                    "{device}: start refused (is the peer up yet?); retrying for up to {:?}",
+                    setup.start_wait
+                );
+            }
+            attempts += 1;
+            std::thread::sleep(START_RETRY);
+        };
         check(|| op("rte_eth_dev_start"), ret)?;
         dev.started = true;
 

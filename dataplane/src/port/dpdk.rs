@@ -37,6 +37,9 @@ pub struct DpdkPortConfig {
     pub pool_size: u32,
     /// Receive frames for any destination MAC.
     pub promiscuous: bool,
+    /// How long to keep retrying a start the device refuses because its peer is not there
+    /// yet (a memif client whose server socket does not exist).
+    pub start_wait: std::time::Duration,
 }
 
 impl DpdkPortConfig {
@@ -52,6 +55,7 @@ impl DpdkPortConfig {
             mac: None,
             pool_size: 8191,
             promiscuous: true,
+            start_wait: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -111,6 +115,7 @@ impl DpdkPort {
             mtu,
             mac: cfg.mac,
             promiscuous: cfg.promiscuous,
+            start_wait: cfg.start_wait,
         };
         let dev = EthDev::start(eal, claim, &cfg.device, &setup, &pool)
             .map_err(|e| setup_err(e.to_string()))?;

@@ -152,6 +152,7 @@ fn open_dpdk(p: &PortConfig, eal: Option<&Eal>) -> Result<AnyPort, PortError> {
         mac: p.mac,
         pool_size: p.pool_size,
         promiscuous: p.promiscuous,
+        start_wait: std::time::Duration::from_secs(p.start_wait),
     };
     Ok(DpdkPort::open(eal, &dc)?.into())
 }
