@@ -60,7 +60,7 @@ fn broken_configs_give_file_line_and_key() {
             "unknown-key.toml",
             "6: ports[0].rx_descs: unknown field `rx_descs`, expected one of `name`, `backend`, \
              `device`, `mac`, `ipv4`, `gateway`, `mtu`, `rx_desc`, `tx_desc`, `pool_size`, \
-             `promiscuous`, `lcore`, `capture`, `fault`",
+             `promiscuous`, `start_wait`, `lcore`, `capture`, `fault`",
         ),
         (
             "wrong-type.toml",
