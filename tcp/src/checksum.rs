@@ -43,14 +43,7 @@ fn copy_wide_sum(dst: &mut [u8], src: &[u8]) -> u64 {
     }
     let (d, s) = (dst_blocks.into_remainder(), src_blocks.remainder());
     d.copy_from_slice(s);
-    let mut words = s.chunks_exact(4);
-    for w in &mut words {
-        acc += u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
-    }
-    let rest = words.remainder();
-    let mut tail = [0u8; 4];
-    tail[..rest.len()].copy_from_slice(rest);
-    acc + u64::from(u32::from_ne_bytes(tail))
+    acc + wide_sum(s)
 }
 
 /// Folds a wide native-order sum to 16 bits in network order.
