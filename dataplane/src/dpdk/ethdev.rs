@@ -18,6 +18,8 @@ const ENOTSUP: i32 = libc::ENOTSUP;
 const EPERM: i32 = libc::EPERM;
 /// Pause between two start attempts while the peer is not there yet.
 const START_RETRY: Duration = Duration::from_millis(100);
+/// How long a start that followed refused ones waits for the link before it restarts.
+const LINK_SETTLE: Duration = Duration::from_secs(1);
 
 /// How to set up an ethdev with one receive and one transmit queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -250,8 +252,22 @@ impl EthDev {
         let deadline = Instant::now() + setup.start_wait;
         let mut attempts = 0u32;
         let ret = loop {
-            // SAFETY: configured port with its queues set up.
+            // SAFETY: configured port with its queues set up (stopped again below if a
+            // retried start left it without a link).
             let ret = unsafe { dpdk_sys::rte_eth_dev_start(port_id) };
+            if ret == 0 && attempts > 0 && Instant::now() < deadline {
+                // The peer appeared while we retried. A memif server that has created its
+                // socket but not started its port yet drops the connection, and the client
+                // does not reconnect by itself: restart until the link comes up.
+                if dev.wait_link_up(LINK_SETTLE) {
+                    break 0;
+                }
+                log::info!("{device}: started but the link stayed down; restarting");
+                // SAFETY: started port; stopped to be started again.
+                unsafe { dpdk_sys::rte_eth_dev_stop(port_id) };
+                attempts += 1;
+                continue;
+            }
             if ret != -EPERM || Instant::now() >= deadline {
                 break ret;
             }
@@ -299,6 +315,20 @@ impl EthDev {
         // SAFETY: valid port; link is a valid out pointer.
         let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.port_id, &mut link) };
         ret == 0 && u32::from(link.link_status()) == dpdk_sys::RTE_ETH_LINK_UP
+    }
+
+    /// Polls the link state until it is up or `timeout` passes; returns whether it is up.
+    pub fn wait_link_up(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.link_up() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The device's basic counters (`rte_eth_stats_get`).

@@ -154,16 +154,7 @@ impl DpdkPort {
     /// Polls the link state until it is up or `timeout` passes; returns whether it is up.
     /// (memif and vhost-user links come up when the peer connects.)
     pub fn wait_link_up(&self, timeout: std::time::Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            if self.dev.link_up() {
-                return true;
-            }
-            if std::time::Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        self.dev.wait_link_up(timeout)
     }
 
     /// Appends `n` transmit buffers of `len` bytes to `out` with one bulk allocation (all
