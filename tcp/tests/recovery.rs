@@ -377,3 +377,111 @@ fn genuine_timeout_is_not_undone() {
         "the next lost segment is retransmitted"
     );
 }
+
+// RFC 2883 §4: a segment received twice is reported in the first SACK block of the ACK it
+// triggers, below the cumulative ACK (first case: entirely old; second: entirely inside
+// data already held beyond a gap, with that range as the second block); the next ACK
+// carries no D-SACK again. Without SACK nothing is reported.
+#[test]
+fn duplicate_segments_are_reported_as_dsack() {
+    let mut p = RawPeer::new(test_config());
+    p.handshake();
+    let first = p.seg(TcpControl::Psh, b"0123456789");
+    p.send_data(b"0123456789");
+    let out = p.send(&first);
+    let ack = out.last().expect("immediate ACK of a duplicate");
+    assert_eq!(ack.ack, Some(p.snd));
+    assert_eq!(ack.sack, vec![(first.seq, first.seq + 10)]);
+    let out = p.send_data(b"abcdefghij");
+    assert!(
+        out.iter().all(|s| s.sack.is_empty()),
+        "reported once: {out:?}"
+    );
+
+    // A gap, then a segment beyond it twice.
+    let gap = p.snd;
+    p.snd += 5;
+    let beyond = p.seg(TcpControl::Psh, b"KLMNO");
+    p.send_data(b"KLMNO");
+    let out = p.send(&beyond);
+    let ack = out.last().expect("ACK");
+    assert_eq!(ack.ack, Some(gap));
+    assert_eq!(
+        ack.sack,
+        vec![(beyond.seq, beyond.seq + 5), (beyond.seq, beyond.seq + 5)],
+        "D-SACK first, then the block holding it"
+    );
+
+    let mut p = RawPeer::new(test_config());
+    p.handshake_with(Some(7), true, false, 1 << 20);
+    let first = p.seg(TcpControl::Psh, b"0123456789");
+    p.send_data(b"0123456789");
+    let out = p.send(&first);
+    assert!(out.iter().all(|s| s.sack.is_empty()));
+}
+
+/// Ten segments in flight with SACK; segment 1 is overtaken by 2..=9 (SACKed), so fast
+/// recovery retransmits it. Returns the peer, the segments, the retransmission and the
+/// congestion window before recovery.
+fn reordered_into_recovery() -> (RawPeer, Vec<Seg>, Seg, usize) {
+    let (mut p, segs) = in_flight(test_config(), true, 10);
+    let c = p.conn.unwrap();
+    let end = |i: usize| segs[i].seq.wrapping_add(segs[i].payload.len() as u32);
+    p.send(&ack_for(&p, segs[1].seq, &[]));
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let mut rtx = None;
+    for k in 2..10 {
+        let out = data(&p.send(&ack_for(&p, segs[1].seq, &[(segs[2].seq, end(k))])));
+        rtx = rtx.or_else(|| out.into_iter().find(|s| s.seq == segs[1].seq));
+    }
+    let rtx = rtx.expect("fast retransmit of the overtaken segment");
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.recoveries, 1);
+    assert!(
+        info.cwnd < cwnd,
+        "RFC 5681 §3.2 / RFC 6675: reduced window in recovery"
+    );
+    (p, segs, rtx, cwnd)
+}
+
+// RFC 3708 §3 (with RFC 2883 D-SACK): the original of a fast-retransmitted segment arrived
+// after all (it was reordered), and the receiver reports the retransmission as a
+// duplicate: every retransmission of the episode was unnecessary, so the congestion
+// window from before the episode comes back (RFC 4015 §3 response).
+#[test]
+fn dsack_of_the_only_retransmission_undoes_the_recovery() {
+    let (mut p, segs, rtx, cwnd) = reordered_into_recovery();
+    let c = p.conn.unwrap();
+    let all = segs[9].seq.wrapping_add(segs[9].payload.len() as u32);
+    // The original filled the hole: everything is acknowledged.
+    p.send(&ack_for(&p, all, &[]));
+    // Then the retransmission arrives as a duplicate.
+    let dup = (rtx.seq, rtx.seq.wrapping_add(rtx.payload.len() as u32));
+    p.send(&ack_for(&p, all, &[dup]));
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.recoveries, info.spurious_recoveries), (1, 1));
+    assert!(info.cwnd >= cwnd, "cwnd {} restored to {cwnd}", info.cwnd);
+}
+
+// A D-SACK for a range that was not retransmitted (a duplicate made by the network), or
+// no D-SACK at all (the retransmission repaired a loss), leaves the recovery's reduction
+// in place.
+#[test]
+fn recovery_stands_without_a_dsack_of_its_retransmission() {
+    for other in [true, false] {
+        let (mut p, segs, _rtx, cwnd) = reordered_into_recovery();
+        let c = p.conn.unwrap();
+        let all = segs[9].seq.wrapping_add(segs[9].payload.len() as u32);
+        p.send(&ack_for(&p, all, &[]));
+        if other {
+            let dup = (
+                segs[3].seq,
+                segs[3].seq.wrapping_add(segs[3].payload.len() as u32),
+            );
+            p.send(&ack_for(&p, all, &[dup]));
+        }
+        let info = p.e.info(c).unwrap();
+        assert_eq!(info.spurious_recoveries, 0);
+        assert!(info.cwnd < cwnd, "cwnd {} stays below {cwnd}", info.cwnd);
+    }
+}
