@@ -117,9 +117,6 @@ pub struct ConnInfo {
     pub spurious_timeouts: u64,
     /// Fast-recovery episodes.
     pub recoveries: u64,
-    /// Of those, episodes whose every retransmission the peer reported as a duplicate
-    /// (D-SACK, RFC 2883) and whose congestion response was undone (RFC 3708, RFC 4015).
-    pub spurious_recoveries: u64,
 }
 
 /// A transmission control block.
@@ -189,29 +186,9 @@ pub(crate) struct Tcb {
     timeouts: u64,
     spurious_timeouts: u64,
     recoveries: u64,
-    spurious_recoveries: u64,
     /// Since a timeout: how to undo it should it prove spurious.
     rto_undo: Option<RtoUndo>,
-    /// Since the last fast-recovery entry: how to undo it should every retransmission of
-    /// the episode prove unnecessary.
-    recovery_undo: Option<RecoveryUndo>,
-    /// A duplicate segment to report as the first SACK block of the next ACK (RFC 2883).
-    dsack: Option<(u32, u32)>,
 }
-
-/// What entering fast recovery changed, kept until D-SACKs show whether the episode's
-/// retransmissions were all unnecessary (RFC 3708 §3; undone as RFC 4015 §3 does).
-#[derive(Debug)]
-struct RecoveryUndo {
-    /// The congestion controller before the recovery's congestion response.
-    cc: Box<dyn CongestionControl>,
-    /// Sequence ranges retransmitted in the episode and not yet reported as duplicates.
-    retransmitted: Vec<(u32, u32)>,
-}
-
-/// Retransmissions of one recovery episode tracked for D-SACK undo; an episode with more
-/// is not undone.
-const MAX_UNDO_RETRANSMITS: usize = 64;
 
 /// What a retransmission timeout changed, kept until the next ACK shows whether it was
 /// spurious (RFC 3522 detection with timestamps, RFC 4015 response).
@@ -302,10 +279,7 @@ impl Tcb {
             timeouts: 0,
             spurious_timeouts: 0,
             recoveries: 0,
-            spurious_recoveries: 0,
             rto_undo: None,
-            recovery_undo: None,
-            dsack: None,
         }
     }
 
@@ -377,7 +351,6 @@ impl Tcb {
             timeouts: self.timeouts,
             spurious_timeouts: self.spurious_timeouts,
             recoveries: self.recoveries,
-            spurious_recoveries: self.spurious_recoveries,
         }
     }
 
@@ -550,11 +523,6 @@ impl Tcb {
         if !acceptable {
             if !is_rst {
                 self.ack_now = true;
-                // RFC 2883 §4: old data received again is reported as a D-SACK.
-                let end = seg_seq.wrapping_add(repr.payload.len() as u32);
-                if self.opts.sack && !repr.payload.is_empty() && seq::le(end, self.rcv_nxt) {
-                    self.dsack = Some((seg_seq, end));
-                }
             }
             // RFC 9293 §3.10.7.4: with a zero window, valid ACKs are still processed.
             if wnd == 0 && seg_seq == self.rcv_nxt && !is_rst && self.synchronized() {
@@ -747,7 +715,6 @@ impl Tcb {
         let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         let mut sack_changed = false;
         if self.opts.sack {
-            self.check_dsack(repr, ack);
             for (l, r) in repr.sack_ranges.iter().flatten() {
                 if seq::lt(*l, *r) && seq::ge(*l, self.snd_una) && seq::le(*r, self.snd_nxt) {
                     sack_changed |= self.txq.sack(*l, *r);
@@ -816,10 +783,6 @@ impl Tcb {
             // RFC 6675 §5 / RFC 6582 §3.2: enter loss recovery, retransmit the first hole.
             self.recovery = Some(self.snd_nxt);
             self.recoveries += 1;
-            self.recovery_undo = self.opts.sack.then(|| RecoveryUndo {
-                cc: self.cc.snapshot(),
-                retransmitted: Vec::new(),
-            });
             let flight = seq::diff(self.snd_nxt, self.snd_una).max(0) as usize;
             self.cc.on_congestion_event(now, flight, self.eff_mss);
             self.txq.mark_first_lost();
@@ -839,54 +802,6 @@ impl Tcb {
         }
     }
 
-    /// RFC 2883 §4 / RFC 3708 §3: a first SACK block below the cumulative ACK, or inside
-    /// the second block, reports a segment the peer received twice. When it is the last
-    /// outstanding retransmission of the latest recovery episode, every retransmission of
-    /// the episode was unnecessary (reordering, not loss): the congestion state from before
-    /// the episode comes back (as RFC 4015 §3 does for timeouts) unless it has grown past it
-    /// since, and what the episode still marks lost is in flight, not to be sent again.
-    fn check_dsack(&mut self, repr: &TcpRepr, ack: u32) {
-        let Some((l, r)) = repr.sack_ranges[0] else {
-            return;
-        };
-        let inside_second =
-            repr.sack_ranges[1].is_some_and(|(l2, r2)| seq::ge(l, l2) && seq::le(r, r2));
-        if !(seq::le(r, ack) || inside_second) {
-            return;
-        }
-        let Some(undo) = self.recovery_undo.as_mut() else {
-            return;
-        };
-        let Some(i) = undo.retransmitted.iter().position(|&x| x == (l, r)) else {
-            return;
-        };
-        undo.retransmitted.swap_remove(i);
-        if !undo.retransmitted.is_empty() {
-            return;
-        }
-        let undo = self.recovery_undo.take().expect("checked above");
-        if undo.cc.cwnd() > self.cc.cwnd() {
-            self.cc = undo.cc;
-        }
-        self.recovery = None;
-        self.txq.undo_lost();
-        self.spurious_recoveries += 1;
-    }
-
-    /// Tracks a retransmission of unit `i` made during fast recovery for D-SACK undo.
-    fn note_recovery_retransmit(&mut self, i: usize) {
-        let Some(undo) = self.recovery_undo.as_mut() else {
-            return;
-        };
-        if self.recovery.is_none() || undo.retransmitted.len() >= MAX_UNDO_RETRANSMITS {
-            self.recovery_undo = None;
-            return;
-        }
-        let u = self.txq.unit(i);
-        undo.retransmitted
-            .push((u.seq, u.seq.wrapping_add(u.data.len() as u32)));
-    }
-
     /// Offer new payload to the sink, then keep what it did not consume (RFC 9293
     /// §3.10.7.4 seventh check, with the placement hook).
     fn process_payload(
@@ -903,10 +818,6 @@ impl Tcb {
         if front > 0 {
             let cut = front as usize;
             if cut >= p.len() {
-                // RFC 2883 §4: report the duplicate in the ACK's first SACK block.
-                if self.opts.sack && !p.is_empty() {
-                    self.dsack = Some((seg_seq, seg_seq.wrapping_add(p.len() as u32)));
-                }
                 self.ack_now = true;
                 return;
             }
@@ -934,10 +845,7 @@ impl Tcb {
             &whole
         };
         if pieces.is_empty() {
-            // Entirely duplicate: RFC 5681 §4.2 immediate ACK, RFC 2883 §4 D-SACK.
-            if self.opts.sack {
-                self.dsack = Some((self.seq_of(s), self.seq_of(e)));
-            }
+            // Entirely duplicate: RFC 5681 §4.2 immediate ACK.
             self.ack_now = true;
             return;
         }
@@ -1117,7 +1025,6 @@ impl Tcb {
                 self.rtt.backoff();
                 self.txq.mark_all_lost();
                 self.recovery = None;
-                self.recovery_undo = None;
                 self.dupacks = 0;
                 self.fast_rtx = true;
                 self.rtx_deadline = Some(now + self.rtt.rto());
@@ -1199,20 +1106,9 @@ impl Tcb {
         };
         let timestamp = ts_on.then(|| (self.tsval(now), self.ts_recent));
         let mut sack = [None; 3];
-        if self.opts.sack && !syn {
-            // RFC 2883 §4: a D-SACK block comes first, in the next ACK only.
-            let mut n = 0;
-            if ack.is_some() {
-                if let Some(d) = self.dsack.take() {
-                    sack[0] = Some(d);
-                    n = 1;
-                }
-            }
-            if !self.rx.is_empty() {
-                for (a, b) in self.sack_rep.blocks(&self.rx, 3 - n) {
-                    sack[n] = Some((self.seq_of(a), self.seq_of(b)));
-                    n += 1;
-                }
+        if self.opts.sack && !syn && !self.rx.is_empty() {
+            for (i, (a, b)) in self.sack_rep.blocks(&self.rx, 3).into_iter().enumerate() {
+                sack[i] = Some((self.seq_of(a), self.seq_of(b)));
             }
         }
         if ack.is_some() {
@@ -1329,7 +1225,6 @@ impl Tcb {
                 self.fast_rtx = false;
                 self.txq.retransmitted(i, now);
                 self.retransmits += 1;
-                self.note_recovery_retransmit(i);
                 return self.send_unit(now, cfg, sink_wnd, i, buf);
             }
         }
