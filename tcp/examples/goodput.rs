@@ -77,7 +77,15 @@ impl Placer {
 }
 
 impl SegmentSink for Placer {
-    fn on_segment(&mut self, seq: u32, payload: &[u8], _in_order: bool, rcv_nxt: u32) -> Consumed {
+    fn on_segment(
+        &mut self,
+        _cx: &mut (),
+        _now: Instant,
+        seq: u32,
+        payload: &[u8],
+        _in_order: bool,
+        rcv_nxt: u32,
+    ) -> Consumed {
         self.base.get_or_insert(rcv_nxt);
         if self.hook {
             self.place(seq, payload);
@@ -87,11 +95,11 @@ impl SegmentSink for Placer {
         }
     }
 
-    fn on_in_order(&mut self, seq: u32, bytes: &[u8]) {
+    fn on_in_order(&mut self, _cx: &mut (), _now: Instant, seq: u32, bytes: &[u8]) {
         self.place(seq, bytes);
     }
 
-    fn on_advance(&mut self, rcv_nxt: u32) {
+    fn on_advance(&mut self, _cx: &mut (), _now: Instant, rcv_nxt: u32) {
         if let Some(base) = self.base {
             let low = u64::from(rcv_nxt.wrapping_sub(base));
             // Offsets beyond 4 GiB: carry the high part of the running total.
@@ -110,7 +118,13 @@ impl SegmentSink for Placer {
 }
 
 impl SegmentSource for Placer {
-    fn next_unit(&mut self, _seq: u32, _max_len: usize) -> Option<Unit> {
+    fn next_unit(
+        &mut self,
+        _cx: &mut (),
+        _now: Instant,
+        _seq: u32,
+        _max_len: usize,
+    ) -> Option<Unit> {
         None
     }
 
@@ -164,16 +178,17 @@ fn run(total: usize, loss: f64, hook: bool) -> Run {
         now = now + std::time::Duration::from_micros(10);
         for (to_b, p) in in_flight.drain(..) {
             if to_b {
-                let _ = b.handle_packet(now, &p);
+                let _ = b.handle_packet(now, &mut (), &p);
             } else {
-                let _ = a.handle_packet(now, &p);
+                let _ = a.handle_packet(now, &mut (), &p);
             }
         }
         a.handle_timeout(now);
         b.handle_timeout(now);
         while let Some(ev) = b.poll_event() {
             if let Event::Accepted { conn, .. } = ev {
-                b.attach(conn, Placer::new(hook, buf)).expect("attach");
+                b.attach(now, &mut (), conn, Placer::new(hook, buf))
+                    .expect("attach");
                 accepted = Some(conn);
             }
         }
@@ -189,12 +204,12 @@ fn run(total: usize, loss: f64, hook: bool) -> Run {
                 written += n;
             }
         }
-        while let Some(t) = a.poll_transmit(now, &mut pkt) {
+        while let Some(t) = a.poll_transmit(now, &mut (), &mut pkt) {
             if keep(&mut x, loss) {
                 in_flight.push((true, pkt[..t.len].to_vec()));
             }
         }
-        while let Some(t) = b.poll_transmit(now, &mut pkt) {
+        while let Some(t) = b.poll_transmit(now, &mut (), &mut pkt) {
             if keep(&mut x, loss) {
                 in_flight.push((false, pkt[..t.len].to_vec()));
             }

@@ -3,6 +3,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::marker::PhantomData;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use rustc_hash::FxHashMap;
@@ -12,6 +13,7 @@ use crate::config::Config;
 use crate::isn::IsnGenerator;
 use crate::tcb::{CloseReason, ConnInfo, Holding, State, Tcb, TcbEvent};
 use crate::time::Instant;
+use crate::upper::Bound;
 use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
 use crate::Ulp;
 
@@ -161,9 +163,10 @@ const MAX_PENDING_RSTS: usize = 1024;
 
 /// The TCP engine. `U` is the per-connection upper layer: a [`crate::SegmentSink`] +
 /// [`crate::SegmentSource`] (the MPA endpoint, a [`crate::StreamSocket`], or an enum or
-/// `Box<dyn Ulp>` of several).
-#[derive(Debug)]
-pub struct Engine<U> {
+/// `Box<dyn Ulp<C>>` of several). `C` is the context the caller lends to every call that
+/// reaches a ULP (`handle_*`, `poll_transmit`, `attach`): the engine hands it on and keeps
+/// nothing of it, so the caller owns what the connections share (an RNIC, say).
+pub struct Engine<U, C: ?Sized = ()> {
     cfg: Config,
     isn: IsnGenerator,
     slots: Vec<Option<Conn<U>>>,
@@ -184,9 +187,20 @@ pub struct Engine<U> {
     next_port: u16,
     scratch: Vec<TcbEvent>,
     stats: Stats,
+    context: PhantomData<fn(&mut C)>,
 }
 
-impl<U: Ulp> Engine<U> {
+impl<U: std::fmt::Debug, C: ?Sized> std::fmt::Debug for Engine<U, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("live", &self.live)
+            .field("listeners", &self.listeners.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// An engine with no connections.
     pub fn new(cfg: Config) -> Self {
         let isn = IsnGenerator::new(cfg.isn_secret);
@@ -208,6 +222,7 @@ impl<U: Ulp> Engine<U> {
             next_port,
             scratch: Vec::new(),
             stats: Stats::default(),
+            context: PhantomData,
         }
     }
 
@@ -367,8 +382,14 @@ impl<U: Ulp> Engine<U> {
     }
 
     /// Attach the ULP of an accepted connection. Bytes that arrived in the meantime are
-    /// handed to it through `on_in_order`.
-    pub fn attach(&mut self, conn: ConnId, mut ulp: U) -> Result<(), Error> {
+    /// handed to it through `on_in_order`, with `cx` and `now`.
+    pub fn attach(
+        &mut self,
+        now: Instant,
+        cx: &mut C,
+        conn: ConnId,
+        mut ulp: U,
+    ) -> Result<(), Error> {
         if self.visible(conn).is_none() {
             return Err(Error::NoSuchConnection);
         }
@@ -377,8 +398,8 @@ impl<U: Ulp> Engine<U> {
             return Err(Error::AlreadyAttached);
         }
         if let Some(start) = c.held_start.take() {
-            ulp.on_in_order(start, &c.held);
-            ulp.on_advance(c.tcb.rcv_nxt());
+            ulp.on_in_order(cx, now, start, &c.held);
+            ulp.on_advance(cx, now, c.tcb.rcv_nxt());
         }
         c.held = Vec::new();
         c.ulp = Some(ulp);
@@ -516,7 +537,12 @@ impl<U: Ulp> Engine<U> {
     // ------------------------------------------------------------------ input
 
     /// Handle one IPv4 packet (header included) addressed to us.
-    pub fn handle_packet(&mut self, now: Instant, packet: &[u8]) -> Result<(), PacketError> {
+    pub fn handle_packet(
+        &mut self,
+        now: Instant,
+        cx: &mut C,
+        packet: &[u8],
+    ) -> Result<(), PacketError> {
         let caps = checksum_caps(&self.cfg);
         let ip =
             Ipv4Packet::new_checked(packet).map_err(|_| self.malformed(PacketError::BadIpv4))?;
@@ -524,7 +550,7 @@ impl<U: Ulp> Engine<U> {
         if repr.next_header != IpProtocol::Tcp {
             return Err(PacketError::NotTcp(u8::from(repr.next_header)));
         }
-        self.handle_tcp(now, repr.src_addr, repr.dst_addr, ip.payload())
+        self.handle_tcp(now, cx, repr.src_addr, repr.dst_addr, ip.payload())
     }
 
     fn malformed(&mut self, e: PacketError) -> PacketError {
@@ -537,6 +563,7 @@ impl<U: Ulp> Engine<U> {
     pub fn handle_tcp(
         &mut self,
         now: Instant,
+        cx: &mut C,
         src: Ipv4Addr,
         dst: Ipv4Addr,
         segment: &[u8],
@@ -574,13 +601,13 @@ impl<U: Ulp> Engine<U> {
                 self.remove(id, None);
                 self.segment_to_listener(now, tuple, &repr);
             }
-            Some(id) => self.segment_to_conn(now, id, &repr),
+            Some(id) => self.segment_to_conn(now, cx, id, &repr),
             None => self.segment_to_listener(now, tuple, &repr),
         }
         Ok(())
     }
 
-    fn segment_to_conn(&mut self, now: Instant, id: ConnId, repr: &TcpRepr) {
+    fn segment_to_conn(&mut self, now: Instant, cx: &mut C, id: ConnId, repr: &TcpRepr) {
         let cap = self.holding_window();
         let mut evs = std::mem::take(&mut self.scratch);
         {
@@ -596,7 +623,10 @@ impl<U: Ulp> Engine<U> {
                 ..
             } = c;
             match ulp {
-                Some(u) => tcb.handle_segment(now, &self.cfg, repr, u, &mut evs),
+                Some(ulp) => {
+                    let mut u = Bound { ulp, cx, now };
+                    tcb.handle_segment(now, &self.cfg, repr, &mut u, &mut evs)
+                }
                 None => {
                     let mut h = Holding {
                         buf: held,
@@ -771,7 +801,7 @@ impl<U: Ulp> Engine<U> {
 
     /// Write the next IPv4 packet to send into `buf` (at least `Config::mtu` bytes).
     /// Call until it returns `None` after any `handle_*` call or ULP activity.
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    pub fn poll_transmit(&mut self, now: Instant, cx: &mut C, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(rst) = self.rsts.pop_front() {
             let hdr = Header {
                 control: TcpControl::Rst,
@@ -808,7 +838,14 @@ impl<U: Ulp> Engine<U> {
                     ..
                 } = c;
                 let r = match ulp {
-                    Some(u) => tcb.poll_transmit(now, &self.cfg, u, buf, &mut evs),
+                    Some(ulp) => {
+                        let mut u = Bound {
+                            ulp,
+                            cx: &mut *cx,
+                            now,
+                        };
+                        tcb.poll_transmit(now, &self.cfg, &mut u, buf, &mut evs)
+                    }
                     None => {
                         let mut h = Holding {
                             buf: held,
@@ -839,7 +876,7 @@ impl<U: Ulp> Engine<U> {
                 });
             }
             if !self.rsts.is_empty() {
-                return self.poll_transmit(now, buf);
+                return self.poll_transmit(now, cx, buf);
             }
         }
         None

@@ -36,6 +36,7 @@ mod stream;
 mod tcb;
 mod time;
 pub mod tx;
+mod upper;
 mod wire;
 
 pub use config::{Config, Keepalive};
@@ -50,29 +51,38 @@ pub use tx::{SegmentSource, Unit};
 pub use wire::IPV4_HEADER_LEN;
 
 /// A connection's upper layer: receives through [`SegmentSink`], sends through
-/// [`SegmentSource`]. Implemented for every type that implements both.
-pub trait Ulp: SegmentSink + SegmentSource {}
+/// [`SegmentSource`], both with the context `C` the engine's caller lends per call.
+/// Implemented for every type that implements both.
+pub trait Ulp<C: ?Sized = ()>: SegmentSink<C> + SegmentSource<C> {}
 
-impl<T: SegmentSink + SegmentSource + ?Sized> Ulp for T {}
+impl<C: ?Sized, T: SegmentSink<C> + SegmentSource<C> + ?Sized> Ulp<C> for T {}
 
-impl<T: SegmentSink + ?Sized> SegmentSink for Box<T> {
-    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32) -> Consumed {
-        (**self).on_segment(seq, payload, in_order, rcv_nxt)
+impl<C: ?Sized, T: SegmentSink<C> + ?Sized> SegmentSink<C> for Box<T> {
+    fn on_segment(
+        &mut self,
+        cx: &mut C,
+        now: Instant,
+        seq: u32,
+        payload: &[u8],
+        in_order: bool,
+        rcv_nxt: u32,
+    ) -> Consumed {
+        (**self).on_segment(cx, now, seq, payload, in_order, rcv_nxt)
     }
-    fn on_in_order(&mut self, seq: u32, bytes: &[u8]) {
-        (**self).on_in_order(seq, bytes)
+    fn on_in_order(&mut self, cx: &mut C, now: Instant, seq: u32, bytes: &[u8]) {
+        (**self).on_in_order(cx, now, seq, bytes)
     }
-    fn on_advance(&mut self, rcv_nxt: u32) {
-        (**self).on_advance(rcv_nxt)
+    fn on_advance(&mut self, cx: &mut C, now: Instant, rcv_nxt: u32) {
+        (**self).on_advance(cx, now, rcv_nxt)
     }
     fn rx_window(&self) -> usize {
         (**self).rx_window()
     }
 }
 
-impl<T: SegmentSource + ?Sized> SegmentSource for Box<T> {
-    fn next_unit(&mut self, seq: u32, max_len: usize) -> Option<Unit> {
-        (**self).next_unit(seq, max_len)
+impl<C: ?Sized, T: SegmentSource<C> + ?Sized> SegmentSource<C> for Box<T> {
+    fn next_unit(&mut self, cx: &mut C, now: Instant, seq: u32, max_len: usize) -> Option<Unit> {
+        (**self).next_unit(cx, now, seq, max_len)
     }
     fn pending(&self) -> bool {
         (**self).pending()

@@ -12,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use crate::time::Instant;
+
 /// Maximum number of ranges a sink can report per segment.
 pub const MAX_CONSUMED_RANGES: usize = 4;
 
@@ -93,19 +95,31 @@ impl Consumed {
 
 /// Receives each arriving payload segment before reassembly (implemented by the MPA
 /// receiver and by [`crate::StreamSocket`]).
-pub trait SegmentSink {
-    /// A new payload segment arrived. `seq` is the absolute TCP sequence number of
+///
+/// `C` is the context the engine's caller lends for the duration of one call (quinn-style:
+/// `Engine::handle_tcp(now, cx, ..)` hands `cx` to the connection's sink): the iWARP
+/// connections receive the RNIC whose memory they place into, a plain byte stream needs none.
+pub trait SegmentSink<C: ?Sized = ()> {
+    /// A new payload segment arrived at `now`. `seq` is the absolute TCP sequence number of
     /// `payload[0]`; `in_order` is true when `seq == rcv_nxt`. Called before any copy; the
     /// payload was already trimmed to the receive window and to bytes never seen before.
     /// Return the ranges placed or otherwise taken; the rest is buffered by the engine.
-    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32) -> Consumed;
+    fn on_segment(
+        &mut self,
+        cx: &mut C,
+        now: Instant,
+        seq: u32,
+        payload: &[u8],
+        in_order: bool,
+        rcv_nxt: u32,
+    ) -> Consumed;
 
     /// Bytes the sink did not consume, now in order, starting at sequence `seq`. The sink
     /// must take them all (the advertised window keeps their amount bounded).
-    fn on_in_order(&mut self, seq: u32, bytes: &[u8]);
+    fn on_in_order(&mut self, cx: &mut C, now: Instant, seq: u32, bytes: &[u8]);
 
     /// RCV.NXT advanced to `rcv_nxt` (all bytes before it are received, placed or delivered).
-    fn on_advance(&mut self, _rcv_nxt: u32) {}
+    fn on_advance(&mut self, _cx: &mut C, _now: Instant, _rcv_nxt: u32) {}
 
     /// How many bytes beyond RCV.NXT the sink is prepared to receive: the advertised window.
     fn rx_window(&self) -> usize;

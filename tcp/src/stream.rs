@@ -7,6 +7,7 @@
 //! out-of-order ones to the engine's reassembly.
 
 use crate::rx::{Consumed, SegmentSink};
+use crate::time::Instant;
 use crate::tx::{SegmentSource, Unit};
 
 /// A byte FIFO: a vector with a read offset, compacted when half consumed, so that
@@ -114,28 +115,13 @@ impl StreamSocket {
     }
 }
 
-impl SegmentSink for StreamSocket {
-    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, _rcv_nxt: u32) -> Consumed {
-        if in_order {
-            self.on_in_order(seq, payload);
-            Consumed::all(payload.len())
-        } else {
-            Consumed::none()
-        }
-    }
-
-    fn on_in_order(&mut self, _seq: u32, bytes: &[u8]) {
+impl StreamSocket {
+    fn take_in_order(&mut self, bytes: &[u8]) {
         self.rx.push(bytes);
         self.received_total += bytes.len() as u64;
     }
 
-    fn rx_window(&self) -> usize {
-        self.rx_capacity.saturating_sub(self.rx.len())
-    }
-}
-
-impl SegmentSource for StreamSocket {
-    fn next_unit(&mut self, _seq: u32, max_len: usize) -> Option<Unit> {
+    fn take_unit(&mut self, max_len: usize) -> Option<Unit> {
         let n = max_len.min(self.tx.len());
         if n == 0 {
             return None;
@@ -143,6 +129,40 @@ impl SegmentSource for StreamSocket {
         let unit = Unit::new(self.tx.peek(n).to_vec());
         self.tx.consume(n);
         Some(unit)
+    }
+}
+
+/// A byte stream needs no context: it works in any engine.
+impl<C: ?Sized> SegmentSink<C> for StreamSocket {
+    fn on_segment(
+        &mut self,
+        _cx: &mut C,
+        _now: Instant,
+        _seq: u32,
+        payload: &[u8],
+        in_order: bool,
+        _rcv_nxt: u32,
+    ) -> Consumed {
+        if in_order {
+            self.take_in_order(payload);
+            Consumed::all(payload.len())
+        } else {
+            Consumed::none()
+        }
+    }
+
+    fn on_in_order(&mut self, _cx: &mut C, _now: Instant, _seq: u32, bytes: &[u8]) {
+        self.take_in_order(bytes);
+    }
+
+    fn rx_window(&self) -> usize {
+        self.rx_capacity.saturating_sub(self.rx.len())
+    }
+}
+
+impl<C: ?Sized> SegmentSource<C> for StreamSocket {
+    fn next_unit(&mut self, _cx: &mut C, _now: Instant, _seq: u32, max_len: usize) -> Option<Unit> {
+        self.take_unit(max_len)
     }
 
     fn pending(&self) -> bool {
@@ -159,16 +179,16 @@ mod tests {
         let mut s = StreamSocket::new(100, 100);
         assert_eq!(s.write(&[1; 60]), 60);
         assert_eq!(s.write(&[2; 60]), 40, "bounded by the send buffer");
-        assert_eq!(s.next_unit(0, 50).unwrap().payload, vec![1; 50]);
+        assert_eq!(s.take_unit(50).unwrap().payload, vec![1; 50]);
         assert_eq!(s.write(&[3; 10]), 10);
-        let u = s.next_unit(0, 1000).unwrap().payload;
+        let u = s.take_unit(1000).unwrap().payload;
         assert_eq!(u.len(), 60);
         assert_eq!(&u[..10], &[1; 10]);
         assert_eq!(&u[10..50], &[2; 40]);
         assert_eq!(&u[50..], &[3; 10]);
-        assert!(!s.pending());
-        s.on_in_order(0, b"hello ");
-        s.on_in_order(6, b"world");
+        assert!(!SegmentSource::<()>::pending(&s));
+        s.take_in_order(b"hello ");
+        s.take_in_order(b"world");
         let mut b = [0u8; 3];
         assert_eq!(s.read(&mut b), 3);
         assert_eq!(&b, b"hel");

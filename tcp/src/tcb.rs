@@ -9,13 +9,13 @@ use crate::cc::CongestionControl;
 use crate::config::Config;
 use crate::options::{Negotiated, Offer};
 use crate::rto::RttEstimator;
-use crate::rx::{Consumed, Reassembly, SegmentSink};
+use crate::rx::{Consumed, Reassembly};
 use crate::sack::SackReporter;
 use crate::seq;
 use crate::time::Instant;
-use crate::tx::{SegmentSource, SendQueue, Unit};
+use crate::tx::{SendQueue, Unit};
+use crate::upper::Upper;
 use crate::wire::{write_packet, Header, SynOptions};
-use crate::Ulp;
 
 /// Connection states of RFC 9293 §3.3.2 (LISTEN lives in the listener table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -454,7 +454,7 @@ impl Tcb {
         now: Instant,
         cfg: &Config,
         repr: &TcpRepr,
-        ulp: &mut dyn Ulp,
+        ulp: &mut dyn Upper,
         ev: &mut Vec<TcbEvent>,
     ) {
         if self.state == State::SynSent {
@@ -710,7 +710,7 @@ impl Tcb {
         repr: &TcpRepr,
         seg_seq: u32,
         ack: u32,
-        ulp: &mut dyn Ulp,
+        ulp: &mut dyn Upper,
     ) {
         let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         let mut sack_changed = false;
@@ -810,7 +810,7 @@ impl Tcb {
         cfg: &Config,
         seg_seq: u32,
         payload: &[u8],
-        ulp: &mut dyn Ulp,
+        ulp: &mut dyn Upper,
     ) {
         let mut seq0 = seg_seq;
         let mut p = payload;
@@ -854,8 +854,7 @@ impl Tcb {
             let slice = &p[(ps - s) as usize..(pe - s) as usize];
             let pseq = self.seq_of(ps);
             let in_order = ps == self.rcv_off;
-            let consumed =
-                <dyn Ulp as SegmentSink>::on_segment(ulp, pseq, slice, in_order, self.rcv_nxt);
+            let consumed = ulp.on_segment(pseq, slice, in_order, self.rcv_nxt);
             if in_order && self.rx.is_empty() {
                 // Fast path: nothing buffered; unconsumed bytes go straight to the sink.
                 for_each_unconsumed(&consumed, slice.len(), |a, b| {
@@ -890,7 +889,7 @@ impl Tcb {
         }
     }
 
-    fn deliver_in_order(&mut self, ulp: &mut dyn Ulp) {
+    fn deliver_in_order(&mut self, ulp: &mut dyn Upper) {
         while let Some(end) = self.rx.pop_front_at(self.rcv_off) {
             while let Some((off, bytes)) = self.rx.pop_stored_before(end) {
                 ulp.on_in_order(self.seq_of(off), &bytes);
@@ -1182,7 +1181,7 @@ impl Tcb {
         &mut self,
         now: Instant,
         cfg: &Config,
-        ulp: &mut dyn Ulp,
+        ulp: &mut dyn Upper,
         buf: &mut [u8],
         ev: &mut Vec<TcbEvent>,
     ) -> Option<usize> {
@@ -1337,7 +1336,7 @@ pub(crate) struct Holding<'a> {
     pub(crate) cap: usize,
 }
 
-impl SegmentSink for Holding<'_> {
+impl Upper for Holding<'_> {
     fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, _rcv_nxt: u32) -> Consumed {
         if in_order {
             self.on_in_order(seq, payload);
@@ -1357,9 +1356,7 @@ impl SegmentSink for Holding<'_> {
     fn rx_window(&self) -> usize {
         self.cap.saturating_sub(self.buf.len())
     }
-}
 
-impl SegmentSource for Holding<'_> {
     fn next_unit(&mut self, _seq: u32, _max_len: usize) -> Option<Unit> {
         None
     }

@@ -1,11 +1,13 @@
-//! Engine time: a monotonic instant in microseconds, supplied by the caller.
+//! Engine time: a monotonic instant in nanoseconds, supplied by the caller.
 //!
-//! The engine never reads a clock; every entry point takes the current [`Instant`].
+//! The engine never reads a clock; every entry point takes the current [`Instant`]. The same
+//! type carries time from the data plane's poll loop through TCP to the iWARP connections and
+//! the applications, so nothing converts between clocks on the way.
 
 use core::ops::{Add, Sub};
 use core::time::Duration;
 
-/// A point in time, in microseconds since an arbitrary epoch chosen by the caller.
+/// A point in time, in nanoseconds since an arbitrary epoch chosen by the caller.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Instant(u64);
 
@@ -13,37 +15,53 @@ impl Instant {
     /// The epoch.
     pub const ZERO: Instant = Instant(0);
 
+    /// An instant `ns` nanoseconds after the epoch.
+    pub const fn from_nanos(ns: u64) -> Self {
+        Instant(ns)
+    }
+
     /// An instant `us` microseconds after the epoch.
     pub const fn from_micros(us: u64) -> Self {
-        Instant(us)
+        Instant(us.saturating_mul(1_000))
     }
 
     /// An instant `ms` milliseconds after the epoch.
     pub const fn from_millis(ms: u64) -> Self {
-        Instant(ms * 1000)
+        Instant(ms.saturating_mul(1_000_000))
     }
 
-    /// Microseconds since the epoch.
-    pub const fn as_micros(self) -> u64 {
+    /// Nanoseconds since the epoch.
+    pub const fn as_nanos(self) -> u64 {
         self.0
+    }
+
+    /// Microseconds since the epoch (truncated).
+    pub const fn as_micros(self) -> u64 {
+        self.0 / 1_000
     }
 
     /// Milliseconds since the epoch (truncated).
     pub const fn as_millis(self) -> u64 {
-        self.0 / 1000
+        self.0 / 1_000_000
     }
 
     /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.
     pub fn saturating_since(self, earlier: Instant) -> Duration {
-        Duration::from_micros(self.0.saturating_sub(earlier.0))
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    /// `self + d`, or `None` past the end of the clock.
+    pub fn checked_add(self, d: Duration) -> Option<Instant> {
+        let ns = u64::try_from(d.as_nanos()).ok()?;
+        self.0.checked_add(ns).map(Instant)
     }
 }
 
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, rhs: Duration) -> Instant {
-        let us = u64::try_from(rhs.as_micros()).unwrap_or(u64::MAX);
-        Instant(self.0.saturating_add(us))
+        let ns = u64::try_from(rhs.as_nanos()).unwrap_or(u64::MAX);
+        Instant(self.0.saturating_add(ns))
     }
 }
 
@@ -51,5 +69,36 @@ impl Sub<Instant> for Instant {
     type Output = Duration;
     fn sub(self, rhs: Instant) -> Duration {
         self.saturating_since(rhs)
+    }
+}
+
+impl Sub<Duration> for Instant {
+    type Output = Instant;
+    fn sub(self, rhs: Duration) -> Instant {
+        let ns = u64::try_from(rhs.as_nanos()).unwrap_or(u64::MAX);
+        Instant(self.0.saturating_sub(ns))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_convert_and_saturate() {
+        let t = Instant::from_micros(1_500);
+        assert_eq!(t.as_nanos(), 1_500_000);
+        assert_eq!(t.as_millis(), 1);
+        assert_eq!(t + Duration::from_nanos(7) - t, Duration::from_nanos(7));
+        assert_eq!(Instant::ZERO - t, Duration::ZERO);
+        assert_eq!(
+            Instant::from_nanos(u64::MAX) + Duration::from_secs(1),
+            Instant::from_nanos(u64::MAX)
+        );
+        assert_eq!(
+            Instant::from_nanos(u64::MAX).checked_add(Duration::from_nanos(1)),
+            None
+        );
+        assert_eq!(t - Duration::from_secs(1), Instant::ZERO);
     }
 }

@@ -29,13 +29,14 @@ impl Unit {
 }
 
 /// Gives the engine whole units to send (implemented by the MPA sender and by
-/// [`crate::StreamSocket`]).
-pub trait SegmentSource {
+/// [`crate::StreamSocket`]). `C` is the context lent for one call, as for
+/// [`crate::SegmentSink`].
+pub trait SegmentSource<C: ?Sized = ()> {
     /// The next unit, which will start at sequence number `seq` and must be at most
     /// `max_len` bytes (`max_len` never exceeds the effective send MSS). Return `None` when
     /// nothing fits or nothing is ready; the engine calls again when the window opens or
     /// the connection is woken.
-    fn next_unit(&mut self, seq: u32, max_len: usize) -> Option<Unit>;
+    fn next_unit(&mut self, cx: &mut C, now: Instant, seq: u32, max_len: usize) -> Option<Unit>;
 
     /// Whether the source holds data it would send given enough window. Drives zero-window
     /// probing, and a graceful close sends FIN only once this is false.

@@ -72,7 +72,8 @@ fn simultaneous_open() {
 fn syn_to_closed_port_gets_rst() {
     let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(test_config());
     let syn = Seg::new(a_addr(4000), b_addr(), TcpControl::Syn, 1000, None);
-    e.handle_packet(Instant::ZERO, &syn.emit()).unwrap();
+    e.handle_packet(Instant::ZERO, &mut (), &syn.emit())
+        .unwrap();
     let out = drain(&mut e, Instant::ZERO);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].control, TcpControl::Rst);
@@ -80,7 +81,8 @@ fn syn_to_closed_port_gets_rst() {
     assert_eq!(out[0].ack, Some(1001));
     // An ACK segment to a closed port draws <SEQ=SEG.ACK><CTL=RST>.
     let ack = Seg::new(a_addr(4000), b_addr(), TcpControl::None, 5, Some(777));
-    e.handle_packet(Instant::ZERO, &ack.emit()).unwrap();
+    e.handle_packet(Instant::ZERO, &mut (), &ack.emit())
+        .unwrap();
     let out = drain(&mut e, Instant::ZERO);
     assert_eq!(
         (out[0].control, out[0].seq, out[0].ack),
@@ -88,7 +90,8 @@ fn syn_to_closed_port_gets_rst() {
     );
     // A RST to a closed port is dropped silently.
     let rst = Seg::new(a_addr(4000), b_addr(), TcpControl::Rst, 5, None);
-    e.handle_packet(Instant::ZERO, &rst.emit()).unwrap();
+    e.handle_packet(Instant::ZERO, &mut (), &rst.emit())
+        .unwrap();
     assert!(drain(&mut e, Instant::ZERO).is_empty());
 }
 
@@ -479,7 +482,7 @@ fn syn_flood_bounded_by_backlog() {
             1024 + (i % 50_000) as u16,
         );
         let syn = Seg::new(src, b_addr(), TcpControl::Syn, i.wrapping_mul(7919), None);
-        e.handle_packet(now, &syn.emit()).unwrap();
+        e.handle_packet(now, &mut (), &syn.emit()).unwrap();
         drain(&mut e, now);
         assert!(e.connection_count() <= 64);
     }

@@ -26,9 +26,9 @@ proptest! {
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..1600)) {
         let mut p = RawPeer::new(test_config());
         p.handshake();
-        let _ = p.e.handle_packet(p.now, &bytes);
+        let _ = p.e.handle_packet(p.now, &mut (), &bytes);
         p.output();
-        let _ = p.e.handle_tcp(p.now, A_IP, B_IP, &bytes);
+        let _ = p.e.handle_tcp(p.now, &mut (), A_IP, B_IP, &bytes);
         p.output();
         p.advance(Duration::from_secs(2));
     }

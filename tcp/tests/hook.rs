@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tcp::Instant;
 use tcp::{Consumed, SegmentSink, SegmentSource, Unit};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +88,15 @@ impl TestUlp {
 }
 
 impl SegmentSink for TestUlp {
-    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32) -> Consumed {
+    fn on_segment(
+        &mut self,
+        _cx: &mut (),
+        _now: Instant,
+        seq: u32,
+        payload: &[u8],
+        in_order: bool,
+        rcv_nxt: u32,
+    ) -> Consumed {
         let base = *self.base.get_or_insert(rcv_nxt);
         let _ = base;
         self.offers.push((seq, payload.len(), in_order));
@@ -99,7 +108,7 @@ impl SegmentSink for TestUlp {
         Consumed::prefix(n)
     }
 
-    fn on_in_order(&mut self, seq: u32, bytes: &[u8]) {
+    fn on_in_order(&mut self, _cx: &mut (), _now: Instant, seq: u32, bytes: &[u8]) {
         // Bytes held before the ULP was attached start the stream.
         self.base.get_or_insert(seq);
         self.in_order_bytes += bytes.len();
@@ -112,7 +121,7 @@ impl SegmentSink for TestUlp {
 }
 
 impl SegmentSource for TestUlp {
-    fn next_unit(&mut self, seq: u32, max_len: usize) -> Option<Unit> {
+    fn next_unit(&mut self, _cx: &mut (), _now: Instant, seq: u32, max_len: usize) -> Option<Unit> {
         self.max_len_seen = self.max_len_seen.max(max_len);
         let want = self.sizes[self.next_size % self.sizes.len()].min(self.to_send);
         if want == 0 || want > max_len {

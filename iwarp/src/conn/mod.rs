@@ -2,7 +2,7 @@
 //! receiver, and the RDMAP/DDP [`crate::rdmap::Engine`] of one TCP connection.
 //!
 //! [`Connection`] implements [`tcp::SegmentSink`] and [`tcp::SegmentSource`], so a
-//! `tcp::Engine<Connection<M>>` carries iWARP directly and both stay sans-IO:
+//! `tcp::Engine<Connection, M>` (with `M` the memory table it places into) carries iWARP directly and both stay sans-IO:
 //!
 //! * phase 1, MPA negotiation (RFC 5044 §7.1, RFC 6581): the initiator's Request is the
 //!   first unit it hands TCP; the responder reports [`ConnEvent::ConnectRequest`] and
@@ -19,29 +19,38 @@
 //!
 //! * create it with [`Connection::initiator`] and hand it to `tcp::Engine::connect`, or with
 //!   [`Connection::responder`] and `tcp::Engine::attach` after `tcp::Event::Accepted`;
-//! * TCP's callbacks carry no time: call [`Connection::set_time`] (through
-//!   `tcp::Engine::ulp_mut`, which also wakes the connection) before feeding packets, and
-//!   run [`Connection::handle_timeout`] at [`Connection::poll_timeout`] (MPA negotiation
-//!   deadline, first-FPDU hold);
+//! * the connection owns no memory: the driver owns the memory table (the RNIC) and lends it
+//!   per call, to the TCP engine's `handle_*` / `poll_transmit` (which hand it to the
+//!   connection's [`tcp::SegmentSink`] / [`tcp::SegmentSource`]) and to the calls below; time
+//!   is a [`tcp::Instant`] everywhere;
+//! * run [`Connection::handle_timeout`] at [`Connection::poll_timeout`] (MPA negotiation
+//!   deadline, first-FPDU hold, stalled partial FPDU);
 //! * take [`Connection::poll_event`] (a responder answers
 //!   [`ConnEvent::ConnectRequest`] with [`Connection::accept`] / [`Connection::reject`]) and
 //!   [`Connection::poll_llp_request`], mapping [`LlpRequest::Close`] / [`LlpRequest::Reset`]
 //!   to `tcp::Engine::close` / `abort`;
-//! * report `tcp::Event::PeerClosed` as `handle_llp_closed(true)` and `tcp::Event::Closed`
-//!   (which hands the connection back) as `handle_llp_closed(reason == Normal)`;
-//! * with verbs, the memory table is a [`Shared`] [`crate::verbs::Rnic`]: call
+//! * report `tcp::Event::PeerClosed` as `handle_llp_closed(.., true)` and
+//!   `tcp::Event::Closed` (which hands the connection back) as
+//!   `handle_llp_closed(.., reason == Normal)`;
+//! * with verbs, the memory table is a [`crate::verbs::Rnic`]: call
 //!   [`Connection::pump_verbs`] after each activity, move the QP to RTS on
 //!   [`ConnEvent::Established`], and carry out the RNIC's `QpAction`s with
 //!   [`Connection::apply_qp_action`].
+//!
+//! The code follows the phases, the way Linux siw splits `siw_cm` / `siw_qp_rx` /
+//! `siw_qp_tx`: `negotiation` (phase 1), `receive` and `send` (FPDU mode), `verbs` (the QP
+//! glue), and `connection` (the phase types and what the application calls).
 
 mod config;
 mod connection;
+mod negotiation;
+mod receive;
 mod rtr;
-mod shared;
+mod send;
 mod stats;
+mod verbs;
 
 pub use config::ConnConfig;
 pub use connection::{ConnEvent, ConnState, Connection, LlpRequest};
 pub use rtr::rtr_message;
-pub use shared::{HasMemoryTable, Shared};
 pub use stats::ConnStats;

@@ -11,7 +11,9 @@
 //! frame), bytes out (`poll_transmit`), events out (`poll_event`), time passed in.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tcp::Instant;
 
 use crate::mpa::error::MpaError;
 use crate::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};

@@ -2,7 +2,7 @@
 //! Terminate generation and stream lifecycle (RFC 5040 §5.5, §6, §7).
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use tcp::Instant;
 
 use thiserror::Error;
 

@@ -22,7 +22,7 @@
 //! Memory is reached only through a [`crate::mem::MemoryTable`] passed into each call.
 //!
 //! ```
-//! use std::time::Instant;
+//! use tcp::Instant;
 //! use iwarp::ddp::SegmentPos;
 //! use iwarp::mem::{Access, PdId, RegionSpec, Sge, SimpleMemory, StreamId};
 //! use iwarp::rdmap::{Engine, EngineConfig, RecvWr, SendOp, SendWr};
@@ -42,7 +42,7 @@
 //!     invalidate: None,
 //! })).unwrap();
 //!
-//! let now = Instant::now();
+//! let now = Instant::from_millis(1);
 //! let mut pos = 0;
 //! while let Some(seg) = a.poll_segment(now, 1460, &mem_a) {
 //!     b.handle_ddp_segment(now, SegmentPos::index(pos), &seg.to_vec(), &mut mem_b);

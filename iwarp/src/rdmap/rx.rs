@@ -2,7 +2,7 @@
 //! order), then in-order delivery and RDMAP processing (RFC 5040 §5, §7.2; RFC 5041 §5.3,
 //! §7.1).
 
-use std::time::Instant;
+use tcp::Instant;
 
 use super::completion::{Completion, CompletionOpcode, CompletionStatus, Event, WorkQueue};
 use super::engine::{Culprit, Engine, Failure, Handled, StreamState};

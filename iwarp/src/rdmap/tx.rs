@@ -1,7 +1,7 @@
 //! Transmit path: choosing the next message (send queue work or responses to the peer's
 //! requests), segmenting it for the current MULPDU and generating Terminate.
 
-use std::time::Instant;
+use tcp::Instant;
 
 use super::completion::CompletionStatus;
 use super::engine::{Culprit, Engine, Failure, OutstandingAtomic, OutstandingRead, StreamState};

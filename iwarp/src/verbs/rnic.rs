@@ -14,6 +14,7 @@ use super::srq::Srq;
 use super::{
     AsyncEvent, CompletionHandlerId, CqHandle, PdId, QpAction, QpId, SrqHandle, UlpId, VerbError,
 };
+use crate::mem::{Access, AccessError, MemoryTable, Resolved, STag, StreamId};
 
 /// Physical buffer addressing mode chosen at Open RNIC (VERBS-00 §7.6.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,6 +316,37 @@ impl Rnic {
     pub(super) fn raise(&mut self, event: AsyncEvent) {
         log::debug!("async event {event:?}");
         self.events.push_back(event);
+    }
+}
+
+/// The RNIC is the memory table its connections place into: its [`MemoryModel`].
+impl MemoryTable for Rnic {
+    fn resolve(
+        &self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Resolved, AccessError> {
+        self.memory.resolve(stag, pd, stream, to, len, need)
+    }
+
+    fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError> {
+        self.memory.write(r, off, data)
+    }
+
+    fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError> {
+        self.memory.read(r, off, out)
+    }
+
+    fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {
+        self.memory.atomic(r, f)
+    }
+
+    fn invalidate(&mut self, stag: STag, pd: PdId, stream: StreamId) -> Result<(), AccessError> {
+        self.memory.invalidate(stag, pd, stream)
     }
 }
 

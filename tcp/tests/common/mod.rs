@@ -213,7 +213,7 @@ impl<U: Ulp> Sim<U> {
             for n in 0.. {
                 assert!(n < 1_000_000, "engine keeps transmitting at one instant");
                 let now = self.now;
-                let Some(t) = self.engine(side).poll_transmit(now, &mut buf) else {
+                let Some(t) = self.engine(side).poll_transmit(now, &mut (), &mut buf) else {
                     break;
                 };
                 let bytes = buf[..t.len].to_vec();
@@ -229,7 +229,10 @@ impl<U: Ulp> Sim<U> {
                 if let Event::Accepted { conn, .. } = ev {
                     if let Some(f) = self.accept[side.idx()].as_mut() {
                         let u = f();
-                        self.engine(side).attach(conn, u).expect("attach");
+                        let now = self.now;
+                        self.engine(side)
+                            .attach(now, &mut (), conn, u)
+                            .expect("attach");
                     }
                 }
                 self.events[side.idx()].push(ev);
@@ -261,7 +264,7 @@ impl<U: Ulp> Sim<U> {
                 self.delivered.push((p.to, p.bytes.clone()));
             }
             let now = self.now;
-            let r = self.engine(p.to).handle_packet(now, &p.bytes);
+            let r = self.engine(p.to).handle_packet(now, &mut (), &p.bytes);
             if p.corrupted {
                 self.stats.corrupted_delivered += 1;
                 if r.is_err() {
@@ -495,7 +498,7 @@ impl Seg {
 pub fn drain<U: Ulp>(engine: &mut Engine<U>, now: Instant) -> Vec<Seg> {
     let mut buf = vec![0u8; 1500];
     let mut out = Vec::new();
-    while let Some(t) = engine.poll_transmit(now, &mut buf) {
+    while let Some(t) = engine.poll_transmit(now, &mut (), &mut buf) {
         assert!(
             out.len() < 100_000,
             "engine keeps transmitting at one instant"
@@ -550,7 +553,7 @@ impl RawPeer {
 
     /// Deliver `seg` to the engine; return what the engine sends now.
     pub fn send(&mut self, seg: &Seg) -> Vec<Seg> {
-        let _ = self.e.handle_packet(self.now, &seg.emit());
+        let _ = self.e.handle_packet(self.now, &mut (), &seg.emit());
         self.output()
     }
 
@@ -613,7 +616,7 @@ impl RawPeer {
             })
             .expect("accepted");
         self.e
-            .attach(conn, StreamSocket::new(buf, buf))
+            .attach(self.now, &mut (), conn, StreamSocket::new(buf, buf))
             .expect("attach");
         self.conn = Some(conn);
         conn

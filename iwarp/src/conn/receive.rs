@@ -1,0 +1,395 @@
+//! The receive side: every TCP segment goes to the MPA receiver before TCP copies it;
+//! verified FPDUs go to the engine with their stream positions, out-of-order ones are placed
+//! at once and reported as consumed, so TCP keeps only what nobody could place.
+
+use tcp::{Instant, SegmentSink};
+
+use super::connection::{Connection, Phase};
+use crate::ddp::SegmentPos;
+use crate::mem::MemoryTable;
+use crate::mpa::{Delivery, MarkerSpacing, MpaError, Receiver};
+use crate::rdmap::{Handled, StreamState};
+use crate::wire::mpa::{fpdu_len, MARKER_LEN, ULPDU_LENGTH_LEN};
+
+/// Maps receive sequence numbers to 64-bit stream offsets from the peer's first FPDU octet.
+#[derive(Debug, Clone, Copy)]
+struct RxOffsets {
+    base_seq: u32,
+    base_off: u64,
+}
+
+impl RxOffsets {
+    fn offset(&self, seq: u32) -> u64 {
+        let d = i64::from(seq.wrapping_sub(self.base_seq) as i32);
+        u64::try_from(self.base_off as i64 + d).unwrap_or(0)
+    }
+
+    fn advance(&mut self, seq: u32) {
+        self.base_off = self.offset(seq);
+        self.base_seq = seq;
+    }
+}
+
+/// DDP segments received behind the RTR before the consumer saw the establishment
+/// (RFC 6581 §5: the initiator may send its first message right behind the RTR, in the same
+/// TCP segment, while the responder's QP is not yet in RTS).
+#[derive(Debug, Default)]
+struct RxGate {
+    /// The segments with their stream positions, in arrival order.
+    segments: Vec<(SegmentPos, Vec<u8>)>,
+    /// Octets held.
+    bytes: usize,
+    /// The highest in-order position TCP reported meanwhile.
+    position: Option<u64>,
+    /// `Established` was polled: the next pump delivers the segments.
+    open: bool,
+}
+
+/// The receive side of FPDU mode.
+#[derive(Debug)]
+pub(super) struct Inbound {
+    receiver: Receiver,
+    spacing: Option<MarkerSpacing>,
+    offsets: RxOffsets,
+    /// A peer-to-peer responder waits for the RTR, the first FPDU.
+    pub(super) awaiting_rtr: bool,
+    /// Peer-to-peer responder: the FPDUs that followed the peer's RTR, held until the
+    /// consumer has seen the establishment (and moved its QP to RTS).
+    gate: Option<RxGate>,
+    /// The partial FPDU the receiver holds (its seq and octets held) and since when.
+    stall: Option<(u32, usize, Instant)>,
+}
+
+impl Inbound {
+    /// The receive side of a stream whose first FPDU octet is at `rx_start`.
+    pub(super) fn new(
+        receiver: Receiver,
+        rx_start: u32,
+        spacing: Option<MarkerSpacing>,
+        awaiting_rtr: bool,
+    ) -> Self {
+        Inbound {
+            receiver,
+            spacing,
+            offsets: RxOffsets {
+                base_seq: rx_start,
+                base_off: 0,
+            },
+            awaiting_rtr,
+            gate: None,
+            stall: None,
+        }
+    }
+
+    /// `Established` was polled: what waits behind the RTR may be delivered.
+    pub(super) fn open_gate(&mut self) {
+        if let Some(gate) = &mut self.gate {
+            gate.open = true;
+        }
+    }
+}
+
+impl Connection {
+    /// Delivers the segments held behind a peer-to-peer RTR once the consumer has polled
+    /// `Established` (it moves its QP to RTS before pumping or handing in more input).
+    pub(super) fn release_rx_gate<M: MemoryTable + ?Sized>(&mut self, mem: &mut M) {
+        let Phase::Fpdu(f) = &mut self.phase else {
+            return;
+        };
+        if !f.inbound.gate.as_ref().is_some_and(|g| g.open) {
+            return;
+        }
+        let Some(gate) = f.inbound.gate.take() else {
+            return;
+        };
+        let mut deferred = false;
+        for (pos, seg) in &gate.segments {
+            if f.engine.handle_ddp_segment(self.now, *pos, seg, mem) == Handled::Deferred {
+                deferred = true;
+            }
+        }
+        if let Some(pos) = gate.position {
+            f.engine.handle_in_order_position(self.now, pos, mem);
+        }
+        if deferred {
+            let e = self.early_segments_held();
+            self.mpa_error(e);
+        }
+    }
+
+    /// Counts a DDP segment that arrived early when the engine already holds as many as it
+    /// may, and gives the error that ends the stream.
+    fn early_segments_held(&mut self) -> MpaError {
+        self.stats.deferred_segments += 1;
+        MpaError::Framing("too many early segments held")
+    }
+
+    /// In-order stream octets in FPDU mode.
+    pub(super) fn receive_in_order<M: MemoryTable + ?Sized>(
+        &mut self,
+        seq: u32,
+        data: &[u8],
+        mem: &mut M,
+    ) {
+        let r = self.with_receiver(mem, |rx, deliver| rx.handle_in_order(seq, data, deliver));
+        if let Some(Err(e)) = r {
+            self.mpa_error(e);
+        }
+    }
+
+    /// Runs `f` with the receiver and a delivery closure that hands ULPDUs to the engine.
+    fn with_receiver<M: MemoryTable + ?Sized, R>(
+        &mut self,
+        mem: &mut M,
+        f: impl FnOnce(&mut Receiver, &mut dyn FnMut(Delivery<'_>)) -> R,
+    ) -> Option<R> {
+        let Connection {
+            phase: Phase::Fpdu(fpdu),
+            negotiator,
+            stats,
+            cfg,
+            now,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let now = *now;
+        let inbound = &mut fpdu.inbound;
+        let engine = &mut fpdu.engine;
+        let spacing = inbound.spacing;
+        let offsets = inbound.offsets;
+        let awaiting_rtr = &mut inbound.awaiting_rtr;
+        let gate = &mut inbound.gate;
+        let mut failure: Option<MpaError> = None;
+        let mut deferred = false;
+        let mut deliver = |d: Delivery<'_>| {
+            stats.fpdus_received += 1;
+            if !d.in_order {
+                stats.fpdus_placed_ahead += 1;
+                stats.bytes_placed_ahead += d.ulpdu.len() as u64;
+            }
+            if *awaiting_rtr && d.in_order {
+                // RFC 6581 §5: the first FPDU is the agreed zero-length message.
+                *awaiting_rtr = false;
+                match negotiator.handle_rtr(now, d.ulpdu) {
+                    Ok(()) => *gate = Some(RxGate::default()),
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                    }
+                }
+                return;
+            }
+            // Stream offsets of the FPDU, its leading marker included (RFC 5044 §5: a
+            // marker right in front of ULPDU_Length belongs to this FPDU), so consecutive
+            // FPDUs have adjacent positions.
+            let first = offsets.offset(d.seq);
+            let len = fpdu_len(d.ulpdu.len());
+            let (lead, span) = match spacing {
+                Some(sp) => {
+                    let lead = sp.is_marker_at(d.seq.wrapping_sub(MARKER_LEN as u32));
+                    (
+                        if lead { MARKER_LEN } else { 0 },
+                        sp.interior_span(d.seq, len),
+                    )
+                }
+                None => (0, len),
+            };
+            let pos = SegmentPos {
+                start: first.saturating_sub(lead as u64),
+                end: first + span as u64,
+            };
+            if let Some(gate) = gate {
+                // Bounded by what the peer may send before our first answer: its window.
+                if gate.bytes + d.ulpdu.len() > cfg.rx_window.max(64 * 1024) {
+                    failure.get_or_insert(MpaError::Framing("too much data behind the RTR"));
+                } else {
+                    gate.bytes += d.ulpdu.len();
+                    gate.segments.push((pos, d.ulpdu.to_vec()));
+                }
+                return;
+            }
+            if engine.handle_ddp_segment(now, pos, d.ulpdu, mem) == Handled::Deferred {
+                deferred = true;
+            }
+        };
+        let r = f(&mut inbound.receiver, &mut deliver);
+        if deferred {
+            let e = self.early_segments_held();
+            failure.get_or_insert(e);
+        }
+        if let Some(e) = failure {
+            self.mpa_error(e);
+        }
+        Some(r)
+    }
+
+    /// Counts octets of a segment ahead of RCV.NXT that MPA left to TCP.
+    fn count_left(&mut self, seq: u32, payload: &[u8], range: std::ops::Range<usize>) {
+        if range.is_empty() {
+            return;
+        }
+        self.stats.bytes_left_to_tcp += range.len() as u64;
+        let at = seq.wrapping_add(range.start as u32);
+        let mut off = range.start;
+        let spacing = match &self.phase {
+            Phase::Fpdu(f) => f.inbound.spacing,
+            _ => None,
+        };
+        if spacing.is_some_and(|sp| sp.is_marker_at(at)) {
+            off += MARKER_LEN;
+        }
+        let tagged = payload
+            .get(off + ULPDU_LENGTH_LEN)
+            .is_some_and(|c| c & 0x80 != 0);
+        if tagged {
+            self.stats.tagged_bytes_left_to_tcp += range.len() as u64;
+        }
+    }
+
+    /// Notes the end of stream octets TCP handed in.
+    fn note_rx_end(&mut self, seq: u32, len: usize) {
+        let end = seq.wrapping_add(len as u32);
+        match self.rx_highest {
+            Some(h) if (end.wrapping_sub(h) as i32) <= 0 => {}
+            _ => self.rx_highest = Some(end),
+        }
+    }
+
+    /// When the partial FPDU the receiver holds counts as stalled: it has not grown for
+    /// `partial_fpdu_timeout` and TCP handed in nothing beyond it (nothing missing before
+    /// it, nothing held ahead of it), so the peer sent all it means to send (RFC 5044 §4.1:
+    /// an FPDU-aligned sender never leaves part of an FPDU unsent).
+    pub(super) fn stall_deadline(&self) -> Option<Instant> {
+        let Phase::Fpdu(f) = &self.phase else {
+            return None;
+        };
+        let (_, _, since) = f.inbound.stall?;
+        let next = f.inbound.receiver.next_seq();
+        let beyond = self
+            .rx_highest
+            .is_some_and(|h| (h.wrapping_sub(next) as i32) > 0);
+        if beyond {
+            return None;
+        }
+        Some(since + self.cfg.partial_fpdu_timeout)
+    }
+
+    /// Ends the stream when its partial FPDU stalled (see [`Connection::stall_deadline`]).
+    pub(super) fn check_stall(&mut self, now: Instant) {
+        if self.stall_deadline().is_none_or(|t| now < t) {
+            return;
+        }
+        let Phase::Fpdu(f) = &mut self.phase else {
+            return;
+        };
+        if let Some((seq, held, claimed)) = f.inbound.receiver.pending_fpdu() {
+            f.inbound.stall = None;
+            self.stats.stalled_fpdus += 1;
+            self.mpa_error(MpaError::IncompleteFpdu { seq, held, claimed });
+        }
+    }
+
+    /// Restarts the stall clock whenever the partial FPDU changed.
+    pub(super) fn track_partial_fpdu(&mut self) {
+        let now = self.now;
+        let Phase::Fpdu(f) = &mut self.phase else {
+            return;
+        };
+        let active = matches!(f.engine.state(), StreamState::Active | StreamState::Closing);
+        let pending = active.then(|| f.inbound.receiver.pending_fpdu()).flatten();
+        f.inbound.stall = match (pending, f.inbound.stall) {
+            (None, _) => None,
+            (Some((seq, held, _)), Some((s, h, since))) if s == seq && h == held => {
+                Some((s, h, since))
+            }
+            (Some((seq, held, _)), _) => Some((seq, held, now)),
+        };
+    }
+}
+
+impl<M: MemoryTable + ?Sized> SegmentSink<M> for Connection {
+    fn on_segment(
+        &mut self,
+        mem: &mut M,
+        now: Instant,
+        seq: u32,
+        payload: &[u8],
+        in_order: bool,
+        _rcv_nxt: u32,
+    ) -> tcp::Consumed {
+        self.advance_time(now);
+        self.release_rx_gate(mem);
+        let all = tcp::Consumed::all(payload.len());
+        self.note_rx_end(seq, payload.len());
+        let out = match &self.phase {
+            Phase::Negotiating(_) if in_order => {
+                self.negotiate_input(seq, payload, mem);
+                all
+            }
+            Phase::Negotiating(_) => tcp::Consumed::none(),
+            Phase::Closed(_) => all,
+            Phase::Fpdu(_) if in_order => {
+                self.receive_in_order(seq, payload, mem);
+                all
+            }
+            Phase::Fpdu(_) => {
+                let r = self.with_receiver(mem, |rx, deliver| {
+                    rx.handle_segment(seq, payload, false, deliver)
+                });
+                match r {
+                    Some(Ok(c)) => {
+                        self.count_left(seq, payload, 0..c.start.min(payload.len()));
+                        self.count_left(seq, payload, c.end.min(payload.len())..payload.len());
+                        let mut out = tcp::Consumed::none();
+                        // One ascending range: cannot be refused.
+                        let _ = out.push(c.start..c.end);
+                        out
+                    }
+                    Some(Err(e)) => {
+                        self.mpa_error(e);
+                        all
+                    }
+                    None => all,
+                }
+            }
+        };
+        self.pump_and_fill(mem);
+        out
+    }
+
+    fn on_in_order(&mut self, mem: &mut M, now: Instant, seq: u32, bytes: &[u8]) {
+        self.advance_time(now);
+        self.release_rx_gate(mem);
+        self.note_rx_end(seq, bytes.len());
+        match &self.phase {
+            Phase::Negotiating(_) => self.negotiate_input(seq, bytes, mem),
+            Phase::Fpdu(_) => self.receive_in_order(seq, bytes, mem),
+            Phase::Closed(_) => {}
+        }
+        self.pump_and_fill(mem);
+    }
+
+    fn on_advance(&mut self, mem: &mut M, now: Instant, rcv_nxt: u32) {
+        self.advance_time(now);
+        let Phase::Fpdu(f) = &mut self.phase else {
+            return;
+        };
+        if let Err(e) = f.inbound.receiver.handle_rcv_nxt(rcv_nxt) {
+            self.mpa_error(e);
+        }
+        if let Phase::Fpdu(f) = &mut self.phase {
+            f.inbound.offsets.advance(rcv_nxt);
+            let pos = f.inbound.offsets.base_off;
+            match &mut f.inbound.gate {
+                Some(gate) => gate.position = Some(pos),
+                None => f.engine.handle_in_order_position(self.now, pos, mem),
+            }
+        }
+        self.pump_and_fill(mem);
+    }
+
+    fn rx_window(&self) -> usize {
+        self.cfg.rx_window
+    }
+}

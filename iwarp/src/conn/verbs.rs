@@ -1,0 +1,68 @@
+//! The verbs glue: a connection is the wire side of one QP of an [`Rnic`]; its WRs come
+//! from the QP, its completions and stream events go back to the RNIC (VERBS-00 §6.2, §8.2).
+
+use std::collections::VecDeque;
+
+use tcp::Instant;
+
+use super::connection::{Connection, LlpRequest, Phase};
+use crate::mem::MemoryTable;
+use crate::verbs::{QpAction, QpId, Rnic};
+
+impl Connection {
+    /// Moves work between the verbs QP `qp` of `rnic` and this connection's engine: posted
+    /// WRs in (once the QP is in RTS), engine completions and stream events out, with their
+    /// automatic QP transitions (VERBS-00 §6.2, §8.2). The poll core calls it after creating
+    /// the connection and after each activity, lending the RNIC it owns.
+    pub fn pump_verbs(&mut self, now: Instant, rnic: &mut Rnic, qp: QpId) {
+        self.advance_time(now);
+        self.verbs_events.get_or_insert_with(VecDeque::new);
+        self.forward_verbs_events(rnic, qp);
+        if matches!(self.phase, Phase::Fpdu(_) | Phase::Negotiating(_)) {
+            while let Some(wr) = rnic.next_recv_wr(qp) {
+                if self.post_recv(wr).is_err() {
+                    break;
+                }
+            }
+            while let Some(wr) = rnic.next_send_wr(qp) {
+                if self.post_send(now, rnic, wr).is_err() {
+                    break;
+                }
+            }
+            // The QP's receives are posted: what followed a peer-to-peer RTR can go in.
+            self.release_rx_gate(rnic);
+        }
+        while let Some(c) = self.poll_completion() {
+            let _ = rnic.handle_completion(qp, c);
+        }
+        self.forward_verbs_events(rnic, qp);
+    }
+
+    fn forward_verbs_events(&mut self, rnic: &mut Rnic, qp: QpId) {
+        while let Some(ev) = self.verbs_events.as_mut().and_then(VecDeque::pop_front) {
+            let _ = rnic.handle_engine_event(qp, ev);
+        }
+    }
+
+    /// Carries out a verbs [`QpAction`] aimed at this connection; returns what the driver
+    /// must then do with the TCP connection.
+    pub fn apply_qp_action<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mem: &M,
+        action: &QpAction,
+    ) -> Option<LlpRequest> {
+        match action {
+            QpAction::SendTerminate { cause, .. } => {
+                self.abort(now, mem, *cause);
+                Some(LlpRequest::Close)
+            }
+            QpAction::CloseLlp { .. } => {
+                self.close(now, mem);
+                Some(LlpRequest::Close)
+            }
+            QpAction::ResetLlp { .. } => Some(LlpRequest::Reset),
+            QpAction::Attach { .. } | QpAction::Destroyed { .. } => None,
+        }
+    }
+}

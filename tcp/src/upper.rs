@@ -1,0 +1,57 @@
+//! The upper layer as one connection's TCB sees it: the attached ULP already bound to the
+//! caller's context and the time of the call, so the state machine deals with neither.
+
+use crate::rx::Consumed;
+use crate::time::Instant;
+use crate::tx::Unit;
+use crate::Ulp;
+
+/// A connection's upper layer during one engine call (object-safe, context-free).
+pub(crate) trait Upper {
+    /// See [`crate::SegmentSink::on_segment`].
+    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32) -> Consumed;
+    /// See [`crate::SegmentSink::on_in_order`].
+    fn on_in_order(&mut self, seq: u32, bytes: &[u8]);
+    /// See [`crate::SegmentSink::on_advance`].
+    fn on_advance(&mut self, _rcv_nxt: u32) {}
+    /// See [`crate::SegmentSink::rx_window`].
+    fn rx_window(&self) -> usize;
+    /// See [`crate::SegmentSource::next_unit`].
+    fn next_unit(&mut self, seq: u32, max_len: usize) -> Option<Unit>;
+    /// See [`crate::SegmentSource::pending`].
+    fn pending(&self) -> bool;
+    /// See [`crate::SegmentSource::recycle`].
+    fn recycle(&mut self, _buffer: Vec<u8>) {}
+}
+
+/// A ULP with the context and time of the current engine call.
+pub(crate) struct Bound<'a, U: ?Sized, C: ?Sized> {
+    pub(crate) ulp: &'a mut U,
+    pub(crate) cx: &'a mut C,
+    pub(crate) now: Instant,
+}
+
+impl<U: Ulp<C> + ?Sized, C: ?Sized> Upper for Bound<'_, U, C> {
+    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32) -> Consumed {
+        self.ulp
+            .on_segment(self.cx, self.now, seq, payload, in_order, rcv_nxt)
+    }
+    fn on_in_order(&mut self, seq: u32, bytes: &[u8]) {
+        self.ulp.on_in_order(self.cx, self.now, seq, bytes)
+    }
+    fn on_advance(&mut self, rcv_nxt: u32) {
+        self.ulp.on_advance(self.cx, self.now, rcv_nxt)
+    }
+    fn rx_window(&self) -> usize {
+        self.ulp.rx_window()
+    }
+    fn next_unit(&mut self, seq: u32, max_len: usize) -> Option<Unit> {
+        self.ulp.next_unit(self.cx, self.now, seq, max_len)
+    }
+    fn pending(&self) -> bool {
+        self.ulp.pending()
+    }
+    fn recycle(&mut self, buffer: Vec<u8>) {
+        self.ulp.recycle(buffer)
+    }
+}
