@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Instant;
 
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
@@ -54,7 +56,7 @@ impl ArpCache {
     pub fn lookup(&self, ip: Ipv4Addr, now: Instant) -> Option<[u8; 6]> {
         self.entries
             .get(&ip)
-            .filter(|(_, at)| now.duration_since(*at) < ENTRY_LIFETIME)
+            .filter(|(_, at)| now.saturating_since(*at) < ENTRY_LIFETIME)
             .map(|(mac, _)| *mac)
     }
 
@@ -84,7 +86,7 @@ impl ArpCache {
     /// [`REQUEST_INTERVAL`]); records that one is being sent.
     pub fn should_request(&mut self, ip: Ipv4Addr, now: Instant) -> bool {
         match self.requested.get(&ip) {
-            Some(at) if now.duration_since(*at) < REQUEST_INTERVAL => false,
+            Some(at) if now.saturating_since(*at) < REQUEST_INTERVAL => false,
             _ => {
                 self.requested.insert(ip, now);
                 true
@@ -204,7 +206,7 @@ mod tests {
 
     #[test]
     fn request_for_us_gets_a_byte_exact_reply_and_teaches_the_sender() {
-        let now = Instant::now();
+        let now = clock::now();
         let mut cache = ArpCache::new();
         let req = frame_of(&request(PEER_MAC, PEER_IP, OUR_IP));
         assert_eq!(req.len(), 60);
@@ -239,7 +241,7 @@ mod tests {
 
     #[test]
     fn request_for_someone_else_is_ignored_and_not_learned() {
-        let now = Instant::now();
+        let now = clock::now();
         let mut cache = ArpCache::new();
         let req = frame_of(&request(PEER_MAC, PEER_IP, Ipv4Addr::new(10, 99, 0, 9)));
         assert_eq!(
@@ -257,7 +259,7 @@ mod tests {
 
     #[test]
     fn reply_to_us_is_learned_and_known_senders_are_refreshed() {
-        let now = Instant::now();
+        let now = clock::now();
         let mut cache = ArpCache::new();
         let reply = ArpRepr::EthernetIpv4 {
             operation: ArpOperation::Reply,
@@ -291,7 +293,7 @@ mod tests {
     #[test]
     fn garbage_and_short_packets_are_malformed_or_ignored() {
         let mut cache = ArpCache::new();
-        let now = Instant::now();
+        let now = clock::now();
         assert_eq!(
             cache.handle(&[0; 5], OUR_MAC, Some(OUR_IP), now),
             ArpOutcome::Malformed
@@ -314,7 +316,7 @@ mod tests {
     #[test]
     fn requests_are_rate_limited_per_address() {
         let mut cache = ArpCache::new();
-        let now = Instant::now();
+        let now = clock::now();
         assert!(cache.should_request(PEER_IP, now));
         assert!(!cache.should_request(PEER_IP, now + Duration::from_millis(10)));
         assert!(cache.should_request(Ipv4Addr::new(10, 99, 0, 3), now));
@@ -324,7 +326,7 @@ mod tests {
     #[test]
     fn cache_is_bounded() {
         let mut cache = ArpCache::new();
-        let now = Instant::now();
+        let now = clock::now();
         for i in 0..(CACHE_CAPACITY as u32 + 10) {
             let ip = Ipv4Addr::from(0x0a00_0000 + i);
             cache.insert(ip, PEER_MAC, now + Duration::from_micros(i as u64));

@@ -15,7 +15,9 @@
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::{self, Instant};
 
 use crate::arp::{self, ArpCache, ArpOutcome};
 use crate::classify::{Classified, Classifier, FrameClass, ETH_HLEN};
@@ -248,7 +250,7 @@ impl<P: Port> PortContext<'_, P> {
             }
             return;
         }
-        if self.now.saturating_duration_since(since) >= arp::REQUEST_INTERVAL * ARP_ATTEMPTS {
+        if self.now.saturating_since(since) >= arp::REQUEST_INTERVAL * ARP_ATTEMPTS {
             *self.held = None;
             self.counters.arp_failures += 1;
             if self.counters.arp_failures == 1 {
@@ -466,9 +468,9 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         deadline: Option<Instant>,
         mut tick: impl FnMut(&mut Self, Instant),
     ) -> StopReason {
-        let mut last_tick = Instant::now();
+        let mut last_tick = clock::now();
         loop {
-            let now = Instant::now();
+            let now = clock::now();
             if stop.load(Ordering::Relaxed) {
                 return StopReason::Stopped;
             }
@@ -476,7 +478,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 return StopReason::Deadline;
             }
             let n = self.poll_once(now);
-            if now.duration_since(last_tick) >= Duration::from_millis(1) {
+            if now.saturating_since(last_tick) >= Duration::from_millis(1) {
                 tick(self, now);
                 last_tick = now;
             }
@@ -492,7 +494,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         // `now` was taken just before the first port's turn: one clock read less per idle
         // poll of a one-port loop. Stage times are taken on a sample of busy iterations.
         let due = slot.counters.busy_polls.is_multiple_of(TIMING_SAMPLE);
-        let t0 = if i == 0 || !due { now } else { Instant::now() };
+        let t0 = if i == 0 || !due { now } else { clock::now() };
         let n = port.rx_burst(&mut self.rx, self.burst);
         let timed = due && n > 0;
         let mut t1 = t0;
@@ -501,7 +503,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             slot.counters.rx += n as u64;
         }
         if timed {
-            t1 = Instant::now();
+            t1 = clock::now();
             slot.counters.rx_ns += (t1 - t0).as_nanos() as u64 * TIMING_SAMPLE;
         }
         let mut ctx = PortContext {
@@ -534,7 +536,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         ctx.flush_held();
         self.handler.poll(&mut ctx, now);
         if timed {
-            let t2 = Instant::now();
+            let t2 = clock::now();
             ctx.counters.process_ns += (t2 - t1).as_nanos() as u64 * TIMING_SAMPLE;
             t1 = t2;
         }
@@ -560,7 +562,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 slot.backlog.truncate(MAX_TX_BACKLOG);
             }
             if timed {
-                c.tx_ns += t1.elapsed().as_nanos() as u64 * TIMING_SAMPLE;
+                c.tx_ns += clock::elapsed(t1).as_nanos() as u64 * TIMING_SAMPLE;
             }
         }
         n
@@ -659,7 +661,7 @@ mod tests {
         let ping = icmp_frame();
         send(&mut peer, &ping);
         send(&mut peer, &[0u8; 5]);
-        assert_eq!(l.poll_once(Instant::now()), 3);
+        assert_eq!(l.poll_once(clock::now()), 3);
         let out = recv(&mut peer);
         assert_eq!(out.len(), 2);
         let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
@@ -700,7 +702,7 @@ mod tests {
             ip.fill_checksum();
         }
         send(&mut peer, &ping);
-        l.poll_once(Instant::now());
+        l.poll_once(clock::now());
         assert!(recv(&mut peer).is_empty());
         let c = l.counters(0);
         assert_eq!(
@@ -819,7 +821,7 @@ mod tests {
     fn handler_gets_udp_and_resolves_through_arp() {
         let (mut l, mut peer) = setup(Echo::default());
         send(&mut peer, &udp_frame());
-        l.poll_once(Instant::now());
+        l.poll_once(clock::now());
         // Unknown neighbour: the handler's resolve sent an ARP request instead.
         let out = recv(&mut peer);
         assert_eq!(out.len(), 1);
@@ -840,7 +842,7 @@ mod tests {
         arp::emit_arp_frame(&reply, &mut f).unwrap();
         send(&mut peer, &f);
         send(&mut peer, &udp_frame());
-        l.poll_once(Instant::now());
+        l.poll_once(clock::now());
         let out = recv(&mut peer);
         assert_eq!(out.len(), 1);
         assert_eq!(&out[0][0..6], &PEER_MAC);
@@ -911,7 +913,7 @@ mod tests {
             dsts: vec![PEER_IP, off_link],
             ..Sender::default()
         });
-        l.poll_once(Instant::now());
+        l.poll_once(clock::now());
         assert_eq!(
             l.handler().outcomes,
             [Some(SendOutcome::Unresolved), Some(SendOutcome::Unresolved)]
@@ -928,7 +930,7 @@ mod tests {
         let gw_mac = [2, 0, 0, 0, 0, 0xfe];
         send(&mut peer, &arp_reply_from(PEER_IP, PEER_MAC));
         send(&mut peer, &arp_reply_from(GW_IP, gw_mac));
-        l.poll_once(Instant::now());
+        l.poll_once(clock::now());
         assert_eq!(
             l.handler().outcomes[2..],
             [Some(SendOutcome::Sent), Some(SendOutcome::Sent)]
@@ -955,7 +957,7 @@ mod tests {
             dsts: vec![PEER_IP],
             ..Sender::default()
         });
-        let t0 = Instant::now();
+        let t0 = clock::now();
         l.poll_once(t0);
         l.handler_mut().dsts.clear();
         assert_eq!(l.handler().outcomes, [Some(SendOutcome::Unresolved)]);
@@ -992,7 +994,7 @@ mod tests {
             dsts: vec![PEER_IP],
             ..Sender::default()
         });
-        let t0 = Instant::now();
+        let t0 = clock::now();
         l.poll_once(t0);
         l.handler_mut().dsts.clear();
         assert_eq!(l.handler().outcomes, [Some(SendOutcome::Unresolved)]);
@@ -1064,7 +1066,7 @@ mod tests {
             n: 100,
             pending_seen: Vec::new(),
         });
-        let t0 = Instant::now();
+        let t0 = clock::now();
         l.poll_once(t0);
         let c = l.counters(0);
         assert_eq!((c.tx, c.tx_dropped, c.tx_deferred), (100, 0, 36));
@@ -1090,13 +1092,13 @@ mod tests {
         let stop = AtomicBool::new(true);
         assert_eq!(l.run(&stop, None, |_, _| {}), StopReason::Stopped);
         let stop = AtomicBool::new(false);
-        let start = Instant::now();
+        let start = clock::now();
         let mut ticks = 0;
         let r = l.run(&stop, Some(start + Duration::from_millis(30)), |_, _| {
             ticks += 1
         });
         assert_eq!(r, StopReason::Deadline);
-        assert!(start.elapsed() >= Duration::from_millis(30));
+        assert!(clock::elapsed(start) >= Duration::from_millis(30));
         assert!(ticks > 0);
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod arp;
 pub mod classify;
+pub mod clock;
 pub mod config;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
@@ -11,6 +12,7 @@ pub mod lcore;
 pub mod pcap;
 pub mod port;
 pub mod rdma;
+pub mod tcp_handler;
 pub mod stats;
 #[cfg(test)]
 mod test_frames;

@@ -1,7 +1,9 @@
 //! Statistics output: a periodic one-line rate report and an aligned summary table.
 
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Instant;
 
 use crate::port::PortStats;
 
@@ -50,7 +52,7 @@ impl RateReporter {
 
     /// True when the next report is due (so callers gather counters only then).
     pub fn due(&self, now: Instant) -> bool {
-        !self.interval.is_zero() && now.duration_since(self.last) >= self.interval
+        !self.interval.is_zero() && now.saturating_since(self.last) >= self.interval
     }
 
     /// Returns the report line when an interval has passed since the last one.
@@ -58,8 +60,8 @@ impl RateReporter {
         if !self.due(now) {
             return None;
         }
-        let dt = now.duration_since(self.last).as_secs_f64();
-        let mut line = format!("[{:8.2}s]", now.duration_since(self.start).as_secs_f64());
+        let dt = now.saturating_since(self.last).as_secs_f64();
+        let mut line = format!("[{:8.2}s]", now.saturating_since(self.start).as_secs_f64());
         self.prev.resize(ports.len(), PortStats::default());
         for (i, (name, s)) in ports.iter().enumerate() {
             let p = self.prev[i];
@@ -165,7 +167,7 @@ mod tests {
 
     #[test]
     fn reporter_reports_rates_once_per_interval() {
-        let t0 = Instant::now();
+        let t0 = clock::now();
         let mut r = RateReporter::new(Duration::from_secs(1), t0, 1);
         let s = PortStats {
             rx_packets: 2_000_000,

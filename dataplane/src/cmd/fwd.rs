@@ -5,7 +5,9 @@
 //! monomorphised on the concrete port type; otherwise on [`AnyPort`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock::{self, Instant};
 
 use dataplane::port::{AnyPort, Backend, Port, PortStats};
 use dataplane::say;
@@ -161,13 +163,13 @@ impl Run<'_> {
         let n = ports.len();
         let mut dirs = vec![DirCounters::default(); n];
         let mut bufs: Vec<P::Buf> = Vec::with_capacity(self.burst);
-        let start = Instant::now();
+        let start = clock::now();
         let mut reporter = RateReporter::new(self.interval, start, n);
         let mut iter: u32 = 0;
         loop {
             iter = iter.wrapping_add(1);
             if iter.is_multiple_of(1024) {
-                let now = Instant::now();
+                let now = clock::now();
                 if self.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| now >= d) {
                     break;
                 }
@@ -199,7 +201,7 @@ impl Run<'_> {
                 bufs.clear();
             }
         }
-        let elapsed = start.elapsed();
+        let elapsed = clock::elapsed(start);
         let names = ports.iter().map(|p| p.info().name.clone()).collect();
         let stats = ports.iter().map(|p| p.stats()).collect();
         (names, stats, dirs, elapsed)
@@ -254,7 +256,7 @@ mod tests {
             mode: Mode::Macswap,
             burst: 32,
             stop: &stop,
-            deadline: Some(Instant::now() + Duration::from_millis(50)),
+            deadline: Some(clock::now() + Duration::from_millis(50)),
             interval: Duration::ZERO,
         };
         let (_, stats, dirs, _) = run.forward(&mut [a, b]);

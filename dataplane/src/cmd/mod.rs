@@ -14,7 +14,9 @@ mod tcp;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock::{self, Instant};
 
 use clap::{Parser, Subcommand};
 
@@ -148,7 +150,7 @@ pub fn stop_flag() -> Result<Arc<AtomicBool>, CmdError> {
 
 /// The deadline `duration` from now, if any.
 pub fn deadline(duration: Option<Duration>) -> Option<Instant> {
-    duration.map(|d| Instant::now() + d)
+    duration.map(|d| clock::now() + d)
 }
 
 /// Ports opened for a command, with what the configuration says about them.

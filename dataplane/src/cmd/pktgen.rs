@@ -8,7 +8,9 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock::{self, Instant};
 
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
@@ -277,9 +279,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     }
 
     let used: Vec<usize> = tx_i.iter().chain(rx_i.iter()).copied().collect();
-    let wait_start = Instant::now();
+    let wait_start = clock::now();
     while !used.iter().all(|&i| ports[i].link_up()) {
-        if stop.load(Ordering::Relaxed) || wait_start.elapsed() >= args.link_wait {
+        if stop.load(Ordering::Relaxed) || clock::elapsed(wait_start) >= args.link_wait {
             log::warn!(
                 "link still down after {:.1}s; sending anyway",
                 args.link_wait.as_secs_f64()
@@ -291,7 +293,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
 
     let burst = usize::from(args.burst);
     let end = deadline(args.duration);
-    let start = Instant::now();
+    let start = clock::now();
     let mut reporter = RateReporter::new(args.stats_interval, start, ports.len());
     let mut sent: u64 = 0;
     let mut pending = Vec::with_capacity(burst);
@@ -301,7 +303,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let mut tx_done_at: Option<Instant> = None;
     let mut last_tick = start;
     loop {
-        let now = Instant::now();
+        let now = clock::now();
         if stop.load(Ordering::Relaxed) || end.is_some_and(|d| now >= d) {
             break;
         }
@@ -310,7 +312,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             if pending.is_empty() && sent < want_total {
                 let mut n = (burst as u64).min(want_total - sent);
                 if let Some(rate) = args.rate {
-                    let due = (now.duration_since(start).as_secs_f64() * rate) as u64;
+                    let due = (now.saturating_since(start).as_secs_f64() * rate) as u64;
                     n = n.min(due.saturating_sub(sent));
                 }
                 for k in 0..n {
@@ -341,11 +343,11 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         }
         if let Some(t) = tx_done_at {
             // All sent: give the receive side a moment to drain, then stop.
-            if rx_i.is_none() || now.duration_since(t) >= Duration::from_millis(200) {
+            if rx_i.is_none() || now.saturating_since(t) >= Duration::from_millis(200) {
                 break;
             }
         }
-        if now.duration_since(last_tick) >= Duration::from_millis(10) && reporter.due(now) {
+        if now.saturating_since(last_tick) >= Duration::from_millis(10) && reporter.due(now) {
             last_tick = now;
             let s: Vec<(&str, PortStats)> = ports
                 .iter()
@@ -356,7 +358,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             }
         }
     }
-    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let secs = clock::elapsed(start).as_secs_f64().max(1e-9);
     say!("stopped after {secs:.2}s");
     let mut t = Table::new(["port", "role", "frames", "bytes", "pps", "bit/s"]);
     if let Some(i) = tx_i {

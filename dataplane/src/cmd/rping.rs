@@ -4,7 +4,9 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock;
 
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::{AnyPort, Port};
@@ -142,7 +144,7 @@ impl RdmaArgs {
                 accept_markers: true,
                 ..MpaConfig::default()
             };
-            let mut handler = RdmaHandler::new(
+            let mut handler = RdmaHandler::with_rnic(
                 RdmaConfig {
                     mpa,
                     tcp: tcp::Config {
@@ -209,7 +211,7 @@ impl Session {
     /// Runs `app` until done; stats lines on stderr; the counters summary at the end.
     pub fn run<A: App>(&mut self, app: &mut A, limit: Option<Duration>) -> Result<(), CmdError> {
         let stop = stop_flag()?;
-        let started = Instant::now();
+        let started = clock::now();
         let r = run_app(
             &mut self.poll,
             app,
@@ -220,7 +222,7 @@ impl Session {
                 let c = poll.counters(0);
                 eprintln!(
                     "[{:>6.1}s] rx {} tx {} | {}",
-                    now.duration_since(started).as_secs_f64(),
+                    now.saturating_since(started).as_secs_f64(),
                     c.rx,
                     c.tx,
                     poll.handler().counters().line()
@@ -317,7 +319,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     };
     let r = s.run(&mut app, args.rdma.time_limit);
     let secs = match (app.started, app.finished) {
-        (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
+        (Some(a), Some(b)) => b.saturating_since(a).as_secs_f64(),
         _ => 0.0,
     };
     say!(

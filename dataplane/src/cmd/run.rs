@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock;
 
 use dataplane::classify::FrameClass;
 use dataplane::lcore::{LoopCounters, NoHandler, PollLoop, PortAddr, StopReason};
@@ -102,7 +104,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             .unwrap_or_default()
     );
 
-    let start = Instant::now();
+    let start = clock::now();
     let end = deadline(args.duration);
     let shared = Mutex::new(vec![PortStats::default(); n_ports]);
     let mut reporter = RateReporter::new(interval, start, n_ports);
@@ -119,10 +121,10 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             let h = std::thread::Builder::new()
                 .name(format!("lcore-{}", lc.id))
                 .spawn_scoped(s, move || {
-                    let mut last = Instant::now();
+                    let mut last = clock::now();
                     lc.poll.run(stop, end, |l, now| {
                         // Fresh enough for the main loop's reports, cheap for this one.
-                        if now.duration_since(last) >= PUBLISH_EVERY {
+                        if now.saturating_since(last) >= PUBLISH_EVERY {
                             last = now;
                             lc_publish(shared, &lc.ports, l);
                         }
@@ -157,7 +159,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         Ok((reason, loops))
     })?;
     loops.sort_by_key(|l| l.id);
-    let elapsed = start.elapsed();
+    let elapsed = clock::elapsed(start);
     say!(
         "stopped after {:.2}s ({})",
         elapsed.as_secs_f64(),

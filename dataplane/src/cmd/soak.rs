@@ -3,7 +3,9 @@
 //! client, whose exit status covers the server's verdict too.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock;
 
 use dataplane::lcore::PollLoop;
 use dataplane::port::fault::FaultCounters;
@@ -90,7 +92,7 @@ fn drive<A: App>(
     mut line: impl FnMut(&A, Duration) -> String,
 ) -> Result<(), String> {
     let stop = stop_flag().map_err(|e| e.to_string())?;
-    let started = Instant::now();
+    let started = clock::now();
     run_app(
         &mut s.poll,
         app,
@@ -98,7 +100,7 @@ fn drive<A: App>(
         deadline(limit),
         (!every.is_zero()).then_some(every),
         |poll, a, now| {
-            let at = now.duration_since(started);
+            let at = now.saturating_since(started);
             say!(
                 "[{:>7.1}s] {} | {} | faults {}",
                 at.as_secs_f64(),
@@ -235,7 +237,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     rdma.mem_mb = rdma.mem_mb.max(need.div_ceil(1 << 20) + 4);
     let mut s = rdma.session()?;
     let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
-    let started = Instant::now();
+    let started = clock::now();
     match args.server {
         None => {
             let addr = SocketAddrV4::new(s.ip, args.port);
@@ -259,7 +261,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                 "server",
                 &s,
                 &app.tally,
-                started.elapsed().as_secs_f64(),
+                clock::elapsed(started).as_secs_f64(),
                 &r,
             );
             r.map_err(CmdError::Runtime)
@@ -299,7 +301,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                 )
             });
             let secs = if app.elapsed.is_zero() {
-                started.elapsed().as_secs_f64()
+                clock::elapsed(started).as_secs_f64()
             } else {
                 app.elapsed.as_secs_f64()
             };

@@ -1,10 +1,9 @@
 //! `dataplane tcp`: plain TCP over the data plane's own engine (crate `tcp`) on one port.
 //!
-//! Modes: `echo` and `sink` listen; `source` and `client` connect. The engine plugs into the
-//! poll loop as its [`Handler`]: classified TCP segments go to `Engine::handle_tcp`, and each
-//! iteration runs the engine's timers, moves application bytes, and drains
-//! `Engine::poll_transmit` straight into transmit buffers after the Ethernet header, with
-//! the next hop resolved through the port's ARP cache.
+//! Modes: `echo` and `sink` listen; `source` and `client` connect. The engine runs in the
+//! poll loop's generic [`TcpHandler`] (the one the iWARP stack uses too), with this
+//! application as its [`TcpService`]: each iteration it takes the engine's events and moves
+//! application bytes between the sockets and the data.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -12,12 +11,14 @@ use std::net::SocketAddrV4;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use dataplane::classify::{Classified, FrameClass};
-use dataplane::lcore::{Handled, Handler, PollLoop, PortAddr, PortContext};
+use dataplane::clock::{self, Instant};
+
+use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::Port;
 use dataplane::say;
+use dataplane::tcp_handler::{TcpHandler, TcpService};
 use rand::Rng;
 use tcp::cc::CongestionAlgorithm;
 use tcp::{CloseReason, ConnId, ConnInfo, Engine, Event, StreamSocket};
@@ -96,10 +97,8 @@ struct AppConn {
     close_sent: bool,
 }
 
-/// The application on top of the engine: the poll loop's handler.
+/// The application on top of the engine.
 struct TcpApp {
-    engine: Engine<StreamSocket>,
-    epoch: Instant,
     mode: Mode,
     once: bool,
     data: Vec<u8>,
@@ -116,10 +115,6 @@ struct TcpApp {
 }
 
 impl TcpApp {
-    fn now(&self, now: Instant) -> tcp::Instant {
-        tcp::Instant::from_micros(now.saturating_duration_since(self.epoch).as_micros() as u64)
-    }
-
     fn finish(&mut self, now: Instant, outcome: Result<(), String>) {
         if let Some(out) = self.output.as_mut() {
             if let Err(e) = out.flush() {
@@ -141,19 +136,17 @@ impl TcpApp {
         }
     }
 
-    fn handle_events(&mut self, now: Instant) {
-        while let Some(ev) = self.engine.poll_event() {
+    fn handle_events(&mut self, engine: &mut Engine<StreamSocket>, now: Instant) {
+        while let Some(ev) = engine.poll_event() {
             match ev {
                 Event::Accepted { conn, tuple } => {
                     say!("accepted {} from {}", tuple.local, tuple.remote);
                     if self.once && !self.conns.is_empty() {
-                        let _ = self.engine.abort(conn);
+                        let _ = engine.abort(conn);
                         continue;
                     }
-                    if let Err(e) = self
-                        .engine
-                        .attach(conn, StreamSocket::new(SOCKET_BUF, SOCKET_BUF))
-                    {
+                    let sock = StreamSocket::new(SOCKET_BUF, SOCKET_BUF);
+                    if let Err(e) = engine.attach(now, &mut (), conn, sock) {
                         log::warn!("attach: {e}");
                         continue;
                     }
@@ -165,7 +158,7 @@ impl TcpApp {
                     });
                 }
                 Event::Connected(conn) => {
-                    if let Some(t) = self.engine.tuple(conn) {
+                    if let Some(t) = engine.tuple(conn) {
                         say!("connected {} to {}", t.local, t.remote);
                     }
                     self.started.get_or_insert(now);
@@ -209,10 +202,10 @@ impl TcpApp {
         }
     }
 
-    fn move_bytes(&mut self) {
+    fn move_bytes(&mut self, engine: &mut Engine<StreamSocket>) {
         for i in 0..self.conns.len() {
             let id = self.conns[i].id;
-            let Some(sock) = self.engine.ulp(id) else {
+            let Some(sock) = engine.ulp(id) else {
                 continue;
             };
             let readable = sock.readable();
@@ -224,22 +217,22 @@ impl TcpApp {
                     let n = readable.min(sendable);
                     if n > 0 {
                         self.scratch.resize(n, 0);
-                        let Some(sock) = self.engine.ulp_mut(id) else {
+                        let Some(sock) = engine.ulp_mut(id) else {
                             continue;
                         };
                         let got = sock.read(&mut self.scratch[..n]);
                         sock.write(&self.scratch[..got]);
                     }
-                    let drained = self.engine.ulp(id).is_some_and(|s| s.readable() == 0);
+                    let drained = engine.ulp(id).is_some_and(|s| s.readable() == 0);
                     let c = &mut self.conns[i];
                     if c.peer_closed && drained && !c.close_sent {
                         c.close_sent = true;
-                        let _ = self.engine.close(id);
+                        let _ = engine.close(id);
                     }
                 }
                 Mode::Sink => {
                     if readable > 0 {
-                        let Some(sock) = self.engine.ulp_mut(id) else {
+                        let Some(sock) = engine.ulp_mut(id) else {
                             continue;
                         };
                         let bytes = sock.read_all();
@@ -248,19 +241,19 @@ impl TcpApp {
                     let c = &mut self.conns[i];
                     if c.peer_closed && !c.close_sent {
                         c.close_sent = true;
-                        let _ = self.engine.close(id);
+                        let _ = engine.close(id);
                     }
                 }
                 Mode::Source | Mode::Client => {}
             }
             if self.mode == Mode::Client && readable > 0 {
-                if let Some(sock) = self.engine.ulp_mut(id) {
+                if let Some(sock) = engine.ulp_mut(id) {
                     let bytes = sock.read_all();
                     self.take_received(&bytes);
                 }
             }
             if can_write {
-                if let Some(sock) = self.engine.ulp_mut(id) {
+                if let Some(sock) = engine.ulp_mut(id) {
                     self.written += sock.write(&self.data[self.written..]);
                 }
             }
@@ -272,52 +265,23 @@ impl TcpApp {
                 && !c.close_sent
             {
                 c.close_sent = true;
-                let _ = self.engine.close(id);
+                let _ = engine.close(id);
             }
-            if let Some(info) = self.engine.info(id) {
+            if let Some(info) = engine.info(id) {
                 self.last_info = Some(info);
             }
         }
     }
 }
 
-impl<P: Port> Handler<P> for TcpApp {
-    fn handle(
-        &mut self,
-        _ctx: &mut PortContext<'_, P>,
-        now: Instant,
-        frame: P::Buf,
-        meta: &Classified,
-    ) -> Handled {
-        if meta.class != FrameClass::Tcp {
-            return Handled::Ignored;
-        }
-        let t = self.now(now);
-        match self
-            .engine
-            .handle_tcp(t, meta.src_ip, meta.dst_ip, meta.l4(frame.as_ref()))
-        {
-            Ok(()) => Handled::Consumed,
-            Err(e) => {
-                log::debug!("tcp: {e}");
-                Handled::Ignored
-            }
-        }
+impl TcpService<StreamSocket, ()> for TcpApp {
+    fn work(&mut self, engine: &mut Engine<StreamSocket>, _cx: &mut (), now: Instant) {
+        self.handle_events(engine, now);
+        self.move_bytes(engine);
     }
 
-    fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
-        let t = self.now(now);
-        if self.engine.poll_timeout().is_some_and(|d| d <= t) {
-            self.engine.handle_timeout(t);
-        }
-        self.handle_events(now);
-        self.move_bytes();
-        let engine = &mut self.engine;
-        while ctx
-            .send_ipv4(|buf| engine.poll_transmit(t, buf).map(|x| (x.dst, x.len)))
-            .is_some()
-        {}
-        self.handle_events(now);
+    fn after_transmit(&mut self, engine: &mut Engine<StreamSocket>, _cx: &mut (), now: Instant) {
+        self.handle_events(engine, now);
     }
 }
 
@@ -395,7 +359,6 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         ..tcp::Config::default()
     };
     let mut engine: Engine<StreamSocket> = Engine::new(tcp_cfg);
-    let epoch = Instant::now();
     if let Some(p) = args.listen.filter(|_| listen) {
         engine
             .listen(SocketAddrV4::new(net.addr, p), 128)
@@ -406,7 +369,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     if let Some(remote) = args.connect.filter(|_| !listen) {
         let id = engine
             .connect(
-                tcp::Instant::ZERO,
+                clock::now(),
                 SocketAddrV4::new(net.addr, 0),
                 remote,
                 StreamSocket::new(SOCKET_BUF, SOCKET_BUF),
@@ -424,8 +387,6 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         });
     }
     let app = TcpApp {
-        engine,
-        epoch,
         mode: args.mode,
         once: args.once,
         data,
@@ -440,7 +401,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         last_info: None,
         scratch: Vec::new(),
     };
-    let mut poll = PollLoop::new(app, cfg.poll.burst);
+    let mut poll = PollLoop::new(TcpHandler::new(engine, (), app), cfg.poll.burst);
     poll.add_port(
         port,
         PortAddr {
@@ -450,10 +411,10 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         },
     );
     poll.run(&stop, deadline(args.duration), |_, _| {});
-    let app = poll.handler();
+    let app = poll.handler().service();
     let secs = match (app.started, app.finished) {
-        (Some(s), Some(f)) => f.saturating_duration_since(s).as_secs_f64(),
-        (Some(s), None) => s.elapsed().as_secs_f64(),
+        (Some(s), Some(f)) => f.saturating_since(s).as_secs_f64(),
+        (Some(s), None) => clock::elapsed(s).as_secs_f64(),
         _ => 0.0,
     };
     let moved = (app.written as u64).max(app.received);

@@ -2,7 +2,9 @@
 //! poll-loop iteration, and the verbs resources every application sets up.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::{self, Instant};
 
 use iwarp::verbs::{Access, CqHandle, PdId, QpInit, UlpId, VerbError, WorkCompletion};
 
@@ -63,13 +65,13 @@ pub struct Resources {
 impl Resources {
     /// Allocates a PD and a CQ of `cq_depth` entries; QPs get `sq_depth`/`rq_depth` WRs.
     pub fn new(
-        h: &RdmaHandler,
+        h: &mut RdmaHandler,
         cq_depth: u32,
         sq_depth: u32,
         rq_depth: u32,
         ord_ird: u32,
     ) -> Result<Resources, AppError> {
-        let mut rnic = h.rnic().0.borrow_mut();
+        let rnic = h.rnic_mut();
         let ulp = UlpId(1);
         let pd = rnic.alloc_pd(ulp)?;
         let (cq, _) = rnic.create_cq(ulp, cq_depth)?;
@@ -93,17 +95,17 @@ impl Resources {
     /// Registers a buffer of `len` octets.
     pub fn buffer(
         &mut self,
-        h: &RdmaHandler,
+        h: &mut RdmaHandler,
         len: usize,
         access: Access,
     ) -> Result<Region, AppError> {
-        let mut rnic = h.rnic().0.borrow_mut();
-        Ok(self.arena.register(&mut rnic, self.pd, len, access)?)
+        let rnic = h.rnic_mut();
+        Ok(self.arena.register(rnic, self.pd, len, access)?)
     }
 
     /// Polls one completion.
-    pub fn poll_cq(&self, h: &RdmaHandler) -> Option<WorkCompletion> {
-        h.rnic().0.borrow_mut().poll_cq(self.cq).ok()
+    pub fn poll_cq(&self, h: &mut RdmaHandler) -> Option<WorkCompletion> {
+        h.rnic_mut().poll_cq(self.cq).ok()
     }
 }
 
@@ -128,9 +130,9 @@ pub fn run_app<P: Port, A: App>(
     tick_every: Option<Duration>,
     mut tick: impl FnMut(&mut PollLoop<P, RdmaHandler>, &A, Instant),
 ) -> Result<(), String> {
-    let mut last_tick = Instant::now();
+    let mut last_tick = clock::now();
     loop {
-        let now = Instant::now();
+        let now = clock::now();
         if stop.load(Ordering::Relaxed) {
             return Err("stopped".into());
         }
@@ -140,14 +142,14 @@ pub fn run_app<P: Port, A: App>(
         let frames = poll.poll_once(now);
         if let Step::Done(r) = app.step(poll.handler_mut(), now) {
             // Let the last frames (FIN, ACKs) out.
-            let end = Instant::now() + Duration::from_millis(50);
-            while Instant::now() < end {
-                poll.poll_once(Instant::now());
+            let end = clock::now() + Duration::from_millis(50);
+            while clock::now() < end {
+                poll.poll_once(clock::now());
             }
             return r;
         }
         if let Some(every) = tick_every {
-            if now.duration_since(last_tick) >= every {
+            if now.saturating_since(last_tick) >= every {
                 tick(poll, app, now);
                 last_tick = now;
             }
@@ -168,11 +170,11 @@ pub fn run_pair<P: Port, A: App, B: App>(
     b: &mut B,
     limit: Duration,
 ) -> (Result<(), String>, Result<(), String>) {
-    let end = Instant::now() + limit;
+    let end = clock::now() + limit;
     let mut ra = None;
     let mut rb = None;
     while ra.is_none() || rb.is_none() {
-        let now = Instant::now();
+        let now = clock::now();
         if now >= end {
             break;
         }
@@ -191,7 +193,7 @@ pub fn run_pair<P: Port, A: App, B: App>(
     }
     // Flush what is still in flight (FIN, ACKs).
     for _ in 0..200 {
-        let now = Instant::now();
+        let now = clock::now();
         la.poll_once(now);
         lb.poll_once(now);
     }

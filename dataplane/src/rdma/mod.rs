@@ -25,5 +25,5 @@ pub mod soak;
 
 pub use arena::{Arena, Region, REGION_VA_BASE};
 pub use counters::RdmaCounters;
-pub use handler::{CmError, CmEvent, RdmaConfig, RdmaConn, RdmaHandler};
+pub use handler::{CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler};
 pub use memory::{open_rnic, MemoryKind};

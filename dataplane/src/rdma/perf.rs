@@ -9,7 +9,9 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::{self, Instant};
 
 use iwarp::verbs::{
     Access, CompletionStatus, QpId, RecvWr, RemoteBuf, STag, SendOp, SendWr, SqOp, WcOpcode,
@@ -219,7 +221,7 @@ impl PerfServer {
         })
     }
 
-    fn buffer(&mut self, h: &RdmaHandler, hello: &Hello) -> Result<Region, AppError> {
+    fn buffer(&mut self, h: &mut RdmaHandler, hello: &Hello) -> Result<Region, AppError> {
         let want = (hello.max_size as usize).max(64);
         if let Some(r) = self.bufs.get(&hello.slot) {
             if r.len >= want {
@@ -243,7 +245,7 @@ impl PerfServer {
             return Ok(());
         };
         let buf = self.buffer(h, &hello).map_err(|e| e.to_string())?;
-        buf.bytes_mut(&mut h.rnic().0.borrow_mut()).fill(0);
+        buf.bytes_mut(h.rnic_mut()).fill(0);
         if hello.op == PerfOp::Send {
             let n = if hello.mode == PerfMode::Lat {
                 1
@@ -256,9 +258,7 @@ impl PerfServer {
                     sgl: vec![buf.sge(0, hello.size as usize)],
                 })
                 .collect();
-            h.rnic()
-                .0
-                .borrow_mut()
+            h.rnic_mut()
                 .post_rq(qp, wrs)
                 .map_err(|e| format!("post recv: {:?}", e.error))?;
         }
@@ -294,7 +294,7 @@ impl PerfServer {
         let Some(c) = self.conns.values_mut().find(|c| c.qp == wc.qp) else {
             return Ok(());
         };
-        let mut rnic = h.rnic().0.borrow_mut();
+        let rnic = h.rnic_mut();
         rnic.post_rq(
             c.qp,
             vec![RecvWr {
@@ -335,14 +335,14 @@ impl PerfServer {
     }
 
     /// Write ping-pong: answer each new sequence byte with a write of our own.
-    fn write_pong(&mut self, h: &RdmaHandler) -> Result<(), String> {
-        let mut rnic = h.rnic().0.borrow_mut();
+    fn write_pong(&mut self, h: &mut RdmaHandler) -> Result<(), String> {
+        let rnic = h.rnic_mut();
         for c in self.conns.values_mut() {
             if c.hello.op != PerfOp::Write || c.hello.mode != PerfMode::Lat || c.hello.size == 0 {
                 continue;
             }
             let size = c.hello.size as usize;
-            let b = c.buf.bytes(&rnic)[size - 1];
+            let b = c.buf.bytes(rnic)[size - 1];
             if b == c.seen {
                 continue;
             }
@@ -601,7 +601,7 @@ impl PerfClient {
             let credit = res.buffer(h, 64, Access::LOCAL_WRITE)?;
             // A recognisable source pattern.
             for (i, b) in local
-                .bytes_mut(&mut h.rnic().0.borrow_mut())
+                .bytes_mut(h.rnic_mut())
                 .iter_mut()
                 .enumerate()
             {
@@ -619,7 +619,7 @@ impl PerfClient {
             size_idx: 0,
             phase: Phase::Connecting,
             start: None,
-            window: (Instant::now(), 0),
+            window: (clock::now(), 0),
             peak: 0.0,
             samples: Vec::new(),
             lat_sent: None,
@@ -644,7 +644,7 @@ impl PerfClient {
         self.qps.clear();
         for slot in 0..self.params.qps {
             let [local, sink, result, credit_buf] = self.bufs[usize::from(slot)];
-            sink.bytes_mut(&mut h.rnic().0.borrow_mut()).fill(0);
+            sink.bytes_mut(h.rnic_mut()).fill(0);
             let hello = Hello {
                 op: self.params.op,
                 mode: self.params.mode,
@@ -678,9 +678,7 @@ impl PerfClient {
                         },
                     })
                     .collect();
-                h.rnic()
-                    .0
-                    .borrow_mut()
+                h.rnic_mut()
                     .post_rq(qp, wrs)
                     .map_err(|e| AppError::Verbs(e.error))?;
             }
@@ -778,7 +776,7 @@ impl PerfClient {
         }
     }
 
-    fn post_bw(&mut self, h: &RdmaHandler) -> Result<(), String> {
+    fn post_bw(&mut self, h: &mut RdmaHandler) -> Result<(), String> {
         let size = self.size();
         let target = self.target();
         let depth = u64::from(match self.params.op {
@@ -799,7 +797,7 @@ impl PerfClient {
                     let mut wr = self.wr(q, size)?;
                     wr.wr_id = posted;
                     if let SqOp::Inline { data, .. } = &mut wr.op {
-                        *data = q.local.bytes(&h.rnic().0.borrow())[..size].to_vec();
+                        *data = q.local.bytes(h.rnic())[..size].to_vec();
                     }
                     wrs.push(wr);
                     posted += 1;
@@ -807,9 +805,7 @@ impl PerfClient {
             }
             if !wrs.is_empty() {
                 let n = wrs.len() as u64;
-                h.rnic()
-                    .0
-                    .borrow_mut()
+                h.rnic_mut()
                     .post_sq(self.qps[i].qp, wrs)
                     .map_err(|e| format!("post: {:?}", e.error))?;
                 self.qps[i].posted += n;
@@ -818,7 +814,7 @@ impl PerfClient {
         Ok(())
     }
 
-    fn post_lat(&mut self, h: &RdmaHandler, now: Instant) -> Result<(), String> {
+    fn post_lat(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<(), String> {
         if self.lat_sent.is_some() {
             return Ok(());
         }
@@ -829,10 +825,10 @@ impl PerfClient {
         }
         if self.params.op == PerfOp::Write {
             self.lat_seq = self.lat_seq.wrapping_add(1).max(1);
-            let mut rnic = h.rnic().0.borrow_mut();
+            let rnic = h.rnic_mut();
             // The last octet carries the sequence; the peer echoes it back.
             if size > 0 {
-                q.local.bytes_mut(&mut rnic)[size - 1] = self.lat_seq;
+                q.local.bytes_mut(rnic)[size - 1] = self.lat_seq;
             }
         }
         let mut wr = self.wr(q, size)?;
@@ -840,11 +836,9 @@ impl PerfClient {
             wr = wr.unsignaled();
         }
         if let SqOp::Inline { data, .. } = &mut wr.op {
-            *data = q.local.bytes(&h.rnic().0.borrow())[..size].to_vec();
+            *data = q.local.bytes(h.rnic())[..size].to_vec();
         }
-        h.rnic()
-            .0
-            .borrow_mut()
+        h.rnic_mut()
             .post_sq(q.qp, vec![wr])
             .map_err(|e| format!("post: {:?}", e.error))?;
         self.qps[0].posted += 1;
@@ -854,7 +848,7 @@ impl PerfClient {
 
     fn lat_done(&mut self, now: Instant) {
         if let Some(t) = self.lat_sent.take() {
-            let us = now.duration_since(t).as_secs_f64() * 1e6;
+            let us = now.saturating_since(t).as_secs_f64() * 1e6;
             let half = matches!(self.params.op, PerfOp::Write | PerfOp::Send);
             self.samples.push(if half { us / 2.0 } else { us });
             self.qps[0].completed += 1;
@@ -863,7 +857,7 @@ impl PerfClient {
 
     fn completion(
         &mut self,
-        h: &RdmaHandler,
+        h: &mut RdmaHandler,
         wc: WorkCompletion,
         now: Instant,
     ) -> Result<(), String> {
@@ -884,9 +878,7 @@ impl PerfClient {
                 q.credits += u64::from(CREDIT_BATCH);
                 q.credit_buf.sge(0, 0)
             };
-            h.rnic()
-                .0
-                .borrow_mut()
+            h.rnic_mut()
                 .post_rq(
                     q.qp,
                     vec![RecvWr {
@@ -905,7 +897,7 @@ impl PerfClient {
                 let size = self.size() as u64;
                 self.qps[i].completed += 1;
                 self.window.1 += size;
-                let dt = now.duration_since(self.window.0);
+                let dt = now.saturating_since(self.window.0);
                 if dt >= Duration::from_millis(10) {
                     let rate = self.window.1 as f64 / dt.as_secs_f64() / 1048576.0;
                     self.peak = self.peak.max(rate);
@@ -928,7 +920,7 @@ impl PerfClient {
             PerfMode::Bw => {
                 let secs = self
                     .start
-                    .map_or(0.0, |s| now.duration_since(s).as_secs_f64())
+                    .map_or(0.0, |s| now.saturating_since(s).as_secs_f64())
                     .max(1e-9);
                 let avg = (done * size as u64) as f64 / secs / 1048576.0;
                 PerfResult::Bw {
@@ -957,12 +949,12 @@ impl PerfClient {
         }
         let Some(start) = self.start else { return };
         let last = *self.last_progress.get_or_insert(start);
-        if now.duration_since(last) < Duration::from_secs(1) {
+        if now.saturating_since(last) < Duration::from_secs(1) {
             return;
         }
         self.last_progress = Some(now);
         let done: u64 = self.qps.iter().map(|q| q.completed).sum();
-        let secs = now.duration_since(start).as_secs_f64();
+        let secs = now.saturating_since(start).as_secs_f64();
         eprintln!(
             "perf {} {} B: {:.0} s, {} iterations, {:.2} MB/sec",
             self.params.op.name(),
@@ -1032,7 +1024,7 @@ impl PerfClient {
                     .params
                     .duration
                     .zip(self.start)
-                    .is_some_and(|(d, s)| now.duration_since(s) >= d);
+                    .is_some_and(|(d, s)| now.saturating_since(s) >= d);
                 let done: u64 = self.qps.iter().map(|q| q.completed).sum();
                 let outstanding = self.qps.iter().any(|q| q.posted > q.completed);
                 if (done >= self.target() || time_up) && !outstanding {
@@ -1045,7 +1037,7 @@ impl PerfClient {
                             let size = self.size();
                             let q = &self.qps[0];
                             let back = size > 0
-                                && q.sink.bytes(&h.rnic().0.borrow())[size - 1] == self.lat_seq
+                                && q.sink.bytes(h.rnic())[size - 1] == self.lat_seq
                                 && self.lat_sent.is_some();
                             // The peer's write carries our sequence back.
                             if back || (size == 0 && self.lat_sent.is_some()) {

@@ -4,7 +4,7 @@
 //! server RDMA Writes the ping data back and sends "go ahead" again.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::Instant;
+use crate::clock::Instant;
 
 use iwarp::verbs::{Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode};
 use tcp::ConnId;
@@ -119,7 +119,7 @@ pub struct Rping {
 }
 
 impl Rping {
-    fn new(h: &RdmaHandler, server: bool, opts: RpingOptions) -> Result<Rping, AppError> {
+    fn new(h: &mut RdmaHandler, server: bool, opts: RpingOptions) -> Result<Rping, AppError> {
         let mut res = Resources::new(h, 64, 16, 2, 1)?;
         let recv_buf = res.buffer(h, INFO_LEN, Access::LOCAL_WRITE)?;
         let send_buf = res.buffer(h, INFO_LEN, Access::LOCAL_READ)?;
@@ -175,35 +175,31 @@ impl Rping {
         Ok(r)
     }
 
-    fn post_recv(&self, h: &RdmaHandler, qp: QpId) -> Result<(), AppError> {
-        h.rnic()
-            .0
-            .borrow_mut()
+    fn post_recv(&self, h: &mut RdmaHandler, qp: QpId) -> Result<(), AppError> {
+        h.rnic_mut()
             .post_rq(qp, vec![self.recv_buf.recv_wr(1, 0, INFO_LEN)])
             .map_err(|e| AppError::Verbs(e.error))?;
         Ok(())
     }
 
-    fn post(&self, h: &RdmaHandler, wr: SendWr) -> Result<(), String> {
+    fn post(&self, h: &mut RdmaHandler, wr: SendWr) -> Result<(), String> {
         let (_, qp) = self.conn.ok_or("no connection")?;
-        h.rnic()
-            .0
-            .borrow_mut()
+        h.rnic_mut()
             .post_sq(qp, vec![wr])
             .map(|_| ())
             .map_err(|e| format!("post send: {e:?}"))
     }
 
-    fn send_info(&self, h: &RdmaHandler, info: Option<RdmaInfo>) -> Result<(), String> {
+    fn send_info(&self, h: &mut RdmaHandler, info: Option<RdmaInfo>) -> Result<(), String> {
         let bytes = info.map_or([0; INFO_LEN], RdmaInfo::to_bytes);
         {
-            let mut rnic = h.rnic().0.borrow_mut();
-            self.send_buf.bytes_mut(&mut rnic)[..INFO_LEN].copy_from_slice(&bytes);
+            let rnic = h.rnic_mut();
+            self.send_buf.bytes_mut(rnic)[..INFO_LEN].copy_from_slice(&bytes);
         }
         self.post(h, SendWr::message(2, self.send_buf.send(0, INFO_LEN)))
     }
 
-    fn advertise(&self, h: &RdmaHandler, r: &Region) -> Result<(), String> {
+    fn advertise(&self, h: &mut RdmaHandler, r: &Region) -> Result<(), String> {
         self.send_info(
             h,
             Some(RdmaInfo {
@@ -214,13 +210,13 @@ impl Rping {
         )
     }
 
-    fn start_ping(&mut self, h: &RdmaHandler) -> Result<(), String> {
+    fn start_ping(&mut self, h: &mut RdmaHandler) -> Result<(), String> {
         let data = ping_data(self.ping, self.opts.size);
         let start = self.start_buf.ok_or("client without start buffer")?;
         {
-            let mut rnic = h.rnic().0.borrow_mut();
-            start.bytes_mut(&mut rnic)[..data.len()].copy_from_slice(&data);
-            self.rdma_buf.bytes_mut(&mut rnic).fill(0);
+            let rnic = h.rnic_mut();
+            start.bytes_mut(rnic)[..data.len()].copy_from_slice(&data);
+            self.rdma_buf.bytes_mut(rnic).fill(0);
         }
         self.state = State::ReadAdv;
         self.advertise(h, &start)
@@ -251,8 +247,8 @@ impl Rping {
                     return Err(format!("Received bogus data, size {}", wc.byte_len));
                 }
                 let info = {
-                    let rnic = h.rnic().0.borrow();
-                    RdmaInfo::parse(&self.recv_buf.bytes(&rnic)[..INFO_LEN])
+                    let rnic = h.rnic();
+                    RdmaInfo::parse(&self.recv_buf.bytes(rnic)[..INFO_LEN])
                 };
                 self.post_recv(h, qp).map_err(|e| e.to_string())?;
                 if self.server {
@@ -261,8 +257,8 @@ impl Rping {
                     if self.state == State::WriteAdv {
                         // The client's sink: write the ping data back.
                         let len = {
-                            let rnic = h.rnic().0.borrow();
-                            let b = self.rdma_buf.bytes(&rnic);
+                            let rnic = h.rnic();
+                            let b = self.rdma_buf.bytes(rnic);
                             let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
                             (n + 1).min(info.size as usize).min(b.len())
                         };
@@ -307,11 +303,11 @@ impl Rping {
                     // The server wrote the ping back.
                     self.state = State::WriteComplete;
                     let (got, want) = {
-                        let rnic = h.rnic().0.borrow();
+                        let rnic = h.rnic();
                         let start = self.start_buf.ok_or("no start buffer")?;
                         (
-                            self.rdma_buf.bytes(&rnic).to_vec(),
-                            start.bytes(&rnic).to_vec(),
+                            self.rdma_buf.bytes(rnic).to_vec(),
+                            start.bytes(rnic).to_vec(),
                         )
                     };
                     if self.opts.validate && got != want {
@@ -337,10 +333,10 @@ impl Rping {
             }
             WcOpcode::RdmaRead if self.server => {
                 if self.opts.verbose {
-                    let rnic = h.rnic().0.borrow();
+                    let rnic = h.rnic();
                     say!(
                         "server ping data: {}",
-                        Self::cstr(self.rdma_buf.bytes(&rnic))
+                        Self::cstr(self.rdma_buf.bytes(rnic))
                     );
                 }
                 self.pings += 1;

@@ -23,7 +23,9 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::{self, Instant};
 
 use iwarp::verbs::{
     Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode, WorkCompletion,
@@ -498,13 +500,13 @@ impl SoakServer {
             }
         };
         {
-            let mut rnic = h.rnic().0.borrow_mut();
+            let rnic = h.rnic_mut();
             pattern_fill(
                 pattern_seed(hello.seed, slot, 0, USE_SOURCE),
                 0,
-                source.bytes_mut(&mut rnic),
+                source.bytes_mut(rnic),
             );
-            target.bytes_mut(&mut rnic).fill(0);
+            target.bytes_mut(rnic).fill(0);
             let wrs = (0..RECV_SLOTS)
                 .map(|s| recv.recv_wr(s as u64, s * msg, msg))
                 .collect();
@@ -588,7 +590,7 @@ impl SoakServer {
         }
     }
 
-    fn send_verdict(h: &RdmaHandler, qp: QpId, q: &mut ServerQp) -> Result<(), String> {
+    fn send_verdict(h: &mut RdmaHandler, qp: QpId, q: &mut ServerQp) -> Result<(), String> {
         if q.verdict_sent {
             return Ok(());
         }
@@ -599,8 +601,8 @@ impl SoakServer {
             failure: q.failure.clone(),
         }
         .to_bytes();
-        let mut rnic = h.rnic().0.borrow_mut();
-        q.verdict_buf.bytes_mut(&mut rnic)[..v.len()].copy_from_slice(&v);
+        let rnic = h.rnic_mut();
+        q.verdict_buf.bytes_mut(rnic)[..v.len()].copy_from_slice(&v);
         rnic.post_sq(qp, vec![SendWr::message(0, q.verdict_buf.send(0, v.len()))])
             .map(|_| ())
             .map_err(|e| format!("QP {}: post verdict: {:?}", q.slot, e.error))
@@ -632,8 +634,8 @@ impl SoakServer {
         let slot = wc.wr_id as usize;
         let msg_len = q.max_msg;
         let checked = {
-            let rnic = h.rnic().0.borrow();
-            let buf = &q.recv.bytes(&rnic)[slot * msg_len..(slot + 1) * msg_len];
+            let rnic = h.rnic();
+            let buf = &q.recv.bytes(rnic)[slot * msg_len..(slot + 1) * msg_len];
             match buf.get(..wc.byte_len as usize) {
                 Some(m) => Self::check_message(q, m),
                 None => Err(format!("QP {}: message of {} bytes", q.slot, wc.byte_len)),
@@ -655,8 +657,8 @@ impl SoakServer {
         };
         let q = self.qps.get_mut(&wc.qp).expect("QP looked up above");
         {
-            let mut rnic = h.rnic().0.borrow_mut();
-            q.recv.bytes_mut(&mut rnic)[slot * msg_len..(slot + 1) * msg_len].fill(0);
+            let rnic = h.rnic_mut();
+            q.recv.bytes_mut(rnic)[slot * msg_len..(slot + 1) * msg_len].fill(0);
             if let Err(e) = rnic.post_rq(
                 wc.qp,
                 vec![q.recv.recv_wr(slot as u64, slot * msg_len, msg_len)],
@@ -747,7 +749,7 @@ impl App for SoakServer {
         }
         if let (Some(why), Some(at)) = (&self.failure, self.failed_at) {
             // Give the verdict time to reach the client, then stop.
-            if now.duration_since(at) > Duration::from_secs(2) {
+            if now.saturating_since(at) > Duration::from_secs(2) {
                 for id in self.qps.values().filter(|q| !q.gone).filter_map(|q| q.id) {
                     let _ = h.abort(id);
                 }
@@ -755,7 +757,7 @@ impl App for SoakServer {
             }
         }
         if let Some(last) = self.last_event {
-            if now.duration_since(last) > self.stall {
+            if now.saturating_since(last) > self.stall {
                 let waiting: Vec<String> = self
                     .qps
                     .values()
@@ -856,9 +858,7 @@ impl SoakClient {
                 max_msg: params.max_msg as u32,
             };
             let (id, qp) = h.connect(local, remote, res.init, &hello.to_bytes())?;
-            h.rnic()
-                .0
-                .borrow_mut()
+            h.rnic_mut()
                 .post_rq(qp, vec![verdict_buf.recv_wr(0, 0, VERDICT_LEN)])
                 .map_err(|e| AppError::Verbs(e.error))?;
             by_qp.insert(qp, slot);
@@ -883,7 +883,7 @@ impl SoakClient {
             qps,
             by_qp,
             start: None,
-            last_event: Instant::now(),
+            last_event: clock::now(),
             disconnecting: false,
             tally: SoakTally::default(),
             elapsed: Duration::ZERO,
@@ -899,12 +899,12 @@ impl SoakClient {
     }
 
     fn budget_left(&self, now: Instant) -> bool {
-        let elapsed = self.start.map_or(Duration::ZERO, |s| now.duration_since(s));
+        let elapsed = self.start.map_or(Duration::ZERO, |s| now.saturating_since(s));
         self.params.bytes.is_none_or(|b| self.tally.bytes() < b)
             && self.params.duration.is_none_or(|d| elapsed < d)
     }
 
-    fn start_round(&mut self, h: &RdmaHandler, i: usize) -> Result<(), String> {
+    fn start_round(&mut self, h: &mut RdmaHandler, i: usize) -> Result<(), String> {
         let p = &self.params;
         let q = &mut self.qps[i];
         let offer = q.offer.ok_or("no offer")?;
@@ -916,8 +916,8 @@ impl SoakClient {
         let read_off = lcg_pick(seed, slot, n, 3, io - read_len + 1);
         let send_len = HEADER_LEN + lcg_pick(seed, slot, n, 4, p.max_msg - HEADER_LEN + 1);
         {
-            let mut rnic = h.rnic().0.borrow_mut();
-            let src = q.src.bytes_mut(&mut rnic);
+            let rnic = h.rnic_mut();
+            let src = q.src.bytes_mut(rnic);
             pattern_fill(
                 pattern_seed(seed, slot, n, USE_WRITE),
                 0,
@@ -931,8 +931,8 @@ impl SoakClient {
                 0,
                 &mut msg[HEADER_LEN..],
             );
-            q.sink.bytes_mut(&mut rnic)[..write_len].fill(0);
-            q.source_sink.bytes_mut(&mut rnic)[..read_len].fill(0);
+            q.sink.bytes_mut(rnic)[..write_len].fill(0);
+            q.source_sink.bytes_mut(rnic)[..read_len].fill(0);
         }
         let target = RemoteBuf {
             stag: offer.target.stag,
@@ -968,9 +968,7 @@ impl SoakClient {
             ),
             wr(3, q.src.send(io, send_len)),
         ];
-        h.rnic()
-            .0
-            .borrow_mut()
+        h.rnic_mut()
             .post_sq(q.qp, wrs)
             .map_err(|e| format!("QP {slot}: post: {:?}", e.error))?;
         q.round = Some(Round {
@@ -986,21 +984,21 @@ impl SoakClient {
     }
 
     /// Verifies a finished round; every octet of both Read sinks.
-    fn finish_round(&mut self, h: &RdmaHandler, i: usize) -> Result<(), String> {
+    fn finish_round(&mut self, h: &mut RdmaHandler, i: usize) -> Result<(), String> {
         let seed = self.params.seed;
         let q = &mut self.qps[i];
         let Some(r) = q.round.take() else {
             return Ok(());
         };
-        let rnic = h.rnic().0.borrow();
-        let back = &q.sink.bytes(&rnic)[..r.write_len];
+        let rnic = h.rnic();
+        let back = &q.sink.bytes(rnic)[..r.write_len];
         if let Some(at) = pattern_mismatch(pattern_seed(seed, q.slot, r.n, USE_WRITE), 0, back) {
             return Err(format!(
                 "QP {} round {}: the Write of {} bytes at target offset {} read back different at octet {at}",
                 q.slot, r.n, r.write_len, r.write_off
             ));
         }
-        let got = &q.source_sink.bytes(&rnic)[..r.read_len];
+        let got = &q.source_sink.bytes(rnic)[..r.read_len];
         if let Some(at) =
             pattern_mismatch(pattern_seed(seed, q.slot, 0, USE_SOURCE), r.read_off, got)
         {
@@ -1018,11 +1016,11 @@ impl SoakClient {
         Ok(())
     }
 
-    fn send_end(&mut self, h: &RdmaHandler, i: usize) -> Result<(), String> {
+    fn send_end(&mut self, h: &mut RdmaHandler, i: usize) -> Result<(), String> {
         let io = self.params.max_io;
         let q = &mut self.qps[i];
-        let mut rnic = h.rnic().0.borrow_mut();
-        q.src.bytes_mut(&mut rnic)[io..io + HEADER_LEN]
+        let rnic = h.rnic_mut();
+        q.src.bytes_mut(rnic)[io..io + HEADER_LEN]
             .copy_from_slice(&header(KIND_END, HEADER_LEN, q.rounds));
         rnic.post_sq(q.qp, vec![SendWr::message(7, q.src.send(io, HEADER_LEN))])
             .map_err(|e| format!("QP {}: post END: {:?}", q.slot, e.error))?;
@@ -1032,7 +1030,7 @@ impl SoakClient {
 
     fn completion(
         &mut self,
-        h: &RdmaHandler,
+        h: &mut RdmaHandler,
         wc: WorkCompletion,
         now: Instant,
     ) -> Result<(), String> {
@@ -1052,8 +1050,8 @@ impl SoakClient {
         match wc.opcode {
             WcOpcode::Receive => {
                 let v = {
-                    let rnic = h.rnic().0.borrow();
-                    let b = q.verdict_buf.bytes(&rnic);
+                    let rnic = h.rnic();
+                    let b = q.verdict_buf.bytes(rnic);
                     b.get(..wc.byte_len as usize).and_then(Verdict::parse)
                 };
                 let v = v.ok_or_else(|| format!("QP {}: the server sent no verdict", q.slot))?;
@@ -1072,7 +1070,7 @@ impl SoakClient {
                 q.phase = QpPhase::Verdict;
                 self.tally.server_verified += v.bytes;
                 if self.qps.iter().all(|q| q.phase == QpPhase::Verdict) {
-                    self.elapsed = self.start.map_or(Duration::ZERO, |s| now.duration_since(s));
+                    self.elapsed = self.start.map_or(Duration::ZERO, |s| now.saturating_since(s));
                 }
             }
             WcOpcode::RdmaWrite => self.tally.writes += 1,
@@ -1178,7 +1176,7 @@ impl SoakClient {
         if self.disconnecting && self.qps.iter().all(|q| q.phase == QpPhase::Gone) {
             return Ok(true);
         }
-        if now.duration_since(self.last_event) > self.params.stall {
+        if now.saturating_since(self.last_event) > self.params.stall {
             let states: Vec<String> = self
                 .qps
                 .iter()
@@ -1206,7 +1204,7 @@ impl SoakClient {
 
     /// Seconds since the first QP was established.
     pub fn running_for(&self, now: Instant) -> Duration {
-        self.start.map_or(Duration::ZERO, |s| now.duration_since(s))
+        self.start.map_or(Duration::ZERO, |s| now.saturating_since(s))
     }
 }
 

@@ -11,7 +11,9 @@
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Instant;
 
 use iwarp::verbs::{
     Access, CompletionStatus, QpId, RecvWr, RemoteBuf, STag, SendOp, SendWr, WcOpcode,
@@ -349,15 +351,15 @@ impl PerftestSession {
             Access::LOCAL_READ | Access::LOCAL_WRITE,
         )?;
         {
-            let mut rnic = h.rnic().0.borrow_mut();
-            for (i, b) in buf.bytes_mut(&mut rnic).iter_mut().enumerate() {
+            let rnic = h.rnic_mut();
+            for (i, b) in buf.bytes_mut(rnic).iter_mut().enumerate() {
                 *b = (i * 31 + 7) as u8;
             }
             // The latency poll octet and the credit count start at zero.
             if params.size > 0 {
-                buf.bytes_mut(&mut rnic)[half + params.size - 1] = 0;
+                buf.bytes_mut(rnic)[half + params.size - 1] = 0;
             }
-            credit.bytes_mut(&mut rnic).fill(0);
+            credit.bytes_mut(rnic).fill(0);
         }
         Ok(PerftestSession {
             server,
@@ -426,22 +428,20 @@ impl PerftestSession {
         self.peer_version.as_deref()
     }
 
-    fn post_ctrl_recvs(&self, h: &RdmaHandler, qp: QpId) -> Result<(), iwarp::verbs::VerbError> {
+    fn post_ctrl_recvs(&self, h: &mut RdmaHandler, qp: QpId) -> Result<(), iwarp::verbs::VerbError> {
         let wrs = (0..CTRL_SLOTS)
             .map(|i| RecvWr {
                 wr_id: TAG_CTRL_RECV | i as u64,
                 sgl: vec![self.ctrl_recv.sge(i * CTRL_BUF, CTRL_BUF)],
             })
             .collect();
-        h.rnic()
-            .0
-            .borrow_mut()
+        h.rnic_mut()
             .post_rq(qp, wrs)
             .map(|_| ())
             .map_err(|e| e.error)
     }
 
-    fn post_data_recvs(&mut self, h: &RdmaHandler, qp: QpId, n: u64) -> Result<(), String> {
+    fn post_data_recvs(&mut self, h: &mut RdmaHandler, qp: QpId, n: u64) -> Result<(), String> {
         if n == 0 {
             return Ok(());
         }
@@ -456,9 +456,7 @@ impl PerftestSession {
                 },
             })
             .collect();
-        h.rnic()
-            .0
-            .borrow_mut()
+        h.rnic_mut()
             .post_rq(qp, wrs)
             .map_err(|e| format!("post receive: {:?}", e.error))?;
         self.data_phase.recvs_posted += n;
@@ -539,15 +537,15 @@ impl PerftestSession {
         Ok(())
     }
 
-    fn send_ctrl(&mut self, h: &RdmaHandler, bytes: &[u8]) -> Result<(), PerftestError> {
+    fn send_ctrl(&mut self, h: &mut RdmaHandler, bytes: &[u8]) -> Result<(), PerftestError> {
         let c = self
             .ctrl
             .ok_or_else(|| PerftestError::Rdma("no control connection".into()))?;
         let slot = self.ctrl_send_next;
         self.ctrl_send_next = (slot + 1) % CTRL_SLOTS;
         let off = slot * CTRL_BUF;
-        let mut rnic = h.rnic().0.borrow_mut();
-        self.ctrl_send.bytes_mut(&mut rnic)[off..off + bytes.len()].copy_from_slice(bytes);
+        let rnic = h.rnic_mut();
+        self.ctrl_send.bytes_mut(rnic)[off..off + bytes.len()].copy_from_slice(bytes);
         let wr = SendWr::message(
             TAG_CTRL_SEND | slot as u64,
             SendOp::Send {
@@ -658,7 +656,7 @@ impl PerftestSession {
 
     fn completion(
         &mut self,
-        h: &RdmaHandler,
+        h: &mut RdmaHandler,
         wc: WorkCompletion,
         now: Instant,
     ) -> Result<(), PerftestError> {
@@ -688,12 +686,10 @@ impl PerftestSession {
                 let slot = (wc.wr_id & 0xff) as usize % CTRL_SLOTS;
                 let off = slot * CTRL_BUF;
                 let len = (wc.byte_len as usize).min(CTRL_BUF);
-                let msg = self.ctrl_recv.bytes(&h.rnic().0.borrow())[off..off + len].to_vec();
+                let msg = self.ctrl_recv.bytes(h.rnic())[off..off + len].to_vec();
                 self.inbox.push_back(msg);
                 let qp = wc.qp;
-                h.rnic()
-                    .0
-                    .borrow_mut()
+                h.rnic_mut()
                     .post_rq(
                         qp,
                         vec![RecvWr {
@@ -709,13 +705,13 @@ impl PerftestSession {
                 d.end = Some(now);
                 if self.params.test == Test::ReadLat {
                     if let Some(t) = d.posts.last() {
-                        d.samples.push(now.duration_since(*t).as_secs_f64() * 1e6);
+                        d.samples.push(now.saturating_since(*t).as_secs_f64() * 1e6);
                     }
                 }
                 if !self.params.test.is_lat() {
                     let (t0, bytes) = d.window.get_or_insert((now, 0));
                     *bytes += self.params.size as u64;
-                    let dt = now.duration_since(*t0);
+                    let dt = now.saturating_since(*t0);
                     if dt >= Duration::from_millis(10) {
                         let rate = *bytes as f64 / dt.as_secs_f64() / 1048576.0;
                         d.peak = d.peak.max(rate);
@@ -737,7 +733,7 @@ impl PerftestSession {
     }
 
     /// `ib_send_lat`: one ping received; keep receives posted for the rest.
-    fn lat_received(&mut self, h: &RdmaHandler, qp: QpId) -> Result<(), PerftestError> {
+    fn lat_received(&mut self, h: &mut RdmaHandler, qp: QpId) -> Result<(), PerftestError> {
         self.data_phase.arrived += 1;
         if self.data_phase.recvs_posted < self.params.iters {
             self.post_data_recvs(h, qp, 1)
@@ -747,7 +743,7 @@ impl PerftestSession {
     }
 
     /// `ib_send_bw` server: one Send received; repost, return credits as perftest does.
-    fn data_received(&mut self, h: &RdmaHandler, now: Instant) -> Result<(), PerftestError> {
+    fn data_received(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<(), PerftestError> {
         let data = self
             .data
             .ok_or_else(|| PerftestError::Rdma("receive without a data connection".into()))?;
@@ -766,9 +762,9 @@ impl PerftestSession {
             let peer = self
                 .peer_dest
                 .ok_or_else(|| PerftestError::Peer("credit buffer unknown".into()))?;
-            let mut rnic = h.rnic().0.borrow_mut();
+            let rnic = h.rnic_mut();
             let count = u32::try_from(received).unwrap_or(u32::MAX);
-            self.credit.bytes_mut(&mut rnic)[..4].copy_from_slice(&wire::credit_to_bytes(count));
+            self.credit.bytes_mut(rnic)[..4].copy_from_slice(&wire::credit_to_bytes(count));
             let wr = SendWr::message(
                 TAG_CREDIT,
                 SendOp::Write {
@@ -789,7 +785,7 @@ impl PerftestSession {
     // ------------------------------------------------------------ data phase
 
     /// Advances the data phase; true when it is over.
-    fn data_step(&mut self, h: &RdmaHandler, now: Instant) -> Result<bool, PerftestError> {
+    fn data_step(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<bool, PerftestError> {
         let iters = self.params.iters;
         match (self.params.test, self.server) {
             (Test::WriteBw | Test::ReadBw | Test::ReadLat, true) => Ok(true),
@@ -803,7 +799,7 @@ impl PerftestSession {
         }
     }
 
-    fn post_bw(&mut self, h: &RdmaHandler, now: Instant) -> Result<(), PerftestError> {
+    fn post_bw(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<(), PerftestError> {
         let data = self
             .data
             .ok_or_else(|| PerftestError::Rdma("no data connection".into()))?;
@@ -817,9 +813,9 @@ impl PerftestSession {
         let rx = u64::from(self.params.rx_depth.max(1));
         let size = self.params.size;
         let mut wrs = Vec::new();
-        let mut rnic = h.rnic().0.borrow_mut();
+        let rnic = h.rnic_mut();
         let credit = u64::from(wire::parse_credit(
-            self.credit.bytes(&rnic)[..4].try_into().unwrap_or([0; 4]),
+            self.credit.bytes(rnic)[..4].try_into().unwrap_or([0; 4]),
         ));
         let d = &mut self.data_phase;
         while d.posted < self.params.iters && d.posted - d.completed < depth {
@@ -862,7 +858,7 @@ impl PerftestSession {
 
     /// `ib_write_lat`: ping-pong of `size`-octet Writes; the last octet carries the count.
     /// The server writes first.
-    fn lat_step(&mut self, h: &RdmaHandler, now: Instant) -> Result<bool, PerftestError> {
+    fn lat_step(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<bool, PerftestError> {
         let iters = self.params.iters;
         let size = self.params.size;
         let write = self.params.test == Test::WriteLat;
@@ -877,7 +873,7 @@ impl PerftestSession {
         let peer = self
             .peer_dest
             .ok_or_else(|| PerftestError::Peer("buffer unknown".into()))?;
-        let mut rnic = h.rnic().0.borrow_mut();
+        let rnic = h.rnic_mut();
         let d = &mut self.data_phase;
         if d.start.is_none() {
             d.start = Some(now);
@@ -891,7 +887,7 @@ impl PerftestSession {
                     continue;
                 }
                 let arrived = if write {
-                    self.buf.bytes(&rnic)[self.adv_off + size - 1] == (d.received + 1) as u8
+                    self.buf.bytes(rnic)[self.adv_off + size - 1] == (d.received + 1) as u8
                 } else {
                     d.arrived > d.received
                 };
@@ -905,7 +901,7 @@ impl PerftestSession {
                 let sgl = if size == 0 {
                     Vec::new()
                 } else {
-                    self.buf.bytes_mut(&mut rnic)[size - 1] = d.posted as u8;
+                    self.buf.bytes_mut(rnic)[size - 1] = d.posted as u8;
                     vec![self.buf.sge(0, size)]
                 };
                 let op = if write {
@@ -936,7 +932,7 @@ impl PerftestSession {
     }
 
     /// `ib_read_lat` client: one Read at a time.
-    fn read_lat_step(&mut self, h: &RdmaHandler, now: Instant) -> Result<bool, PerftestError> {
+    fn read_lat_step(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<bool, PerftestError> {
         let iters = self.params.iters;
         let data = self
             .data
@@ -962,9 +958,7 @@ impl PerftestSession {
                     len: self.params.size as u32,
                 },
             );
-            h.rnic()
-                .0
-                .borrow_mut()
+            h.rnic_mut()
                 .post_sq(data.qp, vec![wr])
                 .map_err(|e| PerftestError::Rdma(format!("post: {:?}", e.error)))?;
             d.posts.push(now);
@@ -985,7 +979,7 @@ impl PerftestSession {
                 // perftest: half of each gap between consecutive posts (a round trip).
                 d.posts
                     .windows(2)
-                    .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / 2.0)
+                    .map(|w| w[1].saturating_since(w[0]).as_secs_f64() * 1e6 / 2.0)
                     .collect()
             };
             let mut r = latency_result(size, samples);
@@ -996,7 +990,7 @@ impl PerftestSession {
         } else if !self.server || self.params.test == Test::SendBw {
             let n = if self.server { d.received } else { d.completed };
             let secs = match (d.start, d.end) {
-                (Some(s), Some(e)) => e.duration_since(s).as_secs_f64(),
+                (Some(s), Some(e)) => e.saturating_since(s).as_secs_f64(),
                 _ => 0.0,
             }
             .max(1e-9);
@@ -1050,7 +1044,7 @@ impl PerftestSession {
         Ok(true)
     }
 
-    fn xchg(&mut self, h: &RdmaHandler, rec: Rec) -> Result<bool, PerftestError> {
+    fn xchg(&mut self, h: &mut RdmaHandler, rec: Rec) -> Result<bool, PerftestError> {
         if !self.ctrl.is_some_and(|c| c.established) {
             return Ok(false);
         }

@@ -1,0 +1,142 @@
+//! The poll-loop handler of a TCP engine over any ULP.
+//!
+//! Classified TCP segments go to [`tcp::Engine::handle_tcp`] with the context the engine
+//! lends its connections (the RNIC for iWARP, nothing for plain byte streams). Once per
+//! iteration and port the handler runs the engine's timers, then the [`TcpService`] on top
+//! (its events, application data, the ULPs' own timers), then drains the engine's output into
+//! transmit buffers after the Ethernet header, with the next hop resolved through the
+//! port's ARP cache, and last lets the service see what the transmission raised.
+//!
+//! Transmission is budgeted: at most [`TcpHandler::set_tx_per_poll`] packets per iteration
+//! and port, counting the frames the port refused earlier, so a full ring leaves the data in
+//! TCP's queues instead of dropping it.
+
+use std::marker::PhantomData;
+
+use tcp::{Engine, Ulp};
+
+use crate::classify::{Classified, FrameClass};
+use crate::clock::Instant;
+use crate::lcore::{Handled, Handler, PortContext};
+use crate::port::Port;
+
+/// Default of [`TcpHandler::set_tx_per_poll`].
+pub const TX_PER_POLL: usize = 128;
+
+/// What runs on top of a TCP engine in the poll loop: it owns the application side of the
+/// connections (a connection manager, a byte-stream application).
+pub trait TcpService<U, C> {
+    /// The iteration's work before the engine's output is drained: engine events,
+    /// application data, the ULPs' own timers.
+    fn work(&mut self, tcp: &mut Engine<U, C>, cx: &mut C, now: Instant);
+
+    /// After the drain: events the transmission raised (the default does nothing).
+    fn after_transmit(&mut self, _tcp: &mut Engine<U, C>, _cx: &mut C, _now: Instant) {}
+}
+
+/// A TCP engine with ULPs `U`, the context `C` it lends them, and the service `S` on top,
+/// as a poll-loop [`Handler`].
+pub struct TcpHandler<U, C, S> {
+    engine: Engine<U, C>,
+    cx: C,
+    service: S,
+    tx_per_poll: usize,
+    ulp: PhantomData<fn() -> U>,
+}
+
+impl<U: Ulp<C>, C, S: TcpService<U, C>> TcpHandler<U, C, S> {
+    /// A handler over `engine`, lending `cx` to its connections.
+    pub fn new(engine: Engine<U, C>, cx: C, service: S) -> Self {
+        TcpHandler {
+            engine,
+            cx,
+            service,
+            tx_per_poll: TX_PER_POLL,
+            ulp: PhantomData,
+        }
+    }
+
+    /// Most packets queued per iteration and port, those the port refused earlier included,
+    /// so that one burst does not overflow the port's transmit ring or the peer's receive
+    /// ring (the rest goes out in the next iterations).
+    pub fn set_tx_per_poll(&mut self, n: usize) {
+        self.tx_per_poll = n.max(1);
+    }
+
+    /// The TCP engine (monitoring).
+    pub fn tcp(&self) -> &Engine<U, C> {
+        &self.engine
+    }
+
+    /// The context the connections borrow.
+    pub fn context(&self) -> &C {
+        &self.cx
+    }
+
+    /// The context, mutably (between iterations: the loop does not hold it).
+    pub fn context_mut(&mut self) -> &mut C {
+        &mut self.cx
+    }
+
+    /// The service on top.
+    pub fn service(&self) -> &S {
+        &self.service
+    }
+
+    /// The engine, the context and the service at once, for the service's own calls.
+    pub fn parts(&mut self) -> (&mut Engine<U, C>, &mut C, &mut S) {
+        (&mut self.engine, &mut self.cx, &mut self.service)
+    }
+
+    /// One round of the engine's timers and the service's work, without a port (for work
+    /// handed to the handler between iterations).
+    pub fn work(&mut self, now: Instant) {
+        if self.engine.poll_timeout().is_some_and(|d| d <= now) {
+            self.engine.handle_timeout(now);
+        }
+        self.service.work(&mut self.engine, &mut self.cx, now);
+    }
+}
+
+impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C, S> {
+    fn handle(
+        &mut self,
+        _ctx: &mut PortContext<'_, P>,
+        now: Instant,
+        frame: P::Buf,
+        meta: &Classified,
+    ) -> Handled {
+        if meta.class != FrameClass::Tcp {
+            return Handled::Ignored;
+        }
+        let segment = meta.l4(frame.as_ref());
+        match self
+            .engine
+            .handle_tcp(now, &mut self.cx, meta.src_ip, meta.dst_ip, segment)
+        {
+            Ok(()) => Handled::Consumed,
+            Err(e) => {
+                log::debug!("tcp: {e}");
+                Handled::Ignored
+            }
+        }
+    }
+
+    fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
+        self.work(now);
+        let (engine, cx) = (&mut self.engine, &mut self.cx);
+        // Frames the port refused earlier count against the budget: while its ring stays
+        // full the data waits in TCP's queues, and nothing is dropped.
+        for _ in 0..self.tx_per_poll {
+            if ctx.tx_pending() >= self.tx_per_poll
+                || ctx
+                    .send_ipv4(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len)))
+                    .is_none()
+            {
+                break;
+            }
+        }
+        self.service
+            .after_transmit(&mut self.engine, &mut self.cx, now);
+    }
+}
