@@ -207,7 +207,8 @@ struct RtoUndo {
 }
 
 impl Tcb {
-    fn new(
+    /// Active open (RFC 9293 §3.10.1): SYN-SENT, SYN queued for transmission.
+    pub(crate) fn new_active(
         now: Instant,
         cfg: &Config,
         local: SocketAddrV4,
@@ -289,18 +290,6 @@ impl Tcb {
         }
     }
 
-    /// Active open (RFC 9293 §3.10.1): SYN-SENT, SYN queued for transmission.
-    pub(crate) fn new_active(
-        now: Instant,
-        cfg: &Config,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        iss: u32,
-        ts_offset: u32,
-    ) -> Self {
-        Tcb::new(now, cfg, local, remote, iss, ts_offset)
-    }
-
     /// Passive open from a SYN to a listener (RFC 9293 §3.10.7.2): SYN-RECEIVED.
     pub(crate) fn new_passive(
         now: Instant,
@@ -311,7 +300,7 @@ impl Tcb {
         ts_offset: u32,
         syn: &TcpRepr,
     ) -> Self {
-        let mut t = Tcb::new(now, cfg, local, remote, iss, ts_offset);
+        let mut t = Tcb::new_active(now, cfg, local, remote, iss, ts_offset);
         t.passive = true;
         t.state = State::SynReceived;
         t.accept_syn(now, cfg, syn);
