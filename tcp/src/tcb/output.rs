@@ -119,6 +119,31 @@ impl Tcb {
         }
     }
 
+    /// An empty segment (SYN, SYN-ACK, probe or pure ACK) into `buf`.
+    fn send_empty(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        control: TcpControl,
+        seq_no: u32,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let hdr = self.header(now, cfg, sink_wnd, control, seq_no);
+        write_packet(buf, cfg, self.local, self.remote, &hdr, &[])
+    }
+
+    /// A pure ACK (sequence number SND.NXT) into `buf`.
+    fn send_ack(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        self.send_empty(now, cfg, sink_wnd, TcpControl::None, self.snd_nxt, buf)
+    }
+
     fn send_unit(
         &mut self,
         now: Instant,
@@ -172,19 +197,16 @@ impl Tcb {
                     }
                     self.syn_emitted = true;
                     self.rtx_deadline = Some(now + self.rtt.rto());
-                    let hdr = self.header(now, cfg, sink_wnd, TcpControl::Syn, self.iss);
-                    return write_packet(buf, cfg, self.local, self.remote, &hdr, &[]);
+                    return self.send_empty(now, cfg, sink_wnd, TcpControl::Syn, self.iss, buf);
                 }
                 if self.ack_now && self.state == State::SynReceived {
-                    let hdr = self.header(now, cfg, sink_wnd, TcpControl::None, self.snd_nxt);
-                    return write_packet(buf, cfg, self.local, self.remote, &hdr, &[]);
+                    return self.send_ack(now, cfg, sink_wnd, buf);
                 }
                 return None;
             }
             State::TimeWait => {
                 if self.ack_now {
-                    let hdr = self.header(now, cfg, sink_wnd, TcpControl::None, self.snd_nxt);
-                    return write_packet(buf, cfg, self.local, self.remote, &hdr, &[]);
+                    return self.send_ack(now, cfg, sink_wnd, buf);
                 }
                 return None;
             }
@@ -245,12 +267,10 @@ impl Tcb {
             // carrying the current window without splitting any unit.
             self.send_probe = false;
             let probe_seq = self.snd_una.wrapping_sub(1);
-            let hdr = self.header(now, cfg, sink_wnd, TcpControl::None, probe_seq);
-            return write_packet(buf, cfg, self.local, self.remote, &hdr, &[]);
+            return self.send_empty(now, cfg, sink_wnd, TcpControl::None, probe_seq, buf);
         }
         if self.ack_now || (!self.fin_received && self.window_update_due(cfg, sink_wnd)) {
-            let hdr = self.header(now, cfg, sink_wnd, TcpControl::None, self.snd_nxt);
-            return write_packet(buf, cfg, self.local, self.remote, &hdr, &[]);
+            return self.send_ack(now, cfg, sink_wnd, buf);
         }
         None
     }
