@@ -351,7 +351,7 @@ impl Tcb {
             // RFC 6675 §5 / RFC 6582 §3.2: enter loss recovery, retransmit the first hole.
             self.recovery = Some(self.snd_nxt);
             self.recoveries += 1;
-            let flight = seq::diff(self.snd_nxt, self.snd_una).max(0) as usize;
+            let flight = self.flight_size();
             self.cc.on_congestion_event(now, flight, self.eff_mss);
             self.txq.mark_first_lost();
             self.fast_rtx = true;

@@ -399,6 +399,11 @@ impl Tcb {
             .wrapping_add(off.wrapping_sub(self.rcv_off) as u32)
     }
 
+    /// RFC 5681 FlightSize: bytes sent and not yet cumulatively acknowledged.
+    fn flight_size(&self) -> usize {
+        seq::diff(self.snd_nxt, self.snd_una).max(0) as usize
+    }
+
     fn tsval(&self, now: Instant) -> u32 {
         (now.as_millis() as u32).wrapping_add(self.ts_offset)
     }

@@ -227,7 +227,7 @@ impl Tcb {
         // New units.
         if matches!(self.state, State::Established | State::CloseWait) && !self.fin_queued {
             if ulp.pending() {
-                let in_flight = seq::diff(self.snd_nxt, self.snd_una).max(0) as u32;
+                let in_flight = self.flight_size() as u32;
                 let wnd_avail = self.snd_wnd.saturating_sub(in_flight) as usize;
                 let max_len = self.eff_mss.min(wnd_avail);
                 // RFC 9293 §3.8.6.2.1 sender SWS avoidance.

@@ -3,7 +3,6 @@
 
 use super::{CloseReason, RtoUndo, State, Tcb, TcbEvent};
 use crate::config::Config;
-use crate::seq;
 use crate::time::Instant;
 
 impl Tcb {
@@ -136,7 +135,7 @@ impl Tcb {
                     });
                 }
                 // RFC 6298 §5.4-5.6, RFC 5681 §3.1, RFC 6675 §5.1.
-                let flight = seq::diff(self.snd_nxt, self.snd_una).max(0) as usize;
+                let flight = self.flight_size();
                 self.cc.on_rto(now, flight, self.eff_mss);
                 self.rtt.backoff();
                 self.txq.mark_all_lost();
