@@ -55,7 +55,7 @@ impl Tcb {
             && repr.control == TcpControl::Fin
             && seg_seq.wrapping_add(repr.payload.len() as u32 + 1) == self.rcv_nxt
         {
-            self.timewait_deadline = Some(now + 2 * cfg.msl);
+            self.restart_time_wait(now, cfg);
             self.ack_now = true;
             return;
         }
@@ -186,7 +186,7 @@ impl Tcb {
             let fin_seq = seg_seq.wrapping_add(repr.payload.len() as u32);
             if self.state == State::TimeWait {
                 // RFC 9293 §3.10.7.4: retransmitted FIN restarts the 2 MSL timer.
-                self.timewait_deadline = Some(now + 2 * cfg.msl);
+                self.restart_time_wait(now, cfg);
                 self.ack_now = true;
             } else if !self.fin_received
                 && seq::ge(fin_seq, self.rcv_nxt)

@@ -35,13 +35,18 @@ impl Tcb {
 
     pub(super) fn enter_time_wait(&mut self, now: Instant, cfg: &Config, ev: &mut Vec<TcbEvent>) {
         self.state = State::TimeWait;
-        self.timewait_deadline = Some(now + 2 * cfg.msl);
+        self.restart_time_wait(now, cfg);
         self.rtx_deadline = None;
         self.persist_deadline = None;
         self.keepalive_deadline = None;
         self.finwait2_deadline = None;
         self.delack_deadline = None;
         ev.push(TcbEvent::Closed(CloseReason::Normal));
+    }
+
+    /// Arm, or restart, the 2 MSL TIME-WAIT timer (RFC 9293 §3.10.7.4).
+    pub(super) fn restart_time_wait(&mut self, now: Instant, cfg: &Config) {
+        self.timewait_deadline = Some(now + 2 * cfg.msl);
     }
 
     pub(super) fn arm_rtx(&mut self, now: Instant) {
