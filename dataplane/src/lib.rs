@@ -12,7 +12,7 @@ pub mod lcore;
 pub mod pcap;
 pub mod port;
 pub mod rdma;
-pub mod tcp_handler;
 pub mod stats;
+pub mod tcp_handler;
 #[cfg(test)]
 mod test_frames;

@@ -13,9 +13,8 @@ use crate::config::Config;
 use crate::isn::IsnGenerator;
 use crate::tcb::{CloseReason, ConnInfo, Holding, State, Tcb, TcbEvent};
 use crate::time::Instant;
-use crate::upper::Bound;
+use crate::ulp::{Bound, Ulp};
 use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
-use crate::Ulp;
 
 /// Handle of one connection. Stale handles (of closed connections) are detected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -104,6 +104,9 @@ pub trait SegmentSink<C: ?Sized = ()> {
     /// `payload[0]`; `in_order` is true when `seq == rcv_nxt`. Called before any copy; the
     /// payload was already trimmed to the receive window and to bytes never seen before.
     /// Return the ranges placed or otherwise taken; the rest is buffered by the engine.
+    ///
+    /// The default places nothing ahead of RCV.NXT: an in-order segment is taken whole
+    /// through [`SegmentSink::on_in_order`], anything else is left to reassembly.
     fn on_segment(
         &mut self,
         cx: &mut C,
@@ -111,8 +114,15 @@ pub trait SegmentSink<C: ?Sized = ()> {
         seq: u32,
         payload: &[u8],
         in_order: bool,
-        rcv_nxt: u32,
-    ) -> Consumed;
+        _rcv_nxt: u32,
+    ) -> Consumed {
+        if in_order {
+            self.on_in_order(cx, now, seq, payload);
+            Consumed::all(payload.len())
+        } else {
+            Consumed::none()
+        }
+    }
 
     /// Bytes the sink did not consume, now in order, starting at sequence `seq`. The sink
     /// must take them all (the advertised window keeps their amount bounded).

@@ -6,7 +6,7 @@
 //! segments directly (one copy, from the segment into the receive buffer) and leaves
 //! out-of-order ones to the engine's reassembly.
 
-use crate::rx::{Consumed, SegmentSink};
+use crate::rx::SegmentSink;
 use crate::time::Instant;
 use crate::tx::{SegmentSource, Unit};
 
@@ -134,23 +134,6 @@ impl StreamSocket {
 
 /// A byte stream needs no context: it works in any engine.
 impl<C: ?Sized> SegmentSink<C> for StreamSocket {
-    fn on_segment(
-        &mut self,
-        _cx: &mut C,
-        _now: Instant,
-        _seq: u32,
-        payload: &[u8],
-        in_order: bool,
-        _rcv_nxt: u32,
-    ) -> Consumed {
-        if in_order {
-            self.take_in_order(payload);
-            Consumed::all(payload.len())
-        } else {
-            Consumed::none()
-        }
-    }
-
     fn on_in_order(&mut self, _cx: &mut C, _now: Instant, _seq: u32, bytes: &[u8]) {
         self.take_in_order(bytes);
     }

@@ -546,7 +546,14 @@ impl ConnManager {
         }
     }
 
-    fn accepted(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, conn: ConnId, remote: SocketAddrV4, port: u16) {
+    fn accepted(
+        &mut self,
+        engine: &mut RdmaEngine,
+        rnic: &mut Rnic,
+        conn: ConnId,
+        remote: SocketAddrV4,
+        port: u16,
+    ) {
         let Some(init) = self.listeners.get(&port).cloned() else {
             let _ = engine.abort(conn);
             return;

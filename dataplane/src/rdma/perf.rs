@@ -600,11 +600,7 @@ impl PerfClient {
             let result = res.buffer(h, 8, Access::LOCAL_WRITE | Access::LOCAL_READ)?;
             let credit = res.buffer(h, 64, Access::LOCAL_WRITE)?;
             // A recognisable source pattern.
-            for (i, b) in local
-                .bytes_mut(h.rnic_mut())
-                .iter_mut()
-                .enumerate()
-            {
+            for (i, b) in local.bytes_mut(h.rnic_mut()).iter_mut().enumerate() {
                 *b = (i * 31 + 7) as u8;
             }
             bufs.push([local, sink, result, credit]);

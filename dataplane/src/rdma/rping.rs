@@ -3,8 +3,8 @@
 //! Reads it and answers with a "go ahead" Send; the client advertises its sink buffer, the
 //! server RDMA Writes the ping data back and sends "go ahead" again.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
 use crate::clock::Instant;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 use iwarp::verbs::{Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode};
 use tcp::ConnId;

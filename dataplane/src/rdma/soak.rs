@@ -899,7 +899,9 @@ impl SoakClient {
     }
 
     fn budget_left(&self, now: Instant) -> bool {
-        let elapsed = self.start.map_or(Duration::ZERO, |s| now.saturating_since(s));
+        let elapsed = self
+            .start
+            .map_or(Duration::ZERO, |s| now.saturating_since(s));
         self.params.bytes.is_none_or(|b| self.tally.bytes() < b)
             && self.params.duration.is_none_or(|d| elapsed < d)
     }
@@ -1070,7 +1072,9 @@ impl SoakClient {
                 q.phase = QpPhase::Verdict;
                 self.tally.server_verified += v.bytes;
                 if self.qps.iter().all(|q| q.phase == QpPhase::Verdict) {
-                    self.elapsed = self.start.map_or(Duration::ZERO, |s| now.saturating_since(s));
+                    self.elapsed = self
+                        .start
+                        .map_or(Duration::ZERO, |s| now.saturating_since(s));
                 }
             }
             WcOpcode::RdmaWrite => self.tally.writes += 1,
@@ -1204,7 +1208,8 @@ impl SoakClient {
 
     /// Seconds since the first QP was established.
     pub fn running_for(&self, now: Instant) -> Duration {
-        self.start.map_or(Duration::ZERO, |s| now.saturating_since(s))
+        self.start
+            .map_or(Duration::ZERO, |s| now.saturating_since(s))
     }
 }
 

@@ -428,7 +428,11 @@ impl PerftestSession {
         self.peer_version.as_deref()
     }
 
-    fn post_ctrl_recvs(&self, h: &mut RdmaHandler, qp: QpId) -> Result<(), iwarp::verbs::VerbError> {
+    fn post_ctrl_recvs(
+        &self,
+        h: &mut RdmaHandler,
+        qp: QpId,
+    ) -> Result<(), iwarp::verbs::VerbError> {
         let wrs = (0..CTRL_SLOTS)
             .map(|i| RecvWr {
                 wr_id: TAG_CTRL_RECV | i as u64,

@@ -1,0 +1,508 @@
+//! Segment input (RFC 9293 §3.10.7): acceptability, ACK and SACK processing, payload
+//! delivery through the sink with reassembly, and the peer's FIN.
+
+use core::time::Duration;
+
+use smoltcp::wire::{TcpControl, TcpRepr};
+
+use super::{CloseReason, State, Tcb, TcbEvent};
+use crate::config::Config;
+use crate::rx::Consumed;
+use crate::seq;
+use crate::time::Instant;
+use crate::ulp::Upper;
+
+/// RFC 7323 §5.5: TS.Recent is invalid after 24 days of idleness.
+const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+
+impl Tcb {
+    /// Process one segment addressed to this TCB (RFC 9293 §3.10.7).
+    pub(crate) fn handle_segment(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        repr: &TcpRepr,
+        ulp: &mut dyn Upper,
+        ev: &mut Vec<TcbEvent>,
+    ) {
+        if self.state == State::SynSent {
+            self.handle_syn_sent(now, cfg, repr, ev);
+            return;
+        }
+        let seg_seq = repr.seq_number.0 as u32;
+        let seg_ack = repr.ack_number.map(|a| a.0 as u32);
+        let is_rst = repr.control == TcpControl::Rst;
+
+        // Simultaneous open: our SYN-ACK crossed the peer's (RFC 9293 §3.5 figure 8).
+        if self.state == State::SynReceived
+            && repr.control == TcpControl::Syn
+            && seg_seq == self.irs
+        {
+            match seg_ack {
+                Some(a) if a == self.snd_nxt => {
+                    self.snd_wnd = u32::from(repr.window_len);
+                    self.establish(now, seg_seq, a, ev);
+                    self.ack_now = true;
+                }
+                _ => self.send_syn = true,
+            }
+            return;
+        }
+
+        // RFC 9293 §3.10.7.4 (TIME-WAIT): a retransmission of the peer's FIN is
+        // acknowledged and restarts the 2 MSL timer.
+        if self.state == State::TimeWait
+            && repr.control == TcpControl::Fin
+            && seg_seq.wrapping_add(repr.payload.len() as u32 + 1) == self.rcv_nxt
+        {
+            self.restart_time_wait(now, cfg);
+            self.ack_now = true;
+            return;
+        }
+
+        // PAWS, RFC 7323 §5.3 R1.
+        if self.opts.timestamps && !is_rst {
+            if let (Some(ts), Some(at)) = (repr.timestamp, self.ts_recent_at) {
+                if seq::lt(ts.tsval, self.ts_recent) && now.saturating_since(at) < PAWS_IDLE {
+                    log::debug!("PAWS: dropping segment with old TSval {}", ts.tsval);
+                    self.ack_now = true;
+                    return;
+                }
+            }
+        }
+
+        // Sequence number check, RFC 9293 §3.10.7.4 first check.
+        let seg_len = repr.payload.len() as u32
+            + u32::from(matches!(repr.control, TcpControl::Syn | TcpControl::Fin));
+        let wnd = self.rcv_wnd();
+        let start_ok =
+            seq::ge(seg_seq, self.rcv_nxt) && seq::lt(seg_seq, self.rcv_nxt.wrapping_add(wnd));
+        let acceptable = match (seg_len, wnd) {
+            (0, 0) => seg_seq == self.rcv_nxt,
+            (0, _) => start_ok,
+            (_, 0) => false,
+            (_, _) => {
+                let last = seg_seq.wrapping_add(seg_len - 1);
+                start_ok
+                    || (seq::ge(last, self.rcv_nxt)
+                        && seq::lt(last, self.rcv_nxt.wrapping_add(wnd)))
+            }
+        };
+        if !acceptable {
+            if !is_rst {
+                self.ack_now = true;
+            }
+            // RFC 9293 §3.10.7.4: with a zero window, valid ACKs are still processed.
+            if wnd == 0 && seg_seq == self.rcv_nxt && !is_rst && self.synchronized() {
+                if let Some(a) = seg_ack {
+                    self.process_ack(now, repr, seg_seq, a, ulp);
+                }
+            }
+            return;
+        }
+
+        // RFC 7323 §4.3: remember TS.Recent.
+        if self.opts.timestamps {
+            if let Some(ts) = repr.timestamp {
+                if seq::le(seg_seq, self.last_ack_sent)
+                    && (self.ts_recent_at.is_none() || seq::ge(ts.tsval, self.ts_recent))
+                {
+                    self.ts_recent = ts.tsval;
+                    self.ts_recent_at = Some(now);
+                }
+            }
+        }
+
+        // RST, RFC 9293 §3.10.7.4 second check with RFC 5961 §3.2.
+        if is_rst {
+            if seg_seq == self.rcv_nxt {
+                self.on_reset(ev);
+            } else {
+                self.ack_now = true;
+            }
+            return;
+        }
+
+        // SYN in a synchronized state: challenge ACK (RFC 5961 §4.2).
+        if repr.control == TcpControl::Syn {
+            self.ack_now = true;
+            return;
+        }
+
+        let Some(ack) = seg_ack else {
+            return;
+        };
+
+        if self.state == State::SynReceived {
+            if seq::gt(ack, self.snd_una) && seq::le(ack, self.snd_nxt) {
+                self.snd_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
+                self.establish(now, seg_seq, ack, ev);
+            } else {
+                ev.push(TcbEvent::Rst {
+                    seq: ack,
+                    ack: None,
+                });
+                return;
+            }
+        }
+
+        if seq::gt(ack, self.snd_nxt) {
+            // RFC 9293 §3.10.7.4: ACK for data not yet sent.
+            self.ack_now = true;
+            return;
+        }
+        self.process_ack(now, repr, seg_seq, ack, ulp);
+
+        let fin_acked = self.fin_queued && self.txq.is_empty();
+        match self.state {
+            State::FinWait1 if fin_acked => {
+                self.state = State::FinWait2;
+                self.finwait2_deadline = Some(now + cfg.fin_wait2_timeout);
+            }
+            State::Closing if fin_acked => {
+                self.enter_time_wait(now, cfg, ev);
+            }
+            State::LastAck if fin_acked => {
+                self.state = State::TimeWait;
+                ev.push(TcbEvent::Closed(CloseReason::Normal));
+                ev.push(TcbEvent::Remove);
+                return;
+            }
+            _ => {}
+        }
+
+        self.restart_keepalive(now, cfg);
+
+        if !repr.payload.is_empty()
+            && matches!(
+                self.state,
+                State::Established | State::FinWait1 | State::FinWait2
+            )
+        {
+            self.process_payload(now, cfg, seg_seq, repr.payload, ulp);
+        }
+
+        if repr.control == TcpControl::Fin {
+            let fin_seq = seg_seq.wrapping_add(repr.payload.len() as u32);
+            if self.state == State::TimeWait {
+                // RFC 9293 §3.10.7.4: retransmitted FIN restarts the 2 MSL timer.
+                self.restart_time_wait(now, cfg);
+                self.ack_now = true;
+            } else if !self.fin_received
+                && seq::ge(fin_seq, self.rcv_nxt)
+                && seq::le(fin_seq, self.rcv_nxt.wrapping_add(self.rcv_wnd()))
+            {
+                self.peer_fin = Some(fin_seq);
+                self.ack_now = true;
+            }
+        }
+        self.consume_fin(now, cfg, ev);
+    }
+
+    fn establish(&mut self, now: Instant, seg_seq: u32, ack: u32, ev: &mut Vec<TcbEvent>) {
+        self.snd_una = ack;
+        self.snd_wl1 = seg_seq;
+        self.snd_wl2 = ack;
+        self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+        if self.syn_retries == 0 {
+            self.rtt.sample(now.saturating_since(self.syn_sent_at));
+        }
+        self.rtx_deadline = None;
+        self.send_syn = false;
+        self.state = State::Established;
+        ev.push(if self.passive {
+            TcbEvent::Accepted
+        } else {
+            TcbEvent::Connected
+        });
+    }
+
+    fn on_reset(&mut self, ev: &mut Vec<TcbEvent>) {
+        match self.state {
+            State::SynReceived if self.passive => {}
+            State::SynReceived => ev.push(TcbEvent::Closed(CloseReason::Refused)),
+            State::Closing | State::LastAck | State::TimeWait => {
+                ev.push(TcbEvent::Closed(CloseReason::Normal))
+            }
+            _ => ev.push(TcbEvent::Closed(CloseReason::Reset)),
+        }
+        ev.push(TcbEvent::Remove);
+    }
+
+    /// RFC 9293 §3.10.7.3.
+    fn handle_syn_sent(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        repr: &TcpRepr,
+        ev: &mut Vec<TcbEvent>,
+    ) {
+        let seg_ack = repr.ack_number.map(|a| a.0 as u32);
+        if let Some(a) = seg_ack {
+            if seq::le(a, self.iss) || seq::gt(a, self.snd_nxt) {
+                if repr.control != TcpControl::Rst {
+                    ev.push(TcbEvent::Rst { seq: a, ack: None });
+                }
+                return;
+            }
+        }
+        match repr.control {
+            TcpControl::Rst if seg_ack.is_some() => {
+                ev.push(TcbEvent::Closed(CloseReason::Refused));
+                ev.push(TcbEvent::Remove);
+            }
+            TcpControl::Syn => {
+                self.accept_syn(now, cfg, repr);
+                match seg_ack {
+                    Some(a) => {
+                        self.establish(now, repr.seq_number.0 as u32, a, ev);
+                        self.restart_keepalive(now, cfg);
+                        self.ack_now = true;
+                    }
+                    None => {
+                        // Simultaneous open (RFC 9293 §3.5 figure 8).
+                        self.state = State::SynReceived;
+                        self.send_syn = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// ACK field processing (RFC 9293 §3.10.7.4 fifth check) with SACK (RFC 6675) and
+    /// fast retransmit / NewReno recovery (RFC 5681 §3.2, RFC 6582).
+    fn process_ack(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        seg_seq: u32,
+        ack: u32,
+        ulp: &mut dyn Upper,
+    ) {
+        let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
+        let mut sack_changed = false;
+        if self.opts.sack {
+            for (l, r) in repr.sack_ranges.iter().flatten() {
+                if seq::lt(*l, *r) && seq::ge(*l, self.snd_una) && seq::le(*r, self.snd_nxt) {
+                    sack_changed |= self.txq.sack(*l, *r);
+                }
+            }
+        }
+        let outstanding = !self.txq.is_empty();
+        if seq::gt(ack, self.snd_una) {
+            if let Some(undo) = self.rto_undo.take() {
+                // RFC 3522 §3.2: the first ACK for new data after a timeout echoes a
+                // TSval older than the retransmission's: the original arrived, the
+                // timeout was spurious (a peer that stalled, not a loss). RFC 4015 §3:
+                // restore the congestion state, and what the timeout marked lost is in
+                // flight (not sent again).
+                if repr
+                    .timestamp
+                    .is_some_and(|ts| seq::lt(ts.tsecr, undo.retransmit_ts))
+                {
+                    self.cc = undo.cc;
+                    self.txq.undo_lost();
+                    self.spurious_timeouts += 1;
+                }
+            }
+            let acked = self.txq.ack(ack, |b| ulp.recycle(b));
+            self.snd_una = ack;
+            if let Some(sent) = acked.rtt_sample_sent_at {
+                self.rtt.sample(now.saturating_since(sent));
+            }
+            self.rtt.reset_backoff();
+            self.rtx_count = 0;
+            self.dupacks = 0;
+            match self.recovery {
+                Some(point) if seq::ge(ack, point) => self.recovery = None,
+                Some(_) => {
+                    // RFC 6582 §3.2 step 5: partial ACK retransmits the next hole.
+                    if !self.opts.sack {
+                        self.txq.mark_first_lost();
+                    }
+                }
+                None => self
+                    .cc
+                    .on_ack(now, acked.bytes, self.rtt.srtt(), self.eff_mss),
+            }
+            // RFC 6298 §5.2/§5.3.
+            self.rtx_deadline = if self.txq.is_empty() {
+                None
+            } else {
+                Some(now + self.rtt.rto())
+            };
+        } else if ack == self.snd_una
+            && outstanding
+            && repr.payload.is_empty()
+            && repr.control == TcpControl::None
+            && (new_wnd == self.snd_wnd || sack_changed)
+        {
+            // RFC 5681 §2 duplicate ACK (RFC 6675 counts SACK-bearing ACKs likewise).
+            self.dupacks += 1;
+        }
+        if self.opts.sack && sack_changed {
+            self.txq.detect_losses(self.eff_mss);
+        }
+        if self.recovery.is_none()
+            && !self.txq.is_empty()
+            && (self.dupacks >= 3 || (self.opts.sack && self.txq.first_lost()))
+        {
+            // RFC 6675 §5 / RFC 6582 §3.2: enter loss recovery, retransmit the first hole.
+            self.recovery = Some(self.snd_nxt);
+            self.recoveries += 1;
+            let flight = self.flight_size();
+            self.cc.on_congestion_event(now, flight, self.eff_mss);
+            self.txq.mark_first_lost();
+            self.fast_rtx = true;
+        }
+        // RFC 9293 §3.10.7.4: send window update.
+        if seq::lt(self.snd_wl1, seg_seq) || (self.snd_wl1 == seg_seq && seq::le(self.snd_wl2, ack))
+        {
+            self.snd_wnd = new_wnd;
+            self.snd_wl1 = seg_seq;
+            self.snd_wl2 = ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(new_wnd);
+            if new_wnd > 0 {
+                self.persist_deadline = None;
+                self.persist_backoff = 0;
+            }
+        }
+    }
+
+    /// Offer new payload to the sink, then keep what it did not consume (RFC 9293
+    /// §3.10.7.4 seventh check, with the placement hook).
+    fn process_payload(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        seg_seq: u32,
+        payload: &[u8],
+        ulp: &mut dyn Upper,
+    ) {
+        let mut seq0 = seg_seq;
+        let mut p = payload;
+        let front = seq::diff(self.rcv_nxt, seq0);
+        if front > 0 {
+            let cut = front as usize;
+            if cut >= p.len() {
+                self.ack_now = true;
+                return;
+            }
+            p = &p[cut..];
+            seq0 = self.rcv_nxt;
+        }
+        let rel = seq::diff(seq0, self.rcv_nxt) as u64;
+        let wnd = u64::from(self.rcv_wnd());
+        if rel >= wnd {
+            self.ack_now = true;
+            return;
+        }
+        if p.len() as u64 > wnd - rel {
+            p = &p[..(wnd - rel) as usize];
+        }
+        let s = self.rcv_off + rel;
+        let e = s + p.len() as u64;
+        let had_gaps = !self.rx.is_empty();
+        let whole = [(s, e)];
+        let uncovered;
+        let pieces: &[(u64, u64)] = if had_gaps {
+            uncovered = self.rx.uncovered(s, e);
+            &uncovered
+        } else {
+            &whole
+        };
+        if pieces.is_empty() {
+            // Entirely duplicate: RFC 5681 §4.2 immediate ACK.
+            self.ack_now = true;
+            return;
+        }
+        let before = self.rcv_nxt;
+        for &(ps, pe) in pieces {
+            let slice = &p[(ps - s) as usize..(pe - s) as usize];
+            let pseq = self.seq_of(ps);
+            let in_order = ps == self.rcv_off;
+            let consumed = ulp.on_segment(pseq, slice, in_order, self.rcv_nxt);
+            if in_order && self.rx.is_empty() {
+                // Fast path: nothing buffered; unconsumed bytes go straight to the sink.
+                for_each_unconsumed(&consumed, slice.len(), |a, b| {
+                    ulp.on_in_order(pseq.wrapping_add(a as u32), &slice[a..b]);
+                });
+                self.rcv_off = pe;
+                self.rcv_nxt = self.rcv_nxt.wrapping_add(slice.len() as u32);
+            } else {
+                for_each_unconsumed(&consumed, slice.len(), |a, b| {
+                    self.rx.store(ps + a as u64, &slice[a..b]);
+                });
+                self.rx.insert(ps, pe);
+                if !in_order {
+                    self.sack_rep.record(ps);
+                }
+                self.deliver_in_order(ulp);
+            }
+        }
+        if self.rcv_nxt != before {
+            ulp.on_advance(self.rcv_nxt);
+        }
+        if seq0 != before || had_gaps {
+            // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: out-of-order data or a filled gap.
+            self.ack_now = true;
+        } else {
+            self.segs_unacked += 1;
+            if self.segs_unacked >= 2 {
+                self.ack_now = true;
+            } else if self.delack_deadline.is_none() {
+                self.delack_deadline = Some(now + cfg.delayed_ack);
+            }
+        }
+    }
+
+    fn deliver_in_order(&mut self, ulp: &mut dyn Upper) {
+        while let Some(end) = self.rx.pop_front_at(self.rcv_off) {
+            while let Some((off, bytes)) = self.rx.pop_stored_before(end) {
+                ulp.on_in_order(self.seq_of(off), &bytes);
+            }
+            self.rcv_nxt = self.seq_of(end);
+            self.rcv_off = end;
+        }
+    }
+
+    fn consume_fin(&mut self, now: Instant, cfg: &Config, ev: &mut Vec<TcbEvent>) {
+        if self.fin_received || self.peer_fin != Some(self.rcv_nxt) {
+            return;
+        }
+        self.fin_received = true;
+        self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+        self.ack_now = true;
+        ev.push(TcbEvent::PeerFin);
+        match self.state {
+            State::Established => {
+                self.state = State::CloseWait;
+            }
+            State::FinWait1 => {
+                if self.fin_queued && self.txq.is_empty() {
+                    self.enter_time_wait(now, cfg, ev);
+                } else {
+                    self.state = State::Closing;
+                }
+            }
+            State::FinWait2 => self.enter_time_wait(now, cfg, ev),
+            _ => {}
+        }
+    }
+}
+
+/// Call `f(start, end)` for each byte range of a `len`-byte payload outside `consumed`.
+fn for_each_unconsumed(consumed: &Consumed, len: usize, mut f: impl FnMut(usize, usize)) {
+    let mut pos = 0;
+    for r in consumed.iter() {
+        let (a, b) = (r.start.min(len), r.end.min(len));
+        if a > pos {
+            f(pos, a);
+        }
+        pos = pos.max(b);
+    }
+    if pos < len {
+        f(pos, len);
+    }
+}

@@ -1,0 +1,419 @@
+//! One connection's RFC 9293 state machine (the transmission control block).
+//!
+//! Split by concern the way Linux splits `tcp_input.c` / `tcp_output.c` / `tcp_timer.c`:
+//! this module holds the state, its construction and accessors; [`input`] processes
+//! arriving segments, [`output`] builds outgoing ones and [`timers`] runs the deadlines.
+
+mod holding;
+mod input;
+mod output;
+mod timers;
+
+use core::time::Duration;
+use std::net::SocketAddrV4;
+
+use smoltcp::wire::{TcpControl, TcpRepr};
+
+use crate::cc::CongestionControl;
+use crate::config::Config;
+use crate::options::{Negotiated, Offer};
+use crate::rto::RttEstimator;
+use crate::rx::Reassembly;
+use crate::sack::SackReporter;
+use crate::seq;
+use crate::time::Instant;
+use crate::tx::SendQueue;
+
+pub(crate) use holding::Holding;
+
+/// Connection states of RFC 9293 §3.3.2 (LISTEN lives in the listener table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Active open sent SYN.
+    SynSent,
+    /// SYN received, SYN-ACK sent.
+    SynReceived,
+    /// Data flows both ways.
+    Established,
+    /// We closed; our FIN is not yet acknowledged.
+    FinWait1,
+    /// We closed and our FIN was acknowledged; the peer may still send.
+    FinWait2,
+    /// The peer closed; we may still send.
+    CloseWait,
+    /// Both closed simultaneously; waiting for the ACK of our FIN.
+    Closing,
+    /// The peer closed first, then we did; waiting for the ACK of our FIN.
+    LastAck,
+    /// Both FINs acknowledged; lingering 2 MSL for stray segments.
+    TimeWait,
+}
+
+/// Why a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Both sides closed gracefully.
+    Normal,
+    /// The peer reset the connection.
+    Reset,
+    /// The peer refused the active open (RST in SYN-SENT).
+    Refused,
+    /// Retransmissions, keepalive probes or FIN-WAIT-2 timed out.
+    TimedOut,
+    /// Aborted locally (RST sent).
+    Aborted,
+    /// The segment source handed a unit larger than the effective send MSS.
+    UnitTooLarge,
+}
+
+/// What a TCB asks of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TcbEvent {
+    /// Active open (or simultaneous open) completed.
+    Connected,
+    /// Passive open completed.
+    Accepted,
+    /// The peer's FIN was received in order.
+    PeerFin,
+    /// The connection is over for the application.
+    Closed(CloseReason),
+    /// Send a RST with this sequence number (and ACK number).
+    Rst { seq: u32, ack: Option<u32> },
+    /// Delete the TCB.
+    Remove,
+}
+
+/// Statistics and state exposed for monitoring and tests.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnInfo {
+    /// RFC 9293 state.
+    pub state: State,
+    /// Negotiated options.
+    pub options: Negotiated,
+    /// Effective send MSS: the largest unit the source is ever asked for.
+    pub effective_mss: usize,
+    /// Congestion window, bytes.
+    pub cwnd: usize,
+    /// Slow-start threshold, bytes.
+    pub ssthresh: usize,
+    /// Smoothed RTT.
+    pub srtt: Option<Duration>,
+    /// Current retransmission timeout.
+    pub rto: Duration,
+    /// Peer's advertised window, bytes (scaled).
+    pub snd_wnd: usize,
+    /// Bytes in flight (RFC 6675 pipe).
+    pub pipe: usize,
+    /// SND.UNA.
+    pub snd_una: u32,
+    /// SND.NXT.
+    pub snd_nxt: u32,
+    /// RCV.NXT.
+    pub rcv_nxt: u32,
+    /// Received ranges beyond RCV.NXT (each preceded by a gap).
+    pub rx_ranges: usize,
+    /// Bytes copied into the reassembly store.
+    pub rx_stored: usize,
+    /// Segments retransmitted, SYN and SYN-ACK included.
+    pub retransmits: u64,
+    /// Retransmission timeouts, those of the SYN and SYN-ACK included.
+    pub timeouts: u64,
+    /// Of those, timeouts found spurious by the Eifel algorithm and undone (RFC 3522,
+    /// RFC 4015).
+    pub spurious_timeouts: u64,
+    /// Fast-recovery episodes.
+    pub recoveries: u64,
+}
+
+/// A transmission control block.
+#[derive(Debug)]
+pub(crate) struct Tcb {
+    pub(crate) state: State,
+    pub(crate) local: SocketAddrV4,
+    pub(crate) remote: SocketAddrV4,
+    /// Created by a listener (a reset in SYN-RECEIVED returns silently to LISTEN).
+    pub(crate) passive: bool,
+    pub(crate) reported_closed: bool,
+
+    offer: Offer,
+    opts: Negotiated,
+    eff_mss: usize,
+
+    iss: u32,
+    snd_una: u32,
+    snd_nxt: u32,
+    snd_wnd: u32,
+    snd_wl1: u32,
+    snd_wl2: u32,
+    max_snd_wnd: u32,
+    txq: SendQueue,
+    fin_queued: bool,
+    close_requested: bool,
+
+    irs: u32,
+    rcv_nxt: u32,
+    rcv_off: u64,
+    rcv_adv: u32,
+    rx: Reassembly,
+    sack_rep: SackReporter,
+    peer_fin: Option<u32>,
+    fin_received: bool,
+
+    rtt: RttEstimator,
+    cc: Box<dyn CongestionControl>,
+    recovery: Option<u32>,
+    dupacks: u32,
+    fast_rtx: bool,
+
+    syn_sent_at: Instant,
+    syn_retries: u32,
+    rtx_count: u32,
+    rtx_deadline: Option<Instant>,
+    delack_deadline: Option<Instant>,
+    persist_deadline: Option<Instant>,
+    persist_backoff: u32,
+    keepalive_deadline: Option<Instant>,
+    ka_probes: u32,
+    timewait_deadline: Option<Instant>,
+    finwait2_deadline: Option<Instant>,
+
+    send_syn: bool,
+    syn_emitted: bool,
+    ack_now: bool,
+    send_probe: bool,
+    segs_unacked: u32,
+    last_ack_sent: u32,
+
+    ts_recent: u32,
+    ts_recent_at: Option<Instant>,
+    ts_offset: u32,
+
+    retransmits: u64,
+    timeouts: u64,
+    spurious_timeouts: u64,
+    recoveries: u64,
+    /// Since a timeout: how to undo it should it prove spurious.
+    rto_undo: Option<RtoUndo>,
+}
+
+/// What a retransmission timeout changed, kept until the next ACK shows whether it was
+/// spurious (RFC 3522 detection with timestamps, RFC 4015 response).
+#[derive(Debug)]
+struct RtoUndo {
+    /// TSval of the first retransmission (RFC 3522 RetransmitTS).
+    retransmit_ts: u32,
+    /// The congestion controller before the timeout.
+    cc: Box<dyn CongestionControl>,
+}
+
+impl Tcb {
+    /// Active open (RFC 9293 §3.10.1): SYN-SENT, SYN queued for transmission.
+    pub(crate) fn new_active(
+        now: Instant,
+        cfg: &Config,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: u32,
+        ts_offset: u32,
+    ) -> Self {
+        let offer = Offer {
+            mss: cfg.local_mss(),
+            wscale: Some(cfg.window_scale.min(14)),
+            sack: cfg.sack,
+            timestamps: cfg.timestamps,
+        };
+        let opts = Negotiated {
+            peer_mss: crate::options::DEFAULT_PEER_MSS,
+            snd_shift: 0,
+            rcv_shift: 0,
+            sack: false,
+            timestamps: false,
+        };
+        let eff_mss = opts.effective_mss(offer.mss);
+        Tcb {
+            state: State::SynSent,
+            local,
+            remote,
+            passive: false,
+            reported_closed: false,
+            offer,
+            opts,
+            eff_mss,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss.wrapping_add(1),
+            snd_wnd: 0,
+            snd_wl1: 0,
+            snd_wl2: 0,
+            max_snd_wnd: 0,
+            txq: SendQueue::default(),
+            fin_queued: false,
+            close_requested: false,
+            irs: 0,
+            rcv_nxt: 0,
+            rcv_off: 0,
+            rcv_adv: 0,
+            rx: Reassembly::default(),
+            sack_rep: SackReporter::default(),
+            peer_fin: None,
+            fin_received: false,
+            rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
+            cc: cfg.congestion.build(eff_mss, cfg.initial_window),
+            recovery: None,
+            dupacks: 0,
+            fast_rtx: false,
+            syn_sent_at: now,
+            syn_retries: 0,
+            rtx_count: 0,
+            rtx_deadline: None,
+            delack_deadline: None,
+            persist_deadline: None,
+            persist_backoff: 0,
+            keepalive_deadline: None,
+            ka_probes: 0,
+            timewait_deadline: None,
+            finwait2_deadline: None,
+            send_syn: true,
+            syn_emitted: false,
+            ack_now: false,
+            send_probe: false,
+            segs_unacked: 0,
+            last_ack_sent: 0,
+            ts_recent: 0,
+            ts_recent_at: None,
+            ts_offset,
+            retransmits: 0,
+            timeouts: 0,
+            spurious_timeouts: 0,
+            recoveries: 0,
+            rto_undo: None,
+        }
+    }
+
+    /// Passive open from a SYN to a listener (RFC 9293 §3.10.7.2): SYN-RECEIVED.
+    pub(crate) fn new_passive(
+        now: Instant,
+        cfg: &Config,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: u32,
+        ts_offset: u32,
+        syn: &TcpRepr,
+    ) -> Self {
+        let mut t = Tcb::new_active(now, cfg, local, remote, iss, ts_offset);
+        t.passive = true;
+        t.state = State::SynReceived;
+        t.accept_syn(now, cfg, syn);
+        t
+    }
+
+    /// Take the peer's SYN: IRS, options, initial (unscaled, RFC 7323 §2.2) window.
+    fn accept_syn(&mut self, now: Instant, cfg: &Config, syn: &TcpRepr) {
+        let seq = syn.seq_number.0 as u32;
+        self.irs = seq;
+        self.rcv_nxt = seq.wrapping_add(1);
+        self.rcv_adv = self.rcv_nxt;
+        self.last_ack_sent = self.rcv_nxt;
+        self.opts = Negotiated::from_syn(&self.offer, syn);
+        self.eff_mss = self.opts.effective_mss(self.offer.mss);
+        self.cc = cfg.congestion.build(self.eff_mss, cfg.initial_window);
+        self.snd_wnd = u32::from(syn.window_len);
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = seq;
+        if let (true, Some(ts)) = (self.opts.timestamps, syn.timestamp) {
+            self.ts_recent = ts.tsval;
+            self.ts_recent_at = Some(now);
+        }
+    }
+
+    pub(crate) fn info(&self) -> ConnInfo {
+        ConnInfo {
+            state: self.state,
+            options: self.opts,
+            effective_mss: self.eff_mss,
+            cwnd: self.cc.cwnd(),
+            ssthresh: self.cc.ssthresh(),
+            srtt: self.rtt.srtt(),
+            rto: self.rtt.rto(),
+            snd_wnd: self.snd_wnd as usize,
+            pipe: self.txq.pipe(),
+            snd_una: self.snd_una,
+            snd_nxt: self.snd_nxt,
+            rcv_nxt: self.rcv_nxt,
+            rx_ranges: self.rx.range_count(),
+            rx_stored: self.rx.stored_bytes(),
+            retransmits: self.retransmits,
+            timeouts: self.timeouts,
+            spurious_timeouts: self.spurious_timeouts,
+            recoveries: self.recoveries,
+        }
+    }
+
+    /// Segments retransmitted, retransmission timeouts and spurious ones so far.
+    pub(crate) fn loss_counters(&self) -> (u64, u64, u64) {
+        (self.retransmits, self.timeouts, self.spurious_timeouts)
+    }
+
+    /// Sequence number of the next new byte (for RSTs on abort).
+    pub(crate) fn snd_nxt(&self) -> u32 {
+        self.snd_nxt
+    }
+
+    /// RCV.NXT.
+    pub(crate) fn rcv_nxt(&self) -> u32 {
+        self.rcv_nxt
+    }
+
+    /// Whether the connection reached a synchronized state (RFC 9293 §3.5).
+    pub(crate) fn synchronized(&self) -> bool {
+        !matches!(self.state, State::SynSent | State::SynReceived)
+    }
+
+    /// A new SYN may reuse this 4-tuple while in TIME-WAIT (RFC 9293 §3.6.1, RFC 6191): its
+    /// sequence number is beyond the old connection's, or its timestamp is newer.
+    pub(crate) fn time_wait_reusable_by(&self, syn: &TcpRepr) -> bool {
+        if self.state != State::TimeWait
+            || syn.control != TcpControl::Syn
+            || syn.ack_number.is_some()
+        {
+            return false;
+        }
+        let newer_ts = match (self.opts.timestamps, syn.timestamp) {
+            (true, Some(ts)) => seq::gt(ts.tsval, self.ts_recent),
+            _ => false,
+        };
+        newer_ts || seq::gt(syn.seq_number.0 as u32, self.rcv_nxt)
+    }
+
+    /// Graceful close (RFC 9293 §3.10.4): FIN follows once the source is drained.
+    pub(crate) fn close(&mut self) {
+        self.close_requested = true;
+    }
+
+    fn rcv_wnd(&self) -> u32 {
+        seq::diff(self.rcv_adv, self.rcv_nxt).max(0) as u32
+    }
+
+    fn seq_of(&self, off: u64) -> u32 {
+        self.rcv_nxt
+            .wrapping_add(off.wrapping_sub(self.rcv_off) as u32)
+    }
+
+    /// RFC 5681 FlightSize: bytes sent and not yet cumulatively acknowledged.
+    fn flight_size(&self) -> usize {
+        seq::diff(self.snd_nxt, self.snd_una).max(0) as usize
+    }
+
+    fn tsval(&self, now: Instant) -> u32 {
+        (now.as_millis() as u32).wrapping_add(self.ts_offset)
+    }
+
+    fn abort_with(&mut self, reason: CloseReason, ev: &mut Vec<TcbEvent>) {
+        ev.push(TcbEvent::Rst {
+            seq: self.snd_nxt,
+            ack: Some(self.rcv_nxt),
+        });
+        ev.push(TcbEvent::Closed(reason));
+        ev.push(TcbEvent::Remove);
+    }
+}

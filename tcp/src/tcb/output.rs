@@ -1,0 +1,306 @@
+//! Segment output: header building, window advertisement, and the choice of the next
+//! segment to send (SYN, retransmission, new unit, FIN, probe or pure ACK).
+
+use smoltcp::wire::TcpControl;
+
+use super::{CloseReason, State, Tcb, TcbEvent};
+use crate::config::Config;
+use crate::seq;
+use crate::time::Instant;
+use crate::tx::Unit;
+use crate::ulp::Upper;
+use crate::wire::{write_packet, Header, SynOptions};
+
+impl Tcb {
+    /// The window we would advertise now: the sink's window capped by configuration and
+    /// scaling, with receiver SWS avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only
+    /// by a useful amount and never backward.
+    fn proposed_window(&self, cfg: &Config, sink_wnd: usize, shift: u8) -> u32 {
+        let max = 65_535usize << shift;
+        let want = sink_wnd.min(cfg.max_rx_window).min(max) as u32;
+        let cur = self.rcv_wnd();
+        let step = u32::from(self.offer.mss).min(want / 2).max(1);
+        let wnd = if want >= cur.saturating_add(step) || (cur == 0 && want > 0) {
+            want
+        } else {
+            cur
+        };
+        (wnd >> shift).min(65_535) << shift
+    }
+
+    fn window_to_advertise(&mut self, cfg: &Config, sink_wnd: usize, syn: bool) -> u16 {
+        let shift = if syn { 0 } else { self.opts.rcv_shift };
+        let wnd = self.proposed_window(cfg, sink_wnd, shift);
+        let edge = self.rcv_nxt.wrapping_add(wnd);
+        if seq::gt(edge, self.rcv_adv) {
+            self.rcv_adv = edge;
+        }
+        (wnd >> shift) as u16
+    }
+
+    /// A pure window update is worth sending (RFC 9293 §3.8.6.2.2 and §3.8.6.3).
+    fn window_update_due(&self, cfg: &Config, sink_wnd: usize) -> bool {
+        let new = self.proposed_window(cfg, sink_wnd, self.opts.rcv_shift) as usize;
+        let cur = self.rcv_wnd() as usize;
+        let mss = usize::from(self.offer.mss);
+        new > cur && (new - cur >= (2 * mss).min(cfg.max_rx_window / 2) || cur < mss)
+    }
+
+    fn header(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        control: TcpControl,
+        seq_no: u32,
+    ) -> Header {
+        let syn = control == TcpControl::Syn;
+        let window = self.window_to_advertise(cfg, sink_wnd, syn);
+        let ack = if self.state == State::SynSent && syn {
+            None
+        } else {
+            Some(self.rcv_nxt)
+        };
+        let syn_opts = syn.then(|| {
+            let offering = self.state == State::SynSent;
+            SynOptions {
+                mss: self.offer.mss,
+                wscale: if offering || self.opts.rcv_shift > 0 || self.opts.snd_shift > 0 {
+                    self.offer.wscale
+                } else {
+                    None
+                },
+                sack_permitted: if offering {
+                    self.offer.sack
+                } else {
+                    self.opts.sack
+                },
+            }
+        });
+        let ts_on = if self.state == State::SynSent && syn {
+            self.offer.timestamps
+        } else {
+            self.opts.timestamps
+        };
+        let timestamp = ts_on.then(|| (self.tsval(now), self.ts_recent));
+        let mut sack = [None; 3];
+        if self.opts.sack && !syn && !self.rx.is_empty() {
+            for (i, (a, b)) in self.sack_rep.blocks(&self.rx, 3).into_iter().enumerate() {
+                sack[i] = Some((self.seq_of(a), self.seq_of(b)));
+            }
+        }
+        if ack.is_some() {
+            self.ack_now = false;
+            self.delack_deadline = None;
+            self.segs_unacked = 0;
+            self.last_ack_sent = self.rcv_nxt;
+        }
+        Header {
+            control,
+            seq: seq_no,
+            ack,
+            window,
+            syn: syn_opts,
+            sack,
+            timestamp,
+        }
+    }
+
+    /// RFC 6675 pipe. Without SACK, each duplicate ACK stands for one segment that left the
+    /// network: this gives Limited Transmit (RFC 3042) on the first two and the window
+    /// inflation of NewReno recovery (RFC 6582 §3.2) after the third.
+    fn pipe(&self) -> usize {
+        if self.opts.sack {
+            self.txq.pipe()
+        } else {
+            self.txq
+                .pipe()
+                .saturating_sub(self.dupacks as usize * self.eff_mss)
+        }
+    }
+
+    /// An empty segment (SYN, SYN-ACK, probe or pure ACK) into `buf`.
+    fn send_empty(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        control: TcpControl,
+        seq_no: u32,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let hdr = self.header(now, cfg, sink_wnd, control, seq_no);
+        write_packet(buf, cfg, self.local, self.remote, &hdr, &[])
+    }
+
+    /// A pure ACK (sequence number SND.NXT) into `buf`.
+    fn send_ack(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        self.send_empty(now, cfg, sink_wnd, TcpControl::None, self.snd_nxt, buf)
+    }
+
+    fn send_unit(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        i: usize,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let (useq, fin) = {
+            let u = self.txq.unit(i);
+            (u.seq, u.fin)
+        };
+        let control = if fin {
+            TcpControl::Fin
+        } else {
+            TcpControl::Psh
+        };
+        let hdr = self.header(now, cfg, sink_wnd, control, useq);
+        self.arm_rtx(now);
+        write_packet(
+            buf,
+            cfg,
+            self.local,
+            self.remote,
+            &hdr,
+            &self.txq.unit(i).data,
+        )
+    }
+
+    /// Produce at most one segment into `buf` (a whole IPv4 packet). Priority: SYN/SYN-ACK,
+    /// retransmissions (RFC 6675 NextSeg), new units, FIN, probes, pure ACKs.
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        ulp: &mut dyn Upper,
+        buf: &mut [u8],
+        ev: &mut Vec<TcbEvent>,
+    ) -> Option<usize> {
+        let sink_wnd = ulp.rx_window();
+        match self.state {
+            State::SynSent | State::SynReceived => {
+                if self.send_syn {
+                    self.send_syn = false;
+                    if self.syn_retries == 0 {
+                        self.syn_sent_at = now;
+                    }
+                    // Every SYN or SYN-ACK after the first carries the same ISS again.
+                    if self.syn_emitted {
+                        self.retransmits += 1;
+                    }
+                    self.syn_emitted = true;
+                    self.rtx_deadline = Some(now + self.rtt.rto());
+                    return self.send_empty(now, cfg, sink_wnd, TcpControl::Syn, self.iss, buf);
+                }
+                if self.ack_now && self.state == State::SynReceived {
+                    return self.send_ack(now, cfg, sink_wnd, buf);
+                }
+                return None;
+            }
+            State::TimeWait => {
+                if self.ack_now {
+                    return self.send_ack(now, cfg, sink_wnd, buf);
+                }
+                return None;
+            }
+            _ => {}
+        }
+
+        // Retransmissions: whole units, identical bytes.
+        if let Some(i) = self.txq.next_lost() {
+            if self.fast_rtx || self.pipe() < self.cc.cwnd() {
+                self.fast_rtx = false;
+                self.txq.retransmitted(i, now);
+                self.retransmits += 1;
+                return self.send_unit(now, cfg, sink_wnd, i, buf);
+            }
+        }
+        self.fast_rtx = false;
+
+        // New units.
+        if matches!(self.state, State::Established | State::CloseWait) && !self.fin_queued {
+            if ulp.pending() {
+                let in_flight = self.flight_size() as u32;
+                let wnd_avail = self.snd_wnd.saturating_sub(in_flight) as usize;
+                let max_len = self.eff_mss.min(wnd_avail);
+                // RFC 9293 §3.8.6.2.1 sender SWS avoidance.
+                let sws_ok = max_len == self.eff_mss
+                    || (max_len > 0 && self.txq.is_empty())
+                    || (max_len > 0 && max_len >= self.max_snd_wnd as usize / 2);
+                if sws_ok && self.pipe() < self.cc.cwnd() {
+                    if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
+                        return self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, ev);
+                    }
+                }
+                if self.txq.is_empty() && self.persist_deadline.is_none() {
+                    self.persist_deadline = Some(now + self.rtt.rto());
+                }
+            } else if self.close_requested {
+                // RFC 9293 §3.10.4: FIN after all data.
+                let fin_seq = self.snd_nxt;
+                self.txq.push(fin_seq, Vec::new(), true, now);
+                self.snd_nxt = fin_seq.wrapping_add(1);
+                self.fin_queued = true;
+                self.persist_deadline = None;
+                self.keepalive_deadline = None;
+                self.state = if self.state == State::Established {
+                    State::FinWait1
+                } else {
+                    State::LastAck
+                };
+                let i = self.txq.len() - 1;
+                return self.send_unit(now, cfg, sink_wnd, i, buf);
+            } else {
+                self.persist_deadline = None;
+            }
+        }
+
+        if self.send_probe {
+            // Zero-window probe / keepalive: an empty segment below SND.UNA elicits an ACK
+            // carrying the current window without splitting any unit.
+            self.send_probe = false;
+            let probe_seq = self.snd_una.wrapping_sub(1);
+            return self.send_empty(now, cfg, sink_wnd, TcpControl::None, probe_seq, buf);
+        }
+        if self.ack_now || (!self.fin_received && self.window_update_due(cfg, sink_wnd)) {
+            return self.send_ack(now, cfg, sink_wnd, buf);
+        }
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn queue_unit(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        unit: Unit,
+        max_len: usize,
+        buf: &mut [u8],
+        ev: &mut Vec<TcbEvent>,
+    ) -> Option<usize> {
+        let len = unit.payload.len();
+        if len == 0 {
+            return None;
+        }
+        if len > max_len {
+            log::error!("segment source returned a {len}-byte unit, limit {max_len}; aborting");
+            self.abort_with(CloseReason::UnitTooLarge, ev);
+            return None;
+        }
+        let useq = self.snd_nxt;
+        self.txq.push(useq, unit.payload, false, now);
+        self.snd_nxt = useq.wrapping_add(len as u32);
+        self.persist_deadline = None;
+        self.persist_backoff = 0;
+        let i = self.txq.len() - 1;
+        self.send_unit(now, cfg, sink_wnd, i, buf)
+    }
+}

@@ -1,0 +1,154 @@
+//! Timers: retransmission timeout (RFC 6298), delayed ACK, persist, keepalive, FIN-WAIT-2
+//! and TIME-WAIT deadlines.
+
+use super::{CloseReason, RtoUndo, State, Tcb, TcbEvent};
+use crate::config::Config;
+use crate::time::Instant;
+
+impl Tcb {
+    /// Earliest pending timer.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        // Pairwise, without building an array: this runs after every segment.
+        fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        earliest(
+            earliest(
+                earliest(self.rtx_deadline, self.delack_deadline),
+                earliest(self.persist_deadline, self.keepalive_deadline),
+            ),
+            earliest(self.timewait_deadline, self.finwait2_deadline),
+        )
+    }
+
+    pub(super) fn restart_keepalive(&mut self, now: Instant, cfg: &Config) {
+        if let Some(ka) = cfg.keepalive {
+            if matches!(self.state, State::Established | State::CloseWait) {
+                self.keepalive_deadline = Some(now + ka.idle);
+                self.ka_probes = 0;
+            }
+        }
+    }
+
+    pub(super) fn enter_time_wait(&mut self, now: Instant, cfg: &Config, ev: &mut Vec<TcbEvent>) {
+        self.state = State::TimeWait;
+        self.restart_time_wait(now, cfg);
+        self.rtx_deadline = None;
+        self.persist_deadline = None;
+        self.keepalive_deadline = None;
+        self.finwait2_deadline = None;
+        self.delack_deadline = None;
+        ev.push(TcbEvent::Closed(CloseReason::Normal));
+    }
+
+    /// Arm, or restart, the 2 MSL TIME-WAIT timer (RFC 9293 §3.10.7.4).
+    pub(super) fn restart_time_wait(&mut self, now: Instant, cfg: &Config) {
+        self.timewait_deadline = Some(now + 2 * cfg.msl);
+    }
+
+    pub(super) fn arm_rtx(&mut self, now: Instant) {
+        if self.rtx_deadline.is_none() {
+            self.rtx_deadline = Some(now + self.rtt.rto());
+        }
+    }
+
+    /// Run expired timers.
+    pub(crate) fn handle_timeout(&mut self, now: Instant, cfg: &Config, ev: &mut Vec<TcbEvent>) {
+        let due = |d: Option<Instant>| d.is_some_and(|t| t <= now);
+        if due(self.timewait_deadline) {
+            ev.push(TcbEvent::Remove);
+            return;
+        }
+        if due(self.finwait2_deadline) && self.state == State::FinWait2 {
+            ev.push(TcbEvent::Closed(CloseReason::TimedOut));
+            ev.push(TcbEvent::Remove);
+            return;
+        }
+        if due(self.rtx_deadline) {
+            self.rtx_deadline = None;
+            self.on_rto(now, cfg, ev);
+        }
+        if due(self.delack_deadline) {
+            self.delack_deadline = None;
+            self.ack_now = true;
+        }
+        if due(self.persist_deadline) {
+            // RFC 9293 §3.8.6.1: zero-window probe, exponential backoff.
+            self.send_probe = true;
+            self.persist_backoff = (self.persist_backoff + 1).min(16);
+            let d = self
+                .rtt
+                .rto()
+                .saturating_mul(1 << self.persist_backoff.min(10))
+                .min(cfg.rto_max);
+            self.persist_deadline = Some(now + d);
+        }
+        if due(self.keepalive_deadline) {
+            if let Some(ka) = cfg.keepalive {
+                if self.ka_probes >= ka.count {
+                    self.abort_with(CloseReason::TimedOut, ev);
+                    return;
+                }
+                self.ka_probes += 1;
+                self.send_probe = true;
+                self.keepalive_deadline = Some(now + ka.interval);
+            } else {
+                self.keepalive_deadline = None;
+            }
+        }
+    }
+
+    fn on_rto(&mut self, now: Instant, cfg: &Config, ev: &mut Vec<TcbEvent>) {
+        match self.state {
+            State::SynSent | State::SynReceived => {
+                self.syn_retries += 1;
+                self.timeouts += 1;
+                let limit = if self.state == State::SynSent {
+                    cfg.syn_retries
+                } else {
+                    cfg.synack_retries
+                };
+                if self.syn_retries > limit {
+                    if !(self.state == State::SynReceived && self.passive) {
+                        ev.push(TcbEvent::Closed(CloseReason::TimedOut));
+                    }
+                    ev.push(TcbEvent::Remove);
+                    return;
+                }
+                self.rtt.backoff();
+                self.send_syn = true;
+            }
+            _ => {
+                if self.txq.is_empty() {
+                    return;
+                }
+                self.rtx_count += 1;
+                self.timeouts += 1;
+                if self.rtx_count > cfg.max_retries {
+                    self.abort_with(CloseReason::TimedOut, ev);
+                    return;
+                }
+                // RFC 3522 §3.2: remember RetransmitTS and (RFC 4015) the state to restore,
+                // at the first timeout of an episode.
+                if self.opts.timestamps && self.rto_undo.is_none() {
+                    self.rto_undo = Some(RtoUndo {
+                        retransmit_ts: self.tsval(now),
+                        cc: self.cc.snapshot(),
+                    });
+                }
+                // RFC 6298 §5.4-5.6, RFC 5681 §3.1, RFC 6675 §5.1.
+                let flight = self.flight_size();
+                self.cc.on_rto(now, flight, self.eff_mss);
+                self.rtt.backoff();
+                self.txq.mark_all_lost();
+                self.recovery = None;
+                self.dupacks = 0;
+                self.fast_rtx = true;
+                self.rtx_deadline = Some(now + self.rtt.rto());
+            }
+        }
+    }
+}
