@@ -191,6 +191,7 @@ pub fn emit_arp_frame(repr: &ArpRepr, buf: &mut [u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock;
 
     const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];

@@ -152,6 +152,7 @@ impl std::fmt::Display for Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock;
 
     #[test]
     fn table_aligns_columns() {

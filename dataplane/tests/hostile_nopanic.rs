@@ -200,27 +200,36 @@ const EVIL_PORT_BASE: u16 = 45_000;
 const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
 
-type Eng = tcp::Engine<Connection<SimpleMemory>>;
+type Eng = tcp::Engine<Connection, SimpleMemory>;
+
+/// The memory every connection of the bare engine places into: one region over it all.
+fn memory() -> SimpleMemory {
+    let mut m = SimpleMemory::with_heap(1 << 16);
+    let rights = Access::LOCAL_READ
+        | Access::LOCAL_WRITE
+        | Access::REMOTE_READ
+        | Access::REMOTE_WRITE
+        | Access::REMOTE_ATOMIC;
+    let _ = m.register(RegionSpec::new(0, 1 << 16, rights, PdId(1)));
+    m
+}
 
 /// Drives a bare `tcp::Engine<Connection>` responder: accepts, answers MPA Requests,
 /// drains output. Returns the packets it sent.
-fn drive(e: &mut Eng, ids: &mut Vec<tcp::ConnId>, now: tcp::Instant) -> Vec<Vec<u8>> {
-    let t = std::time::Instant::now();
+fn drive(
+    e: &mut Eng,
+    mem: &mut SimpleMemory,
+    ids: &mut Vec<tcp::ConnId>,
+    now: tcp::Instant,
+) -> Vec<Vec<u8>> {
     while let Some(ev) = e.poll_event() {
         if let tcp::Event::Accepted { conn, .. } = ev {
-            let mut m = SimpleMemory::with_heap(1 << 16);
-            let rights = Access::LOCAL_READ
-                | Access::LOCAL_WRITE
-                | Access::REMOTE_READ
-                | Access::REMOTE_WRITE
-                | Access::REMOTE_ATOMIC;
-            let _ = m.register(RegionSpec::new(0, 1 << 16, rights, PdId(1)));
             let cfg = ConnConfig {
                 pd: PdId(1),
                 ..ConnConfig::new(MpaConfig::default())
             };
-            let c = Connection::responder(cfg, m, t).expect("responder");
-            if e.attach(conn, c).is_ok() {
+            let c = Connection::responder(cfg, now).expect("responder");
+            if e.attach(now, mem, conn, c).is_ok() {
                 ids.push(conn);
             }
         }
@@ -229,7 +238,7 @@ fn drive(e: &mut Eng, ids: &mut Vec<tcp::ConnId>, now: tcp::Instant) -> Vec<Vec<
         if let Some(c) = e.ulp_mut(id) {
             while let Some(ev) = c.poll_event() {
                 if matches!(ev, ConnEvent::ConnectRequest(_)) {
-                    let _ = c.accept(t, &[]);
+                    let _ = c.accept(now, mem, &[]);
                 }
             }
             let _ = c.poll_llp_request();
@@ -237,7 +246,7 @@ fn drive(e: &mut Eng, ids: &mut Vec<tcp::ConnId>, now: tcp::Instant) -> Vec<Vec<
     }
     let mut out = Vec::new();
     let mut buf = vec![0u8; 1600];
-    while let Some(tx) = e.poll_transmit(now, &mut buf) {
+    while let Some(tx) = e.poll_transmit(now, mem, &mut buf) {
         out.push(buf[..tx.len].to_vec());
     }
     out
@@ -262,37 +271,56 @@ fn tcp_engine_with_connections_survives_random_segments() {
                 e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 7174), 8)
                     .expect("listen");
                 let mut now = tcp::Instant::from_millis(1);
+                let mut mem = memory();
                 let seg = |ctl, seq: u32, ack: Option<u32>, p: &[u8]| {
                     let f = Net::tcp_frame(9999, ctl, seq, ack, p);
                     // Strip Ethernet and IPv4 (20 octets, no options).
                     f[34..].to_vec()
                 };
-                let _ = e.handle_tcp(now, A, B, &seg(TcpControl::Syn, isn, None, &[]));
+                let _ = e.handle_tcp(now, &mut mem, A, B, &seg(TcpControl::Syn, isn, None, &[]));
                 let mut ids = Vec::new();
-                let out = drive(&mut e, &mut ids, now);
+                let out = drive(&mut e, &mut mem, &mut ids, now);
                 let synack = out.first().expect("SYN-ACK");
                 // IPv4 header (20) then TCP: sequence number at 4..8.
                 let s = u32::from_be_bytes(synack[24..28].try_into().expect("seq"));
                 let ack = s.wrapping_add(1);
                 let mut seq = isn.wrapping_add(1);
-                let _ = e.handle_tcp(now, A, B, &seg(TcpControl::None, seq, Some(ack), &[]));
-                drive(&mut e, &mut ids, now);
+                let _ = e.handle_tcp(
+                    now,
+                    &mut mem,
+                    A,
+                    B,
+                    &seg(TcpControl::None, seq, Some(ack), &[]),
+                );
+                drive(&mut e, &mut mem, &mut ids, now);
                 if mpa_first {
                     let req = mpa_request(0x4000 | 1, &[]);
-                    let _ = e.handle_tcp(now, A, B, &seg(TcpControl::Psh, seq, Some(ack), &req));
+                    let _ = e.handle_tcp(
+                        now,
+                        &mut mem,
+                        A,
+                        B,
+                        &seg(TcpControl::Psh, seq, Some(ack), &req),
+                    );
                     seq = seq.wrapping_add(req.len() as u32);
-                    drive(&mut e, &mut ids, now);
+                    drive(&mut e, &mut mem, &mut ids, now);
                 }
                 for p in &payloads {
                     // Random bytes are also tried as a whole TCP segment.
-                    let _ = e.handle_tcp(now, A, B, p);
-                    let _ = e.handle_tcp(now, A, B, &seg(TcpControl::Psh, seq, Some(ack), p));
+                    let _ = e.handle_tcp(now, &mut mem, A, B, p);
+                    let _ = e.handle_tcp(
+                        now,
+                        &mut mem,
+                        A,
+                        B,
+                        &seg(TcpControl::Psh, seq, Some(ack), p),
+                    );
                     seq = seq.wrapping_add(p.len() as u32);
                     now = now + Duration::from_millis(50);
                     if e.poll_timeout().is_some_and(|d| d <= now) {
                         e.handle_timeout(now);
                     }
-                    drive(&mut e, &mut ids, now);
+                    drive(&mut e, &mut mem, &mut ids, now);
                 }
             }));
             prop_assert!(r.is_ok(), "panic");

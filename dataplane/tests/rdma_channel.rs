@@ -6,7 +6,9 @@ mod rdma_common;
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock::{self};
 
 use dataplane::port::fault::FaultConfig;
 use dataplane::rdma::app::{all_rights, Resources};
@@ -21,10 +23,14 @@ use rdma_common::*;
 #[test]
 fn app_thread_posts_through_the_rings() {
     let (mut ls, mut lc) = pair(MpaConfig::default(), 4 << 20, FaultConfig::default());
-    let mut sres = Resources::new(ls.handler(), 64, 32, 32, 4).unwrap();
-    let mut cres = Resources::new(lc.handler(), 64, 32, 32, 4).unwrap();
-    let sbuf = sres.buffer(ls.handler(), 1 << 20, all_rights()).unwrap();
-    let cbuf = cres.buffer(lc.handler(), 1 << 20, all_rights()).unwrap();
+    let mut sres = Resources::new(ls.handler_mut(), 64, 32, 32, 4).unwrap();
+    let mut cres = Resources::new(lc.handler_mut(), 64, 32, 32, 4).unwrap();
+    let sbuf = sres
+        .buffer(ls.handler_mut(), 1 << 20, all_rights())
+        .unwrap();
+    let cbuf = cres
+        .buffer(lc.handler_mut(), 1 << 20, all_rights())
+        .unwrap();
     let addr = SocketAddrV4::new(SERVER_IP, 5001);
     ls.handler_mut().listen(addr, sres.init).unwrap();
     let (_, cqp) = lc
@@ -32,19 +38,17 @@ fn app_thread_posts_through_the_rings() {
         .connect(CLIENT_IP, addr, cres.init, &[])
         .unwrap();
     let mut up = 0;
-    let end = Instant::now() + Duration::from_secs(10);
+    let end = clock::now() + Duration::from_secs(10);
     while up < 2 {
-        assert!(Instant::now() < end);
-        let now = Instant::now();
+        assert!(clock::now() < end);
+        let now = clock::now();
         ls.poll_once(now);
         lc.poll_once(now);
         while let Some(e) = ls.handler_mut().poll_cm_event() {
             match e {
                 CmEvent::ConnectRequest { id, qp, .. } => {
-                    ls.handler()
-                        .rnic()
-                        .0
-                        .borrow_mut()
+                    ls.handler_mut()
+                        .rnic_mut()
                         .post_rq(qp, vec![sbuf.recv_wr(9, 0, 64)])
                         .unwrap();
                     ls.handler_mut().accept(id, &[]).unwrap();
@@ -59,7 +63,7 @@ fn app_thread_posts_through_the_rings() {
         }
     }
     let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-    cbuf.bytes_mut(&mut lc.handler().rnic().0.borrow_mut())[..data.len()].copy_from_slice(&data);
+    cbuf.bytes_mut(lc.handler_mut().rnic_mut())[..data.len()].copy_from_slice(&data);
     let (app, core) = channel_pair(64, vec![cres.cq], vec![cqp]);
     lc.handler_mut().attach_channel(core);
     let done = Arc::new(AtomicBool::new(false));
@@ -79,8 +83,8 @@ fn app_thread_posts_through_the_rings() {
         app.post_send(cqp, SendWr::message(2, cbuf.send(0, 64)))
             .unwrap();
         let mut got = Vec::new();
-        let end = Instant::now() + Duration::from_secs(20);
-        while got.len() < 2 && Instant::now() < end {
+        let end = clock::now() + Duration::from_secs(20);
+        while got.len() < 2 && clock::now() < end {
             match app.poll() {
                 Some(Notice::Completion { wc, .. }) => got.push(wc),
                 Some(other) => panic!("{other:?}"),
@@ -90,13 +94,13 @@ fn app_thread_posts_through_the_rings() {
         flag.store(true, Ordering::Relaxed);
         got
     });
-    let end = Instant::now() + Duration::from_secs(20);
+    let end = clock::now() + Duration::from_secs(20);
     let mut server_wc = None;
-    while (!done.load(Ordering::Relaxed) || server_wc.is_none()) && Instant::now() < end {
-        let now = Instant::now();
+    while (!done.load(Ordering::Relaxed) || server_wc.is_none()) && clock::now() < end {
+        let now = clock::now();
         ls.poll_once(now);
         lc.poll_once(now);
-        if let Some(wc) = sres.poll_cq(ls.handler()) {
+        if let Some(wc) = sres.poll_cq(ls.handler_mut()) {
             server_wc = Some(wc);
         }
     }
@@ -108,6 +112,6 @@ fn app_thread_posts_through_the_rings() {
     assert!(got.iter().all(|w| w.status == CompletionStatus::Success));
     let wc = server_wc.expect("server receive");
     assert_eq!((wc.wr_id, wc.byte_len), (9, 64));
-    let placed = sbuf.bytes(&ls.handler().rnic().0.borrow())[4096..4096 + data.len()].to_vec();
+    let placed = sbuf.bytes(ls.handler().rnic())[4096..4096 + data.len()].to_vec();
     assert_eq!(placed, data);
 }

@@ -4,7 +4,9 @@
 mod rdma_common;
 
 use std::net::SocketAddrV4;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock::{self};
 
 use dataplane::port::fault::FaultConfig;
 use dataplane::rdma::app::{all_rights, Resources};
@@ -37,15 +39,15 @@ impl Cm {
         mut on_server: impl FnMut(&mut Loop, &CmEvent),
         mut done: impl FnMut(&Cm) -> bool,
     ) {
-        let end = Instant::now() + Duration::from_secs(10);
+        let end = clock::now() + Duration::from_secs(10);
         while !done(self) {
             assert!(
-                Instant::now() < end,
+                clock::now() < end,
                 "server {:?}\nclient {:?}",
                 self.server,
                 self.client
             );
-            let now = Instant::now();
+            let now = clock::now();
             self.ls.poll_once(now);
             self.lc.poll_once(now);
             while let Some(e) = self.ls.handler_mut().poll_cm_event() {
@@ -71,8 +73,8 @@ fn disconnected(v: &[CmEvent]) -> Option<bool> {
 }
 
 fn connect(cm: &mut Cm) -> (tcp::ConnId, iwarp::verbs::QpId, Resources) {
-    let sres = Resources::new(cm.ls.handler(), 16, 8, 8, 4).unwrap();
-    let cres = Resources::new(cm.lc.handler(), 16, 8, 8, 4).unwrap();
+    let sres = Resources::new(cm.ls.handler_mut(), 16, 8, 8, 4).unwrap();
+    let cres = Resources::new(cm.lc.handler_mut(), 16, 8, 8, 4).unwrap();
     let addr = SocketAddrV4::new(SERVER_IP, 6000);
     cm.ls.handler_mut().listen(addr, sres.init).unwrap();
     let (id, qp) = cm
@@ -114,15 +116,7 @@ fn private_data_both_ways_then_graceful_disconnect() {
     );
     assert_eq!(disconnected(&cm.server), Some(true), "{:?}", cm.server);
     assert_eq!(disconnected(&cm.client), Some(true), "{:?}", cm.client);
-    let state = cm
-        .lc
-        .handler()
-        .rnic()
-        .0
-        .borrow()
-        .query_qp(qp)
-        .unwrap()
-        .state;
+    let state = cm.lc.handler().rnic().query_qp(qp).unwrap().state;
     assert_ne!(state, QpState::Rts);
     assert_eq!(cm.lc.handler().live(), 0);
     assert_eq!(cm.ls.handler().live(), 0);
@@ -158,12 +152,10 @@ fn reject_with_private_data() {
 fn abort_flushes_and_reports() {
     let mut cm = Cm::new();
     let (id, qp, mut res) = connect(&mut cm);
-    let buf = res.buffer(cm.lc.handler(), 4096, all_rights()).unwrap();
+    let buf = res.buffer(cm.lc.handler_mut(), 4096, all_rights()).unwrap();
     cm.lc
-        .handler()
-        .rnic()
-        .0
-        .borrow_mut()
+        .handler_mut()
+        .rnic_mut()
         .post_rq(qp, vec![buf.recv_wr(5, 0, 64)])
         .unwrap();
     cm.run(
@@ -181,6 +173,6 @@ fn abort_flushes_and_reports() {
     );
     assert_eq!(disconnected(&cm.server), Some(false), "{:?}", cm.server);
     assert_eq!(disconnected(&cm.client), Some(false), "{:?}", cm.client);
-    let wc = res.poll_cq(cm.lc.handler()).expect("flushed receive");
+    let wc = res.poll_cq(cm.lc.handler_mut()).expect("flushed receive");
     assert_eq!((wc.wr_id, wc.status), (5, CompletionStatus::Flushed));
 }

@@ -7,7 +7,9 @@
 mod rdma_common;
 
 use std::net::SocketAddrV4;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock::{self};
 
 use dataplane::port::fault::{FaultConfig, Rate};
 use dataplane::rdma::app::{all_rights, Resources};
@@ -56,10 +58,10 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 impl Duo {
     fn new(mpa: MpaConfig, faults: FaultConfig) -> Duo {
         let (mut ls, mut lc) = pair(mpa, BUF + (2 << 20), faults);
-        let mut sres = Resources::new(ls.handler(), 256, 64, 64, 16).unwrap();
-        let mut cres = Resources::new(lc.handler(), 256, 64, 64, 16).unwrap();
-        let sbuf = sres.buffer(ls.handler(), BUF, all_rights()).unwrap();
-        let cbuf = cres.buffer(lc.handler(), BUF, all_rights()).unwrap();
+        let mut sres = Resources::new(ls.handler_mut(), 256, 64, 64, 16).unwrap();
+        let mut cres = Resources::new(lc.handler_mut(), 256, 64, 64, 16).unwrap();
+        let sbuf = sres.buffer(ls.handler_mut(), BUF, all_rights()).unwrap();
+        let cbuf = cres.buffer(lc.handler_mut(), BUF, all_rights()).unwrap();
         let addr = SocketAddrV4::new(SERVER_IP, 4791);
         ls.handler_mut().listen(addr, sres.init).unwrap();
         let (_, cqp) = lc
@@ -68,10 +70,10 @@ impl Duo {
             .unwrap();
         let mut sqp = None;
         let mut up = (false, false);
-        let end = Instant::now() + Duration::from_secs(10);
+        let end = clock::now() + Duration::from_secs(10);
         while !(up.0 && up.1) {
-            assert!(Instant::now() < end, "no connection");
-            let now = Instant::now();
+            assert!(clock::now() < end, "no connection");
+            let now = clock::now();
             ls.poll_once(now);
             lc.poll_once(now);
             while let Some(e) = ls.handler_mut().poll_cm_event() {
@@ -118,7 +120,7 @@ impl Duo {
     }
 
     fn spin(&mut self) {
-        let now = Instant::now();
+        let now = clock::now();
         self.ls.poll_once(now);
         self.lc.poll_once(now);
     }
@@ -126,20 +128,20 @@ impl Duo {
     /// Waits for `n` completions of the server (`server`) or client.
     fn wcs(&mut self, server: bool, n: usize) -> Vec<WorkCompletion> {
         let mut v = Vec::new();
-        let end = Instant::now() + Duration::from_secs(60);
+        let end = clock::now() + Duration::from_secs(60);
         while v.len() < n {
             assert!(
-                Instant::now() < end,
+                clock::now() < end,
                 "only {} of {n} completions: {v:?}",
                 v.len()
             );
             self.spin();
             let (l, side) = if server {
-                (&self.ls, &self.s)
+                (&mut self.ls, &self.s)
             } else {
-                (&self.lc, &self.c)
+                (&mut self.lc, &self.c)
             };
-            while let Some(wc) = side.res.poll_cq(l.handler()) {
+            while let Some(wc) = side.res.poll_cq(l.handler_mut()) {
                 v.push(wc);
             }
         }
@@ -148,36 +150,28 @@ impl Duo {
 
     fn post_sq(&mut self, wrs: Vec<SendWr>) {
         self.lc
-            .handler()
-            .rnic()
-            .0
-            .borrow_mut()
+            .handler_mut()
+            .rnic_mut()
             .post_sq(self.c.qp, wrs)
             .unwrap();
     }
 
     fn post_recv(&mut self, server: bool, wrs: Vec<RecvWr>) {
         let (l, side) = if server {
-            (&self.ls, &self.s)
+            (&mut self.ls, &self.s)
         } else {
-            (&self.lc, &self.c)
+            (&mut self.lc, &self.c)
         };
-        l.handler()
-            .rnic()
-            .0
-            .borrow_mut()
-            .post_rq(side.qp, wrs)
-            .unwrap();
+        l.handler_mut().rnic_mut().post_rq(side.qp, wrs).unwrap();
     }
 
     fn fill(&mut self, server: bool, off: usize, data: &[u8]) {
         let (l, side) = if server {
-            (&self.ls, &self.s)
+            (&mut self.ls, &self.s)
         } else {
-            (&self.lc, &self.c)
+            (&mut self.lc, &self.c)
         };
-        side.buf.bytes_mut(&mut l.handler().rnic().0.borrow_mut())[off..off + data.len()]
-            .copy_from_slice(data);
+        side.buf.bytes_mut(l.handler_mut().rnic_mut())[off..off + data.len()].copy_from_slice(data);
     }
 
     fn hash(&self, server: bool, off: usize, len: usize) -> u64 {
@@ -186,7 +180,7 @@ impl Duo {
         } else {
             (&self.lc, &self.c)
         };
-        fnv(&side.buf.bytes(&l.handler().rnic().0.borrow())[off..off + len])
+        fnv(&side.buf.bytes(l.handler().rnic())[off..off + len])
     }
 
     fn counters(&self) -> (RdmaCounters, RdmaCounters) {
@@ -402,8 +396,8 @@ fn all_operations(mpa: MpaConfig, faults: FaultConfig) -> (RdmaCounters, RdmaCou
         "{w:?}"
     );
     assert_eq!(d.hash(true, 0, 64), before);
-    let end = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < end && d.counters().1.terminates_received == 0 {
+    let end = clock::now() + Duration::from_secs(5);
+    while clock::now() < end && d.counters().1.terminates_received == 0 {
         d.spin();
     }
     let (s, c) = d.counters();

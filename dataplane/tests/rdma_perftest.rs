@@ -201,7 +201,7 @@ impl dataplane::rdma::app::App for BadPeer {
     fn step(
         &mut self,
         h: &mut dataplane::rdma::RdmaHandler,
-        _now: std::time::Instant,
+        _now: dataplane::clock::Instant,
     ) -> dataplane::rdma::app::Step {
         use dataplane::rdma::app::Step;
         use dataplane::rdma::CmEvent;
@@ -213,7 +213,7 @@ impl dataplane::rdma::app::App for BadPeer {
                         wr_id: 0,
                         sgl: vec![self.buf.sge(0, 64)],
                     };
-                    h.rnic().0.borrow_mut().post_rq(qp, vec![wr]).unwrap();
+                    h.rnic_mut().post_rq(qp, vec![wr]).unwrap();
                     h.accept(id, &[]).unwrap();
                     self.qp = Some(qp);
                 }
@@ -223,9 +223,8 @@ impl dataplane::rdma::app::App for BadPeer {
         }
         while let Some(wc) = self.res.poll_cq(h) {
             if wc.opcode == WcOpcode::Receive && wc.status == CompletionStatus::Success {
-                let mut rnic = h.rnic().0.borrow_mut();
-                self.buf.bytes_mut(&mut rnic)[64..64 + self.reply.len()]
-                    .copy_from_slice(&self.reply);
+                let rnic = h.rnic_mut();
+                self.buf.bytes_mut(rnic)[64..64 + self.reply.len()].copy_from_slice(&self.reply);
                 let wr = SendWr::message(
                     1,
                     SendOp::Send {

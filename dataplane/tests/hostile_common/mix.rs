@@ -9,7 +9,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock::{self};
 
 use dataplane::config::Ipv4Cidr;
 use dataplane::lcore::{PollLoop, PortAddr};
@@ -204,7 +206,7 @@ fn new_loop(
         },
         rx_window: 1 << 20,
     };
-    let mut l = PollLoop::new(RdmaHandler::new(cfg, rnic), 64);
+    let mut l = PollLoop::new(RdmaHandler::with_rnic(cfg, rnic), 64);
     let mut f = faults;
     f.seed = f.seed.wrapping_add(n);
     l.add_port(
@@ -226,7 +228,7 @@ fn new_loop(
 
 /// Runs the verified mix; panics on any byte that differs from what was sent.
 pub fn run_mix(p: &MixParams) -> MixReport {
-    let start = Instant::now();
+    let start = clock::now();
     let info = |n: &str, last| PortInfo {
         name: n.into(),
         mac: [2, 0, 0, 0, 7, last],
@@ -236,8 +238,8 @@ pub fn run_mix(p: &MixParams) -> MixReport {
     let log: TermLog = Rc::default();
     let mut ls = new_loop(a, p.faults.clone(), SERVER_IP, 1, p.crc, log.clone());
     let mut lc = new_loop(b, p.faults.clone(), CLIENT_IP, 2, p.crc, log.clone());
-    let mut srv = Resources::new(ls.handler(), 4096, 64, 64, 16).expect("srv");
-    let mut cli = Resources::new(lc.handler(), 4096, 64, 64, 16).expect("cli");
+    let mut srv = Resources::new(ls.handler_mut(), 4096, 64, 64, 16).expect("srv");
+    let mut cli = Resources::new(lc.handler_mut(), 4096, 64, 64, 16).expect("cli");
     srv.init.rq_depth = RECV_SLOTS as u32 * 2;
     ls.handler_mut()
         .listen(SocketAddrV4::new(SERVER_IP, PORT), srv.init)
@@ -245,15 +247,17 @@ pub fn run_mix(p: &MixParams) -> MixReport {
     let mut qps = Vec::new();
     for i in 0..p.qps {
         let target = srv
-            .buffer(ls.handler(), CHUNK, all_rights())
+            .buffer(ls.handler_mut(), CHUNK, all_rights())
             .expect("target");
         let recv = srv
-            .buffer(ls.handler(), MSG * RECV_SLOTS, all_rights())
+            .buffer(ls.handler_mut(), MSG * RECV_SLOTS, all_rights())
             .expect("recv");
         let src = cli
-            .buffer(lc.handler(), CHUNK + MSG, all_rights())
+            .buffer(lc.handler_mut(), CHUNK + MSG, all_rights())
             .expect("src");
-        let sink = cli.buffer(lc.handler(), CHUNK, all_rights()).expect("sink");
+        let sink = cli
+            .buffer(lc.handler_mut(), CHUNK, all_rights())
+            .expect("sink");
         let (cid, cqp) = lc
             .handler_mut()
             .connect(
@@ -284,10 +288,10 @@ pub fn run_mix(p: &MixParams) -> MixReport {
     let mut srv_qp: HashMap<QpId, usize> = HashMap::new();
     let cli_qp: HashMap<QpId, usize> = qps.iter().enumerate().map(|(i, q)| (q.cqp, i)).collect();
     let mut report = MixReport::default();
-    let mut last_progress = Instant::now();
-    let mut last_print = Instant::now();
+    let mut last_progress = clock::now();
+    let mut last_print = clock::now();
     loop {
-        let now = Instant::now();
+        let now = clock::now();
         ls.poll_once(now);
         lc.poll_once(now);
         // Server CM: accept, post receives.
@@ -308,7 +312,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                         .map(|s| q.recv.recv_wr(s as u64, s * MSG, MSG))
                         .collect();
                     let h = ls.handler_mut();
-                    h.rnic().0.borrow_mut().post_rq(qp, wrs).expect("post rq");
+                    h.rnic_mut().post_rq(qp, wrs).expect("post rq");
                     h.accept(id, &[]).expect("accept");
                 }
                 CmEvent::Disconnected { qp, graceful, .. } => {
@@ -357,7 +361,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             }
         }
         // Server receive completions.
-        while let Some(wc) = srv.poll_cq(ls.handler()) {
+        while let Some(wc) = srv.poll_cq(ls.handler_mut()) {
             let Some(&i) = srv_qp.get(&wc.qp) else {
                 continue;
             };
@@ -376,8 +380,8 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             let want = pattern(seed(i, r.n, 2), r.send_len);
             {
                 let h = ls.handler();
-                let rnic = h.rnic().0.borrow();
-                let got = &q.recv.bytes(&rnic)[slot * MSG..slot * MSG + r.send_len];
+                let rnic = h.rnic();
+                let got = &q.recv.bytes(rnic)[slot * MSG..slot * MSG + r.send_len];
                 assert!(
                     got == &want[..],
                     "QP {i} round {}: Send payload differs",
@@ -387,17 +391,15 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             r.recv_done = true;
             let h = ls.handler_mut();
             {
-                let mut rnic = h.rnic().0.borrow_mut();
-                q.recv.bytes_mut(&mut rnic)[slot * MSG..(slot + 1) * MSG].fill(0);
+                let rnic = h.rnic_mut();
+                q.recv.bytes_mut(rnic)[slot * MSG..(slot + 1) * MSG].fill(0);
             }
-            h.rnic()
-                .0
-                .borrow_mut()
+            h.rnic_mut()
                 .post_rq(wc.qp, vec![q.recv.recv_wr(slot as u64, slot * MSG, MSG)])
                 .expect("repost");
         }
         // Client completions.
-        while let Some(wc) = cli.poll_cq(lc.handler()) {
+        while let Some(wc) = cli.poll_cq(lc.handler_mut()) {
             let Some(&i) = cli_qp.get(&wc.qp) else {
                 continue;
             };
@@ -414,7 +416,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
         }
         // Finished rounds: verify and start the next.
         let budget_left = p.total_bytes.is_none_or(|t| report.bytes < t)
-            && p.duration.is_none_or(|d| start.elapsed() < d);
+            && p.duration.is_none_or(|d| clock::elapsed(start) < d);
         for (i, q) in qps.iter_mut().enumerate() {
             if !q.established || q.failed.is_some() || q.sqp.is_none() {
                 continue;
@@ -426,18 +428,18 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                 let want = pattern(seed(i, r.n, 0), r.write_len);
                 {
                     let h = ls.handler();
-                    let rnic = h.rnic().0.borrow();
+                    let rnic = h.rnic();
                     assert!(
-                        q.target.bytes(&rnic)[..r.write_len] == want[..],
+                        q.target.bytes(rnic)[..r.write_len] == want[..],
                         "QP {i} round {}: Write target differs",
                         r.n
                     );
                 }
                 {
                     let h = lc.handler();
-                    let rnic = h.rnic().0.borrow();
+                    let rnic = h.rnic();
                     assert!(
-                        q.sink.bytes(&rnic)[..r.write_len] == want[..],
+                        q.sink.bytes(rnic)[..r.write_len] == want[..],
                         "QP {i} round {}: Read sink differs",
                         r.n
                     );
@@ -446,7 +448,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                 report.rounds += 1;
                 q.rounds_done += 1;
                 q.round = None;
-                last_progress = Instant::now();
+                last_progress = clock::now();
             }
             if !budget_left {
                 continue;
@@ -457,15 +459,15 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             let w = pattern(seed(i, n, 0), write_len);
             let s = pattern(seed(i, n, 2), send_len);
             {
-                let mut rnic = ls.handler().rnic().0.borrow_mut();
-                q.target.bytes_mut(&mut rnic).fill(0);
+                let rnic = ls.handler_mut().rnic_mut();
+                q.target.bytes_mut(rnic).fill(0);
             }
             {
-                let mut rnic = lc.handler().rnic().0.borrow_mut();
-                let src = q.src.bytes_mut(&mut rnic);
+                let rnic = lc.handler_mut().rnic_mut();
+                let src = q.src.bytes_mut(rnic);
                 src[..write_len].copy_from_slice(&w);
                 src[CHUNK..CHUNK + send_len].copy_from_slice(&s);
-                q.sink.bytes_mut(&mut rnic).fill(0);
+                q.sink.bytes_mut(rnic).fill(0);
             }
             let wr = |k: u64, op| SendWr::message((n << 2) | k, op);
             let wrs = vec![
@@ -497,10 +499,8 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                     },
                 ),
             ];
-            lc.handler()
-                .rnic()
-                .0
-                .borrow_mut()
+            lc.handler_mut()
+                .rnic_mut()
                 .post_sq(q.cqp, wrs)
                 .expect("post sq");
             q.round = Some(Round {
@@ -521,15 +521,15 @@ pub fn run_mix(p: &MixParams) -> MixReport {
             break;
         }
         if let Some(every) = p.progress {
-            if last_print.elapsed() >= every {
-                last_print = Instant::now();
-                report.elapsed = start.elapsed();
+            if clock::elapsed(last_print) >= every {
+                last_print = clock::now();
+                report.elapsed = clock::elapsed(start);
                 report.faults = fault_totals(&ls, &lc);
                 report.qps_completed = qps.iter().filter(|q| q.failed.is_none()).count();
                 println!("progress: {}", report.line());
             }
         }
-        if last_progress.elapsed() > p.stall_limit && p.errors_allowed {
+        if clock::elapsed(last_progress) > p.stall_limit && p.errors_allowed {
             let mut explained = true;
             for q in qps
                 .iter_mut()
@@ -543,11 +543,11 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                 }
             }
             if explained {
-                last_progress = Instant::now();
+                last_progress = clock::now();
                 continue;
             }
         }
-        if last_progress.elapsed() > p.stall_limit {
+        if clock::elapsed(last_progress) > p.stall_limit {
             let state: Vec<_> = qps
                 .iter()
                 .map(|q| {
@@ -584,8 +584,8 @@ pub fn run_mix(p: &MixParams) -> MixReport {
         if let Some(r) = &q.round {
             let w = pattern(seed(i, r.n, 0), r.write_len);
             let s = pattern(seed(i, r.n, 2), r.send_len);
-            let rnic = ls.handler().rnic().0.borrow();
-            let t = q.target.bytes(&rnic);
+            let rnic = ls.handler().rnic();
+            let t = q.target.bytes(rnic);
             for (k, &b) in t.iter().enumerate() {
                 assert!(
                     b == 0 || (k < r.write_len && b == w[k]),
@@ -593,15 +593,15 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                 );
             }
             let slot = (r.n % RECV_SLOTS as u64) as usize;
-            let got = &q.recv.bytes(&rnic)[slot * MSG..(slot + 1) * MSG];
+            let got = &q.recv.bytes(rnic)[slot * MSG..(slot + 1) * MSG];
             for (k, &b) in got.iter().enumerate() {
                 assert!(
                     b == 0 || (k < r.send_len && b == s[k]),
                     "QP {i}: corrupted byte placed in a receive buffer at {k}"
                 );
             }
-            let crnic = lc.handler().rnic().0.borrow();
-            for (k, &b) in q.sink.bytes(&crnic).iter().enumerate() {
+            let crnic = lc.handler().rnic();
+            for (k, &b) in q.sink.bytes(crnic).iter().enumerate() {
                 assert!(
                     b == 0 || (k < r.write_len && b == w[k]),
                     "QP {i}: corrupted byte placed in the Read sink at {k}"
@@ -623,7 +623,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
     }
     report.faults = fault_totals(&ls, &lc);
     report.crc_errors = ls.handler().counters().crc_errors + lc.handler().counters().crc_errors;
-    report.elapsed = start.elapsed();
+    report.elapsed = clock::elapsed(start);
     report
 }
 

@@ -12,7 +12,9 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dataplane::clock::{self};
 
 use dataplane::config::Ipv4Cidr;
 use dataplane::lcore::{PollLoop, PortAddr};
@@ -68,7 +70,7 @@ pub fn rdma_config() -> RdmaConfig {
 fn new_loop(port: SoftPort, ip: Ipv4Addr, seed: u64, mut cfg: RdmaConfig) -> Loop {
     let (rnic, _) = open_rnic(4 << 20, false, seed).expect("rnic");
     cfg.tcp.isn_secret = [seed as u8; 16];
-    let h = RdmaHandler::new(cfg, rnic);
+    let h = RdmaHandler::with_rnic(cfg, rnic);
     let mut l = PollLoop::new(h, 64);
     l.add_port(
         port,
@@ -154,13 +156,14 @@ impl Net {
         let (srv_port, sw_server) = soft_pair(info("srv", SERVER_MAC), info("sw0", EVIL_MAC), 8192);
         let (cli_port, sw_client) = soft_pair(info("cli", CLIENT_MAC), info("sw1", EVIL_MAC), 8192);
         let mut server = new_loop(srv_port, SERVER_IP, 1, cfg.clone());
-        let client = new_loop(cli_port, CLIENT_IP, 2, cfg);
-        let mut srv = Resources::new(server.handler(), 1024, 64, 64, SERVER_IRD).expect("srv res");
+        let mut client = new_loop(cli_port, CLIENT_IP, 2, cfg);
+        let mut srv =
+            Resources::new(server.handler_mut(), 1024, 64, 64, SERVER_IRD).expect("srv res");
         let srv_region = srv
-            .buffer(server.handler(), REGION_LEN, all_rights())
+            .buffer(server.handler_mut(), REGION_LEN, all_rights())
             .expect("srv region");
         let srv_recv = srv
-            .buffer(server.handler(), RECV_LEN * 64, all_rights())
+            .buffer(server.handler_mut(), RECV_LEN * 64, all_rights())
             .expect("srv recv");
         server
             .handler_mut()
@@ -169,9 +172,10 @@ impl Net {
                 srv.init,
             )
             .expect("listen");
-        let mut cli = Resources::new(client.handler(), 1024, 64, 64, SERVER_IRD).expect("cli res");
+        let mut cli =
+            Resources::new(client.handler_mut(), 1024, 64, 64, SERVER_IRD).expect("cli res");
         let cli_region = cli
-            .buffer(client.handler(), REGION_LEN, all_rights())
+            .buffer(client.handler_mut(), REGION_LEN, all_rights())
             .expect("cli region");
         Net {
             server,
@@ -197,7 +201,7 @@ impl Net {
 
     /// One round: both loops, the switch, the attacker's TCP, CM events, completions.
     pub fn step(&mut self) {
-        let now = Instant::now();
+        let now = clock::now();
         self.server.poll_once(now);
         self.client.poll_once(now);
         self.switch();
@@ -205,15 +209,15 @@ impl Net {
         while let Some(e) = self.client.handler_mut().poll_cm_event() {
             self.client_events.push(e);
         }
-        while let Some(wc) = self.srv.poll_cq(self.server.handler()) {
+        while let Some(wc) = self.srv.poll_cq(self.server.handler_mut()) {
             self.server_wcs.push(wc);
         }
     }
 
     /// Steps until `done` holds or `limit` passes; returns whether it held.
     pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Net) -> bool) -> bool {
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
+        let end = clock::now() + limit;
+        while clock::now() < end {
             self.step();
             if done(self) {
                 return true;
@@ -237,7 +241,7 @@ impl Net {
                     })
                     .collect();
                 let h = self.server.handler_mut();
-                h.rnic().0.borrow_mut().post_rq(*qp, wrs).expect("post rq");
+                h.rnic_mut().post_rq(*qp, wrs).expect("post rq");
                 h.accept(*id, &[]).expect("accept");
                 self.accepted.push(ServerConn {
                     id: *id,
@@ -520,9 +524,9 @@ impl Net {
             .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
             .collect();
         {
-            let h = self.client.handler();
-            let mut rnic = h.rnic().0.borrow_mut();
-            let b = self.cli_region.bytes_mut(&mut rnic);
+            let h = self.client.handler_mut();
+            let rnic = h.rnic_mut();
+            let b = self.cli_region.bytes_mut(rnic);
             b[..len].copy_from_slice(&data);
             b[len..2 * len].fill(0);
         }
@@ -542,15 +546,13 @@ impl Net {
             },
         );
         self.client
-            .handler()
-            .rnic()
-            .0
-            .borrow_mut()
+            .handler_mut()
+            .rnic_mut()
             .post_sq(qp, vec![write, read])
             .expect("post");
         let mut wcs = Vec::new();
         let ok = self.run_until(Duration::from_secs(10), |n| {
-            while let Some(wc) = n.cli.poll_cq(n.client.handler()) {
+            while let Some(wc) = n.cli.poll_cq(n.client.handler_mut()) {
                 wcs.push(wc);
             }
             wcs.len() >= 2
@@ -560,15 +562,15 @@ impl Net {
             assert_eq!(wc.status, CompletionStatus::Success, "{wc:?}");
         }
         let h = self.client.handler();
-        let rnic = h.rnic().0.borrow();
+        let rnic = h.rnic();
         assert!(
-            self.cli_region.bytes(&rnic)[len..2 * len] == data[..],
+            self.cli_region.bytes(rnic)[len..2 * len] == data[..],
             "Read returned different bytes"
         );
         let hs = self.server.handler();
-        let srnic = hs.rnic().0.borrow();
+        let srnic = hs.rnic();
         assert!(
-            self.srv_region.bytes(&srnic)[off..off + len] == data[..],
+            self.srv_region.bytes(srnic)[off..off + len] == data[..],
             "server region differs from what was written"
         );
     }
@@ -581,8 +583,8 @@ impl Net {
     /// A copy of the server's target region.
     pub fn server_region(&self) -> Vec<u8> {
         let h = self.server.handler();
-        let rnic = h.rnic().0.borrow();
-        self.srv_region.bytes(&rnic).to_vec()
+        let rnic = h.rnic();
+        self.srv_region.bytes(rnic).to_vec()
     }
 }
 

@@ -41,7 +41,7 @@ pub fn pair(mpa: MpaConfig, mem: usize, faults: FaultConfig) -> (Loop, Loop) {
     let (a, b) = soft_pair(info("s", 1), info("c", 2), 4096);
     let mk = |port: SoftPort, ip: Ipv4Addr, secret: u8, seed: u64| {
         let (rnic, _) = open_rnic(mem, false, seed).expect("rnic");
-        let h = RdmaHandler::new(rdma_config(mpa.clone(), secret), rnic);
+        let h = RdmaHandler::with_rnic(rdma_config(mpa.clone(), secret), rnic);
         let mut l = PollLoop::new(h, 32);
         let mut f = faults.clone();
         f.seed = f.seed.wrapping_add(seed);
