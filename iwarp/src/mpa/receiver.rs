@@ -836,7 +836,7 @@ fn ulpdu_of<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mpa::Framer;
+    use crate::mpa::framer::Framer;
 
     const START: u32 = 5000;
     const MSS: usize = 1460;
