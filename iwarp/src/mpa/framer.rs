@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(n, 12);
         let v = Fpdu::new_checked(&out[..]).unwrap();
         assert_eq!(v.ulpdu(), &[0xc1, 0x40, 1, 2, 3]);
-        assert_eq!(v.crc(), crate::mpa::crc::crc32c(v.crc_covered()));
+        assert_eq!(v.crc(), crate::wire::crc::crc32c(v.crc_covered()));
         let f = Framer::new(false, None);
         out.clear();
         f.emit_fpdu(7, &[&[1, 2, 3, 4, 5, 6]], &mut out).unwrap();

@@ -3,7 +3,7 @@
 //!
 //! Positions are computed modulo 2^32 (a multiple of 512), so sequence wrap needs no care.
 
-use crate::mpa::crc::crc32c;
+use crate::wire::crc::{crc32c, to_wire};
 use crate::wire::mpa::{Marker, MARKER_LEN};
 
 /// Distance between markers in TCP sequence space.
@@ -159,7 +159,7 @@ impl<'a> MarkedWriter<'a> {
         } else {
             0
         };
-        self.out.extend_from_slice(&crate::mpa::crc::to_wire(value));
+        self.out.extend_from_slice(&to_wire(value));
         self.seq.wrapping_add(4)
     }
 }

@@ -16,10 +16,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::mpa::crc::{crc32c, Crc32c};
 use crate::mpa::error::MpaError;
 use crate::mpa::markers::{self, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
+use crate::wire::crc::{crc32c, Crc32c};
 use crate::wire::ddp::TAGGED_HEADER_LEN;
 use crate::wire::mpa::{fpdu_len, pad_len, Marker, CRC_LEN, MARKER_LEN, ULPDU_LENGTH_LEN};
 
@@ -836,7 +836,7 @@ fn ulpdu_of<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mpa::Framer;
+    use crate::mpa::framer::Framer;
 
     const START: u32 = 5000;
     const MSS: usize = 1460;

@@ -7,15 +7,16 @@ use tcp::Instant;
 use thiserror::Error;
 
 use super::completion::{Completion, CompletionOpcode, CompletionStatus, Event, WorkQueue};
-use super::rx::RxRecord;
-use super::tx::{Response, TxMessage};
+use super::state::{
+    Culprit, Failure, OutstandingAtomic, OutstandingRead, Response, RxRecord, SqEntry, TxMessage,
+};
 use super::wr::{SendOp, SendWr};
 use crate::ddp::delivery::DeliveryOrder;
 use crate::ddp::segmenter::MsnCounters;
 use crate::ddp::untagged::{RecvBuffer, UntaggedQueues};
-use crate::mem::{PdId, Resolved, StreamId};
-use crate::wire::rdmap::{RDMAP_VERSION, READ_REQUEST_LEN};
-use crate::wire::terminate::{CopiedDdpHeader, TerminateCause, TerminateRepr};
+use crate::mem::{PdId, StreamId};
+use crate::wire::rdmap::RDMAP_VERSION;
+use crate::wire::terminate::{TerminateCause, TerminateRepr};
 
 /// Static parameters of one RDMAP stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,59 +92,6 @@ pub enum PostError {
     /// The total length exceeds 2^32 − 1 octets.
     #[error("message too long")]
     TooLong,
-}
-
-/// Which work request an error belongs to (it completes with a specific status).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Culprit {
-    None,
-    Send(u64, CompletionStatus),
-    Recv(u32, CompletionStatus),
-}
-
-/// A detected error and the header copies its Terminate carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Failure {
-    pub cause: TerminateCause,
-    pub segment_len: Option<u16>,
-    pub ddp: Option<CopiedDdpHeader>,
-    pub rdma: Option<[u8; READ_REQUEST_LEN]>,
-    pub culprit: Culprit,
-}
-
-impl Failure {
-    pub(super) fn bare(cause: TerminateCause, culprit: Culprit) -> Self {
-        Failure {
-            cause,
-            segment_len: None,
-            ddp: None,
-            rdma: None,
-            culprit,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct SqEntry {
-    pub seq: u64,
-    pub wr: SendWr,
-    pub done: Option<CompletionStatus>,
-    pub byte_len: u32,
-    pub atomic_original: Option<u64>,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct OutstandingRead {
-    pub seq: u64,
-    pub len: u32,
-    pub received: u64,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct OutstandingAtomic {
-    pub seq: u64,
-    pub request_id: u32,
-    pub result: Option<Resolved>,
 }
 
 /// The RDMAP (+ DDP) protocol engine of one stream, driven by `handle_*` / `poll_*` calls.

@@ -56,6 +56,7 @@
 pub mod completion;
 mod engine;
 mod rx;
+mod state;
 mod tx;
 pub mod wr;
 

@@ -5,82 +5,20 @@
 use tcp::Instant;
 
 use super::completion::{Completion, CompletionOpcode, CompletionStatus, Event, WorkQueue};
-use super::engine::{Culprit, Engine, Failure, Handled, StreamState};
-use super::tx::Response;
+use super::engine::{Engine, Handled, StreamState};
+use super::state::{Culprit, EarlyTagged, Failure, Response, RxRecord, UntaggedRecord, INLINE_MAX};
 use crate::ddp::delivery::{Offer, SegmentPos};
 use crate::ddp::error::DdpError;
 use crate::ddp::tagged;
 use crate::mem::{Access, MemoryTable, STag};
 use crate::wire::atomic::{AtomicRequest, AtomicRequestRepr, AtomicResponseRepr};
 use crate::wire::atomic::{ATOMIC_REQUEST_LEN, ATOMIC_RESPONSE_LEN};
-use crate::wire::ddp::{DdpRepr, Segment, UntaggedRepr, DDP_VERSION};
+use crate::wire::ddp::{DdpRepr, Segment, DDP_VERSION};
 use crate::wire::rdmap::{
     ImmediateDataRepr, Opcode, RdmapControl, ReadRequest, ReadRequestRepr, IMMEDIATE_DATA_LEN,
     READ_REQUEST_LEN,
 };
-use crate::wire::terminate::{
-    CopiedDdpHeader, Terminate, TerminateCause, TerminateRepr, TERMINATE_MAX_LEN,
-};
-
-/// Largest RDMAP header kept inline for untagged control messages.
-const INLINE_MAX: usize = TERMINATE_MAX_LEN;
-
-/// What the in-order stage needs to know about one placed untagged segment.
-#[derive(Debug, Clone)]
-pub(super) struct UntaggedRecord {
-    opcode: Opcode,
-    hdr: UntaggedRepr,
-    len: u32,
-    inline: [u8; INLINE_MAX],
-    inline_len: usize,
-    segment_len: u16,
-    copy: CopiedDdpHeader,
-}
-
-impl UntaggedRecord {
-    fn inline(&self) -> &[u8] {
-        &self.inline[..self.inline_len]
-    }
-
-    fn failure(&self, cause: TerminateCause, culprit: Culprit) -> Failure {
-        Failure {
-            cause,
-            segment_len: Some(self.segment_len),
-            ddp: Some(self.copy),
-            rdma: None,
-            culprit,
-        }
-    }
-}
-
-/// Per-segment record held until the segment is delivered in order.
-#[derive(Debug, Clone)]
-pub(super) enum RxRecord {
-    /// A placed tagged segment.
-    Tagged {
-        opcode: Opcode,
-        last: bool,
-        len: u32,
-        recheck: Option<Box<EarlyTagged>>,
-    },
-    /// A placed / stored untagged segment.
-    Untagged(Box<UntaggedRecord>),
-    /// Validation failed while in order: report when reached.
-    Failed(Failure),
-    /// Validation failed out of order: the state may differ once in order, so retry then.
-    Retry(Vec<u8>),
-}
-
-/// A tagged segment placed before every earlier segment arrived: its STag is checked again
-/// when it is reached in order, so an invalidation earlier in the stream still reports the
-/// error the in-order stream requires (VERBS-00 §7.8).
-#[derive(Debug, Clone)]
-pub(super) struct EarlyTagged {
-    stag: u32,
-    to: u64,
-    segment_len: u16,
-    copy: CopiedDdpHeader,
-}
+use crate::wire::terminate::{CopiedDdpHeader, Terminate, TerminateCause, TerminateRepr};
 
 fn seg_len(bytes: &[u8]) -> u16 {
     u16::try_from(bytes.len()).unwrap_or(u16::MAX)

@@ -4,16 +4,19 @@
 use tcp::Instant;
 
 use super::completion::CompletionStatus;
-use super::engine::{Culprit, Engine, Failure, OutstandingAtomic, OutstandingRead, StreamState};
+use super::engine::{Engine, StreamState};
+use super::state::{
+    Culprit, Failure, OutstandingAtomic, OutstandingRead, Response, TxDone, TxMessage, TxPayload,
+    INLINE_MAX,
+};
 use super::wr::SendOp;
 use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
 use crate::mem::{Access, AccessError, MemoryTable, Resolved, Sge};
-use crate::wire::atomic::{AtomicRequestRepr, AtomicResponseRepr, ATOMIC_REQUEST_LEN};
+use crate::wire::atomic::{AtomicRequestRepr, ATOMIC_REQUEST_LEN};
 use crate::wire::ddp::{DdpRepr, UntaggedRepr, UNTAGGED_HEADER_LEN};
 use crate::wire::rdmap::{ImmediateDataRepr, Opcode, RdmapControl, ReadRequestRepr};
-use crate::wire::terminate::{CopiedDdpHeader, TerminateCause, TERMINATE_MAX_LEN};
+use crate::wire::terminate::TerminateCause;
 
-const INLINE_MAX: usize = TERMINATE_MAX_LEN;
 const HEADER_MAX: usize = UNTAGGED_HEADER_LEN + INLINE_MAX;
 
 /// One DDP segment ready for the MPA framer: header octets (DDP header and, for control
@@ -72,47 +75,6 @@ impl core::fmt::Debug for DdpSegmentOut {
             .field("payload_len", &self.payload.len())
             .finish()
     }
-}
-
-/// A response owed to the peer, generated in request-delivery order.
-#[derive(Debug, Clone)]
-pub(super) enum Response {
-    /// RDMA Read Response from a validated source (None for zero length).
-    Read {
-        src: Option<Resolved>,
-        req: ReadRequestRepr,
-        copy: CopiedDdpHeader,
-        segment_len: u16,
-    },
-    /// Atomic Response.
-    Atomic(AtomicResponseRepr),
-}
-
-#[derive(Debug, Clone)]
-enum TxPayload {
-    Inline { bytes: [u8; INLINE_MAX], len: usize },
-    Gather(Vec<(Option<Resolved>, u32)>),
-    Source(Option<Resolved>),
-}
-
-#[derive(Debug, Clone)]
-enum TxDone {
-    Complete(u64),
-    AwaitResponse,
-    ReadResponse {
-        req: ReadRequestRepr,
-        copy: CopiedDdpHeader,
-        segment_len: u16,
-    },
-    ReleaseIrd,
-}
-
-/// The message currently being segmented.
-#[derive(Debug, Clone)]
-pub(super) struct TxMessage {
-    seg: Segmenter,
-    payload: TxPayload,
-    done: TxDone,
 }
 
 fn inline<const N: usize>(src: &[u8; N]) -> TxPayload {

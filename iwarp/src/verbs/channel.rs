@@ -7,10 +7,14 @@ use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
-use super::{
-    AsyncEvent, CqHandle, NotifyType, QpId, RecvWr, Rnic, SendWr, SrqHandle, VerbError,
-    WorkCompletion,
-};
+use super::event::{AsyncEvent, EventResource};
+use super::handle::{CqHandle, QpId, SrqHandle};
+use super::processing::PostError;
+use super::queues::NotifyType;
+use super::rnic::Rnic;
+use super::status::VerbError;
+use super::wc::WorkCompletion;
+use super::wr::{RecvWr, SendWr};
 
 /// A request from the application to the poll core.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,7 +154,7 @@ impl CoreEnd {
                 Command::Notify { cq, kind } => (
                     0,
                     rnic.request_notification(cq, kind)
-                        .map_err(|error| super::PostError { posted: 0, error }),
+                        .map_err(|error| PostError { posted: 0, error }),
                 ),
             };
             if let Err(e) = result {
@@ -180,8 +184,8 @@ impl CoreEnd {
         let mine = match notice {
             Notice::CqEvent(cq) | Notice::Completion { cq, .. } => self.cqs.contains(&cq),
             Notice::Event(ev) => match ev.resource {
-                super::EventResource::Qp(qp) => self.qps.contains(&qp),
-                super::EventResource::Cq(cq) => self.cqs.contains(&cq),
+                EventResource::Qp(qp) => self.qps.contains(&qp),
+                EventResource::Cq(cq) => self.cqs.contains(&cq),
                 _ => true,
             },
             Notice::Rejected { .. } => true,

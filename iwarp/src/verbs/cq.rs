@@ -2,36 +2,12 @@
 
 use std::collections::VecDeque;
 
-use super::{
-    AsyncEvent, AsyncEventKind, CompletionHandlerId, CqHandle, EventResource, QpId, Rnic, UlpId,
-    VerbError, WorkCompletion,
-};
-
-/// Which completion the next notification waits for (VERBS-00 §8.2.5, §9.3.2.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum NotifyType {
-    /// The next Receive of a Send with Solicited Event, or any error completion.
-    NextSolicited,
-    /// The next completion of any kind.
-    NextCompletion,
-}
-
-/// Which work queue a CQE came from; used to free the WQE slot when the CQE is polled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum WqKind {
-    Sq,
-    Rq,
-    Srq,
-}
-
-#[derive(Debug)]
-pub(super) struct Cq {
-    pub(super) ulp: UlpId,
-    pub(super) capacity: u32,
-    pub(super) entries: VecDeque<(WorkCompletion, WqKind)>,
-    pub(super) notify: Option<NotifyType>,
-    pub(super) handler: Option<CompletionHandlerId>,
-}
+use super::event::{AsyncEvent, AsyncEventKind, EventResource};
+use super::handle::{CompletionHandlerId, CqHandle, QpId, UlpId};
+use super::queues::{Cq, NotifyType, WqKind};
+use super::rnic::Rnic;
+use super::status::VerbError;
+use super::wc::WorkCompletion;
 
 /// Result of Query CQ (VERBS-00 §9.2.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! single asynchronous event handler in a sans-IO design. Events raised while no consumer
 //! polls are kept, not lost.
 
-use super::{CqHandle, QpId, SrqHandle};
+use super::handle::{CqHandle, QpId, SrqHandle};
 
 /// The resource an asynchronous event is about (the draft's Resource Indicator).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -10,7 +10,9 @@ use rustc_hash::FxHashMap;
 pub use crate::mem::MemoryBackend;
 use crate::mem::{AccessError, MemoryTable, Resolved};
 
-use super::{Access, CompletionStatus, PdId, QpId, STag, StreamId, VerbError};
+use super::handle::QpId;
+use super::status::{CompletionStatus, VerbError};
+use crate::mem::{Access, PdId, STag, StreamId};
 
 /// How the TO of a region's first octet is chosen (VERBS-00 §7.6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

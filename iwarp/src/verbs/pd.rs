@@ -1,6 +1,9 @@
 //! Protection Domains (VERBS-00 §5.2, §9.2.2).
 
-use super::{PdId, Rnic, UlpId, VerbError};
+use super::handle::UlpId;
+use super::rnic::Rnic;
+use super::status::VerbError;
+use crate::mem::PdId;
 
 impl Rnic {
     /// Allocate PD (VERBS-00 §9.2.2.1) on behalf of `ulp`. Every object later created in

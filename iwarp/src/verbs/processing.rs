@@ -3,12 +3,15 @@
 //! (Bind, Fast-Register, Invalidate Local STag) in SQ order, and turning the engine's
 //! completions into Work Completions in posting order (§8.2.2, §8.2.3).
 
-use super::cq::WqKind;
-use super::qp::{ActiveRq, ActiveSq, TerminateOrigin};
-use super::{
-    Access, AsyncEventKind, CompletionStatus, LlpStreamHandle, QpId, QpState, RecvWr, Rnic, SendWr,
-    SqOp, VerbError, WcOpcode, WorkCompletion,
-};
+use super::event::AsyncEventKind;
+use super::handle::QpId;
+use super::qp_state::QpState;
+use super::queues::{ActiveRq, ActiveSq, Qp, TerminateOrigin, WqKind};
+use super::rnic::{QpAction, Rnic};
+use super::status::{CompletionStatus, VerbError};
+use super::wc::{WcOpcode, WorkCompletion};
+use super::wr::{RecvWr, SendWr, SqOp};
+use crate::mem::{Access, Sge};
 use crate::rdmap;
 use crate::wire::terminate::TerminateCause;
 
@@ -21,44 +24,6 @@ pub struct PostError {
     pub posted: usize,
     /// The failing WR's Immediate Error.
     pub error: VerbError,
-}
-
-/// Something the poll core must do on a QP's LLP stream or engine.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum QpAction {
-    /// Idle→RTS: reset DDP/RDMAP/MPA state, send `stream_message` in streaming mode (if
-    /// any), then run the iWARP engine on `stream` (VERBS-00 §6.2.1.2).
-    Attach {
-        /// The QP.
-        qp: QpId,
-        /// The LLP stream.
-        stream: LlpStreamHandle,
-        /// Last streaming-mode message (active side).
-        stream_message: Option<Vec<u8>>,
-    },
-    /// Send a Terminate with `cause` and no optional fields, then close the LLP gracefully
-    /// (VERBS-00 §6.4, Fig. 12).
-    SendTerminate {
-        /// The QP.
-        qp: QpId,
-        /// Terminate Control.
-        cause: TerminateCause,
-    },
-    /// Close the LLP stream gracefully (TCP FIN).
-    CloseLlp {
-        /// The QP.
-        qp: QpId,
-    },
-    /// Reset the LLP stream (TCP RST) and detach it.
-    ResetLlp {
-        /// The QP.
-        qp: QpId,
-    },
-    /// The QP was destroyed: drop its engine.
-    Destroyed {
-        /// The QP.
-        qp: QpId,
-    },
 }
 
 fn status_from_engine(s: rdmap::CompletionStatus, remote_term: bool) -> CompletionStatus {
@@ -143,7 +108,7 @@ impl Rnic {
             // PD; the SGE the engine gathers from names that copy.
             let len = data.len() as u32;
             let stag = self.memory.store_inline(pd, data.clone());
-            let sgl = vec![super::Sge { stag, to: 0, len }];
+            let sgl = vec![Sge { stag, to: 0, len }];
             let op = match op.clone() {
                 rdmap::SendOp::Send {
                     solicited,
@@ -493,7 +458,7 @@ impl Rnic {
 }
 
 /// Lets only the first error WC of a QP keep its status; later ones become Flushed.
-fn one_error(q: &mut super::qp::Qp, mut wc: WorkCompletion) -> WorkCompletion {
+fn one_error(q: &mut Qp, mut wc: WorkCompletion) -> WorkCompletion {
     if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
         if q.error_reported {
             wc.status = CompletionStatus::Flushed;
@@ -503,7 +468,7 @@ fn one_error(q: &mut super::qp::Qp, mut wc: WorkCompletion) -> WorkCompletion {
     wc
 }
 
-fn inline_sgl(wr: &SendWr) -> Option<&[super::Sge]> {
+fn inline_sgl(wr: &SendWr) -> Option<&[Sge]> {
     match &wr.op {
         SqOp::Inline {
             op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },

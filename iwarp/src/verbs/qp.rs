@@ -3,18 +3,14 @@
 
 use std::collections::VecDeque;
 
-use super::cq::WqKind;
-use super::memory::{LocalContext, StreamRights};
-use super::qp_state::modify_transition;
-use super::{
-    AsyncEvent, AsyncEventKind, CompletionStatus, CqHandle, EventResource, PdId, QpAction, QpId,
-    QpState, RecvWr, Rnic, SendWr, SrqHandle, UlpId, VerbError, WorkCompletion,
-};
+use super::event::{AsyncEvent, AsyncEventKind, EventResource};
+use super::handle::QpId;
+use super::qp_state::{modify_transition, QpState};
+use super::queues::{LlpStreamHandle, Qp, QpInit, TerminateOrigin, WqKind};
+use super::rnic::{QpAction, Rnic};
+use super::status::{CompletionStatus, VerbError};
+use super::wc::{WcOpcode, WorkCompletion};
 use crate::wire::terminate::TerminateCause;
-
-/// An LLP stream (TCP connection) handle chosen by the data plane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LlpStreamHandle(pub u64);
 
 /// The LLP stream given with Modify QP Idle→RTS (VERBS-00 §6.2.1.2, §6.6.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,80 +21,6 @@ pub struct LlpAttach {
     pub established: bool,
     /// Last streaming-mode message to send before iWARP mode (active side only).
     pub stream_message: Option<Vec<u8>>,
-}
-
-/// Inputs of Create QP (VERBS-00 §9.2.5.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpInit {
-    /// Protection domain.
-    pub pd: PdId,
-    /// CQ of the SQ.
-    pub sq_cq: CqHandle,
-    /// CQ of the RQ (or of the S-RQ WQEs this QP consumes).
-    pub rq_cq: CqHandle,
-    /// S-RQ to take receive WQEs from.
-    pub srq: Option<SrqHandle>,
-    /// Max outstanding SQ WRs.
-    pub sq_depth: u32,
-    /// Max outstanding RQ WRs (ignored with an S-RQ).
-    pub rq_depth: u32,
-    /// Max SGEs per Send WR.
-    pub send_sges: u32,
-    /// Max SGEs per RDMA Write WR.
-    pub write_sges: u32,
-    /// Max SGEs per Receive WR.
-    pub recv_sges: u32,
-    /// Inbound RDMA Read Requests the QP can hold.
-    pub ird: u32,
-    /// Outbound RDMA Read Requests the QP may have outstanding.
-    pub ord: u32,
-    /// Inbound RDMA Read enable.
-    pub inbound_read: bool,
-    /// Inbound RDMA Write and Read Response enable.
-    pub inbound_write: bool,
-    /// Inbound atomic enable (RFC 7306).
-    pub inbound_atomic: bool,
-    /// Memory Window binding enable.
-    pub bind_enabled: bool,
-    /// STag 0 and Fast-Register enable (privileged consumers only).
-    pub privileged: bool,
-    /// QP RQ Limit (S-RQ only; 0 = disarmed).
-    pub rq_limit: u32,
-}
-
-impl QpInit {
-    /// A QP with modest depths, 4 SGEs, IRD = ORD = 4, inbound Read and Write enabled,
-    /// binding enabled, not privileged.
-    pub fn new(pd: PdId, sq_cq: CqHandle, rq_cq: CqHandle) -> Self {
-        QpInit {
-            pd,
-            sq_cq,
-            rq_cq,
-            srq: None,
-            sq_depth: 64,
-            rq_depth: 64,
-            send_sges: 4,
-            write_sges: 4,
-            recv_sges: 4,
-            ird: 4,
-            ord: 4,
-            inbound_read: true,
-            inbound_write: true,
-            inbound_atomic: false,
-            bind_enabled: true,
-            privileged: false,
-            rq_limit: 0,
-        }
-    }
-}
-
-/// Where a Terminate recorded by the QP came from (Query QP, VERBS-00 §9.2.5.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TerminateOrigin {
-    /// Sent by this side.
-    Local,
-    /// Received from the peer.
-    Remote,
 }
 
 /// Result of Query QP (VERBS-00 §9.2.5.2).
@@ -179,86 +101,6 @@ pub enum LlpEvent {
     Lost,
     /// An iWARP segment other than a Terminate arrived while Closing.
     SegmentWhileClosing,
-}
-
-/// An SQ WR started (handed to the engine or executed) and not yet released as a WC.
-#[derive(Debug, Clone)]
-pub(super) struct ActiveSq {
-    pub(super) work: u64,
-    pub(super) wr: SendWr,
-    pub(super) done: Option<WorkCompletion>,
-    /// The error was found by the RI itself (it sends the Terminate, not the engine).
-    pub(super) local: bool,
-}
-
-/// A receive WQE taken by the engine and not yet completed.
-#[derive(Debug, Clone)]
-pub(super) struct ActiveRq {
-    pub(super) work: u64,
-    pub(super) wr: RecvWr,
-    pub(super) done: Option<WorkCompletion>,
-}
-
-#[derive(Debug)]
-pub(super) struct Qp {
-    pub(super) id: QpId,
-    pub(super) ulp: UlpId,
-    pub(super) pd: PdId,
-    pub(super) sq_cq: CqHandle,
-    pub(super) rq_cq: CqHandle,
-    pub(super) srq: Option<SrqHandle>,
-    pub(super) init: QpInit,
-    pub(super) state: QpState,
-    /// Terminate was entered by Modify QP (no "Error State Entered" afterwards, §6.2.3).
-    pub(super) terminate_by_modify: bool,
-    pub(super) terminate: Option<(TerminateCause, TerminateOrigin)>,
-    pub(super) llp: Option<LlpStreamHandle>,
-    pub(super) sq_pending: VecDeque<(u64, SendWr)>,
-    pub(super) sq_active: VecDeque<ActiveSq>,
-    pub(super) sq_slots: u32,
-    pub(super) rq_pending: VecDeque<(u64, RecvWr)>,
-    pub(super) rq_active: VecDeque<ActiveRq>,
-    pub(super) rq_slots: u32,
-    pub(super) flush_queue: VecDeque<(WorkCompletion, WqKind)>,
-    pub(super) next_work: u64,
-    pub(super) rq_limit_armed: bool,
-    /// A WC with a status other than Success or Flushed was produced (VERBS-00 §6.2.4:
-    /// at most one per QP).
-    pub(super) error_reported: bool,
-}
-
-impl Qp {
-    pub(super) fn has_flush_pending(&self) -> bool {
-        !self.flush_queue.is_empty()
-    }
-
-    pub(super) fn sq_empty(&self) -> bool {
-        self.sq_pending.is_empty() && self.sq_active.iter().all(|a| a.done.is_some())
-    }
-
-    pub(super) fn local_context(&self) -> LocalContext {
-        LocalContext {
-            qp: self.id,
-            pd: self.pd,
-            privileged: self.init.privileged,
-            bind_enabled: self.init.bind_enabled,
-        }
-    }
-
-    fn stream_rights(&self, srq_pd: Option<PdId>) -> StreamRights {
-        StreamRights {
-            privileged: self.init.privileged,
-            srq_pd,
-            inbound_read: self.init.inbound_read,
-            inbound_write: self.init.inbound_write,
-            inbound_atomic: self.init.inbound_atomic,
-        }
-    }
-
-    pub(super) fn next_work(&mut self) -> u64 {
-        self.next_work += 1;
-        self.next_work
-    }
 }
 
 impl Rnic {
@@ -591,22 +433,13 @@ impl Rnic {
         };
         for a in q.rq_active.drain(..) {
             let wc = a.done.unwrap_or_else(|| {
-                WorkCompletion::new(
-                    id,
-                    a.wr.wr_id,
-                    super::WcOpcode::Receive,
-                    CompletionStatus::Flushed,
-                )
+                WorkCompletion::new(id, a.wr.wr_id, WcOpcode::Receive, CompletionStatus::Flushed)
             });
             flushed.push((wc, rq_kind));
         }
         for (_, wr) in q.rq_pending.drain(..) {
-            let wc = WorkCompletion::new(
-                id,
-                wr.wr_id,
-                super::WcOpcode::Receive,
-                CompletionStatus::Flushed,
-            );
+            let wc =
+                WorkCompletion::new(id, wr.wr_id, WcOpcode::Receive, CompletionStatus::Flushed);
             flushed.push((wc, WqKind::Rq));
         }
         for (wc, _) in flushed.iter_mut() {
@@ -635,12 +468,8 @@ impl Rnic {
         let id = q.id;
         let rq: Vec<_> = q.rq_pending.drain(..).map(|(_, wr)| wr).collect();
         for wr in rq {
-            let wc = WorkCompletion::new(
-                id,
-                wr.wr_id,
-                super::WcOpcode::Receive,
-                CompletionStatus::Flushed,
-            );
+            let wc =
+                WorkCompletion::new(id, wr.wr_id, WcOpcode::Receive, CompletionStatus::Flushed);
             q.flush_queue.push_back((wc, WqKind::Rq));
         }
         self.flush(qp);

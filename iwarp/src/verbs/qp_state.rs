@@ -1,7 +1,7 @@
 //! The QP state machine (VERBS-00 §6.2, Figs. 6–11) as pure functions: which Modify QP
 //! requests are legal, and where the automatic (RI-initiated) transitions lead.
 
-use super::VerbError;
+use super::status::VerbError;
 
 /// The five QP states (VERBS-00 §6.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,7 +1,10 @@
 //! Memory management verbs (VERBS-00 §7.3, §7.7, §7.9, §7.10.1, §9.2.6).
 
+use super::handle::UlpId;
 use super::memory::{MrAttributes, MrSpec, MwAttributes, TaggedBase};
-use super::{Access, PdId, Rnic, STag, UlpId, VerbError};
+use super::rnic::Rnic;
+use super::status::VerbError;
+use crate::mem::{Access, PdId, STag};
 
 impl Rnic {
     /// Checks the STag count of the PD's ULP against its quota and the RNIC limit.

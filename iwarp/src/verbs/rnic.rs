@@ -7,14 +7,13 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::cq::Cq;
+use super::event::AsyncEvent;
+use super::handle::{CompletionHandlerId, CqHandle, QpId, SrqHandle, UlpId};
 use super::memory::{MemoryBackend, MemoryModel};
-use super::qp::Qp;
-use super::srq::Srq;
-use super::{
-    AsyncEvent, CompletionHandlerId, CqHandle, PdId, QpAction, QpId, SrqHandle, UlpId, VerbError,
-};
-use crate::mem::{Access, AccessError, MemoryTable, Resolved, STag, StreamId};
+use super::queues::{Cq, LlpStreamHandle, Qp, Srq};
+use super::status::VerbError;
+use crate::mem::{Access, AccessError, MemoryTable, PdId, Resolved, STag, StreamId};
+use crate::wire::terminate::TerminateCause;
 
 /// Physical buffer addressing mode chosen at Open RNIC (VERBS-00 §7.6.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +202,44 @@ impl RnicDevice {
             actions: VecDeque::new(),
         })
     }
+}
+
+/// Something the poll core must do on a QP's LLP stream or engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QpAction {
+    /// Idle→RTS: reset DDP/RDMAP/MPA state, send `stream_message` in streaming mode (if
+    /// any), then run the iWARP engine on `stream` (VERBS-00 §6.2.1.2).
+    Attach {
+        /// The QP.
+        qp: QpId,
+        /// The LLP stream.
+        stream: LlpStreamHandle,
+        /// Last streaming-mode message (active side).
+        stream_message: Option<Vec<u8>>,
+    },
+    /// Send a Terminate with `cause` and no optional fields, then close the LLP gracefully
+    /// (VERBS-00 §6.4, Fig. 12).
+    SendTerminate {
+        /// The QP.
+        qp: QpId,
+        /// Terminate Control.
+        cause: TerminateCause,
+    },
+    /// Close the LLP stream gracefully (TCP FIN).
+    CloseLlp {
+        /// The QP.
+        qp: QpId,
+    },
+    /// Reset the LLP stream (TCP RST) and detach it.
+    ResetLlp {
+        /// The QP.
+        qp: QpId,
+    },
+    /// The QP was destroyed: drop its engine.
+    Destroyed {
+        /// The QP.
+        qp: QpId,
+    },
 }
 
 /// An open RNIC and every resource created on it. It is owned by one thread (the poll core,

@@ -2,20 +2,14 @@
 
 use std::collections::VecDeque;
 
-use super::{AsyncEvent, AsyncEventKind, EventResource, PdId, RecvWr, Rnic, SrqHandle, VerbError};
-
-#[derive(Debug)]
-pub(super) struct Srq {
-    pub(super) pd: PdId,
-    pub(super) max_wrs: u32,
-    pub(super) max_sges: u32,
-    pub(super) limit: u32,
-    pub(super) armed: bool,
-    /// WQEs posted and not yet taken by a QP.
-    pub(super) queue: VecDeque<RecvWr>,
-    /// WQEs posted whose WC was not yet polled (VERBS-00 §6.3.5).
-    pub(super) slots: u32,
-}
+use super::event::{AsyncEvent, AsyncEventKind, EventResource};
+use super::handle::SrqHandle;
+use super::processing::PostError;
+use super::queues::Srq;
+use super::rnic::Rnic;
+use super::status::VerbError;
+use super::wr::RecvWr;
+use crate::mem::PdId;
 
 /// Result of Query S-RQ (VERBS-00 §9.2.4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,12 +127,8 @@ impl Rnic {
 
     /// PostRQ to an S-RQ (VERBS-00 §9.3.1.2). Returns the number of WRs posted; the first
     /// failing WR stops the list.
-    pub fn post_srq(
-        &mut self,
-        srq: SrqHandle,
-        wrs: Vec<RecvWr>,
-    ) -> Result<usize, super::PostError> {
-        let s = self.srqs.get_mut(&srq).ok_or(super::PostError {
+    pub fn post_srq(&mut self, srq: SrqHandle, wrs: Vec<RecvWr>) -> Result<usize, PostError> {
+        let s = self.srqs.get_mut(&srq).ok_or(PostError {
             posted: 0,
             error: VerbError::InvalidSrqHandle,
         })?;
@@ -152,7 +142,7 @@ impl Rnic {
                 None
             };
             if let Some(error) = error {
-                return Err(super::PostError { posted, error });
+                return Err(PostError { posted, error });
             }
             s.slots += 1;
             s.queue.push_back(wr);

@@ -1,6 +1,7 @@
 //! Work Completions (VERBS-00 §8.2.3, §9.3.2.1).
 
-use super::{CompletionStatus, QpId};
+use super::handle::QpId;
+use super::status::CompletionStatus;
 use crate::mem::STag;
 
 /// Operation type of a Work Completion (VERBS-00 §9.3.2.1).

@@ -3,7 +3,8 @@
 //! memory operations it executes itself and inline payloads.
 
 use super::memory::{BindSpec, FastRegSpec};
-use super::{STag, Sge, WcOpcode};
+use super::wc::WcOpcode;
+use crate::mem::{STag, Sge};
 use crate::rdmap;
 use crate::wire::atomic::AtomicOp;
 

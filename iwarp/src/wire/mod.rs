@@ -2,6 +2,7 @@
 
 pub mod atomic;
 mod be;
+pub mod crc;
 pub mod ddp;
 pub mod mpa;
 pub mod rdmap;

@@ -6,6 +6,8 @@
 
 use thiserror::Error;
 
+use super::crc;
+
 /// Key of an MPA Request frame (RFC 5044 §7.1).
 pub const REQUEST_KEY: &[u8; 16] = b"MPA ID Req Frame";
 /// Key of an MPA Reply frame (RFC 5044 §7.1).
@@ -591,7 +593,7 @@ impl<T: AsRef<[u8]>> Fpdu<T> {
     pub fn crc(&self) -> u32 {
         let end = self.total_len();
         let b = &self.buffer.as_ref()[end - CRC_LEN..end];
-        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        crc::from_wire([b[0], b[1], b[2], b[3]])
     }
 }
 
@@ -615,9 +617,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Fpdu<T> {
     }
 
     /// Writes the CRC field (value in, iSCSI wire order out).
-    pub fn set_crc(&mut self, crc: u32) {
+    pub fn set_crc(&mut self, value: u32) {
         let end = self.total_len();
-        self.buffer.as_mut()[end - CRC_LEN..end].copy_from_slice(&crc.to_le_bytes());
+        self.buffer.as_mut()[end - CRC_LEN..end].copy_from_slice(&crc::to_wire(value));
     }
 }
 
@@ -663,12 +665,12 @@ impl<'a> FpduRepr<'a> {
         f.set_ulpdu_length(self.ulpdu.len() as u16);
         f.ulpdu_mut().copy_from_slice(self.ulpdu);
         f.clear_pad();
-        let crc = if compute_crc {
-            crate::mpa::crc::crc32c(f.crc_covered())
+        let value = if compute_crc {
+            crc::crc32c(f.crc_covered())
         } else {
             self.crc
         };
-        f.set_crc(crc);
+        f.set_crc(value);
         Ok(need)
     }
 }
