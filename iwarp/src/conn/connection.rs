@@ -6,15 +6,16 @@ use std::collections::VecDeque;
 use tcp::Instant;
 
 use super::config::ConnConfig;
-use super::negotiation::Negotiating;
-use super::receive::Inbound;
-use super::send::Sender;
+use super::inbound::Inbound;
+use super::outbound::Sender;
 use super::stats::ConnStats;
 use crate::mem::MemoryTable;
 use crate::mpa::{
     mulpdu, ConnectRequest, Event as MpaEvent, MpaError, Negotiated, Negotiator, Recovery, Role,
 };
-use crate::rdmap::{self, Completion, Engine, PostError, RecvWr, SendWr, StreamState};
+use crate::rdmap::{
+    self, Completion, Engine, EngineConfig, PostError, RecvWr, SendWr, StreamState,
+};
 use crate::wire::terminate::TerminateCause;
 
 /// Where the connection is.
@@ -64,6 +65,57 @@ pub enum LlpRequest {
     Close,
     /// Reset the connection at once.
     Reset,
+}
+
+/// What the connection keeps while MPA negotiates.
+#[derive(Debug, Default)]
+pub(super) struct Negotiating {
+    /// Sequence number of the peer's first FPDU octet, once its frame is complete.
+    pub(super) rx_start: Option<u32>,
+    /// Responder: the peer's Request, for the framing of a Terminate if negotiation fails
+    /// after it (RFC 6581 §7: 2/0/06, 2/0/07).
+    pub(super) request: Option<ConnectRequest>,
+    /// Stream octets after the peer's frame that arrived before FPDU mode.
+    pub(super) early: Option<(u32, Vec<u8>)>,
+    /// Work posted before FPDU mode, in order.
+    pub(super) pre_sq: Vec<SendWr>,
+    /// Receive buffers posted before FPDU mode, in order.
+    pub(super) pre_rq: Vec<RecvWr>,
+}
+
+impl Negotiating {
+    /// An engine holding the work posted during negotiation (IRD/ORD 0: it only flushes).
+    pub(super) fn standby_engine(&mut self, cfg: &ConnConfig) -> Engine {
+        let mut ecfg = EngineConfig::new(cfg.pd, cfg.stream, 0, 0);
+        ecfg.extensions = cfg.extensions;
+        let mut engine = Engine::new(ecfg);
+        self.move_work_to(&mut engine);
+        engine
+    }
+
+    /// Hands the work posted so far to `engine`, receives first.
+    pub(super) fn move_work_to(&mut self, engine: &mut Engine) {
+        for wr in self.pre_rq.drain(..) {
+            let _ = engine.post_recv(wr);
+        }
+        for wr in self.pre_sq.drain(..) {
+            let _ = engine.post_send(wr);
+        }
+    }
+
+    /// Completes the work posted during a negotiation that ended as Flushed.
+    pub(super) fn flush(&mut self, cfg: &ConnConfig) -> VecDeque<Completion> {
+        let mut flushed = VecDeque::new();
+        if self.pre_sq.is_empty() && self.pre_rq.is_empty() {
+            return flushed;
+        }
+        let mut engine = self.standby_engine(cfg);
+        engine.handle_llp_closed(false);
+        while let Some(c) = engine.poll_completion() {
+            flushed.push_back(c);
+        }
+        flushed
+    }
 }
 
 /// The RDMAP stream of FPDU mode: the engine, the MPA receiver in front of it and the

@@ -38,12 +38,15 @@
 //!   [`Connection::apply_qp_action`].
 //!
 //! The code follows the phases, the way Linux siw splits `siw_cm` / `siw_qp_rx` /
-//! `siw_qp_tx`: `negotiation` (phase 1), `receive` and `send` (FPDU mode), `verbs` (the QP
-//! glue), and `connection` (the phase types and what the application calls).
+//! `siw_qp_tx`: `connection` holds the phase types and what the application calls;
+//! `negotiation` (phase 1), `receive` and `send` (FPDU mode) and `verbs` (the QP glue) add
+//! the behaviour; `inbound` and `outbound` are the receive and send sides' state.
 
 mod config;
 mod connection;
+mod inbound;
 mod negotiation;
+mod outbound;
 mod receive;
 mod rtr;
 mod send;

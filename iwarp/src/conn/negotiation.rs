@@ -6,67 +6,16 @@ use std::collections::VecDeque;
 use super::connection::{
     Closed, ConnEvent, ConnState, Connection, Fpdu, LlpRequest, Phase, Stream,
 };
-use super::receive::Inbound;
+use super::inbound::Inbound;
+use super::outbound::Sender;
 use super::rtr::rtr_message;
-use super::send::Sender;
 use crate::mem::MemoryTable;
 use crate::mpa::{
-    ConnectRequest, Event as MpaEvent, Framer, MarkerSpacing, MpaError, Negotiated, Receiver,
-    ReceiverConfig, Recovery, Role,
+    Event as MpaEvent, Framer, MarkerSpacing, MpaError, Negotiated, Receiver, ReceiverConfig,
+    Recovery, Role,
 };
-use crate::rdmap::{Completion, Engine, EngineConfig, RecvWr, SendWr};
+use crate::rdmap::{Engine, EngineConfig};
 use crate::wire::mpa::{fpdu_len, MARKER_LEN};
-
-/// What the connection keeps while MPA negotiates.
-#[derive(Debug, Default)]
-pub(super) struct Negotiating {
-    /// Sequence number of the peer's first FPDU octet, once its frame is complete.
-    pub(super) rx_start: Option<u32>,
-    /// Responder: the peer's Request, for the framing of a Terminate if negotiation fails
-    /// after it (RFC 6581 §7: 2/0/06, 2/0/07).
-    pub(super) request: Option<ConnectRequest>,
-    /// Stream octets after the peer's frame that arrived before FPDU mode.
-    pub(super) early: Option<(u32, Vec<u8>)>,
-    /// Work posted before FPDU mode, in order.
-    pub(super) pre_sq: Vec<SendWr>,
-    /// Receive buffers posted before FPDU mode, in order.
-    pub(super) pre_rq: Vec<RecvWr>,
-}
-
-impl Negotiating {
-    /// An engine holding the work posted during negotiation (IRD/ORD 0: it only flushes).
-    fn standby_engine(&mut self, cfg: &super::ConnConfig) -> Engine {
-        let mut ecfg = EngineConfig::new(cfg.pd, cfg.stream, 0, 0);
-        ecfg.extensions = cfg.extensions;
-        let mut engine = Engine::new(ecfg);
-        self.move_work_to(&mut engine);
-        engine
-    }
-
-    /// Hands the work posted so far to `engine`, receives first.
-    fn move_work_to(&mut self, engine: &mut Engine) {
-        for wr in self.pre_rq.drain(..) {
-            let _ = engine.post_recv(wr);
-        }
-        for wr in self.pre_sq.drain(..) {
-            let _ = engine.post_send(wr);
-        }
-    }
-
-    /// Completes the work posted during a negotiation that ended as Flushed.
-    fn flush(&mut self, cfg: &super::ConnConfig) -> VecDeque<Completion> {
-        let mut flushed = VecDeque::new();
-        if self.pre_sq.is_empty() && self.pre_rq.is_empty() {
-            return flushed;
-        }
-        let mut engine = self.standby_engine(cfg);
-        engine.handle_llp_closed(false);
-        while let Some(c) = engine.poll_completion() {
-            flushed.push_back(c);
-        }
-        flushed
-    }
-}
 
 impl Connection {
     /// Stream octets in order during negotiation.

@@ -5,89 +5,12 @@
 use tcp::{Instant, SegmentSink};
 
 use super::connection::{Connection, Phase};
+use super::inbound::RxGate;
 use crate::ddp::SegmentPos;
 use crate::mem::MemoryTable;
-use crate::mpa::{Delivery, MarkerSpacing, MpaError, Receiver};
+use crate::mpa::{Delivery, MpaError, Receiver};
 use crate::rdmap::{Handled, StreamState};
 use crate::wire::mpa::{fpdu_len, MARKER_LEN, ULPDU_LENGTH_LEN};
-
-/// Maps receive sequence numbers to 64-bit stream offsets from the peer's first FPDU octet.
-#[derive(Debug, Clone, Copy)]
-struct RxOffsets {
-    base_seq: u32,
-    base_off: u64,
-}
-
-impl RxOffsets {
-    fn offset(&self, seq: u32) -> u64 {
-        let d = i64::from(seq.wrapping_sub(self.base_seq) as i32);
-        u64::try_from(self.base_off as i64 + d).unwrap_or(0)
-    }
-
-    fn advance(&mut self, seq: u32) {
-        self.base_off = self.offset(seq);
-        self.base_seq = seq;
-    }
-}
-
-/// DDP segments received behind the RTR before the consumer saw the establishment
-/// (RFC 6581 §5: the initiator may send its first message right behind the RTR, in the same
-/// TCP segment, while the responder's QP is not yet in RTS).
-#[derive(Debug, Default)]
-struct RxGate {
-    /// The segments with their stream positions, in arrival order.
-    segments: Vec<(SegmentPos, Vec<u8>)>,
-    /// Octets held.
-    bytes: usize,
-    /// The highest in-order position TCP reported meanwhile.
-    position: Option<u64>,
-    /// `Established` was polled: the next pump delivers the segments.
-    open: bool,
-}
-
-/// The receive side of FPDU mode.
-#[derive(Debug)]
-pub(super) struct Inbound {
-    receiver: Receiver,
-    spacing: Option<MarkerSpacing>,
-    offsets: RxOffsets,
-    /// A peer-to-peer responder waits for the RTR, the first FPDU.
-    pub(super) awaiting_rtr: bool,
-    /// Peer-to-peer responder: the FPDUs that followed the peer's RTR, held until the
-    /// consumer has seen the establishment (and moved its QP to RTS).
-    gate: Option<RxGate>,
-    /// The partial FPDU the receiver holds (its seq and octets held) and since when.
-    stall: Option<(u32, usize, Instant)>,
-}
-
-impl Inbound {
-    /// The receive side of a stream whose first FPDU octet is at `rx_start`.
-    pub(super) fn new(
-        receiver: Receiver,
-        rx_start: u32,
-        spacing: Option<MarkerSpacing>,
-        awaiting_rtr: bool,
-    ) -> Self {
-        Inbound {
-            receiver,
-            spacing,
-            offsets: RxOffsets {
-                base_seq: rx_start,
-                base_off: 0,
-            },
-            awaiting_rtr,
-            gate: None,
-            stall: None,
-        }
-    }
-
-    /// `Established` was polled: what waits behind the RTR may be delivered.
-    pub(super) fn open_gate(&mut self) {
-        if let Some(gate) = &mut self.gate {
-            gate.open = true;
-        }
-    }
-}
 
 impl Connection {
     /// Delivers the segments held behind a peer-to-peer RTR once the consumer has polled

@@ -1,0 +1,184 @@
+//! The send side's state: the framer and the DDP segments waiting for it, and how they
+//! become one unit (the send path itself is `send`).
+
+use std::collections::VecDeque;
+
+use tcp::Instant;
+
+use crate::mem::MemoryTable;
+use crate::mpa::{Framer, MarkerSpacing};
+use crate::rdmap::{DdpSegmentOut, Engine};
+use crate::wire::ddp::UNTAGGED_HEADER_LEN;
+use crate::wire::rdmap::READ_REQUEST_LEN;
+
+/// Smallest MULPDU worth segmenting for (an untagged header plus a Read Request body).
+pub(super) const MIN_MULPDU: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_LEN;
+
+/// FPDUs of one unit gathered on the stack (more, e.g. many tiny Sends, take a Vec).
+const UNIT_PARTS: usize = 8;
+
+/// Payload buffers of framed DDP segments kept for the next ones (no allocation per
+/// segment in a steady stream).
+const SPARE_BUFFERS: usize = 32;
+
+/// Unit buffers given back by TCP once acknowledged, kept for the next units. ACKs arrive in
+/// bursts that free many units at once, so the pool is deeper than [`SPARE_BUFFERS`]; it
+/// only ever holds buffers that were in flight before.
+pub(super) const SPARE_UNITS: usize = 256;
+
+/// One DDP segment waiting to be framed.
+#[derive(Debug)]
+enum TxSeg {
+    Engine(DdpSegmentOut),
+    Raw(Vec<u8>),
+}
+
+impl TxSeg {
+    fn parts(&self) -> [&[u8]; 2] {
+        match self {
+            TxSeg::Engine(s) => s.parts(),
+            TxSeg::Raw(v) => [&v[..], &[]],
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            TxSeg::Engine(s) => s.len(),
+            TxSeg::Raw(v) => v.len(),
+        }
+    }
+}
+
+/// The framer and the DDP segments waiting for it.
+#[derive(Debug, Default)]
+pub(super) struct Sender {
+    /// Frames FPDUs once our first FPDU's sequence number is known.
+    pub(super) framer: Option<Framer>,
+    /// A sender that exists only for the Terminate of a failed negotiation: its CRC and
+    /// marker settings (from the peer's Request) and no negotiated stream behind it.
+    terminate_framing: Option<(bool, bool)>,
+    /// Initiator: no FPDU before this time (`ConnConfig::first_fpdu_delay`).
+    pub(super) hold_until: Option<Instant>,
+    queue: VecDeque<TxSeg>,
+    bytes: usize,
+    spare: Vec<Vec<u8>>,
+}
+
+impl Sender {
+    /// A sender for the one Terminate of a failed negotiation (RFC 6581 §7).
+    pub(super) fn terminate_only(crc: bool, markers: bool) -> Self {
+        Sender {
+            terminate_framing: Some((crc, markers)),
+            ..Sender::default()
+        }
+    }
+
+    /// Whether the framer exists.
+    pub(super) fn is_started(&self) -> bool {
+        self.framer.is_some()
+    }
+
+    /// A terminate-only sender learns where its first FPDU starts.
+    pub(super) fn start(&mut self, start: u32) {
+        if let (None, Some((crc, markers))) = (self.framer, self.terminate_framing) {
+            self.framer = Some(Framer::new(crc, markers.then(|| MarkerSpacing::new(start))));
+        }
+    }
+
+    /// Queues a ready DDP segment in front of everything else (the peer-to-peer RTR).
+    pub(super) fn push_front_raw(&mut self, segment: Vec<u8>) {
+        self.bytes += segment.len();
+        self.queue.push_front(TxSeg::Raw(segment));
+    }
+
+    /// Drops the engine's queued segments (flushed work after a Terminate was queued).
+    pub(super) fn drop_engine_segments(&mut self) {
+        self.queue.retain(|s| matches!(s, TxSeg::Raw(_)));
+        self.bytes = self.queue.iter().map(TxSeg::len).sum();
+    }
+
+    /// Drops everything queued.
+    pub(super) fn clear(&mut self) {
+        self.queue.clear();
+        self.bytes = 0;
+    }
+
+    /// Whether no segment waits.
+    pub(super) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Ends the first-FPDU hold once its time came.
+    pub(super) fn release_hold(&mut self, now: Instant) {
+        if self.hold_until.is_some_and(|t| now >= t) {
+            self.hold_until = None;
+        }
+    }
+
+    /// Whether FPDUs may go out at `now` (`established`: the MPA exchange allows FPDUs).
+    pub(super) fn may_send(&self, now: Instant, established: bool) -> bool {
+        self.framer.is_some()
+            && (established || self.terminate_framing.is_some())
+            && self.hold_until.is_none_or(|t| now >= t)
+    }
+
+    /// Takes DDP segments from `engine` until `budget` octets wait.
+    pub(super) fn fill<M: MemoryTable + ?Sized>(
+        &mut self,
+        engine: &mut Engine,
+        mem: &M,
+        now: Instant,
+        mulpdu: usize,
+        budget: usize,
+    ) {
+        while self.bytes < budget {
+            let buffer = self.spare.pop().unwrap_or_default();
+            match engine.poll_segment_reusing(now, mulpdu, mem, buffer) {
+                Some(s) => {
+                    self.bytes += s.len();
+                    self.queue.push_back(TxSeg::Engine(s));
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Frames the queued segments that fit `max_len` octets from `seq` (at least one, so
+    /// that a unit too small is refused as such) into `out`; returns the FPDUs framed.
+    pub(super) fn frame_unit(
+        &mut self,
+        seq: u32,
+        max_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<usize> {
+        let framer = self.framer?;
+        let mut fit = 0;
+        let (mut end, mut len) = (seq, 0);
+        for s in &self.queue {
+            let n = framer.wire_len(end, s.len());
+            if fit > 0 && len + n > max_len {
+                break;
+            }
+            fit += 1;
+            len += n;
+            end = end.wrapping_add(n as u32);
+        }
+        let info = if fit <= UNIT_PARTS {
+            let mut parts: [[&[u8]; 2]; UNIT_PARTS] = [[&[], &[]]; UNIT_PARTS];
+            for (p, s) in parts.iter_mut().zip(&self.queue) {
+                *p = s.parts();
+            }
+            framer.build_unit(seq, max_len, &parts[..fit], out).ok()?
+        } else {
+            let parts: Vec<[&[u8]; 2]> = self.queue.iter().take(fit).map(TxSeg::parts).collect();
+            framer.build_unit(seq, max_len, &parts, out).ok()?
+        };
+        for s in self.queue.drain(..info.fpdus) {
+            self.bytes -= s.len();
+            if let (TxSeg::Engine(s), true) = (s, self.spare.len() < SPARE_BUFFERS) {
+                self.spare.push(s.into_buffer());
+            }
+        }
+        Some(info.fpdus)
+    }
+}
