@@ -1,5 +1,6 @@
 //! The data plane: ports, the poll loop, TCP and iWARP wired together.
 
+pub mod apps;
 pub mod arp;
 pub mod classify;
 pub mod clock;

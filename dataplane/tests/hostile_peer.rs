@@ -150,15 +150,10 @@ fn ddp_stag_of_another_pd() {
         let mut arena = dataplane::rdma::Arena::new(rnic.memory().bytes().len());
         // Skip what the harness registered.
         arena
-            .register(
-                rnic,
-                net.srv.pd,
-                1 << 20,
-                dataplane::rdma::app::all_rights(),
-            )
+            .register(rnic, net.srv.pd, 1 << 20, dataplane::apps::all_rights())
             .expect("skip");
         arena
-            .register(rnic, pd, 4096, dataplane::rdma::app::all_rights())
+            .register(rnic, pd, 4096, dataplane::apps::all_rights())
             .expect("other pd region")
     };
     net.evil_arp();

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use dataplane::clock::{self};
 
+use dataplane::apps::{all_rights, Resources};
 use dataplane::port::fault::FaultConfig;
-use dataplane::rdma::app::{all_rights, Resources};
 use dataplane::rdma::CmEvent;
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{CompletionStatus, QpState};

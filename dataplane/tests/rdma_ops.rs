@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use dataplane::clock::{self};
 
+use dataplane::apps::{all_rights, Resources};
 use dataplane::port::fault::{FaultConfig, Rate};
-use dataplane::rdma::app::{all_rights, Resources};
 use dataplane::rdma::{CmEvent, RdmaCounters, Region};
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{

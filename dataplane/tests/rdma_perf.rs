@@ -6,9 +6,9 @@ mod rdma_common;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
+use dataplane::apps::perf::{PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer};
+use dataplane::apps::run_pair;
 use dataplane::port::fault::FaultConfig;
-use dataplane::rdma::app::run_pair;
-use dataplane::rdma::perf::{PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer};
 use iwarp::mpa::MpaConfig;
 use rdma_common::*;
 

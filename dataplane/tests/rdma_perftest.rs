@@ -6,10 +6,10 @@ mod rdma_common;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
+use dataplane::apps::perf::PerfResult;
+use dataplane::apps::perftest::{PerftestParams, PerftestSession, Test};
+use dataplane::apps::run_pair;
 use dataplane::port::fault::FaultConfig;
-use dataplane::rdma::app::run_pair;
-use dataplane::rdma::perf::PerfResult;
-use dataplane::rdma::perftest::{PerftestParams, PerftestSession, Test};
 use iwarp::mpa::MpaConfig;
 use rdma_common::*;
 
@@ -178,7 +178,7 @@ fn send_lat() {
 // private data: the client reports the rejected control connection and stops.
 #[test]
 fn client_against_plain_perf_server_fails_cleanly() {
-    use dataplane::rdma::perf::PerfServer;
+    use dataplane::apps::perf::PerfServer;
     let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
     let addr = SocketAddrV4::new(SERVER_IP, 18515);
     let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
@@ -191,19 +191,19 @@ fn client_against_plain_perf_server_fails_cleanly() {
 
 /// A peer that answers the client's first record (the version) with `reply`.
 struct BadPeer {
-    res: dataplane::rdma::app::Resources,
+    res: dataplane::apps::Resources,
     buf: dataplane::rdma::Region,
     qp: Option<iwarp::verbs::QpId>,
     reply: Vec<u8>,
 }
 
-impl dataplane::rdma::app::App for BadPeer {
+impl dataplane::apps::App for BadPeer {
     fn step(
         &mut self,
         h: &mut dataplane::rdma::RdmaHandler,
         _now: dataplane::clock::Instant,
-    ) -> dataplane::rdma::app::Step {
-        use dataplane::rdma::app::Step;
+    ) -> dataplane::apps::Step {
+        use dataplane::apps::Step;
         use dataplane::rdma::CmEvent;
         use iwarp::verbs::{CompletionStatus, RecvWr, SendOp, SendWr, WcOpcode};
         while let Some(ev) = h.poll_cm_event() {
@@ -241,7 +241,7 @@ impl dataplane::rdma::app::App for BadPeer {
 }
 
 fn against_bad_peer(reply: &[u8]) -> String {
-    use dataplane::rdma::app::{all_rights, Resources};
+    use dataplane::apps::{all_rights, Resources};
     let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
     let addr = SocketAddrV4::new(SERVER_IP, 18515);
     let h = ls.handler_mut();

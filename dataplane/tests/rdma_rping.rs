@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use dataplane::clock::{self};
 
+use dataplane::apps::rping::{Rping, RpingOptions};
+use dataplane::apps::run_pair;
 use dataplane::port::fault::{FaultConfig, Rate};
-use dataplane::rdma::app::run_pair;
-use dataplane::rdma::rping::{Rping, RpingOptions};
 use iwarp::mpa::MpaConfig;
 use rdma_common::*;
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use dataplane::clock::{self};
 
+use dataplane::apps::soak::{SoakClient, SoakParams, SoakServer};
+use dataplane::apps::{run_pair, App, Step};
 use dataplane::port::fault::{CorruptMode, Direction, FaultConfig, FaultCounters, Rate};
-use dataplane::rdma::app::{run_pair, App, Step};
-use dataplane::rdma::soak::{SoakClient, SoakParams, SoakServer};
 use iwarp::mpa::MpaConfig;
 use rdma_common::{pair, Loop, CLIENT_IP, SERVER_IP};
 

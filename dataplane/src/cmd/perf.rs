@@ -5,12 +5,12 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-use dataplane::port::Port;
-use dataplane::rdma::app::run_pair;
-use dataplane::rdma::perf::{
+use dataplane::apps::perf::{
     all_sizes, PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer,
 };
-use dataplane::rdma::perftest::{PerftestParams, PerftestSession, Test};
+use dataplane::apps::perftest::{PerftestParams, PerftestSession, Test};
+use dataplane::apps::run_pair;
+use dataplane::port::Port;
 use dataplane::say;
 
 use super::rping::RdmaArgs;
@@ -138,7 +138,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     // Room for the buffers of every QP (client: source, sink; server: one each).
     let need_mb = (max * 2 * usize::from(args.qps.max(1))).div_ceil(1 << 20) + 8;
     rdma.mem_mb = rdma.mem_mb.max(need_mb);
-    let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
+    let runtime = |e: dataplane::apps::AppError| CmdError::Runtime(e.to_string());
     let params = PerfParams {
         op,
         mode,
@@ -245,7 +245,7 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
     // The native protocol's peer is a dataplane server: no siw to wait for.
     rdma.first_fpdu_delay_ms.get_or_insert(0);
     rdma.mem_mb = rdma.mem_mb.max((size * 3).div_ceil(1 << 20) * 2 + 8);
-    let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
+    let runtime = |e: dataplane::apps::AppError| CmdError::Runtime(e.to_string());
     let header = PerfResult::header(mode);
     let print = |who: &'static str| {
         Box::new(move |r: &PerfResult| {
@@ -254,7 +254,7 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
             if !who.is_empty() {
                 say!("({who})");
             }
-        }) as dataplane::rdma::perf::ResultSink
+        }) as dataplane::apps::perf::ResultSink
     };
     if args.loopback {
         let mut pair = rdma.loopback()?;

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use dataplane::clock;
 
+use dataplane::apps::rping::{Rping, RpingOptions, MAX_SIZE, MIN_SIZE};
+use dataplane::apps::{run_app, App};
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::{AnyPort, Port};
-use dataplane::rdma::app::{run_app, App};
-use dataplane::rdma::rping::{Rping, RpingOptions, MAX_SIZE, MIN_SIZE};
 use dataplane::rdma::{open_rnic, MemoryKind, RdmaConfig, RdmaHandler};
 use dataplane::say;
 use iwarp::mpa::MpaConfig;
@@ -304,7 +304,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         validate: args.validate,
     };
     let mut s = args.rdma.session()?;
-    let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
+    let runtime = |e: dataplane::apps::AppError| CmdError::Runtime(e.to_string());
     let mut app = if args.server {
         let addr = SocketAddrV4::new(args.addr.unwrap_or(s.ip), args.port);
         let app = Rping::server(s.poll.handler_mut(), addr, opts).map_err(runtime)?;

@@ -1,5 +1,5 @@
 //! `dataplane soak`: the verified RDMA Write + Read + Send mix on many QPs (see
-//! [`dataplane::rdma::soak`]). Without a server address it is the server; with one, the
+//! [`dataplane::apps::soak`]). Without a server address it is the server; with one, the
 //! client, whose exit status covers the server's verdict too.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use dataplane::clock;
 
+use dataplane::apps::soak::{parse_bytes, SoakClient, SoakParams, SoakServer, SoakTally};
+use dataplane::apps::{run_app, App};
 use dataplane::lcore::PollLoop;
 use dataplane::port::fault::FaultCounters;
 use dataplane::port::{AnyPort, Port};
-use dataplane::rdma::app::{run_app, App};
-use dataplane::rdma::soak::{parse_bytes, SoakClient, SoakParams, SoakServer, SoakTally};
 use dataplane::rdma::RdmaHandler;
 use dataplane::say;
 
@@ -236,7 +236,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let need = params.client_memory().max(params.server_memory());
     rdma.mem_mb = rdma.mem_mb.max(need.div_ceil(1 << 20) + 4);
     let mut s = rdma.session()?;
-    let runtime = |e: dataplane::rdma::app::AppError| CmdError::Runtime(e.to_string());
+    let runtime = |e: dataplane::apps::AppError| CmdError::Runtime(e.to_string());
     let started = clock::now();
     match args.server {
         None => {

@@ -7,23 +7,18 @@
 //! posted on the RNIC's QPs → RDMAP → DDP → MPA FPDU-aligned units → TCP → tx burst.
 //!
 //! Applications running on the poll core (run to completion: one application step, then
-//! [`crate::lcore::PollLoop::poll_once`]) use the RNIC directly through
-//! [`RdmaHandler::rnic`]; the connection manager ([`RdmaHandler::listen`],
+//! [`crate::lcore::PollLoop::poll_once`]; the tools are in [`crate::apps`]) use the RNIC
+//! directly through [`RdmaHandler::rnic_mut`]; the connection manager ([`RdmaHandler::listen`],
 //! [`RdmaHandler::connect`], [`RdmaHandler::accept`], [`RdmaHandler::reject`],
 //! [`RdmaHandler::disconnect`], [`RdmaHandler::abort`], [`RdmaHandler::poll_cm_event`])
 //! mirrors what rdma_cm users expect.
 
-pub mod app;
 mod arena;
 mod counters;
 mod handler;
 mod memory;
-pub mod perf;
-pub mod perftest;
-pub mod rping;
-pub mod soak;
 
-pub use arena::{Arena, Region, REGION_VA_BASE};
+pub use arena::{Arena, ArenaError, Region, REGION_VA_BASE};
 pub use counters::RdmaCounters;
 pub use handler::{CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler};
 pub use memory::{open_rnic, MemoryKind};

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use dataplane::clock::{self};
 
+use dataplane::apps::{all_rights, Resources};
 use dataplane::config::Ipv4Cidr;
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::fault::{FaultConfig, FaultCounters, FaultPort};
 use dataplane::port::soft_pair::{soft_pair, SoftPort};
 use dataplane::port::{Port, PortInfo, PortStats};
-use dataplane::rdma::app::{all_rights, Resources};
 use dataplane::rdma::{open_rnic, CmEvent, RdmaConfig, RdmaHandler, Region};
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{CompletionStatus, QpId, SendOp, SendWr, WcOpcode};
@@ -178,7 +178,7 @@ impl MixReport {
 
 /// The soak's seeded pattern (no zero octet: zero marks "not placed").
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    dataplane::rdma::soak::pattern(seed, 0, len)
+    dataplane::apps::soak::pattern(seed, 0, len)
 }
 
 fn seed(qp: usize, round: u64, kind: u64) -> u64 {

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use dataplane::clock::{self};
 
+use dataplane::apps::{all_rights, Resources};
 use dataplane::config::Ipv4Cidr;
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::soft_pair::{soft_pair, SoftPort};
 use dataplane::port::{Port, PortInfo};
-use dataplane::rdma::app::{all_rights, Resources};
 use dataplane::rdma::{open_rnic, CmEvent, RdmaConfig, RdmaHandler, Region};
 use iwarp::mpa::crc::{crc32c, to_wire};
 use iwarp::mpa::MpaConfig;

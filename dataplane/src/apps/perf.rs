@@ -20,9 +20,8 @@ use iwarp::verbs::{
 use iwarp::wire::atomic::AtomicOp;
 use tcp::ConnId;
 
-use super::app::{all_rights, App, AppError, Resources, Step};
-use super::arena::Region;
-use super::handler::{CmEvent, RdmaHandler};
+use super::{all_rights, App, AppError, Resources, Step};
+use crate::rdma::{CmEvent, RdmaHandler, Region};
 
 /// Which operation to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

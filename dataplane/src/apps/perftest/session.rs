@@ -22,10 +22,9 @@ use iwarp::verbs::{
 use tcp::ConnId;
 
 use super::wire::{self, BwReport, Dest, IbMtu, RecordError, Version, REPORT_FIELDS};
-use crate::rdma::app::{all_rights, App, AppError, Resources, Step};
-use crate::rdma::arena::Region;
-use crate::rdma::handler::{CmEvent, RdmaHandler};
-use crate::rdma::perf::{latency_result, PerfResult, ResultSink};
+use crate::apps::perf::{latency_result, PerfResult, ResultSink};
+use crate::apps::{all_rights, App, AppError, Resources, Step};
+use crate::rdma::{CmEvent, RdmaHandler, Region};
 
 /// The perftest tool both sides run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use iwarp::verbs::{Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode};
 use tcp::ConnId;
 
-use super::app::{all_rights, App, AppError, Resources, Step};
-use super::arena::Region;
-use super::handler::{CmEvent, RdmaHandler};
+use super::{all_rights, App, AppError, Resources, Step};
+use crate::rdma::{CmEvent, RdmaHandler, Region};
 use crate::say;
 
 /// Length of the `{addr, rkey, size}` record.

@@ -1,5 +1,12 @@
-//! Applications on the poll core: run to completion, one application step after each
-//! poll-loop iteration, and the verbs resources every application sets up.
+//! The tools that run on the iWARP stack ([`crate::rdma`]): rping, perftest-style runs
+//! (with perftest's own `-R` exchange), the soak test. They are applications on the poll
+//! core: run to completion, one application step after each poll-loop iteration, with the
+//! verbs resources every application sets up.
+
+pub mod perf;
+pub mod perftest;
+pub mod rping;
+pub mod soak;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -8,10 +15,9 @@ use crate::clock::{self, Instant};
 
 use iwarp::verbs::{Access, CqHandle, PdId, QpInit, UlpId, VerbError, WorkCompletion};
 
-use super::arena::{Arena, ArenaError, Region};
-use super::handler::{CmError, RdmaHandler};
 use crate::lcore::PollLoop;
 use crate::port::Port;
+use crate::rdma::{Arena, ArenaError, CmError, RdmaHandler, Region};
 
 /// What an application step decided.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -32,9 +32,8 @@ use iwarp::verbs::{
 };
 use tcp::ConnId;
 
-use super::app::{all_rights, App, AppError, Resources, Step};
-use super::arena::Region;
-use super::handler::{CmEvent, RdmaHandler};
+use super::{all_rights, App, AppError, Resources, Step};
+use crate::rdma::{CmEvent, RdmaHandler, Region};
 
 /// Private data and message magic ("SOAK").
 const MAGIC: u32 = 0x534f_414b;
