@@ -3,11 +3,9 @@
 //! engine uses (DDP tagged placement, Read Request source resolution, remote
 //! invalidation).
 
-mod verbs_common;
-
+use crate::common::*;
 use iwarp::verbs::*;
 use iwarp::wire::terminate::TerminateCause;
-use verbs_common::*;
 
 const VA: u64 = 0x7f00_0000_0000;
 

@@ -1,11 +1,9 @@
 //! MPA negotiation of two connections over simulated TCP, both roles (RFC 5044 §7.1,
 //! RFC 6581), followed by a Send and an RDMA Write in each direction.
 
-mod conn_common;
-
 use std::time::Duration;
 
-use conn_common::*;
+use crate::common::*;
 use iwarp::conn::{ConnEvent, ConnState};
 use iwarp::mem::{STag, Sge};
 use iwarp::mpa::{MpaConfig, MpaError, Recovery, RtrKind};

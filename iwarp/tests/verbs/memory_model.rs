@@ -4,12 +4,10 @@
 //! every Terminate cause and every octet of the backend must agree (a Write never touches
 //! memory outside the range it was allowed into).
 
-mod verbs_common;
-
+use crate::common::*;
 use iwarp::verbs::*;
 use iwarp::wire::terminate::TerminateCause as T;
 use proptest::prelude::*;
-use verbs_common::*;
 
 const SLOTS: usize = 3;
 /// Region length: less than a page, so one octet past the end is still mapped memory.

@@ -1,9 +1,7 @@
 //! SPEC-DIGEST §4: security requirements as negative tests at the protocol core
 //! (RFC 5040 §8.1.1, RFC 5041 §8.1–§8.3, VERBS-00 §7).
 
-mod engine_support;
-
-use engine_support::*;
+use crate::common::*;
 use iwarp::mem::{Access, PdId, RegionSpec, STag, StreamId};
 use iwarp::wire::terminate::TerminateCause;
 

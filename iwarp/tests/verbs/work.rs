@@ -2,11 +2,9 @@
 //! parts of F and G) from SPEC-DIGEST §8. The RDMAP engine's side is driven through
 //! `next_send_wr` / `next_recv_wr` / `handle_completion`.
 
-mod verbs_common;
-
+use crate::common::*;
 use iwarp::rdmap::{CompletionStatus as EngineStatus, WorkQueue};
 use iwarp::verbs::*;
-use verbs_common::*;
 
 const VA: u64 = 0x1000_0000;
 

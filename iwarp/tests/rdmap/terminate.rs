@@ -1,8 +1,6 @@
 //! SPEC-DIGEST §8 group G: Terminate, teardown and stream lifecycle (engine level).
 
-mod engine_support;
-
-use engine_support::*;
+use crate::common::*;
 use iwarp::mem::{Access, STag, Sge};
 use iwarp::rdmap::{
     CompletionStatus, Event, Handled, PostError, RemoteBuf, SendOp, SendWr, StreamState,

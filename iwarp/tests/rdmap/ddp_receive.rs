@@ -1,8 +1,6 @@
 //! SPEC-DIGEST §8 group B: DDP receive validation and DDP-layer errors.
 
-mod engine_support;
-
-use engine_support::*;
+use crate::common::*;
 use iwarp::mem::{Access, PdId, RegionSpec};
 use iwarp::rdmap::{CompletionStatus, Event, Handled, StreamState, WorkQueue};
 use iwarp::wire::terminate::{TerminateCause, TerminateRepr};

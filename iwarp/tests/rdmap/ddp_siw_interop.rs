@@ -5,11 +5,9 @@
 //! client segment and transmits, for the same work, byte-identical segments. RDMA Writes of
 //! an `ib_write_lat` run (siw-ib_write_lat-first400.pcap) are placed as siw meant them.
 
-mod engine_support;
-
 use std::collections::HashMap;
 
-use engine_support::now;
+use crate::common::now;
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory, StreamId};
 use iwarp::rdmap::{

@@ -2,11 +2,9 @@
 //! model-based test comparing random verb sequences with a reference model of
 //! VERBS-00 §6.2 (Fig. 6).
 
-mod verbs_common;
-
+use crate::common::*;
 use iwarp::verbs::*;
 use proptest::prelude::*;
-use verbs_common::*;
 
 fn state(rnic: &Rnic, qp: QpId) -> QpState {
     rnic.query_qp(qp).unwrap().state

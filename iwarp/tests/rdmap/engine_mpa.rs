@@ -2,11 +2,9 @@
 //! TCP segments arrive shuffled; MPA hands FPDUs up early where markers allow, the engine
 //! places them at once and delivers in order (RFC 5041 §3 item 5, RFC 5044 §6–§7).
 
-mod engine_support;
-
 use std::collections::BTreeMap;
 
-use engine_support::*;
+use crate::common::*;
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{STag, Sge};
 use iwarp::mpa::{CrcErrorPolicy, Framer, MarkerSpacing, Receiver, ReceiverConfig};

@@ -2,9 +2,7 @@
 //! segments handed over in order and shuffled (placed out of order, delivered in order).
 //! Data must arrive byte-exact and completions appear in the order RFC 5040 §5.5 requires.
 
-mod engine_support;
-
-use engine_support::*;
+use crate::common::*;
 use iwarp::mem::{STag, Sge};
 use iwarp::rdmap::{
     CompletionOpcode, CompletionStatus, Event, RemoteBuf, SendOp, SendWr, WorkQueue,

@@ -1,9 +1,7 @@
 //! Arbitrary bytes into `handle_ddp_segment` never panic and never touch memory outside the
 //! registered regions; the stream always ends with at most one Terminate.
 
-mod engine_support;
-
-use engine_support::*;
+use crate::common::*;
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{Access, PdId, RegionSpec};
 use proptest::prelude::*;

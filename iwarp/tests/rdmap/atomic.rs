@@ -1,9 +1,7 @@
 //! SPEC-DIGEST §8 group H: RFC 7306 atomics and immediate data (EXT-01), responder checks of
 //! SPEC-DIGEST §3.9.
 
-mod engine_support;
-
-use engine_support::*;
+use crate::common::*;
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory};
 use iwarp::rdmap::{CompletionOpcode, Engine, PostError, RemoteBuf, SendOp, SendWr};

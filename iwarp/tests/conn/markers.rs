@@ -2,11 +2,9 @@
 //! their markers and placed at once, so TCP never holds tagged data for reassembly
 //! (RFC 5044 §5, §6.1; RFC 5041 §3 item 5).
 
-mod conn_common;
-
 use std::time::Duration;
 
-use conn_common::*;
+use crate::common::*;
 use iwarp::mem::Sge;
 use iwarp::mpa::MpaConfig;
 use iwarp::rdmap::{CompletionStatus, RemoteBuf, SendOp, SendWr};

@@ -4,15 +4,13 @@
 //! checklist items that need the wire (digest §4 items 1, 3, 11, 30; B13, E07, E12, E14,
 //! F03, F04).
 
-mod verbs_common;
-
 use std::time::Instant;
 
+use crate::common::*;
 use iwarp::ddp::SegmentPos;
 use iwarp::rdmap::{Engine, EngineConfig, Event};
 use iwarp::verbs::*;
 use iwarp::wire::terminate::TerminateCause as T;
-use verbs_common::*;
 
 const MULPDU: usize = 512;
 const VA: u64 = 0x2000_0000;

@@ -3,13 +3,11 @@
 //! RDMAP/DDP engine enters: DDP tagged placement, Read Request source resolution and
 //! remote invalidation through the `MemoryTable` the verbs layer implements.
 
-mod verbs_common;
-
+use crate::common::*;
 use iwarp::mem::MemoryTable;
 use iwarp::rdmap::{CompletionStatus as EngineStatus, WorkQueue};
 use iwarp::verbs::*;
 use iwarp::wire::terminate::TerminateCause as T;
-use verbs_common::*;
 
 const VA: u64 = 0x4000_0000;
 const GUARD: u8 = 0xEE;

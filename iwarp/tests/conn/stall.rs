@@ -4,11 +4,9 @@
 //! CRC cannot vouch for, RFC 5044 §7.1; SPEC-DIGEST §8 item 8). The two connections are
 //! driven directly through their TCP-facing traits, so every octet and instant is chosen.
 
-mod conn_common;
-
 use std::time::{Duration, Instant};
 
-use conn_common::{conn_config, memory, pattern};
+use crate::common::{conn_config, memory, pattern};
 use iwarp::conn::{ConnEvent, ConnState};
 use iwarp::mem::{STag, Sge, SimpleMemory};
 use iwarp::mpa::MpaConfig;

@@ -1,6 +1,5 @@
 //! Shared fixtures for the DDP/RDMAP engine tests: two engines back to back, each with its
 //! own heap-backed memory table.
-#![allow(dead_code)]
 
 use std::time::Instant;
 

@@ -1,5 +1,4 @@
 //! Shared fixtures for the verbs tests.
-#![allow(dead_code)]
 
 use iwarp::mem::HeapBackend;
 use iwarp::verbs::*;
@@ -10,7 +9,6 @@ pub const ARENA: usize = 64 * 4096;
 pub const PAGE: u64 = 4096;
 
 pub struct Fx {
-    pub device: RnicDevice,
     pub rnic: Rnic,
     pub ulp: UlpId,
     pub pd: PdId,
@@ -47,7 +45,6 @@ pub fn fixture_with(f: impl FnOnce(&mut QpInit)) -> Fx {
     f(&mut init);
     let (qp, _) = rnic.create_qp(init).unwrap();
     Fx {
-        device,
         rnic,
         ulp,
         pd,

@@ -1,9 +1,7 @@
 //! SPEC-DIGEST §8 groups C (placement, delivery, ordering), D (RDMAP header and opcodes),
 //! E (RDMA Read, IRD/ORD), F (Send with Invalidate, Solicited Events).
 
-mod engine_support;
-
-use engine_support::*;
+use crate::common::*;
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, StreamId};
 use iwarp::rdmap::{

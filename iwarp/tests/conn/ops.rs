@@ -2,11 +2,9 @@
 //! reordering and duplication: Send variants, RDMA Write, several outstanding RDMA Reads,
 //! Immediate Data, atomics, sizes from 0 B to over 1 MiB (RFC 5040 §5, RFC 7306).
 
-mod conn_common;
-
 use std::time::Duration;
 
-use conn_common::*;
+use crate::common::*;
 use iwarp::conn::{ConnEvent, ConnState};
 use iwarp::mem::{STag, Sge};
 use iwarp::mpa::MpaConfig;

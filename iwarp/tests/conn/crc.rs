@@ -2,13 +2,11 @@
 //! receiver stops with Terminate 2/0/02 and places none of the corrupted FPDU
 //! (RFC 5044 §8, RFC 5040 §7.2).
 
-mod conn_common;
-
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use conn_common::*;
+use crate::common::*;
 use iwarp::conn::{ConnEvent, ConnState};
 use iwarp::mem::Sge;
 use iwarp::mpa::MpaConfig;

@@ -1,8 +1,6 @@
 //! SPEC-DIGEST §8 group A: DDP framing at the sender.
 
-mod engine_support;
-
-use engine_support::*;
+use crate::common::*;
 use iwarp::ddp::segmenter::MessageTarget;
 use iwarp::ddp::{MsnCounters, OutgoingMessage, Segmenter};
 use iwarp::mem::{Access, Sge};

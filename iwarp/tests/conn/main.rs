@@ -1,0 +1,13 @@
+//! Connections (`iwarp::conn`) over simulated TCP: MPA negotiation, every RDMAP operation,
+//! markers, CRC errors, stalls, arbitrary input, siw replays and verbs on top.
+
+mod common;
+
+mod crc;
+mod fuzz;
+mod markers;
+mod negotiate;
+mod ops;
+mod siw_replay;
+mod stall;
+mod verbs;
