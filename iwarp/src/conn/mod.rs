@@ -15,7 +15,7 @@
 //!   MULPDU of the effective send MSS (RFC 5044 §4.1), with markers at their sequence
 //!   positions.
 //!
-//! Driving it (the poll core; see `tests/conn_common` for a complete simulation):
+//! Driving it (the poll core; see `tests/conn/common.rs` for a complete simulation):
 //!
 //! * create it with [`Connection::initiator`] and hand it to `tcp::Engine::connect`, or with
 //!   [`Connection::responder`] and `tcp::Engine::attach` after `tcp::Event::Accepted`;

@@ -148,7 +148,7 @@ impl Sim {
         (cfg_b, mem_b): (ConnConfig, SimpleMemory),
         decision: Decision,
     ) -> Self {
-        let epoch = std::time::Instant::now();
+        let epoch = tcp::Instant::from_millis(1_000);
         let now = Instant::from_millis(1);
         let mut a = Engine::new(tcp_config(1));
         let mut b = Engine::new(tcp_config(2));
@@ -192,7 +192,7 @@ impl Sim {
     }
 
     fn to_tcp(&self, t: std::time::Instant) -> Instant {
-        Instant::from_micros(t.saturating_duration_since(self.epoch).as_micros() as u64)
+        Instant::from_micros(t.saturating_since(self.epoch).as_micros() as u64)
     }
 
     /// The connection of `side`, alive or handed back by TCP.

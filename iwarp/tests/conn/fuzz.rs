@@ -1,7 +1,9 @@
 //! Arbitrary TCP input never panics a connection: random segments (valid FPDUs, mangled
 //! FPDUs, garbage) at random positions, in or out of order, in every phase.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tcp::Instant;
 
 use iwarp::conn::{ConnConfig, Connection};
 use iwarp::mem::{Access, PdId, RegionSpec, STag, SimpleMemory};
@@ -106,7 +108,7 @@ fn drive(
     ops: Vec<Op>,
     mut peer: Option<Peer>,
 ) {
-    let t0 = Instant::now();
+    let t0 = Instant::from_millis(1_000);
     let mut now = t0;
     let mut rcv_nxt = start;
     let mut snd_nxt = 100u32;
@@ -171,7 +173,7 @@ proptest! {
     #[test]
     fn initiator_negotiating(ops in prop::collection::vec(op(), 0..40)) {
         let cfg = ConnConfig::new(MpaConfig::default());
-        let mut c = Connection::initiator(cfg, memory().0, Instant::now()).unwrap();
+        let mut c = Connection::initiator(cfg, memory().0, Instant::from_millis(1_000)).unwrap();
         c.next_unit(1, 1448);
         drive(c, 1, &[], ops, None);
     }
@@ -189,7 +191,7 @@ proptest! {
         };
         let cfg = ConnConfig { pd: PdId(1), ..ConnConfig::new(mpa) };
         let (mem, stag) = memory();
-        let mut c = Connection::initiator(cfg, mem, Instant::now()).unwrap();
+        let mut c = Connection::initiator(cfg, mem, Instant::from_millis(1_000)).unwrap();
         c.next_unit(1, 1448);
         let start = u32::MAX - 10;
         let rx_start = start.wrapping_add(REPLY.len() as u32);
@@ -207,11 +209,11 @@ proptest! {
         };
         let cfg = ConnConfig { pd: PdId(1), ..ConnConfig::new(mpa) };
         let (mem, stag) = memory();
-        let mut c = Connection::responder(cfg, mem, Instant::now()).unwrap();
+        let mut c = Connection::responder(cfg, mem, Instant::from_millis(1_000)).unwrap();
         c.on_segment(1, REQUEST_CRC_MARKERS, true, 1);
         c.on_advance(1 + REQUEST_CRC_MARKERS.len() as u32);
         while c.poll_event().is_some() {}
-        c.accept(Instant::now(), b"pd").unwrap();
+        c.accept(Instant::from_millis(1_000), b"pd").unwrap();
         c.next_unit(1, 1448);
         assert_eq!(c.negotiated().and_then(|n| n.rtr), Some(RtrKind::Write));
         let rx_start = 1 + REQUEST_CRC_MARKERS.len() as u32;

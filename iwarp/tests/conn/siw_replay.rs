@@ -5,7 +5,7 @@
 //! answers siw's Request with siw's Reply and sends siw's server FPDUs (RFC 5044 §7.1,
 //! RFC 6581, RFC 5040 §4.4).
 
-use std::time::Instant;
+use tcp::Instant;
 
 use iwarp::conn::{ConnConfig, ConnEvent, ConnState, Connection};
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory};
@@ -150,7 +150,7 @@ fn replay_memory(rr: &[u8], at: usize, access: Access) -> (SimpleMemory, STag, S
 /// Plays the server's segments to an initiator and compares what it sends with the
 /// capture's client segments. Sequence numbers are the capture's relative ones.
 fn replay(cap: Capture) -> Negotiated {
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let send = hex(cap.client_send);
     let rr = hex(cap.server_read_request);
     let resp = hex(cap.client_read_response);
@@ -290,7 +290,7 @@ fn initiator_against_siw_responder_peer_to_peer() {
 /// Plays the client's segments to a responder and compares what it sends with the
 /// capture's server segments.
 fn replay_responder(cap: Capture) -> Negotiated {
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let send = hex(cap.client_send);
     let rr = hex(cap.server_read_request);
     let resp = hex(cap.client_read_response);
@@ -447,7 +447,7 @@ fn responder_against_siw_initiator_peer_to_peer() {
 #[test]
 fn frames_split_and_joined_across_segments() {
     let cap = plain();
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let cfg = || ConnConfig {
         pd: PD,
         ..ConnConfig::new(cap.mpa.clone())
@@ -492,7 +492,7 @@ fn p2p_responder_times_out_without_rtr() {
         write: true,
         read: false,
     });
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let cfg = ConnConfig {
         pd: PD,
         ..ConnConfig::new(cap.mpa.clone())

@@ -4,7 +4,9 @@
 //! CRC cannot vouch for, RFC 5044 §7.1; SPEC-DIGEST §8 item 8). The two connections are
 //! driven directly through their TCP-facing traits, so every octet and instant is chosen.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tcp::Instant;
 
 use crate::common::{conn_config, memory, pattern};
 use iwarp::conn::{ConnEvent, ConnState};
@@ -38,7 +40,7 @@ fn pair() -> Pair {
         require_crc: true,
         ..MpaConfig::default()
     };
-    let t0 = Instant::now();
+    let t0 = Instant::from_millis(1_000);
     let (ma, sa) = memory(MEM);
     let (mb, sb) = memory(MEM);
     let mut a = Conn::initiator(conn_config(mpa.clone()), ma, t0).unwrap();

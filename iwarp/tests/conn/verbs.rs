@@ -52,7 +52,7 @@ fn side(initiator: bool, seed: u64) -> Side {
         stream: qp.stream(),
         ..ConnConfig::new(MpaConfig::default())
     };
-    let now = std::time::Instant::now();
+    let now = tcp::Instant::from_millis(1_000);
     let mut conn = if initiator {
         Connection::initiator(cfg, rnic.clone(), now).unwrap()
     } else {
@@ -86,7 +86,10 @@ fn carry(from: &mut Side, to: &mut Side) -> bool {
 fn poll(s: &mut Side) {
     while let Some(ev) = s.conn.poll_event() {
         match ev {
-            ConnEvent::ConnectRequest(_) => s.conn.accept(std::time::Instant::now(), &[]).unwrap(),
+            ConnEvent::ConnectRequest(_) => s
+                .conn
+                .accept(tcp::Instant::from_millis(1_000), &[])
+                .unwrap(),
             ConnEvent::Established(_) => {
                 // VERBS-00 §6.2.1.2: Idle → RTS with the established LLP stream.
                 s.rnic

@@ -1,6 +1,8 @@
 //! MPA connection setup, both roles (RFC 5044 §7.1; RFC 6581 §5, §7).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tcp::Instant;
 
 use iwarp::mpa::error::Recovery;
 use iwarp::mpa::negotiate::rtr_matches;
@@ -28,7 +30,7 @@ fn run(
     rcfg: MpaConfig,
     accept_pd: &[u8],
 ) -> (Result<Negotiated, MpaError>, Result<Negotiated, MpaError>) {
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let mut i = Negotiator::initiator(icfg, now).unwrap();
     let mut r = Negotiator::responder(rcfg, now).unwrap();
     let req = drain(&mut i);
@@ -63,7 +65,7 @@ fn rev2_default_matches_siw_request_and_both_roles_agree() {
         ord: 1,
         ..MpaConfig::default()
     };
-    let mut i = Negotiator::initiator(cfg.clone(), Instant::now()).unwrap();
+    let mut i = Negotiator::initiator(cfg.clone(), Instant::from_millis(1_000)).unwrap();
     let req = drain(&mut i);
     let mut expect = REQUEST_KEY.to_vec();
     expect.extend_from_slice(&[0x10, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01]);
@@ -99,7 +101,7 @@ fn rev1_fallback_when_responder_speaks_rev1() {
 
 #[test]
 fn rev1_reply_frame_has_no_ird_ord() {
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let mut r = Negotiator::responder(
         MpaConfig {
             revision: 1,
@@ -157,7 +159,7 @@ fn markers_negotiated_per_direction() {
 
 #[test]
 fn responder_refusing_markers_rejects_like_siw() {
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let mut i = Negotiator::initiator(
         MpaConfig {
             want_markers: true,
@@ -196,7 +198,7 @@ fn initiator_refusing_markers_fails() {
 #[test]
 fn reject_with_private_data_reaches_initiator() {
     // RFC 5044 §7.1: R in the Reply, private data reported to the initiator's ULP.
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let mut i = Negotiator::initiator(MpaConfig::default(), now).unwrap();
     let mut r = Negotiator::responder(MpaConfig::default(), now).unwrap();
     r.handle_input(now, &drain(&mut i)).unwrap();
@@ -218,7 +220,7 @@ fn reject_with_private_data_reaches_initiator() {
 #[test]
 fn timeout_driven_by_now() {
     // RFC 5044 §7.1: a peer that never completes the exchange is timed out.
-    let t0 = Instant::now();
+    let t0 = Instant::from_millis(1_000);
     let cfg = MpaConfig {
         timeout: Duration::from_secs(5),
         ..MpaConfig::default()
@@ -252,8 +254,9 @@ fn request_with(bits: [u8; 2], pd: &[u8]) -> Vec<u8> {
 }
 
 fn responder_error(frame: &[u8]) -> MpaError {
-    let mut r = Negotiator::responder(MpaConfig::default(), Instant::now()).unwrap();
-    r.handle_input(Instant::now(), frame).unwrap_err()
+    let mut r = Negotiator::responder(MpaConfig::default(), Instant::from_millis(1_000)).unwrap();
+    r.handle_input(Instant::from_millis(1_000), frame)
+        .unwrap_err()
 }
 
 #[test]
@@ -320,9 +323,9 @@ fn malformed_frames_map_to_2_0_04() {
 fn oversized_pd_refused_before_private_data_arrives() {
     let mut v = REQUEST_KEY.to_vec();
     v.extend_from_slice(&[0x10, 0x02, 0x02, 0x01]);
-    let mut r = Negotiator::responder(MpaConfig::default(), Instant::now()).unwrap();
+    let mut r = Negotiator::responder(MpaConfig::default(), Instant::from_millis(1_000)).unwrap();
     assert_eq!(
-        r.handle_input(Instant::now(), &v).unwrap_err(),
+        r.handle_input(Instant::from_millis(1_000), &v).unwrap_err(),
         MpaError::InvalidFrame(WireError::PrivateDataTooLong(513))
     );
 }
@@ -335,17 +338,20 @@ fn reserved_bits_can_be_ignored_by_policy() {
             reserved_bits: ReservedBits::Ignore,
             ..MpaConfig::default()
         },
-        Instant::now(),
+        Instant::from_millis(1_000),
     )
     .unwrap();
     let f = request_with([0x18, 0x02], &[0, 1, 0, 1]);
-    assert_eq!(r.handle_input(Instant::now(), &f).unwrap(), f.len());
+    assert_eq!(
+        r.handle_input(Instant::from_millis(1_000), &f).unwrap(),
+        f.len()
+    );
 }
 
 #[test]
 fn frame_split_at_every_point_and_trailing_fpdus_left() {
     // The frame may arrive in any pieces; octets after it are the FPDU stream.
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let mut i0 = Negotiator::initiator(MpaConfig::default(), now).unwrap();
     let req = drain(&mut i0);
     for split in 0..=req.len() {
@@ -389,7 +395,7 @@ fn ird_ord_exchange_and_insufficient_ird_2_0_06() {
     assert_eq!((b.ird, b.ord), (4, 2));
     assert_eq!((a.ird, a.ord), (2, 4));
     // A Reply whose ORD exceeds our IRD: Terminate 2/0/06 (RFC 6581 §7).
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let mut init = Negotiator::initiator(
         MpaConfig {
             ird: 1,
@@ -452,7 +458,7 @@ fn zero_read() -> Vec<u8> {
 #[test]
 fn p2p_rtr_exchange() {
     // RFC 6581 §5: P2P with RTR types; the responder waits for the RTR before sending.
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let both = RtrTypes {
         send: false,
         write: true,
@@ -506,7 +512,7 @@ fn p2p_rtr_exchange() {
 
 #[test]
 fn wrong_rtr_is_2_0_07() {
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let p2p = Some(RtrTypes {
         send: false,
         write: true,
@@ -538,7 +544,7 @@ fn wrong_rtr_is_2_0_07() {
 
 #[test]
 fn no_common_rtr_type_is_2_0_07() {
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let mut i = Negotiator::initiator(
         MpaConfig {
             p2p: Some(RtrTypes {
@@ -641,7 +647,7 @@ fn rtr_message_shapes() {
 
 #[test]
 fn reply_revision_above_request_is_invalid() {
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let mut i = Negotiator::initiator(
         MpaConfig {
             revision: 1,

@@ -1,7 +1,7 @@
 //! Shared fixtures for the DDP/RDMAP engine tests: two engines back to back, each with its
 //! own heap-backed memory table.
 
-use std::time::Instant;
+use tcp::Instant;
 
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory, StreamId};
@@ -95,7 +95,7 @@ impl Side {
 }
 
 pub fn now() -> Instant {
-    Instant::now()
+    Instant::from_millis(1_000)
 }
 
 /// A default configuration: PD 1, stream `id`, IRD = ORD = 4.

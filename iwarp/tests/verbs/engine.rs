@@ -4,7 +4,7 @@
 //! checklist items that need the wire (digest §4 items 1, 3, 11, 30; B13, E07, E12, E14,
 //! F03, F04).
 
-use std::time::Instant;
+use tcp::Instant;
 
 use crate::common::*;
 use iwarp::ddp::SegmentPos;
@@ -90,9 +90,9 @@ impl Node {
 
     fn tx(&mut self) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        while let Some(s) = self
-            .engine
-            .poll_segment(Instant::now(), MULPDU, self.fx.rnic.memory())
+        while let Some(s) =
+            self.engine
+                .poll_segment(Instant::from_millis(1_000), MULPDU, self.fx.rnic.memory())
         {
             out.push(s.parts().concat());
         }
@@ -102,8 +102,12 @@ impl Node {
     fn rx(&mut self, seg: &[u8]) {
         let pos = SegmentPos::index(self.rx_pos);
         self.rx_pos += 1;
-        self.engine
-            .handle_ddp_segment(Instant::now(), pos, seg, self.fx.rnic.memory_mut());
+        self.engine.handle_ddp_segment(
+            Instant::from_millis(1_000),
+            pos,
+            seg,
+            self.fx.rnic.memory_mut(),
+        );
     }
 
     fn reg(&mut self, offset: u64, len: u64, access: Access) -> STag {
