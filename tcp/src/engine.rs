@@ -161,8 +161,8 @@ struct Rst {
 const MAX_PENDING_RSTS: usize = 1024;
 
 /// The TCP engine. `U` is the per-connection upper layer: a [`crate::SegmentSink`] +
-/// [`crate::SegmentSource`] (the MPA endpoint, a [`crate::StreamSocket`], or an enum or
-/// `Box<dyn Ulp<C>>` of several). `C` is the context the caller lends to every call that
+/// [`crate::SegmentSource`] (the MPA endpoint, a [`crate::StreamSocket`], or an enum of
+/// several). `C` is the context the caller lends to every call that
 /// reaches a ULP (`handle_*`, `poll_transmit`, `attach`): the engine hands it on and keeps
 /// nothing of it, so the caller owns what the connections share (an RNIC, say).
 pub struct Engine<U, C: ?Sized = ()> {

@@ -14,41 +14,6 @@ pub trait Ulp<C: ?Sized = ()>: SegmentSink<C> + SegmentSource<C> {}
 
 impl<C: ?Sized, T: SegmentSink<C> + SegmentSource<C> + ?Sized> Ulp<C> for T {}
 
-impl<C: ?Sized, T: SegmentSink<C> + ?Sized> SegmentSink<C> for Box<T> {
-    fn on_segment(
-        &mut self,
-        cx: &mut C,
-        now: Instant,
-        seq: u32,
-        payload: &[u8],
-        in_order: bool,
-        rcv_nxt: u32,
-    ) -> Consumed {
-        (**self).on_segment(cx, now, seq, payload, in_order, rcv_nxt)
-    }
-    fn on_in_order(&mut self, cx: &mut C, now: Instant, seq: u32, bytes: &[u8]) {
-        (**self).on_in_order(cx, now, seq, bytes)
-    }
-    fn on_advance(&mut self, cx: &mut C, now: Instant, rcv_nxt: u32) {
-        (**self).on_advance(cx, now, rcv_nxt)
-    }
-    fn rx_window(&self) -> usize {
-        (**self).rx_window()
-    }
-}
-
-impl<C: ?Sized, T: SegmentSource<C> + ?Sized> SegmentSource<C> for Box<T> {
-    fn next_unit(&mut self, cx: &mut C, now: Instant, seq: u32, max_len: usize) -> Option<Unit> {
-        (**self).next_unit(cx, now, seq, max_len)
-    }
-    fn pending(&self) -> bool {
-        (**self).pending()
-    }
-    fn recycle(&mut self, buffer: Vec<u8>) {
-        (**self).recycle(buffer)
-    }
-}
-
 /// A connection's upper layer during one engine call (object-safe, context-free).
 pub(crate) trait Upper {
     /// See [`crate::SegmentSink::on_segment`]; by default in-order segments are taken whole.

@@ -247,7 +247,7 @@ impl RdmaHandler {
     pub fn accept(&mut self, id: ConnId, private_data: &[u8]) -> Result<(), CmError> {
         let (engine, rnic, cm) = self.parts();
         let c = engine.ulp_mut(id).ok_or(CmError::NoConnection)?;
-        c.accept(cm.now, rnic, private_data)?;
+        c.accept(cm.now, rnic.memory_mut(), private_data)?;
         cm.service(engine, rnic, id);
         Ok(())
     }
@@ -272,7 +272,7 @@ impl RdmaHandler {
         if rnic.modify_qp(qp, ModifyQp::to(QpState::Closing)).is_err() {
             // Not in RTS (still negotiating): close the stream directly.
             if let Some(c) = engine.ulp_mut(id) {
-                c.close(cm.now, rnic);
+                c.close(cm.now, rnic.memory());
             }
         }
         cm.qp_actions(engine, rnic);
@@ -287,7 +287,7 @@ impl RdmaHandler {
         e.aborted = true;
         let qp = e.qp;
         if let Some(c) = engine.ulp_mut(id) {
-            c.abort(cm.now, rnic, TerminateCause::RDMAP_OP_UNSPECIFIED);
+            c.abort(cm.now, rnic.memory(), TerminateCause::RDMAP_OP_UNSPECIFIED);
         }
         let _ = rnic.modify_qp(qp, ModifyQp::to(QpState::Error));
         cm.service(engine, rnic, id);
@@ -530,7 +530,7 @@ impl ConnManager {
             let now = self.now;
             let req = engine
                 .ulp_mut(id)
-                .and_then(|c| c.apply_qp_action(now, rnic, &a));
+                .and_then(|c| c.apply_qp_action(now, rnic.memory(), &a));
             match req {
                 Some(LlpRequest::Close) => {
                     if let Some(e) = self.conns.get_mut(&id) {
@@ -601,7 +601,7 @@ impl ConnManager {
         let mut graceful = reason == CloseReason::Normal && !entry.aborted;
         if let Some(mut c) = ulp {
             if reason != CloseReason::Normal {
-                c.handle_llp_closed(now, rnic, false);
+                c.handle_llp_closed(now, rnic.memory(), false);
             }
             c.pump_verbs(now, rnic, qp);
             let mut evs = Vec::new();
@@ -670,7 +670,7 @@ impl ConnManager {
                 }
                 Event::PeerClosed(conn) => {
                     if let Some(c) = engine.ulp_mut(conn) {
-                        c.handle_llp_closed(self.now, rnic, true);
+                        c.handle_llp_closed(self.now, rnic.memory(), true);
                     }
                     // The peer is done: finish our side once drained.
                     if let Some(e) = self.conns.get_mut(&conn) {
@@ -693,7 +693,7 @@ impl TcpService<Connection, Rnic> for ConnManager {
             let id = self.order[i];
             if let Some(c) = engine.ulp_mut(id) {
                 if c.poll_timeout().is_some_and(|d| d <= now) {
-                    c.handle_timeout(now, rnic);
+                    c.handle_timeout(now, rnic.memory());
                 }
             }
         }

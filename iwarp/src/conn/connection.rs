@@ -195,8 +195,10 @@ impl Phase {
 /// One iWARP connection (one TCP connection, one MPA/DDP/RDMAP stream: a QP's wire side).
 ///
 /// It owns no memory: every call that places or reads payload borrows the memory table
-/// (`M: MemoryTable`: the RNIC of the poll core, or a plain table in tests) from its caller,
-/// and the TCP engine lends it to the [`tcp::SegmentSink`] / [`tcp::SegmentSource`] calls.
+/// (`M: MemoryTable`: the RNIC's memory model on the poll core, a plain table in tests) from
+/// its caller, and the TCP engine lends it (or the RNIC holding it: any
+/// [`crate::mem::HasMemoryTable`]) to the [`tcp::SegmentSink`] / [`tcp::SegmentSource`]
+/// calls.
 #[derive(Debug)]
 pub struct Connection {
     pub(super) cfg: ConnConfig,

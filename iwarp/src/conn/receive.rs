@@ -7,7 +7,7 @@ use tcp::{Instant, SegmentSink};
 use super::connection::{Connection, Phase};
 use super::inbound::RxGate;
 use crate::ddp::SegmentPos;
-use crate::mem::MemoryTable;
+use crate::mem::{HasMemoryTable, MemoryTable};
 use crate::mpa::{Delivery, MpaError, Receiver};
 use crate::rdmap::{Handled, StreamState};
 use crate::wire::mpa::{fpdu_len, MARKER_LEN, ULPDU_LENGTH_LEN};
@@ -231,16 +231,17 @@ impl Connection {
     }
 }
 
-impl<M: MemoryTable + ?Sized> SegmentSink<M> for Connection {
+impl<C: HasMemoryTable + ?Sized> SegmentSink<C> for Connection {
     fn on_segment(
         &mut self,
-        mem: &mut M,
+        cx: &mut C,
         now: Instant,
         seq: u32,
         payload: &[u8],
         in_order: bool,
         _rcv_nxt: u32,
     ) -> tcp::Consumed {
+        let mem = cx.table_mut();
         self.advance_time(now);
         self.release_rx_gate(mem);
         let all = tcp::Consumed::all(payload.len());
@@ -281,7 +282,8 @@ impl<M: MemoryTable + ?Sized> SegmentSink<M> for Connection {
         out
     }
 
-    fn on_in_order(&mut self, mem: &mut M, now: Instant, seq: u32, bytes: &[u8]) {
+    fn on_in_order(&mut self, cx: &mut C, now: Instant, seq: u32, bytes: &[u8]) {
+        let mem = cx.table_mut();
         self.advance_time(now);
         self.release_rx_gate(mem);
         self.note_rx_end(seq, bytes.len());
@@ -293,7 +295,8 @@ impl<M: MemoryTable + ?Sized> SegmentSink<M> for Connection {
         self.pump_and_fill(mem);
     }
 
-    fn on_advance(&mut self, mem: &mut M, now: Instant, rcv_nxt: u32) {
+    fn on_advance(&mut self, cx: &mut C, now: Instant, rcv_nxt: u32) {
+        let mem = cx.table_mut();
         self.advance_time(now);
         let Phase::Fpdu(f) = &mut self.phase else {
             return;

@@ -6,7 +6,7 @@ use tcp::{Instant, SegmentSource, Unit};
 
 use super::connection::Connection;
 use super::outbound::{Sender, MIN_MULPDU, SPARE_UNITS};
-use crate::mem::MemoryTable;
+use crate::mem::{HasMemoryTable, MemoryTable};
 
 impl Connection {
     /// Whether FPDUs may go out now.
@@ -37,8 +37,9 @@ impl Connection {
     }
 }
 
-impl<M: MemoryTable + ?Sized> SegmentSource<M> for Connection {
-    fn next_unit(&mut self, mem: &mut M, now: Instant, seq: u32, max_len: usize) -> Option<Unit> {
+impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
+    fn next_unit(&mut self, cx: &mut C, now: Instant, seq: u32, max_len: usize) -> Option<Unit> {
+        let mem = cx.table();
         self.advance_time(now);
         if self.cfg.emss.is_none() && max_len > self.emss {
             self.emss = max_len;

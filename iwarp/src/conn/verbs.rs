@@ -25,12 +25,12 @@ impl Connection {
                 }
             }
             while let Some(wr) = rnic.next_send_wr(qp) {
-                if self.post_send(now, rnic, wr).is_err() {
+                if self.post_send(now, rnic.memory(), wr).is_err() {
                     break;
                 }
             }
             // The QP's receives are posted: what followed a peer-to-peer RTR can go in.
-            self.release_rx_gate(rnic);
+            self.release_rx_gate(rnic.memory_mut());
         }
         while let Some(c) = self.poll_completion() {
             let _ = rnic.handle_completion(qp, c);

@@ -9,4 +9,4 @@ mod table;
 pub use backend::{HeapBackend, MemoryBackend};
 pub use simple::{RegionSpec, SimpleMemory};
 pub use stag::{Access, PdId, STag, Sge, StreamId};
-pub use table::{AccessError, MemoryTable, Resolved};
+pub use table::{AccessError, HasMemoryTable, MemoryTable, Resolved};

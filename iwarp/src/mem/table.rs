@@ -121,6 +121,27 @@ pub trait MemoryTable {
     fn invalidate(&mut self, stag: STag, pd: PdId, stream: StreamId) -> Result<(), AccessError>;
 }
 
+/// What the connections borrow their memory table from for one call: a table itself, or an
+/// RNIC, whose table is its memory model. The TCP engine lends it to every connection call.
+pub trait HasMemoryTable {
+    /// The table.
+    type Table: MemoryTable + ?Sized;
+    /// The table, for reads.
+    fn table(&self) -> &Self::Table;
+    /// The table, for placement.
+    fn table_mut(&mut self) -> &mut Self::Table;
+}
+
+impl<T: MemoryTable + ?Sized> HasMemoryTable for T {
+    type Table = T;
+    fn table(&self) -> &T {
+        self
+    }
+    fn table_mut(&mut self) -> &mut T {
+        self
+    }
+}
+
 /// Checks `[off, off+len)` lies inside a resolved range.
 pub(crate) fn check_sub_range(r: &Resolved, off: u64, len: usize) -> Result<(), AccessError> {
     let end = off.checked_add(len as u64).ok_or(AccessError::BaseBounds)?;

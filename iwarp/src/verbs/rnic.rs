@@ -12,7 +12,7 @@ use super::handle::{CompletionHandlerId, CqHandle, QpId, SrqHandle, UlpId};
 use super::memory::{MemoryBackend, MemoryModel};
 use super::queues::{Cq, LlpStreamHandle, Qp, Srq};
 use super::status::VerbError;
-use crate::mem::{Access, AccessError, MemoryTable, PdId, Resolved, STag, StreamId};
+use crate::mem::{HasMemoryTable, PdId};
 use crate::wire::terminate::TerminateCause;
 
 /// Physical buffer addressing mode chosen at Open RNIC (VERBS-00 §7.6.2).
@@ -356,34 +356,14 @@ impl Rnic {
     }
 }
 
-/// The RNIC is the memory table its connections place into: its [`MemoryModel`].
-impl MemoryTable for Rnic {
-    fn resolve(
-        &self,
-        stag: STag,
-        pd: PdId,
-        stream: StreamId,
-        to: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<Resolved, AccessError> {
-        self.memory.resolve(stag, pd, stream, to, len, need)
+/// The connections of an RNIC place into its memory model.
+impl HasMemoryTable for Rnic {
+    type Table = MemoryModel;
+    fn table(&self) -> &MemoryModel {
+        &self.memory
     }
-
-    fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError> {
-        self.memory.write(r, off, data)
-    }
-
-    fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError> {
-        self.memory.read(r, off, out)
-    }
-
-    fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {
-        self.memory.atomic(r, f)
-    }
-
-    fn invalidate(&mut self, stag: STag, pd: PdId, stream: StreamId) -> Result<(), AccessError> {
-        self.memory.invalidate(stag, pd, stream)
+    fn table_mut(&mut self) -> &mut MemoryModel {
+        &mut self.memory
     }
 }
 
