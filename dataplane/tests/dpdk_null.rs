@@ -6,7 +6,7 @@ mod dpdk_common;
 
 use dataplane::dpdk::{Eal, EalError, Mbuf, MbufError, Mempool};
 use dataplane::port::dpdk::{available_devices, DpdkPort, DpdkPortConfig};
-use dataplane::port::{PacketBuf, Port, PortError};
+use dataplane::port::{Port, PortError};
 use dpdk_common::*;
 
 fn eal() -> &'static Eal {
