@@ -11,6 +11,7 @@ pub mod lcore;
 pub mod pcap;
 pub mod port;
 pub mod rdma;
+mod settings;
 pub mod stats;
 #[cfg(test)]
 mod test_frames;
