@@ -1,10 +1,15 @@
 //! The data plane: ports, the poll loop, TCP and iWARP wired together.
+//!
+//! Unsafe code is denied (workspace lints) except in the two modules that wrap foreign
+//! memory: [`dpdk`] (the DPDK bindings) and [`hugemem`] (hugepage mappings).
 
 pub mod arp;
 pub mod classify;
 pub mod config;
 #[cfg(feature = "dpdk")]
+#[allow(unsafe_code)]
 pub mod dpdk;
+#[allow(unsafe_code)]
 pub mod hugemem;
 pub mod icmp;
 pub mod lcore;
