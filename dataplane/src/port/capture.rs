@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-use super::{Port, PortError, PortInfo, PortStats};
+use super::api::{Port, PortError, PortInfo, PortStats};
 use crate::settings::de_ranged;
 
 /// pcap magic number for microsecond timestamps.
@@ -277,8 +277,8 @@ impl<P: Port> std::fmt::Debug for CapturePort<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::port::api::PacketBuf;
     use crate::port::soft_pair::soft_pair;
-    use crate::port::PacketBuf;
 
     /// One record read back: (seconds, fraction, original length, bytes).
     type Record = (u32, u32, u32, Vec<u8>);

@@ -3,8 +3,8 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats};
 use crate::dpdk::{Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
-use crate::port::{PacketBuf, Port, PortError, PortInfo, PortStats};
 
 pub use crate::dpdk::available_devices;
 

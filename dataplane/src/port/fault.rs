@@ -18,7 +18,7 @@ use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket,
 };
 
-use super::{PacketBuf, Port, PortInfo, PortStats};
+use super::api::{PacketBuf, Port, PortInfo, PortStats};
 use crate::settings::{check_range, de_ranged};
 
 /// A probability, in parts per million of frames.

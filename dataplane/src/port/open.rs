@@ -14,11 +14,12 @@ use serde::Deserialize;
 #[cfg(feature = "dpdk")]
 use crate::dpdk::Eal;
 
+use super::any::AnyPort;
+use super::api::{PortError, PortInfo};
 use super::capture::{CaptureOptions, CapturePort};
 use super::fault::{FaultConfig, FaultPort};
 use super::soft_pair::soft_pair;
 use super::tap::TapPort;
-use super::{AnyPort, PortError, PortInfo};
 
 /// Which backend drives a port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
@@ -224,8 +225,8 @@ fn open_dpdk(p: &PortSettings) -> Result<AnyPort, PortError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::port::api::Port;
     use crate::port::fault::Rate;
-    use crate::port::Port;
 
     /// A soft port with the settings a configuration gives when only these three are set.
     fn soft(name: &str, device: &str) -> PortSettings {
