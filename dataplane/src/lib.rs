@@ -1,7 +1,7 @@
 //! The data plane: ports, the poll loop, TCP and iWARP wired together.
 //!
 //! Unsafe code is denied (workspace lints) except in the two modules that wrap foreign
-//! memory: [`dpdk`] (the DPDK bindings) and [`hugemem`] (hugepage mappings).
+//! memory: `dpdk` (the DPDK bindings) and `hugemem` (hugepage mappings).
 
 pub mod arp;
 pub mod classify;
