@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::Ipv4Addr;
-use std::ops::{Range, RangeInclusive};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -31,8 +31,11 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::port::capture::Resolution;
-use crate::port::fault::{CorruptMode, Direction, FaultConfig, Rate};
+use crate::port::capture::CaptureOptions;
+use crate::port::fault::FaultConfig;
+pub use crate::port::open::BackendKind;
+use crate::port::open::{PortPlan, PortSettings};
+use crate::settings::de_ranged;
 
 /// A configuration that could not be read or is invalid.
 #[derive(Debug, thiserror::Error)]
@@ -158,18 +161,6 @@ fn default_stats_interval() -> f64 {
     1.0
 }
 
-/// Which backend drives a port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    /// A DPDK ethdev (PCI device or vdev).
-    Dpdk,
-    /// A Linux TAP interface.
-    Tap,
-    /// One end of an in-process link; two soft ports with the same `device` are joined.
-    Soft,
-}
-
 /// An IPv4 address with its prefix length (`10.0.0.1/24`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ipv4Cidr {
@@ -284,7 +275,7 @@ pub struct PortConfig {
     pub capture: Option<PathBuf>,
     /// Fault injection on this port.
     #[serde(default)]
-    pub fault: Option<FaultSection>,
+    pub fault: Option<FaultConfig>,
 }
 
 fn default_mtu() -> usize {
@@ -298,197 +289,6 @@ fn default_pool() -> u32 {
 }
 fn default_start_wait() -> u64 {
     10
-}
-
-/// `[ports.fault]`: the fault injection of one port (see [`FaultConfig`]).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FaultSection {
-    /// Seed of the fault decisions.
-    #[serde(default = "default_seed")]
-    pub seed: u64,
-    /// `"rx"`, `"tx"` or `"both"`.
-    #[serde(default, deserialize_with = "de_direction")]
-    pub direction: Direction,
-    /// Drop rate (`"1%"`, `"200ppm"` or a number of percent).
-    #[serde(default, deserialize_with = "de_rate")]
-    pub drop: Rate,
-    /// Reorder rate.
-    #[serde(default, deserialize_with = "de_rate")]
-    pub reorder: Rate,
-    /// Frames that overtake a held-back frame, 1..=1024.
-    #[serde(default = "default_depth", deserialize_with = "de_depth")]
-    pub reorder_depth: usize,
-    /// Longest hold of a reordered frame, microseconds.
-    #[serde(default = "default_max_hold_us")]
-    pub reorder_max_hold_us: u64,
-    /// Duplicate rate.
-    #[serde(default, deserialize_with = "de_rate")]
-    pub duplicate: Rate,
-    /// Corruption rate.
-    #[serde(default, deserialize_with = "de_rate")]
-    pub corrupt: Rate,
-    /// `"bitflip"` or `"tcp-payload"` (payload bit flip with valid TCP checksum).
-    #[serde(default, deserialize_with = "de_corrupt_mode")]
-    pub corrupt_mode: CorruptMode,
-    /// Truncation rate.
-    #[serde(default, deserialize_with = "de_rate")]
-    pub truncate: Rate,
-    /// Delay rate.
-    #[serde(default, deserialize_with = "de_rate")]
-    pub delay: Rate,
-    /// Delay of a delayed frame, microseconds.
-    #[serde(default = "default_delay_us")]
-    pub delay_us: u64,
-}
-
-fn default_seed() -> u64 {
-    1
-}
-fn default_depth() -> usize {
-    3
-}
-fn default_max_hold_us() -> u64 {
-    10_000
-}
-fn default_delay_us() -> u64 {
-    1_000
-}
-
-impl Default for FaultSection {
-    fn default() -> FaultSection {
-        FaultSection::from(&FaultConfig::default())
-    }
-}
-
-impl From<&FaultConfig> for FaultSection {
-    fn from(c: &FaultConfig) -> FaultSection {
-        FaultSection {
-            seed: c.seed,
-            direction: c.direction,
-            drop: c.drop,
-            reorder: c.reorder,
-            reorder_depth: c.reorder_depth,
-            reorder_max_hold_us: c.reorder_max_hold.as_micros() as u64,
-            duplicate: c.duplicate,
-            corrupt: c.corrupt,
-            corrupt_mode: c.corrupt_mode,
-            truncate: c.truncate,
-            delay: c.delay,
-            delay_us: c.delay_time.as_micros() as u64,
-        }
-    }
-}
-
-impl FaultSection {
-    /// The fault port configuration.
-    pub fn to_fault_config(&self) -> FaultConfig {
-        FaultConfig {
-            seed: self.seed,
-            direction: self.direction,
-            drop: self.drop,
-            reorder: self.reorder,
-            reorder_depth: self.reorder_depth,
-            reorder_max_hold: Duration::from_micros(self.reorder_max_hold_us),
-            duplicate: self.duplicate,
-            corrupt: self.corrupt,
-            corrupt_mode: self.corrupt_mode,
-            truncate: self.truncate,
-            delay: self.delay,
-            delay_time: Duration::from_micros(self.delay_us),
-        }
-    }
-
-    /// Applies `key=value,key=value` overrides (the command line's `--fault` syntax, same
-    /// keys as the file). Errors name the offending item.
-    pub fn apply_overrides(&mut self, spec: &str) -> Result<(), String> {
-        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (k, v) = item
-                .split_once('=')
-                .ok_or_else(|| format!("fault setting {item:?} is not KEY=VALUE"))?;
-            let (k, v) = (k.trim(), v.trim());
-            let bad = |why: String| format!("fault setting {k}: {why}");
-            let rate = |v: &str| v.parse::<Rate>().map_err(|e| bad(e.to_string()));
-            let num = |v: &str| {
-                v.parse::<u64>()
-                    .map_err(|_| bad(format!("invalid number {v:?}")))
-            };
-            match k {
-                "seed" => self.seed = num(v)?,
-                "direction" => self.direction = parse_direction(v).map_err(bad)?,
-                "drop" => self.drop = rate(v)?,
-                "reorder" => self.reorder = rate(v)?,
-                "reorder_depth" => {
-                    let d = num(v)? as usize;
-                    check_range(d, 1..=1024).map_err(bad)?;
-                    self.reorder_depth = d;
-                }
-                "reorder_max_hold_us" => self.reorder_max_hold_us = num(v)?,
-                "duplicate" => self.duplicate = rate(v)?,
-                "corrupt" => self.corrupt = rate(v)?,
-                "corrupt_mode" => self.corrupt_mode = parse_corrupt_mode(v).map_err(bad)?,
-                "truncate" => self.truncate = rate(v)?,
-                "delay" => self.delay = rate(v)?,
-                "delay_us" => self.delay_us = num(v)?,
-                _ => return Err(format!("unknown fault setting {k:?}")),
-            }
-        }
-        Ok(())
-    }
-}
-
-fn parse_direction(s: &str) -> Result<Direction, String> {
-    match s {
-        "rx" => Ok(Direction::Rx),
-        "tx" => Ok(Direction::Tx),
-        "both" => Ok(Direction::Both),
-        _ => Err(format!(
-            "invalid direction {s:?} (expected \"rx\", \"tx\" or \"both\")"
-        )),
-    }
-}
-
-fn parse_corrupt_mode(s: &str) -> Result<CorruptMode, String> {
-    match s {
-        "bitflip" => Ok(CorruptMode::BitFlip),
-        "tcp-payload" => Ok(CorruptMode::TcpPayload),
-        _ => Err(format!(
-            "invalid corrupt mode {s:?} (expected \"bitflip\" or \"tcp-payload\")"
-        )),
-    }
-}
-
-fn check_range<T: PartialOrd + fmt::Display + Copy>(
-    v: T,
-    r: RangeInclusive<T>,
-) -> Result<T, String> {
-    if r.contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!(
-            "invalid value {v} (must be {}..={})",
-            r.start(),
-            r.end()
-        ))
-    }
-}
-
-fn de_ranged<'de, D: Deserializer<'de>>(d: D, r: RangeInclusive<i64>) -> Result<i64, D::Error> {
-    struct V;
-    impl Visitor<'_> for V {
-        type Value = i64;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an integer")
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
-            Ok(v)
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
-            i64::try_from(v).map_err(|_| E::custom(format!("invalid value {v} (too large)")))
-        }
-    }
-    let v = d.deserialize_i64(V)?;
-    check_range(v, r).map_err(de::Error::custom)
 }
 
 fn de_mtu<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
@@ -508,9 +308,6 @@ fn de_lcore<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 fn de_burst<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     de_ranged(d, 1..=512).map(|v| v as usize)
-}
-fn de_depth<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
-    de_ranged(d, 1..=1024).map(|v| v as usize)
 }
 fn de_interval<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     struct V;
@@ -563,40 +360,6 @@ fn de_mac<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[u8; 6]>, D::Error> 
 fn de_cidr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Ipv4Cidr>, D::Error> {
     let s = String::deserialize(d)?;
     s.parse().map(Some).map_err(de::Error::custom)
-}
-
-fn de_direction<'de, D: Deserializer<'de>>(d: D) -> Result<Direction, D::Error> {
-    let s = String::deserialize(d)?;
-    parse_direction(&s).map_err(de::Error::custom)
-}
-
-fn de_corrupt_mode<'de, D: Deserializer<'de>>(d: D) -> Result<CorruptMode, D::Error> {
-    let s = String::deserialize(d)?;
-    parse_corrupt_mode(&s).map_err(de::Error::custom)
-}
-
-fn de_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Rate, D::Error> {
-    struct V;
-    impl Visitor<'_> for V {
-        type Value = Rate;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a rate like \"1%\", \"200ppm\" or a number of percent")
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Rate, E> {
-            v.parse().map_err(E::custom)
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Rate, E> {
-            self.visit_f64(v as f64)
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Rate, E> {
-            self.visit_f64(v as f64)
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Rate, E> {
-            Rate::from_percent(v)
-                .ok_or_else(|| E::custom(format!("invalid rate {v} (must be 0..=100 percent)")))
-        }
-    }
-    d.deserialize_any(V)
 }
 
 /// 1-based line number of byte offset `pos` in `text`.
@@ -767,6 +530,34 @@ impl PortConfig {
     pub fn device(&self) -> &str {
         self.device.get_ref()
     }
+
+    /// The port layer's settings of this port.
+    pub fn settings(&self) -> PortSettings {
+        PortSettings {
+            name: self.name().to_string(),
+            backend: self.backend,
+            device: self.device().to_string(),
+            mac: self.mac,
+            mtu: self.mtu,
+            rx_desc: self.rx_desc,
+            tx_desc: self.tx_desc,
+            pool_size: self.pool_size,
+            promiscuous: self.promiscuous,
+            start_wait: Duration::from_secs(self.start_wait),
+            capture: self.capture.clone(),
+            fault: self.fault.clone(),
+        }
+    }
+}
+
+/// The configured ports, as the port layer opens them.
+impl From<&Config> for PortPlan {
+    fn from(cfg: &Config) -> PortPlan {
+        PortPlan {
+            ports: cfg.ports.iter().map(PortConfig::settings).collect(),
+            capture: cfg.capture,
+        }
+    }
 }
 
 /// Joins a multi-line parser message into one line.
@@ -778,51 +569,11 @@ fn one_line(msg: &str) -> String {
         .join("; ")
 }
 
-/// `[capture]`: settings of every capture file (ports choose to capture with `capture`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CaptureOptions {
-    /// Timestamp resolution: `"ns"` (default) or `"us"`.
-    #[serde(default = "default_resolution", deserialize_with = "de_resolution")]
-    pub resolution: Resolution,
-    /// Longest record, 64..=262144 bytes.
-    #[serde(default = "default_snaplen", deserialize_with = "de_snaplen")]
-    pub snaplen: u32,
-}
-
-impl Default for CaptureOptions {
-    fn default() -> CaptureOptions {
-        CaptureOptions {
-            resolution: default_resolution(),
-            snaplen: default_snaplen(),
-        }
-    }
-}
-
-fn default_resolution() -> Resolution {
-    Resolution::Nanos
-}
-fn default_snaplen() -> u32 {
-    65535
-}
-
-fn de_snaplen<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    de_ranged(d, 64..=262_144).map(|v| v as u32)
-}
-
-fn de_resolution<'de, D: Deserializer<'de>>(d: D) -> Result<Resolution, D::Error> {
-    match String::deserialize(d)?.as_str() {
-        "ns" => Ok(Resolution::Nanos),
-        "us" => Ok(Resolution::Micros),
-        other => Err(de::Error::custom(format!(
-            "invalid resolution {other:?} (expected \"ns\" or \"us\")"
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::port::capture::Resolution;
+    use crate::port::fault::{CorruptMode, Rate};
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(text, "t.toml").map_err(|e| e.to_string())
@@ -890,7 +641,7 @@ device = "l0"
         assert_eq!(p0.mac, Some([2, 0, 0, 0, 0, 1]));
         assert_eq!(p0.ipv4.unwrap().to_string(), "10.99.0.1/24");
         assert_eq!(p0.mtu, 9000);
-        let f = p0.fault.as_ref().unwrap().to_fault_config();
+        let f = p0.fault.as_ref().unwrap();
         assert_eq!(f.drop.ppm(), 10_000);
         assert_eq!(f.reorder.ppm(), 5_000);
         assert_eq!(f.corrupt.ppm(), 100);
@@ -900,6 +651,38 @@ device = "l0"
         assert_eq!(p1.start_wait, 10);
         assert!(p1.fault.is_none() && p1.mac.is_none());
         assert!(!c.needs_eal());
+    }
+
+    #[test]
+    fn configured_ports_convert_to_the_port_plan() {
+        let c = parse(GOOD).unwrap();
+        let plan = PortPlan::from(&c);
+        assert_eq!(plan.capture, c.capture);
+        assert_eq!(plan.ports.len(), 2);
+        let p0 = &plan.ports[0];
+        assert_eq!(
+            (p0.name.as_str(), p0.backend, p0.device.as_str()),
+            ("p0", BackendKind::Soft, "l0")
+        );
+        assert_eq!((p0.mac, p0.mtu), (Some([2, 0, 0, 0, 0, 1]), 9000));
+        assert_eq!(p0.start_wait, Duration::from_secs(10));
+        assert_eq!(
+            p0.fault.as_ref().unwrap().drop,
+            Rate::from_ppm(10_000).unwrap()
+        );
+        assert_eq!(plan.ports[1].fault, None);
+
+        let c = parse(
+            "[[ports]]\nname = \"t\"\nbackend = \"tap\"\ndevice = \"t0\"\nstart_wait = 3\n\
+             [ports.fault]\nreorder_max_hold_us = 250\ndelay_us = 40\n",
+        )
+        .unwrap();
+        let t = c.ports[0].settings();
+        assert_eq!(t.start_wait, Duration::from_secs(3));
+        let f = t.fault.unwrap();
+        assert_eq!(f.reorder_max_hold, Duration::from_micros(250));
+        assert_eq!(f.delay_time, Duration::from_micros(40));
+        assert_eq!(f.reorder_depth, 3, "missing keys keep their default");
     }
 
     #[test]
@@ -967,23 +750,6 @@ device = "l0"
         assert!(!e.contains('\n'), "{e}");
         let e = parse("[[ports]\n").unwrap_err();
         assert!(e.starts_with("t.toml:1: "), "{e}");
-    }
-
-    #[test]
-    fn fault_overrides() {
-        let mut f = FaultSection::default();
-        f.apply_overrides("drop=2%, reorder=100ppm,seed=9,corrupt_mode=tcp-payload")
-            .unwrap();
-        assert_eq!(f.drop.ppm(), 20_000);
-        assert_eq!(f.reorder.ppm(), 100);
-        assert_eq!(f.seed, 9);
-        assert_eq!(f.corrupt_mode, CorruptMode::TcpPayload);
-        assert_eq!(
-            f.apply_overrides("dorp=1%").unwrap_err(),
-            "unknown fault setting \"dorp\""
-        );
-        assert!(f.apply_overrides("drop").is_err());
-        assert!(f.apply_overrides("reorder_depth=0").is_err());
     }
 
     #[test]

@@ -1,4 +1,7 @@
 //! The data plane: ports, the poll loop, TCP and iWARP wired together.
+//!
+//! Unsafe code is denied (workspace lints) except in the two modules that wrap foreign
+//! memory: `dpdk` (the DPDK bindings) and `hugemem` (hugepage mappings).
 
 pub mod apps;
 pub mod arp;
@@ -6,13 +9,16 @@ pub mod classify;
 pub mod clock;
 pub mod config;
 #[cfg(feature = "dpdk")]
+#[allow(unsafe_code)]
 pub mod dpdk;
+#[allow(unsafe_code)]
 pub mod hugemem;
 pub mod icmp;
 pub mod lcore;
 pub mod pcap;
 pub mod port;
 pub mod rdma;
+mod settings;
 pub mod stats;
 pub mod tcp_handler;
 #[cfg(test)]

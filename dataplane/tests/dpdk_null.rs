@@ -6,7 +6,7 @@ mod dpdk_common;
 
 use dataplane::dpdk::{Eal, EalError, Mbuf, MbufError, Mempool};
 use dataplane::port::dpdk::{available_devices, DpdkPort, DpdkPortConfig};
-use dataplane::port::{PacketBuf, Port, PortError};
+use dataplane::port::{Port, PortError};
 use dpdk_common::*;
 
 fn eal() -> &'static Eal {
@@ -182,6 +182,7 @@ fn second_eal_init_is_an_error() {
 }
 
 #[test]
+#[allow(unsafe_code)] // passes an mbuf through `Mbuf::into_raw` / `Mbuf::from_raw`
 fn dropping_mbufs_returns_them_to_the_pool() {
     eal();
     let pool = Mempool::new("t_ownership", 255, 0, Mempool::DEFAULT_DATA_ROOM, -1).unwrap();

@@ -110,6 +110,7 @@ fn frames_a_full_ring_rejects_stay_with_the_caller() {
 }
 
 #[test]
+#[allow(unsafe_code)] // links two mbufs into a chain through the raw `rte_mbuf` header
 fn received_chained_mbufs_are_dropped_and_counted() {
     let mut port = DpdkPort::open(eal(), &DpdkPortConfig::new("chain", "net_ring2")).unwrap();
     let head = port.alloc_tx(100).unwrap();

@@ -8,6 +8,12 @@
 //! Everything here is `unsafe` C API; the safe layer lives in the `dataplane` crate.
 
 #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case)]
+// Bindgen output is unsafe C API by nature: the workspace's unsafe lints do not apply here.
+#![allow(
+    unsafe_code,
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks
+)]
 #![allow(clippy::all)]
 #![allow(rustdoc::all)]
 #![allow(missing_docs)]

@@ -1,5 +1,7 @@
 //! The bindings link against the system's DPDK 22.11 and agree with its C headers (no EAL
 //! needed for these calls).
+// Calls the raw bindings directly, which is what this test checks.
+#![allow(unsafe_code)]
 
 use std::ffi::CStr;
 

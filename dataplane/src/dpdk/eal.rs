@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use super::error::{rte_errno, strerror};
+
 /// Why EAL could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum EalError {
@@ -99,10 +101,10 @@ impl Eal {
         // so they outlive EAL; EAL_ATTEMPTED guarantees this runs once per process.
         let ret = unsafe { dpdk_sys::rte_eal_init(argc, argv.as_mut_ptr()) };
         if ret < 0 {
-            let code = super::rte_errno();
+            let code = rte_errno();
             return Err(EalError::Init {
                 args: args.join(" "),
-                reason: super::strerror(code),
+                reason: strerror(code),
                 code,
             });
         }
@@ -166,7 +168,7 @@ impl Drop for EalInner {
         // EAL was initialised successfully (EalInner exists only then).
         let ret = unsafe { dpdk_sys::rte_eal_cleanup() };
         if ret < 0 {
-            log::warn!("rte_eal_cleanup: {}", super::strerror(ret));
+            log::warn!("rte_eal_cleanup: {}", strerror(ret));
         }
         if let Some(dir) = &self.owned_runtime_dir {
             if let Err(e) = fs::remove_dir_all(dir) {

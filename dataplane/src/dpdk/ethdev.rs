@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::eal::{Eal, EalHandle};
+use super::error::{strerror, DpdkError};
+use super::mbuf::Mbuf;
 use super::mempool::Mempool;
-use super::{strerror, DpdkError};
-use crate::port::PortStats;
 
 /// Ports opened by an [`EthDev`] in this process (a port is driven by one owner).
 static CLAIMED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
@@ -37,6 +37,28 @@ pub struct EthDevSetup {
     /// How long to keep retrying `rte_eth_dev_start` while it fails with `EPERM`, which is
     /// how a memif client reports that its server's socket is not there yet.
     pub start_wait: Duration,
+}
+
+/// The device's basic counters (the fields of `struct rte_eth_stats` that are not per
+/// queue).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EthStats {
+    /// Frames received.
+    pub ipackets: u64,
+    /// Frames transmitted.
+    pub opackets: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes transmitted.
+    pub obytes: u64,
+    /// Frames dropped by the hardware because no receive descriptor was free.
+    pub imissed: u64,
+    /// Receive errors.
+    pub ierrors: u64,
+    /// Transmit errors.
+    pub oerrors: u64,
+    /// Receive buffer (mbuf) allocation failures.
+    pub rx_nombuf: u64,
 }
 
 /// A configured and started ethdev (queue 0 for rx and tx). Dropping it stops and closes
@@ -332,20 +354,62 @@ impl EthDev {
     }
 
     /// The device's basic counters (`rte_eth_stats_get`).
-    pub fn hw_stats(&self) -> Result<PortStats, DpdkError> {
+    pub fn hw_stats(&self) -> Result<EthStats, DpdkError> {
         let mut s = dpdk_sys::rte_eth_stats::default();
         // SAFETY: valid port; s is a valid out pointer.
         let ret = unsafe { dpdk_sys::rte_eth_stats_get(self.port_id, &mut s) };
         check(|| format!("{}: rte_eth_stats_get", self.device), ret)?;
-        Ok(PortStats {
-            rx_packets: s.ipackets,
-            rx_bytes: s.ibytes,
-            tx_packets: s.opackets,
-            tx_bytes: s.obytes,
-            rx_dropped: s.imissed + s.rx_nombuf,
-            tx_dropped: s.oerrors,
-            rx_errors: s.ierrors,
+        Ok(EthStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
         })
+    }
+
+    /// Receives up to `max` frames from queue 0, appending them to `out`; returns how many
+    /// were appended.
+    pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: u16) -> usize {
+        out.reserve(usize::from(max));
+        let base = out.len();
+        // SAFETY: `out` has room for `max` more elements; Mbuf is repr(transparent) over a
+        // non-null rte_mbuf pointer, so DPDK writes valid elements into the spare capacity;
+        // the device is started and `&mut self` makes this the queue's only poller.
+        let n = unsafe {
+            let slots = out.as_mut_ptr().add(base).cast::<*mut dpdk_sys::rte_mbuf>();
+            usize::from(dpdk_sys::dpdk_shim_rx_burst(self.port_id, 0, slots, max))
+        };
+        // SAFETY: DPDK initialised the first n slots with mbufs it hands to us.
+        unsafe { out.set_len(base + n) };
+        n
+    }
+
+    /// Transmits frames from the front of `bufs` on queue 0 (at most `u16::MAX` in one call)
+    /// and removes the ones the device accepted, which it now owns; returns how many it
+    /// accepted. Frames left in `bufs` were not accepted (ring full).
+    pub fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
+        let n = bufs.len().min(usize::from(u16::MAX));
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: the first n elements are owned mbufs laid out as rte_mbuf pointers
+        // (repr(transparent)); DPDK takes ownership of the first `sent` of them; the device
+        // is started and `&mut self` makes this the queue's only user.
+        let sent = usize::from(unsafe {
+            dpdk_sys::dpdk_shim_tx_burst(
+                self.port_id,
+                0,
+                bufs.as_mut_ptr().cast::<*mut dpdk_sys::rte_mbuf>(),
+                n as u16,
+            )
+        });
+        // The PMD owns the sent mbufs now: remove them from the Vec without freeing.
+        bufs.drain(..sent).for_each(std::mem::forget);
+        sent
     }
 
     /// The device's extended counters, by name (`rte_eth_xstats_get`).

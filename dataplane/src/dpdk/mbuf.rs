@@ -3,7 +3,6 @@
 use std::ptr::NonNull;
 
 use super::mempool::Mempool;
-use crate::port::PacketBuf;
 
 /// An mbuf operation that does not fit the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -100,6 +99,26 @@ impl Mbuf {
     /// The raw mbuf, still owned by `self`.
     pub fn as_ptr(&self) -> *mut dpdk_sys::rte_mbuf {
         self.0.as_ptr()
+    }
+
+    /// Length of the data in bytes (of the first segment: the whole frame of every mbuf
+    /// this module hands out).
+    pub fn len(&self) -> usize {
+        usize::from(self.header().data_len)
+    }
+
+    /// True when the mbuf holds no data.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Shortens the data to `len` bytes (no-op if already shorter).
+    pub fn truncate(&mut self, len: usize) {
+        let cur = self.len();
+        if len < cur {
+            // Cannot fail: cur - len <= data_len.
+            let _ = self.trim(cur - len);
+        }
     }
 
     /// Number of segments in the chain (1 for every mbuf this module hands out).
@@ -215,10 +234,6 @@ impl Mbuf {
         unsafe { self.0.as_ref() }
     }
 
-    fn data_len(&self) -> usize {
-        usize::from(self.header().data_len)
-    }
-
     /// Start of the frame data (`rte_pktmbuf_mtod`: buffer address plus data offset).
     fn data_ptr(&self) -> *mut u8 {
         let h = self.header();
@@ -232,28 +247,14 @@ impl AsRef<[u8]> for Mbuf {
     fn as_ref(&self) -> &[u8] {
         // SAFETY: the data start points at data_len initialised bytes inside the mbuf's
         // buffer, which lives as long as we own the mbuf; &self prevents mutation.
-        unsafe { std::slice::from_raw_parts(self.data_ptr(), self.data_len()) }
+        unsafe { std::slice::from_raw_parts(self.data_ptr(), self.len()) }
     }
 }
 
 impl AsMut<[u8]> for Mbuf {
     fn as_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_ref`; &mut self gives exclusive access to the bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.data_ptr(), self.data_len()) }
-    }
-}
-
-impl PacketBuf for Mbuf {
-    fn len(&self) -> usize {
-        self.data_len()
-    }
-
-    fn truncate(&mut self, len: usize) {
-        let cur = self.data_len();
-        if len < cur {
-            // Cannot fail: cur - len <= data_len.
-            let _ = self.trim(cur - len);
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.data_ptr(), self.len()) }
     }
 }
 
@@ -267,7 +268,7 @@ impl Drop for Mbuf {
 impl std::fmt::Debug for Mbuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mbuf")
-            .field("len", &self.data_len())
+            .field("len", &self.len())
             .field("headroom", &self.headroom())
             .field("tailroom", &self.tailroom())
             .finish()

@@ -4,7 +4,7 @@ use std::ffi::CString;
 use std::ptr::NonNull;
 
 use super::eal::EalHandle;
-use super::DpdkError;
+use super::error::DpdkError;
 
 /// A pool of packet mbufs. Freed on drop once every mbuf is back; a pool dropped while
 /// mbufs are still out is leaked (logged) so those mbufs stay valid.

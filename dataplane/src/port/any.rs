@@ -5,12 +5,12 @@
 //! (`fwd` between two DPDK ports) match on [`AnyPort::backend`] and run monomorphised on the
 //! concrete port type instead.
 
+use super::api::{PacketBuf, Port, PortInfo, PortStats};
 use super::capture::CapturePort;
 use super::fault::{FaultConfig, FaultCounters, FaultPort};
 use super::heap::HeapBuf;
 use super::soft_pair::SoftPort;
 use super::tap::TapPort;
-use super::{PacketBuf, Port, PortInfo, PortStats};
 
 #[cfg(feature = "dpdk")]
 use super::dpdk::DpdkPort;

@@ -9,7 +9,11 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{Port, PortError, PortInfo, PortStats};
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+
+use super::api::{Port, PortError, PortInfo, PortStats};
+use crate::settings::de_ranged;
 
 /// pcap magic number for microsecond timestamps.
 pub const PCAP_MAGIC_MICROS: u32 = 0xa1b2_c3d4;
@@ -30,6 +34,44 @@ pub enum Resolution {
     Micros,
     /// Nanoseconds.
     Nanos,
+}
+
+/// A resolution is written `"ns"` or `"us"`.
+impl<'de> Deserialize<'de> for Resolution {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Resolution, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "ns" => Ok(Resolution::Nanos),
+            "us" => Ok(Resolution::Micros),
+            other => Err(de::Error::custom(format!(
+                "invalid resolution {other:?} (expected \"ns\" or \"us\")"
+            ))),
+        }
+    }
+}
+
+/// Settings of every capture file (a configuration file's `[capture]` section; missing
+/// keys keep their [`Default`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CaptureOptions {
+    /// Timestamp resolution: `"ns"` (default) or `"us"`.
+    pub resolution: Resolution,
+    /// Longest record, 64..=262144 bytes.
+    #[serde(deserialize_with = "de_snaplen")]
+    pub snaplen: u32,
+}
+
+impl Default for CaptureOptions {
+    fn default() -> CaptureOptions {
+        CaptureOptions {
+            resolution: Resolution::Nanos,
+            snaplen: 65535,
+        }
+    }
+}
+
+fn de_snaplen<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    de_ranged(d, 64..=262_144).map(|v| v as u32)
 }
 
 /// Writes classic pcap records to any writer.
@@ -235,8 +277,8 @@ impl<P: Port> std::fmt::Debug for CapturePort<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::port::api::PacketBuf;
     use crate::port::soft_pair::soft_pair;
-    use crate::port::PacketBuf;
 
     /// One record read back: (seconds, fraction, original length, bytes).
     type Record = (u32, u32, u32, Vec<u8>);

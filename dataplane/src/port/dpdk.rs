@@ -3,8 +3,8 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::dpdk::{Eal, EthDev, EthDevSetup, Mbuf, Mempool};
-use crate::port::{PacketBuf, Port, PortError, PortInfo, PortStats};
+use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats};
+use crate::dpdk::{Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
 
 pub use crate::dpdk::available_devices;
 
@@ -172,10 +172,13 @@ impl DpdkPort {
     /// The PMD's own counters (`rte_eth_stats_get`); PMDs that keep no byte counts
     /// report 0 there.
     pub fn hw_stats(&self) -> Result<PortStats, PortError> {
-        self.dev.hw_stats().map_err(|e| PortError::Setup {
-            port: self.info.name.clone(),
-            reason: e.to_string(),
-        })
+        self.dev
+            .hw_stats()
+            .map(port_stats)
+            .map_err(|e| PortError::Setup {
+                port: self.info.name.clone(),
+                reason: e.to_string(),
+            })
     }
 
     /// The PMD's extended counters, by name.
@@ -195,21 +198,11 @@ impl Port for DpdkPort {
     }
 
     fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
-        let port_id = self.dev.port_id();
         let mut total = 0;
         while total < max {
             let want = (max - total).min(MAX_BURST);
-            out.reserve(want);
             let base = out.len();
-            // SAFETY: `out` has room for `want` more elements; Mbuf is repr(transparent)
-            // over a non-null rte_mbuf pointer, so DPDK writes valid elements into the
-            // spare capacity; the port is started and this &mut self is its only poller.
-            let n = unsafe {
-                let slots = out.as_mut_ptr().add(base).cast::<*mut dpdk_sys::rte_mbuf>();
-                usize::from(dpdk_sys::dpdk_shim_rx_burst(port_id, 0, slots, want as u16))
-            };
-            // SAFETY: DPDK initialised the first n slots with mbufs it hands to us.
-            unsafe { out.set_len(base + n) };
+            let n = self.dev.rx_burst(out, want as u16);
             self.account_rx(out, base);
             total += out.len() - base;
             if n < want {
@@ -224,25 +217,13 @@ impl Port for DpdkPort {
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
-        let n = bufs.len().min(usize::from(u16::MAX));
-        if n == 0 {
+        if bufs.is_empty() {
             return 0;
         }
         // Lengths are read before sending: a PMD may free an mbuf as soon as it has it.
-        let bytes: u64 = bufs[..n].iter().map(|m| m.len() as u64).sum();
-        // SAFETY: the first n elements are owned mbufs laid out as rte_mbuf pointers
-        // (repr(transparent)); DPDK takes ownership of the first `sent` of them.
-        let sent = usize::from(unsafe {
-            dpdk_sys::dpdk_shim_tx_burst(
-                self.dev.port_id(),
-                0,
-                bufs.as_mut_ptr().cast::<*mut dpdk_sys::rte_mbuf>(),
-                n as u16,
-            )
-        });
-        let unsent_bytes: u64 = bufs[sent..n].iter().map(|m| m.len() as u64).sum();
-        // The PMD owns the sent mbufs now: remove them from the Vec without freeing.
-        bufs.drain(..sent).for_each(std::mem::forget);
+        let bytes: u64 = bufs.iter().map(|m| m.len() as u64).sum();
+        let sent = self.dev.tx_burst(bufs);
+        let unsent_bytes: u64 = bufs.iter().map(|m| m.len() as u64).sum();
         self.sw.tx_packets += sent as u64;
         self.sw.tx_bytes += bytes - unsent_bytes;
         sent
@@ -250,7 +231,7 @@ impl Port for DpdkPort {
 
     /// Packets and bytes counted by this port object; drops and errors from the PMD.
     fn stats(&self) -> PortStats {
-        let hw = self.dev.hw_stats().unwrap_or_default();
+        let hw = self.dev.hw_stats().map(port_stats).unwrap_or_default();
         PortStats {
             rx_dropped: self.sw.rx_dropped + hw.rx_dropped,
             tx_dropped: hw.tx_dropped,
@@ -287,6 +268,30 @@ impl DpdkPort {
                 i += 1;
             }
         }
+    }
+}
+
+/// The port counters of the device's counters.
+fn port_stats(s: EthStats) -> PortStats {
+    PortStats {
+        rx_packets: s.ipackets,
+        rx_bytes: s.ibytes,
+        tx_packets: s.opackets,
+        tx_bytes: s.obytes,
+        rx_dropped: s.imissed + s.rx_nombuf,
+        tx_dropped: s.oerrors,
+        rx_errors: s.ierrors,
+    }
+}
+
+/// An mbuf is the frame buffer of DPDK ports.
+impl PacketBuf for Mbuf {
+    fn len(&self) -> usize {
+        Mbuf::len(self)
+    }
+
+    fn truncate(&mut self, len: usize) {
+        Mbuf::truncate(self, len);
     }
 }
 

@@ -12,11 +12,14 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
 use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket,
 };
 
-use super::{PacketBuf, Port, PortInfo, PortStats};
+use super::api::{PacketBuf, Port, PortInfo, PortStats};
+use crate::settings::{check_range, de_ranged};
 
 /// A probability, in parts per million of frames.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -90,6 +93,45 @@ impl fmt::Display for Rate {
     }
 }
 
+/// A rate is written `"1%"`, `"200ppm"` or as a number of percent.
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Rate, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Rate;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a rate like \"1%\", \"200ppm\" or a number of percent")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Rate, E> {
+                v.parse().map_err(E::custom)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Rate, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Rate, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Rate, E> {
+                Rate::from_percent(v)
+                    .ok_or_else(|| E::custom(format!("invalid rate {v} (must be 0..=100 percent)")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A word that is not one of a setting's choices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {setting} {given:?} (expected {choices})")]
+pub struct ChoiceError {
+    /// The setting, e.g. `direction`.
+    pub setting: &'static str,
+    /// The word given.
+    pub given: String,
+    /// The words accepted, as a phrase.
+    pub choices: &'static str,
+}
+
 /// Which directions of a port the faults apply to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Direction {
@@ -100,6 +142,31 @@ pub enum Direction {
     /// Both directions (each with its own state).
     #[default]
     Both,
+}
+
+impl FromStr for Direction {
+    type Err = ChoiceError;
+
+    /// Parses `"rx"`, `"tx"` or `"both"`.
+    fn from_str(s: &str) -> Result<Direction, ChoiceError> {
+        match s {
+            "rx" => Ok(Direction::Rx),
+            "tx" => Ok(Direction::Tx),
+            "both" => Ok(Direction::Both),
+            _ => Err(ChoiceError {
+                setting: "direction",
+                given: s.to_string(),
+                choices: "\"rx\", \"tx\" or \"both\"",
+            }),
+        }
+    }
+}
+
+/// A direction is written as [`Direction::from_str`] reads it.
+impl<'de> Deserialize<'de> for Direction {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Direction, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
 }
 
 /// How a frame chosen for corruption is corrupted.
@@ -114,8 +181,40 @@ pub enum CorruptMode {
     TcpPayload,
 }
 
+impl FromStr for CorruptMode {
+    type Err = ChoiceError;
+
+    /// Parses `"bitflip"` or `"tcp-payload"`.
+    fn from_str(s: &str) -> Result<CorruptMode, ChoiceError> {
+        match s {
+            "bitflip" => Ok(CorruptMode::BitFlip),
+            "tcp-payload" => Ok(CorruptMode::TcpPayload),
+            _ => Err(ChoiceError {
+                setting: "corrupt mode",
+                given: s.to_string(),
+                choices: "\"bitflip\" or \"tcp-payload\"",
+            }),
+        }
+    }
+}
+
+/// A corrupt mode is written as [`CorruptMode::from_str`] reads it.
+impl<'de> Deserialize<'de> for CorruptMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<CorruptMode, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
+}
+
 /// The faults to inject and their rates.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Deserialized from a configuration file's `[ports.fault]` section, whose keys are the
+/// field names except for the times, given in microseconds: `reorder_max_hold_us` and
+/// `delay_us`; missing keys keep their [`Default`]. The command line's `--fault` uses the
+/// same keys ([`FaultConfig::apply_overrides`]).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+// `expecting` keeps the configuration's type error as it was (`invalid type: ..., expected
+// struct FaultSection`, after the `[ports.fault]` section's former type).
+#[serde(expecting = "struct FaultSection", deny_unknown_fields, default)]
 pub struct FaultConfig {
     /// Seed of the pseudo-random decisions.
     pub seed: u64,
@@ -125,9 +224,11 @@ pub struct FaultConfig {
     pub drop: Rate,
     /// Frames held back and released after `reorder_depth` later frames.
     pub reorder: Rate,
-    /// How many later frames overtake a held-back frame.
+    /// How many later frames overtake a held-back frame, 1..=1024.
+    #[serde(deserialize_with = "de_depth")]
     pub reorder_depth: usize,
     /// A held-back frame is released after this long even if not enough frames followed.
+    #[serde(rename = "reorder_max_hold_us", deserialize_with = "de_micros")]
     pub reorder_max_hold: Duration,
     /// Frames sent twice.
     pub duplicate: Rate,
@@ -140,6 +241,7 @@ pub struct FaultConfig {
     /// Frames delayed by `delay_time`.
     pub delay: Rate,
     /// How long a delayed frame is held.
+    #[serde(rename = "delay_us", deserialize_with = "de_micros")]
     pub delay_time: Duration,
 }
 
@@ -176,6 +278,55 @@ impl FaultConfig {
         .iter()
         .any(|r| r.is_active())
     }
+
+    /// Applies `key=value,key=value` overrides (the command line's `--fault` syntax, same
+    /// keys as the configuration file). Errors name the offending item.
+    pub fn apply_overrides(&mut self, spec: &str) -> Result<(), String> {
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| format!("fault setting {item:?} is not KEY=VALUE"))?;
+            let (k, v) = (k.trim(), v.trim());
+            let bad = |why: String| format!("fault setting {k}: {why}");
+            let rate = |v: &str| v.parse::<Rate>().map_err(|e| bad(e.to_string()));
+            let num = |v: &str| {
+                v.parse::<u64>()
+                    .map_err(|_| bad(format!("invalid number {v:?}")))
+            };
+            match k {
+                "seed" => self.seed = num(v)?,
+                "direction" => {
+                    self.direction = v.parse().map_err(|e: ChoiceError| bad(e.to_string()))?
+                }
+                "drop" => self.drop = rate(v)?,
+                "reorder" => self.reorder = rate(v)?,
+                "reorder_depth" => {
+                    let d = num(v)? as usize;
+                    check_range(d, 1..=1024).map_err(bad)?;
+                    self.reorder_depth = d;
+                }
+                "reorder_max_hold_us" => self.reorder_max_hold = Duration::from_micros(num(v)?),
+                "duplicate" => self.duplicate = rate(v)?,
+                "corrupt" => self.corrupt = rate(v)?,
+                "corrupt_mode" => {
+                    self.corrupt_mode = v.parse().map_err(|e: ChoiceError| bad(e.to_string()))?
+                }
+                "truncate" => self.truncate = rate(v)?,
+                "delay" => self.delay = rate(v)?,
+                "delay_us" => self.delay_time = Duration::from_micros(num(v)?),
+                _ => return Err(format!("unknown fault setting {k:?}")),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn de_depth<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    de_ranged(d, 1..=1024).map(|v| v as usize)
+}
+
+fn de_micros<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    u64::deserialize(d).map(Duration::from_micros)
 }
 
 /// Counters of one direction of a fault port.
@@ -878,5 +1029,26 @@ mod tests {
         assert_eq!(out.len(), 2);
         let c = f.counters().0;
         assert_eq!((c.corrupted_tcp, c.corrupt_skipped), (1, 1));
+    }
+
+    #[test]
+    fn fault_overrides() {
+        let mut f = FaultConfig::default();
+        f.apply_overrides("drop=2%, reorder=100ppm,seed=9,corrupt_mode=tcp-payload")
+            .unwrap();
+        assert_eq!(f.drop.ppm(), 20_000);
+        assert_eq!(f.reorder.ppm(), 100);
+        assert_eq!(f.seed, 9);
+        assert_eq!(f.corrupt_mode, CorruptMode::TcpPayload);
+        assert_eq!(
+            f.apply_overrides("dorp=1%").unwrap_err(),
+            "unknown fault setting \"dorp\""
+        );
+        f.apply_overrides("reorder_max_hold_us=250,delay_us=40")
+            .unwrap();
+        assert_eq!(f.reorder_max_hold, Duration::from_micros(250));
+        assert_eq!(f.delay_time, Duration::from_micros(40));
+        assert!(f.apply_overrides("drop").is_err());
+        assert!(f.apply_overrides("reorder_depth=0").is_err());
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
-use super::PacketBuf;
+use super::api::PacketBuf;
 
 /// A bounded, lock-free free list of frame allocations, shared by the ports that use it.
 #[derive(Debug)]

@@ -1,4 +1,5 @@
-//! Opening the ports a configuration describes, as [`AnyPort`]s with their middleware.
+//! Opening ports, as [`AnyPort`]s with their middleware, from the port layer's own
+//! settings ([`PortPlan`]; the configuration file converts into it).
 //!
 //! Layering, inside out: the backend, then fault injection (if configured), then capture
 //! (if configured), so a capture shows what the poll loop received and what it sent before
@@ -6,16 +7,70 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use crate::config::{BackendKind, Config, FaultSection, PortConfig};
+use serde::Deserialize;
+
 #[cfg(feature = "dpdk")]
 use crate::dpdk::Eal;
 
-use super::capture::CapturePort;
-use super::fault::FaultPort;
+use super::any::AnyPort;
+use super::api::{PortError, PortInfo};
+use super::capture::{CaptureOptions, CapturePort};
+use super::fault::{FaultConfig, FaultPort};
 use super::soft_pair::soft_pair;
 use super::tap::TapPort;
-use super::{AnyPort, PortError, PortInfo};
+
+/// Which backend drives a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// A DPDK ethdev (PCI device or vdev).
+    Dpdk,
+    /// A Linux TAP interface.
+    Tap,
+    /// One end of an in-process link; two soft ports with the same `device` are joined.
+    Soft,
+}
+
+/// One port to open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortSettings {
+    /// Unique name (logs, statistics, `--fault` targets).
+    pub name: String,
+    /// The backend.
+    pub backend: BackendKind,
+    /// DPDK device name or PCI address, TAP interface name, or soft link name.
+    pub device: String,
+    /// Own Ethernet address; `None`: the device's own for DPDK, [`default_mac`] otherwise.
+    pub mac: Option<[u8; 6]>,
+    /// IP MTU.
+    pub mtu: usize,
+    /// Receive ring size (DPDK; also soft ring size).
+    pub rx_desc: u16,
+    /// Transmit ring size (DPDK).
+    pub tx_desc: u16,
+    /// Mbufs in the port's pool (DPDK).
+    pub pool_size: u32,
+    /// Receive frames for any destination MAC (DPDK).
+    pub promiscuous: bool,
+    /// How long to keep retrying a DPDK device start that fails because its peer is not
+    /// there yet.
+    pub start_wait: Duration,
+    /// Write every frame of this port to this pcap file.
+    pub capture: Option<PathBuf>,
+    /// Fault injection on this port.
+    pub fault: Option<FaultConfig>,
+}
+
+/// The ports to open, in order, and the settings of their capture files.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortPlan {
+    /// The ports.
+    pub ports: Vec<PortSettings>,
+    /// Settings of every capture file.
+    pub capture: CaptureOptions,
+}
 
 /// Command-line additions to the configured ports.
 #[derive(Clone, Debug, Default)]
@@ -35,32 +90,34 @@ pub fn default_mac(index: usize) -> [u8; 6] {
 /// The effective fault settings of port `p` after command-line overrides, or `None` when no
 /// fault is active.
 pub fn fault_settings(
-    p: &PortConfig,
+    p: &PortSettings,
     opts: &OpenOptions,
-) -> Result<Option<FaultSection>, PortError> {
-    let mut section = p.fault.clone();
+) -> Result<Option<FaultConfig>, PortError> {
+    let mut fault = p.fault.clone();
     for (target, spec) in &opts.faults {
-        if target.as_deref().is_some_and(|t| t != p.name()) {
+        if target.as_deref().is_some_and(|t| t != p.name) {
             continue;
         }
-        let s = section.get_or_insert_with(FaultSection::default);
-        s.apply_overrides(spec).map_err(|reason| PortError::Setup {
-            port: p.name().to_string(),
+        let f = fault.get_or_insert_with(FaultConfig::default);
+        f.apply_overrides(spec).map_err(|reason| PortError::Setup {
+            port: p.name.clone(),
             reason,
         })?;
     }
-    Ok(section.filter(|s| s.to_fault_config().is_active()))
+    Ok(fault.filter(FaultConfig::is_active))
 }
 
-/// Opens every port of `cfg`, in order. `eal` must be given when a port uses DPDK.
+/// Opens every port of `plan` (a [`PortPlan`], or what converts into one, such as a
+/// configuration), in order. `eal` must be given when a port uses DPDK.
 pub fn open_ports(
-    cfg: &Config,
+    plan: impl Into<PortPlan>,
     opts: &OpenOptions,
     #[cfg(feature = "dpdk")] eal: Option<&Eal>,
 ) -> Result<Vec<AnyPort>, PortError> {
+    let plan = plan.into();
     for (target, _) in &opts.faults {
         if let Some(t) = target {
-            if cfg.port(t).is_none() {
+            if !plan.ports.iter().any(|p| p.name == *t) {
                 return Err(PortError::Setup {
                     port: t.clone(),
                     reason: "--fault names a port that is not in the configuration".into(),
@@ -68,21 +125,21 @@ pub fn open_ports(
             }
         }
     }
-    let mut opened: Vec<Option<AnyPort>> = (0..cfg.ports.len()).map(|_| None).collect();
+    let mut opened: Vec<Option<AnyPort>> = (0..plan.ports.len()).map(|_| None).collect();
     // Soft links: the two ports sharing a device are created together.
     let mut links: HashMap<&str, usize> = HashMap::new();
-    for (i, p) in cfg.ports.iter().enumerate() {
+    for (i, p) in plan.ports.iter().enumerate() {
         let info = PortInfo {
-            name: p.name().to_string(),
+            name: p.name.clone(),
             mac: p.mac.unwrap_or_else(|| default_mac(i)),
             mtu: p.mtu,
         };
         match p.backend {
             BackendKind::Soft => {
-                if let Some(first) = links.remove(p.device()) {
-                    let first_cfg = &cfg.ports[first];
+                if let Some(first) = links.remove(p.device.as_str()) {
+                    let first_cfg = &plan.ports[first];
                     let first_info = PortInfo {
-                        name: first_cfg.name().to_string(),
+                        name: first_cfg.name.clone(),
                         mac: first_cfg.mac.unwrap_or_else(|| default_mac(first)),
                         mtu: first_cfg.mtu,
                     };
@@ -91,10 +148,10 @@ pub fn open_ports(
                     opened[first] = Some(a.into());
                     opened[i] = Some(b.into());
                 } else {
-                    links.insert(p.device(), i);
+                    links.insert(&p.device, i);
                 }
             }
-            BackendKind::Tap => opened[i] = Some(TapPort::open(p.device(), info)?.into()),
+            BackendKind::Tap => opened[i] = Some(TapPort::open(&p.device, info)?.into()),
             BackendKind::Dpdk => {
                 opened[i] = Some(open_dpdk(
                     p,
@@ -106,27 +163,27 @@ pub fn open_ports(
     }
     if let Some((dev, &i)) = links.iter().next() {
         return Err(PortError::Setup {
-            port: cfg.ports[i].name().to_string(),
+            port: plan.ports[i].name.clone(),
             reason: format!("soft link {dev:?} has only one end"),
         });
     }
     let mut out = Vec::with_capacity(opened.len());
-    for (p, port) in cfg.ports.iter().zip(opened) {
+    for (p, port) in plan.ports.iter().zip(opened) {
         let Some(mut port) = port else {
             return Err(PortError::Setup {
-                port: p.name().to_string(),
+                port: p.name.clone(),
                 reason: "port was not opened".into(),
             });
         };
         if let Some(f) = fault_settings(p, opts)? {
-            port = FaultPort::new(port, f.to_fault_config()).into();
+            port = FaultPort::new(port, f).into();
         }
         let capture = match &opts.capture_dir {
-            Some(dir) => Some(dir.join(format!("{}.pcap", p.name()))),
+            Some(dir) => Some(dir.join(format!("{}.pcap", p.name))),
             None => p.capture.clone(),
         };
         if let Some(path) = capture {
-            port = CapturePort::create(port, &path, cfg.capture.resolution, cfg.capture.snaplen)?
+            port = CapturePort::create(port, &path, plan.capture.resolution, plan.capture.snaplen)?
                 .into();
         }
         out.push(port);
@@ -135,32 +192,32 @@ pub fn open_ports(
 }
 
 #[cfg(feature = "dpdk")]
-fn open_dpdk(p: &PortConfig, eal: Option<&Eal>) -> Result<AnyPort, PortError> {
+fn open_dpdk(p: &PortSettings, eal: Option<&Eal>) -> Result<AnyPort, PortError> {
     use super::dpdk::{DpdkPort, DpdkPortConfig};
     let Some(eal) = eal else {
         return Err(PortError::Setup {
-            port: p.name().to_string(),
+            port: p.name.clone(),
             reason: "DPDK port opened without the EAL".into(),
         });
     };
     let dc = DpdkPortConfig {
-        name: p.name().to_string(),
-        device: p.device().to_string(),
+        name: p.name.clone(),
+        device: p.device.clone(),
         rx_desc: p.rx_desc,
         tx_desc: p.tx_desc,
         mtu: p.mtu,
         mac: p.mac,
         pool_size: p.pool_size,
         promiscuous: p.promiscuous,
-        start_wait: std::time::Duration::from_secs(p.start_wait),
+        start_wait: p.start_wait,
     };
     Ok(DpdkPort::open(eal, &dc)?.into())
 }
 
 #[cfg(not(feature = "dpdk"))]
-fn open_dpdk(p: &PortConfig) -> Result<AnyPort, PortError> {
+fn open_dpdk(p: &PortSettings) -> Result<AnyPort, PortError> {
     Err(PortError::Setup {
-        port: p.name().to_string(),
+        port: p.name.clone(),
         reason: "this binary was built without DPDK support (cargo feature `dpdk`)".into(),
     })
 }
@@ -168,33 +225,50 @@ fn open_dpdk(p: &PortConfig) -> Result<AnyPort, PortError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::Port;
+    use crate::port::api::Port;
+    use crate::port::fault::Rate;
+
+    /// A soft port with the settings a configuration gives when only these three are set.
+    fn soft(name: &str, device: &str) -> PortSettings {
+        PortSettings {
+            name: name.into(),
+            backend: BackendKind::Soft,
+            device: device.into(),
+            mac: None,
+            mtu: 1500,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            pool_size: 8191,
+            promiscuous: false,
+            start_wait: Duration::from_secs(10),
+            capture: None,
+            fault: None,
+        }
+    }
 
     #[test]
     fn soft_links_are_paired_and_layered() {
         let dir = tempfile::tempdir().unwrap();
-        let text = format!(
-            r#"
-[[ports]]
-name = "a"
-backend = "soft"
-device = "l0"
-[ports.fault]
-duplicate = "100%"
-
-[[ports]]
-name = "b"
-backend = "soft"
-device = "l0"
-mac = "02:00:00:00:00:bb"
-capture = "{}"
-"#,
-            dir.path().join("b.pcap").display()
-        );
-        let cfg = Config::parse(&text, "t.toml").unwrap();
+        let plan = PortPlan {
+            ports: vec![
+                PortSettings {
+                    fault: Some(FaultConfig {
+                        duplicate: Rate::ALWAYS,
+                        ..FaultConfig::default()
+                    }),
+                    ..soft("a", "l0")
+                },
+                PortSettings {
+                    mac: Some([2, 0, 0, 0, 0, 0xbb]),
+                    capture: Some(dir.path().join("b.pcap")),
+                    ..soft("b", "l0")
+                },
+            ],
+            capture: CaptureOptions::default(),
+        };
         let opts = OpenOptions::default();
         let mut ports = open_ports(
-            &cfg,
+            plan,
             &opts,
             #[cfg(feature = "dpdk")]
             None,
@@ -219,15 +293,16 @@ capture = "{}"
 
     #[test]
     fn command_line_faults_apply_to_named_or_all_ports() {
-        let text = "[[ports]]\nname = \"a\"\nbackend = \"soft\"\ndevice = \"l\"\n\
-                    [[ports]]\nname = \"b\"\nbackend = \"soft\"\ndevice = \"l\"\n";
-        let cfg = Config::parse(text, "t.toml").unwrap();
+        let plan = PortPlan {
+            ports: vec![soft("a", "l"), soft("b", "l")],
+            capture: CaptureOptions::default(),
+        };
         let opts = OpenOptions {
             faults: vec![(Some("b".into()), "drop=5%".into())],
             ..OpenOptions::default()
         };
         let ports = open_ports(
-            &cfg,
+            plan.clone(),
             &opts,
             #[cfg(feature = "dpdk")]
             None,
@@ -240,7 +315,7 @@ capture = "{}"
             ..OpenOptions::default()
         };
         let ports = open_ports(
-            &cfg,
+            plan.clone(),
             &opts,
             #[cfg(feature = "dpdk")]
             None,
@@ -252,7 +327,7 @@ capture = "{}"
             ..OpenOptions::default()
         };
         let e = open_ports(
-            &cfg,
+            plan.clone(),
             &opts,
             #[cfg(feature = "dpdk")]
             None,
@@ -267,7 +342,7 @@ capture = "{}"
             ..OpenOptions::default()
         };
         let e = open_ports(
-            &cfg,
+            plan,
             &opts,
             #[cfg(feature = "dpdk")]
             None,

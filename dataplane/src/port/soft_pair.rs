@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
+use super::api::{Port, PortInfo, PortStats};
 use super::heap::{BufPool, HeapBuf};
-use super::{Port, PortInfo, PortStats};
 
 /// Ethernet header length added to the IP MTU to get the largest frame.
 const ETH_HEADER_LEN: usize = 14;
@@ -119,7 +119,7 @@ impl Port for SoftPort {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::PacketBuf;
+    use crate::port::api::PacketBuf;
 
     fn info(name: &str, last: u8) -> PortInfo {
         PortInfo {

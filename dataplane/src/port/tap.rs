@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use tun_tap::{Iface, Mode};
 
+use super::api::{Port, PortError, PortInfo, PortStats};
 use super::heap::{BufPool, HeapBuf};
-use super::{Port, PortError, PortInfo, PortStats};
 
 /// Ethernet header plus one VLAN tag of slack beyond the IP MTU for received frames.
 const RX_SLACK: usize = 18;

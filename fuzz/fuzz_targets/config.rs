@@ -5,7 +5,9 @@
 //! Input: `[file text] NUL [override spec]` (both UTF-8; other inputs are skipped).
 #![no_main]
 
-use dataplane::config::{parse_mac, Config, FaultSection};
+use dataplane::config::{parse_mac, Config};
+use dataplane::port::fault::FaultConfig;
+use dataplane::port::open::PortPlan;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -23,26 +25,28 @@ fuzz_target!(|data: &[u8]| {
             for p in &cfg.ports {
                 assert!(cfg.port(p.name()).is_some(), "every port is found by name");
                 let _ = p.device();
+                assert_eq!(p.settings().name, p.name(), "settings keep the name");
                 if let Some(ip) = p.ipv4 {
                     let _ = ip.contains(std::net::Ipv4Addr::new(10, 0, 0, 1));
                 }
                 if let Some(f) = &p.fault {
                     let mut f = f.clone();
-                    let _ = f.to_fault_config();
+                    let _ = f.is_active();
                     if f.apply_overrides(spec).is_ok() {
-                        let _ = f.to_fault_config();
+                        let _ = f.is_active();
                     }
                 }
             }
+            assert_eq!(PortPlan::from(&cfg).ports.len(), cfg.ports.len());
         }
         Err(e) => {
             let msg = e.to_string();
             assert!(!msg.is_empty());
         }
     }
-    let mut f = FaultSection::default();
+    let mut f = FaultConfig::default();
     if f.apply_overrides(spec).is_ok() {
-        let _ = f.to_fault_config();
+        let _ = f.is_active();
     }
     let _ = parse_mac(spec);
 });

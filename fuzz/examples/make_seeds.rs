@@ -102,7 +102,7 @@ fn main() {
     let captures = PathBuf::from(
         args.get(1)
             .map(String::as_str)
-            .unwrap_or("../../../shared/captures"),
+            .unwrap_or("../../shared/captures"),
     );
     let mut seeds = Seeds {
         dir: PathBuf::from(args.get(2).map(String::as_str).unwrap_or("seeds")),
@@ -219,7 +219,7 @@ fn main() {
         seeds.put("mpa_receiver", &format!("model-{mode}"), &o.buf);
     }
     // config: the shipped configuration files, with and without fault overrides.
-    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
     if let Ok(rd) = std::fs::read_dir(&configs) {
         let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
         files.sort();
