@@ -21,7 +21,7 @@ use crate::clock::{self, Instant};
 
 use crate::arp::{self, ArpCache, ArpOutcome};
 use crate::classify::{Classified, Classifier, FrameClass, ETH_HLEN};
-use crate::config::Ipv4Cidr;
+use crate::config::{Ipv4Cidr, PortConfig};
 use crate::icmp;
 use crate::port::{PacketBuf, Port, PortInfo};
 
@@ -34,6 +34,25 @@ pub struct PortAddr {
     pub gateway: Option<Ipv4Addr>,
     /// Accept frames for any destination MAC.
     pub promiscuous: bool,
+}
+
+impl PortAddr {
+    /// A port's layer-3 identity as its configuration gives it.
+    pub fn of(pc: &PortConfig) -> PortAddr {
+        PortAddr {
+            ipv4: pc.ipv4,
+            gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
+            promiscuous: pc.promiscuous,
+        }
+    }
+
+    /// An address on its subnet, without a gateway (tests and point-to-point links).
+    pub fn on_subnet(ipv4: Ipv4Cidr) -> PortAddr {
+        PortAddr {
+            ipv4: Some(ipv4),
+            ..PortAddr::default()
+        }
+    }
 }
 
 /// What became of a packet offered with [`PortContext::send_ipv4`].

@@ -18,6 +18,7 @@ pub mod lcore;
 pub mod pcap;
 pub mod port;
 pub mod rdma;
+pub mod runtime;
 mod settings;
 pub mod stats;
 pub mod tcp_handler;

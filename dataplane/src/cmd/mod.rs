@@ -22,9 +22,10 @@ use clap::{Parser, Subcommand};
 
 use dataplane::config::{BackendKind, Config, ConfigError, PortConfig};
 #[cfg(feature = "dpdk")]
-use dataplane::dpdk::{Eal, EalError};
-use dataplane::port::open::{open_ports, OpenOptions};
-use dataplane::port::{AnyPort, PortError};
+use dataplane::dpdk::EalError;
+use dataplane::port::open::OpenOptions;
+use dataplane::port::PortError;
+use dataplane::runtime::{OpenedPorts, RuntimeError};
 
 /// Userspace iWARP data plane on DPDK.
 #[derive(Debug, Parser)]
@@ -86,6 +87,9 @@ pub enum CmdError {
     #[cfg(feature = "dpdk")]
     #[error(transparent)]
     Eal(#[from] EalError),
+    /// Opening the configured ports.
+    #[error(transparent)]
+    Open(#[from] RuntimeError),
     /// Something else failed at run time.
     #[error("{0}")]
     Runtime(String),
@@ -151,17 +155,6 @@ pub fn stop_flag() -> Result<Arc<AtomicBool>, CmdError> {
 /// The deadline `duration` from now, if any.
 pub fn deadline(duration: Option<Duration>) -> Option<Instant> {
     duration.map(|d| clock::now() + d)
-}
-
-/// Ports opened for a command, with what the configuration says about them.
-pub struct OpenedPorts {
-    /// The ports, in configuration order (dropped before the EAL).
-    pub ports: Vec<AnyPort>,
-    /// Each port's configuration.
-    pub configs: Vec<PortConfig>,
-    /// The EAL, when a DPDK port is open (kept alive until the ports are gone).
-    #[cfg(feature = "dpdk")]
-    _eal: Option<Eal>,
 }
 
 /// How a command picks its ports: from a configuration file, or DPDK devices by name.
@@ -242,35 +235,7 @@ impl PortArgs {
             capture_dir: self.capture_dir.clone(),
             faults: self.faults.clone(),
         };
-        if let Some(dir) = &self.capture_dir {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| CmdError::Runtime(format!("--capture-dir {}: {e}", dir.display())))?;
-        }
-        #[cfg(feature = "dpdk")]
-        {
-            let eal = if cfg.needs_eal() {
-                Some(Eal::init(&cfg.eal.argv(&self.eal))?)
-            } else {
-                None
-            };
-            let ports = open_ports(cfg, &opts, eal.as_ref())?;
-            Ok(OpenedPorts {
-                ports,
-                configs: cfg.ports.clone(),
-                _eal: eal,
-            })
-        }
-        #[cfg(not(feature = "dpdk"))]
-        {
-            if !self.eal.is_empty() && !cfg.needs_eal() {
-                log::warn!("EAL arguments ignored: no DPDK port");
-            }
-            let ports = open_ports(cfg, &opts)?;
-            Ok(OpenedPorts {
-                ports,
-                configs: cfg.ports.clone(),
-            })
-        }
+        OpenedPorts::open(cfg, &opts, &self.eal).map_err(CmdError::from)
     }
 }
 

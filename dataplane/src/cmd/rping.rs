@@ -12,7 +12,7 @@ use dataplane::apps::rping::{Rping, RpingOptions, MAX_SIZE, MIN_SIZE};
 use dataplane::apps::{run_app, App};
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::{AnyPort, Port};
-use dataplane::rdma::{open_rnic, MemoryKind, RdmaConfig, RdmaHandler};
+use dataplane::rdma::{MemoryKind, RdmaHandler, RdmaStack, StackConfig};
 use dataplane::say;
 use iwarp::mpa::MpaConfig;
 use rand::Rng;
@@ -129,49 +129,40 @@ impl RdmaArgs {
         let mut sessions = Vec::new();
         let ports = std::mem::take(&mut opened.ports);
         for (port, pc) in ports.into_iter().zip(cfg.ports.iter()) {
-            let Some(net) = pc.ipv4 else {
+            if pc.ipv4.is_none() {
                 return Err(CmdError::Usage(format!(
                     "port {} has no ipv4 address",
                     pc.name()
                 )));
-            };
+            }
             let mtu = port.info().mtu;
-            let (rnic, memory) = open_rnic(self.mem_mb << 20, !self.heap, rand::thread_rng().gen())
-                .map_err(|e| CmdError::Runtime(format!("RNIC: {e:?}")))?;
             let mpa = MpaConfig {
                 require_crc: self.crc,
                 want_markers: self.markers,
                 accept_markers: true,
                 ..MpaConfig::default()
             };
-            let mut handler = RdmaHandler::with_rnic(
-                RdmaConfig {
-                    mpa,
-                    tcp: tcp::Config {
-                        mtu,
-                        verify_checksums: false,
-                        isn_secret: rand::thread_rng().gen(),
-                        rto_min: Duration::from_millis(self.rto_min_ms),
-                        ..tcp::Config::default()
-                    },
-                    rx_window: 4 << 20,
-                },
-                rnic,
-            );
-            handler.set_tx_per_poll(self.tx_per_poll);
-            handler.set_first_fpdu_delay(Duration::from_millis(self.first_fpdu_delay()));
-            let mut poll = PollLoop::new(handler, cfg.poll.burst);
-            poll.add_port(
-                port,
-                PortAddr {
-                    ipv4: pc.ipv4,
-                    gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
-                    promiscuous: pc.promiscuous,
-                },
-            );
+            let tcp = tcp::Config {
+                mtu,
+                verify_checksums: false,
+                isn_secret: rand::thread_rng().gen(),
+                rto_min: Duration::from_millis(self.rto_min_ms),
+                ..tcp::Config::default()
+            };
+            let stack = StackConfig {
+                memory: self.mem_mb << 20,
+                hugepages: !self.heap,
+                stag_seed: rand::thread_rng().gen(),
+                tx_per_poll: self.tx_per_poll,
+                first_fpdu_delay: Duration::from_millis(self.first_fpdu_delay()),
+                burst: cfg.poll.burst,
+                ..StackConfig::new(mpa, tcp)
+            };
+            let RdmaStack { poll, ip, memory } = RdmaStack::new(port, PortAddr::of(pc), stack)
+                .map_err(|e| CmdError::Runtime(e.to_string()))?;
             sessions.push(Session {
                 poll,
-                ip: net.addr,
+                ip,
                 memory,
                 stats_every,
                 _opened: None,

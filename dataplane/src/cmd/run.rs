@@ -76,11 +76,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             port.info(),
             pc.ipv4.map(|c| format!(" ipv4 {c}")).unwrap_or_default()
         );
-        let addr = PortAddr {
-            ipv4: pc.ipv4,
-            gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
-            promiscuous: pc.promiscuous,
-        };
+        let addr = PortAddr::of(pc);
         let group = groups.entry(pc.lcore).or_insert_with(|| Lcore {
             id: pc.lcore,
             poll: PollLoop::new(NoHandler, cfg.poll.burst),

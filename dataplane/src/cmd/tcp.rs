@@ -402,14 +402,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         scratch: Vec::new(),
     };
     let mut poll = PollLoop::new(TcpHandler::new(engine, (), app), cfg.poll.burst);
-    poll.add_port(
-        port,
-        PortAddr {
-            ipv4: pc.ipv4,
-            gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
-            promiscuous: pc.promiscuous,
-        },
-    );
+    poll.add_port(port, PortAddr::of(&pc));
     poll.run(&stop, deadline(args.duration), |_, _| {});
     let app = poll.handler().service();
     let secs = match (app.started, app.finished) {

@@ -17,8 +17,10 @@ mod arena;
 mod counters;
 mod handler;
 mod memory;
+mod stack;
 
 pub use arena::{Arena, ArenaError, Region, REGION_VA_BASE};
 pub use counters::RdmaCounters;
 pub use handler::{CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler};
 pub use memory::{open_rnic, MemoryKind};
+pub use stack::{RdmaStack, StackConfig, StackError};

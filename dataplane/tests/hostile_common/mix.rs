@@ -19,7 +19,7 @@ use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::fault::{FaultConfig, FaultCounters, FaultPort};
 use dataplane::port::soft_pair::{soft_pair, SoftPort};
 use dataplane::port::{Port, PortInfo, PortStats};
-use dataplane::rdma::{open_rnic, CmEvent, RdmaConfig, RdmaHandler, Region};
+use dataplane::rdma::{CmEvent, RdmaConfig, RdmaHandler, RdmaStack, Region, StackConfig};
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{CompletionStatus, QpId, SendOp, SendWr, WcOpcode};
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
@@ -193,8 +193,7 @@ fn new_loop(
     crc: bool,
     log: TermLog,
 ) -> MixLoop {
-    let (rnic, _) = open_rnic(64 << 20, false, n).expect("rnic");
-    let cfg = RdmaConfig {
+    let rdma = RdmaConfig {
         mpa: MpaConfig {
             require_crc: crc,
             ..MpaConfig::default()
@@ -206,24 +205,23 @@ fn new_loop(
         },
         rx_window: 1 << 20,
     };
-    let mut l = PollLoop::new(RdmaHandler::with_rnic(cfg, rnic), 64);
+    let cfg = StackConfig {
+        rdma,
+        stag_seed: n,
+        burst: 64,
+        ..StackConfig::new(MpaConfig::default(), tcp::Config::default())
+    };
     let mut f = faults;
     f.seed = f.seed.wrapping_add(n);
-    l.add_port(
-        Tap {
-            inner: FaultPort::new(port, f),
-            log,
-        },
-        PortAddr {
-            ipv4: Some(Ipv4Cidr {
-                addr: ip,
-                prefix: 24,
-            }),
-            gateway: None,
-            promiscuous: false,
-        },
-    );
-    l
+    let port = Tap {
+        inner: FaultPort::new(port, f),
+        log,
+    };
+    let addr = PortAddr::on_subnet(Ipv4Cidr {
+        addr: ip,
+        prefix: 24,
+    });
+    RdmaStack::new(port, addr, cfg).expect("stack").poll
 }
 
 /// Runs the verified mix; panics on any byte that differs from what was sent.

@@ -21,7 +21,7 @@ use dataplane::config::Ipv4Cidr;
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::soft_pair::{soft_pair, SoftPort};
 use dataplane::port::{Port, PortInfo};
-use dataplane::rdma::{open_rnic, CmEvent, RdmaConfig, RdmaHandler, Region};
+use dataplane::rdma::{CmEvent, RdmaConfig, RdmaHandler, RdmaStack, Region, StackConfig};
 use iwarp::mpa::crc::{crc32c, to_wire};
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{CompletionStatus, QpId, SendOp, SendWr, WorkCompletion};
@@ -68,22 +68,19 @@ pub fn rdma_config() -> RdmaConfig {
 }
 
 fn new_loop(port: SoftPort, ip: Ipv4Addr, seed: u64, mut cfg: RdmaConfig) -> Loop {
-    let (rnic, _) = open_rnic(4 << 20, false, seed).expect("rnic");
     cfg.tcp.isn_secret = [seed as u8; 16];
-    let h = RdmaHandler::with_rnic(cfg, rnic);
-    let mut l = PollLoop::new(h, 64);
-    l.add_port(
-        port,
-        PortAddr {
-            ipv4: Some(Ipv4Cidr {
-                addr: ip,
-                prefix: 24,
-            }),
-            gateway: None,
-            promiscuous: false,
-        },
-    );
-    l
+    let cfg = StackConfig {
+        rdma: cfg,
+        memory: 4 << 20,
+        stag_seed: seed,
+        burst: 64,
+        ..StackConfig::new(MpaConfig::default(), tcp::Config::default())
+    };
+    let addr = PortAddr::on_subnet(Ipv4Cidr {
+        addr: ip,
+        prefix: 24,
+    });
+    RdmaStack::new(port, addr, cfg).expect("stack").poll
 }
 
 /// The attacker's view of one of its TCP connections.

@@ -10,7 +10,7 @@ use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::fault::{FaultConfig, FaultPort};
 use dataplane::port::soft_pair::{soft_pair, SoftPort};
 use dataplane::port::PortInfo;
-use dataplane::rdma::{open_rnic, RdmaConfig, RdmaHandler};
+use dataplane::rdma::{RdmaConfig, RdmaHandler, RdmaStack, StackConfig};
 use iwarp::mpa::MpaConfig;
 
 pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -40,23 +40,21 @@ pub fn pair(mpa: MpaConfig, mem: usize, faults: FaultConfig) -> (Loop, Loop) {
     };
     let (a, b) = soft_pair(info("s", 1), info("c", 2), 4096);
     let mk = |port: SoftPort, ip: Ipv4Addr, secret: u8, seed: u64| {
-        let (rnic, _) = open_rnic(mem, false, seed).expect("rnic");
-        let h = RdmaHandler::with_rnic(rdma_config(mpa.clone(), secret), rnic);
-        let mut l = PollLoop::new(h, 32);
         let mut f = faults.clone();
         f.seed = f.seed.wrapping_add(seed);
-        l.add_port(
-            FaultPort::new(port, f),
-            PortAddr {
-                ipv4: Some(Ipv4Cidr {
-                    addr: ip,
-                    prefix: 24,
-                }),
-                gateway: None,
-                promiscuous: false,
-            },
-        );
-        l
+        let cfg = StackConfig {
+            rdma: rdma_config(mpa.clone(), secret),
+            memory: mem,
+            stag_seed: seed,
+            ..StackConfig::new(MpaConfig::default(), tcp::Config::default())
+        };
+        let addr = PortAddr::on_subnet(Ipv4Cidr {
+            addr: ip,
+            prefix: 24,
+        });
+        RdmaStack::new(FaultPort::new(port, f), addr, cfg)
+            .expect("stack")
+            .poll
     };
     (mk(a, SERVER_IP, 1, 11), mk(b, CLIENT_IP, 2, 22))
 }
