@@ -7,7 +7,7 @@
 //! accept or reject); the stream is the peer's frame and whatever follows it.
 #![no_main]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use iwarp::mpa::{Event, MpaConfig, Negotiator};
 use iwarp::wire::mpa::{
@@ -15,6 +15,7 @@ use iwarp::wire::mpa::{
 };
 use iwarp_fuzz::Input;
 use libfuzzer_sys::fuzz_target;
+use tcp::Instant;
 
 fn config(bits: u8, ird: u8) -> MpaConfig {
     MpaConfig {
@@ -108,7 +109,7 @@ fuzz_target!(|data: &[u8]| {
     let stream = input.rest();
     check_wire(stream);
 
-    let now = Instant::now();
+    let now = Instant::from_millis(1_000);
     let cfg = config(bits, ird);
 
     // Responder: the stream is the initiator's Request.

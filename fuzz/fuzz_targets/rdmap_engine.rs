@@ -11,7 +11,7 @@
 //! `iwarp_fuzz::format::engine`).
 #![no_main]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory, StreamId};
@@ -23,6 +23,7 @@ use iwarp::wire::terminate::TerminateCause;
 use iwarp_fuzz::format::engine::*;
 use iwarp_fuzz::Input;
 use libfuzzer_sys::fuzz_target;
+use tcp::Instant;
 
 const ARENA: usize = 32 * 1024;
 const GUARD: u8 = 0xee;
@@ -133,7 +134,7 @@ impl World {
             next_pos: 0,
             terminates: 0,
             mulpdu: 1460,
-            now: Instant::now(),
+            now: Instant::from_millis(1_000),
             version: cfg.rdmap_version,
         }
     }
@@ -354,7 +355,7 @@ fuzz_target!(|data: &[u8]| {
             POST_SEND => w.post_send(&mut input),
             TRANSMIT => {
                 w.mulpdu = 128 + usize::from(input.u16() % 4000);
-                w.now += Duration::from_millis(u64::from(input.u8()));
+                w.now = w.now + Duration::from_millis(u64::from(input.u8()));
                 w.transmit();
             }
             _ => match input.u8() % 4 {

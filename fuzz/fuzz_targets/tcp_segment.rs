@@ -88,7 +88,15 @@ impl CheckingUlp {
 }
 
 impl SegmentSink for CheckingUlp {
-    fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32) -> Consumed {
+    fn on_segment(
+        &mut self,
+        _cx: &mut (),
+        _now: Instant,
+        seq: u32,
+        payload: &[u8],
+        in_order: bool,
+        rcv_nxt: u32,
+    ) -> Consumed {
         assert_eq!(in_order, seq == rcv_nxt, "in_order flag");
         let s = self.rel(seq);
         let e = s + payload.len() as u64;
@@ -114,13 +122,13 @@ impl SegmentSink for CheckingUlp {
         c
     }
 
-    fn on_in_order(&mut self, seq: u32, bytes: &[u8]) {
+    fn on_in_order(&mut self, _cx: &mut (), _now: Instant, seq: u32, bytes: &[u8]) {
         let s = self.rel(seq);
         self.delivered
             .insert(s, s + bytes.len() as u64, "delivered twice");
     }
 
-    fn on_advance(&mut self, rcv_nxt: u32) {
+    fn on_advance(&mut self, _cx: &mut (), _now: Instant, rcv_nxt: u32) {
         let r = self.rel(rcv_nxt);
         if let Some((&s, &e)) = self.delivered.0.iter().next() {
             // Everything before RCV.NXT was placed or delivered (a FIN takes one number).
@@ -137,7 +145,13 @@ impl SegmentSink for CheckingUlp {
 }
 
 impl SegmentSource for CheckingUlp {
-    fn next_unit(&mut self, _seq: u32, max_len: usize) -> Option<Unit> {
+    fn next_unit(
+        &mut self,
+        _cx: &mut (),
+        _now: Instant,
+        _seq: u32,
+        max_len: usize,
+    ) -> Option<Unit> {
         if self.tx.is_empty() || max_len == 0 {
             return None;
         }
@@ -314,7 +328,7 @@ impl World {
     }
 
     fn input(&mut self, p: &[u8]) {
-        let _ = self.engine.handle_packet(self.now, p);
+        let _ = self.engine.handle_packet(self.now, &mut (), p);
     }
 
     /// Drains the engine: every packet must be well formed; the peer learns RCV.NXT.
@@ -322,7 +336,7 @@ impl World {
         let caps = ChecksumCapabilities::default();
         let mut buf = vec![0u8; 1500];
         let mut n = 0;
-        while let Some(t) = self.engine.poll_transmit(self.now, &mut buf) {
+        while let Some(t) = self.engine.poll_transmit(self.now, &mut (), &mut buf) {
             n += 1;
             assert!(n < 100_000, "engine keeps transmitting at one instant");
             let bytes = &buf[..t.len];
@@ -365,7 +379,9 @@ impl World {
         }
         while let Some(ev) = self.engine.poll_event() {
             if let Event::Accepted { conn, .. } = ev {
-                let _ = self.engine.attach(conn, CheckingUlp::new(self.window));
+                let _ = self
+                    .engine
+                    .attach(self.now, &mut (), conn, CheckingUlp::new(self.window));
                 self.accepted.push(conn);
             }
         }
@@ -524,7 +540,7 @@ fuzz_target!(|data: &[u8]| {
             RAW => {
                 let p = input.chunk(1600).to_vec();
                 w.input(&p);
-                let _ = w.engine.handle_tcp(w.now, PEER, LOCAL, &p);
+                let _ = w.engine.handle_tcp(w.now, &mut (), PEER, LOCAL, &p);
             }
             ADVANCE => {
                 let b = input.u8();

@@ -1,5 +1,6 @@
-//! Simulation harness: two `tcp::Engine<iwarp::conn::Connection>` joined by a simulated
-//! link with delay, loss, reordering, duplication and a packet-rewriting hook.
+//! Simulation harness: two `tcp::Engine<iwarp::conn::Connection, SimpleMemory>`, each with
+//! its node's memory, joined by a simulated link with delay, loss, reordering, duplication
+//! and a packet-rewriting hook.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -12,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tcp::{CloseReason, Config, ConnId, Engine, Event, Instant};
 
-pub type Conn = Connection<SimpleMemory>;
+pub type Conn = Connection;
 
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -85,7 +86,9 @@ pub enum Decision {
 pub type Mangle = Box<dyn FnMut(Side, &mut Vec<u8>) -> bool>;
 
 pub struct Node {
-    pub engine: Engine<Conn>,
+    pub engine: Engine<Conn, SimpleMemory>,
+    /// The memory the node's connection places into and sends from (lent per call).
+    pub mem: SimpleMemory,
     pub conn: Option<ConnId>,
     pub events: Vec<ConnEvent>,
     pub closed: Option<(CloseReason, Option<Conn>)>,
@@ -94,14 +97,24 @@ pub struct Node {
     pub max_rx_stored: usize,
 }
 
+impl Node {
+    /// The connection (alive or handed back by TCP) and the memory it works with.
+    fn parts(&mut self) -> Option<(&mut Conn, &mut SimpleMemory)> {
+        let conn = match self.conn {
+            Some(id) if self.engine.ulp(id).is_some() => self.engine.ulp_mut(id),
+            _ => self.closed.as_mut().and_then(|(_, c)| c.as_mut()),
+        };
+        Some((conn?, &mut self.mem))
+    }
+}
+
 pub struct Sim {
     pub now: Instant,
-    pub epoch: std::time::Instant,
     pub nodes: [Node; 2],
     pub link: LinkConfig,
     pub mangle: Option<Mangle>,
     pub decision: Decision,
-    resp: Option<(ConnConfig, SimpleMemory)>,
+    resp: Option<ConnConfig>,
     rng: StdRng,
     queue: BinaryHeap<Reverse<(Instant, u64)>>,
     packets: HashMap<u64, (Side, Vec<u8>)>,
@@ -148,14 +161,12 @@ impl Sim {
         (cfg_b, mem_b): (ConnConfig, SimpleMemory),
         decision: Decision,
     ) -> Self {
-        let epoch = tcp::Instant::from_millis(1_000);
         let now = Instant::from_millis(1);
         let mut a = Engine::new(tcp_config(1));
         let mut b = Engine::new(tcp_config(2));
         b.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT), 16)
             .expect("listen");
-        let t = epoch + Duration::from_micros(now.as_micros());
-        let ca = Connection::initiator(cfg_a, mem_a, t).expect("initiator");
+        let ca = Connection::initiator(cfg_a, now).expect("initiator");
         let id = a
             .connect(
                 now,
@@ -164,8 +175,9 @@ impl Sim {
                 ca,
             )
             .expect("connect");
-        let node = |engine, conn| Node {
+        let node = |engine, mem, conn| Node {
             engine,
+            mem,
             conn,
             events: Vec::new(),
             closed: None,
@@ -174,12 +186,11 @@ impl Sim {
         };
         Sim {
             now,
-            epoch,
-            nodes: [node(a, Some(id)), node(b, None)],
+            nodes: [node(a, mem_a, Some(id)), node(b, mem_b, None)],
             link,
             mangle: None,
             decision,
-            resp: Some((cfg_b, mem_b)),
+            resp: Some(cfg_b),
             rng: StdRng::seed_from_u64(seed),
             queue: BinaryHeap::new(),
             packets: HashMap::new(),
@@ -187,23 +198,34 @@ impl Sim {
         }
     }
 
-    pub fn time(&self) -> std::time::Instant {
-        self.epoch + Duration::from_micros(self.now.as_micros())
-    }
-
-    fn to_tcp(&self, t: std::time::Instant) -> Instant {
-        Instant::from_micros(t.saturating_since(self.epoch).as_micros() as u64)
-    }
-
     /// The connection of `side`, alive or handed back by TCP.
     pub fn conn(&mut self, side: Side) -> Option<&mut Conn> {
-        let n = &mut self.nodes[side.idx()];
-        if let Some(id) = n.conn {
-            if n.engine.ulp(id).is_some() {
-                return n.engine.ulp_mut(id);
-            }
-        }
-        n.closed.as_mut().and_then(|(_, c)| c.as_mut())
+        self.nodes[side.idx()].parts().map(|(c, _)| c)
+    }
+
+    /// The memory of `side`.
+    pub fn mem(&self, side: Side) -> &SimpleMemory {
+        &self.nodes[side.idx()].mem
+    }
+
+    /// The memory of `side`, mutably.
+    pub fn mem_mut(&mut self, side: Side) -> &mut SimpleMemory {
+        &mut self.nodes[side.idx()].mem
+    }
+
+    /// Runs `f` on the connection of `side` (alive or handed back by TCP) with the node's
+    /// memory and the current time: for the calls that need both (post_send, close, ...).
+    /// Panics if `side` has no connection.
+    pub fn with_conn<R>(
+        &mut self,
+        side: Side,
+        f: impl FnOnce(&mut Conn, &mut SimpleMemory, Instant) -> R,
+    ) -> R {
+        let now = self.now;
+        let (conn, mem) = self.nodes[side.idx()]
+            .parts()
+            .unwrap_or_else(|| panic!("{side:?} has no connection"));
+        f(conn, mem, now)
     }
 
     pub fn events(&self, side: Side) -> &[ConnEvent] {
@@ -243,7 +265,8 @@ impl Sim {
         for side in [Side::A, Side::B] {
             loop {
                 let now = self.now;
-                let Some(t) = self.nodes[side.idx()].engine.poll_transmit(now, &mut buf) else {
+                let n = &mut self.nodes[side.idx()];
+                let Some(t) = n.engine.poll_transmit(now, &mut n.mem, &mut buf) else {
                     break;
                 };
                 let bytes = buf[..t.len].to_vec();
@@ -254,20 +277,19 @@ impl Sim {
 
     /// Tcp events, connection events, decisions and LLP requests.
     fn service(&mut self) {
-        let t = self.time();
+        let t = self.now;
         for side in [Side::A, Side::B] {
             self.tcp_events(side, t);
             let node = &mut self.nodes[side.idx()];
             let Some(id) = node.conn else { continue };
             let mut requests = Vec::new();
             if let Some(c) = node.engine.ulp_mut(id) {
-                c.set_time(t);
                 while let Some(e) = c.poll_event() {
                     if let ConnEvent::ConnectRequest(_) = &e {
                         match &self.decision {
                             // A refused accept is reported as an event too.
                             Decision::Accept(pd) => {
-                                let _ = c.accept(t, pd);
+                                let _ = c.accept(t, &mut node.mem, pd);
                             }
                             Decision::Reject(pd) => c.reject(pd).expect("reject"),
                             Decision::Ignore => {}
@@ -289,40 +311,38 @@ impl Sim {
         }
     }
 
-    fn tcp_events(&mut self, side: Side, t: std::time::Instant) {
-        {
-            while let Some(ev) = self.nodes[side.idx()].engine.poll_event() {
-                match ev {
-                    Event::Accepted { conn, .. } => {
-                        if let Some((cfg, mem)) = self.resp.take() {
-                            let c = Connection::responder(cfg, mem, t).expect("responder");
-                            self.nodes[side.idx()]
-                                .engine
-                                .attach(conn, c)
-                                .expect("attach");
-                            self.nodes[side.idx()].conn = Some(conn);
-                        }
+    fn tcp_events(&mut self, side: Side, t: Instant) {
+        let node = &mut self.nodes[side.idx()];
+        while let Some(ev) = node.engine.poll_event() {
+            match ev {
+                Event::Accepted { conn, .. } => {
+                    if let Some(cfg) = self.resp.take() {
+                        let c = Connection::responder(cfg, t).expect("responder");
+                        node.engine
+                            .attach(t, &mut node.mem, conn, c)
+                            .expect("attach");
+                        node.conn = Some(conn);
                     }
-                    Event::PeerClosed(id) => {
-                        self.nodes[side.idx()].peer_fin = true;
-                        if let Some(c) = self.nodes[side.idx()].engine.ulp_mut(id) {
-                            c.handle_llp_closed(true);
-                        }
-                    }
-                    Event::Closed {
-                        reason, mut ulp, ..
-                    } => {
-                        if let Some(c) = ulp.as_mut() {
-                            // Both FINs exchanged: graceful; otherwise reset or lost.
-                            c.handle_llp_closed(reason == CloseReason::Normal);
-                            while let Some(e) = c.poll_event() {
-                                self.nodes[side.idx()].events.push(e);
-                            }
-                        }
-                        self.nodes[side.idx()].closed = Some((reason, ulp));
-                    }
-                    Event::Connected(_) => {}
                 }
+                Event::PeerClosed(id) => {
+                    node.peer_fin = true;
+                    if let Some(c) = node.engine.ulp_mut(id) {
+                        c.handle_llp_closed(t, &node.mem, true);
+                    }
+                }
+                Event::Closed {
+                    reason, mut ulp, ..
+                } => {
+                    if let Some(c) = ulp.as_mut() {
+                        // Both FINs exchanged: graceful; otherwise reset or lost.
+                        c.handle_llp_closed(t, &node.mem, reason == CloseReason::Normal);
+                        while let Some(e) = c.poll_event() {
+                            node.events.push(e);
+                        }
+                    }
+                    node.closed = Some((reason, ulp));
+                }
+                Event::Connected(_) => {}
             }
         }
     }
@@ -330,10 +350,7 @@ impl Sim {
     fn conn_timeout(&self, side: Side) -> Option<Instant> {
         let n = &self.nodes[side.idx()];
         let id = n.conn?;
-        n.engine
-            .ulp(id)?
-            .poll_timeout()
-            .map(|t| self.to_tcp(t).max(self.now))
+        n.engine.ulp(id)?.poll_timeout().map(|t| t.max(self.now))
     }
 
     /// Advances to the next arrival or timer. False when nothing is left to do.
@@ -354,13 +371,6 @@ impl Sim {
             return false;
         };
         self.now = self.now.max(t);
-        let wall = self.time();
-        for side in [Side::A, Side::B] {
-            let n = &mut self.nodes[side.idx()];
-            if let Some(c) = n.conn.and_then(|id| n.engine.ulp_mut(id)) {
-                c.set_time(wall);
-            }
-        }
         while let Some(&Reverse((at, id))) = self.queue.peek() {
             if at > self.now {
                 break;
@@ -368,7 +378,8 @@ impl Sim {
             self.queue.pop();
             let (to, bytes) = self.packets.remove(&id).expect("packet");
             let now = self.now;
-            let _ = self.nodes[to.idx()].engine.handle_packet(now, &bytes);
+            let n = &mut self.nodes[to.idx()];
+            let _ = n.engine.handle_packet(now, &mut n.mem, &bytes);
         }
         let now = self.now;
         for side in [Side::A, Side::B] {
@@ -378,7 +389,7 @@ impl Sim {
             }
             n.engine.handle_timeout(now);
             if let Some(c) = n.conn.and_then(|id| n.engine.ulp_mut(id)) {
-                c.handle_timeout(wall);
+                c.handle_timeout(now, &n.mem);
             }
         }
         self.service();

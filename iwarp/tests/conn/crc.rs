@@ -44,7 +44,7 @@ fn crc_corruption_with_good_tcp_checksum_terminates_2_0_02() {
             s.established(Side::A) && s.established(Side::B)
         }));
         let src = pattern(1 << 20, 9);
-        s.conn(Side::A).unwrap().memory_mut().bytes_mut()[..1 << 20].copy_from_slice(&src);
+        s.mem_mut(Side::A).bytes_mut()[..1 << 20].copy_from_slice(&src);
         let hit = Rc::new(RefCell::new(Hit::default()));
         let h = hit.clone();
         s.mangle = Some(Box::new(move |from, p: &mut Vec<u8>| {
@@ -75,22 +75,21 @@ fn crc_corruption_with_good_tcp_checksum_terminates_2_0_02() {
             }
             true
         }));
-        s.conn(Side::A)
-            .unwrap()
-            .post_send(SendWr::new(
-                1,
-                SendOp::Write {
-                    sgl: vec![Sge {
-                        stag: sa,
-                        to: 0,
-                        len: 1 << 20,
-                    }],
-                    remote: RemoteBuf {
-                        stag: sb,
-                        to: DST as u64,
-                    },
+        let wr = SendWr::new(
+            1,
+            SendOp::Write {
+                sgl: vec![Sge {
+                    stag: sa,
+                    to: 0,
+                    len: 1 << 20,
+                }],
+                remote: RemoteBuf {
+                    stag: sb,
+                    to: DST as u64,
                 },
-            ))
+            },
+        );
+        s.with_conn(Side::A, |c, m, now| c.post_send(now, m, wr))
             .unwrap();
         let ok = s.run_until(Duration::from_secs(10), |s| {
             s.events(Side::A).iter().any(|e| {
@@ -107,7 +106,7 @@ fn crc_corruption_with_good_tcp_checksum_terminates_2_0_02() {
             b.state(),
             ConnState::Rdma(StreamState::Terminated | StreamState::Closed | StreamState::Error)
         ));
-        let mem = b.memory().bytes();
+        let mem = s.mem(Side::B).bytes();
         // No corrupted octet was placed: every octet is either untouched or the sent one,
         // and the corrupted FPDU's octets are all untouched.
         let dst = &mem[DST..DST + (1 << 20)];

@@ -102,7 +102,8 @@ impl Peer {
 }
 
 fn drive(
-    mut c: Connection<SimpleMemory>,
+    mut c: Connection,
+    mut mem: SimpleMemory,
     start: u32,
     prefix: &[u8],
     ops: Vec<Op>,
@@ -112,48 +113,48 @@ fn drive(
     let mut now = t0;
     let mut rcv_nxt = start;
     let mut snd_nxt = 100u32;
-    c.on_segment(rcv_nxt, prefix, true, rcv_nxt);
+    c.on_segment(&mut mem, now, rcv_nxt, prefix, true, rcv_nxt);
     rcv_nxt = rcv_nxt.wrapping_add(prefix.len() as u32);
-    c.on_advance(rcv_nxt);
+    c.on_advance(&mut mem, now, rcv_nxt);
     for op in ops {
         match op {
             Op::Segment { offset, data } => {
                 let seq = rcv_nxt.wrapping_add(u32::from(offset));
                 let in_order = offset == 0;
-                let consumed = c.on_segment(seq, &data, in_order, rcv_nxt);
+                let consumed = c.on_segment(&mut mem, now, seq, &data, in_order, rcv_nxt);
                 assert!(consumed.total() <= data.len());
                 if in_order {
                     assert_eq!(consumed.total(), data.len(), "in-order bytes are taken");
                     rcv_nxt = rcv_nxt.wrapping_add(data.len() as u32);
-                    c.on_advance(rcv_nxt);
+                    c.on_advance(&mut mem, now, rcv_nxt);
                 }
             }
             Op::InOrder(data) => {
-                c.on_in_order(rcv_nxt, &data);
+                c.on_in_order(&mut mem, now, rcv_nxt, &data);
                 rcv_nxt = rcv_nxt.wrapping_add(data.len() as u32);
-                c.on_advance(rcv_nxt);
+                c.on_advance(&mut mem, now, rcv_nxt);
             }
             Op::Wait(ms) => {
-                now += Duration::from_millis(u64::from(ms));
-                c.handle_timeout(now);
+                now = now + Duration::from_millis(u64::from(ms));
+                c.handle_timeout(now, &mem);
             }
             Op::Fpdu { tagged, to, len } => {
                 if let Some(p) = peer.as_mut() {
                     let misalign = (rcv_nxt.wrapping_sub(p.start) % 4) as usize;
                     if misalign != 0 {
-                        c.on_in_order(rcv_nxt, &[0; 3][..4 - misalign]);
+                        c.on_in_order(&mut mem, now, rcv_nxt, &[0; 3][..4 - misalign]);
                         rcv_nxt = rcv_nxt.wrapping_add(4 - misalign as u32);
-                        c.on_advance(rcv_nxt);
+                        c.on_advance(&mut mem, now, rcv_nxt);
                     }
                     let f = p.fpdu(rcv_nxt, tagged, to, len);
-                    let consumed = c.on_segment(rcv_nxt, &f, true, rcv_nxt);
+                    let consumed = c.on_segment(&mut mem, now, rcv_nxt, &f, true, rcv_nxt);
                     assert_eq!(consumed.total(), f.len());
                     rcv_nxt = rcv_nxt.wrapping_add(f.len() as u32);
-                    c.on_advance(rcv_nxt);
+                    c.on_advance(&mut mem, now, rcv_nxt);
                 }
             }
             Op::Poll(max) => {
-                if let Some(u) = c.next_unit(snd_nxt, usize::from(max)) {
+                if let Some(u) = c.next_unit(&mut mem, now, snd_nxt, usize::from(max)) {
                     assert!(u.payload.len() <= usize::from(max));
                     snd_nxt = snd_nxt.wrapping_add(u.payload.len() as u32);
                 }
@@ -173,9 +174,11 @@ proptest! {
     #[test]
     fn initiator_negotiating(ops in prop::collection::vec(op(), 0..40)) {
         let cfg = ConnConfig::new(MpaConfig::default());
-        let mut c = Connection::initiator(cfg, memory().0, Instant::from_millis(1_000)).unwrap();
-        c.next_unit(1, 1448);
-        drive(c, 1, &[], ops, None);
+        let t0 = Instant::from_millis(1_000);
+        let mut mem = memory().0;
+        let mut c = Connection::initiator(cfg, t0).unwrap();
+        c.next_unit(&mut mem, t0, 1, 1448);
+        drive(c, mem, 1, &[], ops, None);
     }
 
     // RFC 5044 §4–§6 (FPDU mode, CRC and markers): any bytes after a valid Reply.
@@ -190,13 +193,14 @@ proptest! {
             ..MpaConfig::default()
         };
         let cfg = ConnConfig { pd: PdId(1), ..ConnConfig::new(mpa) };
-        let (mem, stag) = memory();
-        let mut c = Connection::initiator(cfg, mem, Instant::from_millis(1_000)).unwrap();
-        c.next_unit(1, 1448);
+        let t0 = Instant::from_millis(1_000);
+        let (mut mem, stag) = memory();
+        let mut c = Connection::initiator(cfg, t0).unwrap();
+        c.next_unit(&mut mem, t0, 1, 1448);
         let start = u32::MAX - 10;
         let rx_start = start.wrapping_add(REPLY.len() as u32);
         let framer = Framer::new(crc, Some(MarkerSpacing::new(rx_start)));
-        drive(c, start, REPLY, ops, Some(Peer { framer, stag, msn: 0, start: rx_start }));
+        drive(c, mem, start, REPLY, ops, Some(Peer { framer, stag, msn: 0, start: rx_start }));
     }
 
     // RFC 6581 §5: a peer-to-peer responder fed anything after a valid Request.
@@ -208,17 +212,18 @@ proptest! {
             ..MpaConfig::default()
         };
         let cfg = ConnConfig { pd: PdId(1), ..ConnConfig::new(mpa) };
-        let (mem, stag) = memory();
-        let mut c = Connection::responder(cfg, mem, Instant::from_millis(1_000)).unwrap();
-        c.on_segment(1, REQUEST_CRC_MARKERS, true, 1);
-        c.on_advance(1 + REQUEST_CRC_MARKERS.len() as u32);
+        let t0 = Instant::from_millis(1_000);
+        let (mut mem, stag) = memory();
+        let mut c = Connection::responder(cfg, t0).unwrap();
+        c.on_segment(&mut mem, t0, 1, REQUEST_CRC_MARKERS, true, 1);
+        c.on_advance(&mut mem, t0, 1 + REQUEST_CRC_MARKERS.len() as u32);
         while c.poll_event().is_some() {}
-        c.accept(Instant::from_millis(1_000), b"pd").unwrap();
-        c.next_unit(1, 1448);
+        c.accept(t0, &mut mem, b"pd").unwrap();
+        c.next_unit(&mut mem, t0, 1, 1448);
         assert_eq!(c.negotiated().and_then(|n| n.rtr), Some(RtrKind::Write));
         let rx_start = 1 + REQUEST_CRC_MARKERS.len() as u32;
         // The Request asked for CRC and markers: both apply to what the initiator sends.
         let framer = Framer::new(true, Some(MarkerSpacing::new(rx_start)));
-        drive(c, rx_start, &[], ops, Some(Peer { framer, stag, msn: 0, start: rx_start }));
+        drive(c, mem, rx_start, &[], ops, Some(Peer { framer, stag, msn: 0, start: rx_start }));
     }
 }

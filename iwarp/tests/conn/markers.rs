@@ -44,17 +44,17 @@ fn run(
         assert!(n.markers_tx && n.markers_rx);
     }
     let src = pattern(2 << 20, seed);
-    s.conn(Side::A).unwrap().memory_mut().bytes_mut()[..2 << 20].copy_from_slice(&src);
-    s.conn(Side::B).unwrap().memory_mut().bytes_mut()[..2 << 20].copy_from_slice(&src);
+    s.mem_mut(Side::A).bytes_mut()[..2 << 20].copy_from_slice(&src);
+    s.mem_mut(Side::B).bytes_mut()[..2 << 20].copy_from_slice(&src);
     // Writes of the given sizes, back to back, then one Read of as much: a message that is
     // not a multiple of the MULPDU ends with a short FPDU that may carry no marker, and
     // units of whole FPDUs can start with one.
     let per_fpdu = s.conn(Side::A).unwrap().mulpdu() as u32 - 14;
     let writes = writes(per_fpdu);
     let mut to = 0u32;
-    let a = s.conn(Side::A).unwrap();
+    let mut wrs = Vec::new();
     for (i, &len) in writes.iter().enumerate() {
-        a.post_send(SendWr::new(
+        wrs.push(SendWr::new(
             1 + i as u64,
             SendOp::Write {
                 sgl: vec![Sge {
@@ -67,12 +67,11 @@ fn run(
                     to: (4 << 20) + u64::from(to),
                 },
             },
-        ))
-        .unwrap();
+        ));
         to += len;
     }
     let len = to;
-    a.post_send(SendWr::new(
+    wrs.push(SendWr::new(
         0,
         SendOp::Read {
             sink: RemoteBuf {
@@ -82,8 +81,12 @@ fn run(
             remote: RemoteBuf { stag: sb, to: 0 },
             len,
         },
-    ))
-    .unwrap();
+    ));
+    s.with_conn(Side::A, |a, m, now| {
+        for wr in wrs {
+            a.post_send(now, m, wr).unwrap();
+        }
+    });
     let mut done = Vec::new();
     let ok = s.run_until(Duration::from_secs(20), |s| {
         while let Some(c) = s.conn(Side::A).unwrap().poll_completion() {
@@ -94,9 +97,9 @@ fn run(
     assert!(ok, "{done:?}");
     assert!(done.iter().all(|c| c.status == CompletionStatus::Success));
     let n = len as usize;
-    let b = s.conn(Side::B).unwrap().memory().bytes()[4 << 20..(4 << 20) + n].to_vec();
+    let b = s.mem(Side::B).bytes()[4 << 20..(4 << 20) + n].to_vec();
     assert_eq!(hash(&b), hash(&src[..n]));
-    let a = s.conn(Side::A).unwrap().memory().bytes()[4 << 20..(4 << 20) + n].to_vec();
+    let a = s.mem(Side::A).bytes()[4 << 20..(4 << 20) + n].to_vec();
     assert_eq!(hash(&a), hash(&src[..n]));
     let (sa_, sb_) = (
         s.conn(Side::A).unwrap().stats(),

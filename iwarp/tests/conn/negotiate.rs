@@ -33,8 +33,8 @@ fn sim(a: MpaConfig, b: MpaConfig, decision: Decision, seed: u64) -> (Sim, STag,
 fn exchange(s: &mut Sim, sa: STag, sb: STag) {
     let data_a = pattern(5000, 1);
     let data_b = pattern(3000, 2);
-    s.conn(Side::A).unwrap().memory_mut().bytes_mut()[..5000].copy_from_slice(&data_a);
-    s.conn(Side::B).unwrap().memory_mut().bytes_mut()[..3000].copy_from_slice(&data_b);
+    s.mem_mut(Side::A).bytes_mut()[..5000].copy_from_slice(&data_a);
+    s.mem_mut(Side::B).bytes_mut()[..3000].copy_from_slice(&data_b);
     for (side, stag) in [(Side::A, sa), (Side::B, sb)] {
         let c = s.conn(side).unwrap();
         c.post_recv(RecvWr {
@@ -48,27 +48,36 @@ fn exchange(s: &mut Sim, sa: STag, sb: STag) {
         .unwrap();
     }
     for (side, stag, peer, len) in [(Side::A, sa, sb, 5000u32), (Side::B, sb, sa, 3000)] {
-        let c = s.conn(side).unwrap();
-        c.post_send(SendWr::new(
-            1,
-            SendOp::Send {
-                sgl: vec![Sge { stag, to: 0, len }],
-                solicited: false,
-                invalidate: None,
-            },
-        ))
-        .unwrap();
-        c.post_send(SendWr::new(
-            2,
-            SendOp::Write {
-                sgl: vec![Sge { stag, to: 0, len }],
-                remote: RemoteBuf {
-                    stag: peer,
-                    to: 30_000,
-                },
-            },
-        ))
-        .unwrap();
+        s.with_conn(side, |c, m, now| {
+            c.post_send(
+                now,
+                m,
+                SendWr::new(
+                    1,
+                    SendOp::Send {
+                        sgl: vec![Sge { stag, to: 0, len }],
+                        solicited: false,
+                        invalidate: None,
+                    },
+                ),
+            )
+            .unwrap();
+            c.post_send(
+                now,
+                m,
+                SendWr::new(
+                    2,
+                    SendOp::Write {
+                        sgl: vec![Sge { stag, to: 0, len }],
+                        remote: RemoteBuf {
+                            stag: peer,
+                            to: 30_000,
+                        },
+                    },
+                ),
+            )
+            .unwrap();
+        });
     }
     let mut done: [Vec<iwarp::rdmap::Completion>; 2] = [Vec::new(), Vec::new()];
     let ok = s.run_until(Duration::from_secs(5), |s| {
@@ -92,8 +101,8 @@ fn exchange(s: &mut Sim, sa: STag, sb: STag) {
         assert_eq!(sq, vec![1, 2]);
         assert!(d.iter().all(|c| c.status == CompletionStatus::Success));
     }
-    let b = s.conn(Side::B).unwrap().memory().bytes().to_vec();
-    let a = s.conn(Side::A).unwrap().memory().bytes().to_vec();
+    let b = s.mem(Side::B).bytes().to_vec();
+    let a = s.mem(Side::A).bytes().to_vec();
     assert_eq!(&b[10_000..15_000], &data_a[..]);
     assert_eq!(&b[30_000..35_000], &data_a[..]);
     assert_eq!(&a[10_000..13_000], &data_b[..]);
@@ -238,7 +247,7 @@ fn reject_with_private_data() {
         }],
     })
     .unwrap();
-    a.post_send(SendWr::new(
+    let wr = SendWr::new(
         9,
         SendOp::Send {
             sgl: vec![Sge {
@@ -249,8 +258,9 @@ fn reject_with_private_data() {
             solicited: false,
             invalidate: None,
         },
-    ))
-    .unwrap();
+    );
+    s.with_conn(Side::A, |a, m, now| a.post_send(now, m, wr))
+        .unwrap();
     let ok = s.run_until(Duration::from_secs(2), |s| {
         s.events(Side::A)
             .iter()
@@ -276,16 +286,15 @@ fn reject_with_private_data() {
     );
     assert_eq!(s.conn(Side::A).unwrap().state(), ConnState::Rejected);
     assert_eq!(s.conn(Side::B).unwrap().state(), ConnState::Rejected);
+    let wr = SendWr::new(
+        1,
+        SendOp::Immediate {
+            data: [0; 8],
+            solicited: false,
+        },
+    );
     assert!(s
-        .conn(Side::A)
-        .unwrap()
-        .post_send(SendWr::new(
-            1,
-            SendOp::Immediate {
-                data: [0; 8],
-                solicited: false
-            }
-        ))
+        .with_conn(Side::A, |a, m, now| a.post_send(now, m, wr))
         .is_err());
     let closed = s.run_until(Duration::from_secs(5), |s| {
         s.nodes[0].closed.is_some() && s.nodes[1].closed.is_some()
@@ -387,26 +396,25 @@ fn first_fpdu_delay_holds_initiator_fpdus() {
         (conn_config(MpaConfig::default()), mb),
         Decision::Accept(Vec::new()),
     );
-    s.conn(Side::A)
-        .unwrap()
-        .post_send(SendWr::new(
-            1,
-            SendOp::Write {
-                sgl: vec![Sge {
-                    stag: sa,
-                    to: 0,
-                    len: 64,
-                }],
-                remote: RemoteBuf { stag: sb, to: 0 },
-            },
-        ))
+    let wr = SendWr::new(
+        1,
+        SendOp::Write {
+            sgl: vec![Sge {
+                stag: sa,
+                to: 0,
+                len: 64,
+            }],
+            remote: RemoteBuf { stag: sb, to: 0 },
+        },
+    );
+    s.with_conn(Side::A, |a, m, now| a.post_send(now, m, wr))
         .unwrap();
     establish(&mut s);
     let t0 = s.now;
     // The hold is visible to the consumer (a measurement waits for its end); the
     // responder holds nothing.
     let until = s.conn(Side::A).unwrap().fpdu_hold_until().expect("held");
-    assert!(until > s.time() && until - s.time() <= Duration::from_millis(100));
+    assert!(until > s.now && until - s.now <= Duration::from_millis(100));
     assert_eq!(s.conn(Side::B).unwrap().fpdu_hold_until(), None);
     let mut wc = None;
     let ok = s.run_until(Duration::from_secs(2), |s| {
@@ -414,7 +422,7 @@ fn first_fpdu_delay_holds_initiator_fpdus() {
         wc.is_some() && s.conn(Side::B).unwrap().stats().fpdus_received == 1
     });
     assert!(ok);
-    assert!(s.time() >= until);
+    assert!(s.now >= until);
     assert_eq!(s.conn(Side::A).unwrap().fpdu_hold_until(), None);
     assert_eq!(wc.unwrap().status, CompletionStatus::Success);
     assert!(
@@ -437,7 +445,7 @@ fn graceful_close_after_traffic() {
     );
     establish(&mut s);
     exchange(&mut s, sa, sb);
-    s.conn(Side::A).unwrap().close();
+    s.with_conn(Side::A, |a, m, now| a.close(now, m));
     let ok = s.run_until(Duration::from_secs(100), |s| {
         s.nodes[0].closed.is_some() && s.nodes[1].closed.is_some()
     });

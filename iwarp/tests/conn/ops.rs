@@ -41,9 +41,9 @@ fn fixture(seed: u64, link: LinkConfig, mpa_a: MpaConfig, mpa_b: MpaConfig) -> F
     });
     assert!(up, "A {:?}\nB {:?}", s.events(Side::A), s.events(Side::B));
     let src = pattern(SRC_LEN, 42);
-    s.conn(Side::A).unwrap().memory_mut().bytes_mut()[..SRC_LEN].copy_from_slice(&src);
+    s.mem_mut(Side::A).bytes_mut()[..SRC_LEN].copy_from_slice(&src);
     let srcb = pattern(SRC_LEN, 43);
-    s.conn(Side::B).unwrap().memory_mut().bytes_mut()[..SRC_LEN].copy_from_slice(&srcb);
+    s.mem_mut(Side::B).bytes_mut()[..SRC_LEN].copy_from_slice(&srcb);
     Fx { s, sa, sb }
 }
 
@@ -55,8 +55,8 @@ fn drain(s: &mut Sim, side: Side, out: &mut Vec<Completion>) {
     }
 }
 
-fn bytes(s: &mut Sim, side: Side, at: usize, len: usize) -> Vec<u8> {
-    s.conn(side).unwrap().memory().bytes()[at..at + len].to_vec()
+fn bytes(s: &Sim, side: Side, at: usize, len: usize) -> Vec<u8> {
+    s.mem(side).bytes()[at..at + len].to_vec()
 }
 
 fn sge(stag: STag, to: u64, len: u32) -> Vec<Sge> {
@@ -90,17 +90,18 @@ fn all_operations(fx: &mut Fx) -> (Vec<Completion>, Vec<Completion>) {
             sgl: sge(sb, 0, 0),
         })
         .unwrap();
-    let a = s.conn(Side::A).unwrap();
     let mut id = 0u64;
-    let mut post = |a: &mut iwarp::conn::Connection<_>, op| {
+    let mut post = |s: &mut Sim, op: SendOp| {
         id += 1;
-        a.post_send(SendWr::new(id, op)).unwrap();
+        let wr = SendWr::new(id, op);
+        s.with_conn(Side::A, |a, m, now| a.post_send(now, m, wr))
+            .unwrap();
     };
     // Send, Send with SE, Send with Invalidate (of B's second region, set up by the
     // caller), Send with SE and Invalidate are covered in their own test; here Send / SE.
     for (i, n) in send_sizes.into_iter().enumerate() {
         post(
-            a,
+            s,
             SendOp::Send {
                 sgl: sge(sa, 7 * i as u64, n),
                 solicited: i % 2 == 1,
@@ -112,7 +113,7 @@ fn all_operations(fx: &mut Fx) -> (Vec<Completion>, Vec<Completion>) {
     let write_at = 8 << 20;
     for (n, off) in [(0u32, 0u64), (1, 16), (13, 64), (4096, 4096), (BIG, 8192)] {
         post(
-            a,
+            s,
             SendOp::Write {
                 sgl: sge(sa, 3, n),
                 remote: RemoteBuf {
@@ -126,7 +127,7 @@ fn all_operations(fx: &mut Fx) -> (Vec<Completion>, Vec<Completion>) {
     let read_at = 3 << 20;
     for (i, n) in [(0u64, 0u32), (1, 100), (2, 65_536), (3, BIG)] {
         post(
-            a,
+            s,
             SendOp::Read {
                 sink: RemoteBuf {
                     stag: sa,
@@ -141,7 +142,7 @@ fn all_operations(fx: &mut Fx) -> (Vec<Completion>, Vec<Completion>) {
         );
     }
     post(
-        a,
+        s,
         SendOp::Immediate {
             data: *b"imm-data",
             solicited: true,
@@ -152,7 +153,7 @@ fn all_operations(fx: &mut Fx) -> (Vec<Completion>, Vec<Completion>) {
     let result = (12 << 20) as u64;
     for op in [AtomicOp::FetchAdd, AtomicOp::CmpSwap, AtomicOp::Swap] {
         post(
-            a,
+            s,
             SendOp::Atomic {
                 op,
                 remote: RemoteBuf { stag: sb, to: word },
@@ -173,7 +174,7 @@ fn all_operations(fx: &mut Fx) -> (Vec<Completion>, Vec<Completion>) {
         );
     }
     let total = id as usize;
-    s.conn(Side::B).unwrap().memory_mut().bytes_mut()[word as usize..word as usize + 8]
+    s.mem_mut(Side::B).bytes_mut()[word as usize..word as usize + 8]
         .copy_from_slice(&0x1000_0000u64.to_ne_bytes());
     let mut ca = Vec::new();
     let mut cb = Vec::new();
@@ -321,9 +322,7 @@ fn send_with_invalidate_then_write_to_invalidated_stag() {
     let (sa, sb) = (fx.sa, fx.sb);
     let s = &mut fx.s;
     let victim = s
-        .conn(Side::B)
-        .unwrap()
-        .memory_mut()
+        .mem_mut(Side::B)
         .register(iwarp::mem::RegionSpec::new(1 << 20, 4096, rights(), PD))
         .unwrap();
     for i in 0..2 {
@@ -335,38 +334,41 @@ fn send_with_invalidate_then_write_to_invalidated_stag() {
             })
             .unwrap();
     }
-    let a = s.conn(Side::A).unwrap();
-    a.post_send(SendWr::new(
-        1,
-        SendOp::Write {
-            sgl: sge(sa, 0, 100),
-            remote: RemoteBuf {
-                stag: victim,
-                to: 0,
+    let wrs = [
+        SendWr::new(
+            1,
+            SendOp::Write {
+                sgl: sge(sa, 0, 100),
+                remote: RemoteBuf {
+                    stag: victim,
+                    to: 0,
+                },
             },
-        },
-    ))
-    .unwrap();
-    a.post_send(SendWr::new(
-        2,
-        SendOp::Send {
-            sgl: sge(sa, 0, 10),
-            solicited: true,
-            invalidate: Some(victim),
-        },
-    ))
-    .unwrap();
-    a.post_send(SendWr::new(
-        3,
-        SendOp::Write {
-            sgl: sge(sa, 200, 100),
-            remote: RemoteBuf {
-                stag: victim,
-                to: 1000,
+        ),
+        SendWr::new(
+            2,
+            SendOp::Send {
+                sgl: sge(sa, 0, 10),
+                solicited: true,
+                invalidate: Some(victim),
             },
-        },
-    ))
-    .unwrap();
+        ),
+        SendWr::new(
+            3,
+            SendOp::Write {
+                sgl: sge(sa, 200, 100),
+                remote: RemoteBuf {
+                    stag: victim,
+                    to: 1000,
+                },
+            },
+        ),
+    ];
+    s.with_conn(Side::A, |a, m, now| {
+        for wr in wrs {
+            a.post_send(now, m, wr).unwrap();
+        }
+    });
     let mut ca = Vec::new();
     let mut cb = Vec::new();
     let ok = s.run_until(Duration::from_secs(10), |s| {
@@ -387,7 +389,7 @@ fn send_with_invalidate_then_write_to_invalidated_stag() {
     let src = pattern(SRC_LEN, 42);
     // The first Write landed; the Send invalidated the STag; the second Write did not land.
     assert_eq!(bytes(s, Side::B, 1 << 20, 100), &src[..100]);
-    assert!(!s.conn(Side::B).unwrap().memory().is_valid(victim));
+    assert!(!s.mem(Side::B).is_valid(victim));
     assert_ne!(bytes(s, Side::B, (1 << 20) + 1000, 100), &src[200..300]);
     let recv = cb
         .iter()
@@ -402,18 +404,18 @@ fn send_with_invalidate_then_write_to_invalidated_stag() {
     assert_eq!(s.conn(Side::B).unwrap().stats().terminates_sent, 1);
     assert_eq!(s.conn(Side::A).unwrap().stats().terminates_received, 1);
     // The writer's stream stopped (RFC 5040 §5.4): no more work is accepted.
-    let a = s.conn(Side::A).unwrap();
     assert!(matches!(
-        a.state(),
+        s.conn(Side::A).unwrap().state(),
         ConnState::Rdma(StreamState::Terminated | StreamState::Closed | StreamState::Error)
     ));
-    assert!(a
-        .post_send(SendWr::new(
-            4,
-            SendOp::Immediate {
-                data: [1; 8],
-                solicited: false
-            }
-        ))
+    let wr = SendWr::new(
+        4,
+        SendOp::Immediate {
+            data: [1; 8],
+            solicited: false,
+        },
+    );
+    assert!(s
+        .with_conn(Side::A, |a, m, now| a.post_send(now, m, wr))
         .is_err());
 }

@@ -162,18 +162,21 @@ fn replay(cap: Capture) -> Negotiated {
         pd: PD,
         ..ConnConfig::new(cap.mpa)
     };
-    let mut c = Connection::initiator(cfg, mem, now).unwrap();
+    let mut c = Connection::initiator(cfg, now).unwrap();
 
     // The Request is the first unit and equals siw's octet for octet.
-    assert!(c.pending());
-    let u = c.next_unit(1, MSS).expect("request");
+    assert!(SegmentSource::<SimpleMemory>::pending(&c));
+    let u = c.next_unit(&mut mem, now, 1, MSS).expect("request");
     assert_eq!(u.payload, hex(cap.request));
-    assert!(c.next_unit(25, MSS).is_none(), "no FPDU before the Reply");
+    assert!(
+        c.next_unit(&mut mem, now, 25, MSS).is_none(),
+        "no FPDU before the Reply"
+    );
 
     let reply = hex(cap.reply);
-    let consumed = c.on_segment(1, &reply, true, 1);
+    let consumed = c.on_segment(&mut mem, now, 1, &reply, true, 1);
     assert_eq!(consumed.total(), reply.len());
-    c.on_advance(25);
+    c.on_advance(&mut mem, now, 25);
     let n = loop {
         match c.poll_event() {
             Some(ConnEvent::Established(n)) => break n,
@@ -185,7 +188,7 @@ fn replay(cap: Capture) -> Negotiated {
     let mut seq = 25u32;
     if let Some(rtr) = cap.rtr {
         // RFC 6581 §5: the RTR goes first, as siw's initiator sent it.
-        let u = c.next_unit(seq, MSS).expect("rtr");
+        let u = c.next_unit(&mut mem, now, seq, MSS).expect("rtr");
         assert_eq!(u.payload, hex(rtr));
         seq += u.payload.len() as u32;
     }
@@ -200,27 +203,31 @@ fn replay(cap: Capture) -> Negotiated {
         })
         .unwrap();
     }
-    c.post_send(SendWr::new(
-        1,
-        SendOp::Send {
-            sgl: vec![Sge {
-                stag: local,
-                to: 0,
-                len: 16,
-            }],
-            solicited: false,
-            invalidate: None,
-        },
-    ))
+    c.post_send(
+        now,
+        &mem,
+        SendWr::new(
+            1,
+            SendOp::Send {
+                sgl: vec![Sge {
+                    stag: local,
+                    to: 0,
+                    len: 16,
+                }],
+                solicited: false,
+                invalidate: None,
+            },
+        ),
+    )
     .unwrap();
-    let u = c.next_unit(seq, MSS).expect("send");
+    let u = c.next_unit(&mut mem, now, seq, MSS).expect("send");
     assert_eq!(u.payload, send);
     seq += u.payload.len() as u32;
 
     // siw's Read Request is answered with the Read Response siw's client sent.
-    c.on_segment(25, &rr, true, 25);
-    c.on_advance(25 + rr.len() as u32);
-    let u = c.next_unit(seq, MSS).expect("read response");
+    c.on_segment(&mut mem, now, 25, &rr, true, 25);
+    c.on_advance(&mut mem, now, 25 + rr.len() as u32);
+    let u = c.next_unit(&mut mem, now, seq, MSS).expect("read response");
     assert_eq!(u.payload, resp);
 
     let mut wcs = Vec::new();
@@ -228,8 +235,8 @@ fn replay(cap: Capture) -> Negotiated {
         // siw's Send lands in the first receive buffer.
         let ss = hex(ss);
         let at = 25 + rr.len() as u32;
-        c.on_segment(at, &ss, true, at);
-        c.on_advance(at + ss.len() as u32);
+        c.on_segment(&mut mem, now, at, &ss, true, at);
+        c.on_advance(&mut mem, now, at + ss.len() as u32);
     }
     while let Some(wc) = c.poll_completion() {
         wcs.push(wc);
@@ -295,7 +302,7 @@ fn replay_responder(cap: Capture) -> Negotiated {
     let rr = hex(cap.server_read_request);
     let resp = hex(cap.client_read_response);
     // rping server's sink buffer as its Read Request names it.
-    let (mem, local, sink, sink_to) = replay_memory(&rr, 20, Access::REMOTE_WRITE);
+    let (mut mem, local, sink, sink_to) = replay_memory(&rr, 20, Access::REMOTE_WRITE);
     let cfg = ConnConfig {
         pd: PD,
         ..ConnConfig::new(MpaConfig {
@@ -303,12 +310,12 @@ fn replay_responder(cap: Capture) -> Negotiated {
             ..cap.mpa.clone()
         })
     };
-    let mut c = Connection::responder(cfg, mem, now).unwrap();
-    assert!(!c.pending());
+    let mut c = Connection::responder(cfg, now).unwrap();
+    assert!(!SegmentSource::<SimpleMemory>::pending(&c));
 
     let req = hex(cap.request);
-    c.on_segment(1, &req, true, 1);
-    c.on_advance(1 + req.len() as u32);
+    c.on_segment(&mut mem, now, 1, &req, true, 1);
+    c.on_advance(&mut mem, now, 1 + req.len() as u32);
     match c.poll_event() {
         Some(ConnEvent::ConnectRequest(r)) => {
             assert_eq!(r.revision, 2);
@@ -326,16 +333,16 @@ fn replay_responder(cap: Capture) -> Negotiated {
         }],
     })
     .unwrap();
-    c.accept(now, &[]).unwrap();
-    let u = c.next_unit(1, MSS).expect("reply");
+    c.accept(now, &mut mem, &[]).unwrap();
+    let u = c.next_unit(&mut mem, now, 1, MSS).expect("reply");
     assert_eq!(u.payload, hex(cap.reply));
     let mut cseq = 25u32;
     if let Some(rtr) = cap.rtr {
         assert_eq!(c.state(), ConnState::Negotiating, "waits for the RTR");
         let rtr = hex(rtr);
-        c.on_segment(cseq, &rtr, true, cseq);
+        c.on_segment(&mut mem, now, cseq, &rtr, true, cseq);
         cseq += rtr.len() as u32;
-        c.on_advance(cseq);
+        c.on_advance(&mut mem, now, cseq);
     }
     let n = loop {
         match c.poll_event() {
@@ -345,62 +352,70 @@ fn replay_responder(cap: Capture) -> Negotiated {
         }
     };
     // The client's Send (its buffer descriptor) lands in the posted receive.
-    c.on_segment(cseq, &send, true, cseq);
+    c.on_segment(&mut mem, now, cseq, &send, true, cseq);
     cseq += send.len() as u32;
-    c.on_advance(cseq);
+    c.on_advance(&mut mem, now, cseq);
     let wc = c.poll_completion().expect("receive");
     assert_eq!(
         (wc.wr_id, wc.byte_len, wc.status),
         (20, 16, CompletionStatus::Success)
     );
-    let desc = c.memory().bytes()[512..528].to_vec();
+    let desc = mem.bytes()[512..528].to_vec();
     assert_eq!(&desc[..], &send[20..36]);
     // The server reads the advertised buffer: siw's Read Request, octet for octet.
     let src = STag(u32::from_be_bytes(desc[8..12].try_into().unwrap()));
     let src_to = u64::from_be_bytes(desc[..8].try_into().unwrap());
-    c.post_send(SendWr::new(
-        1,
-        SendOp::Read {
-            sink: RemoteBuf {
-                stag: sink,
-                to: sink_to,
+    c.post_send(
+        now,
+        &mem,
+        SendWr::new(
+            1,
+            SendOp::Read {
+                sink: RemoteBuf {
+                    stag: sink,
+                    to: sink_to,
+                },
+                remote: RemoteBuf {
+                    stag: src,
+                    to: src_to,
+                },
+                len: 64,
             },
-            remote: RemoteBuf {
-                stag: src,
-                to: src_to,
-            },
-            len: 64,
-        },
-    ))
+        ),
+    )
     .unwrap();
-    let u = c.next_unit(25, MSS).expect("read request");
+    let u = c.next_unit(&mut mem, now, 25, MSS).expect("read request");
     assert_eq!(u.payload, rr);
     let mut sseq = 25 + rr.len() as u32;
-    c.on_segment(cseq, &resp, true, cseq);
+    c.on_segment(&mut mem, now, cseq, &resp, true, cseq);
     cseq += resp.len() as u32;
-    c.on_advance(cseq);
+    c.on_advance(&mut mem, now, cseq);
     let wc = c.poll_completion().expect("read");
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.byte_len, wc.status),
         (1, CompletionOpcode::Read, 64, CompletionStatus::Success)
     );
-    assert_eq!(&c.memory().bytes()[2048..2112], &resp[16..80]);
+    assert_eq!(&mem.bytes()[2048..2112], &resp[16..80]);
     if let Some(ss) = cap.server_send {
         // "go ahead": 16 zero octets, siw's FPDU octet for octet.
-        c.post_send(SendWr::new(
-            2,
-            SendOp::Send {
-                sgl: vec![Sge {
-                    stag: local,
-                    to: 256,
-                    len: 16,
-                }],
-                solicited: false,
-                invalidate: None,
-            },
-        ))
+        c.post_send(
+            now,
+            &mem,
+            SendWr::new(
+                2,
+                SendOp::Send {
+                    sgl: vec![Sge {
+                        stag: local,
+                        to: 256,
+                        len: 16,
+                    }],
+                    solicited: false,
+                    invalidate: None,
+                },
+            ),
+        )
         .unwrap();
-        let u = c.next_unit(sseq, MSS).expect("send");
+        let u = c.next_unit(&mut mem, now, sseq, MSS).expect("send");
         assert_eq!(u.payload, hex(ss));
         sseq += u.payload.len() as u32;
     }
@@ -452,29 +467,31 @@ fn frames_split_and_joined_across_segments() {
         pd: PD,
         ..ConnConfig::new(cap.mpa.clone())
     };
-    let mut r = Connection::responder(cfg(), SimpleMemory::with_heap(256), now).unwrap();
+    let mut rmem = SimpleMemory::with_heap(256);
+    let mut r = Connection::responder(cfg(), now).unwrap();
     let req = hex(cap.request);
     for (i, b) in req.iter().enumerate() {
         let seq = 1 + i as u32;
-        r.on_segment(seq, std::slice::from_ref(b), true, seq);
-        r.on_advance(seq + 1);
+        r.on_segment(&mut rmem, now, seq, std::slice::from_ref(b), true, seq);
+        r.on_advance(&mut rmem, now, seq + 1);
         let ev = r.poll_event();
         assert_eq!(ev.is_some(), i == req.len() - 1, "octet {i}: {ev:?}");
     }
 
-    let mut i = Connection::initiator(cfg(), SimpleMemory::with_heap(256), now).unwrap();
-    i.next_unit(1, MSS).unwrap();
+    let mut imem = SimpleMemory::with_heap(256);
+    let mut i = Connection::initiator(cfg(), now).unwrap();
+    i.next_unit(&mut imem, now, 1, MSS).unwrap();
     // The Reply and siw's Read Request in one segment: the Read Request is processed in
     // FPDU mode (it fails the access check here: no such STag, RFC 5040 §7.2).
     let mut joined = hex(cap.reply);
     joined.extend_from_slice(&hex(cap.server_read_request));
-    let c = i.on_segment(1, &joined, true, 1);
+    let c = i.on_segment(&mut imem, now, 1, &joined, true, 1);
     assert_eq!(c.total(), joined.len());
-    i.on_advance(1 + joined.len() as u32);
+    i.on_advance(&mut imem, now, 1 + joined.len() as u32);
     assert!(matches!(i.poll_event(), Some(ConnEvent::Established(_))));
     assert_eq!(i.stats().fpdus_received, 1);
     assert_eq!(i.stats().terminates_sent, 1);
-    let t = i.next_unit(25, MSS).expect("terminate");
+    let t = i.next_unit(&mut imem, now, 25, MSS).expect("terminate");
     // Untagged QN 2 (Terminate), RDMAP layer / remote protection error, invalid STag.
     assert_eq!(&t.payload[2..4], &[0x41, 0x47]);
     assert_eq!(&t.payload[8..12], &[0, 0, 0, 2]);
@@ -497,17 +514,18 @@ fn p2p_responder_times_out_without_rtr() {
         pd: PD,
         ..ConnConfig::new(cap.mpa.clone())
     };
-    let mut r = Connection::responder(cfg, SimpleMemory::with_heap(256), now).unwrap();
+    let mut rmem = SimpleMemory::with_heap(256);
+    let mut r = Connection::responder(cfg, now).unwrap();
     let req = hex(cap.request);
-    r.on_segment(1, &req, true, 1);
-    r.on_advance(25);
+    r.on_segment(&mut rmem, now, 1, &req, true, 1);
+    r.on_advance(&mut rmem, now, 25);
     assert!(matches!(r.poll_event(), Some(ConnEvent::ConnectRequest(_))));
-    r.accept(now, &[]).unwrap();
-    assert!(r.next_unit(1, MSS).is_some(), "reply");
+    r.accept(now, &mut rmem, &[]).unwrap();
+    assert!(r.next_unit(&mut rmem, now, 1, MSS).is_some(), "reply");
     assert_eq!(r.state(), ConnState::Negotiating);
     let deadline = r.poll_timeout().expect("RTR deadline");
     assert!(deadline > now);
-    r.handle_timeout(deadline);
+    r.handle_timeout(deadline, &rmem);
     assert_eq!(r.state(), ConnState::Failed);
     assert!(matches!(
         r.poll_event(),

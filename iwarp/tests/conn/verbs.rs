@@ -1,22 +1,27 @@
-//! Verbs QPs over connections: two RNICs whose memory models are the connections' memory
-//! tables, WRs posted with PostSQ/PostRQ and Work Completions polled from the CQs
-//! (VERBS-00 §8.2), the wire in between being the connections' TCP units.
+//! Verbs QPs over connections: two RNICs, each the memory table its connection is lent,
+//! WRs posted with PostSQ/PostRQ and Work Completions polled from the CQs (VERBS-00 §8.2),
+//! the wire in between being the connections' TCP units.
 
-use iwarp::conn::{ConnConfig, ConnEvent, Connection, Shared};
+use iwarp::conn::{ConnConfig, ConnEvent, Connection};
 use iwarp::mem::HeapBackend;
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::*;
-use tcp::{SegmentSink, SegmentSource};
+use tcp::{Instant, SegmentSink, SegmentSource};
 
 const ARENA: usize = 64 * 4096;
 const MSS: usize = 1448;
 
+/// The time of every call: nothing here waits.
+fn now() -> Instant {
+    Instant::from_millis(1_000)
+}
+
 struct Side {
-    rnic: Shared<Rnic>,
+    rnic: Rnic,
     qp: QpId,
     cq: CqHandle,
     mr: STag,
-    conn: Connection<Shared<Rnic>>,
+    conn: Connection,
     tx_seq: u32,
 }
 
@@ -46,19 +51,17 @@ fn side(initiator: bool, seed: u64) -> Side {
                 | Access::REMOTE_WRITE,
         })
         .unwrap();
-    let rnic = Shared::new(rnic);
     let cfg = ConnConfig {
         pd,
         stream: qp.stream(),
         ..ConnConfig::new(MpaConfig::default())
     };
-    let now = tcp::Instant::from_millis(1_000);
     let mut conn = if initiator {
-        Connection::initiator(cfg, rnic.clone(), now).unwrap()
+        Connection::initiator(cfg, now()).unwrap()
     } else {
-        Connection::responder(cfg, rnic.clone(), now).unwrap()
+        Connection::responder(cfg, now()).unwrap()
     };
-    conn.pump_verbs(qp);
+    conn.pump_verbs(now(), &mut rnic, qp);
     Side {
         rnic,
         qp,
@@ -72,11 +75,12 @@ fn side(initiator: bool, seed: u64) -> Side {
 /// Everything `from` wants to send, delivered in order to `to`.
 fn carry(from: &mut Side, to: &mut Side) -> bool {
     let mut moved = false;
-    while let Some(u) = from.conn.next_unit(from.tx_seq, MSS) {
+    while let Some(u) = from.conn.next_unit(&mut from.rnic, now(), from.tx_seq, MSS) {
         let seq = from.tx_seq;
-        to.conn.on_segment(seq, &u.payload, true, seq);
+        to.conn
+            .on_segment(&mut to.rnic, now(), seq, &u.payload, true, seq);
         from.tx_seq = seq.wrapping_add(u.payload.len() as u32);
-        to.conn.on_advance(from.tx_seq);
+        to.conn.on_advance(&mut to.rnic, now(), from.tx_seq);
         moved = true;
     }
     moved
@@ -86,15 +90,10 @@ fn carry(from: &mut Side, to: &mut Side) -> bool {
 fn poll(s: &mut Side) {
     while let Some(ev) = s.conn.poll_event() {
         match ev {
-            ConnEvent::ConnectRequest(_) => s
-                .conn
-                .accept(tcp::Instant::from_millis(1_000), &[])
-                .unwrap(),
+            ConnEvent::ConnectRequest(_) => s.conn.accept(now(), &mut s.rnic, &[]).unwrap(),
             ConnEvent::Established(_) => {
                 // VERBS-00 §6.2.1.2: Idle → RTS with the established LLP stream.
                 s.rnic
-                    .0
-                    .borrow_mut()
                     .modify_qp(
                         s.qp,
                         ModifyQp::to_rts(LlpAttach {
@@ -108,7 +107,7 @@ fn poll(s: &mut Side) {
             _ => {}
         }
     }
-    s.conn.pump_verbs(s.qp);
+    s.conn.pump_verbs(now(), &mut s.rnic, s.qp);
 }
 
 fn run(a: &mut Side, b: &mut Side) {
@@ -127,9 +126,9 @@ fn run(a: &mut Side, b: &mut Side) {
     }
 }
 
-fn wcs(s: &Side) -> Vec<WorkCompletion> {
+fn wcs(s: &mut Side) -> Vec<WorkCompletion> {
     let mut v = Vec::new();
-    while let Ok(wc) = s.rnic.0.borrow_mut().poll_cq(s.cq) {
+    while let Ok(wc) = s.rnic.poll_cq(s.cq) {
         v.push(wc);
     }
     v
@@ -144,10 +143,8 @@ fn verbs_qps_over_connections() {
     run(&mut a, &mut b);
     assert!(a.conn.negotiated().is_some() && b.conn.negotiated().is_some());
     let data: Vec<u8> = (0..6000u32).map(|i| (i * 7 + 3) as u8).collect();
-    a.rnic.0.borrow_mut().memory_mut().bytes_mut()[..6000].copy_from_slice(&data);
+    a.rnic.memory_mut().bytes_mut()[..6000].copy_from_slice(&data);
     b.rnic
-        .0
-        .borrow_mut()
         .post_rq(
             b.qp,
             vec![RecvWr {
@@ -161,8 +158,6 @@ fn verbs_qps_over_connections() {
         )
         .unwrap();
     a.rnic
-        .0
-        .borrow_mut()
         .post_sq(
             a.qp,
             vec![
@@ -196,15 +191,14 @@ fn verbs_qps_over_connections() {
         )
         .unwrap();
     run(&mut a, &mut b);
-    let wa = wcs(&a);
-    let wb = wcs(&b);
+    let wa = wcs(&mut a);
+    let wb = wcs(&mut b);
     assert_eq!(wa.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![1, 2]);
     assert!(wa.iter().all(|w| w.status == CompletionStatus::Success));
     assert_eq!(wb.len(), 1);
     assert_eq!((wb[0].wr_id, wb[0].byte_len), (77, 6000));
     assert_eq!(wb[0].status, CompletionStatus::Success);
-    let r = b.rnic.0.borrow();
-    let mem = r.memory().bytes();
+    let mem = b.rnic.memory().bytes();
     assert_eq!(&mem[8192..8192 + 6000], &data[..]);
     assert_eq!(&mem[65536..65536 + 6000], &data[..]);
 }
