@@ -90,7 +90,7 @@ fn carry(from: &mut Side, to: &mut Side) -> bool {
 fn poll(s: &mut Side) {
     while let Some(ev) = s.conn.poll_event() {
         match ev {
-            ConnEvent::ConnectRequest(_) => s.conn.accept(now(), &mut s.rnic, &[]).unwrap(),
+            ConnEvent::ConnectRequest(_) => s.conn.accept(now(), s.rnic.memory_mut(), &[]).unwrap(),
             ConnEvent::Established(_) => {
                 // VERBS-00 §6.2.1.2: Idle → RTS with the established LLP stream.
                 s.rnic
