@@ -50,10 +50,11 @@ tb_dataplane() {
   tb_build_dataplane "$2"
 }
 
-# tb_workdir NAME PREFIX: WORK (a fresh /tmp/NAME.XXXXXX), PREFIX and an empty PIDS.
+# tb_workdir NAME [PREFIX]: WORK (a fresh /tmp/NAME.XXXXXX), PREFIX (none without DPDK)
+# and an empty PIDS.
 tb_workdir() {
   WORK=$(mktemp -d "/tmp/$1.XXXXXX")
-  PREFIX=$2
+  PREFIX=${2:-}
   PIDS=()
 }
 
