@@ -1,0 +1,204 @@
+# testbed/lib/common.sh: the preamble the testbed scripts share (sourced, bash). Sourcing it
+# only defines the functions below and sets ROOT; it changes no shell option, and every
+# function is safe under `set -euo pipefail` as well as without it.
+#
+# Globals the functions set and read:
+#   ROOT       the checkout (set when sourced)
+#   DATAPLANE  the dataplane binary (--dataplane PATH, or what tb_build_dataplane built)
+#   WORK       the run's scratch directory, PREFIX the stem of its EAL --file-prefix
+#              values, PIDS its background processes (tb_workdir)
+#   MEM, HEAP  EAL memory arguments and the dataplane's `--heap` flag, both arrays
+#              (tb_hugepages, tb_no_hugepages)
+#
+# A script sources it next to itself: `. "$(dirname "$0")/lib/common.sh"`.
+
+# The globals are read by the scripts that source this file.
+# shellcheck shell=bash disable=SC2034
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# tb_usage: the script's header comment (every `#` line after the shebang), for --help.
+tb_usage() {
+  awk 'NR == 1 { next } /^#/ { print; next } { exit }' "$0"
+}
+
+# tb_target_dir: cargo's target directory ($CARGO_TARGET_DIR or target/, relative to ROOT),
+# as an absolute path.
+tb_target_dir() {
+  local dir=${CARGO_TARGET_DIR:-target}
+  case $dir in
+    /*) echo "$dir" ;;
+    *) echo "$ROOT/$dir" ;;
+  esac
+}
+
+# tb_build_dataplane PROFILE: `cargo build -q -p dataplane` in ROOT, with --release when
+# PROFILE is release (else debug), and DATAPLANE set to the binary. Returns cargo's status
+# (DATAPLANE untouched when the build failed).
+tb_build_dataplane() {
+  local profile=$1 flags=(-q)
+  if [ "$profile" = release ]; then flags=(--release -q); fi
+  (cd "$ROOT" && cargo build "${flags[@]}" -p dataplane) || return
+  DATAPLANE="$(tb_target_dir)/$profile/dataplane"
+}
+
+# tb_dataplane NAME PROFILE: unless DATAPLANE is set already, says "NAME: building dataplane
+# (PROFILE)" on stderr and builds it (tb_build_dataplane).
+tb_dataplane() {
+  [ -z "${DATAPLANE:-}" ] || return 0
+  echo "$1: building dataplane ($2)" >&2
+  tb_build_dataplane "$2"
+}
+
+# tb_workdir NAME [PREFIX]: WORK (a fresh /tmp/NAME.XXXXXX), PREFIX (none without DPDK)
+# and an empty PIDS.
+tb_workdir() {
+  WORK=$(mktemp -d "/tmp/$1.XXXXXX")
+  PREFIX=${2:-}
+  PIDS=()
+}
+
+# tb_stop GRACE PID...: Ctrl-C to every PID, then to each in turn up to GRACE seconds to
+# exit before SIGKILL; reaps them all. Never fails (gone PIDs are fine).
+tb_stop() {
+  local tries pid i
+  tries=$(awk -v g="$1" 'BEGIN { printf "%d", g * 10 }')
+  shift
+  for pid in "$@"; do kill -INT "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do
+    for ((i = 0; i < tries; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+}
+
+# tb_remove_runtime: removes the DPDK runtime directories of PREFIX's processes (as root in
+# /var/run/dpdk, else in $XDG_RUNTIME_DIR/dpdk) and WORK.
+tb_remove_runtime() {
+  if [ -n "${PREFIX:-}" ]; then
+    rm -rf /var/run/dpdk/"$PREFIX"-* "${XDG_RUNTIME_DIR:-/nonexistent}"/dpdk/"$PREFIX"-*
+  fi
+  rm -rf "${WORK:-}"
+}
+
+# tb_cleanup GRACE: tb_stop GRACE on PIDS, then tb_remove_runtime; the EXIT trap of a script
+# that has nothing else to undo (`trap 'tb_cleanup 0.3' EXIT`).
+tb_cleanup() {
+  tb_stop "$1" "${PIDS[@]}"
+  tb_remove_runtime
+}
+
+# tb_no_hugepages: MEM and HEAP for a process without hugepages: `--no-huge -m 512`, and
+# registered memory from the heap.
+tb_no_hugepages() {
+  MEM=(--no-huge -m 512)
+  HEAP=(--heap)
+}
+
+# tb_hugepages MIN MIB: with at least MIN free 2 MiB hugepages and hugetlbfs mounted,
+# MEM=(-m MIB) and no HEAP (registered memory in hugepages too), and returns 0; else
+# tb_no_hugepages and returns 1. HUGE_FREE is the number of free hugepages.
+tb_hugepages() {
+  HUGE_FREE=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0)
+  if [ "$HUGE_FREE" -ge "$1" ] && grep -q hugetlbfs /proc/mounts; then
+    MEM=(-m "$2")
+    HEAP=()
+    return 0
+  fi
+  tb_no_hugepages
+  return 1
+}
+
+# tb_config FILE LCORE FILE_PREFIX VDEV IPV4/LEN [KEY=VALUE ...]: the dataplane config of one
+# DPDK port, device VDEV (EAL args: MEM, --no-pci, -l LCORE, --file-prefix FILE_PREFIX,
+# --vdev VDEV), no periodic statistics. Keys:
+#   device=NAME  the device the port opens (default: VDEV's name)
+#   port=NAME    the port's name (default memif0)
+#   mtu=N        default 1500
+#   eal='ARGS'   more EAL arguments, after --no-pci (e.g. eal=--no-telemetry)
+#   rings=1      2048 Rx and Tx descriptors and a pool of 16383 mbufs
+tb_config() {
+  local file=$1 lcore=$2 prefix=$3 vdev=$4 ip=$5 kv
+  local device=${4%%,*} port=memif0 mtu=1500 eal=() rings=0 args list
+  shift 5
+  for kv in "$@"; do
+    case $kv in
+      device=*) device=${kv#*=} ;;
+      port=*) port=${kv#*=} ;;
+      mtu=*) mtu=${kv#*=} ;;
+      eal=*) read -ra eal <<<"${kv#*=}" ;;
+      rings=*) rings=${kv#*=} ;;
+      *) echo "tb_config: unknown key '$kv'" >&2; return 2 ;;
+    esac
+  done
+  args=("${MEM[@]}" --no-pci "${eal[@]}" -l "$lcore" --file-prefix "$prefix" --vdev "$vdev")
+  printf -v list '"%s", ' "${args[@]}"
+  {
+    cat <<EOF
+[eal]
+args = [${list%, }]
+[poll]
+stats_interval = 0
+[[ports]]
+name = "$port"
+backend = "dpdk"
+device = "$device"
+ipv4 = "$ip"
+mtu = $mtu
+EOF
+    if [ "$rings" = 1 ]; then printf 'rx_desc = 2048\ntx_desc = 2048\npool_size = 16383\n'; fi
+  } >"$file"
+}
+
+# tb_memif_pair NET [KEY=VALUE ...]: configs for the two ends of a memif pair through
+# $WORK/memif.sock: $WORK/server.toml (NET.1/24 on lcore 0, memif server, file prefix
+# $PREFIX-server) and $WORK/client.toml (NET.2/24 on lcore 1, memif client, $PREFIX-client).
+# Keys: suffix=S (files serverS.toml and clientS.toml), prefix=P (file prefixes P-server
+# and P-client), memif=,K=V... (more memif device arguments), and every tb_config key.
+tb_memif_pair() {
+  local net=$1 suffix="" prefix=$PREFIX devargs="" kv role lcore host pass=()
+  shift
+  for kv in "$@"; do
+    case $kv in
+      suffix=*) suffix=${kv#*=} ;;
+      prefix=*) prefix=${kv#*=} ;;
+      memif=*) devargs=${kv#*=} ;;
+      *) pass+=("$kv") ;;
+    esac
+  done
+  for role in server client; do
+    if [ "$role" = server ]; then lcore=0; host=1; else lcore=1; host=2; fi
+    tb_config "$WORK/$role$suffix.toml" "$lcore" "$prefix-$role" \
+      "net_memif0,role=$role,id=0,socket=$WORK/memif.sock$devargs" "$net.$host/24" \
+      "${pass[@]}" || return
+  done
+}
+
+# tb_start_server TRIES OUT ERR ARGS...: `$DATAPLANE ARGS...` in the background, stdout to
+# OUT and stderr to ERR (which may be OUT), its PID in SERVER_PID and added to PIDS; waits up
+# to TRIES x 0.1 s, while it runs, until OUT says "listening". Returns 1 if it never did.
+tb_start_server() {
+  local tries=$1 out=$2 err=$3 i
+  shift 3
+  if [ "$err" = "$out" ]; then
+    "$DATAPLANE" "$@" >"$out" 2>&1 &
+  else
+    "$DATAPLANE" "$@" >"$out" 2>"$err" &
+  fi
+  SERVER_PID=$!
+  PIDS+=("$SERVER_PID")
+  for ((i = 0; i < tries; i++)); do
+    grep -q listening "$out" 2>/dev/null && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q listening "$out" 2>/dev/null
+}
+
+# tb_counter NAME FILE: the last value of the `NAME: N` lines in FILE (nothing if none).
+tb_counter() {
+  sed -nE "s/^$1: ([0-9]+)$/\1/p" "$2" | tail -1
+}
