@@ -20,6 +20,11 @@ use dataplane::clock::{self, Instant};
 
 use clap::{Parser, Subcommand};
 
+use dataplane::apps::perf::PerfError;
+use dataplane::apps::perftest::PerftestError;
+use dataplane::apps::rping::RpingError;
+use dataplane::apps::soak::SoakError;
+use dataplane::apps::AppError;
 use dataplane::config::{BackendKind, Config, ConfigError, PortConfig};
 #[cfg(feature = "dpdk")]
 use dataplane::dpdk::{Eal, EalError};
@@ -86,6 +91,21 @@ pub enum CmdError {
     #[cfg(feature = "dpdk")]
     #[error(transparent)]
     Eal(#[from] EalError),
+    /// An application could not start, or failed the same way any of them can.
+    #[error(transparent)]
+    App(#[from] AppError),
+    /// rping failed.
+    #[error(transparent)]
+    Rping(#[from] RpingError),
+    /// A perf run failed.
+    #[error(transparent)]
+    Perf(#[from] PerfError),
+    /// A perftest (`perf -R`) run failed.
+    #[error(transparent)]
+    Perftest(#[from] PerftestError),
+    /// The soak failed.
+    #[error(transparent)]
+    Soak(#[from] SoakError),
     /// Something else failed at run time.
     #[error("{0}")]
     Runtime(String),
