@@ -2,7 +2,7 @@
 //! failed completion, a connection that could not be made, the runner's stop and time
 //! limit. Each tool's own failure kinds are in its module and wrap these.
 
-use iwarp::verbs::{CompletionStatus, VerbError, WcOpcode};
+use iwarp::verbs::{CompletionStatus, PostError, VerbError, WcOpcode, WorkCompletion};
 
 use crate::rdma::{ArenaError, CmError};
 
@@ -53,10 +53,18 @@ pub enum AppError {
 
 impl AppError {
     /// A refused post of `what`.
-    pub fn post(what: &'static str) -> impl FnOnce(iwarp::verbs::PostError) -> AppError {
+    pub fn post(what: &'static str) -> impl FnOnce(PostError) -> AppError {
         move |e| AppError::Post {
             what,
             error: e.error,
+        }
+    }
+
+    /// The failed completion `wc`.
+    pub fn completion(wc: &WorkCompletion) -> AppError {
+        AppError::Completion {
+            opcode: wc.opcode,
+            status: wc.status,
         }
     }
 }

@@ -302,10 +302,7 @@ impl PerfServer {
             return Ok(());
         }
         if wc.status != CompletionStatus::Success {
-            return Err(AppError::Completion {
-                opcode: wc.opcode,
-                status: wc.status,
-            });
+            return Err(AppError::completion(&wc));
         }
         if wc.opcode != WcOpcode::Receive {
             return Ok(());
@@ -882,10 +879,7 @@ impl PerfClient {
             return Ok(());
         }
         if wc.status != CompletionStatus::Success {
-            return Err(AppError::Completion {
-                opcode: wc.opcode,
-                status: wc.status,
-            });
+            return Err(AppError::completion(&wc));
         }
         let Some(i) = self.qps.iter().position(|q| q.qp == wc.qp) else {
             return Ok(());

@@ -279,11 +279,7 @@ impl Rping {
             return Ok(true);
         }
         if wc.status != CompletionStatus::Success {
-            return Err(AppError::Completion {
-                opcode: wc.opcode,
-                status: wc.status,
-            }
-            .into());
+            return Err(AppError::completion(&wc).into());
         }
         let (_, qp) = self.conn.ok_or(RpingError::NoConnection)?;
         match wc.opcode {

@@ -910,13 +910,7 @@ impl SoakServer {
         };
         if wc.status != CompletionStatus::Success {
             if wc.status != CompletionStatus::Flushed || !q.ended {
-                let why = SoakError::qp(
-                    q.slot,
-                    AppError::Completion {
-                        opcode: wc.opcode,
-                        status: wc.status,
-                    },
-                );
+                let why = SoakError::qp(q.slot, AppError::completion(&wc));
                 q.failure.get_or_insert(why.clone());
                 self.failure.record(why, now);
             }
@@ -1359,13 +1353,7 @@ impl SoakClient {
             if wc.status == CompletionStatus::Flushed && q.phase == QpPhase::Gone {
                 return Ok(());
             }
-            return Err(SoakError::qp(
-                q.slot,
-                AppError::Completion {
-                    opcode: wc.opcode,
-                    status: wc.status,
-                },
-            ));
+            return Err(SoakError::qp(q.slot, AppError::completion(&wc)));
         }
         match wc.opcode {
             WcOpcode::Receive => {
