@@ -185,7 +185,10 @@ fn client_against_plain_perf_server_fails_cleanly() {
     let params = PerftestParams::new(Test::WriteBw, 64, 10);
     let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
     let (_, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(3));
-    assert_eq!(rc, Err("control connection: rejected".to_string()));
+    assert_eq!(
+        rc.map_err(|e| e.to_string()),
+        Err("control connection: rejected".to_string())
+    );
     assert!(c.result.is_none());
 }
 
@@ -198,6 +201,8 @@ struct BadPeer {
 }
 
 impl dataplane::apps::App for BadPeer {
+    type Error = dataplane::apps::AppError;
+
     fn step(
         &mut self,
         h: &mut dataplane::rdma::RdmaHandler,
@@ -258,7 +263,7 @@ fn against_bad_peer(reply: &[u8]) -> String {
     let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
     let (_, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(10));
     assert!(s.qp.is_some(), "the bad peer accepted");
-    rc.expect_err("the client must fail")
+    rc.expect_err("the client must fail").to_string()
 }
 
 // Malformed control records from the peer: a one-line error naming the record, no panic.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dataplane::clock::{self};
 
-use dataplane::apps::soak::{SoakClient, SoakParams, SoakServer};
+use dataplane::apps::soak::{SoakClient, SoakError, SoakParams, SoakServer};
 use dataplane::apps::{run_pair, App, Step};
 use dataplane::port::fault::{CorruptMode, Direction, FaultConfig, FaultCounters, Rate};
 use iwarp::mpa::MpaConfig;
@@ -36,8 +36,8 @@ fn faults(l: &Loop) -> FaultCounters {
 }
 
 struct Outcome {
-    server: Result<(), String>,
-    client: Result<(), String>,
+    server: Result<(), SoakError>,
+    client: Result<(), SoakError>,
     srv: SoakServer,
     cli: SoakClient,
     faults: FaultCounters,
@@ -123,7 +123,10 @@ fn undetected_corruption_fails_the_soak() {
         },
     );
     assert!(o.faults.corrupted_tcp > 0);
-    let why = o.client.expect_err("corrupted data went unnoticed");
+    let why = o
+        .client
+        .expect_err("corrupted data went unnoticed")
+        .to_string();
     println!("client: {why}\nserver: {:?}", o.server);
     assert!(o.server.is_err() || why.contains("differs"), "{why}");
 }
@@ -160,7 +163,7 @@ fn dead_link_is_reported_as_a_stall() {
         lc.poll_once(now);
         assert_eq!(srv.step(ls.handler_mut(), now), Step::Continue);
         if let Step::Done(r) = cli.step(lc.handler_mut(), now) {
-            break r.expect_err("a dead link passed");
+            break r.expect_err("a dead link passed").to_string();
         }
     };
     assert!(why.starts_with("stall: no completion for 1 s"), "{why}");
@@ -188,10 +191,10 @@ fn server_out_of_memory_rejects_with_the_reason() {
             ..SoakParams::default()
         },
     );
-    let why = o.client.expect_err("client passed");
+    let why = o.client.expect_err("client passed").to_string();
     assert!(why.starts_with("rejected: QP "), "{why}");
     assert!(why.contains("--mem-mb"), "{why}");
-    let srv = o.server.expect_err("server passed");
+    let srv = o.server.expect_err("server passed").to_string();
     assert!(srv.contains("--mem-mb"), "{srv}");
 }
 

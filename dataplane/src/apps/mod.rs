@@ -3,55 +3,41 @@
 //! core: run to completion, one application step after each poll-loop iteration, with the
 //! verbs resources every application sets up.
 
+mod error;
 pub mod perf;
 pub mod perftest;
 pub mod rping;
 pub mod soak;
+
+pub use error::{AppError, ConnectFailure};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::clock::{self, Instant};
 
-use iwarp::verbs::{Access, CqHandle, PdId, QpInit, UlpId, VerbError, WorkCompletion};
+use iwarp::verbs::{Access, CqHandle, PdId, QpInit, UlpId, WorkCompletion};
 
 use crate::lcore::PollLoop;
 use crate::port::Port;
-use crate::rdma::{Arena, ArenaError, CmError, RdmaHandler, Region};
+use crate::rdma::{Arena, RdmaHandler, Region};
 
 /// What an application step decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum Step<E = AppError> {
     /// Keep going.
     Continue,
     /// Finished: `Ok` or the reason it failed.
-    Done(Result<(), String>),
+    Done(Result<(), E>),
 }
 
 /// An application driven by the poll loop.
 pub trait App {
+    /// Why it fails: its own failure kinds, and the shared ones of [`AppError`].
+    type Error: std::error::Error + From<AppError>;
+
     /// Does whatever is possible now (CM events, completions, new work) without blocking.
-    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step;
-}
-
-/// Why an application could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum AppError {
-    /// Verbs resources.
-    #[error("verbs: {0:?}")]
-    Verbs(VerbError),
-    /// Buffer registration.
-    #[error(transparent)]
-    Arena(#[from] ArenaError),
-    /// Connection manager.
-    #[error(transparent)]
-    Cm(#[from] CmError),
-}
-
-impl From<VerbError> for AppError {
-    fn from(e: VerbError) -> Self {
-        AppError::Verbs(e)
-    }
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<Self::Error>;
 }
 
 /// The verbs resources of one application: a PD, one CQ for both queues, a QP template and
@@ -135,15 +121,15 @@ pub fn run_app<P: Port, A: App>(
     deadline: Option<Instant>,
     tick_every: Option<Duration>,
     mut tick: impl FnMut(&mut PollLoop<P, RdmaHandler>, &A, Instant),
-) -> Result<(), String> {
+) -> Result<(), A::Error> {
     let mut last_tick = clock::now();
     loop {
         let now = clock::now();
         if stop.load(Ordering::Relaxed) {
-            return Err("stopped".into());
+            return Err(AppError::Stopped.into());
         }
         if deadline.is_some_and(|d| now >= d) {
-            return Err("time limit reached".into());
+            return Err(AppError::TimeLimit.into());
         }
         let frames = poll.poll_once(now);
         if let Step::Done(r) = app.step(poll.handler_mut(), now) {
@@ -175,7 +161,7 @@ pub fn run_pair<P: Port, A: App, B: App>(
     lb: &mut PollLoop<P, RdmaHandler>,
     b: &mut B,
     limit: Duration,
-) -> (Result<(), String>, Result<(), String>) {
+) -> (Result<(), A::Error>, Result<(), B::Error>) {
     let end = clock::now() + limit;
     let mut ra = None;
     let mut rb = None;
@@ -203,6 +189,8 @@ pub fn run_pair<P: Port, A: App, B: App>(
         la.poll_once(now);
         lb.poll_once(now);
     }
-    let timeout = || Err("time limit reached".to_string());
-    (ra.unwrap_or_else(timeout), rb.unwrap_or_else(timeout))
+    (
+        ra.unwrap_or_else(|| Err(AppError::TimeLimit.into())),
+        rb.unwrap_or_else(|| Err(AppError::TimeLimit.into())),
+    )
 }

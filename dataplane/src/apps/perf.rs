@@ -20,7 +20,7 @@ use iwarp::verbs::{
 use iwarp::wire::atomic::AtomicOp;
 use tcp::ConnId;
 
-use super::{all_rights, App, AppError, Resources, Step};
+use super::{all_rights, App, AppError, ConnectFailure, Resources, Step};
 use crate::rdma::{CmEvent, RdmaHandler, Region};
 
 /// Which operation to measure.
@@ -184,6 +184,23 @@ impl Offer {
     }
 }
 
+/// Why a perf run failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PerfError {
+    /// Work for a QP whose server buffer is not known yet.
+    #[error("no server buffer")]
+    NoServerBuffer,
+    /// The server's MPA Reply has no [`Offer`].
+    #[error("the server's reply carries no buffer")]
+    NoOffer,
+    /// The server closed a connection before the client was done with it.
+    #[error("the server disconnected")]
+    ServerDisconnected,
+    /// A failure every application can have.
+    #[error(transparent)]
+    App(#[from] AppError),
+}
+
 // ------------------------------------------------------------------ server
 
 struct ServerConn {
@@ -238,12 +255,12 @@ impl PerfServer {
         id: ConnId,
         qp: QpId,
         pd: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), AppError> {
         let Some(hello) = Hello::parse(pd) else {
             let _ = h.reject(id, b"not a dataplane perf client");
             return Ok(());
         };
-        let buf = self.buffer(h, &hello).map_err(|e| e.to_string())?;
+        let buf = self.buffer(h, &hello)?;
         buf.bytes_mut(h.rnic_mut()).fill(0);
         if hello.op == PerfOp::Send {
             let n = if hello.mode == PerfMode::Lat {
@@ -259,14 +276,14 @@ impl PerfServer {
                 .collect();
             h.rnic_mut()
                 .post_rq(qp, wrs)
-                .map_err(|e| format!("post recv: {:?}", e.error))?;
+                .map_err(AppError::post("recv"))?;
         }
         let offer = Offer {
             addr: buf.addr(0),
             rkey: buf.stag.0,
             len: buf.len as u32,
         };
-        h.accept(id, &offer.to_bytes()).map_err(|e| e.to_string())?;
+        h.accept(id, &offer.to_bytes())?;
         self.conns.insert(
             id,
             ServerConn {
@@ -280,12 +297,12 @@ impl PerfServer {
         Ok(())
     }
 
-    fn completion(&mut self, h: &mut RdmaHandler, wc: WorkCompletion) -> Result<(), String> {
+    fn completion(&mut self, h: &mut RdmaHandler, wc: WorkCompletion) -> Result<(), AppError> {
         if wc.status == CompletionStatus::Flushed {
             return Ok(());
         }
         if wc.status != CompletionStatus::Success {
-            return Err(format!("completion {:?}: {:?}", wc.opcode, wc.status));
+            return Err(AppError::completion(&wc));
         }
         if wc.opcode != WcOpcode::Receive {
             return Ok(());
@@ -301,7 +318,7 @@ impl PerfServer {
                 sgl: vec![c.buf.sge(0, c.hello.size as usize)],
             }],
         )
-        .map_err(|e| format!("post recv: {:?}", e.error))?;
+        .map_err(AppError::post("recv"))?;
         let reply = if c.hello.mode == PerfMode::Lat {
             Some(wc.byte_len as usize)
         } else {
@@ -328,13 +345,13 @@ impl PerfServer {
             )
             .unsignaled();
             rnic.post_sq(c.qp, vec![wr])
-                .map_err(|e| format!("post send: {:?}", e.error))?;
+                .map_err(AppError::post("send"))?;
         }
         Ok(())
     }
 
     /// Write ping-pong: answer each new sequence byte with a write of our own.
-    fn write_pong(&mut self, h: &mut RdmaHandler) -> Result<(), String> {
+    fn write_pong(&mut self, h: &mut RdmaHandler) -> Result<(), AppError> {
         let rnic = h.rnic_mut();
         for c in self.conns.values_mut() {
             if c.hello.op != PerfOp::Write || c.hello.mode != PerfMode::Lat || c.hello.size == 0 {
@@ -358,14 +375,16 @@ impl PerfServer {
             )
             .unsignaled();
             rnic.post_sq(c.qp, vec![wr])
-                .map_err(|e| format!("post write: {:?}", e.error))?;
+                .map_err(AppError::post("write"))?;
         }
         Ok(())
     }
 }
 
 impl App for PerfServer {
-    fn step(&mut self, h: &mut RdmaHandler, _now: Instant) -> Step {
+    type Error = PerfError;
+
+    fn step(&mut self, h: &mut RdmaHandler, _now: Instant) -> Step<PerfError> {
         while let Some(ev) = h.poll_cm_event() {
             match ev {
                 CmEvent::ConnectRequest {
@@ -375,7 +394,7 @@ impl App for PerfServer {
                     ..
                 } => {
                     if let Err(e) = self.request(h, id, qp, &private_data) {
-                        return Step::Done(Err(e));
+                        return Step::Done(Err(e.into()));
                     }
                 }
                 CmEvent::Established { id, .. } => {
@@ -395,11 +414,11 @@ impl App for PerfServer {
         }
         while let Some(wc) = self.res.poll_cq(h) {
             if let Err(e) = self.completion(h, wc) {
-                return Step::Done(Err(e));
+                return Step::Done(Err(e.into()));
             }
         }
         if let Err(e) = self.write_pong(h) {
-            return Step::Done(Err(e));
+            return Step::Done(Err(e.into()));
         }
         Step::Continue
     }
@@ -675,7 +694,7 @@ impl PerfClient {
                     .collect();
                 h.rnic_mut()
                     .post_rq(qp, wrs)
-                    .map_err(|e| AppError::Verbs(e.error))?;
+                    .map_err(AppError::post("recv"))?;
             }
             self.qps.push(ClientQp {
                 id,
@@ -704,8 +723,8 @@ impl PerfClient {
         }
     }
 
-    fn wr(&self, q: &ClientQp, size: usize) -> Result<SendWr, String> {
-        let remote = q.remote.ok_or("no server buffer")?;
+    fn wr(&self, q: &ClientQp, size: usize) -> Result<SendWr, PerfError> {
+        let remote = q.remote.ok_or(PerfError::NoServerBuffer)?;
         let rb = RemoteBuf {
             stag: STag(remote.rkey),
             to: remote.addr,
@@ -771,7 +790,7 @@ impl PerfClient {
         }
     }
 
-    fn post_bw(&mut self, h: &mut RdmaHandler) -> Result<(), String> {
+    fn post_bw(&mut self, h: &mut RdmaHandler) -> Result<(), PerfError> {
         let size = self.size();
         let target = self.target();
         let depth = u64::from(match self.params.op {
@@ -802,14 +821,14 @@ impl PerfClient {
                 let n = wrs.len() as u64;
                 h.rnic_mut()
                     .post_sq(self.qps[i].qp, wrs)
-                    .map_err(|e| format!("post: {:?}", e.error))?;
+                    .map_err(AppError::post(self.params.op.name()))?;
                 self.qps[i].posted += n;
             }
         }
         Ok(())
     }
 
-    fn post_lat(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<(), String> {
+    fn post_lat(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<(), PerfError> {
         if self.lat_sent.is_some() {
             return Ok(());
         }
@@ -835,7 +854,7 @@ impl PerfClient {
         }
         h.rnic_mut()
             .post_sq(q.qp, vec![wr])
-            .map_err(|e| format!("post: {:?}", e.error))?;
+            .map_err(AppError::post(self.params.op.name()))?;
         self.qps[0].posted += 1;
         self.lat_sent = Some(now);
         Ok(())
@@ -855,12 +874,12 @@ impl PerfClient {
         h: &mut RdmaHandler,
         wc: WorkCompletion,
         now: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), AppError> {
         if wc.status == CompletionStatus::Flushed && self.phase != Phase::Running {
             return Ok(());
         }
         if wc.status != CompletionStatus::Success {
-            return Err(format!("completion {:?}: {:?}", wc.opcode, wc.status));
+            return Err(AppError::completion(&wc));
         }
         let Some(i) = self.qps.iter().position(|q| q.qp == wc.qp) else {
             return Ok(());
@@ -881,7 +900,7 @@ impl PerfClient {
                         sgl: vec![sge],
                     }],
                 )
-                .map_err(|e| format!("post recv: {:?}", e.error))?;
+                .map_err(AppError::post("recv"))?;
             if self.params.mode == PerfMode::Lat {
                 self.lat_done(now);
             }
@@ -960,7 +979,7 @@ impl PerfClient {
         );
     }
 
-    fn run_step(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<Option<()>, String> {
+    fn run_step(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<Option<()>, PerfError> {
         while let Some(ev) = h.poll_cm_event() {
             match ev {
                 CmEvent::Established { id, negotiated, .. } => {
@@ -968,23 +987,22 @@ impl PerfClient {
                         q.established = true;
                         q.remote = Offer::parse(&negotiated.private_data);
                         if q.remote.is_none() {
-                            return Err("the server's reply carries no buffer".into());
+                            return Err(PerfError::NoOffer);
                         }
                     }
                 }
                 CmEvent::Rejected { private_data, .. } => {
-                    return Err(format!(
-                        "rejected: {}",
-                        String::from_utf8_lossy(&private_data)
-                    ))
+                    return Err(AppError::from(ConnectFailure::rejected(&private_data)).into())
                 }
-                CmEvent::ConnectError { reason, .. } => return Err(reason),
+                CmEvent::ConnectError { reason, .. } => {
+                    return Err(AppError::from(ConnectFailure::Failed(reason)).into())
+                }
                 CmEvent::Disconnected { id, .. } => {
                     if let Some(q) = self.qps.iter_mut().find(|q| q.id == id) {
                         q.gone = true;
                     }
                     if self.phase != Phase::Disconnecting {
-                        return Err("the server disconnected".into());
+                        return Err(PerfError::ServerDisconnected);
                     }
                 }
                 CmEvent::ConnectRequest { id, .. } => {
@@ -1039,7 +1057,7 @@ impl PerfClient {
                                 if size > 0 {
                                     self.lat_done(now);
                                 } else {
-                                    return Err("write latency needs -s 1 or more".into());
+                                    return Err(AppError::WriteLatencyNeedsSize.into());
                                 }
                             }
                         }
@@ -1054,7 +1072,7 @@ impl PerfClient {
                         return Ok(Some(()));
                     }
                     self.size_idx += 1;
-                    self.connect_all(h).map_err(|e| e.to_string())?;
+                    self.connect_all(h)?;
                 }
             }
         }
@@ -1063,7 +1081,9 @@ impl PerfClient {
 }
 
 impl App for PerfClient {
-    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step {
+    type Error = PerfError;
+
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<PerfError> {
         match self.run_step(h, now) {
             Ok(None) => Step::Continue,
             Ok(Some(())) => Step::Done(Ok(())),

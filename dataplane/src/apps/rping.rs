@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use iwarp::verbs::{Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode};
 use tcp::ConnId;
 
-use super::{all_rights, App, AppError, Resources, Step};
+use super::{all_rights, App, AppError, ConnectFailure, Resources, Step};
 use crate::rdma::{CmEvent, RdmaHandler, Region};
 use crate::say;
 
@@ -83,15 +83,60 @@ pub struct RpingOptions {
     pub validate: bool,
 }
 
+/// Where a ping is (rdma-core rping's states).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub enum State {
+    /// Nothing yet.
     Idle,
+    /// The client's connection is being set up.
     Connecting,
+    /// The source buffer is advertised (client) or awaited (server).
     ReadAdv,
+    /// The server's RDMA Read is under way.
     ReadComplete,
+    /// The sink buffer is advertised (client) or awaited (server).
     WriteAdv,
+    /// The server's RDMA Write is under way.
     WriteComplete,
+    /// The last ping is done; the client disconnects.
     Disconnecting,
+}
+
+/// Why rping failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RpingError {
+    /// Work for a connection that is not there.
+    #[error("no connection")]
+    NoConnection,
+    /// A client step that needs the start buffer ran on the server.
+    #[error("client without start buffer")]
+    NoStartBuffer,
+    /// The peer's buffer advertisement has the wrong size (rping's own message).
+    #[error("Received bogus data, size {0}")]
+    BogusData(u32),
+    /// The peer's buffer advertisement does not parse.
+    #[error("bad record")]
+    BadRecord,
+    /// The ping written back differs from the one sent (`-V`).
+    #[error("data mismatch!")]
+    DataMismatch,
+    /// A Send arrived where the exchange has none.
+    #[error("unexpected receive in state {0:?}")]
+    UnexpectedReceive(State),
+    /// The connection was reset or terminated at the end.
+    #[error("connection aborted")]
+    Aborted,
+    /// The server left before the client's pings were done.
+    #[error("disconnected after {pings} of {count} pings")]
+    Disconnected {
+        /// Pings completed.
+        pings: u32,
+        /// Pings asked for.
+        count: u32,
+    },
+    /// A failure every application can have.
+    #[error(transparent)]
+    App(#[from] AppError),
 }
 
 /// Both roles of rping.
@@ -177,19 +222,19 @@ impl Rping {
     fn post_recv(&self, h: &mut RdmaHandler, qp: QpId) -> Result<(), AppError> {
         h.rnic_mut()
             .post_rq(qp, vec![self.recv_buf.recv_wr(1, 0, INFO_LEN)])
-            .map_err(|e| AppError::Verbs(e.error))?;
+            .map_err(AppError::post("recv"))?;
         Ok(())
     }
 
-    fn post(&self, h: &mut RdmaHandler, wr: SendWr) -> Result<(), String> {
-        let (_, qp) = self.conn.ok_or("no connection")?;
+    fn post(&self, h: &mut RdmaHandler, wr: SendWr) -> Result<(), RpingError> {
+        let (_, qp) = self.conn.ok_or(RpingError::NoConnection)?;
         h.rnic_mut()
             .post_sq(qp, vec![wr])
-            .map(|_| ())
-            .map_err(|e| format!("post send: {e:?}"))
+            .map_err(AppError::post("send"))?;
+        Ok(())
     }
 
-    fn send_info(&self, h: &mut RdmaHandler, info: Option<RdmaInfo>) -> Result<(), String> {
+    fn send_info(&self, h: &mut RdmaHandler, info: Option<RdmaInfo>) -> Result<(), RpingError> {
         let bytes = info.map_or([0; INFO_LEN], RdmaInfo::to_bytes);
         {
             let rnic = h.rnic_mut();
@@ -198,7 +243,7 @@ impl Rping {
         self.post(h, SendWr::message(2, self.send_buf.send(0, INFO_LEN)))
     }
 
-    fn advertise(&self, h: &mut RdmaHandler, r: &Region) -> Result<(), String> {
+    fn advertise(&self, h: &mut RdmaHandler, r: &Region) -> Result<(), RpingError> {
         self.send_info(
             h,
             Some(RdmaInfo {
@@ -209,9 +254,9 @@ impl Rping {
         )
     }
 
-    fn start_ping(&mut self, h: &mut RdmaHandler) -> Result<(), String> {
+    fn start_ping(&mut self, h: &mut RdmaHandler) -> Result<(), RpingError> {
         let data = ping_data(self.ping, self.opts.size);
-        let start = self.start_buf.ok_or("client without start buffer")?;
+        let start = self.start_buf.ok_or(RpingError::NoStartBuffer)?;
         {
             let rnic = h.rnic_mut();
             start.bytes_mut(rnic)[..data.len()].copy_from_slice(&data);
@@ -226,7 +271,7 @@ impl Rping {
         String::from_utf8_lossy(&bytes[..end]).into_owned()
     }
 
-    fn completion(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<bool, String> {
+    fn completion(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<bool, RpingError> {
         let Some(wc) = self.res.poll_cq(h) else {
             return Ok(false);
         };
@@ -234,24 +279,21 @@ impl Rping {
             return Ok(true);
         }
         if wc.status != CompletionStatus::Success {
-            return Err(format!(
-                "cq completion failed status {:?} ({:?})",
-                wc.status, wc.opcode
-            ));
+            return Err(AppError::completion(&wc).into());
         }
-        let (_, qp) = self.conn.ok_or("no connection")?;
+        let (_, qp) = self.conn.ok_or(RpingError::NoConnection)?;
         match wc.opcode {
             WcOpcode::Receive => {
                 if wc.byte_len as usize != INFO_LEN {
-                    return Err(format!("Received bogus data, size {}", wc.byte_len));
+                    return Err(RpingError::BogusData(wc.byte_len));
                 }
                 let info = {
                     let rnic = h.rnic();
                     RdmaInfo::parse(&self.recv_buf.bytes(rnic)[..INFO_LEN])
                 };
-                self.post_recv(h, qp).map_err(|e| e.to_string())?;
+                self.post_recv(h, qp)?;
                 if self.server {
-                    let info = info.ok_or("bad record")?;
+                    let info = info.ok_or(RpingError::BadRecord)?;
                     self.remote = Some(info);
                     if self.state == State::WriteAdv {
                         // The client's sink: write the ping data back.
@@ -303,14 +345,14 @@ impl Rping {
                     self.state = State::WriteComplete;
                     let (got, want) = {
                         let rnic = h.rnic();
-                        let start = self.start_buf.ok_or("no start buffer")?;
+                        let start = self.start_buf.ok_or(RpingError::NoStartBuffer)?;
                         (
                             self.rdma_buf.bytes(rnic).to_vec(),
                             start.bytes(rnic).to_vec(),
                         )
                     };
                     if self.opts.validate && got != want {
-                        return Err("data mismatch!".into());
+                        return Err(RpingError::DataMismatch);
                     }
                     if self.opts.verbose {
                         say!("ping data: {}", Self::cstr(&got));
@@ -321,13 +363,13 @@ impl Rping {
                     if self.opts.count != 0 && self.ping >= self.opts.count {
                         self.state = State::Disconnecting;
                         if let Some((id, _)) = self.conn {
-                            h.disconnect(id).map_err(|e| e.to_string())?;
+                            h.disconnect(id).map_err(AppError::from)?;
                         }
                     } else {
                         self.start_ping(h)?;
                     }
                 } else {
-                    return Err(format!("unexpected receive in state {:?}", self.state));
+                    return Err(RpingError::UnexpectedReceive(self.state));
                 }
             }
             WcOpcode::RdmaRead if self.server => {
@@ -348,12 +390,12 @@ impl Rping {
                 self.send_info(h, None)?;
             }
             WcOpcode::Send => {}
-            other => return Err(format!("unexpected completion {other:?}")),
+            other => return Err(AppError::UnexpectedCompletion(other).into()),
         }
         Ok(true)
     }
 
-    fn cm(&mut self, h: &mut RdmaHandler, ev: CmEvent, now: Instant) -> Option<Step> {
+    fn cm(&mut self, h: &mut RdmaHandler, ev: CmEvent, now: Instant) -> Option<Step<RpingError>> {
         match ev {
             CmEvent::ConnectRequest { id, qp, remote, .. } => {
                 if self.conn.is_some() {
@@ -362,12 +404,12 @@ impl Rping {
                 }
                 say!("rping: connect request from {remote}");
                 if let Err(e) = self.post_recv(h, qp) {
-                    return Some(Step::Done(Err(e.to_string())));
+                    return Some(Step::Done(Err(e.into())));
                 }
                 self.conn = Some((id, qp));
                 self.state = State::ReadAdv;
                 if let Err(e) = h.accept(id, &[]) {
-                    return Some(Step::Done(Err(e.to_string())));
+                    return Some(Step::Done(Err(AppError::from(e).into())));
                 }
             }
             CmEvent::Established { id, negotiated, .. } => {
@@ -391,12 +433,13 @@ impl Rping {
                 }
             }
             CmEvent::Rejected { private_data, .. } => {
-                return Some(Step::Done(Err(format!(
-                    "connection rejected ({})",
-                    String::from_utf8_lossy(&private_data)
-                ))))
+                let failure = ConnectFailure::rejected(&private_data);
+                return Some(Step::Done(Err(AppError::from(failure).into())));
             }
-            CmEvent::ConnectError { reason, .. } => return Some(Step::Done(Err(reason))),
+            CmEvent::ConnectError { reason, .. } => {
+                let failure = ConnectFailure::Failed(reason);
+                return Some(Step::Done(Err(AppError::from(failure).into())));
+            }
             CmEvent::Disconnected { graceful, .. } => {
                 say!(
                     "{} DISCONNECT EVENT...",
@@ -406,12 +449,12 @@ impl Rping {
                 return Some(Step::Done(if done_ok && graceful {
                     Ok(())
                 } else if done_ok {
-                    Err("connection aborted".into())
+                    Err(RpingError::Aborted)
                 } else {
-                    Err(format!(
-                        "disconnected after {} of {} pings",
-                        self.pings, self.opts.count
-                    ))
+                    Err(RpingError::Disconnected {
+                        pings: self.pings,
+                        count: self.opts.count,
+                    })
                 }));
             }
         }
@@ -420,7 +463,9 @@ impl Rping {
 }
 
 impl App for Rping {
-    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step {
+    type Error = RpingError;
+
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<RpingError> {
         while let Some(ev) = h.poll_cm_event() {
             if let Some(s) = self.cm(h, ev, now) {
                 return s;

@@ -22,6 +22,7 @@
 //! IRD/ORD in front of it).
 
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
@@ -32,8 +33,8 @@ use iwarp::verbs::{
 };
 use tcp::ConnId;
 
-use super::{all_rights, App, AppError, Resources, Step};
-use crate::rdma::{CmEvent, RdmaHandler, Region};
+use super::{all_rights, App, AppError, ConnectFailure, Resources, Step};
+use crate::rdma::{CmError, CmEvent, RdmaHandler, Region};
 
 /// Private data and message magic ("SOAK").
 const MAGIC: u32 = 0x534f_414b;
@@ -54,6 +55,288 @@ const KIND_VERDICT: u32 = 3;
 const USE_WRITE: u64 = 0;
 const USE_SOURCE: u64 = 1;
 const USE_SEND: u64 = 2;
+
+/// Why a soak run failed (either side). The server's text of it travels to the client in
+/// the verdict.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SoakError {
+    /// Something failed on one QP.
+    #[error("QP {slot}: {failure}")]
+    Qp {
+        /// The QP's slot.
+        slot: usize,
+        /// What failed.
+        failure: QpFailure,
+    },
+    /// A round's Reads brought back other data than the pattern (client).
+    #[error("QP {slot} round {round}: {mismatch}")]
+    Round {
+        /// The QP's slot.
+        slot: usize,
+        /// The round.
+        round: u64,
+        /// Which Read and where.
+        mismatch: RoundMismatch,
+    },
+    /// The server's verdict reports a failure: its text, as it came over the wire.
+    #[error("server: {0}")]
+    Server(String),
+    /// What the server tells a QP's client when another QP failed first.
+    #[error("another QP failed")]
+    AnotherQp,
+    /// No completion or connection event for the stall time (client).
+    #[error(
+        "stall: no completion for {:.0} s: {}",
+        .after.as_secs_f64(),
+        joined(.open)
+    )]
+    Stall {
+        /// The stall time.
+        after: Duration,
+        /// The QPs not gone.
+        open: Vec<OpenQp>,
+    },
+    /// Nothing happened for the stall time once a client came (server).
+    #[error(
+        "stall: nothing happened for {:.0} s (waiting for {})",
+        .after.as_secs_f64(),
+        joined(.waiting)
+    )]
+    ServerStall {
+        /// The stall time.
+        after: Duration,
+        /// The QPs not gone.
+        waiting: Vec<WaitingQp>,
+    },
+    /// A failure every application can have.
+    #[error(transparent)]
+    App(#[from] AppError),
+}
+
+impl SoakError {
+    /// `failure` on the QP of `slot`.
+    fn qp(slot: usize, failure: impl Into<QpFailure>) -> SoakError {
+        SoakError::Qp {
+            slot,
+            failure: failure.into(),
+        }
+    }
+}
+
+/// What failed on one QP.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QpFailure {
+    /// A received message does not start with a soak header (server).
+    #[error("message without a soak header")]
+    NoHeader,
+    /// A message's length disagrees with its header (server).
+    #[error("message {seq} is {len} bytes, header says {header}")]
+    Length {
+        /// Its sequence number.
+        seq: u64,
+        /// Octets received.
+        len: usize,
+        /// Octets the header gives.
+        header: usize,
+    },
+    /// A message was repeated or skipped (server).
+    #[error("message {seq} arrived, expected {expected}")]
+    Sequence {
+        /// The sequence number received.
+        seq: u64,
+        /// The one expected.
+        expected: u64,
+    },
+    /// A message's payload differs from the pattern (server).
+    #[error("message {seq}: payload differs at octet {at}")]
+    Payload {
+        /// Its sequence number.
+        seq: u64,
+        /// The first octet that differs, from the header on.
+        at: usize,
+    },
+    /// The client's END counts other messages than arrived (server).
+    #[error("the client sent {sent} messages, {arrived} arrived")]
+    Count {
+        /// The END's count.
+        sent: u64,
+        /// Messages verified.
+        arrived: u64,
+    },
+    /// A message of a kind the soak does not send (server).
+    #[error("unknown message kind {0}")]
+    Kind(u32),
+    /// A receive longer than the receive buffer (server).
+    #[error("message of {0} bytes")]
+    Oversized(u32),
+    /// The connection went before the client's END (server).
+    #[error(
+        "connection {} after {messages} messages, before the client's END",
+        if *.graceful { "closed" } else { "lost" }
+    )]
+    EndedEarly {
+        /// It closed in order.
+        graceful: bool,
+        /// Messages verified.
+        messages: u64,
+    },
+    /// The server's registered memory is too small for the QP's buffers.
+    #[error("{0} (give the server more --mem-mb)")]
+    Memory(AppError),
+    /// Accepting the connection failed (server).
+    #[error("accept: {0}")]
+    Accept(CmError),
+    /// The server's MPA Reply has no [`Offer`] (client).
+    #[error("the server's Reply has no buffers")]
+    NoOffer,
+    /// The server's buffers are smaller than the largest Write/Read (client).
+    #[error("server buffers too small")]
+    SmallBuffers,
+    /// A receive that is not a verdict (client).
+    #[error("the server sent no verdict")]
+    NoVerdict,
+    /// A verdict before the client's END (client).
+    #[error("verdict before the END")]
+    EarlyVerdict,
+    /// The server's verdict counts other messages than were sent (client).
+    #[error(
+        "the server verified {messages} messages ({bytes} bytes), {sent} ({sent_bytes} bytes) were sent"
+    )]
+    Unverified {
+        /// Messages the server verified.
+        messages: u64,
+        /// Their octets.
+        bytes: u64,
+        /// Messages sent.
+        sent: u64,
+        /// Their octets.
+        sent_bytes: u64,
+    },
+    /// The connection went before the run was over (client).
+    #[error(
+        "connection {} ({phase:?}, round {round})",
+        if *.graceful { "closed by the server" } else { "lost" }
+    )]
+    Gone {
+        /// The server closed it in order.
+        graceful: bool,
+        /// Where the QP was.
+        phase: QpPhase,
+        /// Rounds done.
+        round: u64,
+    },
+    /// The graceful disconnect failed (client).
+    #[error("disconnect: {0}")]
+    Disconnect(CmError),
+    /// A refused post, failed completion or connection failure.
+    #[error(transparent)]
+    App(#[from] AppError),
+}
+
+/// Which Read of a round differs from the pattern.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RoundMismatch {
+    /// The read-back of the round's Write.
+    #[error(
+        "the Write of {len} bytes at target offset {offset} read back different at octet {at}"
+    )]
+    Write {
+        /// Octets written.
+        len: usize,
+        /// Where in the server's target buffer.
+        offset: usize,
+        /// The first octet that differs.
+        at: usize,
+    },
+    /// The Read of the server's source buffer.
+    #[error("the Read of {len} bytes at source offset {offset} differs at octet {at}")]
+    Read {
+        /// Octets read.
+        len: usize,
+        /// Where in the server's source buffer.
+        offset: usize,
+        /// The first octet that differs.
+        at: usize,
+    },
+}
+
+/// A QP still open when the client stalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenQp {
+    /// Its slot.
+    pub slot: usize,
+    /// Where it is.
+    pub phase: QpPhase,
+    /// Rounds done.
+    pub rounds: u64,
+    /// Operations of the current round not completed.
+    pub ops_open: Option<u8>,
+}
+
+impl Display for OpenQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QP {} {:?} round {}", self.slot, self.phase, self.rounds)?;
+        if let Some(n) = self.ops_open {
+            write!(f, " ({n} of 4 operations open)")?;
+        }
+        Ok(())
+    }
+}
+
+/// A QP the server still waited on when it stalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitingQp {
+    /// Its slot.
+    pub slot: usize,
+    /// Messages verified.
+    pub messages: u64,
+}
+
+impl Display for WaitingQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QP {} after {} messages", self.slot, self.messages)
+    }
+}
+
+/// `items` separated by commas.
+fn joined<T: Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A volume that does not parse ([`parse_bytes`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BytesError {
+    /// No number in front.
+    #[error("{0:?} is not a number of bytes")]
+    NotANumber(String),
+    /// A suffix other than K, M, G or T.
+    #[error("{0:?}: unknown unit (use K, M, G or T, e.g. 64MiB)")]
+    UnknownUnit(String),
+    /// Zero, negative or too large.
+    #[error("{0:?} is not a positive number of bytes")]
+    NotPositive(String),
+}
+
+/// A setting of [`SoakParams`] out of range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ParamsError {
+    /// `--qps`.
+    #[error("--qps: 1 to {}", MAX_QPS)]
+    Qps,
+    /// `--max-io`.
+    #[error("--max-io: 1 byte to 16 MiB")]
+    MaxIo,
+    /// `--max-msg`.
+    #[error("--max-msg: {} bytes to 1 MiB", HEADER_LEN)]
+    MaxMsg,
+    /// Neither a volume nor a duration.
+    #[error("give a volume or a duration")]
+    NoBudget,
+}
 
 fn mix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -115,15 +398,13 @@ pub fn pattern_mismatch(seed: u64, offset: usize, buf: &[u8]) -> Option<usize> {
 
 /// Parses a volume: a number with an optional binary suffix (`K`, `M`, `G`, `T`, each
 /// optionally followed by `i` and/or `B`: `64MiB`, `1G`, `512k`).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, BytesError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    let v: f64 = num.parse().map_err(|_| BytesError::NotANumber(s.into()))?;
     let unit = unit.trim().to_ascii_lowercase();
     let unit = unit.strip_suffix('b').unwrap_or(&unit);
     let unit = unit.strip_suffix('i').unwrap_or(unit);
@@ -133,15 +414,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "m" => 1 << 20,
         "g" => 1 << 30,
         "t" => 1 << 40,
-        _ => {
-            return Err(format!(
-                "{s:?}: unknown unit (use K, M, G or T, e.g. 64MiB)"
-            ))
-        }
+        _ => return Err(BytesError::UnknownUnit(s.into())),
     };
     let bytes = v * mult as f64;
     if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
-        return Err(format!("{s:?} is not a positive number of bytes"));
+        return Err(BytesError::NotPositive(s.into()));
     }
     Ok(bytes as u64)
 }
@@ -362,18 +639,18 @@ impl Default for SoakParams {
 
 impl SoakParams {
     /// Checks the settings.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ParamsError> {
         if !(1..=MAX_QPS).contains(&self.qps) {
-            return Err(format!("--qps: 1 to {MAX_QPS}"));
+            return Err(ParamsError::Qps);
         }
         if !(1..=16 << 20).contains(&self.max_io) {
-            return Err("--max-io: 1 byte to 16 MiB".into());
+            return Err(ParamsError::MaxIo);
         }
         if !(HEADER_LEN..=1 << 20).contains(&self.max_msg) {
-            return Err(format!("--max-msg: {HEADER_LEN} bytes to 1 MiB"));
+            return Err(ParamsError::MaxMsg);
         }
         if self.bytes.is_none() && self.duration.is_none() {
-            return Err("give a volume or a duration".into());
+            return Err(ParamsError::NoBudget);
         }
         Ok(())
     }
@@ -402,10 +679,28 @@ struct ServerQp {
     /// Next expected message sequence number = messages verified.
     next_seq: u64,
     bytes: u64,
-    failure: Option<String>,
+    failure: Option<SoakError>,
     verdict_sent: bool,
     ended: bool,
     gone: bool,
+}
+
+/// The server's first failure and when it happened.
+#[derive(Debug, Default)]
+struct FirstFailure {
+    why: Option<SoakError>,
+    at: Option<Instant>,
+}
+
+impl FirstFailure {
+    /// Keeps `why` unless a failure came first.
+    fn record(&mut self, why: SoakError, now: Instant) {
+        if self.why.is_none() {
+            log::error!("soak server: {why}");
+            self.why = Some(why);
+            self.at = Some(now);
+        }
+    }
 }
 
 /// The server: accepts the client's QPs, serves their Writes and Reads, checks every Send
@@ -416,8 +711,7 @@ pub struct SoakServer {
     qps: HashMap<QpId, ServerQp>,
     expected: Option<usize>,
     slots_seen: Vec<bool>,
-    failure: Option<String>,
-    failed_at: Option<Instant>,
+    failure: FirstFailure,
     last_event: Option<Instant>,
     stall: Duration,
     /// What the server verified.
@@ -439,8 +733,7 @@ impl SoakServer {
             qps: HashMap::new(),
             expected: None,
             slots_seen: Vec::new(),
-            failure: None,
-            failed_at: None,
+            failure: FirstFailure::default(),
             last_event: None,
             stall,
             tally: SoakTally::default(),
@@ -458,7 +751,7 @@ impl SoakServer {
         id: ConnId,
         qp: QpId,
         private_data: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SoakError> {
         let Some(hello) = Hello::parse(private_data) else {
             let _ = h.reject(id, b"not a soak client");
             return Ok(());
@@ -493,8 +786,8 @@ impl SoakServer {
             Ok(b) => b,
             Err(e) => {
                 // Tell the client why (it stops at the reject) and fail.
-                let why = format!("QP {slot}: {e} (give the server more --mem-mb)");
-                let _ = h.reject(id, why.as_bytes());
+                let why = SoakError::qp(slot, QpFailure::Memory(e));
+                let _ = h.reject(id, why.to_string().as_bytes());
                 return Err(why);
             }
         };
@@ -510,7 +803,8 @@ impl SoakServer {
                 .map(|s| recv.recv_wr(s as u64, s * msg, msg))
                 .collect();
             rnic.post_rq(qp, wrs)
-                .map_err(|e| format!("QP {slot}: post receives: {:?}", e.error))?;
+                .map_err(AppError::post("receives"))
+                .map_err(|e| SoakError::qp(slot, e))?;
         }
         let offer = Offer {
             target: target.remote(0),
@@ -518,7 +812,7 @@ impl SoakServer {
             len: io as u32,
         };
         h.accept(id, &offer.to_bytes())
-            .map_err(|e| format!("QP {slot}: accept: {e}"))?;
+            .map_err(|e| SoakError::qp(slot, QpFailure::Accept(e)))?;
         self.qps.insert(
             qp,
             ServerQp {
@@ -540,36 +834,38 @@ impl SoakServer {
     }
 
     /// Checks one received message; returns whether a verdict is due.
-    fn check_message(q: &mut ServerQp, msg: &[u8]) -> Result<bool, String> {
+    fn check_message(q: &mut ServerQp, msg: &[u8]) -> Result<bool, SoakError> {
         let slot = q.slot;
+        let fail = |failure| Err(SoakError::qp(slot, failure));
         if msg.len() < HEADER_LEN || get_u32(msg, 0) != MAGIC {
-            return Err(format!("QP {slot}: message without a soak header"));
+            return fail(QpFailure::NoHeader);
         }
         let kind = get_u32(msg, 4);
         let len = get_u32(msg, 8) as usize;
         let seq = get_u64(msg, 12);
         if len != msg.len() {
-            return Err(format!(
-                "QP {slot}: message {seq} is {} bytes, header says {len}",
-                msg.len()
-            ));
+            return fail(QpFailure::Length {
+                seq,
+                len: msg.len(),
+                header: len,
+            });
         }
         match kind {
             KIND_DATA => {
                 if seq != q.next_seq {
-                    return Err(format!(
-                        "QP {slot}: message {seq} arrived, expected {}",
-                        q.next_seq
-                    ));
+                    return fail(QpFailure::Sequence {
+                        seq,
+                        expected: q.next_seq,
+                    });
                 }
                 let body = &msg[HEADER_LEN..];
                 if let Some(at) =
                     pattern_mismatch(pattern_seed(q.seed, slot, seq, USE_SEND), 0, body)
                 {
-                    return Err(format!(
-                        "QP {slot}: message {seq}: payload differs at octet {}",
-                        HEADER_LEN + at
-                    ));
+                    return fail(QpFailure::Payload {
+                        seq,
+                        at: HEADER_LEN + at,
+                    });
                 }
                 q.next_seq += 1;
                 q.bytes += msg.len() as u64;
@@ -577,19 +873,19 @@ impl SoakServer {
             }
             KIND_END => {
                 if seq != q.next_seq {
-                    return Err(format!(
-                        "QP {slot}: the client sent {seq} messages, {} arrived",
-                        q.next_seq
-                    ));
+                    return fail(QpFailure::Count {
+                        sent: seq,
+                        arrived: q.next_seq,
+                    });
                 }
                 q.ended = true;
                 Ok(true)
             }
-            k => Err(format!("QP {slot}: unknown message kind {k}")),
+            k => fail(QpFailure::Kind(k)),
         }
     }
 
-    fn send_verdict(h: &mut RdmaHandler, qp: QpId, q: &mut ServerQp) -> Result<(), String> {
+    fn send_verdict(h: &mut RdmaHandler, qp: QpId, q: &mut ServerQp) -> Result<(), SoakError> {
         if q.verdict_sent {
             return Ok(());
         }
@@ -597,22 +893,15 @@ impl SoakServer {
         let v = Verdict {
             messages: q.next_seq,
             bytes: q.bytes,
-            failure: q.failure.clone(),
+            failure: q.failure.as_ref().map(ToString::to_string),
         }
         .to_bytes();
         let rnic = h.rnic_mut();
         q.verdict_buf.bytes_mut(rnic)[..v.len()].copy_from_slice(&v);
         rnic.post_sq(qp, vec![SendWr::message(0, q.verdict_buf.send(0, v.len()))])
-            .map(|_| ())
-            .map_err(|e| format!("QP {}: post verdict: {:?}", q.slot, e.error))
-    }
-
-    fn fail(&mut self, why: String, now: Instant) {
-        if self.failure.is_none() {
-            log::error!("soak server: {why}");
-            self.failure = Some(why);
-            self.failed_at = Some(now);
-        }
+            .map_err(AppError::post("verdict"))
+            .map_err(|e| SoakError::qp(q.slot, e))?;
+        Ok(())
     }
 
     fn completion(&mut self, h: &mut RdmaHandler, wc: WorkCompletion, now: Instant) {
@@ -621,9 +910,9 @@ impl SoakServer {
         };
         if wc.status != CompletionStatus::Success {
             if wc.status != CompletionStatus::Flushed || !q.ended {
-                let why = format!("QP {}: {:?} completed {:?}", q.slot, wc.opcode, wc.status);
+                let why = SoakError::qp(q.slot, AppError::completion(&wc));
                 q.failure.get_or_insert(why.clone());
-                self.fail(why, now);
+                self.failure.record(why, now);
             }
             return;
         }
@@ -637,7 +926,7 @@ impl SoakServer {
             let buf = &q.recv.bytes(rnic)[slot * msg_len..(slot + 1) * msg_len];
             match buf.get(..wc.byte_len as usize) {
                 Some(m) => Self::check_message(q, m),
-                None => Err(format!("QP {}: message of {} bytes", q.slot, wc.byte_len)),
+                None => Err(SoakError::qp(q.slot, QpFailure::Oversized(wc.byte_len))),
             }
         };
         let verdict_due = match checked {
@@ -650,11 +939,10 @@ impl SoakServer {
             }
             Err(why) => {
                 q.failure.get_or_insert(why.clone());
-                self.fail(why, now);
+                self.failure.record(why, now);
                 true
             }
         };
-        let q = self.qps.get_mut(&wc.qp).expect("QP looked up above");
         {
             let rnic = h.rnic_mut();
             q.recv.bytes_mut(rnic)[slot * msg_len..(slot + 1) * msg_len].fill(0);
@@ -662,16 +950,14 @@ impl SoakServer {
                 wc.qp,
                 vec![q.recv.recv_wr(slot as u64, slot * msg_len, msg_len)],
             ) {
-                let why = format!("QP {}: repost receive: {:?}", q.slot, e.error);
-                self.fail(why, now);
+                let why = SoakError::qp(q.slot, AppError::post("receive")(e));
+                self.failure.record(why, now);
                 return;
             }
         }
         if verdict_due {
-            let qp = wc.qp;
-            let q = self.qps.get_mut(&qp).expect("QP looked up above");
-            if let Err(why) = Self::send_verdict(h, qp, q) {
-                self.fail(why, now);
+            if let Err(why) = Self::send_verdict(h, wc.qp, q) {
+                self.failure.record(why, now);
             }
         }
     }
@@ -683,7 +969,9 @@ impl SoakServer {
 }
 
 impl App for SoakServer {
-    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step {
+    type Error = SoakError;
+
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<SoakError> {
         while let Some(ev) = h.poll_cm_event() {
             self.last_event = Some(now);
             match ev {
@@ -694,7 +982,7 @@ impl App for SoakServer {
                     ..
                 } => {
                     if let Err(e) = self.request(h, id, qp, &private_data) {
-                        self.fail(e, now);
+                        self.failure.record(e, now);
                     }
                 }
                 CmEvent::Disconnected { qp, graceful, .. } => {
@@ -703,22 +991,24 @@ impl App for SoakServer {
                         // After its END a QP may go either way (the client aborts the
                         // others when one fails); before it, the run was cut short.
                         if !q.ended {
-                            let why = format!(
-                                "QP {}: connection {} after {} messages, before the client's END",
+                            let why = SoakError::qp(
                                 q.slot,
-                                if graceful { "closed" } else { "lost" },
-                                q.next_seq
+                                QpFailure::EndedEarly {
+                                    graceful,
+                                    messages: q.next_seq,
+                                },
                             );
                             q.failure.get_or_insert(why.clone());
-                            self.fail(why, now);
+                            self.failure.record(why, now);
                         }
                     }
                 }
                 CmEvent::ConnectError { qp, reason, .. } => {
                     if let Some(q) = self.qps.get_mut(&qp) {
                         q.gone = true;
-                        let why = format!("QP {}: {reason}", q.slot);
-                        self.fail(why, now);
+                        let why =
+                            SoakError::qp(q.slot, AppError::from(ConnectFailure::Failed(reason)));
+                        self.failure.record(why, now);
                     }
                 }
                 CmEvent::Established { .. } | CmEvent::Rejected { .. } => {}
@@ -728,25 +1018,23 @@ impl App for SoakServer {
             self.last_event = Some(now);
             self.completion(h, wc, now);
         }
-        if self.failure.is_some() {
+        if self.failure.why.is_some() {
             // Tell every QP's client (it stops at the first failed verdict).
-            let ids: Vec<QpId> = self.qps.keys().copied().collect();
-            for qp in ids {
-                let q = self.qps.get_mut(&qp).expect("key");
+            for (&qp, q) in &mut self.qps {
                 if !q.gone && !q.verdict_sent {
-                    q.failure.get_or_insert_with(|| "another QP failed".into());
+                    q.failure.get_or_insert(SoakError::AnotherQp);
                     let _ = Self::send_verdict(h, qp, q);
                 }
             }
         }
         if self.finished() {
-            let r = match &self.failure {
+            let r = match &self.failure.why {
                 Some(why) => Err(why.clone()),
                 None => Ok(()),
             };
             return Step::Done(r);
         }
-        if let (Some(why), Some(at)) = (&self.failure, self.failed_at) {
+        if let (Some(why), Some(at)) = (&self.failure.why, self.failure.at) {
             // Give the verdict time to reach the client, then stop.
             if now.saturating_since(at) > Duration::from_secs(2) {
                 for id in self.qps.values().filter(|q| !q.gone).filter_map(|q| q.id) {
@@ -757,17 +1045,19 @@ impl App for SoakServer {
         }
         if let Some(last) = self.last_event {
             if now.saturating_since(last) > self.stall {
-                let waiting: Vec<String> = self
+                let waiting = self
                     .qps
                     .values()
                     .filter(|q| !q.gone)
-                    .map(|q| format!("QP {} after {} messages", q.slot, q.next_seq))
+                    .map(|q| WaitingQp {
+                        slot: q.slot,
+                        messages: q.next_seq,
+                    })
                     .collect();
-                return Step::Done(Err(format!(
-                    "stall: nothing happened for {:.0} s (waiting for {})",
-                    self.stall.as_secs_f64(),
-                    waiting.join(", ")
-                )));
+                return Step::Done(Err(SoakError::ServerStall {
+                    after: self.stall,
+                    waiting,
+                }));
             }
         }
         Step::Continue
@@ -787,12 +1077,18 @@ struct Round {
     left: u8,
 }
 
+/// Where one of the client's QPs is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum QpPhase {
+pub enum QpPhase {
+    /// The connection is being set up.
     Connecting,
+    /// Running rounds.
     Running,
+    /// The END is sent; waiting for the verdict.
     EndSent,
+    /// The server's verdict is in.
     Verdict,
+    /// The connection is gone.
     Gone,
 }
 
@@ -905,10 +1201,12 @@ impl SoakClient {
             && self.params.duration.is_none_or(|d| elapsed < d)
     }
 
-    fn start_round(&mut self, h: &mut RdmaHandler, i: usize) -> Result<(), String> {
+    fn start_round(&mut self, h: &mut RdmaHandler, i: usize) -> Result<(), SoakError> {
         let p = &self.params;
         let q = &mut self.qps[i];
-        let offer = q.offer.ok_or("no offer")?;
+        let offer = q
+            .offer
+            .ok_or_else(|| SoakError::qp(q.slot, QpFailure::NoOffer))?;
         let (seed, slot, n) = (p.seed, q.slot, q.rounds);
         let io = p.max_io;
         let write_len = 1 + lcg_pick(seed, slot, n, 0, io);
@@ -971,7 +1269,8 @@ impl SoakClient {
         ];
         h.rnic_mut()
             .post_sq(q.qp, wrs)
-            .map_err(|e| format!("QP {slot}: post: {:?}", e.error))?;
+            .map_err(AppError::post("round"))
+            .map_err(|e| SoakError::qp(slot, e))?;
         q.round = Some(Round {
             n,
             write_off,
@@ -985,7 +1284,7 @@ impl SoakClient {
     }
 
     /// Verifies a finished round; every octet of both Read sinks.
-    fn finish_round(&mut self, h: &mut RdmaHandler, i: usize) -> Result<(), String> {
+    fn finish_round(&mut self, h: &mut RdmaHandler, i: usize) -> Result<(), SoakError> {
         let seed = self.params.seed;
         let q = &mut self.qps[i];
         let Some(r) = q.round.take() else {
@@ -994,19 +1293,29 @@ impl SoakClient {
         let rnic = h.rnic();
         let back = &q.sink.bytes(rnic)[..r.write_len];
         if let Some(at) = pattern_mismatch(pattern_seed(seed, q.slot, r.n, USE_WRITE), 0, back) {
-            return Err(format!(
-                "QP {} round {}: the Write of {} bytes at target offset {} read back different at octet {at}",
-                q.slot, r.n, r.write_len, r.write_off
-            ));
+            return Err(SoakError::Round {
+                slot: q.slot,
+                round: r.n,
+                mismatch: RoundMismatch::Write {
+                    len: r.write_len,
+                    offset: r.write_off,
+                    at,
+                },
+            });
         }
         let got = &q.source_sink.bytes(rnic)[..r.read_len];
         if let Some(at) =
             pattern_mismatch(pattern_seed(seed, q.slot, 0, USE_SOURCE), r.read_off, got)
         {
-            return Err(format!(
-                "QP {} round {}: the Read of {} bytes at source offset {} differs at octet {at}",
-                q.slot, r.n, r.read_len, r.read_off
-            ));
+            return Err(SoakError::Round {
+                slot: q.slot,
+                round: r.n,
+                mismatch: RoundMismatch::Read {
+                    len: r.read_len,
+                    offset: r.read_off,
+                    at,
+                },
+            });
         }
         q.rounds += 1;
         q.sent_bytes += r.send_len as u64;
@@ -1017,14 +1326,15 @@ impl SoakClient {
         Ok(())
     }
 
-    fn send_end(&mut self, h: &mut RdmaHandler, i: usize) -> Result<(), String> {
+    fn send_end(&mut self, h: &mut RdmaHandler, i: usize) -> Result<(), SoakError> {
         let io = self.params.max_io;
         let q = &mut self.qps[i];
         let rnic = h.rnic_mut();
         q.src.bytes_mut(rnic)[io..io + HEADER_LEN]
             .copy_from_slice(&header(KIND_END, HEADER_LEN, q.rounds));
         rnic.post_sq(q.qp, vec![SendWr::message(7, q.src.send(io, HEADER_LEN))])
-            .map_err(|e| format!("QP {}: post END: {:?}", q.slot, e.error))?;
+            .map_err(AppError::post("END"))
+            .map_err(|e| SoakError::qp(q.slot, e))?;
         q.phase = QpPhase::EndSent;
         Ok(())
     }
@@ -1034,7 +1344,7 @@ impl SoakClient {
         h: &mut RdmaHandler,
         wc: WorkCompletion,
         now: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), SoakError> {
         let Some(&i) = self.by_qp.get(&wc.qp) else {
             return Ok(());
         };
@@ -1043,10 +1353,7 @@ impl SoakClient {
             if wc.status == CompletionStatus::Flushed && q.phase == QpPhase::Gone {
                 return Ok(());
             }
-            return Err(format!(
-                "QP {}: {:?} completed {:?}",
-                q.slot, wc.opcode, wc.status
-            ));
+            return Err(SoakError::qp(q.slot, AppError::completion(&wc)));
         }
         match wc.opcode {
             WcOpcode::Receive => {
@@ -1055,17 +1362,22 @@ impl SoakClient {
                     let b = q.verdict_buf.bytes(rnic);
                     b.get(..wc.byte_len as usize).and_then(Verdict::parse)
                 };
-                let v = v.ok_or_else(|| format!("QP {}: the server sent no verdict", q.slot))?;
+                let v = v.ok_or_else(|| SoakError::qp(q.slot, QpFailure::NoVerdict))?;
                 if let Some(why) = v.failure {
-                    return Err(format!("server: {why}"));
+                    return Err(SoakError::Server(why));
                 }
                 if q.phase != QpPhase::EndSent {
-                    return Err(format!("QP {}: verdict before the END", q.slot));
+                    return Err(SoakError::qp(q.slot, QpFailure::EarlyVerdict));
                 }
                 if v.messages != q.rounds || v.bytes != q.sent_bytes {
-                    return Err(format!(
-                        "QP {}: the server verified {} messages ({} bytes), {} ({} bytes) were sent",
-                        q.slot, v.messages, v.bytes, q.rounds, q.sent_bytes
+                    return Err(SoakError::qp(
+                        q.slot,
+                        QpFailure::Unverified {
+                            messages: v.messages,
+                            bytes: v.bytes,
+                            sent: q.rounds,
+                            sent_bytes: q.sent_bytes,
+                        },
                     ));
                 }
                 q.phase = QpPhase::Verdict;
@@ -1083,7 +1395,7 @@ impl SoakClient {
                     self.tally.sends += 1;
                 }
             }
-            other => return Err(format!("QP {}: unexpected completion {other:?}", q.slot)),
+            other => return Err(SoakError::qp(q.slot, AppError::UnexpectedCompletion(other))),
         }
         if wc.opcode != WcOpcode::Receive && wc.wr_id & 7 != 7 {
             let q = &mut self.qps[i];
@@ -1097,7 +1409,7 @@ impl SoakClient {
         Ok(())
     }
 
-    fn cm(&mut self, h: &mut RdmaHandler, ev: CmEvent, now: Instant) -> Result<(), String> {
+    fn cm(&mut self, h: &mut RdmaHandler, ev: CmEvent, now: Instant) -> Result<(), SoakError> {
         match ev {
             CmEvent::Established { qp, negotiated, .. } => {
                 let Some(&i) = self.by_qp.get(&qp) else {
@@ -1107,36 +1419,32 @@ impl SoakClient {
                 q.offer = Offer::parse(&negotiated.private_data);
                 let offer = q
                     .offer
-                    .ok_or_else(|| format!("QP {}: the server's Reply has no buffers", q.slot))?;
+                    .ok_or_else(|| SoakError::qp(q.slot, QpFailure::NoOffer))?;
                 if (offer.len as usize) < self.params.max_io {
-                    return Err(format!("QP {}: server buffers too small", q.slot));
+                    return Err(SoakError::qp(q.slot, QpFailure::SmallBuffers));
                 }
                 q.phase = QpPhase::Running;
                 self.start.get_or_insert(now);
             }
             CmEvent::Rejected { private_data, .. } => {
-                return Err(format!(
-                    "rejected: {}",
-                    String::from_utf8_lossy(&private_data)
-                ))
+                return Err(AppError::from(ConnectFailure::rejected(&private_data)).into())
             }
-            CmEvent::ConnectError { reason, .. } => return Err(reason),
+            CmEvent::ConnectError { reason, .. } => {
+                return Err(AppError::from(ConnectFailure::Failed(reason)).into())
+            }
             CmEvent::Disconnected { qp, graceful, .. } => {
                 if let Some(&i) = self.by_qp.get(&qp) {
                     let q = &mut self.qps[i];
                     let was = q.phase;
                     q.phase = QpPhase::Gone;
                     if !self.disconnecting || !graceful {
-                        return Err(format!(
-                            "QP {}: connection {} ({:?}, round {})",
+                        return Err(SoakError::qp(
                             q.slot,
-                            if graceful {
-                                "closed by the server"
-                            } else {
-                                "lost"
+                            QpFailure::Gone {
+                                graceful,
+                                phase: was,
+                                round: q.rounds,
                             },
-                            was,
-                            q.rounds
                         ));
                     }
                 }
@@ -1148,7 +1456,7 @@ impl SoakClient {
         Ok(())
     }
 
-    fn run_step(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<bool, String> {
+    fn run_step(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<bool, SoakError> {
         while let Some(ev) = h.poll_cm_event() {
             self.last_event = now;
             self.cm(h, ev, now)?;
@@ -1173,34 +1481,28 @@ impl SoakClient {
             self.disconnecting = true;
             for q in &self.qps {
                 h.disconnect(q.id)
-                    .map_err(|e| format!("QP {}: disconnect: {e}", q.slot))?;
+                    .map_err(|e| SoakError::qp(q.slot, QpFailure::Disconnect(e)))?;
             }
         }
         if self.disconnecting && self.qps.iter().all(|q| q.phase == QpPhase::Gone) {
             return Ok(true);
         }
         if now.saturating_since(self.last_event) > self.params.stall {
-            let states: Vec<String> = self
+            let open = self
                 .qps
                 .iter()
                 .filter(|q| q.phase != QpPhase::Gone)
-                .map(|q| {
-                    format!(
-                        "QP {} {:?} round {}{}",
-                        q.slot,
-                        q.phase,
-                        q.rounds,
-                        q.round
-                            .map(|r| format!(" ({} of 4 operations open)", r.left))
-                            .unwrap_or_default()
-                    )
+                .map(|q| OpenQp {
+                    slot: q.slot,
+                    phase: q.phase,
+                    rounds: q.rounds,
+                    ops_open: q.round.map(|r| r.left),
                 })
                 .collect();
-            return Err(format!(
-                "stall: no completion for {:.0} s: {}",
-                self.params.stall.as_secs_f64(),
-                states.join(", ")
-            ));
+            return Err(SoakError::Stall {
+                after: self.params.stall,
+                open,
+            });
         }
         Ok(false)
     }
@@ -1213,7 +1515,9 @@ impl SoakClient {
 }
 
 impl App for SoakClient {
-    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step {
+    type Error = SoakError;
+
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<SoakError> {
         match self.run_step(h, now) {
             Ok(false) => Step::Continue,
             Ok(true) => Step::Done(Ok(())),
@@ -1290,12 +1594,15 @@ mod tests {
         assert_eq!((q.next_seq, q.bytes), (2, 100 + HEADER_LEN as u64));
         // A repeated or skipped message.
         let e = SoakServer::check_message(&mut q, &message(1, 50)).unwrap_err();
-        assert!(e.contains("message 1 arrived, expected 2"), "{e}");
+        assert!(
+            e.to_string().contains("message 1 arrived, expected 2"),
+            "{e}"
+        );
         // One flipped bit in the payload.
         let mut m = message(2, 300);
         m[HEADER_LEN + 123] ^= 0x10;
         let e = SoakServer::check_message(&mut q, &m).unwrap_err();
-        assert!(e.contains("differs at octet 143"), "{e}");
+        assert!(e.to_string().contains("differs at octet 143"), "{e}");
         // Truncated: the header's length disagrees.
         let m = message(2, 300);
         assert!(SoakServer::check_message(&mut q, &m[..299]).is_err());
@@ -1303,7 +1610,7 @@ mod tests {
         assert_eq!(q.next_seq, 2);
         // END with the wrong count, then the right one.
         let e = SoakServer::check_message(&mut q, &header(KIND_END, HEADER_LEN, 3)).unwrap_err();
-        assert!(e.contains("sent 3 messages, 2 arrived"), "{e}");
+        assert!(e.to_string().contains("sent 3 messages, 2 arrived"), "{e}");
         assert_eq!(
             SoakServer::check_message(&mut q, &header(KIND_END, HEADER_LEN, 2)),
             Ok(true)

@@ -16,7 +16,7 @@ use serde::Serialize;
 use dataplane::pcap::{self, TcpConnection, TcpStream};
 use iwarp::mpa::crc::crc32c;
 use iwarp::mpa::{CrcCheck, CrcErrorPolicy, Receiver, ReceiverConfig};
-use iwarp::wire::ddp::{Segment, DDP_VERSION, TAGGED_HEADER_LEN};
+use iwarp::wire::ddp::{ParseError, Segment, DDP_VERSION, TAGGED_HEADER_LEN};
 use iwarp::wire::mpa::{
     fpdu_len, Frame, FrameKind, FrameRepr, ReservedBits, FRAME_HEADER_LEN, REPLY_KEY, REQUEST_KEY,
 };
@@ -560,7 +560,7 @@ fn decode_fpdus(
         for rec in records {
             match rec {
                 Ok(f) => report.fpdus.push(f),
-                Err(e) => problems.push(e),
+                Err(e) => problems.push(e.to_string()),
             }
         }
         if let Err(e) = r {
@@ -591,53 +591,87 @@ fn decode_fpdus(
     }
 }
 
+/// Why a ULPDU's DDP/RDMAP headers do not decode.
+#[derive(Debug, thiserror::Error)]
+enum UlpduProblem {
+    /// Shorter than the DDP header.
+    #[error("DDP segment of {0} octets is shorter than its header (RFC 5041 §4)")]
+    Short(usize),
+    /// DV is not 01b.
+    #[error("DDP version {0} (expected {want}, RFC 5041 §4.1)", want = DDP_VERSION)]
+    DdpVersion(u8),
+    /// RV is not the RDMAP version.
+    #[error("RDMAP version {0} (expected {want}, RFC 5040 §4.1)", want = RDMAP_VERSION)]
+    RdmapVersion(u8),
+    /// A reserved opcode.
+    #[error("reserved RDMAP opcode {0:#x} (RFC 5040 Fig. 4)")]
+    ReservedOpcode(u8),
+    /// The T bit disagrees with the opcode.
+    #[error(
+        "{} with the DDP T bit {} (RFC 5040 Fig. 4)",
+        opcode_name(*.opcode),
+        if *.tagged { "set" } else { "clear" }
+    )]
+    TaggedBit {
+        /// The RDMAP opcode.
+        opcode: u8,
+        /// The T bit.
+        tagged: bool,
+    },
+    /// The Terminate header does not parse.
+    #[error("Terminate header of {len} octets: {err} (RFC 5040 §4.8)")]
+    Terminate {
+        /// Octets after the DDP header.
+        len: usize,
+        /// Why.
+        err: ParseError,
+    },
+}
+
+/// A ULPDU that does not decode, with where it is.
+#[derive(Debug, thiserror::Error)]
+#[error("frame {frame} ({stream}): {problem}")]
+struct UlpduError {
+    frame: u64,
+    stream: String,
+    problem: UlpduProblem,
+}
+
 fn decode_ulpdu(
     d: &DirBytes<'_>,
     frame: u64,
     seq: u32,
     ulpdu: &[u8],
     crc: CrcCheck,
-) -> Result<FpduRecord, String> {
-    let at = |what: String| format!("frame {frame} ({}): {what}", label(d.stream));
-    let seg = Segment::new_checked(ulpdu).map_err(|_| {
-        at(format!(
-            "DDP segment of {} octets is shorter than its header (RFC 5041 §4)",
-            ulpdu.len()
-        ))
-    })?;
+) -> Result<FpduRecord, UlpduError> {
+    let at = |problem| UlpduError {
+        frame,
+        stream: label(d.stream),
+        problem,
+    };
+    let seg = Segment::new_checked(ulpdu).map_err(|_| at(UlpduProblem::Short(ulpdu.len())))?;
     if seg.version() != DDP_VERSION {
-        return Err(at(format!(
-            "DDP version {} (expected {DDP_VERSION}, RFC 5041 §4.1)",
-            seg.version()
-        )));
+        return Err(at(UlpduProblem::DdpVersion(seg.version())));
     }
     let ctrl = seg.rsvd_ulp();
     if ctrl >> 6 != RDMAP_VERSION {
-        return Err(at(format!(
-            "RDMAP version {} (expected {RDMAP_VERSION}, RFC 5040 §4.1)",
-            ctrl >> 6
-        )));
+        return Err(at(UlpduProblem::RdmapVersion(ctrl >> 6)));
     }
     let opcode = ctrl & 0x0f;
-    let op = Opcode::from_u4(opcode).ok_or_else(|| {
-        at(format!(
-            "reserved RDMAP opcode {opcode:#x} (RFC 5040 Fig. 4)"
-        ))
-    })?;
+    let op = Opcode::from_u4(opcode).ok_or_else(|| at(UlpduProblem::ReservedOpcode(opcode)))?;
     if op.is_tagged() != seg.tagged() {
-        return Err(at(format!(
-            "{} with the DDP T bit {} (RFC 5040 Fig. 4)",
-            opcode_name(opcode),
-            if seg.tagged() { "set" } else { "clear" }
-        )));
+        return Err(at(UlpduProblem::TaggedBit {
+            opcode,
+            tagged: seg.tagged(),
+        }));
     }
     let tagged = seg.tagged();
     let terminate = if op == Opcode::Terminate {
-        let t = Terminate::new_checked(seg.payload()).map_err(|e| {
-            at(format!(
-                "Terminate header of {} octets: {e} (RFC 5040 §4.8)",
-                seg.payload().len()
-            ))
+        let t = Terminate::new_checked(seg.payload()).map_err(|err| {
+            at(UlpduProblem::Terminate {
+                len: seg.payload().len(),
+                err,
+            })
         })?;
         Some(t.decoded_cause())
     } else {

@@ -11,6 +11,7 @@ mod run;
 mod soak;
 mod tcp;
 
+use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,6 +21,11 @@ use dataplane::clock::{self, Instant};
 
 use clap::{Parser, Subcommand};
 
+use dataplane::apps::perf::PerfError;
+use dataplane::apps::perftest::PerftestError;
+use dataplane::apps::rping::RpingError;
+use dataplane::apps::soak::SoakError;
+use dataplane::apps::AppError;
 use dataplane::config::{BackendKind, Config, ConfigError, PortConfig};
 #[cfg(feature = "dpdk")]
 use dataplane::dpdk::EalError;
@@ -90,6 +96,21 @@ pub enum CmdError {
     /// Opening the configured ports.
     #[error(transparent)]
     Open(#[from] RuntimeError),
+    /// An application could not start, or failed the same way any of them can.
+    #[error(transparent)]
+    App(#[from] AppError),
+    /// rping failed.
+    #[error(transparent)]
+    Rping(#[from] RpingError),
+    /// A perf run failed.
+    #[error(transparent)]
+    Perf(#[from] PerfError),
+    /// A perftest (`perf -R`) run failed.
+    #[error(transparent)]
+    Perftest(#[from] PerftestError),
+    /// The soak failed.
+    #[error(transparent)]
+    Soak(#[from] SoakError),
     /// Something else failed at run time.
     #[error("{0}")]
     Runtime(String),
@@ -124,19 +145,23 @@ pub fn usage_error_line(e: &clap::Error) -> String {
     format!("{msg} (see 'dataplane --help')")
 }
 
+/// A duration argument that is not a number of seconds (0 to 1e9).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a number of seconds")]
+pub struct NotSeconds(String);
+
 /// Parses a duration in seconds (`2`, `0.5`).
-pub fn parse_secs(s: &str) -> Result<Duration, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+pub fn parse_secs(s: &str) -> Result<Duration, NotSeconds> {
+    let v: f64 = s.parse().map_err(|_| NotSeconds(s.into()))?;
     if !v.is_finite() || !(0.0..=1e9).contains(&v) {
-        return Err(format!("{s:?} is not a number of seconds"));
+        return Err(NotSeconds(s.into()));
     }
     Ok(Duration::from_secs_f64(v))
 }
 
-/// Parses `[PORT:]KEY=VALUE,...` for `--fault`.
-pub fn parse_fault_arg(s: &str) -> Result<(Option<String>, String), String> {
+/// Parses `[PORT:]KEY=VALUE,...` for `--fault` (the spec itself is checked when the port
+/// opens).
+pub fn parse_fault_arg(s: &str) -> Result<(Option<String>, String), Infallible> {
     match s.split_once(':') {
         Some((port, spec)) if !port.contains('=') => Ok((Some(port.to_string()), spec.to_string())),
         _ => Ok((None, s.to_string())),

@@ -138,7 +138,6 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     // Room for the buffers of every QP (client: source, sink; server: one each).
     let need_mb = (max * 2 * usize::from(args.qps.max(1))).div_ceil(1 << 20) + 8;
     rdma.mem_mb = rdma.mem_mb.max(need_mb);
-    let runtime = |e: dataplane::apps::AppError| CmdError::Runtime(e.to_string());
     let params = PerfParams {
         op,
         mode,
@@ -155,10 +154,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     if args.loopback {
         let mut pair = rdma.loopback()?;
         let addr = SocketAddrV4::new(pair.server.1, args.port);
-        let mut server = PerfServer::new(pair.server.0.handler_mut(), addr).map_err(runtime)?;
+        let mut server = PerfServer::new(pair.server.0.handler_mut(), addr)?;
         let local = pair.client.1;
-        let mut client =
-            PerfClient::new(pair.client.0.handler_mut(), local, addr, params).map_err(runtime)?;
+        let mut client = PerfClient::new(pair.client.0.handler_mut(), local, addr, params)?;
         client.progress = true;
         say!(
             "perf {} {} in-process loopback to {addr} (memory: {})",
@@ -176,14 +174,14 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             rdma.time_limit.unwrap_or(Duration::from_secs(3600)),
         );
         say!("{}", pair.server.0.handler().counters().summary());
-        rc.map_err(CmdError::Runtime)?;
-        return rs.map_err(CmdError::Runtime);
+        rc?;
+        return Ok(rs?);
     }
     let mut s = rdma.session()?;
     match args.server {
         None => {
             let addr = SocketAddrV4::new(s.ip, args.port);
-            let mut app = PerfServer::new(s.poll.handler_mut(), addr).map_err(runtime)?;
+            let mut app = PerfServer::new(s.poll.handler_mut(), addr)?;
             say!(
                 "perf {} server listening on {addr} (memory: {})",
                 op.name(),
@@ -196,8 +194,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         Some(ip) => {
             let remote = SocketAddrV4::new(ip, args.port);
             let local = s.ip;
-            let mut app =
-                PerfClient::new(s.poll.handler_mut(), local, remote, params).map_err(runtime)?;
+            let mut app = PerfClient::new(s.poll.handler_mut(), local, remote, params)?;
             app.progress = true;
             say!(
                 "perf {} {} to {remote} (memory: {}, CRC {}, markers {}, first FPDUs held {} ms)",
@@ -245,7 +242,6 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
     // The native protocol's peer is a dataplane server: no siw to wait for.
     rdma.first_fpdu_delay_ms.get_or_insert(0);
     rdma.mem_mb = rdma.mem_mb.max((size * 3).div_ceil(1 << 20) * 2 + 8);
-    let runtime = |e: dataplane::apps::AppError| CmdError::Runtime(e.to_string());
     let header = PerfResult::header(mode);
     let print = |who: &'static str| {
         Box::new(move |r: &PerfResult| {
@@ -259,12 +255,11 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
     if args.loopback {
         let mut pair = rdma.loopback()?;
         let addr = SocketAddrV4::new(pair.server.1, args.port);
-        let mut server = PerftestSession::server(pair.server.0.handler_mut(), addr, params.clone())
-            .map_err(runtime)?;
+        let mut server =
+            PerftestSession::server(pair.server.0.handler_mut(), addr, params.clone())?;
         server.on_result = Some(print("server"));
         let mut client =
-            PerftestSession::client(pair.client.0.handler_mut(), pair.client.1, addr, params)
-                .map_err(runtime)?;
+            PerftestSession::client(pair.client.0.handler_mut(), pair.client.1, addr, params)?;
         client.on_result = Some(print("client"));
         say!(
             "perf -R {} in-process loopback to {addr} (memory: {})",
@@ -278,8 +273,8 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
             &mut client,
             rdma.time_limit.unwrap_or(Duration::from_secs(3600)),
         );
-        rc.map_err(CmdError::Runtime)?;
-        return rs.map_err(CmdError::Runtime);
+        rc?;
+        return Ok(rs?);
     }
     let mut s = rdma.session()?;
     if let Some(p) = s.poll.ports().first() {
@@ -289,8 +284,7 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
     let r = match args.server {
         None => {
             let addr = SocketAddrV4::new(s.ip, args.port);
-            let mut app =
-                PerftestSession::server(s.poll.handler_mut(), addr, params).map_err(runtime)?;
+            let mut app = PerftestSession::server(s.poll.handler_mut(), addr, params)?;
             app.on_result = Some(print(""));
             say!(
                 "perf -R {} server listening on {addr} (memory: {})",
@@ -306,8 +300,7 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
         Some(ip) => {
             let remote = SocketAddrV4::new(ip, args.port);
             let local = s.ip;
-            let mut app = PerftestSession::client(s.poll.handler_mut(), local, remote, params)
-                .map_err(runtime)?;
+            let mut app = PerftestSession::client(s.poll.handler_mut(), local, remote, params)?;
             app.on_result = Some(print(""));
             say!(
                 "perf -R {} to {remote} (memory: {}, CRC {}, markers {}, first FPDUs held {} ms)",

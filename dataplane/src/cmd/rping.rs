@@ -200,7 +200,10 @@ impl RdmaArgs {
 
 impl Session {
     /// Runs `app` until done; stats lines on stderr; the counters summary at the end.
-    pub fn run<A: App>(&mut self, app: &mut A, limit: Option<Duration>) -> Result<(), CmdError> {
+    pub fn run<A: App>(&mut self, app: &mut A, limit: Option<Duration>) -> Result<(), CmdError>
+    where
+        CmdError: From<A::Error>,
+    {
         let stop = stop_flag()?;
         let started = clock::now();
         let r = run_app(
@@ -237,7 +240,7 @@ impl Session {
             loop_counters.tx_deferred,
             loop_counters.arp_failures
         );
-        r.map_err(CmdError::Runtime)
+        Ok(r?)
     }
 }
 
@@ -295,16 +298,15 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         validate: args.validate,
     };
     let mut s = args.rdma.session()?;
-    let runtime = |e: dataplane::apps::AppError| CmdError::Runtime(e.to_string());
     let mut app = if args.server {
         let addr = SocketAddrV4::new(args.addr.unwrap_or(s.ip), args.port);
-        let app = Rping::server(s.poll.handler_mut(), addr, opts).map_err(runtime)?;
+        let app = Rping::server(s.poll.handler_mut(), addr, opts)?;
         say!("rping server listening on {addr} (memory: {})", s.memory);
         app
     } else {
         let remote = SocketAddrV4::new(args.addr.unwrap_or(s.ip), args.port);
         let ip = s.ip;
-        let app = Rping::client(s.poll.handler_mut(), ip, remote, opts).map_err(runtime)?;
+        let app = Rping::client(s.poll.handler_mut(), ip, remote, opts)?;
         say!("rping client connecting to {remote} (memory: {})", s.memory);
         app
     };

@@ -90,8 +90,11 @@ fn drive<A: App>(
     limit: Option<Duration>,
     every: Duration,
     mut line: impl FnMut(&A, Duration) -> String,
-) -> Result<(), String> {
-    let stop = stop_flag().map_err(|e| e.to_string())?;
+) -> Result<(), CmdError>
+where
+    CmdError: From<A::Error>,
+{
+    let stop = stop_flag()?;
     let started = clock::now();
     run_app(
         &mut s.poll,
@@ -110,6 +113,7 @@ fn drive<A: App>(
             );
         },
     )
+    .map_err(CmdError::from)
 }
 
 fn counters_line(h: &RdmaHandler) -> String {
@@ -126,7 +130,7 @@ fn counters_line(h: &RdmaHandler) -> String {
 }
 
 /// The end-of-run table and the `key: value` lines tests parse.
-fn summary(role: &str, s: &Session, t: &SoakTally, secs: f64, result: &Result<(), String>) {
+fn summary(role: &str, s: &Session, t: &SoakTally, secs: f64, result: &Result<(), CmdError>) {
     let c = s.poll.handler().counters();
     let f = faults(&s.poll);
     let port = s.poll.ports()[0].stats();
@@ -231,18 +235,16 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         max_msg: usize::try_from(args.max_msg).unwrap_or(usize::MAX),
         stall: args.stall,
     };
-    params.check().map_err(CmdError::Usage)?;
+    params.check().map_err(|e| CmdError::Usage(e.to_string()))?;
     let mut rdma = args.rdma.clone();
     let need = params.client_memory().max(params.server_memory());
     rdma.mem_mb = rdma.mem_mb.max(need.div_ceil(1 << 20) + 4);
     let mut s = rdma.session()?;
-    let runtime = |e: dataplane::apps::AppError| CmdError::Runtime(e.to_string());
     let started = clock::now();
     match args.server {
         None => {
             let addr = SocketAddrV4::new(s.ip, args.port);
-            let mut app =
-                SoakServer::new(s.poll.handler_mut(), addr, args.stall).map_err(runtime)?;
+            let mut app = SoakServer::new(s.poll.handler_mut(), addr, args.stall)?;
             say!(
                 "soak server listening on {addr} (memory: {}, CRC {}, markers {})",
                 s.memory,
@@ -264,13 +266,12 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                 clock::elapsed(started).as_secs_f64(),
                 &r,
             );
-            r.map_err(CmdError::Runtime)
+            r
         }
         Some(ip) => {
             let remote = SocketAddrV4::new(ip, args.port);
             let local = s.ip;
-            let mut app = SoakClient::new(s.poll.handler_mut(), local, remote, params.clone())
-                .map_err(runtime)?;
+            let mut app = SoakClient::new(s.poll.handler_mut(), local, remote, params.clone())?;
             say!(
                 "soak client: {} QPs to {remote}, {} (memory: {}, CRC {}, markers {}, seed {})",
                 params.qps,
@@ -314,7 +315,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                     app.tally.bytes() as f64 * 8.0 / secs.max(1e-9) / 1e6
                 );
             }
-            r.map_err(CmdError::Runtime)
+            r
         }
     }
 }

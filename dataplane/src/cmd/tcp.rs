@@ -88,6 +88,24 @@ pub struct Args {
     pub ports: PortArgs,
 }
 
+/// Why a transfer failed.
+#[derive(Debug, thiserror::Error)]
+enum TransferError {
+    /// Writing the received bytes to `--output` failed.
+    #[error("--output: {0}")]
+    Output(std::io::Error),
+    /// The connection ended before the transfer was complete.
+    #[error("connection ended ({reason:?}) after {sent} bytes sent, {received} received")]
+    Ended {
+        /// How it ended.
+        reason: CloseReason,
+        /// Bytes sent.
+        sent: usize,
+        /// Bytes received.
+        received: u64,
+    },
+}
+
 /// One connection of the application.
 #[derive(Debug)]
 struct AppConn {
@@ -107,7 +125,7 @@ struct TcpApp {
     output: Option<BufWriter<File>>,
     conns: Vec<AppConn>,
     stop: Arc<AtomicBool>,
-    outcome: Option<Result<(), String>>,
+    outcome: Option<Result<(), TransferError>>,
     started: Option<Instant>,
     finished: Option<Instant>,
     last_info: Option<ConnInfo>,
@@ -115,10 +133,10 @@ struct TcpApp {
 }
 
 impl TcpApp {
-    fn finish(&mut self, now: Instant, outcome: Result<(), String>) {
+    fn finish(&mut self, now: Instant, outcome: Result<(), TransferError>) {
         if let Some(out) = self.output.as_mut() {
             if let Err(e) = out.flush() {
-                self.outcome = Some(Err(format!("--output: {e}")));
+                self.outcome = Some(Err(TransferError::Output(e)));
             }
         }
         self.finished.get_or_insert(now);
@@ -130,7 +148,7 @@ impl TcpApp {
         self.received += bytes.len() as u64;
         if let Some(out) = self.output.as_mut() {
             if let Err(e) = out.write_all(bytes) {
-                self.outcome = Some(Err(format!("--output: {e}")));
+                self.outcome = Some(Err(TransferError::Output(e)));
                 self.stop.store(true, Ordering::Relaxed);
             }
         }
@@ -190,10 +208,11 @@ impl TcpApp {
                         let outcome = if ok {
                             Ok(())
                         } else {
-                            Err(format!(
-                                "connection ended ({reason:?}) after {} bytes sent, {} received",
-                                self.written, self.received
-                            ))
+                            Err(TransferError::Ended {
+                                reason,
+                                sent: self.written,
+                                received: self.received,
+                            })
                         };
                         self.finish(now, outcome);
                     }
@@ -434,7 +453,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         );
     }
     match &app.outcome {
-        Some(Err(e)) => Err(CmdError::Runtime(e.clone())),
+        Some(Err(e)) => Err(CmdError::Runtime(e.to_string())),
         Some(Ok(())) => Ok(()),
         None if matches!(app.mode, Mode::Source | Mode::Client) || app.once => Err(
             CmdError::Runtime("stopped before the transfer completed".into()),

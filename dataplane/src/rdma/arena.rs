@@ -83,7 +83,7 @@ impl Region {
 }
 
 /// Why a buffer could not be set up.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ArenaError {
     /// The RNIC's memory is used up.
     #[error("registered memory exhausted: {want} octets wanted, {left} left")]
@@ -94,7 +94,7 @@ pub enum ArenaError {
         left: usize,
     },
     /// The registration failed.
-    #[error("memory registration: {0:?}")]
+    #[error("memory registration: {0}")]
     Register(VerbError),
 }
 

@@ -100,7 +100,7 @@ pub enum CmEvent {
 }
 
 /// Connection manager errors.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CmError {
     /// A verbs call failed.
     #[error("verbs: {0}")]

@@ -195,3 +195,51 @@ impl CompletionStatus {
         self == CompletionStatus::Success
     }
 }
+
+impl std::fmt::Display for CompletionStatus {
+    /// The status's short name (VERBS-00 §9.5.2, Fig. 36).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CompletionStatus::Success => "success",
+            CompletionStatus::Flushed => "flushed",
+            CompletionStatus::InvalidWqe => "invalid WQE",
+            CompletionStatus::LocalQpCatastrophic => "local QP catastrophic error",
+            CompletionStatus::RemoteTermination => "remote termination error",
+            CompletionStatus::InvalidStag => "invalid STag",
+            CompletionStatus::BaseBoundsViolation => "base and bounds violation",
+            CompletionStatus::AccessViolation => "access violation",
+            CompletionStatus::InvalidPdId => "invalid PD ID",
+            CompletionStatus::WrapError => "wrap error",
+            CompletionStatus::InvalidateStagMismatch => "invalidate STag mismatch",
+            CompletionStatus::ZeroReadResources => "zero ORD",
+            CompletionStatus::QpNotPrivileged => "QP not privileged",
+            CompletionStatus::StagNotInvalid => "STag not in the invalid state",
+            CompletionStatus::InvalidPageSize => "invalid page size",
+            CompletionStatus::InvalidPhysicalBufferSize => "invalid physical buffer size",
+            CompletionStatus::InvalidPblEntry => "invalid physical buffer list entry",
+            CompletionStatus::InvalidFbo => "invalid FBO",
+            CompletionStatus::InvalidFastRegLength => "invalid fast-register length",
+            CompletionStatus::InvalidAccessRights => "invalid access rights",
+            CompletionStatus::PblTooLong => "physical buffer list too long",
+            CompletionStatus::InvalidVirtualAddress => "invalid virtual address",
+            CompletionStatus::InvalidRegion => "invalid region",
+            CompletionStatus::InvalidWindow => "invalid window",
+            CompletionStatus::InvalidLength => "invalid length",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_for_messages() {
+        assert_eq!(CompletionStatus::Flushed.to_string(), "flushed");
+        assert_eq!(
+            CompletionStatus::RemoteTermination.to_string(),
+            "remote termination error"
+        );
+        assert_eq!(VerbError::InvalidQpState.to_string(), "invalid QP state");
+    }
+}

@@ -39,6 +39,29 @@ pub enum WcOpcode {
     Receive,
 }
 
+impl std::fmt::Display for WcOpcode {
+    /// The operation's short name.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WcOpcode::Send => "send",
+            WcOpcode::SendSe => "send with solicited event",
+            WcOpcode::SendInv => "send with invalidate",
+            WcOpcode::SendSeInv => "send with solicited event and invalidate",
+            WcOpcode::RdmaWrite => "RDMA write",
+            WcOpcode::RdmaRead => "RDMA read",
+            WcOpcode::RdmaReadInvalidate => "RDMA read with invalidate local STag",
+            WcOpcode::ImmediateData => "immediate data",
+            WcOpcode::FetchAdd => "fetch and add",
+            WcOpcode::CmpSwap => "compare and swap",
+            WcOpcode::Swap => "swap",
+            WcOpcode::Bind => "bind memory window",
+            WcOpcode::FastRegister => "fast-register",
+            WcOpcode::LocalInvalidate => "invalidate local STag",
+            WcOpcode::Receive => "receive",
+        })
+    }
+}
+
 /// One Work Completion as returned by Poll CQ. On a non-success status only `wr_id`,
 /// `status` and `qp` are meaningful (VERBS-00 §9.3.2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,5 +100,16 @@ impl WorkCompletion {
             atomic_original: None,
             qp,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opcode_names_for_messages() {
+        assert_eq!(WcOpcode::RdmaRead.to_string(), "RDMA read");
+        assert_eq!(WcOpcode::Receive.to_string(), "receive");
     }
 }

@@ -6,4 +6,4 @@
 pub mod session;
 pub mod wire;
 
-pub use session::{PerftestError, PerftestParams, PerftestSession, Test};
+pub use session::{Channel, PerftestError, PerftestParams, PerftestSession, Test};

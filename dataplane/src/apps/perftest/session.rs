@@ -23,8 +23,8 @@ use tcp::ConnId;
 
 use super::wire::{self, BwReport, Dest, IbMtu, RecordError, Version, REPORT_FIELDS};
 use crate::apps::perf::{latency_result, PerfResult, ResultSink};
-use crate::apps::{all_rights, App, AppError, Resources, Step};
-use crate::rdma::{CmEvent, RdmaHandler, Region};
+use crate::apps::{all_rights, App, AppError, ConnectFailure, Resources, Step};
+use crate::rdma::{CmError, CmEvent, RdmaHandler, Region};
 
 /// The perftest tool both sides run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +69,15 @@ impl Test {
     /// Sends on the data connection (receives to post).
     fn sends(self) -> bool {
         matches!(self, Test::SendBw | Test::SendLat)
+    }
+
+    /// The operation measured: `write`, `read` or `send`.
+    fn op_name(self) -> &'static str {
+        match self {
+            Test::WriteBw | Test::WriteLat => "write",
+            Test::ReadBw | Test::ReadLat => "read",
+            Test::SendBw | Test::SendLat => "send",
+        }
     }
 }
 
@@ -152,8 +161,26 @@ impl PerftestParams {
     }
 }
 
+/// One of the two connections of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// The control connection (the records).
+    Control,
+    /// The data connection (the test traffic).
+    Data,
+}
+
+impl std::fmt::Display for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Channel::Control => "control",
+            Channel::Data => "data",
+        })
+    }
+}
+
 /// Why a run failed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PerftestError {
     /// A control record from the peer did not parse.
     #[error("malformed {stage} record from the peer: {err}")]
@@ -163,12 +190,72 @@ pub enum PerftestError {
         /// What was wrong.
         err: RecordError,
     },
-    /// The peer's records disagree with the test (e.g. a zero buffer).
-    #[error("peer's {0}")]
-    Peer(String),
-    /// The connection manager or a verbs call failed.
-    #[error("{0}")]
-    Rdma(String),
+    /// The peer's `pingpong_dest` names no buffer where the test needs one.
+    #[error("peer's pingpong_dest names no buffer (rkey and vaddr 0)")]
+    NoPeerBuffer,
+    /// Data work before the peer's buffer was exchanged.
+    #[error("peer's buffer unknown")]
+    PeerBufferUnknown,
+    /// A credit return before the peer's credit buffer was exchanged.
+    #[error("peer's credit buffer unknown")]
+    PeerCreditBufferUnknown,
+    /// Work for a connection that is not there.
+    #[error("no {0} connection")]
+    NoConnection(Channel),
+    /// A data receive completed without a data connection.
+    #[error("receive without a data connection")]
+    ReceiveWithoutData,
+    /// The client has no server address for the data connection.
+    #[error("no server address")]
+    NoServerAddress,
+    /// Accepting a connection failed.
+    #[error("accept: {0}")]
+    Accept(CmError),
+    /// Starting the data connection failed.
+    #[error("data connection: {0}")]
+    DataConnect(CmError),
+    /// A connection was rejected or failed to come up.
+    #[error("{channel} connection: {why}")]
+    Connect {
+        /// Which connection.
+        channel: Channel,
+        /// Why.
+        why: ConnectFailure,
+    },
+    /// The data connection failed on every attempt.
+    #[error("data connection failed {tries} times: {why}")]
+    DataConnectTries {
+        /// Attempts made.
+        tries: u32,
+        /// Why the last one failed.
+        why: ConnectFailure,
+    },
+    /// A work request completed in error.
+    #[error("{channel} completion {opcode}: {status}")]
+    Completion {
+        /// The connection of the QP.
+        channel: Channel,
+        /// The operation.
+        opcode: WcOpcode,
+        /// Its completion status.
+        status: CompletionStatus,
+    },
+    /// A connection went away before the script was over.
+    #[error(
+        "the {channel} connection {} during {during}",
+        if *.graceful { "was closed by the peer" } else { "broke (reset or Terminate)" }
+    )]
+    Closed {
+        /// Which connection.
+        channel: Channel,
+        /// It closed in order (else reset or Terminate).
+        graceful: bool,
+        /// Where the script was.
+        during: String,
+    },
+    /// A failure every application can have.
+    #[error(transparent)]
+    App(#[from] AppError),
 }
 
 /// The control exchanges.
@@ -417,7 +504,7 @@ impl PerftestSession {
         let mut s =
             PerftestSession::new(h, false, SocketAddrV4::new(local, 0), Some(server), params)?;
         let (id, qp) = h.connect(local, server, s.res.init, &[])?;
-        s.post_ctrl_recvs(h, qp).map_err(AppError::Verbs)?;
+        s.post_ctrl_recvs(h, qp)?;
         s.ctrl = Some(Conn::new(id, qp));
         Ok(s)
     }
@@ -427,11 +514,7 @@ impl PerftestSession {
         self.peer_version.as_deref()
     }
 
-    fn post_ctrl_recvs(
-        &self,
-        h: &mut RdmaHandler,
-        qp: QpId,
-    ) -> Result<(), iwarp::verbs::VerbError> {
+    fn post_ctrl_recvs(&self, h: &mut RdmaHandler, qp: QpId) -> Result<(), AppError> {
         let wrs = (0..CTRL_SLOTS)
             .map(|i| RecvWr {
                 wr_id: TAG_CTRL_RECV | i as u64,
@@ -440,11 +523,11 @@ impl PerftestSession {
             .collect();
         h.rnic_mut()
             .post_rq(qp, wrs)
-            .map(|_| ())
-            .map_err(|e| e.error)
+            .map_err(AppError::post("receive"))?;
+        Ok(())
     }
 
-    fn post_data_recvs(&mut self, h: &mut RdmaHandler, qp: QpId, n: u64) -> Result<(), String> {
+    fn post_data_recvs(&mut self, h: &mut RdmaHandler, qp: QpId, n: u64) -> Result<(), AppError> {
         if n == 0 {
             return Ok(());
         }
@@ -461,7 +544,7 @@ impl PerftestSession {
             .collect();
         h.rnic_mut()
             .post_rq(qp, wrs)
-            .map_err(|e| format!("post receive: {:?}", e.error))?;
+            .map_err(AppError::post("receive"))?;
         self.data_phase.recvs_posted += n;
         Ok(())
     }
@@ -529,9 +612,7 @@ impl PerftestSession {
                     Test::SendLat => false,
                 };
                 if needs_buffer && d.rkey == 0 && d.vaddr == 0 {
-                    return Err(PerftestError::Peer(
-                        "pingpong_dest names no buffer (rkey and vaddr 0)".into(),
-                    ));
+                    return Err(PerftestError::NoPeerBuffer);
                 }
                 self.peer_dest = Some(d);
             }
@@ -543,7 +624,7 @@ impl PerftestSession {
     fn send_ctrl(&mut self, h: &mut RdmaHandler, bytes: &[u8]) -> Result<(), PerftestError> {
         let c = self
             .ctrl
-            .ok_or_else(|| PerftestError::Rdma("no control connection".into()))?;
+            .ok_or(PerftestError::NoConnection(Channel::Control))?;
         let slot = self.ctrl_send_next;
         self.ctrl_send_next = (slot + 1) % CTRL_SLOTS;
         let off = slot * CTRL_BUF;
@@ -558,7 +639,7 @@ impl PerftestSession {
             },
         );
         rnic.post_sq(c.qp, vec![wr])
-            .map_err(|e| PerftestError::Rdma(format!("post control send: {:?}", e.error)))?;
+            .map_err(AppError::post("control send"))?;
         self.ctrl_sends_pending += 1;
         Ok(())
     }
@@ -576,19 +657,15 @@ impl PerftestSession {
                 if !self.server {
                     let _ = h.reject(id, &[]);
                 } else if self.ctrl.is_none() {
-                    self.post_ctrl_recvs(h, qp)
-                        .map_err(|e| PerftestError::Rdma(format!("post receive: {e:?}")))?;
-                    h.accept(id, &[])
-                        .map_err(|e| PerftestError::Rdma(format!("accept: {e}")))?;
+                    self.post_ctrl_recvs(h, qp)?;
+                    h.accept(id, &[]).map_err(PerftestError::Accept)?;
                     self.ctrl = Some(Conn::new(id, qp));
                 } else if self.data.is_none() {
                     if self.params.test.sends() {
                         let n = u64::from(self.params.rx_depth.max(1)).min(self.params.iters);
-                        self.post_data_recvs(h, qp, n)
-                            .map_err(PerftestError::Rdma)?;
+                        self.post_data_recvs(h, qp, n)?;
                     }
-                    h.accept(id, &[])
-                        .map_err(|e| PerftestError::Rdma(format!("accept: {e}")))?;
+                    h.accept(id, &[]).map_err(PerftestError::Accept)?;
                     self.data = Some(Conn::new(id, qp));
                 } else {
                     let _ = h.reject(id, &[]);
@@ -603,23 +680,31 @@ impl PerftestSession {
                 }
             }
             CmEvent::Rejected { id, .. } | CmEvent::ConnectError { id, .. } => {
-                let why = match &ev {
-                    CmEvent::ConnectError { reason, .. } => reason.clone(),
-                    _ => "rejected".into(),
+                // perftest's peers reject without a reason: the bare "rejected".
+                let why = match ev {
+                    CmEvent::ConnectError { reason, .. } => ConnectFailure::Failed(reason),
+                    _ => ConnectFailure::rejected(&[]),
                 };
                 if self.data.is_some_and(|c| c.id == id) && !self.server {
                     // perftest's server may not listen yet for the data connection.
                     self.data = None;
                     if self.data_tries >= DATA_CONNECT_TRIES {
-                        return Err(PerftestError::Rdma(format!(
-                            "data connection failed {DATA_CONNECT_TRIES} times: {why}"
-                        )));
+                        return Err(PerftestError::DataConnectTries {
+                            tries: DATA_CONNECT_TRIES,
+                            why,
+                        });
                     }
                     self.data_retry_at = Some(now + DATA_CONNECT_PAUSE);
                 } else if self.ctrl.is_some_and(|c| c.id == id) {
-                    return Err(PerftestError::Rdma(format!("control connection: {why}")));
+                    return Err(PerftestError::Connect {
+                        channel: Channel::Control,
+                        why,
+                    });
                 } else if self.data.is_some_and(|c| c.id == id) {
-                    return Err(PerftestError::Rdma(format!("data connection: {why}")));
+                    return Err(PerftestError::Connect {
+                        channel: Channel::Data,
+                        why,
+                    });
                 }
             }
             CmEvent::Disconnected { id, graceful, .. } => {
@@ -635,21 +720,18 @@ impl PerftestSession {
     }
 
     fn connect_data(&mut self, h: &mut RdmaHandler) -> Result<(), PerftestError> {
-        let remote = self
-            .remote
-            .ok_or_else(|| PerftestError::Rdma("no server address".into()))?;
+        let remote = self.remote.ok_or(PerftestError::NoServerAddress)?;
         let mut init = self.res.init;
         init.ird = self.params.qp_ird_ord();
         init.ord = self.params.qp_ird_ord();
         let (id, qp) = h
             .connect(*self.local.ip(), remote, init, &[])
-            .map_err(|e| PerftestError::Rdma(format!("data connection: {e}")))?;
+            .map_err(PerftestError::DataConnect)?;
         self.data_tries += 1;
         if self.params.test == Test::SendLat {
             self.data_phase.recvs_posted = 0;
             let n = u64::from(self.params.rx_depth.max(1)).min(self.params.iters);
-            self.post_data_recvs(h, qp, n)
-                .map_err(PerftestError::Rdma)?;
+            self.post_data_recvs(h, qp, n)?;
         }
         self.data = Some(Conn::new(id, qp));
         Ok(())
@@ -673,16 +755,15 @@ impl PerftestSession {
             return Ok(());
         }
         if wc.status != CompletionStatus::Success {
-            return Err(PerftestError::Rdma(format!(
-                "{} completion {:?}: {:?}",
-                if self.ctrl.is_some_and(|c| c.qp == wc.qp) {
-                    "control"
+            return Err(PerftestError::Completion {
+                channel: if self.ctrl.is_some_and(|c| c.qp == wc.qp) {
+                    Channel::Control
                 } else {
-                    "data"
+                    Channel::Data
                 },
-                wc.opcode,
-                wc.status
-            )));
+                opcode: wc.opcode,
+                status: wc.status,
+            });
         }
         match tag {
             TAG_CTRL_RECV => {
@@ -700,7 +781,7 @@ impl PerftestSession {
                             sgl: vec![self.ctrl_recv.sge(off, CTRL_BUF)],
                         }],
                     )
-                    .map_err(|e| PerftestError::Rdma(format!("post receive: {:?}", e.error)))?;
+                    .map_err(AppError::post("receive"))?;
             }
             TAG_DATA => {
                 let d = &mut self.data_phase;
@@ -739,32 +820,28 @@ impl PerftestSession {
     fn lat_received(&mut self, h: &mut RdmaHandler, qp: QpId) -> Result<(), PerftestError> {
         self.data_phase.arrived += 1;
         if self.data_phase.recvs_posted < self.params.iters {
-            self.post_data_recvs(h, qp, 1)
-                .map_err(PerftestError::Rdma)?;
+            self.post_data_recvs(h, qp, 1)?;
         }
         Ok(())
     }
 
     /// `ib_send_bw` server: one Send received; repost, return credits as perftest does.
     fn data_received(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<(), PerftestError> {
-        let data = self
-            .data
-            .ok_or_else(|| PerftestError::Rdma("receive without a data connection".into()))?;
+        let data = self.data.ok_or(PerftestError::ReceiveWithoutData)?;
         let d = &mut self.data_phase;
         d.received += 1;
         d.start.get_or_insert(now);
         d.end = Some(now);
         let received = d.received;
         if self.data_phase.recvs_posted < self.params.iters {
-            self.post_data_recvs(h, data.qp, 1)
-                .map_err(PerftestError::Rdma)?;
+            self.post_data_recvs(h, data.qp, 1)?;
         }
         let rx = u64::from(self.params.rx_depth.max(1));
         let every = (rx / 3).max(1);
         if (received % rx).is_multiple_of(every) {
             let peer = self
                 .peer_dest
-                .ok_or_else(|| PerftestError::Peer("credit buffer unknown".into()))?;
+                .ok_or(PerftestError::PeerCreditBufferUnknown)?;
             let rnic = h.rnic_mut();
             let count = u32::try_from(received).unwrap_or(u32::MAX);
             self.credit.bytes_mut(rnic)[..4].copy_from_slice(&wire::credit_to_bytes(count));
@@ -780,7 +857,7 @@ impl PerftestSession {
             )
             .unsignaled();
             rnic.post_sq(data.qp, vec![wr])
-                .map_err(|e| PerftestError::Rdma(format!("post credit write: {:?}", e.error)))?;
+                .map_err(AppError::post("credit write"))?;
         }
         Ok(())
     }
@@ -805,10 +882,8 @@ impl PerftestSession {
     fn post_bw(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<(), PerftestError> {
         let data = self
             .data
-            .ok_or_else(|| PerftestError::Rdma("no data connection".into()))?;
-        let peer = self
-            .peer_dest
-            .ok_or_else(|| PerftestError::Peer("buffer unknown".into()))?;
+            .ok_or(PerftestError::NoConnection(Channel::Data))?;
+        let peer = self.peer_dest.ok_or(PerftestError::PeerBufferUnknown)?;
         let mut depth = u64::from(self.params.tx_depth.max(1));
         if self.params.test == Test::ReadBw {
             depth = depth.min(u64::from(data.ord.max(1))).min(READS_IN_FLIGHT);
@@ -854,7 +929,7 @@ impl PerftestSession {
         if !wrs.is_empty() {
             d.start.get_or_insert(now);
             rnic.post_sq(data.qp, wrs)
-                .map_err(|e| PerftestError::Rdma(format!("post: {:?}", e.error)))?;
+                .map_err(AppError::post(self.params.test.op_name()))?;
         }
         Ok(())
     }
@@ -866,16 +941,12 @@ impl PerftestSession {
         let size = self.params.size;
         let write = self.params.test == Test::WriteLat;
         if write && size == 0 {
-            return Err(PerftestError::Rdma(
-                "write latency needs -s 1 or more".into(),
-            ));
+            return Err(AppError::WriteLatencyNeedsSize.into());
         }
         let data = self
             .data
-            .ok_or_else(|| PerftestError::Rdma("no data connection".into()))?;
-        let peer = self
-            .peer_dest
-            .ok_or_else(|| PerftestError::Peer("buffer unknown".into()))?;
+            .ok_or(PerftestError::NoConnection(Channel::Data))?;
+        let peer = self.peer_dest.ok_or(PerftestError::PeerBufferUnknown)?;
         let rnic = h.rnic_mut();
         let d = &mut self.data_phase;
         if d.start.is_none() {
@@ -924,7 +995,7 @@ impl PerftestSession {
                 };
                 let wr = SendWr::message(TAG_DATA | d.posted, op);
                 rnic.post_sq(data.qp, vec![wr])
-                    .map_err(|e| PerftestError::Rdma(format!("post: {:?}", e.error)))?;
+                    .map_err(AppError::post(self.params.test.op_name()))?;
                 d.posts.push(now);
                 d.awaiting = true;
             } else {
@@ -939,10 +1010,8 @@ impl PerftestSession {
         let iters = self.params.iters;
         let data = self
             .data
-            .ok_or_else(|| PerftestError::Rdma("no data connection".into()))?;
-        let peer = self
-            .peer_dest
-            .ok_or_else(|| PerftestError::Peer("buffer unknown".into()))?;
+            .ok_or(PerftestError::NoConnection(Channel::Data))?;
+        let peer = self.peer_dest.ok_or(PerftestError::PeerBufferUnknown)?;
         let d = &mut self.data_phase;
         d.start.get_or_insert(now);
         if d.posted == d.completed && d.posted < iters {
@@ -963,7 +1032,7 @@ impl PerftestSession {
             );
             h.rnic_mut()
                 .post_sq(data.qp, vec![wr])
-                .map_err(|e| PerftestError::Rdma(format!("post: {:?}", e.error)))?;
+                .map_err(AppError::post(self.params.test.op_name()))?;
             d.posts.push(now);
         }
         Ok(d.completed >= iters)
@@ -1130,19 +1199,16 @@ impl PerftestSession {
                         let _ = h.disconnect(c.id);
                     }
                 }
-            } else if let Some((which, c)) = [("control", self.ctrl), ("data", self.data)]
-                .into_iter()
-                .find_map(|(n, c)| c.filter(|c| c.gone).map(|c| (n, c)))
+            } else if let Some((channel, c)) =
+                [(Channel::Control, self.ctrl), (Channel::Data, self.data)]
+                    .into_iter()
+                    .find_map(|(n, c)| c.filter(|c| c.gone).map(|c| (n, c)))
             {
-                return Err(PerftestError::Rdma(format!(
-                    "the {which} connection {} during {}",
-                    if c.graceful {
-                        "was closed by the peer"
-                    } else {
-                        "broke (reset or Terminate)"
-                    },
-                    self.stage_name()
-                )));
+                return Err(PerftestError::Closed {
+                    channel,
+                    graceful: c.graceful,
+                    during: self.stage_name(),
+                });
             }
         }
         Ok(self.finishing && [self.ctrl, self.data].into_iter().flatten().all(|c| c.gone))
@@ -1161,7 +1227,9 @@ fn bw_result(r: &BwReport) -> PerfResult {
 }
 
 impl App for PerftestSession {
-    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step {
+    type Error = PerftestError;
+
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<PerftestError> {
         match self.run_step(h, now) {
             Ok(false) => Step::Continue,
             Ok(true) => Step::Done(Ok(())),
@@ -1169,7 +1237,7 @@ impl App for PerftestSession {
                 for c in [self.ctrl, self.data].into_iter().flatten() {
                     let _ = h.abort(c.id);
                 }
-                Step::Done(Err(e.to_string()))
+                Step::Done(Err(e))
             }
         }
     }
