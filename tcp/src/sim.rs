@@ -10,7 +10,7 @@
 
 use core::cmp::Ordering;
 use core::time::Duration;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
 
@@ -185,7 +185,11 @@ pub struct Link {
     stats: LinkStats,
     rewrite: Option<Rewrite>,
     rng: SplitMix64,
-    queue: BinaryHeap<Pending>,
+    /// Packets in due order, as long as each is due no earlier than the one before (the
+    /// common case, kept cheap for benchmarks).
+    queue: VecDeque<Pending>,
+    /// Packets due before the last one in `queue` (held back less, or a faster rate).
+    overtaking: BinaryHeap<Pending>,
     next_id: u64,
     /// When each side's transmitter is free again.
     busy_until: [Instant; 2],
@@ -199,7 +203,8 @@ impl Link {
             stats: LinkStats::default(),
             rewrite: None,
             rng: SplitMix64(seed),
-            queue: BinaryHeap::new(),
+            queue: VecDeque::new(),
+            overtaking: BinaryHeap::new(),
             next_id: 0,
             busy_until: [Instant::ZERO; 2],
         }
@@ -278,7 +283,7 @@ impl Link {
     fn enqueue(&mut self, due: Instant, to: Side, bytes: Vec<u8>, corrupted: bool) {
         let id = self.next_id;
         self.next_id += 1;
-        self.queue.push(Pending {
+        let p = Pending {
             due,
             id,
             delivery: Delivery {
@@ -287,17 +292,35 @@ impl Link {
                 bytes,
                 corrupted,
             },
-        });
+        };
+        if self.queue.back().is_none_or(|last| last.due <= due) {
+            self.queue.push_back(p);
+        } else {
+            self.overtaking.push(p);
+        }
+    }
+
+    /// Whether the earliest packet is in `overtaking` rather than at the front of `queue`.
+    fn overtaking_first(&self) -> bool {
+        match (self.queue.front(), self.overtaking.peek()) {
+            (Some(q), Some(o)) => (o.due, o.id) < (q.due, q.id),
+            (q, _) => q.is_none(),
+        }
     }
 
     /// When the next packet is due, if any is on its way.
     pub fn next_due(&self) -> Option<Instant> {
-        self.queue.peek().map(|p| p.due)
+        let next = if self.overtaking_first() {
+            self.overtaking.peek()
+        } else {
+            self.queue.front()
+        };
+        next.map(|p| p.due)
     }
 
     /// Packets on their way.
     pub fn in_flight(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.overtaking.len()
     }
 
     /// The next packet due at or before `now`: the earliest first, those due at the same
@@ -306,7 +329,12 @@ impl Link {
         if self.next_due()? > now {
             return None;
         }
-        let d = self.queue.pop()?.delivery;
+        let next = if self.overtaking_first() {
+            self.overtaking.pop()
+        } else {
+            self.queue.pop_front()
+        };
+        let d = next?.delivery;
         self.stats.delivered += 1;
         if d.corrupted {
             self.stats.corrupted_delivered += 1;
