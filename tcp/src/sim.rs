@@ -7,6 +7,21 @@
 //! ([`Link::poll_delivery`]), waking up at [`Link::next_due`]. The link reads no clock and
 //! does not parse packets (only a rewrite hook may); the same seed and the same calls give
 //! the same deliveries. Each harness drives its own engines around it.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tcp::sim::{Link, LinkConfig, Side};
+//! use tcp::Instant;
+//!
+//! let cfg = LinkConfig { loss: 0.01, reorder: 0.05, ..LinkConfig::default() };
+//! let mut link = Link::new(cfg, 42);
+//! let now = Instant::from_millis(1);
+//! link.send(now, Side::A, vec![0x45; 60]); // an IPv4 packet from A's engine
+//! let later = now + Duration::from_millis(1);
+//! while let Some(d) = link.poll_delivery(later) {
+//!     assert_eq!(d.to, Side::B); // hand `d.bytes` to B's engine at `d.due`
+//! }
+//! ```
 
 use core::cmp::Ordering;
 use core::time::Duration;
@@ -118,7 +133,7 @@ pub struct Delivery {
 
 /// Sees every packet a side sends, at the send time, before any impairment: it may rewrite
 /// the packet, and drops it by returning false.
-pub type Rewrite = Box<dyn FnMut(Instant, Side, &mut Vec<u8>) -> bool>;
+type Rewrite = Box<dyn FnMut(Instant, Side, &mut Vec<u8>) -> bool>;
 
 /// A packet on its way, ordered by due time, then by the order it was queued.
 struct Pending {
@@ -248,9 +263,9 @@ impl Link {
         }
         let busy = &mut self.busy_until[from.index()];
         let serialization = self.config.rate_bps.map_or(0, |rate| {
-            (bytes.len() as u64 * 8 * 1_000_000_000)
-                .checked_div(rate)
-                .unwrap_or(0)
+            (bytes.len() as u128 * 8_000_000_000)
+                .checked_div(u128::from(rate))
+                .map_or(0, |ns| u64::try_from(ns).unwrap_or(u64::MAX))
         });
         *busy = now.max(*busy) + Duration::from_nanos(serialization);
         let departed = *busy;
@@ -470,6 +485,30 @@ mod tests {
         let mut sorted = order.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, (0..100).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn held_back_packet_is_overtaken_in_send_order() {
+        let cfg = LinkConfig {
+            reorder: 1.0,
+            ..clean()
+        };
+        let mut link = Link::new(cfg, 1);
+        let t0 = Instant::from_millis(1);
+        link.send(t0, Side::A, vec![0]);
+        link.config_mut().reorder = 0.0;
+        for i in 1..4 {
+            link.send(t0, Side::A, vec![i]);
+        }
+        link.send(t0 + Duration::from_micros(100), Side::A, vec![4]);
+        let got = drain(&mut link, Instant::from_millis(2));
+        let order: Vec<(u8, Duration)> = got.iter().map(|d| (d.bytes[0], d.due - t0)).collect();
+        let (normal, held) = (Duration::from_micros(50), Duration::from_micros(150));
+        assert_eq!(
+            order,
+            [(1, normal), (2, normal), (3, normal), (0, held), (4, held)]
+        );
+        assert_eq!(link.stats().reordered, 1);
     }
 
     #[test]
