@@ -376,11 +376,14 @@ mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 
-    fn clean() -> LinkConfig {
-        LinkConfig {
+    /// A link of 50 µs without rate limit, then `edit`ed.
+    fn link(seed: u64, edit: impl FnOnce(&mut LinkConfig)) -> Link {
+        let mut cfg = LinkConfig {
             rate_bps: None,
             ..LinkConfig::default()
-        }
+        };
+        edit(&mut cfg);
+        Link::new(cfg, seed)
     }
 
     fn drain(link: &mut Link, now: Instant) -> Vec<Delivery> {
@@ -389,7 +392,7 @@ mod tests {
 
     #[test]
     fn delivers_after_delay_in_order_to_the_other_side() {
-        let mut link = Link::new(clean(), 1);
+        let mut link = link(1, |_| {});
         let t0 = Instant::from_millis(1);
         for i in 0..3u8 {
             link.send(t0, Side::A, vec![i]);
@@ -409,11 +412,7 @@ mod tests {
 
     #[test]
     fn rate_serializes_each_direction() {
-        let cfg = LinkConfig {
-            rate_bps: Some(8_000_000), // one octet per microsecond
-            ..clean()
-        };
-        let mut link = Link::new(cfg, 1);
+        let mut link = link(1, |c| c.rate_bps = Some(8_000_000)); // one octet per µs
         let t0 = Instant::from_millis(1);
         link.send(t0, Side::A, vec![0; 100]);
         link.send(t0, Side::A, vec![0; 100]);
@@ -434,15 +433,10 @@ mod tests {
 
     #[test]
     fn impairments_are_counted_and_seeded() {
-        let cfg = LinkConfig {
-            loss: 0.1,
-            duplicate: 0.1,
-            reorder: 0.1,
-            corrupt: 0.1,
-            ..clean()
-        };
         let run = |seed| {
-            let mut link = Link::new(cfg.clone(), seed);
+            let mut link = link(seed, |c| {
+                (c.loss, c.duplicate, c.reorder, c.corrupt) = (0.1, 0.1, 0.1, 0.1);
+            });
             for i in 0..1000u32 {
                 link.send(Instant::from_micros(u64::from(i)), Side::A, vec![0; 64]);
             }
@@ -468,11 +462,7 @@ mod tests {
 
     #[test]
     fn reordered_packets_arrive_behind_later_ones() {
-        let cfg = LinkConfig {
-            reorder: 0.3,
-            ..clean()
-        };
-        let mut link = Link::new(cfg, 5);
+        let mut link = link(5, |c| c.reorder = 0.3);
         for i in 0..100u8 {
             link.send(Instant::from_micros(u64::from(i)), Side::B, vec![i]);
         }
@@ -489,11 +479,7 @@ mod tests {
 
     #[test]
     fn held_back_packet_is_overtaken_in_send_order() {
-        let cfg = LinkConfig {
-            reorder: 1.0,
-            ..clean()
-        };
-        let mut link = Link::new(cfg, 1);
+        let mut link = link(1, |c| c.reorder = 1.0);
         let t0 = Instant::from_millis(1);
         link.send(t0, Side::A, vec![0]);
         link.config_mut().reorder = 0.0;
@@ -513,11 +499,7 @@ mod tests {
 
     #[test]
     fn certain_loss_drops_everything() {
-        let cfg = LinkConfig {
-            loss: 1.0,
-            ..clean()
-        };
-        let mut link = Link::new(cfg, 3);
+        let mut link = link(3, |c| c.loss = 1.0);
         link.send(Instant::ZERO, Side::B, vec![1]);
         assert_eq!(link.in_flight(), 0);
         assert_eq!(link.stats().lost, 1);
@@ -525,7 +507,7 @@ mod tests {
 
     #[test]
     fn rewrite_hook_edits_and_drops() {
-        let mut link = Link::new(clean(), 1);
+        let mut link = link(1, |_| {});
         link.set_rewrite(|_, side, p| {
             p.push(0xee);
             side == Side::A

@@ -283,17 +283,14 @@ impl Sim {
     pub fn step(&mut self) -> bool {
         self.service();
         self.flush();
-        let mut next = self.link.next_due();
-        let timers = [
+        let next = [
+            self.link.next_due(),
             self.nodes[0].engine.poll_timeout(),
             self.nodes[1].engine.poll_timeout(),
             self.conn_timeout(Side::A),
             self.conn_timeout(Side::B),
         ];
-        for t in timers.into_iter().flatten() {
-            next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        }
-        let Some(t) = next else {
+        let Some(t) = next.into_iter().flatten().min() else {
             return false;
         };
         self.now = self.now.max(t);

@@ -108,12 +108,12 @@ impl Direction {
         }
     }
 
-    /// Sends everything `from` (link end `end`) wants to send across `link`, each packet
-    /// its sequence number and the segment, and hands `to` what arrives once all is due.
+    /// Sends everything `from` (link end `end`) wants to send across `link` at `now`, each
+    /// packet its sequence number and the segment, and hands `to` what arrived 1 ms later.
     fn hop(
         &mut self,
         link: &mut Link,
-        now: &mut Instant,
+        now: Instant,
         end: sim::Side,
         (from, to): (&mut Side, &mut Side),
         mulpdu: usize,
@@ -121,10 +121,9 @@ impl Direction {
         for (seq, unit) in self.transmit(from, mulpdu) {
             let mut packet = seq.to_be_bytes().to_vec();
             packet.extend(unit);
-            link.send(*now, end, packet);
+            link.send(now, end, packet);
         }
-        *now = *now + Duration::from_millis(1);
-        while let Some(d) = link.poll_delivery(*now) {
+        while let Some(d) = link.poll_delivery(now + Duration::from_millis(1)) {
             let (seq, segment) = d.bytes.split_at(4);
             let seq = u32::from_be_bytes(seq.try_into().unwrap());
             self.receive(to, seq, segment.to_vec());
@@ -209,22 +208,11 @@ fn run(markers: bool, seed: u64) -> usize {
     let mut ab = Direction::new(markers);
     let mut ba = Direction::new(markers);
     let mut link = shuffling_link(seed);
-    let mut now = Instant::ZERO;
-    for _ in 0..20 {
-        ab.hop(
-            &mut link,
-            &mut now,
-            sim::Side::A,
-            (&mut p.a, &mut p.b),
-            mulpdu,
-        );
-        ba.hop(
-            &mut link,
-            &mut now,
-            sim::Side::B,
-            (&mut p.b, &mut p.a),
-            mulpdu,
-        );
+    for round in 0..20 {
+        let t = Instant::from_millis(2 * round);
+        ab.hop(&mut link, t, sim::Side::A, (&mut p.a, &mut p.b), mulpdu);
+        let t = t + Duration::from_millis(1);
+        ba.hop(&mut link, t, sim::Side::B, (&mut p.b, &mut p.a), mulpdu);
     }
     let ca = p.a.completions();
     assert_eq!(

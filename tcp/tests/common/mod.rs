@@ -112,14 +112,12 @@ impl<U: Ulp> Sim<U> {
     /// Advance to the next packet arrival or timer and process it. False when idle.
     pub fn step(&mut self) -> bool {
         self.flush();
-        let mut next = self.link.next_due();
-        for t in [self.a.poll_timeout(), self.b.poll_timeout()]
-            .into_iter()
-            .flatten()
-        {
-            next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        }
-        let Some(t) = next else {
+        let next = [
+            self.link.next_due(),
+            self.a.poll_timeout(),
+            self.b.poll_timeout(),
+        ];
+        let Some(t) = next.into_iter().flatten().min() else {
             return false;
         };
         self.now = self.now.max(t);
