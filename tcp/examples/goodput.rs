@@ -1,6 +1,6 @@
-//! In-memory goodput of two engines: a bulk transfer between two `Engine`s whose packets are
-//! handed over directly (optionally with random loss), measured in wall-clock time. Shows
-//! what the engine itself costs per byte, without NIC, TAP or kernel.
+//! In-memory goodput of two engines: a bulk transfer between two `Engine`s whose packets
+//! cross a [`tcp::sim::Link`] of 10 µs (optionally with random loss), measured in wall-clock
+//! time. Shows what the engine itself costs per byte, without NIC, TAP or kernel.
 //!
 //! The receiving ULP runs in one of two modes, to compare the receive hook:
 //! - `on`: every segment, in order or not, is placed at its stream offset in a destination
@@ -16,8 +16,9 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
-use std::time::Instant as WallClock;
+use std::time::{Duration, Instant as WallClock};
 
+use tcp::sim::{Link, LinkConfig, Side};
 use tcp::{
     Config, Consumed, Engine, Event, Instant, SegmentSink, SegmentSource, StreamSocket, Unit,
 };
@@ -167,21 +168,27 @@ fn run(total: usize, loss: f64, hook: bool) -> Run {
     let mut written = 0usize;
     let mut accepted = None;
     let mut pkt = vec![0u8; 1500];
-    let mut in_flight: Vec<(bool, Vec<u8>)> = Vec::new();
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    // Simulated time advances one link delay per round, so what is sent in one round
+    // arrives in the next.
+    let round = Duration::from_micros(10);
+    let link_cfg = LinkConfig {
+        delay: round,
+        rate_bps: None,
+        loss,
+        ..LinkConfig::default()
+    };
+    let mut link = Link::new(link_cfg, 0x2545_f491_4f6c_dd1d);
     let start = WallClock::now();
     let received = |b: &Engine<Placer>, c: Option<_>| {
         c.and_then(|c| b.ulp(c)).map_or(0, |p: &Placer| p.received)
     };
     while received(&b, accepted) < total as u64 {
-        // Simulated time advances 10 µs per round: a 10 µs link.
-        now = now + std::time::Duration::from_micros(10);
-        for (to_b, p) in in_flight.drain(..) {
-            if to_b {
-                let _ = b.handle_packet(now, &mut (), &p);
-            } else {
-                let _ = a.handle_packet(now, &mut (), &p);
-            }
+        now = now + round;
+        while let Some(d) = link.poll_delivery(now) {
+            let _ = match d.to {
+                Side::A => a.handle_packet(now, &mut (), &d.bytes),
+                Side::B => b.handle_packet(now, &mut (), &d.bytes),
+            };
         }
         a.handle_timeout(now);
         b.handle_timeout(now);
@@ -205,14 +212,10 @@ fn run(total: usize, loss: f64, hook: bool) -> Run {
             }
         }
         while let Some(t) = a.poll_transmit(now, &mut (), &mut pkt) {
-            if keep(&mut x, loss) {
-                in_flight.push((true, pkt[..t.len].to_vec()));
-            }
+            link.send(now, Side::A, pkt[..t.len].to_vec());
         }
         while let Some(t) = b.poll_transmit(now, &mut (), &mut pkt) {
-            if keep(&mut x, loss) {
-                in_flight.push((false, pkt[..t.len].to_vec()));
-            }
+            link.send(now, Side::B, pkt[..t.len].to_vec());
         }
     }
     let secs = start.elapsed().as_secs_f64();
@@ -225,14 +228,6 @@ fn run(total: usize, loss: f64, hook: bool) -> Run {
         mismatches: placer.mismatches,
         received: placer.received,
     }
-}
-
-/// Xorshift loss decision: true when the packet survives.
-fn keep(x: &mut u64, loss: f64) -> bool {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    (*x % 1_000_000) as f64 >= loss * 1_000_000.0
 }
 
 fn main() -> ExitCode {

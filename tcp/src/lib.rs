@@ -32,6 +32,7 @@ pub mod rto;
 pub mod rx;
 mod sack;
 mod seq;
+pub mod sim;
 mod stream;
 mod tcb;
 mod time;

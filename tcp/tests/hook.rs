@@ -247,13 +247,13 @@ fn sink_sees_out_of_order_before_gap_filled() {
     .unwrap();
     s.accept[1] = Some(Box::new(|| TestUlp::new(Placement::All, 0, 0)));
     let mut n = 0;
-    s.filter = Some(Box::new(move |_, side, seg| {
+    s.set_filter(move |_, side, seg| {
         if side == Side::A && !seg.payload.is_empty() {
             n += 1;
             return n != 5;
         }
         true
-    }));
+    });
     let total = 100_000;
     let a =
         s.a.connect(

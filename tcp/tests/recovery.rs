@@ -189,12 +189,12 @@ fn keepalive_probes_and_timeout() {
     assert!(s.run_until(limit, |s| s.connected(Side::A, a)));
     let probes = std::rc::Rc::new(std::cell::Cell::new(0u32));
     let seen = probes.clone();
-    s.filter = Some(Box::new(move |_, side, seg| {
+    s.set_filter(move |_, side, seg| {
         if side == Side::A && seg.payload.is_empty() && seg.control == TcpControl::None {
             seen.set(seen.get() + 1);
         }
         true
-    }));
+    });
     let limit = s.now + Duration::from_millis(220);
     s.run_until(limit, |_| false);
     assert!(
@@ -203,7 +203,7 @@ fn keepalive_probes_and_timeout() {
         probes.get()
     );
     assert_eq!(s.a.state(a), Some(State::Established));
-    s.filter = Some(Box::new(|_, _, _| false));
+    s.set_filter(|_, _, _| false);
     let limit = s.now + Duration::from_millis(200);
     assert!(s.run_until(limit, |s| s.closed_reason(Side::A, a).is_some()));
     assert_eq!(s.closed_reason(Side::A, a), Some(CloseReason::TimedOut));
@@ -252,14 +252,14 @@ fn fast_retransmit_beats_rto_in_transfer() {
     let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let l = log.clone();
     let mut n = 0;
-    s.filter = Some(Box::new(move |now, side, seg| {
+    s.set_filter(move |now, side, seg| {
         if side != Side::A || seg.payload.is_empty() {
             return true;
         }
         n += 1;
         l.borrow_mut().push((now, seg.seq, n == 40));
         n != 40
-    }));
+    });
     let data = payload(300_000, 3);
     let (got, took) = bulk_transfer(&mut s, &data, 1 << 20, Duration::from_secs(5)).expect("done");
     assert!(got == data);

@@ -1,9 +1,7 @@
 //! Simulation harness: two `tcp::Engine<iwarp::conn::Connection, SimpleMemory>`, each with
-//! its node's memory, joined by a simulated link with delay, loss, reordering, duplication
-//! and a packet-rewriting hook.
+//! its node's memory, joined by a `tcp::sim::Link` (delay, loss, reordering, duplication
+//! and a packet-rewriting hook).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
@@ -11,6 +9,8 @@ use iwarp::conn::{ConnConfig, ConnEvent, Connection, LlpRequest};
 use iwarp::mem::{Access, PdId, RegionSpec, STag, SimpleMemory};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tcp::sim::Link;
+pub use tcp::sim::{refresh_tcp_checksum, LinkConfig, Side};
 use tcp::{CloseReason, Config, ConnId, Engine, Event, Instant};
 
 pub type Conn = Connection;
@@ -20,57 +20,24 @@ pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 pub const PORT: u16 = 7174;
 pub const PD: PdId = PdId(1);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Side {
-    A,
-    B,
-}
-
-impl Side {
-    fn idx(self) -> usize {
-        match self {
-            Side::A => 0,
-            Side::B => 1,
-        }
-    }
-    fn other(self) -> Side {
-        match self {
-            Side::A => Side::B,
-            Side::B => Side::A,
-        }
+/// The conn tests' link: 20 µs one way, no rate limit, no impairment.
+pub fn clean_link() -> LinkConfig {
+    LinkConfig {
+        delay: Duration::from_micros(20),
+        rate_bps: None,
+        duplicate_spread: Duration::from_micros(30),
+        reorder_extra: Duration::from_micros(60),
+        ..LinkConfig::default()
     }
 }
 
-/// Link impairments, drawn per packet from a seeded RNG.
-#[derive(Clone, Debug)]
-pub struct LinkConfig {
-    pub delay: Duration,
-    pub loss: f64,
-    pub duplicate: f64,
-    pub reorder: f64,
-    pub reorder_extra: Duration,
-}
-
-impl Default for LinkConfig {
-    fn default() -> Self {
-        LinkConfig {
-            delay: Duration::from_micros(20),
-            loss: 0.0,
-            duplicate: 0.0,
-            reorder: 0.0,
-            reorder_extra: Duration::from_micros(60),
-        }
-    }
-}
-
-impl LinkConfig {
-    pub fn lossy() -> Self {
-        LinkConfig {
-            loss: 0.01,
-            duplicate: 0.01,
-            reorder: 0.05,
-            ..LinkConfig::default()
-        }
+/// [`clean_link`] with 1 % loss, 1 % duplication and 5 % reordering.
+pub fn lossy_link() -> LinkConfig {
+    LinkConfig {
+        loss: 0.01,
+        duplicate: 0.01,
+        reorder: 0.05,
+        ..clean_link()
     }
 }
 
@@ -81,9 +48,6 @@ pub enum Decision {
     Reject(Vec<u8>),
     Ignore,
 }
-
-/// Rewrites a packet sent by `Side` (an IPv4 packet); returns false to drop it.
-pub type Mangle = Box<dyn FnMut(Side, &mut Vec<u8>) -> bool>;
 
 pub struct Node {
     pub engine: Engine<Conn, SimpleMemory>,
@@ -111,14 +75,10 @@ impl Node {
 pub struct Sim {
     pub now: Instant,
     pub nodes: [Node; 2],
-    pub link: LinkConfig,
-    pub mangle: Option<Mangle>,
+    /// The link; its rewrite hook sees every packet either node sends.
+    pub link: Link,
     pub decision: Decision,
     resp: Option<ConnConfig>,
-    rng: StdRng,
-    queue: BinaryHeap<Reverse<(Instant, u64)>>,
-    packets: HashMap<u64, (Side, Vec<u8>)>,
-    next_id: u64,
 }
 
 pub fn tcp_config(secret: u8) -> Config {
@@ -187,30 +147,25 @@ impl Sim {
         Sim {
             now,
             nodes: [node(a, mem_a, Some(id)), node(b, mem_b, None)],
-            link,
-            mangle: None,
+            link: Link::new(link, seed),
             decision,
             resp: Some(cfg_b),
-            rng: StdRng::seed_from_u64(seed),
-            queue: BinaryHeap::new(),
-            packets: HashMap::new(),
-            next_id: 0,
         }
     }
 
     /// The connection of `side`, alive or handed back by TCP.
     pub fn conn(&mut self, side: Side) -> Option<&mut Conn> {
-        self.nodes[side.idx()].parts().map(|(c, _)| c)
+        self.nodes[side.index()].parts().map(|(c, _)| c)
     }
 
     /// The memory of `side`.
     pub fn mem(&self, side: Side) -> &SimpleMemory {
-        &self.nodes[side.idx()].mem
+        &self.nodes[side.index()].mem
     }
 
     /// The memory of `side`, mutably.
     pub fn mem_mut(&mut self, side: Side) -> &mut SimpleMemory {
-        &mut self.nodes[side.idx()].mem
+        &mut self.nodes[side.index()].mem
     }
 
     /// Runs `f` on the connection of `side` (alive or handed back by TCP) with the node's
@@ -222,42 +177,14 @@ impl Sim {
         f: impl FnOnce(&mut Conn, &mut SimpleMemory, Instant) -> R,
     ) -> R {
         let now = self.now;
-        let (conn, mem) = self.nodes[side.idx()]
+        let (conn, mem) = self.nodes[side.index()]
             .parts()
             .unwrap_or_else(|| panic!("{side:?} has no connection"));
         f(conn, mem, now)
     }
 
     pub fn events(&self, side: Side) -> &[ConnEvent] {
-        &self.nodes[side.idx()].events
-    }
-
-    fn send(&mut self, from: Side, mut bytes: Vec<u8>) {
-        if let Some(m) = self.mangle.as_mut() {
-            if !m(from, &mut bytes) {
-                return;
-            }
-        }
-        if self.rng.gen_bool(self.link.loss) {
-            return;
-        }
-        let mut at = self.now + self.link.delay;
-        if self.rng.gen_bool(self.link.reorder) {
-            at = at + self.link.reorder_extra;
-        }
-        let to = from.other();
-        if self.rng.gen_bool(self.link.duplicate) {
-            let later = at + Duration::from_micros(self.rng.gen_range(0..30));
-            self.enqueue(later, to, bytes.clone());
-        }
-        self.enqueue(at, to, bytes);
-    }
-
-    fn enqueue(&mut self, at: Instant, to: Side, bytes: Vec<u8>) {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.packets.insert(id, (to, bytes));
-        self.queue.push(Reverse((at, id)));
+        &self.nodes[side.index()].events
     }
 
     fn flush(&mut self) {
@@ -265,12 +192,11 @@ impl Sim {
         for side in [Side::A, Side::B] {
             loop {
                 let now = self.now;
-                let n = &mut self.nodes[side.idx()];
+                let n = &mut self.nodes[side.index()];
                 let Some(t) = n.engine.poll_transmit(now, &mut n.mem, &mut buf) else {
                     break;
                 };
-                let bytes = buf[..t.len].to_vec();
-                self.send(side, bytes);
+                self.link.send(now, side, buf[..t.len].to_vec());
             }
         }
     }
@@ -280,7 +206,7 @@ impl Sim {
         let t = self.now;
         for side in [Side::A, Side::B] {
             self.tcp_events(side, t);
-            let node = &mut self.nodes[side.idx()];
+            let node = &mut self.nodes[side.index()];
             let Some(id) = node.conn else { continue };
             let mut requests = Vec::new();
             if let Some(c) = node.engine.ulp_mut(id) {
@@ -312,7 +238,7 @@ impl Sim {
     }
 
     fn tcp_events(&mut self, side: Side, t: Instant) {
-        let node = &mut self.nodes[side.idx()];
+        let node = &mut self.nodes[side.index()];
         while let Some(ev) = node.engine.poll_event() {
             match ev {
                 Event::Accepted { conn, .. } => {
@@ -348,7 +274,7 @@ impl Sim {
     }
 
     fn conn_timeout(&self, side: Side) -> Option<Instant> {
-        let n = &self.nodes[side.idx()];
+        let n = &self.nodes[side.index()];
         let id = n.conn?;
         n.engine.ulp(id)?.poll_timeout().map(|t| t.max(self.now))
     }
@@ -357,33 +283,24 @@ impl Sim {
     pub fn step(&mut self) -> bool {
         self.service();
         self.flush();
-        let mut next = self.queue.peek().map(|Reverse((t, _))| *t);
-        let timers = [
+        let next = [
+            self.link.next_due(),
             self.nodes[0].engine.poll_timeout(),
             self.nodes[1].engine.poll_timeout(),
             self.conn_timeout(Side::A),
             self.conn_timeout(Side::B),
         ];
-        for t in timers.into_iter().flatten() {
-            next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        }
-        let Some(t) = next else {
+        let Some(t) = next.into_iter().flatten().min() else {
             return false;
         };
         self.now = self.now.max(t);
-        while let Some(&Reverse((at, id))) = self.queue.peek() {
-            if at > self.now {
-                break;
-            }
-            self.queue.pop();
-            let (to, bytes) = self.packets.remove(&id).expect("packet");
-            let now = self.now;
-            let n = &mut self.nodes[to.idx()];
-            let _ = n.engine.handle_packet(now, &mut n.mem, &bytes);
-        }
         let now = self.now;
+        while let Some(p) = self.link.poll_delivery(now) {
+            let n = &mut self.nodes[p.to.index()];
+            let _ = n.engine.handle_packet(now, &mut n.mem, &p.bytes);
+        }
         for side in [Side::A, Side::B] {
-            let n = &mut self.nodes[side.idx()];
+            let n = &mut self.nodes[side.index()];
             if let Some(info) = n.conn.and_then(|id| n.engine.info(id)) {
                 n.max_rx_stored = n.max_rx_stored.max(info.rx_stored);
             }
@@ -452,34 +369,4 @@ impl TcpView {
     pub fn payload_start(&self) -> usize {
         self.ip_header + self.tcp_header
     }
-}
-
-/// Recomputes the TCP checksum of an IPv4 packet after its payload was changed (RFC 9293
-/// §3.1 pseudo-header), so that only the MPA CRC can notice the change.
-pub fn fix_tcp_checksum(p: &mut [u8]) {
-    let ihl = usize::from(p[0] & 0x0f) * 4;
-    let total = usize::from(u16::from_be_bytes([p[2], p[3]]));
-    let tcp_len = total - ihl;
-    p[ihl + 16] = 0;
-    p[ihl + 17] = 0;
-    let mut sum: u32 = 0;
-    let mut add = |b: &[u8]| {
-        for c in b.chunks(2) {
-            let w = if c.len() == 2 {
-                u16::from_be_bytes([c[0], c[1]])
-            } else {
-                u16::from_be_bytes([c[0], 0])
-            };
-            sum += u32::from(w);
-        }
-    };
-    add(&p[12..20]);
-    add(&[0, 6]);
-    add(&(tcp_len as u16).to_be_bytes());
-    add(&p[ihl..ihl + tcp_len]);
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    let c = !(sum as u16);
-    p[ihl + 16..ihl + 18].copy_from_slice(&c.to_be_bytes());
 }

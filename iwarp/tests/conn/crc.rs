@@ -35,7 +35,7 @@ fn crc_corruption_with_good_tcp_checksum_terminates_2_0_02() {
         let (mb, sb) = memory(MEM);
         let mut s = Sim::new(
             seed,
-            LinkConfig::default(),
+            clean_link(),
             (conn_config(mpa.clone()), ma),
             (conn_config(mpa), mb),
             Decision::Accept(Vec::new()),
@@ -47,7 +47,7 @@ fn crc_corruption_with_good_tcp_checksum_terminates_2_0_02() {
         s.mem_mut(Side::A).bytes_mut()[..1 << 20].copy_from_slice(&src);
         let hit = Rc::new(RefCell::new(Hit::default()));
         let h = hit.clone();
-        s.mangle = Some(Box::new(move |from, p: &mut Vec<u8>| {
+        s.link.set_rewrite(move |_, from, p: &mut Vec<u8>| {
             let Some(v) = TcpView::parse(p) else {
                 return true;
             };
@@ -71,10 +71,10 @@ fn crc_corruption_with_good_tcp_checksum_terminates_2_0_02() {
                 let i = fpdu + 2 + 14 + 100;
                 p[i] ^= 0x5a;
                 h.corrupted = Some((to, 100));
-                fix_tcp_checksum(p);
+                refresh_tcp_checksum(p).expect("an IPv4/TCP packet");
             }
             true
-        }));
+        });
         let wr = SendWr::new(
             1,
             SendOp::Write {

@@ -21,7 +21,7 @@ fn sim(a: MpaConfig, b: MpaConfig, decision: Decision, seed: u64) -> (Sim, STag,
     let (mb, sb) = memory(MEM);
     let s = Sim::new(
         seed,
-        LinkConfig::default(),
+        clean_link(),
         (conn_config(a), ma),
         (conn_config(b), mb),
         decision,
@@ -391,7 +391,7 @@ fn first_fpdu_delay_holds_initiator_fpdus() {
     ca.first_fpdu_delay = Duration::from_millis(100);
     let mut s = Sim::new(
         9,
-        LinkConfig::default(),
+        clean_link(),
         (ca, ma),
         (conn_config(MpaConfig::default()), mb),
         Decision::Accept(Vec::new()),

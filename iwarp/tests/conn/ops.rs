@@ -270,12 +270,7 @@ fn check_all_operations(fx: &mut Fx, ca: &[Completion], cb: &[Completion]) {
 // RFC 5040 §5.1–§5.3, RFC 7306 §5–§6 over a clean link.
 #[test]
 fn every_operation_clean_link() {
-    let mut fx = fixture(
-        1,
-        LinkConfig::default(),
-        MpaConfig::default(),
-        MpaConfig::default(),
-    );
+    let mut fx = fixture(1, clean_link(), MpaConfig::default(), MpaConfig::default());
     let (ca, cb) = all_operations(&mut fx);
     check_all_operations(&mut fx, &ca, &cb);
     // RFC 5040 §5.3: Sends and Immediate Data with SE raise the Solicited Event.
@@ -299,7 +294,7 @@ fn every_operation_lossy_link_crc() {
             require_crc: true,
             ..MpaConfig::default()
         };
-        let mut fx = fixture(seed, LinkConfig::lossy(), mpa.clone(), mpa);
+        let mut fx = fixture(seed, lossy_link(), mpa.clone(), mpa);
         let (ca, cb) = all_operations(&mut fx);
         check_all_operations(&mut fx, &ca, &cb);
         let placed = fx.s.conn(Side::B).unwrap().stats().fpdus_placed_ahead
@@ -313,12 +308,7 @@ fn every_operation_lossy_link_crc() {
 // (DDP 1/1/00 invalid STag) and the writer's stream stops.
 #[test]
 fn send_with_invalidate_then_write_to_invalidated_stag() {
-    let mut fx = fixture(
-        4,
-        LinkConfig::lossy(),
-        MpaConfig::default(),
-        MpaConfig::default(),
-    );
+    let mut fx = fixture(4, lossy_link(), MpaConfig::default(), MpaConfig::default());
     let (sa, sb) = (fx.sa, fx.sb);
     let s = &mut fx.s;
     let victim = s

@@ -1,22 +1,24 @@
 //! The engines over the MPA framer and receiver (CRC, markers) and a lossy-order TCP model:
-//! TCP segments arrive shuffled; MPA hands FPDUs up early where markers allow, the engine
-//! places them at once and delivers in order (RFC 5041 §3 item 5, RFC 5044 §6–§7).
+//! TCP segments cross a `tcp::sim::Link` that holds half of them back behind later ones;
+//! MPA hands FPDUs up early where markers allow, the engine places them at once and
+//! delivers in order (RFC 5041 §3 item 5, RFC 5044 §6–§7).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::common::*;
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{STag, Sge};
 use iwarp::mpa::{CrcErrorPolicy, Framer, MarkerSpacing, Receiver, ReceiverConfig};
 use iwarp::rdmap::{CompletionStatus, RemoteBuf, SendOp, SendWr, WorkQueue};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use tcp::sim::{self, Link, LinkConfig};
+use tcp::Instant;
 
 const EMSS: usize = 1460;
 const START: u32 = 0xFFFF_F000; // sequence numbers wrap during the test
 
 /// One direction: sender framer state and the receiver's MPA + TCP reassembly state.
-struct Link {
+struct Direction {
     framer: Framer,
     tx_seq: u32,
     rx: Receiver,
@@ -26,9 +28,9 @@ struct Link {
     early: usize,
 }
 
-impl Link {
+impl Direction {
     fn new(markers: bool) -> Self {
-        Link {
+        Direction {
             framer: Framer::new(true, markers.then(|| MarkerSpacing::new(START))),
             tx_seq: START,
             rx: Receiver::new(ReceiverConfig {
@@ -105,6 +107,38 @@ impl Link {
             self.held.insert(seq, payload);
         }
     }
+
+    /// Sends everything `from` (link end `end`) wants to send across `link` at `now`, each
+    /// packet its sequence number and the segment, and hands `to` what arrived 1 ms later.
+    fn hop(
+        &mut self,
+        link: &mut Link,
+        now: Instant,
+        end: sim::Side,
+        (from, to): (&mut Side, &mut Side),
+        mulpdu: usize,
+    ) {
+        for (seq, unit) in self.transmit(from, mulpdu) {
+            let mut packet = seq.to_be_bytes().to_vec();
+            packet.extend(unit);
+            link.send(now, end, packet);
+        }
+        while let Some(d) = link.poll_delivery(now + Duration::from_millis(1)) {
+            let (seq, segment) = d.bytes.split_at(4);
+            let seq = u32::from_be_bytes(seq.try_into().unwrap());
+            self.receive(to, seq, segment.to_vec());
+        }
+    }
+}
+
+/// No loss; half the segments are held back behind the rest of their burst.
+fn shuffling_link(seed: u64) -> Link {
+    let cfg = LinkConfig {
+        rate_bps: None,
+        reorder: 0.5,
+        ..LinkConfig::default()
+    };
+    Link::new(cfg, seed)
 }
 
 fn run(markers: bool, seed: u64) -> usize {
@@ -171,20 +205,14 @@ fn run(markers: bool, seed: u64) -> usize {
             .unwrap();
         id += 3;
     }
-    let mut ab = Link::new(markers);
-    let mut ba = Link::new(markers);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    for _ in 0..20 {
-        let mut units = ab.transmit(&mut p.a, mulpdu);
-        units.shuffle(&mut rng);
-        for (seq, u) in units {
-            ab.receive(&mut p.b, seq, u);
-        }
-        let mut units = ba.transmit(&mut p.b, mulpdu);
-        units.shuffle(&mut rng);
-        for (seq, u) in units {
-            ba.receive(&mut p.a, seq, u);
-        }
+    let mut ab = Direction::new(markers);
+    let mut ba = Direction::new(markers);
+    let mut link = shuffling_link(seed);
+    for round in 0..20 {
+        let t = Instant::from_millis(2 * round);
+        ab.hop(&mut link, t, sim::Side::A, (&mut p.a, &mut p.b), mulpdu);
+        let t = t + Duration::from_millis(1);
+        ba.hop(&mut link, t, sim::Side::B, (&mut p.b, &mut p.a), mulpdu);
     }
     let ca = p.a.completions();
     assert_eq!(

@@ -1,9 +1,7 @@
-//! Deterministic simulation harness: two engines joined by a simulated link with delay,
-//! serialization rate, loss, reordering, duplication and corruption, all from a seeded RNG.
+//! Deterministic simulation harness: two engines joined by a `tcp::sim::Link` (delay,
+//! serialization rate, loss, reordering, duplication and corruption, all from a seeded PRNG).
 #![allow(dead_code)]
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
@@ -14,6 +12,7 @@ use smoltcp::wire::{
     IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
     TcpTimestampRepr,
 };
+pub use tcp::sim::{Link, LinkConfig, Side};
 use tcp::{Config, ConnId, Engine, Event, Instant, StreamSocket, Ulp};
 
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -27,84 +26,18 @@ pub fn b_addr() -> SocketAddrV4 {
     SocketAddrV4::new(B_IP, B_PORT)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Side {
-    A,
-    B,
-}
-
-impl Side {
-    fn idx(self) -> usize {
-        match self {
-            Side::A => 0,
-            Side::B => 1,
-        }
-    }
-}
-
-/// Impairments of the link, applied independently per packet and direction.
-#[derive(Clone, Debug)]
-pub struct LinkConfig {
-    pub delay: Duration,
-    pub rate_bps: u64,
-    pub loss: f64,
-    pub duplicate: f64,
-    pub reorder: f64,
-    pub reorder_extra: Duration,
-    pub corrupt: f64,
-}
-
-impl Default for LinkConfig {
-    fn default() -> Self {
-        LinkConfig {
-            delay: Duration::from_micros(50),
-            rate_bps: 10_000_000_000,
-            loss: 0.0,
-            duplicate: 0.0,
-            reorder: 0.0,
-            reorder_extra: Duration::from_micros(100),
-            corrupt: 0.0,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LinkStats {
-    pub sent: u64,
-    pub lost: u64,
-    pub duplicated: u64,
-    pub reordered: u64,
-    pub corrupted_delivered: u64,
-    pub corrupted_rejected: u64,
-}
-
-struct InFlight {
-    to: Side,
-    bytes: Vec<u8>,
-    corrupted: bool,
-}
-
-/// Called with the send time, the sender and the segment; false drops the packet.
-pub type Filter = Box<dyn FnMut(Instant, Side, &Seg) -> bool>;
-
 pub struct Sim<U> {
     pub now: Instant,
     pub a: Engine<U>,
     pub b: Engine<U>,
-    pub link: LinkConfig,
-    pub stats: LinkStats,
+    pub link: Link,
+    /// Corrupted packets the receiving engine refused.
+    pub corrupted_rejected: u64,
     pub events: [Vec<Event<U>>; 2],
-    /// Packets delivered (destination, bytes), when `record` is set.
+    /// Packets delivered intact (destination, bytes), when `record` is set.
     pub delivered: Vec<(Side, Vec<u8>)>,
     pub record: bool,
-    /// Drop packets for which this returns false (sent by `Side`).
-    pub filter: Option<Filter>,
     pub accept: [Option<Box<dyn FnMut() -> U>>; 2],
-    rng: StdRng,
-    queue: BinaryHeap<Reverse<(Instant, u64)>>,
-    packets: HashMap<u64, InFlight>,
-    next_id: u64,
-    busy_ns: [u64; 2],
 }
 
 pub fn test_config() -> Config {
@@ -120,18 +53,12 @@ impl<U: Ulp> Sim<U> {
             now: Instant::from_millis(1),
             a: Engine::new(cfg_a),
             b: Engine::new(cfg_b),
-            link,
-            stats: LinkStats::default(),
+            link: Link::new(link, seed),
+            corrupted_rejected: 0,
             events: [Vec::new(), Vec::new()],
             delivered: Vec::new(),
             record: false,
-            filter: None,
             accept: [None, None],
-            rng: StdRng::seed_from_u64(seed),
-            queue: BinaryHeap::new(),
-            packets: HashMap::new(),
-            next_id: 0,
-            busy_ns: [0; 2],
         }
     }
 
@@ -142,69 +69,12 @@ impl<U: Ulp> Sim<U> {
         }
     }
 
-    /// Inject a raw packet toward `to`, arriving after the link delay.
-    pub fn inject(&mut self, to: Side, bytes: Vec<u8>) {
-        let at = self.now + self.link.delay;
-        self.enqueue(at, to, bytes, false);
-    }
-
-    fn enqueue(&mut self, at: Instant, to: Side, bytes: Vec<u8>, corrupted: bool) {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.packets.insert(
-            id,
-            InFlight {
-                to,
-                bytes,
-                corrupted,
-            },
-        );
-        self.queue.push(Reverse((at, id)));
-    }
-
-    fn send(&mut self, from: Side, mut bytes: Vec<u8>) {
-        self.stats.sent += 1;
-        let to = match from {
-            Side::A => Side::B,
-            Side::B => Side::A,
-        };
-        if let Some(f) = self.filter.as_mut() {
-            if let Some(seg) = Seg::parse(&bytes) {
-                if !f(self.now, from, &seg) {
-                    self.stats.lost += 1;
-                    return;
-                }
-            }
-        }
-        let d = from.idx();
-        let start = (self.now.as_micros() * 1000).max(self.busy_ns[d]);
-        let ser = (bytes.len() as u64 * 8 * 1_000_000_000)
-            .checked_div(self.link.rate_bps)
-            .unwrap_or(0);
-        self.busy_ns[d] = start + ser;
-        let departed = Instant::from_micros(self.busy_ns[d].div_ceil(1000));
-        if self.rng.gen_bool(self.link.loss) {
-            self.stats.lost += 1;
-            return;
-        }
-        let mut at = departed + self.link.delay;
-        if self.rng.gen_bool(self.link.reorder) {
-            self.stats.reordered += 1;
-            at = at + self.link.reorder_extra;
-        }
-        let mut corrupted = false;
-        if self.rng.gen_bool(self.link.corrupt) {
-            let i = self.rng.gen_range(0..bytes.len());
-            let bit = self.rng.gen_range(0..8);
-            bytes[i] ^= 1 << bit;
-            corrupted = true;
-        }
-        if self.rng.gen_bool(self.link.duplicate) {
-            self.stats.duplicated += 1;
-            let later = at + Duration::from_micros(self.rng.gen_range(0..20));
-            self.enqueue(later, to, bytes.clone(), corrupted);
-        }
-        self.enqueue(at, to, bytes, corrupted);
+    /// Drop the packets (sent by `Side` at the time given, parsed) for which `f` returns
+    /// false; the link counts them as dropped.
+    pub fn set_filter(&mut self, mut f: impl FnMut(Instant, Side, &Seg) -> bool + 'static) {
+        self.link.set_rewrite(move |now, side, bytes| {
+            Seg::parse(bytes).is_none_or(|s| f(now, side, &s))
+        });
     }
 
     fn flush(&mut self) {
@@ -216,8 +86,7 @@ impl<U: Ulp> Sim<U> {
                 let Some(t) = self.engine(side).poll_transmit(now, &mut (), &mut buf) else {
                     break;
                 };
-                let bytes = buf[..t.len].to_vec();
-                self.send(side, bytes);
+                self.link.send(now, side, buf[..t.len].to_vec());
             }
         }
         self.drain_events();
@@ -227,7 +96,7 @@ impl<U: Ulp> Sim<U> {
         for side in [Side::A, Side::B] {
             while let Some(ev) = self.engine(side).poll_event() {
                 if let Event::Accepted { conn, .. } = ev {
-                    if let Some(f) = self.accept[side.idx()].as_mut() {
+                    if let Some(f) = self.accept[side.index()].as_mut() {
                         let u = f();
                         let now = self.now;
                         self.engine(side)
@@ -235,7 +104,7 @@ impl<U: Ulp> Sim<U> {
                             .expect("attach");
                     }
                 }
-                self.events[side.idx()].push(ev);
+                self.events[side.index()].push(ev);
             }
         }
     }
@@ -243,36 +112,25 @@ impl<U: Ulp> Sim<U> {
     /// Advance to the next packet arrival or timer and process it. False when idle.
     pub fn step(&mut self) -> bool {
         self.flush();
-        let mut next = self.queue.peek().map(|Reverse((t, _))| *t);
-        for t in [self.a.poll_timeout(), self.b.poll_timeout()]
-            .into_iter()
-            .flatten()
-        {
-            next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        }
-        let Some(t) = next else {
+        let next = [
+            self.link.next_due(),
+            self.a.poll_timeout(),
+            self.b.poll_timeout(),
+        ];
+        let Some(t) = next.into_iter().flatten().min() else {
             return false;
         };
         self.now = self.now.max(t);
-        while let Some(&Reverse((t, id))) = self.queue.peek() {
-            if t > self.now {
-                break;
-            }
-            self.queue.pop();
-            let p = self.packets.remove(&id).expect("packet");
+        let now = self.now;
+        while let Some(p) = self.link.poll_delivery(now) {
             if self.record && !p.corrupted {
                 self.delivered.push((p.to, p.bytes.clone()));
             }
-            let now = self.now;
             let r = self.engine(p.to).handle_packet(now, &mut (), &p.bytes);
-            if p.corrupted {
-                self.stats.corrupted_delivered += 1;
-                if r.is_err() {
-                    self.stats.corrupted_rejected += 1;
-                }
+            if p.corrupted && r.is_err() {
+                self.corrupted_rejected += 1;
             }
         }
-        let now = self.now;
         self.a.handle_timeout(now);
         self.b.handle_timeout(now);
         self.flush();
@@ -292,14 +150,14 @@ impl<U: Ulp> Sim<U> {
     }
 
     pub fn connected(&self, side: Side, conn: ConnId) -> bool {
-        self.events[side.idx()].iter().any(|e| match e {
+        self.events[side.index()].iter().any(|e| match e {
             Event::Connected(c) => *c == conn,
             _ => false,
         })
     }
 
     pub fn accepted(&self, side: Side) -> Vec<ConnId> {
-        self.events[side.idx()]
+        self.events[side.index()]
             .iter()
             .filter_map(|e| match e {
                 Event::Accepted { conn, .. } => Some(*conn),
@@ -309,13 +167,13 @@ impl<U: Ulp> Sim<U> {
     }
 
     pub fn peer_closed(&self, side: Side, conn: ConnId) -> bool {
-        self.events[side.idx()]
+        self.events[side.index()]
             .iter()
             .any(|e| matches!(e, Event::PeerClosed(c) if *c == conn))
     }
 
     pub fn closed_reason(&self, side: Side, conn: ConnId) -> Option<tcp::CloseReason> {
-        self.events[side.idx()].iter().find_map(|e| match e {
+        self.events[side.index()].iter().find_map(|e| match e {
             Event::Closed {
                 conn: c, reason, ..
             } if *c == conn => Some(*reason),
