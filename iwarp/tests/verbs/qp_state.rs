@@ -209,16 +209,7 @@ fn i09_destroy_from_every_state_unless_windows_bound() {
         assert_eq!(fx.rnic.query_qp(fx.qp), Err(VerbError::InvalidQpHandle));
     }
     let mut fx = qp_in(QpState::Rts);
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            0,
-            PAGE,
-            0x10000,
-            all_rights() | Access::BIND,
-        ))
-        .unwrap();
+    let mr = fx.reg_mr(0, PAGE, 0x10000, all_rights() | Access::BIND);
     let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
     let bind = BindSpec {
         mw: STag::new(mw.index(), 3),
