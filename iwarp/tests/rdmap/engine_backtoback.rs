@@ -15,13 +15,6 @@ const SIZES: [usize; 8] = [0, 1, 100, 493, 494, 495, 512, 3 * 512 + 7];
 const SRC: u64 = 0;
 const DST: u64 = 1 << 18;
 
-fn all() -> iwarp::mem::Access {
-    iwarp::mem::Access::LOCAL_READ
-        | iwarp::mem::Access::LOCAL_WRITE
-        | iwarp::mem::Access::REMOTE_READ
-        | iwarp::mem::Access::REMOTE_WRITE
-}
-
 struct Setup {
     p: Pair,
     a_src: STag,
