@@ -507,8 +507,10 @@ impl MemoryModel {
         Ok(())
     }
 
-    fn mr_from_spec(spec: &MrSpec, capacity: u32) -> Mr {
-        Mr {
+    /// Stores the valid region `spec`, with PBL room for `capacity` entries, at `index`;
+    /// returns its STag.
+    fn install_mr(&mut self, index: u32, spec: &MrSpec, capacity: u32) -> STag {
+        let mr = Mr {
             pd: spec.pd,
             key: spec.key,
             valid: true,
@@ -525,16 +527,15 @@ impl MemoryModel {
                 len: spec.pbl.len,
             }),
             bound_windows: 0,
-        }
+        };
+        self.entries.insert(index, Entry::Mr(mr));
+        STag::new(index, spec.key)
     }
 
     pub(super) fn register(&mut self, spec: &MrSpec) -> Result<STag, VerbError> {
         self.check_spec(spec, self.max_pbl_entries)?;
         let idx = self.fresh_index();
-        let capacity = spec.pbl.pages.len() as u32;
-        self.entries
-            .insert(idx, Entry::Mr(Self::mr_from_spec(spec, capacity)));
-        Ok(STag::new(idx, spec.key))
+        Ok(self.install_mr(idx, spec, spec.pbl.pages.len() as u32))
     }
 
     pub(super) fn allocate_mr(
@@ -581,9 +582,7 @@ impl MemoryModel {
             self.entries.remove(&index);
             return Err(e);
         }
-        self.entries
-            .insert(index, Entry::Mr(Self::mr_from_spec(spec, capacity)));
-        Ok(STag::new(index, spec.key))
+        Ok(self.install_mr(index, spec, capacity))
     }
 
     pub(super) fn register_shared(
@@ -1023,10 +1022,7 @@ impl MemoryModel {
             remote_access: remote_flag,
             access: spec.access,
         };
-        self.entries.insert(
-            spec.stag.index(),
-            Entry::Mr(Self::mr_from_spec(&new, capacity)),
-        );
+        self.install_mr(spec.stag.index(), &new, capacity);
         Ok(())
     }
 
