@@ -3,6 +3,7 @@
 //! implements [`MemoryTable`] so the protocol engine places data into verbs-registered
 //! memory, and answers local (SGE) accesses with the draft's completion statuses.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -327,6 +328,15 @@ impl Chunks {
             self.more.push((start, len));
         }
         self.count += 1;
+    }
+
+    /// Each backend range with the range of the access it holds.
+    fn with_parts(self) -> impl Iterator<Item = (Range<usize>, Range<usize>)> {
+        self.scan(0, |done, (start, n)| {
+            let part = *done..*done + n;
+            *done += n;
+            Some((start..start + n, part))
+        })
     }
 }
 
@@ -1119,10 +1129,8 @@ impl MemoryTable for MemoryModel {
         }
         let chunks = self.chunks(r, off, data.len())?;
         let bytes = self.backend.bytes_mut();
-        let mut done = 0;
-        for (start, n) in chunks {
-            bytes[start..start + n].copy_from_slice(&data[done..done + n]);
-            done += n;
+        for (backend, part) in chunks.with_parts() {
+            bytes[backend].copy_from_slice(&data[part]);
         }
         Ok(())
     }
@@ -1144,10 +1152,8 @@ impl MemoryTable for MemoryModel {
         }
         let chunks = self.chunks(r, off, out.len())?;
         let bytes = self.backend.bytes();
-        let mut done = 0;
-        for (start, n) in chunks {
-            out[done..done + n].copy_from_slice(&bytes[start..start + n]);
-            done += n;
+        for (backend, part) in chunks.with_parts() {
+            out[part].copy_from_slice(&bytes[backend]);
         }
         Ok(())
     }
