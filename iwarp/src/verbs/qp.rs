@@ -331,8 +331,7 @@ impl Rnic {
                     .push_back(QpAction::SendTerminate { qp, cause });
             }
             (Rts, Error) => {
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, None, false);
+                self.reset_and_enter_error(qp, None, false);
             }
             (Error, Idle) => {
                 let q = self.qps.get_mut(&qp).expect("QP exists");
@@ -399,6 +398,17 @@ impl Rnic {
             resource: EventResource::Qp(qp),
             kind,
         });
+    }
+
+    /// Resets the LLP stream, then `enter_error`.
+    pub(super) fn reset_and_enter_error(
+        &mut self,
+        qp: QpId,
+        event: Option<AsyncEventKind>,
+        auto: bool,
+    ) {
+        self.actions.push_back(QpAction::ResetLlp { qp });
+        self.enter_error(qp, event, auto);
     }
 
     /// Moves the QP to Error, detaches the LLP and queues every incomplete WQE for flushing
@@ -543,8 +553,7 @@ impl Rnic {
                 }
             }
             QpState::Closing | QpState::Idle => {
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, event, true);
+                self.reset_and_enter_error(qp, event, true);
             }
             QpState::Terminate | QpState::Error => {}
         }
@@ -582,13 +591,11 @@ impl Rnic {
                     }
                     self.raise_qp(qp, AsyncEventKind::LlpCloseComplete);
                 } else {
-                    self.actions.push_back(QpAction::ResetLlp { qp });
-                    self.enter_error(qp, Some(AsyncEventKind::BadClose), true);
+                    self.reset_and_enter_error(qp, Some(AsyncEventKind::BadClose), true);
                 }
             }
             (Closing, LlpEvent::SegmentWhileClosing) => {
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, Some(AsyncEventKind::BadClose), true);
+                self.reset_and_enter_error(qp, Some(AsyncEventKind::BadClose), true);
             }
             (Terminate, LlpEvent::Closed) | (Terminate, LlpEvent::PeerClosed { .. }) => {
                 self.enter_error(qp, None, true);
@@ -601,8 +608,7 @@ impl Rnic {
                 self.enter_error(qp, Some(AsyncEventKind::LlpConnectionReset), true);
             }
             (Rts | Closing, LlpEvent::Lost) => {
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, Some(AsyncEventKind::LlpConnectionLost), true);
+                self.reset_and_enter_error(qp, Some(AsyncEventKind::LlpConnectionLost), true);
             }
             // Idle and Error have no stream; a late event is harmless.
             _ => {}
@@ -629,8 +635,7 @@ impl Rnic {
             }
             QpState::Closing => {
                 q.terminate = Some((cause, TerminateOrigin::Remote));
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, Some(AsyncEventKind::BadClose), true);
+                self.reset_and_enter_error(qp, Some(AsyncEventKind::BadClose), true);
             }
             _ => {}
         }

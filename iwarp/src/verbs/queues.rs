@@ -188,6 +188,18 @@ impl Qp {
         self.sq_pending.is_empty() && self.sq_active.iter().all(|a| a.done.is_some())
     }
 
+    /// Where work `work` waits in `sq_active` for its engine completion.
+    pub(super) fn awaiting_sq(&self, work: u64) -> Option<usize> {
+        let mut active = self.sq_active.iter();
+        active.position(|a| a.work == work && a.done.is_none())
+    }
+
+    /// Where work `work` waits in `rq_active` for its engine completion.
+    pub(super) fn awaiting_rq(&self, work: u64) -> Option<usize> {
+        let mut active = self.rq_active.iter();
+        active.position(|a| a.work == work && a.done.is_none())
+    }
+
     pub(super) fn local_context(&self) -> LocalContext {
         LocalContext {
             qp: self.id,
