@@ -5,7 +5,9 @@ use tcp::Instant;
 
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory, StreamId};
-use iwarp::rdmap::{Completion, Engine, EngineConfig, Event, Handled, RecvWr, SendOp, SendWr};
+use iwarp::rdmap::{
+    Completion, CompletionStatus, Engine, EngineConfig, Event, Handled, RecvWr, SendOp, SendWr,
+};
 use iwarp::wire::terminate::{Terminate, TerminateCause, TerminateRepr};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -92,6 +94,13 @@ impl Side {
     pub fn events(&mut self) -> Vec<Event> {
         std::iter::from_fn(|| self.engine.poll_event()).collect()
     }
+
+    /// The completions so far are `n`, all Flushed.
+    pub fn expect_flushed(&mut self, n: usize) {
+        let c = self.completions();
+        assert_eq!(c.len(), n);
+        assert!(c.iter().all(|c| c.status == CompletionStatus::Flushed));
+    }
 }
 
 pub fn now() -> Instant {
@@ -124,6 +133,15 @@ impl Pair {
             b: Side::new(cb),
             mulpdu,
         }
+    }
+
+    /// A pair (streams 1 and 2, MULPDU 1500), each side with an all-rights region over its
+    /// first 8 KiB filled with `fill_a` and `fill_b`; returns the pair and both STags.
+    pub fn with_regions(fill_a: u8, fill_b: u8) -> (Self, STag, STag) {
+        let mut p = Pair::new(cfg(1), cfg(2), 1500);
+        let a = p.a.region(0, 8192, all(), fill_a);
+        let b = p.b.region(0, 8192, all(), fill_b);
+        (p, a, b)
     }
 
     /// Moves segments both ways, in order, until both sides are quiet.

@@ -179,9 +179,7 @@ fn c05_receives_complete_in_msn_order() {
 #[test]
 fn c06_sq_completes_in_posting_order() {
     // RFC 5040 §5.5 rule 15: a Send posted after a Read completes after it.
-    let mut p = Pair::new(cfg(1), cfg(2), 1500);
-    let a = p.a.region(0, 8192, all(), 1);
-    let b = p.b.region(0, 8192, all(), 2);
+    let (mut p, a, b) = Pair::with_regions(1, 2);
     p.b.post_recv(1, b, 0, 100);
     p.a.engine
         .post_send(read_wr(10, a, 1000, b, 0, 3000))
@@ -849,9 +847,7 @@ fn held_segment_limit_defers() {
 #[test]
 fn k05_read_fence_holds_later_send() {
     // VERBS-00 §8.2.2.2; RFC 5040 App. B footnote 2
-    let mut p = Pair::new(cfg(1), cfg(2), 1500);
-    let a = p.a.region(0, 8192, all(), 1);
-    let b = p.b.region(0, 8192, all(), 2);
+    let (mut p, a, b) = Pair::with_regions(1, 2);
     p.b.post_recv(1, b, 4000, 100);
     p.a.engine
         .post_send(read_wr(1, a, 1000, b, 0, 100))
@@ -873,9 +869,7 @@ fn k05_read_fence_holds_later_send() {
 #[test]
 fn local_fence_waits_for_earlier_completions() {
     // VERBS-00 §8.2.2.2
-    let mut p = Pair::new(cfg(1), cfg(2), 1500);
-    let a = p.a.region(0, 8192, all(), 1);
-    let b = p.b.region(0, 8192, all(), 2);
+    let (mut p, a, b) = Pair::with_regions(1, 2);
     p.a.engine.post_send(read_wr(1, a, 0, b, 0, 10)).unwrap();
     let mut w = write_wr(2, a, 0, 10, b, 100);
     w.local_fence = true;

@@ -53,9 +53,7 @@ fn g02_nothing_after_terminate() {
         Err(PostError::NotActive)
     );
     // Every posted WR is flushed.
-    let c = s.completions();
-    assert_eq!(c.len(), 3);
-    assert!(c.iter().all(|c| c.status == CompletionStatus::Flushed));
+    s.expect_flushed(3);
 }
 
 #[test]
@@ -137,9 +135,7 @@ fn g06_llp_reset_flushes_without_terminate() {
     assert!(s.drain_tx(1500).is_empty());
     assert_eq!(s.engine.state(), StreamState::Error);
     assert_eq!(s.events(), vec![Event::LlpLost]);
-    let c = s.completions();
-    assert_eq!(c.len(), 2);
-    assert!(c.iter().all(|c| c.status == CompletionStatus::Flushed));
+    s.expect_flushed(2);
 }
 
 #[test]
@@ -295,9 +291,7 @@ fn g12_flush_leaves_one_error_completion() {
 #[test]
 fn graceful_close_drains_then_refuses() {
     // RFC 5041 §6; RFC 5040 §6.2 case 1
-    let mut p = Pair::new(cfg(1), cfg(2), 1500);
-    let a = p.a.region(0, 8192, all(), 1);
-    let b = p.b.region(0, 8192, all(), 0);
+    let (mut p, a, b) = Pair::with_regions(1, 0);
     p.b.post_recv(1, b, 0, 100);
     p.a.engine.post_send(send_wr(1, a, 0, 50)).unwrap();
     p.a.engine.close();
