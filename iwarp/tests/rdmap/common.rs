@@ -6,7 +6,8 @@ use tcp::Instant;
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory, StreamId};
 use iwarp::rdmap::{
-    Completion, CompletionStatus, Engine, EngineConfig, Event, Handled, RecvWr, SendOp, SendWr,
+    Completion, CompletionStatus, Engine, EngineConfig, Event, Handled, RecvWr, RemoteBuf, SendOp,
+    SendWr,
 };
 use iwarp::wire::terminate::{Terminate, TerminateCause, TerminateRepr};
 use rand::seq::SliceRandom;
@@ -250,6 +251,24 @@ pub fn send_wr(id: u64, local: STag, to: u64, len: u32) -> SendWr {
             }],
             solicited: false,
             invalidate: None,
+        },
+    )
+}
+
+/// An RDMA Read of `len` octets at `src_to` of the peer's `src` into `sink_to` of `sink`.
+pub fn read_wr(id: u64, sink: STag, sink_to: u64, src: STag, src_to: u64, len: u32) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Read {
+            sink: RemoteBuf {
+                stag: sink,
+                to: sink_to,
+            },
+            remote: RemoteBuf {
+                stag: src,
+                to: src_to,
+            },
+            len,
         },
     )
 }

@@ -34,24 +34,6 @@ fn read_req_seg(msn: u32, rr: &[u8]) -> Vec<u8> {
     untagged_seg(OP_READ_REQ, true, 0, 1, msn, 0, rr)
 }
 
-/// An RDMA Read of `len` octets at `src_to` of the peer's `src` into `sink_to` of `sink`.
-fn read_wr(id: u64, sink: STag, sink_to: u64, src: STag, src_to: u64, len: u32) -> SendWr {
-    SendWr::new(
-        id,
-        SendOp::Read {
-            sink: RemoteBuf {
-                stag: sink,
-                to: sink_to,
-            },
-            remote: RemoteBuf {
-                stag: src,
-                to: src_to,
-            },
-            len,
-        },
-    )
-}
-
 /// An RDMA Write of `len` octets at `to` of `local` to `dst_to` of the peer's `dst`.
 fn write_wr(id: u64, local: STag, to: u64, len: u32, dst: STag, dst_to: u64) -> SendWr {
     SendWr::new(
