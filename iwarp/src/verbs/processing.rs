@@ -6,7 +6,7 @@
 use super::event::AsyncEventKind;
 use super::handle::QpId;
 use super::qp_state::QpState;
-use super::queues::{ActiveRq, ActiveSq, Qp, TerminateOrigin, WqKind};
+use super::queues::{ActiveRq, ActiveSq, TerminateOrigin, WqKind};
 use super::rnic::Rnic;
 use super::status::{CompletionStatus, VerbError};
 use super::wc::{WcOpcode, WorkCompletion};
@@ -382,7 +382,7 @@ impl Rnic {
                 return;
             }
             let a = q.sq_active.pop_front().expect("front exists");
-            let wc = one_error(q, a.done.expect("checked"));
+            let wc = q.one_error(a.done.expect("checked"));
             let cq = q.sq_cq;
             let ok = wc.status.is_success();
             self.free_inline_of(&a.wr);
@@ -399,7 +399,7 @@ impl Rnic {
             } else if let Some(q) = self.qps.get_mut(&qp) {
                 q.sq_slots = q.sq_slots.saturating_sub(1);
             }
-            if !ok && wc.status != CompletionStatus::Flushed {
+            if wc.status.is_error() {
                 // A completion error stops the QP (VERBS-00 §8.3.2): Terminate, and the
                 // later WRs are flushed once it reaches Error.
                 self.local_error(qp, TerminateCause::RDMAP_LOCAL_CATASTROPHIC, a.local, None);
@@ -418,7 +418,7 @@ impl Rnic {
                 return;
             }
             let a = q.rq_active.pop_front().expect("front exists");
-            let wc = one_error(q, a.done.expect("checked"));
+            let wc = q.one_error(a.done.expect("checked"));
             let cq = q.rq_cq;
             let kind = if q.srq.is_some() {
                 WqKind::Srq
@@ -434,23 +434,12 @@ impl Rnic {
                 );
                 return;
             }
-            if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
+            if wc.status.is_error() {
                 self.local_error(qp, TerminateCause::RDMAP_LOCAL_CATASTROPHIC, false, None);
                 return;
             }
         }
     }
-}
-
-/// Lets only the first error WC of a QP keep its status; later ones become Flushed.
-fn one_error(q: &mut Qp, mut wc: WorkCompletion) -> WorkCompletion {
-    if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
-        if q.error_reported {
-            wc.status = CompletionStatus::Flushed;
-        }
-        q.error_reported = true;
-    }
-    wc
 }
 
 /// A receive WR fits a queue holding `slots` of its `depth` WRs, with at most `max_sges`

@@ -453,12 +453,7 @@ impl Rnic {
             flushed.push((wc, WqKind::Rq));
         }
         for (wc, _) in flushed.iter_mut() {
-            if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
-                if q.error_reported {
-                    wc.status = CompletionStatus::Flushed;
-                }
-                q.error_reported = true;
-            }
+            *wc = q.one_error(*wc);
         }
         q.flush_queue.extend(flushed);
         if let Some(kind) = event {

@@ -194,4 +194,9 @@ impl CompletionStatus {
     pub fn is_success(self) -> bool {
         self == CompletionStatus::Success
     }
+
+    /// True for an error status: neither Success nor Flushed.
+    pub fn is_error(self) -> bool {
+        !self.is_success() && self != CompletionStatus::Flushed
+    }
 }
