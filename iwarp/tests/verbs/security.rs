@@ -857,30 +857,15 @@ fn sq_and_rq_exhaustion_return_immediate_errors() {
         i.rq_depth = 1;
     });
     fx.post_sq(vec![send(1, vec![])]);
-    assert_eq!(
-        fx.rnic
-            .post_sq(fx.qp, vec![send(2, vec![])])
-            .unwrap_err()
-            .error,
-        VerbError::TooManyWorkRequests
-    );
+    let sq_full = fx.rnic.post_sq(fx.qp, vec![send(2, vec![])]);
     fx.post_rq(vec![recv(1, vec![])]);
-    assert_eq!(
-        fx.rnic
-            .post_rq(fx.qp, vec![recv(2, vec![])])
-            .unwrap_err()
-            .error,
-        VerbError::TooManyWorkRequests
-    );
+    let rq_full = fx.rnic.post_rq(fx.qp, vec![recv(2, vec![])]);
     let (srq, _) = fx.rnic.create_srq(fx.pd, 1, 1, 0).unwrap();
     fx.rnic.post_srq(srq, vec![recv(1, vec![])]).unwrap();
-    assert_eq!(
-        fx.rnic
-            .post_srq(srq, vec![recv(2, vec![])])
-            .unwrap_err()
-            .error,
-        VerbError::TooManyWorkRequests
-    );
+    let srq_full = fx.rnic.post_srq(srq, vec![recv(2, vec![])]);
+    for full in [sq_full, rq_full, srq_full] {
+        assert_eq!(full.unwrap_err().error, VerbError::TooManyWorkRequests);
+    }
 }
 
 #[test]
