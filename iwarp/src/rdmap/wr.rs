@@ -79,11 +79,11 @@ pub struct SendWr<Op = SendOp> {
     pub op: Op,
     /// Produce a completion on success (errors always complete, VERBS-00 §8.1.3.1).
     pub signaled: bool,
-    /// Read fence: start only when every earlier Read / Atomic has completed (Send-type
-    /// and Write only, VERBS-00 §8.2.2.2).
+    /// Read fence: start only when every earlier Read / Atomic has completed (the verbs
+    /// layer takes it on Send-type and Write WRs only, VERBS-00 §8.2.2.2).
     pub read_fence: bool,
-    /// Local fence: start only when every earlier WR has completed (Invalidate Local STag
-    /// only, VERBS-00 §8.2.2.2).
+    /// Local fence: start only when every earlier WR has completed (the verbs layer takes
+    /// it on Invalidate Local STag only, VERBS-00 §8.2.2.2).
     pub local_fence: bool,
 }
 

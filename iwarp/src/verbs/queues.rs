@@ -203,14 +203,16 @@ impl Qp {
 
     /// Where work `work` waits in `sq_active` for its engine completion.
     pub(super) fn awaiting_sq(&self, work: u64) -> Option<usize> {
-        let mut active = self.sq_active.iter();
-        active.position(|a| a.work == work && a.done.is_none())
+        self.sq_active
+            .iter()
+            .position(|a| a.work == work && a.done.is_none())
     }
 
     /// Where work `work` waits in `rq_active` for its engine completion.
     pub(super) fn awaiting_rq(&self, work: u64) -> Option<usize> {
-        let mut active = self.rq_active.iter();
-        active.position(|a| a.work == work && a.done.is_none())
+        self.rq_active
+            .iter()
+            .position(|a| a.work == work && a.done.is_none())
     }
 
     pub(super) fn local_context(&self) -> LocalContext {
