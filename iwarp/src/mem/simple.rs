@@ -2,6 +2,7 @@
 //! TO range, rights, a protection domain, an optional stream binding and a valid flag.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use super::backend::{HeapBackend, MemoryBackend};
 use super::stag::{Access, PdId, STag, StreamId};
@@ -87,13 +88,7 @@ impl<B: MemoryBackend> SimpleMemory<B> {
 
     /// Registers a region and returns its STag; indices are sparse and never 0.
     pub fn register(&mut self, spec: RegionSpec) -> Result<STag, AccessError> {
-        let end = spec
-            .offset
-            .checked_add(spec.len)
-            .ok_or(AccessError::BaseBounds)?;
-        if end > self.backend.bytes().len() as u64 {
-            return Err(AccessError::BaseBounds);
-        }
+        self.check_in_arena(&spec)?;
         let index = loop {
             // xorshift32 gives a sparse, non-sequential walk over the 24-bit index space.
             let mut x = self.next_seed;
@@ -113,13 +108,7 @@ impl<B: MemoryBackend> SimpleMemory<B> {
     /// Registers a region under a caller-chosen STag (capture replay, simulations); fails
     /// when the index is 0 or already in use.
     pub fn register_with_stag(&mut self, spec: RegionSpec, stag: STag) -> Result<(), AccessError> {
-        let end = spec
-            .offset
-            .checked_add(spec.len)
-            .ok_or(AccessError::BaseBounds)?;
-        if end > self.backend.bytes().len() as u64 {
-            return Err(AccessError::BaseBounds);
-        }
+        self.check_in_arena(&spec)?;
         if stag.index() == 0 || self.regions.contains_key(&stag.index()) {
             return Err(AccessError::InvalidStag);
         }
@@ -151,6 +140,18 @@ impl<B: MemoryBackend> SimpleMemory<B> {
         self.lookup(stag).map(|r| r.valid).unwrap_or(false)
     }
 
+    /// A region must lie inside the arena.
+    fn check_in_arena(&self, spec: &RegionSpec) -> Result<(), AccessError> {
+        let end = spec
+            .offset
+            .checked_add(spec.len)
+            .ok_or(AccessError::BaseBounds)?;
+        if end > self.backend.bytes().len() as u64 {
+            return Err(AccessError::BaseBounds);
+        }
+        Ok(())
+    }
+
     fn lookup(&self, stag: STag) -> Result<&Region, AccessError> {
         match self.regions.get(&stag.index()) {
             Some(r) if r.spec.key == stag.key() => Ok(r),
@@ -165,7 +166,21 @@ impl<B: MemoryBackend> SimpleMemory<B> {
         }
     }
 
-    fn slice_range(&self, r: &Resolved, off: u64, len: usize) -> Result<usize, AccessError> {
+    /// The backend octets of `len` at `off` in `r`, when the region is still valid.
+    fn octets(&self, r: &Resolved, off: u64, len: usize) -> Result<&[u8], AccessError> {
+        let range = self.slice_range(r, off, len)?;
+        let bytes = self.backend.bytes();
+        bytes.get(range).ok_or(AccessError::BaseBounds)
+    }
+
+    /// `octets`, writable.
+    fn octets_mut(&mut self, r: &Resolved, off: u64, len: usize) -> Result<&mut [u8], AccessError> {
+        let range = self.slice_range(r, off, len)?;
+        let bytes = self.backend.bytes_mut();
+        bytes.get_mut(range).ok_or(AccessError::BaseBounds)
+    }
+
+    fn slice_range(&self, r: &Resolved, off: u64, len: usize) -> Result<Range<usize>, AccessError> {
         check_sub_range(r, off, len)?;
         let region = self
             .regions
@@ -179,7 +194,8 @@ impl<B: MemoryBackend> SimpleMemory<B> {
         if start < region.spec.offset || end > region.spec.offset + region.spec.len {
             return Err(AccessError::BaseBounds);
         }
-        usize::try_from(start).map_err(|_| AccessError::BaseBounds)
+        let start = usize::try_from(start).map_err(|_| AccessError::BaseBounds)?;
+        Ok(start..start + len)
     }
 }
 
@@ -231,34 +247,17 @@ impl<B: MemoryBackend> MemoryTable for SimpleMemory<B> {
     }
 
     fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError> {
-        let start = self.slice_range(r, off, data.len())?;
-        let dst = self
-            .backend
-            .bytes_mut()
-            .get_mut(start..start + data.len())
-            .ok_or(AccessError::BaseBounds)?;
-        dst.copy_from_slice(data);
+        self.octets_mut(r, off, data.len())?.copy_from_slice(data);
         Ok(())
     }
 
     fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError> {
-        let start = self.slice_range(r, off, out.len())?;
-        let src = self
-            .backend
-            .bytes()
-            .get(start..start + out.len())
-            .ok_or(AccessError::BaseBounds)?;
-        out.copy_from_slice(src);
+        out.copy_from_slice(self.octets(r, off, out.len())?);
         Ok(())
     }
 
     fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {
-        let start = self.slice_range(r, 0, 8)?;
-        let cell = self
-            .backend
-            .bytes_mut()
-            .get_mut(start..start + 8)
-            .ok_or(AccessError::BaseBounds)?;
+        let cell = self.octets_mut(r, 0, 8)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(cell);
         let original = u64::from_ne_bytes(a);

@@ -437,21 +437,10 @@ impl Receiver {
                         match self.examine_in_order(first, boundary, &lead, data) {
                             Err(f) => return Err(self.fault_to_error(f, first)),
                             Ok((Examined::Whole { span, ulpdu_len }, crc)) => {
-                                self.check_overlap(boundary, first + span as u64)?;
-                                let fseq = self.seq(first);
-                                let ulpdu = ulpdu_of(
-                                    self.spacing,
-                                    fseq,
-                                    &data[..span],
-                                    ulpdu_len,
-                                    &mut self.scratch,
-                                );
-                                deliver(Delivery {
-                                    seq: fseq,
-                                    ulpdu,
-                                    in_order: true,
-                                    crc,
-                                });
+                                let fpdu = &data[..span];
+                                self.hand_up_in_order(
+                                    boundary, first, fpdu, ulpdu_len, crc, deliver,
+                                )?;
                                 self.pos += span as u64;
                                 data = &data[span..];
                                 self.state = InState::Boundary;
@@ -478,21 +467,8 @@ impl Receiver {
                         Err(f) => return Err(self.fault_to_error(f, first)),
                         Ok((Examined::Incomplete(_), _)) => {}
                         Ok((Examined::Whole { span, ulpdu_len }, crc)) => {
-                            self.check_overlap(boundary, first + span as u64)?;
-                            let fseq = self.seq(first);
-                            let ulpdu = ulpdu_of(
-                                self.spacing,
-                                fseq,
-                                &partial[..span],
-                                ulpdu_len,
-                                &mut self.scratch,
-                            );
-                            deliver(Delivery {
-                                seq: fseq,
-                                ulpdu,
-                                in_order: true,
-                                crc,
-                            });
+                            let fpdu = &partial[..span];
+                            self.hand_up_in_order(boundary, first, fpdu, ulpdu_len, crc, deliver)?;
                             partial.clear();
                             self.state = InState::Boundary;
                         }
@@ -501,6 +477,29 @@ impl Receiver {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Hands up `fpdu`, a whole FPDU found in order whose ULPDU_Length field is at `first`
+    /// (`boundary` when no marker leads it), once `check_overlap` agrees.
+    fn hand_up_in_order<F: FnMut(Delivery<'_>)>(
+        &mut self,
+        boundary: u64,
+        first: u64,
+        fpdu: &[u8],
+        ulpdu_len: usize,
+        crc: CrcCheck,
+        deliver: &mut F,
+    ) -> Result<(), MpaError> {
+        self.check_overlap(boundary, first + fpdu.len() as u64)?;
+        let seq = self.seq(first);
+        let ulpdu = ulpdu_of(self.spacing, seq, fpdu, ulpdu_len, &mut self.scratch);
+        deliver(Delivery {
+            seq,
+            ulpdu,
+            in_order: true,
+            crc,
+        });
         Ok(())
     }
 

@@ -14,7 +14,7 @@ use super::wr::{SendOp, SendWr};
 use crate::ddp::delivery::DeliveryOrder;
 use crate::ddp::segmenter::MsnCounters;
 use crate::ddp::untagged::{RecvBuffer, UntaggedQueues};
-use crate::mem::{PdId, StreamId};
+use crate::mem::{Access, AccessError, MemoryTable, PdId, Resolved, STag, StreamId};
 use crate::wire::rdmap::RDMAP_VERSION;
 use crate::wire::terminate::{TerminateCause, TerminateRepr};
 
@@ -394,6 +394,18 @@ impl Engine {
             }
         }
         self.drain_sq();
+    }
+
+    /// Validates an access of `len` octets at `to` through `stag` by this stream, in its PD.
+    pub(super) fn resolve_on_stream<M: MemoryTable + ?Sized>(
+        &self,
+        mem: &M,
+        stag: STag,
+        to: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Resolved, AccessError> {
+        mem.resolve(stag, self.cfg.pd, self.cfg.stream, to, len, need)
     }
 
     pub(super) fn sq_entry_mut(&mut self, seq: u64) -> Option<&mut SqEntry> {

@@ -276,10 +276,9 @@ impl Engine {
                 recheck,
             } => {
                 if let Some(e) = recheck {
-                    mem.resolve(
+                    self.resolve_on_stream(
+                        mem,
                         STag(e.stag),
-                        self.cfg.pd,
-                        self.cfg.stream,
                         e.to,
                         u64::from(len),
                         Access::REMOTE_WRITE,
@@ -334,11 +333,10 @@ impl Engine {
                 self.deliver_send(u, mem)
             }
             Opcode::ImmediateData | Opcode::ImmediateDataSe => {
-                let imm = ImmediateDataRepr::parse(u.inline()).map_err(|_| {
-                    u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None)
-                })?;
+                let imm = ImmediateDataRepr::parse(u.inline())
+                    .map_err(|_| u.error(TerminateCause::RDMAP_CATASTROPHIC_STREAM))?;
                 let Some(posted) = self.queues.complete_recv() else {
-                    return Err(u.failure(TerminateCause::DDP_NO_BUFFER, Culprit::None));
+                    return Err(u.error(TerminateCause::DDP_NO_BUFFER));
                 };
                 let mut c = Completion::new(
                     posted.buffer.wr_id,
@@ -367,14 +365,12 @@ impl Engine {
                             ..r
                         })
                     })
-                    .map_err(|_| {
-                        u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None)
-                    })?;
+                    .map_err(|_| u.error(TerminateCause::RDMAP_CATASTROPHIC_STREAM))?;
                 self.remote_terminated(t);
                 Ok(())
             }
             Opcode::Write | Opcode::ReadResponse => {
-                Err(u.failure(TerminateCause::RDMAP_UNEXPECTED_OPCODE, Culprit::None))
+                Err(u.error(TerminateCause::RDMAP_UNEXPECTED_OPCODE))
             }
         }
     }
@@ -386,7 +382,7 @@ impl Engine {
     ) -> Result<(), Failure> {
         let index = u.hdr.msn.wrapping_sub(self.recv_base());
         let Some(posted) = self.queues.recv_mut(index) else {
-            return Err(u.failure(TerminateCause::DDP_NO_BUFFER, Culprit::None));
+            return Err(u.error(TerminateCause::DDP_NO_BUFFER));
         };
         posted.received += u64::from(u.len);
         if !u.hdr.last {
@@ -395,7 +391,7 @@ impl Engine {
         // RFC 5041 §5.4: message length = MO + length of the L=1 segment.
         let msg_len = u64::from(u.hdr.mo) + u64::from(u.len);
         if posted.received != msg_len {
-            return Err(u.failure(TerminateCause::DDP_INVALID_MO, Culprit::None));
+            return Err(u.error(TerminateCause::DDP_INVALID_MO));
         }
         let mut invalidated = None;
         if u.opcode.carries_invalidate_stag() {
@@ -418,7 +414,7 @@ impl Engine {
             }
         }
         let Some(posted) = self.queues.complete_recv() else {
-            return Err(u.failure(TerminateCause::DDP_NO_BUFFER, Culprit::None));
+            return Err(u.error(TerminateCause::DDP_NO_BUFFER));
         };
         let mut c = Completion::new(
             posted.buffer.wr_id,
@@ -447,24 +443,23 @@ impl Engine {
     ) -> Result<(), Failure> {
         self.queues.deliver_slot(1, true);
         let view = ReadRequest::new_checked(u.inline())
-            .map_err(|_| u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None))?;
+            .map_err(|_| u.error(TerminateCause::RDMAP_CATASTROPHIC_STREAM))?;
         let req = ReadRequestRepr::parse(&view)
-            .map_err(|_| u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None))?;
+            .map_err(|_| u.error(TerminateCause::RDMAP_CATASTROPHIC_STREAM))?;
         // RFC 5040 §5.2.1: a zero-length read is not validated.
         let src = if req.size == 0 {
             None
         } else {
-            match mem.resolve(
+            match self.resolve_on_stream(
+                mem,
                 STag(req.src_stag),
-                self.cfg.pd,
-                self.cfg.stream,
                 req.src_to,
                 u64::from(req.size),
                 Access::REMOTE_READ,
             ) {
                 Ok(r) => Some(r),
                 Err(e) => {
-                    let mut f = u.failure(e.rdmap_cause(), Culprit::None);
+                    let mut f = u.error(e.rdmap_cause());
                     f.rdma = Some(req.to_bytes());
                     return Err(f);
                 }
@@ -486,27 +481,26 @@ impl Engine {
     ) -> Result<(), Failure> {
         self.queues.deliver_slot(1, true);
         let view = AtomicRequest::new_checked(u.inline())
-            .map_err(|_| u.failure(TerminateCause::RDMAP_OP_UNSPECIFIED, Culprit::None))?;
+            .map_err(|_| u.error(TerminateCause::RDMAP_OP_UNSPECIFIED))?;
         let req = AtomicRequestRepr::parse(&view)
-            .map_err(|_| u.failure(TerminateCause::RDMAP_UNEXPECTED_OPCODE, Culprit::None))?;
+            .map_err(|_| u.error(TerminateCause::RDMAP_UNEXPECTED_OPCODE))?;
         // SPEC-DIGEST §3.9 item 5, D23: remote read and remote write rights.
-        let r = mem
-            .resolve(
+        let r = self
+            .resolve_on_stream(
+                mem,
                 STag(req.stag),
-                self.cfg.pd,
-                self.cfg.stream,
                 req.to,
                 8,
                 Access::REMOTE_READ | Access::REMOTE_WRITE,
             )
-            .map_err(|e| u.failure(e.rdmap_cause(), Culprit::None))?;
+            .map_err(|e| u.error(e.rdmap_cause()))?;
         // EXT-01 §5.1, §8.2; SPEC-DIGEST D20: natural alignment, memory untouched otherwise.
         if req.to % 8 != 0 || r.addr % 8 != 0 {
-            return Err(u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None));
+            return Err(u.error(TerminateCause::RDMAP_CATASTROPHIC_STREAM));
         }
         let original = mem
             .atomic(&r, &mut |orig| req.apply(orig))
-            .map_err(|e| u.failure(e.rdmap_cause(), Culprit::None))?;
+            .map_err(|e| u.error(e.rdmap_cause()))?;
         self.responses
             .push_back(Response::Atomic(AtomicResponseRepr {
                 request_id: req.request_id,
@@ -522,13 +516,13 @@ impl Engine {
     ) -> Result<(), Failure> {
         self.queues.deliver_slot(3, false);
         let resp = AtomicResponseRepr::parse(u.inline())
-            .map_err(|_| u.failure(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None))?;
+            .map_err(|_| u.error(TerminateCause::RDMAP_CATASTROPHIC_STREAM))?;
         let Some(pending) = self.atomics.pop_front() else {
-            return Err(u.failure(TerminateCause::RDMAP_UNEXPECTED_OPCODE, Culprit::None));
+            return Err(u.error(TerminateCause::RDMAP_UNEXPECTED_OPCODE));
         };
         self.queues.set_capacity(3, self.atomics.len() as u32);
         if pending.request_id != resp.request_id {
-            return Err(u.failure(TerminateCause::RDMAP_OP_UNSPECIFIED, Culprit::None));
+            return Err(u.error(TerminateCause::RDMAP_OP_UNSPECIFIED));
         }
         if let Some(r) = &pending.result {
             mem.write(r, 0, &resp.original.to_ne_bytes()).map_err(|_| {

@@ -105,6 +105,11 @@ impl UntaggedRecord {
         &self.inline[..self.inline_len]
     }
 
+    /// An error found in this segment that fails no particular work request.
+    pub(super) fn error(&self, cause: TerminateCause) -> Failure {
+        self.failure(cause, Culprit::None)
+    }
+
     /// An error found in this segment, with its header copies.
     pub(super) fn failure(&self, cause: TerminateCause, culprit: Culprit) -> Failure {
         Failure {

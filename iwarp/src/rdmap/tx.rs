@@ -136,11 +136,7 @@ impl Engine {
                 }
                 let hdr = DdpRepr::Untagged(UntaggedRepr {
                     last: true,
-                    rsvd_ulp: RdmapControl {
-                        version: self.cfg.rdmap_version,
-                        opcode: Opcode::Terminate,
-                    }
-                    .to_octet(),
+                    rsvd_ulp: self.ctrl(Opcode::Terminate),
                     rsvd_ulp_word: 0,
                     qn: 2,
                     msn: self.msn.take(2),
@@ -303,6 +299,34 @@ impl Engine {
         .to_octet()
     }
 
+    /// An untagged message of `len` octets on queue `qn`, with that queue's next MSN.
+    fn untagged_message(
+        &mut self,
+        qn: u32,
+        opcode: Opcode,
+        rsvd_ulp_word: u32,
+        len: u32,
+    ) -> Segmenter {
+        Segmenter::new(OutgoingMessage {
+            target: MessageTarget::Untagged {
+                qn,
+                msn: self.msn.take(qn),
+                rsvd_ulp_word,
+            },
+            rsvd_ulp: self.ctrl(opcode),
+            len,
+        })
+    }
+
+    /// A tagged message of `len` octets placed at `to` of the peer's `stag`.
+    fn tagged_message(&self, opcode: Opcode, stag: u32, to: u64, len: u32) -> Segmenter {
+        Segmenter::new(OutgoingMessage {
+            target: MessageTarget::Tagged { stag, to },
+            rsvd_ulp: self.ctrl(opcode),
+            len,
+        })
+    }
+
     fn start_response(&mut self) -> Option<TxMessage> {
         let resp = self.responses.pop_front()?;
         Some(match resp {
@@ -312,14 +336,12 @@ impl Engine {
                 copy,
                 segment_len,
             } => TxMessage {
-                seg: Segmenter::new(OutgoingMessage {
-                    target: MessageTarget::Tagged {
-                        stag: req.sink_stag,
-                        to: req.sink_to,
-                    },
-                    rsvd_ulp: self.ctrl(Opcode::ReadResponse),
-                    len: req.size,
-                }),
+                seg: self.tagged_message(
+                    Opcode::ReadResponse,
+                    req.sink_stag,
+                    req.sink_to,
+                    req.size,
+                ),
                 payload: TxPayload::Source(src),
                 done: TxDone::ReadResponse {
                     req,
@@ -332,15 +354,7 @@ impl Engine {
                 // The array has exactly the header length.
                 let _ = r.emit(&mut b);
                 TxMessage {
-                    seg: Segmenter::new(OutgoingMessage {
-                        target: MessageTarget::Untagged {
-                            qn: 3,
-                            msn: self.msn.take(3),
-                            rsvd_ulp_word: 0,
-                        },
-                        rsvd_ulp: self.ctrl(Opcode::AtomicResponse),
-                        len: 12,
-                    }),
+                    seg: self.untagged_message(3, Opcode::AtomicResponse, 0, 12),
                     payload: inline(&b),
                     done: TxDone::ReleaseIrd,
                 }
@@ -360,15 +374,8 @@ impl Engine {
                     // Zero-length SGEs are not validated (VERBS-00 §8.1.3.2).
                     Ok((None, 0))
                 } else {
-                    mem.resolve(
-                        s.stag,
-                        self.cfg.pd,
-                        self.cfg.stream,
-                        s.to,
-                        u64::from(s.len),
-                        need,
-                    )
-                    .map(|r| (Some(r), s.len))
+                    self.resolve_on_stream(mem, s.stag, s.to, u64::from(s.len), need)
+                        .map(|r| (Some(r), s.len))
                 }
             })
             .collect()
@@ -425,15 +432,12 @@ impl Engine {
                     };
                     self.sq[idx].byte_len = len;
                     TxMessage {
-                        seg: Segmenter::new(OutgoingMessage {
-                            target: MessageTarget::Untagged {
-                                qn: 0,
-                                msn: self.msn.take(0),
-                                rsvd_ulp_word: invalidate.map(|s| s.0).unwrap_or(0),
-                            },
-                            rsvd_ulp: self.ctrl(opcode),
+                        seg: self.untagged_message(
+                            0,
+                            opcode,
+                            invalidate.map(|s| s.0).unwrap_or(0),
                             len,
-                        }),
+                        ),
                         payload: TxPayload::Gather(pieces),
                         done: TxDone::Complete(seq),
                     }
@@ -446,14 +450,7 @@ impl Engine {
                     let len: u32 = pieces.iter().map(|p| p.1).sum();
                     self.sq[idx].byte_len = len;
                     TxMessage {
-                        seg: Segmenter::new(OutgoingMessage {
-                            target: MessageTarget::Tagged {
-                                stag: remote.stag.0,
-                                to: remote.to,
-                            },
-                            rsvd_ulp: self.ctrl(Opcode::Write),
-                            len,
-                        }),
+                        seg: self.tagged_message(Opcode::Write, remote.stag.0, remote.to, len),
                         payload: TxPayload::Gather(pieces),
                         done: TxDone::Complete(seq),
                     }
@@ -472,15 +469,7 @@ impl Engine {
                         received: 0,
                     });
                     TxMessage {
-                        seg: Segmenter::new(OutgoingMessage {
-                            target: MessageTarget::Untagged {
-                                qn: 1,
-                                msn: self.msn.take(1),
-                                rsvd_ulp_word: 0,
-                            },
-                            rsvd_ulp: self.ctrl(Opcode::ReadRequest),
-                            len: 28,
-                        }),
+                        seg: self.untagged_message(1, Opcode::ReadRequest, 0, 28),
                         payload: inline(&req.to_bytes()),
                         done: TxDone::AwaitResponse,
                     }
@@ -495,15 +484,7 @@ impl Engine {
                     // The array has exactly the header length.
                     let _ = ImmediateDataRepr { data }.emit(&mut b);
                     TxMessage {
-                        seg: Segmenter::new(OutgoingMessage {
-                            target: MessageTarget::Untagged {
-                                qn: 0,
-                                msn: self.msn.take(0),
-                                rsvd_ulp_word: 0,
-                            },
-                            rsvd_ulp: self.ctrl(opcode),
-                            len: 8,
-                        }),
+                        seg: self.untagged_message(0, opcode, 0, 8),
                         payload: inline(&b),
                         done: TxDone::Complete(seq),
                     }
@@ -545,15 +526,12 @@ impl Engine {
                     });
                     self.queues.set_capacity(3, self.atomics.len() as u32);
                     TxMessage {
-                        seg: Segmenter::new(OutgoingMessage {
-                            target: MessageTarget::Untagged {
-                                qn: 1,
-                                msn: self.msn.take(1),
-                                rsvd_ulp_word: 0,
-                            },
-                            rsvd_ulp: self.ctrl(Opcode::AtomicRequest),
-                            len: ATOMIC_REQUEST_LEN as u32,
-                        }),
+                        seg: self.untagged_message(
+                            1,
+                            Opcode::AtomicRequest,
+                            0,
+                            ATOMIC_REQUEST_LEN as u32,
+                        ),
                         payload: inline(&b),
                         done: TxDone::AwaitResponse,
                     }

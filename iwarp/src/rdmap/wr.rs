@@ -69,24 +69,27 @@ pub enum SendOp {
     },
 }
 
-/// A send-queue work request.
+/// A send-queue work request carrying the operation `Op`: the engine's [`SendOp`], or
+/// the verbs layer's own operations (`verbs::SendWr`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SendWr {
+pub struct SendWr<Op = SendOp> {
     /// Consumer's id, echoed in the completion.
     pub wr_id: u64,
     /// The operation.
-    pub op: SendOp,
-    /// Produce a completion on success (errors always complete).
+    pub op: Op,
+    /// Produce a completion on success (errors always complete, VERBS-00 §8.1.3.1).
     pub signaled: bool,
-    /// Read fence: start only when every earlier Read / Atomic has completed.
+    /// Read fence: start only when every earlier Read / Atomic has completed (the verbs
+    /// layer takes it on Send-type and Write WRs only, VERBS-00 §8.2.2.2).
     pub read_fence: bool,
-    /// Local fence: start only when every earlier WR has completed.
+    /// Local fence: start only when every earlier WR has completed (the verbs layer takes
+    /// it on Invalidate Local STag only, VERBS-00 §8.2.2.2).
     pub local_fence: bool,
 }
 
-impl SendWr {
+impl<Op> SendWr<Op> {
     /// A signaled, unfenced work request.
-    pub fn new(wr_id: u64, op: SendOp) -> Self {
+    pub fn new(wr_id: u64, op: Op) -> Self {
         SendWr {
             wr_id,
             op,
@@ -94,5 +97,11 @@ impl SendWr {
             read_fence: false,
             local_fence: false,
         }
+    }
+
+    /// Marks the work request unsignaled.
+    pub fn unsignaled(mut self) -> Self {
+        self.signaled = false;
+        self
     }
 }

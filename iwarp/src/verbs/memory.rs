@@ -3,6 +3,7 @@
 //! implements [`MemoryTable`] so the protocol engine places data into verbs-registered
 //! memory, and answers local (SGE) accesses with the draft's completion statuses.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -328,6 +329,15 @@ impl Chunks {
         }
         self.count += 1;
     }
+
+    /// Each backend range with the range of the access it holds.
+    fn with_parts(self) -> impl Iterator<Item = (Range<usize>, Range<usize>)> {
+        self.scan(0, |done, (start, n)| {
+            let part = *done..*done + n;
+            *done += n;
+            Some((start..start + n, part))
+        })
+    }
 }
 
 impl Iterator for Chunks {
@@ -507,8 +517,10 @@ impl MemoryModel {
         Ok(())
     }
 
-    fn mr_from_spec(spec: &MrSpec, capacity: u32) -> Mr {
-        Mr {
+    /// Stores the valid region `spec`, with PBL room for `capacity` entries, at `index`;
+    /// returns its STag.
+    fn install_mr(&mut self, index: u32, spec: &MrSpec, capacity: u32) -> STag {
+        let mr = Mr {
             pd: spec.pd,
             key: spec.key,
             valid: true,
@@ -525,16 +537,15 @@ impl MemoryModel {
                 len: spec.pbl.len,
             }),
             bound_windows: 0,
-        }
+        };
+        self.entries.insert(index, Entry::Mr(mr));
+        STag::new(index, spec.key)
     }
 
     pub(super) fn register(&mut self, spec: &MrSpec) -> Result<STag, VerbError> {
         self.check_spec(spec, self.max_pbl_entries)?;
         let idx = self.fresh_index();
-        let capacity = spec.pbl.pages.len() as u32;
-        self.entries
-            .insert(idx, Entry::Mr(Self::mr_from_spec(spec, capacity)));
-        Ok(STag::new(idx, spec.key))
+        Ok(self.install_mr(idx, spec, spec.pbl.pages.len() as u32))
     }
 
     pub(super) fn allocate_mr(
@@ -581,9 +592,7 @@ impl MemoryModel {
             self.entries.remove(&index);
             return Err(e);
         }
-        self.entries
-            .insert(index, Entry::Mr(Self::mr_from_spec(spec, capacity)));
-        Ok(STag::new(index, spec.key))
+        Ok(self.install_mr(index, spec, capacity))
     }
 
     pub(super) fn register_shared(
@@ -1023,10 +1032,7 @@ impl MemoryModel {
             remote_access: remote_flag,
             access: spec.access,
         };
-        self.entries.insert(
-            spec.stag.index(),
-            Entry::Mr(Self::mr_from_spec(&new, capacity)),
-        );
+        self.install_mr(spec.stag.index(), &new, capacity);
         Ok(())
     }
 
@@ -1123,10 +1129,8 @@ impl MemoryTable for MemoryModel {
         }
         let chunks = self.chunks(r, off, data.len())?;
         let bytes = self.backend.bytes_mut();
-        let mut done = 0;
-        for (start, n) in chunks {
-            bytes[start..start + n].copy_from_slice(&data[done..done + n]);
-            done += n;
+        for (backend, part) in chunks.with_parts() {
+            bytes[backend].copy_from_slice(&data[part]);
         }
         Ok(())
     }
@@ -1148,10 +1152,8 @@ impl MemoryTable for MemoryModel {
         }
         let chunks = self.chunks(r, off, out.len())?;
         let bytes = self.backend.bytes();
-        let mut done = 0;
-        for (start, n) in chunks {
-            out[done..done + n].copy_from_slice(&bytes[start..start + n]);
-            done += n;
+        for (backend, part) in chunks.with_parts() {
+            out[part].copy_from_slice(&bytes[backend]);
         }
         Ok(())
     }

@@ -6,8 +6,8 @@
 use super::event::AsyncEventKind;
 use super::handle::QpId;
 use super::qp_state::QpState;
-use super::queues::{ActiveRq, ActiveSq, Qp, TerminateOrigin, WqKind};
-use super::rnic::{QpAction, Rnic};
+use super::queues::{ActiveRq, ActiveSq, TerminateOrigin, WqKind};
+use super::rnic::Rnic;
 use super::status::{CompletionStatus, VerbError};
 use super::wc::{WcOpcode, WorkCompletion};
 use super::wr::{RecvWr, SendWr, SqOp};
@@ -143,8 +143,7 @@ impl Rnic {
             }
             QpState::Closing => {
                 q.sq_pending.push_back((work, wr));
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, Some(AsyncEventKind::BadClose), true);
+                self.reset_and_enter_error(qp, Some(AsyncEventKind::BadClose), true);
             }
             _ => q.sq_pending.push_back((work, wr)),
         }
@@ -162,18 +161,12 @@ impl Rnic {
                     error: VerbError::InvalidQpHandle,
                 });
             };
-            let error = if q.srq.is_some() {
-                Some(VerbError::RqAssociatedWithSrq)
-            } else if q.rq_slots >= q.init.rq_depth {
-                Some(VerbError::TooManyWorkRequests)
-            } else if wr.sgl.len() > q.init.recv_sges as usize {
-                Some(VerbError::InvalidSglLength)
+            let fits = if q.srq.is_some() {
+                Err(VerbError::RqAssociatedWithSrq)
             } else {
-                None
+                check_recv_wr(&wr, q.rq_slots, q.init.rq_depth, q.init.recv_sges)
             };
-            if let Some(error) = error {
-                return Err(PostError { posted, error });
-            }
+            fits.map_err(|error| PostError { posted, error })?;
             q.rq_slots += 1;
             let work = q.next_work();
             if matches!(q.state, QpState::Error | QpState::Closing) {
@@ -337,11 +330,7 @@ impl Rnic {
         match c.queue {
             rdmap::WorkQueue::Send => {
                 let ctx = q.local_context();
-                let Some(pos) = q
-                    .sq_active
-                    .iter()
-                    .position(|a| a.work == c.wr_id && a.done.is_none())
-                else {
+                let Some(pos) = q.awaiting_sq(c.wr_id) else {
                     return Ok(());
                 };
                 let wr = q.sq_active[pos].wr.clone();
@@ -364,11 +353,7 @@ impl Rnic {
                 self.release_sq(qp);
             }
             rdmap::WorkQueue::Recv => {
-                let Some(pos) = q
-                    .rq_active
-                    .iter()
-                    .position(|a| a.work == c.wr_id && a.done.is_none())
-                else {
+                let Some(pos) = q.awaiting_rq(c.wr_id) else {
                     return Ok(());
                 };
                 let wr_id = q.rq_active[pos].wr.wr_id;
@@ -397,7 +382,7 @@ impl Rnic {
                 return;
             }
             let a = q.sq_active.pop_front().expect("front exists");
-            let wc = one_error(q, a.done.expect("checked"));
+            let wc = q.one_error(a.done.expect("checked"));
             let cq = q.sq_cq;
             let ok = wc.status.is_success();
             self.free_inline_of(&a.wr);
@@ -414,7 +399,7 @@ impl Rnic {
             } else if let Some(q) = self.qps.get_mut(&qp) {
                 q.sq_slots = q.sq_slots.saturating_sub(1);
             }
-            if !ok && wc.status != CompletionStatus::Flushed {
+            if wc.status.is_error() {
                 // A completion error stops the QP (VERBS-00 §8.3.2): Terminate, and the
                 // later WRs are flushed once it reaches Error.
                 self.local_error(qp, TerminateCause::RDMAP_LOCAL_CATASTROPHIC, a.local, None);
@@ -433,7 +418,7 @@ impl Rnic {
                 return;
             }
             let a = q.rq_active.pop_front().expect("front exists");
-            let wc = one_error(q, a.done.expect("checked"));
+            let wc = q.one_error(a.done.expect("checked"));
             let cq = q.rq_cq;
             let kind = if q.srq.is_some() {
                 WqKind::Srq
@@ -449,7 +434,7 @@ impl Rnic {
                 );
                 return;
             }
-            if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
+            if wc.status.is_error() {
                 self.local_error(qp, TerminateCause::RDMAP_LOCAL_CATASTROPHIC, false, None);
                 return;
             }
@@ -457,15 +442,21 @@ impl Rnic {
     }
 }
 
-/// Lets only the first error WC of a QP keep its status; later ones become Flushed.
-fn one_error(q: &mut Qp, mut wc: WorkCompletion) -> WorkCompletion {
-    if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
-        if q.error_reported {
-            wc.status = CompletionStatus::Flushed;
-        }
-        q.error_reported = true;
+/// A receive WR fits a queue holding `slots` of its `depth` WRs, with at most `max_sges`
+/// SGEs per WR (VERBS-00 §9.3.1.2).
+pub(super) fn check_recv_wr(
+    wr: &RecvWr,
+    slots: u32,
+    depth: u32,
+    max_sges: u32,
+) -> Result<(), VerbError> {
+    if slots >= depth {
+        return Err(VerbError::TooManyWorkRequests);
     }
-    wc
+    if wr.sgl.len() > max_sges as usize {
+        return Err(VerbError::InvalidSglLength);
+    }
+    Ok(())
 }
 
 fn inline_sgl(wr: &SendWr) -> Option<&[Sge]> {

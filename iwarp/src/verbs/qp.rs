@@ -331,8 +331,7 @@ impl Rnic {
                     .push_back(QpAction::SendTerminate { qp, cause });
             }
             (Rts, Error) => {
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, None, false);
+                self.reset_and_enter_error(qp, None, false);
             }
             (Error, Idle) => {
                 let q = self.qps.get_mut(&qp).expect("QP exists");
@@ -401,6 +400,17 @@ impl Rnic {
         });
     }
 
+    /// Resets the LLP stream, then `enter_error`.
+    pub(super) fn reset_and_enter_error(
+        &mut self,
+        qp: QpId,
+        event: Option<AsyncEventKind>,
+        auto: bool,
+    ) {
+        self.actions.push_back(QpAction::ResetLlp { qp });
+        self.enter_error(qp, event, auto);
+    }
+
     /// Moves the QP to Error, detaches the LLP and queues every incomplete WQE for flushing
     /// (VERBS-00 §6.2.4). `event` is raised as an affiliated event.
     pub(super) fn enter_error(&mut self, qp: QpId, event: Option<AsyncEventKind>, auto: bool) {
@@ -443,12 +453,7 @@ impl Rnic {
             flushed.push((wc, WqKind::Rq));
         }
         for (wc, _) in flushed.iter_mut() {
-            if !wc.status.is_success() && wc.status != CompletionStatus::Flushed {
-                if q.error_reported {
-                    wc.status = CompletionStatus::Flushed;
-                }
-                q.error_reported = true;
-            }
+            *wc = q.one_error(*wc);
         }
         q.flush_queue.extend(flushed);
         if let Some(kind) = event {
@@ -543,8 +548,7 @@ impl Rnic {
                 }
             }
             QpState::Closing | QpState::Idle => {
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, event, true);
+                self.reset_and_enter_error(qp, event, true);
             }
             QpState::Terminate | QpState::Error => {}
         }
@@ -582,13 +586,11 @@ impl Rnic {
                     }
                     self.raise_qp(qp, AsyncEventKind::LlpCloseComplete);
                 } else {
-                    self.actions.push_back(QpAction::ResetLlp { qp });
-                    self.enter_error(qp, Some(AsyncEventKind::BadClose), true);
+                    self.reset_and_enter_error(qp, Some(AsyncEventKind::BadClose), true);
                 }
             }
             (Closing, LlpEvent::SegmentWhileClosing) => {
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, Some(AsyncEventKind::BadClose), true);
+                self.reset_and_enter_error(qp, Some(AsyncEventKind::BadClose), true);
             }
             (Terminate, LlpEvent::Closed) | (Terminate, LlpEvent::PeerClosed { .. }) => {
                 self.enter_error(qp, None, true);
@@ -601,8 +603,7 @@ impl Rnic {
                 self.enter_error(qp, Some(AsyncEventKind::LlpConnectionReset), true);
             }
             (Rts | Closing, LlpEvent::Lost) => {
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, Some(AsyncEventKind::LlpConnectionLost), true);
+                self.reset_and_enter_error(qp, Some(AsyncEventKind::LlpConnectionLost), true);
             }
             // Idle and Error have no stream; a late event is harmless.
             _ => {}
@@ -629,8 +630,7 @@ impl Rnic {
             }
             QpState::Closing => {
                 q.terminate = Some((cause, TerminateOrigin::Remote));
-                self.actions.push_back(QpAction::ResetLlp { qp });
-                self.enter_error(qp, Some(AsyncEventKind::BadClose), true);
+                self.reset_and_enter_error(qp, Some(AsyncEventKind::BadClose), true);
             }
             _ => {}
         }

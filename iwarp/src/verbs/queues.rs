@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 use super::handle::{CompletionHandlerId, CqHandle, QpId, SrqHandle, UlpId};
 use super::memory::{LocalContext, StreamRights};
 use super::qp_state::QpState;
+use super::status::CompletionStatus;
 use super::wc::WorkCompletion;
 use super::wr::{RecvWr, SendWr};
 use crate::mem::PdId;
@@ -186,6 +187,32 @@ impl Qp {
 
     pub(super) fn sq_empty(&self) -> bool {
         self.sq_pending.is_empty() && self.sq_active.iter().all(|a| a.done.is_some())
+    }
+
+    /// At most one error WC per QP (VERBS-00 §6.2.4): an error status after the first one
+    /// becomes Flushed.
+    pub(super) fn one_error(&mut self, mut wc: WorkCompletion) -> WorkCompletion {
+        if wc.status.is_error() {
+            if self.error_reported {
+                wc.status = CompletionStatus::Flushed;
+            }
+            self.error_reported = true;
+        }
+        wc
+    }
+
+    /// Where work `work` waits in `sq_active` for its engine completion.
+    pub(super) fn awaiting_sq(&self, work: u64) -> Option<usize> {
+        self.sq_active
+            .iter()
+            .position(|a| a.work == work && a.done.is_none())
+    }
+
+    /// Where work `work` waits in `rq_active` for its engine completion.
+    pub(super) fn awaiting_rq(&self, work: u64) -> Option<usize> {
+        self.rq_active
+            .iter()
+            .position(|a| a.work == work && a.done.is_none())
     }
 
     pub(super) fn local_context(&self) -> LocalContext {

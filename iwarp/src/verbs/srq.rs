@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use super::event::{AsyncEvent, AsyncEventKind, EventResource};
 use super::handle::SrqHandle;
-use super::processing::PostError;
+use super::processing::{check_recv_wr, PostError};
 use super::queues::Srq;
 use super::rnic::Rnic;
 use super::status::VerbError;
@@ -134,16 +134,8 @@ impl Rnic {
         })?;
         let mut posted = 0;
         for wr in wrs {
-            let error = if s.slots >= s.max_wrs {
-                Some(VerbError::TooManyWorkRequests)
-            } else if wr.sgl.len() > s.max_sges as usize {
-                Some(VerbError::InvalidSglLength)
-            } else {
-                None
-            };
-            if let Some(error) = error {
-                return Err(PostError { posted, error });
-            }
+            check_recv_wr(&wr, s.slots, s.max_wrs, s.max_sges)
+                .map_err(|error| PostError { posted, error })?;
             s.slots += 1;
             s.queue.push_back(wr);
             posted += 1;

@@ -194,6 +194,11 @@ impl CompletionStatus {
     pub fn is_success(self) -> bool {
         self == CompletionStatus::Success
     }
+
+    /// True for an error status: neither Success nor Flushed.
+    pub fn is_error(self) -> bool {
+        !self.is_success() && self != CompletionStatus::Flushed
+    }
 }
 
 impl std::fmt::Display for CompletionStatus {

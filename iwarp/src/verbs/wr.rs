@@ -36,42 +36,13 @@ pub enum SqOp {
     },
 }
 
-/// A Send Queue Work Request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SendWr {
-    /// Consumer's 64-bit identifier, returned in the WC.
-    pub wr_id: u64,
-    /// The operation.
-    pub op: SqOp,
-    /// Produce a WC on success (errors always produce one, VERBS-00 §8.1.3.1).
-    pub signaled: bool,
-    /// Read Fence: wait for earlier Read-type WRs (Send-type and Write only, §8.2.2.2).
-    pub read_fence: bool,
-    /// Local Fence: wait for every earlier WR (Invalidate Local STag only, §8.2.2.2).
-    pub local_fence: bool,
-}
+/// A Send Queue Work Request: the engine's work request envelope around an [`SqOp`].
+pub type SendWr = rdmap::SendWr<SqOp>;
 
 impl SendWr {
-    /// A signaled, unfenced WR.
-    pub fn new(wr_id: u64, op: SqOp) -> Self {
-        SendWr {
-            wr_id,
-            op,
-            signaled: true,
-            read_fence: false,
-            local_fence: false,
-        }
-    }
-
     /// A signaled, unfenced message WR.
     pub fn message(wr_id: u64, op: rdmap::SendOp) -> Self {
         Self::new(wr_id, SqOp::Message(op))
-    }
-
-    /// Marks the WR unsignaled.
-    pub fn unsignaled(mut self) -> Self {
-        self.signaled = false;
-        self
     }
 
     /// The WC opcode this WR completes with.

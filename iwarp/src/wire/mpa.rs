@@ -49,6 +49,14 @@ pub const ORD_READ_RTR: u16 = 0x4000;
 /// Mask of the IRD/ORD value in its word.
 pub const IRD_ORD_MASK: u16 = 0x3fff;
 
+/// `Truncated` unless the `have` octets of a buffer cover the `need` octets.
+fn check_have(have: usize, need: usize) -> Result<(), WireError> {
+    if have < need {
+        return Err(WireError::Truncated { need, have });
+    }
+    Ok(())
+}
+
 /// Errors found while parsing or emitting MPA wire structures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum WireError {
@@ -140,20 +148,13 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// Checks the header length and the PD_Length limit and presence.
     pub fn check_len(&self) -> Result<(), WireError> {
         let have = self.buffer.as_ref().len();
-        if have < FRAME_HEADER_LEN {
-            return Err(WireError::Truncated {
-                need: FRAME_HEADER_LEN,
-                have,
-            });
-        }
+        check_have(have, FRAME_HEADER_LEN)?;
         let pd = self.pd_length();
         if pd as usize > MAX_PRIVATE_DATA_LEN {
             return Err(WireError::PrivateDataTooLong(pd));
         }
         let need = FRAME_HEADER_LEN + pd as usize;
-        if have < need {
-            return Err(WireError::Truncated { need, have });
-        }
+        check_have(have, need)?;
         Ok(())
     }
 
@@ -302,12 +303,7 @@ pub struct IrdOrd {
 impl IrdOrd {
     /// Parses the 4 octets.
     pub fn parse(bytes: &[u8]) -> Result<IrdOrd, WireError> {
-        if bytes.len() < IRD_ORD_LEN {
-            return Err(WireError::Truncated {
-                need: IRD_ORD_LEN,
-                have: bytes.len(),
-            });
-        }
+        check_have(bytes.len(), IRD_ORD_LEN)?;
         let ird = u16::from_be_bytes([bytes[0], bytes[1]]);
         let ord = u16::from_be_bytes([bytes[2], bytes[3]]);
         Ok(IrdOrd {
@@ -407,12 +403,7 @@ impl<'a> FrameRepr<'a> {
         reserved: ReservedBits,
     ) -> Result<FrameKind, WireError> {
         let have = frame.buffer.as_ref().len();
-        if have < FRAME_HEADER_LEN {
-            return Err(WireError::Truncated {
-                need: FRAME_HEADER_LEN,
-                have,
-            });
-        }
+        check_have(have, FRAME_HEADER_LEN)?;
         let kind = frame.kind().ok_or(WireError::BadKey)?;
         let pd = frame.pd_length();
         if pd as usize > MAX_PRIVATE_DATA_LEN {
@@ -481,12 +472,7 @@ impl<'a> FrameRepr<'a> {
             ));
         }
         let need = self.buffer_len();
-        if buf.len() < need {
-            return Err(WireError::Truncated {
-                need,
-                have: buf.len(),
-            });
-        }
+        check_have(buf.len(), need)?;
         let mut f = Frame::new_unchecked(&mut buf[..need]);
         f.set_kind(self.kind);
         f.set_bits(self.bits());
@@ -543,16 +529,9 @@ impl<T: AsRef<[u8]>> Fpdu<T> {
     /// Checks the buffer holds the header and the whole FPDU.
     pub fn check_len(&self) -> Result<(), WireError> {
         let have = self.buffer.as_ref().len();
-        if have < ULPDU_LENGTH_LEN {
-            return Err(WireError::Truncated {
-                need: ULPDU_LENGTH_LEN,
-                have,
-            });
-        }
+        check_have(have, ULPDU_LENGTH_LEN)?;
         let need = self.total_len();
-        if have < need {
-            return Err(WireError::Truncated { need, have });
-        }
+        check_have(have, need)?;
         Ok(())
     }
 
@@ -655,12 +634,7 @@ impl<'a> FpduRepr<'a> {
             return Err(WireError::BadUlpduLength(u16::MAX));
         }
         let need = self.buffer_len();
-        if buf.len() < need {
-            return Err(WireError::Truncated {
-                need,
-                have: buf.len(),
-            });
-        }
+        check_have(buf.len(), need)?;
         let mut f = Fpdu::new_unchecked(&mut buf[..need]);
         f.set_ulpdu_length(self.ulpdu.len() as u16);
         f.ulpdu_mut().copy_from_slice(self.ulpdu);
@@ -696,12 +670,7 @@ impl Marker {
 
     /// Parses 4 octets.
     pub fn parse(bytes: &[u8]) -> Result<Marker, WireError> {
-        if bytes.len() < MARKER_LEN {
-            return Err(WireError::Truncated {
-                need: MARKER_LEN,
-                have: bytes.len(),
-            });
-        }
+        check_have(bytes.len(), MARKER_LEN)?;
         Ok(Marker {
             reserved: u16::from_be_bytes([bytes[0], bytes[1]]),
             fpduptr: u16::from_be_bytes([bytes[2], bytes[3]]),

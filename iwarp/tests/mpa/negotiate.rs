@@ -12,6 +12,65 @@ use iwarp::wire::mpa::{
 };
 use iwarp::wire::terminate::TerminateCause;
 
+const NOW: Instant = Instant::from_millis(1_000);
+
+const RTR_SEND: RtrTypes = RtrTypes {
+    send: true,
+    ..RtrTypes::NONE
+};
+const RTR_WRITE: RtrTypes = RtrTypes {
+    write: true,
+    ..RtrTypes::NONE
+};
+const RTR_WRITE_READ: RtrTypes = RtrTypes {
+    read: true,
+    ..RTR_WRITE
+};
+const RTR_ALL: RtrTypes = RtrTypes {
+    send: true,
+    ..RTR_WRITE_READ
+};
+
+fn initiator(cfg: MpaConfig) -> Negotiator {
+    Negotiator::initiator(cfg, NOW).unwrap()
+}
+
+fn responder(cfg: MpaConfig) -> Negotiator {
+    Negotiator::responder(cfg, NOW).unwrap()
+}
+
+/// The default configuration with IRD `ird` and ORD `ord`.
+fn ird_ord(ird: u16, ord: u16) -> MpaConfig {
+    MpaConfig {
+        ird,
+        ord,
+        ..MpaConfig::default()
+    }
+}
+
+/// The default configuration, peer-to-peer with the RTR types `rtr`.
+fn p2p(rtr: RtrTypes) -> MpaConfig {
+    MpaConfig {
+        p2p: Some(rtr),
+        ..MpaConfig::default()
+    }
+}
+
+/// A rev 2 Reply without markers, CRC, reject or private data, carrying `ird_ord`.
+fn rev2_reply(ird_ord: IrdOrd) -> Vec<u8> {
+    FrameRepr {
+        kind: FrameKind::Reply,
+        markers: false,
+        crc: false,
+        reject: false,
+        revision: 2,
+        ird_ord: Some(ird_ord),
+        private_data: &[],
+    }
+    .to_vec()
+    .unwrap()
+}
+
 fn drain(n: &mut Negotiator) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(b) = n.poll_transmit() {
@@ -30,11 +89,10 @@ fn run(
     rcfg: MpaConfig,
     accept_pd: &[u8],
 ) -> (Result<Negotiated, MpaError>, Result<Negotiated, MpaError>) {
-    let now = Instant::from_millis(1_000);
-    let mut i = Negotiator::initiator(icfg, now).unwrap();
-    let mut r = Negotiator::responder(rcfg, now).unwrap();
+    let mut i = initiator(icfg);
+    let mut r = responder(rcfg);
     let req = drain(&mut i);
-    let used = match r.handle_input(now, &req) {
+    let used = match r.handle_input(NOW, &req) {
         Ok(u) => u,
         Err(e) => return (Err(MpaError::Timeout), Err(e)),
     };
@@ -44,10 +102,10 @@ fn run(
         matches!(ev.as_slice(), [Event::ConnectRequest(_)]),
         "{ev:?}"
     );
-    let accepted = r.accept(now, accept_pd);
+    let accepted = r.accept(NOW, accept_pd);
     let rep = drain(&mut r);
     let rres = accepted.map(|_| r.negotiated().unwrap().clone());
-    let ires = i.handle_input(now, &rep).map(|used| {
+    let ires = i.handle_input(NOW, &rep).map(|used| {
         assert_eq!(used, rep.len());
         match events(&mut i).pop() {
             Some(Event::Established(n)) => n,
@@ -60,12 +118,8 @@ fn run(
 #[test]
 fn rev2_default_matches_siw_request_and_both_roles_agree() {
     // RFC 6581 §5: H bit (0x1000) + rev 2, PD = IRD, ORD.
-    let cfg = MpaConfig {
-        ird: 1,
-        ord: 1,
-        ..MpaConfig::default()
-    };
-    let mut i = Negotiator::initiator(cfg.clone(), Instant::from_millis(1_000)).unwrap();
+    let cfg = ird_ord(1, 1);
+    let mut i = initiator(cfg.clone());
     let req = drain(&mut i);
     let mut expect = REQUEST_KEY.to_vec();
     expect.extend_from_slice(&[0x10, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01]);
@@ -101,18 +155,13 @@ fn rev1_fallback_when_responder_speaks_rev1() {
 
 #[test]
 fn rev1_reply_frame_has_no_ird_ord() {
-    let now = Instant::from_millis(1_000);
-    let mut r = Negotiator::responder(
-        MpaConfig {
-            revision: 1,
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
-    let mut i = Negotiator::initiator(MpaConfig::default(), now).unwrap();
-    r.handle_input(now, &drain(&mut i)).unwrap();
-    r.accept(now, b"").unwrap();
+    let mut r = responder(MpaConfig {
+        revision: 1,
+        ..MpaConfig::default()
+    });
+    let mut i = initiator(MpaConfig::default());
+    r.handle_input(NOW, &drain(&mut i)).unwrap();
+    r.accept(NOW, b"").unwrap();
     let rep = drain(&mut r);
     assert_eq!(&rep[..16], REPLY_KEY);
     assert_eq!(&rep[16..20], &[0x00, 0x01, 0x00, 0x00]);
@@ -159,23 +208,18 @@ fn markers_negotiated_per_direction() {
 
 #[test]
 fn responder_refusing_markers_rejects_like_siw() {
-    let now = Instant::from_millis(1_000);
-    let mut i = Negotiator::initiator(
-        MpaConfig {
-            want_markers: true,
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
-    let mut r = Negotiator::responder(MpaConfig::default(), now).unwrap();
-    let err = r.handle_input(now, &drain(&mut i)).unwrap_err();
+    let mut i = initiator(MpaConfig {
+        want_markers: true,
+        ..MpaConfig::default()
+    });
+    let mut r = responder(MpaConfig::default());
+    let err = r.handle_input(NOW, &drain(&mut i)).unwrap_err();
     assert_eq!(err, MpaError::MarkersRefused);
     assert_eq!(err.recovery(), Recovery::Close);
     let rep = drain(&mut r);
     // Reply with R set and the request bits echoed (siwlab README).
     assert_eq!(&rep[16..18], &[0xa0, 0x02]);
-    i.handle_input(now, &rep).unwrap();
+    i.handle_input(NOW, &rep).unwrap();
     assert_eq!(
         events(&mut i),
         vec![Event::Rejected {
@@ -198,15 +242,14 @@ fn initiator_refusing_markers_fails() {
 #[test]
 fn reject_with_private_data_reaches_initiator() {
     // RFC 5044 §7.1: R in the Reply, private data reported to the initiator's ULP.
-    let now = Instant::from_millis(1_000);
-    let mut i = Negotiator::initiator(MpaConfig::default(), now).unwrap();
-    let mut r = Negotiator::responder(MpaConfig::default(), now).unwrap();
-    r.handle_input(now, &drain(&mut i)).unwrap();
+    let mut i = initiator(MpaConfig::default());
+    let mut r = responder(MpaConfig::default());
+    r.handle_input(NOW, &drain(&mut i)).unwrap();
     r.reject(b"no thanks").unwrap();
     assert!(!r.may_send_fpdus());
     let rep = drain(&mut r);
     assert_eq!(rep[16] & 0x20, 0x20);
-    assert_eq!(i.handle_input(now, &rep).unwrap(), rep.len());
+    assert_eq!(i.handle_input(NOW, &rep).unwrap(), rep.len());
     assert_eq!(
         events(&mut i),
         vec![Event::Rejected {
@@ -214,21 +257,18 @@ fn reject_with_private_data_reaches_initiator() {
         }]
     );
     assert!(!i.may_send_fpdus());
-    assert!(i.handle_input(now, b"x").is_err());
+    assert!(i.handle_input(NOW, b"x").is_err());
 }
 
 #[test]
 fn timeout_driven_by_now() {
     // RFC 5044 §7.1: a peer that never completes the exchange is timed out.
-    let t0 = Instant::from_millis(1_000);
+    let t0 = NOW;
     let cfg = MpaConfig {
         timeout: Duration::from_secs(5),
         ..MpaConfig::default()
     };
-    for mut n in [
-        Negotiator::initiator(cfg.clone(), t0).unwrap(),
-        Negotiator::responder(cfg.clone(), t0).unwrap(),
-    ] {
+    for mut n in [initiator(cfg.clone()), responder(cfg.clone())] {
         assert_eq!(n.poll_timeout(), Some(t0 + Duration::from_secs(5)));
         n.handle_timeout(t0 + Duration::from_millis(4999)).unwrap();
         let e = n.handle_timeout(t0 + Duration::from_secs(5)).unwrap_err();
@@ -237,8 +277,8 @@ fn timeout_driven_by_now() {
         assert_eq!(n.poll_timeout(), None);
     }
     // A late frame is refused too.
-    let mut r = Negotiator::responder(cfg.clone(), t0).unwrap();
-    let mut i = Negotiator::initiator(cfg, t0).unwrap();
+    let mut r = responder(cfg.clone());
+    let mut i = initiator(cfg);
     let e = r
         .handle_input(t0 + Duration::from_secs(6), &drain(&mut i))
         .unwrap_err();
@@ -254,8 +294,8 @@ fn request_with(bits: [u8; 2], pd: &[u8]) -> Vec<u8> {
 }
 
 fn responder_error(frame: &[u8]) -> MpaError {
-    let mut r = Negotiator::responder(MpaConfig::default(), Instant::from_millis(1_000)).unwrap();
-    r.handle_input(Instant::from_millis(1_000), frame)
+    responder(MpaConfig::default())
+        .handle_input(NOW, frame)
         .unwrap_err()
 }
 
@@ -323,9 +363,9 @@ fn malformed_frames_map_to_2_0_04() {
 fn oversized_pd_refused_before_private_data_arrives() {
     let mut v = REQUEST_KEY.to_vec();
     v.extend_from_slice(&[0x10, 0x02, 0x02, 0x01]);
-    let mut r = Negotiator::responder(MpaConfig::default(), Instant::from_millis(1_000)).unwrap();
+    let mut r = responder(MpaConfig::default());
     assert_eq!(
-        r.handle_input(Instant::from_millis(1_000), &v).unwrap_err(),
+        r.handle_input(NOW, &v).unwrap_err(),
         MpaError::InvalidFrame(WireError::PrivateDataTooLong(513))
     );
 }
@@ -333,95 +373,62 @@ fn oversized_pd_refused_before_private_data_arrives() {
 #[test]
 fn reserved_bits_can_be_ignored_by_policy() {
     // RFC 5044 §7.1 "not checked on reception"; Linux siw's private GSO bit is 0x0800.
-    let mut r = Negotiator::responder(
-        MpaConfig {
-            reserved_bits: ReservedBits::Ignore,
-            ..MpaConfig::default()
-        },
-        Instant::from_millis(1_000),
-    )
-    .unwrap();
+    let mut r = responder(MpaConfig {
+        reserved_bits: ReservedBits::Ignore,
+        ..MpaConfig::default()
+    });
     let f = request_with([0x18, 0x02], &[0, 1, 0, 1]);
-    assert_eq!(
-        r.handle_input(Instant::from_millis(1_000), &f).unwrap(),
-        f.len()
-    );
+    assert_eq!(r.handle_input(NOW, &f).unwrap(), f.len());
 }
 
 #[test]
 fn frame_split_at_every_point_and_trailing_fpdus_left() {
     // The frame may arrive in any pieces; octets after it are the FPDU stream.
-    let now = Instant::from_millis(1_000);
-    let mut i0 = Negotiator::initiator(MpaConfig::default(), now).unwrap();
+    let mut i0 = initiator(MpaConfig::default());
     let req = drain(&mut i0);
     for split in 0..=req.len() {
-        let mut r = Negotiator::responder(MpaConfig::default(), now).unwrap();
-        let a = r.handle_input(now, &req[..split]).unwrap();
-        let b = r.handle_input(now, &req[split..]).unwrap();
+        let mut r = responder(MpaConfig::default());
+        let a = r.handle_input(NOW, &req[..split]).unwrap();
+        let b = r.handle_input(NOW, &req[split..]).unwrap();
         assert_eq!(a + b, req.len());
         assert!(matches!(r.poll_event(), Some(Event::ConnectRequest(_))));
     }
     // Byte by byte, then a Reply followed by FPDU octets in one segment.
-    let mut r = Negotiator::responder(MpaConfig::default(), now).unwrap();
+    let mut r = responder(MpaConfig::default());
     for b in &req {
-        assert_eq!(r.handle_input(now, std::slice::from_ref(b)).unwrap(), 1);
+        assert_eq!(r.handle_input(NOW, std::slice::from_ref(b)).unwrap(), 1);
     }
-    r.accept(now, b"pd").unwrap();
+    r.accept(NOW, b"pd").unwrap();
     let mut seg = drain(&mut r);
     let rep_len = seg.len();
     seg.extend_from_slice(&[0x00, 0x0e, 0xc1, 0x40]);
-    let mut i = Negotiator::initiator(MpaConfig::default(), now).unwrap();
+    let mut i = initiator(MpaConfig::default());
     drain(&mut i);
-    assert_eq!(i.handle_input(now, &seg).unwrap(), rep_len);
+    assert_eq!(i.handle_input(NOW, &seg).unwrap(), rep_len);
     assert!(i.may_send_fpdus());
-    assert_eq!(i.handle_input(now, &seg[rep_len..]).unwrap(), 0);
+    assert_eq!(i.handle_input(NOW, &seg[rep_len..]).unwrap(), 0);
 }
 
 #[test]
 fn ird_ord_exchange_and_insufficient_ird_2_0_06() {
     // RFC 6581 §5: the responder never promises more Reads than the initiator's IRD.
-    let i = MpaConfig {
-        ird: 2,
-        ord: 8,
-        ..MpaConfig::default()
-    };
-    let r = MpaConfig {
-        ird: 4,
-        ord: 6,
-        ..MpaConfig::default()
-    };
-    let (a, b) = run(i, r, b"");
+    let (a, b) = run(ird_ord(2, 8), ird_ord(4, 6), b"");
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!((b.ird, b.ord), (4, 2));
     assert_eq!((a.ird, a.ord), (2, 4));
     // A Reply whose ORD exceeds our IRD: Terminate 2/0/06 (RFC 6581 §7).
-    let now = Instant::from_millis(1_000);
-    let mut init = Negotiator::initiator(
-        MpaConfig {
-            ird: 1,
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
+    let mut init = initiator(MpaConfig {
+        ird: 1,
+        ..MpaConfig::default()
+    });
     drain(&mut init);
-    let rep = FrameRepr {
-        kind: FrameKind::Reply,
-        markers: false,
-        crc: false,
-        reject: false,
-        revision: 2,
-        ird_ord: Some(IrdOrd {
-            ird: 1,
-            ord: 5,
-            p2p: false,
-            rtr: RtrTypes::NONE,
-        }),
-        private_data: &[],
-    }
-    .to_vec()
-    .unwrap();
-    let e = init.handle_input(now, &rep).unwrap_err();
+    let rep = rev2_reply(IrdOrd {
+        ird: 1,
+        ord: 5,
+        p2p: false,
+        rtr: RtrTypes::NONE,
+    });
+    let e = init.handle_input(NOW, &rep).unwrap_err();
     assert_eq!(
         e,
         MpaError::InsufficientIrd {
@@ -458,85 +465,43 @@ fn zero_read() -> Vec<u8> {
 #[test]
 fn p2p_rtr_exchange() {
     // RFC 6581 §5: P2P with RTR types; the responder waits for the RTR before sending.
-    let now = Instant::from_millis(1_000);
-    let both = RtrTypes {
-        send: false,
-        write: true,
-        read: true,
-    };
-    let mut i = Negotiator::initiator(
-        MpaConfig {
-            p2p: Some(both),
-            ird: 0,
-            ord: 1,
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
+    let mut i = initiator(MpaConfig {
+        p2p: Some(RTR_WRITE_READ),
+        ..ird_ord(0, 1)
+    });
     let req = drain(&mut i);
     // IRD word with P2P, ORD word with Write and Read RTR (siw p2p capture: 8000 c001).
     assert_eq!(&req[20..24], &[0x80, 0x00, 0xc0, 0x01]);
-    let mut r = Negotiator::responder(
-        MpaConfig {
-            p2p: Some(RtrTypes {
-                send: true,
-                write: true,
-                read: true,
-            }),
-            ird: 1,
-            ord: 0,
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
-    r.handle_input(now, &req).unwrap();
+    let mut r = responder(MpaConfig {
+        p2p: Some(RTR_ALL),
+        ..ird_ord(1, 0)
+    });
+    r.handle_input(NOW, &req).unwrap();
     events(&mut r);
-    r.accept(now, b"").unwrap();
+    r.accept(NOW, b"").unwrap();
     let rep = drain(&mut r);
     assert_eq!(&rep[20..24], &[0x80, 0x01, 0x80, 0x00]);
     assert!(!r.may_send_fpdus(), "responder waits for the RTR");
     assert!(events(&mut r).is_empty());
     assert_eq!(r.negotiated().unwrap().rtr, Some(RtrKind::Write));
     assert!(r.poll_timeout().is_some());
-    i.handle_input(now, &rep).unwrap();
+    i.handle_input(NOW, &rep).unwrap();
     match events(&mut i).as_slice() {
         [Event::Established(n)] => assert_eq!(n.rtr, Some(RtrKind::Write)),
         other => panic!("{other:?}"),
     }
-    r.handle_rtr(now, &zero_write()).unwrap();
+    r.handle_rtr(NOW, &zero_write()).unwrap();
     assert!(r.may_send_fpdus());
     assert!(matches!(events(&mut r).as_slice(), [Event::Established(_)]));
 }
 
 #[test]
 fn wrong_rtr_is_2_0_07() {
-    let now = Instant::from_millis(1_000);
-    let p2p = Some(RtrTypes {
-        send: false,
-        write: true,
-        read: false,
-    });
-    let mut i = Negotiator::initiator(
-        MpaConfig {
-            p2p,
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
-    let mut r = Negotiator::responder(
-        MpaConfig {
-            p2p,
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
-    r.handle_input(now, &drain(&mut i)).unwrap();
-    r.accept(now, b"").unwrap();
-    let e = r.handle_rtr(now, &zero_send()).unwrap_err();
+    let mut i = initiator(p2p(RTR_WRITE));
+    let mut r = responder(p2p(RTR_WRITE));
+    r.handle_input(NOW, &drain(&mut i)).unwrap();
+    r.accept(NOW, b"").unwrap();
+    let e = r.handle_rtr(NOW, &zero_send()).unwrap_err();
     assert!(matches!(e, MpaError::NoMatchingRtr(_)));
     assert_eq!(e.terminate_cause(), TerminateCause::new(2, 0, 0x07));
     assert_eq!(e.recovery(), Recovery::Terminate);
@@ -544,85 +509,29 @@ fn wrong_rtr_is_2_0_07() {
 
 #[test]
 fn no_common_rtr_type_is_2_0_07() {
-    let now = Instant::from_millis(1_000);
-    let mut i = Negotiator::initiator(
-        MpaConfig {
-            p2p: Some(RtrTypes {
-                send: false,
-                write: true,
-                read: false,
-            }),
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
-    let mut r = Negotiator::responder(
-        MpaConfig {
-            p2p: Some(RtrTypes {
-                send: true,
-                write: false,
-                read: false,
-            }),
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
-    r.handle_input(now, &drain(&mut i)).unwrap();
-    let e = r.accept(now, b"").unwrap_err();
+    let mut i = initiator(p2p(RTR_WRITE));
+    let mut r = responder(p2p(RTR_SEND));
+    r.handle_input(NOW, &drain(&mut i)).unwrap();
+    let e = r.accept(NOW, b"").unwrap_err();
     assert_eq!(e.terminate_cause(), TerminateCause::MPA_NO_MATCHING_RTR);
     // The Reply is still sent, so that the Terminate can follow in FPDU mode.
     assert!(!drain(&mut r).is_empty());
     // An initiator that gets a Reply choosing two RTR types fails with 2/0/07 as well.
-    let mut i = Negotiator::initiator(
-        MpaConfig {
-            p2p: Some(RtrTypes {
-                send: true,
-                write: true,
-                read: true,
-            }),
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
+    let mut i = initiator(p2p(RTR_ALL));
     drain(&mut i);
-    let rep = FrameRepr {
-        kind: FrameKind::Reply,
-        markers: false,
-        crc: false,
-        reject: false,
-        revision: 2,
-        ird_ord: Some(IrdOrd {
-            ird: 1,
-            ord: 1,
-            p2p: true,
-            rtr: RtrTypes {
-                send: false,
-                write: true,
-                read: true,
-            },
-        }),
-        private_data: &[],
-    }
-    .to_vec()
-    .unwrap();
-    let e = i.handle_input(now, &rep).unwrap_err();
+    let rep = rev2_reply(IrdOrd {
+        ird: 1,
+        ord: 1,
+        p2p: true,
+        rtr: RTR_WRITE_READ,
+    });
+    let e = i.handle_input(NOW, &rep).unwrap_err();
     assert_eq!(e.terminate_cause(), TerminateCause::MPA_NO_MATCHING_RTR);
 }
 
 #[test]
 fn p2p_ignored_by_non_p2p_responder() {
-    let i = MpaConfig {
-        p2p: Some(RtrTypes {
-            send: true,
-            write: true,
-            read: true,
-        }),
-        ..MpaConfig::default()
-    };
-    let (a, b) = run(i, MpaConfig::default(), b"");
+    let (a, b) = run(p2p(RTR_ALL), MpaConfig::default(), b"");
     assert_eq!(a.unwrap().rtr, None);
     assert_eq!(b.unwrap().rtr, None);
 }
@@ -647,19 +556,14 @@ fn rtr_message_shapes() {
 
 #[test]
 fn reply_revision_above_request_is_invalid() {
-    let now = Instant::from_millis(1_000);
-    let mut i = Negotiator::initiator(
-        MpaConfig {
-            revision: 1,
-            ..MpaConfig::default()
-        },
-        now,
-    )
-    .unwrap();
+    let mut i = initiator(MpaConfig {
+        revision: 1,
+        ..MpaConfig::default()
+    });
     drain(&mut i);
     let mut rep = REPLY_KEY.to_vec();
     rep.extend_from_slice(&[0x00, 0x02, 0x00, 0x00]);
-    let e = i.handle_input(now, &rep).unwrap_err();
+    let e = i.handle_input(NOW, &rep).unwrap_err();
     assert_eq!(
         e,
         MpaError::RevisionMismatch {

@@ -198,24 +198,44 @@ fn config(crc: bool, markers: bool, start: u32, max: usize) -> (Framer, Receiver
 const EMSS: usize = 600;
 const STARTS: [u32; 2] = [1000, u32::MAX - 3000];
 
+/// One run: the DDP segments of every message size up to three MULPDUs (in steps of
+/// `step`), framed from `start` into units of at most EMSS octets, and a fresh receiver,
+/// TCP receive path and sink for them.
+struct Run {
+    segs: Vec<Vec<u8>>,
+    units: Vec<(u64, Vec<u8>)>,
+    rx: Receiver,
+    sim: TcpSim,
+    sink: Sink,
+}
+
+impl Run {
+    fn new(crc: bool, markers: bool, start: u32, step: usize) -> Run {
+        let m = mulpdu(EMSS, markers);
+        let segs = segments_for_sizes(3 * m, step, m);
+        let (framer, rc) = config(crc, markers, start, m);
+        Run {
+            units: units(&framer, start, EMSS, &segs),
+            segs,
+            rx: Receiver::new(rc),
+            sim: TcpSim::new(start),
+            sink: Sink::default(),
+        }
+    }
+}
+
 #[test]
 fn every_size_in_order_units() {
     // RFC 5044 §4.1, §6: each unit holds whole FPDUs; the receiver recovers every ULPDU.
     for crc in [false, true] {
         for markers in [false, true] {
             for start in STARTS {
-                let m = mulpdu(EMSS, markers);
-                let segs = segments_for_sizes(3 * m, 1, m);
-                let (framer, rc) = config(crc, markers, start, m);
-                let us = units(&framer, start, EMSS, &segs);
-                let mut rx = Receiver::new(rc);
-                let mut sim = TcpSim::new(start);
-                let mut sink = Sink::default();
-                for (pos, u) in &us {
-                    sim.arrive(&mut rx, &mut sink, *pos, u).unwrap();
+                let mut r = Run::new(crc, markers, start, 1);
+                for (pos, u) in &r.units {
+                    r.sim.arrive(&mut r.rx, &mut r.sink, *pos, u).unwrap();
                 }
-                check_exact(&segs, &sink, start);
-                assert!(sink.got.iter().all(|g| g.2));
+                check_exact(&r.segs, &r.sink, start);
+                assert!(r.sink.got.iter().all(|g| g.2));
             }
         }
     }
@@ -228,24 +248,18 @@ fn arbitrary_splits_in_order() {
     for crc in [false, true] {
         for markers in [false, true] {
             let start = STARTS[1];
-            let m = mulpdu(EMSS, markers);
-            let segs = segments_for_sizes(3 * m, 7, m);
-            let (framer, rc) = config(crc, markers, start, m);
-            let stream: Vec<u8> = units(&framer, start, EMSS, &segs)
-                .into_iter()
-                .flat_map(|(_, u)| u)
-                .collect();
-            let mut rx = Receiver::new(rc);
-            let mut sim = TcpSim::new(start);
-            let mut sink = Sink::default();
+            let mut r = Run::new(crc, markers, start, 7);
+            let stream: Vec<u8> = r.units.iter().flat_map(|(_, u)| u.clone()).collect();
             let mut pos = 0usize;
             while pos < stream.len() {
                 let n = rng.gen_range(1..=700).min(stream.len() - pos);
-                sim.arrive(&mut rx, &mut sink, pos as u64, &stream[pos..pos + n])
+                let piece = &stream[pos..pos + n];
+                r.sim
+                    .arrive(&mut r.rx, &mut r.sink, pos as u64, piece)
                     .unwrap();
                 pos += n;
             }
-            check_exact(&segs, &sink, start);
+            check_exact(&r.segs, &r.sink, start);
         }
     }
 }
@@ -259,14 +273,11 @@ fn random_order_duplicates_and_splits() {
         for crc in [false, true] {
             for markers in [false, true] {
                 let start = STARTS[round % 2];
-                let m = mulpdu(EMSS, markers);
-                let segs = segments_for_sizes(3 * m, 13, m);
-                let (framer, rc) = config(crc, markers, start, m);
-                let us = units(&framer, start, EMSS, &segs);
+                let mut r = Run::new(crc, markers, start, 13);
                 // Some units are re-split at random points (a non-aligned sender or a
                 // retransmission with other boundaries), some duplicated.
                 let mut pieces: Vec<(u64, Vec<u8>)> = Vec::new();
-                for (pos, u) in &us {
+                for (pos, u) in &r.units {
                     if rng.gen_bool(0.3) && u.len() > 1 {
                         let cut = rng.gen_range(1..u.len());
                         pieces.push((*pos, u[..cut].to_vec()));
@@ -279,40 +290,30 @@ fn random_order_duplicates_and_splits() {
                     }
                 }
                 pieces.shuffle(&mut rng);
-                let mut rx = Receiver::new(rc);
-                let mut sim = TcpSim::new(start);
-                let mut sink = Sink::default();
                 for (pos, p) in &pieces {
-                    sim.arrive(&mut rx, &mut sink, *pos, p).unwrap();
+                    r.sim.arrive(&mut r.rx, &mut r.sink, *pos, p).unwrap();
                 }
                 // Everything arrived: the stream is complete.
-                let total: u64 = us.iter().map(|(_, u)| u.len() as u64).sum();
-                assert_eq!(sim.rcv_nxt, total);
-                check_exact(&segs, &sink, start);
+                let total: u64 = r.units.iter().map(|(_, u)| u.len() as u64).sum();
+                assert_eq!(r.sim.rcv_nxt, total);
+                check_exact(&r.segs, &r.sink, start);
                 if crc || markers {
                     assert!(
-                        sink.got.iter().any(|g| !g.2),
+                        r.sink.got.iter().any(|g| !g.2),
                         "some FPDUs placed out of order (crc {crc}, markers {markers})"
                     );
                 }
-                assert_eq!(rx.pending_out_of_order(), 0);
+                assert_eq!(r.rx.pending_out_of_order(), 0);
             }
         }
     }
 }
 
 fn ahead_before_gap(crc: bool, markers: bool) -> (Vec<Vec<u8>>, Sink, Consumed) {
-    let start = 5000;
-    let m = mulpdu(EMSS, markers);
-    let segs = segments_for_sizes(3 * m, 97, m);
-    let (framer, rc) = config(crc, markers, start, m);
-    let us = units(&framer, start, EMSS, &segs);
-    let mut rx = Receiver::new(rc);
-    let mut sim = TcpSim::new(start);
-    let mut sink = Sink::default();
-    let (pos, u) = &us[3];
-    let c = sim.arrive(&mut rx, &mut sink, *pos, u).unwrap();
-    (segs, sink, c)
+    let mut r = Run::new(crc, markers, 5000, 97);
+    let (pos, u) = &r.units[3];
+    let c = r.sim.arrive(&mut r.rx, &mut r.sink, *pos, u).unwrap();
+    (r.segs, r.sink, c)
 }
 
 #[test]

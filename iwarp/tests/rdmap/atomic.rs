@@ -9,10 +9,6 @@ use iwarp::wire::atomic::{AtomicOp, AtomicRequestRepr, AtomicResponseRepr};
 use iwarp::wire::ddp::{DdpRepr, Segment};
 use iwarp::wire::terminate::TerminateCause;
 
-fn all() -> Access {
-    Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
-}
-
 fn atomic_req(r: AtomicRequestRepr) -> Vec<u8> {
     let mut b = [0u8; 52];
     r.emit(&mut b).unwrap();
@@ -91,8 +87,7 @@ fn h06_misaligned_target() {
         &atomic_req(AtomicRequestRepr::fetch_add(9, t.0, 4, 1, 0)),
     );
     s.receive(&seg);
-    let term = expect_terminate(&mut s);
-    assert_eq!(term.cause, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
+    let term = expect_terminate_cause(&mut s, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
     assert_eq!(term.ddp_header.unwrap().as_bytes(), &seg[..18]);
     assert!(term.rdma_header.is_none());
     assert_eq!(s.mem.bytes(), &before[..]);
@@ -108,10 +103,7 @@ fn h06_misaligned_target() {
         0,
         &atomic_req(AtomicRequestRepr::fetch_add(9, t.0, 0, 1, 0)),
     ));
-    assert_eq!(
-        expect_terminate(&mut s).cause,
-        TerminateCause::RDMAP_CATASTROPHIC_STREAM
-    );
+    expect_terminate_cause(&mut s, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
 }
 
 #[test]
@@ -239,10 +231,7 @@ fn h09_immediate_data_format_and_length_check() {
             assert_eq!(c[0].immediate, Some([0x33; 8]));
             assert!(r.drain_tx(1500).is_empty());
         } else {
-            assert_eq!(
-                expect_terminate(&mut r).cause,
-                TerminateCause::RDMAP_CATASTROPHIC_STREAM
-            );
+            expect_terminate_cause(&mut r, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
         }
     }
 }

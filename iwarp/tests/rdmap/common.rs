@@ -5,8 +5,11 @@ use tcp::Instant;
 
 use iwarp::ddp::SegmentPos;
 use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory, StreamId};
-use iwarp::rdmap::{Completion, Engine, EngineConfig, Event, Handled, RecvWr};
-use iwarp::wire::terminate::{Terminate, TerminateRepr};
+use iwarp::rdmap::{
+    Completion, CompletionStatus, Engine, EngineConfig, Event, Handled, RecvWr, RemoteBuf, SendOp,
+    SendWr,
+};
+use iwarp::wire::terminate::{Terminate, TerminateCause, TerminateRepr};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
@@ -92,6 +95,13 @@ impl Side {
     pub fn events(&mut self) -> Vec<Event> {
         std::iter::from_fn(|| self.engine.poll_event()).collect()
     }
+
+    /// The completions so far are `n`, all Flushed.
+    pub fn expect_flushed(&mut self, n: usize) {
+        let c = self.completions();
+        assert_eq!(c.len(), n);
+        assert!(c.iter().all(|c| c.status == CompletionStatus::Flushed));
+    }
 }
 
 pub fn now() -> Instant {
@@ -126,29 +136,34 @@ impl Pair {
         }
     }
 
+    /// A pair (streams 1 and 2, MULPDU 1500), each side with an all-rights region over its
+    /// first 8 KiB filled with `fill_a` and `fill_b`; returns the pair and both STags.
+    pub fn with_regions(fill_a: u8, fill_b: u8) -> (Self, STag, STag) {
+        let mut p = Pair::new(cfg(1), cfg(2), 1500);
+        let a = p.a.region(0, 8192, all(), fill_a);
+        let b = p.b.region(0, 8192, all(), fill_b);
+        (p, a, b)
+    }
+
     /// Moves segments both ways, in order, until both sides are quiet.
     pub fn pump(&mut self) -> usize {
-        let mut moved = 0;
-        loop {
-            let ab = self.a.drain_tx(self.mulpdu);
-            let ba = self.b.drain_tx(self.mulpdu);
-            if ab.is_empty() && ba.is_empty() {
-                return moved;
+        self.pump_with(|side, segs| {
+            for s in &segs {
+                side.receive(s);
             }
-            moved += ab.len() + ba.len();
-            for s in &ab {
-                self.b.receive(s);
-            }
-            for s in &ba {
-                self.a.receive(s);
-            }
-        }
+        })
     }
 
     /// Like `pump`, but each batch is handed over in a shuffled order, every segment with its
     /// true in-order position.
     pub fn pump_shuffled(&mut self, seed: u64) -> usize {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        self.pump_with(|side, segs| deliver_shuffled(side, segs, &mut rng))
+    }
+
+    /// Moves segments both ways until both sides are quiet, `hand` giving each batch to its
+    /// side (A's to B first); returns how many segments moved.
+    fn pump_with(&mut self, mut hand: impl FnMut(&mut Side, Vec<Vec<u8>>)) -> usize {
         let mut moved = 0;
         loop {
             let ab = self.a.drain_tx(self.mulpdu);
@@ -157,8 +172,8 @@ impl Pair {
                 return moved;
             }
             moved += ab.len() + ba.len();
-            deliver_shuffled(&mut self.b, ab, &mut rng);
-            deliver_shuffled(&mut self.a, ba, &mut rng);
+            hand(&mut self.b, ab);
+            hand(&mut self.a, ba);
         }
     }
 }
@@ -194,6 +209,68 @@ pub fn expect_terminate(side: &mut Side) -> TerminateRepr {
     let t = parse_terminate(last);
     assert!(side.drain_tx(1 << 16).is_empty(), "nothing after Terminate");
     t
+}
+
+/// The single Terminate a side emits, which must carry `cause`.
+pub fn expect_terminate_cause(side: &mut Side, cause: TerminateCause) -> TerminateRepr {
+    let t = expect_terminate(side);
+    assert_eq!(t.cause, cause);
+    t
+}
+
+/// Hands `seg` to `side` in order; the single Terminate it answers with carries `cause`
+/// and a copy of `seg`'s DDP header (`assert_copy_d`). Returns that Terminate.
+pub fn expect_refused(side: &mut Side, seg: &[u8], cause: TerminateCause) -> TerminateRepr {
+    side.receive(seg);
+    let t = expect_terminate_cause(side, cause);
+    assert_copy_d(&t, seg);
+    t
+}
+
+/// The Terminate reports the length of `seg` and copies its DDP header.
+pub fn assert_copy_d(t: &TerminateRepr, seg: &[u8]) {
+    let hlen = if seg[0] & 0x80 != 0 { 14 } else { 18 };
+    assert_eq!(t.segment_len, Some(seg.len() as u16));
+    assert_eq!(t.ddp_header.expect("D=1").as_bytes(), &seg[..hlen]);
+}
+
+/// Every local and remote read and write right.
+pub fn all() -> Access {
+    Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
+}
+
+/// A Send of `len` octets at `to` of `local`.
+pub fn send_wr(id: u64, local: STag, to: u64, len: u32) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Send {
+            sgl: vec![Sge {
+                stag: local,
+                to,
+                len,
+            }],
+            solicited: false,
+            invalidate: None,
+        },
+    )
+}
+
+/// An RDMA Read of `len` octets at `src_to` of the peer's `src` into `sink_to` of `sink`.
+pub fn read_wr(id: u64, sink: STag, sink_to: u64, src: STag, src_to: u64, len: u32) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Read {
+            sink: RemoteBuf {
+                stag: sink,
+                to: sink_to,
+            },
+            remote: RemoteBuf {
+                stag: src,
+                to: src_to,
+            },
+            len,
+        },
+    )
 }
 
 /// Builds a raw tagged segment.

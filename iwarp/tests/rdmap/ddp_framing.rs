@@ -3,40 +3,54 @@
 use crate::common::*;
 use iwarp::ddp::segmenter::MessageTarget;
 use iwarp::ddp::{MsnCounters, OutgoingMessage, Segmenter};
-use iwarp::mem::{Access, Sge};
+use iwarp::mem::{Access, STag, Sge};
 use iwarp::rdmap::{RemoteBuf, SendOp, SendWr};
-use iwarp::wire::ddp::{DdpRepr, Segment};
+use iwarp::wire::ddp::{DdpRepr, Segment, TaggedRepr, UntaggedRepr};
 
 fn parse(seg: &[u8]) -> DdpRepr {
     DdpRepr::parse(&Segment::new_checked(seg).unwrap()).unwrap()
 }
 
+/// The header of `seg`, which must be untagged.
+fn untagged(seg: &[u8]) -> UntaggedRepr {
+    match parse(seg) {
+        DdpRepr::Untagged(u) => u,
+        DdpRepr::Tagged(t) => panic!("untagged segment expected, got {t:?}"),
+    }
+}
+
+/// The header of `seg`, which must be tagged.
+fn tagged(seg: &[u8]) -> TaggedRepr {
+    match parse(seg) {
+        DdpRepr::Tagged(t) => t,
+        DdpRepr::Untagged(u) => panic!("tagged segment expected, got {u:?}"),
+    }
+}
+
 /// A sender with a 1 MiB... region at offset 0 holding a pattern.
-fn sender(len: u64) -> (Side, iwarp::mem::STag) {
+fn sender(len: u64) -> (Side, STag) {
     let mut s = Side::new(cfg(1));
     let stag = s.region(0, len.max(1), Access::LOCAL_READ | Access::LOCAL_WRITE, 0);
     s.write_bytes(0, &pattern(len as usize, 3));
     (s, stag)
 }
 
-fn send_wr(id: u64, stag: iwarp::mem::STag, len: u32) -> SendWr {
-    SendWr::new(
-        id,
-        SendOp::Send {
-            sgl: vec![Sge { stag, to: 0, len }],
-            solicited: false,
-            invalidate: None,
-        },
-    )
+/// The segments a fresh `sender(len)` emits at `mulpdu` after posting `wrs(stag)`.
+fn sent(len: u64, mulpdu: usize, wrs: impl FnOnce(STag) -> Vec<SendWr>) -> Vec<Vec<u8>> {
+    let (mut s, stag) = sender(len);
+    for wr in wrs(stag) {
+        s.engine.post_send(wr).unwrap();
+    }
+    s.drain_tx(mulpdu)
 }
 
-fn write_wr(id: u64, stag: iwarp::mem::STag, len: u32, to: u64) -> SendWr {
+fn write_wr(id: u64, stag: STag, len: u32, to: u64) -> SendWr {
     SendWr::new(
         id,
         SendOp::Write {
             sgl: vec![Sge { stag, to: 0, len }],
             remote: RemoteBuf {
-                stag: iwarp::mem::STag(0x1234_5600),
+                stag: STag(0x1234_5600),
                 to,
             },
         },
@@ -46,9 +60,7 @@ fn write_wr(id: u64, stag: iwarp::mem::STag, len: u32, to: u64) -> SendWr {
 #[test]
 fn a01_tagged_header_is_14_octets() {
     // RFC 5041 §4.2
-    let (mut s, stag) = sender(100);
-    s.engine.post_send(write_wr(1, stag, 100, 7)).unwrap();
-    let segs = s.drain_tx(1500);
+    let segs = sent(100, 1500, |stag| vec![write_wr(1, stag, 100, 7)]);
     assert_eq!(segs.len(), 1);
     assert_eq!(segs[0].len(), 14 + 100);
     assert_eq!(&segs[0][2..6], &0x1234_5600u32.to_be_bytes());
@@ -59,9 +71,7 @@ fn a01_tagged_header_is_14_octets() {
 #[test]
 fn a02_untagged_header_is_18_octets() {
     // RFC 5041 §4.3
-    let (mut s, stag) = sender(100);
-    s.engine.post_send(send_wr(1, stag, 100)).unwrap();
-    let segs = s.drain_tx(1500);
+    let segs = sent(100, 1500, |stag| vec![send_wr(1, stag, 0, 100)]);
     assert_eq!(segs[0].len(), 18 + 100);
     assert_eq!(&segs[0][6..10], &0u32.to_be_bytes()); // QN 0
     assert_eq!(&segs[0][10..14], &1u32.to_be_bytes()); // MSN 1
@@ -72,10 +82,10 @@ fn a02_untagged_header_is_18_octets() {
 #[test]
 fn a03_control_octet_bits() {
     // RFC 5041 §4.1; RFC 5040 Fig. 4
-    let (mut s, stag) = sender(3000);
-    s.engine.post_send(send_wr(1, stag, 3000)).unwrap();
-    s.engine.post_send(write_wr(2, stag, 3000, 0)).unwrap();
-    for seg in s.drain_tx(1000) {
+    let segs = sent(3000, 1000, |stag| {
+        vec![send_wr(1, stag, 0, 3000), write_wr(2, stag, 3000, 0)]
+    });
+    for seg in segs {
         assert_eq!(seg[0] & 0x3C, 0);
         assert_eq!(seg[0] & 0x03, 1);
         let tagged = seg[0] & 0x80 != 0;
@@ -87,9 +97,7 @@ fn a03_control_octet_bits() {
 #[test]
 fn a04_exactly_one_last_segment_and_it_is_last() {
     // RFC 5041 §4.1
-    let (mut s, stag) = sender(5000);
-    s.engine.post_send(send_wr(1, stag, 5000)).unwrap();
-    let segs = s.drain_tx(1000);
+    let segs = sent(5000, 1000, |stag| vec![send_wr(1, stag, 0, 5000)]);
     let lasts: Vec<bool> = segs.iter().map(|g| parse(g).last()).collect();
     assert_eq!(lasts.iter().filter(|l| **l).count(), 1);
     assert!(*lasts.last().unwrap());
@@ -98,14 +106,9 @@ fn a04_exactly_one_last_segment_and_it_is_last() {
 #[test]
 fn a05_mo_contiguous_from_zero() {
     // RFC 5041 §4.1, §5.2
-    let (mut s, stag) = sender(5000);
-    s.engine.post_send(send_wr(1, stag, 5000)).unwrap();
     let mut expect = 0u32;
-    for seg in s.drain_tx(777) {
-        let DdpRepr::Untagged(u) = parse(&seg) else {
-            panic!("untagged")
-        };
-        assert_eq!(u.mo, expect);
+    for seg in sent(5000, 777, |stag| vec![send_wr(1, stag, 0, 5000)]) {
+        assert_eq!(untagged(&seg).mo, expect);
         expect += (seg.len() - 18) as u32;
     }
     assert_eq!(expect, 5000);
@@ -114,10 +117,9 @@ fn a05_mo_contiguous_from_zero() {
 #[test]
 fn a06_same_rsvdulp_stag_qn_msn_on_every_segment() {
     // RFC 5041 §4.2, §4.3
-    let (mut s, stag) = sender(5000);
-    s.engine.post_send(write_wr(1, stag, 5000, 0)).unwrap();
-    s.engine.post_send(send_wr(2, stag, 5000)).unwrap();
-    let segs = s.drain_tx(900);
+    let segs = sent(5000, 900, |stag| {
+        vec![write_wr(1, stag, 5000, 0), send_wr(2, stag, 0, 5000)]
+    });
     let mut tagged = Vec::new();
     let mut untagged = Vec::new();
     for g in &segs {
@@ -146,42 +148,23 @@ fn a07_msn_starts_at_one_and_wraps() {
     // Through the engine: three Sends carry MSN 1, 2, 3; after a wrap MSN 0 follows.
     let (mut s, stag) = sender(10);
     for i in 0..3 {
-        s.engine.post_send(send_wr(i, stag, 10)).unwrap();
+        s.engine.post_send(send_wr(i, stag, 0, 10)).unwrap();
     }
-    let msns: Vec<u32> = s
-        .drain_tx(1500)
-        .iter()
-        .map(|g| match parse(g) {
-            DdpRepr::Untagged(u) => u.msn,
-            _ => panic!(),
-        })
-        .collect();
+    let msns: Vec<u32> = s.drain_tx(1500).iter().map(|g| untagged(g).msn).collect();
     assert_eq!(msns, vec![1, 2, 3]);
     s.engine.set_next_send_msn(0, u32::MAX);
-    s.engine.post_send(send_wr(9, stag, 10)).unwrap();
-    s.engine.post_send(send_wr(10, stag, 10)).unwrap();
-    let msns: Vec<u32> = s
-        .drain_tx(1500)
-        .iter()
-        .map(|g| match parse(g) {
-            DdpRepr::Untagged(u) => u.msn,
-            _ => panic!(),
-        })
-        .collect();
+    s.engine.post_send(send_wr(9, stag, 0, 10)).unwrap();
+    s.engine.post_send(send_wr(10, stag, 0, 10)).unwrap();
+    let msns: Vec<u32> = s.drain_tx(1500).iter().map(|g| untagged(g).msn).collect();
     assert_eq!(msns, vec![u32::MAX, 0]);
 }
 
 #[test]
 fn a08_send_2048_mulpdu_1500() {
     // RFC 5041 §5.2 example
-    let (mut s, stag) = sender(2048);
-    s.engine.post_send(send_wr(1, stag, 2048)).unwrap();
-    let segs = s.drain_tx(1500);
+    let segs = sent(2048, 1500, |stag| vec![send_wr(1, stag, 0, 2048)]);
     assert_eq!(segs.len(), 2);
-    let (a, b) = (parse(&segs[0]), parse(&segs[1]));
-    let (DdpRepr::Untagged(a), DdpRepr::Untagged(b)) = (a, b) else {
-        panic!()
-    };
+    let (a, b) = (untagged(&segs[0]), untagged(&segs[1]));
     assert_eq!((a.mo, segs[0].len() - 18, a.last), (0, 1482, false));
     assert_eq!((b.mo, segs[1].len() - 18, b.last), (1482, 566, true));
 }
@@ -189,13 +172,9 @@ fn a08_send_2048_mulpdu_1500() {
 #[test]
 fn a09_write_2048_at_16384_mulpdu_1500() {
     // RFC 5041 §5.2 example
-    let (mut s, stag) = sender(2048);
-    s.engine.post_send(write_wr(1, stag, 2048, 16384)).unwrap();
-    let segs = s.drain_tx(1500);
+    let segs = sent(2048, 1500, |stag| vec![write_wr(1, stag, 2048, 16384)]);
     assert_eq!(segs.len(), 2);
-    let (DdpRepr::Tagged(a), DdpRepr::Tagged(b)) = (parse(&segs[0]), parse(&segs[1])) else {
-        panic!()
-    };
+    let (a, b) = (tagged(&segs[0]), tagged(&segs[1]));
     assert_eq!((a.to, segs[0].len() - 14, a.last), (16384, 1486, false));
     assert_eq!((b.to, segs[1].len() - 14, b.last), (17870, 562, true));
 }
@@ -227,7 +206,7 @@ fn a10_segments_never_exceed_mulpdu_and_mulpdu_may_change() {
     assert!(tiny.next_segment(14).is_none());
     // Through the engine, with a random-ish MULPDU per poll.
     let (mut s, stag) = sender(20_000);
-    s.engine.post_send(send_wr(1, stag, 20_000)).unwrap();
+    s.engine.post_send(send_wr(1, stag, 0, 20_000)).unwrap();
     let mut got = 0;
     for i in 0.. {
         let mulpdu = 100 + (i * 397) % 3000;
@@ -245,10 +224,9 @@ fn a10_segments_never_exceed_mulpdu_and_mulpdu_may_change() {
 #[test]
 fn a11_zero_length_messages_are_one_segment() {
     // RFC 5041 §5.2; RFC 5040 §5.1, §5.2.1, §5.3
-    let (mut s, stag) = sender(0);
-    s.engine.post_send(send_wr(1, stag, 0)).unwrap();
-    s.engine.post_send(write_wr(2, stag, 0, 99)).unwrap();
-    let segs = s.drain_tx(1500);
+    let segs = sent(0, 1500, |stag| {
+        vec![send_wr(1, stag, 0, 0), write_wr(2, stag, 0, 99)]
+    });
     assert_eq!(segs.len(), 2);
     assert_eq!(segs[0].len(), 18);
     assert_eq!(segs[1].len(), 14);
@@ -259,17 +237,14 @@ fn a11_zero_length_messages_are_one_segment() {
 #[test]
 fn a12_messages_leave_in_posting_order() {
     // RFC 5041 §5.3; RFC 5040 §5.5 rule 13
-    let (mut s, stag) = sender(3000);
-    for i in 0..6u64 {
-        if i % 2 == 0 {
-            s.engine.post_send(send_wr(i, stag, 2500)).unwrap();
-        } else {
-            s.engine
-                .post_send(write_wr(i, stag, 2500, i * 10_000))
-                .unwrap();
-        }
-    }
-    let segs = s.drain_tx(1000);
+    let segs = sent(3000, 1000, |stag| {
+        (0..6u64)
+            .map(|i| match i % 2 {
+                0 => send_wr(i, stag, 0, 2500),
+                _ => write_wr(i, stag, 2500, i * 10_000),
+            })
+            .collect()
+    });
     let kinds: Vec<bool> = segs
         .iter()
         .filter(|g| parse(g).last())
@@ -291,7 +266,7 @@ fn a12_messages_leave_in_posting_order() {
 fn reused_payload_buffers_carry_no_stale_bytes() {
     // RFC 5041 §5.2: each segment carries exactly its own payload.
     let (mut s, stag) = sender(3000);
-    s.engine.post_send(send_wr(1, stag, 3000)).unwrap();
+    s.engine.post_send(send_wr(1, stag, 0, 3000)).unwrap();
     s.engine.post_send(write_wr(2, stag, 10, 0)).unwrap();
     let mut buf = vec![0xAA; 5000];
     let mut total = Vec::new();
@@ -300,11 +275,8 @@ fn reused_payload_buffers_carry_no_stale_bytes() {
         total.push(seg.to_vec());
         buf = seg.into_buffer();
     }
-    let fresh = {
-        let (mut s2, stag2) = sender(3000);
-        s2.engine.post_send(send_wr(1, stag2, 3000)).unwrap();
-        s2.engine.post_send(write_wr(2, stag2, 10, 0)).unwrap();
-        s2.drain_tx(1000)
-    };
+    let fresh = sent(3000, 1000, |stag| {
+        vec![send_wr(1, stag, 0, 3000), write_wr(2, stag, 10, 0)]
+    });
     assert_eq!(total, fresh);
 }

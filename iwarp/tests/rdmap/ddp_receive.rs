@@ -8,11 +8,11 @@ use iwarp::wire::terminate::{TerminateCause, TerminateRepr};
 const OP_WRITE: u8 = 0x0;
 const OP_SEND: u8 = 0x3;
 
-fn assert_copy_d(t: &TerminateRepr, seg: &[u8]) {
-    let hlen = if seg[0] & 0x80 != 0 { 14 } else { 18 };
-    assert_eq!(t.segment_len, Some(seg.len() as u16));
-    assert_eq!(t.ddp_header.expect("D=1").as_bytes(), &seg[..hlen]);
+/// `expect_refused` for an error found at the DDP layer: no RDMAP header is copied.
+fn expect_ddp_refused(s: &mut Side, seg: &[u8], cause: TerminateCause) -> TerminateRepr {
+    let t = expect_refused(s, seg, cause);
     assert!(t.rdma_header.is_none());
+    t
 }
 
 fn sink() -> (Side, iwarp::mem::STag) {
@@ -51,10 +51,7 @@ fn b03_tagged_bad_ddp_version() {
     let (mut s, stag) = sink();
     let mut seg = tagged_seg(OP_WRITE, true, stag.0, 0, b"data");
     seg[0] = (seg[0] & !0x03) | 0x02;
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::new(1, 1, 4));
-    assert_copy_d(&t, &seg);
+    expect_ddp_refused(&mut s, &seg, TerminateCause::new(1, 1, 4));
     assert_eq!(s.bytes(4096, 4), &[0, 0, 0, 0]);
 }
 
@@ -65,10 +62,7 @@ fn b04_untagged_bad_ddp_version() {
     s.post_recv(1, stag, 0, 100);
     let mut seg = untagged_seg(OP_SEND, true, 0, 0, 1, 0, b"x");
     seg[0] &= !0x03;
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::new(1, 2, 6));
-    assert_copy_d(&t, &seg);
+    expect_ddp_refused(&mut s, &seg, TerminateCause::new(1, 2, 6));
 }
 
 #[test]
@@ -77,10 +71,7 @@ fn b05_qn3_without_extensions() {
     let (mut s, stag) = sink();
     s.post_recv(1, stag, 0, 100);
     let seg = untagged_seg(OP_SEND, true, 0, 3, 1, 0, b"x");
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_INVALID_QN);
-    assert_copy_d(&t, &seg);
+    expect_ddp_refused(&mut s, &seg, TerminateCause::DDP_INVALID_QN);
     // The receive WQE was not consumed: it is flushed, not completed.
     let c = s.completions();
     assert_eq!(c.len(), 1);
@@ -93,10 +84,7 @@ fn b06_send_without_posted_wqe() {
     // RFC 5041 §7.1 check 2 (SPEC-DIGEST D15)
     let (mut s, _) = sink();
     let seg = untagged_seg(OP_SEND, true, 0, 0, 1, 0, b"x");
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_NO_BUFFER);
-    assert_copy_d(&t, &seg);
+    expect_ddp_refused(&mut s, &seg, TerminateCause::DDP_NO_BUFFER);
 }
 
 #[test]
@@ -108,10 +96,7 @@ fn b07_send_with_old_msn() {
     s.receive(&untagged_seg(OP_SEND, true, 0, 0, 1, 0, b"first"));
     assert!(s.drain_tx(1500).is_empty());
     let dup = untagged_seg(OP_SEND, true, 0, 0, 1, 0, b"again");
-    s.receive(&dup);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_MSN_RANGE);
-    assert_copy_d(&t, &dup);
+    expect_ddp_refused(&mut s, &dup, TerminateCause::DDP_MSN_RANGE);
     assert_eq!(s.bytes(4096, 5), b"first");
     assert_eq!(s.bytes(4096 + 100, 5), &[0; 5]);
 }
@@ -122,10 +107,7 @@ fn b08_mo_beyond_buffer() {
     let (mut s, stag) = sink();
     s.post_recv(1, stag, 0, 100);
     let seg = untagged_seg(OP_SEND, false, 0, 0, 1, 200, b"0123456789");
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_INVALID_MO);
-    assert_copy_d(&t, &seg);
+    expect_ddp_refused(&mut s, &seg, TerminateCause::DDP_INVALID_MO);
 }
 
 #[test]
@@ -134,10 +116,7 @@ fn b09_send_longer_than_buffer() {
     let (mut s, stag) = sink();
     s.post_recv(7, stag, 100, 16);
     let seg = untagged_seg(OP_SEND, true, 0, 0, 1, 0, &[0xAB; 20]);
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_MESSAGE_TOO_LONG);
-    assert_copy_d(&t, &seg);
+    expect_ddp_refused(&mut s, &seg, TerminateCause::DDP_MESSAGE_TOO_LONG);
     // Nothing written at all, inside or outside the SGL.
     assert_eq!(s.bytes(4096 + 100, 16), &[0; 16]);
     assert_eq!(s.bytes(4096 + 116, 4), &[0; 4]);
@@ -152,11 +131,8 @@ fn b10_write_to_unknown_stag() {
     // RFC 5041 §7.1, §7.2; RFC 5040 Fig. 10
     let (mut s, _) = sink();
     let seg = tagged_seg(OP_WRITE, true, 0x0042_4200, 0, b"abc");
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_INVALID_STAG);
+    let t = expect_ddp_refused(&mut s, &seg, TerminateCause::DDP_INVALID_STAG);
     assert_eq!(t.ddp_header.unwrap().as_bytes(), &seg[..14]);
-    assert_copy_d(&t, &seg);
 }
 
 #[test]
@@ -174,10 +150,7 @@ fn b11_write_one_octet_outside_region() {
         let stag = s.region_spec(spec);
         let before = s.mem.bytes().to_vec();
         let seg = tagged_seg(OP_WRITE, true, stag.0, to, &vec![0x55; len]);
-        s.receive(&seg);
-        let t = expect_terminate(&mut s);
-        assert_eq!(t.cause, TerminateCause::DDP_BASE_BOUNDS);
-        assert_copy_d(&t, &seg);
+        expect_ddp_refused(&mut s, &seg, TerminateCause::DDP_BASE_BOUNDS);
         // Guards and region unchanged.
         assert_eq!(s.mem.bytes(), &before[..]);
     }
@@ -188,10 +161,7 @@ fn b12_to_wrap() {
     // RFC 5041 §7.1 check 5 (wrap checked before bounds)
     let (mut s, stag) = sink();
     let seg = tagged_seg(OP_WRITE, true, stag.0, 0xFFFF_FFFF_FFFF_FFF0, &[1; 32]);
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_TO_WRAP);
-    assert_copy_d(&t, &seg);
+    expect_ddp_refused(&mut s, &seg, TerminateCause::DDP_TO_WRAP);
 }
 
 #[test]
@@ -205,10 +175,7 @@ fn b13_write_to_other_pd() {
         PdId(99),
     ));
     let seg = tagged_seg(OP_WRITE, true, stag.0, 0, b"zz");
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_STAG_NOT_ASSOCIATED);
-    assert_copy_d(&t, &seg);
+    expect_ddp_refused(&mut s, &seg, TerminateCause::DDP_STAG_NOT_ASSOCIATED);
     assert_eq!(s.bytes(4096, 2), &[GUARD, GUARD]);
 }
 

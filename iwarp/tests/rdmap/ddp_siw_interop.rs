@@ -151,15 +151,22 @@ fn siw_segments_parse_and_reemit_byte_exact() {
     }
 }
 
+/// A 64 KiB memory holding, at offset 0, the `len`-octet buffer of `pd` a siw capture
+/// names: STag `stag`, VA-based at `va`, Local Read and Remote Write.
+fn memory_with_siw_buffer(pd: PdId, len: u64, stag: STag, va: u64) -> SimpleMemory {
+    let mut mem = SimpleMemory::with_heap(1 << 16);
+    let mut spec = RegionSpec::new(0, len, Access::LOCAL_READ | Access::REMOTE_WRITE, pd);
+    spec.base_to = va;
+    mem.register_with_stag(spec, stag).unwrap();
+    mem
+}
+
 #[test]
 fn engine_replays_rping_server() {
     // Our engine as the rping server: same work → the same segments on the wire.
     let pd = PdId(1);
-    let mut mem = SimpleMemory::with_heap(1 << 16);
     // The server's RDMA buffer (Read sink, Write source), VA-based like siw's.
-    let mut rdma_buf = RegionSpec::new(0, 64, Access::LOCAL_READ | Access::REMOTE_WRITE, pd);
-    rdma_buf.base_to = 0x0000_55c4_1b3d_b550;
-    mem.register_with_stag(rdma_buf, STag(0xb07e_9d00)).unwrap();
+    let mut mem = memory_with_siw_buffer(pd, 64, STag(0xb07e_9d00), 0x0000_55c4_1b3d_b550);
     // Send buffer (16 zero octets) and receive buffers.
     let local = mem
         .register(RegionSpec::new(
@@ -286,10 +293,7 @@ const WRITE_LAT: &[&str] = &[
 fn engine_accepts_siw_writes() {
     // RFC 5040 §5.1: placed, never delivered; the last Write's payload is in memory.
     let pd = PdId(1);
-    let mut mem = SimpleMemory::with_heap(1 << 16);
-    let mut spec = RegionSpec::new(0, 4096, Access::LOCAL_READ | Access::REMOTE_WRITE, pd);
-    spec.base_to = 0x0000_5621_89f1_9000;
-    mem.register_with_stag(spec, STag(0x7e56_bc00)).unwrap();
+    let mut mem = memory_with_siw_buffer(pd, 4096, STag(0x7e56_bc00), 0x0000_5621_89f1_9000);
     let mut eng = Engine::new(EngineConfig::new(pd, StreamId(1), 1, 1));
     let mut last = Vec::new();
     for (i, h) in WRITE_LAT.iter().enumerate() {

@@ -5,7 +5,7 @@
 use crate::common::*;
 use iwarp::mem::{STag, Sge};
 use iwarp::rdmap::{
-    CompletionOpcode, CompletionStatus, Event, RemoteBuf, SendOp, SendWr, WorkQueue,
+    Completion, CompletionOpcode, CompletionStatus, Event, RemoteBuf, SendOp, SendWr, WorkQueue,
 };
 use iwarp::wire::atomic::AtomicOp;
 
@@ -14,13 +14,6 @@ const SIZES: [usize; 8] = [0, 1, 100, 493, 494, 495, 512, 3 * 512 + 7];
 
 const SRC: u64 = 0;
 const DST: u64 = 1 << 18;
-
-fn all() -> iwarp::mem::Access {
-    iwarp::mem::Access::LOCAL_READ
-        | iwarp::mem::Access::LOCAL_WRITE
-        | iwarp::mem::Access::REMOTE_READ
-        | iwarp::mem::Access::REMOTE_WRITE
-}
 
 struct Setup {
     p: Pair,
@@ -52,6 +45,16 @@ fn setup(ext: bool) -> Setup {
     }
 }
 
+impl Setup {
+    /// Posts `wr` at A, runs the pair (see `run`) and returns A's completions.
+    fn post_and_run(&mut self, wr: SendWr, shuffled: Option<u64>) -> Vec<Completion> {
+        self.p.a.engine.post_send(wr).unwrap();
+        run(&mut self.p, shuffled);
+        self.p.a.completions()
+    }
+}
+
+/// Moves segments until the pair is quiet, shuffled with the seed if one is given.
 fn run(p: &mut Pair, shuffled: Option<u64>) {
     match shuffled {
         Some(seed) => p.pump_shuffled(seed),
@@ -87,9 +90,7 @@ fn send_every_size_and_variant() {
                         invalidate: inval.then_some(victim),
                     },
                 );
-                s.p.a.engine.post_send(wr).unwrap();
-                run(&mut s.p, mode);
-                let ca = s.p.a.completions();
+                let ca = s.post_and_run(wr, mode);
                 assert_eq!(ca.len(), 1, "variant {vi} size {n}");
                 assert_eq!(ca[0].status, CompletionStatus::Success);
                 assert_eq!(ca[0].opcode, CompletionOpcode::Send);
@@ -137,9 +138,7 @@ fn write_every_size() {
                     },
                 },
             );
-            s.p.a.engine.post_send(wr).unwrap();
-            run(&mut s.p, mode);
-            let ca = s.p.a.completions();
+            let ca = s.post_and_run(wr, mode);
             assert_eq!(ca.len(), 1);
             assert_eq!(
                 (ca[0].opcode, ca[0].status),
@@ -162,23 +161,8 @@ fn read_every_size() {
     for mode in modes() {
         for &n in &SIZES {
             let mut s = setup(false);
-            let wr = SendWr::new(
-                3,
-                SendOp::Read {
-                    sink: RemoteBuf {
-                        stag: s.a_dst,
-                        to: 10,
-                    },
-                    remote: RemoteBuf {
-                        stag: s.b_src,
-                        to: 20,
-                    },
-                    len: n as u32,
-                },
-            );
-            s.p.a.engine.post_send(wr).unwrap();
-            run(&mut s.p, mode);
-            let ca = s.p.a.completions();
+            let wr = read_wr(3, s.a_dst, 10, s.b_src, 20, n as u32);
+            let ca = s.post_and_run(wr, mode);
             assert_eq!(ca.len(), 1);
             assert_eq!(
                 (ca[0].opcode, ca[0].status, ca[0].byte_len),
@@ -200,12 +184,8 @@ fn immediate_data_both_variants() {
             let mut s = setup(true);
             s.p.b.post_recv(8, s.b_dst, 0, 64);
             let data = *b"imm-data";
-            s.p.a
-                .engine
-                .post_send(SendWr::new(4, SendOp::Immediate { data, solicited }))
-                .unwrap();
-            run(&mut s.p, mode);
-            let ca = s.p.a.completions();
+            let wr = SendWr::new(4, SendOp::Immediate { data, solicited });
+            let ca = s.post_and_run(wr, mode);
             assert_eq!(
                 (ca[0].opcode, ca[0].status),
                 (CompletionOpcode::Immediate, CompletionStatus::Success)
@@ -328,23 +308,8 @@ fn mixed_workload_completes_in_posting_order() {
             expect.push(i);
             s.p.a.engine.post_send(SendWr::new(i, op)).unwrap();
             // B also sends towards A concurrently.
-            s.p.b
-                .engine
-                .post_send(SendWr::new(
-                    1000 + i,
-                    SendOp::Read {
-                        sink: RemoteBuf {
-                            stag: s.b_dst,
-                            to: 50_000,
-                        },
-                        remote: RemoteBuf {
-                            stag: s.a_src,
-                            to: 0,
-                        },
-                        len: 700,
-                    },
-                ))
-                .unwrap();
+            let wr = read_wr(1000 + i, s.b_dst, 50_000, s.a_src, 0, 700);
+            s.p.b.engine.post_send(wr).unwrap();
         }
         run(&mut s.p, mode);
         let ca: Vec<u64> =

@@ -3,12 +3,8 @@
 
 use crate::common::*;
 use iwarp::ddp::SegmentPos;
-use iwarp::mem::{Access, PdId, RegionSpec};
+use iwarp::mem::{PdId, RegionSpec};
 use proptest::prelude::*;
-
-fn all() -> Access {
-    Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
-}
 
 /// A segment whose header is mostly plausible so that deep paths are reached.
 fn plausible() -> impl Strategy<Value = Vec<u8>> {

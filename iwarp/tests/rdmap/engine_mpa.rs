@@ -144,12 +144,8 @@ fn shuffling_link(seed: u64) -> Link {
 fn run(markers: bool, seed: u64) -> usize {
     let mulpdu = iwarp::mpa::mulpdu(EMSS, markers);
     let mut p = Pair::new(cfg(1), cfg(2), mulpdu);
-    let rights = iwarp::mem::Access::LOCAL_READ
-        | iwarp::mem::Access::LOCAL_WRITE
-        | iwarp::mem::Access::REMOTE_READ
-        | iwarp::mem::Access::REMOTE_WRITE;
-    let a: STag = p.a.region(0, 1 << 16, rights, 0);
-    let b: STag = p.b.region(0, 1 << 16, rights, 0);
+    let a: STag = p.a.region(0, 1 << 16, all(), 0);
+    let b: STag = p.b.region(0, 1 << 16, all(), 0);
     p.a.write_bytes(0, &pattern(1 << 15, 1));
     p.b.write_bytes(1 << 15, &pattern(1 << 15, 2));
     for i in 0..4 {

@@ -2,12 +2,11 @@
 //! (RFC 5040 §8.1.1, RFC 5041 §8.1–§8.3, VERBS-00 §7).
 
 use crate::common::*;
-use iwarp::mem::{Access, PdId, RegionSpec, STag, StreamId};
+use iwarp::mem::{Access, AccessError, PdId, RegionSpec, STag, SimpleMemory, StreamId};
 use iwarp::wire::terminate::TerminateCause;
 
-fn rw() -> Access {
-    Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
-}
+/// A local way to take a region's STag out of use.
+type Revoke = fn(&mut SimpleMemory, STag) -> Result<(), AccessError>;
 
 fn write_cause(setup: impl FnOnce(&mut Side) -> u32, to: u64, len: usize) -> TerminateCause {
     let mut s = Side::new(cfg(2));
@@ -30,7 +29,7 @@ fn sec28_stale_key_is_invalid() {
     // VERBS-00 §7.4 (J05): right index, other key.
     let c = write_cause(
         |s| {
-            let mut spec = RegionSpec::new(0, 64, rw(), PdId(1));
+            let mut spec = RegionSpec::new(0, 64, all(), PdId(1));
             spec.key = 5;
             let stag = s.region_spec(spec);
             STag::new(stag.index(), 6).0
@@ -46,7 +45,7 @@ fn sec2_window_bound_to_other_stream() {
     // RFC 5040 §8.1.1 item 2 (J13)
     let c = write_cause(
         |s| {
-            let mut spec = RegionSpec::new(0, 64, rw(), PdId(1));
+            let mut spec = RegionSpec::new(0, 64, all(), PdId(1));
             spec.stream = Some(StreamId(42));
             s.region_spec(spec).0
         },
@@ -56,7 +55,7 @@ fn sec2_window_bound_to_other_stream() {
     assert_eq!(c, TerminateCause::DDP_STAG_NOT_ASSOCIATED);
     // The same window on its own stream accepts the Write.
     let mut s = Side::new(cfg(42));
-    let mut spec = RegionSpec::new(0, 64, rw(), PdId(1));
+    let mut spec = RegionSpec::new(0, 64, all(), PdId(1));
     spec.stream = Some(StreamId(42));
     let stag = s.region_spec(spec);
     s.receive(&tagged_seg(0x0, true, stag.0, 0, b"ok"));
@@ -81,31 +80,25 @@ fn sec5_read_only_region_refuses_writes() {
 #[test]
 fn sec6_local_invalidation_is_immediate() {
     // RFC 5040 §8.1.1 item 6; RFC 5041 §8.3 (23)
-    let c = write_cause(
-        |s| {
-            let stag = s.region(0, 64, rw(), 0);
-            s.mem.invalidate_local(stag).unwrap();
-            stag.0
-        },
-        0,
-        4,
-    );
-    assert_eq!(c, TerminateCause::DDP_INVALID_STAG);
-    let c = write_cause(
-        |s| {
-            let stag = s.region(0, 64, rw(), 0);
-            s.mem.deregister(stag).unwrap();
-            stag.0
-        },
-        0,
-        4,
-    );
-    assert_eq!(c, TerminateCause::DDP_INVALID_STAG);
+    // Local invalidation, then deregistration.
+    let revocations: [Revoke; 2] = [SimpleMemory::invalidate_local, SimpleMemory::deregister];
+    for revoke in revocations {
+        let c = write_cause(
+            |s| {
+                let stag = s.region(0, 64, all(), 0);
+                revoke(&mut s.mem, stag).unwrap();
+                stag.0
+            },
+            0,
+            4,
+        );
+        assert_eq!(c, TerminateCause::DDP_INVALID_STAG);
+    }
 }
 
 #[test]
 fn sec21_partial_overlap_places_nothing() {
     // RFC 5041 §8.1: validated before any octet is placed (a Write straddling the end).
-    let c = write_cause(|s| s.region(0, 64, rw(), 0).0, 60, 8);
+    let c = write_cause(|s| s.region(0, 64, all(), 0).0, 60, 8);
     assert_eq!(c, TerminateCause::DDP_BASE_BOUNDS);
 }

@@ -17,10 +17,6 @@ const OP_SEND: u8 = 0x3;
 const OP_SEND_INV: u8 = 0x4;
 const OP_SEND_SE: u8 = 0x5;
 
-fn all() -> Access {
-    Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
-}
-
 fn read_req(sink: u32, sink_to: u64, size: u32, src: u32, src_to: u64) -> Vec<u8> {
     ReadRequestRepr {
         sink_stag: sink,
@@ -36,24 +32,6 @@ fn read_req(sink: u32, sink_to: u64, size: u32, src: u32, src_to: u64) -> Vec<u8
 /// An RDMA Read Request segment (queue 1, message `msn`) carrying the header `rr`.
 fn read_req_seg(msn: u32, rr: &[u8]) -> Vec<u8> {
     untagged_seg(OP_READ_REQ, true, 0, 1, msn, 0, rr)
-}
-
-/// An RDMA Read of `len` octets at `src_to` of the peer's `src` into `sink_to` of `sink`.
-fn read_wr(id: u64, sink: STag, sink_to: u64, src: STag, src_to: u64, len: u32) -> SendWr {
-    SendWr::new(
-        id,
-        SendOp::Read {
-            sink: RemoteBuf {
-                stag: sink,
-                to: sink_to,
-            },
-            remote: RemoteBuf {
-                stag: src,
-                to: src_to,
-            },
-            len,
-        },
-    )
 }
 
 /// An RDMA Write of `len` octets at `to` of `local` to `dst_to` of the peer's `dst`.
@@ -72,28 +50,6 @@ fn write_wr(id: u64, local: STag, to: u64, len: u32, dst: STag, dst_to: u64) -> 
             },
         },
     )
-}
-
-/// A Send of `len` octets at `to` of `local`.
-fn send_wr(id: u64, local: STag, to: u64, len: u32) -> SendWr {
-    SendWr::new(
-        id,
-        SendOp::Send {
-            sgl: vec![Sge {
-                stag: local,
-                to,
-                len,
-            }],
-            solicited: false,
-            invalidate: None,
-        },
-    )
-}
-
-fn copy_d(t: &TerminateRepr, seg: &[u8]) {
-    let hlen = if seg[0] & 0x80 != 0 { 14 } else { 18 };
-    assert_eq!(t.segment_len, Some(seg.len() as u16));
-    assert_eq!(t.ddp_header.expect("D").as_bytes(), &seg[..hlen]);
 }
 
 // ---------------------------------------------------------------- C
@@ -205,9 +161,7 @@ fn c05_receives_complete_in_msn_order() {
 #[test]
 fn c06_sq_completes_in_posting_order() {
     // RFC 5040 §5.5 rule 15: a Send posted after a Read completes after it.
-    let mut p = Pair::new(cfg(1), cfg(2), 1500);
-    let a = p.a.region(0, 8192, all(), 1);
-    let b = p.b.region(0, 8192, all(), 2);
+    let (mut p, a, b) = Pair::with_regions(1, 2);
     p.b.post_recv(1, b, 0, 100);
     p.a.engine
         .post_send(read_wr(10, a, 1000, b, 0, 3000))
@@ -343,10 +297,7 @@ fn d04_bad_rdmap_version() {
     let buf = s.region(0, 8192, all(), 0);
     let mut seg = tagged_seg(OP_WRITE, true, buf.0, 0, b"x");
     seg[1] = (seg[1] & 0x3F) | 0x80; // RV 10b
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::RDMAP_INVALID_VERSION);
-    copy_d(&t, &seg);
+    expect_refused(&mut s, &seg, TerminateCause::RDMAP_INVALID_VERSION);
     assert_eq!(s.bytes(0, 1), &[0]);
 }
 
@@ -365,7 +316,7 @@ fn d05_extension_opcode_without_extensions() {
             TerminateCause::RDMAP_UNEXPECTED_OPCODE,
             "opcode {op:#x}"
         );
-        copy_d(&t, &seg);
+        assert_copy_d(&t, &seg);
     }
 }
 
@@ -489,7 +440,7 @@ fn read_error(
     let seg = read_req_seg(1, &rr);
     s.receive(&seg);
     let t = expect_terminate(&mut s);
-    copy_d(&t, &seg);
+    assert_copy_d(&t, &seg);
     assert_eq!(
         t.rdma_header.map(|h| h.to_vec()),
         Some(rr.clone()),
@@ -553,8 +504,7 @@ fn e08_failed_read_response_reports_progress() {
     let first = s.engine.poll_segment(now(), 1014, &s.mem).unwrap();
     assert_eq!(first.payload().len(), 1000);
     s.mem.invalidate_local(src).unwrap();
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::RDMAP_INVALID_STAG);
+    let t = expect_terminate_cause(&mut s, TerminateCause::RDMAP_INVALID_STAG);
     let h = t.rdma_header.unwrap();
     let r = ReadRequestRepr::parse(&ReadRequest::new_checked(&h[..]).unwrap()).unwrap();
     assert_eq!(
@@ -647,10 +597,7 @@ fn e12_ird_exceeded() {
         s.receive(&read_req_seg(i, &read_req(0x100, 0, 10, src.0, 0)));
     }
     let third = read_req_seg(3, &read_req(0x100, 0, 10, src.0, 0));
-    s.receive(&third);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_MSN_RANGE);
-    copy_d(&t, &third);
+    let t = expect_refused(&mut s, &third, TerminateCause::DDP_MSN_RANGE);
     assert_eq!(
         &t.ddp_header.unwrap().as_bytes()[6..10],
         &1u32.to_be_bytes()
@@ -703,8 +650,7 @@ fn e14_read_response_into_buffer_without_remote_write() {
     for g in p.b.drain_tx(1500) {
         p.a.receive(&g);
     }
-    let t = expect_terminate(&mut p.a);
-    assert_eq!(t.cause, TerminateCause::DDP_INVALID_STAG);
+    expect_terminate_cause(&mut p.a, TerminateCause::DDP_INVALID_STAG);
     assert_eq!(p.a.bytes(0, 10), &[0; 10]);
     let c = p.a.completions();
     assert_eq!(c[0].status, CompletionStatus::Flushed);
@@ -747,8 +693,7 @@ fn f02_write_after_remote_invalidate() {
     let victim = s.region(8192, 64, all(), 0);
     s.receive(&untagged_seg(OP_SEND_INV, true, victim.0, 0, 1, 0, b""));
     s.receive(&tagged_seg(OP_WRITE, true, victim.0, 0, b"x"));
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_INVALID_STAG);
+    expect_terminate_cause(&mut s, TerminateCause::DDP_INVALID_STAG);
     assert_eq!(s.bytes(8192, 1), &[0]);
 }
 
@@ -769,10 +714,7 @@ fn f03_cannot_invalidate() {
         let victim = make(&mut s);
         let valid_before = s.mem.is_valid(victim);
         let seg = untagged_seg(OP_SEND_INV, true, victim.0, 0, 1, 0, b"p");
-        s.receive(&seg);
-        let t = expect_terminate(&mut s);
-        assert_eq!(t.cause, TerminateCause::RDMAP_PROT_CANNOT_INVALIDATE);
-        copy_d(&t, &seg);
+        expect_refused(&mut s, &seg, TerminateCause::RDMAP_PROT_CANNOT_INVALIDATE);
         assert_eq!(s.mem.is_valid(victim), valid_before);
         let c = s.completions();
         assert_eq!(c[0].status, CompletionStatus::InvalidateFailed);
@@ -785,10 +727,7 @@ fn f04_invalidate_local_only_stag() {
     let (mut s, _) = inval_side();
     let victim = s.region(8192, 64, Access::LOCAL_READ | Access::LOCAL_WRITE, 0);
     let seg = untagged_seg(OP_SEND_INV, true, victim.0, 0, 1, 0, b"p");
-    s.receive(&seg);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::RDMAP_ACCESS_RIGHTS);
-    copy_d(&t, &seg);
+    expect_refused(&mut s, &seg, TerminateCause::RDMAP_ACCESS_RIGHTS);
     assert!(s.mem.is_valid(victim));
 }
 
@@ -840,9 +779,8 @@ fn f02_reordered_write_after_remote_invalidate() {
         .handle_ddp_segment(now(), SegmentPos::index(1), &write, &mut s.mem);
     s.engine
         .handle_ddp_segment(now(), SegmentPos::index(0), &inv, &mut s.mem);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::DDP_INVALID_STAG);
-    copy_d(&t, &write);
+    let t = expect_terminate_cause(&mut s, TerminateCause::DDP_INVALID_STAG);
+    assert_copy_d(&t, &write);
 }
 
 #[test]
@@ -891,9 +829,7 @@ fn held_segment_limit_defers() {
 #[test]
 fn k05_read_fence_holds_later_send() {
     // VERBS-00 §8.2.2.2; RFC 5040 App. B footnote 2
-    let mut p = Pair::new(cfg(1), cfg(2), 1500);
-    let a = p.a.region(0, 8192, all(), 1);
-    let b = p.b.region(0, 8192, all(), 2);
+    let (mut p, a, b) = Pair::with_regions(1, 2);
     p.b.post_recv(1, b, 4000, 100);
     p.a.engine
         .post_send(read_wr(1, a, 1000, b, 0, 100))
@@ -915,9 +851,7 @@ fn k05_read_fence_holds_later_send() {
 #[test]
 fn local_fence_waits_for_earlier_completions() {
     // VERBS-00 §8.2.2.2
-    let mut p = Pair::new(cfg(1), cfg(2), 1500);
-    let a = p.a.region(0, 8192, all(), 1);
-    let b = p.b.region(0, 8192, all(), 2);
+    let (mut p, a, b) = Pair::with_regions(1, 2);
     p.a.engine.post_send(read_wr(1, a, 0, b, 0, 10)).unwrap();
     let mut w = write_wr(2, a, 0, 10, b, 100);
     w.local_fence = true;
@@ -982,8 +916,5 @@ fn d11_rdma_consortium_version_when_configured() {
     // An RV 01b message is then a version error.
     let seg = untagged_seg(OP_SEND, true, 0, 0, 2, 0, b"x");
     p.b.receive(&seg);
-    assert_eq!(
-        expect_terminate(&mut p.b).cause,
-        TerminateCause::RDMAP_INVALID_VERSION
-    );
+    expect_terminate_cause(&mut p.b, TerminateCause::RDMAP_INVALID_VERSION);
 }

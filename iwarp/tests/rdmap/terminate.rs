@@ -1,27 +1,12 @@
 //! SPEC-DIGEST §8 group G: Terminate, teardown and stream lifecycle (engine level).
 
 use crate::common::*;
-use iwarp::mem::{Access, STag, Sge};
+use iwarp::mem::STag;
 use iwarp::rdmap::{
     CompletionStatus, Event, Handled, PostError, RemoteBuf, SendOp, SendWr, StreamState,
 };
 use iwarp::wire::ddp::{DdpRepr, Segment};
 use iwarp::wire::terminate::{TerminateCause, TerminateRepr};
-
-fn all() -> Access {
-    Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
-}
-
-fn send(id: u64, stag: STag, len: u32) -> SendWr {
-    SendWr::new(
-        id,
-        SendOp::Send {
-            sgl: vec![Sge { stag, to: 0, len }],
-            solicited: false,
-            invalidate: None,
-        },
-    )
-}
 
 #[test]
 fn g01_terminate_layout() {
@@ -54,7 +39,7 @@ fn g02_nothing_after_terminate() {
     let mut s = Side::new(cfg(1));
     let a = s.region(0, 8192, all(), 1);
     for i in 0..3 {
-        s.engine.post_send(send(i, a, 3000)).unwrap();
+        s.engine.post_send(send_wr(i, a, 0, 3000)).unwrap();
     }
     let first = s.engine.poll_segment(now(), 1500, &s.mem).unwrap();
     assert_eq!(first.payload().len(), 1482);
@@ -63,11 +48,12 @@ fn g02_nothing_after_terminate() {
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0][1] & 0x0F, 0x7);
     assert!(s.drain_tx(1500).is_empty());
-    assert_eq!(s.engine.post_send(send(9, a, 1)), Err(PostError::NotActive));
+    assert_eq!(
+        s.engine.post_send(send_wr(9, a, 0, 1)),
+        Err(PostError::NotActive)
+    );
     // Every posted WR is flushed.
-    let c = s.completions();
-    assert_eq!(c.len(), 3);
-    assert!(c.iter().all(|c| c.status == CompletionStatus::Flushed));
+    s.expect_flushed(3);
 }
 
 #[test]
@@ -107,7 +93,7 @@ fn g04_terminate_received() {
     // RFC 5040 §5.4; VERBS-00 §6.2.2.3
     let mut p = Pair::new(cfg(1), cfg(2), 1500);
     let a = p.a.region(0, 8192, all(), 1);
-    p.a.engine.post_send(send(1, a, 10)).unwrap();
+    p.a.engine.post_send(send_wr(1, a, 0, 10)).unwrap();
     p.b.engine.abort(TerminateCause::RDMAP_LOCAL_CATASTROPHIC);
     p.pump();
     let ev = p.a.events();
@@ -144,14 +130,12 @@ fn g06_llp_reset_flushes_without_terminate() {
     let mut s = Side::new(cfg(1));
     let a = s.region(0, 8192, all(), 1);
     s.post_recv(5, a, 0, 10);
-    s.engine.post_send(send(1, a, 10)).unwrap();
+    s.engine.post_send(send_wr(1, a, 0, 10)).unwrap();
     s.engine.handle_llp_closed(false);
     assert!(s.drain_tx(1500).is_empty());
     assert_eq!(s.engine.state(), StreamState::Error);
     assert_eq!(s.events(), vec![Event::LlpLost]);
-    let c = s.completions();
-    assert_eq!(c.len(), 2);
-    assert!(c.iter().all(|c| c.status == CompletionStatus::Flushed));
+    s.expect_flushed(2);
 }
 
 #[test]
@@ -159,9 +143,11 @@ fn g07_local_error_building_send() {
     // RFC 5040 §7.1 case 1; VERBS-00 §6.4 item 4
     let mut s = Side::new(cfg(1));
     let a = s.region(0, 8192, all(), 1);
-    s.engine.post_send(send(1, a, 10)).unwrap();
-    s.engine.post_send(send(2, STag(0x0099_9900), 10)).unwrap();
-    s.engine.post_send(send(3, a, 10)).unwrap();
+    s.engine.post_send(send_wr(1, a, 0, 10)).unwrap();
+    s.engine
+        .post_send(send_wr(2, STag(0x0099_9900), 0, 10))
+        .unwrap();
+    s.engine.post_send(send_wr(3, a, 0, 10)).unwrap();
     let segs = s.drain_tx(1500);
     assert_eq!(
         segs.len(),
@@ -232,10 +218,9 @@ fn g09_peer_close_with_work_pending() {
     // VERBS-00 §6.2.2.2, Fig. 24 "Bad LLP Close"
     let mut s = Side::new(cfg(1));
     let a = s.region(0, 8192, all(), 1);
-    s.engine.post_send(send(1, a, 10)).unwrap();
+    s.engine.post_send(send_wr(1, a, 0, 10)).unwrap();
     s.engine.handle_llp_closed(true);
-    let t = expect_terminate(&mut s);
-    assert_eq!(t.cause, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
+    expect_terminate_cause(&mut s, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
     assert_eq!(s.engine.state(), StreamState::Terminated);
 }
 
@@ -273,9 +258,11 @@ fn g12_flush_leaves_one_error_completion() {
     for i in 0..3 {
         s.post_recv(10 + i, a, 0, 10);
     }
-    s.engine.post_send(send(1, a, 5)).unwrap();
-    s.engine.post_send(send(2, STag(0x0012_3400), 5)).unwrap();
-    s.engine.post_send(send(3, a, 5)).unwrap();
+    s.engine.post_send(send_wr(1, a, 0, 5)).unwrap();
+    s.engine
+        .post_send(send_wr(2, STag(0x0012_3400), 0, 5))
+        .unwrap();
+    s.engine.post_send(send_wr(3, a, 0, 5)).unwrap();
     s.engine
         .post_send(SendWr::new(
             4,
@@ -304,15 +291,13 @@ fn g12_flush_leaves_one_error_completion() {
 #[test]
 fn graceful_close_drains_then_refuses() {
     // RFC 5041 §6; RFC 5040 §6.2 case 1
-    let mut p = Pair::new(cfg(1), cfg(2), 1500);
-    let a = p.a.region(0, 8192, all(), 1);
-    let b = p.b.region(0, 8192, all(), 0);
+    let (mut p, a, b) = Pair::with_regions(1, 0);
     p.b.post_recv(1, b, 0, 100);
-    p.a.engine.post_send(send(1, a, 50)).unwrap();
+    p.a.engine.post_send(send_wr(1, a, 0, 50)).unwrap();
     p.a.engine.close();
     assert_eq!(p.a.engine.state(), StreamState::Closing);
     assert_eq!(
-        p.a.engine.post_send(send(2, a, 1)),
+        p.a.engine.post_send(send_wr(2, a, 0, 1)),
         Err(PostError::NotActive)
     );
     assert!(!p.a.engine.is_drained());
@@ -329,16 +314,10 @@ fn multi_segment_read_request_rejected() {
     let mut s = Side::new(cfg(2));
     let seg = untagged_seg(0x1, false, 0, 1, 1, 0, &[0; 28]);
     s.receive(&seg);
-    assert_eq!(
-        expect_terminate(&mut s).cause,
-        TerminateCause::RDMAP_CATASTROPHIC_STREAM
-    );
+    expect_terminate_cause(&mut s, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
     let mut s = Side::new(cfg(2));
     s.receive(&untagged_seg(0x1, true, 0, 1, 1, 0, &[0; 27]));
-    assert_eq!(
-        expect_terminate(&mut s).cause,
-        TerminateCause::RDMAP_CATASTROPHIC_STREAM
-    );
+    expect_terminate_cause(&mut s, TerminateCause::RDMAP_CATASTROPHIC_STREAM);
 }
 
 #[test]
@@ -348,10 +327,7 @@ fn read_request_disabled_with_ird_zero() {
     c.ird = 0;
     let mut s = Side::new(c);
     s.receive(&untagged_seg(0x1, true, 0, 1, 1, 0, &[0; 28]));
-    assert_eq!(
-        expect_terminate(&mut s).cause,
-        TerminateCause::DDP_INVALID_QN
-    );
+    expect_terminate_cause(&mut s, TerminateCause::DDP_INVALID_QN);
 }
 
 #[test]
@@ -360,15 +336,9 @@ fn unexpected_read_response_and_wrong_queue() {
     let mut s = Side::new(cfg(2));
     let a = s.region(0, 64, all(), 0);
     s.receive(&tagged_seg(0x2, true, a.0, 0, b"x"));
-    assert_eq!(
-        expect_terminate(&mut s).cause,
-        TerminateCause::RDMAP_UNEXPECTED_OPCODE
-    );
+    expect_terminate_cause(&mut s, TerminateCause::RDMAP_UNEXPECTED_OPCODE);
     assert_eq!(s.bytes(0, 1), &[0]);
     let mut s = Side::new(cfg(2));
     s.receive(&untagged_seg(0x3, true, 0, 1, 1, 0, b"x"));
-    assert_eq!(
-        expect_terminate(&mut s).cause,
-        TerminateCause::RDMAP_UNEXPECTED_OPCODE
-    );
+    expect_terminate_cause(&mut s, TerminateCause::RDMAP_UNEXPECTED_OPCODE);
 }

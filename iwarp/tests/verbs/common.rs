@@ -53,6 +53,13 @@ pub fn fixture_with(f: impl FnOnce(&mut QpInit)) -> Fx {
     }
 }
 
+/// `fixture_with` a privileged QP (Fast-Register and STag 0 allowed), moved to RTS.
+pub fn privileged_rts() -> Fx {
+    let mut fx = fixture_with(|i| i.privileged = true);
+    to_rts(&mut fx.rnic, fx.qp);
+    fx
+}
+
 pub fn llp(id: u64) -> LlpAttach {
     LlpAttach {
         stream: LlpStreamHandle(id),
@@ -123,6 +130,25 @@ pub fn recv(wr_id: u64, sgl: Vec<Sge>) -> RecvWr {
 }
 
 impl Fx {
+    /// Registers `mr_spec(self.pd, offset, len, va, access)`.
+    pub fn reg_mr(&mut self, offset: u64, len: u64, va: u64, access: Access) -> STag {
+        self.rnic
+            .register_mr(&mr_spec(self.pd, offset, len, va, access))
+            .unwrap()
+    }
+
+    /// Registers backend page 0 as a VA-based MR at `va` with every right.
+    pub fn page_mr(&mut self, va: u64) -> STag {
+        self.reg_mr(0, PAGE, va, all_rights())
+    }
+
+    /// A QP on the fixture's PD and CQ that takes its receives from `srq`.
+    pub fn srq_qp_init(&self, srq: SrqHandle) -> QpInit {
+        let mut init = QpInit::new(self.pd, self.cq, self.cq);
+        init.srq = Some(srq);
+        init
+    }
+
     /// Posts `wrs` to the fixture's SQ; all must be accepted.
     pub fn post_sq(&mut self, wrs: Vec<SendWr>) {
         self.rnic.post_sq(self.qp, wrs).unwrap();

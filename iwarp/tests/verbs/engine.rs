@@ -32,6 +32,11 @@ impl Node {
         let q = fx.rnic.query_qp(fx.qp).unwrap().init;
         let mut cfg = EngineConfig::new(fx.pd, fx.qp.stream(), q.ird, q.ord);
         cfg.extensions = true;
+        Node::on(fx, cfg)
+    }
+
+    /// The fixture `fx` with an engine of configuration `cfg` on its QP.
+    fn on(fx: Fx, cfg: EngineConfig) -> Node {
         Node {
             engine: Engine::new(cfg),
             fx,
@@ -47,21 +52,13 @@ impl Node {
         let mut fx = fixture();
         let srq_pd = fx.rnic.alloc_pd(fx.ulp).unwrap();
         let (srq, _) = fx.rnic.create_srq(srq_pd, 8, 1, 0).unwrap();
-        let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
-        init.srq = Some(srq);
+        let init = fx.srq_qp_init(srq);
         fx.rnic.destroy_qp(fx.qp).unwrap();
         let (qp, _) = fx.rnic.create_qp(init).unwrap();
         fx.qp = qp;
         to_rts(&mut fx.rnic, qp);
         let cfg = EngineConfig::new(fx.pd, qp.stream(), 4, 4);
-        let node = Node {
-            engine: Engine::new(cfg),
-            fx,
-            rx_pos: 0,
-            terminates_sent: Vec::new(),
-            terminates_received: Vec::new(),
-        };
-        (node, srq_pd, srq)
+        (Node::on(fx, cfg), srq_pd, srq)
     }
 
     /// Hands posted WRs to the engine and engine results back to the verbs layer.
@@ -118,11 +115,11 @@ impl Node {
     }
 
     fn post_send(&mut self, wr: SendWr) {
-        self.fx.rnic.post_sq(self.fx.qp, vec![wr]).unwrap();
+        self.fx.post_sq(vec![wr]);
     }
 
     fn post_recv(&mut self, wr: RecvWr) {
-        self.fx.rnic.post_rq(self.fx.qp, vec![wr]).unwrap();
+        self.fx.post_rq(vec![wr]);
     }
 
     fn wcs(&mut self) -> Vec<WorkCompletion> {
@@ -131,6 +128,11 @@ impl Node {
 
     fn state(&self) -> QpState {
         self.fx.rnic.query_qp(self.fx.qp).unwrap().state
+    }
+
+    /// Drains the RNIC's asynchronous events; whether one of them was `kind`.
+    fn drain_events_saw(&mut self, kind: AsyncEventKind) -> bool {
+        events(&mut self.fx.rnic).iter().any(|e| e.kind == kind)
     }
 }
 
@@ -247,13 +249,9 @@ fn sec01_b13_write_into_another_pd_terminates_with_1_1_02() {
     assert_eq!(a.terminates_received, vec![T::DDP_STAG_NOT_ASSOCIATED]);
     assert_eq!(touched(&b.fx.rnic, GUARD), 0);
     assert_eq!(b.state(), QpState::Terminate);
-    assert!(events(&mut b.fx.rnic)
-        .iter()
-        .any(|e| e.kind == AsyncEventKind::InvalidPd));
+    assert!(b.drain_events_saw(AsyncEventKind::InvalidPd));
     assert_eq!(a.state(), QpState::Terminate);
-    assert!(events(&mut a.fx.rnic)
-        .iter()
-        .any(|e| e.kind == AsyncEventKind::TerminateMessageReceived));
+    assert!(a.drain_events_saw(AsyncEventKind::TerminateMessageReceived));
 }
 
 #[test]
@@ -267,9 +265,7 @@ fn sec03_read_past_the_end_terminates_with_0_1_01() {
     pump(&mut a, &mut b);
     assert_eq!(b.terminates_sent, vec![T::RDMAP_BASE_BOUNDS]);
     assert_eq!(touched(&a.fx.rnic, GUARD), 0);
-    assert!(events(&mut b.fx.rnic)
-        .iter()
-        .any(|e| e.kind == AsyncEventKind::IrrqBaseBounds));
+    assert!(b.drain_events_saw(AsyncEventKind::IrrqBaseBounds));
 }
 
 #[test]
@@ -312,7 +308,7 @@ fn sec11_e12_more_read_requests_than_ird() {
     let wrs = (0..3)
         .map(|i| read(i, sink, VA + 8 * i, source, VA, 8))
         .collect();
-    a.fx.rnic.post_sq(a.fx.qp, wrs).unwrap();
+    a.fx.post_sq(wrs);
     // All three requests reach the responder before it can answer any.
     a.service();
     let reqs = a.tx();
@@ -418,9 +414,7 @@ fn k05_read_fence_holds_the_send_until_the_response_landed() {
     b.post_recv(recv(7, vec![sge(buf, VA + 8192, 64)]));
     let mut fenced = send(2, vec![sge(sink, VA, 8)]);
     fenced.read_fence = true;
-    a.fx.rnic
-        .post_sq(a.fx.qp, vec![read(1, sink, VA, source, VA, 8), fenced])
-        .unwrap();
+    a.fx.post_sq(vec![read(1, sink, VA, source, VA, 8), fenced]);
     b.fx.rnic.memory_mut().bytes_mut()[..8].copy_from_slice(b"readdata");
     a.service();
     let first = a.tx();
@@ -457,22 +451,17 @@ fn c06_mixed_sq_completes_in_posting_order() {
     let local = a.reg(0, 4096, all_rights());
     let remote = b.reg(0, 4096, all_rights());
     let buf = b.reg(8192, 4096, all_rights());
-    b.fx.rnic
-        .post_rq(
-            b.fx.qp,
-            vec![
-                recv(1, vec![sge(buf, VA + 8192, 64)]),
-                recv(2, vec![sge(buf, VA + 8192, 64)]),
-            ],
-        )
-        .unwrap();
+    b.fx.post_rq(vec![
+        recv(1, vec![sge(buf, VA + 8192, 64)]),
+        recv(2, vec![sge(buf, VA + 8192, 64)]),
+    ]);
     let wrs = vec![
         send(10, vec![sge(local, VA, 10)]),
         read(11, local, VA + 100, remote, VA, 600),
         write(12, vec![sge(local, VA, 700)], remote, VA + 1000),
         send(13, vec![sge(local, VA, 1)]),
     ];
-    a.fx.rnic.post_sq(a.fx.qp, wrs).unwrap();
+    a.fx.post_sq(wrs);
     pump(&mut a, &mut b);
     let ids: Vec<_> = a.wcs().iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(
@@ -496,7 +485,7 @@ fn remote_terminate_flushes_the_wrs_in_flight() {
         read(2, local, VA, STag(0x0055_5501), 0, 8),
         send(3, vec![]),
     ];
-    a.fx.rnic.post_sq(a.fx.qp, wrs).unwrap();
+    a.fx.post_sq(wrs);
     pump(&mut a, &mut b);
     assert_eq!(b.terminates_sent, vec![T::DDP_INVALID_STAG]);
     assert_eq!(a.state(), QpState::Terminate);

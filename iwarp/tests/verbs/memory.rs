@@ -41,10 +41,7 @@ fn j01_dealloc_pd_in_use() {
     let (srq, _) = fx.rnic.create_srq(fx.pd, 8, 1, 0).unwrap();
     assert_eq!(fx.rnic.dealloc_pd(fx.pd), Err(VerbError::PdInUse)); // S-RQ
     fx.rnic.destroy_srq(srq).unwrap();
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, Access::LOCAL_READ))
-        .unwrap();
+    let mr = fx.reg_mr(0, PAGE, VA, Access::LOCAL_READ);
     assert_eq!(fx.rnic.dealloc_pd(fx.pd), Err(VerbError::PdInUse)); // MR
     fx.rnic.dealloc_stag(mr).unwrap();
     let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
@@ -111,10 +108,7 @@ fn j03_invalid_access_combinations_allocate_nothing() {
         Access::LOCAL_READ | Access::LOCAL_WRITE,
         all_rights(),
     ] {
-        let s = fx
-            .rnic
-            .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, access))
-            .unwrap();
+        let s = fx.reg_mr(0, PAGE, VA, access);
         fx.rnic.dealloc_stag(s).unwrap();
     }
     // Nothing was left allocated by the failures.
@@ -156,10 +150,7 @@ fn j04_stag_is_index_and_consumer_key() {
 fn j05_right_index_wrong_key_is_invalid_stag() {
     // VERBS-00 §7.4, §7.10.2; RFC 5041 §7.2
     let mut fx = fixture();
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr = fx.page_mr(VA);
     fill(&mut fx.rnic, 0);
     let stale = STag::new(mr.index(), mr.key().wrapping_add(1));
     assert_eq!(
@@ -182,44 +173,40 @@ fn j06_allocated_but_unregistered_stag_is_invalid() {
     assert_eq!(fx.rnic.query_mr(s).unwrap().state, StagState::Invalid);
 }
 
-fn fast_reg(stag: STag, key: u8, offset: u64, len: u64, access: Access) -> SendWr {
-    SendWr::new(
+/// Posts a Fast-Register of `stag` (new key 9) over backend page 0 at `VA` on the
+/// fixture's QP; returns its one completion's status.
+fn fast_reg(fx: &mut Fx, stag: STag, access: Access) -> CompletionStatus {
+    let wr = SendWr::new(
         1,
         SqOp::FastRegister(FastRegSpec {
-            stag: STag::new(stag.index(), key),
-            pbl: PageList::contiguous(offset, len, PAGE),
-            base: TaggedBase::Va(VA + offset % PAGE),
+            stag: STag::new(stag.index(), 9),
+            pbl: PageList::contiguous(0, PAGE, PAGE),
+            base: TaggedBase::Va(VA),
             access,
         }),
-    )
+    );
+    run_sq(&mut fx.rnic, fx.qp, wr);
+    one_wc(fx).status
 }
 
 #[test]
 fn j07_fast_register_valid_stag_or_unprivileged_qp() {
     // VERBS-00 §7.3.2.5, Fig. 23, Fig. 36
-    let mut fx = fixture_with(|i| i.privileged = true);
-    to_rts(&mut fx.rnic, fx.qp);
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap();
-    run_sq(
-        &mut fx.rnic,
-        fx.qp,
-        fast_reg(mr, 9, 0, PAGE, Access::LOCAL_READ),
+    let mut fx = privileged_rts();
+    let mr = fx.page_mr(VA);
+    assert_eq!(
+        fast_reg(&mut fx, mr, Access::LOCAL_READ),
+        CompletionStatus::StagNotInvalid
     );
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::StagNotInvalid);
     assert_eq!(fx.rnic.query_qp(fx.qp).unwrap().state, QpState::Terminate);
 
     let mut fx = fixture();
     to_rts(&mut fx.rnic, fx.qp);
     let s = fx.rnic.alloc_mr_stag(fx.pd, 1, false).unwrap();
-    run_sq(
-        &mut fx.rnic,
-        fx.qp,
-        fast_reg(s, 9, 0, PAGE, Access::LOCAL_READ),
+    assert_eq!(
+        fast_reg(&mut fx, s, Access::LOCAL_READ),
+        CompletionStatus::QpNotPrivileged
     );
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::QpNotPrivileged);
     assert_eq!(fx.rnic.query_qp(fx.qp).unwrap().state, QpState::Terminate);
     assert_eq!(fx.rnic.query_mr(s).unwrap().state, StagState::Invalid);
 }
@@ -227,20 +214,19 @@ fn j07_fast_register_valid_stag_or_unprivileged_qp() {
 #[test]
 fn j08_fast_register_remote_rights_need_remote_access_flag() {
     // VERBS-00 §7.3.2.5
-    let mut fx = fixture_with(|i| i.privileged = true);
-    to_rts(&mut fx.rnic, fx.qp);
+    let mut fx = privileged_rts();
     let s = fx.rnic.alloc_mr_stag(fx.pd, 1, false).unwrap();
-    run_sq(&mut fx.rnic, fx.qp, fast_reg(s, 9, 0, PAGE, all_rights()));
     assert_eq!(
-        one_wc(&mut fx).status,
+        fast_reg(&mut fx, s, all_rights()),
         CompletionStatus::InvalidAccessRights
     );
     // With the flag set at allocation the same request succeeds.
-    let mut fx = fixture_with(|i| i.privileged = true);
-    to_rts(&mut fx.rnic, fx.qp);
+    let mut fx = privileged_rts();
     let s = fx.rnic.alloc_mr_stag(fx.pd, 1, true).unwrap();
-    run_sq(&mut fx.rnic, fx.qp, fast_reg(s, 9, 0, PAGE, all_rights()));
-    assert_eq!(one_wc(&mut fx).status, CompletionStatus::Success);
+    assert_eq!(
+        fast_reg(&mut fx, s, all_rights()),
+        CompletionStatus::Success
+    );
     let s9 = STag::new(s.index(), 9);
     assert_eq!(
         peer_write(&mut fx.rnic, fx.pd, fx.qp, s9, VA, b"ok"),
@@ -281,16 +267,12 @@ fn j09_va_must_agree_with_fbo() {
 fn bind_fixture() -> (Fx, STag, STag) {
     let mut fx = fixture();
     to_rts(&mut fx.rnic, fx.qp);
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            0,
-            2 * PAGE,
-            VA,
-            Access::LOCAL_READ | Access::LOCAL_WRITE | Access::BIND,
-        ))
-        .unwrap();
+    let mr = fx.reg_mr(
+        0,
+        2 * PAGE,
+        VA,
+        Access::LOCAL_READ | Access::LOCAL_WRITE | Access::BIND,
+    );
     let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
     (fx, mr, mw)
 }
@@ -315,16 +297,7 @@ fn j10_no_window_on_zero_based_region() {
 fn j11_bind_rights_and_bounds() {
     // VERBS-00 §7.10.2, Fig. 20, §7.10.6.1, Fig. 36
     let (mut fx, _, mw) = bind_fixture();
-    let ro = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            0,
-            PAGE,
-            VA,
-            Access::LOCAL_READ | Access::BIND,
-        ))
-        .unwrap();
+    let ro = fx.reg_mr(0, PAGE, VA, Access::LOCAL_READ | Access::BIND);
     let b = bind_spec(mw, 1, ro, VA, 16, Access::REMOTE_WRITE);
     assert_eq!(bind(&mut fx, 1, b), CompletionStatus::AccessViolation);
 
@@ -407,10 +380,7 @@ fn j15_invalidate_shared_fails_invalid_again_succeeds() {
     // VERBS-00 §7.8
     let mut fx = fixture();
     to_rts(&mut fx.rnic, fx.qp);
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr = fx.page_mr(VA);
     let shared = fx
         .rnic
         .register_shared_mr(mr, TaggedBase::Va(VA), fx.pd, 3, true, all_rights())
@@ -425,10 +395,7 @@ fn j15_invalidate_shared_fails_invalid_again_succeeds() {
 
     let mut fx = fixture();
     to_rts(&mut fx.rnic, fx.qp);
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr = fx.page_mr(VA);
     for id in [1, 2] {
         run_sq(
             &mut fx.rnic,
@@ -486,8 +453,7 @@ fn j17_stag_zero_remote_and_unprivileged() {
     assert!(run_sq(&mut fx.rnic, fx.qp, send(7, vec![sge])).is_empty());
     assert_eq!(one_wc(&mut fx).status, CompletionStatus::InvalidStag);
     // On a privileged QP STag 0 is a physical address and the Send goes to the engine.
-    let mut fx = fixture_with(|i| i.privileged = true);
-    to_rts(&mut fx.rnic, fx.qp);
+    let mut fx = privileged_rts();
     assert_eq!(run_sq(&mut fx.rnic, fx.qp, send(7, vec![sge])).len(), 1);
     assert_eq!(
         peer_write(&mut fx.rnic, fx.pd, fx.qp, STag(0), 0, b"x"),
@@ -515,10 +481,7 @@ fn j18_window_stag_in_a_send_sge_fails() {
 fn j19_inbound_write_disabled_on_qp() {
     // VERBS-00 §8.1.2.2, Fig. 21; digest D10
     let mut fx = fixture_with(|i| i.inbound_write = false);
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr = fx.page_mr(VA);
     fill(&mut fx.rnic, 0);
     assert_eq!(
         peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA, b"x"),
@@ -565,10 +528,7 @@ fn reregister_failure_deallocates_but_bound_windows_refuse() {
 fn shared_region_sees_the_same_bytes() {
     // VERBS-00 §7.3.2.4, §7.4.3
     let mut fx = fixture();
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, PAGE, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr = fx.reg_mr(PAGE, PAGE, VA, all_rights());
     let shared = fx
         .rnic
         .register_shared_mr(

@@ -26,6 +26,15 @@ fn qp_in(s: QpState) -> Fx {
     fx
 }
 
+/// A QP in RTS, the actions and events of getting there taken; returns it with its id.
+fn quiet_rts() -> (Fx, QpId) {
+    let mut fx = qp_in(QpState::Rts);
+    actions(&mut fx.rnic);
+    events(&mut fx.rnic);
+    let qp = fx.qp;
+    (fx, qp)
+}
+
 #[test]
 fn i01_new_qp_is_idle_and_does_not_process() {
     // VERBS-00 §6.1.1, §6.2.1
@@ -209,16 +218,7 @@ fn i09_destroy_from_every_state_unless_windows_bound() {
         assert_eq!(fx.rnic.query_qp(fx.qp), Err(VerbError::InvalidQpHandle));
     }
     let mut fx = qp_in(QpState::Rts);
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            0,
-            PAGE,
-            0x10000,
-            all_rights() | Access::BIND,
-        ))
-        .unwrap();
+    let mr = fx.reg_mr(0, PAGE, 0x10000, all_rights() | Access::BIND);
     let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
     let bind = BindSpec {
         mw: STag::new(mw.index(), 3),
@@ -443,9 +443,7 @@ fn transition_table_is_exactly_fig6() {
 fn auto_transitions_and_their_events() {
     // VERBS-00 §6.2.2.2 (peer FIN), §6.2.5 (Closing -> Idle, "LLP Close Complete",
     // digest D17), §6.2.2.3 (Terminate received), Fig. 24 (Bad LLP Close).
-    let mut fx = qp_in(QpState::Rts);
-    let qp = fx.qp;
-    events(&mut fx.rnic);
+    let (mut fx, qp) = quiet_rts();
     fx.rnic
         .handle_llp_event(
             qp,
@@ -492,9 +490,7 @@ fn auto_transitions_and_their_events() {
 fn terminate_received_is_never_answered() {
     // VERBS-00 §6.2.2.3, §6.6.2.4; digest G04
     use iwarp::wire::terminate::TerminateCause;
-    let mut fx = qp_in(QpState::Rts);
-    let qp = fx.qp;
-    actions(&mut fx.rnic);
+    let (mut fx, qp) = quiet_rts();
     fx.rnic
         .handle_terminate_received(qp, TerminateCause::DDP_BASE_BOUNDS)
         .unwrap();
@@ -519,10 +515,7 @@ fn terminate_received_is_never_answered() {
 fn modify_rts_to_terminate_sends_local_catastrophic_without_error_event() {
     // VERBS-00 §6.2.2.3, §6.2.3, Fig. 12; digest G05, D24
     use iwarp::wire::terminate::TerminateCause;
-    let mut fx = qp_in(QpState::Rts);
-    let qp = fx.qp;
-    actions(&mut fx.rnic);
-    events(&mut fx.rnic);
+    let (mut fx, qp) = quiet_rts();
     fx.rnic
         .modify_qp(qp, ModifyQp::to(QpState::Terminate))
         .unwrap();
@@ -541,9 +534,7 @@ fn modify_rts_to_terminate_sends_local_catastrophic_without_error_event() {
 #[test]
 fn modify_rts_to_error_resets_without_terminate() {
     // VERBS-00 §6.2.2.4; digest G06
-    let mut fx = qp_in(QpState::Rts);
-    let qp = fx.qp;
-    actions(&mut fx.rnic);
+    let (mut fx, qp) = quiet_rts();
     fx.rnic.post_rq(qp, vec![recv(5, vec![])]).unwrap();
     fx.rnic.modify_qp(qp, ModifyQp::to(QpState::Error)).unwrap();
     assert_eq!(actions(&mut fx.rnic), vec![QpAction::ResetLlp { qp }]);

@@ -4,7 +4,7 @@
 //! remote invalidation through the `MemoryTable` the verbs layer implements.
 
 use crate::common::*;
-use iwarp::mem::MemoryTable;
+use iwarp::mem::{MemoryTable, Resolved};
 use iwarp::rdmap::{CompletionStatus as EngineStatus, WorkQueue};
 use iwarp::verbs::*;
 use iwarp::wire::terminate::TerminateCause as T;
@@ -17,10 +17,7 @@ const GUARD: u8 = 0xEE;
 fn setup() -> (Fx, STag) {
     let mut fx = fixture();
     to_rts(&mut fx.rnic, fx.qp);
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 8 * PAGE, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr = fx.reg_mr(8 * PAGE, PAGE, VA, all_rights());
     fill(&mut fx.rnic, GUARD);
     (fx, mr)
 }
@@ -35,10 +32,7 @@ fn bind_window(
     zero_based: bool,
     access: Access,
 ) -> (STag, STag) {
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, va, all_rights() | Access::BIND))
-        .unwrap();
+    let mr = fx.reg_mr(0, PAGE, va, all_rights() | Access::BIND);
     let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
     let w = STag::new(mw.index(), key);
     run_sq(
@@ -57,6 +51,26 @@ fn bind_window(
         ),
     );
     (mr, w)
+}
+
+/// Fast-Register of `stag` over backend page 0, zero-based.
+fn fast_reg_page0(wr_id: u64, stag: STag, access: Access) -> SendWr {
+    SendWr::new(
+        wr_id,
+        SqOp::FastRegister(FastRegSpec {
+            stag,
+            pbl: PageList::contiguous(0, PAGE, PAGE),
+            base: TaggedBase::ZeroBased,
+            access,
+        }),
+    )
+}
+
+/// A peer's Send with Invalidate of `stag` on the fixture's QP fails with `cause`; the
+/// STag stays Valid.
+fn assert_remote_invalidate_refused(fx: &mut Fx, stag: STag, cause: T) {
+    assert_eq!(peer_send_inv(&mut fx.rnic, fx.pd, fx.qp, stag), Err(cause));
+    assert_eq!(fx.rnic.query_mr(stag).unwrap().state, StagState::Valid);
 }
 
 #[test]
@@ -142,10 +156,7 @@ fn sec03_out_of_bounds_and_wrap() {
     assert_eq!(touched(&fx.rnic, GUARD), 2);
     // A region that does not end on a page boundary: one octet past it is still mapped
     // memory, and must stay untouched.
-    let small = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 100, 200, VA + 100, all_rights()))
-        .unwrap();
+    let small = fx.reg_mr(100, 200, VA + 100, all_rights());
     fill(&mut fx.rnic, GUARD);
     assert_eq!(
         peer_write(&mut fx.rnic, fx.pd, fx.qp, small, VA + 299, b"ab"),
@@ -199,26 +210,13 @@ fn sec04_unbind_and_deallocate_revoke() {
 fn sec05_grant_read_or_write_only() {
     // RFC 5040 §8.1.1 item 5; VERBS-00 §7.4.2
     let (mut fx, _) = setup();
-    let ro = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            0,
-            PAGE,
-            VA,
-            Access::LOCAL_READ | Access::REMOTE_READ,
-        ))
-        .unwrap();
-    let wo = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            PAGE,
-            PAGE,
-            VA + PAGE,
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-        ))
-        .unwrap();
+    let ro = fx.reg_mr(0, PAGE, VA, Access::LOCAL_READ | Access::REMOTE_READ);
+    let wo = fx.reg_mr(
+        PAGE,
+        PAGE,
+        VA + PAGE,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+    );
     assert_eq!(
         peer_write(&mut fx.rnic, fx.pd, fx.qp, ro, VA, b"x"),
         Err(T::DDP_INVALID_STAG)
@@ -232,16 +230,19 @@ fn sec05_grant_read_or_write_only() {
     assert!(peer_write(&mut fx.rnic, fx.pd, fx.qp, wo, VA + PAGE, b"x").is_ok());
 }
 
+/// A remote Write of 4 octets at `VA` through `mr`, validated now and placed later.
+fn in_flight_write(fx: &Fx, mr: STag) -> Resolved {
+    let mem = fx.rnic.memory();
+    mem.resolve(mr, fx.pd, fx.qp.stream(), VA, 4, Access::REMOTE_WRITE)
+        .unwrap()
+}
+
 #[test]
 fn sec06_revoked_rights_and_in_flight_access() {
     // RFC 5040 §8.1.1 item 6; VERBS-00 §7.9, §7.10.4.1
     let (mut fx, mr) = setup();
     // An access validated before the invalidation and placed after it fails.
-    let in_flight = fx
-        .rnic
-        .memory()
-        .resolve(mr, fx.pd, fx.qp.stream(), VA, 4, Access::REMOTE_WRITE)
-        .unwrap();
+    let in_flight = in_flight_write(&fx, mr);
     run_sq(
         &mut fx.rnic,
         fx.qp,
@@ -259,11 +260,7 @@ fn sec06_revoked_rights_and_in_flight_access() {
     assert_eq!(touched(&fx.rnic, GUARD), 0);
     // Same after Deallocate.
     let (mut fx, mr) = setup();
-    let in_flight = fx
-        .rnic
-        .memory()
-        .resolve(mr, fx.pd, fx.qp.stream(), VA, 4, Access::REMOTE_WRITE)
-        .unwrap();
+    let in_flight = in_flight_write(&fx, mr);
     fx.rnic.dealloc_stag(mr).unwrap();
     assert!(fx.rnic.memory_mut().write(&in_flight, 0, b"late").is_err());
     assert_eq!(touched(&fx.rnic, GUARD), 0);
@@ -278,11 +275,7 @@ fn sec07_shared_stag_cannot_be_invalidated_remotely() {
         .register_shared_mr(mr, TaggedBase::Va(VA), fx.pd, 2, true, all_rights())
         .unwrap();
     for s in [mr, shared] {
-        assert_eq!(
-            peer_send_inv(&mut fx.rnic, fx.pd, fx.qp, s),
-            Err(T::RDMAP_PROT_CANNOT_INVALIDATE)
-        );
-        assert_eq!(fx.rnic.query_mr(s).unwrap().state, StagState::Valid);
+        assert_remote_invalidate_refused(&mut fx, s, T::RDMAP_PROT_CANNOT_INVALIDATE);
     }
 }
 
@@ -437,10 +430,7 @@ fn sec13_ulps_cannot_reach_each_others_resources() {
         fx.rnic.create_qp(init).unwrap_err(),
         VerbError::InvalidSrqHandle
     );
-    let mr_a = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr_a = fx.page_mr(VA);
     let (qp_b, _) = fx.rnic.create_qp(QpInit::new(pd_b, cq_b, cq_b)).unwrap();
     assert!(peer_write(&mut fx.rnic, pd_b, qp_b, mr_a, VA, b"x").is_err());
 }
@@ -473,10 +463,7 @@ fn sec14_qp_allocation_respects_quota() {
 fn sec15_no_implicit_trust_between_ulps() {
     // RFC 5040 §8.1.2 item 3: same STag value, other ULP's PD: refused.
     let mut fx = fixture();
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr = fx.page_mr(VA);
     let pd_b = fx.rnic.alloc_pd(UlpId(2)).unwrap();
     let (cq_b, _) = fx.rnic.create_cq(UlpId(2), 4).unwrap();
     let (qp_b, _) = fx.rnic.create_qp(QpInit::new(pd_b, cq_b, cq_b)).unwrap();
@@ -521,16 +508,7 @@ fn sec16_read_only_memory_cannot_become_writable() {
             Err(VerbError::InvalidAccessRights)
         );
     }
-    let ro = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            2 * PAGE,
-            PAGE,
-            VA,
-            Access::LOCAL_READ | Access::REMOTE_READ,
-        ))
-        .unwrap();
+    let ro = fx.reg_mr(2 * PAGE, PAGE, VA, Access::LOCAL_READ | Access::REMOTE_READ);
     assert_eq!(
         fx.rnic
             .register_shared_mr(ro, TaggedBase::Va(VA), fx.pd, 1, true, all_rights()),
@@ -541,19 +519,7 @@ fn sec16_read_only_memory_cannot_become_writable() {
     to_rts(&mut fx2.rnic, fx2.qp);
     fx2.rnic.memory_mut().mark_read_only(0, PAGE);
     let s = fx2.rnic.alloc_mr_stag(fx2.pd, 1, true).unwrap();
-    run_sq(
-        &mut fx2.rnic,
-        fx2.qp,
-        SendWr::new(
-            1,
-            SqOp::FastRegister(FastRegSpec {
-                stag: s,
-                pbl: PageList::contiguous(0, PAGE, PAGE),
-                base: TaggedBase::ZeroBased,
-                access: all_rights(),
-            }),
-        ),
-    );
+    run_sq(&mut fx2.rnic, fx2.qp, fast_reg_page0(1, s, all_rights()));
     assert_eq!(
         fx2.rnic.poll_cq(fx2.cq).unwrap().status,
         CompletionStatus::InvalidAccessRights
@@ -597,9 +563,7 @@ fn sec18_fair_share_of_stags() {
     );
     fx.rnic.alloc_mw(fx.pd).unwrap();
     fx.rnic.alloc_mr_stag(fx.pd, 1, false).unwrap();
-    fx.rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, Access::LOCAL_READ))
-        .unwrap();
+    fx.reg_mr(0, PAGE, VA, Access::LOCAL_READ);
     assert_eq!(
         fx.rnic.alloc_mw(fx.pd),
         Err(VerbError::InsufficientResources)
@@ -644,8 +608,7 @@ fn sec20_srq_consumption_is_detectable() {
     // RFC 5040 §8.1.2 item 8; VERBS-00 §6.3.8 (QP RQ limit)
     let mut fx = fixture();
     let (srq, _) = fx.rnic.create_srq(fx.pd, 32, 1, 0).unwrap();
-    let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
-    init.srq = Some(srq);
+    let mut init = fx.srq_qp_init(srq);
     init.rq_limit = 2;
     let (greedy, _) = fx.rnic.create_qp(init).unwrap();
     to_rts(&mut fx.rnic, greedy);
@@ -665,8 +628,7 @@ fn sec20_srq_consumption_is_detectable() {
         }]
     );
     // A limit above the S-RQ size is refused.
-    let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
-    init.srq = Some(srq);
+    let mut init = fx.srq_qp_init(srq);
     init.rq_limit = 33;
     assert_eq!(
         fx.rnic.create_qp(init).unwrap_err(),
@@ -707,22 +669,10 @@ fn sec22_pd_and_stream_association_both_supported() {
 #[test]
 fn sec23_revocation_is_immediate() {
     // RFC 5041 §8.2: invalidated by the peer, re-validated by Fast-Register with a new key.
-    let mut fx = fixture_with(|i| i.privileged = true);
-    to_rts(&mut fx.rnic, fx.qp);
+    let mut fx = privileged_rts();
     let s = fx.rnic.alloc_mr_stag(fx.pd, 1, true).unwrap();
     let k1 = STag::new(s.index(), 1);
-    let fr = |stag| {
-        SendWr::new(
-            1,
-            SqOp::FastRegister(FastRegSpec {
-                stag,
-                pbl: PageList::contiguous(0, PAGE, PAGE),
-                base: TaggedBase::ZeroBased,
-                access: all_rights(),
-            }),
-        )
-    };
-    run_sq(&mut fx.rnic, fx.qp, fr(k1));
+    run_sq(&mut fx.rnic, fx.qp, fast_reg_page0(1, k1, all_rights()));
     assert!(peer_write(&mut fx.rnic, fx.pd, fx.qp, k1, 0, b"1").is_ok());
     peer_send_inv(&mut fx.rnic, fx.pd, fx.qp, k1).unwrap();
     assert_eq!(
@@ -730,7 +680,7 @@ fn sec23_revocation_is_immediate() {
         Err(T::DDP_INVALID_STAG)
     );
     let k2 = STag::new(s.index(), 2);
-    run_sq(&mut fx.rnic, fx.qp, fr(k2));
+    run_sq(&mut fx.rnic, fx.qp, fast_reg_page0(1, k2, all_rights()));
     assert!(peer_write(&mut fx.rnic, fx.pd, fx.qp, k2, 0, b"2").is_ok());
     assert_eq!(
         peer_write(&mut fx.rnic, fx.pd, fx.qp, k1, 0, b"x"),
@@ -835,15 +785,7 @@ fn sec27_stag_zero_and_fast_register_need_privilege() {
     run_sq(
         &mut fx.rnic,
         fx.qp,
-        SendWr::new(
-            2,
-            SqOp::FastRegister(FastRegSpec {
-                stag: s,
-                pbl: PageList::contiguous(0, PAGE, PAGE),
-                base: TaggedBase::ZeroBased,
-                access: Access::LOCAL_READ,
-            }),
-        ),
+        fast_reg_page0(2, s, Access::LOCAL_READ),
     );
     assert_eq!(
         fx.rnic.poll_cq(fx.cq).unwrap().status,
@@ -880,10 +822,7 @@ fn sec29_qp_enable_and_stag_right_both_needed() {
     let mut fx = fixture_with(|i| {
         i.inbound_read = false;
     });
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr = fx.page_mr(VA);
     assert_eq!(
         peer_read(&fx.rnic, fx.pd, fx.qp, mr, VA, 4),
         Err(T::RDMAP_ACCESS_RIGHTS)
@@ -906,21 +845,8 @@ fn sec29_qp_enable_and_stag_right_both_needed() {
 fn sec30_local_only_stag_cannot_be_invalidated_remotely() {
     // VERBS-00 §7.4.2, Fig. 23 (0x0102)
     let mut fx = fixture();
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(
-            fx.pd,
-            0,
-            PAGE,
-            VA,
-            Access::LOCAL_READ | Access::LOCAL_WRITE,
-        ))
-        .unwrap();
-    assert_eq!(
-        peer_send_inv(&mut fx.rnic, fx.pd, fx.qp, mr),
-        Err(T::RDMAP_ACCESS_RIGHTS)
-    );
-    assert_eq!(fx.rnic.query_mr(mr).unwrap().state, StagState::Valid);
+    let mr = fx.reg_mr(0, PAGE, VA, Access::LOCAL_READ | Access::LOCAL_WRITE);
+    assert_remote_invalidate_refused(&mut fx, mr, T::RDMAP_ACCESS_RIGHTS);
 }
 
 #[test]
@@ -931,30 +857,15 @@ fn sq_and_rq_exhaustion_return_immediate_errors() {
         i.rq_depth = 1;
     });
     fx.post_sq(vec![send(1, vec![])]);
-    assert_eq!(
-        fx.rnic
-            .post_sq(fx.qp, vec![send(2, vec![])])
-            .unwrap_err()
-            .error,
-        VerbError::TooManyWorkRequests
-    );
+    let sq_full = fx.rnic.post_sq(fx.qp, vec![send(2, vec![])]);
     fx.post_rq(vec![recv(1, vec![])]);
-    assert_eq!(
-        fx.rnic
-            .post_rq(fx.qp, vec![recv(2, vec![])])
-            .unwrap_err()
-            .error,
-        VerbError::TooManyWorkRequests
-    );
+    let rq_full = fx.rnic.post_rq(fx.qp, vec![recv(2, vec![])]);
     let (srq, _) = fx.rnic.create_srq(fx.pd, 1, 1, 0).unwrap();
     fx.rnic.post_srq(srq, vec![recv(1, vec![])]).unwrap();
-    assert_eq!(
-        fx.rnic
-            .post_srq(srq, vec![recv(2, vec![])])
-            .unwrap_err()
-            .error,
-        VerbError::TooManyWorkRequests
-    );
+    let srq_full = fx.rnic.post_srq(srq, vec![recv(2, vec![])]);
+    for full in [sq_full, rq_full, srq_full] {
+        assert_eq!(full.unwrap_err().error, VerbError::TooManyWorkRequests);
+    }
 }
 
 #[test]
@@ -963,10 +874,7 @@ fn zero_ord_read_completes_in_error() {
     // maps it to "Zero RDMA Read Resources")
     let mut fx = fixture_with(|i| i.ord = 0);
     to_rts(&mut fx.rnic, fx.qp);
-    let mr = fx
-        .rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap();
+    let mr = fx.page_mr(VA);
     let w = run_sq(
         &mut fx.rnic,
         fx.qp,

@@ -14,12 +14,6 @@ fn rts() -> Fx {
     fx
 }
 
-fn source_mr(fx: &mut Fx) -> STag {
-    fx.rnic
-        .register_mr(&mr_spec(fx.pd, 0, PAGE, VA, all_rights()))
-        .unwrap()
-}
-
 fn sge(stag: STag, off: u64, len: u32) -> Sge {
     Sge {
         stag,
@@ -88,7 +82,7 @@ fn k02_full_sq_refuses_more() {
 fn k03_unsignaled_success_silent_failure_reported_rest_flushed() {
     // VERBS-00 §8.1.3.1
     let mut fx = rts();
-    let mr = source_mr(&mut fx);
+    let mr = fx.page_mr(VA);
     fx.post_sq(vec![
         send(1, vec![sge(mr, 0, 8)]).unsignaled(),
         send(2, vec![sge(mr, 0, 8)]).unsignaled(),
@@ -116,7 +110,7 @@ fn k03_unsignaled_success_silent_failure_reported_rest_flushed() {
 fn k04_receive_reports_message_length() {
     // VERBS-00 §8.1.2.1, §9.3.2.1
     let mut fx = rts();
-    let mr = source_mr(&mut fx);
+    let mr = fx.page_mr(VA);
     fx.post_rq(vec![
         recv(1, vec![sge(mr, 0, 64)]),
         recv(2, vec![sge(mr, 64, 64)]),
@@ -139,7 +133,7 @@ fn k04_receive_reports_message_length() {
 fn k05_read_fence_is_handed_to_the_engine_and_only_where_allowed() {
     // VERBS-00 §8.2.2.2: Read Fence applies to Send-type and Write WRs.
     let mut fx = rts();
-    let mr = source_mr(&mut fx);
+    let mr = fx.page_mr(VA);
     let read = SendWr::message(
         1,
         SendOp::Read {
@@ -183,7 +177,7 @@ fn k05_read_fence_is_handed_to_the_engine_and_only_where_allowed() {
 fn k06_local_fence_waits_for_earlier_wrs() {
     // VERBS-00 §8.2.2.2
     let mut fx = rts();
-    let mr = source_mr(&mut fx);
+    let mr = fx.page_mr(VA);
     let mut inv = SendWr::new(2, SqOp::LocalInvalidate { stag: mr });
     inv.local_fence = true;
     fx.post_sq(vec![send(1, vec![sge(mr, 0, 8)]), inv]);
@@ -206,7 +200,7 @@ fn k06_local_fence_waits_for_earlier_wrs() {
     );
     // Without the fence the invalidation does not wait (§8.2.2.1).
     let mut fx = rts();
-    let mr = source_mr(&mut fx);
+    let mr = fx.page_mr(VA);
     fx.post_sq(vec![
         send(1, vec![sge(mr, 0, 8)]),
         SendWr::new(2, SqOp::LocalInvalidate { stag: mr }),
@@ -219,8 +213,7 @@ fn k06_local_fence_waits_for_earlier_wrs() {
 #[test]
 fn k07_send_right_after_fast_register_uses_the_new_stag() {
     // VERBS-00 §8.2.2.1 item 3
-    let mut fx = fixture_with(|i| i.privileged = true);
-    to_rts(&mut fx.rnic, fx.qp);
+    let mut fx = privileged_rts();
     let s = fx.rnic.alloc_mr_stag(fx.pd, 1, false).unwrap();
     let new = STag::new(s.index(), 0x42);
     let fr = SendWr::new(
@@ -315,9 +308,7 @@ fn k10_post_rq_on_srq_qp_is_refused() {
     // VERBS-00 §6.3.5, §9.3.1.2
     let mut fx = fixture();
     let (srq, _) = fx.rnic.create_srq(fx.pd, 8, 2, 0).unwrap();
-    let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
-    init.srq = Some(srq);
-    let (qp, _) = fx.rnic.create_qp(init).unwrap();
+    let (qp, _) = fx.rnic.create_qp(fx.srq_qp_init(srq)).unwrap();
     assert_eq!(
         fx.rnic
             .post_rq(qp, vec![recv(1, vec![])])
@@ -333,9 +324,7 @@ fn k11_srq_limit_fires_once_until_rearmed() {
     // VERBS-00 §6.3.8
     let mut fx = fixture();
     let (srq, _) = fx.rnic.create_srq(fx.pd, 16, 1, 3).unwrap();
-    let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
-    init.srq = Some(srq);
-    let (qp, _) = fx.rnic.create_qp(init).unwrap();
+    let (qp, _) = fx.rnic.create_qp(fx.srq_qp_init(srq)).unwrap();
     to_rts(&mut fx.rnic, qp);
     events(&mut fx.rnic);
     let wrs = (0..6).map(|i| recv(i, vec![])).collect();
@@ -410,7 +399,7 @@ fn f05_f06_next_solicited_fires_on_se_and_errors_only() {
 fn f01_receive_reports_the_invalidated_stag() {
     // RFC 5040 §5.3; VERBS-00 §8.2.2.1 item 1, §9.3.2.1
     let mut fx = rts();
-    let mr = source_mr(&mut fx);
+    let mr = fx.page_mr(VA);
     fx.post_rq(vec![recv(1, vec![])]);
     let r = fx.rnic.next_recv_wr(fx.qp).unwrap();
     peer_send_inv(&mut fx.rnic, fx.pd, fx.qp, mr).unwrap();
@@ -454,7 +443,7 @@ fn g07_invalid_source_stag_terminates_instead_of_sending() {
 fn g12_one_error_wc_then_only_flushed() {
     // VERBS-00 §6.2.4
     let mut fx = rts();
-    let mr = source_mr(&mut fx);
+    let mr = fx.page_mr(VA);
     fx.post_sq(vec![
         send(1, vec![sge(mr, 0, 4)]),
         send(2, vec![sge(mr, 0, 4)]),
@@ -534,7 +523,7 @@ fn inline_data_is_copied_at_post_time() {
 fn read_with_invalidate_local_invalidates_the_sink() {
     // VERBS-00 §8.1.2.2, §8.2.2.1
     let mut fx = rts();
-    let mr = source_mr(&mut fx);
+    let mr = fx.page_mr(VA);
     let op = SendOp::Read {
         sink: RemoteBuf { stag: mr, to: VA },
         remote: RemoteBuf {

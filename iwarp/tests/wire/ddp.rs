@@ -287,34 +287,30 @@ fn h03_fetch_add_mask_stops_carry() {
     assert_eq!(r.apply(0x0000_0000_FFFF_FFFF), 0);
 }
 
-#[test]
-fn h04_cmp_swap_masked() {
-    // EXT-01 §5.1.3
-    let r = AtomicRequestRepr {
+/// Request 1, a CmpSwap at STag 1, TO 0.
+fn cmp_swap(swap: u64, swap_mask: u64, compare: u64, compare_mask: u64) -> AtomicRequestRepr {
+    AtomicRequestRepr {
         op: AtomicOp::CmpSwap,
         request_id: 1,
         stag: 1,
         to: 0,
-        add_swap_data: 0xAAAA_BBBB_CCCC_DDDD,
-        add_swap_mask: 0xFFFF_0000_0000_0000,
-        compare_data: 0x4444,
-        compare_mask: 0xFFFF,
-    };
+        add_swap_data: swap,
+        add_swap_mask: swap_mask,
+        compare_data: compare,
+        compare_mask,
+    }
+}
+
+#[test]
+fn h04_cmp_swap_masked() {
+    // EXT-01 §5.1.3
+    let r = cmp_swap(0xAAAA_BBBB_CCCC_DDDD, 0xFFFF_0000_0000_0000, 0x4444, 0xFFFF);
     assert_eq!(r.apply(0x1111_2222_3333_4444), 0xAAAA_2222_3333_4444);
 }
 
 #[test]
 fn h05_cmp_swap_mismatch_unchanged() {
     // EXT-01 §5.1.3
-    let r = AtomicRequestRepr {
-        op: AtomicOp::CmpSwap,
-        request_id: 1,
-        stag: 1,
-        to: 0,
-        add_swap_data: 0xAAAA_BBBB_CCCC_DDDD,
-        add_swap_mask: u64::MAX,
-        compare_data: 0x5555,
-        compare_mask: 0xFFFF,
-    };
+    let r = cmp_swap(0xAAAA_BBBB_CCCC_DDDD, u64::MAX, 0x5555, 0xFFFF);
     assert_eq!(r.apply(0x1111_2222_3333_4444), 0x1111_2222_3333_4444);
 }
