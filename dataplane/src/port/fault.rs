@@ -965,7 +965,7 @@ mod tests {
     }
 
     fn tcp_frame(payload: &[u8]) -> Vec<u8> {
-        let ends = crate::test_frames::Ends {
+        let ends = crate::frame::Ends {
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],
             src_ip: Ipv4Address::new(10, 0, 0, 1),
