@@ -50,6 +50,17 @@ pub fn soft_pair(a: PortInfo, b: PortInfo, ring_size: usize) -> (SoftPort, SoftP
     (end_a, end_b)
 }
 
+/// A linked pair for tests: ends `a` and `b` with MACs 02:00:00:00:00:01 and :02, MTU 1500.
+#[cfg(test)]
+pub(crate) fn test_pair(ring_size: usize) -> (SoftPort, SoftPort) {
+    let info = |name: &str, last| PortInfo {
+        name: name.into(),
+        mac: [2, 0, 0, 0, 0, last],
+        mtu: 1500,
+    };
+    soft_pair(info("a", 1), info("b", 2), ring_size)
+}
+
 impl SoftPort {
     /// Frames waiting in this end's receive ring.
     pub fn rx_pending(&self) -> usize {
@@ -121,14 +132,6 @@ mod tests {
     use super::*;
     use crate::port::api::PacketBuf;
 
-    fn info(name: &str, last: u8) -> PortInfo {
-        PortInfo {
-            name: name.into(),
-            mac: [2, 0, 0, 0, 0, last],
-            mtu: 1500,
-        }
-    }
-
     fn frame(port: &mut SoftPort, tag: u8, len: usize) -> HeapBuf {
         let mut b = port.alloc_tx(len).unwrap();
         b.as_mut().fill(tag);
@@ -137,7 +140,7 @@ mod tests {
 
     #[test]
     fn frames_cross_in_order_both_ways() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 16);
+        let (mut a, mut b) = test_pair(16);
         let mut bufs: Vec<_> = (0..5).map(|i| frame(&mut a, i, 60 + i as usize)).collect();
         assert_eq!(a.tx_burst(&mut bufs), 5);
         assert!(bufs.is_empty());
@@ -160,7 +163,7 @@ mod tests {
 
     #[test]
     fn full_ring_refuses_and_counts() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 4);
+        let (mut a, mut b) = test_pair(4);
         let mut bufs: Vec<_> = (0..6).map(|i| frame(&mut a, i, 64)).collect();
         assert_eq!(a.tx_burst(&mut bufs), 4);
         assert_eq!(bufs.len(), 2, "refused frames stay with the caller");
@@ -177,7 +180,7 @@ mod tests {
 
     #[test]
     fn oversized_frames_are_dropped() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 4);
+        let (mut a, mut b) = test_pair(4);
         let mut bufs = vec![frame(&mut a, 1, 1515), frame(&mut a, 2, 1514)];
         assert_eq!(a.tx_burst(&mut bufs), 1);
         assert!(bufs.is_empty());
@@ -189,7 +192,7 @@ mod tests {
 
     #[test]
     fn steady_state_reuses_buffers() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 8);
+        let (mut a, mut b) = test_pair(8);
         let mut seen = std::collections::HashSet::new();
         for round in 0..100u8 {
             let mut bufs = vec![frame(&mut a, round, 128)];
@@ -204,7 +207,7 @@ mod tests {
 
     #[test]
     fn ends_work_across_threads() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 64);
+        let (mut a, mut b) = test_pair(64);
         const N: u32 = 10_000;
         let producer = std::thread::spawn(move || {
             let mut next = 0u32;
