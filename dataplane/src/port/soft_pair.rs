@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
-use super::api::{Port, PortInfo, PortStats};
+use super::api::{rx_one_by_one, tx_one_by_one, Offered, PacketBuf, Port, PortInfo, PortStats};
 use super::heap::{BufPool, HeapBuf};
 
 /// Ethernet header length added to the IP MTU to get the largest frame.
@@ -76,15 +76,7 @@ impl Port for SoftPort {
     }
 
     fn rx_burst(&mut self, out: &mut Vec<HeapBuf>, max: usize) -> usize {
-        let mut n = 0;
-        while n < max {
-            let Some(buf) = self.rx.pop() else { break };
-            self.stats.rx_packets += 1;
-            self.stats.rx_bytes += buf.as_ref().len() as u64;
-            out.push(buf);
-            n += 1;
-        }
-        n
+        rx_one_by_one(out, max, &mut self.stats, |_| self.rx.pop())
     }
 
     fn alloc_tx(&mut self, len: usize) -> Option<HeapBuf> {
@@ -93,33 +85,20 @@ impl Port for SoftPort {
 
     fn tx_burst(&mut self, bufs: &mut Vec<HeapBuf>) -> usize {
         let max_frame = self.info.mtu + ETH_HEADER_LEN;
-        let mut sent = 0;
-        let mut consumed = 0;
-        for buf in bufs.iter_mut() {
-            let len = buf.as_ref().len();
-            if len > max_frame {
+        tx_one_by_one(bufs, &mut self.stats, |buf| {
+            if buf.len() > max_frame {
                 // Oversized for the link: dropped, like a NIC would refuse it.
-                self.stats.tx_dropped += 1;
-                consumed += 1;
-                continue;
+                return Offered::Dropped;
             }
             let frame = std::mem::replace(buf, HeapBuf::unpooled(Vec::new()));
             match self.tx.push(frame) {
-                Ok(()) => {
-                    self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += len as u64;
-                    sent += 1;
-                    consumed += 1;
-                }
+                Ok(()) => Offered::Sent,
                 Err(frame) => {
                     *buf = frame;
-                    break;
+                    Offered::Full
                 }
             }
-        }
-        bufs.drain(..consumed);
-        self.stats.tx_dropped += bufs.len() as u64;
-        sent
+        })
     }
 
     fn stats(&self) -> PortStats {
