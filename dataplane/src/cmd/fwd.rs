@@ -173,14 +173,8 @@ impl Run<'_> {
                 if self.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| now >= d) {
                     break;
                 }
-                if reporter.due(now) {
-                    let s: Vec<(&str, PortStats)> = ports
-                        .iter()
-                        .map(|p| (p.info().name.as_str(), p.stats()))
-                        .collect();
-                    if let Some(line) = reporter.poll(now, &s) {
-                        say!("{line}");
-                    }
+                if let Some(line) = reporter.poll_ports(now, ports) {
+                    say!("{line}");
                 }
             }
             for from in 0..n {

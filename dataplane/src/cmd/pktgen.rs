@@ -14,11 +14,11 @@ use dataplane::clock::{self, Instant};
 
 use dataplane::config::parse_mac;
 use dataplane::frame::Ends;
-use dataplane::port::{Port, PortStats};
+use dataplane::port::Port;
 use dataplane::say;
 use dataplane::stats::{si, RateReporter, Table};
 
-use super::{deadline, parse_fault_arg, parse_secs, stop_flag, CmdError, PortArgs};
+use super::{deadline, parse_secs, stop_flag, CmdError, OpenArgs, PortArgs};
 
 /// Signature at the start of every generated UDP payload.
 pub const SIGNATURE: [u8; 4] = *b"DPGN";
@@ -75,15 +75,9 @@ pub struct Args {
     /// Seconds between statistics lines (0: none).
     #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "1")]
     pub stats_interval: Duration,
-    /// Write each port's frames to DIR/<port>.pcap.
-    #[arg(long, value_name = "DIR")]
-    pub capture_dir: Option<PathBuf>,
-    /// Inject faults: `[PORT:]KEY=VALUE,...` with the keys of `[ports.fault]` (repeatable).
-    #[arg(long = "fault", value_name = "SPEC", value_parser = parse_fault_arg)]
-    pub faults: Vec<(Option<String>, String)>,
-    /// DPDK EAL arguments (after `--`), added to the configuration's.
-    #[arg(last = true, value_name = "EAL ARGS")]
-    pub eal: Vec<String>,
+    /// How the ports are opened.
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// Builds the frame template (sequence number 0) of `size` bytes.
@@ -181,9 +175,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let port_args = PortArgs {
         config: args.config.clone(),
         ports: names,
-        capture_dir: args.capture_dir.clone(),
-        faults: args.faults.clone(),
-        eal: args.eal.clone(),
+        open: args.open.clone(),
     };
     let cfg = port_args.config()?;
     let index = |name: &Option<String>| {
@@ -305,11 +297,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         }
         if now.saturating_since(last_tick) >= Duration::from_millis(10) && reporter.due(now) {
             last_tick = now;
-            let s: Vec<(&str, PortStats)> = ports
-                .iter()
-                .map(|p| (p.info().name.as_str(), p.stats()))
-                .collect();
-            if let Some(line) = reporter.poll(now, &s) {
+            if let Some(line) = reporter.poll_ports(now, ports) {
                 say!("{line}");
             }
         }
