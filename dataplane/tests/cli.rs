@@ -40,9 +40,9 @@ fn write_config(text: &str) -> (tempfile::TempDir, String) {
 /// configs/soft-pair.toml: ports `a` and `b` on one soft link.
 const SOFT_PAIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
 
-/// Runs `dataplane run` on configs/soft-pair.toml with these extra arguments.
-fn run_on_soft_pair(extra: &[&str]) -> Output {
-    let mut args = vec!["run", "--config", SOFT_PAIR];
+/// Runs `dataplane COMMAND` on configs/soft-pair.toml with these extra arguments.
+fn on_soft_pair(command: &str, extra: &[&str]) -> Output {
+    let mut args = vec![command, "--config", SOFT_PAIR];
     args.extend_from_slice(extra);
     dataplane(&args)
 }
@@ -133,7 +133,7 @@ fn port_failure_is_a_runtime_error() {
 
 #[test]
 fn bad_fault_override_is_reported() {
-    let o = run_on_soft_pair(&["--fault", "a:drop=lots", "-d", "0.1"]);
+    let o = on_soft_pair("run", &["--fault", "a:drop=lots", "-d", "0.1"]);
     let line = assert_one_error_line(&o, 1);
     assert!(
         line.contains("port a: fault setting drop: invalid rate"),
@@ -143,7 +143,7 @@ fn bad_fault_override_is_reported() {
 
 #[test]
 fn run_on_soft_ports_stops_by_itself_with_a_summary() {
-    let o = run_on_soft_pair(&["--duration", "1.2", "--stats-interval", "0.5"]);
+    let o = on_soft_pair("run", &["--duration", "1.2", "--stats-interval", "0.5"]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
@@ -193,18 +193,10 @@ fn pktgen_with_injected_loss_reports_it() {
 
 #[test]
 fn pktgen_size_is_checked() {
-    let o = dataplane(&[
-        "pktgen",
-        "--config",
-        SOFT_PAIR,
-        "--tx-port",
-        "a",
-        "--size",
-        "20",
-    ]);
+    let o = on_soft_pair("pktgen", &["--tx-port", "a", "--size", "20"]);
     let line = assert_one_error_line(&o, 2);
     assert!(line.contains("--size 20: must be 60..=1514"), "{line}");
-    let o = dataplane(&["pktgen", "--config", SOFT_PAIR, "--tx-port", "zz"]);
+    let o = on_soft_pair("pktgen", &["--tx-port", "zz"]);
     let line = assert_one_error_line(&o, 2);
     assert!(line.contains("--port zz: no such port"), "{line}");
 }
@@ -213,23 +205,23 @@ fn pktgen_size_is_checked() {
 fn capture_dir_writes_pcaps_that_tshark_reads() {
     let dir = tempfile::tempdir().unwrap();
     let cap = dir.path().join("cap");
-    let o = dataplane(&[
+    let o = on_soft_pair(
         "pktgen",
-        "--config",
-        SOFT_PAIR,
-        "--tx-port",
-        "a",
-        "--rx-port",
-        "b",
-        "--count",
-        "20",
-        "--capture-dir",
-        cap.to_str().unwrap(),
-        "--stats-interval",
-        "0",
-        "-d",
-        "20",
-    ]);
+        &[
+            "--tx-port",
+            "a",
+            "--rx-port",
+            "b",
+            "--count",
+            "20",
+            "--capture-dir",
+            cap.to_str().unwrap(),
+            "--stats-interval",
+            "0",
+            "-d",
+            "20",
+        ],
+    );
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     let pcap = cap.join("a.pcap");
     let bytes = std::fs::read(&pcap).unwrap();
@@ -254,18 +246,17 @@ fn capture_dir_writes_pcaps_that_tshark_reads() {
 
 #[test]
 fn fwd_on_a_soft_port_runs_and_summarises() {
-    let o = dataplane(&[
-        "fwd", "--config", SOFT_PAIR, "--port", "a", "--mode", "macswap", "-d", "0.3",
-    ]);
+    let o = on_soft_pair("fwd", &["--port", "a", "--mode", "macswap", "-d", "0.3"]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert!(out.contains("forwarding (Macswap, burst 32)"), "{out}");
     // Both ends of the soft link are opened, but only `a` forwards (to itself).
     assert!(out.lines().any(|l| l.starts_with("a ")), "{out}");
     assert!(!out.lines().any(|l| l.starts_with("b ")), "{out}");
-    let o = dataplane(&[
-        "fwd", "--config", SOFT_PAIR, "-d", "0.1", "--port", "a", "--port", "b", "--port", "a",
-    ]);
+    let o = on_soft_pair(
+        "fwd",
+        &["-d", "0.1", "--port", "a", "--port", "b", "--port", "a"],
+    );
     let line = assert_one_error_line(&o, 2);
     assert!(line.contains("fwd needs one or two ports, got 3"), "{line}");
 }
