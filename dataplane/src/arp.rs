@@ -192,11 +192,7 @@ pub fn emit_arp_frame(repr: &ArpRepr, buf: &mut [u8]) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::clock;
-
-    const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-    const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-    const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
-    const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+    use crate::test_frames::{self, OUR_IP, OUR_MAC, PEER_IP, PEER_MAC};
 
     fn frame_of(repr: &ArpRepr) -> Vec<u8> {
         let mut buf = vec![0xaa; 64];
@@ -262,14 +258,7 @@ mod tests {
     fn reply_to_us_is_learned_and_known_senders_are_refreshed() {
         let now = clock::now();
         let mut cache = ArpCache::new();
-        let reply = ArpRepr::EthernetIpv4 {
-            operation: ArpOperation::Reply,
-            source_hardware_addr: EthernetAddress(PEER_MAC),
-            source_protocol_addr: PEER_IP,
-            target_hardware_addr: EthernetAddress(OUR_MAC),
-            target_protocol_addr: OUR_IP,
-        };
-        let f = frame_of(&reply);
+        let f = frame_of(&test_frames::arp_reply_to_us(PEER_MAC, PEER_IP));
         assert_eq!(
             cache.handle(&f[ETH_HLEN..], OUR_MAC, Some(OUR_IP), now),
             ArpOutcome::Learned

@@ -269,51 +269,21 @@ impl Classifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::Ends;
+    use crate::test_frames::{self, OUR_IP, OUR_MAC, PEER_IP, TO_US};
     use proptest::prelude::*;
-    use smoltcp::phy::ChecksumCapabilities;
-    use smoltcp::wire::{EthernetRepr, Ipv4Repr, UdpRepr};
-
-    const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-    const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
-    const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
 
     fn classifier() -> Classifier {
         Classifier::new(OUR_MAC, Some(OUR_IP))
     }
 
     fn udp_frame(dst_mac: [u8; 6], dst_ip: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
-        let udp = UdpRepr {
-            src_port: 1000,
-            dst_port: 2000,
+        let ends = Ends {
+            dst_mac,
+            dst_ip,
+            ..TO_US
         };
-        let ip = Ipv4Repr {
-            src_addr: PEER_IP,
-            dst_addr: dst_ip,
-            next_header: IpProtocol::Udp,
-            payload_len: udp.header_len() + payload.len(),
-            hop_limit: 64,
-        };
-        let mut buf = vec![0u8; ETH_HLEN + ip.buffer_len() + ip.payload_len];
-        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
-        EthernetRepr {
-            src_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            dst_addr: EthernetAddress(dst_mac),
-            ethertype: EthernetProtocol::Ipv4,
-        }
-        .emit(&mut eth);
-        let caps = ChecksumCapabilities::default();
-        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-        ip.emit(&mut ipp, &caps);
-        let mut u = UdpPacket::new_unchecked(ipp.payload_mut());
-        udp.emit(
-            &mut u,
-            &IpAddress::Ipv4(PEER_IP),
-            &IpAddress::Ipv4(dst_ip),
-            payload.len(),
-            |p| p.copy_from_slice(payload),
-            &caps,
-        );
-        buf
+        ends.udp_frame(1000, 2000, payload)
     }
 
     #[test]
@@ -360,13 +330,7 @@ mod tests {
 
     /// An Ethernet frame to us carrying a TCP segment, checksummed by smoltcp.
     fn tcp_frame(payload: &[u8]) -> Vec<u8> {
-        let ends = crate::test_frames::Ends {
-            src_mac: [2, 0, 0, 0, 0, 2],
-            dst_mac: OUR_MAC,
-            src_ip: PEER_IP,
-            dst_ip: OUR_IP,
-        };
-        crate::test_frames::tcp_frame(ends, payload)
+        test_frames::tcp_frame(TO_US, payload)
     }
 
     // RFC 9293 §3.1: the checksum covers pseudo-header, header and data; an odd data length

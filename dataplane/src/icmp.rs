@@ -4,14 +4,13 @@ use std::net::Ipv4Addr;
 
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
-    EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, Icmpv4Packet, Icmpv4Repr,
-    IpProtocol, Ipv4Packet, Ipv4Repr,
+    EthernetFrame, EthernetProtocol, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet,
 };
 
-use crate::classify::ETH_HLEN;
+use crate::frame::{self, ipv4_frame_len, Ends};
 
 /// Hop limit of replies.
-pub const REPLY_TTL: u8 = 64;
+pub const REPLY_TTL: u8 = frame::TTL;
 
 /// An echo request that deserves a reply: who asked, and the echo fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +32,7 @@ pub struct EchoRequest<'a> {
 impl EchoRequest<'_> {
     /// Length of the reply frame.
     pub fn reply_len(&self) -> usize {
-        ETH_HLEN + 20 + 8 + self.data.len()
+        ipv4_frame_len(8 + self.data.len())
     }
 }
 
@@ -74,69 +73,40 @@ pub fn emit_echo_reply(req: &EchoRequest<'_>, our_mac: [u8; 6], buf: &mut [u8]) 
     if buf.len() != req.reply_len() {
         return false;
     }
-    let caps = ChecksumCapabilities::default();
-    let icmp = Icmpv4Repr::EchoReply {
+    let reply = Icmpv4Repr::EchoReply {
         ident: req.ident,
         seq_no: req.seq_no,
         data: req.data,
     };
-    let ip = Ipv4Repr {
-        src_addr: req.dst_ip,
-        dst_addr: req.src_ip,
-        next_header: IpProtocol::Icmp,
-        payload_len: icmp.buffer_len(),
-        hop_limit: REPLY_TTL,
+    let ends = Ends {
+        src_mac: our_mac,
+        dst_mac: req.src_mac,
+        src_ip: req.dst_ip,
+        dst_ip: req.src_ip,
     };
-    let mut eth = EthernetFrame::new_unchecked(&mut *buf);
-    EthernetRepr {
-        src_addr: EthernetAddress(our_mac),
-        dst_addr: EthernetAddress(req.src_mac),
-        ethertype: EthernetProtocol::Ipv4,
-    }
-    .emit(&mut eth);
-    let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-    ip.emit(&mut ipp, &caps);
-    let mut icmpp = Icmpv4Packet::new_unchecked(ipp.payload_mut());
-    icmp.emit(&mut icmpp, &caps);
+    emit_icmp(&ends, &reply, buf);
     true
+}
+
+/// Writes the ICMP message `repr` from `ends` as a whole frame into `buf` (exactly
+/// [`ipv4_frame_len`] of the message's length).
+pub(crate) fn emit_icmp(ends: &Ends, repr: &Icmpv4Repr<'_>, buf: &mut [u8]) {
+    let icmp = ends.emit_headers(buf, IpProtocol::Icmp, repr.buffer_len());
+    repr.emit(
+        &mut Icmpv4Packet::new_unchecked(icmp),
+        &ChecksumCapabilities::default(),
+    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-    const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-    const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
-    const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+    use crate::test_frames::{self, OUR_IP, OUR_MAC, PEER_IP, PEER_MAC, TO_US};
+    use smoltcp::wire::EthernetAddress;
 
     /// An echo request frame as a Linux `ping` would send it.
-    pub(crate) fn echo_request_frame(data: &[u8]) -> Vec<u8> {
-        let caps = ChecksumCapabilities::default();
-        let icmp = Icmpv4Repr::EchoRequest {
-            ident: 0x1234,
-            seq_no: 7,
-            data,
-        };
-        let ip = Ipv4Repr {
-            src_addr: PEER_IP,
-            dst_addr: OUR_IP,
-            next_header: IpProtocol::Icmp,
-            payload_len: icmp.buffer_len(),
-            hop_limit: 64,
-        };
-        let mut buf = vec![0u8; ETH_HLEN + 20 + icmp.buffer_len()];
-        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
-        EthernetRepr {
-            src_addr: EthernetAddress(PEER_MAC),
-            dst_addr: EthernetAddress(OUR_MAC),
-            ethertype: EthernetProtocol::Ipv4,
-        }
-        .emit(&mut eth);
-        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-        ip.emit(&mut ipp, &caps);
-        icmp.emit(&mut Icmpv4Packet::new_unchecked(ipp.payload_mut()), &caps);
-        buf
+    fn echo_request_frame(data: &[u8]) -> Vec<u8> {
+        test_frames::echo_request(TO_US, 0x1234, 7, data)
     }
 
     #[test]

@@ -626,12 +626,9 @@ mod tests {
     use super::*;
     use crate::port::heap::HeapBuf;
     use crate::port::soft_pair::{soft_pair, SoftPort};
+    use crate::test_frames::{self, OUR_IP, OUR_MAC, PEER_IP, PEER_MAC, TO_US};
     use smoltcp::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame};
 
-    const DP_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-    const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-    const DP_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
-    const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
     const GW_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 254);
 
     fn setup<H: Handler<SoftPort>>(h: H) -> (PollLoop<SoftPort, H>, SoftPort) {
@@ -640,13 +637,13 @@ mod tests {
             mac,
             mtu: 1500,
         };
-        let (dp, peer) = soft_pair(info("dp", DP_MAC), info("peer", PEER_MAC), 64);
+        let (dp, peer) = soft_pair(info("dp", OUR_MAC), info("peer", PEER_MAC), 64);
         let mut l = PollLoop::new(h, 32);
         l.add_port(
             dp,
             PortAddr {
                 ipv4: Some(Ipv4Cidr {
-                    addr: DP_IP,
+                    addr: OUR_IP,
                     prefix: 24,
                 }),
                 gateway: Some(GW_IP),
@@ -669,7 +666,7 @@ mod tests {
 
     fn arp_request() -> Vec<u8> {
         let mut f = vec![0u8; 60];
-        arp::emit_arp_frame(&arp::request(PEER_MAC, PEER_IP, DP_IP), &mut f).unwrap();
+        arp::emit_arp_frame(&arp::request(PEER_MAC, PEER_IP, OUR_IP), &mut f).unwrap();
         f
     }
 
@@ -694,10 +691,10 @@ mod tests {
             panic!()
         };
         assert_eq!(operation, ArpOperation::Reply);
-        assert_eq!(source_hardware_addr, EthernetAddress(DP_MAC));
+        assert_eq!(source_hardware_addr, EthernetAddress(OUR_MAC));
         let req = icmp::parse_echo_request(&ping).unwrap();
         let mut want = vec![0u8; req.reply_len()];
-        icmp::emit_echo_reply(&req, DP_MAC, &mut want);
+        icmp::emit_echo_reply(&req, OUR_MAC, &mut want);
         assert_eq!(out[1], want);
 
         let c = l.counters(0);
@@ -731,36 +728,7 @@ mod tests {
     }
 
     fn icmp_frame() -> Vec<u8> {
-        use smoltcp::phy::ChecksumCapabilities;
-        use smoltcp::wire::{
-            EthernetProtocol, EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet,
-            Ipv4Repr,
-        };
-        let caps = ChecksumCapabilities::default();
-        let icmp = Icmpv4Repr::EchoRequest {
-            ident: 1,
-            seq_no: 2,
-            data: b"ping payload",
-        };
-        let ip = Ipv4Repr {
-            src_addr: PEER_IP,
-            dst_addr: DP_IP,
-            next_header: IpProtocol::Icmp,
-            payload_len: icmp.buffer_len(),
-            hop_limit: 64,
-        };
-        let mut buf = vec![0u8; 14 + 20 + icmp.buffer_len()];
-        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
-        EthernetRepr {
-            src_addr: EthernetAddress(PEER_MAC),
-            dst_addr: EthernetAddress(DP_MAC),
-            ethertype: EthernetProtocol::Ipv4,
-        }
-        .emit(&mut eth);
-        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-        ip.emit(&mut ipp, &caps);
-        icmp.emit(&mut Icmpv4Packet::new_unchecked(ipp.payload_mut()), &caps);
-        buf
+        test_frames::echo_request(TO_US, 1, 2, b"ping payload")
     }
 
     /// A handler that echoes UDP frames back with swapped MACs, resolving via ARP first.
@@ -787,7 +755,7 @@ mod tests {
             };
             let f = frame.as_mut();
             f[0..6].copy_from_slice(&mac);
-            f[6..12].copy_from_slice(&DP_MAC);
+            f[6..12].copy_from_slice(&OUR_MAC);
             ctx.send(frame);
             Handled::Consumed
         }
@@ -798,42 +766,7 @@ mod tests {
     }
 
     fn udp_frame() -> Vec<u8> {
-        use smoltcp::phy::ChecksumCapabilities;
-        use smoltcp::wire::{
-            EthernetProtocol, EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, UdpPacket,
-            UdpRepr,
-        };
-        let caps = ChecksumCapabilities::default();
-        let udp = UdpRepr {
-            src_port: 1,
-            dst_port: 2,
-        };
-        let ip = Ipv4Repr {
-            src_addr: PEER_IP,
-            dst_addr: DP_IP,
-            next_header: IpProtocol::Udp,
-            payload_len: 8 + 4,
-            hop_limit: 64,
-        };
-        let mut buf = vec![0u8; 14 + 20 + 12];
-        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
-        EthernetRepr {
-            src_addr: EthernetAddress(PEER_MAC),
-            dst_addr: EthernetAddress(DP_MAC),
-            ethertype: EthernetProtocol::Ipv4,
-        }
-        .emit(&mut eth);
-        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-        ip.emit(&mut ipp, &caps);
-        udp.emit(
-            &mut UdpPacket::new_unchecked(ipp.payload_mut()),
-            &IpAddress::Ipv4(PEER_IP),
-            &IpAddress::Ipv4(DP_IP),
-            4,
-            |p| p.copy_from_slice(b"data"),
-            &caps,
-        );
-        buf
+        TO_US.udp_frame(1, 2, b"data")
     }
 
     #[test]
@@ -850,35 +783,25 @@ mod tests {
         assert_eq!(l.counters(0).arp_requests, 1);
 
         // The peer answers; the next datagram is echoed.
-        let reply = ArpRepr::EthernetIpv4 {
-            operation: ArpOperation::Reply,
-            source_hardware_addr: EthernetAddress(PEER_MAC),
-            source_protocol_addr: PEER_IP,
-            target_hardware_addr: EthernetAddress(DP_MAC),
-            target_protocol_addr: DP_IP,
-        };
-        let mut f = vec![0u8; 60];
-        arp::emit_arp_frame(&reply, &mut f).unwrap();
-        send(&mut peer, &f);
+        send(&mut peer, &arp_reply_from(PEER_IP, PEER_MAC));
         send(&mut peer, &udp_frame());
         l.poll_once(clock::now());
         let out = recv(&mut peer);
         assert_eq!(out.len(), 1);
         assert_eq!(&out[0][0..6], &PEER_MAC);
-        assert_eq!(&out[0][6..12], &DP_MAC);
+        assert_eq!(&out[0][6..12], &OUR_MAC);
         assert_eq!(l.handler().seen, 2);
         assert_eq!(l.handler().polls, 2);
         assert_eq!(l.counters(0).handled, 2);
     }
 
-    /// A handler that sends one small IPv4 packet to each queued destination per poll.
-    #[derive(Default)]
-    struct Sender {
-        dsts: Vec<Ipv4Addr>,
-        outcomes: Vec<Option<SendOutcome>>,
+    /// A test handler that only sends, from each poll; what it receives is ignored.
+    trait Emitter {
+        /// Queues this poll's frames.
+        fn emit(&mut self, ctx: &mut PortContext<'_, SoftPort>);
     }
 
-    impl Handler<SoftPort> for Sender {
+    impl<E: Emitter> Handler<SoftPort> for E {
         fn handle(
             &mut self,
             _ctx: &mut PortContext<'_, SoftPort>,
@@ -890,12 +813,25 @@ mod tests {
         }
 
         fn poll(&mut self, ctx: &mut PortContext<'_, SoftPort>, _now: Instant) {
+            self.emit(ctx);
+        }
+    }
+
+    /// A handler that sends one small IPv4 packet to each queued destination per poll.
+    #[derive(Default)]
+    struct Sender {
+        dsts: Vec<Ipv4Addr>,
+        outcomes: Vec<Option<SendOutcome>>,
+    }
+
+    impl Emitter for Sender {
+        fn emit(&mut self, ctx: &mut PortContext<'_, SoftPort>) {
             use smoltcp::phy::ChecksumCapabilities;
             use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv4Repr};
             for &dst in &self.dsts {
                 let out = ctx.send_ipv4(|buf| {
                     let repr = Ipv4Repr {
-                        src_addr: DP_IP,
+                        src_addr: OUR_IP,
                         dst_addr: dst,
                         next_header: IpProtocol::Udp,
                         payload_len: 0,
@@ -913,15 +849,8 @@ mod tests {
     }
 
     fn arp_reply_from(ip: Ipv4Addr, mac: [u8; 6]) -> Vec<u8> {
-        let reply = ArpRepr::EthernetIpv4 {
-            operation: ArpOperation::Reply,
-            source_hardware_addr: EthernetAddress(mac),
-            source_protocol_addr: ip,
-            target_hardware_addr: EthernetAddress(DP_MAC),
-            target_protocol_addr: DP_IP,
-        };
         let mut f = vec![0u8; 60];
-        arp::emit_arp_frame(&reply, &mut f).unwrap();
+        arp::emit_arp_frame(&test_frames::arp_reply_to_us(mac, ip), &mut f).unwrap();
         f
     }
 
@@ -964,15 +893,16 @@ mod tests {
         assert_eq!(&out[2][0..6], &gw_mac, "off-link goes to the gateway's MAC");
         for f in &out {
             assert_eq!(f.len(), 14 + 20);
-            assert_eq!(&f[6..12], &DP_MAC);
+            assert_eq!(&f[6..12], &OUR_MAC);
             assert_eq!(&f[12..14], &[0x08, 0x00]);
         }
         assert_eq!(&out[2][30..34], &off_link.octets());
     }
 
-    #[test]
-    fn unresolved_packet_is_held_and_arp_repeated_until_reply() {
-        let (mut l, mut peer) = setup(Sender {
+    /// A loop whose handler sent one packet to the (unresolved) peer at the returned time,
+    /// and nothing after.
+    fn one_packet_held_for_peer() -> (PollLoop<SoftPort, Sender>, SoftPort, Instant) {
+        let (mut l, peer) = setup(Sender {
             dsts: vec![PEER_IP],
             ..Sender::default()
         });
@@ -980,6 +910,12 @@ mod tests {
         l.poll_once(t0);
         l.handler_mut().dsts.clear();
         assert_eq!(l.handler().outcomes, [Some(SendOutcome::Unresolved)]);
+        (l, peer, t0)
+    }
+
+    #[test]
+    fn unresolved_packet_is_held_and_arp_repeated_until_reply() {
+        let (mut l, mut peer, t0) = one_packet_held_for_peer();
         assert_eq!(
             recv(&mut peer).len(),
             1,
@@ -1000,7 +936,7 @@ mod tests {
         let out = recv(&mut peer);
         assert_eq!(out.len(), 1);
         assert_eq!(&out[0][0..6], &PEER_MAC);
-        assert_eq!(&out[0][6..12], &DP_MAC);
+        assert_eq!(&out[0][6..12], &OUR_MAC);
         assert_eq!(&out[0][12..14], &[0x08, 0x00]);
         assert_eq!(&out[0][30..34], &PEER_IP.octets());
         l.poll_once(t0 + 3 * arp::REQUEST_INTERVAL);
@@ -1009,14 +945,7 @@ mod tests {
 
     #[test]
     fn unresolved_packet_is_dropped_after_arp_attempts() {
-        let (mut l, mut peer) = setup(Sender {
-            dsts: vec![PEER_IP],
-            ..Sender::default()
-        });
-        let t0 = clock::now();
-        l.poll_once(t0);
-        l.handler_mut().dsts.clear();
-        assert_eq!(l.handler().outcomes, [Some(SendOutcome::Unresolved)]);
+        let (mut l, mut peer, t0) = one_packet_held_for_peer();
         // RFC 826 gives no retry policy; ours: ARP_ATTEMPTS requests a second apart.
         let mut requests = recv(&mut peer).len();
         for k in 1..ARP_ATTEMPTS {
@@ -1054,18 +983,8 @@ mod tests {
         pending_seen: Vec<usize>,
     }
 
-    impl Handler<SoftPort> for Burst {
-        fn handle(
-            &mut self,
-            _ctx: &mut PortContext<'_, SoftPort>,
-            _now: Instant,
-            _frame: HeapBuf,
-            _meta: &Classified,
-        ) -> Handled {
-            Handled::Ignored
-        }
-
-        fn poll(&mut self, ctx: &mut PortContext<'_, SoftPort>, _now: Instant) {
+    impl Emitter for Burst {
+        fn emit(&mut self, ctx: &mut PortContext<'_, SoftPort>) {
             self.pending_seen.push(ctx.tx_pending());
             for id in 0..std::mem::take(&mut self.n) {
                 let Some(mut f) = ctx.alloc(60) else {

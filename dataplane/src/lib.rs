@@ -11,6 +11,7 @@ pub mod config;
 #[cfg(feature = "dpdk")]
 #[allow(unsafe_code)]
 pub mod dpdk;
+pub mod frame;
 #[allow(unsafe_code)]
 pub mod hugemem;
 pub mod icmp;

@@ -100,22 +100,22 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Packet>, PcapError> {
     }
 }
 
+/// The `N` bytes of `b` at `at`, when all are there, most significant first (stored so
+/// when `be`, else reversed).
+fn read_be<const N: usize>(b: &[u8], at: usize, be: bool) -> Option<[u8; N]> {
+    let mut s: [u8; N] = b.get(at..at + N)?.try_into().ok()?;
+    if !be {
+        s.reverse();
+    }
+    Some(s)
+}
+
 fn read_u16(b: &[u8], at: usize, be: bool) -> Option<u16> {
-    let s: [u8; 2] = b.get(at..at + 2)?.try_into().ok()?;
-    Some(if be {
-        u16::from_be_bytes(s)
-    } else {
-        u16::from_le_bytes(s)
-    })
+    read_be(b, at, be).map(u16::from_be_bytes)
 }
 
 fn read_u32(b: &[u8], at: usize, be: bool) -> Option<u32> {
-    let s: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
-    Some(if be {
-        u32::from_be_bytes(s)
-    } else {
-        u32::from_le_bytes(s)
-    })
+    read_be(b, at, be).map(u32::from_be_bytes)
 }
 
 fn parse_pcap(bytes: &[u8], be: bool) -> Result<Vec<Packet>, PcapError> {

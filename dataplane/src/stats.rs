@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::clock::Instant;
 
-use crate::port::PortStats;
+use crate::port::{Port, PortStats};
 
 /// Writes a line to stdout, ignoring errors (a closed pipe must not abort the program the
 /// way `println!` would).
@@ -53,6 +53,19 @@ impl RateReporter {
     /// True when the next report is due (so callers gather counters only then).
     pub fn due(&self, now: Instant) -> bool {
         !self.interval.is_zero() && now.saturating_since(self.last) >= self.interval
+    }
+
+    /// The report line of `ports` when an interval has passed since the last one (their
+    /// names and counters are read only then).
+    pub fn poll_ports<P: Port>(&mut self, now: Instant, ports: &[P]) -> Option<String> {
+        if !self.due(now) {
+            return None;
+        }
+        let named: Vec<(&str, PortStats)> = ports
+            .iter()
+            .map(|p| (p.info().name.as_str(), p.stats()))
+            .collect();
+        self.poll(now, &named)
     }
 
     /// Returns the report line when an interval has passed since the last one.

@@ -1,21 +1,32 @@
-//! Ethernet frames built with smoltcp's emitters (checksums filled), for unit tests.
+//! Addresses and Ethernet frames (checksums filled) for unit tests.
 
 use std::net::Ipv4Addr;
 
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
-    EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
-    Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+    ArpOperation, ArpRepr, EthernetAddress, Icmpv4Repr, IpAddress, IpProtocol, TcpControl,
+    TcpPacket, TcpRepr, TcpSeqNumber,
 };
 
-/// Addresses of a test frame.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Ends {
-    pub(crate) src_mac: [u8; 6],
-    pub(crate) dst_mac: [u8; 6],
-    pub(crate) src_ip: Ipv4Addr,
-    pub(crate) dst_ip: Ipv4Addr,
-}
+use crate::frame::{ipv4_frame_len, Ends};
+use crate::icmp;
+
+/// The MAC of the port under test.
+pub(crate) const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+/// The MAC of its peer.
+pub(crate) const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+/// The IPv4 address of the port under test.
+pub(crate) const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+/// The IPv4 address of its peer.
+pub(crate) const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+
+/// A frame from the peer to the port under test.
+pub(crate) const TO_US: Ends = Ends {
+    src_mac: PEER_MAC,
+    dst_mac: OUR_MAC,
+    src_ip: PEER_IP,
+    dst_ip: OUR_IP,
+};
 
 /// A TCP segment (PSH, seq 1000, ack 2000, ports 4000 → 5000) carrying `payload`.
 pub(crate) fn tcp_frame(ends: Ends, payload: &[u8]) -> Vec<u8> {
@@ -33,29 +44,39 @@ pub(crate) fn tcp_frame(ends: Ends, payload: &[u8]) -> Vec<u8> {
         timestamp: None,
         payload,
     };
-    let ip = Ipv4Repr {
-        src_addr: ends.src_ip,
-        dst_addr: ends.dst_ip,
-        next_header: IpProtocol::Tcp,
-        payload_len: tcp.buffer_len(),
-        hop_limit: 64,
-    };
-    let mut buf = vec![0u8; 14 + ip.buffer_len() + ip.payload_len];
-    let caps = ChecksumCapabilities::default();
-    let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-    EthernetRepr {
-        src_addr: EthernetAddress(ends.src_mac),
-        dst_addr: EthernetAddress(ends.dst_mac),
-        ethertype: EthernetProtocol::Ipv4,
-    }
-    .emit(&mut frame);
-    let mut ipp = Ipv4Packet::new_unchecked(frame.payload_mut());
-    ip.emit(&mut ipp, &caps);
+    let mut buf = vec![0u8; ipv4_frame_len(tcp.buffer_len())];
     tcp.emit(
-        &mut TcpPacket::new_unchecked(ipp.payload_mut()),
+        &mut TcpPacket::new_unchecked(ends.emit_headers(
+            &mut buf,
+            IpProtocol::Tcp,
+            tcp.buffer_len(),
+        )),
         &IpAddress::Ipv4(ends.src_ip),
         &IpAddress::Ipv4(ends.dst_ip),
-        &caps,
+        &ChecksumCapabilities::default(),
     );
     buf
+}
+
+/// An ICMP echo request, as a Linux `ping` would send it.
+pub(crate) fn echo_request(ends: Ends, ident: u16, seq_no: u16, data: &[u8]) -> Vec<u8> {
+    let req = Icmpv4Repr::EchoRequest {
+        ident,
+        seq_no,
+        data,
+    };
+    let mut buf = vec![0u8; ipv4_frame_len(req.buffer_len())];
+    icmp::emit_icmp(&ends, &req, &mut buf);
+    buf
+}
+
+/// An ARP reply from `mac`/`ip` to the port under test.
+pub(crate) fn arp_reply_to_us(mac: [u8; 6], ip: Ipv4Addr) -> ArpRepr {
+    ArpRepr::EthernetIpv4 {
+        operation: ArpOperation::Reply,
+        source_hardware_addr: EthernetAddress(mac),
+        source_protocol_addr: ip,
+        target_hardware_addr: EthernetAddress(OUR_MAC),
+        target_protocol_addr: OUR_IP,
+    }
 }

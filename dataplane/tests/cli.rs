@@ -28,19 +28,29 @@ fn assert_one_error_line(o: &Output, code: i32) -> String {
     lines[0].to_string()
 }
 
-fn write_config(dir: &std::path::Path, name: &str, text: &str) -> String {
-    let p = dir.join(name);
+/// Writes configuration `text` to a file in a new temporary directory (removed when the
+/// returned handle drops); returns the handle and the file's path.
+fn write_config(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("dp.toml");
     std::fs::write(&p, text).unwrap();
-    p.display().to_string()
+    (dir, p.display().to_string())
+}
+
+/// configs/soft-pair.toml: ports `a` and `b` on one soft link.
+const SOFT_PAIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
+
+/// Runs `dataplane COMMAND` on configs/soft-pair.toml with these extra arguments.
+fn on_soft_pair(command: &str, extra: &[&str]) -> Output {
+    let mut args = vec![command, "--config", SOFT_PAIR];
+    args.extend_from_slice(extra);
+    dataplane(&args)
 }
 
 /// Runs `pktgen` from port `a` to port `b` of a soft link with these extra arguments (no
 /// periodic stats, at most 20 s); asserts exit code 0 and returns the standard output.
 fn pktgen_over_a_soft_link(extra: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        "s.toml",
+    let (_dir, path) = write_config(
         "[[ports]]\nname = \"a\"\nbackend = \"soft\"\ndevice = \"l\"\n\
          [[ports]]\nname = \"b\"\nbackend = \"soft\"\ndevice = \"l\"\n",
     );
@@ -91,10 +101,7 @@ fn help_exits_zero() {
 
 #[test]
 fn bad_config_names_file_and_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        "x.toml",
+    let (_dir, path) = write_config(
         "[[ports]]\nname = \"p0\"\nbackend = \"soft\"\ndevice = \"l\"\n\n\nmtu = 70000\n",
     );
     let o = dataplane(&["run", "--config", &path]);
@@ -117,12 +124,8 @@ fn missing_config_file_is_a_config_error() {
 #[test]
 fn port_failure_is_a_runtime_error() {
     // A TAP name the kernel rejects (contains '/'): opening fails at run time.
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        "t.toml",
-        "[[ports]]\nname = \"t\"\nbackend = \"tap\"\ndevice = \"bad/name\"\n",
-    );
+    let (_dir, path) =
+        write_config("[[ports]]\nname = \"t\"\nbackend = \"tap\"\ndevice = \"bad/name\"\n");
     let o = dataplane(&["run", "--config", &path, "--duration", "0.1"]);
     let line = assert_one_error_line(&o, 1);
     assert!(line.starts_with("dataplane: error: port t: "), "{line}");
@@ -130,16 +133,7 @@ fn port_failure_is_a_runtime_error() {
 
 #[test]
 fn bad_fault_override_is_reported() {
-    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
-    let o = dataplane(&[
-        "run",
-        "--config",
-        cfg,
-        "--fault",
-        "a:drop=lots",
-        "-d",
-        "0.1",
-    ]);
+    let o = on_soft_pair("run", &["--fault", "a:drop=lots", "-d", "0.1"]);
     let line = assert_one_error_line(&o, 1);
     assert!(
         line.contains("port a: fault setting drop: invalid rate"),
@@ -149,16 +143,7 @@ fn bad_fault_override_is_reported() {
 
 #[test]
 fn run_on_soft_ports_stops_by_itself_with_a_summary() {
-    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
-    let o = dataplane(&[
-        "run",
-        "--config",
-        cfg,
-        "--duration",
-        "1.2",
-        "--stats-interval",
-        "0.5",
-    ]);
+    let o = on_soft_pair("run", &["--duration", "1.2", "--stats-interval", "0.5"]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
@@ -208,11 +193,10 @@ fn pktgen_with_injected_loss_reports_it() {
 
 #[test]
 fn pktgen_size_is_checked() {
-    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
-    let o = dataplane(&["pktgen", "--config", cfg, "--tx-port", "a", "--size", "20"]);
+    let o = on_soft_pair("pktgen", &["--tx-port", "a", "--size", "20"]);
     let line = assert_one_error_line(&o, 2);
     assert!(line.contains("--size 20: must be 60..=1514"), "{line}");
-    let o = dataplane(&["pktgen", "--config", cfg, "--tx-port", "zz"]);
+    let o = on_soft_pair("pktgen", &["--tx-port", "zz"]);
     let line = assert_one_error_line(&o, 2);
     assert!(line.contains("--port zz: no such port"), "{line}");
 }
@@ -220,25 +204,24 @@ fn pktgen_size_is_checked() {
 #[test]
 fn capture_dir_writes_pcaps_that_tshark_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
     let cap = dir.path().join("cap");
-    let o = dataplane(&[
+    let o = on_soft_pair(
         "pktgen",
-        "--config",
-        cfg,
-        "--tx-port",
-        "a",
-        "--rx-port",
-        "b",
-        "--count",
-        "20",
-        "--capture-dir",
-        cap.to_str().unwrap(),
-        "--stats-interval",
-        "0",
-        "-d",
-        "20",
-    ]);
+        &[
+            "--tx-port",
+            "a",
+            "--rx-port",
+            "b",
+            "--count",
+            "20",
+            "--capture-dir",
+            cap.to_str().unwrap(),
+            "--stats-interval",
+            "0",
+            "-d",
+            "20",
+        ],
+    );
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     let pcap = cap.join("a.pcap");
     let bytes = std::fs::read(&pcap).unwrap();
@@ -263,19 +246,17 @@ fn capture_dir_writes_pcaps_that_tshark_reads() {
 
 #[test]
 fn fwd_on_a_soft_port_runs_and_summarises() {
-    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/soft-pair.toml");
-    let o = dataplane(&[
-        "fwd", "--config", cfg, "--port", "a", "--mode", "macswap", "-d", "0.3",
-    ]);
+    let o = on_soft_pair("fwd", &["--port", "a", "--mode", "macswap", "-d", "0.3"]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert!(out.contains("forwarding (Macswap, burst 32)"), "{out}");
     // Both ends of the soft link are opened, but only `a` forwards (to itself).
     assert!(out.lines().any(|l| l.starts_with("a ")), "{out}");
     assert!(!out.lines().any(|l| l.starts_with("b ")), "{out}");
-    let o = dataplane(&[
-        "fwd", "--config", cfg, "-d", "0.1", "--port", "a", "--port", "b", "--port", "a",
-    ]);
+    let o = on_soft_pair(
+        "fwd",
+        &["-d", "0.1", "--port", "a", "--port", "b", "--port", "a"],
+    );
     let line = assert_one_error_line(&o, 2);
     assert!(line.contains("fwd needs one or two ports, got 3"), "{line}");
 }

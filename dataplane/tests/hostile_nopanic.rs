@@ -74,12 +74,7 @@ fn ulpdu() -> impl Strategy<Value = Vec<u8>> {
 // RFC 5044 §7 / RFC 5040 §7 / RFC 5041 §7: malformed input maps to errors, never panics.
 #[test]
 fn rdma_handler_survives_random_streams_in_each_phase() {
-    let net = RefCell::new(Net::new());
-    {
-        let mut n = net.borrow_mut();
-        n.evil_arp();
-        n.connect_good();
-    }
+    let net = RefCell::new(Net::with_good_client());
     let next_port = RefCell::new(41_000u16);
     let strategy = (
         phase(),
@@ -131,13 +126,9 @@ fn rdma_handler_survives_random_streams_in_each_phase() {
 // numbers and payloads, to the listener and to established connections.
 #[test]
 fn rdma_handler_survives_random_frames() {
-    let net = RefCell::new(Net::new());
-    {
-        let mut n = net.borrow_mut();
-        n.evil_arp();
-        n.connect_good();
-        n.evil_establish(EVIL_PORT_BASE);
-    }
+    let mut n = Net::with_good_client();
+    n.evil_establish(EVIL_PORT_BASE);
+    let net = RefCell::new(n);
     let strategy = (
         any::<bool>(),
         prop::collection::vec(any::<u8>(), 0..1514),

@@ -15,9 +15,7 @@ const EVIL_PORT: u16 = 40_000;
 
 /// A server with a good connection that already moved data once.
 fn setup() -> Net {
-    let mut net = Net::new();
-    net.evil_arp();
-    net.connect_good();
+    let mut net = Net::with_good_client();
     net.good_write_read(1, 0, 4096);
     net
 }

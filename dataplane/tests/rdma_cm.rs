@@ -59,6 +59,14 @@ impl Cm {
             }
         }
     }
+
+    /// Runs both loops until both sides report a disconnect.
+    fn run_until_disconnected(&mut self) {
+        self.run(
+            |_, _| {},
+            |cm| disconnected(&cm.server).is_some() && disconnected(&cm.client).is_some(),
+        );
+    }
 }
 
 fn established(v: &[CmEvent]) -> bool {
@@ -110,10 +118,7 @@ fn private_data_both_ways_then_graceful_disconnect() {
     }
     // RFC 5040 §6.2: graceful close by the client; both sides see a graceful disconnect.
     cm.lc.handler_mut().disconnect(id).unwrap();
-    cm.run(
-        |_, _| {},
-        |cm| disconnected(&cm.server).is_some() && disconnected(&cm.client).is_some(),
-    );
+    cm.run_until_disconnected();
     assert_eq!(disconnected(&cm.server), Some(true), "{:?}", cm.server);
     assert_eq!(disconnected(&cm.client), Some(true), "{:?}", cm.client);
     let state = cm.lc.handler().rnic().query_qp(qp).unwrap().state;
@@ -167,10 +172,7 @@ fn abort_flushes_and_reports() {
         |cm| established(&cm.server) && established(&cm.client),
     );
     cm.lc.handler_mut().abort(id).unwrap();
-    cm.run(
-        |_, _| {},
-        |cm| disconnected(&cm.server).is_some() && disconnected(&cm.client).is_some(),
-    );
+    cm.run_until_disconnected();
     assert_eq!(disconnected(&cm.server), Some(false), "{:?}", cm.server);
     assert_eq!(disconnected(&cm.client), Some(false), "{:?}", cm.client);
     let wc = res.poll_cq(cm.lc.handler_mut()).expect("flushed receive");

@@ -12,41 +12,31 @@ use dataplane::port::fault::FaultConfig;
 use iwarp::mpa::MpaConfig;
 use rdma_common::*;
 
-fn perf(
-    op: PerfOp,
-    mode: PerfMode,
-    sizes: Vec<usize>,
-    iters: u64,
-    qps: u16,
-    inline: usize,
-) -> Vec<PerfResult> {
-    perf_held(op, mode, sizes, iters, qps, inline, Duration::ZERO)
-}
-
-/// [`perf`] with the client holding its first FPDUs for `hold` after each MPA Reply.
-fn perf_held(
-    op: PerfOp,
-    mode: PerfMode,
-    sizes: Vec<usize>,
-    iters: u64,
-    qps: u16,
-    inline: usize,
-    hold: Duration,
-) -> Vec<PerfResult> {
-    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
-    lc.handler_mut().set_first_fpdu_delay(hold);
-    let addr = SocketAddrV4::new(SERVER_IP, 18515);
-    let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
-    let params = PerfParams {
+/// `op` in `mode` over `sizes`, `iters` each, on one QP, nothing inline.
+fn params(op: PerfOp, mode: PerfMode, sizes: Vec<usize>, iters: u64) -> PerfParams {
+    PerfParams {
         op,
         mode,
         sizes,
         iters,
         duration: None,
-        qps,
+        qps: 1,
         tx_depth: 64,
-        inline,
-    };
+        inline: 0,
+    }
+}
+
+/// The client's results of a run with `params`.
+fn perf(params: PerfParams) -> Vec<PerfResult> {
+    perf_held(params, Duration::ZERO)
+}
+
+/// [`perf`] with the client holding its first FPDUs for `hold` after each MPA Reply.
+fn perf_held(params: PerfParams, hold: Duration) -> Vec<PerfResult> {
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    lc.handler_mut().set_first_fpdu_delay(hold);
+    let addr = SocketAddrV4::new(SERVER_IP, 18515);
+    let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
     let mut c = PerfClient::new(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
     let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(60));
     rc.expect("client");
@@ -89,14 +79,10 @@ fn lat_iters(r: &PerfResult) -> u64 {
 // RFC 5040 §5.1: RDMA Write bandwidth over sizes, several QPs.
 #[test]
 fn write_bw_sizes_and_qps() {
-    let r = perf(
-        PerfOp::Write,
-        PerfMode::Bw,
-        vec![64, 4096, 65536],
-        300,
-        2,
-        0,
-    );
+    let r = perf(PerfParams {
+        qps: 2,
+        ..params(PerfOp::Write, PerfMode::Bw, vec![64, 4096, 65536], 300)
+    });
     assert_eq!(
         r.iter().map(bw_iters).collect::<Vec<_>>(),
         vec![300, 300, 300]
@@ -106,14 +92,17 @@ fn write_bw_sizes_and_qps() {
 // RFC 5040 §5.2: RDMA Read bandwidth with several Reads outstanding.
 #[test]
 fn read_bw() {
-    let r = perf(PerfOp::Read, PerfMode::Bw, vec![8192], 300, 1, 0);
+    let r = perf(params(PerfOp::Read, PerfMode::Bw, vec![8192], 300));
     assert_eq!(bw_iters(&r[0]), 300);
 }
 
 // RFC 5040 §5.3: Send bandwidth, receive credits returned by the server.
 #[test]
 fn send_bw_with_credits_and_inline() {
-    let r = perf(PerfOp::Send, PerfMode::Bw, vec![0, 64, 2000], 2000, 1, 64);
+    let r = perf(PerfParams {
+        inline: 64,
+        ..params(PerfOp::Send, PerfMode::Bw, vec![0, 64, 2000], 2000)
+    });
     assert_eq!(
         r.iter().map(bw_iters).collect::<Vec<_>>(),
         vec![2000, 2000, 2000]
@@ -123,16 +112,16 @@ fn send_bw_with_credits_and_inline() {
 // RFC 7306 §4: FetchAdd bandwidth and latency.
 #[test]
 fn atomic_bw_and_lat() {
-    let r = perf(PerfOp::Atomic, PerfMode::Bw, vec![8], 500, 1, 0);
+    let r = perf(params(PerfOp::Atomic, PerfMode::Bw, vec![8], 500));
     assert_eq!(bw_iters(&r[0]), 500);
-    let r = perf(PerfOp::Atomic, PerfMode::Lat, vec![8], 100, 1, 0);
+    let r = perf(params(PerfOp::Atomic, PerfMode::Lat, vec![8], 100));
     assert_eq!(lat_iters(&r[0]), 100);
 }
 
 #[test]
 fn latency_write_send_read() {
     for op in [PerfOp::Write, PerfOp::Send, PerfOp::Read] {
-        let r = perf(op, PerfMode::Lat, vec![8, 4096], 100, 1, 0);
+        let r = perf(params(op, PerfMode::Lat, vec![8, 4096], 100));
         assert_eq!(
             r.iter().map(lat_iters).collect::<Vec<_>>(),
             vec![100, 100],
@@ -150,7 +139,7 @@ fn latency_excludes_first_fpdu_hold() {
     let hold = Duration::from_secs(1);
     for op in [PerfOp::Write, PerfOp::Read] {
         let start = std::time::Instant::now();
-        let r = perf_held(op, PerfMode::Lat, vec![8], 50, 1, 0, hold);
+        let r = perf_held(params(op, PerfMode::Lat, vec![8], 50), hold);
         assert!(start.elapsed() >= hold, "{op:?}: the hold was not kept");
         assert_eq!(lat_iters(&r[0]), 50, "{op:?}");
         let PerfResult::Lat { max, .. } = r[0] else {

@@ -87,14 +87,10 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     };
     let kinds: Vec<String> = ports.iter().map(|p| p.kind()).collect();
     let (names, stats, dirs, elapsed) = if kinds.iter().all(|k| k == "soft") {
-        let mut soft: Vec<_> = ports
-            .into_iter()
-            .filter_map(|p| match p.into_backend() {
-                Backend::Soft(s) => Some(s),
-                _ => None,
-            })
-            .collect();
-        run.forward(&mut soft)
+        run.forward(&mut concrete(ports, |b| match b {
+            Backend::Soft(s) => Some(s),
+            _ => None,
+        }))
     } else {
         fast_or_any(run, ports, &kinds)
     };
@@ -128,14 +124,10 @@ pub fn run(args: Args) -> Result<(), CmdError> {
 #[cfg(feature = "dpdk")]
 fn fast_or_any(run: Run<'_>, ports: Vec<AnyPort>, kinds: &[String]) -> Outcome {
     if kinds.iter().all(|k| k == "dpdk") {
-        let mut dpdk: Vec<_> = ports
-            .into_iter()
-            .filter_map(|p| match p.into_backend() {
-                Backend::Dpdk(d) => Some(d),
-                _ => None,
-            })
-            .collect();
-        return run.forward(&mut dpdk);
+        return run.forward(&mut concrete(ports, |b| match b {
+            Backend::Dpdk(d) => Some(d),
+            _ => None,
+        }));
     }
     let mut ports = ports;
     run.forward(&mut ports)
@@ -144,6 +136,15 @@ fn fast_or_any(run: Run<'_>, ports: Vec<AnyPort>, kinds: &[String]) -> Outcome {
 #[cfg(not(feature = "dpdk"))]
 fn fast_or_any(run: Run<'_>, mut ports: Vec<AnyPort>, _kinds: &[String]) -> Outcome {
     run.forward(&mut ports)
+}
+
+/// The concrete ports inside `ports` that `pick` takes (all of them, when they are of one
+/// backend).
+fn concrete<T>(ports: Vec<AnyPort>, pick: fn(Backend) -> Option<T>) -> Vec<T> {
+    ports
+        .into_iter()
+        .filter_map(|p| pick(p.into_backend()))
+        .collect()
 }
 
 /// Port names, final port counters, per-port forwarding counters (frames received on the
@@ -173,14 +174,8 @@ impl Run<'_> {
                 if self.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| now >= d) {
                     break;
                 }
-                if reporter.due(now) {
-                    let s: Vec<(&str, PortStats)> = ports
-                        .iter()
-                        .map(|p| (p.info().name.as_str(), p.stats()))
-                        .collect();
-                    if let Some(line) = reporter.poll(now, &s) {
-                        say!("{line}");
-                    }
+                if let Some(line) = reporter.poll_ports(now, ports) {
+                    say!("{line}");
                 }
             }
             for from in 0..n {

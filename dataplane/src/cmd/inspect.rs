@@ -393,25 +393,9 @@ fn analyze_connection(conn: &TcpConnection, report: &mut Report) -> bool {
         (false, false) => return analyze_mid_stream(&dirs, report),
     };
     let (di, dr) = (&dirs[ini], &dirs[1 - ini]);
-    let Some((req_frame, req_len)) = mpa_frame(di) else {
-        report.warnings.push(format!(
-            "{}: capture ends inside the MPA Request",
-            label(di.stream)
-        ));
+    let Some(req) = read_mpa(di, "Request", report) else {
         return true;
     };
-    let req = match FrameRepr::parse(&req_frame, ReservedBits::Reject) {
-        Ok(r) => r,
-        Err(e) => {
-            report.errors.push(format!(
-                "frame {} ({}): invalid MPA Request: {e} (Terminate 2/0/04)",
-                di.frame_at(0),
-                label(di.stream)
-            ));
-            return true;
-        }
-    };
-    report.mpa.push(mpa_record(di, &req, req_len));
     if !starts_with(dr, REPLY_KEY) {
         if dr.data.len() < REPLY_KEY.len() && REPLY_KEY.starts_with(&dr.data) {
             report.warnings.push(format!(
@@ -427,33 +411,56 @@ fn analyze_connection(conn: &TcpConnection, report: &mut Report) -> bool {
         }
         return true;
     }
-    let Some((rep_frame, rep_len)) = mpa_frame(dr) else {
-        report.warnings.push(format!(
-            "{}: capture ends inside the MPA Reply",
-            label(dr.stream)
-        ));
+    let Some(rep) = read_mpa(dr, "Reply", report) else {
         return true;
     };
-    let rep = match FrameRepr::parse(&rep_frame, ReservedBits::Reject) {
-        Ok(r) => r,
-        Err(e) => {
-            report.errors.push(format!(
-                "frame {} ({}): invalid MPA Reply: {e} (Terminate 2/0/04)",
-                dr.frame_at(0),
-                label(dr.stream)
-            ));
-            return true;
-        }
-    };
-    report.mpa.push(mpa_record(dr, &rep, rep_len));
     if rep.reject {
         return true;
     }
     // RFC 5044 §7.1: CRC if either side asks; M asks the peer to send markers.
     let crc = req.crc || rep.crc;
-    decode_fpdus(di, req_len, crc, rep.markers, report, false);
-    decode_fpdus(dr, rep_len, crc, req.markers, report, false);
+    decode_fpdus(di, req.len, crc, rep.markers, report, false);
+    decode_fpdus(dr, rep.len, crc, req.markers, report, false);
     true
+}
+
+/// What decoding a connection's FPDUs needs of its MPA Request or Reply.
+struct MpaHeader {
+    /// Octets of the MPA frame (where the FPDUs start).
+    len: usize,
+    crc: bool,
+    markers: bool,
+    reject: bool,
+}
+
+/// Reads and records the MPA `what` (Request or Reply) at the start of `d`; `None`,
+/// reported, when the capture ends inside it or it is invalid.
+fn read_mpa(d: &DirBytes<'_>, what: &str, report: &mut Report) -> Option<MpaHeader> {
+    let Some((frame, len)) = mpa_frame(d) else {
+        report.warnings.push(format!(
+            "{}: capture ends inside the MPA {what}",
+            label(d.stream)
+        ));
+        return None;
+    };
+    let repr = match FrameRepr::parse(&frame, ReservedBits::Reject) {
+        Ok(r) => r,
+        Err(e) => {
+            report.errors.push(format!(
+                "frame {} ({}): invalid MPA {what}: {e} (Terminate 2/0/04)",
+                d.frame_at(0),
+                label(d.stream)
+            ));
+            return None;
+        }
+    };
+    report.mpa.push(mpa_record(d, &repr, len));
+    Some(MpaHeader {
+        len,
+        crc: repr.crc,
+        markers: repr.markers,
+        reject: repr.reject,
+    })
 }
 
 /// A connection without a captured MPA Request: assume every direction starts with an FPDU

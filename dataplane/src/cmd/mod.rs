@@ -191,6 +191,15 @@ pub struct PortArgs {
     /// A port to use: a port name from --config, or else a DPDK device name (repeatable).
     #[arg(long = "port", short = 'p', value_name = "NAME")]
     pub ports: Vec<String>,
+    /// How the ports are opened.
+    #[command(flatten)]
+    pub open: OpenArgs,
+}
+
+/// How a command's ports are opened: capture, fault injection and EAL arguments (the
+/// options of every command that opens ports, after its own).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OpenArgs {
     /// Write each port's frames to DIR/<port>.pcap.
     #[arg(long, value_name = "DIR")]
     pub capture_dir: Option<PathBuf>,
@@ -257,10 +266,10 @@ impl PortArgs {
     /// Opens the ports of `cfg` (starting the EAL if needed).
     pub fn open(&self, cfg: &Config) -> Result<OpenedPorts, CmdError> {
         let opts = OpenOptions {
-            capture_dir: self.capture_dir.clone(),
-            faults: self.faults.clone(),
+            capture_dir: self.open.capture_dir.clone(),
+            faults: self.open.faults.clone(),
         };
-        OpenedPorts::open(cfg, &opts, &self.eal).map_err(CmdError::from)
+        OpenedPorts::open(cfg, &opts, &self.open.eal).map_err(CmdError::from)
     }
 }
 

@@ -12,18 +12,13 @@ use std::time::Duration;
 
 use dataplane::clock::{self, Instant};
 
-use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{
-    EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
-    Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr,
-};
-
 use dataplane::config::parse_mac;
-use dataplane::port::{Port, PortStats};
+use dataplane::frame::Ends;
+use dataplane::port::Port;
 use dataplane::say;
 use dataplane::stats::{si, RateReporter, Table};
 
-use super::{deadline, parse_fault_arg, parse_secs, stop_flag, CmdError, PortArgs};
+use super::{deadline, parse_secs, stop_flag, CmdError, OpenArgs, PortArgs};
 
 /// Signature at the start of every generated UDP payload.
 pub const SIGNATURE: [u8; 4] = *b"DPGN";
@@ -80,60 +75,16 @@ pub struct Args {
     /// Seconds between statistics lines (0: none).
     #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "1")]
     pub stats_interval: Duration,
-    /// Write each port's frames to DIR/<port>.pcap.
-    #[arg(long, value_name = "DIR")]
-    pub capture_dir: Option<PathBuf>,
-    /// Inject faults: `[PORT:]KEY=VALUE,...` with the keys of `[ports.fault]` (repeatable).
-    #[arg(long = "fault", value_name = "SPEC", value_parser = parse_fault_arg)]
-    pub faults: Vec<(Option<String>, String)>,
-    /// DPDK EAL arguments (after `--`), added to the configuration's.
-    #[arg(last = true, value_name = "EAL ARGS")]
-    pub eal: Vec<String>,
+    /// How the ports are opened.
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// Builds the frame template (sequence number 0) of `size` bytes.
-pub fn build_template(
-    size: usize,
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src_ip: Ipv4Addr,
-    dst_ip: Ipv4Addr,
-    udp_port: u16,
-) -> Vec<u8> {
-    let payload_len = size - UDP_OFFSET - 8;
-    let mut payload = vec![0u8; payload_len];
+pub fn build_template(size: usize, ends: Ends, udp_port: u16) -> Vec<u8> {
+    let mut payload = vec![0u8; size - UDP_OFFSET - 8];
     payload[..4].copy_from_slice(&SIGNATURE);
-    let caps = ChecksumCapabilities::default();
-    let udp = UdpRepr {
-        src_port: udp_port,
-        dst_port: udp_port,
-    };
-    let ip = Ipv4Repr {
-        src_addr: src_ip,
-        dst_addr: dst_ip,
-        next_header: IpProtocol::Udp,
-        payload_len: 8 + payload_len,
-        hop_limit: 64,
-    };
-    let mut buf = vec![0u8; size];
-    let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
-    EthernetRepr {
-        src_addr: EthernetAddress(src_mac),
-        dst_addr: EthernetAddress(dst_mac),
-        ethertype: EthernetProtocol::Ipv4,
-    }
-    .emit(&mut eth);
-    let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-    ip.emit(&mut ipp, &caps);
-    udp.emit(
-        &mut UdpPacket::new_unchecked(ipp.payload_mut()),
-        &IpAddress::Ipv4(src_ip),
-        &IpAddress::Ipv4(dst_ip),
-        payload_len,
-        |p| p.copy_from_slice(&payload),
-        &caps,
-    );
-    buf
+    ends.udp_frame(udp_port, udp_port, &payload)
 }
 
 /// Writes sequence number `seq` into a frame made from the template (whose sequence is 0)
@@ -224,9 +175,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let port_args = PortArgs {
         config: args.config.clone(),
         ports: names,
-        capture_dir: args.capture_dir.clone(),
-        faults: args.faults.clone(),
-        eal: args.eal.clone(),
+        open: args.open.clone(),
     };
     let cfg = port_args.config()?;
     let index = |name: &Option<String>| {
@@ -254,14 +203,13 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             .dst_mac
             .or_else(|| rx_i.filter(|&r| r != i).map(|r| ports[r].info().mac))
             .unwrap_or([0xff; 6]);
-        build_template(
-            args.size,
-            ports[i].info().mac,
-            dst,
-            args.src_ip,
-            args.dst_ip,
-            args.udp_port,
-        )
+        let ends = Ends {
+            src_mac: ports[i].info().mac,
+            dst_mac: dst,
+            src_ip: args.src_ip,
+            dst_ip: args.dst_ip,
+        };
+        build_template(args.size, ends, args.udp_port)
     });
     for (i, p) in ports.iter().enumerate() {
         let role = match (Some(i) == tx_i, Some(i) == rx_i) {
@@ -349,11 +297,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         }
         if now.saturating_since(last_tick) >= Duration::from_millis(10) && reporter.due(now) {
             last_tick = now;
-            let s: Vec<(&str, PortStats)> = ports
-                .iter()
-                .map(|p| (p.info().name.as_str(), p.stats()))
-                .collect();
-            if let Some(line) = reporter.poll(now, &s) {
+            if let Some(line) = reporter.poll_ports(now, ports) {
                 say!("{line}");
             }
         }
@@ -416,12 +360,20 @@ pub fn run(args: Args) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smoltcp::wire::{EthernetFrame, IpAddress, Ipv4Packet, UdpPacket};
+
+    /// A template's addresses: 198.18.0.1 to 198.18.0.2.
+    const ENDS: Ends = Ends {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src_ip: Ipv4Addr::new(198, 18, 0, 1),
+        dst_ip: Ipv4Addr::new(198, 18, 0, 2),
+    };
 
     #[test]
     fn stamped_frames_have_valid_checksums() {
-        let src = Ipv4Addr::new(198, 18, 0, 1);
-        let dst = Ipv4Addr::new(198, 18, 0, 2);
-        let t = build_template(128, [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], src, dst, 9);
+        let (src, dst) = (ENDS.src_ip, ENDS.dst_ip);
+        let t = build_template(128, ENDS, 9);
         for seq in [0u64, 1, 0xffff, 0x1234_5678_9abc_def0, u64::MAX] {
             let mut f = t.clone();
             stamp(&mut f, seq);
@@ -440,14 +392,7 @@ mod tests {
 
     #[test]
     fn receive_counters_track_gaps_and_late_frames() {
-        let t = build_template(
-            60,
-            [2, 0, 0, 0, 0, 1],
-            [2, 0, 0, 0, 0, 2],
-            Ipv4Addr::new(198, 18, 0, 1),
-            Ipv4Addr::new(198, 18, 0, 2),
-            9,
-        );
+        let t = build_template(60, ENDS, 9);
         let mut rx = RxCounters::default();
         for seq in [0u64, 1, 3, 2, 4] {
             let mut f = t.clone();

@@ -17,7 +17,9 @@ use dataplane::say;
 use iwarp::mpa::MpaConfig;
 use rand::Rng;
 
-use super::{deadline, parse_fault_arg, parse_secs, stop_flag, CmdError, OpenedPorts, PortArgs};
+use super::{
+    deadline, parse_fault_arg, parse_secs, stop_flag, CmdError, OpenArgs, OpenedPorts, PortArgs,
+};
 
 /// Ports and iWARP settings of the RDMA commands (long options only: the short letters
 /// belong to rping's and perftest's own flags).
@@ -106,9 +108,11 @@ impl RdmaArgs {
         let pa = PortArgs {
             config: self.config.clone(),
             ports: self.devs.clone(),
-            capture_dir: self.capture_dir.clone(),
-            faults: self.faults.clone(),
-            eal: self.eal.clone(),
+            open: OpenArgs {
+                capture_dir: self.capture_dir.clone(),
+                faults: self.faults.clone(),
+                eal: self.eal.clone(),
+            },
         };
         let cfg = pa.config()?;
         if cfg.ports.len() != want {

@@ -16,7 +16,7 @@ use dataplane::port::{AnyPort, Port, PortStats};
 use dataplane::say;
 use dataplane::stats::{RateReporter, Table};
 
-use super::{deadline, parse_fault_arg, parse_secs, stop_flag, CmdError, PortArgs};
+use super::{deadline, parse_secs, stop_flag, CmdError, OpenArgs, PortArgs};
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -30,15 +30,9 @@ pub struct Args {
     /// Seconds between statistics lines (0: none; default from the configuration).
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub stats_interval: Option<Duration>,
-    /// Write each port's frames to DIR/<port>.pcap.
-    #[arg(long, value_name = "DIR")]
-    pub capture_dir: Option<PathBuf>,
-    /// Inject faults: `[PORT:]KEY=VALUE,...` with the keys of `[ports.fault]` (repeatable).
-    #[arg(long = "fault", value_name = "SPEC", value_parser = parse_fault_arg)]
-    pub faults: Vec<(Option<String>, String)>,
-    /// DPDK EAL arguments (after `--`), added to the configuration's.
-    #[arg(last = true, value_name = "EAL ARGS")]
-    pub eal: Vec<String>,
+    /// How the ports are opened.
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// Runs `dataplane run`.
@@ -46,9 +40,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let port_args = PortArgs {
         config: Some(args.config.clone()),
         ports: Vec::new(),
-        capture_dir: args.capture_dir.clone(),
-        faults: args.faults.clone(),
-        eal: args.eal.clone(),
+        open: args.open.clone(),
     };
     let cfg = port_args.config()?;
     if cfg.ports.is_empty() {

@@ -314,33 +314,22 @@ mod tests {
         );
     }
 
+    /// Asserts that `with_defaults` keeps `given` (of process `pid`) and adds `added`.
+    fn assert_adds(given: &[&str], pid: u32, added: &[&str]) {
+        let want: Vec<String> = strings(given).into_iter().chain(strings(added)).collect();
+        assert_eq!(with_defaults(&strings(given), pid), want);
+    }
+
     #[test]
     fn defaults_respect_caller_choices() {
-        let given = strings(&["prog", "--no-huge", "-m", "512", "--file-prefix", "x"]);
-        assert_eq!(with_defaults(&given, 1), given);
-        let given = strings(&["prog", "--file-prefix=y", "--in-memory"]);
-        assert_eq!(with_defaults(&given, 1), given);
-        let given = strings(&["prog", "--huge-unlink=never"]);
-        assert_eq!(
-            with_defaults(&given, 7),
-            strings(&[
-                "prog",
-                "--huge-unlink=never",
-                "--file-prefix=dataplane-7",
-                "--no-shconf"
-            ])
-        );
+        let given = ["prog", "--no-huge", "-m", "512", "--file-prefix", "x"];
+        assert_adds(&given, 1, &[]);
+        assert_adds(&["prog", "--file-prefix=y", "--in-memory"], 1, &[]);
+        let added = ["--file-prefix=dataplane-7", "--no-shconf"];
+        assert_adds(&["prog", "--huge-unlink=never"], 7, &added);
         assert_eq!(with_defaults(&[], 3)[0], "dataplane");
-        let given = strings(&["prog", "--single-file-segments"]);
-        assert_eq!(
-            with_defaults(&given, 9),
-            strings(&[
-                "prog",
-                "--single-file-segments",
-                "--file-prefix=dataplane-9",
-                "--in-memory"
-            ])
-        );
+        let added = ["--file-prefix=dataplane-9", "--in-memory"];
+        assert_adds(&["prog", "--single-file-segments"], 9, &added);
     }
 
     #[test]

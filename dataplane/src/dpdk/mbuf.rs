@@ -145,21 +145,9 @@ impl Mbuf {
 
     /// Extends the data by `len` bytes at the end; returns the new bytes.
     pub fn append(&mut self, len: usize) -> Result<&mut [u8], MbufError> {
-        let have = self.tailroom();
-        let no_room = MbufError::NoRoom {
-            op: "append",
-            need: len,
-            have,
-        };
-        let n = u16::try_from(len).map_err(|_| no_room)?;
-        if len > have {
-            return Err(no_room);
-        }
-        // SAFETY: self.0 is a live single-segment mbuf we own, and len fits its tailroom.
-        let p = unsafe { dpdk_sys::dpdk_shim_pktmbuf_append(self.0.as_ptr(), n) };
-        if p.is_null() {
-            return Err(no_room);
-        }
+        let room = self.tailroom();
+        let shim = dpdk_sys::dpdk_shim_pktmbuf_append;
+        let p = self.resize("append", len, room, shim, |p| p.is_null())?;
         // SAFETY: DPDK returned a pointer to `len` bytes inside this mbuf's buffer, which
         // we borrow mutably through &mut self.
         Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
@@ -167,21 +155,9 @@ impl Mbuf {
 
     /// Extends the data by `len` bytes at the front (into the headroom); returns them.
     pub fn prepend(&mut self, len: usize) -> Result<&mut [u8], MbufError> {
-        let have = self.headroom();
-        let no_room = MbufError::NoRoom {
-            op: "prepend",
-            need: len,
-            have,
-        };
-        let n = u16::try_from(len).map_err(|_| no_room)?;
-        if len > have {
-            return Err(no_room);
-        }
-        // SAFETY: self.0 is a live mbuf we own, and len fits its headroom.
-        let p = unsafe { dpdk_sys::dpdk_shim_pktmbuf_prepend(self.0.as_ptr(), n) };
-        if p.is_null() {
-            return Err(no_room);
-        }
+        let room = self.headroom();
+        let shim = dpdk_sys::dpdk_shim_pktmbuf_prepend;
+        let p = self.resize("prepend", len, room, shim, |p| p.is_null())?;
         // SAFETY: DPDK returned a pointer to the `len` new bytes at the data start.
         Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
     }
@@ -189,41 +165,47 @@ impl Mbuf {
     /// Removes `len` bytes from the front of the data (e.g. a header).
     pub fn adj(&mut self, len: usize) -> Result<(), MbufError> {
         let have = self.len();
-        let too_long = MbufError::NoRoom {
-            op: "adj",
-            need: len,
-            have,
-        };
-        let n = u16::try_from(len).map_err(|_| too_long)?;
-        if len > have {
-            return Err(too_long);
-        }
-        // SAFETY: self.0 is a live mbuf we own; len is at most its data length.
-        let p = unsafe { dpdk_sys::dpdk_shim_pktmbuf_adj(self.0.as_ptr(), n) };
-        if p.is_null() {
-            return Err(too_long);
-        }
-        Ok(())
+        let shim = dpdk_sys::dpdk_shim_pktmbuf_adj;
+        self.resize("adj", len, have, shim, |p| p.is_null())
+            .map(|_| ())
     }
 
     /// Removes `len` bytes from the end of the data.
     pub fn trim(&mut self, len: usize) -> Result<(), MbufError> {
         let have = self.len();
-        let too_long = MbufError::NoRoom {
-            op: "trim",
+        let shim = dpdk_sys::dpdk_shim_pktmbuf_trim;
+        self.resize("trim", len, have, shim, |&ret| ret != 0)
+            .map(|_| ())
+    }
+
+    /// Runs DPDK's data-length operation `op` (`shim`) for `len` bytes, of which `have`
+    /// are there to take (room, or data); [`MbufError::NoRoom`] when `len` exceeds them or
+    /// DPDK refuses (`refused` tells from its result).
+    fn resize<R>(
+        &mut self,
+        op: &'static str,
+        len: usize,
+        have: usize,
+        shim: unsafe extern "C" fn(*mut dpdk_sys::rte_mbuf, u16) -> R,
+        refused: impl FnOnce(&R) -> bool,
+    ) -> Result<R, MbufError> {
+        let no_room = MbufError::NoRoom {
+            op,
             need: len,
             have,
         };
-        let n = u16::try_from(len).map_err(|_| too_long)?;
+        let n = u16::try_from(len).map_err(|_| no_room)?;
         if len > have {
-            return Err(too_long);
+            return Err(no_room);
         }
-        // SAFETY: self.0 is a live single-segment mbuf we own; len is at most its length.
-        let ret = unsafe { dpdk_sys::dpdk_shim_pktmbuf_trim(self.0.as_ptr(), n) };
-        if ret != 0 {
-            return Err(too_long);
+        // SAFETY: self.0 is a live single-segment mbuf we own, and `len` is within what
+        // `op` may take of it (its headroom or tailroom, or its data length).
+        let ret = unsafe { shim(self.0.as_ptr(), n) };
+        if refused(&ret) {
+            Err(no_room)
+        } else {
+            Ok(ret)
         }
-        Ok(())
     }
 
     /// The mbuf header. Fast-path fields are read in Rust (bindgen checked the layout

@@ -57,6 +57,44 @@ impl PacketBuf for AnyBuf {
     }
 }
 
+/// An owned [`AnyBuf`] back as the buffer of its own kind, or itself when of another kind.
+impl TryFrom<AnyBuf> for HeapBuf {
+    type Error = AnyBuf;
+
+    fn try_from(b: AnyBuf) -> Result<HeapBuf, AnyBuf> {
+        match b {
+            AnyBuf::Heap(h) => Ok(h),
+            #[cfg(feature = "dpdk")]
+            other => Err(other),
+        }
+    }
+}
+
+#[cfg(feature = "dpdk")]
+impl TryFrom<AnyBuf> for Mbuf {
+    type Error = AnyBuf;
+
+    fn try_from(b: AnyBuf) -> Result<Mbuf, AnyBuf> {
+        match b {
+            AnyBuf::Mbuf(m) => Ok(m),
+            other => Err(other),
+        }
+    }
+}
+
+impl From<HeapBuf> for AnyBuf {
+    fn from(b: HeapBuf) -> AnyBuf {
+        AnyBuf::Heap(b)
+    }
+}
+
+#[cfg(feature = "dpdk")]
+impl From<Mbuf> for AnyBuf {
+    fn from(b: Mbuf) -> AnyBuf {
+        AnyBuf::Mbuf(b)
+    }
+}
+
 /// The concrete port (or middleware stack) inside an [`AnyPort`].
 #[derive(Debug)]
 pub enum Backend {
@@ -199,82 +237,49 @@ impl AnyPort {
     }
 }
 
-/// Receives from a heap-buffer port through `scratch`.
-fn rx_heap<P: Port<Buf = HeapBuf>>(
+/// Receives from a concrete port through `scratch`.
+fn rx_via<P: Port>(
     port: &mut P,
-    scratch: &mut Vec<HeapBuf>,
+    scratch: &mut Vec<P::Buf>,
     out: &mut Vec<AnyBuf>,
     max: usize,
-) -> usize {
+) -> usize
+where
+    P::Buf: Into<AnyBuf>,
+{
     scratch.clear();
     let n = port.rx_burst(scratch, max);
-    out.extend(scratch.drain(..).map(AnyBuf::Heap));
+    out.extend(scratch.drain(..).map(Into::into));
     n
 }
 
-/// Transmits on a heap-buffer port, copying frames of other kinds; refused frames are put
-/// back in `bufs` in order.
-#[cfg_attr(not(feature = "dpdk"), allow(unused_variables))]
-fn tx_heap<P: Port<Buf = HeapBuf>>(
+/// Transmits on a concrete port through `scratch`, copying frames of other buffer kinds
+/// into its own (counted in `drops` when it has no buffer); refused frames are put back in
+/// `bufs` in order.
+fn tx_via<P: Port>(
     port: &mut P,
-    scratch: &mut Vec<HeapBuf>,
+    scratch: &mut Vec<P::Buf>,
     bufs: &mut Vec<AnyBuf>,
     drops: &mut u64,
-) -> usize {
+) -> usize
+where
+    P::Buf: Into<AnyBuf> + TryFrom<AnyBuf, Error = AnyBuf>,
+{
     scratch.clear();
     for b in bufs.drain(..) {
-        match b {
-            AnyBuf::Heap(h) => scratch.push(h),
-            #[cfg(feature = "dpdk")]
-            AnyBuf::Mbuf(m) => match port.alloc_tx(m.as_ref().len()) {
-                Some(mut h) => {
-                    h.as_mut().copy_from_slice(m.as_ref());
-                    scratch.push(h);
+        match P::Buf::try_from(b) {
+            Ok(own) => scratch.push(own),
+            Err(other) => match port.alloc_tx(other.len()) {
+                Some(mut own) => {
+                    own.as_mut().copy_from_slice(other.as_ref());
+                    scratch.push(own);
                 }
                 None => *drops += 1,
             },
         }
     }
     let n = port.tx_burst(scratch);
-    bufs.extend(scratch.drain(..).map(AnyBuf::Heap));
-    n
-}
-
-#[cfg(feature = "dpdk")]
-fn rx_mbuf(
-    port: &mut DpdkPort,
-    scratch: &mut Vec<Mbuf>,
-    out: &mut Vec<AnyBuf>,
-    max: usize,
-) -> usize {
-    scratch.clear();
-    let n = port.rx_burst(scratch, max);
-    out.extend(scratch.drain(..).map(AnyBuf::Mbuf));
-    n
-}
-
-#[cfg(feature = "dpdk")]
-fn tx_mbuf(
-    port: &mut DpdkPort,
-    scratch: &mut Vec<Mbuf>,
-    bufs: &mut Vec<AnyBuf>,
-    drops: &mut u64,
-) -> usize {
-    scratch.clear();
-    for b in bufs.drain(..) {
-        match b {
-            AnyBuf::Mbuf(m) => scratch.push(m),
-            AnyBuf::Heap(h) => match port.alloc_tx(h.as_ref().len()) {
-                Some(mut m) => {
-                    m.as_mut().copy_from_slice(h.as_ref());
-                    scratch.push(m);
-                }
-                None => *drops += 1,
-            },
-        }
-    }
-    let n = port.tx_burst(scratch);
-    bufs.extend(scratch.drain(..).map(AnyBuf::Mbuf));
+    bufs.extend(scratch.drain(..).map(Into::into));
     n
 }
 
@@ -294,10 +299,10 @@ impl Port for AnyPort {
 
     fn rx_burst(&mut self, out: &mut Vec<AnyBuf>, max: usize) -> usize {
         match &mut self.backend {
-            Backend::Soft(p) => rx_heap(p, &mut self.heap_scratch, out, max),
-            Backend::Tap(p) => rx_heap(p, &mut self.heap_scratch, out, max),
+            Backend::Soft(p) => rx_via(p, &mut self.heap_scratch, out, max),
+            Backend::Tap(p) => rx_via(p, &mut self.heap_scratch, out, max),
             #[cfg(feature = "dpdk")]
-            Backend::Dpdk(p) => rx_mbuf(p, &mut self.mbuf_scratch, out, max),
+            Backend::Dpdk(p) => rx_via(p, &mut self.mbuf_scratch, out, max),
             Backend::Fault(p) => p.rx_burst(out, max),
             Backend::Capture(p) => p.rx_burst(out, max),
         }
@@ -305,10 +310,10 @@ impl Port for AnyPort {
 
     fn alloc_tx(&mut self, len: usize) -> Option<AnyBuf> {
         match &mut self.backend {
-            Backend::Soft(p) => p.alloc_tx(len).map(AnyBuf::Heap),
-            Backend::Tap(p) => p.alloc_tx(len).map(AnyBuf::Heap),
+            Backend::Soft(p) => p.alloc_tx(len).map(AnyBuf::from),
+            Backend::Tap(p) => p.alloc_tx(len).map(AnyBuf::from),
             #[cfg(feature = "dpdk")]
-            Backend::Dpdk(p) => p.alloc_tx(len).map(AnyBuf::Mbuf),
+            Backend::Dpdk(p) => p.alloc_tx(len).map(AnyBuf::from),
             Backend::Fault(p) => p.alloc_tx(len),
             Backend::Capture(p) => p.alloc_tx(len),
         }
@@ -317,10 +322,10 @@ impl Port for AnyPort {
     fn tx_burst(&mut self, bufs: &mut Vec<AnyBuf>) -> usize {
         let drops = &mut self.convert_drops;
         match &mut self.backend {
-            Backend::Soft(p) => tx_heap(p, &mut self.heap_scratch, bufs, drops),
-            Backend::Tap(p) => tx_heap(p, &mut self.heap_scratch, bufs, drops),
+            Backend::Soft(p) => tx_via(p, &mut self.heap_scratch, bufs, drops),
+            Backend::Tap(p) => tx_via(p, &mut self.heap_scratch, bufs, drops),
             #[cfg(feature = "dpdk")]
-            Backend::Dpdk(p) => tx_mbuf(p, &mut self.mbuf_scratch, bufs, drops),
+            Backend::Dpdk(p) => tx_via(p, &mut self.mbuf_scratch, bufs, drops),
             Backend::Fault(p) => p.tx_burst(bufs),
             Backend::Capture(p) => p.tx_burst(bufs),
         }
@@ -345,15 +350,7 @@ mod tests {
     use super::*;
     use crate::port::capture::Resolution;
     use crate::port::fault::{FaultConfig, Rate};
-    use crate::port::soft_pair::soft_pair;
-
-    fn info(name: &str, last: u8) -> PortInfo {
-        PortInfo {
-            name: name.into(),
-            mac: [2, 0, 0, 0, 0, last],
-            mtu: 1500,
-        }
-    }
+    use crate::port::soft_pair::test_pair;
 
     fn assert_send<T: Send>() {}
 
@@ -366,7 +363,7 @@ mod tests {
     #[test]
     fn layered_stack_passes_frames_and_reports_layers() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = soft_pair(info("a", 1), info("b", 2), 16);
+        let (a, b) = test_pair(16);
         let faulty = FaultPort::new(
             AnyPort::from(a),
             FaultConfig {

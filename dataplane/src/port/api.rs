@@ -98,6 +98,66 @@ pub trait Port {
     fn stats(&self) -> PortStats;
 }
 
+/// What became of one frame a port offered to its link, in [`tx_one_by_one`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Offered {
+    /// Sent.
+    Sent,
+    /// Not sent and not kept (too long for the link, refused by the device).
+    Dropped,
+    /// The link takes no more now: this frame and the ones after it stay with the caller.
+    Full,
+}
+
+/// The receive burst of a port that takes one frame at a time: appends the frames `next`
+/// gives to `out` until there are `max` of them or `next` has none (`None`), counting them
+/// in `stats` (lent to `next` for its own error counts). Returns how many were appended.
+pub(super) fn rx_one_by_one<B: PacketBuf>(
+    out: &mut Vec<B>,
+    max: usize,
+    stats: &mut PortStats,
+    mut next: impl FnMut(&mut PortStats) -> Option<B>,
+) -> usize {
+    let mut n = 0;
+    while n < max {
+        let Some(buf) = next(stats) else { break };
+        stats.rx_packets += 1;
+        stats.rx_bytes += buf.len() as u64;
+        out.push(buf);
+        n += 1;
+    }
+    n
+}
+
+/// The transmit burst of a port that sends one frame at a time: offers the frames of `bufs`
+/// in order to `send` until it reports the link [`Offered::Full`], and removes the frames
+/// sent or dropped; the ones left stay in `bufs` for the caller. Every frame not sent is
+/// counted in `stats.tx_dropped`. Returns how many were sent.
+pub(super) fn tx_one_by_one<B: PacketBuf>(
+    bufs: &mut Vec<B>,
+    stats: &mut PortStats,
+    mut send: impl FnMut(&mut B) -> Offered,
+) -> usize {
+    let mut sent = 0;
+    let mut consumed = 0;
+    for buf in bufs.iter_mut() {
+        let len = buf.len() as u64;
+        match send(buf) {
+            Offered::Sent => {
+                stats.tx_packets += 1;
+                stats.tx_bytes += len;
+                sent += 1;
+            }
+            Offered::Dropped => stats.tx_dropped += 1,
+            Offered::Full => break,
+        }
+        consumed += 1;
+    }
+    bufs.drain(..consumed);
+    stats.tx_dropped += bufs.len() as u64;
+    sent
+}
+
 impl fmt::Display for PortInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = self.mac;

@@ -278,7 +278,7 @@ impl<P: Port> std::fmt::Debug for CapturePort<P> {
 mod tests {
     use super::*;
     use crate::port::api::PacketBuf;
-    use crate::port::soft_pair::soft_pair;
+    use crate::port::soft_pair::test_pair;
 
     /// One record read back: (seconds, fraction, original length, bytes).
     type Record = (u32, u32, u32, Vec<u8>);
@@ -304,14 +304,6 @@ mod tests {
             off += RECORD_HEADER_LEN + caplen;
         }
         (magic, snaplen, recs)
-    }
-
-    fn info(name: &str, last: u8) -> PortInfo {
-        PortInfo {
-            name: name.into(),
-            mac: [2, 0, 0, 0, 0, last],
-            mtu: 1500,
-        }
     }
 
     #[test]
@@ -346,7 +338,7 @@ mod tests {
     fn capture_port_records_both_directions_once() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.pcap");
-        let (a, mut b) = soft_pair(info("a", 1), info("b", 2), 2);
+        let (a, mut b) = test_pair(2);
         let mut cap = CapturePort::create(a, &path, Resolution::Nanos, 65535).unwrap();
 
         // Three frames out, ring holds two: the third is refused and must not be recorded.

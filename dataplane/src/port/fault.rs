@@ -710,20 +710,12 @@ impl<P: Port> fmt::Debug for FaultPort<P> {
 mod tests {
     use super::*;
     use crate::port::heap::HeapBuf;
-    use crate::port::soft_pair::{soft_pair, SoftPort};
+    use crate::port::soft_pair::{test_pair, SoftPort};
     use smoltcp::wire::Ipv4Address;
-
-    fn info(name: &str, last: u8) -> PortInfo {
-        PortInfo {
-            name: name.into(),
-            mac: [2, 0, 0, 0, 0, last],
-            mtu: 1500,
-        }
-    }
 
     /// A fault port on end `a` of a soft pair, and the plain end `b`.
     fn setup(cfg: FaultConfig) -> (FaultPort<SoftPort>, SoftPort) {
-        let (a, b) = soft_pair(info("a", 1), info("b", 2), 8192);
+        let (a, b) = test_pair(8192);
         (FaultPort::new(a, cfg), b)
     }
 
@@ -965,7 +957,7 @@ mod tests {
     }
 
     fn tcp_frame(payload: &[u8]) -> Vec<u8> {
-        let ends = crate::test_frames::Ends {
+        let ends = crate::frame::Ends {
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],
             src_ip: Ipv4Address::new(10, 0, 0, 1),

@@ -246,6 +246,26 @@ mod tests {
         }
     }
 
+    /// Opens the soft ports of `plan` with these `--fault` arguments.
+    fn open_soft(
+        plan: &PortPlan,
+        faults: &[(Option<&str>, &str)],
+    ) -> Result<Vec<AnyPort>, PortError> {
+        let opts = OpenOptions {
+            faults: faults
+                .iter()
+                .map(|&(port, spec)| (port.map(String::from), spec.to_string()))
+                .collect(),
+            ..OpenOptions::default()
+        };
+        open_ports(
+            plan.clone(),
+            &opts,
+            #[cfg(feature = "dpdk")]
+            None,
+        )
+    }
+
     #[test]
     fn soft_links_are_paired_and_layered() {
         let dir = tempfile::tempdir().unwrap();
@@ -266,14 +286,7 @@ mod tests {
             ],
             capture: CaptureOptions::default(),
         };
-        let opts = OpenOptions::default();
-        let mut ports = open_ports(
-            plan,
-            &opts,
-            #[cfg(feature = "dpdk")]
-            None,
-        )
-        .unwrap();
+        let mut ports = open_soft(&plan, &[]).unwrap();
         assert_eq!(ports[0].kind(), "fault+soft");
         assert_eq!(ports[1].kind(), "capture+soft");
         assert_eq!(ports[0].info().mac, default_mac(0));
@@ -297,57 +310,17 @@ mod tests {
             ports: vec![soft("a", "l"), soft("b", "l")],
             capture: CaptureOptions::default(),
         };
-        let opts = OpenOptions {
-            faults: vec![(Some("b".into()), "drop=5%".into())],
-            ..OpenOptions::default()
-        };
-        let ports = open_ports(
-            plan.clone(),
-            &opts,
-            #[cfg(feature = "dpdk")]
-            None,
-        )
-        .unwrap();
+        let ports = open_soft(&plan, &[(Some("b"), "drop=5%")]).unwrap();
         assert_eq!(ports[0].kind(), "soft");
         assert_eq!(ports[1].kind(), "fault+soft");
-        let opts = OpenOptions {
-            faults: vec![(None, "seed=3,drop=0%".into())],
-            ..OpenOptions::default()
-        };
-        let ports = open_ports(
-            plan.clone(),
-            &opts,
-            #[cfg(feature = "dpdk")]
-            None,
-        )
-        .unwrap();
+        let ports = open_soft(&plan, &[(None, "seed=3,drop=0%")]).unwrap();
         assert_eq!(ports[0].kind(), "soft", "no active fault, no fault layer");
-        let opts = OpenOptions {
-            faults: vec![(Some("zz".into()), "drop=5%".into())],
-            ..OpenOptions::default()
-        };
-        let e = open_ports(
-            plan.clone(),
-            &opts,
-            #[cfg(feature = "dpdk")]
-            None,
-        )
-        .unwrap_err();
+        let e = open_soft(&plan, &[(Some("zz"), "drop=5%")]).unwrap_err();
         assert_eq!(
             e.to_string(),
             "port zz: --fault names a port that is not in the configuration"
         );
-        let opts = OpenOptions {
-            faults: vec![(None, "drop=lots".into())],
-            ..OpenOptions::default()
-        };
-        let e = open_ports(
-            plan,
-            &opts,
-            #[cfg(feature = "dpdk")]
-            None,
-        )
-        .unwrap_err();
+        let e = open_soft(&plan, &[(None, "drop=lots")]).unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("port a: fault setting drop: invalid rate"),

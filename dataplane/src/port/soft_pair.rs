@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
-use super::api::{Port, PortInfo, PortStats};
+use super::api::{rx_one_by_one, tx_one_by_one, Offered, PacketBuf, Port, PortInfo, PortStats};
 use super::heap::{BufPool, HeapBuf};
 
 /// Ethernet header length added to the IP MTU to get the largest frame.
@@ -50,6 +50,17 @@ pub fn soft_pair(a: PortInfo, b: PortInfo, ring_size: usize) -> (SoftPort, SoftP
     (end_a, end_b)
 }
 
+/// A linked pair for tests: ends `a` and `b` with MACs 02:00:00:00:00:01 and :02, MTU 1500.
+#[cfg(test)]
+pub(crate) fn test_pair(ring_size: usize) -> (SoftPort, SoftPort) {
+    let info = |name: &str, last| PortInfo {
+        name: name.into(),
+        mac: [2, 0, 0, 0, 0, last],
+        mtu: 1500,
+    };
+    soft_pair(info("a", 1), info("b", 2), ring_size)
+}
+
 impl SoftPort {
     /// Frames waiting in this end's receive ring.
     pub fn rx_pending(&self) -> usize {
@@ -65,15 +76,7 @@ impl Port for SoftPort {
     }
 
     fn rx_burst(&mut self, out: &mut Vec<HeapBuf>, max: usize) -> usize {
-        let mut n = 0;
-        while n < max {
-            let Some(buf) = self.rx.pop() else { break };
-            self.stats.rx_packets += 1;
-            self.stats.rx_bytes += buf.as_ref().len() as u64;
-            out.push(buf);
-            n += 1;
-        }
-        n
+        rx_one_by_one(out, max, &mut self.stats, |_| self.rx.pop())
     }
 
     fn alloc_tx(&mut self, len: usize) -> Option<HeapBuf> {
@@ -82,33 +85,20 @@ impl Port for SoftPort {
 
     fn tx_burst(&mut self, bufs: &mut Vec<HeapBuf>) -> usize {
         let max_frame = self.info.mtu + ETH_HEADER_LEN;
-        let mut sent = 0;
-        let mut consumed = 0;
-        for buf in bufs.iter_mut() {
-            let len = buf.as_ref().len();
-            if len > max_frame {
+        tx_one_by_one(bufs, &mut self.stats, |buf| {
+            if buf.len() > max_frame {
                 // Oversized for the link: dropped, like a NIC would refuse it.
-                self.stats.tx_dropped += 1;
-                consumed += 1;
-                continue;
+                return Offered::Dropped;
             }
             let frame = std::mem::replace(buf, HeapBuf::unpooled(Vec::new()));
             match self.tx.push(frame) {
-                Ok(()) => {
-                    self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += len as u64;
-                    sent += 1;
-                    consumed += 1;
-                }
+                Ok(()) => Offered::Sent,
                 Err(frame) => {
                     *buf = frame;
-                    break;
+                    Offered::Full
                 }
             }
-        }
-        bufs.drain(..consumed);
-        self.stats.tx_dropped += bufs.len() as u64;
-        sent
+        })
     }
 
     fn stats(&self) -> PortStats {
@@ -121,14 +111,6 @@ mod tests {
     use super::*;
     use crate::port::api::PacketBuf;
 
-    fn info(name: &str, last: u8) -> PortInfo {
-        PortInfo {
-            name: name.into(),
-            mac: [2, 0, 0, 0, 0, last],
-            mtu: 1500,
-        }
-    }
-
     fn frame(port: &mut SoftPort, tag: u8, len: usize) -> HeapBuf {
         let mut b = port.alloc_tx(len).unwrap();
         b.as_mut().fill(tag);
@@ -137,7 +119,7 @@ mod tests {
 
     #[test]
     fn frames_cross_in_order_both_ways() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 16);
+        let (mut a, mut b) = test_pair(16);
         let mut bufs: Vec<_> = (0..5).map(|i| frame(&mut a, i, 60 + i as usize)).collect();
         assert_eq!(a.tx_burst(&mut bufs), 5);
         assert!(bufs.is_empty());
@@ -160,7 +142,7 @@ mod tests {
 
     #[test]
     fn full_ring_refuses_and_counts() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 4);
+        let (mut a, mut b) = test_pair(4);
         let mut bufs: Vec<_> = (0..6).map(|i| frame(&mut a, i, 64)).collect();
         assert_eq!(a.tx_burst(&mut bufs), 4);
         assert_eq!(bufs.len(), 2, "refused frames stay with the caller");
@@ -177,7 +159,7 @@ mod tests {
 
     #[test]
     fn oversized_frames_are_dropped() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 4);
+        let (mut a, mut b) = test_pair(4);
         let mut bufs = vec![frame(&mut a, 1, 1515), frame(&mut a, 2, 1514)];
         assert_eq!(a.tx_burst(&mut bufs), 1);
         assert!(bufs.is_empty());
@@ -189,7 +171,7 @@ mod tests {
 
     #[test]
     fn steady_state_reuses_buffers() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 8);
+        let (mut a, mut b) = test_pair(8);
         let mut seen = std::collections::HashSet::new();
         for round in 0..100u8 {
             let mut bufs = vec![frame(&mut a, round, 128)];
@@ -204,7 +186,7 @@ mod tests {
 
     #[test]
     fn ends_work_across_threads() {
-        let (mut a, mut b) = soft_pair(info("a", 1), info("b", 2), 64);
+        let (mut a, mut b) = test_pair(64);
         const N: u32 = 10_000;
         let producer = std::thread::spawn(move || {
             let mut next = 0u32;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tun_tap::{Iface, Mode};
 
-use super::api::{Port, PortError, PortInfo, PortStats};
+use super::api::{rx_one_by_one, tx_one_by_one, Offered, Port, PortError, PortInfo, PortStats};
 use super::heap::{BufPool, HeapBuf};
 
 /// Ethernet header plus one VLAN tag of slack beyond the IP MTU for received frames.
@@ -81,21 +81,18 @@ impl Port for TapPort {
     }
 
     fn rx_burst(&mut self, out: &mut Vec<HeapBuf>, max: usize) -> usize {
-        let mut n = 0;
-        while n < max {
-            let mut buf = self.pool.take(self.info.mtu + RX_SLACK);
+        let frame_len = self.info.mtu + RX_SLACK;
+        rx_one_by_one(out, max, &mut self.stats, |stats| loop {
+            let mut buf = self.pool.take(frame_len);
             match self.iface.recv(buf.as_mut()) {
                 Ok(len) => {
                     self.rx_failing = false;
                     buf.resize(len);
-                    self.stats.rx_packets += 1;
-                    self.stats.rx_bytes += len as u64;
-                    out.push(buf);
-                    n += 1;
+                    return Some(buf);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.rx_failing = false;
-                    break;
+                    return None;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -103,14 +100,13 @@ impl Port for TapPort {
                     // count and report the first failure of a run of them.
                     if !self.rx_failing {
                         log::warn!("port {}: TAP read: {e}", self.info.name);
-                        self.stats.rx_errors += 1;
+                        stats.rx_errors += 1;
                         self.rx_failing = true;
                     }
-                    return n;
+                    return None;
                 }
             }
-        }
-        n
+        })
     }
 
     fn alloc_tx(&mut self, len: usize) -> Option<HeapBuf> {
@@ -118,29 +114,18 @@ impl Port for TapPort {
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<HeapBuf>) -> usize {
-        let mut sent = 0;
-        let mut consumed = 0;
-        for buf in bufs.iter() {
+        tx_one_by_one(bufs, &mut self.stats, |buf| {
             match self.iface.send(buf.as_ref()) {
-                Ok(len) => {
-                    self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += len as u64;
-                    sent += 1;
-                    consumed += 1;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Ok(_) => Offered::Sent,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Offered::Full,
                 Err(e) => {
                     // The kernel side is down or refused the frame: drop it, like a wire.
                     log::debug!("port {}: TAP write: {e}", self.info.name);
                     self.tx_errors += 1;
-                    self.stats.tx_dropped += 1;
-                    consumed += 1;
+                    Offered::Dropped
                 }
             }
-        }
-        bufs.drain(..consumed);
-        self.stats.tx_dropped += bufs.len() as u64;
-        sent
+        })
     }
 
     fn stats(&self) -> PortStats {

@@ -21,7 +21,7 @@ use dataplane::port::soft_pair::{soft_pair, SoftPort};
 use dataplane::port::{Port, PortInfo, PortStats};
 use dataplane::rdma::{CmEvent, RdmaConfig, RdmaHandler, RdmaStack, Region, StackConfig};
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::{CompletionStatus, QpId, SendOp, SendWr, WcOpcode};
+use iwarp::verbs::{CompletionStatus, QpId, SendOp, SendWr, WcOpcode, WorkCompletion};
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use tcp::ConnId;
 
@@ -360,16 +360,11 @@ pub fn run_mix(p: &MixParams) -> MixReport {
         }
         // Server receive completions.
         while let Some(wc) = srv.poll_cq(ls.handler_mut()) {
-            let Some(&i) = srv_qp.get(&wc.qp) else {
+            let failure = |wc: &WorkCompletion| format!("server wc {:?}", wc.status);
+            let Some(i) = succeeded(&wc, &srv_qp, &mut qps, failure) else {
                 continue;
             };
             let q = &mut qps[i];
-            if wc.status != CompletionStatus::Success {
-                if wc.status != CompletionStatus::Flushed && q.failed.is_none() {
-                    q.failed = Some(format!("server wc {:?}", wc.status));
-                }
-                continue;
-            }
             assert_eq!(wc.opcode, WcOpcode::Receive);
             let r = q.round.as_mut().expect("a Send arrived outside a round");
             let slot = wc.wr_id as usize;
@@ -398,17 +393,12 @@ pub fn run_mix(p: &MixParams) -> MixReport {
         }
         // Client completions.
         while let Some(wc) = cli.poll_cq(lc.handler_mut()) {
-            let Some(&i) = cli_qp.get(&wc.qp) else {
+            let failure =
+                |wc: &WorkCompletion| format!("client wc {:?} {:?}", wc.opcode, wc.status);
+            let Some(i) = succeeded(&wc, &cli_qp, &mut qps, failure) else {
                 continue;
             };
-            let q = &mut qps[i];
-            if wc.status != CompletionStatus::Success {
-                if wc.status != CompletionStatus::Flushed && q.failed.is_none() {
-                    q.failed = Some(format!("client wc {:?} {:?}", wc.opcode, wc.status));
-                }
-                continue;
-            }
-            if let Some(r) = q.round.as_mut() {
+            if let Some(r) = qps[i].round.as_mut() {
                 r.client_left = r.client_left.saturating_sub(1);
             }
         }
@@ -424,24 +414,14 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                     continue;
                 }
                 let want = pattern(seed(i, r.n, 0), r.write_len);
-                {
-                    let h = ls.handler();
-                    let rnic = h.rnic();
-                    assert!(
-                        q.target.bytes(rnic)[..r.write_len] == want[..],
-                        "QP {i} round {}: Write target differs",
-                        r.n
-                    );
-                }
-                {
-                    let h = lc.handler();
-                    let rnic = h.rnic();
-                    assert!(
-                        q.sink.bytes(rnic)[..r.write_len] == want[..],
-                        "QP {i} round {}: Read sink differs",
-                        r.n
-                    );
-                }
+                let target = &q.target.bytes(ls.handler().rnic())[..r.write_len];
+                assert!(
+                    target == &want[..],
+                    "QP {i} round {}: Write target differs",
+                    r.n
+                );
+                let sink = &q.sink.bytes(lc.handler().rnic())[..r.write_len];
+                assert!(sink == &want[..], "QP {i} round {}: Read sink differs", r.n);
                 report.bytes += 2 * r.write_len as u64 + r.send_len as u64;
                 report.rounds += 1;
                 q.rounds_done += 1;
@@ -629,6 +609,25 @@ pub fn run_mix(p: &MixParams) -> MixReport {
 /// one direction TCP delivered and acknowledged every octet, yet the receiver handed up
 /// fewer FPDUs than the sender framed (it holds a partial FPDU, waiting for octets the
 /// length claims and the peer, waiting for an answer, never sends).
+/// The index of the mix QP `wc` completed on (by `index`), when it succeeded; else `None`,
+/// after recording a failure other than a flush as the QP's first (`failure` words it).
+fn succeeded(
+    wc: &WorkCompletion,
+    index: &HashMap<QpId, usize>,
+    qps: &mut [MixQp],
+    failure: impl FnOnce(&WorkCompletion) -> String,
+) -> Option<usize> {
+    let &i = index.get(&wc.qp)?;
+    if wc.status == CompletionStatus::Success {
+        return Some(i);
+    }
+    let q = &mut qps[i];
+    if wc.status != CompletionStatus::Flushed && q.failed.is_none() {
+        q.failed = Some(failure(wc));
+    }
+    None
+}
+
 fn stalled_on_partial_fpdu(ls: &MixLoop, lc: &MixLoop, q: &MixQp) -> bool {
     let Some(sid) = q.sid else {
         return false;

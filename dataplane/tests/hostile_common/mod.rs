@@ -148,6 +148,15 @@ impl Net {
         Net::with_config(rdma_config())
     }
 
+    /// As [`Net::new`], with the attacker known to the server (by ARP) and the good client
+    /// connected.
+    pub fn with_good_client() -> Net {
+        let mut net = Net::new();
+        net.evil_arp();
+        net.connect_good();
+        net
+    }
+
     /// As [`Net::new`] with `cfg` on both loops.
     pub fn with_config(cfg: RdmaConfig) -> Net {
         let (srv_port, sw_server) = soft_pair(info("srv", SERVER_MAC), info("sw0", EVIL_MAC), 8192);
