@@ -50,6 +50,16 @@ impl Instant {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 
+    /// The earlier of two optional deadlines (`None` when both are). Pairwise on purpose:
+    /// poll loops ask for their next deadline after every segment, and folding an array of
+    /// options compiles to far more code.
+    pub fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// `self + d`, or `None` past the end of the clock.
     pub fn checked_add(self, d: Duration) -> Option<Instant> {
         let ns = u64::try_from(d.as_nanos()).ok()?;
@@ -100,5 +110,9 @@ mod tests {
             None
         );
         assert_eq!(t - Duration::from_secs(1), Instant::ZERO);
+        let (a, b) = (Some(Instant::from_nanos(5)), Some(Instant::from_nanos(3)));
+        assert_eq!(Instant::earliest(a, b), b);
+        assert_eq!(Instant::earliest(a, None), a);
+        assert_eq!(Instant::earliest(None, None), None);
     }
 }

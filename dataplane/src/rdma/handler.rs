@@ -327,10 +327,7 @@ impl RdmaHandler {
             .iter()
             .filter_map(|id| engine.ulp(*id).and_then(|c| c.poll_timeout()))
             .min();
-        match (t, c) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        Instant::earliest(t, c)
     }
 }
 

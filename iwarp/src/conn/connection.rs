@@ -485,10 +485,7 @@ impl Connection {
             _ => None,
         };
         let hold = self.sender().and_then(|s| s.hold_until);
-        [negotiation, hold, self.stall_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        Instant::earliest(Instant::earliest(negotiation, hold), self.stall_deadline())
     }
 
     /// Runs the timers: a peer that never completes the exchange is reset (RFC 5044 §7.1,

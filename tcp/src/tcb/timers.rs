@@ -8,13 +8,7 @@ use crate::time::Instant;
 impl Tcb {
     /// Earliest pending timer.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        // Pairwise, without building an array: this runs after every segment.
-        fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-            match (a, b) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        }
+        let earliest = Instant::earliest;
         earliest(
             earliest(
                 earliest(self.rtx_deadline, self.delack_deadline),
