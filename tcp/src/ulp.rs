@@ -1,7 +1,8 @@
 //! The upper layer of a connection: [`Ulp`] (a [`SegmentSink`] and [`SegmentSource`] over
 //! one context type) as the engine's users see it, and [`Upper`], the same ULP as one
 //! connection's TCB sees it: bound to the caller's context and the time of the call, so the
-//! state machine deals with neither.
+//! state machine deals with neither. The TCB is generic over it (no dynamic dispatch on the
+//! per-segment path).
 
 use crate::rx::{Consumed, SegmentSink};
 use crate::time::Instant;
@@ -14,7 +15,7 @@ pub trait Ulp<C: ?Sized = ()>: SegmentSink<C> + SegmentSource<C> {}
 
 impl<C: ?Sized, T: SegmentSink<C> + SegmentSource<C> + ?Sized> Ulp<C> for T {}
 
-/// A connection's upper layer during one engine call (object-safe, context-free).
+/// A connection's upper layer during one engine call (context-free).
 pub(crate) trait Upper {
     /// See [`crate::SegmentSink::on_segment`]; by default in-order segments are taken whole.
     fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, _rcv_nxt: u32) -> Consumed {

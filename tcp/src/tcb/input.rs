@@ -22,7 +22,7 @@ impl Tcb {
         now: Instant,
         cfg: &Config,
         repr: &TcpRepr,
-        ulp: &mut dyn Upper,
+        ulp: &mut impl Upper,
         ev: &mut Vec<TcbEvent>,
     ) {
         if self.state == State::SynSent {
@@ -278,7 +278,7 @@ impl Tcb {
         repr: &TcpRepr,
         seg_seq: u32,
         ack: u32,
-        ulp: &mut dyn Upper,
+        ulp: &mut impl Upper,
     ) {
         let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         let mut sack_changed = false;
@@ -378,7 +378,7 @@ impl Tcb {
         cfg: &Config,
         seg_seq: u32,
         payload: &[u8],
-        ulp: &mut dyn Upper,
+        ulp: &mut impl Upper,
     ) {
         let mut seq0 = seg_seq;
         let mut p = payload;
@@ -457,7 +457,7 @@ impl Tcb {
         }
     }
 
-    fn deliver_in_order(&mut self, ulp: &mut dyn Upper) {
+    fn deliver_in_order(&mut self, ulp: &mut impl Upper) {
         while let Some(end) = self.rx.pop_front_at(self.rcv_off) {
             while let Some((off, bytes)) = self.rx.pop_stored_before(end) {
                 ulp.on_in_order(self.seq_of(off), &bytes);

@@ -179,7 +179,7 @@ impl Tcb {
         &mut self,
         now: Instant,
         cfg: &Config,
-        ulp: &mut dyn Upper,
+        ulp: &mut impl Upper,
         buf: &mut [u8],
         ev: &mut Vec<TcbEvent>,
     ) -> Option<usize> {
