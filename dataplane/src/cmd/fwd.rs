@@ -13,7 +13,7 @@ use dataplane::port::{AnyPort, Backend, Port, PortStats};
 use dataplane::say;
 use dataplane::stats::{RateReporter, Table};
 
-use super::{deadline, parse_secs, stop_flag, CmdError, PortArgs};
+use super::common::{deadline, parse_secs, stop_flag, CmdError, PortArgs};
 
 /// Forwarding mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

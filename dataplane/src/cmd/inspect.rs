@@ -23,7 +23,7 @@ use iwarp::wire::mpa::{
 use iwarp::wire::rdmap::{Opcode, RDMAP_VERSION};
 use iwarp::wire::terminate::{ControlOrder, Terminate};
 
-use super::CmdError;
+use super::common::CmdError;
 
 /// Arguments of `dataplane inspect`.
 #[derive(Debug, clap::Args)]

@@ -13,8 +13,8 @@ use dataplane::apps::run_pair;
 use dataplane::port::Port;
 use dataplane::say;
 
-use super::rping::RdmaArgs;
-use super::{parse_secs, CmdError};
+use super::common::{parse_secs, CmdError};
+use super::rdma_args::RdmaArgs;
 
 /// The operation to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

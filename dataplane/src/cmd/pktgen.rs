@@ -18,7 +18,7 @@ use dataplane::port::Port;
 use dataplane::say;
 use dataplane::stats::{si, RateReporter, Table};
 
-use super::{deadline, parse_secs, stop_flag, CmdError, OpenArgs, PortArgs};
+use super::common::{deadline, parse_secs, stop_flag, CmdError, OpenArgs, PortArgs};
 
 /// Signature at the start of every generated UDP payload.
 pub const SIGNATURE: [u8; 4] = *b"DPGN";

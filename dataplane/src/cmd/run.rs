@@ -16,7 +16,7 @@ use dataplane::port::{AnyPort, Port, PortStats};
 use dataplane::say;
 use dataplane::stats::{RateReporter, Table};
 
-use super::{deadline, parse_secs, stop_flag, CmdError, OpenArgs, PortArgs};
+use super::common::{deadline, parse_secs, stop_flag, CmdError, OpenArgs, PortArgs};
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]

@@ -15,8 +15,8 @@ use dataplane::port::{AnyPort, Port};
 use dataplane::rdma::RdmaHandler;
 use dataplane::say;
 
-use super::rping::{RdmaArgs, Session};
-use super::{deadline, parse_secs, stop_flag, CmdError};
+use super::common::{deadline, parse_secs, stop_flag, CmdError};
+use super::rdma_args::{RdmaArgs, Session};
 
 /// Arguments of `soak`.
 #[derive(Debug, clap::Args)]

@@ -23,7 +23,7 @@ use rand::Rng;
 use tcp::cc::CongestionAlgorithm;
 use tcp::{CloseReason, ConnId, ConnInfo, Engine, Event, StreamSocket};
 
-use super::{deadline, parse_secs, stop_flag, CmdError, PortArgs};
+use super::common::{deadline, parse_secs, stop_flag, CmdError, PortArgs};
 
 /// Socket buffer per connection (send and receive), which bounds the advertised window.
 const SOCKET_BUF: usize = 4 << 20;

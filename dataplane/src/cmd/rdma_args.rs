@@ -1,0 +1,247 @@
+//! The ports and iWARP options the RDMA commands (`rping`, `perf`, `soak`) share, and the
+//! session that runs an application on the stack built from them.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dataplane::apps::{run_app, App};
+use dataplane::clock;
+use dataplane::lcore::{PollLoop, PortAddr};
+use dataplane::port::{AnyPort, Port};
+use dataplane::rdma::{MemoryKind, RdmaHandler, RdmaStack, StackConfig};
+use dataplane::runtime::OpenedPorts;
+use dataplane::say;
+use iwarp::mpa::MpaConfig;
+use rand::Rng;
+
+use super::common::{
+    deadline, parse_fault_arg, parse_secs, stop_flag, CmdError, OpenArgs, PortArgs,
+};
+
+/// Ports and iWARP settings of the RDMA commands (long options only: the short letters
+/// belong to rping's and perftest's own flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RdmaArgs {
+    /// Configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The port to use: a port name from --config, or a DPDK device name.
+    #[arg(long = "dev", value_name = "NAME")]
+    pub devs: Vec<String>,
+    /// Write each port's frames to DIR/<port>.pcap.
+    #[arg(long, value_name = "DIR")]
+    pub capture_dir: Option<PathBuf>,
+    /// Inject faults: `[PORT:]KEY=VALUE,...` with the keys of `[ports.fault]` (repeatable).
+    #[arg(long = "fault", value_name = "SPEC", value_parser = parse_fault_arg)]
+    pub faults: Vec<(Option<String>, String)>,
+    /// Require MPA CRC32c on every FPDU.
+    #[arg(long)]
+    pub crc: bool,
+    /// Ask for MPA markers (and accept them when the peer asks).
+    #[arg(long)]
+    pub markers: bool,
+    /// MiB of registered memory (hugepages when hugetlbfs has room).
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub mem_mb: usize,
+    /// Keep registered memory on the heap even when hugepages are available.
+    #[arg(long)]
+    pub heap: bool,
+    /// Seconds between stats lines on stderr (default: the configuration's; 0 = none).
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub stats: Option<Duration>,
+    /// Minimum TCP retransmission timeout in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 20)]
+    pub rto_min_ms: u64,
+    /// Most packets sent per poll-loop iteration.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub tx_per_poll: usize,
+    /// Initiator: milliseconds to hold the first FPDU after the MPA Reply (Linux siw 6.1
+    /// can stall on an FPDU that follows its Reply at once; 0 = send at once). Default 100,
+    /// except 0 for `perf` without `-R` (its peer is always a dataplane).
+    #[arg(long, value_name = "MS")]
+    pub first_fpdu_delay_ms: Option<u64>,
+    /// Give up after this many seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub time_limit: Option<Duration>,
+    /// DPDK EAL arguments (after `--`), added to the configuration's.
+    #[arg(last = true, value_name = "EAL ARGS")]
+    pub eal: Vec<String>,
+}
+
+/// Default hold of the initiator's first FPDU, long enough for Linux siw (see
+/// `--first-fpdu-delay-ms`).
+pub const SIW_FIRST_FPDU_DELAY_MS: u64 = 100;
+
+/// An open port with an RDMA handler on its poll loop.
+pub struct Session {
+    /// The poll loop (dropped before the EAL).
+    pub poll: PollLoop<AnyPort, RdmaHandler>,
+    /// Our IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Where registered memory lives.
+    pub memory: MemoryKind,
+    stats_every: Option<Duration>,
+    _opened: Option<OpenedPorts>,
+}
+
+/// Both ends of an in-process link, each with its own handler (`perf --loopback`).
+pub struct LoopbackPair {
+    /// The server's loop and address.
+    pub server: (PollLoop<AnyPort, RdmaHandler>, Ipv4Addr),
+    /// The client's loop and address.
+    pub client: (PollLoop<AnyPort, RdmaHandler>, Ipv4Addr),
+    /// Where registered memory lives.
+    pub memory: MemoryKind,
+    _opened: OpenedPorts,
+}
+
+impl RdmaArgs {
+    /// Milliseconds the initiator holds its first FPDUs (`--first-fpdu-delay-ms`).
+    pub fn first_fpdu_delay(&self) -> u64 {
+        self.first_fpdu_delay_ms.unwrap_or(SIW_FIRST_FPDU_DELAY_MS)
+    }
+
+    fn open(&self, want: usize) -> Result<(Vec<Session>, OpenedPorts), CmdError> {
+        let pa = PortArgs {
+            config: self.config.clone(),
+            ports: self.devs.clone(),
+            open: OpenArgs {
+                capture_dir: self.capture_dir.clone(),
+                faults: self.faults.clone(),
+                eal: self.eal.clone(),
+            },
+        };
+        let cfg = pa.config()?;
+        if cfg.ports.len() != want {
+            return Err(CmdError::Usage(format!(
+                "this runs on exactly {want} port(s) ({} configured; pick with --dev)",
+                cfg.ports.len()
+            )));
+        }
+        let mut opened = pa.open(&cfg)?;
+        let stats_every = match self.stats {
+            Some(d) => Some(d),
+            None if cfg.poll.stats_interval > 0.0 => {
+                Some(Duration::from_secs_f64(cfg.poll.stats_interval))
+            }
+            None => None,
+        }
+        .filter(|d| !d.is_zero());
+        let mut sessions = Vec::new();
+        let ports = std::mem::take(&mut opened.ports);
+        for (port, pc) in ports.into_iter().zip(cfg.ports.iter()) {
+            if pc.ipv4.is_none() {
+                return Err(CmdError::Usage(format!(
+                    "port {} has no ipv4 address",
+                    pc.name()
+                )));
+            }
+            let mtu = port.info().mtu;
+            let mpa = MpaConfig {
+                require_crc: self.crc,
+                want_markers: self.markers,
+                accept_markers: true,
+                ..MpaConfig::default()
+            };
+            let tcp = tcp::Config {
+                mtu,
+                verify_checksums: false,
+                isn_secret: rand::thread_rng().gen(),
+                rto_min: Duration::from_millis(self.rto_min_ms),
+                ..tcp::Config::default()
+            };
+            let stack = StackConfig {
+                memory: self.mem_mb << 20,
+                hugepages: !self.heap,
+                stag_seed: rand::thread_rng().gen(),
+                tx_per_poll: self.tx_per_poll,
+                first_fpdu_delay: Duration::from_millis(self.first_fpdu_delay()),
+                burst: cfg.poll.burst,
+                ..StackConfig::new(mpa, tcp)
+            };
+            let RdmaStack { poll, ip, memory } = RdmaStack::new(port, PortAddr::of(pc), stack)
+                .map_err(|e| CmdError::Runtime(e.to_string()))?;
+            sessions.push(Session {
+                poll,
+                ip,
+                memory,
+                stats_every,
+                _opened: None,
+            });
+        }
+        Ok((sessions, opened))
+    }
+
+    /// Opens the one port and builds the handler.
+    pub fn session(&self) -> Result<Session, CmdError> {
+        let (mut sessions, opened) = self.open(1)?;
+        let mut s = sessions
+            .pop()
+            .ok_or_else(|| CmdError::Usage("no port".into()))?;
+        s._opened = Some(opened);
+        Ok(s)
+    }
+
+    /// Opens two ports (the ends of one link) with a handler each.
+    pub fn loopback(&self) -> Result<LoopbackPair, CmdError> {
+        let (sessions, opened) = self.open(2)?;
+        let memory = sessions[0].memory;
+        let mut it = sessions.into_iter().map(|s| (s.poll, s.ip));
+        let (Some(server), Some(client)) = (it.next(), it.next()) else {
+            return Err(CmdError::Usage("--loopback needs two ports".into()));
+        };
+        Ok(LoopbackPair {
+            server,
+            client,
+            memory,
+            _opened: opened,
+        })
+    }
+}
+
+impl Session {
+    /// Runs `app` until done; stats lines on stderr; the counters summary at the end.
+    pub fn run<A: App>(&mut self, app: &mut A, limit: Option<Duration>) -> Result<(), CmdError>
+    where
+        CmdError: From<A::Error>,
+    {
+        let stop = stop_flag()?;
+        let started = clock::now();
+        let r = run_app(
+            &mut self.poll,
+            app,
+            &stop,
+            deadline(limit),
+            self.stats_every,
+            |poll, _, now| {
+                let c = poll.counters(0);
+                eprintln!(
+                    "[{:>6.1}s] rx {} tx {} | {}",
+                    now.saturating_since(started).as_secs_f64(),
+                    c.rx,
+                    c.tx,
+                    poll.handler().counters().line()
+                );
+            },
+        );
+        say!("{}", self.poll.handler().counters().summary());
+        let loop_counters = self.poll.counters(0);
+        let port = self.poll.ports()[0].stats();
+        say!(
+            "loop-rx-frames: {}\nloop-busy-polls: {}\nloop-tx-frames: {}\nloop-busy-ns: rx {} process {} tx {}\n\
+             port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}",
+            loop_counters.rx,
+            loop_counters.busy_polls,
+            loop_counters.tx,
+            loop_counters.rx_ns,
+            loop_counters.process_ns,
+            loop_counters.tx_ns,
+            port.rx_dropped,
+            port.tx_dropped + loop_counters.tx_dropped,
+            loop_counters.tx_deferred,
+            loop_counters.arp_failures
+        );
+        Ok(r?)
+    }
+}
