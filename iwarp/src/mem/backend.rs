@@ -17,6 +17,18 @@ pub trait MemoryBackend {
     /// Copies the octets at `addr` into `out`; false (nothing read) when not backed.
     fn read(&self, addr: u64, out: &mut [u8]) -> bool;
 
+    /// Starts backing `[addr, addr + len)` (a backend that holds memory on request: an
+    /// application's buffers as it registers them); false when the backend cannot (an
+    /// [`Arena`] backs its fixed range only).
+    fn back(&mut self, _addr: u64, _len: u64) -> bool {
+        false
+    }
+
+    /// Stops backing a range [`MemoryBackend::back`] started; false when it was not backed.
+    fn unback(&mut self, _addr: u64, _len: u64) -> bool {
+        false
+    }
+
     /// The whole address space as one slice, when it is an [`Arena`] (the owner's own CPU
     /// access: filling a buffer, checking what was placed).
     fn arena(&self) -> Option<&[u8]> {

@@ -377,6 +377,13 @@ impl MemoryModel {
         self.backend.arena().unwrap_or(&[])
     }
 
+    /// The backend, for the owner that adds or removes the ranges it backs
+    /// ([`MemoryBackend::back`]); regions that point into a range must be gone before the
+    /// range is.
+    pub fn backend_mut(&mut self) -> &mut dyn MemoryBackend {
+        &mut *self.backend
+    }
+
     /// The backend's bytes, writable (local CPU access by the owner of the memory).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.backend.arena_mut().unwrap_or(&mut [])
