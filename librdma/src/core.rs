@@ -1,0 +1,327 @@
+//! The data plane inside the application: one thread, `dataplane`, owns every configured
+//! port's iWARP stack (poll loop, TCP engine, connections, RNIC) and runs run-to-completion.
+//! Application threads never touch that state: control calls (create a QP, register memory,
+//! connect) are jobs the thread runs between two iterations, and the fast path crosses
+//! through lock-free rings: work requests in ([`Core::post`]), completions out (each CQ's
+//! ring, see [`crate::verbs::cq`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_queue::{ArrayQueue, SegQueue};
+use dataplane::clock;
+use dataplane::config::{Config, RdmaSection};
+use dataplane::lcore::PortAddr;
+use dataplane::port::open::OpenOptions;
+use dataplane::port::AnyPort;
+use dataplane::rdma::{MemoryKind, RdmaConfig, RdmaStack, StackConfig};
+use dataplane::runtime::OpenedPorts;
+use iwarp::mpa::MpaConfig;
+use iwarp::verbs::{AddressingMode, RecvWr, Rnic, RnicDevice, SendWr, SrqHandle, QpId};
+
+use crate::appmem::AppMemory;
+use crate::bridge::Bridge;
+use crate::device::{device_attributes, DeviceInfo};
+
+/// A job for the data-plane thread.
+pub type Job = Box<dyn FnOnce(&mut Bridge) + Send>;
+
+/// Work requests posted by application threads, applied by the data-plane thread in order.
+#[derive(Debug)]
+pub enum Post {
+    /// PostSQ.
+    Send {
+        /// Device index.
+        dev: usize,
+        /// The QP.
+        qp: QpId,
+        /// The WR.
+        wr: SendWr,
+    },
+    /// PostRQ.
+    Recv {
+        /// Device index.
+        dev: usize,
+        /// The QP.
+        qp: QpId,
+        /// The WR.
+        wr: RecvWr,
+    },
+    /// PostRQ to a shared receive queue.
+    SrqRecv {
+        /// Device index.
+        dev: usize,
+        /// The S-RQ.
+        srq: SrqHandle,
+        /// The WR.
+        wr: RecvWr,
+    },
+}
+
+/// Work requests that can wait in the post ring at once (the rings of every QP share it;
+/// a full ring refuses the post with ENOMEM).
+const POST_RING: usize = 1 << 16;
+
+/// The running data plane of the process.
+pub struct Core {
+    jobs: SegQueue<Job>,
+    posts: ArrayQueue<Post>,
+    stop: AtomicBool,
+    alive: AtomicBool,
+    /// What each device is (name, addresses, MTU).
+    pub devices: Vec<DeviceInfo>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("devices", &self.devices.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A reply slot a job fills and the calling thread waits on.
+struct Reply<R> {
+    value: Mutex<Option<R>>,
+    ready: Condvar,
+}
+
+impl Core {
+    /// Starts the data plane of `cfg` on its own thread: the EAL (when a port needs it),
+    /// every port with an IPv4 address as a device, and the poll loop. Returns once the
+    /// ports are up, or why they are not.
+    pub fn start(cfg: Config, devices: Vec<DeviceInfo>) -> Result<Arc<Core>, String> {
+        let core = Arc::new(Core {
+            jobs: SegQueue::new(),
+            posts: ArrayQueue::new(POST_RING),
+            stop: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
+            devices,
+            thread: Mutex::new(None),
+        });
+        let (tx, rx) = mpsc::channel();
+        let c = Arc::clone(&core);
+        // The thread starts with every signal blocked: the application's handlers (perftest's
+        // SIGALRM, Ctrl-C) keep running on its own threads, and EAL's threads, created from
+        // this one, inherit the mask.
+        let handle = with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name("dataplane".into())
+                .spawn(move || run(c, cfg, tx))
+        })
+        .map_err(|e| format!("cannot start the data plane thread: {e}"))?;
+        match rx.recv() {
+            Ok(Ok(())) => {
+                *core.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+                Ok(core)
+            }
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                Err(e)
+            }
+            Err(_) => Err("the data plane thread stopped while starting".into()),
+        }
+    }
+
+    /// Runs `f` on the data-plane thread and waits for its result.
+    pub fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Bridge) -> R + Send + 'static,
+    ) -> Result<R, i32> {
+        let reply = Arc::new(Reply {
+            value: Mutex::new(None),
+            ready: Condvar::new(),
+        });
+        let r = Arc::clone(&reply);
+        self.jobs.push(Box::new(move |b: &mut Bridge| {
+            let v = f(b);
+            *r.value.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
+            r.ready.notify_one();
+        }));
+        let mut slot = reply.value.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(v) = slot.take() {
+                return Ok(v);
+            }
+            if !self.alive.load(Ordering::Acquire) {
+                return Err(libc::EIO);
+            }
+            slot = reply
+                .ready
+                .wait_timeout(slot, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Queues a job without waiting for it.
+    pub fn spawn(&self, f: impl FnOnce(&mut Bridge) + Send + 'static) {
+        self.jobs.push(Box::new(f));
+    }
+
+    /// Queues a work request; `Err` (ENOMEM) when the ring is full.
+    pub fn post(&self, p: Post) -> Result<(), i32> {
+        self.posts.push(p).map_err(|_| libc::ENOMEM)
+    }
+
+    /// Whether the data-plane thread still runs.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Stops the data-plane thread (at process exit) and waits for it: connections are
+    /// reset, the ports stopped and the EAL released by that thread.
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Release);
+        let handle = self
+            .thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Runs `f` with every signal blocked in the calling thread (threads it creates inherit the
+/// mask), then restores the mask.
+fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises `all`; pthread_sigmask reads it and writes the previous
+    // mask into `old`, which is restored below from the same initialised value.
+    unsafe {
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr());
+    }
+    let r = f();
+    // SAFETY: `old` was filled by the pthread_sigmask call above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+    }
+    r
+}
+
+/// The iWARP settings of a device's stack from the configuration's `[rdma]` section.
+fn stack_config(rdma: &RdmaSection, mtu: usize, burst: usize, ird_ord: u16) -> StackConfig {
+    let mpa = MpaConfig {
+        require_crc: rdma.crc,
+        want_markers: rdma.markers,
+        accept_markers: true,
+        ird: ird_ord,
+        ord: ird_ord,
+        ..MpaConfig::default()
+    };
+    let tcp = tcp::Config {
+        mtu,
+        verify_checksums: false,
+        isn_secret: rand_secret(),
+        rto_min: Duration::from_millis(rdma.rto_min_ms),
+        ..tcp::Config::default()
+    };
+    StackConfig {
+        rdma: RdmaConfig {
+            mpa,
+            tcp,
+            rx_window: 4 << 20,
+        },
+        first_fpdu_delay: Duration::from_millis(rdma.first_fpdu_delay_ms),
+        burst,
+        ..StackConfig::new(MpaConfig::default(), tcp::Config::default())
+    }
+}
+
+/// A per-process secret for TCP's initial sequence numbers.
+fn rand_secret() -> [u8; 16] {
+    let mut s = [0u8; 16];
+    let seed = clock::now().as_nanos() ^ u64::from(std::process::id()).rotate_left(32);
+    let mut x = seed | 1;
+    for b in &mut s {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    s
+}
+
+/// The data-plane thread.
+fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
+    let mut opened = match OpenedPorts::open(&cfg, &OpenOptions::default(), &[]) {
+        Ok(o) => o,
+        Err(e) => {
+            core.alive.store(false, Ordering::Release);
+            let _ = ready.send(Err(format!("cannot open the configured ports: {e}")));
+            return;
+        }
+    };
+    let attrs = device_attributes();
+    let mut stacks = Vec::new();
+    let ports: Vec<AnyPort> = std::mem::take(&mut opened.ports);
+    for (i, (port, pc)) in ports.into_iter().zip(cfg.ports.iter()).enumerate() {
+        if pc.ipv4.is_none() {
+            continue;
+        }
+        let scfg = stack_config(
+            &cfg.rdma,
+            pc.mtu,
+            cfg.poll.burst,
+            attrs.max_ird_per_qp.min(u32::from(u16::MAX)) as u16,
+        );
+        let device = RnicDevice::new(pc.name(), attrs.clone());
+        let rnic: Rnic = match device.open(
+            AddressingMode::Page,
+            Box::new(AppMemory::new()),
+            0x5eed_0000 + i as u64,
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                core.alive.store(false, Ordering::Release);
+                let _ = ready.send(Err(format!("RNIC {}: {e}", pc.name())));
+                return;
+            }
+        };
+        match RdmaStack::with_rnic(port, PortAddr::of(pc), scfg, rnic, MemoryKind::Application)
+        {
+            Ok(s) => stacks.push(s),
+            Err(e) => {
+                core.alive.store(false, Ordering::Release);
+                let _ = ready.send(Err(format!("port {}: {e}", pc.name())));
+                return;
+            }
+        }
+    }
+    let mut bridge = Bridge::new(stacks);
+    let _ = ready.send(Ok(()));
+    log::info!(
+        "data plane up: {} device(s) on {}",
+        core.devices.len(),
+        std::thread::current().name().unwrap_or("?")
+    );
+    while !core.stop.load(Ordering::Acquire) {
+        let now = clock::now();
+        let frames = bridge.poll(now);
+        let mut busy = frames > 0;
+        while let Some(job) = core.jobs.pop() {
+            job(&mut bridge);
+            busy = true;
+        }
+        while let Some(p) = core.posts.pop() {
+            bridge.apply_post(p);
+            busy = true;
+        }
+        bridge.distribute();
+        if !busy {
+            std::hint::spin_loop();
+        }
+    }
+    bridge.shutdown();
+    core.alive.store(false, Ordering::Release);
+    drop(bridge);
+    drop(opened);
+}
