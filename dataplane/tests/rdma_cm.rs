@@ -200,7 +200,7 @@ fn request_without_a_qp_then_accept_with_the_applications_qp() {
     let id = cm
         .lc
         .handler_mut()
-        .connect_qp(CLIENT_IP, addr, cqp, b"hello")
+        .connect_qp(CLIENT_IP, addr, cqp, b"hello", None)
         .unwrap();
     let mut sres = sres;
     let sbuf = sres
@@ -297,7 +297,7 @@ fn withdrawn_request_and_port_reuse() {
     let id = cm
         .lc
         .handler_mut()
-        .connect_qp(CLIENT_IP, addr, cqp, b"")
+        .connect_qp(CLIENT_IP, addr, cqp, b"", Some((2, 3)))
         .unwrap();
     cm.run(
         |_, _| {},
@@ -307,6 +307,11 @@ fn withdrawn_request_and_port_reuse() {
                 .any(|e| matches!(e, CmEvent::Request { .. }))
         },
     );
+    // RFC 6581 §3: the Request carries this connection's IRD and ORD, not the handler's.
+    assert!(cm
+        .server
+        .iter()
+        .any(|e| matches!(e, CmEvent::Request { ird_ord: Some((2, 3)), .. })));
     cm.lc.handler_mut().abort(id).unwrap();
     cm.run(
         |_, _| {},

@@ -87,6 +87,8 @@ pub enum CmEvent {
         qp: QpId,
         /// What went wrong.
         reason: String,
+        /// How TCP ended, when it did (`None`: MPA negotiation failed on a live stream).
+        llp: Option<CloseReason>,
     },
     /// A pending listener ([`RdmaHandler::listen_pending`]) got an MPA Request; no QP
     /// exists yet. Create one, post receives, then [`RdmaHandler::accept_with_qp`] or
@@ -273,25 +275,30 @@ impl RdmaHandler {
         private_data: &[u8],
     ) -> Result<(ConnId, QpId), CmError> {
         let (qp, _) = self.rnic_mut().create_qp(init)?;
-        let id = self.connect_qp(local, remote, qp, private_data)?;
+        let id = self.connect_qp(local, remote, qp, private_data, None)?;
         Ok((id, qp))
     }
 
     /// Connects the existing QP `qp` (in Idle) from `local` to `remote`, sending
-    /// `private_data` in the MPA Request. [`CmEvent::Established`] follows, or Rejected /
-    /// ConnectError.
+    /// `private_data` in the MPA Request with `ird_ord` (this connection's IRD and ORD, when
+    /// not the handler's). [`CmEvent::Established`] follows, or Rejected / ConnectError.
     pub fn connect_qp(
         &mut self,
         local: Ipv4Addr,
         remote: SocketAddrV4,
         qp: QpId,
         private_data: &[u8],
+        ird_ord: Option<(u16, u16)>,
     ) -> Result<ConnId, CmError> {
         let (engine, rnic, cm) = self.parts();
         let now = cm.now;
         let init = rnic.query_qp(qp)?.init;
         let mut mpa = cm.cfg.mpa.clone();
         mpa.private_data = private_data.to_vec();
+        if let Some((ird, ord)) = ird_ord {
+            mpa.ird = ird;
+            mpa.ord = ord;
+        }
         let cfg = cm.conn_config(mpa, &init, qp);
         let mut conn = Connection::initiator(cfg, now)?;
         conn.pump_verbs(now, rnic, qp);
@@ -600,6 +607,7 @@ impl ConnManager {
                         id,
                         qp,
                         reason: error.to_string(),
+                        llp: None,
                     })
                 }
             }
@@ -609,6 +617,7 @@ impl ConnManager {
                         id,
                         qp,
                         reason: "connection closed during MPA negotiation".into(),
+                        llp: Some(CloseReason::Normal),
                     })
                 }
             }
@@ -801,6 +810,7 @@ impl ConnManager {
                 id: conn,
                 qp,
                 reason: format!("connection closed: {reason:?}"),
+                llp: Some(reason),
             });
         }
     }
