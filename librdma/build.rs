@@ -28,7 +28,7 @@ fn main() {
         .allowlist_var("IBV_.*|RDMA_.*|RAI_.*|_RDMA_.*")
         .blocklist_function(".*")
         .derive_default(true)
-        .derive_debug(false)
+        .derive_debug(true)
         .layout_tests(true)
         .generate_comments(false)
         .prepend_enum_name(false)

@@ -20,46 +20,14 @@ use dataplane::port::AnyPort;
 use dataplane::rdma::{MemoryKind, RdmaConfig, RdmaStack, StackConfig};
 use dataplane::runtime::OpenedPorts;
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::{AddressingMode, RecvWr, Rnic, RnicDevice, SendWr, SrqHandle, QpId};
+use iwarp::verbs::{AddressingMode, Rnic, RnicDevice};
 
 use crate::appmem::AppMemory;
-use crate::bridge::Bridge;
+use crate::bridge::{Bridge, Post};
 use crate::device::{device_attributes, DeviceInfo};
 
 /// A job for the data-plane thread.
 pub type Job = Box<dyn FnOnce(&mut Bridge) + Send>;
-
-/// Work requests posted by application threads, applied by the data-plane thread in order.
-#[derive(Debug)]
-pub enum Post {
-    /// PostSQ.
-    Send {
-        /// Device index.
-        dev: usize,
-        /// The QP.
-        qp: QpId,
-        /// The WR.
-        wr: SendWr,
-    },
-    /// PostRQ.
-    Recv {
-        /// Device index.
-        dev: usize,
-        /// The QP.
-        qp: QpId,
-        /// The WR.
-        wr: RecvWr,
-    },
-    /// PostRQ to a shared receive queue.
-    SrqRecv {
-        /// Device index.
-        dev: usize,
-        /// The S-RQ.
-        srq: SrqHandle,
-        /// The WR.
-        wr: RecvWr,
-    },
-}
 
 /// Work requests that can wait in the post ring at once (the rings of every QP share it;
 /// a full ring refuses the post with ENOMEM).
@@ -177,11 +145,7 @@ impl Core {
     /// reset, the ports stopped and the EAL released by that thread.
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::Release);
-        let handle = self
-            .thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let handle = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(h) = handle {
             let _ = h.join();
         }
@@ -250,6 +214,19 @@ fn rand_secret() -> [u8; 16] {
     s
 }
 
+/// Backs off when nothing happens: spin for 200 µs (a reply to what was just sent is
+/// usually that close), then yield the core, and after 20 ms of silence sleep 200 µs per
+/// iteration, so an idle application does not hold a core.
+fn idle(quiet: Duration) {
+    if quiet < Duration::from_micros(200) {
+        std::hint::spin_loop();
+    } else if quiet < Duration::from_millis(20) {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// The data-plane thread.
 fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
     let mut opened = match OpenedPorts::open(&cfg, &OpenOptions::default(), &[]) {
@@ -286,8 +263,7 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
                 return;
             }
         };
-        match RdmaStack::with_rnic(port, PortAddr::of(pc), scfg, rnic, MemoryKind::Application)
-        {
+        match RdmaStack::with_rnic(port, PortAddr::of(pc), scfg, rnic, MemoryKind::Application) {
             Ok(s) => stacks.push(s),
             Err(e) => {
                 core.alive.store(false, Ordering::Release);
@@ -303,6 +279,8 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
         core.devices.len(),
         std::thread::current().name().unwrap_or("?")
     );
+    let mut next_sync = clock::now();
+    let mut idle_since = clock::now();
     while !core.stop.load(Ordering::Acquire) {
         let now = clock::now();
         let frames = bridge.poll(now);
@@ -315,9 +293,17 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
             bridge.apply_post(p);
             busy = true;
         }
-        bridge.distribute();
-        if !busy {
-            std::hint::spin_loop();
+        // Timers fire without traffic (retransmissions, connection timeouts): states and
+        // events are looked at on activity and at least every millisecond.
+        let sync = busy || now >= next_sync;
+        if sync {
+            next_sync = now + Duration::from_millis(1);
+        }
+        bridge.distribute(sync);
+        if busy {
+            idle_since = now;
+        } else {
+            idle(now.saturating_since(idle_since));
         }
     }
     bridge.shutdown();

@@ -116,7 +116,8 @@ unsafe impl Send for Device {}
 unsafe impl Sync for Device {}
 
 fn copy_name(dst: &mut [std::os::raw::c_char], s: &str) {
-    for (d, b) in dst.iter_mut().zip(s.bytes().take(dst.len() - 1)) {
+    let room = dst.len().saturating_sub(1);
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(room)) {
         *d = b as std::os::raw::c_char;
     }
 }

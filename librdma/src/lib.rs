@@ -7,4 +7,10 @@
 
 pub mod abi;
 pub mod appmem;
+pub mod bridge;
+pub mod core;
+pub mod device;
 pub mod entry;
+pub mod runtime;
+pub mod shared;
+pub mod verbs;

@@ -1,10 +1,13 @@
 //! Between rdma-core's work requests and completions and the verbs layer's.
 
-use iwarp::rdmap::{AtomicOp, RemoteBuf, SendOp};
-use iwarp::verbs::{CompletionStatus, RecvWr, STag, SendWr, Sge, SqOp, WcOpcode, WorkCompletion};
+use iwarp::rdmap::{RemoteBuf, SendOp};
+use iwarp::verbs::{
+    CompletionStatus, RecvWr, STag, SendWr, Sge, SqOp, VerbError, WcOpcode, WorkCompletion,
+};
+use iwarp::wire::atomic::AtomicOp;
 
-use super::objects::ibv_wc_copy::Wc;
 use crate::abi::*;
+use crate::shared::verbs::Wc;
 
 /// The SGEs of a work request.
 ///
@@ -46,7 +49,13 @@ pub unsafe fn send_wr(
     let flags = wr.send_flags;
     let solicited = flags & IBV_SEND_SOLICITED != 0;
     // SAFETY: reading plain-old-data union members of a readable struct.
-    let (rdma, atomic, inv) = unsafe { (wr.wr.rdma, wr.wr.atomic, wr.__bindgen_anon_1.invalidate_rkey) };
+    let (rdma, atomic, inv) = unsafe {
+        (
+            wr.wr.rdma,
+            wr.wr.atomic,
+            wr.__bindgen_anon_1.invalidate_rkey,
+        )
+    };
     let op = match wr.opcode {
         IBV_WR_SEND => SendOp::Send {
             sgl,
@@ -68,8 +77,20 @@ pub unsafe fn send_wr(
         IBV_WR_RDMA_READ => {
             // An RDMA Read lands in one local buffer (max_sge_rd = 1).
             let (sink, len) = match sgl.as_slice() {
-                [] => (RemoteBuf { stag: STag(0), to: 0 }, 0),
-                [s] => (RemoteBuf { stag: s.stag, to: s.to }, s.len),
+                [] => (
+                    RemoteBuf {
+                        stag: STag(0),
+                        to: 0,
+                    },
+                    0,
+                ),
+                [s] => (
+                    RemoteBuf {
+                        stag: s.stag,
+                        to: s.to,
+                    },
+                    s.len,
+                ),
                 _ => return Err(libc::EINVAL),
             };
             SendOp::Read {
@@ -114,7 +135,11 @@ pub unsafe fn send_wr(
         wr_id: wr.wr_id,
         op,
         signaled: sig_all || flags & IBV_SEND_SIGNALED != 0,
-        read_fence: flags & IBV_SEND_FENCE != 0 && matches!(wr.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_INV | IBV_WR_RDMA_WRITE),
+        read_fence: flags & IBV_SEND_FENCE != 0
+            && matches!(
+                wr.opcode,
+                IBV_WR_SEND | IBV_WR_SEND_WITH_INV | IBV_WR_RDMA_WRITE
+            ),
         local_fence: false,
     })
 }
@@ -155,7 +180,8 @@ fn inline(op: SendOp, max_inline: u32) -> Result<SqOp, i32> {
         }
         // SAFETY: an inline SGE names application memory it wants copied now; the caller
         // of `send_wr` guarantees it is readable (rdma-core's contract for IBV_SEND_INLINE).
-        let bytes = unsafe { std::slice::from_raw_parts(s.to as usize as *const u8, s.len as usize) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts(s.to as usize as *const u8, s.len as usize) };
         data.extend_from_slice(bytes);
     }
     Ok(SqOp::Inline { op: empty, data })
@@ -174,6 +200,36 @@ pub unsafe fn recv_wr(wr: &ibv_recv_wr, max_sge: u32) -> Result<RecvWr, i32> {
         // SAFETY: by the contract.
         sgl: unsafe { sges(wr.sg_list, wr.num_sge) },
     })
+}
+
+/// The completion opcode of a send WR (for a completion the library makes itself).
+pub fn send_opcode(op: &SqOp) -> ibv_wc_opcode {
+    let msg = match op {
+        SqOp::Message(m) | SqOp::Inline { op: m, .. } | SqOp::ReadInvalidate(m) => m,
+        SqOp::Bind(_) => return IBV_WC_BIND_MW,
+        SqOp::FastRegister(_) | SqOp::LocalInvalidate { .. } => return IBV_WC_LOCAL_INV,
+    };
+    match msg {
+        SendOp::Send { .. } | SendOp::Immediate { .. } => IBV_WC_SEND,
+        SendOp::Write { .. } => IBV_WC_RDMA_WRITE,
+        SendOp::Read { .. } => IBV_WC_RDMA_READ,
+        SendOp::Atomic {
+            op: AtomicOp::FetchAdd,
+            ..
+        } => IBV_WC_FETCH_ADD,
+        SendOp::Atomic { .. } => IBV_WC_COMP_SWAP,
+    }
+}
+
+/// The errno a failed verb reports.
+pub fn errno_of(e: VerbError) -> i32 {
+    use VerbError as E;
+    match e {
+        E::InsufficientResources => libc::ENOMEM,
+        E::PdInUse | E::CqInUse | E::SrqHasQps | E::RnicInUse => libc::EBUSY,
+        E::StillFlushing => libc::EAGAIN,
+        _ => libc::EINVAL,
+    }
 }
 
 /// The completion status rdma-core applications know.
@@ -210,7 +266,10 @@ pub fn completion(wc: &WorkCompletion) -> Wc {
     };
     let (wc_flags, ex) = match (wc.invalidated, wc.immediate) {
         (Some(stag), _) => (IBV_WC_WITH_INV, stag.0),
-        (None, Some(imm)) => (IBV_WC_WITH_IMM, u32::from_ne_bytes([imm[0], imm[1], imm[2], imm[3]])),
+        (None, Some(imm)) => (
+            IBV_WC_WITH_IMM,
+            u32::from_ne_bytes([imm[0], imm[1], imm[2], imm[3]]),
+        ),
         _ => (0, 0),
     };
     Wc {
@@ -252,8 +311,21 @@ mod tests {
         assert!(w.signaled);
         match w.op {
             SqOp::Message(SendOp::Write { sgl, remote }) => {
-                assert_eq!(sgl, vec![Sge { stag: STag(7), to: 0x1000, len: 64 }]);
-                assert_eq!(remote, RemoteBuf { stag: STag(9), to: 0x2000 });
+                assert_eq!(
+                    sgl,
+                    vec![Sge {
+                        stag: STag(7),
+                        to: 0x1000,
+                        len: 64
+                    }]
+                );
+                assert_eq!(
+                    remote,
+                    RemoteBuf {
+                        stag: STag(9),
+                        to: 0x2000
+                    }
+                );
             }
             o => panic!("{o:?}"),
         }
@@ -265,11 +337,17 @@ mod tests {
         assert!(matches!(r.op, SqOp::Message(SendOp::Read { len: 64, .. })));
         wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         // SAFETY: as above.
-        assert_eq!(unsafe { send_wr(&wr, false, 4, 64) }.unwrap_err(), libc::EINVAL);
+        assert_eq!(
+            unsafe { send_wr(&wr, false, 4, 64) }.unwrap_err(),
+            libc::EINVAL
+        );
         wr.num_sge = 5;
         wr.opcode = IBV_WR_SEND;
         // SAFETY: as above (num_sge is refused before the list is read).
-        assert_eq!(unsafe { send_wr(&wr, false, 4, 64) }.unwrap_err(), libc::EINVAL);
+        assert_eq!(
+            unsafe { send_wr(&wr, false, 4, 64) }.unwrap_err(),
+            libc::EINVAL
+        );
     }
 
     #[test]
@@ -293,7 +371,10 @@ mod tests {
             o => panic!("{o:?}"),
         }
         // SAFETY: as above.
-        assert_eq!(unsafe { send_wr(&wr, false, 4, 4) }.unwrap_err(), libc::EINVAL);
+        assert_eq!(
+            unsafe { send_wr(&wr, false, 4, 4) }.unwrap_err(),
+            libc::EINVAL
+        );
     }
 
     #[test]
@@ -301,6 +382,9 @@ mod tests {
         let mut wc = WorkCompletion::new(QpId(5), 3, WcOpcode::Receive, CompletionStatus::Flushed);
         wc.byte_len = 16;
         let c = completion(&wc).to_c();
-        assert_eq!((c.wr_id, c.status, c.opcode, c.byte_len, c.qp_num), (3, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 16, 5));
+        assert_eq!(
+            (c.wr_id, c.status, c.opcode, c.byte_len, c.qp_num),
+            (3, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 16, 5)
+        );
     }
 }
