@@ -216,12 +216,16 @@ impl QpShared {
         } else {
             (&self.rq_posted, &self.rq_retired, self.cap.max_recv_wr)
         };
-        let p = posted.load(Ordering::Relaxed);
-        if p - retired.load(Ordering::Acquire) >= u64::from(depth) {
-            return false;
+        let mut p = posted.load(Ordering::Relaxed);
+        loop {
+            if p.saturating_sub(retired.load(Ordering::Acquire)) >= u64::from(depth) {
+                return false;
+            }
+            match posted.compare_exchange_weak(p, p + 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => p = now,
+            }
         }
-        posted.store(p + 1, Ordering::Release);
-        true
     }
 }
 

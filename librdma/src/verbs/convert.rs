@@ -337,17 +337,13 @@ mod tests {
         assert!(matches!(r.op, SqOp::Message(SendOp::Read { len: 64, .. })));
         wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { send_wr(&wr, false, 4, 64) }.unwrap_err(),
-            libc::EINVAL
-        );
+        let e = unsafe { send_wr(&wr, false, 4, 64) };
+        assert_eq!(e.unwrap_err(), libc::EINVAL);
         wr.num_sge = 5;
         wr.opcode = IBV_WR_SEND;
         // SAFETY: as above (num_sge is refused before the list is read).
-        assert_eq!(
-            unsafe { send_wr(&wr, false, 4, 64) }.unwrap_err(),
-            libc::EINVAL
-        );
+        let e = unsafe { send_wr(&wr, false, 4, 64) };
+        assert_eq!(e.unwrap_err(), libc::EINVAL);
     }
 
     #[test]
@@ -371,10 +367,8 @@ mod tests {
             o => panic!("{o:?}"),
         }
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { send_wr(&wr, false, 4, 4) }.unwrap_err(),
-            libc::EINVAL
-        );
+        let e = unsafe { send_wr(&wr, false, 4, 4) };
+        assert_eq!(e.unwrap_err(), libc::EINVAL);
     }
 
     #[test]

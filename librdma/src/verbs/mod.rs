@@ -2,4 +2,10 @@
 //! and queues, queue pairs, shared receive queues, async events.
 
 pub mod convert;
+pub mod cq;
+pub mod device;
+pub mod events;
+pub mod memory;
 pub mod objects;
+pub mod qp;
+pub mod srq;
