@@ -11,6 +11,7 @@
 pub mod abi;
 pub mod appmem;
 pub mod bridge;
+pub mod cm;
 pub mod core;
 pub mod device;
 pub mod entry;

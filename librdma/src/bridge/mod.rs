@@ -99,6 +99,16 @@ impl Bridge {
             .ok_or(libc::ENODEV)
     }
 
+    /// The connection manager's table and device `dev`'s handler, together.
+    pub fn cm_and_handler(&mut self, dev: usize) -> Result<(&mut CmTable, &mut RdmaHandler), i32> {
+        let h = self
+            .stacks
+            .get_mut(dev)
+            .map(|s| s.poll.handler_mut())
+            .ok_or(libc::ENODEV)?;
+        Ok((&mut self.cm, h))
+    }
+
     /// Device `dev`'s RNIC.
     pub fn rnic(&mut self, dev: usize) -> Result<&mut Rnic, i32> {
         self.handler(dev).map(|h| h.rnic_mut())
