@@ -308,10 +308,13 @@ fn withdrawn_request_and_port_reuse() {
         },
     );
     // RFC 6581 §3: the Request carries this connection's IRD and ORD, not the handler's.
-    assert!(cm
-        .server
-        .iter()
-        .any(|e| matches!(e, CmEvent::Request { ird_ord: Some((2, 3)), .. })));
+    assert!(cm.server.iter().any(|e| matches!(
+        e,
+        CmEvent::Request {
+            ird_ord: Some((2, 3)),
+            ..
+        }
+    )));
     cm.lc.handler_mut().abort(id).unwrap();
     cm.run(
         |_, _| {},
