@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
 use dataplane::rdma::{CmError, CmEvent, RdmaHandler};
-use iwarp::verbs::{ModifyQp, QpId, QpState};
+use iwarp::verbs::{LlpEvent, ModifyQp, QpId, QpState};
 use rustc_hash::FxHashMap;
 use tcp::{CloseReason, ConnId};
 
@@ -229,7 +229,12 @@ impl CmTable {
                 CmEvent::Disconnected { id, qp, .. } => {
                     // Like siw: the closed connection's QP goes to Error, which flushes what
                     // is still posted (rping's CQ thread waits for that flush).
-                    let _ = h.rnic_mut().modify_qp(qp, ModifyQp::to(QpState::Error));
+                    let rnic = h.rnic_mut();
+                    if rnic.query_qp(qp).is_ok_and(|a| a.state == QpState::Closing) {
+                        // The stream is closed: Closing ends (VERBS-00 §6.2.3).
+                        let _ = rnic.handle_llp_event(qp, LlpEvent::Closed);
+                    }
+                    let _ = rnic.modify_qp(qp, ModifyQp::to(QpState::Error));
                     self.finish(dev, id, CmRaw::Disconnected);
                 }
                 CmEvent::ConnectRequest { id, .. } => {

@@ -253,12 +253,13 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
     })
 }
 
-/// The device that reaches `dst`: on its subnet first, else one with a gateway.
+/// The device that reaches `dst`: one on its subnet (not `dst` itself: a port does not
+/// talk to its own address), else one with a gateway.
 fn route_to(dst: Ipv4Addr) -> Result<Option<usize>, i32> {
     let devices = &runtime()?.devices;
     Ok(devices
         .iter()
-        .position(|d| d.ipv4.contains(dst))
+        .position(|d| d.ipv4.contains(dst) && d.ipv4.addr != dst)
         .or_else(|| devices.iter().position(|d| d.gateway.is_some())))
 }
 
