@@ -8,3 +8,5 @@
 pub mod abi;
 pub mod appmem;
 pub mod entry;
+pub mod strings;
+pub mod symver;
