@@ -8,5 +8,6 @@
 pub mod abi;
 pub mod appmem;
 pub mod entry;
+pub mod marshall;
 pub mod strings;
 pub mod symver;
