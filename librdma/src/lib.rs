@@ -11,3 +11,4 @@ pub mod entry;
 pub mod marshall;
 pub mod strings;
 pub mod symver;
+pub mod sysfs;
