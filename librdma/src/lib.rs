@@ -8,6 +8,7 @@
 pub mod abi;
 pub mod appmem;
 pub mod entry;
+pub mod fixed;
 pub mod marshall;
 pub mod strings;
 pub mod symver;
