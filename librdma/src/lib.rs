@@ -13,3 +13,4 @@ pub mod marshall;
 pub mod strings;
 pub mod symver;
 pub mod sysfs;
+pub mod unsupported;
