@@ -8,52 +8,42 @@ use crate::abi::{
 };
 use crate::symver::symver;
 
+/// Assigns each listed field of `$src` to the same field of `$dst` (same type on both sides).
+macro_rules! copy_fields {
+    ($dst:expr, $src:expr; $($field:ident),+ $(,)?) => {
+        $($dst.$field = $src.$field;)+
+    };
+}
+
+/// Copies the fields of a path record that have the same type in `ibv_sa_path_rec` and in
+/// the kernel's `ib_user_path_rec`.
+macro_rules! copy_common_path_fields {
+    ($dst:expr, $src:expr) => {
+        copy_fields!($dst, $src; dlid, slid, flow_label, hop_limit, traffic_class, numb_path,
+            pkey, sl, mtu_selector, rate_selector, rate, packet_life_time_selector,
+            packet_life_time, preference)
+    };
+}
+
 /// The address vector of `src` in `dst` (all of `ibv_ah_attr`).
 fn ah_attr_from_kern(dst: &mut ibv_ah_attr, src: &ib_uverbs_ah_attr) {
     dst.grh.dgid.raw = src.grh.dgid;
-    dst.grh.flow_label = src.grh.flow_label;
-    dst.grh.sgid_index = src.grh.sgid_index;
-    dst.grh.hop_limit = src.grh.hop_limit;
-    dst.grh.traffic_class = src.grh.traffic_class;
-    dst.dlid = src.dlid;
-    dst.sl = src.sl;
-    dst.src_path_bits = src.src_path_bits;
-    dst.static_rate = src.static_rate;
-    dst.is_global = src.is_global;
-    dst.port_num = src.port_num;
+    copy_fields!(dst.grh, src.grh; flow_label, sgid_index, hop_limit, traffic_class);
+    copy_fields!(dst, src; dlid, sl, src_path_bits, static_rate, is_global, port_num);
 }
 
 /// The attributes of `src` in `dst`; like libibverbs, `qp_state` and `rate_limit` are left as
 /// they were.
 fn qp_attr_from_kern(dst: &mut ibv_qp_attr, src: &ib_uverbs_qp_attr) {
-    dst.cur_qp_state = src.cur_qp_state;
-    dst.path_mtu = src.path_mtu;
-    dst.path_mig_state = src.path_mig_state;
-    dst.qkey = src.qkey;
-    dst.rq_psn = src.rq_psn;
-    dst.sq_psn = src.sq_psn;
-    dst.dest_qp_num = src.dest_qp_num;
-    dst.qp_access_flags = src.qp_access_flags;
-    dst.cap.max_send_wr = src.max_send_wr;
-    dst.cap.max_recv_wr = src.max_recv_wr;
-    dst.cap.max_send_sge = src.max_send_sge;
-    dst.cap.max_recv_sge = src.max_recv_sge;
-    dst.cap.max_inline_data = src.max_inline_data;
+    copy_fields!(dst, src; cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn,
+        dest_qp_num, qp_access_flags);
+    copy_fields!(dst.cap, src; max_send_wr, max_recv_wr, max_send_sge, max_recv_sge,
+        max_inline_data);
     ah_attr_from_kern(&mut dst.ah_attr, &src.ah_attr);
     ah_attr_from_kern(&mut dst.alt_ah_attr, &src.alt_ah_attr);
-    dst.pkey_index = src.pkey_index;
-    dst.alt_pkey_index = src.alt_pkey_index;
-    dst.en_sqd_async_notify = src.en_sqd_async_notify;
-    dst.sq_draining = src.sq_draining;
-    dst.max_rd_atomic = src.max_rd_atomic;
-    dst.max_dest_rd_atomic = src.max_dest_rd_atomic;
-    dst.min_rnr_timer = src.min_rnr_timer;
-    dst.port_num = src.port_num;
-    dst.timeout = src.timeout;
-    dst.retry_cnt = src.retry_cnt;
-    dst.rnr_retry = src.rnr_retry;
-    dst.alt_port_num = src.alt_port_num;
-    dst.alt_timeout = src.alt_timeout;
+    copy_fields!(dst, src; pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining,
+        max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt,
+        rnr_retry, alt_port_num, alt_timeout);
 }
 
 /// The kernel's path record `src` in `dst` (all of `ibv_sa_path_rec`; the kernel's `u32`
@@ -61,24 +51,11 @@ fn qp_attr_from_kern(dst: &mut ibv_qp_attr, src: &ib_uverbs_qp_attr) {
 fn path_rec_from_kern(dst: &mut ibv_sa_path_rec, src: &ib_user_path_rec) {
     dst.dgid.raw = src.dgid;
     dst.sgid.raw = src.sgid;
-    dst.dlid = src.dlid;
-    dst.slid = src.slid;
     dst.raw_traffic = src.raw_traffic as i32;
-    dst.flow_label = src.flow_label;
-    dst.hop_limit = src.hop_limit;
-    dst.traffic_class = src.traffic_class;
     dst.reversible = src.reversible as i32;
-    dst.numb_path = src.numb_path;
-    dst.pkey = src.pkey;
-    dst.sl = src.sl;
-    dst.mtu_selector = src.mtu_selector;
     // The kernel's field is wider; the values (enum ib_mtu) fit a byte, and C truncates too.
     dst.mtu = src.mtu as u8;
-    dst.rate_selector = src.rate_selector;
-    dst.rate = src.rate;
-    dst.packet_life_time = src.packet_life_time;
-    dst.preference = src.preference;
-    dst.packet_life_time_selector = src.packet_life_time_selector;
+    copy_common_path_fields!(dst, src);
 }
 
 /// The path record `src` in the kernel's `dst` (every field the kernel's record has but its
@@ -88,23 +65,10 @@ fn path_rec_to_kern(dst: &mut ib_user_path_rec, src: &ibv_sa_path_rec) {
     let (dgid, sgid) = unsafe { (src.dgid.raw, src.sgid.raw) };
     dst.dgid = dgid;
     dst.sgid = sgid;
-    dst.dlid = src.dlid;
-    dst.slid = src.slid;
     dst.raw_traffic = src.raw_traffic as u32;
-    dst.flow_label = src.flow_label;
-    dst.hop_limit = src.hop_limit;
-    dst.traffic_class = src.traffic_class;
     dst.reversible = src.reversible as u32;
-    dst.numb_path = src.numb_path;
-    dst.pkey = src.pkey;
-    dst.sl = src.sl;
-    dst.mtu_selector = src.mtu_selector;
     dst.mtu = src.mtu.into();
-    dst.rate_selector = src.rate_selector;
-    dst.rate = src.rate;
-    dst.packet_life_time = src.packet_life_time;
-    dst.preference = src.preference;
-    dst.packet_life_time_selector = src.packet_life_time_selector;
+    copy_common_path_fields!(dst, src);
 }
 
 /// Copies the kernel's QP attributes `src` into `dst` (all but `qp_state` and `rate_limit`).

@@ -250,102 +250,92 @@ mod tests {
         unsafe { CStr::from_ptr(p) }.to_str().expect("ASCII")
     }
 
+    /// Checks `f(value) == name` for each pair.
+    fn assert_names<T: Copy + std::fmt::Debug>(
+        f: extern "C" fn(T) -> *const c_char,
+        names: &[(T, &str)],
+    ) {
+        for &(value, name) in names {
+            assert_eq!(text(f(value)), name, "value {value:?}");
+        }
+    }
+
     #[test]
     fn node_types_have_rdma_core_names() {
-        assert_eq!(
-            text(ibv_node_type_str(IBV_NODE_CA)),
-            "InfiniBand channel adapter"
+        assert_names(
+            ibv_node_type_str,
+            &[
+                (IBV_NODE_CA, "InfiniBand channel adapter"),
+                (IBV_NODE_RNIC, "iWARP NIC"),
+                (IBV_NODE_USNIC_UDP, "usNIC UDP"),
+                (IBV_NODE_UNSPECIFIED, "unspecified"),
+                (IBV_NODE_UNKNOWN, "unknown"),
+                (0, "unknown"),
+                (8, "unknown"),
+                (c_int::MIN, "unknown"),
+            ],
         );
-        assert_eq!(text(ibv_node_type_str(IBV_NODE_RNIC)), "iWARP NIC");
-        assert_eq!(text(ibv_node_type_str(IBV_NODE_USNIC_UDP)), "usNIC UDP");
-        assert_eq!(text(ibv_node_type_str(IBV_NODE_UNSPECIFIED)), "unspecified");
-        assert_eq!(text(ibv_node_type_str(IBV_NODE_UNKNOWN)), "unknown");
-        assert_eq!(text(ibv_node_type_str(0)), "unknown");
-        assert_eq!(text(ibv_node_type_str(8)), "unknown");
-        assert_eq!(text(ibv_node_type_str(c_int::MIN)), "unknown");
     }
 
     #[test]
     fn port_states_have_rdma_core_names() {
-        assert_eq!(
-            text(ibv_port_state_str(IBV_PORT_NOP)),
-            "no state change (NOP)"
+        assert_names(
+            ibv_port_state_str,
+            &[
+                (IBV_PORT_NOP, "no state change (NOP)"),
+                (IBV_PORT_DOWN, "down"),
+                (IBV_PORT_ACTIVE, "active"),
+                (IBV_PORT_ACTIVE_DEFER, "active defer"),
+                (6, "unknown"),
+                (u32::MAX, "unknown"),
+            ],
         );
-        assert_eq!(text(ibv_port_state_str(IBV_PORT_DOWN)), "down");
-        assert_eq!(text(ibv_port_state_str(IBV_PORT_ACTIVE)), "active");
-        assert_eq!(
-            text(ibv_port_state_str(IBV_PORT_ACTIVE_DEFER)),
-            "active defer"
-        );
-        assert_eq!(text(ibv_port_state_str(6)), "unknown");
-        assert_eq!(text(ibv_port_state_str(u32::MAX)), "unknown");
     }
 
     #[test]
     fn event_types_have_rdma_core_names() {
-        assert_eq!(text(ibv_event_type_str(IBV_EVENT_CQ_ERR)), "CQ error");
-        assert_eq!(
-            text(ibv_event_type_str(IBV_EVENT_COMM_EST)),
-            "communication established"
+        assert_names(
+            ibv_event_type_str,
+            &[
+                (IBV_EVENT_CQ_ERR, "CQ error"),
+                (IBV_EVENT_COMM_EST, "communication established"),
+                (IBV_EVENT_PKEY_CHANGE, "P_Key change"),
+                (IBV_EVENT_WQ_FATAL, "WQ fatal"),
+                (IBV_EVENT_WQ_FATAL + 1, "unknown"),
+                (u32::MAX, "unknown"),
+            ],
         );
-        assert_eq!(
-            text(ibv_event_type_str(IBV_EVENT_PKEY_CHANGE)),
-            "P_Key change"
-        );
-        assert_eq!(text(ibv_event_type_str(IBV_EVENT_WQ_FATAL)), "WQ fatal");
-        assert_eq!(text(ibv_event_type_str(IBV_EVENT_WQ_FATAL + 1)), "unknown");
-        assert_eq!(text(ibv_event_type_str(u32::MAX)), "unknown");
     }
 
     #[test]
     fn wc_statuses_have_rdma_core_names() {
-        assert_eq!(text(ibv_wc_status_str(IBV_WC_SUCCESS)), "success");
-        assert_eq!(
-            text(ibv_wc_status_str(IBV_WC_WR_FLUSH_ERR)),
-            "Work Request Flushed Error"
+        assert_names(
+            ibv_wc_status_str,
+            &[
+                (IBV_WC_SUCCESS, "success"),
+                (IBV_WC_WR_FLUSH_ERR, "Work Request Flushed Error"),
+                (IBV_WC_REM_ACCESS_ERR, "remote access error"),
+                (IBV_WC_RETRY_EXC_ERR, "transport retry counter exceeded"),
+                (IBV_WC_TM_RNDV_INCOMPLETE, "TM software rendezvous"),
+                (IBV_WC_TM_RNDV_INCOMPLETE + 1, "unknown"),
+                (u32::MAX, "unknown"),
+            ],
         );
-        assert_eq!(
-            text(ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR)),
-            "remote access error"
-        );
-        assert_eq!(
-            text(ibv_wc_status_str(IBV_WC_RETRY_EXC_ERR)),
-            "transport retry counter exceeded"
-        );
-        assert_eq!(
-            text(ibv_wc_status_str(IBV_WC_TM_RNDV_INCOMPLETE)),
-            "TM software rendezvous"
-        );
-        assert_eq!(
-            text(ibv_wc_status_str(IBV_WC_TM_RNDV_INCOMPLETE + 1)),
-            "unknown"
-        );
-        assert_eq!(text(ibv_wc_status_str(u32::MAX)), "unknown");
     }
 
     #[test]
     fn cm_events_have_rdma_core_names() {
-        assert_eq!(
-            text(rdma_event_str(RDMA_CM_EVENT_ADDR_RESOLVED)),
-            "RDMA_CM_EVENT_ADDR_RESOLVED"
+        assert_names(
+            rdma_event_str,
+            &[
+                (RDMA_CM_EVENT_ADDR_RESOLVED, "RDMA_CM_EVENT_ADDR_RESOLVED"),
+                (RDMA_CM_EVENT_ESTABLISHED, "RDMA_CM_EVENT_ESTABLISHED"),
+                (RDMA_CM_EVENT_DISCONNECTED, "RDMA_CM_EVENT_DISCONNECTED"),
+                (RDMA_CM_EVENT_TIMEWAIT_EXIT, "RDMA_CM_EVENT_TIMEWAIT_EXIT"),
+                (RDMA_CM_EVENT_TIMEWAIT_EXIT + 1, "UNKNOWN EVENT"),
+                (u32::MAX, "UNKNOWN EVENT"),
+            ],
         );
-        assert_eq!(
-            text(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED)),
-            "RDMA_CM_EVENT_ESTABLISHED"
-        );
-        assert_eq!(
-            text(rdma_event_str(RDMA_CM_EVENT_DISCONNECTED)),
-            "RDMA_CM_EVENT_DISCONNECTED"
-        );
-        assert_eq!(
-            text(rdma_event_str(RDMA_CM_EVENT_TIMEWAIT_EXIT)),
-            "RDMA_CM_EVENT_TIMEWAIT_EXIT"
-        );
-        assert_eq!(
-            text(rdma_event_str(RDMA_CM_EVENT_TIMEWAIT_EXIT + 1)),
-            "UNKNOWN EVENT"
-        );
-        assert_eq!(text(rdma_event_str(u32::MAX)), "UNKNOWN EVENT");
     }
 
     #[test]

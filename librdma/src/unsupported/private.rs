@@ -103,6 +103,19 @@ pub unsafe extern "C" fn _verbs_init_and_alloc_context(
     null("_verbs_init_and_alloc_context")
 }
 
+/// A kernel post command: `EOPNOTSUPP`, with `*bad_wr` at the first work request (as no
+/// provider QP or SRQ exists here, none can be posted).
+///
+/// # Safety
+/// `bad_wr` is NULL or valid for a write.
+unsafe fn refuse_post<W>(name: &str, wr: *mut W, bad_wr: *mut *mut W) -> c_int {
+    // SAFETY: the caller's `bad_wr` is NULL or valid for a write.
+    if let Some(bad_wr) = unsafe { bad_wr.as_mut() } {
+        *bad_wr = wr;
+    }
+    eopnotsupp(name)
+}
+
 /// Posts send work requests through the kernel (`IB_USER_VERBS_CMD_POST_SEND`): `EOPNOTSUPP`
 /// with `*bad_wr` at the first request, as no provider QP exists here.
 ///
@@ -114,11 +127,8 @@ pub unsafe extern "C" fn ibv_cmd_post_send(
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    if !bad_wr.is_null() {
-        // SAFETY: the caller's `bad_wr` is valid for a write.
-        unsafe { *bad_wr = wr };
-    }
-    eopnotsupp("ibv_cmd_post_send")
+    // SAFETY: the caller's `bad_wr` is NULL or valid for a write.
+    unsafe { refuse_post("ibv_cmd_post_send", wr, bad_wr) }
 }
 
 /// Posts receive work requests through the kernel: `EOPNOTSUPP` with `*bad_wr` at the first
@@ -132,11 +142,8 @@ pub unsafe extern "C" fn ibv_cmd_post_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    if !bad_wr.is_null() {
-        // SAFETY: the caller's `bad_wr` is valid for a write.
-        unsafe { *bad_wr = wr };
-    }
-    eopnotsupp("ibv_cmd_post_recv")
+    // SAFETY: the caller's `bad_wr` is NULL or valid for a write.
+    unsafe { refuse_post("ibv_cmd_post_recv", wr, bad_wr) }
 }
 
 /// Posts receive work requests to an SRQ through the kernel: `EOPNOTSUPP` with `*bad_wr` at
@@ -150,11 +157,8 @@ pub unsafe extern "C" fn ibv_cmd_post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    if !bad_wr.is_null() {
-        // SAFETY: the caller's `bad_wr` is valid for a write.
-        unsafe { *bad_wr = wr };
-    }
-    eopnotsupp("ibv_cmd_post_srq_recv")
+    // SAFETY: the caller's `bad_wr` is NULL or valid for a write.
+    unsafe { refuse_post("ibv_cmd_post_srq_recv", wr, bad_wr) }
 }
 
 symver! {
