@@ -3,12 +3,12 @@
 //! rustc links a cdylib with its own anonymous version script that lists every
 //! `#[no_mangle]` name, and that list takes precedence over the nodes of `exports.map`: a
 //! plain `#[no_mangle]` function is exported unversioned (`name`, not
-//! `name@@IBVERBS_1.1`). [`symver!`] gives each name its rdma-core version node with a
+//! `name@@IBVERBS_1.1`). `symver!` gives each name its rdma-core version node with a
 //! `.symver name, name@@@NODE` directive, which renames the definition to the versioned one
 //! in the object file, before the version scripts are consulted.
 //!
 //! The directive only applies to a definition in the same object file as the directive, and
-//! rustc keeps the items of one module in one codegen unit: invoke [`symver!`] in the module
+//! rustc keeps the items of one module in one codegen unit: invoke `symver!` in the module
 //! that defines the functions it names. A name given here but not defined in that module stays
 //! unversioned or missing; `tests/exports.rs` reports both.
 
