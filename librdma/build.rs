@@ -24,7 +24,7 @@ fn main() {
     let bindings = bindgen::Builder::default()
         .header("wrapper.h")
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
-        .allowlist_type("ibv_.*|_ibv_.*|verbs_context|rdma_.*|ib_uverbs_.*")
+        .allowlist_type("ibv_.*|_ibv_.*|verbs_context|rdma_.*|ib_uverbs_.*|ib_user_.*")
         .allowlist_var("IBV_.*|RDMA_.*|RAI_.*|_RDMA_.*")
         .blocklist_function(".*")
         .derive_default(true)

@@ -14,6 +14,11 @@ use crate::entry::status_call;
 use crate::runtime::runtime;
 use crate::verbs::qp::{qp_obj, set_state};
 
+crate::symver::symver! {
+    "RDMACM_1.0": rdma_connect, rdma_accept, rdma_reject, rdma_disconnect, rdma_notify;
+    "RDMACM_1.2": rdma_establish, rdma_init_qp_attr;
+}
+
 /// "Use the device's maximum" in `responder_resources` / `initiator_depth`.
 const USE_MAX: u8 = 0xff;
 

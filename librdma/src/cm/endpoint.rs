@@ -14,6 +14,10 @@ use crate::cm::qp::{rdma_create_qp, rdma_destroy_qp, rdma_destroy_srq};
 use crate::entry::{guard, status_call};
 use crate::shared::last_errno;
 
+crate::symver::symver! {
+    "RDMACM_1.0": rdma_getaddrinfo, rdma_freeaddrinfo, rdma_create_ep, rdma_get_request, rdma_destroy_ep;
+}
+
 /// The time `rdma_create_ep` gives address and route resolution, as librdmacm does.
 const RESOLVE_MS: c_int = 2000;
 

@@ -15,6 +15,10 @@ use crate::runtime::runtime;
 use crate::shared::cm::{CmIdShared, CmPending, CmRaw};
 use crate::verbs::objects::{publish, reclaim};
 
+crate::symver::symver! {
+    "RDMACM_1.0": rdma_create_event_channel, rdma_destroy_event_channel, rdma_get_cm_event, rdma_ack_cm_event, rdma_migrate_id;
+}
+
 /// An event handed to the application, with the private data it points to.
 #[repr(C)]
 struct EventBox {

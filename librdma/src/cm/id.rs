@@ -20,6 +20,10 @@ use crate::shared::cm::{CmIdShared, CmRaw};
 use crate::shared::last_errno;
 use crate::verbs::objects::{publish, reclaim};
 
+crate::symver::symver! {
+    "RDMACM_1.0": rdma_create_id, rdma_destroy_id, rdma_bind_addr, rdma_listen, rdma_resolve_addr, rdma_resolve_route, rdma_get_src_port, rdma_get_dst_port, rdma_set_option, rdma_get_devices, rdma_free_devices;
+}
+
 /// In the synchronous mode: waits for the id's next event, keeps it in the `event` field of
 /// the id it names (acknowledging the previous one) and turns a failure into an errno.
 ///

@@ -16,6 +16,10 @@ use crate::verbs::objects::Pd;
 use crate::verbs::qp::{ibv_create_qp, ibv_destroy_qp, qp_obj, set_state};
 use crate::verbs::srq::{ibv_create_srq, ibv_destroy_srq};
 
+crate::symver::symver! {
+    "RDMACM_1.0": rdma_create_qp, rdma_create_qp_ex, rdma_destroy_qp, rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq;
+}
+
 /// A channel and a CQ of `cqe` entries on `ctx` for `id`.
 ///
 /// # Safety

@@ -14,6 +14,11 @@ use crate::verbs::convert::errno_of;
 use crate::verbs::memory::ULP;
 use crate::verbs::objects::{context, obj, publish, reclaim, Channel, Cq};
 
+crate::symver::symver! {
+    "IBVERBS_1.0": ibv_create_comp_channel, ibv_destroy_comp_channel;
+    "IBVERBS_1.1": ibv_create_cq, ibv_destroy_cq, ibv_resize_cq, ibv_get_cq_event, ibv_ack_cq_events;
+}
+
 /// The CQ object behind `cq`.
 ///
 /// # Safety

@@ -12,6 +12,13 @@ use crate::shared::verbs::AsyncShared;
 use crate::verbs::objects::{context, publish, reclaim, Context};
 use crate::verbs::{cq, qp, srq};
 
+crate::symver::symver! {
+    "IBVERBS_1.1": ibv_get_device_list, ibv_free_device_list, ibv_get_device_name, ibv_get_device_guid, ibv_open_device, ibv_close_device, ibv_query_device, ibv_query_port, ibv_query_gid, ibv_query_pkey;
+    "IBVERBS_1.11": _ibv_query_gid_ex, _ibv_query_gid_table;
+    "IBVERBS_1.9": ibv_get_device_index;
+    "IBVERBS_PRIVATE_34": ibv_query_gid_type;
+}
+
 /// Bytes of `struct ibv_port_attr` the exported `ibv_query_port` writes: the layout
 /// before `port_cap_flags2` (applications built with today's headers call it through an
 /// inline that zeroes the full struct first; older ones pass the 48-byte struct).

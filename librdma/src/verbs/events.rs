@@ -7,6 +7,10 @@ use crate::abi::*;
 use crate::entry::{guard, set_errno};
 use crate::verbs::objects::context;
 
+crate::symver::symver! {
+    "IBVERBS_1.1": ibv_get_async_event, ibv_ack_async_event;
+}
+
 /// `ibv_get_async_event`: waits for the next event; 0, or -1 with errno.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_async_event(

@@ -16,6 +16,12 @@ use crate::entry::{errno_call, ptr_call};
 use crate::verbs::convert::errno_of;
 use crate::verbs::objects::{context, obj, publish, reclaim, Mr, Pd};
 
+crate::symver::symver! {
+    "IBVERBS_1.1": ibv_alloc_pd, ibv_dealloc_pd, ibv_reg_mr, ibv_dereg_mr, ibv_rereg_mr;
+    "IBVERBS_1.7": ibv_reg_mr_iova;
+    "IBVERBS_1.8": ibv_reg_mr_iova2;
+}
+
 /// The ULP every context's resources belong to (one application per data plane).
 pub const ULP: UlpId = UlpId(1);
 

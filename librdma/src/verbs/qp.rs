@@ -20,6 +20,11 @@ use crate::verbs::cq::cq_obj;
 use crate::verbs::memory::{pd_core, pd_obj};
 use crate::verbs::objects::{context, obj, publish, reclaim, Qp, Srq};
 
+crate::symver::symver! {
+    "IBVERBS_1.1": ibv_create_qp, ibv_modify_qp, ibv_query_qp, ibv_destroy_qp;
+    "IBVERBS_1.6": ibv_qp_to_qp_ex;
+}
+
 /// The QP object behind `qp`.
 ///
 /// # Safety

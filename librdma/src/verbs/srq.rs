@@ -12,6 +12,10 @@ use crate::verbs::convert::{self, errno_of};
 use crate::verbs::memory::{pd_core, pd_obj};
 use crate::verbs::objects::{context, obj, publish, reclaim, Srq};
 
+crate::symver::symver! {
+    "IBVERBS_1.1": ibv_create_srq, ibv_modify_srq, ibv_query_srq, ibv_destroy_srq;
+}
+
 /// The S-RQ object behind `srq`.
 ///
 /// # Safety
