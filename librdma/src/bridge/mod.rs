@@ -62,6 +62,23 @@ struct QpTrack {
     rq_applied: u64,
 }
 
+impl QpTrack {
+    /// Publishes the WRs the RNIC retired (applied and no longer occupying a slot).
+    fn retire(&self, rnic: &Rnic) {
+        let q = &self.shared;
+        if let Some((sq, rq)) = rnic.wq_occupancy(q.id) {
+            q.sq_retired.store(
+                self.sq_applied - u64::from(sq).min(self.sq_applied),
+                Ordering::Release,
+            );
+            q.rq_retired.store(
+                self.rq_applied - u64::from(rq).min(self.rq_applied),
+                Ordering::Release,
+            );
+        }
+    }
+}
+
 struct SrqTrack {
     shared: Arc<SrqShared>,
     asyncs: Arc<AsyncShared>,
@@ -264,6 +281,11 @@ impl Bridge {
                 let Ok(wc) = rnic.poll_cq(cq.handle) else {
                     break;
                 };
+                // The slot this completion frees is in the posting window before the
+                // application can see the completion (and post again).
+                if let Some(q) = self.qps.get(&(cq.dev, wc.qp)) {
+                    q.retire(rnic);
+                }
                 cq.deliver(convert::completion(&wc));
             }
         }
@@ -276,16 +298,7 @@ impl Bridge {
                 continue;
             };
             let rnic = stack.poll.handler_mut().rnic_mut();
-            if let Some((sq, rq)) = rnic.wq_occupancy(q.id) {
-                q.sq_retired.store(
-                    t.sq_applied - u64::from(sq).min(t.sq_applied),
-                    Ordering::Release,
-                );
-                q.rq_retired.store(
-                    t.rq_applied - u64::from(rq).min(t.rq_applied),
-                    Ordering::Release,
-                );
-            }
+            t.retire(rnic);
             if let Ok(a) = rnic.query_qp(q.id) {
                 let s = match a.state {
                     QpState::Idle => None,
