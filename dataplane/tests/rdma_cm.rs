@@ -331,3 +331,35 @@ fn withdrawn_request_and_port_reuse() {
     );
     cm.ls.handler_mut().listen_pending(addr, 8).unwrap();
 }
+
+// A connect to a port nobody listens on is refused by a TCP reset (RFC 9293 §3.10.7.1);
+// the error says so, which rdma_cm reports as REJECTED rather than a generic failure.
+#[test]
+fn refused_connect_says_the_stream_was_refused() {
+    let mut cm = Cm::new();
+    let cres = Resources::new(cm.lc.handler_mut(), 16, 8, 8, 4).unwrap();
+    let addr = SocketAddrV4::new(SERVER_IP, 6300);
+    cm.lc
+        .handler_mut()
+        .connect(CLIENT_IP, addr, cres.init, b"")
+        .unwrap();
+    cm.run(
+        |_, _| {},
+        |cm| {
+            cm.client
+                .iter()
+                .any(|e| matches!(e, CmEvent::ConnectError { .. }))
+        },
+    );
+    assert!(
+        cm.client.iter().any(|e| matches!(
+            e,
+            CmEvent::ConnectError {
+                llp: Some(tcp::CloseReason::Refused),
+                ..
+            }
+        )),
+        "{:?}",
+        cm.client
+    );
+}

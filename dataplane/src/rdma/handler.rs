@@ -176,6 +176,8 @@ pub struct ConnManager {
     channels: Vec<CoreEnd>,
     /// The latest time the poll loop brought (for calls made between iterations).
     now: Instant,
+    /// How the stream whose close is being handled ended (for the ULP's events then).
+    closing: Option<CloseReason>,
 }
 
 impl RdmaHandler {
@@ -192,6 +194,7 @@ impl RdmaHandler {
             first_fpdu_delay: Duration::ZERO,
             channels: Vec::new(),
             now: crate::clock::now(),
+            closing: None,
         };
         TcpHandler::new(engine, rnic, cm)
     }
@@ -617,7 +620,7 @@ impl ConnManager {
                         id,
                         qp,
                         reason: "connection closed during MPA negotiation".into(),
-                        llp: Some(CloseReason::Normal),
+                        llp: Some(self.closing.unwrap_or(CloseReason::Normal)),
                     })
                 }
             }
@@ -745,6 +748,7 @@ impl ConnManager {
             while let Some(e) = c.poll_event() {
                 evs.push(e);
             }
+            self.closing = Some(reason);
             for e in evs {
                 if matches!(
                     e,
@@ -755,6 +759,7 @@ impl ConnManager {
                 }
                 self.conn_event(rnic, conn, e);
             }
+            self.closing = None;
             if let Some(qp) = qp {
                 c.pump_verbs(now, rnic, qp);
             }
