@@ -77,6 +77,10 @@ pub unsafe extern "C" fn rdma_create_qp(
         let i = unsafe { id_mut(id) }?;
         // SAFETY: the caller passes a readable, writable attr (NULL refused).
         let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+        // The id's port space decides the QP type (rdma_server leaves it 0).
+        if a.qp_type == 0 {
+            a.qp_type = i.id.qp_type;
+        }
         let pd = if pd.is_null() { i.id.pd } else { pd };
         // SAFETY: NULL or a live PD of ours.
         let p = unsafe { obj::<ibv_pd, Pd>(pd) }.ok_or(libc::EINVAL)?;
