@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use dataplane::clock;
 use dataplane::config::{Config, RdmaSection};
 use dataplane::lcore::PortAddr;
 use dataplane::port::open::OpenOptions;
-use dataplane::port::AnyPort;
+use dataplane::port::{AnyPort, Port};
 use dataplane::rdma::{MemoryKind, RdmaConfig, RdmaStack, StackConfig};
 use dataplane::runtime::OpenedPorts;
 use iwarp::mpa::MpaConfig;
@@ -39,8 +39,11 @@ pub struct Core {
     posts: ArrayQueue<Post>,
     stop: AtomicBool,
     alive: AtomicBool,
-    /// What each device is (name, addresses, MTU).
-    pub devices: Vec<DeviceInfo>,
+    /// What each device is (name, addresses, MTU) as configured.
+    devices: Vec<DeviceInfo>,
+    /// The MAC each device's port really uses (a port without a configured MAC has its
+    /// PMD's), set when the ports are up.
+    macs: OnceLock<Vec<[u8; 6]>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -69,6 +72,7 @@ impl Core {
             stop: AtomicBool::new(false),
             alive: AtomicBool::new(true),
             devices,
+            macs: OnceLock::new(),
             thread: Mutex::new(None),
         });
         let (tx, rx) = mpsc::channel();
@@ -93,6 +97,15 @@ impl Core {
             }
             Err(_) => Err("the data plane thread stopped while starting".into()),
         }
+    }
+
+    /// Device `dev` as its port runs (with the port's MAC).
+    pub fn device(&self, dev: usize) -> Option<DeviceInfo> {
+        let mut d = self.devices.get(dev)?.clone();
+        if let Some(mac) = self.macs.get().and_then(|m| m.get(dev)) {
+            d.mac = *mac;
+        }
+        Some(d)
     }
 
     /// Runs `f` on the data-plane thread and waits for its result.
@@ -254,6 +267,7 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
     };
     let attrs = device_attributes();
     let mut stacks = Vec::new();
+    let mut macs = Vec::new();
     let ports: Vec<AnyPort> = std::mem::take(&mut opened.ports);
     for (i, (port, pc)) in ports.into_iter().zip(cfg.ports.iter()).enumerate() {
         if pc.ipv4.is_none() {
@@ -278,6 +292,7 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
                 return;
             }
         };
+        macs.push(port.info().mac);
         match RdmaStack::with_rnic(port, PortAddr::of(pc), scfg, rnic, MemoryKind::Application) {
             Ok(s) => stacks.push(s),
             Err(e) => {
@@ -287,6 +302,7 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
             }
         }
     }
+    let _ = core.macs.set(macs);
     let mut bridge = Bridge::new(stacks);
     let _ = ready.send(Ok(()));
     log::info!(

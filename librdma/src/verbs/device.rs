@@ -35,9 +35,9 @@ unsafe fn device<'a>(dev: *mut ibv_device) -> Result<(&'a Device, &'static Devic
     Ok((d, info))
 }
 
-/// The device of a context.
-fn info_of(ctx: &Context) -> Result<&'static DeviceInfo, i32> {
-    runtime()?.devices.get(ctx.dev).ok_or(libc::ENODEV)
+/// The device of a context, as its port runs.
+fn info_of(ctx: &Context) -> Result<DeviceInfo, i32> {
+    ctx.core.device(ctx.dev).ok_or(libc::ENODEV)
 }
 
 /// `ibv_get_device_list`: the devices the configuration describes (an empty list, and the
@@ -220,7 +220,7 @@ pub unsafe extern "C" fn ibv_query_device(
     errno_call("ibv_query_device", || {
         // SAFETY: by the caller's contract.
         let c = unsafe { context(ctx) }?;
-        let a = device_attr(info_of(c)?);
+        let a = device_attr(&info_of(c)?);
         // SAFETY: the caller passes a writable `ibv_device_attr` (NULL is refused).
         unsafe { attr.as_mut() }.map(|p| *p = a).ok_or(libc::EINVAL)
     })
@@ -259,7 +259,7 @@ pub unsafe extern "C" fn ibv_query_port(
         if port_num != 1 || attr.is_null() {
             return Err(libc::EINVAL);
         }
-        let a = port_attr(info_of(c)?);
+        let a = port_attr(&info_of(c)?);
         // SAFETY: the caller passes at least the 48-byte compat struct; we copy no more.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -296,7 +296,7 @@ pub unsafe extern "C" fn ibv_query_gid(
             return -1;
         }
         // SAFETY: the caller passes a writable GID.
-        unsafe { *gid = gid0(info) };
+        unsafe { *gid = gid0(&info) };
         0
     })
 }
@@ -350,7 +350,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
             return Err(libc::ENODATA);
         }
         // SAFETY: the caller passes a writable entry of `entry_size` bytes (checked above).
-        unsafe { *entry = gid_entry(info) };
+        unsafe { *entry = gid_entry(&info) };
         Ok(())
     })
 }
@@ -376,7 +376,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
             return -(libc::EINVAL as isize);
         }
         // SAFETY: room for at least one entry (checked above).
-        unsafe { *entries = gid_entry(info) };
+        unsafe { *entries = gid_entry(&info) };
         1
     })
 }

@@ -162,6 +162,9 @@ unsafe fn reg_mr(
         // SAFETY: as above.
         let stag = unsafe { pd_core(p) }?
             .call(move |b| register(b, dev, pd_id, a, len, iova, access))??;
+        log::debug!(
+            "{name}: {len} bytes at {a:#x} (tagged offset {iova:#x}), {access:?}: STag {stag:?}"
+        );
         Ok(publish(Mr {
             mr: ibv_mr {
                 context: p.pd.context,
