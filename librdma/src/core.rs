@@ -45,6 +45,10 @@ pub struct Core {
     /// PMD's), set when the ports are up.
     macs: OnceLock<Vec<[u8; 6]>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The data-plane thread, to wake when it sleeps and work arrives.
+    waker: OnceLock<std::thread::Thread>,
+    /// The data-plane thread is (about to be) parked in [`idle`].
+    parked: AtomicBool,
 }
 
 impl std::fmt::Debug for Core {
@@ -74,6 +78,8 @@ impl Core {
             devices,
             macs: OnceLock::new(),
             thread: Mutex::new(None),
+            waker: OnceLock::new(),
+            parked: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel();
         let c = Arc::clone(&core);
@@ -123,6 +129,7 @@ impl Core {
             *r.value.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
             r.ready.notify_one();
         }));
+        self.wake();
         let mut slot = reply.value.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(v) = slot.take() {
@@ -139,14 +146,28 @@ impl Core {
         }
     }
 
-    /// Queues a job without waiting for it.
-    pub fn spawn(&self, f: impl FnOnce(&mut Bridge) + Send + 'static) {
-        self.jobs.push(Box::new(f));
-    }
-
     /// Queues a work request; `Err` (ENOMEM) when the ring is full.
     pub fn post(&self, p: Post) -> Result<(), i32> {
-        self.posts.push(p).map_err(|_| libc::ENOMEM)
+        self.posts.push(p).map_err(|_| libc::ENOMEM)?;
+        self.wake();
+        Ok(())
+    }
+
+    /// Wakes the data-plane thread if it sleeps in [`idle`] (work was just queued).
+    fn wake(&self) {
+        // Pairs with the fence in `idle`: either this load sees the thread parked, or the
+        // thread sees the queued work before it parks.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::Relaxed) {
+            if let Some(t) = self.waker.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Whether work is queued for the data-plane thread.
+    fn has_work(&self) -> bool {
+        !self.jobs.is_empty() || !self.posts.is_empty()
     }
 
     /// Whether the data-plane thread still runs.
@@ -228,19 +249,27 @@ fn rand_secret() -> [u8; 16] {
 }
 
 /// Backs off when nothing happens. Spin a while ([`idle_spin`]: a reply to what was just
-/// sent is usually that close), then sleep 20 µs per idle
-/// iteration (after 20 ms of silence, 200 µs). A thread that sleeps is scheduled at once
-/// when it wakes, ahead of application threads spinning on the same core (perftest's
-/// latency tests spin on memory): on a machine with fewer cores than spinning threads this
-/// is what keeps latency in microseconds rather than scheduler slices.
-fn idle(quiet: Duration, spin: Duration) {
+/// sent is usually that close), then park for up to 20 µs per idle iteration (after 20 ms of
+/// silence, 200 µs); work queued by an application thread unparks it at once. A thread that
+/// sleeps is scheduled as soon as it wakes, ahead of application threads spinning on the same
+/// core (perftest's latency tests spin on memory): on a machine with fewer cores than
+/// spinning threads this keeps latency in microseconds rather than scheduler slices.
+fn idle(core: &Core, quiet: Duration, spin: Duration) {
     if quiet < spin {
         std::hint::spin_loop();
-    } else if quiet < Duration::from_millis(20) {
-        std::thread::sleep(Duration::from_micros(20));
-    } else {
-        std::thread::sleep(Duration::from_micros(200));
+        return;
     }
+    let nap = if quiet < Duration::from_millis(20) {
+        Duration::from_micros(20)
+    } else {
+        Duration::from_micros(200)
+    };
+    core.parked.store(true, Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if !core.has_work() {
+        std::thread::park_timeout(nap);
+    }
+    core.parked.store(false, Ordering::Relaxed);
 }
 
 /// The spin phase of [`idle`]: `DATAPLANE_IDLE_SPIN_US`, else 50 µs with four CPUs or more
@@ -311,6 +340,7 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
         std::thread::current().name().unwrap_or("?")
     );
     let spin = idle_spin();
+    let _ = core.waker.set(std::thread::current());
     // Sleeps of microseconds, not the default 50 µs timer slack.
     // SAFETY: prctl on the calling thread with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
@@ -338,7 +368,7 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
         if busy {
             idle_since = now;
         } else {
-            idle(now.saturating_since(idle_since), spin);
+            idle(&core, now.saturating_since(idle_since), spin);
         }
     }
     bridge.shutdown();
