@@ -698,6 +698,34 @@ device = "l0"
     }
 
     #[test]
+    fn rdma_section_has_defaults_and_checked_ranges() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.rdma, RdmaSection::default());
+        assert_eq!(c.rdma.rto_min_ms, 20);
+        let c = parse(
+            "[rdma]\ncrc = true\nmarkers = true\nfirst_fpdu_delay_ms = 100\nrto_min_ms = 200\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.rdma,
+            RdmaSection {
+                crc: true,
+                markers: true,
+                first_fpdu_delay_ms: 100,
+                rto_min_ms: 200,
+            }
+        );
+        let e = parse("[rdma]\nrto_min_ms = 0\n").unwrap_err().to_string();
+        assert!(e.contains("rdma.rto_min_ms"), "{e}");
+        let e = parse("[rdma]\nfirst_fpdu_delay_ms = 10001\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rdma.first_fpdu_delay_ms"), "{e}");
+        let e = parse("[rdma]\nmpa_crc = true\n").unwrap_err().to_string();
+        assert!(e.contains("mpa_crc"), "{e}");
+    }
+
+    #[test]
     fn configured_ports_convert_to_the_port_plan() {
         let c = parse(GOOD).unwrap();
         let plan = PortPlan::from(&c);
