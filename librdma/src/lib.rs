@@ -12,6 +12,7 @@ pub mod abi;
 pub mod appmem;
 pub mod bridge;
 pub mod cm;
+pub mod convert;
 pub mod core;
 pub mod device;
 pub mod entry;

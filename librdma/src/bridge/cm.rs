@@ -37,7 +37,7 @@ fn cm_errno(e: CmError) -> i32 {
     match e {
         CmError::Tcp(_) => libc::EADDRINUSE,
         CmError::NoConnection => libc::EINVAL,
-        CmError::Verbs(v) => crate::verbs::convert::errno_of(v),
+        CmError::Verbs(v) => crate::convert::errno_of(v),
         CmError::Mpa(_) => libc::EINVAL,
     }
 }

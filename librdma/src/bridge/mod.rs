@@ -19,8 +19,8 @@ use iwarp::verbs::{AsyncEventKind, EventResource, PostError, QpId, QpState, Rnic
 use rustc_hash::FxHashMap;
 
 use crate::abi::*;
+use crate::convert;
 use crate::shared::verbs::{AsyncShared, CqShared, QpShared, SrqShared, Wc};
-use crate::verbs::convert;
 use cm::CmTable;
 
 /// Work requests posted by application threads, applied by the data-plane thread in order.

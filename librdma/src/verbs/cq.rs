@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::abi::*;
+use crate::convert::errno_of;
 use crate::device::device_attributes;
 use crate::entry::{errno_call, guard, ptr_call, set_errno};
 use crate::shared::verbs::{ChannelShared, CqShared};
-use crate::verbs::convert::errno_of;
 use crate::verbs::memory::ULP;
 use crate::verbs::objects::{context, obj, publish, reclaim, Channel, Cq};
 

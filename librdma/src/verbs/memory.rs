@@ -11,9 +11,9 @@ use iwarp::verbs::{Access, MrSpec, PageList, PdId, STag, TaggedBase, UlpId};
 use crate::abi::*;
 use crate::appmem::PAGE;
 use crate::bridge::Bridge;
+use crate::convert::errno_of;
 use crate::core::Core;
 use crate::entry::{errno_call, ptr_call};
-use crate::verbs::convert::errno_of;
 use crate::verbs::objects::{context, obj, publish, reclaim, Mr, Pd};
 
 crate::symver::symver! {

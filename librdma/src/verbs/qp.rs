@@ -11,11 +11,11 @@ use iwarp::verbs::{ModifyQp, QpInit, QpState};
 
 use crate::abi::*;
 use crate::bridge::Post;
+use crate::convert::{self, errno_of};
 use crate::device::{device_attributes, MAX_INLINE, MAX_RD_ATOM};
 use crate::entry::{errno_call, ptr_call};
 use crate::runtime::runtime;
 use crate::shared::verbs::QpShared;
-use crate::verbs::convert::{self, errno_of};
 use crate::verbs::cq::cq_obj;
 use crate::verbs::memory::{pd_core, pd_obj};
 use crate::verbs::objects::{context, obj, publish, reclaim, Qp, Srq};

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::abi::*;
 use crate::bridge::Post;
+use crate::convert::{self, errno_of};
 use crate::entry::{errno_call, ptr_call};
 use crate::shared::verbs::SrqShared;
-use crate::verbs::convert::{self, errno_of};
 use crate::verbs::memory::{pd_core, pd_obj};
 use crate::verbs::objects::{context, obj, publish, reclaim, Srq};
 
