@@ -17,6 +17,10 @@ impl Connection {
     pub fn pump_verbs(&mut self, now: Instant, rnic: &mut Rnic, qp: QpId) {
         self.advance_time(now);
         self.verbs_events.get_or_insert_with(VecDeque::new);
+        // Completions first: what the engine completed happened before the stream event
+        // that followed it (a reset right after a placed Send must not flush that Send's
+        // receive, VERBS-00 §8.2).
+        self.forward_completions(rnic, qp);
         self.forward_verbs_events(rnic, qp);
         if matches!(self.phase, Phase::Fpdu(_) | Phase::Negotiating(_)) {
             while let Some(wr) = rnic.next_recv_wr(qp) {
@@ -32,10 +36,14 @@ impl Connection {
             // The QP's receives are posted: what followed a peer-to-peer RTR can go in.
             self.release_rx_gate(rnic.memory_mut());
         }
+        self.forward_completions(rnic, qp);
+        self.forward_verbs_events(rnic, qp);
+    }
+
+    fn forward_completions(&mut self, rnic: &mut Rnic, qp: QpId) {
         while let Some(c) = self.poll_completion() {
             let _ = rnic.handle_completion(qp, c);
         }
-        self.forward_verbs_events(rnic, qp);
     }
 
     fn forward_verbs_events(&mut self, rnic: &mut Rnic, qp: QpId) {

@@ -202,3 +202,58 @@ fn verbs_qps_over_connections() {
     assert_eq!(&mem[8192..8192 + 6000], &data[..]);
     assert_eq!(&mem[65536..65536 + 6000], &data[..]);
 }
+
+fn recv_wr(s: &Side, wr_id: u64, off: u64) -> RecvWr {
+    RecvWr {
+        wr_id,
+        sgl: vec![Sge {
+            stag: s.mr,
+            to: 0x10_0000 + off,
+            len: 4096,
+        }],
+    }
+}
+
+// A Send that arrived just before the stream was reset (the peer sent its last message and
+// closed abortively, both in one receive burst) completes successfully; only the receives
+// still waiting are flushed (VERBS-00 §8.2: completions in order; RFC 5040 §5.3: a message
+// whose last DDP segment was placed is delivered). No data already accepted is lost.
+#[test]
+fn a_send_placed_before_a_reset_completes_before_the_flush() {
+    let mut a = side(true, 21);
+    let mut b = side(false, 22);
+    run(&mut a, &mut b);
+    a.rnic.memory_mut().bytes_mut()[..80].copy_from_slice(&[0x5c; 80]);
+    b.rnic
+        .post_rq(b.qp, vec![recv_wr(&b, 7, 8192), recv_wr(&b, 8, 12288)])
+        .unwrap();
+    poll(&mut b);
+    let send = SendOp::Send {
+        sgl: vec![Sge {
+            stag: a.mr,
+            to: 0x10_0000,
+            len: 80,
+        }],
+        solicited: false,
+        invalidate: None,
+    };
+    a.rnic
+        .post_sq(a.qp, vec![SendWr::message(1, send)])
+        .unwrap();
+    poll(&mut a);
+    assert!(carry(&mut a, &mut b));
+    // The reset arrives in the same burst: nothing ran between the segment and the close.
+    b.conn.handle_llp_closed(now(), b.rnic.memory(), false);
+    b.conn.pump_verbs(now(), &mut b.rnic, b.qp);
+    let wb = wcs(&mut b);
+    let got: Vec<_> = wb.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (7, CompletionStatus::Success),
+            (8, CompletionStatus::Flushed)
+        ]
+    );
+    assert_eq!(wb[0].byte_len, 80);
+    assert_eq!(&b.rnic.memory().bytes()[8192..8192 + 80], &[0x5c; 80]);
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use dataplane::rdma::{CmError, CmEvent, RdmaHandler};
 use iwarp::verbs::{LlpEvent, ModifyQp, QpId, QpState};
 use rustc_hash::FxHashMap;
-use tcp::{CloseReason, ConnId};
+use tcp::{CloseReason, ConnId, State};
 
 use crate::shared::cm::{CmIdShared, CmPending, CmRaw};
 
@@ -175,14 +175,36 @@ impl CmTable {
     }
 
     /// Resets every connection of `dev` (process exit).
-    pub fn abort_all(&mut self, dev: usize, h: &mut RdmaHandler) {
-        let conns: Vec<ConnId> = self
-            .conns
+    /// Closes every connection of device `dev` in order (RDMAP §6.2: queued work drains,
+    /// then TCP sends its FIN), as Linux siw's socket close does when a program exits.
+    pub fn close_all(&mut self, dev: usize, h: &mut RdmaHandler) {
+        for c in self.conns_of(dev) {
+            let _ = h.disconnect(c);
+        }
+    }
+
+    /// Whether every connection of device `dev` delivered what it had to send: gone, or its
+    /// FIN acknowledged.
+    pub fn all_closed(&self, dev: usize, h: &RdmaHandler) -> bool {
+        self.conns_of(dev).into_iter().all(|c| {
+            matches!(
+                h.tcp().state(c),
+                None | Some(State::FinWait2 | State::TimeWait)
+            )
+        })
+    }
+
+    fn conns_of(&self, dev: usize) -> Vec<ConnId> {
+        self.conns
             .keys()
             .filter(|(d, _)| *d == dev)
             .map(|(_, c)| *c)
-            .collect();
-        for c in conns {
+            .collect()
+    }
+
+    /// Aborts every connection of device `dev` (a Terminate and a reset).
+    pub fn abort_all(&mut self, dev: usize, h: &mut RdmaHandler) {
+        for c in self.conns_of(dev) {
             let _ = h.abort(c);
         }
     }

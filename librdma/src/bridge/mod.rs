@@ -23,6 +23,10 @@ use crate::convert;
 use crate::shared::verbs::{AsyncShared, CqShared, QpShared, SrqShared, Wc};
 use cm::CmTable;
 
+/// How long a program's exit waits for its connections to deliver what they queued and
+/// close in order, before it resets the rest.
+const CLOSE_WAIT: Duration = Duration::from_millis(300);
+
 /// Work requests posted by application threads, applied by the data-plane thread in order.
 #[derive(Debug)]
 pub enum Post {
@@ -363,6 +367,16 @@ impl Bridge {
     /// At process exit: every connection is reset (the peer learns at once), and the resets
     /// are given a moment to leave.
     pub fn shutdown(&mut self) {
+        // What the program sent is delivered first (Linux closes the sockets of an exiting
+        // program's QPs in order): a graceful close, as long as the peers answer in time.
+        for dev in 0..self.stacks.len() {
+            let h = self.stacks[dev].poll.handler_mut();
+            self.cm.close_all(dev, h);
+        }
+        let until = clock::now() + CLOSE_WAIT;
+        while clock::now() < until && !self.all_closed() {
+            self.poll(clock::now());
+        }
         for dev in 0..self.stacks.len() {
             let h = self.stacks[dev].poll.handler_mut();
             self.cm.abort_all(dev, h);
@@ -371,6 +385,13 @@ impl Bridge {
         while clock::now() < until {
             self.poll(clock::now());
         }
+    }
+
+    fn all_closed(&mut self) -> bool {
+        (0..self.stacks.len()).all(|dev| {
+            let h = self.stacks[dev].poll.handler_mut();
+            self.cm.all_closed(dev, h)
+        })
     }
 }
 
