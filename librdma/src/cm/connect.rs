@@ -89,8 +89,9 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     })
 }
 
-/// `rdma_accept`: answers the request of this id with its QP (the MPA Reply); the QP takes
-/// work requests at once, and ESTABLISHED follows.
+/// `rdma_accept`: answers the request of this id with its QP (the MPA Reply, offering
+/// `responder_resources` as IRD and `initiator_depth` as ORD, as Linux's iWARP connection
+/// manager does); the QP takes work requests at once, and ESTABLISHED follows.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     status_call("rdma_accept", || {
@@ -99,12 +100,12 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         // SAFETY: NULL or the id's live QP.
         let q = unsafe { qp_obj(i.id.qp) }?;
         // SAFETY: by the caller's contract.
-        let (pdata, _, _) = unsafe { params(param) }?;
+        let (pdata, ird, ord) = unsafe { params(param) }?;
         let (dev, conn) = i.state().conn.ok_or(libc::EINVAL)?;
         let qp = q.shared.id;
         i.core.call(move |b| {
             let (cm, h) = b.cm_and_handler(dev)?;
-            cm.accept(dev, h, conn, qp, &pdata)
+            cm.accept(dev, h, conn, qp, &pdata, (ird, ord))
         })??;
         // SAFETY: the id's live QP.
         unsafe { set_state(q, IBV_QPS_RTS) }?;
