@@ -225,7 +225,7 @@ fn request_without_a_qp_then_accept_with_the_applications_qp() {
                 h.rnic_mut()
                     .post_rq(qp, vec![sbuf.recv_wr(7, 0, 64)])
                     .unwrap();
-                h.accept_with_qp(*id, qp, b"welcome").unwrap();
+                h.accept_with_qp(*id, qp, b"welcome", None).unwrap();
                 sqp = Some(qp);
             }
         },
@@ -283,6 +283,50 @@ fn request_without_a_qp_then_accept_with_the_applications_qp() {
     );
     assert_eq!(wc.qp, sqp);
     assert_eq!(&sbuf.bytes(cm.ls.handler().rnic())[..5], b"ping!");
+}
+
+// rdma_accept's responder_resources / initiator_depth (IRD 1, ORD 0 here) replace the
+// handler's IRD/ORD (16/16) in the Reply of that connection only (RFC 6581 §5): both sides
+// agree on them, and the initiator's ORD stays within the responder's IRD.
+#[test]
+fn accept_with_the_applications_ird_ord() {
+    let mut cm = Cm::new();
+    let (addr, mut sres) = listen_pending(&mut cm, 6150);
+    let cres = Resources::new(cm.lc.handler_mut(), 16, 8, 8, 4).unwrap();
+    let (cqp, _) = cm.lc.handler_mut().rnic_mut().create_qp(cres.init).unwrap();
+    cm.lc
+        .handler_mut()
+        .connect_qp(CLIENT_IP, addr, cqp, b"", Some((4, 4)))
+        .unwrap();
+    let sbuf = sres
+        .buffer(cm.ls.handler_mut(), 4096, all_rights())
+        .unwrap();
+    cm.run(
+        |l, e| {
+            if let CmEvent::Request { id, ird_ord, .. } = e {
+                assert_eq!(*ird_ord, Some((4, 4)));
+                let h = l.handler_mut();
+                let (qp, _) = h.rnic_mut().create_qp(sres.init).unwrap();
+                h.rnic_mut()
+                    .post_rq(qp, vec![sbuf.recv_wr(7, 0, 64)])
+                    .unwrap();
+                h.accept_with_qp(*id, qp, b"", Some((1, 0))).unwrap();
+            }
+        },
+        |cm| established(&cm.server) && established(&cm.client),
+    );
+    let depths = |v: &[CmEvent]| {
+        v.iter().find_map(|e| match e {
+            CmEvent::Established { negotiated, .. } => Some((negotiated.ird, negotiated.ord)),
+            _ => None,
+        })
+    };
+    assert_eq!(depths(&cm.server), Some((1, 0)), "the server's IRD/ORD");
+    assert_eq!(
+        depths(&cm.client),
+        Some((4, 1)),
+        "the client's ORD within IRD 1"
+    );
 }
 
 // A Request the application never answers disappears when the initiator gives up; the

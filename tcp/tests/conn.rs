@@ -613,3 +613,56 @@ fn unanswered_syn_ack_is_retransmitted_and_counted() {
     assert_eq!(p.e.connection_count(), 0);
     assert_eq!((p.e.stats().retransmits, p.e.stats().timeouts), (3, 3));
 }
+
+// RFC 9293 §3.10.7.3: in SYN-SENT an ACK that does not acknowledge our SYN (the peer still
+// holds an old connection on the same four-tuple, e.g. in FIN-WAIT-1, and answers with a
+// challenge ACK) draws <SEQ=SEG.ACK><CTL=RST>; the connection stays in SYN-SENT and the
+// SYN is sent again at its timeout, then completes.
+#[test]
+fn stale_ack_in_syn_sent_draws_rst_then_syn_retransmission() {
+    let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(test_config());
+    let t0 = Instant::ZERO;
+    let c = e
+        .connect(t0, a_addr(49152), b_addr(), StreamSocket::new(100, 100))
+        .unwrap();
+    let syn = drain(&mut e, t0);
+    assert_eq!(syn.len(), 1);
+    assert_eq!(syn[0].control, TcpControl::Syn);
+    let iss = syn[0].seq;
+    let stale = Seg::new(
+        b_addr(),
+        a_addr(49152),
+        TcpControl::None,
+        77,
+        Some(iss.wrapping_add(5000)),
+    );
+    e.handle_packet(t0, &mut (), &stale.emit()).unwrap();
+    let out = drain(&mut e, t0);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(
+        (out[0].control, out[0].seq),
+        (TcpControl::Rst, iss.wrapping_add(5000))
+    );
+    assert_eq!(e.state(c), Some(State::SynSent));
+    let at = e
+        .poll_timeout()
+        .expect("the SYN's retransmission timer runs");
+    e.handle_timeout(at);
+    let again = drain(&mut e, at);
+    assert!(
+        again
+            .iter()
+            .any(|s| s.control == TcpControl::Syn && s.seq == iss),
+        "{again:?}"
+    );
+    let mut synack = Seg::new(
+        b_addr(),
+        a_addr(49152),
+        TcpControl::Syn,
+        9000,
+        Some(iss.wrapping_add(1)),
+    );
+    synack.mss = Some(1460);
+    e.handle_packet(at, &mut (), &synack.emit()).unwrap();
+    assert_eq!(e.state(c), Some(State::Established));
+}

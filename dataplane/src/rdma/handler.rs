@@ -314,12 +314,14 @@ impl RdmaHandler {
     }
 
     /// Accepts the Request `id` of a pending listener with the application's QP `qp` (in
-    /// Idle), answering with `private_data`.
+    /// Idle), answering with `private_data` and `ird_ord` (this connection's IRD and ORD in
+    /// the Reply, when not the handler's).
     pub fn accept_with_qp(
         &mut self,
         id: ConnId,
         qp: QpId,
         private_data: &[u8],
+        ird_ord: Option<(u16, u16)>,
     ) -> Result<(), CmError> {
         let (engine, rnic, cm) = self.parts();
         let entry = cm.conns.get_mut(&id).ok_or(CmError::NoConnection)?;
@@ -330,6 +332,11 @@ impl RdmaHandler {
         let c = engine.ulp_mut(id).ok_or(CmError::NoConnection)?;
         if !c.bind_qp(pd, qp.stream()) {
             return Err(CmError::NoConnection);
+        }
+        if let Some((ird, ord)) = ird_ord {
+            if !c.set_reply_ird_ord(ird, ord) {
+                return Err(CmError::NoConnection);
+            }
         }
         entry.qp = Some(qp);
         c.accept(cm.now, rnic.memory_mut(), private_data)?;

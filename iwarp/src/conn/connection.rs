@@ -324,6 +324,12 @@ impl Connection {
         true
     }
 
+    /// Responder, before `accept`: the IRD/ORD of its MPA Reply instead of the
+    /// configuration's ([`Negotiator::set_reply_ird_ord`]); false once the Reply is out.
+    pub fn set_reply_ird_ord(&mut self, ird: u16, ord: u16) -> bool {
+        self.negotiator.set_reply_ird_ord(ird, ord)
+    }
+
     /// Records the time a call brought (time never goes back).
     pub(super) fn advance_time(&mut self, now: Instant) {
         if now > self.now {

@@ -413,6 +413,20 @@ impl Negotiator {
         Ok(())
     }
 
+    /// Responder, before `accept`: the IRD and ORD to offer in the Reply (RFC 6581) instead
+    /// of the configuration's, as an application that accepts with its own depths asks
+    /// (rdma_accept's responder_resources / initiator_depth). False once the Reply is out
+    /// or for an initiator.
+    pub fn set_reply_ird_ord(&mut self, ird: u16, ord: u16) -> bool {
+        let open = matches!(self.state, State::AwaitRequest | State::RequestReceived(_));
+        if self.role != Role::Responder || !open {
+            return false;
+        }
+        self.cfg.ird = ird;
+        self.cfg.ord = ord;
+        true
+    }
+
     /// Responder: accepts the pending Request, sending a Reply with `private_data`.
     /// Returns `NoMatchingRtr` (Terminate 2/0/07 after the Reply) when the initiator wants
     /// peer-to-peer mode and no RTR type is acceptable.

@@ -440,6 +440,50 @@ fn ird_ord_exchange_and_insufficient_ird_2_0_06() {
     assert_eq!(e.recovery(), Recovery::Terminate);
 }
 
+#[test]
+fn responder_offers_the_applications_ird_ord_in_its_reply() {
+    // rdma_accept with responder_resources 1 / initiator_depth 1 (rping) on a responder
+    // configured for 64/64: the Reply carries 1/1, the octets Linux siw answers with.
+    let mut i = initiator(ird_ord(1, 1));
+    let mut r = responder(ird_ord(64, 64));
+    assert!(r.set_reply_ird_ord(1, 1), "before the Request");
+    r.handle_input(NOW, &drain(&mut i)).unwrap();
+    assert!(matches!(
+        events(&mut r).as_slice(),
+        [Event::ConnectRequest(_)]
+    ));
+    assert!(r.set_reply_ird_ord(1, 1), "with the Request pending");
+    r.accept(NOW, b"").unwrap();
+    let rep = drain(&mut r);
+    let mut expect = REPLY_KEY.to_vec();
+    expect.extend_from_slice(&[0x10, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01]);
+    assert_eq!(rep, expect);
+    assert_eq!(r.negotiated().map(|n| (n.ird, n.ord)), Some((1, 1)));
+    i.handle_input(NOW, &rep).unwrap();
+    match events(&mut i).pop() {
+        Some(Event::Established(n)) => assert_eq!((n.ird, n.ord), (1, 1)),
+        other => panic!("unexpected {other:?}"),
+    }
+    // Too late once the Reply is out; never for an initiator.
+    assert!(!r.set_reply_ird_ord(0, 0));
+    assert_eq!(r.negotiated().map(|n| (n.ird, n.ord)), Some((1, 1)));
+    assert!(!initiator(MpaConfig::default()).set_reply_ird_ord(0, 0));
+}
+
+// perftest's write and send servers accept with 0/0: no Reads either way.
+#[test]
+fn responder_reply_with_zero_ird_ord() {
+    let mut i = initiator(ird_ord(0, 0));
+    let mut r = responder(ird_ord(64, 64));
+    r.handle_input(NOW, &drain(&mut i)).unwrap();
+    events(&mut r);
+    assert!(r.set_reply_ird_ord(0, 0));
+    r.accept(NOW, b"").unwrap();
+    let rep = drain(&mut r);
+    assert_eq!(&rep[rep.len() - 4..], &[0, 0, 0, 0], "IRD 0, ORD 0");
+    assert_eq!(r.negotiated().map(|n| (n.ird, n.ord)), Some((0, 0)));
+}
+
 fn zero_write() -> Vec<u8> {
     // Tagged, L, DV 1 | RV 1, opcode Write | STag 1 | TO 0 (the siw p2p RTR).
     vec![0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]

@@ -113,7 +113,7 @@ impl CmTable {
         Ok(conn)
     }
 
-    /// Accepts the request `conn` with `qp`.
+    /// Accepts the request `conn` with `qp`, offering `ird_ord` (IRD, ORD) in the Reply.
     pub fn accept(
         &mut self,
         dev: usize,
@@ -121,9 +121,11 @@ impl CmTable {
         conn: ConnId,
         qp: QpId,
         private_data: &[u8],
+        ird_ord: (u16, u16),
     ) -> Result<(), i32> {
         let t = self.conns.get_mut(&(dev, conn)).ok_or(libc::EINVAL)?;
-        h.accept_with_qp(conn, qp, private_data).map_err(cm_errno)?;
+        h.accept_with_qp(conn, qp, private_data, Some(ird_ord))
+            .map_err(cm_errno)?;
         t.qp = Some(qp);
         self.by_qp.insert((dev, qp), conn);
         Ok(())

@@ -22,18 +22,23 @@ crate::symver::symver! {
 /// "Use the device's maximum" in `responder_resources` / `initiator_depth`.
 const USE_MAX: u8 = 0xff;
 
-/// The application's private data and IRD/ORD from a connection parameter block.
+/// The application's private data and IRD/ORD (`responder_resources`, `initiator_depth`)
+/// from a connection parameter block; `fallback` (IRD, ORD) stands in for a NULL block and
+/// for each field that asks for the maximum.
 ///
 /// # Safety
 /// `p` must be NULL or a readable `rdma_conn_param` whose private data is readable.
-unsafe fn params(p: *const rdma_conn_param) -> Result<(Vec<u8>, u16, u16), i32> {
+unsafe fn params(
+    p: *const rdma_conn_param,
+    fallback: (u16, u16),
+) -> Result<(Vec<u8>, u16, u16), i32> {
     // SAFETY: by the contract.
     let Some(p) = (unsafe { p.as_ref() }) else {
-        return Ok((Vec::new(), MAX_RD_ATOM as u16, MAX_RD_ATOM as u16));
+        return Ok((Vec::new(), fallback.0, fallback.1));
     };
-    let depth = |v: u8| -> Result<u16, i32> {
+    let depth = |v: u8, fallback: u16| -> Result<u16, i32> {
         match v {
-            USE_MAX => Ok(MAX_RD_ATOM as u16),
+            USE_MAX => Ok(fallback),
             v if u32::from(v) > MAX_RD_ATOM => Err(libc::EINVAL),
             v => Ok(u16::from(v)),
         }
@@ -49,9 +54,18 @@ unsafe fn params(p: *const rdma_conn_param) -> Result<(Vec<u8>, u16, u16), i32> 
     };
     Ok((
         pdata,
-        depth(p.responder_resources)?,
-        depth(p.initiator_depth)?,
+        depth(p.responder_resources, fallback.0)?,
+        depth(p.initiator_depth, fallback.1)?,
     ))
+}
+
+/// What librdmacm's `rdma_accept` offers for a NULL parameter block or a field asking for
+/// the maximum: the CONNECT_REQUEST's values, i.e. the initiator's ORD as our IRD and its
+/// IRD as our ORD (RFC 6581 §5), within the device's limit; the device's limit when the
+/// request carried none (MPA revision 1).
+fn accept_fallback(peer_ird_ord: Option<(u16, u16)>) -> (u16, u16) {
+    let max = MAX_RD_ATOM as u16;
+    peer_ird_ord.map_or((max, max), |(ird, ord)| (ord.min(max), ird.min(max)))
 }
 
 /// `rdma_connect`: sends the MPA Request from the id's QP; ESTABLISHED follows (or
@@ -63,8 +77,9 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
         let i = unsafe { id_obj(id) }?;
         // SAFETY: NULL or the id's live QP.
         let q = unsafe { qp_obj(i.id.qp) }?;
+        let max = MAX_RD_ATOM as u16;
         // SAFETY: by the caller's contract.
-        let (pdata, ird, ord) = unsafe { params(param) }?;
+        let (pdata, ird, ord) = unsafe { params(param, (max, max)) }?;
         let (dev, local, remote) = {
             let st = i.state();
             (
@@ -89,8 +104,10 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     })
 }
 
-/// `rdma_accept`: answers the request of this id with its QP (the MPA Reply); the QP takes
-/// work requests at once, and ESTABLISHED follows.
+/// `rdma_accept`: answers the request of this id with its QP (the MPA Reply, offering
+/// `responder_resources` as IRD and `initiator_depth` as ORD, or the request's mirrored
+/// values as librdmacm does for NULL or the maximum); the QP takes work requests at once,
+/// and ESTABLISHED follows.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     status_call("rdma_accept", || {
@@ -98,13 +115,14 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         let i = unsafe { id_obj(id) }?;
         // SAFETY: NULL or the id's live QP.
         let q = unsafe { qp_obj(i.id.qp) }?;
+        let fallback = accept_fallback(i.state().peer_ird_ord);
         // SAFETY: by the caller's contract.
-        let (pdata, _, _) = unsafe { params(param) }?;
+        let (pdata, ird, ord) = unsafe { params(param, fallback) }?;
         let (dev, conn) = i.state().conn.ok_or(libc::EINVAL)?;
         let qp = q.shared.id;
         i.core.call(move |b| {
             let (cm, h) = b.cm_and_handler(dev)?;
-            cm.accept(dev, h, conn, qp, &pdata)
+            cm.accept(dev, h, conn, qp, &pdata, (ird, ord))
         })??;
         // SAFETY: the id's live QP.
         unsafe { set_state(q, IBV_QPS_RTS) }?;
@@ -214,4 +232,48 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: u16 = MAX_RD_ATOM as u16;
+
+    #[test]
+    fn accept_mirrors_the_request_within_the_device_limit() {
+        // rping's request IRD 1 / ORD 1: Linux siw's rping server (NULL) answers 1/1.
+        assert_eq!(accept_fallback(Some((1, 1))), (1, 1));
+        // Our IRD is the initiator's ORD, our ORD its IRD.
+        assert_eq!(accept_fallback(Some((4, 2))), (2, 4));
+        assert_eq!(accept_fallback(Some((500, 0))), (0, MAX));
+        // MPA revision 1 carries none: the device's limit.
+        assert_eq!(accept_fallback(None), (MAX, MAX));
+    }
+
+    #[test]
+    fn params_take_the_fallback_for_null_and_the_maximum_only() {
+        // SAFETY: NULL is allowed.
+        let (pd, ird, ord) = unsafe { params(std::ptr::null(), (1, 2)) }.unwrap();
+        assert_eq!((pd.len(), ird, ord), (0, 1, 2));
+        let data = *b"abc";
+        let mut p = rdma_conn_param {
+            private_data: data.as_ptr().cast(),
+            private_data_len: 3,
+            responder_resources: USE_MAX,
+            initiator_depth: 0,
+            ..Default::default()
+        };
+        // SAFETY: a live block whose private data is `data`.
+        let (pd, ird, ord) = unsafe { params(&p, (5, 6)) }.unwrap();
+        assert_eq!((pd.as_slice(), ird, ord), (&b"abc"[..], 5, 0));
+        p.initiator_depth = USE_MAX;
+        p.responder_resources = 3;
+        // SAFETY: as above.
+        let (_, ird, ord) = unsafe { params(&p, (5, 6)) }.unwrap();
+        assert_eq!((ird, ord), (3, 6));
+        p.responder_resources = (MAX_RD_ATOM + 1) as u8;
+        // SAFETY: as above.
+        assert_eq!(unsafe { params(&p, (5, 6)) }.unwrap_err(), libc::EINVAL);
+    }
 }

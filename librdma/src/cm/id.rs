@@ -252,6 +252,10 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
             }
             Ok(done)
         })??;
+        log::info!(
+            "rdma_listen: listening on port {port} of {} device(s)",
+            listening.len()
+        );
         i.state().listening = listening;
         Ok(())
     })
