@@ -1,0 +1,1175 @@
+//! The libraries' error paths, end to end in one process over the in-process software link
+//! between two devices (`a` and `b`, no DPDK), as `tests/loopback.rs` runs the good paths:
+//! bad arguments get the error the real libibverbs and librdmacm give (the rdma-core 44 man
+//! pages and Linux's iWARP connection manager are the reference), no call panics or hangs,
+//! and what a call accepted before it failed is kept.
+//!
+//! The test calls the exported C functions as an application would, so it is unsafe code.
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
+
+use std::os::raw::{c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use rdma_dataplane::abi::*;
+use rdma_dataplane::cm::connect::*;
+use rdma_dataplane::cm::events::*;
+use rdma_dataplane::cm::id::*;
+use rdma_dataplane::cm::qp::*;
+use rdma_dataplane::device::{device_attributes, MAX_RD_ATOM};
+use rdma_dataplane::verbs::cq::*;
+use rdma_dataplane::verbs::device::*;
+use rdma_dataplane::verbs::events::*;
+use rdma_dataplane::verbs::memory::*;
+use rdma_dataplane::verbs::qp::*;
+
+const CONFIG: &str = r#"
+[poll]
+burst = 32
+
+[[ports]]
+name = "a"
+backend = "soft"
+device = "librdma-errors"
+mac = "02:00:00:00:0b:01"
+ipv4 = "10.78.0.1/24"
+rx_desc = 4096
+
+[[ports]]
+name = "b"
+backend = "soft"
+device = "librdma-errors"
+mac = "02:00:00:00:0b:02"
+ipv4 = "10.78.0.2/24"
+rx_desc = 4096
+"#;
+
+const A: [u8; 4] = [10, 78, 0, 1];
+const B: [u8; 4] = [10, 78, 0, 2];
+const LEN: usize = 4096;
+const ACCESS: c_int =
+    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE) as c_int;
+
+/// Points the libraries at the two-port configuration (once per process: every test of
+/// this file shares the data plane; each listens on ports of its own).
+fn setup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("librdma-errors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("errors.toml");
+        std::fs::write(&cfg, CONFIG).unwrap();
+        std::env::set_var("DATAPLANE_CONFIG", &cfg);
+    });
+}
+
+/// The calling thread's errno.
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Clears errno, so that a check of it after a failing call sees what that call set.
+fn clear_errno() {
+    unsafe { *libc::__errno_location() = 0 };
+}
+
+fn sockaddr(ip: [u8; 4], port: u16) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+fn sa(a: &mut libc::sockaddr_in) -> *mut sockaddr {
+    (a as *mut libc::sockaddr_in).cast()
+}
+
+fn nonblocking(fd: c_int) {
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+}
+
+/// A non-blocking event channel.
+fn channel() -> *mut rdma_event_channel {
+    let ch = unsafe { rdma_create_event_channel() };
+    assert!(!ch.is_null());
+    nonblocking(unsafe { (*ch).fd });
+    ch
+}
+
+fn create_id(ch: *mut rdma_event_channel) -> *mut rdma_cm_id {
+    let mut id = null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP) },
+        0
+    );
+    id
+}
+
+/// The next CM event within 5 s, if any.
+fn try_event(ch: *mut rdma_event_channel, within: Duration) -> Option<*mut rdma_cm_event> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut ev = null_mut();
+        if unsafe { rdma_get_cm_event(ch, &mut ev) } == 0 {
+            return Some(ev);
+        }
+        assert_eq!(errno(), libc::EAGAIN, "rdma_get_cm_event failed");
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The next CM event (5 s at most): its type and status must be these; the caller acks it.
+fn expect_event(
+    ch: *mut rdma_event_channel,
+    kind: rdma_cm_event_type,
+    status: c_int,
+) -> *mut rdma_cm_event {
+    let ev = try_event(ch, Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("no CM event within 5 s (wanted {kind})"));
+    let (k, s) = unsafe { ((*ev).event, (*ev).status) };
+    assert_eq!(
+        (k, s),
+        (kind, status),
+        "event {k} status {s}, wanted {kind}"
+    );
+    ev
+}
+
+/// The private data of a CM event.
+fn private_data(ev: *mut rdma_cm_event) -> Vec<u8> {
+    let c = unsafe { (*ev).param.conn };
+    if c.private_data.is_null() {
+        return Vec::new();
+    }
+    unsafe {
+        std::slice::from_raw_parts(c.private_data.cast::<u8>(), usize::from(c.private_data_len))
+    }
+    .to_vec()
+}
+
+/// Up to `n` completions of `cq` within `within`.
+fn poll(cq: *mut ibv_cq, n: usize, within: Duration) -> Vec<ibv_wc> {
+    let deadline = Instant::now() + within;
+    let mut out = Vec::new();
+    while out.len() < n {
+        let mut wc = ibv_wc::default();
+        let ops = unsafe { &(*(*cq).context).ops };
+        let got = unsafe { ops.poll_cq.unwrap()(cq, 1, &mut wc) };
+        assert!(got >= 0, "poll_cq failed");
+        if got == 1 {
+            out.push(wc);
+        } else if Instant::now() >= deadline {
+            break;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    out
+}
+
+/// Exactly `n` completions of `cq` (5 s at most).
+fn poll_n(cq: *mut ibv_cq, n: usize) -> Vec<ibv_wc> {
+    let wcs = poll(cq, n, Duration::from_secs(5));
+    let got: Vec<(u64, u32)> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        wcs.len(),
+        n,
+        "completions (wr_id, status) within 5 s: {got:?}"
+    );
+    wcs
+}
+
+fn post_send_list(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: &mut *mut ibv_send_wr) -> c_int {
+    let ops = unsafe { &(*(*qp).context).ops };
+    unsafe { ops.post_send.unwrap()(qp, wr, bad) }
+}
+
+fn post_recv_list(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: &mut *mut ibv_recv_wr) -> c_int {
+    let ops = unsafe { &(*(*qp).context).ops };
+    unsafe { ops.post_recv.unwrap()(qp, wr, bad) }
+}
+
+/// An RDMA Write WR of `sge` to (`remote_addr`, `rkey`).
+fn write_wr(wr_id: u64, sge: &mut ibv_sge, remote_addr: u64, rkey: u32, flags: u32) -> ibv_send_wr {
+    let mut wr = ibv_send_wr {
+        wr_id,
+        sg_list: sge,
+        num_sge: 1,
+        opcode: IBV_WR_RDMA_WRITE,
+        send_flags: flags,
+        ..Default::default()
+    };
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    wr
+}
+
+fn qp_state(qp: *mut ibv_qp) -> ibv_qp_state {
+    let mut attr = ibv_qp_attr::default();
+    let mut init = ibv_qp_init_attr::default();
+    assert_eq!(
+        unsafe { ibv_query_qp(qp, &mut attr, IBV_QP_STATE as c_int, &mut init) },
+        0
+    );
+    attr.qp_state
+}
+
+/// Waits (5 s at most) until the application sees `qp` in `state` (the data plane
+/// publishes QP states it changed at most a millisecond later).
+fn wait_state(qp: *mut ibv_qp, state: ibv_qp_state) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while qp_state(qp) != state {
+        assert!(
+            Instant::now() < deadline,
+            "QP in state {}, not {state}, after 5 s",
+            qp_state(qp)
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn modify_state(qp: *mut ibv_qp, state: ibv_qp_state) -> c_int {
+    let mut attr = ibv_qp_attr {
+        qp_state: state,
+        ..Default::default()
+    };
+    unsafe { ibv_modify_qp(qp, &mut attr, IBV_QP_STATE as c_int) }
+}
+
+/// An opened context of device `index` (0: a, 1: b).
+fn open(index: usize) -> *mut ibv_context {
+    setup();
+    let mut n = 0;
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    assert_eq!(n, 2);
+    let ctx = unsafe { ibv_open_device(*list.add(index)) };
+    unsafe { ibv_free_device_list(list) };
+    assert!(!ctx.is_null(), "ibv_open_device");
+    ctx
+}
+
+fn qp_caps(send_wr: u32, recv_wr: u32) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: send_wr,
+        max_recv_wr: recv_wr,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+/// One end of a connection: its id, PD (the id's device's), CQ (send and receive), QP and
+/// a registered buffer.
+struct End {
+    id: *mut rdma_cm_id,
+    cq: *mut ibv_cq,
+    qp: *mut ibv_qp,
+    buf: Vec<u8>,
+    mr: *mut ibv_mr,
+}
+
+impl End {
+    fn addr(&self, off: usize) -> u64 {
+        self.buf.as_ptr() as u64 + off as u64
+    }
+
+    fn sge(&self, off: usize, len: u32) -> ibv_sge {
+        ibv_sge {
+            addr: self.addr(off),
+            length: len,
+            lkey: unsafe { (*self.mr).lkey },
+        }
+    }
+
+    fn rkey(&self) -> u32 {
+        unsafe { (*self.mr).rkey }
+    }
+
+    /// A CQ and a registered buffer on the id's device and PD, and (with `cap`) the id's QP.
+    fn new(id: *mut rdma_cm_id) -> End {
+        let (ctx, pd) = unsafe { ((*id).verbs, (*id).pd) };
+        assert!(!ctx.is_null() && !pd.is_null(), "the id is on a device");
+        let cq = unsafe { ibv_create_cq(ctx, 64, null_mut(), null_mut(), 0) };
+        assert!(!cq.is_null());
+        let mut buf = vec![0u8; LEN];
+        let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, ACCESS) };
+        assert!(!mr.is_null());
+        End {
+            id,
+            cq,
+            qp: null_mut(),
+            buf,
+            mr,
+        }
+    }
+
+    fn create_qp(&mut self, cap: ibv_qp_cap) {
+        let mut attr = ibv_qp_init_attr {
+            send_cq: self.cq,
+            recv_cq: self.cq,
+            cap,
+            qp_type: IBV_QPT_RC,
+            ..Default::default()
+        };
+        assert_eq!(unsafe { rdma_create_qp(self.id, null_mut(), &mut attr) }, 0);
+        self.qp = unsafe { (*self.id).qp };
+    }
+
+    /// Destroys the id and its resources.
+    fn destroy(self) {
+        if !self.qp.is_null() {
+            unsafe { rdma_destroy_qp(self.id) };
+        }
+        assert_eq!(unsafe { ibv_dereg_mr(self.mr) }, 0);
+        assert_eq!(unsafe { ibv_destroy_cq(self.cq) }, 0);
+        assert_eq!(unsafe { rdma_destroy_id(self.id) }, 0);
+    }
+}
+
+/// A listener on `a:port` and a client on `b` with its address and route resolved, all on
+/// one non-blocking channel.
+struct Setup {
+    ch: *mut rdma_event_channel,
+    listen: *mut rdma_cm_id,
+    client: End,
+}
+
+impl Setup {
+    fn new(port: u16) -> Setup {
+        setup();
+        let ch = channel();
+        let listen = create_id(ch);
+        let mut local = sockaddr(A, port);
+        assert_eq!(unsafe { rdma_bind_addr(listen, sa(&mut local)) }, 0);
+        assert_eq!(unsafe { rdma_listen(listen, 4) }, 0);
+        let id = resolved(ch, A, port);
+        let mut client = End::new(id);
+        client.create_qp(qp_caps(8, 8));
+        Setup { ch, listen, client }
+    }
+
+    /// Sends the MPA Request (IRD/ORD as the device's maximum).
+    fn connect(&self, pdata: &[u8]) {
+        let mut param = rdma_conn_param {
+            private_data: pdata.as_ptr().cast(),
+            private_data_len: pdata.len() as u8,
+            responder_resources: 0xff,
+            initiator_depth: 0xff,
+            ..Default::default()
+        };
+        assert_eq!(unsafe { rdma_connect(self.client.id, &mut param) }, 0);
+    }
+
+    /// Takes the request on `a` (its id, with resources of its own) and accepts it; both
+    /// ends see ESTABLISHED.
+    fn accept(&self) -> End {
+        let ev = expect_event(self.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+        let child = unsafe { (*ev).id };
+        unsafe { rdma_ack_cm_event(ev) };
+        let mut server = End::new(child);
+        server.create_qp(qp_caps(8, 8));
+        assert_eq!(unsafe { rdma_accept(child, null_mut()) }, 0);
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let ev = expect_event(self.ch, RDMA_CM_EVENT_ESTABLISHED, 0);
+            ids.push(unsafe { (*ev).id });
+            unsafe { rdma_ack_cm_event(ev) };
+        }
+        ids.sort();
+        let mut want = vec![child, self.client.id];
+        want.sort();
+        assert_eq!(ids, want, "ESTABLISHED on both ids");
+        server
+    }
+
+    fn destroy(self) {
+        self.client.destroy();
+        assert_eq!(unsafe { rdma_destroy_id(self.listen) }, 0);
+        unsafe { rdma_destroy_event_channel(self.ch) };
+    }
+}
+
+/// A new id on `ch` with its address (to `ip:port`) and route resolved.
+fn resolved(ch: *mut rdma_event_channel, ip: [u8; 4], port: u16) -> *mut rdma_cm_id {
+    let id = create_id(ch);
+    let mut dst = sockaddr(ip, port);
+    assert_eq!(
+        unsafe { rdma_resolve_addr(id, null_mut(), sa(&mut dst), 2000) },
+        0
+    );
+    unsafe { rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 0)) };
+    assert_eq!(unsafe { rdma_resolve_route(id, 2000) }, 0);
+    unsafe { rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 0)) };
+    id
+}
+
+/// Device, port and GID queries (ibv_query_port(3), ibv_query_gid(3),
+/// ibv_query_gid_ex(3)): a device has port 1 only and GID 0 only.
+#[test]
+fn queries_of_what_does_not_exist_fail_as_rdma_core_says() {
+    let ctx = open(0);
+    let mut pattr = ibv_port_attr::default();
+    // "returns 0 on success, or the value of errno on failure".
+    assert_eq!(unsafe { ibv_query_port(ctx, 0, &mut pattr) }, libc::EINVAL);
+    assert_eq!(unsafe { ibv_query_port(ctx, 2, &mut pattr) }, libc::EINVAL);
+    assert_eq!(unsafe { ibv_query_port(ctx, 1, null_mut()) }, libc::EINVAL);
+    assert_eq!(unsafe { ibv_query_port(ctx, 1, &mut pattr) }, 0);
+    assert_eq!(pattr.state, IBV_PORT_ACTIVE);
+    // "returns 0 on success, and -1 on error".
+    let mut gid = ibv_gid::default();
+    assert_eq!(unsafe { ibv_query_gid(ctx, 1, 1, &mut gid) }, -1);
+    assert_eq!(unsafe { ibv_query_gid(ctx, 2, 0, &mut gid) }, -1);
+    assert_eq!(unsafe { ibv_query_gid(ctx, 1, 0, &mut gid) }, 0);
+    let mut pkey = 0u16;
+    assert_eq!(unsafe { ibv_query_pkey(ctx, 1, 1, &mut pkey) }, -1);
+    // ibv_query_gid_ex(3): "ENODATA: gid_index is within the GID table size of port
+    // port_num but there is no data in this index"; an errno value, not -1.
+    let mut entry = ibv_gid_entry::default();
+    let size = std::mem::size_of::<ibv_gid_entry>();
+    assert_eq!(
+        unsafe { _ibv_query_gid_ex(ctx, 1, 1, &mut entry, 0, size) },
+        libc::ENODATA
+    );
+    assert_eq!(
+        unsafe { _ibv_query_gid_ex(ctx, 2, 0, &mut entry, 0, size) },
+        libc::EINVAL
+    );
+    assert_eq!(
+        unsafe { _ibv_query_gid_ex(ctx, 1, 0, &mut entry, 0, size) },
+        0
+    );
+    assert_eq!((entry.gid_index, entry.port_num), (0, 1));
+    assert_eq!(unsafe { ibv_query_device(ctx, null_mut()) }, libc::EINVAL);
+    // NULL objects are refused with EINVAL (the real library would crash on them).
+    assert_eq!(
+        unsafe { ibv_query_port(null_mut(), 1, &mut pattr) },
+        libc::EINVAL
+    );
+    clear_errno();
+    assert!(unsafe { ibv_alloc_pd(null_mut()) }.is_null());
+    assert_eq!(errno(), libc::EINVAL);
+    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
+}
+
+/// Creating PDs' regions, CQs and QPs with arguments the device cannot honour:
+/// ibv_reg_mr(3) ("If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then
+/// IBV_ACCESS_LOCAL_WRITE must be set too"), ibv_create_cq(3) (1..=max_cqe entries),
+/// ibv_create_qp(3) (RC only on iWARP, as siw refuses other types with EOPNOTSUPP; the
+/// capabilities within the device's). Each failure returns NULL with errno set, and
+/// leaves the objects the call was given usable.
+#[test]
+fn creating_objects_the_device_cannot_honour_fails_with_errno() {
+    let ctx = open(0);
+    let pd = unsafe { ibv_alloc_pd(ctx) };
+    assert!(!pd.is_null());
+    let mut buf = vec![0u8; LEN];
+    let remote_write = IBV_ACCESS_REMOTE_WRITE as c_int;
+    let remote_atomic = IBV_ACCESS_REMOTE_ATOMIC as c_int;
+    for access in [remote_write, remote_atomic, remote_write | remote_atomic] {
+        clear_errno();
+        let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, access) };
+        assert!(mr.is_null(), "access {access:#x} without local write");
+        assert_eq!(errno(), libc::EINVAL);
+    }
+    clear_errno();
+    assert!(unsafe { ibv_reg_mr(null_mut(), buf.as_mut_ptr().cast(), LEN, ACCESS) }.is_null());
+    assert_eq!(errno(), libc::EINVAL);
+
+    let max_cqe = device_attributes().max_cqes_per_cq as c_int;
+    for cqe in [0, -1, max_cqe + 1] {
+        clear_errno();
+        let cq = unsafe { ibv_create_cq(ctx, cqe, null_mut(), null_mut(), 0) };
+        assert!(cq.is_null(), "cqe {cqe}");
+        assert_eq!(errno(), libc::EINVAL, "cqe {cqe}");
+    }
+    clear_errno();
+    assert!(unsafe { ibv_create_cq(null_mut(), 4, null_mut(), null_mut(), 0) }.is_null());
+    assert_eq!(errno(), libc::EINVAL);
+    let cq = unsafe { ibv_create_cq(ctx, max_cqe, null_mut(), null_mut(), 0) };
+    assert!(!cq.is_null(), "max_cqe entries is allowed");
+    assert_eq!(unsafe { (*cq).cqe }, max_cqe);
+
+    let good = ibv_qp_init_attr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: qp_caps(4, 4),
+        qp_type: IBV_QPT_RC,
+        ..Default::default()
+    };
+    let a = device_attributes();
+    let bad: Vec<(&str, ibv_qp_init_attr, i32)> = vec![
+        (
+            "UD",
+            ibv_qp_init_attr {
+                qp_type: IBV_QPT_UD,
+                ..good
+            },
+            libc::EOPNOTSUPP,
+        ),
+        (
+            "UC",
+            ibv_qp_init_attr {
+                qp_type: IBV_QPT_UC,
+                ..good
+            },
+            libc::EOPNOTSUPP,
+        ),
+        (
+            "send SGEs",
+            ibv_qp_init_attr {
+                cap: ibv_qp_cap {
+                    max_send_sge: a.max_send_recv_sges + 1,
+                    ..good.cap
+                },
+                ..good
+            },
+            libc::EINVAL,
+        ),
+        (
+            "receive SGEs",
+            ibv_qp_init_attr {
+                cap: ibv_qp_cap {
+                    max_recv_sge: a.max_send_recv_sges + 1,
+                    ..good.cap
+                },
+                ..good
+            },
+            libc::EINVAL,
+        ),
+        (
+            "inline data",
+            ibv_qp_init_attr {
+                cap: ibv_qp_cap {
+                    max_inline_data: rdma_dataplane::device::MAX_INLINE + 1,
+                    ..good.cap
+                },
+                ..good
+            },
+            libc::EINVAL,
+        ),
+        (
+            "send WRs",
+            ibv_qp_init_attr {
+                cap: ibv_qp_cap {
+                    max_send_wr: a.max_wrs_per_wq + 1,
+                    ..good.cap
+                },
+                ..good
+            },
+            libc::EINVAL,
+        ),
+        (
+            "no send CQ",
+            ibv_qp_init_attr {
+                send_cq: null_mut(),
+                ..good
+            },
+            libc::EINVAL,
+        ),
+        (
+            "no receive CQ",
+            ibv_qp_init_attr {
+                recv_cq: null_mut(),
+                ..good
+            },
+            libc::EINVAL,
+        ),
+    ];
+    for (what, mut attr, want) in bad {
+        clear_errno();
+        let qp = unsafe { ibv_create_qp(pd, &mut attr) };
+        assert!(qp.is_null(), "{what}");
+        assert_eq!(errno(), want, "{what}");
+    }
+    let mut attr = good;
+    clear_errno();
+    assert!(unsafe { ibv_create_qp(null_mut(), &mut attr) }.is_null());
+    assert_eq!(errno(), libc::EINVAL);
+    clear_errno();
+    assert!(unsafe { ibv_create_qp(pd, null_mut()) }.is_null());
+    assert_eq!(errno(), libc::EINVAL);
+
+    // The PD and CQ the failed calls were given still work.
+    let qp = unsafe { ibv_create_qp(pd, &mut attr) };
+    assert!(!qp.is_null());
+    assert_eq!(attr.cap.max_send_wr, 4);
+    let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, ACCESS) };
+    assert!(!mr.is_null());
+    assert_eq!(unsafe { ibv_dereg_mr(mr) }, 0);
+    assert_eq!(unsafe { ibv_destroy_qp(qp) }, 0);
+    assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
+    assert_eq!(unsafe { ibv_dealloc_pd(pd) }, 0);
+    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
+}
+
+/// Destroying what another object still uses is refused with EBUSY and changes nothing:
+/// ibv_destroy_cq(3) ("fails if any queue pair is still associated with this CQ"),
+/// ibv_dealloc_pd(3) ("may fail if any other resource is still associated with the PD"),
+/// ibv_destroy_comp_channel(3) (libibverbs refuses a channel with CQs: EBUSY).
+#[test]
+fn destroying_what_is_in_use_is_busy() {
+    let ctx = open(1);
+    let pd = unsafe { ibv_alloc_pd(ctx) };
+    let ch = unsafe { ibv_create_comp_channel(ctx) };
+    assert!(!pd.is_null() && !ch.is_null());
+    let cq = unsafe { ibv_create_cq(ctx, 8, 5 as *mut c_void, ch, 0) };
+    assert!(!cq.is_null());
+    let mut attr = ibv_qp_init_attr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: qp_caps(4, 4),
+        qp_type: IBV_QPT_RC,
+        ..Default::default()
+    };
+    let qp = unsafe { ibv_create_qp(pd, &mut attr) };
+    assert!(!qp.is_null());
+    let mut buf = vec![0u8; LEN];
+    let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, ACCESS) };
+    assert!(!mr.is_null());
+
+    assert_eq!(unsafe { ibv_destroy_cq(cq) }, libc::EBUSY);
+    assert_eq!(unsafe { ibv_destroy_comp_channel(ch) }, libc::EBUSY);
+    assert_eq!(unsafe { ibv_dealloc_pd(pd) }, libc::EBUSY);
+
+    // Still all there: a receive flushed by ERR completes on the CQ, whose armed
+    // notification reaches the channel.
+    assert_eq!(modify_state(qp, IBV_QPS_INIT), 0);
+    let mut sge = ibv_sge {
+        addr: buf.as_ptr() as u64,
+        length: 64,
+        lkey: unsafe { (*mr).lkey },
+    };
+    let mut rwr = ibv_recv_wr {
+        wr_id: 77,
+        sg_list: &mut sge,
+        num_sge: 1,
+        ..Default::default()
+    };
+    let mut bad = null_mut();
+    assert_eq!(post_recv_list(qp, &mut rwr, &mut bad), 0);
+    let ops = unsafe { &(*ctx).ops };
+    assert_eq!(unsafe { ops.req_notify_cq.unwrap()(cq, 0) }, 0);
+    assert_eq!(modify_state(qp, IBV_QPS_ERR), 0);
+    let wc = poll_n(cq, 1)[0];
+    assert_eq!((wc.wr_id, wc.status), (77, IBV_WC_WR_FLUSH_ERR));
+    let (mut ecq, mut ectx) = (null_mut(), null_mut());
+    assert_eq!(unsafe { ibv_get_cq_event(ch, &mut ecq, &mut ectx) }, 0);
+    assert_eq!((ecq, ectx), (cq, 5 as *mut c_void));
+    unsafe { ibv_ack_cq_events(cq, 1) };
+
+    // In the right order everything goes.
+    assert_eq!(unsafe { ibv_destroy_qp(qp) }, 0);
+    assert_eq!(
+        unsafe { ibv_dealloc_pd(pd) },
+        libc::EBUSY,
+        "the region remains"
+    );
+    assert_eq!(unsafe { ibv_dereg_mr(mr) }, 0);
+    assert_eq!(unsafe { ibv_dealloc_pd(pd) }, 0);
+    assert_eq!(unsafe { ibv_destroy_comp_channel(ch) }, libc::EBUSY);
+    assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
+    assert_eq!(unsafe { ibv_destroy_comp_channel(ch) }, 0);
+    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
+}
+
+/// Posting errors (ibv_post_send(3): "returns 0 on success, or the value of errno on
+/// failure", and the first WR that failed through `bad_wr`): a QP in RESET takes no WR; a
+/// full send queue refuses the WR past its depth with ENOMEM, and the WRs accepted before
+/// it stay queued (flushed, every one, when the QP goes to ERR: VERBS-00 §6.2.4).
+#[test]
+fn posting_to_reset_or_past_the_queue_depth_fails_at_that_wr() {
+    let ctx = open(0);
+    let pd = unsafe { ibv_alloc_pd(ctx) };
+    let cq = unsafe { ibv_create_cq(ctx, 32, null_mut(), null_mut(), 0) };
+    assert!(!pd.is_null() && !cq.is_null());
+    const DEPTH: u32 = 4;
+    let mut attr = ibv_qp_init_attr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: qp_caps(DEPTH, DEPTH),
+        qp_type: IBV_QPT_RC,
+        ..Default::default()
+    };
+    let qp = unsafe { ibv_create_qp(pd, &mut attr) };
+    assert!(!qp.is_null());
+    let mut buf = vec![0u8; LEN];
+    let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, ACCESS) };
+    let mut sge = ibv_sge {
+        addr: buf.as_ptr() as u64,
+        length: 8,
+        lkey: unsafe { (*mr).lkey },
+    };
+
+    // RESET: EINVAL, and bad_wr is the first WR of the list.
+    assert_eq!(qp_state(qp), IBV_QPS_RESET);
+    let mut second = write_wr(2, &mut sge, 0x1000, 1, 0);
+    let mut first = write_wr(1, &mut sge, 0x1000, 1, 0);
+    first.next = &mut second;
+    let mut bad = null_mut();
+    assert_eq!(post_send_list(qp, &mut first, &mut bad), libc::EINVAL);
+    assert_eq!(bad, &mut first as *mut ibv_send_wr);
+    let mut rwr = ibv_recv_wr {
+        wr_id: 9,
+        sg_list: &mut sge,
+        num_sge: 1,
+        ..Default::default()
+    };
+    let mut rbad = null_mut();
+    assert_eq!(post_recv_list(qp, &mut rwr, &mut rbad), libc::EINVAL);
+    assert_eq!(rbad, &mut rwr as *mut ibv_recv_wr);
+
+    // With no connection, RTS is the library's record and nothing on the QP runs, so
+    // nothing completes: DEPTH + 1 unsignaled WRs, and the last is refused with ENOMEM.
+    assert_eq!(modify_state(qp, IBV_QPS_RTS), 0);
+    let mut wrs: Vec<ibv_send_wr> = (0..=DEPTH)
+        .map(|i| write_wr(100 + u64::from(i), &mut sge, 0x1000, 1, 0))
+        .collect();
+    for i in 0..DEPTH as usize {
+        let next: *mut ibv_send_wr = &mut wrs[i + 1];
+        wrs[i].next = next;
+    }
+    let mut bad = null_mut();
+    assert_eq!(post_send_list(qp, &mut wrs[0], &mut bad), libc::ENOMEM);
+    assert_eq!(bad, &mut wrs[DEPTH as usize] as *mut ibv_send_wr);
+    // The receive queue's window likewise.
+    let mut rwrs: Vec<ibv_recv_wr> = (0..=DEPTH)
+        .map(|i| ibv_recv_wr {
+            wr_id: 200 + u64::from(i),
+            sg_list: &mut sge,
+            num_sge: 1,
+            ..Default::default()
+        })
+        .collect();
+    for i in 0..DEPTH as usize {
+        let next: *mut ibv_recv_wr = &mut rwrs[i + 1];
+        rwrs[i].next = next;
+    }
+    let mut rbad = null_mut();
+    assert_eq!(post_recv_list(qp, &mut rwrs[0], &mut rbad), libc::ENOMEM);
+    assert_eq!(rbad, &mut rwrs[DEPTH as usize] as *mut ibv_recv_wr);
+
+    // ERR flushes what was accepted, every WR (an unsignaled one too), in order.
+    assert_eq!(modify_state(qp, IBV_QPS_ERR), 0);
+    let mut wcs = poll_n(cq, 2 * DEPTH as usize);
+    assert!(
+        poll(cq, 1, Duration::from_millis(50)).is_empty(),
+        "the refused WRs left no completion"
+    );
+    assert!(wcs.iter().all(|w| w.status == IBV_WC_WR_FLUSH_ERR));
+    wcs.sort_by_key(|w| w.wr_id);
+    let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [100, 101, 102, 103, 200, 201, 202, 203]);
+
+    assert_eq!(unsafe { ibv_destroy_qp(qp) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(mr) }, 0);
+    assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
+    assert_eq!(unsafe { ibv_dealloc_pd(pd) }, 0);
+    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
+}
+
+/// A WR list whose third WR has more SGEs than the QP offers (ibv_post_send(3): the
+/// failing WR is returned through `bad_wr`; VERBS-00 §8.2.1: the WRs before it stay
+/// posted). Posted on the initiator between rdma_connect and ESTABLISHED, the first two
+/// complete once the connection is up and their data lands.
+#[test]
+fn a_bad_wr_in_a_list_keeps_the_wrs_before_it() {
+    let s = Setup::new(7601);
+    s.connect(b"");
+    let ev = expect_event(s.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+    let child = unsafe { (*ev).id };
+    unsafe { rdma_ack_cm_event(ev) };
+    let mut server = End::new(child);
+    server.create_qp(qp_caps(8, 8));
+
+    let mut c = s.client;
+    c.buf[..6].copy_from_slice(b"first!");
+    c.buf[8..14].copy_from_slice(b"second");
+    let mut sge1 = c.sge(0, 6);
+    let mut sge2 = c.sge(8, 6);
+    let mut sges3 = [c.sge(0, 1), c.sge(1, 1)];
+    let mut third = write_wr(3, &mut sges3[0], server.addr(64), server.rkey(), 0);
+    third.num_sge = 2;
+    let mut second = write_wr(
+        2,
+        &mut sge2,
+        server.addr(8),
+        server.rkey(),
+        IBV_SEND_SIGNALED,
+    );
+    second.next = &mut third;
+    let mut first = write_wr(
+        1,
+        &mut sge1,
+        server.addr(0),
+        server.rkey(),
+        IBV_SEND_SIGNALED,
+    );
+    first.next = &mut second;
+    let mut bad = null_mut();
+    assert_eq!(post_send_list(c.qp, &mut first, &mut bad), libc::EINVAL);
+    assert_eq!(bad, &mut third as *mut ibv_send_wr);
+
+    assert_eq!(unsafe { rdma_accept(child, null_mut()) }, 0);
+    for _ in 0..2 {
+        unsafe { rdma_ack_cm_event(expect_event(s.ch, RDMA_CM_EVENT_ESTABLISHED, 0)) };
+    }
+    let wcs = poll_n(c.cq, 2);
+    let got: Vec<(u64, u32)> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(got, [(1, IBV_WC_SUCCESS), (2, IBV_WC_SUCCESS)]);
+    assert!(poll(c.cq, 1, Duration::from_millis(50)).is_empty());
+    assert_eq!(&server.buf[..14], b"first!\0\0second");
+    assert_eq!(server.buf[64], 0, "the refused WR wrote nothing");
+
+    assert_eq!(unsafe { rdma_disconnect(c.id) }, 0);
+    for _ in 0..2 {
+        unsafe { rdma_ack_cm_event(expect_event(s.ch, RDMA_CM_EVENT_DISCONNECTED, 0)) };
+    }
+    server.destroy();
+    Setup { client: c, ..s }.destroy();
+}
+
+/// Addresses the data plane has no device for: rdma_bind_addr to an address no port has is
+/// EADDRNOTAVAIL (Linux's rdma_translate_ip), an IPv6 one EAFNOSUPPORT (the data plane runs
+/// iWARP over TCP/IPv4), and rdma_resolve_addr to a subnet no device reaches reports
+/// ADDR_ERROR with a negative errno (rdma_resolve_addr(3): "If the address resolution
+/// fails, RDMA_CM_EVENT_ADDR_ERROR"). The ids stay usable.
+#[test]
+fn addresses_no_device_has_or_reaches_are_refused() {
+    setup();
+    let ch = channel();
+    let mut none = null_mut();
+    clear_errno();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, null_mut(), null_mut(), RDMA_PS_TCP) },
+        -1
+    );
+    assert_eq!(errno(), libc::EINVAL);
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut none, null_mut(), RDMA_PS_TCP) },
+        0
+    );
+    let id = none;
+
+    let mut foreign = sockaddr([10, 78, 0, 9], 7610);
+    clear_errno();
+    assert_eq!(unsafe { rdma_bind_addr(id, sa(&mut foreign)) }, -1);
+    assert_eq!(errno(), libc::EADDRNOTAVAIL);
+    let mut v6 = libc::sockaddr_in6 {
+        sin6_family: libc::AF_INET6 as libc::sa_family_t,
+        sin6_port: 7610u16.to_be(),
+        sin6_flowinfo: 0,
+        sin6_addr: libc::in6_addr {
+            s6_addr: [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        },
+        sin6_scope_id: 0,
+    };
+    let v6p = (&mut v6 as *mut libc::sockaddr_in6).cast::<sockaddr>();
+    clear_errno();
+    assert_eq!(unsafe { rdma_bind_addr(id, v6p) }, -1);
+    assert_eq!(errno(), libc::EAFNOSUPPORT);
+    clear_errno();
+    assert_eq!(unsafe { rdma_bind_addr(id, null_mut()) }, -1);
+    assert_eq!(errno(), libc::EINVAL);
+    assert!(unsafe { (*id).verbs }.is_null(), "bound to no device");
+
+    clear_errno();
+    assert_eq!(unsafe { rdma_resolve_addr(id, null_mut(), v6p, 2000) }, -1);
+    assert_eq!(errno(), libc::EAFNOSUPPORT);
+    let mut far = sockaddr([10, 99, 0, 1], 7610);
+    assert_eq!(
+        unsafe { rdma_resolve_addr(id, null_mut(), sa(&mut far), 2000) },
+        0
+    );
+    let ev = expect_event(ch, RDMA_CM_EVENT_ADDR_ERROR, -libc::ENETUNREACH);
+    assert_eq!(unsafe { (*ev).id }, id);
+    unsafe { rdma_ack_cm_event(ev) };
+    // rdma_resolve_route needs a resolved address.
+    clear_errno();
+    assert_eq!(unsafe { rdma_resolve_route(id, 2000) }, -1);
+    assert_eq!(errno(), libc::EINVAL);
+
+    // The same id resolves a reachable address afterwards.
+    let mut near = sockaddr(B, 7610);
+    assert_eq!(
+        unsafe { rdma_resolve_addr(id, null_mut(), sa(&mut near), 2000) },
+        0
+    );
+    unsafe { rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 0)) };
+    assert!(
+        !unsafe { (*id).verbs }.is_null(),
+        "on device a, which reaches b"
+    );
+    assert_eq!(unsafe { rdma_destroy_id(id) }, 0);
+    unsafe { rdma_destroy_event_channel(ch) };
+}
+
+/// Non-blocking channels with nothing queued: rdma_get_cm_event and ibv_get_cq_event
+/// return -1 with errno EAGAIN (rdma_get_cm_event(3), ibv_get_cq_event(3): "returns 0 on
+/// success, and -1 on error"; the descriptor is the application's to make non-blocking).
+#[test]
+fn empty_nonblocking_channels_say_eagain() {
+    setup();
+    let ch = channel();
+    let mut ev = null_mut();
+    clear_errno();
+    assert_eq!(unsafe { rdma_get_cm_event(ch, &mut ev) }, -1);
+    assert_eq!(errno(), libc::EAGAIN);
+    assert!(ev.is_null());
+    clear_errno();
+    assert_eq!(unsafe { rdma_get_cm_event(ch, null_mut()) }, -1);
+    assert_eq!(errno(), libc::EINVAL);
+
+    let ctx = open(1);
+    let cch = unsafe { ibv_create_comp_channel(ctx) };
+    assert!(!cch.is_null());
+    nonblocking(unsafe { (*cch).fd });
+    let cq = unsafe { ibv_create_cq(ctx, 4, null_mut(), cch, 0) };
+    assert!(!cq.is_null());
+    let ops = unsafe { &(*ctx).ops };
+    assert_eq!(unsafe { ops.req_notify_cq.unwrap()(cq, 0) }, 0);
+    let (mut ecq, mut ectx) = (null_mut(), null_mut());
+    clear_errno();
+    assert_eq!(unsafe { ibv_get_cq_event(cch, &mut ecq, &mut ectx) }, -1);
+    assert_eq!(errno(), libc::EAGAIN);
+    assert!(ecq.is_null());
+    assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
+    assert_eq!(unsafe { ibv_destroy_comp_channel(cch) }, 0);
+    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
+    unsafe { rdma_destroy_event_channel(ch) };
+}
+
+/// A port that something already listens on (rdma_listen: EADDRINUSE, for a second id on
+/// the same address and for a wildcard id, whose listens on the other devices are undone),
+/// a connect nobody listens for (REJECTED with -ECONNREFUSED: Linux's cma_iw_handler for a
+/// refused connection), and rdma_reject(3) of a request (the initiator gets REJECTED,
+/// -ECONNREFUSED, with the private data given). The first listener keeps listening through
+/// all of it.
+#[test]
+fn busy_ports_refused_connects_and_rejects() {
+    const PORT: u16 = 7620;
+    setup();
+    let ch = channel();
+    let first = create_id(ch);
+    let mut on_b = sockaddr(B, PORT);
+    assert_eq!(unsafe { rdma_bind_addr(first, sa(&mut on_b)) }, 0);
+    assert_eq!(unsafe { rdma_listen(first, 4) }, 0);
+
+    let second = create_id(ch);
+    let mut again = sockaddr(B, PORT);
+    assert_eq!(unsafe { rdma_bind_addr(second, sa(&mut again)) }, 0);
+    clear_errno();
+    assert_eq!(unsafe { rdma_listen(second, 4) }, -1);
+    assert_eq!(errno(), libc::EADDRINUSE);
+    let wildcard = create_id(ch);
+    let mut any = sockaddr([0, 0, 0, 0], PORT);
+    assert_eq!(unsafe { rdma_bind_addr(wildcard, sa(&mut any)) }, 0);
+    clear_errno();
+    assert_eq!(unsafe { rdma_listen(wildcard, 4) }, -1);
+    assert_eq!(errno(), libc::EADDRINUSE);
+    assert_eq!(unsafe { rdma_destroy_id(second) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(wildcard) }, 0);
+
+    // The wildcard's listen on a was undone: a connect there is refused.
+    let mut refused = End::new(resolved(ch, A, PORT));
+    refused.create_qp(qp_caps(4, 4));
+    let mut param = rdma_conn_param::default();
+    assert_eq!(unsafe { rdma_connect(refused.id, &mut param) }, 0);
+    let ev = expect_event(ch, RDMA_CM_EVENT_REJECTED, -libc::ECONNREFUSED);
+    assert_eq!(unsafe { (*ev).id }, refused.id);
+    assert!(private_data(ev).is_empty());
+    unsafe { rdma_ack_cm_event(ev) };
+    refused.destroy();
+
+    // The first listener still takes requests; rejected with private data.
+    let mut client = End::new(resolved(ch, B, PORT));
+    client.create_qp(qp_caps(4, 4));
+    let hello = *b"may I?";
+    let mut param = rdma_conn_param {
+        private_data: hello.as_ptr().cast(),
+        private_data_len: hello.len() as u8,
+        ..Default::default()
+    };
+    assert_eq!(unsafe { rdma_connect(client.id, &mut param) }, 0);
+    let ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+    let (request, listen_id) = unsafe { ((*ev).id, (*ev).listen_id) };
+    assert_eq!(listen_id, first);
+    assert_eq!(private_data(ev), hello);
+    unsafe { rdma_ack_cm_event(ev) };
+    let no = *b"not today";
+    assert_eq!(
+        unsafe { rdma_reject(request, no.as_ptr().cast(), no.len() as u8) },
+        0
+    );
+    let ev = expect_event(ch, RDMA_CM_EVENT_REJECTED, -libc::ECONNREFUSED);
+    assert_eq!(unsafe { (*ev).id }, client.id);
+    assert_eq!(private_data(ev), no);
+    unsafe { rdma_ack_cm_event(ev) };
+    // A request already answered cannot be answered again.
+    clear_errno();
+    assert_eq!(unsafe { rdma_reject(request, null_mut(), 0) }, -1);
+    assert_eq!(errno(), libc::EINVAL);
+    assert_eq!(unsafe { rdma_destroy_id(request) }, 0);
+    client.destroy();
+
+    // A port nobody ever listened on.
+    let mut lonely = End::new(resolved(ch, A, PORT + 1));
+    lonely.create_qp(qp_caps(4, 4));
+    let mut param = rdma_conn_param::default();
+    assert_eq!(unsafe { rdma_connect(lonely.id, &mut param) }, 0);
+    unsafe {
+        rdma_ack_cm_event(expect_event(
+            ch,
+            RDMA_CM_EVENT_REJECTED,
+            -libc::ECONNREFUSED,
+        ))
+    };
+    lonely.destroy();
+
+    assert!(
+        try_event(ch, Duration::from_millis(50)).is_none(),
+        "no other event"
+    );
+    assert_eq!(unsafe { rdma_destroy_id(first) }, 0);
+    unsafe { rdma_destroy_event_channel(ch) };
+}
+
+/// rdma_connect's own checks (librdmacm's ucma_valid_param: responder_resources and
+/// initiator_depth above the device's maximum, other than RDMA_MAX_RESP_RES /
+/// RDMA_MAX_INIT_DEPTH (0xFF), are EINVAL; Linux's iw_cm refuses a connect without a QP
+/// with EINVAL). Nothing is sent: the same id then connects.
+#[test]
+fn rdma_connect_checks_its_parameters_first() {
+    let s = Setup::new(7630);
+    let noqp = resolved(s.ch, A, 7630);
+    let mut param = rdma_conn_param::default();
+    clear_errno();
+    assert_eq!(unsafe { rdma_connect(noqp, &mut param) }, -1);
+    assert_eq!(errno(), libc::EINVAL);
+    assert_eq!(unsafe { rdma_destroy_id(noqp) }, 0);
+
+    let over = (MAX_RD_ATOM + 1) as u8;
+    for (rr, id) in [(over, 0), (0, over), (0xfe, 0xff)] {
+        let mut param = rdma_conn_param {
+            responder_resources: rr,
+            initiator_depth: id,
+            ..Default::default()
+        };
+        clear_errno();
+        assert_eq!(unsafe { rdma_connect(s.client.id, &mut param) }, -1);
+        assert_eq!(
+            errno(),
+            libc::EINVAL,
+            "responder_resources {rr} initiator_depth {id}"
+        );
+    }
+    assert!(
+        try_event(s.ch, Duration::from_millis(50)).is_none(),
+        "no request was sent"
+    );
+    s.connect(b"");
+    let server = s.accept();
+    assert_eq!(unsafe { rdma_disconnect(s.client.id) }, 0);
+    for _ in 0..2 {
+        unsafe { rdma_ack_cm_event(expect_event(s.ch, RDMA_CM_EVENT_DISCONNECTED, 0)) };
+    }
+    server.destroy();
+    s.destroy();
+}
+
+/// An RDMA Write to an rkey the sink does not have (RFC 5040 §7, RFC 5041 §7.2: the Data
+/// Sink's DDP finds an invalid STag on a tagged segment, sends a Terminate and stops the
+/// stream). An RDMA Write is not acknowledged: the writer's WR completes when its message
+/// has been sent, before the sink looked at it, so it completes successfully (as with
+/// siw). Then the Terminate path: the sink's QP reports IBV_EVENT_QP_ACCESS_ERR (a
+/// protection error, the Terminate's cause) and the writer's IBV_EVENT_QP_FATAL (the
+/// Terminate received); the connection closes, so both ids get DISCONNECTED and both QPs
+/// are in ERR, where a receive still posted and a WR posted afterwards are flushed.
+#[test]
+fn a_write_to_a_wrong_rkey_terminates_the_connection() {
+    let s = Setup::new(7640);
+    s.connect(b"");
+    let server = s.accept();
+    let c = &s.client;
+    let mut rsge = server.sge(1024, 64);
+    let mut rwr = ibv_recv_wr {
+        wr_id: 300,
+        sg_list: &mut rsge,
+        num_sge: 1,
+        ..Default::default()
+    };
+    let mut rbad = null_mut();
+    assert_eq!(post_recv_list(server.qp, &mut rwr, &mut rbad), 0);
+
+    let mut sge = c.sge(0, 16);
+    let wrong = server.rkey() ^ 0x55;
+    let mut wr = write_wr(1, &mut sge, server.addr(0), wrong, IBV_SEND_SIGNALED);
+    let mut bad = null_mut();
+    assert_eq!(post_send_list(c.qp, &mut wr, &mut bad), 0);
+    let wc = poll_n(c.cq, 1)[0];
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE)
+    );
+
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let ev = expect_event(s.ch, RDMA_CM_EVENT_DISCONNECTED, 0);
+        ids.push(unsafe { (*ev).id });
+        unsafe { rdma_ack_cm_event(ev) };
+    }
+    ids.sort();
+    let mut want = vec![c.id, server.id];
+    want.sort();
+    assert_eq!(ids, want, "DISCONNECTED on both ids");
+    wait_state(c.qp, IBV_QPS_ERR);
+    wait_state(server.qp, IBV_QPS_ERR);
+    let wc = poll_n(server.cq, 1)[0];
+    assert_eq!((wc.wr_id, wc.status), (300, IBV_WC_WR_FLUSH_ERR));
+    assert!(server.buf.iter().all(|&b| b == 0), "nothing was placed");
+    assert_eq!(async_event_of(c.qp), IBV_EVENT_QP_FATAL);
+    assert_eq!(async_event_of(server.qp), IBV_EVENT_QP_ACCESS_ERR);
+
+    let mut sge = c.sge(0, 16);
+    let mut wr = write_wr(
+        2,
+        &mut sge,
+        server.addr(0),
+        server.rkey(),
+        IBV_SEND_SIGNALED,
+    );
+    assert_eq!(post_send_list(c.qp, &mut wr, &mut bad), 0);
+    let wc = poll_n(c.cq, 1)[0];
+    assert_eq!((wc.wr_id, wc.status), (2, IBV_WC_WR_FLUSH_ERR));
+
+    server.destroy();
+    s.destroy();
+}
+
+/// The first async event about `qp` on its context (5 s at most; events about other
+/// objects, of tests sharing the context, are passed over).
+fn async_event_of(qp: *mut ibv_qp) -> ibv_event_type {
+    let ctx = unsafe { (*qp).context };
+    nonblocking(unsafe { (*ctx).async_fd });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut ev = ibv_async_event::default();
+        if unsafe { ibv_get_async_event(ctx, &mut ev) } == 0 {
+            unsafe { ibv_ack_async_event(&mut ev) };
+            if unsafe { ev.element.qp } == qp {
+                return ev.event_type;
+            }
+            continue;
+        }
+        assert_eq!(errno(), libc::EAGAIN, "ibv_get_async_event failed");
+        assert!(Instant::now() < deadline, "no async event within 5 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
