@@ -227,6 +227,16 @@ impl QpShared {
             }
         }
     }
+
+    /// Gives back a slot [`QpShared::claim`] took for a WR that was not posted after all.
+    pub fn unclaim(&self, send: bool) {
+        let posted = if send {
+            &self.sq_posted
+        } else {
+            &self.rq_posted
+        };
+        posted.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Async events of a context (`ibv_get_async_event`).
