@@ -1153,6 +1153,103 @@ fn a_write_to_a_wrong_rkey_terminates_the_connection() {
     s.destroy();
 }
 
+/// Waits (5 s at most) until the `want.len()` bytes at `at` are `want` (the data plane
+/// places a peer's RDMA Write into this process's memory).
+fn wait_bytes(at: *const u8, want: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got: Vec<u8> = (0..want.len())
+            .map(|i| unsafe { at.add(i).read_volatile() })
+            .collect();
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{got:?}, not {want:?}, after 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// An RDMA Write of `data` (staged at `from`'s offset 0) to `to_addr`/`rkey`; its
+/// completion is a success.
+fn write_and_complete(from: &mut End, data: &[u8], to_addr: u64, rkey: u32) {
+    from.buf[..data.len()].copy_from_slice(data);
+    let mut sge = from.sge(0, data.len() as u32);
+    let mut wr = write_wr(9, &mut sge, to_addr, rkey, IBV_SEND_SIGNALED);
+    let mut bad = null_mut();
+    assert_eq!(post_send_list(from.qp, &mut wr, &mut bad), 0);
+    let wc = poll_n(from.cq, 1)[0];
+    assert_eq!((wc.wr_id, wc.status), (9, IBV_WC_SUCCESS));
+}
+
+/// ibv_rereg_mr(3): a request it cannot honour (no flag, a flag it does not know, remote
+/// write without local write) returns IBV_REREG_MR_ERR_INPUT ("Old MR is valid, an input
+/// error was detected by libibverbs") and the region stays as it was, still taking the
+/// peer's writes under its key; a new translation moves it under a new key, and the old
+/// key then names nothing (a write to it is Terminated, RFC 5040 §7).
+#[test]
+fn rereg_mr_refuses_bad_input_and_keeps_the_region() {
+    let s = Setup::new(7650);
+    s.connect(b"");
+    let server = s.accept();
+    let mut c = s.client;
+    let mr = server.mr;
+    let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+    let mut other = vec![0u8; LEN];
+    let remote_write = IBV_ACCESS_REMOTE_WRITE as c_int;
+    for (flags, access) in [
+        (0, ACCESS),
+        (IBV_REREG_MR_FLAGS_SUPPORTED as c_int + 1, ACCESS),
+        (IBV_REREG_MR_CHANGE_ACCESS as c_int, remote_write),
+    ] {
+        let r = unsafe {
+            ibv_rereg_mr(
+                mr,
+                flags,
+                null_mut(),
+                other.as_mut_ptr().cast(),
+                LEN,
+                access,
+            )
+        };
+        assert_eq!(
+            r, IBV_REREG_MR_ERR_INPUT,
+            "flags {flags:#x} access {access:#x}"
+        );
+    }
+    assert_eq!(unsafe { ((*mr).lkey, (*mr).rkey) }, (lkey, rkey));
+    assert_eq!(unsafe { (*mr).addr }, server.buf.as_ptr() as *mut c_void);
+    write_and_complete(&mut c, b"still here", server.addr(0), rkey);
+    wait_bytes(server.buf.as_ptr(), b"still here");
+
+    let trans = IBV_REREG_MR_CHANGE_TRANSLATION as c_int;
+    let r = unsafe { ibv_rereg_mr(mr, trans, null_mut(), other.as_mut_ptr().cast(), LEN, 0) };
+    assert_eq!(r, 0);
+    let new_rkey = unsafe { (*mr).rkey };
+    assert_ne!(new_rkey, rkey, "a new key");
+    assert_eq!(
+        unsafe { ((*mr).addr, (*mr).length) },
+        (other.as_mut_ptr().cast(), LEN)
+    );
+    write_and_complete(&mut c, b"moved", other.as_ptr() as u64 + 8, new_rkey);
+    wait_bytes(unsafe { other.as_ptr().add(8) }, b"moved");
+
+    write_and_complete(&mut c, b"stale", server.addr(0), rkey);
+    for _ in 0..2 {
+        unsafe { rdma_ack_cm_event(expect_event(s.ch, RDMA_CM_EVENT_DISCONNECTED, 0)) };
+    }
+    assert_eq!(
+        &server.buf[..10],
+        b"still here",
+        "the stale key wrote nothing"
+    );
+    server.destroy();
+    drop(other);
+    Setup { client: c, ..s }.destroy();
+}
+
 /// The first async event about `qp` on its context (5 s at most; events about other
 /// objects, of tests sharing the context, are passed over).
 fn async_event_of(qp: *mut ibv_qp) -> ibv_event_type {
