@@ -1153,6 +1153,89 @@ fn a_write_to_a_wrong_rkey_terminates_the_connection() {
     s.destroy();
 }
 
+/// rdma_create_qp_ex and rdma_create_srq_ex (rdma_create_qp(3), rdma_create_srq(3)): what
+/// the device cannot honour (a comp_mask bit other than the PD's, create flags, an S-RQ
+/// type other than basic) is -1/EOPNOTSUPP and a NULL attr -1/EINVAL; the id is left
+/// without a QP or S-RQ and takes one afterwards, on the PD given.
+#[test]
+fn extended_qp_and_srq_attributes_the_device_lacks_are_refused() {
+    setup();
+    let ch = channel();
+    let id = resolved(ch, A, 7660);
+    let (ctx, pd) = unsafe { ((*id).verbs, (*id).pd) };
+    let cq = unsafe { ibv_create_cq(ctx, 8, null_mut(), null_mut(), 0) };
+    assert!(!cq.is_null());
+    let good = ibv_qp_init_attr_ex {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: qp_caps(4, 4),
+        qp_type: IBV_QPT_RC,
+        comp_mask: IBV_QP_INIT_ATTR_PD,
+        pd,
+        ..Default::default()
+    };
+    let bad = [
+        ibv_qp_init_attr_ex {
+            create_flags: 1,
+            ..good
+        },
+        ibv_qp_init_attr_ex {
+            comp_mask: IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS,
+            ..good
+        },
+    ];
+    for mut attr in bad {
+        clear_errno();
+        assert_eq!(unsafe { rdma_create_qp_ex(id, &mut attr) }, -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+    }
+    clear_errno();
+    assert_eq!(unsafe { rdma_create_qp_ex(id, null_mut()) }, -1);
+    assert_eq!(errno(), libc::EINVAL);
+    assert!(unsafe { (*id).qp }.is_null());
+    let mut attr = good;
+    assert_eq!(unsafe { rdma_create_qp_ex(id, &mut attr) }, 0);
+    let qp = unsafe { (*id).qp };
+    assert!(!qp.is_null());
+    assert_eq!(unsafe { ((*qp).pd, (*qp).send_cq) }, (pd, cq));
+    assert_eq!(attr.cap.max_send_wr, 4);
+    assert_eq!(qp_state(qp), IBV_QPS_INIT, "librdmacm leaves it in INIT");
+
+    let basic = ibv_srq_init_attr_ex {
+        attr: ibv_srq_attr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        },
+        comp_mask: IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE,
+        srq_type: IBV_SRQT_BASIC,
+        pd,
+        ..Default::default()
+    };
+    let mut xrc = ibv_srq_init_attr_ex {
+        srq_type: IBV_SRQT_XRC,
+        ..basic
+    };
+    clear_errno();
+    assert_eq!(unsafe { rdma_create_srq_ex(id, &mut xrc) }, -1);
+    assert_eq!(errno(), libc::EOPNOTSUPP);
+    clear_errno();
+    assert_eq!(unsafe { rdma_create_srq_ex(id, null_mut()) }, -1);
+    assert_eq!(errno(), libc::EINVAL);
+    assert!(unsafe { (*id).srq }.is_null());
+    let mut attr = basic;
+    assert_eq!(unsafe { rdma_create_srq_ex(id, &mut attr) }, 0);
+    let srq = unsafe { (*id).srq };
+    assert!(!srq.is_null());
+    assert_eq!(unsafe { (*srq).pd }, pd);
+
+    unsafe { rdma_destroy_qp(id) };
+    unsafe { rdma_destroy_srq(id) };
+    assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(id) }, 0);
+    unsafe { rdma_destroy_event_channel(ch) };
+}
+
 /// Waits (5 s at most) until the `want.len()` bytes at `at` are `want` (the data plane
 /// places a peer's RDMA Write into this process's memory).
 fn wait_bytes(at: *const u8, want: &[u8]) {
