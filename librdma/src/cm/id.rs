@@ -61,6 +61,15 @@ pub unsafe fn complete(id: *mut rdma_cm_id) -> Result<*mut rdma_cm_event, i32> {
 /// `id` must be the live id `i` is.
 pub unsafe fn report(id: *mut rdma_cm_id, i: &CmId, kind: CmRaw) -> Result<(), i32> {
     i.shared.post(kind);
+    // SAFETY: by the contract.
+    unsafe { complete_if_sync(id, i) }
+}
+
+/// In the synchronous mode, waits for the id's next event ([`complete`]).
+///
+/// # Safety
+/// `id` must be the live id `i` is.
+pub unsafe fn complete_if_sync(id: *mut rdma_cm_id, i: &CmId) -> Result<(), i32> {
     if i.state().sync {
         // SAFETY: by the contract.
         unsafe { complete(id) }?;
