@@ -26,27 +26,6 @@ use rdma_dataplane::verbs::events::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
 
-const CONFIG: &str = r#"
-[poll]
-burst = 32
-
-[[ports]]
-name = "a"
-backend = "soft"
-device = "librdma-errors"
-mac = "02:00:00:00:0b:01"
-ipv4 = "10.78.0.1/24"
-rx_desc = 4096
-
-[[ports]]
-name = "b"
-backend = "soft"
-device = "librdma-errors"
-mac = "02:00:00:00:0b:02"
-ipv4 = "10.78.0.2/24"
-rx_desc = 4096
-"#;
-
 const A: [u8; 4] = [10, 78, 0, 1];
 const B: [u8; 4] = [10, 78, 0, 2];
 const LEN: usize = 4096;
@@ -56,7 +35,10 @@ const ACCESS: c_int =
 /// Points the libraries at the two-port configuration (once per process: every test of
 /// this file shares the data plane; each listens on ports of its own).
 fn setup() {
-    use_config("librdma-errors", CONFIG);
+    use_config(
+        "librdma-errors",
+        &two_soft_ports("librdma-errors", 0x0b, [10, 78, 0]),
+    );
 }
 
 /// An opened context of device `index` (0: a, 1: b).

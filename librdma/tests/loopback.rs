@@ -24,27 +24,6 @@ use rdma_dataplane::verbs::device::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
 
-const CONFIG: &str = r#"
-[poll]
-burst = 32
-
-[[ports]]
-name = "a"
-backend = "soft"
-device = "librdma-loopback"
-mac = "02:00:00:00:0a:01"
-ipv4 = "10.77.0.1/24"
-rx_desc = 4096
-
-[[ports]]
-name = "b"
-backend = "soft"
-device = "librdma-loopback"
-mac = "02:00:00:00:0a:02"
-ipv4 = "10.77.0.2/24"
-rx_desc = 4096
-"#;
-
 const PORT: u16 = 7471;
 const LEN: usize = 4096;
 
@@ -76,7 +55,10 @@ fn post_recv(qp: *mut ibv_qp, sge: &mut ibv_sge, wr_id: u64) {
 
 #[test]
 fn two_devices_connect_write_send_read_and_disconnect() {
-    let dir = use_config("librdma-loopback", CONFIG);
+    let dir = use_config(
+        "librdma-loopback",
+        &two_soft_ports("librdma-loopback", 0x0a, [10, 77, 0]),
+    );
 
     // Devices, as ibv_devices / ibv_devinfo see them.
     let mut n = 0;

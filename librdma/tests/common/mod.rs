@@ -14,6 +14,19 @@ use rdma_dataplane::cm::events::*;
 use rdma_dataplane::cm::id::*;
 use rdma_dataplane::verbs::qp::*;
 
+/// A configuration of two soft ports joined in this process (`device`): `a` at
+/// `subnet`.1/24 with MAC 02:00:00:00:`mac`:01 and `b` at `subnet`.2 with MAC ..:02.
+pub fn two_soft_ports(device: &str, mac: u8, subnet: [u8; 3]) -> String {
+    let [x, y, z] = subnet;
+    let port = |name: &str, n: u8| {
+        format!(
+            "[[ports]]\nname = \"{name}\"\nbackend = \"soft\"\ndevice = \"{device}\"\n\
+             mac = \"02:00:00:00:{mac:02x}:0{n}\"\nipv4 = \"{x}.{y}.{z}.{n}/24\"\nrx_desc = 4096\n"
+        )
+    };
+    format!("[poll]\nburst = 32\n\n{}\n{}", port("a", 1), port("b", 2))
+}
+
 /// Points the libraries at `config` (written to a directory of this process named after
 /// `name`, which is returned); the first call in a process decides.
 pub fn use_config(name: &str, config: &str) -> PathBuf {
