@@ -240,9 +240,7 @@ fn queries_of_what_does_not_exist_fail_as_rdma_core_says() {
         unsafe { ibv_query_port(null_mut(), 1, &mut pattr) },
         libc::EINVAL
     );
-    clear_errno();
-    assert!(unsafe { ibv_alloc_pd(null_mut()) }.is_null());
-    assert_eq!(errno(), libc::EINVAL);
+    null_with(libc::EINVAL, || unsafe { ibv_alloc_pd(null_mut()) });
     assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
 }
 
@@ -266,9 +264,9 @@ fn creating_objects_the_device_cannot_honour_fails_with_errno() {
         assert!(mr.is_null(), "access {access:#x} without local write");
         assert_eq!(errno(), libc::EINVAL);
     }
-    clear_errno();
-    assert!(unsafe { ibv_reg_mr(null_mut(), buf.as_mut_ptr().cast(), LEN, ACCESS) }.is_null());
-    assert_eq!(errno(), libc::EINVAL);
+    null_with(libc::EINVAL, || unsafe {
+        ibv_reg_mr(null_mut(), buf.as_mut_ptr().cast(), LEN, ACCESS)
+    });
 
     let max_cqe = device_attributes().max_cqes_per_cq as c_int;
     for cqe in [0, -1, max_cqe + 1] {
@@ -277,9 +275,9 @@ fn creating_objects_the_device_cannot_honour_fails_with_errno() {
         assert!(cq.is_null(), "cqe {cqe}");
         assert_eq!(errno(), libc::EINVAL, "cqe {cqe}");
     }
-    clear_errno();
-    assert!(unsafe { ibv_create_cq(null_mut(), 4, null_mut(), null_mut(), 0) }.is_null());
-    assert_eq!(errno(), libc::EINVAL);
+    null_with(libc::EINVAL, || unsafe {
+        ibv_create_cq(null_mut(), 4, null_mut(), null_mut(), 0)
+    });
     let cq = unsafe { ibv_create_cq(ctx, max_cqe, null_mut(), null_mut(), 0) };
     assert!(!cq.is_null(), "max_cqe entries is allowed");
     assert_eq!(unsafe { (*cq).cqe }, max_cqe);
@@ -377,12 +375,10 @@ fn creating_objects_the_device_cannot_honour_fails_with_errno() {
         assert_eq!(errno(), want, "{what}");
     }
     let mut attr = good;
-    clear_errno();
-    assert!(unsafe { ibv_create_qp(null_mut(), &mut attr) }.is_null());
-    assert_eq!(errno(), libc::EINVAL);
-    clear_errno();
-    assert!(unsafe { ibv_create_qp(pd, null_mut()) }.is_null());
-    assert_eq!(errno(), libc::EINVAL);
+    null_with(libc::EINVAL, || unsafe {
+        ibv_create_qp(null_mut(), &mut attr)
+    });
+    null_with(libc::EINVAL, || unsafe { ibv_create_qp(pd, null_mut()) });
 
     // The PD and CQ the failed calls were given still work.
     let qp = unsafe { ibv_create_qp(pd, &mut attr) };
@@ -633,12 +629,9 @@ fn addresses_no_device_has_or_reaches_are_refused() {
     setup();
     let ch = channel();
     let mut none = null_mut();
-    clear_errno();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, null_mut(), null_mut(), RDMA_PS_TCP) },
-        -1
-    );
-    assert_eq!(errno(), libc::EINVAL);
+    minus_one_with(libc::EINVAL, || unsafe {
+        rdma_create_id(ch, null_mut(), null_mut(), RDMA_PS_TCP)
+    });
     assert_eq!(
         unsafe { rdma_create_id(ch, &mut none, null_mut(), RDMA_PS_TCP) },
         0
@@ -646,9 +639,9 @@ fn addresses_no_device_has_or_reaches_are_refused() {
     let id = none;
 
     let mut foreign = sockaddr([10, 78, 0, 9], 7610);
-    clear_errno();
-    assert_eq!(unsafe { rdma_bind_addr(id, sa(&mut foreign)) }, -1);
-    assert_eq!(errno(), libc::EADDRNOTAVAIL);
+    minus_one_with(libc::EADDRNOTAVAIL, || unsafe {
+        rdma_bind_addr(id, sa(&mut foreign))
+    });
     let mut v6 = libc::sockaddr_in6 {
         sin6_family: libc::AF_INET6 as libc::sa_family_t,
         sin6_port: 7610u16.to_be(),
@@ -659,17 +652,13 @@ fn addresses_no_device_has_or_reaches_are_refused() {
         sin6_scope_id: 0,
     };
     let v6p = (&mut v6 as *mut libc::sockaddr_in6).cast::<sockaddr>();
-    clear_errno();
-    assert_eq!(unsafe { rdma_bind_addr(id, v6p) }, -1);
-    assert_eq!(errno(), libc::EAFNOSUPPORT);
-    clear_errno();
-    assert_eq!(unsafe { rdma_bind_addr(id, null_mut()) }, -1);
-    assert_eq!(errno(), libc::EINVAL);
+    minus_one_with(libc::EAFNOSUPPORT, || unsafe { rdma_bind_addr(id, v6p) });
+    minus_one_with(libc::EINVAL, || unsafe { rdma_bind_addr(id, null_mut()) });
     assert!(unsafe { (*id).verbs }.is_null(), "bound to no device");
 
-    clear_errno();
-    assert_eq!(unsafe { rdma_resolve_addr(id, null_mut(), v6p, 2000) }, -1);
-    assert_eq!(errno(), libc::EAFNOSUPPORT);
+    minus_one_with(libc::EAFNOSUPPORT, || unsafe {
+        rdma_resolve_addr(id, null_mut(), v6p, 2000)
+    });
     let mut far = sockaddr([10, 99, 0, 1], 7610);
     assert_eq!(
         unsafe { rdma_resolve_addr(id, null_mut(), sa(&mut far), 2000) },
@@ -679,9 +668,7 @@ fn addresses_no_device_has_or_reaches_are_refused() {
     assert_eq!(unsafe { (*ev).id }, id);
     unsafe { rdma_ack_cm_event(ev) };
     // rdma_resolve_route needs a resolved address.
-    clear_errno();
-    assert_eq!(unsafe { rdma_resolve_route(id, 2000) }, -1);
-    assert_eq!(errno(), libc::EINVAL);
+    minus_one_with(libc::EINVAL, || unsafe { rdma_resolve_route(id, 2000) });
 
     // The same id resolves a reachable address afterwards.
     let mut near = sockaddr(B, 7610);
@@ -706,13 +693,11 @@ fn empty_nonblocking_channels_say_eagain() {
     setup();
     let ch = channel();
     let mut ev = null_mut();
-    clear_errno();
-    assert_eq!(unsafe { rdma_get_cm_event(ch, &mut ev) }, -1);
-    assert_eq!(errno(), libc::EAGAIN);
+    minus_one_with(libc::EAGAIN, || unsafe { rdma_get_cm_event(ch, &mut ev) });
     assert!(ev.is_null());
-    clear_errno();
-    assert_eq!(unsafe { rdma_get_cm_event(ch, null_mut()) }, -1);
-    assert_eq!(errno(), libc::EINVAL);
+    minus_one_with(libc::EINVAL, || unsafe {
+        rdma_get_cm_event(ch, null_mut())
+    });
 
     let ctx = open(1);
     let cch = unsafe { ibv_create_comp_channel(ctx) };
@@ -723,9 +708,9 @@ fn empty_nonblocking_channels_say_eagain() {
     let ops = unsafe { &(*ctx).ops };
     assert_eq!(unsafe { ops.req_notify_cq.unwrap()(cq, 0) }, 0);
     let (mut ecq, mut ectx) = (null_mut(), null_mut());
-    clear_errno();
-    assert_eq!(unsafe { ibv_get_cq_event(cch, &mut ecq, &mut ectx) }, -1);
-    assert_eq!(errno(), libc::EAGAIN);
+    minus_one_with(libc::EAGAIN, || unsafe {
+        ibv_get_cq_event(cch, &mut ecq, &mut ectx)
+    });
     assert!(ecq.is_null());
     assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
     assert_eq!(unsafe { ibv_destroy_comp_channel(cch) }, 0);
@@ -752,15 +737,11 @@ fn busy_ports_refused_connects_and_rejects() {
     let second = create_id(ch);
     let mut again = sockaddr(B, PORT);
     assert_eq!(unsafe { rdma_bind_addr(second, sa(&mut again)) }, 0);
-    clear_errno();
-    assert_eq!(unsafe { rdma_listen(second, 4) }, -1);
-    assert_eq!(errno(), libc::EADDRINUSE);
+    minus_one_with(libc::EADDRINUSE, || unsafe { rdma_listen(second, 4) });
     let wildcard = create_id(ch);
     let mut any = sockaddr([0, 0, 0, 0], PORT);
     assert_eq!(unsafe { rdma_bind_addr(wildcard, sa(&mut any)) }, 0);
-    clear_errno();
-    assert_eq!(unsafe { rdma_listen(wildcard, 4) }, -1);
-    assert_eq!(errno(), libc::EADDRINUSE);
+    minus_one_with(libc::EADDRINUSE, || unsafe { rdma_listen(wildcard, 4) });
     assert_eq!(unsafe { rdma_destroy_id(second) }, 0);
     assert_eq!(unsafe { rdma_destroy_id(wildcard) }, 0);
 
@@ -800,9 +781,9 @@ fn busy_ports_refused_connects_and_rejects() {
     assert_eq!(private_data(ev), no);
     unsafe { rdma_ack_cm_event(ev) };
     // A request already answered cannot be answered again.
-    clear_errno();
-    assert_eq!(unsafe { rdma_reject(request, null_mut(), 0) }, -1);
-    assert_eq!(errno(), libc::EINVAL);
+    minus_one_with(libc::EINVAL, || unsafe {
+        rdma_reject(request, null_mut(), 0)
+    });
     assert_eq!(unsafe { rdma_destroy_id(request) }, 0);
     client.destroy();
 
@@ -837,9 +818,7 @@ fn rdma_connect_checks_its_parameters_first() {
     let s = Setup::new(7630);
     let noqp = resolved(s.ch, A, 7630);
     let mut param = rdma_conn_param::default();
-    clear_errno();
-    assert_eq!(unsafe { rdma_connect(noqp, &mut param) }, -1);
-    assert_eq!(errno(), libc::EINVAL);
+    minus_one_with(libc::EINVAL, || unsafe { rdma_connect(noqp, &mut param) });
     assert_eq!(unsafe { rdma_destroy_id(noqp) }, 0);
 
     let over = (MAX_RD_ATOM + 1) as u8;
@@ -972,13 +951,13 @@ fn extended_qp_and_srq_attributes_the_device_lacks_are_refused() {
         },
     ];
     for mut attr in bad {
-        clear_errno();
-        assert_eq!(unsafe { rdma_create_qp_ex(id, &mut attr) }, -1);
-        assert_eq!(errno(), libc::EOPNOTSUPP);
+        minus_one_with(libc::EOPNOTSUPP, || unsafe {
+            rdma_create_qp_ex(id, &mut attr)
+        });
     }
-    clear_errno();
-    assert_eq!(unsafe { rdma_create_qp_ex(id, null_mut()) }, -1);
-    assert_eq!(errno(), libc::EINVAL);
+    minus_one_with(libc::EINVAL, || unsafe {
+        rdma_create_qp_ex(id, null_mut())
+    });
     assert!(unsafe { (*id).qp }.is_null());
     let mut attr = good;
     assert_eq!(unsafe { rdma_create_qp_ex(id, &mut attr) }, 0);
@@ -1003,12 +982,12 @@ fn extended_qp_and_srq_attributes_the_device_lacks_are_refused() {
         srq_type: IBV_SRQT_XRC,
         ..basic
     };
-    clear_errno();
-    assert_eq!(unsafe { rdma_create_srq_ex(id, &mut xrc) }, -1);
-    assert_eq!(errno(), libc::EOPNOTSUPP);
-    clear_errno();
-    assert_eq!(unsafe { rdma_create_srq_ex(id, null_mut()) }, -1);
-    assert_eq!(errno(), libc::EINVAL);
+    minus_one_with(libc::EOPNOTSUPP, || unsafe {
+        rdma_create_srq_ex(id, &mut xrc)
+    });
+    minus_one_with(libc::EINVAL, || unsafe {
+        rdma_create_srq_ex(id, null_mut())
+    });
     assert!(unsafe { (*id).srq }.is_null());
     let mut attr = basic;
     assert_eq!(unsafe { rdma_create_srq_ex(id, &mut attr) }, 0);

@@ -41,6 +41,22 @@ pub fn use_config(name: &str, config: &str) -> PathBuf {
     dir
 }
 
+/// `call` (a verbs call that returns an object) returns NULL with errno `want`.
+#[track_caller]
+pub fn null_with<T>(want: i32, call: impl FnOnce() -> *mut T) {
+    clear_errno();
+    assert!(call().is_null(), "NULL expected");
+    assert_eq!(errno(), want);
+}
+
+/// `call` (a call that returns 0 or -1) returns -1 with errno `want`.
+#[track_caller]
+pub fn minus_one_with(want: i32, call: impl FnOnce() -> c_int) {
+    clear_errno();
+    assert_eq!(call(), -1);
+    assert_eq!(errno(), want);
+}
+
 /// The calling thread's errno.
 pub fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
