@@ -53,6 +53,28 @@ fn open(index: usize) -> *mut ibv_context {
     ctx
 }
 
+/// A region over `buf` (LEN bytes) in `pd`, with local write and remote read and write.
+fn reg(pd: *mut ibv_pd, buf: &mut [u8]) -> *mut ibv_mr {
+    let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, ACCESS) };
+    assert!(!mr.is_null(), "ibv_reg_mr");
+    mr
+}
+
+/// Destroys `qp`, `mr`, `cq` and `pd` and closes `ctx`; each call succeeds.
+fn destroy_all(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    cq: *mut ibv_cq,
+    qp: *mut ibv_qp,
+    mr: *mut ibv_mr,
+) {
+    assert_eq!(unsafe { ibv_destroy_qp(qp) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(mr) }, 0);
+    assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
+    assert_eq!(unsafe { ibv_dealloc_pd(pd) }, 0);
+    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
+}
+
 /// One end of a connection: its id, PD (the id's device's), CQ (send and receive), QP and
 /// a registered buffer.
 struct End {
@@ -87,8 +109,7 @@ impl End {
         let cq = unsafe { ibv_create_cq(ctx, 64, null_mut(), null_mut(), 0) };
         assert!(!cq.is_null());
         let mut buf = vec![0u8; LEN];
-        let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, ACCESS) };
-        assert!(!mr.is_null());
+        let mr = reg(pd, &mut buf);
         End {
             id,
             cq,
@@ -99,13 +120,7 @@ impl End {
     }
 
     fn create_qp(&mut self, cap: ibv_qp_cap) {
-        let mut attr = ibv_qp_init_attr {
-            send_cq: self.cq,
-            recv_cq: self.cq,
-            cap,
-            qp_type: IBV_QPT_RC,
-            ..Default::default()
-        };
+        let mut attr = rc_attr(self.cq, cap);
         assert_eq!(unsafe { rdma_create_qp(self.id, null_mut(), &mut attr) }, 0);
         self.qp = unsafe { (*self.id).qp };
     }
@@ -282,13 +297,7 @@ fn creating_objects_the_device_cannot_honour_fails_with_errno() {
     assert!(!cq.is_null(), "max_cqe entries is allowed");
     assert_eq!(unsafe { (*cq).cqe }, max_cqe);
 
-    let good = ibv_qp_init_attr {
-        send_cq: cq,
-        recv_cq: cq,
-        cap: qp_caps(4, 4),
-        qp_type: IBV_QPT_RC,
-        ..Default::default()
-    };
+    let good = rc_attr(cq, qp_caps(4, 4));
     let a = device_attributes();
     let bad: Vec<(&str, ibv_qp_init_attr, i32)> = vec![
         (
@@ -384,13 +393,8 @@ fn creating_objects_the_device_cannot_honour_fails_with_errno() {
     let qp = unsafe { ibv_create_qp(pd, &mut attr) };
     assert!(!qp.is_null());
     assert_eq!(attr.cap.max_send_wr, 4);
-    let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, ACCESS) };
-    assert!(!mr.is_null());
-    assert_eq!(unsafe { ibv_dereg_mr(mr) }, 0);
-    assert_eq!(unsafe { ibv_destroy_qp(qp) }, 0);
-    assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
-    assert_eq!(unsafe { ibv_dealloc_pd(pd) }, 0);
-    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
+    let mr = reg(pd, &mut buf);
+    destroy_all(ctx, pd, cq, qp, mr);
 }
 
 /// Destroying what another object still uses is refused with EBUSY and changes nothing:
@@ -405,18 +409,11 @@ fn destroying_what_is_in_use_is_busy() {
     assert!(!pd.is_null() && !ch.is_null());
     let cq = unsafe { ibv_create_cq(ctx, 8, 5 as *mut c_void, ch, 0) };
     assert!(!cq.is_null());
-    let mut attr = ibv_qp_init_attr {
-        send_cq: cq,
-        recv_cq: cq,
-        cap: qp_caps(4, 4),
-        qp_type: IBV_QPT_RC,
-        ..Default::default()
-    };
+    let mut attr = rc_attr(cq, qp_caps(4, 4));
     let qp = unsafe { ibv_create_qp(pd, &mut attr) };
     assert!(!qp.is_null());
     let mut buf = vec![0u8; LEN];
-    let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, ACCESS) };
-    assert!(!mr.is_null());
+    let mr = reg(pd, &mut buf);
 
     assert_eq!(unsafe { ibv_destroy_cq(cq) }, libc::EBUSY);
     assert_eq!(unsafe { ibv_destroy_comp_channel(ch) }, libc::EBUSY);
@@ -430,12 +427,7 @@ fn destroying_what_is_in_use_is_busy() {
         length: 64,
         lkey: unsafe { (*mr).lkey },
     };
-    let mut rwr = ibv_recv_wr {
-        wr_id: 77,
-        sg_list: &mut sge,
-        num_sge: 1,
-        ..Default::default()
-    };
+    let mut rwr = recv_wr(77, &mut sge);
     let mut bad = null_mut();
     assert_eq!(post_recv_list(qp, &mut rwr, &mut bad), 0);
     let ops = unsafe { &(*ctx).ops };
@@ -474,17 +466,11 @@ fn posting_to_reset_or_past_the_queue_depth_fails_at_that_wr() {
     let cq = unsafe { ibv_create_cq(ctx, 32, null_mut(), null_mut(), 0) };
     assert!(!pd.is_null() && !cq.is_null());
     const DEPTH: u32 = 4;
-    let mut attr = ibv_qp_init_attr {
-        send_cq: cq,
-        recv_cq: cq,
-        cap: qp_caps(DEPTH, DEPTH),
-        qp_type: IBV_QPT_RC,
-        ..Default::default()
-    };
+    let mut attr = rc_attr(cq, qp_caps(DEPTH, DEPTH));
     let qp = unsafe { ibv_create_qp(pd, &mut attr) };
     assert!(!qp.is_null());
     let mut buf = vec![0u8; LEN];
-    let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), LEN, ACCESS) };
+    let mr = reg(pd, &mut buf);
     let mut sge = ibv_sge {
         addr: buf.as_ptr() as u64,
         length: 8,
@@ -499,12 +485,7 @@ fn posting_to_reset_or_past_the_queue_depth_fails_at_that_wr() {
     let mut bad = null_mut();
     assert_eq!(post_send_list(qp, &mut first, &mut bad), libc::EINVAL);
     assert_eq!(bad, &mut first as *mut ibv_send_wr);
-    let mut rwr = ibv_recv_wr {
-        wr_id: 9,
-        sg_list: &mut sge,
-        num_sge: 1,
-        ..Default::default()
-    };
+    let mut rwr = recv_wr(9, &mut sge);
     let mut rbad = null_mut();
     assert_eq!(post_recv_list(qp, &mut rwr, &mut rbad), libc::EINVAL);
     assert_eq!(rbad, &mut rwr as *mut ibv_recv_wr);
@@ -524,12 +505,7 @@ fn posting_to_reset_or_past_the_queue_depth_fails_at_that_wr() {
     assert_eq!(bad, &mut wrs[DEPTH as usize] as *mut ibv_send_wr);
     // The receive queue's window likewise.
     let mut rwrs: Vec<ibv_recv_wr> = (0..=DEPTH)
-        .map(|i| ibv_recv_wr {
-            wr_id: 200 + u64::from(i),
-            sg_list: &mut sge,
-            num_sge: 1,
-            ..Default::default()
-        })
+        .map(|i| recv_wr(200 + u64::from(i), &mut sge))
         .collect();
     for i in 0..DEPTH as usize {
         let next: *mut ibv_recv_wr = &mut rwrs[i + 1];
@@ -551,11 +527,7 @@ fn posting_to_reset_or_past_the_queue_depth_fails_at_that_wr() {
     let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, [100, 101, 102, 103, 200, 201, 202, 203]);
 
-    assert_eq!(unsafe { ibv_destroy_qp(qp) }, 0);
-    assert_eq!(unsafe { ibv_dereg_mr(mr) }, 0);
-    assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
-    assert_eq!(unsafe { ibv_dealloc_pd(pd) }, 0);
-    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
+    destroy_all(ctx, pd, cq, qp, mr);
 }
 
 /// A WR list whose third WR has more SGEs than the QP offers (ibv_post_send(3): the
@@ -865,12 +837,7 @@ fn a_write_to_a_wrong_rkey_terminates_the_connection() {
     let server = s.accept();
     let c = &s.client;
     let mut rsge = server.sge(1024, 64);
-    let mut rwr = ibv_recv_wr {
-        wr_id: 300,
-        sg_list: &mut rsge,
-        num_sge: 1,
-        ..Default::default()
-    };
+    let mut rwr = recv_wr(300, &mut rsge);
     let mut rbad = null_mut();
     assert_eq!(post_recv_list(server.qp, &mut rwr, &mut rbad), 0);
 

@@ -43,12 +43,7 @@ fn post_send(qp: *mut ibv_qp, wr: &mut ibv_send_wr) {
 }
 
 fn post_recv(qp: *mut ibv_qp, sge: &mut ibv_sge, wr_id: u64) {
-    let mut wr = ibv_recv_wr {
-        wr_id,
-        sg_list: sge,
-        num_sge: 1,
-        ..Default::default()
-    };
+    let mut wr = recv_wr(wr_id, sge);
     let mut bad = null_mut();
     assert_eq!(post_recv_list(qp, &mut wr, &mut bad), 0, "post_recv");
 }

@@ -180,6 +180,27 @@ pub fn poll_n(cq: *mut ibv_cq, n: usize) -> Vec<ibv_wc> {
     wcs
 }
 
+/// A receive WR of the one SGE `sge`.
+pub fn recv_wr(wr_id: u64, sge: &mut ibv_sge) -> ibv_recv_wr {
+    ibv_recv_wr {
+        wr_id,
+        sg_list: sge,
+        num_sge: 1,
+        ..Default::default()
+    }
+}
+
+/// The attributes of an RC QP whose send and receive queues complete on `cq`.
+pub fn rc_attr(cq: *mut ibv_cq, cap: ibv_qp_cap) -> ibv_qp_init_attr {
+    ibv_qp_init_attr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap,
+        qp_type: IBV_QPT_RC,
+        ..Default::default()
+    }
+}
+
 pub fn post_send_list(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: &mut *mut ibv_send_wr) -> c_int {
     let ops = unsafe { &(*(*qp).context).ops };
     unsafe { ops.post_send.unwrap()(qp, wr, bad) }
