@@ -347,7 +347,7 @@ impl Bridge {
                 match ev.resource {
                     EventResource::Qp(qp) => {
                         if let Some(t) = self.qps.get(&(dev, qp)) {
-                            t.asyncs.push(t.shared.c_qp.load(Ordering::Acquire), kind);
+                            t.asyncs.push((t.shared.c_qp.load(Ordering::Acquire), kind));
                         }
                     }
                     EventResource::Cq(cq) => {
@@ -357,7 +357,7 @@ impl Bridge {
                             .find(|t| t.shared.dev == dev && t.shared.handle == cq)
                         {
                             t.asyncs
-                                .push(t.shared.c_cq.load(Ordering::Acquire), IBV_EVENT_CQ_ERR);
+                                .push((t.shared.c_cq.load(Ordering::Acquire), IBV_EVENT_CQ_ERR));
                         }
                     }
                     EventResource::Srq(srq) => {
@@ -366,12 +366,13 @@ impl Bridge {
                             .iter()
                             .find(|t| t.shared.dev == dev && t.shared.handle == srq)
                         {
-                            t.asyncs.push(t.shared.c_srq.load(Ordering::Acquire), kind);
+                            t.asyncs
+                                .push((t.shared.c_srq.load(Ordering::Acquire), kind));
                         }
                     }
                     EventResource::Rnic => {
                         for (_, a) in self.contexts.iter().filter(|(d, _)| *d == dev) {
-                            a.push(1, kind);
+                            a.push((1, kind));
                         }
                     }
                 }
