@@ -868,6 +868,22 @@ fn a_write_to_a_wrong_rkey_terminates_the_connection() {
     assert_eq!((wc.wr_id, wc.status), (300, IBV_WC_WR_FLUSH_ERR));
     assert!(server.buf.iter().all(|&b| b == 0), "nothing was placed");
     assert_eq!(async_event_of(c.qp), IBV_EVENT_QP_FATAL);
+    // ibv_get_async_event(3) with no event to fill: -1/EINVAL, and the queued event is
+    // still there for the next call.
+    let sctx = unsafe { (*server.qp).context };
+    let mut pfd = libc::pollfd {
+        fd: unsafe { (*sctx).async_fd },
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    assert_eq!(
+        unsafe { libc::poll(&mut pfd, 1, 5000) },
+        1,
+        "an async event"
+    );
+    minus_one_with(libc::EINVAL, || unsafe {
+        ibv_get_async_event(sctx, null_mut())
+    });
     assert_eq!(async_event_of(server.qp), IBV_EVENT_QP_ACCESS_ERR);
 
     let mut sge = c.sge(0, 16);
