@@ -25,6 +25,7 @@ use rdma_dataplane::verbs::device::*;
 use rdma_dataplane::verbs::events::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
+use rdma_dataplane::verbs::srq::*;
 
 const A: [u8; 4] = [10, 78, 0, 1];
 const B: [u8; 4] = [10, 78, 0, 2];
@@ -983,6 +984,121 @@ fn extended_qp_and_srq_attributes_the_device_lacks_are_refused() {
     assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
     assert_eq!(unsafe { rdma_destroy_id(id) }, 0);
     unsafe { rdma_destroy_event_channel(ch) };
+}
+
+/// Shared receive queues (ibv_create_srq(3), ibv_post_srq_recv(3), ibv_destroy_srq(3)):
+/// an S-RQ larger than the device offers is NULL/EINVAL; a list whose third WR has more
+/// SGEs than the S-RQ takes fails there (EINVAL, `bad_wr` = that WR) and keeps the two
+/// before it, which the peer's Sends then consume; a QP on an S-RQ takes no receive of its
+/// own (EINVAL); the S-RQ cannot be destroyed while a QP uses it (EBUSY).
+#[test]
+fn srq_errors_keep_what_was_posted() {
+    let s = Setup::new(7670);
+    s.connect(b"");
+    let ev = expect_event(s.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+    let child = unsafe { (*ev).id };
+    unsafe { rdma_ack_cm_event(ev) };
+    let mut server = End::new(child);
+    let pd = unsafe { (*child).pd };
+    let srq_attr = |max_wr, max_sge| ibv_srq_init_attr {
+        attr: ibv_srq_attr {
+            max_wr,
+            max_sge,
+            srq_limit: 0,
+        },
+        ..Default::default()
+    };
+    let a = device_attributes();
+    for (max_wr, max_sge) in [(a.max_srq_wrs + 1, 1), (4, a.max_send_recv_sges + 1)] {
+        let mut attr = srq_attr(max_wr, max_sge);
+        null_with(libc::EINVAL, || unsafe { ibv_create_srq(pd, &mut attr) });
+    }
+    let mut attr = srq_attr(4, 1);
+    let srq = unsafe { ibv_create_srq(pd, &mut attr) };
+    assert!(!srq.is_null());
+
+    let mut sge1 = server.sge(0, 64);
+    let mut sge2 = server.sge(64, 64);
+    let mut sges3 = [server.sge(128, 8), server.sge(136, 8)];
+    let mut third = recv_wr(3, &mut sges3[0]);
+    third.num_sge = 2;
+    let mut second = recv_wr(2, &mut sge2);
+    second.next = &mut third;
+    let mut first = recv_wr(1, &mut sge1);
+    first.next = &mut second;
+    let mut bad = null_mut();
+    let ops = unsafe { &(*(*srq).context).ops };
+    let r = unsafe { ops.post_srq_recv.unwrap()(srq, &mut first, &mut bad) };
+    assert_eq!(r, libc::EINVAL);
+    assert_eq!(bad, &mut third as *mut ibv_recv_wr);
+
+    let mut qattr = ibv_qp_init_attr {
+        srq,
+        ..rc_attr(server.cq, qp_caps(8, 0))
+    };
+    assert_eq!(unsafe { rdma_create_qp(child, null_mut(), &mut qattr) }, 0);
+    server.qp = unsafe { (*child).qp };
+    let mut own = recv_wr(9, &mut sge1);
+    let mut rbad = null_mut();
+    assert_eq!(post_recv_list(server.qp, &mut own, &mut rbad), libc::EINVAL);
+    assert_eq!(rbad, &mut own as *mut ibv_recv_wr);
+    assert_eq!(unsafe { ibv_destroy_srq(srq) }, libc::EBUSY);
+
+    assert_eq!(unsafe { rdma_accept(child, null_mut()) }, 0);
+    for _ in 0..2 {
+        unsafe { rdma_ack_cm_event(expect_event(s.ch, RDMA_CM_EVENT_ESTABLISHED, 0)) };
+    }
+    let mut c = s.client;
+    c.buf[..3].copy_from_slice(b"one");
+    c.buf[8..11].copy_from_slice(b"two");
+    let mut ssge2 = c.sge(8, 3);
+    let mut send2 = ibv_send_wr {
+        wr_id: 12,
+        sg_list: &mut ssge2,
+        num_sge: 1,
+        opcode: IBV_WR_SEND,
+        send_flags: IBV_SEND_SIGNALED,
+        ..Default::default()
+    };
+    let mut ssge1 = c.sge(0, 3);
+    let mut send1 = ibv_send_wr {
+        wr_id: 11,
+        sg_list: &mut ssge1,
+        next: &mut send2,
+        ..send2
+    };
+    let mut sbad = null_mut();
+    assert_eq!(post_send_list(c.qp, &mut send1, &mut sbad), 0);
+    let sent: Vec<(u64, u32)> = poll_n(c.cq, 2)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(sent, [(11, IBV_WC_SUCCESS), (12, IBV_WC_SUCCESS)]);
+    let got: Vec<(u64, u32, u32, u32)> = poll_n(server.cq, 2)
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, IBV_WC_SUCCESS, IBV_WC_RECV, 3),
+            (2, IBV_WC_SUCCESS, IBV_WC_RECV, 3)
+        ]
+    );
+    assert_eq!(
+        (&server.buf[..3], &server.buf[64..67]),
+        (&b"one"[..], &b"two"[..])
+    );
+
+    assert_eq!(unsafe { rdma_disconnect(c.id) }, 0);
+    for _ in 0..2 {
+        unsafe { rdma_ack_cm_event(expect_event(s.ch, RDMA_CM_EVENT_DISCONNECTED, 0)) };
+    }
+    unsafe { rdma_destroy_qp(child) };
+    server.qp = null_mut();
+    assert_eq!(unsafe { ibv_destroy_srq(srq) }, 0);
+    server.destroy();
+    Setup { client: c, ..s }.destroy();
 }
 
 /// An RDMA Write of `data` (staged at `from`'s offset 0) to `to_addr`/`rkey`; its
