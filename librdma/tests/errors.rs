@@ -1052,14 +1052,7 @@ fn srq_errors_keep_what_was_posted() {
     c.buf[..3].copy_from_slice(b"one");
     c.buf[8..11].copy_from_slice(b"two");
     let mut ssge2 = c.sge(8, 3);
-    let mut send2 = ibv_send_wr {
-        wr_id: 12,
-        sg_list: &mut ssge2,
-        num_sge: 1,
-        opcode: IBV_WR_SEND,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
+    let mut send2 = send_wr(12, &mut ssge2, IBV_WR_SEND);
     let mut ssge1 = c.sge(0, 3);
     let mut send1 = ibv_send_wr {
         wr_id: 11,

@@ -211,16 +211,13 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         length: 12,
         lkey: unsafe { (*cmr).lkey },
     };
-    let mut wr = ibv_send_wr {
-        wr_id: 1,
-        sg_list: &mut wsge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_WRITE,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    wr.wr.rdma.remote_addr = sbuf.as_ptr() as u64 + 100;
-    wr.wr.rdma.rkey = unsafe { (*smr).rkey };
+    let mut wr = rdma_wr(
+        1,
+        &mut wsge,
+        IBV_WR_RDMA_WRITE,
+        sbuf.as_ptr() as u64 + 100,
+        unsafe { (*smr).rkey },
+    );
     post_send(cqp, &mut wr);
     let wc = poll_one(ccq);
     assert_eq!(
@@ -234,14 +231,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         length: 12,
         lkey: unsafe { (*cmr).lkey },
     };
-    let mut swr = ibv_send_wr {
-        wr_id: 2,
-        sg_list: &mut ssge,
-        num_sge: 1,
-        opcode: IBV_WR_SEND,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
+    let mut swr = send_wr(2, &mut ssge, IBV_WR_SEND);
     post_send(cqp, &mut swr);
     assert_eq!(poll_one(ccq).status, IBV_WC_SUCCESS);
     let wc = poll_one(s_recv_cq);
@@ -263,16 +253,13 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         length: 8,
         lkey: unsafe { (*smr).lkey },
     };
-    let mut rwr = ibv_send_wr {
-        wr_id: 3,
-        sg_list: &mut rsge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_READ,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    rwr.wr.rdma.remote_addr = cbuf.as_ptr() as u64 + 512;
-    rwr.wr.rdma.rkey = unsafe { (*cmr).rkey };
+    let mut rwr = rdma_wr(
+        3,
+        &mut rsge,
+        IBV_WR_RDMA_READ,
+        cbuf.as_ptr() as u64 + 512,
+        unsafe { (*cmr).rkey },
+    );
     post_send(sqp, &mut rwr);
     let wc = poll_one(s_send_cq);
     assert_eq!(

@@ -211,7 +211,34 @@ pub fn post_recv_list(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: &mut *mut ibv_
     unsafe { ops.post_recv.unwrap()(qp, wr, bad) }
 }
 
-/// An RDMA Write WR of `sge` to (`remote_addr`, `rkey`).
+/// A signaled send-queue WR of `opcode` with the one SGE `sge`.
+pub fn send_wr(wr_id: u64, sge: &mut ibv_sge, opcode: ibv_wr_opcode) -> ibv_send_wr {
+    ibv_send_wr {
+        wr_id,
+        sg_list: sge,
+        num_sge: 1,
+        opcode,
+        send_flags: IBV_SEND_SIGNALED,
+        ..Default::default()
+    }
+}
+
+/// An RDMA `opcode` (Write or Read) WR of `sge` with the remote buffer (`remote_addr`,
+/// `rkey`), signaled.
+pub fn rdma_wr(
+    wr_id: u64,
+    sge: &mut ibv_sge,
+    opcode: ibv_wr_opcode,
+    remote_addr: u64,
+    rkey: u32,
+) -> ibv_send_wr {
+    let mut wr = send_wr(wr_id, sge, opcode);
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    wr
+}
+
+/// An RDMA Write WR of `sge` to (`remote_addr`, `rkey`) with `flags`.
 pub fn write_wr(
     wr_id: u64,
     sge: &mut ibv_sge,
@@ -219,17 +246,10 @@ pub fn write_wr(
     rkey: u32,
     flags: u32,
 ) -> ibv_send_wr {
-    let mut wr = ibv_send_wr {
-        wr_id,
-        sg_list: sge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_WRITE,
+    ibv_send_wr {
         send_flags: flags,
-        ..Default::default()
-    };
-    wr.wr.rdma.remote_addr = remote_addr;
-    wr.wr.rdma.rkey = rkey;
-    wr
+        ..rdma_wr(wr_id, sge, IBV_WR_RDMA_WRITE, remote_addr, rkey)
+    }
 }
 
 pub fn qp_state(qp: *mut ibv_qp) -> ibv_qp_state {
