@@ -815,6 +815,11 @@ fn rdma_connect_checks_its_parameters_first() {
     );
     s.connect(b"");
     let server = s.accept();
+    // rdma_get_dst_port(3) / rdma_get_src_port(3): network order; 0 for no id.
+    assert_eq!(unsafe { rdma_get_dst_port(s.client.id) }, 7630u16.to_be());
+    assert_eq!(unsafe { rdma_get_src_port(server.id) }, 7630u16.to_be());
+    assert_eq!(unsafe { rdma_get_dst_port(null_mut()) }, 0);
+    assert_eq!(unsafe { rdma_get_src_port(null_mut()) }, 0);
     assert_eq!(unsafe { rdma_disconnect(s.client.id) }, 0);
     for _ in 0..2 {
         unsafe { rdma_ack_cm_event(expect_event(s.ch, RDMA_CM_EVENT_DISCONNECTED, 0)) };
