@@ -11,6 +11,9 @@ use std::os::raw::{c_int, c_void};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::*;
 use rdma_dataplane::abi::*;
 use rdma_dataplane::cm::connect::*;
 use rdma_dataplane::cm::events::*;
@@ -21,120 +24,36 @@ use rdma_dataplane::verbs::device::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
 
-const CONFIG: &str = r#"
-[poll]
-burst = 32
-
-[[ports]]
-name = "a"
-backend = "soft"
-device = "librdma-loopback"
-mac = "02:00:00:00:0a:01"
-ipv4 = "10.77.0.1/24"
-rx_desc = 4096
-
-[[ports]]
-name = "b"
-backend = "soft"
-device = "librdma-loopback"
-mac = "02:00:00:00:0a:02"
-ipv4 = "10.77.0.2/24"
-rx_desc = 4096
-"#;
-
 const PORT: u16 = 7471;
 const LEN: usize = 4096;
 
-fn sockaddr(ip: [u8; 4], port: u16) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_be_bytes(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
+/// The next CM event (5 s at most): it must be `kind`, with status 0.
+fn expect_ok(ch: *mut rdma_event_channel, kind: rdma_cm_event_type) -> *mut rdma_cm_event {
+    expect_event(ch, kind, 0)
 }
 
-/// The next CM event within 5 s (the channel is non-blocking), with its type and id.
-fn next_event(ch: *mut rdma_event_channel) -> *mut rdma_cm_event {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let mut ev = null_mut();
-        if unsafe { rdma_get_cm_event(ch, &mut ev) } == 0 {
-            return ev;
-        }
-        let e = std::io::Error::last_os_error().raw_os_error();
-        assert_eq!(e, Some(libc::EAGAIN), "rdma_get_cm_event failed");
-        assert!(Instant::now() < deadline, "no CM event within 5 s");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn expect_event(ch: *mut rdma_event_channel, kind: rdma_cm_event_type) -> *mut rdma_cm_event {
-    let ev = next_event(ch);
-    let (k, status) = unsafe { ((*ev).event, (*ev).status) };
-    assert_eq!(
-        (k, status),
-        (kind, 0),
-        "event {k} status {status}, wanted {kind}"
-    );
-    ev
-}
-
-/// Polls `cq` until one completion arrives (5 s at most).
+/// The next completion of `cq` (5 s at most).
 fn poll_one(cq: *mut ibv_cq) -> ibv_wc {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut wc = ibv_wc::default();
-    loop {
-        let ops = unsafe { &(*(*cq).context).ops };
-        let n = unsafe { ops.poll_cq.unwrap()(cq, 1, &mut wc) };
-        assert!(n >= 0, "poll_cq failed");
-        if n == 1 {
-            return wc;
-        }
-        assert!(Instant::now() < deadline, "no completion within 5 s");
-        std::thread::yield_now();
-    }
+    poll_n(cq, 1)[0]
 }
 
 fn post_send(qp: *mut ibv_qp, wr: &mut ibv_send_wr) {
     let mut bad = null_mut();
-    let ops = unsafe { &(*(*qp).context).ops };
-    assert_eq!(
-        unsafe { ops.post_send.unwrap()(qp, wr, &mut bad) },
-        0,
-        "post_send"
-    );
+    assert_eq!(post_send_list(qp, wr, &mut bad), 0, "post_send");
 }
 
 fn post_recv(qp: *mut ibv_qp, sge: &mut ibv_sge, wr_id: u64) {
-    let mut wr = ibv_recv_wr {
-        wr_id,
-        sg_list: sge,
-        num_sge: 1,
-        ..Default::default()
-    };
+    let mut wr = recv_wr(wr_id, sge);
     let mut bad = null_mut();
-    let ops = unsafe { &(*(*qp).context).ops };
-    assert_eq!(
-        unsafe { ops.post_recv.unwrap()(qp, &mut wr, &mut bad) },
-        0,
-        "post_recv"
-    );
-}
-
-fn nonblocking(fd: c_int) {
-    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+    assert_eq!(post_recv_list(qp, &mut wr, &mut bad), 0, "post_recv");
 }
 
 #[test]
 fn two_devices_connect_write_send_read_and_disconnect() {
-    let dir = std::env::temp_dir().join(format!("librdma-loopback-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("loopback.toml");
-    std::fs::write(&cfg, CONFIG).unwrap();
-    std::env::set_var("DATAPLANE_CONFIG", &cfg);
+    let dir = use_config(
+        "librdma-loopback",
+        &two_soft_ports("librdma-loopback", 0x0a, [10, 77, 0]),
+    );
 
     // Devices, as ibv_devices / ibv_devinfo see them.
     let mut n = 0;
@@ -172,19 +91,10 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     unsafe { ibv_free_device_list(list) };
 
     // Connection setup: a listener on a, a client on b, one event channel.
-    let ch = unsafe { rdma_create_event_channel() };
-    assert!(!ch.is_null());
-    nonblocking(unsafe { (*ch).fd });
-    let mut listen = null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut listen, null_mut(), RDMA_PS_TCP) },
-        0
-    );
-    let mut sa = sockaddr([10, 77, 0, 1], PORT);
-    assert_eq!(
-        unsafe { rdma_bind_addr(listen, (&mut sa as *mut libc::sockaddr_in).cast()) },
-        0
-    );
+    let ch = channel();
+    let listen = create_id(ch);
+    let mut local = sockaddr([10, 77, 0, 1], PORT);
+    assert_eq!(unsafe { rdma_bind_addr(listen, sa(&mut local)) }, 0);
     assert_eq!(unsafe { rdma_listen(listen, 4) }, 0);
     assert_eq!(unsafe { rdma_get_src_port(listen) }, PORT.to_be());
 
@@ -195,21 +105,14 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     );
     let mut dst = sockaddr([10, 77, 0, 1], PORT);
     assert_eq!(
-        unsafe {
-            rdma_resolve_addr(
-                client,
-                null_mut(),
-                (&mut dst as *mut libc::sockaddr_in).cast(),
-                2000,
-            )
-        },
+        unsafe { rdma_resolve_addr(client, null_mut(), sa(&mut dst), 2000) },
         0
     );
-    let ev = expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+    let ev = expect_ok(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
     assert_eq!(unsafe { (*ev).id }, client);
     unsafe { rdma_ack_cm_event(ev) };
     assert_eq!(unsafe { rdma_resolve_route(client, 2000) }, 0);
-    unsafe { rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) };
+    unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) };
     let cctx = unsafe { (*client).verbs };
     assert!(!cctx.is_null(), "the client id is on device b");
 
@@ -258,17 +161,10 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     assert_eq!(unsafe { rdma_connect(client, &mut param) }, 0);
 
     // The request on a: a new id with the private data; the library makes the CQs.
-    let ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-    let (child, listen_id, pd_len) =
-        unsafe { ((*ev).id, (*ev).listen_id, (*ev).param.conn.private_data_len) };
+    let ev = expect_ok(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    let (child, listen_id) = unsafe { ((*ev).id, (*ev).listen_id) };
     assert_eq!(listen_id, listen);
-    let got = unsafe {
-        std::slice::from_raw_parts(
-            (*ev).param.conn.private_data.cast::<u8>(),
-            usize::from(pd_len),
-        )
-    };
-    assert_eq!(got, pdata);
+    assert_eq!(private_data(ev), pdata);
     unsafe { rdma_ack_cm_event(ev) };
     let sctx = unsafe { (*child).verbs };
     assert!(!sctx.is_null() && sctx != cctx, "the new id is on device a");
@@ -300,7 +196,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
 
     let mut established = 0;
     while established < 2 {
-        let ev = expect_event(ch, RDMA_CM_EVENT_ESTABLISHED);
+        let ev = expect_ok(ch, RDMA_CM_EVENT_ESTABLISHED);
         let id = unsafe { (*ev).id };
         assert!(id == client || id == child);
         unsafe { rdma_ack_cm_event(ev) };
@@ -315,16 +211,13 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         length: 12,
         lkey: unsafe { (*cmr).lkey },
     };
-    let mut wr = ibv_send_wr {
-        wr_id: 1,
-        sg_list: &mut wsge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_WRITE,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    wr.wr.rdma.remote_addr = sbuf.as_ptr() as u64 + 100;
-    wr.wr.rdma.rkey = unsafe { (*smr).rkey };
+    let mut wr = rdma_wr(
+        1,
+        &mut wsge,
+        IBV_WR_RDMA_WRITE,
+        sbuf.as_ptr() as u64 + 100,
+        unsafe { (*smr).rkey },
+    );
     post_send(cqp, &mut wr);
     let wc = poll_one(ccq);
     assert_eq!(
@@ -338,14 +231,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         length: 12,
         lkey: unsafe { (*cmr).lkey },
     };
-    let mut swr = ibv_send_wr {
-        wr_id: 2,
-        sg_list: &mut ssge,
-        num_sge: 1,
-        opcode: IBV_WR_SEND,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
+    let mut swr = send_wr(2, &mut ssge, IBV_WR_SEND);
     post_send(cqp, &mut swr);
     assert_eq!(poll_one(ccq).status, IBV_WC_SUCCESS);
     let wc = poll_one(s_recv_cq);
@@ -367,16 +253,13 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         length: 8,
         lkey: unsafe { (*smr).lkey },
     };
-    let mut rwr = ibv_send_wr {
-        wr_id: 3,
-        sg_list: &mut rsge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_READ,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    rwr.wr.rdma.remote_addr = cbuf.as_ptr() as u64 + 512;
-    rwr.wr.rdma.rkey = unsafe { (*cmr).rkey };
+    let mut rwr = rdma_wr(
+        3,
+        &mut rsge,
+        IBV_WR_RDMA_READ,
+        cbuf.as_ptr() as u64 + 512,
+        unsafe { (*cmr).rkey },
+    );
     post_send(sqp, &mut rwr);
     let wc = poll_one(s_send_cq);
     assert_eq!(
@@ -392,7 +275,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     assert_eq!(unsafe { rdma_disconnect(client) }, 0);
     let mut disconnected = 0;
     while disconnected < 2 {
-        let ev = expect_event(ch, RDMA_CM_EVENT_DISCONNECTED);
+        let ev = expect_ok(ch, RDMA_CM_EVENT_DISCONNECTED);
         unsafe { rdma_ack_cm_event(ev) };
         disconnected += 1;
     }

@@ -254,8 +254,13 @@ impl CmTable {
                     // Like siw: the closed connection's QP goes to Error, which flushes what
                     // is still posted (rping's CQ thread waits for that flush).
                     let rnic = h.rnic_mut();
-                    if rnic.query_qp(qp).is_ok_and(|a| a.state == QpState::Closing) {
-                        // The stream is closed: Closing ends (VERBS-00 §6.2.3).
+                    // The stream is closed, which ends Closing (VERBS-00 §6.2.5) and
+                    // Terminate (§6.2.3: after a Terminate the QP reaches Error once the
+                    // LLP is closed; no Modify QP may move it there).
+                    if rnic
+                        .query_qp(qp)
+                        .is_ok_and(|a| matches!(a.state, QpState::Closing | QpState::Terminate))
+                    {
                         let _ = rnic.handle_llp_event(qp, LlpEvent::Closed);
                     }
                     let _ = rnic.modify_qp(qp, ModifyQp::to(QpState::Error));

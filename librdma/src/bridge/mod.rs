@@ -53,9 +53,37 @@ pub enum Post {
     },
 }
 
-struct CqTrack {
-    shared: Arc<CqShared>,
+/// An application object the bridge knows (a CQ or an S-RQ) and the context its async
+/// events go to.
+struct Track<S> {
+    shared: Arc<S>,
     asyncs: Arc<AsyncShared>,
+}
+
+/// Forgets the tracked object `gone`.
+fn forget<S>(tracks: &mut Vec<Track<S>>, gone: &Arc<S>) {
+    tracks.retain(|t| !Arc::ptr_eq(&t.shared, gone));
+}
+
+/// Device `dev`'s handler among `stacks` (borrowing the stacks alone, so that the bridge's
+/// registries stay usable alongside); ENODEV if there is none.
+fn handler_of(stacks: &mut [RdmaStack<AnyPort>], dev: usize) -> Result<&mut RdmaHandler, i32> {
+    stacks
+        .get_mut(dev)
+        .map(|s| s.poll.handler_mut())
+        .ok_or(libc::ENODEV)
+}
+
+/// Device `dev`'s RNIC among `stacks` (as [`handler_of`]).
+fn rnic_of(stacks: &mut [RdmaStack<AnyPort>], dev: usize) -> Result<&mut Rnic, i32> {
+    handler_of(stacks, dev).map(|h| h.rnic_mut())
+}
+
+/// A QP's work queue.
+#[derive(Clone, Copy)]
+enum Wq {
+    Send,
+    Recv,
 }
 
 struct QpTrack {
@@ -83,17 +111,12 @@ impl QpTrack {
     }
 }
 
-struct SrqTrack {
-    shared: Arc<SrqShared>,
-    asyncs: Arc<AsyncShared>,
-}
-
 /// The stacks and the registry of the application's objects.
 pub struct Bridge {
     stacks: Vec<RdmaStack<AnyPort>>,
-    cqs: Vec<CqTrack>,
+    cqs: Vec<Track<CqShared>>,
     qps: FxHashMap<(usize, QpId), QpTrack>,
-    srqs: Vec<SrqTrack>,
+    srqs: Vec<Track<SrqShared>>,
     contexts: Vec<(usize, Arc<AsyncShared>)>,
     /// The connection manager's ids and connections.
     pub cm: CmTable,
@@ -114,19 +137,12 @@ impl Bridge {
 
     /// Device `dev`'s handler (TCP engine, connections, RNIC); ENODEV if there is none.
     pub fn handler(&mut self, dev: usize) -> Result<&mut RdmaHandler, i32> {
-        self.stacks
-            .get_mut(dev)
-            .map(|s| s.poll.handler_mut())
-            .ok_or(libc::ENODEV)
+        handler_of(&mut self.stacks, dev)
     }
 
     /// The connection manager's table and device `dev`'s handler, together.
     pub fn cm_and_handler(&mut self, dev: usize) -> Result<(&mut CmTable, &mut RdmaHandler), i32> {
-        let h = self
-            .stacks
-            .get_mut(dev)
-            .map(|s| s.poll.handler_mut())
-            .ok_or(libc::ENODEV)?;
+        let h = handler_of(&mut self.stacks, dev)?;
         Ok((&mut self.cm, h))
     }
 
@@ -157,15 +173,13 @@ impl Bridge {
 
     /// Registers a created CQ.
     pub fn add_cq(&mut self, shared: Arc<CqShared>, asyncs: Arc<AsyncShared>) {
-        self.cqs.push(CqTrack { shared, asyncs });
+        self.cqs.push(Track { shared, asyncs });
     }
 
     /// Destroys a CQ (EBUSY while a QP uses it).
     pub fn destroy_cq(&mut self, cq: &Arc<CqShared>) -> Result<(), i32> {
-        self.rnic(cq.dev)?
-            .destroy_cq(cq.handle)
-            .map_err(convert::errno_of)?;
-        self.cqs.retain(|t| !Arc::ptr_eq(&t.shared, cq));
+        self.destroy(cq.dev, |r| r.destroy_cq(cq.handle))?;
+        forget(&mut self.cqs, cq);
         Ok(())
     }
 
@@ -187,9 +201,7 @@ impl Bridge {
         // Completions already on the RNIC's CQs belong to the application (they were
         // produced before the destroy): hand them over first.
         self.drain_cqs();
-        self.rnic(qp.dev)?
-            .destroy_qp(qp.id)
-            .map_err(convert::errno_of)?;
+        self.destroy(qp.dev, |r| r.destroy_qp(qp.id))?;
         self.qps.remove(&(qp.dev, qp.id));
         self.cm.qp_destroyed(qp.dev, qp.id);
         Ok(())
@@ -197,16 +209,23 @@ impl Bridge {
 
     /// Registers a created S-RQ.
     pub fn add_srq(&mut self, shared: Arc<SrqShared>, asyncs: Arc<AsyncShared>) {
-        self.srqs.push(SrqTrack { shared, asyncs });
+        self.srqs.push(Track { shared, asyncs });
     }
 
     /// Destroys an S-RQ (EBUSY while QPs use it).
     pub fn destroy_srq(&mut self, srq: &Arc<SrqShared>) -> Result<(), i32> {
-        self.rnic(srq.dev)?
-            .destroy_srq(srq.handle)
-            .map_err(convert::errno_of)?;
-        self.srqs.retain(|t| !Arc::ptr_eq(&t.shared, srq));
+        self.destroy(srq.dev, |r| r.destroy_srq(srq.handle))?;
+        forget(&mut self.srqs, srq);
         Ok(())
+    }
+
+    /// Runs a destroy verb on device `dev`'s RNIC; its error as an errno value.
+    fn destroy(
+        &mut self,
+        dev: usize,
+        verb: impl FnOnce(&mut Rnic) -> Result<(), VerbError>,
+    ) -> Result<(), i32> {
+        verb(self.rnic(dev)?).map_err(convert::errno_of)
     }
 
     /// Applies one posted work request. A WR the RNIC refuses completes in error on its CQ
@@ -214,38 +233,12 @@ impl Bridge {
     pub fn apply_post(&mut self, p: Post) {
         match p {
             Post::Send { qp, wr } => {
-                let Some(rnic) = self
-                    .stacks
-                    .get_mut(qp.dev)
-                    .map(|s| s.poll.handler_mut().rnic_mut())
-                else {
-                    return;
-                };
                 let refused = failed_wc(&qp, wr.wr_id, convert::send_opcode(&wr.op));
-                let r = rnic.post_sq(qp.id, vec![wr]);
-                if let Some(t) = self.qps.get_mut(&(qp.dev, qp.id)) {
-                    t.sq_applied += 1;
-                }
-                if let Err(e) = r {
-                    refuse(&qp, &qp.send_cq, e, refused);
-                }
+                self.apply_to_qp(&qp, Wq::Send, refused, |r| r.post_sq(qp.id, vec![wr]));
             }
             Post::Recv { qp, wr } => {
-                let Some(rnic) = self
-                    .stacks
-                    .get_mut(qp.dev)
-                    .map(|s| s.poll.handler_mut().rnic_mut())
-                else {
-                    return;
-                };
                 let refused = failed_wc(&qp, wr.wr_id, IBV_WC_RECV);
-                let r = rnic.post_rq(qp.id, vec![wr]);
-                if let Some(t) = self.qps.get_mut(&(qp.dev, qp.id)) {
-                    t.rq_applied += 1;
-                }
-                if let Err(e) = r {
-                    refuse(&qp, &qp.recv_cq, e, refused);
-                }
+                self.apply_to_qp(&qp, Wq::Recv, refused, |r| r.post_rq(qp.id, vec![wr]));
             }
             Post::SrqRecv { srq, wr } => {
                 let Ok(rnic) = self.rnic(srq.dev) else {
@@ -255,6 +248,34 @@ impl Bridge {
                     log::warn!("S-RQ {:?}: receive refused: {}", srq.handle, e.error);
                 }
             }
+        }
+    }
+
+    /// Applies one WR to `wq` of `qp` with `post`: it counts as applied, and if the RNIC
+    /// refuses it, `refused` (its error completion) goes to the queue's CQ.
+    fn apply_to_qp(
+        &mut self,
+        qp: &QpShared,
+        wq: Wq,
+        refused: Wc,
+        post: impl FnOnce(&mut Rnic) -> Result<usize, PostError>,
+    ) {
+        let Ok(rnic) = rnic_of(&mut self.stacks, qp.dev) else {
+            return;
+        };
+        let r = post(rnic);
+        if let Some(t) = self.qps.get_mut(&(qp.dev, qp.id)) {
+            match wq {
+                Wq::Send => t.sq_applied += 1,
+                Wq::Recv => t.rq_applied += 1,
+            }
+        }
+        if let Err(e) = r {
+            let cq = match wq {
+                Wq::Send => &qp.send_cq,
+                Wq::Recv => &qp.recv_cq,
+            };
+            refuse(qp, cq, e, refused);
         }
     }
 
@@ -277,10 +298,9 @@ impl Bridge {
     fn drain_cqs(&mut self) {
         for t in &self.cqs {
             let cq = &t.shared;
-            let Some(stack) = self.stacks.get_mut(cq.dev) else {
+            let Ok(rnic) = rnic_of(&mut self.stacks, cq.dev) else {
                 continue;
             };
-            let rnic = stack.poll.handler_mut().rnic_mut();
             while !cq.ring.is_full() {
                 let Ok(wc) = rnic.poll_cq(cq.handle) else {
                     break;
@@ -298,10 +318,9 @@ impl Bridge {
     fn sync_qps(&mut self) {
         for t in self.qps.values_mut() {
             let q = &t.shared;
-            let Some(stack) = self.stacks.get_mut(q.dev) else {
+            let Ok(rnic) = rnic_of(&mut self.stacks, q.dev) else {
                 continue;
             };
-            let rnic = stack.poll.handler_mut().rnic_mut();
             t.retire(rnic);
             if let Ok(a) = rnic.query_qp(q.id) {
                 let s = match a.state {
@@ -332,7 +351,7 @@ impl Bridge {
                 match ev.resource {
                     EventResource::Qp(qp) => {
                         if let Some(t) = self.qps.get(&(dev, qp)) {
-                            t.asyncs.push(t.shared.c_qp.load(Ordering::Acquire), kind);
+                            t.asyncs.push((t.shared.c_qp.load(Ordering::Acquire), kind));
                         }
                     }
                     EventResource::Cq(cq) => {
@@ -342,7 +361,7 @@ impl Bridge {
                             .find(|t| t.shared.dev == dev && t.shared.handle == cq)
                         {
                             t.asyncs
-                                .push(t.shared.c_cq.load(Ordering::Acquire), IBV_EVENT_CQ_ERR);
+                                .push((t.shared.c_cq.load(Ordering::Acquire), IBV_EVENT_CQ_ERR));
                         }
                     }
                     EventResource::Srq(srq) => {
@@ -351,12 +370,13 @@ impl Bridge {
                             .iter()
                             .find(|t| t.shared.dev == dev && t.shared.handle == srq)
                         {
-                            t.asyncs.push(t.shared.c_srq.load(Ordering::Acquire), kind);
+                            t.asyncs
+                                .push((t.shared.c_srq.load(Ordering::Acquire), kind));
                         }
                     }
                     EventResource::Rnic => {
                         for (_, a) in self.contexts.iter().filter(|(d, _)| *d == dev) {
-                            a.push(1, kind);
+                            a.push((1, kind));
                         }
                     }
                 }

@@ -7,7 +7,7 @@ use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 use crate::abi::*;
-use crate::cm::id::complete;
+use crate::cm::id::complete_if_sync;
 use crate::cm::objects::id_obj;
 use crate::device::MAX_RD_ATOM;
 use crate::entry::status_call;
@@ -21,6 +21,18 @@ crate::symver::symver! {
 
 /// "Use the device's maximum" in `responder_resources` / `initiator_depth`.
 const USE_MAX: u8 = 0xff;
+
+/// A copy of the `len` bytes of private data at `data` (none if NULL).
+///
+/// # Safety
+/// `data` must be NULL or point at `len` readable bytes.
+unsafe fn private_data(data: *const c_void, len: u8) -> Vec<u8> {
+    if data.is_null() || len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: by the contract.
+    unsafe { std::slice::from_raw_parts(data.cast::<u8>(), usize::from(len)) }.to_vec()
+}
 
 /// The application's private data and IRD/ORD (`responder_resources`, `initiator_depth`)
 /// from a connection parameter block; `fallback` (IRD, ORD) stands in for a NULL block and
@@ -43,17 +55,9 @@ unsafe fn params(
             v => Ok(u16::from(v)),
         }
     };
-    let pdata = if p.private_data.is_null() || p.private_data_len == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: by the contract, `private_data_len` readable bytes.
-        unsafe {
-            std::slice::from_raw_parts(p.private_data.cast::<u8>(), usize::from(p.private_data_len))
-        }
-        .to_vec()
-    };
     Ok((
-        pdata,
+        // SAFETY: by the contract.
+        unsafe { private_data(p.private_data, p.private_data_len) },
         depth(p.responder_resources, fallback.0)?,
         depth(p.initiator_depth, fallback.1)?,
     ))
@@ -89,18 +93,15 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
             )
         };
         let (qp, shared) = (q.shared.id, Arc::clone(&i.shared));
-        let conn = i.core.call(move |b| {
-            let (cm, h) = b.cm_and_handler(dev)?;
+        let conn = i.with_cm(dev, move |cm, h| {
             cm.connect(dev, h, *local.ip(), remote, qp, &pdata, (ird, ord), &shared)
-        })??;
+        })?;
         i.state().conn = Some((dev, conn));
-        // SAFETY: the id's live QP.
-        unsafe { set_state(q, IBV_QPS_RTR) }?;
-        if i.state().sync {
-            // SAFETY: `id` is live.
-            unsafe { complete(id) }?;
+        // SAFETY: the id's live QP, and `id` is live.
+        unsafe {
+            set_state(q, IBV_QPS_RTR)?;
+            complete_if_sync(id, i)
         }
-        Ok(())
     })
 }
 
@@ -120,17 +121,14 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         let (pdata, ird, ord) = unsafe { params(param, fallback) }?;
         let (dev, conn) = i.state().conn.ok_or(libc::EINVAL)?;
         let qp = q.shared.id;
-        i.core.call(move |b| {
-            let (cm, h) = b.cm_and_handler(dev)?;
+        i.with_cm(dev, move |cm, h| {
             cm.accept(dev, h, conn, qp, &pdata, (ird, ord))
-        })??;
-        // SAFETY: the id's live QP.
-        unsafe { set_state(q, IBV_QPS_RTS) }?;
-        if i.state().sync {
-            // SAFETY: `id` is live.
-            unsafe { complete(id) }?;
+        })?;
+        // SAFETY: the id's live QP, and `id` is live.
+        unsafe {
+            set_state(q, IBV_QPS_RTS)?;
+            complete_if_sync(id, i)
         }
-        Ok(())
     })
 }
 
@@ -145,19 +143,10 @@ pub unsafe extern "C" fn rdma_reject(
     status_call("rdma_reject", || {
         // SAFETY: by the caller's contract.
         let i = unsafe { id_obj(id) }?;
-        let pdata = if private_data.is_null() || len == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: by the caller's contract, `len` readable bytes.
-            unsafe { std::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(len)) }
-                .to_vec()
-        };
+        // SAFETY: by the caller's contract, `len` readable bytes (or NULL).
+        let pdata = unsafe { self::private_data(private_data, len) };
         let (dev, conn) = i.state().conn.take().ok_or(libc::EINVAL)?;
-        i.core.call(move |b| {
-            let (cm, h) = b.cm_and_handler(dev)?;
-            cm.reject(dev, h, conn, &pdata)
-        })??;
-        Ok(())
+        i.with_cm(dev, move |cm, h| cm.reject(dev, h, conn, &pdata))
     })
 }
 
@@ -171,12 +160,10 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
         let Some((dev, conn)) = i.state().conn else {
             return Ok(());
         };
-        i.core.call(move |b| {
-            let (cm, h) = b.cm_and_handler(dev)?;
+        i.with_cm(dev, move |cm, h| {
             cm.disconnect(dev, h, conn);
-            Ok::<(), i32>(())
-        })??;
-        Ok(())
+            Ok(())
+        })
     })
 }
 

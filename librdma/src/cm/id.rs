@@ -61,6 +61,15 @@ pub unsafe fn complete(id: *mut rdma_cm_id) -> Result<*mut rdma_cm_event, i32> {
 /// `id` must be the live id `i` is.
 pub unsafe fn report(id: *mut rdma_cm_id, i: &CmId, kind: CmRaw) -> Result<(), i32> {
     i.shared.post(kind);
+    // SAFETY: by the contract.
+    unsafe { complete_if_sync(id, i) }
+}
+
+/// In the synchronous mode, waits for the id's next event ([`complete`]).
+///
+/// # Safety
+/// `id` must be the live id `i` is.
+pub unsafe fn complete_if_sync(id: *mut rdma_cm_id, i: &CmId) -> Result<(), i32> {
     if i.state().sync {
         // SAFETY: by the contract.
         unsafe { complete(id) }?;
@@ -335,37 +344,37 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
     })
 }
 
-/// The port of a route address slot, in network order.
-fn port_be(a: &libc::sockaddr_in) -> u16 {
-    a.sin_port
+/// The port of the address `pick` takes from an id's record, in network order (0 for an
+/// id that is not ours or has no such address).
+///
+/// # Safety
+/// `id` must be NULL or a live id of ours.
+unsafe fn port_of(
+    name: &str,
+    id: *mut rdma_cm_id,
+    pick: fn(&IdState) -> Option<SocketAddrV4>,
+) -> u16 {
+    guard(name, 0, || {
+        // SAFETY: by the contract.
+        let Ok(i) = (unsafe { id_obj(id) }) else {
+            return 0;
+        };
+        pick(&i.state()).map_or(0, |a| addr::sockaddr_in(a).sin_port)
+    })
 }
 
 /// `rdma_get_src_port`: the local port, in network order.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    guard("rdma_get_src_port", 0, || {
-        // SAFETY: by the caller's contract.
-        let Ok(i) = (unsafe { id_obj(id) }) else {
-            return 0;
-        };
-        i.state()
-            .local
-            .map_or(0, |l| port_be(&addr::sockaddr_in(l)))
-    })
+    // SAFETY: the caller's contract is `port_of`'s.
+    unsafe { port_of("rdma_get_src_port", id, |s| s.local) }
 }
 
 /// `rdma_get_dst_port`: the peer's port, in network order.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    guard("rdma_get_dst_port", 0, || {
-        // SAFETY: by the caller's contract.
-        let Ok(i) = (unsafe { id_obj(id) }) else {
-            return 0;
-        };
-        i.state()
-            .remote
-            .map_or(0, |r| port_be(&addr::sockaddr_in(r)))
-    })
+    // SAFETY: the caller's contract is `port_of`'s.
+    unsafe { port_of("rdma_get_dst_port", id, |s| s.remote) }
 }
 
 /// `rdma_set_option`: the id options rdma_cm defines are accepted (type of service, address

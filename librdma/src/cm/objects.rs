@@ -7,9 +7,11 @@ use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use dataplane::rdma::RdmaHandler;
 use tcp::ConnId;
 
 use crate::abi::*;
+use crate::bridge::cm::CmTable;
 use crate::core::Core;
 use crate::device::device_objects;
 use crate::runtime::runtime;
@@ -86,6 +88,19 @@ impl CmId {
     /// The library's record of the id.
     pub fn state(&self) -> MutexGuard<'_, IdState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the data-plane thread with the connection manager and device `dev`'s
+    /// handler; its result.
+    pub fn with_cm<R: Send + 'static>(
+        &self,
+        dev: usize,
+        f: impl FnOnce(&mut CmTable, &mut RdmaHandler) -> Result<R, i32> + Send + 'static,
+    ) -> Result<R, i32> {
+        self.core.call(move |b| {
+            let (cm, h) = b.cm_and_handler(dev)?;
+            f(cm, h)
+        })?
     }
 }
 

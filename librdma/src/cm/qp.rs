@@ -73,61 +73,75 @@ pub unsafe extern "C" fn rdma_create_qp(
     attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     status_call("rdma_create_qp", || {
-        // SAFETY: by the caller's contract.
-        let i = unsafe { id_mut(id) }?;
         // SAFETY: the caller passes a readable, writable attr (NULL refused).
         let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
-        // The id's port space decides the QP type (rdma_server leaves it 0).
-        if a.qp_type == 0 {
-            a.qp_type = i.id.qp_type;
-        }
-        let pd = if pd.is_null() { i.id.pd } else { pd };
-        // SAFETY: NULL or a live PD of ours.
-        let p = unsafe { obj::<ibv_pd, Pd>(pd) }.ok_or(libc::EINVAL)?;
-        if !i.id.qp.is_null() || i.id.verbs.is_null() || p.pd.context != i.id.verbs {
-            return Err(libc::EINVAL);
-        }
-        let mut made = false;
-        if a.send_cq.is_null() {
-            // SAFETY: the id's context is a live context of ours.
-            let (ch, cq) = unsafe { own_cq(i.id.verbs, a.cap.max_send_wr, id) }?;
-            i.id.send_cq_channel = ch;
-            i.id.send_cq = cq;
-            a.send_cq = cq;
-            made = true;
-        }
-        if a.recv_cq.is_null() {
-            // SAFETY: as above.
-            match unsafe { own_cq(i.id.verbs, a.cap.max_recv_wr, id) } {
-                Ok((ch, cq)) => {
-                    i.id.recv_cq_channel = ch;
-                    i.id.recv_cq = cq;
-                    a.recv_cq = cq;
-                    made = true;
-                }
-                Err(e) => {
-                    drop_own_cqs(&mut i.id);
-                    return Err(e);
-                }
+        // SAFETY: by the caller's contract.
+        unsafe { create_qp(id, pd, a) }
+    })
+}
+
+/// What `rdma_create_qp` and `rdma_create_qp_ex` do.
+///
+/// # Safety
+/// `id` must be NULL or a live id of ours, `pd` NULL or a live PD of ours, and the CQs
+/// and S-RQ of `a` NULL or live ones of ours.
+unsafe fn create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+) -> Result<(), i32> {
+    // SAFETY: by the contract.
+    let i = unsafe { id_mut(id) }?;
+    // The id's port space decides the QP type (rdma_server leaves it 0).
+    if a.qp_type == 0 {
+        a.qp_type = i.id.qp_type;
+    }
+    let pd = if pd.is_null() { i.id.pd } else { pd };
+    // SAFETY: NULL or a live PD of ours.
+    let p = unsafe { obj::<ibv_pd, Pd>(pd) }.ok_or(libc::EINVAL)?;
+    if !i.id.qp.is_null() || i.id.verbs.is_null() || p.pd.context != i.id.verbs {
+        return Err(libc::EINVAL);
+    }
+    let mut made = false;
+    if a.send_cq.is_null() {
+        // SAFETY: the id's context is a live context of ours.
+        let (ch, cq) = unsafe { own_cq(i.id.verbs, a.cap.max_send_wr, id) }?;
+        i.id.send_cq_channel = ch;
+        i.id.send_cq = cq;
+        a.send_cq = cq;
+        made = true;
+    }
+    if a.recv_cq.is_null() {
+        // SAFETY: as above.
+        match unsafe { own_cq(i.id.verbs, a.cap.max_recv_wr, id) } {
+            Ok((ch, cq)) => {
+                i.id.recv_cq_channel = ch;
+                i.id.recv_cq = cq;
+                a.recv_cq = cq;
+                made = true;
+            }
+            Err(e) => {
+                drop_own_cqs(&mut i.id);
+                return Err(e);
             }
         }
-        // SAFETY: a live PD and a filled init attr.
-        let qp = unsafe { ibv_create_qp(pd, a) };
-        if qp.is_null() {
-            let e = last_errno();
-            drop_own_cqs(&mut i.id);
-            return Err(e);
-        }
-        // SAFETY: the QP just made.
-        unsafe {
-            set_state(qp_obj(qp)?, IBV_QPS_INIT)?;
-            (*qp).state = IBV_QPS_INIT;
-        }
-        i.id.qp = qp;
-        i.id.pd = pd;
-        i.state().own_cqs = made;
-        Ok(())
-    })
+    }
+    // SAFETY: a live PD and a filled init attr.
+    let qp = unsafe { ibv_create_qp(pd, a) };
+    if qp.is_null() {
+        let e = last_errno();
+        drop_own_cqs(&mut i.id);
+        return Err(e);
+    }
+    // SAFETY: the QP just made.
+    unsafe {
+        set_state(qp_obj(qp)?, IBV_QPS_INIT)?;
+        (*qp).state = IBV_QPS_INIT;
+    }
+    i.id.qp = qp;
+    i.id.pd = pd;
+    i.state().own_cqs = made;
+    Ok(())
 }
 
 /// `rdma_create_qp_ex`: the extended attributes this device can honour are those of
@@ -138,32 +152,28 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> c_int {
-    // SAFETY: by the caller's contract, a readable, writable attr.
-    let Some(a) = (unsafe { attr.as_mut() }) else {
-        crate::entry::set_errno(libc::EINVAL);
-        return -1;
-    };
-    if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 || a.create_flags != 0 {
-        crate::entry::set_errno(libc::EOPNOTSUPP);
-        return -1;
-    }
-    let mut basic = ibv_qp_init_attr {
-        qp_context: a.qp_context,
-        send_cq: a.send_cq,
-        recv_cq: a.recv_cq,
-        srq: a.srq,
-        cap: a.cap,
-        qp_type: a.qp_type,
-        sq_sig_all: a.sq_sig_all,
-    };
-    // SAFETY: as the caller's contract; `basic` is a live local.
-    let r = unsafe { rdma_create_qp(id, a.pd, &mut basic) };
-    if r == 0 {
+    status_call("rdma_create_qp_ex", || {
+        // SAFETY: by the caller's contract, a readable, writable attr (NULL refused).
+        let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+        if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 || a.create_flags != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let mut basic = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        // SAFETY: as the caller's contract.
+        unsafe { create_qp(id, a.pd, &mut basic) }?;
         a.cap = basic.cap;
         a.send_cq = basic.send_cq;
         a.recv_cq = basic.recv_cq;
-    }
-    r
+        Ok(())
+    })
 }
 
 /// `rdma_destroy_qp`: destroys the id's QP and the CQs made for it.
@@ -192,18 +202,30 @@ pub unsafe extern "C" fn rdma_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> c_int {
-    status_call("rdma_create_srq", || {
-        // SAFETY: by the caller's contract.
-        let i = unsafe { id_mut(id) }?;
-        let pd = if pd.is_null() { i.id.pd } else { pd };
-        // SAFETY: a PD of ours (or NULL, refused by ibv_create_srq) and the caller's attr.
-        let srq = unsafe { ibv_create_srq(pd, attr) };
-        if srq.is_null() {
-            return Err(last_errno());
-        }
-        i.id.srq = srq;
-        Ok(())
-    })
+    // SAFETY: by the caller's contract.
+    status_call("rdma_create_srq", || unsafe { create_srq(id, pd, attr) })
+}
+
+/// What `rdma_create_srq` and `rdma_create_srq_ex` do.
+///
+/// # Safety
+/// `id` must be NULL or a live id of ours, `pd` NULL or a live PD of ours, and `attr`
+/// NULL or readable and writable.
+unsafe fn create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> Result<(), i32> {
+    // SAFETY: by the contract.
+    let i = unsafe { id_mut(id) }?;
+    let pd = if pd.is_null() { i.id.pd } else { pd };
+    // SAFETY: a PD of ours (or NULL, refused by ibv_create_srq) and the caller's attr.
+    let srq = unsafe { ibv_create_srq(pd, attr) };
+    if srq.is_null() {
+        return Err(last_errno());
+    }
+    i.id.srq = srq;
+    Ok(())
 }
 
 /// `rdma_create_srq_ex`: basic S-RQs (`IBV_SRQ_INIT_ATTR_PD`, type basic) only.
@@ -212,33 +234,29 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_srq_init_attr_ex,
 ) -> c_int {
-    // SAFETY: by the caller's contract.
-    let Some(a) = (unsafe { attr.as_mut() }) else {
-        crate::entry::set_errno(libc::EINVAL);
-        return -1;
-    };
-    let allowed = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE;
-    if a.comp_mask & !allowed != 0
-        || (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC)
-    {
-        crate::entry::set_errno(libc::EOPNOTSUPP);
-        return -1;
-    }
-    let mut basic = ibv_srq_init_attr {
-        srq_context: a.srq_context,
-        attr: a.attr,
-    };
-    let pd = if a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 {
-        a.pd
-    } else {
-        std::ptr::null_mut()
-    };
-    // SAFETY: as the caller's contract; `basic` is a live local.
-    let r = unsafe { rdma_create_srq(id, pd, &mut basic) };
-    if r == 0 {
+    status_call("rdma_create_srq_ex", || {
+        // SAFETY: by the caller's contract, a readable, writable attr (NULL refused).
+        let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+        let allowed = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE;
+        if a.comp_mask & !allowed != 0
+            || (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC)
+        {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let mut basic = ibv_srq_init_attr {
+            srq_context: a.srq_context,
+            attr: a.attr,
+        };
+        let pd = if a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 {
+            a.pd
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: as the caller's contract; `basic` is a live local.
+        unsafe { create_srq(id, pd, &mut basic) }?;
         a.attr = basic.attr;
-    }
-    r
+        Ok(())
+    })
 }
 
 /// `rdma_destroy_srq`.

@@ -7,35 +7,12 @@ use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crossbeam_queue::SegQueue;
 use tcp::ConnId;
 
-use super::EventFd;
+use super::FdQueue;
 
-/// An event channel's shared part (`rdma_event_channel`).
-#[derive(Debug)]
-pub struct CmChannel {
-    /// The descriptor (`rdma_event_channel::fd`).
-    pub fd: EventFd,
-    /// Events not yet taken.
-    pub events: SegQueue<CmPending>,
-}
-
-impl CmChannel {
-    /// An empty channel with a new descriptor.
-    pub fn new() -> Result<CmChannel, i32> {
-        Ok(CmChannel {
-            fd: EventFd::new()?,
-            events: SegQueue::new(),
-        })
-    }
-
-    /// Queues `ev`.
-    pub fn push(&self, ev: CmPending) {
-        self.events.push(ev);
-        self.fd.signal();
-    }
-}
+/// An event channel's shared part (`rdma_event_channel`): the events not yet taken.
+pub type CmChannel = FdQueue<CmPending>;
 
 /// An event waiting on a channel.
 #[derive(Debug)]

@@ -9,6 +9,8 @@ pub mod verbs;
 
 use std::os::fd::RawFd;
 
+use crossbeam_queue::SegQueue;
+
 /// An eventfd in semaphore mode: one `read` takes one event; `poll(2)` and epoll see it.
 #[derive(Debug)]
 pub struct EventFd(RawFd);
@@ -59,6 +61,32 @@ impl Drop for EventFd {
     fn drop(&mut self) {
         // SAFETY: closes the descriptor this EventFd owns, once.
         unsafe { libc::close(self.0) };
+    }
+}
+
+/// A queue whose entries an [`EventFd`] counts: an event channel, a completion channel,
+/// a context's async events.
+#[derive(Debug)]
+pub struct FdQueue<T> {
+    /// The descriptor applications poll (`fd` of the channel, `async_fd` of a context).
+    pub fd: EventFd,
+    /// The entries not yet taken.
+    pub items: SegQueue<T>,
+}
+
+impl<T> FdQueue<T> {
+    /// An empty queue with a new descriptor.
+    pub fn new() -> Result<FdQueue<T>, i32> {
+        Ok(FdQueue {
+            fd: EventFd::new()?,
+            items: SegQueue::new(),
+        })
+    }
+
+    /// Queues `item` and signals it on the descriptor.
+    pub fn push(&self, item: T) {
+        self.items.push(item);
+        self.fd.signal();
     }
 }
 

@@ -5,37 +5,15 @@
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crossbeam_queue::{ArrayQueue, SegQueue};
+use crossbeam_queue::ArrayQueue;
 use iwarp::verbs::{CqHandle, PdId, QpId, SrqHandle};
 
-use super::EventFd;
+use super::FdQueue;
 use crate::abi::*;
 
-/// A completion channel's shared part: the CQs whose notifications fired, in order, and the
-/// descriptor that counts them.
-#[derive(Debug)]
-pub struct ChannelShared {
-    /// The descriptor (`ibv_comp_channel::fd`).
-    pub fd: EventFd,
-    /// `ibv_cq` addresses, one per fired notification.
-    pub fired: SegQueue<usize>,
-}
-
-impl ChannelShared {
-    /// A channel with a new descriptor.
-    pub fn new() -> Result<ChannelShared, i32> {
-        Ok(ChannelShared {
-            fd: EventFd::new()?,
-            fired: SegQueue::new(),
-        })
-    }
-
-    /// A notification of the CQ at `cq` (its `ibv_cq` address).
-    pub fn notify(&self, cq: usize) {
-        self.fired.push(cq);
-        self.fd.signal();
-    }
-}
+/// A completion channel's shared part (`ibv_comp_channel`): the `ibv_cq` addresses of
+/// the CQs whose armed notification fired, one per notification.
+pub type ChannelShared = FdQueue<usize>;
 
 /// Notification requests of a CQ (`ibv_req_notify_cq`).
 pub mod armed {
@@ -138,7 +116,7 @@ impl CqShared {
         };
         if fires && self.armed.swap(armed::NONE, Ordering::AcqRel) != armed::NONE {
             if let Some(ch) = &self.channel {
-                ch.notify(self.c_cq.load(Ordering::Acquire));
+                ch.push(self.c_cq.load(Ordering::Acquire));
             }
         }
         true
@@ -227,33 +205,21 @@ impl QpShared {
             }
         }
     }
-}
 
-/// Async events of a context (`ibv_get_async_event`).
-#[derive(Debug)]
-pub struct AsyncShared {
-    /// The descriptor (`ibv_context::async_fd`).
-    pub fd: EventFd,
-    /// Pending events: the element (`ibv_cq`/`ibv_qp`/`ibv_srq` address or port number) and
-    /// the event type.
-    pub events: SegQueue<(usize, ibv_event_type)>,
-}
-
-impl AsyncShared {
-    /// An empty queue with a new descriptor.
-    pub fn new() -> Result<AsyncShared, i32> {
-        Ok(AsyncShared {
-            fd: EventFd::new()?,
-            events: SegQueue::new(),
-        })
-    }
-
-    /// Queues one event.
-    pub fn push(&self, element: usize, kind: ibv_event_type) {
-        self.events.push((element, kind));
-        self.fd.signal();
+    /// Gives back a slot [`QpShared::claim`] took for a WR that was not posted after all.
+    pub fn unclaim(&self, send: bool) {
+        let posted = if send {
+            &self.sq_posted
+        } else {
+            &self.rq_posted
+        };
+        posted.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// Async events of a context (`ibv_get_async_event`): the element (`ibv_cq`/`ibv_qp`/
+/// `ibv_srq` address or port number) and the event type of each.
+pub type AsyncShared = FdQueue<(usize, ibv_event_type)>;
 
 /// An S-RQ's shared part (what async events name).
 #[derive(Debug)]
@@ -280,12 +246,12 @@ mod tests {
         let c = cq(2, Some(Arc::clone(&ch)));
         c.c_cq.store(0x1000, Ordering::Release);
         assert!(c.deliver(Wc::default()));
-        assert!(ch.fired.is_empty(), "not armed: no notification");
+        assert!(ch.items.is_empty(), "not armed: no notification");
         c.arm(false);
         assert!(c.deliver(Wc::default()));
         assert!(!c.deliver(Wc::default()), "ring of 2 is full");
-        assert_eq!(ch.fired.pop(), Some(0x1000));
-        assert!(ch.fired.is_empty(), "one-shot");
+        assert_eq!(ch.items.pop(), Some(0x1000));
+        assert!(ch.items.is_empty(), "one-shot");
         let mut out = [ibv_wc::default(); 4];
         assert_eq!(c.poll(&mut out), 2);
     }
@@ -296,16 +262,16 @@ mod tests {
         let c = cq(8, Some(Arc::clone(&ch)));
         c.arm(true);
         assert!(c.deliver(Wc::default()));
-        assert!(ch.fired.is_empty());
+        assert!(ch.items.is_empty());
         assert!(c.deliver(Wc {
             status: IBV_WC_WR_FLUSH_ERR,
             ..Wc::default()
         }));
-        assert_eq!(ch.fired.len(), 1);
+        assert_eq!(ch.items.len(), 1);
         c.arm(true);
         c.arm(false);
         assert!(c.deliver(Wc::default()), "NEXT wins over SOLICITED");
-        assert_eq!(ch.fired.len(), 2);
+        assert_eq!(ch.items.len(), 2);
     }
 
     #[test]

@@ -25,6 +25,11 @@ pub unsafe extern "C" fn ibv_get_async_event(
             return -1;
         }
     };
+    // A NULL event is refused before an event is taken (it would be lost).
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
     // Blocking outside the unwinding guard, nothing with a destructor alive (see
     // `ibv_get_cq_event`).
     if let Err(e) = c.asyncs.fd.wait() {
@@ -32,13 +37,8 @@ pub unsafe extern "C" fn ibv_get_async_event(
         return -1;
     }
     guard("ibv_get_async_event", -1, || {
-        let Some((element, kind)) = c.asyncs.events.pop() else {
+        let Some((element, kind)) = c.asyncs.items.pop() else {
             set_errno(libc::EAGAIN);
-            return -1;
-        };
-        // SAFETY: the caller passes a writable event (NULL refused).
-        let Some(out) = (unsafe { event.as_mut() }) else {
-            set_errno(libc::EINVAL);
             return -1;
         };
         let mut ev = ibv_async_event {
@@ -55,7 +55,8 @@ pub unsafe extern "C" fn ibv_get_async_event(
             }
             _ => ev.element.qp = element as *mut ibv_qp,
         }
-        *out = ev;
+        // SAFETY: the caller passes a writable event (NULL refused above).
+        unsafe { *event = ev };
         0
     })
 }

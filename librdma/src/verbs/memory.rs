@@ -6,7 +6,7 @@
 use std::os::raw::{c_int, c_uint, c_void};
 use std::sync::Arc;
 
-use iwarp::verbs::{Access, MrSpec, PageList, PdId, STag, TaggedBase, UlpId};
+use iwarp::verbs::{Access, MrSpec, PageList, PdId, Rnic, STag, TaggedBase, UlpId, VerbError};
 
 use crate::abi::*;
 use crate::appmem::PAGE;
@@ -110,6 +110,36 @@ pub fn access_of(flags: c_uint) -> Result<Access, i32> {
     Ok(a)
 }
 
+/// A VA-based region over `[addr, addr + len)` at tagged offset `iova` in `pd`.
+fn va_spec(addr: u64, len: u64, iova: u64, pd: PdId, key: u8, access: Access) -> MrSpec {
+    MrSpec {
+        pbl: PageList::contiguous(addr, len, PAGE),
+        base: TaggedBase::Va(iova),
+        pd,
+        key,
+        remote_access: access.any_remote(),
+        access,
+    }
+}
+
+/// Backs `[addr, addr + len)` (the pages of `spec`) and registers `spec` with `reg`; the
+/// pages are released again if the registration fails.
+fn back_and_register(
+    rnic: &mut Rnic,
+    addr: u64,
+    len: u64,
+    spec: &MrSpec,
+    reg: impl FnOnce(&mut Rnic, &MrSpec) -> Result<STag, VerbError>,
+) -> Result<STag, i32> {
+    if !rnic.memory_mut().backend_mut().back(addr, len) {
+        return Err(libc::EINVAL);
+    }
+    reg(rnic, spec).map_err(|e| {
+        rnic.memory_mut().backend_mut().unback(addr, len);
+        errno_of(e)
+    })
+}
+
 /// Backs `[addr, addr + len)` and registers it VA-based at `iova` in `pd`; undone if the
 /// registration fails.
 fn register(
@@ -121,22 +151,8 @@ fn register(
     iova: u64,
     access: Access,
 ) -> Result<STag, i32> {
-    let rnic = b.rnic(dev)?;
-    if !rnic.memory_mut().backend_mut().back(addr, len) {
-        return Err(libc::EINVAL);
-    }
-    let spec = MrSpec {
-        pbl: PageList::contiguous(addr, len, PAGE),
-        base: TaggedBase::Va(iova),
-        pd,
-        key: 0,
-        remote_access: access.any_remote(),
-        access,
-    };
-    rnic.register_mr(&spec).map_err(|e| {
-        rnic.memory_mut().backend_mut().unback(addr, len);
-        errno_of(e)
-    })
+    let spec = va_spec(addr, len, iova, pd, 0, access);
+    back_and_register(b.rnic(dev)?, addr, len, &spec, |r, s| r.register_mr(s))
 }
 
 /// What `ibv_reg_mr`, `ibv_reg_mr_iova` and `ibv_reg_mr_iova2` do.
@@ -284,12 +300,12 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         if new_addr.checked_add(new_len).is_none() {
             return Err(libc::EINVAL);
         }
+        // SAFETY: a live region's context is a live context of ours.
+        let core = Arc::clone(&unsafe { context(m.mr.context) }?.core);
+        let (dev, stag) = (m.dev, m.stag);
         let rights = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
             access_of(access as c_uint)?
         } else {
-            // SAFETY: a live region's context is a live context of ours.
-            let core = Arc::clone(&unsafe { context(m.mr.context) }?.core);
-            let (dev, stag) = (m.dev, m.stag);
             core.call(move |b| {
                 b.rnic(dev)?
                     .query_mr(stag)
@@ -297,33 +313,21 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                     .map_err(errno_of)
             })??
         };
-        let (dev, stag, pd_id) = (m.dev, m.stag, new_pd.id);
-        // SAFETY: as above.
-        let core = Arc::clone(&unsafe { context(m.mr.context) }?.core);
+        let spec = va_spec(
+            new_addr,
+            new_len,
+            new_addr,
+            new_pd.id,
+            stag.key().wrapping_add(1),
+            rights,
+        );
         let new_stag = core.call(move |b| {
             let rnic = b.rnic(dev)?;
-            let backend = rnic.memory_mut().backend_mut();
-            if !backend.back(new_addr, new_len) {
-                return Err(libc::EINVAL);
-            }
-            let spec = MrSpec {
-                pbl: PageList::contiguous(new_addr, new_len, PAGE),
-                base: TaggedBase::Va(new_addr),
-                pd: pd_id,
-                key: stag.key().wrapping_add(1),
-                remote_access: rights.any_remote(),
-                access: rights,
-            };
-            match rnic.reregister_mr(stag, &spec) {
-                Ok(s) => {
-                    rnic.memory_mut().backend_mut().unback(old_addr, old_len);
-                    Ok(s)
-                }
-                Err(e) => {
-                    rnic.memory_mut().backend_mut().unback(new_addr, new_len);
-                    Err(errno_of(e))
-                }
-            }
+            let s = back_and_register(rnic, new_addr, new_len, &spec, |r, spec| {
+                r.reregister_mr(stag, spec)
+            })?;
+            rnic.memory_mut().backend_mut().unback(old_addr, old_len);
+            Ok::<STag, i32>(s)
         })??;
         m.stag = new_stag;
         m.mr.lkey = new_stag.0;

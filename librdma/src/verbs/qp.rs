@@ -13,7 +13,7 @@ use crate::abi::*;
 use crate::bridge::Post;
 use crate::convert::{self, errno_of};
 use crate::device::{device_attributes, MAX_INLINE, MAX_RD_ATOM};
-use crate::entry::{errno_call, ptr_call};
+use crate::entry::{errno_call, post_list, ptr_call};
 use crate::runtime::runtime;
 use crate::shared::verbs::QpShared;
 use crate::verbs::cq::cq_obj;
@@ -286,40 +286,31 @@ pub unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    let mut cur = wr;
-    let r = errno_call("ibv_post_send", || {
+    let start = || {
         // SAFETY: by the caller's contract.
         let q = unsafe { qp_obj(qp) }?;
         let s = &q.shared;
         if matches!(s.state(), IBV_QPS_RESET | IBV_QPS_INIT) {
             return Err(libc::EINVAL);
         }
-        // SAFETY: the caller's list of WRs is readable to its NULL `next`.
-        while let Some(w) = unsafe { cur.as_ref() } {
-            // SAFETY: `w` and its SGEs (and inline payloads) are readable by the caller's
-            // contract.
+        Ok(move |w: &ibv_send_wr| {
+            // SAFETY: `w` and its SGEs (and inline payloads) are readable by the
+            // caller's contract.
             let swr = unsafe {
                 convert::send_wr(w, s.sig_all, s.cap.max_send_sge, s.cap.max_inline_data)
             }?;
-            if !s.claim(true) {
-                return Err(libc::ENOMEM);
-            }
-            if let Err(e) = core_of(q)?.post(Post::Send {
-                qp: Arc::clone(s),
-                wr: swr,
-            }) {
-                s.sq_posted.fetch_sub(1, Ordering::AcqRel);
-                return Err(e);
-            }
-            cur = w.next;
-        }
-        Ok(())
-    });
-    if r != 0 && !bad_wr.is_null() {
-        // SAFETY: the caller passes a writable slot.
-        unsafe { *bad_wr = cur };
-    }
-    r
+            queue(
+                q,
+                true,
+                Post::Send {
+                    qp: Arc::clone(s),
+                    wr: swr,
+                },
+            )
+        })
+    };
+    // SAFETY: the caller's list and slot (ibv_post_send's contract).
+    unsafe { post_list("ibv_post_send", wr, bad_wr, start) }
 }
 
 /// The `post_recv` operation: as `post_send`, for the receive queue.
@@ -328,37 +319,38 @@ pub unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let mut cur = wr;
-    let r = errno_call("ibv_post_recv", || {
+    let start = || {
         // SAFETY: by the caller's contract.
         let q = unsafe { qp_obj(qp) }?;
         let s = &q.shared;
         if s.state() == IBV_QPS_RESET || s.srq.is_some() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: the caller's list of WRs is readable to its NULL `next`.
-        while let Some(w) = unsafe { cur.as_ref() } {
+        Ok(move |w: &ibv_recv_wr| {
             // SAFETY: `w` and its SGEs are readable by the caller's contract.
             let rwr = unsafe { convert::recv_wr(w, s.cap.max_recv_sge) }?;
-            if !s.claim(false) {
-                return Err(libc::ENOMEM);
-            }
-            if let Err(e) = core_of(q)?.post(Post::Recv {
-                qp: Arc::clone(s),
-                wr: rwr,
-            }) {
-                s.rq_posted.fetch_sub(1, Ordering::AcqRel);
-                return Err(e);
-            }
-            cur = w.next;
-        }
-        Ok(())
-    });
-    if r != 0 && !bad_wr.is_null() {
-        // SAFETY: the caller passes a writable slot.
-        unsafe { *bad_wr = cur };
+            queue(
+                q,
+                false,
+                Post::Recv {
+                    qp: Arc::clone(s),
+                    wr: rwr,
+                },
+            )
+        })
+    };
+    // SAFETY: the caller's list and slot (ibv_post_recv's contract).
+    unsafe { post_list("ibv_post_recv", wr, bad_wr, start) }
+}
+
+/// Queues a converted WR of `q`'s send (`send`) or receive queue to the data plane, in a
+/// slot of the queue's posting window (ENOMEM when the window is full).
+fn queue(q: &Qp, send: bool, p: Post) -> Result<(), i32> {
+    let s = &q.shared;
+    if !s.claim(send) {
+        return Err(libc::ENOMEM);
     }
-    r
+    core_of(q)?.post(p).inspect_err(|_| s.unclaim(send))
 }
 
 /// The data plane a QP runs on.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::abi::*;
 use crate::bridge::Post;
 use crate::convert::{self, errno_of};
-use crate::entry::{errno_call, ptr_call};
+use crate::entry::{errno_call, post_list, ptr_call};
 use crate::shared::verbs::SrqShared;
 use crate::verbs::memory::{pd_core, pd_obj};
 use crate::verbs::objects::{context, obj, publish, reclaim, Srq};
@@ -147,26 +147,19 @@ pub unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let mut cur = wr;
-    let r = errno_call("ibv_post_srq_recv", || {
+    let start = || {
         // SAFETY: by the caller's contract.
         let s = unsafe { srq_obj(srq) }?;
         let core = core_of(s)?;
-        // SAFETY: the caller's list of WRs is readable to its NULL `next`.
-        while let Some(w) = unsafe { cur.as_ref() } {
+        Ok(move |w: &ibv_recv_wr| {
             // SAFETY: `w` and its SGEs are readable by the caller's contract.
             let rwr = unsafe { convert::recv_wr(w, s.max_sge) }?;
             core.post(Post::SrqRecv {
                 srq: Arc::clone(&s.shared),
                 wr: rwr,
-            })?;
-            cur = w.next;
-        }
-        Ok(())
-    });
-    if r != 0 && !bad_wr.is_null() {
-        // SAFETY: the caller passes a writable slot.
-        unsafe { *bad_wr = cur };
-    }
-    r
+            })
+        })
+    };
+    // SAFETY: the caller's list and slot (ibv_post_srq_recv's contract).
+    unsafe { post_list("ibv_post_srq_recv", wr, bad_wr, start) }
 }
