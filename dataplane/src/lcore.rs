@@ -404,9 +404,8 @@ pub struct PollLoop<P: Port, H: Handler<P>> {
 impl<P: Port, H: Handler<P>> Drop for PollLoop<P, H> {
     /// The buffers the loop holds (spare, held, backlog, rx, tx) go back to their pools
     /// before the ports free those pools (a DPDK pool with an mbuf still out is leaked, and
-    /// EAL with it). The ports then stop first, before the handler's teardown: the sooner a
-    /// memif port stops, the narrower DPDK 22.11 memif's window where the peer's disconnect
-    /// (on EAL's interrupt thread) races this thread's stop (see configs/rdma-memif-*.toml).
+    /// EAL with it). The ports then stop first, before the handler's teardown, so that the
+    /// link goes down as soon as the loop is done.
     fn drop(&mut self) {
         self.slots.clear();
         self.rx.clear();

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::error::{rte_errno, strerror};
+use super::intr::park_interrupt_thread;
 
 /// Why EAL could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +165,9 @@ impl EalHandle {
 
 impl Drop for EalInner {
     fn drop(&mut self) {
+        // The interrupt thread outlives rte_eal_cleanup in DPDK 22.11; it must not touch
+        // the memory cleanup unmaps.
+        park_interrupt_thread();
         // SAFETY: the last handle is gone, so no mempool or port made under EAL is left;
         // EAL was initialised successfully (EalInner exists only then).
         let ret = unsafe { dpdk_sys::rte_eal_cleanup() };

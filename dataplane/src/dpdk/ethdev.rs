@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::eal::{Eal, EalHandle};
 use super::error::{strerror, DpdkError};
+use super::intr::on_interrupt_thread;
 use super::mbuf::Mbuf;
 use super::mempool::Mempool;
 
@@ -285,8 +286,10 @@ impl EthDev {
                     break 0;
                 }
                 log::info!("{device}: started but the link stayed down; restarting");
-                // SAFETY: started port; stopped to be started again.
-                unsafe { dpdk_sys::rte_eth_dev_stop(port_id) };
+                on_interrupt_thread(&op("restart"), move || {
+                    // SAFETY: started port; stopped to be started again.
+                    unsafe { dpdk_sys::rte_eth_dev_stop(port_id) };
+                });
                 attempts += 1;
                 continue;
             }
@@ -445,23 +448,25 @@ impl EthDev {
 }
 
 impl Drop for EthDev {
+    /// Stops and closes the device on EAL's interrupt thread, where the PMD's own callbacks
+    /// run (see [`on_interrupt_thread`]: memif's peer-disconnect handler frees the same state
+    /// as its stop).
     fn drop(&mut self) {
-        if self.started {
-            // SAFETY: started port owned by us.
-            let ret = unsafe { dpdk_sys::rte_eth_dev_stop(self.port_id) };
-            if ret < 0 {
-                log::warn!("{}: rte_eth_dev_stop: {}", self.device, strerror(ret.abs()));
+        let (port_id, started, device) = (self.port_id, self.started, self.device.clone());
+        on_interrupt_thread(&format!("{device}: stop and close"), move || {
+            if started {
+                // SAFETY: started port owned by us; the poll loop no longer uses it.
+                let ret = unsafe { dpdk_sys::rte_eth_dev_stop(port_id) };
+                if ret < 0 {
+                    log::warn!("{device}: rte_eth_dev_stop: {}", strerror(ret.abs()));
+                }
             }
-        }
-        // SAFETY: port owned by us and stopped; nothing uses its queues after this.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_close(self.port_id) };
-        if ret < 0 {
-            log::warn!(
-                "{}: rte_eth_dev_close: {}",
-                self.device,
-                strerror(ret.abs())
-            );
-        }
+            // SAFETY: port owned by us and stopped; nothing uses its queues after this.
+            let ret = unsafe { dpdk_sys::rte_eth_dev_close(port_id) };
+            if ret < 0 {
+                log::warn!("{device}: rte_eth_dev_close: {}", strerror(ret.abs()));
+            }
+        });
         release(self.port_id);
     }
 }

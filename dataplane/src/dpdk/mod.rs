@@ -8,6 +8,7 @@
 pub mod eal;
 mod error;
 pub mod ethdev;
+mod intr;
 pub mod mbuf;
 pub mod mempool;
 
