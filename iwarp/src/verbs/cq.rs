@@ -20,6 +20,9 @@ pub struct CqAttributes {
     pub ulp: UlpId,
     /// Its Completion Event Handler.
     pub handler: Option<CompletionHandlerId>,
+    /// Completions that found the CQ full (each a CQ Overflow Detected event on the CQ and
+    /// a CQ/SQ or CQ/RQ error on its QP).
+    pub overflows: u64,
 }
 
 impl Rnic {
@@ -68,6 +71,7 @@ impl Rnic {
                 entries: VecDeque::with_capacity(entries as usize),
                 notify: None,
                 handler,
+                overflows: 0,
             },
         );
         Ok((handle, entries))
@@ -81,6 +85,7 @@ impl Rnic {
             occupancy: c.entries.len() as u32,
             ulp: c.ulp,
             handler: c.handler,
+            overflows: c.overflows,
         })
     }
 
@@ -144,6 +149,7 @@ impl Rnic {
             return false;
         };
         if c.entries.len() >= c.capacity as usize {
+            c.overflows += 1;
             log::warn!("CQ {cq:?} overflow, completion of QP {:?} dropped", wc.qp);
             self.raise(AsyncEvent {
                 resource: EventResource::Cq(cq),
@@ -159,7 +165,9 @@ impl Rnic {
         c.entries.push_back((wc, kind));
         if fire {
             c.notify = None;
-            self.cq_events.push_back(cq);
+            if !self.cq_events.contains(&cq) {
+                self.cq_events.push(cq);
+            }
         }
         true
     }
