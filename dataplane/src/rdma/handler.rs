@@ -17,16 +17,21 @@ use iwarp::mpa::{MpaConfig, Negotiated};
 use iwarp::rdmap;
 use iwarp::verbs::channel::CoreEnd;
 use iwarp::verbs::{
-    LlpAttach, LlpStreamHandle, ModifyQp, QpAction, QpId, QpInit, QpState, Rnic, VerbError,
+    AsyncEvent, LlpAttach, LlpStreamHandle, ModifyQp, QpAction, QpId, QpInit, QpState, Rnic,
+    VerbError,
 };
 use iwarp::wire::mpa::RtrTypes;
 use iwarp::wire::terminate::TerminateCause;
 use rustc_hash::FxHashMap;
 use tcp::{CloseReason, ConnId, Engine, Event};
 
-use super::counters::RdmaCounters;
+use super::counters::{CmCounters, RdmaCounters};
+use super::events::{EventCounters, EventLog};
 use crate::clock::Instant;
 use crate::tcp_handler::{TcpHandler, TcpService};
+
+/// Default of [`RdmaHandler::set_max_cm_events`].
+pub const MAX_CM_EVENTS: usize = 4096;
 
 /// The TCP engine of the iWARP connections; every call lends them the RNIC.
 pub type RdmaEngine = Engine<Connection, Rnic>;
@@ -145,6 +150,10 @@ pub struct ConnManager {
     conns: FxHashMap<ConnId, Entry>,
     order: Vec<ConnId>,
     events: VecDeque<CmEvent>,
+    /// Incoming connections are refused while this many CM events wait.
+    max_cm_events: usize,
+    cm_counters: CmCounters,
+    event_log: EventLog,
     closed: RdmaCounters,
     first_fpdu_delay: Duration,
     channels: Vec<CoreEnd>,
@@ -162,6 +171,9 @@ impl RdmaHandler {
             conns: FxHashMap::default(),
             order: Vec::new(),
             events: VecDeque::new(),
+            max_cm_events: MAX_CM_EVENTS,
+            cm_counters: CmCounters::default(),
+            event_log: EventLog::default(),
             closed: RdmaCounters::default(),
             first_fpdu_delay: Duration::ZERO,
             channels: Vec::new(),
@@ -211,6 +223,34 @@ impl RdmaHandler {
     /// Next connection-manager event.
     pub fn poll_cm_event(&mut self) -> Option<CmEvent> {
         self.parts().2.events.pop_front()
+    }
+
+    /// Most CM events kept for an application that does not poll them: while this many
+    /// wait, incoming connections are refused (reset, counted in
+    /// [`CmCounters::refused_events_full`]); the events of connections already accepted are
+    /// still queued. Default [`MAX_CM_EVENTS`].
+    pub fn set_max_cm_events(&mut self, n: usize) {
+        self.parts().2.max_cm_events = n.max(1);
+    }
+
+    /// What the connection manager refused and how deep its event queue got.
+    pub fn cm_counters(&self) -> CmCounters {
+        let cm = self.service();
+        CmCounters {
+            events_waiting: cm.events.len(),
+            ..cm.cm_counters
+        }
+    }
+
+    /// How the RNIC's asynchronous events and CQ notifications were handled.
+    pub fn event_counters(&self) -> EventCounters {
+        self.service().event_log.counters()
+    }
+
+    /// The latest asynchronous events of the RNIC, oldest first (at most
+    /// [`crate::rdma::RECENT_EVENTS`]).
+    pub fn recent_events(&self) -> impl Iterator<Item = &AsyncEvent> {
+        self.service().event_log.recent()
     }
 
     /// Listens on `addr`; each accepted connection gets a QP created from `init`.
@@ -358,6 +398,13 @@ impl ConnManager {
         }
     }
 
+    /// Queues a CM event for the application.
+    fn report(&mut self, e: CmEvent) {
+        self.events.push_back(e);
+        let c = &mut self.cm_counters;
+        c.events_high_water = c.events_high_water.max(self.events.len());
+    }
+
     fn track(&mut self, id: ConnId, qp: QpId, remote: SocketAddrV4, announced: bool) {
         self.conns.insert(
             id,
@@ -443,7 +490,7 @@ impl ConnManager {
                 if let Some(entry) = self.conns.get_mut(&id) {
                     entry.announced = true;
                 }
-                self.events.push_back(CmEvent::ConnectRequest {
+                self.report(CmEvent::ConnectRequest {
                     id,
                     qp,
                     remote,
@@ -467,13 +514,13 @@ impl ConnManager {
                     entry.established = true;
                 }
                 self.closed.established += 1;
-                self.events.push_back(CmEvent::Established {
+                self.report(CmEvent::Established {
                     id,
                     qp,
                     negotiated: n,
                 });
             }
-            ConnEvent::Rejected { private_data } => self.events.push_back(CmEvent::Rejected {
+            ConnEvent::Rejected { private_data } => self.report(CmEvent::Rejected {
                 id,
                 qp,
                 private_data,
@@ -484,14 +531,12 @@ impl ConnManager {
                 // An incoming connection the application never saw (no valid MPA Request).
                 log::debug!("incoming connection from {remote} failed before its Request: {e:?}");
             }
-            ConnEvent::NegotiationFailed { error, .. } => {
-                self.events.push_back(CmEvent::ConnectError {
-                    id,
-                    qp,
-                    reason: error.to_string(),
-                })
-            }
-            ConnEvent::LlpClosedDuringNegotiation => self.events.push_back(CmEvent::ConnectError {
+            ConnEvent::NegotiationFailed { error, .. } => self.report(CmEvent::ConnectError {
+                id,
+                qp,
+                reason: error.to_string(),
+            }),
+            ConnEvent::LlpClosedDuringNegotiation => self.report(CmEvent::ConnectError {
                 id,
                 qp,
                 reason: "connection closed during MPA negotiation".into(),
@@ -555,10 +600,25 @@ impl ConnManager {
             let _ = engine.abort(conn);
             return;
         };
+        if self.events.len() >= self.max_cm_events {
+            self.cm_counters.refused_events_full += 1;
+            if self.cm_counters.refused_events_full == 1 {
+                log::warn!(
+                    "{} CM events wait unpolled: refusing incoming connections until the \
+                     application takes them (later refusals are counted only)",
+                    self.events.len()
+                );
+            }
+            let _ = engine.abort(conn);
+            return;
+        }
         let qp = match rnic.create_qp(init) {
             Ok((qp, _)) => qp,
             Err(e) => {
-                log::warn!("no QP for {remote}: {e}");
+                self.cm_counters.refused_no_qp += 1;
+                if self.cm_counters.refused_no_qp == 1 {
+                    log::warn!("no QP for {remote}: {e} (later refusals are counted only)");
+                }
                 let _ = engine.abort(conn);
                 return;
             }
@@ -638,14 +698,14 @@ impl ConnManager {
                 log::warn!("destroy unannounced qp {qp:?}: {e}");
             }
         } else if entry.established {
-            self.events.push_back(CmEvent::Disconnected {
+            self.report(CmEvent::Disconnected {
                 id: conn,
                 qp,
                 graceful,
             });
         } else if !matches!(self.events.back(), Some(CmEvent::Rejected { id, .. } | CmEvent::ConnectError { id, .. }) if *id == conn)
         {
-            self.events.push_back(CmEvent::ConnectError {
+            self.report(CmEvent::ConnectError {
                 id: conn,
                 qp,
                 reason: format!("connection closed: {reason:?}"),
@@ -705,6 +765,7 @@ impl TcpService<Connection, Rnic> for ConnManager {
         }
         self.qp_actions(engine, rnic);
         self.tcp_events(engine, rnic);
+        self.event_log.drain(rnic, &self.channels);
     }
 
     fn after_transmit(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, _now: Instant) {

@@ -15,12 +15,16 @@
 
 mod arena;
 mod counters;
+mod events;
 mod handler;
 mod memory;
 mod stack;
 
 pub use arena::{Arena, ArenaError, Region, REGION_VA_BASE};
-pub use counters::RdmaCounters;
-pub use handler::{CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler};
+pub use counters::{CmCounters, RdmaCounters};
+pub use events::{EventCounters, RECENT_EVENTS};
+pub use handler::{
+    CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler, MAX_CM_EVENTS,
+};
 pub use memory::{open_rnic, MemoryKind};
 pub use stack::{RdmaStack, StackConfig, StackError};
