@@ -23,6 +23,14 @@ pub struct ConnId {
     generation: u32,
 }
 
+impl ConnId {
+    /// The connection's slot in the engine's table (reused after the connection is gone;
+    /// the id as a whole is not).
+    pub fn index(self) -> u32 {
+        self.index
+    }
+}
+
 /// A connection's addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FourTuple {
@@ -251,6 +259,18 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// Connections in the table, in any state (TIME-WAIT and half-open included).
     pub fn connection_count(&self) -> usize {
         self.live
+    }
+
+    /// The connections the application can see (not yet reported closed), in table order
+    /// (monitoring: `ss`-like listings through [`Engine::info`] and [`Engine::tuple`]).
+    pub fn connections(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, c)| {
+            let c = c.as_ref().filter(|c| !c.tcb.reported_closed)?;
+            Some(ConnId {
+                index: i as u32,
+                generation: c.generation,
+            })
+        })
     }
 
     /// Half-open (SYN-RECEIVED) connections of the listener on `port`.

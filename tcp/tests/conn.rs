@@ -39,6 +39,13 @@ fn three_way_handshake() {
     // RFC 6691: 1500 MTU - 40 = 1460, less 12 bytes of timestamps.
     assert_eq!(info.effective_mss, 1448);
     assert!(info.srtt.is_some(), "handshake RTT sampled");
+    // Monitoring lists each side's one connection; the ids are the ones handed out.
+    assert_eq!(s.a.connections().collect::<Vec<_>>(), [a]);
+    assert_eq!(s.b.connections().collect::<Vec<_>>(), [b]);
+    assert_eq!(
+        s.b.connections().map(|id| id.index()).collect::<Vec<_>>(),
+        [b.index()]
+    );
 }
 
 // RFC 9293 §3.5 figure 8: simultaneous open; both sides reach ESTABLISHED and exchange data.
