@@ -24,6 +24,7 @@ use crate::classify::{Classified, Classifier, FrameClass, ETH_HLEN};
 use crate::config::{Ipv4Cidr, PortConfig};
 use crate::icmp;
 use crate::port::{PacketBuf, Port, PortInfo};
+use crate::telemetry::{self, Dict, Snapshot};
 
 /// A port's layer-3 identity in the poll loop.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -342,6 +343,10 @@ pub trait Handler<P: Port> {
     /// Called once per iteration for each port, after its receive burst was handled: emit
     /// due retransmissions, acknowledgements, queued data.
     fn poll(&mut self, _ctx: &mut PortContext<'_, P>, _now: Instant) {}
+
+    /// Adds what the handler shows in telemetry (connections, QPs, ...) to `snap`; the
+    /// default adds nothing.
+    fn observe(&self, _snap: &mut Snapshot) {}
 }
 
 /// The handler of a loop without upper protocols: ignores TCP and UDP.
@@ -399,6 +404,10 @@ pub struct PollLoop<P: Port, H: Handler<P>> {
     burst: usize,
     rx: Vec<P::Buf>,
     tx: Vec<P::Buf>,
+    /// The lcore it runs on, as telemetry names it.
+    lcore: u32,
+    /// The last telemetry request answered.
+    telemetry_seen: u64,
 }
 
 impl<P: Port, H: Handler<P>> Drop for PollLoop<P, H> {
@@ -423,7 +432,93 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             burst: burst.max(1),
             rx: Vec::with_capacity(burst),
             tx: Vec::with_capacity(burst * 2),
+            lcore: 0,
+            telemetry_seen: telemetry::latest_request(),
         }
+    }
+
+    /// Names the lcore the loop runs on in telemetry (default 0).
+    pub fn set_lcore(&mut self, lcore: u32) {
+        self.lcore = lcore;
+    }
+
+    /// What the loop shows in telemetry: its ports (`ports`), its counters per port
+    /// (`lcores`) and whatever its handler adds.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut snap = Snapshot::default();
+        for (i, (port, slot)) in self.ports.iter().zip(&self.slots).enumerate() {
+            let info = port.info();
+            let st = port.stats();
+            let mut d = Dict::new()
+                .with("index", i)
+                .with("lcore", self.lcore)
+                .with("mac", mac_text(&info.mac))
+                .with("mtu", info.mtu)
+                .with(
+                    "ipv4",
+                    slot.addr.ipv4.map(|c| c.to_string()).unwrap_or_default(),
+                );
+            port.describe(&mut d);
+            for (k, v) in [
+                ("rx_packets", st.rx_packets),
+                ("rx_bytes", st.rx_bytes),
+                ("tx_packets", st.tx_packets),
+                ("tx_bytes", st.tx_bytes),
+                ("rx_dropped", st.rx_dropped),
+                ("tx_dropped", st.tx_dropped),
+                ("rx_errors", st.rx_errors),
+            ] {
+                d.put(k, v);
+            }
+            snap.section("ports").dict(&info.name, d);
+            let c = &slot.counters;
+            let mut d = Dict::new()
+                .with("lcore", self.lcore)
+                .with("port", info.name.as_str())
+                .with("rx", c.rx)
+                .with("tx", c.tx)
+                .with("handled", c.handled)
+                .with("unhandled", c.unhandled)
+                .with("malformed", c.malformed())
+                .with("arp_replies", c.arp_replies)
+                .with("arp_requests", c.arp_requests)
+                .with("echo_replies", c.echo_replies)
+                .with("tx_deferred", c.tx_deferred)
+                .with("tx_dropped", c.tx_dropped)
+                .with("tx_backlog", slot.backlog.len())
+                .with("tx_backlog_max", MAX_TX_BACKLOG)
+                .with("alloc_failures", c.alloc_failures)
+                .with("unresolved", c.unresolved)
+                .with("arp_failures", c.arp_failures)
+                .with("arp_cache", slot.arp.len())
+                .with("arp_held", slot.held.is_some())
+                .with("busy_polls", c.busy_polls)
+                .with("rx_ns", c.rx_ns)
+                .with("process_ns", c.process_ns)
+                .with("tx_ns", c.tx_ns);
+            for class in FrameClass::ALL {
+                let name = class.name().replace('-', "_");
+                d.put(&format!("class_{name}"), c.class(class));
+            }
+            snap.section("lcores")
+                .dict(&format!("lcore{}_{}", self.lcore, info.name), d);
+        }
+        self.handler.observe(&mut snap);
+        snap
+    }
+
+    /// Publishes a snapshot when a telemetry reader asked for one since the last (two
+    /// relaxed loads otherwise); returns whether it published.
+    pub fn publish_if_asked(&mut self) -> bool {
+        if !telemetry::wanted(self.telemetry_seen) {
+            return false;
+        }
+        let asked = telemetry::latest_request();
+        if telemetry::publish(self.lcore, self.snapshot()) {
+            self.telemetry_seen = asked;
+            return true;
+        }
+        false
     }
 
     /// Adds a port with its addressing (ARP and ping are answered for its IPv4 address);
@@ -498,6 +593,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             let n = self.poll_once(now);
             if now.saturating_since(last_tick) >= Duration::from_millis(1) {
                 tick(self, now);
+                self.publish_if_asked();
                 last_tick = now;
             }
             if n == 0 {
@@ -585,6 +681,12 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         }
         n
     }
+}
+
+/// `02:00:00:00:00:01`.
+fn mac_text(mac: &[u8; 6]) -> String {
+    let hex: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
+    hex.join(":")
 }
 
 fn handle_arp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
@@ -702,6 +804,29 @@ mod tests {
         assert_eq!(c.class(FrameClass::Icmp), 1);
         assert_eq!(c.malformed(), 1);
         assert_eq!((c.arp_replies, c.echo_replies, c.tx), (1, 1, 2));
+    }
+
+    #[test]
+    fn snapshot_shows_ports_and_loop_counters_when_asked() {
+        let (mut l, mut peer) = setup(NoHandler);
+        l.set_lcore(7);
+        send(&mut peer, &arp_request());
+        l.poll_once(clock::now());
+        let snap = l.snapshot();
+        let port = snap.sections["ports"].get_dict("dp").unwrap();
+        assert_eq!(port.get("rx_packets"), Some(&telemetry::Scalar::U64(1)));
+        assert_eq!(
+            port.get("mac"),
+            Some(&telemetry::Scalar::Str(mac_text(&OUR_MAC)))
+        );
+        let lc = snap.sections["lcores"].get_dict("lcore7_dp").unwrap();
+        assert_eq!(lc.get("arp_replies"), Some(&telemetry::Scalar::U64(1)));
+        assert_eq!(lc.get("class_arp"), Some(&telemetry::Scalar::U64(1)));
+        // Published when a reader asked since the last time.
+        telemetry::request();
+        assert!(l.publish_if_asked());
+        assert!(telemetry::latest().iter().any(|(lcore, _, _)| *lcore == 7));
+        telemetry::withdraw(7);
     }
 
     #[test]

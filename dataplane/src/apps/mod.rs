@@ -132,6 +132,7 @@ pub fn run_app<P: Port, A: App>(
             return Err(AppError::TimeLimit.into());
         }
         let frames = poll.poll_once(now);
+        poll.publish_if_asked();
         if let Step::Done(r) = app.step(poll.handler_mut(), now) {
             // Let the last frames (FIN, ACKs) out.
             let end = clock::now() + Duration::from_millis(50);

@@ -11,6 +11,8 @@ mod rdma_args;
 mod rping;
 mod run;
 mod soak;
+#[cfg(feature = "dpdk")]
+mod stats;
 mod tcp;
 
 use clap::{Parser, Subcommand};
@@ -45,6 +47,10 @@ pub enum Command {
     Perf(perf::Args),
     /// Verified RDMA Write + Read + Send mix on many QPs (robustness soak).
     Soak(soak::Args),
+    /// Show a running data plane's ports, loops, TCP connections, QPs and event queues
+    /// (through its DPDK telemetry socket).
+    #[cfg(feature = "dpdk")]
+    Stats(stats::Args),
 }
 
 /// Runs the chosen subcommand.
@@ -58,6 +64,8 @@ pub fn dispatch(cmd: Command) -> Result<(), CmdError> {
         Command::Rping(a) => rping::run(a),
         Command::Perf(a) => perf::run(a),
         Command::Soak(a) => soak::run(a),
+        #[cfg(feature = "dpdk")]
+        Command::Stats(a) => stats::run(a),
     }
 }
 

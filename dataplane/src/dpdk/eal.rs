@@ -119,6 +119,7 @@ impl Eal {
             None
         };
         log::info!("DPDK EAL up: {}", args.join(" "));
+        super::telemetry::register_commands();
         let inner = Arc::new(EalInner {
             args,
             owned_runtime_dir,

@@ -69,7 +69,26 @@ pub struct EthDev {
     device: String,
     mac: [u8; 6],
     started: bool,
+    rx_desc: u16,
+    tx_desc: u16,
     _eal: EalHandle,
+}
+
+/// What a device is and how it is set up (for monitoring).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EthDevDescription {
+    /// The PMD (`net_memif`, `net_virtio_user`, ...).
+    pub driver: String,
+    /// Receive and transmit queues in use.
+    pub queues: (u16, u16),
+    /// Receive and transmit descriptors per queue.
+    pub descriptors: (u16, u16),
+    /// Offloads the device can do (`RTE_ETH_RX_OFFLOAD_*`, `RTE_ETH_TX_OFFLOAD_*` bits).
+    pub offload_capa: (u64, u64),
+    /// Offloads enabled (none: the stacks checksum in software).
+    pub offloads: (u64, u64),
+    /// Link up, and its speed in Mbit/s.
+    pub link: (bool, u32),
 }
 
 /// Names of the ethdevs EAL probed (`--vdev` devices, bound PCI NICs), in port-id order.
@@ -174,6 +193,8 @@ impl EthDev {
             device: device.to_string(),
             mac: [0; 6],
             started: false,
+            rx_desc: 0,
+            tx_desc: 0,
             _eal: eal.handle(),
         };
         claim.transfer();
@@ -190,6 +211,7 @@ impl EthDev {
             dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &mut rx_desc, &mut tx_desc)
         };
         check(|| op("rte_eth_dev_adjust_nb_rx_tx_desc"), ret)?;
+        (dev.rx_desc, dev.tx_desc) = (rx_desc, tx_desc);
 
         let socket = Self::socket_of(port_id);
         let socket_arg = if socket < 0 {
@@ -332,6 +354,34 @@ impl EthDev {
     /// The MAC address in effect (the configured one when the PMD cannot set it).
     pub fn mac(&self) -> [u8; 6] {
         self.mac
+    }
+
+    /// The driver, queues, descriptors, offloads and link (`rte_eth_dev_info_get`,
+    /// `rte_eth_link_get_nowait`).
+    pub fn describe(&self) -> EthDevDescription {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: valid port; info is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(self.port_id, &mut info) };
+        let driver = if ret == 0 && !info.driver_name.is_null() {
+            // SAFETY: on success driver_name points at the PMD's static NUL-terminated name.
+            unsafe { CStr::from_ptr(info.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            String::new()
+        };
+        let mut link = dpdk_sys::rte_eth_link::default();
+        // SAFETY: valid port; link is a valid out pointer.
+        let up = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.port_id, &mut link) } == 0
+            && u32::from(link.link_status()) == dpdk_sys::RTE_ETH_LINK_UP;
+        EthDevDescription {
+            driver,
+            queues: (1, 1),
+            descriptors: (self.rx_desc, self.tx_desc),
+            offload_capa: (info.rx_offload_capa, info.tx_offload_capa),
+            offloads: (0, 0),
+            link: (up, link.link_speed),
+        }
     }
 
     /// True when the link is up (memif/vhost: a peer is connected).

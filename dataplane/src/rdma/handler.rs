@@ -29,6 +29,7 @@ use super::counters::{CmCounters, RdmaCounters};
 use super::events::{EventCounters, EventLog};
 use crate::clock::Instant;
 use crate::tcp_handler::{TcpHandler, TcpService};
+use crate::telemetry::Snapshot;
 
 /// Default of [`RdmaHandler::set_max_cm_events`].
 pub const MAX_CM_EVENTS: usize = 4096;
@@ -128,10 +129,10 @@ impl From<VerbError> for CmError {
 }
 
 #[derive(Debug)]
-struct Entry {
-    qp: QpId,
-    remote: SocketAddrV4,
-    established: bool,
+pub(super) struct Entry {
+    pub(super) qp: QpId,
+    pub(super) remote: SocketAddrV4,
+    pub(super) established: bool,
     /// Disconnect asked: close TCP once the connection drained.
     closing: bool,
     tcp_close_sent: bool,
@@ -147,13 +148,13 @@ pub struct ConnManager {
     cfg: RdmaConfig,
     /// Keyed by local ports and engine-assigned ids: a fast unkeyed hash.
     listeners: FxHashMap<u16, QpInit>,
-    conns: FxHashMap<ConnId, Entry>,
-    order: Vec<ConnId>,
+    pub(super) conns: FxHashMap<ConnId, Entry>,
+    pub(super) order: Vec<ConnId>,
     events: VecDeque<CmEvent>,
     /// Incoming connections are refused while this many CM events wait.
     max_cm_events: usize,
     cm_counters: CmCounters,
-    event_log: EventLog,
+    pub(super) event_log: EventLog,
     closed: RdmaCounters,
     first_fpdu_delay: Duration,
     channels: Vec<CoreEnd>,
@@ -235,11 +236,7 @@ impl RdmaHandler {
 
     /// What the connection manager refused and how deep its event queue got.
     pub fn cm_counters(&self) -> CmCounters {
-        let cm = self.service();
-        CmCounters {
-            events_waiting: cm.events.len(),
-            ..cm.cm_counters
-        }
+        self.service().cm_counters()
     }
 
     /// How the RNIC's asynchronous events and CQ notifications were handled.
@@ -337,20 +334,7 @@ impl RdmaHandler {
 
     /// Counters over every connection, live and closed.
     pub fn counters(&self) -> RdmaCounters {
-        let cm = self.service();
-        let mut c = cm.closed;
-        for id in &cm.order {
-            if let Some(conn) = self.tcp().ulp(*id) {
-                c.add(&conn.stats());
-            }
-        }
-        // The engine's totals cover SYN and SYN-ACK retransmissions and connections that
-        // never reached the handler (half-open ones, failed connects).
-        let tcp = self.tcp().stats();
-        c.tcp_retransmits = tcp.retransmits;
-        c.tcp_timeouts = tcp.timeouts;
-        c.tcp_spurious_timeouts = tcp.spurious_timeouts;
-        c
+        self.service().totals(self.tcp())
     }
 
     /// Connections alive.
@@ -372,6 +356,30 @@ impl RdmaHandler {
 }
 
 impl ConnManager {
+    /// Counters over every connection, live and closed.
+    fn totals(&self, engine: &RdmaEngine) -> RdmaCounters {
+        let mut c = self.closed;
+        for id in &self.order {
+            if let Some(conn) = engine.ulp(*id) {
+                c.add(&conn.stats());
+            }
+        }
+        // The engine's totals cover SYN and SYN-ACK retransmissions and connections that
+        // never reached the handler (half-open ones, failed connects).
+        let tcp = engine.stats();
+        c.tcp_retransmits = tcp.retransmits;
+        c.tcp_timeouts = tcp.timeouts;
+        c.tcp_spurious_timeouts = tcp.spurious_timeouts;
+        c
+    }
+
+    fn cm_counters(&self) -> CmCounters {
+        CmCounters {
+            events_waiting: self.events.len(),
+            ..self.cm_counters
+        }
+    }
+
     /// MPA policy of accepted connections: peer-to-peer mode (RFC 6581) is accepted when an
     /// initiator asks for it, with a zero-length Send or RDMA Write as RTR (Linux siw with
     /// `peer_to_peer=1` offers Write and Read and takes Write), unless the configuration
@@ -770,5 +778,11 @@ impl TcpService<Connection, Rnic> for ConnManager {
 
     fn after_transmit(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, _now: Instant) {
         self.tcp_events(engine, rnic);
+    }
+
+    /// QPs, memory, event queues and totals (see [`super::observe`]).
+    fn observe(&self, engine: &RdmaEngine, rnic: &Rnic, snap: &mut Snapshot) {
+        let totals = self.totals(engine);
+        self.observe_into(engine, rnic, &totals, &self.cm_counters(), snap);
     }
 }

@@ -18,6 +18,7 @@ mod counters;
 mod events;
 mod handler;
 mod memory;
+mod observe;
 mod stack;
 
 pub use arena::{Arena, ArenaError, Region, REGION_VA_BASE};
@@ -27,4 +28,5 @@ pub use handler::{
     CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler, MAX_CM_EVENTS,
 };
 pub use memory::{open_rnic, MemoryKind};
+pub use observe::OPCODE_NAMES;
 pub use stack::{RdmaStack, StackConfig, StackError};

@@ -77,6 +77,13 @@ impl Rnic {
         Ok((handle, entries))
     }
 
+    /// Every CQ of the RNIC, by handle (monitoring, with [`Rnic::query_cq`]).
+    pub fn cq_handles(&self) -> Vec<CqHandle> {
+        let mut v: Vec<CqHandle> = self.cqs.keys().copied().collect();
+        v.sort_by_key(|c| c.0);
+        v
+    }
+
     /// Query CQ (VERBS-00 §9.2.3.2).
     pub fn query_cq(&self, cq: CqHandle) -> Result<CqAttributes, VerbError> {
         let c = self.cqs.get(&cq).ok_or(VerbError::InvalidCqHandle)?;
