@@ -10,6 +10,7 @@ mod pktgen;
 mod rdma_args;
 mod rping;
 mod run;
+pub mod signals;
 mod soak;
 #[cfg(feature = "dpdk")]
 mod stats;

@@ -20,6 +20,7 @@ mod handler;
 mod memory;
 mod observe;
 mod stack;
+mod stop;
 
 pub use arena::{Arena, ArenaError, Region, REGION_VA_BASE};
 pub use counters::{CmCounters, RdmaCounters};
@@ -30,3 +31,4 @@ pub use handler::{
 pub use memory::{open_rnic, MemoryKind};
 pub use observe::OPCODE_NAMES;
 pub use stack::{RdmaStack, StackConfig, StackError};
+pub use stop::{Drained, StopCounts};

@@ -48,8 +48,8 @@ impl Drop for RuntimeDirs {
 }
 
 /// Writes `dir/<name>.toml`, a one-port configuration on `lcore` with these extra EAL
-/// arguments (no hugepages, PCI scan or telemetry socket unless `eal` has `--telemetry`),
-/// port `m` on `device`, with `ipv4` (a /24, MTU 1500) if given; returns its path.
+/// arguments (no PCI scan; no hugepages unless `eal` gives `-m`; no telemetry socket unless
+/// `eal` has `--telemetry`), port `m` on `device`, with `ipv4` (a /24, MTU 1500) if given; returns its path.
 pub fn config(
     dir: &Path,
     name: &str,
@@ -58,9 +58,10 @@ pub fn config(
     device: &str,
     ipv4: Option<&str>,
 ) -> String {
-    let mut args: Vec<String> = ["--no-huge", "-m", "512", "--no-pci"]
-        .map(String::from)
-        .to_vec();
+    let mut args = vec!["--no-pci".to_string()];
+    if !eal.iter().any(|a| a == "-m") {
+        args.extend(["--no-huge", "-m", "512"].map(String::from));
+    }
     // DPDK 22.11 ignores --telemetry (telemetry is on unless --no-telemetry).
     if !eal.iter().any(|a| a == "--telemetry") {
         args.push("--no-telemetry".to_string());
@@ -108,11 +109,17 @@ impl Link {
     /// A memif link like [`Link::memif`] with DPDK telemetry on in both processes (its
     /// socket is `/var/run/dpdk/<Link::file_prefix(role)>/dpdk_telemetry.v2`).
     pub fn memif_telemetry(tag: &str, ipv4: Option<[&str; 2]>) -> Link {
+        Link::memif_with(tag, ipv4, &["--telemetry"])
+    }
+
+    /// A memif link like [`Link::memif`] with more EAL arguments on both sides (`-m MIB`
+    /// puts DPDK's memory in hugepages).
+    pub fn memif_with(tag: &str, ipv4: Option<[&str; 2]>, eal: &[&str]) -> Link {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("memif.sock").display().to_string();
         let vdev = |role: &str| format!("net_memif0,role={role},id=0,socket={sock}");
-        let on = ["--telemetry".to_string()];
-        Link::new(dir, &format!("memif-{tag}"), ipv4, &on, |role| {
+        let extra: Vec<String> = eal.iter().map(|a| a.to_string()).collect();
+        Link::new(dir, &format!("memif-{tag}"), ipv4, &extra, |role| {
             (vdev(role), "net_memif0")
         })
     }
