@@ -163,7 +163,9 @@ fn observe_tcp<U: Ulp<C>, C>(engine: &Engine<U, C>, out: &mut Section) {
             .with("segments_out", st.segments_out)
             .with("malformed", st.malformed)
             .with("syn_backlog_drops", st.syn_backlog_drops)
+            .with("table_full_drops", st.table_full_drops)
             .with("resets_sent", st.resets_sent)
+            .with("resets_dropped", st.resets_dropped)
             .with("retransmits", st.retransmits)
             .with("timeouts", st.timeouts)
             .with("spurious_timeouts", st.spurious_timeouts),
