@@ -491,6 +491,9 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .with("unresolved", c.unresolved)
                 .with("arp_failures", c.arp_failures)
                 .with("arp_cache", slot.arp.len())
+                .with("arp_evicted", slot.arp.evicted())
+                .with("arp_pending", slot.arp.pending())
+                .with("arp_suppressed", slot.arp.suppressed())
                 .with("arp_held", slot.held.is_some())
                 .with("busy_polls", c.busy_polls)
                 .with("rx_ns", c.rx_ns)
@@ -1146,6 +1149,40 @@ mod tests {
         l.poll_once(t0);
         assert_eq!(l.handler().pending_seen.last(), Some(&0));
         assert_eq!(l.counters(0).tx_dropped, 0);
+    }
+
+    #[test]
+    fn tx_backlog_is_bounded_and_drops_are_counted() {
+        // The peer's ring holds 64 frames and is not read: of MAX_TX_BACKLOG + 100 frames,
+        // 64 go out, MAX_TX_BACKLOG wait, the last 36 are dropped and counted.
+        let n = MAX_TX_BACKLOG + 100;
+        let (mut l, mut peer) = setup(Burst {
+            n: n as u16,
+            pending_seen: Vec::new(),
+        });
+        let t0 = clock::now();
+        l.poll_once(t0);
+        let c = l.counters(0);
+        assert_eq!((c.tx, c.tx_dropped), (n as u64, 36));
+        assert_eq!(
+            l.snapshot().sections["lcores"]
+                .get_dict("lcore0_dp")
+                .unwrap()
+                .get("tx_backlog"),
+            Some(&telemetry::Scalar::U64(MAX_TX_BACKLOG as u64))
+        );
+        // Nothing else is lost: once the peer reads, the kept frames follow in order.
+        let mut got = Vec::new();
+        for _ in 0..(n / 32 + 4) {
+            got.extend(recv(&mut peer));
+            l.poll_once(t0);
+        }
+        got.extend(recv(&mut peer));
+        assert_eq!(got.len(), 64 + MAX_TX_BACKLOG);
+        for (i, f) in got.iter().enumerate() {
+            assert_eq!(u16::from_be_bytes([f[14], f[15]]), i as u16, "in order");
+        }
+        assert_eq!(l.counters(0).tx_dropped, 36);
     }
 
     #[test]
