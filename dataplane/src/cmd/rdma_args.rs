@@ -232,6 +232,7 @@ impl Session {
             say!("{}", report.summary());
         }
         say!("{}", self.poll.handler().counters().summary());
+        say!("{}", self.poll.handler().queue_summary());
         let loop_counters = self.poll.counters(0);
         let port = self.poll.ports()[0].stats();
         say!(

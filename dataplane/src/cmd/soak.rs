@@ -190,6 +190,7 @@ fn summary(role: &str, s: &Session, t: &SoakTally, secs: f64, result: &Result<()
         c.terminates_received
     );
     say!("{}", c.summary());
+    say!("{}", s.poll.handler().queue_summary());
     say!(
         "port-rx-dropped: {}\nport-tx-dropped: {}",
         port.rx_dropped,

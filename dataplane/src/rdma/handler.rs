@@ -239,6 +239,22 @@ impl RdmaHandler {
         self.service().cm_counters()
     }
 
+    /// `key: value` lines of the event queues' high-water marks and losses (the RNIC's
+    /// asynchronous events and CQ notifications, the CM events), for end-of-run summaries.
+    pub fn queue_summary(&self) -> String {
+        let q = self.rnic().event_queue_stats();
+        let cm = self.cm_counters();
+        format!(
+            "events-async-high-water: {}\nevents-async-overflows: {}\nevents-cq-high-water: {}\nevents-cq-overflows: {}\ncm-events-high-water: {}\ncm-refused: {}",
+            q.async_events.high_water,
+            q.async_events.overflows,
+            q.cq_events.high_water,
+            q.cq_events.overflows,
+            cm.events_high_water,
+            cm.refused_events_full + cm.refused_no_qp
+        )
+    }
+
     /// How the RNIC's asynchronous events and CQ notifications were handled.
     pub fn event_counters(&self) -> EventCounters {
         self.service().event_log.counters()
