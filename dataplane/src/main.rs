@@ -16,11 +16,6 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp_micros()
         .init();
-    // Before any thread starts: the signal mask is inherited.
-    if let Err(e) = cmd::signals::install() {
-        eprintln!("dataplane: error: {e}");
-        return ExitCode::from(1);
-    }
     let cli = match cmd::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
@@ -32,6 +27,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before any thread starts: the signal mask is inherited. Not for `exec`, whose program
+    // owns its signals (a blocked mask would survive the exec).
+    if !matches!(cli.command, cmd::Command::Exec(_)) {
+        if let Err(e) = cmd::signals::install() {
+            eprintln!("dataplane: error: {e}");
+            return ExitCode::from(1);
+        }
+    }
     match (cmd::dispatch(cli.command), cmd::signals::signal()) {
         (Ok(()), _) => ExitCode::SUCCESS,
         // Stopped by a signal, cleanly: the shell's status of that signal.

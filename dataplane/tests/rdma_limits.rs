@@ -1,6 +1,7 @@
 //! The connection manager's bounds (issue #20), each hit on purpose: CM events an
-//! application does not poll, a full QP table, and the RNIC's asynchronous events, which
-//! the handler drains every iteration. After each, the other connections carry on.
+//! application does not poll, a full QP table, the RNIC's asynchronous events, which
+//! the handler drains every iteration, and those it keeps for an embedder (librdma). After
+//! each, the other connections carry on.
 
 mod rdma_common;
 
@@ -206,5 +207,62 @@ fn rnic_events_are_drained_every_iteration() {
         2,
         "{:?}",
         ls.handler().recent_events().collect::<Vec<_>>()
+    );
+}
+
+/// The aborts of `rnic_events_are_drained_every_iteration` on `n` connections, the server
+/// keeping its events for an embedder with room for `capacity`.
+fn aborted_with_kept_events(n: usize, capacity: usize) -> Loop {
+    let (mut ls, mut lc, _cres) =
+        listen_and_connect(n, |l| l.handler_mut().keep_async_events(capacity));
+    let mut client = Vec::new();
+    run_until(&mut ls, &mut lc, &mut client, true, |c| {
+        count(c, is_established) == n
+    });
+    let ids: Vec<_> = client
+        .iter()
+        .filter_map(|e| match e {
+            CmEvent::Established { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    for id in ids {
+        lc.handler_mut().abort(id).unwrap();
+    }
+    run_for(&mut ls, &mut lc, Duration::from_millis(200), &mut client);
+    ls
+}
+
+#[test]
+fn events_kept_for_an_embedder_are_polled_from_the_handler() {
+    let mut ls = aborted_with_kept_events(2, 64);
+    let q = ls.handler().rnic().event_queue_stats().async_events;
+    assert_eq!(q.depth, 0, "the handler stays the RNIC's consumer: {q:?}");
+    let recent: Vec<_> = ls.handler().recent_events().copied().collect();
+    let mut kept = Vec::new();
+    while let Some(e) = ls.handler_mut().poll_async_event() {
+        kept.push(e);
+    }
+    assert_eq!(kept.len() as u64, q.offered, "every event, once");
+    assert_eq!(kept, recent);
+    assert_eq!(ls.handler().event_counters().kept_full, 0);
+}
+
+#[test]
+fn events_kept_for_an_embedder_are_bounded() {
+    let mut ls = aborted_with_kept_events(2, 1);
+    let offered = ls.handler().rnic().event_queue_stats().async_events.offered;
+    assert!(offered >= 2, "{offered}");
+    assert!(ls.handler_mut().poll_async_event().is_some());
+    assert_eq!(ls.handler_mut().poll_async_event(), None);
+    assert_eq!(ls.handler().event_counters().kept_full, offered - 1);
+    // The RNIC's own queue lost nothing: the handler drained it every iteration.
+    assert_eq!(
+        ls.handler()
+            .rnic()
+            .event_queue_stats()
+            .async_events
+            .overflows,
+        0
     );
 }

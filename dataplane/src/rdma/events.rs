@@ -2,7 +2,10 @@
 //! iteration it takes the RNIC's asynchronous events and CQ notifications, hands each to the
 //! application thread whose ring serves the resource ([`iwarp::verbs::channel`]) and keeps
 //! the latest few for monitoring. So the RNIC's bounded queues never fill in a long run,
-//! and what the data plane itself holds is bounded too.
+//! and what the data plane itself holds is bounded too. An embedder that delivers the
+//! events itself (librdma's bridge) has the ones no ring claims kept for it
+//! ([`EventLog::keep`], a bounded number, by default [`MAX_KEPT_EVENTS`]): the handler stays the RNIC's only
+//! consumer.
 
 use std::collections::VecDeque;
 
@@ -11,6 +14,10 @@ use iwarp::verbs::{AsyncEvent, Rnic};
 
 /// Asynchronous events kept for monitoring ([`EventLog::recent`]), the oldest dropped.
 pub const RECENT_EVENTS: usize = 32;
+
+/// The usual bound on the asynchronous events kept for an embedder that polls them
+/// ([`crate::rdma::RdmaHandler::keep_async_events`]); later ones are lost and counted.
+pub const MAX_KEPT_EVENTS: usize = 4096;
 
 /// What the handler did with the RNIC's events.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,6 +30,8 @@ pub struct EventCounters {
     pub forwarded: u64,
     /// Of those meant for an application ring, the ones its full ring refused (lost).
     pub ring_full: u64,
+    /// Asynchronous events kept for the embedder, lost because as many as it allows waited.
+    pub kept_full: u64,
 }
 
 /// The latest asynchronous events and the counters of their handling.
@@ -30,9 +39,24 @@ pub struct EventCounters {
 pub(super) struct EventLog {
     recent: VecDeque<AsyncEvent>,
     counters: EventCounters,
+    /// Events no ring claimed, for the embedder, and how many may wait; `None` when there
+    /// is no embedder.
+    kept: Option<(VecDeque<AsyncEvent>, usize)>,
 }
 
 impl EventLog {
+    /// From now on, keeps up to `capacity` asynchronous events no application ring claims
+    /// for [`EventLog::take`].
+    pub(super) fn keep(&mut self, capacity: usize) {
+        let kept = self.kept.get_or_insert_with(|| (VecDeque::new(), capacity));
+        kept.1 = capacity;
+    }
+
+    /// The oldest kept event.
+    pub(super) fn take(&mut self) -> Option<AsyncEvent> {
+        self.kept.as_mut()?.0.pop_front()
+    }
+
     /// Takes every queued event and notification off `rnic`: to the ring that serves its
     /// resource, and (events) into the recent list.
     pub(super) fn drain(&mut self, rnic: &mut Rnic, channels: &[CoreEnd]) {
@@ -42,7 +66,16 @@ impl EventLog {
                 self.recent.pop_front();
             }
             self.recent.push_back(ev);
-            self.forward(Notice::Event(ev), channels);
+            if self.forward(Notice::Event(ev), channels) {
+                continue;
+            }
+            if let Some((kept, capacity)) = &mut self.kept {
+                if kept.len() < *capacity {
+                    kept.push_back(ev);
+                } else {
+                    self.counters.kept_full += 1;
+                }
+            }
         }
         while let Some(cq) = rnic.poll_completion_event() {
             self.counters.cq_events += 1;
@@ -50,20 +83,22 @@ impl EventLog {
         }
     }
 
-    fn forward(&mut self, notice: Notice, channels: &[CoreEnd]) {
+    /// Hands `notice` to the ring that serves its resource; false when none does.
+    fn forward(&mut self, notice: Notice, channels: &[CoreEnd]) -> bool {
         for ch in channels {
             match ch.forward(notice) {
                 Ok(true) => {
                     self.counters.forwarded += 1;
-                    return;
+                    return true;
                 }
                 Ok(false) => {}
                 Err(_) => {
                     self.counters.ring_full += 1;
-                    return;
+                    return true;
                 }
             }
         }
+        false
     }
 
     /// The latest events, oldest first.

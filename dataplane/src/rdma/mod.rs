@@ -24,7 +24,7 @@ mod stop;
 
 pub use arena::{Arena, ArenaError, Region, REGION_VA_BASE};
 pub use counters::{CmCounters, RdmaCounters};
-pub use events::{EventCounters, RECENT_EVENTS};
+pub use events::{EventCounters, MAX_KEPT_EVENTS, RECENT_EVENTS};
 pub use handler::{
     CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler, MAX_CM_EVENTS,
 };

@@ -73,7 +73,10 @@ impl ConnManager {
             let (Some(entry), Some(conn)) = (self.conns.get(id), engine.ulp(*id)) else {
                 continue;
             };
-            let qp = entry.qp;
+            // A Request to a pending listener has no QP until the application accepts it.
+            let Some(qp) = entry.qp else {
+                continue;
+            };
             let attrs = rnic.query_qp(qp).ok();
             let st = conn.stats();
             let ops = conn.op_counters();
@@ -163,7 +166,8 @@ impl ConnManager {
                 .with("async_events", h.async_events)
                 .with("cq_events", h.cq_events)
                 .with("forwarded", h.forwarded)
-                .with("ring_full", h.ring_full),
+                .with("ring_full", h.ring_full)
+                .with("kept_full", h.kept_full),
         );
         let mut kinds = Dict::new();
         let mut counts: Vec<_> = rnic.async_event_counts().collect();

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::VerbError;
+use iwarp::verbs::{Rnic, VerbError};
 
 use super::handler::{RdmaConfig, RdmaHandler};
 use super::memory::{open_rnic, MemoryKind};
@@ -66,8 +66,21 @@ impl<P: Port> RdmaStack<P> {
     /// Builds the stack of `cfg` on `port`, whose address is `addr` (it must have an IPv4
     /// address: iWARP runs over TCP/IPv4).
     pub fn new(port: P, addr: PortAddr, cfg: StackConfig) -> Result<RdmaStack<P>, StackError> {
-        let ip = addr.ipv4.ok_or(StackError::NoAddress)?.addr;
         let (rnic, memory) = open_rnic(cfg.memory, cfg.hugepages, cfg.stag_seed)?;
+        Self::with_rnic(port, addr, cfg, rnic, memory)
+    }
+
+    /// Builds the stack of `cfg` on `port` over an RNIC the caller opened (its own memory
+    /// backend: an application's memory, say); `cfg.memory`, `hugepages` and `stag_seed`
+    /// are not used.
+    pub fn with_rnic(
+        port: P,
+        addr: PortAddr,
+        cfg: StackConfig,
+        rnic: Rnic,
+        memory: MemoryKind,
+    ) -> Result<RdmaStack<P>, StackError> {
+        let ip = addr.ipv4.ok_or(StackError::NoAddress)?.addr;
         let mut handler = RdmaHandler::with_rnic(cfg.rdma, rnic);
         handler.set_tx_per_poll(cfg.tx_per_poll);
         handler.set_first_fpdu_delay(cfg.first_fpdu_delay);

@@ -41,14 +41,17 @@ impl RdmaHandler {
             else {
                 continue;
             };
-            let rts = self
-                .rnic()
-                .query_qp(qp)
-                .is_ok_and(|a| a.state == QpState::Rts);
-            let busy = self
-                .rnic()
-                .outstanding(qp)
-                .is_some_and(|(sq, rq)| sq + rq > 0);
+            // A Request to a pending listener has no QP yet: it closes its stream.
+            let rts = qp.is_some_and(|qp| {
+                self.rnic()
+                    .query_qp(qp)
+                    .is_ok_and(|a| a.state == QpState::Rts)
+            });
+            let busy = qp.is_some_and(|qp| {
+                self.rnic()
+                    .outstanding(qp)
+                    .is_some_and(|(sq, rq)| sq + rq > 0)
+            });
             let r = if established && rts && busy {
                 counts.terminated += 1;
                 self.abort(id)
