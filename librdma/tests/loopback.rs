@@ -1,7 +1,8 @@
 //! The libraries end to end in one process, over the in-process software link between two
 //! devices (`a` and `b`, no DPDK): devices and queries, rdma_cm connection setup with
 //! private data, RDMA Write, Send and RDMA Read between buffers of this process's heap,
-//! completions through channels, disconnect with flushed receives, teardown.
+//! completions through channels, disconnect with flushed receives, teardown; async events
+//! of a Write to an invalid STag on both sides.
 //!
 //! The test calls the exported C functions as an application would, so it is unsafe code.
 #![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
@@ -18,6 +19,7 @@ use rdma_dataplane::cm::id::*;
 use rdma_dataplane::cm::qp::*;
 use rdma_dataplane::verbs::cq::*;
 use rdma_dataplane::verbs::device::*;
+use rdma_dataplane::verbs::events::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
 
@@ -128,50 +130,30 @@ fn nonblocking(fd: c_int) {
     unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
 }
 
-#[test]
-fn two_devices_connect_write_send_read_and_disconnect() {
-    let dir = std::env::temp_dir().join(format!("librdma-loopback-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("loopback.toml");
-    std::fs::write(&cfg, CONFIG).unwrap();
-    std::env::set_var("DATAPLANE_CONFIG", &cfg);
+/// Two connected ids and their resources (see [`connect`]).
+struct Conn {
+    ch: *mut rdma_event_channel,
+    listen: *mut rdma_cm_id,
+    client: *mut rdma_cm_id,
+    child: *mut rdma_cm_id,
+    cctx: *mut ibv_context,
+    cpd: *mut ibv_pd,
+    cch: *mut ibv_comp_channel,
+    ccq: *mut ibv_cq,
+    cqp: *mut ibv_qp,
+    cmr: *mut ibv_mr,
+    cbuf: Box<[u8]>,
+    sqp: *mut ibv_qp,
+    s_send_cq: *mut ibv_cq,
+    s_recv_cq: *mut ibv_cq,
+    smr: *mut ibv_mr,
+    sbuf: Box<[u8]>,
+}
 
-    // Devices, as ibv_devices / ibv_devinfo see them.
-    let mut n = 0;
-    let list = unsafe { ibv_get_device_list(&mut n) };
-    assert_eq!(n, 2);
-    let names: Vec<String> = (0..2)
-        .map(|i| {
-            unsafe { CStr::from_ptr(ibv_get_device_name(*list.add(i))) }
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    assert_eq!(names, ["a", "b"]);
-    // EUI-64 of 02:00:00:00:0a:01.
-    assert_eq!(
-        u64::from_be(unsafe { ibv_get_device_guid(*list) }),
-        0x0000_00ff_fe00_0a01
-    );
-    let ctx = unsafe { ibv_open_device(*list) };
-    assert!(!ctx.is_null());
-    let mut dattr = ibv_device_attr::default();
-    assert_eq!(unsafe { ibv_query_device(ctx, &mut dattr) }, 0);
-    assert_eq!((dattr.vendor_id, dattr.phys_port_cnt), (0x626d74, 1));
-    let mut pattr = ibv_port_attr::default();
-    assert_eq!(unsafe { ibv_query_port(ctx, 1, &mut pattr) }, 0);
-    assert_eq!(
-        (pattr.state, pattr.link_layer),
-        (IBV_PORT_ACTIVE, IBV_LINK_LAYER_ETHERNET as u8)
-    );
-    assert_eq!(unsafe { ibv_query_port(ctx, 2, &mut pattr) }, libc::EINVAL);
-    let mut gid = ibv_gid::default();
-    assert_eq!(unsafe { ibv_query_gid(ctx, 1, 0, &mut gid) }, 0);
-    assert_eq!(unsafe { &gid.raw[..6] }, &[2, 0, 0, 0, 0x0a, 1]);
-    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
-    unsafe { ibv_free_device_list(list) };
-
-    // Connection setup: a listener on a, a client on b, one event channel.
+/// Connection setup on `port`: a listener on a, a client on b with receives 100 and 101
+/// posted, one event channel; the request accepted on a with receives 200 and 201 posted;
+/// both sides established.
+fn connect(port: u16) -> Conn {
     let ch = unsafe { rdma_create_event_channel() };
     assert!(!ch.is_null());
     nonblocking(unsafe { (*ch).fd });
@@ -180,20 +162,20 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         unsafe { rdma_create_id(ch, &mut listen, null_mut(), RDMA_PS_TCP) },
         0
     );
-    let mut sa = sockaddr([10, 77, 0, 1], PORT);
+    let mut sa = sockaddr([10, 77, 0, 1], port);
     assert_eq!(
         unsafe { rdma_bind_addr(listen, (&mut sa as *mut libc::sockaddr_in).cast()) },
         0
     );
     assert_eq!(unsafe { rdma_listen(listen, 4) }, 0);
-    assert_eq!(unsafe { rdma_get_src_port(listen) }, PORT.to_be());
+    assert_eq!(unsafe { rdma_get_src_port(listen) }, port.to_be());
 
     let mut client = null_mut();
     assert_eq!(
         unsafe { rdma_create_id(ch, &mut client, 7 as *mut c_void, RDMA_PS_TCP) },
         0
     );
-    let mut dst = sockaddr([10, 77, 0, 1], PORT);
+    let mut dst = sockaddr([10, 77, 0, 1], port);
     assert_eq!(
         unsafe {
             rdma_resolve_addr(
@@ -233,7 +215,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     };
     assert_eq!(unsafe { rdma_create_qp(client, cpd, &mut qattr) }, 0);
     let cqp = unsafe { (*client).qp };
-    let mut cbuf = vec![0u8; LEN];
+    let mut cbuf = vec![0u8; LEN].into_boxed_slice();
     let access =
         (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE) as c_int;
     let cmr = unsafe { ibv_reg_mr(cpd, cbuf.as_mut_ptr().cast(), LEN, access) };
@@ -286,7 +268,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         child.cast(),
         "cq_context is the id"
     );
-    let mut sbuf = vec![0u8; LEN];
+    let mut sbuf = vec![0u8; LEN].into_boxed_slice();
     let smr = unsafe { ibv_reg_mr((*child).pd, sbuf.as_mut_ptr().cast(), LEN, access) };
     assert!(!smr.is_null());
     let mut srecv = ibv_sge {
@@ -306,6 +288,94 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         unsafe { rdma_ack_cm_event(ev) };
         established += 1;
     }
+    Conn {
+        ch,
+        listen,
+        client,
+        child,
+        cctx,
+        cpd,
+        cch,
+        ccq,
+        cqp,
+        cmr,
+        cbuf,
+        sqp,
+        s_send_cq,
+        s_recv_cq,
+        smr,
+        sbuf,
+    }
+}
+
+/// Points `DATAPLANE_CONFIG` at the two-device configuration (in a directory of this
+/// process, returned); the libraries read it once, at their first use.
+fn configure() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("librdma-loopback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("loopback.toml");
+    std::fs::write(&cfg, CONFIG).unwrap();
+    std::env::set_var("DATAPLANE_CONFIG", &cfg);
+    dir
+}
+
+#[test]
+fn two_devices_connect_write_send_read_and_disconnect() {
+    let dir = configure();
+
+    // Devices, as ibv_devices / ibv_devinfo see them.
+    let mut n = 0;
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    assert_eq!(n, 2);
+    let names: Vec<String> = (0..2)
+        .map(|i| {
+            unsafe { CStr::from_ptr(ibv_get_device_name(*list.add(i))) }
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    // EUI-64 of 02:00:00:00:0a:01.
+    assert_eq!(
+        u64::from_be(unsafe { ibv_get_device_guid(*list) }),
+        0x0000_00ff_fe00_0a01
+    );
+    let ctx = unsafe { ibv_open_device(*list) };
+    assert!(!ctx.is_null());
+    let mut dattr = ibv_device_attr::default();
+    assert_eq!(unsafe { ibv_query_device(ctx, &mut dattr) }, 0);
+    assert_eq!((dattr.vendor_id, dattr.phys_port_cnt), (0x626d74, 1));
+    let mut pattr = ibv_port_attr::default();
+    assert_eq!(unsafe { ibv_query_port(ctx, 1, &mut pattr) }, 0);
+    assert_eq!(
+        (pattr.state, pattr.link_layer),
+        (IBV_PORT_ACTIVE, IBV_LINK_LAYER_ETHERNET as u8)
+    );
+    assert_eq!(unsafe { ibv_query_port(ctx, 2, &mut pattr) }, libc::EINVAL);
+    let mut gid = ibv_gid::default();
+    assert_eq!(unsafe { ibv_query_gid(ctx, 1, 0, &mut gid) }, 0);
+    assert_eq!(unsafe { &gid.raw[..6] }, &[2, 0, 0, 0, 0x0a, 1]);
+    assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
+    unsafe { ibv_free_device_list(list) };
+
+    let Conn {
+        ch,
+        listen,
+        client,
+        child,
+        cpd,
+        cch,
+        ccq,
+        cqp,
+        cmr,
+        mut cbuf,
+        sqp,
+        s_send_cq,
+        s_recv_cq,
+        smr,
+        sbuf,
+        ..
+    } = connect(PORT);
 
     // RDMA Write from b's heap into a's heap, by address and rkey (RFC 5040 §4.3).
     cbuf[..11].copy_from_slice(b"written by ");
@@ -423,5 +493,71 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     assert_eq!(unsafe { rdma_destroy_id(client) }, 0);
     assert_eq!(unsafe { rdma_destroy_id(listen) }, 0);
     unsafe { rdma_destroy_event_channel(ch) };
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The next async event of `ctx` within 5 s (its `async_fd` made non-blocking).
+fn next_async_event(ctx: *mut ibv_context) -> ibv_async_event {
+    nonblocking(unsafe { (*ctx).async_fd });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut ev = ibv_async_event::default();
+    while unsafe { ibv_get_async_event(ctx, &mut ev) } != 0 {
+        assert!(Instant::now() < deadline, "no async event within 5 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    unsafe { ibv_ack_async_event(&mut ev) };
+    ev
+}
+
+// The data plane's handler takes the RNIC's async events and keeps them for the libraries,
+// which deliver them to ibv_get_async_event: an RDMA Write to an invalid STag is an access
+// error on the responder's QP (which sends a Terminate) and a fatal error on the
+// requester's (Terminate received).
+#[test]
+fn a_write_to_an_invalid_stag_is_an_async_event_on_both_sides() {
+    let dir = configure();
+    let c = connect(PORT + 1);
+    let sctx = unsafe { (*c.child).verbs };
+    let mut wsge = ibv_sge {
+        addr: c.cbuf.as_ptr() as u64,
+        length: 8,
+        lkey: unsafe { (*c.cmr).lkey },
+    };
+    let mut wr = ibv_send_wr {
+        wr_id: 1,
+        sg_list: &mut wsge,
+        num_sge: 1,
+        opcode: IBV_WR_RDMA_WRITE,
+        send_flags: IBV_SEND_SIGNALED,
+        ..Default::default()
+    };
+    wr.wr.rdma.remote_addr = c.sbuf.as_ptr() as u64;
+    wr.wr.rdma.rkey = unsafe { (*c.smr).rkey } ^ 0x100;
+    post_send(c.cqp, &mut wr);
+    let ev = next_async_event(sctx);
+    assert_eq!(
+        (ev.event_type, unsafe { ev.element.qp }),
+        (IBV_EVENT_QP_ACCESS_ERR, c.sqp)
+    );
+    let ev = next_async_event(c.cctx);
+    assert_eq!(
+        (ev.event_type, unsafe { ev.element.qp }),
+        (IBV_EVENT_QP_FATAL, c.cqp)
+    );
+    // The Write itself completed when it was sent (RFC 5040: the requester learns of the
+    // error from the Terminate, as the async event above).
+    assert_eq!(poll_one(c.ccq).wr_id, 1);
+
+    assert_eq!(unsafe { rdma_destroy_id(c.child) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(c.smr) }, 0);
+    assert_eq!(unsafe { ibv_destroy_qp(c.sqp) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(c.cmr) }, 0);
+    unsafe { rdma_destroy_qp(c.client) };
+    assert_eq!(unsafe { ibv_destroy_cq(c.ccq) }, 0);
+    assert_eq!(unsafe { ibv_destroy_comp_channel(c.cch) }, 0);
+    assert_eq!(unsafe { ibv_dealloc_pd(c.cpd) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(c.client) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(c.listen) }, 0);
+    unsafe { rdma_destroy_event_channel(c.ch) };
     let _ = std::fs::remove_dir_all(&dir);
 }
