@@ -229,14 +229,20 @@ impl QpShared {
     }
 }
 
+/// Async events a context holds for an application that does not read them: later ones
+/// are lost and counted ([`AsyncShared::lost`]).
+pub const MAX_PENDING_ASYNC_EVENTS: usize = 4096;
+
 /// Async events of a context (`ibv_get_async_event`).
 #[derive(Debug)]
 pub struct AsyncShared {
     /// The descriptor (`ibv_context::async_fd`).
     pub fd: EventFd,
     /// Pending events: the element (`ibv_cq`/`ibv_qp`/`ibv_srq` address or port number) and
-    /// the event type.
-    pub events: SegQueue<(usize, ibv_event_type)>,
+    /// the event type; at most [`MAX_PENDING_ASYNC_EVENTS`].
+    pub events: ArrayQueue<(usize, ibv_event_type)>,
+    /// Events lost because the queue was full.
+    pub lost: AtomicU64,
 }
 
 impl AsyncShared {
@@ -244,13 +250,22 @@ impl AsyncShared {
     pub fn new() -> Result<AsyncShared, i32> {
         Ok(AsyncShared {
             fd: EventFd::new()?,
-            events: SegQueue::new(),
+            events: ArrayQueue::new(MAX_PENDING_ASYNC_EVENTS),
+            lost: AtomicU64::new(0),
         })
     }
 
-    /// Queues one event.
+    /// Queues one event (lost and counted when [`MAX_PENDING_ASYNC_EVENTS`] wait).
     pub fn push(&self, element: usize, kind: ibv_event_type) {
-        self.events.push((element, kind));
+        if self.events.push((element, kind)).is_err() {
+            if self.lost.fetch_add(1, Ordering::Relaxed) == 0 {
+                log::warn!(
+                    "{MAX_PENDING_ASYNC_EVENTS} async events wait unread: later ones are lost \
+                     (counted only)"
+                );
+            }
+            return;
+        }
         self.fd.signal();
     }
 }
@@ -269,6 +284,21 @@ pub struct SrqShared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn async_events_an_application_leaves_are_bounded_and_counted() {
+        let a = AsyncShared::new().unwrap();
+        for i in 0..MAX_PENDING_ASYNC_EVENTS + 3 {
+            a.push(i, IBV_EVENT_QP_FATAL);
+        }
+        assert_eq!(a.events.len(), MAX_PENDING_ASYNC_EVENTS);
+        assert_eq!(a.lost.load(Ordering::Relaxed), 3);
+        // The oldest are kept; once read, there is room again.
+        assert_eq!(a.events.pop(), Some((0, IBV_EVENT_QP_FATAL)));
+        a.push(7, IBV_EVENT_QP_ACCESS_ERR);
+        assert_eq!(a.events.len(), MAX_PENDING_ASYNC_EVENTS);
+        assert_eq!(a.lost.load(Ordering::Relaxed), 3);
+    }
 
     fn cq(entries: usize, ch: Option<Arc<ChannelShared>>) -> CqShared {
         CqShared::new(0, CqHandle(1), entries, ch)
