@@ -308,6 +308,23 @@ fn connect(port: u16) -> Conn {
     }
 }
 
+/// Teardown in rping's order (the new id before its QP), then the configuration's
+/// directory.
+fn teardown(c: Conn, dir: &std::path::Path) {
+    assert_eq!(unsafe { rdma_destroy_id(c.child) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(c.smr) }, 0);
+    assert_eq!(unsafe { ibv_destroy_qp(c.sqp) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(c.cmr) }, 0);
+    unsafe { rdma_destroy_qp(c.client) };
+    assert_eq!(unsafe { ibv_destroy_cq(c.ccq) }, 0);
+    assert_eq!(unsafe { ibv_destroy_comp_channel(c.cch) }, 0);
+    assert_eq!(unsafe { ibv_dealloc_pd(c.cpd) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(c.client) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(c.listen) }, 0);
+    unsafe { rdma_destroy_event_channel(c.ch) };
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Points `DATAPLANE_CONFIG` at the two-device configuration (in a directory of this
 /// process, returned); the libraries read it once, at their first use.
 fn configure() -> std::path::PathBuf {
@@ -358,30 +375,15 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
     unsafe { ibv_free_device_list(list) };
 
-    let Conn {
-        ch,
-        listen,
-        client,
-        child,
-        cpd,
-        cch,
-        ccq,
-        cqp,
-        cmr,
-        mut cbuf,
-        sqp,
-        s_send_cq,
-        s_recv_cq,
-        smr,
-        sbuf,
-        ..
-    } = connect(PORT);
+    let mut c = connect(PORT);
+    let (ch, client, ccq, cqp, cmr, cch) = (c.ch, c.client, c.ccq, c.cqp, c.cmr, c.cch);
+    let (sqp, s_send_cq, s_recv_cq, smr) = (c.sqp, c.s_send_cq, c.s_recv_cq, c.smr);
 
     // RDMA Write from b's heap into a's heap, by address and rkey (RFC 5040 §4.3).
-    cbuf[..11].copy_from_slice(b"written by ");
-    cbuf[11] = b'b';
+    c.cbuf[..11].copy_from_slice(b"written by ");
+    c.cbuf[11] = b'b';
     let mut wsge = ibv_sge {
-        addr: cbuf.as_ptr() as u64,
+        addr: c.cbuf.as_ptr() as u64,
         length: 12,
         lkey: unsafe { (*cmr).lkey },
     };
@@ -393,7 +395,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         send_flags: IBV_SEND_SIGNALED,
         ..Default::default()
     };
-    wr.wr.rdma.remote_addr = sbuf.as_ptr() as u64 + 100;
+    wr.wr.rdma.remote_addr = c.sbuf.as_ptr() as u64 + 100;
     wr.wr.rdma.rkey = unsafe { (*smr).rkey };
     post_send(cqp, &mut wr);
     let wc = poll_one(ccq);
@@ -404,7 +406,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
 
     // A Send tells a; a's receive completes with the length.
     let mut ssge = ibv_sge {
-        addr: cbuf.as_ptr() as u64,
+        addr: c.cbuf.as_ptr() as u64,
         length: 12,
         lkey: unsafe { (*cmr).lkey },
     };
@@ -424,16 +426,16 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         (200, IBV_WC_SUCCESS, IBV_WC_RECV, 12)
     );
     assert_eq!(
-        &sbuf[100..112],
+        &c.sbuf[100..112],
         b"written by b",
         "the Write landed before the Send"
     );
-    assert_eq!(&sbuf[3072..3084], b"written by b");
+    assert_eq!(&c.sbuf[3072..3084], b"written by b");
 
     // RDMA Read: a reads b's buffer into its own.
-    cbuf[512..520].copy_from_slice(b"readable");
+    c.cbuf[512..520].copy_from_slice(b"readable");
     let mut rsge = ibv_sge {
-        addr: sbuf.as_ptr() as u64 + 1024,
+        addr: c.sbuf.as_ptr() as u64 + 1024,
         length: 8,
         lkey: unsafe { (*smr).lkey },
     };
@@ -445,7 +447,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         send_flags: IBV_SEND_SIGNALED,
         ..Default::default()
     };
-    rwr.wr.rdma.remote_addr = cbuf.as_ptr() as u64 + 512;
+    rwr.wr.rdma.remote_addr = c.cbuf.as_ptr() as u64 + 512;
     rwr.wr.rdma.rkey = unsafe { (*cmr).rkey };
     post_send(sqp, &mut rwr);
     let wc = poll_one(s_send_cq);
@@ -453,7 +455,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
         (3, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, 8)
     );
-    assert_eq!(&sbuf[1024..1032], b"readable");
+    assert_eq!(&c.sbuf[1024..1032], b"readable");
 
     // Disconnect: both sides get DISCONNECTED, the receives still posted are flushed and an
     // armed channel fires.
@@ -481,19 +483,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     let wc = poll_one(s_recv_cq);
     assert_eq!((wc.wr_id, wc.status), (201, IBV_WC_WR_FLUSH_ERR));
 
-    // Teardown in rping's order: the new id before its QP.
-    assert_eq!(unsafe { rdma_destroy_id(child) }, 0);
-    assert_eq!(unsafe { ibv_dereg_mr(smr) }, 0);
-    assert_eq!(unsafe { ibv_destroy_qp(sqp) }, 0);
-    assert_eq!(unsafe { ibv_dereg_mr(cmr) }, 0);
-    unsafe { rdma_destroy_qp(client) };
-    assert_eq!(unsafe { ibv_destroy_cq(ccq) }, 0);
-    assert_eq!(unsafe { ibv_destroy_comp_channel(cch) }, 0);
-    assert_eq!(unsafe { ibv_dealloc_pd(cpd) }, 0);
-    assert_eq!(unsafe { rdma_destroy_id(client) }, 0);
-    assert_eq!(unsafe { rdma_destroy_id(listen) }, 0);
-    unsafe { rdma_destroy_event_channel(ch) };
-    let _ = std::fs::remove_dir_all(&dir);
+    teardown(c, &dir);
 }
 
 /// The next async event of `ctx` within 5 s (its `async_fd` made non-blocking).
@@ -548,16 +538,5 @@ fn a_write_to_an_invalid_stag_is_an_async_event_on_both_sides() {
     // error from the Terminate, as the async event above).
     assert_eq!(poll_one(c.ccq).wr_id, 1);
 
-    assert_eq!(unsafe { rdma_destroy_id(c.child) }, 0);
-    assert_eq!(unsafe { ibv_dereg_mr(c.smr) }, 0);
-    assert_eq!(unsafe { ibv_destroy_qp(c.sqp) }, 0);
-    assert_eq!(unsafe { ibv_dereg_mr(c.cmr) }, 0);
-    unsafe { rdma_destroy_qp(c.client) };
-    assert_eq!(unsafe { ibv_destroy_cq(c.ccq) }, 0);
-    assert_eq!(unsafe { ibv_destroy_comp_channel(c.cch) }, 0);
-    assert_eq!(unsafe { ibv_dealloc_pd(c.cpd) }, 0);
-    assert_eq!(unsafe { rdma_destroy_id(c.client) }, 0);
-    assert_eq!(unsafe { rdma_destroy_id(c.listen) }, 0);
-    unsafe { rdma_destroy_event_channel(c.ch) };
-    let _ = std::fs::remove_dir_all(&dir);
+    teardown(c, &dir);
 }
