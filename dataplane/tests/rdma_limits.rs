@@ -164,24 +164,7 @@ fn full_qp_table_refuses_connections_and_counts() {
 
 #[test]
 fn rnic_events_are_drained_every_iteration() {
-    let (mut ls, mut lc, _cres) = listen_and_connect(2, |_| {});
-    let mut client = Vec::new();
-    run_until(&mut ls, &mut lc, &mut client, true, |c| {
-        count(c, is_established) == 2
-    });
-    // The client aborts both connections: each server QP raises an event (the stream reset
-    // or lost, or the Terminate received).
-    let ids: Vec<_> = client
-        .iter()
-        .filter_map(|e| match e {
-            CmEvent::Established { id, .. } => Some(*id),
-            _ => None,
-        })
-        .collect();
-    for id in ids {
-        lc.handler_mut().abort(id).unwrap();
-    }
-    run_for(&mut ls, &mut lc, Duration::from_millis(200), &mut client);
+    let (ls, lc) = aborted(2, None);
     for l in [&ls, &lc] {
         let q = l.handler().rnic().event_queue_stats().async_events;
         assert_eq!(q.depth, 0, "nobody polled, the handler drained: {q:?}");
@@ -210,11 +193,15 @@ fn rnic_events_are_drained_every_iteration() {
     );
 }
 
-/// The aborts of `rnic_events_are_drained_every_iteration` on `n` connections, the server
-/// keeping its events for an embedder with room for `capacity`.
-fn aborted_with_kept_events(n: usize, capacity: usize) -> Loop {
-    let (mut ls, mut lc, _cres) =
-        listen_and_connect(n, |l| l.handler_mut().keep_async_events(capacity));
+/// `n` connections established, then aborted by the client: each server QP raises an
+/// event (the stream reset or lost, or the Terminate received). With `keep`, the server
+/// keeps its events for an embedder with room for that many.
+fn aborted(n: usize, keep: Option<usize>) -> (Loop, Loop) {
+    let (mut ls, mut lc, _cres) = listen_and_connect(n, |l| {
+        if let Some(capacity) = keep {
+            l.handler_mut().keep_async_events(capacity)
+        }
+    });
     let mut client = Vec::new();
     run_until(&mut ls, &mut lc, &mut client, true, |c| {
         count(c, is_established) == n
@@ -230,12 +217,12 @@ fn aborted_with_kept_events(n: usize, capacity: usize) -> Loop {
         lc.handler_mut().abort(id).unwrap();
     }
     run_for(&mut ls, &mut lc, Duration::from_millis(200), &mut client);
-    ls
+    (ls, lc)
 }
 
 #[test]
 fn events_kept_for_an_embedder_are_polled_from_the_handler() {
-    let mut ls = aborted_with_kept_events(2, 64);
+    let (mut ls, _lc) = aborted(2, Some(64));
     let q = ls.handler().rnic().event_queue_stats().async_events;
     assert_eq!(q.depth, 0, "the handler stays the RNIC's consumer: {q:?}");
     let recent: Vec<_> = ls.handler().recent_events().copied().collect();
@@ -250,7 +237,7 @@ fn events_kept_for_an_embedder_are_polled_from_the_handler() {
 
 #[test]
 fn events_kept_for_an_embedder_are_bounded() {
-    let mut ls = aborted_with_kept_events(2, 1);
+    let (mut ls, _lc) = aborted(2, Some(1));
     let offered = ls.handler().rnic().event_queue_stats().async_events.offered;
     assert!(offered >= 2, "{offered}");
     assert!(ls.handler_mut().poll_async_event().is_some());
