@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::eal::{Eal, EalHandle};
 use super::error::{strerror, DpdkError};
-use super::intr::on_interrupt_thread;
+use super::intr::{hold_gate, on_interrupt_thread, GateHold};
 use super::mbuf::Mbuf;
 use super::mempool::Mempool;
 
@@ -71,6 +71,9 @@ pub struct EthDev {
     started: bool,
     rx_desc: u16,
     tx_desc: u16,
+    /// For a memif port: its bursts and EAL's interrupt thread take turns (see
+    /// [`super::intr`]).
+    gate: Option<GateHold>,
     _eal: EalHandle,
 }
 
@@ -195,6 +198,7 @@ impl EthDev {
             started: false,
             rx_desc: 0,
             tx_desc: 0,
+            gate: None,
             _eal: eal.handle(),
         };
         claim.transfer();
@@ -329,6 +333,9 @@ impl EthDev {
         };
         check(|| op("rte_eth_dev_start"), ret)?;
         dev.started = true;
+        if device.starts_with("net_memif") {
+            dev.gate = hold_gate();
+        }
 
         // SAFETY: started port.
         let ret = unsafe { dpdk_sys::rte_eth_dev_set_link_up(port_id) };
@@ -429,6 +436,7 @@ impl EthDev {
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: u16) -> usize {
         out.reserve(usize::from(max));
         let base = out.len();
+        let _burst = self.gate.as_ref().map(GateHold::burst);
         // SAFETY: `out` has room for `max` more elements; Mbuf is repr(transparent) over a
         // non-null rte_mbuf pointer, so DPDK writes valid elements into the spare capacity;
         // the device is started and `&mut self` makes this the queue's only poller.
@@ -449,6 +457,7 @@ impl EthDev {
         if n == 0 {
             return 0;
         }
+        let _burst = self.gate.as_ref().map(GateHold::burst);
         // SAFETY: the first n elements are owned mbufs laid out as rte_mbuf pointers
         // (repr(transparent)); DPDK takes ownership of the first `sent` of them; the device
         // is started and `&mut self` makes this the queue's only user.
@@ -502,6 +511,9 @@ impl Drop for EthDev {
     /// run (see [`on_interrupt_thread`]: memif's peer-disconnect handler frees the same state
     /// as its stop).
     fn drop(&mut self) {
+        // No burst any more: the interrupt thread runs freely again (once no other port is
+        // gated), a peer's disconnect first, then this stop.
+        self.gate = None;
         let (port_id, started, device) = (self.port_id, self.started, self.device.clone());
         on_interrupt_thread(&format!("{device}: stop and close"), move || {
             if started {
