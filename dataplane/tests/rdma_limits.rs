@@ -1,7 +1,7 @@
 //! The connection manager's bounds (issue #20), each hit on purpose: CM events an
-//! application does not poll, a full QP table, the RNIC's asynchronous events, which
-//! the handler drains every iteration, and those it keeps for an embedder (librdma). After
-//! each, the other connections carry on.
+//! application does not poll, a full QP table, the RNIC's asynchronous events, which the
+//! handler drains every iteration, those it keeps for an embedder (librdma) and those it
+//! forwards to an application ring. After each, the other connections carry on.
 
 mod rdma_common;
 
@@ -13,7 +13,7 @@ use dataplane::clock;
 use dataplane::port::fault::FaultConfig;
 use dataplane::rdma::CmEvent;
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::{AsyncEventKind, Quota, UlpId};
+use iwarp::verbs::{channel, AsyncEventKind, Quota, UlpId};
 use rdma_common::*;
 
 const PORT: u16 = 6100;
@@ -164,7 +164,7 @@ fn full_qp_table_refuses_connections_and_counts() {
 
 #[test]
 fn rnic_events_are_drained_every_iteration() {
-    let (ls, lc) = aborted(2, None);
+    let (ls, lc) = aborted(2, |_| {});
     for l in [&ls, &lc] {
         let q = l.handler().rnic().event_queue_stats().async_events;
         assert_eq!(q.depth, 0, "nobody polled, the handler drained: {q:?}");
@@ -193,19 +193,16 @@ fn rnic_events_are_drained_every_iteration() {
     );
 }
 
-/// `n` connections established, then aborted by the client: each server QP raises an
-/// event (the stream reset or lost, or the Terminate received). With `keep`, the server
-/// keeps its events for an embedder with room for that many.
-fn aborted(n: usize, keep: Option<usize>) -> (Loop, Loop) {
-    let (mut ls, mut lc, _cres) = listen_and_connect(n, |l| {
-        if let Some(capacity) = keep {
-            l.handler_mut().keep_async_events(capacity)
-        }
-    });
+/// `n` connections established, `prepare` called on the server, then the connections
+/// aborted by the client: each server QP raises an event (the stream reset or lost, or the
+/// Terminate received).
+fn aborted(n: usize, prepare: impl FnOnce(&mut Loop)) -> (Loop, Loop) {
+    let (mut ls, mut lc, _cres) = listen_and_connect(n, |_| {});
     let mut client = Vec::new();
     run_until(&mut ls, &mut lc, &mut client, true, |c| {
         count(c, is_established) == n
     });
+    prepare(&mut ls);
     let ids: Vec<_> = client
         .iter()
         .filter_map(|e| match e {
@@ -222,7 +219,7 @@ fn aborted(n: usize, keep: Option<usize>) -> (Loop, Loop) {
 
 #[test]
 fn events_kept_for_an_embedder_are_polled_from_the_handler() {
-    let (mut ls, _lc) = aborted(2, Some(64));
+    let (mut ls, _lc) = aborted(2, |l| l.handler_mut().keep_async_events(64));
     let q = ls.handler().rnic().event_queue_stats().async_events;
     assert_eq!(q.depth, 0, "the handler stays the RNIC's consumer: {q:?}");
     let recent: Vec<_> = ls.handler().recent_events().copied().collect();
@@ -237,7 +234,7 @@ fn events_kept_for_an_embedder_are_polled_from_the_handler() {
 
 #[test]
 fn events_kept_for_an_embedder_are_bounded() {
-    let (mut ls, _lc) = aborted(2, Some(1));
+    let (mut ls, _lc) = aborted(2, |l| l.handler_mut().keep_async_events(1));
     let offered = ls.handler().rnic().event_queue_stats().async_events.offered;
     assert!(offered >= 2, "{offered}");
     assert!(ls.handler_mut().poll_async_event().is_some());
@@ -250,6 +247,32 @@ fn events_kept_for_an_embedder_are_bounded() {
             .event_queue_stats()
             .async_events
             .overflows,
+        0
+    );
+}
+
+#[test]
+fn a_full_application_ring_loses_events_and_counts_them() {
+    // An application thread serves the server's QPs through a ring with room for one
+    // notice, and reads nothing: the first event is forwarded, the others are lost.
+    let mut app = None;
+    let (ls, _lc) = aborted(2, |l| {
+        let qps = l.handler().rnic().qp_ids();
+        assert_eq!(qps.len(), 2);
+        let (a, core) = channel::pair(1, Vec::new(), qps);
+        l.handler_mut().attach_channel(core);
+        app = Some(a);
+    });
+    let app = app.unwrap();
+    let offered = ls.handler().rnic().event_queue_stats().async_events.offered;
+    assert!(offered >= 2, "{offered}");
+    let h = ls.handler().event_counters();
+    assert_eq!((h.forwarded, h.ring_full), (1, offered - 1), "{h:?}");
+    assert!(matches!(app.poll(), Some(channel::Notice::Event(_))));
+    assert!(app.poll().is_none());
+    // The RNIC's own queue was drained all the same.
+    assert_eq!(
+        ls.handler().rnic().event_queue_stats().async_events.depth,
         0
     );
 }

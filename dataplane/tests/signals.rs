@@ -217,22 +217,25 @@ fn rping_client_stopped_mid_run() {
     );
 }
 
+/// A soak client that would run for minutes.
+const SOAK_CLIENT: &[&str] = &[
+    "soak",
+    "10.96.7.1",
+    "--qps",
+    "4",
+    "--minutes",
+    "5",
+    "--crc",
+    "--progress",
+    "0.2",
+];
+
 #[test]
 fn soak_client_and_server_stopped_mid_run() {
     let client = sigterm_mid_transfer(
         "sig-soak-c",
         &["soak", "--crc"],
-        &[
-            "soak",
-            "10.96.7.1",
-            "--qps",
-            "4",
-            "--minutes",
-            "5",
-            "--crc",
-            "--progress",
-            "0.2",
-        ],
+        SOAK_CLIENT,
         "faults ",
         "client",
     );
@@ -243,17 +246,7 @@ fn soak_client_and_server_stopped_mid_run() {
     sigterm_mid_transfer(
         "sig-soak-s",
         &["soak", "--crc"],
-        &[
-            "soak",
-            "10.96.7.1",
-            "--qps",
-            "4",
-            "--minutes",
-            "5",
-            "--crc",
-            "--progress",
-            "0.2",
-        ],
+        SOAK_CLIENT,
         "faults ",
         "server",
     );
