@@ -137,15 +137,26 @@ fn find_socket(proc_net_unix: &str, inodes: &BTreeSet<String>) -> Option<PathBuf
     })
 }
 
-/// The entries of a section that are dictionaries, by key.
+/// The entries of a section that are dictionaries, by key in natural order (`c2` before
+/// `c10`).
 fn entries(v: &Value) -> Vec<(&String, &serde_json::Map<String, Value>)> {
-    v.as_object()
+    let mut e: Vec<_> = v
+        .as_object()
         .map(|m| {
             m.iter()
                 .filter_map(|(k, v)| v.as_object().map(|o| (k, o)))
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    e.sort_by_key(|(k, _)| natural(k));
+    e
+}
+
+/// A key's sort order: its text without the digits, then the number they make.
+fn natural(k: &str) -> (String, u64) {
+    let text: String = k.chars().filter(|c| !c.is_ascii_digit()).collect();
+    let digits: String = k.chars().filter(char::is_ascii_digit).collect();
+    (text, digits.parse().unwrap_or(0))
 }
 
 /// Field `k` of `o` as text ("" when missing).
@@ -335,6 +346,13 @@ fn print_tables(r: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_are_in_natural_order() {
+        let v = serde_json::json!({"c10": {}, "c2": {}, "c1": {}, "engine": {}, "n": 3});
+        let keys: Vec<&str> = entries(&v).iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["c1", "c2", "c10", "engine"]);
+    }
 
     #[test]
     fn socket_found_by_inode() {
