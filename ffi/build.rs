@@ -109,6 +109,14 @@ const ALLOWED_FUNCTIONS: &[&str] = &[
     "rte_vdev_uninit",
     "rte_version",
     "rte_exit",
+    "rte_thread_is_intr",
+    "rte_intr_instance_alloc",
+    "rte_intr_instance_free",
+    "rte_intr_fd_set",
+    "rte_intr_type_set",
+    "rte_intr_callback_register",
+    "rte_tel_data_.*",
+    "rte_telemetry_register_cmd",
 ];
 
 const ALLOWED_TYPES: &[&str] = &[
@@ -118,6 +126,9 @@ const ALLOWED_TYPES: &[&str] = &[
     "rte_ether_addr",
     "rte_memzone",
     "rte_eth_dev_info",
+    "rte_tel_data",
+    "rte_tel_value_type",
+    "telemetry_cb",
 ];
 
 const ALLOWED_VARS: &[&str] = &[
@@ -132,4 +143,6 @@ const ALLOWED_VARS: &[&str] = &[
     "LCORE_ID_ANY",
     "E_RTE_.*",
     "RTE_MAX_ERRNO",
+    "RTE_TEL_.*",
+    "RTE_INTR_.*",
 ];

@@ -15,5 +15,8 @@
 #include <rte_ethdev.h>
 #include <rte_bus_vdev.h>
 #include <rte_version.h>
+#include <rte_alarm.h>
+#include <rte_interrupts.h>
+#include <rte_telemetry.h>
 
 #include "shim.h"

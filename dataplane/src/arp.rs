@@ -39,11 +39,15 @@ pub enum ArpOutcome {
     Malformed,
 }
 
-/// Neighbour cache: IPv4 address to MAC, with ages.
+/// Neighbour cache: IPv4 address to MAC, with ages, and the addresses being resolved.
+/// Both tables hold at most [`CACHE_CAPACITY`] addresses, however many neighbours (or
+/// spoofed sources a handler answers) there are.
 #[derive(Debug, Default)]
 pub struct ArpCache {
     entries: HashMap<Ipv4Addr, ([u8; 6], Instant)>,
     requested: HashMap<Ipv4Addr, Instant>,
+    evicted: u64,
+    suppressed: u64,
 }
 
 impl ArpCache {
@@ -60,12 +64,14 @@ impl ArpCache {
             .map(|(mac, _)| *mac)
     }
 
-    /// Records `ip` at `mac`.
+    /// Records `ip` at `mac` (the oldest neighbour makes room when the cache is full,
+    /// counted in [`ArpCache::evicted`]).
     pub fn insert(&mut self, ip: Ipv4Addr, mac: [u8; 6], now: Instant) {
         if self.entries.len() >= CACHE_CAPACITY && !self.entries.contains_key(&ip) {
             let oldest = self.entries.iter().min_by_key(|(_, (_, at))| *at);
             if let Some((&old, _)) = oldest {
                 self.entries.remove(&old);
+                self.evicted += 1;
             }
         }
         self.entries.insert(ip, (mac, now));
@@ -82,12 +88,41 @@ impl ArpCache {
         self.entries.is_empty()
     }
 
+    /// Addresses being resolved (a request sent, no reply yet).
+    pub fn pending(&self) -> usize {
+        self.requested.len()
+    }
+
+    /// Neighbours evicted to make room for newer ones.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Requests not sent because [`CACHE_CAPACITY`] addresses were being resolved at once.
+    pub fn suppressed(&self) -> u64 {
+        self.suppressed
+    }
+
     /// True when a request for `ip` may be sent now (none sent in the last
-    /// [`REQUEST_INTERVAL`]); records that one is being sent.
+    /// [`REQUEST_INTERVAL`], and fewer than [`CACHE_CAPACITY`] other addresses being
+    /// resolved: requests older than the interval are forgotten first); records that one is
+    /// being sent.
     pub fn should_request(&mut self, ip: Ipv4Addr, now: Instant) -> bool {
         match self.requested.get(&ip) {
             Some(at) if now.saturating_since(*at) < REQUEST_INTERVAL => false,
-            _ => {
+            Some(_) => {
+                self.requested.insert(ip, now);
+                true
+            }
+            None => {
+                if self.requested.len() >= CACHE_CAPACITY {
+                    self.requested
+                        .retain(|_, at| now.saturating_since(*at) < REQUEST_INTERVAL);
+                }
+                if self.requested.len() >= CACHE_CAPACITY {
+                    self.suppressed += 1;
+                    return false;
+                }
                 self.requested.insert(ip, now);
                 true
             }
@@ -323,5 +358,27 @@ mod tests {
         }
         assert_eq!(cache.len(), CACHE_CAPACITY);
         assert_eq!(cache.lookup(Ipv4Addr::from(0x0a00_0000), now), None);
+        assert_eq!(cache.evicted(), 10);
+    }
+
+    #[test]
+    fn addresses_being_resolved_are_bounded() {
+        let mut cache = ArpCache::new();
+        let now = clock::now();
+        let ip = |i: u32| Ipv4Addr::from(0x0a00_0000 + i);
+        for i in 0..CACHE_CAPACITY as u32 {
+            assert!(cache.should_request(ip(i), now));
+        }
+        // Full of fresh requests: a new address waits (counted), known ones are unaffected.
+        assert!(!cache.should_request(ip(5000), now));
+        assert_eq!((cache.pending(), cache.suppressed()), (CACHE_CAPACITY, 1));
+        cache.insert(ip(3), PEER_MAC, now);
+        assert_eq!(cache.lookup(ip(3), now), Some(PEER_MAC));
+        assert!(cache.should_request(ip(5000), now), "a reply made room");
+        // An interval later the stale requests are forgotten to make room.
+        let later = now + REQUEST_INTERVAL;
+        assert!(cache.should_request(ip(6000), later));
+        assert_eq!(cache.pending(), 1);
+        assert_eq!(cache.suppressed(), 1);
     }
 }

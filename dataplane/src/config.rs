@@ -151,8 +151,9 @@ pub struct EalConfig {
 
 impl EalConfig {
     /// The full EAL argument list: quieter EAL logging (warnings and worse; unless a
-    /// `--log-level` is given) and no telemetry socket (unless `--telemetry` is given), `-l`
-    /// if set, the configured args, then `extra`.
+    /// `--log-level` is given), `-l` if set, the configured args, then `extra`. DPDK
+    /// telemetry stays on (its socket serves `dataplane stats` and `dpdk-telemetry.py`)
+    /// unless `--no-telemetry` is given.
     pub fn argv(&self, extra: &[String]) -> Vec<String> {
         let mut v = Vec::new();
         let given = |flag: &str| {
@@ -163,9 +164,6 @@ impl EalConfig {
         };
         if !given("--log-level") {
             v.push("--log-level=*:warning".to_string());
-        }
-        if !given("--telemetry") && !given("--no-telemetry") {
-            v.push("--no-telemetry".to_string());
         }
         if let Some(l) = &self.lcores {
             v.push("-l".to_string());
@@ -663,7 +661,6 @@ device = "l0"
             c.eal.argv(&["-v".into()]),
             [
                 "--log-level=*:warning",
-                "--no-telemetry",
                 "-l",
                 "0",
                 "--no-huge",
@@ -673,7 +670,8 @@ device = "l0"
             ]
         );
         assert_eq!(
-            c.eal.argv(&["--log-level=8".into(), "--telemetry".into()])[..2],
+            c.eal
+                .argv(&["--log-level=8".into(), "--no-telemetry".into()])[..2],
             ["-l", "0"]
         );
         assert_eq!(c.poll.burst, 64);

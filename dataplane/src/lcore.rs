@@ -24,6 +24,7 @@ use crate::classify::{Classified, Classifier, FrameClass, ETH_HLEN};
 use crate::config::{Ipv4Cidr, PortConfig};
 use crate::icmp;
 use crate::port::{PacketBuf, Port, PortInfo};
+use crate::telemetry::{self, Dict, Snapshot};
 
 /// A port's layer-3 identity in the poll loop.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -342,6 +343,10 @@ pub trait Handler<P: Port> {
     /// Called once per iteration for each port, after its receive burst was handled: emit
     /// due retransmissions, acknowledgements, queued data.
     fn poll(&mut self, _ctx: &mut PortContext<'_, P>, _now: Instant) {}
+
+    /// Adds what the handler shows in telemetry (connections, QPs, ...) to `snap`; the
+    /// default adds nothing.
+    fn observe(&self, _snap: &mut Snapshot) {}
 }
 
 /// The handler of a loop without upper protocols: ignores TCP and UDP.
@@ -399,14 +404,17 @@ pub struct PollLoop<P: Port, H: Handler<P>> {
     burst: usize,
     rx: Vec<P::Buf>,
     tx: Vec<P::Buf>,
+    /// The lcore it runs on, as telemetry names it.
+    lcore: u32,
+    /// The last telemetry request answered.
+    telemetry_seen: u64,
 }
 
 impl<P: Port, H: Handler<P>> Drop for PollLoop<P, H> {
     /// The buffers the loop holds (spare, held, backlog, rx, tx) go back to their pools
     /// before the ports free those pools (a DPDK pool with an mbuf still out is leaked, and
-    /// EAL with it). The ports then stop first, before the handler's teardown: the sooner a
-    /// memif port stops, the narrower DPDK 22.11 memif's window where the peer's disconnect
-    /// (on EAL's interrupt thread) races this thread's stop (see configs/rdma-memif-*.toml).
+    /// EAL with it). The ports then stop first, before the handler's teardown, so that the
+    /// link goes down as soon as the loop is done.
     fn drop(&mut self) {
         self.slots.clear();
         self.rx.clear();
@@ -424,7 +432,96 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             burst: burst.max(1),
             rx: Vec::with_capacity(burst),
             tx: Vec::with_capacity(burst * 2),
+            lcore: 0,
+            telemetry_seen: telemetry::latest_request(),
         }
+    }
+
+    /// Names the lcore the loop runs on in telemetry (default 0).
+    pub fn set_lcore(&mut self, lcore: u32) {
+        self.lcore = lcore;
+    }
+
+    /// What the loop shows in telemetry: its ports (`ports`), its counters per port
+    /// (`lcores`) and whatever its handler adds.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut snap = Snapshot::default();
+        for (i, (port, slot)) in self.ports.iter().zip(&self.slots).enumerate() {
+            let info = port.info();
+            let st = port.stats();
+            let mut d = Dict::new()
+                .with("index", i)
+                .with("lcore", self.lcore)
+                .with("mac", mac_text(&info.mac))
+                .with("mtu", info.mtu)
+                .with(
+                    "ipv4",
+                    slot.addr.ipv4.map(|c| c.to_string()).unwrap_or_default(),
+                );
+            port.describe(&mut d);
+            for (k, v) in [
+                ("rx_packets", st.rx_packets),
+                ("rx_bytes", st.rx_bytes),
+                ("tx_packets", st.tx_packets),
+                ("tx_bytes", st.tx_bytes),
+                ("rx_dropped", st.rx_dropped),
+                ("tx_dropped", st.tx_dropped),
+                ("rx_errors", st.rx_errors),
+            ] {
+                d.put(k, v);
+            }
+            snap.section("ports").dict(&info.name, d);
+            let c = &slot.counters;
+            let mut d = Dict::new()
+                .with("lcore", self.lcore)
+                .with("port", info.name.as_str())
+                .with("rx", c.rx)
+                .with("tx", c.tx)
+                .with("handled", c.handled)
+                .with("unhandled", c.unhandled)
+                .with("malformed", c.malformed())
+                .with("arp_replies", c.arp_replies)
+                .with("arp_requests", c.arp_requests)
+                .with("echo_replies", c.echo_replies)
+                .with("tx_deferred", c.tx_deferred)
+                .with("tx_dropped", c.tx_dropped)
+                .with("tx_backlog", slot.backlog.len())
+                .with("tx_backlog_max", MAX_TX_BACKLOG)
+                .with("alloc_failures", c.alloc_failures)
+                .with("unresolved", c.unresolved)
+                .with("arp_failures", c.arp_failures)
+                .with("arp_cache", slot.arp.len())
+                .with("arp_evicted", slot.arp.evicted())
+                .with("arp_pending", slot.arp.pending())
+                .with("arp_suppressed", slot.arp.suppressed())
+                .with("arp_held", slot.held.is_some())
+                .with("busy_polls", c.busy_polls)
+                .with("rx_ns", c.rx_ns)
+                .with("process_ns", c.process_ns)
+                .with("tx_ns", c.tx_ns);
+            for class in FrameClass::ALL {
+                let name = class.name().replace('-', "_");
+                d.put(&format!("class_{name}"), c.class(class));
+            }
+            snap.section("lcores")
+                .dict(&format!("lcore{}_{}", self.lcore, info.name), d);
+        }
+        self.handler.observe(&mut snap);
+        snap
+    }
+
+    /// Publishes a snapshot when a telemetry reader asked for one since the last (two
+    /// relaxed loads otherwise); returns whether it published.
+    pub fn publish_if_asked(&mut self) -> bool {
+        if !telemetry::wanted(self.telemetry_seen) {
+            return false;
+        }
+        let asked = telemetry::latest_request();
+        if telemetry::publish(self.lcore, self.snapshot()) {
+            self.telemetry_seen = asked;
+            return true;
+        }
+        false
     }
 
     /// Adds a port with its addressing (ARP and ping are answered for its IPv4 address);
@@ -499,6 +596,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             let n = self.poll_once(now);
             if now.saturating_since(last_tick) >= Duration::from_millis(1) {
                 tick(self, now);
+                self.publish_if_asked();
                 last_tick = now;
             }
             if n == 0 {
@@ -586,6 +684,12 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         }
         n
     }
+}
+
+/// `02:00:00:00:00:01`.
+fn mac_text(mac: &[u8; 6]) -> String {
+    let hex: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
+    hex.join(":")
 }
 
 fn handle_arp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
@@ -703,6 +807,29 @@ mod tests {
         assert_eq!(c.class(FrameClass::Icmp), 1);
         assert_eq!(c.malformed(), 1);
         assert_eq!((c.arp_replies, c.echo_replies, c.tx), (1, 1, 2));
+    }
+
+    #[test]
+    fn snapshot_shows_ports_and_loop_counters_when_asked() {
+        let (mut l, mut peer) = setup(NoHandler);
+        l.set_lcore(7);
+        send(&mut peer, &arp_request());
+        l.poll_once(clock::now());
+        let snap = l.snapshot();
+        let port = snap.sections["ports"].get_dict("dp").unwrap();
+        assert_eq!(port.get("rx_packets"), Some(&telemetry::Scalar::U64(1)));
+        assert_eq!(
+            port.get("mac"),
+            Some(&telemetry::Scalar::Str(mac_text(&OUR_MAC)))
+        );
+        let lc = snap.sections["lcores"].get_dict("lcore7_dp").unwrap();
+        assert_eq!(lc.get("arp_replies"), Some(&telemetry::Scalar::U64(1)));
+        assert_eq!(lc.get("class_arp"), Some(&telemetry::Scalar::U64(1)));
+        // Published when a reader asked since the last time.
+        telemetry::request();
+        assert!(l.publish_if_asked());
+        assert!(telemetry::latest().iter().any(|(lcore, _, _)| *lcore == 7));
+        telemetry::withdraw(7);
     }
 
     #[test]
@@ -1022,6 +1149,40 @@ mod tests {
         l.poll_once(t0);
         assert_eq!(l.handler().pending_seen.last(), Some(&0));
         assert_eq!(l.counters(0).tx_dropped, 0);
+    }
+
+    #[test]
+    fn tx_backlog_is_bounded_and_drops_are_counted() {
+        // The peer's ring holds 64 frames and is not read: of MAX_TX_BACKLOG + 100 frames,
+        // 64 go out, MAX_TX_BACKLOG wait, the last 36 are dropped and counted.
+        let n = MAX_TX_BACKLOG + 100;
+        let (mut l, mut peer) = setup(Burst {
+            n: n as u16,
+            pending_seen: Vec::new(),
+        });
+        let t0 = clock::now();
+        l.poll_once(t0);
+        let c = l.counters(0);
+        assert_eq!((c.tx, c.tx_dropped), (n as u64, 36));
+        assert_eq!(
+            l.snapshot().sections["lcores"]
+                .get_dict("lcore0_dp")
+                .unwrap()
+                .get("tx_backlog"),
+            Some(&telemetry::Scalar::U64(MAX_TX_BACKLOG as u64))
+        );
+        // Nothing else is lost: once the peer reads, the kept frames follow in order.
+        let mut got = Vec::new();
+        for _ in 0..(n / 32 + 4) {
+            got.extend(recv(&mut peer));
+            l.poll_once(t0);
+        }
+        got.extend(recv(&mut peer));
+        assert_eq!(got.len(), 64 + MAX_TX_BACKLOG);
+        for (i, f) in got.iter().enumerate() {
+            assert_eq!(u16::from_be_bytes([f[14], f[15]]), i as u16, "in order");
+        }
+        assert_eq!(l.counters(0).tx_dropped, 36);
     }
 
     #[test]

@@ -23,5 +23,6 @@ pub mod runtime;
 mod settings;
 pub mod stats;
 pub mod tcp_handler;
+pub mod telemetry;
 #[cfg(test)]
 mod test_frames;

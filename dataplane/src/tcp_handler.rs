@@ -19,6 +19,7 @@ use crate::classify::{Classified, FrameClass};
 use crate::clock::Instant;
 use crate::lcore::{Handled, Handler, PortContext};
 use crate::port::Port;
+use crate::telemetry::{Dict, Section, Snapshot};
 
 /// Default of [`TcpHandler::set_tx_per_poll`].
 pub const TX_PER_POLL: usize = 128;
@@ -32,6 +33,9 @@ pub trait TcpService<U, C> {
 
     /// After the drain: events the transmission raised (the default does nothing).
     fn after_transmit(&mut self, _tcp: &mut Engine<U, C>, _cx: &mut C, _now: Instant) {}
+
+    /// Adds what the service shows in telemetry to `snap` (the default adds nothing).
+    fn observe(&self, _tcp: &Engine<U, C>, _cx: &C, _snap: &mut Snapshot) {}
 }
 
 /// A TCP engine with ULPs `U`, the context `C` it lends them, and the service `S` on top,
@@ -138,5 +142,65 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         }
         self.service
             .after_transmit(&mut self.engine, &mut self.cx, now);
+    }
+
+    /// The TCP connections (`tcp`), like `ss -ti`, then the service's sections.
+    fn observe(&self, snap: &mut Snapshot) {
+        observe_tcp(&self.engine, snap.section("tcp"));
+        self.service.observe(&self.engine, &self.cx, snap);
+    }
+}
+
+/// The engine's totals and one entry per connection: state, addresses, congestion and RTT
+/// state, loss counters, reassembly.
+fn observe_tcp<U: Ulp<C>, C>(engine: &Engine<U, C>, out: &mut Section) {
+    let st = engine.stats();
+    out.dict(
+        "engine",
+        Dict::new()
+            .with("connections", engine.connection_count())
+            .with("segments_in", st.segments_in)
+            .with("segments_out", st.segments_out)
+            .with("malformed", st.malformed)
+            .with("syn_backlog_drops", st.syn_backlog_drops)
+            .with("table_full_drops", st.table_full_drops)
+            .with("resets_sent", st.resets_sent)
+            .with("resets_dropped", st.resets_dropped)
+            .with("retransmits", st.retransmits)
+            .with("timeouts", st.timeouts)
+            .with("spurious_timeouts", st.spurious_timeouts),
+    );
+    for id in engine.connections() {
+        let (Some(i), Some(t)) = (engine.info(id), engine.tuple(id)) else {
+            continue;
+        };
+        let us = |d: Option<std::time::Duration>| d.map_or(0, |d| d.as_micros() as u64);
+        out.dict(
+            &format!("c{}", id.index()),
+            Dict::new()
+                .with("state", format!("{:?}", i.state))
+                .with("local", t.local.to_string())
+                .with("remote", t.remote.to_string())
+                .with("mss", i.effective_mss)
+                .with("cwnd", i.cwnd)
+                .with("ssthresh", i.ssthresh)
+                .with("srtt_us", us(i.srtt))
+                .with("rto_us", us(Some(i.rto)))
+                .with("snd_wnd", i.snd_wnd)
+                .with("in_flight", i.pipe)
+                .with("snd_una", i.snd_una)
+                .with("snd_nxt", i.snd_nxt)
+                .with("rcv_nxt", i.rcv_nxt)
+                .with("rx_ranges", i.rx_ranges)
+                .with("rx_stored", i.rx_stored)
+                .with("retransmits", i.retransmits)
+                .with("timeouts", i.timeouts)
+                .with("spurious_timeouts", i.spurious_timeouts)
+                .with("recoveries", i.recoveries)
+                .with("sack", i.options.sack)
+                .with("timestamps", i.options.timestamps)
+                .with("wscale_snd", u32::from(i.options.snd_shift))
+                .with("wscale_rcv", u32::from(i.options.rcv_shift)),
+        );
     }
 }

@@ -1,9 +1,10 @@
 //! `dpdk-sys`: raw bindings to the system's DPDK 22.11.
 //!
 //! Generated at build time by bindgen over `wrapper.h` (allowlisted EAL, ethdev, mempool,
-//! mbuf, lcore, memzone and malloc APIs), plus `dpdk_shim_*` functions from `shim.c` that
-//! give DPDK's static-inline fast path (`rte_eth_rx_burst`, `rte_pktmbuf_alloc`, ...),
-//! macros (`rte_pktmbuf_mtod`) and thread-locals (`rte_errno`) a linkable symbol.
+//! mbuf, lcore, memzone, malloc, alarm and telemetry APIs), plus `dpdk_shim_*` functions
+//! from `shim.c` that give DPDK's static-inline fast path (`rte_eth_rx_burst`,
+//! `rte_pktmbuf_alloc`, ...), macros (`rte_pktmbuf_mtod`) and thread-locals (`rte_errno`) a
+//! linkable symbol.
 //!
 //! Everything here is `unsafe` C API; the safe layer lives in the `dataplane` crate.
 

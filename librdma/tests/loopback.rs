@@ -1,7 +1,8 @@
 //! The libraries end to end in one process, over the in-process software link between two
 //! devices (`a` and `b`, no DPDK): devices and queries, rdma_cm connection setup with
 //! private data, RDMA Write, Send and RDMA Read between buffers of this process's heap,
-//! completions through channels, disconnect with flushed receives, teardown.
+//! completions through channels, disconnect with flushed receives, teardown; async events
+//! of a Write to an invalid STag on both sides.
 //!
 //! The test calls the exported C functions as an application would, so it is unsafe code.
 #![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
@@ -21,18 +22,18 @@ use rdma_dataplane::cm::id::*;
 use rdma_dataplane::cm::qp::*;
 use rdma_dataplane::verbs::cq::*;
 use rdma_dataplane::verbs::device::*;
+use rdma_dataplane::verbs::events::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
 
 const PORT: u16 = 7471;
 const LEN: usize = 4096;
 
-/// The next CM event (5 s at most): it must be `kind`, with status 0.
+/// The next CM event (5 s at most), which must be `kind` with status 0; the caller acks it.
 fn expect_ok(ch: *mut rdma_event_channel, kind: rdma_cm_event_type) -> *mut rdma_cm_event {
     expect_event(ch, kind, 0)
 }
 
-/// The next completion of `cq` (5 s at most).
 fn poll_one(cq: *mut ibv_cq) -> ibv_wc {
     poll_n(cq, 1)[0]
 }
@@ -48,12 +49,213 @@ fn post_recv(qp: *mut ibv_qp, sge: &mut ibv_sge, wr_id: u64) {
     assert_eq!(post_recv_list(qp, &mut wr, &mut bad), 0, "post_recv");
 }
 
-#[test]
-fn two_devices_connect_write_send_read_and_disconnect() {
-    let dir = use_config(
+/// Two connected ids and their resources (see [`connect`]).
+struct Conn {
+    ch: *mut rdma_event_channel,
+    listen: *mut rdma_cm_id,
+    client: *mut rdma_cm_id,
+    child: *mut rdma_cm_id,
+    cctx: *mut ibv_context,
+    cpd: *mut ibv_pd,
+    cch: *mut ibv_comp_channel,
+    ccq: *mut ibv_cq,
+    cqp: *mut ibv_qp,
+    cmr: *mut ibv_mr,
+    cbuf: Box<[u8]>,
+    sqp: *mut ibv_qp,
+    s_send_cq: *mut ibv_cq,
+    s_recv_cq: *mut ibv_cq,
+    smr: *mut ibv_mr,
+    sbuf: Box<[u8]>,
+}
+
+/// Connection setup on `port`: a listener on a, a client on b with receives 100 and 101
+/// posted, one event channel; the request accepted on a with receives 200 and 201 posted;
+/// both sides established.
+fn connect(port: u16) -> Conn {
+    let ch = unsafe { rdma_create_event_channel() };
+    assert!(!ch.is_null());
+    nonblocking(unsafe { (*ch).fd });
+    let mut listen = null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut listen, null_mut(), RDMA_PS_TCP) },
+        0
+    );
+    let mut sa = sockaddr([10, 77, 0, 1], port);
+    assert_eq!(
+        unsafe { rdma_bind_addr(listen, (&mut sa as *mut libc::sockaddr_in).cast()) },
+        0
+    );
+    assert_eq!(unsafe { rdma_listen(listen, 4) }, 0);
+    assert_eq!(unsafe { rdma_get_src_port(listen) }, port.to_be());
+
+    let mut client = null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut client, 7 as *mut c_void, RDMA_PS_TCP) },
+        0
+    );
+    let mut dst = sockaddr([10, 77, 0, 1], port);
+    assert_eq!(
+        unsafe {
+            rdma_resolve_addr(
+                client,
+                null_mut(),
+                (&mut dst as *mut libc::sockaddr_in).cast(),
+                2000,
+            )
+        },
+        0
+    );
+    let ev = expect_ok(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+    assert_eq!(unsafe { (*ev).id }, client);
+    unsafe { rdma_ack_cm_event(ev) };
+    assert_eq!(unsafe { rdma_resolve_route(client, 2000) }, 0);
+    unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) };
+    let cctx = unsafe { (*client).verbs };
+    assert!(!cctx.is_null(), "the client id is on device b");
+
+    // Client resources: its own CQ and channel, a QP through rdma_create_qp.
+    let cpd = unsafe { ibv_alloc_pd(cctx) };
+    let cch = unsafe { ibv_create_comp_channel(cctx) };
+    let ccq = unsafe { ibv_create_cq(cctx, 16, 9 as *mut c_void, cch, 0) };
+    assert!(!ccq.is_null());
+    let mut qattr = ibv_qp_init_attr {
+        send_cq: ccq,
+        recv_cq: ccq,
+        cap: ibv_qp_cap {
+            max_send_wr: 8,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type: IBV_QPT_RC,
+        ..Default::default()
+    };
+    assert_eq!(unsafe { rdma_create_qp(client, cpd, &mut qattr) }, 0);
+    let cqp = unsafe { (*client).qp };
+    let mut cbuf = vec![0u8; LEN].into_boxed_slice();
+    let access =
+        (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE) as c_int;
+    let cmr = unsafe { ibv_reg_mr(cpd, cbuf.as_mut_ptr().cast(), LEN, access) };
+    assert!(!cmr.is_null());
+    let mut crecv = ibv_sge {
+        addr: cbuf.as_ptr() as u64 + 2048,
+        length: 64,
+        lkey: unsafe { (*cmr).lkey },
+    };
+    post_recv(cqp, &mut crecv, 100);
+    post_recv(cqp, &mut crecv, 101);
+    let pdata = *b"hello from b";
+    let mut param = rdma_conn_param {
+        private_data: pdata.as_ptr().cast(),
+        private_data_len: pdata.len() as u8,
+        responder_resources: 4,
+        initiator_depth: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..Default::default()
+    };
+    assert_eq!(unsafe { rdma_connect(client, &mut param) }, 0);
+
+    // The request on a: a new id with the private data; the library makes the CQs.
+    let ev = expect_ok(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    let (child, listen_id, pd_len) =
+        unsafe { ((*ev).id, (*ev).listen_id, (*ev).param.conn.private_data_len) };
+    assert_eq!(listen_id, listen);
+    let got = unsafe {
+        std::slice::from_raw_parts(
+            (*ev).param.conn.private_data.cast::<u8>(),
+            usize::from(pd_len),
+        )
+    };
+    assert_eq!(got, pdata);
+    unsafe { rdma_ack_cm_event(ev) };
+    let sctx = unsafe { (*child).verbs };
+    assert!(!sctx.is_null() && sctx != cctx, "the new id is on device a");
+    let mut sattr = ibv_qp_init_attr {
+        cap: qattr.cap,
+        qp_type: IBV_QPT_RC,
+        ..Default::default()
+    };
+    assert_eq!(unsafe { rdma_create_qp(child, null_mut(), &mut sattr) }, 0);
+    let sqp = unsafe { (*child).qp };
+    let (s_send_cq, s_recv_cq) = unsafe { ((*child).send_cq, (*child).recv_cq) };
+    assert!(!s_send_cq.is_null() && s_send_cq != s_recv_cq);
+    assert_eq!(
+        unsafe { (*s_send_cq).cq_context },
+        child.cast(),
+        "cq_context is the id"
+    );
+    let mut sbuf = vec![0u8; LEN].into_boxed_slice();
+    let smr = unsafe { ibv_reg_mr((*child).pd, sbuf.as_mut_ptr().cast(), LEN, access) };
+    assert!(!smr.is_null());
+    let mut srecv = ibv_sge {
+        addr: sbuf.as_ptr() as u64 + 3072,
+        length: 64,
+        lkey: unsafe { (*smr).lkey },
+    };
+    post_recv(sqp, &mut srecv, 200);
+    post_recv(sqp, &mut srecv, 201);
+    assert_eq!(unsafe { rdma_accept(child, null_mut()) }, 0);
+
+    let mut established = 0;
+    while established < 2 {
+        let ev = expect_ok(ch, RDMA_CM_EVENT_ESTABLISHED);
+        let id = unsafe { (*ev).id };
+        assert!(id == client || id == child);
+        unsafe { rdma_ack_cm_event(ev) };
+        established += 1;
+    }
+    Conn {
+        ch,
+        listen,
+        client,
+        child,
+        cctx,
+        cpd,
+        cch,
+        ccq,
+        cqp,
+        cmr,
+        cbuf,
+        sqp,
+        s_send_cq,
+        s_recv_cq,
+        smr,
+        sbuf,
+    }
+}
+
+/// Teardown in rping's order (the new id before its QP), then the configuration's
+/// directory.
+fn teardown(c: Conn, dir: &std::path::Path) {
+    assert_eq!(unsafe { rdma_destroy_id(c.child) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(c.smr) }, 0);
+    assert_eq!(unsafe { ibv_destroy_qp(c.sqp) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(c.cmr) }, 0);
+    unsafe { rdma_destroy_qp(c.client) };
+    assert_eq!(unsafe { ibv_destroy_cq(c.ccq) }, 0);
+    assert_eq!(unsafe { ibv_destroy_comp_channel(c.cch) }, 0);
+    assert_eq!(unsafe { ibv_dealloc_pd(c.cpd) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(c.client) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(c.listen) }, 0);
+    unsafe { rdma_destroy_event_channel(c.ch) };
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Points `DATAPLANE_CONFIG` at the two-device configuration (in a directory of this
+/// process, returned); the libraries read it once, at their first use.
+fn configure() -> std::path::PathBuf {
+    use_config(
         "librdma-loopback",
         &two_soft_ports("librdma-loopback", 0x0a, [10, 77, 0]),
-    );
+    )
+}
+
+#[test]
+fn two_devices_connect_write_send_read_and_disconnect() {
+    let dir = configure();
 
     // Devices, as ibv_devices / ibv_devinfo see them.
     let mut n = 0;
@@ -90,134 +292,28 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     assert_eq!(unsafe { ibv_close_device(ctx) }, 0);
     unsafe { ibv_free_device_list(list) };
 
-    // Connection setup: a listener on a, a client on b, one event channel.
-    let ch = channel();
-    let listen = create_id(ch);
-    let mut local = sockaddr([10, 77, 0, 1], PORT);
-    assert_eq!(unsafe { rdma_bind_addr(listen, sa(&mut local)) }, 0);
-    assert_eq!(unsafe { rdma_listen(listen, 4) }, 0);
-    assert_eq!(unsafe { rdma_get_src_port(listen) }, PORT.to_be());
-
-    let mut client = null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut client, 7 as *mut c_void, RDMA_PS_TCP) },
-        0
-    );
-    let mut dst = sockaddr([10, 77, 0, 1], PORT);
-    assert_eq!(
-        unsafe { rdma_resolve_addr(client, null_mut(), sa(&mut dst), 2000) },
-        0
-    );
-    let ev = expect_ok(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
-    assert_eq!(unsafe { (*ev).id }, client);
-    unsafe { rdma_ack_cm_event(ev) };
-    assert_eq!(unsafe { rdma_resolve_route(client, 2000) }, 0);
-    unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) };
-    let cctx = unsafe { (*client).verbs };
-    assert!(!cctx.is_null(), "the client id is on device b");
-
-    // Client resources: its own CQ and channel, a QP through rdma_create_qp.
-    let cpd = unsafe { ibv_alloc_pd(cctx) };
-    let cch = unsafe { ibv_create_comp_channel(cctx) };
-    let ccq = unsafe { ibv_create_cq(cctx, 16, 9 as *mut c_void, cch, 0) };
-    assert!(!ccq.is_null());
-    let mut qattr = ibv_qp_init_attr {
-        send_cq: ccq,
-        recv_cq: ccq,
-        cap: ibv_qp_cap {
-            max_send_wr: 8,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: IBV_QPT_RC,
-        ..Default::default()
-    };
-    assert_eq!(unsafe { rdma_create_qp(client, cpd, &mut qattr) }, 0);
-    let cqp = unsafe { (*client).qp };
-    let mut cbuf = vec![0u8; LEN];
-    let access =
-        (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE) as c_int;
-    let cmr = unsafe { ibv_reg_mr(cpd, cbuf.as_mut_ptr().cast(), LEN, access) };
-    assert!(!cmr.is_null());
-    let mut crecv = ibv_sge {
-        addr: cbuf.as_ptr() as u64 + 2048,
-        length: 64,
-        lkey: unsafe { (*cmr).lkey },
-    };
-    post_recv(cqp, &mut crecv, 100);
-    post_recv(cqp, &mut crecv, 101);
-    let pdata = *b"hello from b";
-    let mut param = rdma_conn_param {
-        private_data: pdata.as_ptr().cast(),
-        private_data_len: pdata.len() as u8,
-        responder_resources: 4,
-        initiator_depth: 4,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        ..Default::default()
-    };
-    assert_eq!(unsafe { rdma_connect(client, &mut param) }, 0);
-
-    // The request on a: a new id with the private data; the library makes the CQs.
-    let ev = expect_ok(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-    let (child, listen_id) = unsafe { ((*ev).id, (*ev).listen_id) };
-    assert_eq!(listen_id, listen);
-    assert_eq!(private_data(ev), pdata);
-    unsafe { rdma_ack_cm_event(ev) };
-    let sctx = unsafe { (*child).verbs };
-    assert!(!sctx.is_null() && sctx != cctx, "the new id is on device a");
-    let mut sattr = ibv_qp_init_attr {
-        cap: qattr.cap,
-        qp_type: IBV_QPT_RC,
-        ..Default::default()
-    };
-    assert_eq!(unsafe { rdma_create_qp(child, null_mut(), &mut sattr) }, 0);
-    let sqp = unsafe { (*child).qp };
-    let (s_send_cq, s_recv_cq) = unsafe { ((*child).send_cq, (*child).recv_cq) };
-    assert!(!s_send_cq.is_null() && s_send_cq != s_recv_cq);
-    assert_eq!(
-        unsafe { (*s_send_cq).cq_context },
-        child.cast(),
-        "cq_context is the id"
-    );
-    let mut sbuf = vec![0u8; LEN];
-    let smr = unsafe { ibv_reg_mr((*child).pd, sbuf.as_mut_ptr().cast(), LEN, access) };
-    assert!(!smr.is_null());
-    let mut srecv = ibv_sge {
-        addr: sbuf.as_ptr() as u64 + 3072,
-        length: 64,
-        lkey: unsafe { (*smr).lkey },
-    };
-    post_recv(sqp, &mut srecv, 200);
-    post_recv(sqp, &mut srecv, 201);
-    assert_eq!(unsafe { rdma_accept(child, null_mut()) }, 0);
-
-    let mut established = 0;
-    while established < 2 {
-        let ev = expect_ok(ch, RDMA_CM_EVENT_ESTABLISHED);
-        let id = unsafe { (*ev).id };
-        assert!(id == client || id == child);
-        unsafe { rdma_ack_cm_event(ev) };
-        established += 1;
-    }
+    let mut c = connect(PORT);
+    let (ch, client, ccq, cqp, cmr, cch) = (c.ch, c.client, c.ccq, c.cqp, c.cmr, c.cch);
+    let (sqp, s_send_cq, s_recv_cq, smr) = (c.sqp, c.s_send_cq, c.s_recv_cq, c.smr);
 
     // RDMA Write from b's heap into a's heap, by address and rkey (RFC 5040 §4.3).
-    cbuf[..11].copy_from_slice(b"written by ");
-    cbuf[11] = b'b';
+    c.cbuf[..11].copy_from_slice(b"written by ");
+    c.cbuf[11] = b'b';
     let mut wsge = ibv_sge {
-        addr: cbuf.as_ptr() as u64,
+        addr: c.cbuf.as_ptr() as u64,
         length: 12,
         lkey: unsafe { (*cmr).lkey },
     };
-    let mut wr = rdma_wr(
-        1,
-        &mut wsge,
-        IBV_WR_RDMA_WRITE,
-        sbuf.as_ptr() as u64 + 100,
-        unsafe { (*smr).rkey },
-    );
+    let mut wr = ibv_send_wr {
+        wr_id: 1,
+        sg_list: &mut wsge,
+        num_sge: 1,
+        opcode: IBV_WR_RDMA_WRITE,
+        send_flags: IBV_SEND_SIGNALED,
+        ..Default::default()
+    };
+    wr.wr.rdma.remote_addr = c.sbuf.as_ptr() as u64 + 100;
+    wr.wr.rdma.rkey = unsafe { (*smr).rkey };
     post_send(cqp, &mut wr);
     let wc = poll_one(ccq);
     assert_eq!(
@@ -227,11 +323,18 @@ fn two_devices_connect_write_send_read_and_disconnect() {
 
     // A Send tells a; a's receive completes with the length.
     let mut ssge = ibv_sge {
-        addr: cbuf.as_ptr() as u64,
+        addr: c.cbuf.as_ptr() as u64,
         length: 12,
         lkey: unsafe { (*cmr).lkey },
     };
-    let mut swr = send_wr(2, &mut ssge, IBV_WR_SEND);
+    let mut swr = ibv_send_wr {
+        wr_id: 2,
+        sg_list: &mut ssge,
+        num_sge: 1,
+        opcode: IBV_WR_SEND,
+        send_flags: IBV_SEND_SIGNALED,
+        ..Default::default()
+    };
     post_send(cqp, &mut swr);
     assert_eq!(poll_one(ccq).status, IBV_WC_SUCCESS);
     let wc = poll_one(s_recv_cq);
@@ -240,33 +343,36 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         (200, IBV_WC_SUCCESS, IBV_WC_RECV, 12)
     );
     assert_eq!(
-        &sbuf[100..112],
+        &c.sbuf[100..112],
         b"written by b",
         "the Write landed before the Send"
     );
-    assert_eq!(&sbuf[3072..3084], b"written by b");
+    assert_eq!(&c.sbuf[3072..3084], b"written by b");
 
     // RDMA Read: a reads b's buffer into its own.
-    cbuf[512..520].copy_from_slice(b"readable");
+    c.cbuf[512..520].copy_from_slice(b"readable");
     let mut rsge = ibv_sge {
-        addr: sbuf.as_ptr() as u64 + 1024,
+        addr: c.sbuf.as_ptr() as u64 + 1024,
         length: 8,
         lkey: unsafe { (*smr).lkey },
     };
-    let mut rwr = rdma_wr(
-        3,
-        &mut rsge,
-        IBV_WR_RDMA_READ,
-        cbuf.as_ptr() as u64 + 512,
-        unsafe { (*cmr).rkey },
-    );
+    let mut rwr = ibv_send_wr {
+        wr_id: 3,
+        sg_list: &mut rsge,
+        num_sge: 1,
+        opcode: IBV_WR_RDMA_READ,
+        send_flags: IBV_SEND_SIGNALED,
+        ..Default::default()
+    };
+    rwr.wr.rdma.remote_addr = c.cbuf.as_ptr() as u64 + 512;
+    rwr.wr.rdma.rkey = unsafe { (*cmr).rkey };
     post_send(sqp, &mut rwr);
     let wc = poll_one(s_send_cq);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
         (3, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, 8)
     );
-    assert_eq!(&sbuf[1024..1032], b"readable");
+    assert_eq!(&c.sbuf[1024..1032], b"readable");
 
     // Disconnect: both sides get DISCONNECTED, the receives still posted are flushed and an
     // armed channel fires.
@@ -294,17 +400,60 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     let wc = poll_one(s_recv_cq);
     assert_eq!((wc.wr_id, wc.status), (201, IBV_WC_WR_FLUSH_ERR));
 
-    // Teardown in rping's order: the new id before its QP.
-    assert_eq!(unsafe { rdma_destroy_id(child) }, 0);
-    assert_eq!(unsafe { ibv_dereg_mr(smr) }, 0);
-    assert_eq!(unsafe { ibv_destroy_qp(sqp) }, 0);
-    assert_eq!(unsafe { ibv_dereg_mr(cmr) }, 0);
-    unsafe { rdma_destroy_qp(client) };
-    assert_eq!(unsafe { ibv_destroy_cq(ccq) }, 0);
-    assert_eq!(unsafe { ibv_destroy_comp_channel(cch) }, 0);
-    assert_eq!(unsafe { ibv_dealloc_pd(cpd) }, 0);
-    assert_eq!(unsafe { rdma_destroy_id(client) }, 0);
-    assert_eq!(unsafe { rdma_destroy_id(listen) }, 0);
-    unsafe { rdma_destroy_event_channel(ch) };
-    let _ = std::fs::remove_dir_all(&dir);
+    teardown(c, &dir);
+}
+
+/// The next async event of `ctx` within 5 s (its `async_fd` made non-blocking).
+fn next_async_event(ctx: *mut ibv_context) -> ibv_async_event {
+    nonblocking(unsafe { (*ctx).async_fd });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut ev = ibv_async_event::default();
+    while unsafe { ibv_get_async_event(ctx, &mut ev) } != 0 {
+        assert!(Instant::now() < deadline, "no async event within 5 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    unsafe { ibv_ack_async_event(&mut ev) };
+    ev
+}
+
+// The data plane's handler takes the RNIC's async events and keeps them for the libraries,
+// which deliver them to ibv_get_async_event: an RDMA Write to an invalid STag is an access
+// error on the responder's QP (which sends a Terminate) and a fatal error on the
+// requester's (Terminate received).
+#[test]
+fn a_write_to_an_invalid_stag_is_an_async_event_on_both_sides() {
+    let dir = configure();
+    let c = connect(PORT + 1);
+    let sctx = unsafe { (*c.child).verbs };
+    let mut wsge = ibv_sge {
+        addr: c.cbuf.as_ptr() as u64,
+        length: 8,
+        lkey: unsafe { (*c.cmr).lkey },
+    };
+    let mut wr = ibv_send_wr {
+        wr_id: 1,
+        sg_list: &mut wsge,
+        num_sge: 1,
+        opcode: IBV_WR_RDMA_WRITE,
+        send_flags: IBV_SEND_SIGNALED,
+        ..Default::default()
+    };
+    wr.wr.rdma.remote_addr = c.sbuf.as_ptr() as u64;
+    wr.wr.rdma.rkey = unsafe { (*c.smr).rkey } ^ 0x100;
+    post_send(c.cqp, &mut wr);
+    let ev = next_async_event(sctx);
+    assert_eq!(
+        (ev.event_type, unsafe { ev.element.qp }),
+        (IBV_EVENT_QP_ACCESS_ERR, c.sqp)
+    );
+    let ev = next_async_event(c.cctx);
+    assert_eq!(
+        (ev.event_type, unsafe { ev.element.qp }),
+        (IBV_EVENT_QP_FATAL, c.cqp)
+    );
+    // The Write itself completed when it was sent (RFC 5040: the requester learns of the
+    // error from the Terminate, as the async event above).
+    assert_eq!(poll_one(c.ccq).wr_id, 1);
+
+    teardown(c, &dir);
 }

@@ -23,6 +23,14 @@ pub struct ConnId {
     generation: u32,
 }
 
+impl ConnId {
+    /// The connection's slot in the engine's table (reused after the connection is gone;
+    /// the id as a whole is not).
+    pub fn index(self) -> u32 {
+        self.index
+    }
+}
+
 /// A connection's addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FourTuple {
@@ -119,8 +127,12 @@ pub struct Stats {
     pub malformed: u64,
     /// SYNs dropped because a listener's backlog of half-open connections was full.
     pub syn_backlog_drops: u64,
+    /// SYNs dropped because the connection table was full (`Config::max_connections`).
+    pub table_full_drops: u64,
     /// RSTs sent for segments to no connection.
     pub resets_sent: u64,
+    /// RSTs not sent because [`MAX_PENDING_RSTS`] already waited for transmission.
+    pub resets_dropped: u64,
     /// Segments retransmitted by every connection, live and removed, SYN and SYN-ACK
     /// included (half-open connections that never reached the ULP too).
     pub retransmits: u64,
@@ -157,8 +169,9 @@ struct Rst {
     ack: Option<u32>,
 }
 
-/// Bound on queued RSTs for unknown connections (excess is dropped, RFC 5961 §7 spirit).
-const MAX_PENDING_RSTS: usize = 1024;
+/// Bound on queued RSTs for unknown connections (excess is dropped and counted in
+/// [`Stats::resets_dropped`], RFC 5961 §7 spirit).
+pub const MAX_PENDING_RSTS: usize = 1024;
 
 /// The TCP engine. `U` is the per-connection upper layer: a [`crate::SegmentSink`] +
 /// [`crate::SegmentSource`] (the MPA endpoint, a [`crate::StreamSocket`], or an enum of
@@ -251,6 +264,18 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// Connections in the table, in any state (TIME-WAIT and half-open included).
     pub fn connection_count(&self) -> usize {
         self.live
+    }
+
+    /// The connections the application can see (not yet reported closed), in table order
+    /// (monitoring: `ss`-like listings through [`Engine::info`] and [`Engine::tuple`]).
+    pub fn connections(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, c)| {
+            let c = c.as_ref().filter(|c| !c.tcb.reported_closed)?;
+            Some(ConnId {
+                index: i as u32,
+                generation: c.generation,
+            })
+        })
     }
 
     /// Half-open (SYN-RECEIVED) connections of the listener on `port`.
@@ -487,6 +512,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     fn push_rst(&mut self, rst: Rst) {
         if self.rsts.len() < MAX_PENDING_RSTS {
             self.rsts.push_back(rst);
+        } else {
+            self.stats.resets_dropped += 1;
         }
     }
 
@@ -667,7 +694,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     return;
                 }
                 if self.live >= self.cfg.max_connections {
-                    self.stats.syn_backlog_drops += 1;
+                    self.stats.table_full_drops += 1;
                     return;
                 }
                 let iss = self.isn.isn(now, tuple.local, tuple.remote);

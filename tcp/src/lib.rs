@@ -41,7 +41,9 @@ mod ulp;
 mod wire;
 
 pub use config::{Config, Keepalive};
-pub use engine::{ConnId, Engine, Error, Event, FourTuple, PacketError, Stats, Transmit};
+pub use engine::{
+    ConnId, Engine, Error, Event, FourTuple, PacketError, Stats, Transmit, MAX_PENDING_RSTS,
+};
 pub use isn::IsnGenerator;
 pub use options::Negotiated;
 pub use rx::{Consumed, SegmentSink};

@@ -39,6 +39,13 @@ fn three_way_handshake() {
     // RFC 6691: 1500 MTU - 40 = 1460, less 12 bytes of timestamps.
     assert_eq!(info.effective_mss, 1448);
     assert!(info.srtt.is_some(), "handshake RTT sampled");
+    // Monitoring lists each side's one connection; the ids are the ones handed out.
+    assert_eq!(s.a.connections().collect::<Vec<_>>(), [a]);
+    assert_eq!(s.b.connections().collect::<Vec<_>>(), [b]);
+    assert_eq!(
+        s.b.connections().map(|id| id.index()).collect::<Vec<_>>(),
+        [b.index()]
+    );
 }
 
 // RFC 9293 §3.5 figure 8: simultaneous open; both sides reach ESTABLISHED and exchange data.
@@ -665,4 +672,60 @@ fn stale_ack_in_syn_sent_draws_rst_then_syn_retransmission() {
     synack.mss = Some(1460);
     e.handle_packet(at, &mut (), &synack.emit()).unwrap();
     assert_eq!(e.state(c), Some(State::Established));
+}
+
+// The connection table's bound (`Config::max_connections`): SYNs beyond it are dropped and
+// counted apart from the backlog's; the connections in the table are unaffected, and once
+// one is gone a new one is accepted.
+#[test]
+fn connection_table_full_drops_syns_and_counts() {
+    let cfg = Config {
+        max_connections: 3,
+        ..test_config()
+    };
+    let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(cfg);
+    e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 64)
+        .unwrap();
+    let now = Instant::from_millis(1);
+    let syn_from = |port: u16| Seg::new(a_addr(port), b_addr(), TcpControl::Syn, 1000, None).emit();
+    for port in 40_000..40_005 {
+        e.handle_packet(now, &mut (), &syn_from(port)).unwrap();
+        drain(&mut e, now);
+    }
+    assert_eq!(e.connection_count(), 3);
+    let st = e.stats();
+    assert_eq!((st.table_full_drops, st.syn_backlog_drops), (2, 0));
+    assert_eq!(e.half_open(B_PORT), 3);
+    // A reset frees a slot: the next SYN is accepted.
+    let rst = Seg::new(a_addr(40_000), b_addr(), TcpControl::Rst, 1001, None).emit();
+    e.handle_packet(now, &mut (), &rst).unwrap();
+    assert_eq!(e.connection_count(), 2);
+    e.handle_packet(now, &mut (), &syn_from(40_005)).unwrap();
+    let out = drain(&mut e, now);
+    assert!(out.iter().any(|s| s.control == TcpControl::Syn), "SYN-ACK");
+    assert_eq!(e.stats().table_full_drops, 2);
+}
+
+// RSTs for segments to no connection wait for transmission up to `MAX_PENDING_RSTS`; more
+// are dropped and counted (RFC 5961 §7: an engine under attack need not answer every one),
+// and once sent, answering resumes.
+#[test]
+fn pending_resets_are_bounded_and_counted() {
+    let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(test_config());
+    let now = Instant::from_millis(1);
+    let extra = 10;
+    for i in 0..(tcp::MAX_PENDING_RSTS + extra) as u32 {
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 1, (i >> 8) as u8, i as u8), 5000);
+        let ack = Seg::new(src, b_addr(), TcpControl::None, 1, Some(i)).emit();
+        e.handle_packet(now, &mut (), &ack).unwrap();
+    }
+    let st = e.stats();
+    assert_eq!(st.resets_dropped, extra as u64);
+    let out = drain(&mut e, now);
+    assert_eq!(out.len(), tcp::MAX_PENDING_RSTS);
+    assert!(out.iter().all(|s| s.control == TcpControl::Rst));
+    let ack = Seg::new(a_addr(5001), b_addr(), TcpControl::None, 1, Some(7)).emit();
+    e.handle_packet(now, &mut (), &ack).unwrap();
+    assert_eq!(drain(&mut e, now).len(), 1);
+    assert_eq!(e.stats().resets_dropped, extra as u64);
 }

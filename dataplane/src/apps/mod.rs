@@ -20,7 +20,7 @@ use iwarp::verbs::{Access, CqHandle, PdId, QpInit, UlpId, WorkCompletion};
 
 use crate::lcore::PollLoop;
 use crate::port::Port;
-use crate::rdma::{Arena, RdmaHandler, Region};
+use crate::rdma::{Arena, Drained, RdmaHandler, Region, StopCounts};
 
 /// What an application step decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +132,7 @@ pub fn run_app<P: Port, A: App>(
             return Err(AppError::TimeLimit.into());
         }
         let frames = poll.poll_once(now);
+        poll.publish_if_asked();
         if let Step::Done(r) = app.step(poll.handler_mut(), now) {
             // Let the last frames (FIN, ACKs) out.
             let end = clock::now() + Duration::from_millis(50);
@@ -150,6 +151,68 @@ pub fn run_app<P: Port, A: App>(
             // Idle poll: let a sibling hardware thread run (as `PollLoop::run` does).
             std::hint::spin_loop();
         }
+    }
+}
+
+/// How long a stopped application's connections get to close gracefully before they are
+/// aborted ([`stop_connections`]).
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// What [`stop_connections`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StopReport {
+    /// Connections closed gracefully or terminated at first.
+    pub counts: StopCounts,
+    /// Connections aborted because they had not closed within the grace period.
+    pub aborted: usize,
+    /// Completions found on the CQs at the end.
+    pub drained: Drained,
+}
+
+impl StopReport {
+    /// `key: value` lines for the end of a stopped run (stable names, parsed by tests).
+    pub fn summary(&self) -> String {
+        format!(
+            "stop-connections-graceful: {}\nstop-connections-terminated: {}\nstop-connections-aborted: {}\nstop-flushed-completions: {}\nstop-other-completions: {}",
+            self.counts.graceful,
+            self.counts.terminated,
+            self.aborted,
+            self.drained.flushed,
+            self.drained.other
+        )
+    }
+}
+
+/// Ends an application that was stopped (its stop flag set) in the middle of its work:
+/// every connection closes as its state calls for ([`RdmaHandler::close_all`]) while the
+/// loop keeps running, for at most `grace`; what is left is aborted; then every QP's
+/// outstanding work requests complete with a flush status and the CQs are drained
+/// ([`RdmaHandler::drain_cqs`]).
+pub fn stop_connections<P: Port>(
+    poll: &mut PollLoop<P, RdmaHandler>,
+    grace: Duration,
+) -> StopReport {
+    let counts = poll.handler_mut().close_all();
+    let end = clock::now() + grace;
+    while poll.handler().live() > 0 && clock::now() < end {
+        poll.poll_once(clock::now());
+        poll.publish_if_asked();
+    }
+    let aborted = if poll.handler().live() > 0 {
+        poll.handler_mut().abort_all()
+    } else {
+        0
+    };
+    // Let the last Terminates, resets and acknowledgements out.
+    let flush = clock::now() + Duration::from_millis(20);
+    while clock::now() < flush {
+        poll.poll_once(clock::now());
+    }
+    let drained = poll.handler_mut().drain_cqs();
+    StopReport {
+        counts,
+        aborted,
+        drained,
     }
 }
 

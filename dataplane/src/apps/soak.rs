@@ -713,6 +713,8 @@ pub struct SoakServer {
     slots_seen: Vec<bool>,
     failure: FirstFailure,
     last_event: Option<Instant>,
+    /// When [`SoakServer::step`] last ran (see [`discount_pause`]).
+    last_step: Option<Instant>,
     stall: Duration,
     /// What the server verified.
     pub tally: SoakTally,
@@ -735,6 +737,7 @@ impl SoakServer {
             slots_seen: Vec::new(),
             failure: FirstFailure::default(),
             last_event: None,
+            last_step: None,
             stall,
             tally: SoakTally::default(),
         })
@@ -972,6 +975,10 @@ impl App for SoakServer {
     type Error = SoakError;
 
     fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<SoakError> {
+        if let Some(last) = &mut self.last_event {
+            discount_pause(last, self.last_step, now);
+        }
+        self.last_step = Some(now);
         while let Some(ev) = h.poll_cm_event() {
             self.last_event = Some(now);
             match ev {
@@ -1066,6 +1073,23 @@ impl App for SoakServer {
     }
 }
 
+/// A gap between two steps longer than this is a pause of the whole process (a machine
+/// that stopped or starved it), not a silence of the peer.
+const PAUSE: Duration = Duration::from_secs(1);
+
+/// Moves `last_event` forward by the time since `last_step` when that was a pause: the
+/// stall clocks count only the time the process ran (a machine paused for longer than the
+/// stall time made both sides give up at once when it resumed).
+fn discount_pause(last_event: &mut Instant, last_step: Option<Instant>, now: Instant) {
+    if let Some(prev) = last_step {
+        let gap = now.saturating_since(prev);
+        if gap > PAUSE {
+            log::info!("soak: the process did not run for {gap:?}: not counted as a stall");
+            *last_event = *last_event + gap;
+        }
+    }
+}
+
 // ------------------------------------------------------------------ client
 
 #[derive(Debug, Clone, Copy)]
@@ -1120,6 +1144,8 @@ pub struct SoakClient {
     by_qp: HashMap<QpId, usize>,
     start: Option<Instant>,
     last_event: Instant,
+    /// When [`SoakClient::step`] last ran (see [`discount_pause`]).
+    last_step: Option<Instant>,
     disconnecting: bool,
     /// What the client did and verified.
     pub tally: SoakTally,
@@ -1181,6 +1207,7 @@ impl SoakClient {
             by_qp,
             start: None,
             last_event: clock::now(),
+            last_step: None,
             disconnecting: false,
             tally: SoakTally::default(),
             elapsed: Duration::ZERO,
@@ -1522,6 +1549,8 @@ impl App for SoakClient {
     type Error = SoakError;
 
     fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<SoakError> {
+        discount_pause(&mut self.last_event, self.last_step, now);
+        self.last_step = Some(now);
         match self.run_step(h, now) {
             Ok(false) => Step::Continue,
             Ok(true) => Step::Done(Ok(())),
@@ -1540,6 +1569,22 @@ impl App for SoakClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_of_the_process_is_not_counted_as_silence() {
+        let t0 = clock::now();
+        let mut last = t0;
+        // Steps a millisecond apart: the silence counts.
+        discount_pause(&mut last, Some(t0), t0 + Duration::from_millis(1));
+        assert_eq!(last, t0);
+        // A step 40 s after the one before: the process did not run, the clock moves on.
+        let later = t0 + Duration::from_secs(41);
+        discount_pause(&mut last, Some(t0 + Duration::from_secs(1)), later);
+        assert_eq!(later.saturating_since(last), Duration::from_secs(1));
+        // The first step has nothing to compare with.
+        discount_pause(&mut last, None, later + Duration::from_secs(60));
+        assert_eq!(later.saturating_since(last), Duration::from_secs(1));
+    }
 
     #[test]
     fn pattern_is_positional() {

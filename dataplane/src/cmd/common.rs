@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,13 +112,9 @@ pub fn parse_fault_arg(s: &str) -> Result<(Option<String>, String), Infallible> 
     }
 }
 
-/// A flag set by Ctrl-C (SIGINT/SIGTERM).
+/// The flag the first SIGINT, SIGTERM or SIGHUP sets (see [`super::signals`]).
 pub fn stop_flag() -> Result<Arc<AtomicBool>, CmdError> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let f = Arc::clone(&flag);
-    ctrlc::set_handler(move || f.store(true, Ordering::Relaxed))
-        .map_err(|e| CmdError::Runtime(format!("cannot install the Ctrl-C handler: {e}")))?;
-    Ok(flag)
+    Ok(super::signals::stop_flag())
 }
 
 /// The deadline `duration` from now, if any.

@@ -11,7 +11,10 @@ mod pktgen;
 mod rdma_args;
 mod rping;
 mod run;
+pub mod signals;
 mod soak;
+#[cfg(feature = "dpdk")]
+mod stats;
 mod tcp;
 
 use clap::{Parser, Subcommand};
@@ -48,6 +51,10 @@ pub enum Command {
     Soak(soak::Args),
     /// Run an unmodified rdma-core program (rping, perftest, ...) on the data plane.
     Exec(exec::Args),
+    /// Show a running data plane's ports, loops, TCP connections, QPs and event queues
+    /// (through its DPDK telemetry socket).
+    #[cfg(feature = "dpdk")]
+    Stats(stats::Args),
 }
 
 /// Runs the chosen subcommand.
@@ -62,6 +69,8 @@ pub fn dispatch(cmd: Command) -> Result<(), CmdError> {
         Command::Perf(a) => perf::run(a),
         Command::Soak(a) => soak::run(a),
         Command::Exec(a) => exec::run(a),
+        #[cfg(feature = "dpdk")]
+        Command::Stats(a) => stats::run(a),
     }
 }
 

@@ -3,9 +3,10 @@
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dataplane::apps::{run_app, App};
+use dataplane::apps::{run_app, stop_connections, App, STOP_GRACE};
 use dataplane::clock;
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::{AnyPort, Port};
@@ -225,7 +226,13 @@ impl Session {
                 );
             },
         );
+        if r.is_err() && stop.load(Ordering::Relaxed) {
+            // Stopped by a signal in the middle: close what is open, flush what is queued.
+            let report = stop_connections(&mut self.poll, STOP_GRACE);
+            say!("{}", report.summary());
+        }
         say!("{}", self.poll.handler().counters().summary());
+        say!("{}", self.poll.handler().queue_summary());
         let loop_counters = self.poll.counters(0);
         let port = self.poll.ports()[0].stats();
         say!(

@@ -3,12 +3,13 @@
 //! client, whose exit status covers the server's verdict too.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dataplane::clock;
 
 use dataplane::apps::soak::{parse_bytes, SoakClient, SoakParams, SoakServer, SoakTally};
-use dataplane::apps::{run_app, App};
+use dataplane::apps::{run_app, stop_connections, App, STOP_GRACE};
 use dataplane::lcore::PollLoop;
 use dataplane::port::fault::FaultCounters;
 use dataplane::port::{AnyPort, Port};
@@ -96,7 +97,7 @@ where
 {
     let stop = stop_flag()?;
     let started = clock::now();
-    run_app(
+    let r = run_app(
         &mut s.poll,
         app,
         &stop,
@@ -112,8 +113,12 @@ where
                 fault_text(&faults(poll))
             );
         },
-    )
-    .map_err(CmdError::from)
+    );
+    if r.is_err() && stop.load(Ordering::Relaxed) {
+        // Stopped by a signal in the middle: close what is open, flush what is queued.
+        say!("{}", stop_connections(&mut s.poll, STOP_GRACE).summary());
+    }
+    r.map_err(CmdError::from)
 }
 
 fn counters_line(h: &RdmaHandler) -> String {
@@ -185,6 +190,7 @@ fn summary(role: &str, s: &Session, t: &SoakTally, secs: f64, result: &Result<()
         c.terminates_received
     );
     say!("{}", c.summary());
+    say!("{}", s.poll.handler().queue_summary());
     say!(
         "port-rx-dropped: {}\nport-tx-dropped: {}",
         port.rx_dropped,

@@ -4,8 +4,7 @@
 //! - the program name `dataplane` in front when the first argument is an option;
 //! - `--file-prefix=dataplane-<pid>` and `--no-shconf`, so concurrent processes never share
 //!   runtime files and none are written (no secondary processes can attach; pass your own
-//!   `--file-prefix` to allow them); the runtime directory EAL still creates,
-//!   `/var/run/dpdk/dataplane-<pid>`, is removed on drop;
+//!   `--file-prefix` to allow them);
 //! - `--huge-unlink` when hugepages are used without `--in-memory`: hugepage files are
 //!   unlinked right after mapping, so a crashed or failed run leaves none behind; with
 //!   `--single-file-segments` (which EAL refuses to combine with `--huge-unlink`, and which
@@ -13,6 +12,10 @@
 //!
 //! Before calling `rte_eal_init` without `--no-huge`, [`Eal::init`] checks that hugepages are
 //! reserved and hugetlbfs is mounted, and fails with [`EalError::NoHugepages`] otherwise.
+//!
+//! The runtime directory EAL creates (`/var/run/dpdk/<file-prefix>`: its configuration,
+//! the telemetry socket) is removed after cleanup when this process is EAL's primary, and
+//! by [`remove_runtime_dir`] when the process must exit at once.
 
 use std::ffi::{CStr, CString};
 use std::fs;
@@ -22,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::error::{rte_errno, strerror};
+use super::intr::park_interrupt_thread;
 
 /// Why EAL could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +60,9 @@ static EAL_ATTEMPTED: AtomicBool = AtomicBool::new(false);
 /// The live EAL, for objects created without an `&Eal` (mempools).
 static EAL_CURRENT: Mutex<Weak<EalInner>> = Mutex::new(Weak::new());
 
+/// The runtime directory of this primary process, once EAL is up.
+static RUNTIME_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+
 /// The running DPDK environment. Dropping the last handle (this value and every mempool
 /// and port made under it) calls `rte_eal_cleanup`.
 pub struct Eal {
@@ -68,7 +75,7 @@ pub(crate) struct EalHandle(Arc<EalInner>);
 
 struct EalInner {
     args: Vec<String>,
-    /// Runtime directory to delete after cleanup (only when we chose the file prefix).
+    /// Runtime directory to delete after cleanup (primary processes only).
     owned_runtime_dir: Option<PathBuf>,
 }
 
@@ -108,16 +115,12 @@ impl Eal {
                 code,
             });
         }
-        let owned_runtime_dir = if has_flag(&args, "--file-prefix")
-            && args
-                .iter()
-                .any(|a| a == &default_prefix_arg(std::process::id()))
-        {
-            runtime_dir()
-        } else {
-            None
-        };
+        // SAFETY: EAL is initialised; a plain query.
+        let primary = unsafe { dpdk_sys::rte_eal_process_type() } == dpdk_sys::RTE_PROC_PRIMARY;
+        let owned_runtime_dir = if primary { runtime_dir() } else { None };
+        *RUNTIME_DIR.lock().unwrap_or_else(|e| e.into_inner()) = owned_runtime_dir.clone();
         log::info!("DPDK EAL up: {}", args.join(" "));
+        super::telemetry::register_commands();
         let inner = Arc::new(EalInner {
             args,
             owned_runtime_dir,
@@ -164,6 +167,9 @@ impl EalHandle {
 
 impl Drop for EalInner {
     fn drop(&mut self) {
+        // The interrupt thread outlives rte_eal_cleanup in DPDK 22.11; it must not touch
+        // the memory cleanup unmaps.
+        park_interrupt_thread();
         // SAFETY: the last handle is gone, so no mempool or port made under EAL is left;
         // EAL was initialised successfully (EalInner exists only then).
         let ret = unsafe { dpdk_sys::rte_eal_cleanup() };
@@ -175,6 +181,16 @@ impl Drop for EalInner {
                 log::debug!("removing DPDK runtime dir {}: {e}", dir.display());
             }
         }
+        *RUNTIME_DIR.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// Removes this primary process's EAL runtime directory now, for a process that exits
+/// without cleanup (a second stop signal). Does nothing before EAL is up or after cleanup.
+pub fn remove_runtime_dir() {
+    let dir = RUNTIME_DIR.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(dir) = dir {
+        let _ = fs::remove_dir_all(dir);
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::eal::{Eal, EalHandle};
 use super::error::{strerror, DpdkError};
+use super::intr::{hold_gate, on_interrupt_thread, GateHold};
 use super::mbuf::Mbuf;
 use super::mempool::Mempool;
 
@@ -68,7 +69,29 @@ pub struct EthDev {
     device: String,
     mac: [u8; 6],
     started: bool,
+    rx_desc: u16,
+    tx_desc: u16,
+    /// For a memif port: its bursts and EAL's interrupt thread take turns (see
+    /// [`super::intr`]).
+    gate: Option<GateHold>,
     _eal: EalHandle,
+}
+
+/// What a device is and how it is set up (for monitoring).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EthDevDescription {
+    /// The PMD (`net_memif`, `net_virtio_user`, ...).
+    pub driver: String,
+    /// Receive and transmit queues in use.
+    pub queues: (u16, u16),
+    /// Receive and transmit descriptors per queue.
+    pub descriptors: (u16, u16),
+    /// Offloads the device can do (`RTE_ETH_RX_OFFLOAD_*`, `RTE_ETH_TX_OFFLOAD_*` bits).
+    pub offload_capa: (u64, u64),
+    /// Offloads enabled (none: the stacks checksum in software).
+    pub offloads: (u64, u64),
+    /// Link up, and its speed in Mbit/s.
+    pub link: (bool, u32),
 }
 
 /// Names of the ethdevs EAL probed (`--vdev` devices, bound PCI NICs), in port-id order.
@@ -173,6 +196,9 @@ impl EthDev {
             device: device.to_string(),
             mac: [0; 6],
             started: false,
+            rx_desc: 0,
+            tx_desc: 0,
+            gate: None,
             _eal: eal.handle(),
         };
         claim.transfer();
@@ -189,6 +215,7 @@ impl EthDev {
             dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &mut rx_desc, &mut tx_desc)
         };
         check(|| op("rte_eth_dev_adjust_nb_rx_tx_desc"), ret)?;
+        (dev.rx_desc, dev.tx_desc) = (rx_desc, tx_desc);
 
         let socket = Self::socket_of(port_id);
         let socket_arg = if socket < 0 {
@@ -285,8 +312,10 @@ impl EthDev {
                     break 0;
                 }
                 log::info!("{device}: started but the link stayed down; restarting");
-                // SAFETY: started port; stopped to be started again.
-                unsafe { dpdk_sys::rte_eth_dev_stop(port_id) };
+                on_interrupt_thread(&op("restart"), move || {
+                    // SAFETY: started port; stopped to be started again.
+                    unsafe { dpdk_sys::rte_eth_dev_stop(port_id) };
+                });
                 attempts += 1;
                 continue;
             }
@@ -304,6 +333,9 @@ impl EthDev {
         };
         check(|| op("rte_eth_dev_start"), ret)?;
         dev.started = true;
+        if device.starts_with("net_memif") {
+            dev.gate = hold_gate();
+        }
 
         // SAFETY: started port.
         let ret = unsafe { dpdk_sys::rte_eth_dev_set_link_up(port_id) };
@@ -329,6 +361,34 @@ impl EthDev {
     /// The MAC address in effect (the configured one when the PMD cannot set it).
     pub fn mac(&self) -> [u8; 6] {
         self.mac
+    }
+
+    /// The driver, queues, descriptors, offloads and link (`rte_eth_dev_info_get`,
+    /// `rte_eth_link_get_nowait`).
+    pub fn describe(&self) -> EthDevDescription {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: valid port; info is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(self.port_id, &mut info) };
+        let driver = if ret == 0 && !info.driver_name.is_null() {
+            // SAFETY: on success driver_name points at the PMD's static NUL-terminated name.
+            unsafe { CStr::from_ptr(info.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            String::new()
+        };
+        let mut link = dpdk_sys::rte_eth_link::default();
+        // SAFETY: valid port; link is a valid out pointer.
+        let up = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.port_id, &mut link) } == 0
+            && u32::from(link.link_status()) == dpdk_sys::RTE_ETH_LINK_UP;
+        EthDevDescription {
+            driver,
+            queues: (1, 1),
+            descriptors: (self.rx_desc, self.tx_desc),
+            offload_capa: (info.rx_offload_capa, info.tx_offload_capa),
+            offloads: (0, 0),
+            link: (up, link.link_speed),
+        }
     }
 
     /// True when the link is up (memif/vhost: a peer is connected).
@@ -376,6 +436,7 @@ impl EthDev {
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: u16) -> usize {
         out.reserve(usize::from(max));
         let base = out.len();
+        let _burst = self.gate.as_ref().map(GateHold::burst);
         // SAFETY: `out` has room for `max` more elements; Mbuf is repr(transparent) over a
         // non-null rte_mbuf pointer, so DPDK writes valid elements into the spare capacity;
         // the device is started and `&mut self` makes this the queue's only poller.
@@ -396,6 +457,7 @@ impl EthDev {
         if n == 0 {
             return 0;
         }
+        let _burst = self.gate.as_ref().map(GateHold::burst);
         // SAFETY: the first n elements are owned mbufs laid out as rte_mbuf pointers
         // (repr(transparent)); DPDK takes ownership of the first `sent` of them; the device
         // is started and `&mut self` makes this the queue's only user.
@@ -445,23 +507,28 @@ impl EthDev {
 }
 
 impl Drop for EthDev {
+    /// Stops and closes the device on EAL's interrupt thread, where the PMD's own callbacks
+    /// run (see [`on_interrupt_thread`]: memif's peer-disconnect handler frees the same state
+    /// as its stop).
     fn drop(&mut self) {
-        if self.started {
-            // SAFETY: started port owned by us.
-            let ret = unsafe { dpdk_sys::rte_eth_dev_stop(self.port_id) };
-            if ret < 0 {
-                log::warn!("{}: rte_eth_dev_stop: {}", self.device, strerror(ret.abs()));
+        // No burst any more: the interrupt thread runs freely again (once no other port is
+        // gated), a peer's disconnect first, then this stop.
+        self.gate = None;
+        let (port_id, started, device) = (self.port_id, self.started, self.device.clone());
+        on_interrupt_thread(&format!("{device}: stop and close"), move || {
+            if started {
+                // SAFETY: started port owned by us; the poll loop no longer uses it.
+                let ret = unsafe { dpdk_sys::rte_eth_dev_stop(port_id) };
+                if ret < 0 {
+                    log::warn!("{device}: rte_eth_dev_stop: {}", strerror(ret.abs()));
+                }
             }
-        }
-        // SAFETY: port owned by us and stopped; nothing uses its queues after this.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_close(self.port_id) };
-        if ret < 0 {
-            log::warn!(
-                "{}: rte_eth_dev_close: {}",
-                self.device,
-                strerror(ret.abs())
-            );
-        }
+            // SAFETY: port owned by us and stopped; nothing uses its queues after this.
+            let ret = unsafe { dpdk_sys::rte_eth_dev_close(port_id) };
+            if ret < 0 {
+                log::warn!("{device}: rte_eth_dev_close: {}", strerror(ret.abs()));
+            }
+        });
         release(self.port_id);
     }
 }

@@ -1,4 +1,4 @@
-//! Safe wrappers over DPDK: EAL, mempools, mbufs, ethdev.
+//! Safe wrappers over DPDK: EAL, mempools, mbufs, ethdev, telemetry.
 //!
 //! Ownership model: [`Eal`] is the process-wide environment; every [`Mempool`] and ethdev
 //! keeps the EAL alive, so `rte_eal_cleanup` runs only after the last of them is gone. A
@@ -8,12 +8,14 @@
 pub mod eal;
 mod error;
 pub mod ethdev;
+mod intr;
 pub mod mbuf;
 pub mod mempool;
+pub mod telemetry;
 
 pub use eal::{Eal, EalError};
 pub use error::{rte_errno, strerror, DpdkError};
-pub use ethdev::{available_devices, EthDev, EthDevSetup, EthStats};
+pub use ethdev::{available_devices, EthDev, EthDevDescription, EthDevSetup, EthStats};
 pub use mbuf::{Mbuf, MbufError};
 pub use mempool::Mempool;
 

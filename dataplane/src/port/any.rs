@@ -11,6 +11,7 @@ use super::fault::{FaultConfig, FaultCounters, FaultPort};
 use super::heap::HeapBuf;
 use super::soft_pair::SoftPort;
 use super::tap::TapPort;
+use crate::telemetry::Dict;
 
 #[cfg(feature = "dpdk")]
 use super::dpdk::DpdkPort;
@@ -342,6 +343,19 @@ impl Port for AnyPort {
         };
         s.tx_dropped += self.convert_drops;
         s
+    }
+
+    /// The layers (`kind`), then each layer's own facts.
+    fn describe(&self, out: &mut Dict) {
+        out.put("kind", self.kind());
+        match &self.backend {
+            Backend::Soft(p) => p.describe(out),
+            Backend::Tap(p) => p.describe(out),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.describe(out),
+            Backend::Fault(p) => p.describe(out),
+            Backend::Capture(p) => p.describe(out),
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::telemetry::Dict;
+
 /// A frame buffer owned by a port backend (a DPDK mbuf, or a heap buffer for software ports).
 ///
 /// The buffer's length is the frame length; `as_mut` gives the frame bytes for in-place
@@ -96,6 +98,10 @@ pub trait Port {
 
     /// Current counters.
     fn stats(&self) -> PortStats;
+
+    /// Adds what monitoring shows of the backend (driver, queues, offloads, the counters of
+    /// its layers) to `out`; the default adds nothing.
+    fn describe(&self, _out: &mut Dict) {}
 }
 
 /// What became of one frame a port offered to its link, in [`tx_one_by_one`].

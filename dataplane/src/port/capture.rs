@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::api::{Port, PortError, PortInfo, PortStats};
 use crate::settings::de_ranged;
+use crate::telemetry::Dict;
 
 /// pcap magic number for microsecond timestamps.
 pub const PCAP_MAGIC_MICROS: u32 = 0xa1b2_c3d4;
@@ -253,6 +254,12 @@ impl<P: Port> Port for CapturePort<P> {
 
     fn stats(&self) -> PortStats {
         self.inner.stats()
+    }
+
+    /// The inner port's facts and the frames captured.
+    fn describe(&self, out: &mut Dict) {
+        self.inner.describe(out);
+        out.put("captured", self.records());
     }
 }
 

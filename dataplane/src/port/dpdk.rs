@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats};
 use crate::dpdk::{Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
+use crate::telemetry::Dict;
 
 pub use crate::dpdk::available_devices;
 
@@ -227,6 +228,26 @@ impl Port for DpdkPort {
         self.sw.tx_packets += sent as u64;
         self.sw.tx_bytes += bytes - unsent_bytes;
         sent
+    }
+
+    /// The PMD, its queues, descriptors, offloads and link, and the mbuf pool.
+    fn describe(&self, out: &mut Dict) {
+        let d = self.dev.describe();
+        out.put("port_id", self.dev.port_id());
+        out.put("device", self.dev.device());
+        out.put("driver", d.driver);
+        out.put("rx_queues", d.queues.0);
+        out.put("tx_queues", d.queues.1);
+        out.put("rx_desc", d.descriptors.0);
+        out.put("tx_desc", d.descriptors.1);
+        out.put("rx_offload_capa", format!("{:#x}", d.offload_capa.0));
+        out.put("tx_offload_capa", format!("{:#x}", d.offload_capa.1));
+        out.put("rx_offloads", format!("{:#x}", d.offloads.0));
+        out.put("tx_offloads", format!("{:#x}", d.offloads.1));
+        out.put("link_up", d.link.0);
+        out.put("link_speed_mbps", d.link.1);
+        out.put("pool_size", self.pool.size());
+        out.put("pool_free", self.pool.available());
     }
 
     /// Packets and bytes counted by this port object; drops and errors from the PMD.

@@ -20,6 +20,7 @@ use smoltcp::wire::{
 
 use super::api::{PacketBuf, Port, PortInfo, PortStats};
 use crate::settings::{check_range, de_ranged};
+use crate::telemetry::Dict;
 
 /// A probability, in parts per million of frames.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -693,6 +694,21 @@ impl<P: Port> Port for FaultPort<P> {
         let mut s = self.inner.stats();
         s.tx_dropped += self.tx_dropped;
         s
+    }
+
+    /// The inner port's facts, then the faults injected each way.
+    fn describe(&self, out: &mut Dict) {
+        self.inner.describe(out);
+        let (rx, tx) = self.counters();
+        for (dir, c) in [("rx", rx), ("tx", tx)] {
+            out.put(&format!("fault_{dir}_dropped"), c.dropped);
+            out.put(&format!("fault_{dir}_reordered"), c.reordered);
+            out.put(&format!("fault_{dir}_duplicated"), c.duplicated);
+            out.put(
+                &format!("fault_{dir}_corrupted"),
+                c.corrupted + c.corrupted_tcp,
+            );
+        }
     }
 }
 

@@ -85,3 +85,18 @@ impl RdmaCounters {
         )
     }
 }
+
+/// The connection manager's bounds: CM events waiting for the application, and the
+/// incoming connections refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CmCounters {
+    /// CM events waiting now.
+    pub events_waiting: usize,
+    /// Most CM events that ever waited at once.
+    pub events_high_water: usize,
+    /// Incoming connections reset because too many CM events waited unpolled.
+    pub refused_events_full: u64,
+    /// Incoming connections reset because no QP could be created (the RNIC's QP table or
+    /// the ULP's quota was full).
+    pub refused_no_qp: u64,
+}

@@ -17,16 +17,22 @@ use iwarp::mpa::{MpaConfig, Negotiated};
 use iwarp::rdmap;
 use iwarp::verbs::channel::CoreEnd;
 use iwarp::verbs::{
-    LlpAttach, LlpStreamHandle, ModifyQp, QpAction, QpId, QpInit, QpState, Rnic, VerbError,
+    AsyncEvent, LlpAttach, LlpStreamHandle, ModifyQp, QpAction, QpId, QpInit, QpState, Rnic,
+    VerbError,
 };
 use iwarp::wire::mpa::RtrTypes;
 use iwarp::wire::terminate::TerminateCause;
 use rustc_hash::FxHashMap;
 use tcp::{CloseReason, ConnId, Engine, Event, FourTuple};
 
-use super::counters::RdmaCounters;
+use super::counters::{CmCounters, RdmaCounters};
+use super::events::{EventCounters, EventLog};
 use crate::clock::Instant;
 use crate::tcp_handler::{TcpHandler, TcpService};
+use crate::telemetry::Snapshot;
+
+/// Default of [`RdmaHandler::set_max_cm_events`].
+pub const MAX_CM_EVENTS: usize = 4096;
 
 /// The TCP engine of the iWARP connections; every call lends them the RNIC.
 pub type RdmaEngine = Engine<Connection, Rnic>;
@@ -146,12 +152,12 @@ impl From<VerbError> for CmError {
 }
 
 #[derive(Debug)]
-struct Entry {
+pub(super) struct Entry {
     /// The connection's QP; none yet for a Request to a pending listener.
-    qp: Option<QpId>,
-    local: SocketAddrV4,
-    remote: SocketAddrV4,
-    established: bool,
+    pub(super) qp: Option<QpId>,
+    pub(super) local: SocketAddrV4,
+    pub(super) remote: SocketAddrV4,
+    pub(super) established: bool,
     /// Disconnect asked: close TCP once the connection drained.
     closing: bool,
     tcp_close_sent: bool,
@@ -168,9 +174,13 @@ pub struct ConnManager {
     /// Keyed by local ports and engine-assigned ids: a fast unkeyed hash. A listener makes
     /// each accepted connection's QP from its template, or leaves it to the application.
     listeners: FxHashMap<u16, Option<QpInit>>,
-    conns: FxHashMap<ConnId, Entry>,
-    order: Vec<ConnId>,
+    pub(super) conns: FxHashMap<ConnId, Entry>,
+    pub(super) order: Vec<ConnId>,
     events: VecDeque<CmEvent>,
+    /// Incoming connections are refused while this many CM events wait.
+    max_cm_events: usize,
+    cm_counters: CmCounters,
+    pub(super) event_log: EventLog,
     closed: RdmaCounters,
     first_fpdu_delay: Duration,
     channels: Vec<CoreEnd>,
@@ -190,6 +200,9 @@ impl RdmaHandler {
             conns: FxHashMap::default(),
             order: Vec::new(),
             events: VecDeque::new(),
+            max_cm_events: MAX_CM_EVENTS,
+            cm_counters: CmCounters::default(),
+            event_log: EventLog::default(),
             closed: RdmaCounters::default(),
             first_fpdu_delay: Duration::ZERO,
             channels: Vec::new(),
@@ -240,6 +253,60 @@ impl RdmaHandler {
     /// Next connection-manager event.
     pub fn poll_cm_event(&mut self) -> Option<CmEvent> {
         self.parts().2.events.pop_front()
+    }
+
+    /// Most CM events kept for an application that does not poll them: while this many
+    /// wait, incoming connections are refused (reset, counted in
+    /// [`CmCounters::refused_events_full`]); the events of connections already accepted are
+    /// still queued. Default [`MAX_CM_EVENTS`].
+    pub fn set_max_cm_events(&mut self, n: usize) {
+        self.parts().2.max_cm_events = n.max(1);
+    }
+
+    /// What the connection manager refused and how deep its event queue got.
+    pub fn cm_counters(&self) -> CmCounters {
+        self.service().cm_counters()
+    }
+
+    /// `key: value` lines of the event queues' high-water marks and losses (the RNIC's
+    /// asynchronous events and CQ notifications, the CM events), for end-of-run summaries.
+    pub fn queue_summary(&self) -> String {
+        let q = self.rnic().event_queue_stats();
+        let cm = self.cm_counters();
+        format!(
+            "events-async-high-water: {}\nevents-async-overflows: {}\nevents-cq-high-water: {}\nevents-cq-overflows: {}\ncm-events-high-water: {}\ncm-refused: {}",
+            q.async_events.high_water,
+            q.async_events.overflows,
+            q.cq_events.high_water,
+            q.cq_events.overflows,
+            cm.events_high_water,
+            cm.refused_events_full + cm.refused_no_qp
+        )
+    }
+
+    /// How the RNIC's asynchronous events and CQ notifications were handled.
+    pub fn event_counters(&self) -> EventCounters {
+        self.service().event_log.counters()
+    }
+
+    /// From now on, keeps the RNIC's asynchronous events that no attached application ring
+    /// serves for [`RdmaHandler::poll_async_event`] (at most `capacity`, usually
+    /// [`crate::rdma::MAX_KEPT_EVENTS`]; later ones are counted in
+    /// [`EventCounters::kept_full`]): for an embedder that delivers them itself. The handler
+    /// stays the only consumer of the RNIC's event queues.
+    pub fn keep_async_events(&mut self, capacity: usize) {
+        self.parts().2.event_log.keep(capacity);
+    }
+
+    /// The oldest asynchronous event kept since [`RdmaHandler::keep_async_events`].
+    pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        self.parts().2.event_log.take()
+    }
+
+    /// The latest asynchronous events of the RNIC, oldest first (at most
+    /// [`crate::rdma::RECENT_EVENTS`]).
+    pub fn recent_events(&self) -> impl Iterator<Item = &AsyncEvent> {
+        self.service().event_log.recent()
     }
 
     /// Listens on `addr`; each accepted connection gets a QP created from `init`.
@@ -401,20 +468,7 @@ impl RdmaHandler {
 
     /// Counters over every connection, live and closed.
     pub fn counters(&self) -> RdmaCounters {
-        let cm = self.service();
-        let mut c = cm.closed;
-        for id in &cm.order {
-            if let Some(conn) = self.tcp().ulp(*id) {
-                c.add(&conn.stats());
-            }
-        }
-        // The engine's totals cover SYN and SYN-ACK retransmissions and connections that
-        // never reached the handler (half-open ones, failed connects).
-        let tcp = self.tcp().stats();
-        c.tcp_retransmits = tcp.retransmits;
-        c.tcp_timeouts = tcp.timeouts;
-        c.tcp_spurious_timeouts = tcp.spurious_timeouts;
-        c
+        self.service().totals(self.tcp())
     }
 
     /// Connections alive.
@@ -436,6 +490,30 @@ impl RdmaHandler {
 }
 
 impl ConnManager {
+    /// Counters over every connection, live and closed.
+    fn totals(&self, engine: &RdmaEngine) -> RdmaCounters {
+        let mut c = self.closed;
+        for id in &self.order {
+            if let Some(conn) = engine.ulp(*id) {
+                c.add(&conn.stats());
+            }
+        }
+        // The engine's totals cover SYN and SYN-ACK retransmissions and connections that
+        // never reached the handler (half-open ones, failed connects).
+        let tcp = engine.stats();
+        c.tcp_retransmits = tcp.retransmits;
+        c.tcp_timeouts = tcp.timeouts;
+        c.tcp_spurious_timeouts = tcp.spurious_timeouts;
+        c
+    }
+
+    fn cm_counters(&self) -> CmCounters {
+        CmCounters {
+            events_waiting: self.events.len(),
+            ..self.cm_counters
+        }
+    }
+
     /// MPA policy of accepted connections: peer-to-peer mode (RFC 6581) is accepted when an
     /// initiator asks for it, with a zero-length Send or RDMA Write as RTR (Linux siw with
     /// `peer_to_peer=1` offers Write and Read and takes Write), unless the configuration
@@ -460,6 +538,13 @@ impl ConnManager {
             first_fpdu_delay: self.first_fpdu_delay,
             ..ConnConfig::new(mpa)
         }
+    }
+
+    /// Queues a CM event for the application.
+    fn report(&mut self, e: CmEvent) {
+        self.events.push_back(e);
+        let c = &mut self.cm_counters;
+        c.events_high_water = c.events_high_water.max(self.events.len());
     }
 
     fn track(
@@ -551,7 +636,7 @@ impl ConnManager {
         match e {
             ConnEvent::ConnectRequest(req) => {
                 entry.announced = true;
-                self.events.push_back(match qp {
+                self.report(match qp {
                     Some(qp) => CmEvent::ConnectRequest {
                         id,
                         qp,
@@ -585,7 +670,7 @@ impl ConnManager {
                 }
                 entry.established = true;
                 self.closed.established += 1;
-                self.events.push_back(CmEvent::Established {
+                self.report(CmEvent::Established {
                     id,
                     qp,
                     negotiated: n,
@@ -593,7 +678,7 @@ impl ConnManager {
             }
             ConnEvent::Rejected { private_data } => {
                 if let Some(qp) = qp {
-                    self.events.push_back(CmEvent::Rejected {
+                    self.report(CmEvent::Rejected {
                         id,
                         qp,
                         private_data,
@@ -609,11 +694,11 @@ impl ConnManager {
             ConnEvent::NegotiationFailed { .. } | ConnEvent::LlpClosedDuringNegotiation
                 if qp.is_none() =>
             {
-                self.events.push_back(CmEvent::RequestWithdrawn { id });
+                self.report(CmEvent::RequestWithdrawn { id });
             }
             ConnEvent::NegotiationFailed { error, .. } => {
                 if let Some(qp) = qp {
-                    self.events.push_back(CmEvent::ConnectError {
+                    self.report(CmEvent::ConnectError {
                         id,
                         qp,
                         reason: error.to_string(),
@@ -623,7 +708,7 @@ impl ConnManager {
             }
             ConnEvent::LlpClosedDuringNegotiation => {
                 if let Some(qp) = qp {
-                    self.events.push_back(CmEvent::ConnectError {
+                    self.report(CmEvent::ConnectError {
                         id,
                         qp,
                         reason: "connection closed during MPA negotiation".into(),
@@ -687,13 +772,31 @@ impl ConnManager {
             let _ = engine.abort(conn);
             return;
         };
+        if self.events.len() >= self.max_cm_events {
+            self.cm_counters.refused_events_full += 1;
+            if self.cm_counters.refused_events_full == 1 {
+                log::warn!(
+                    "{} CM events wait unpolled: refusing incoming connections until the \
+                     application takes them (later refusals are counted only)",
+                    self.events.len()
+                );
+            }
+            let _ = engine.abort(conn);
+            return;
+        }
         // A template makes the QP now; a pending listener's application brings its own at
         // accept (the connection's PD and stream are bound then).
         let qp = match template.map(|init| rnic.create_qp(init)) {
             None => None,
             Some(Ok((qp, _))) => Some(qp),
             Some(Err(e)) => {
-                log::warn!("no QP for {}: {e}", tuple.remote);
+                self.cm_counters.refused_no_qp += 1;
+                if self.cm_counters.refused_no_qp == 1 {
+                    log::warn!(
+                        "no QP for {}: {e} (later refusals are counted only)",
+                        tuple.remote
+                    );
+                }
                 let _ = engine.abort(conn);
                 return;
             }
@@ -812,13 +915,13 @@ impl ConnManager {
                 log::warn!("destroy unannounced qp {qp:?}: {e}");
             }
         } else if entry.established {
-            self.events.push_back(CmEvent::Disconnected {
+            self.report(CmEvent::Disconnected {
                 id: conn,
                 qp,
                 graceful,
             });
         } else if !last_is(&self.events) {
-            self.events.push_back(CmEvent::ConnectError {
+            self.report(CmEvent::ConnectError {
                 id: conn,
                 qp,
                 reason: format!("connection closed: {reason:?}"),
@@ -877,9 +980,16 @@ impl TcpService<Connection, Rnic> for ConnManager {
         }
         self.qp_actions(engine, rnic);
         self.tcp_events(engine, rnic);
+        self.event_log.drain(rnic, &self.channels);
     }
 
     fn after_transmit(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, _now: Instant) {
         self.tcp_events(engine, rnic);
+    }
+
+    /// QPs, memory, event queues and totals (see [`super::observe`]).
+    fn observe(&self, engine: &RdmaEngine, rnic: &Rnic, snap: &mut Snapshot) {
+        let totals = self.totals(engine);
+        self.observe_into(engine, rnic, &totals, &self.cm_counters(), snap);
     }
 }

@@ -15,12 +15,20 @@
 
 mod arena;
 mod counters;
+mod events;
 mod handler;
 mod memory;
+mod observe;
 mod stack;
+mod stop;
 
 pub use arena::{Arena, ArenaError, Region, REGION_VA_BASE};
-pub use counters::RdmaCounters;
-pub use handler::{CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler};
+pub use counters::{CmCounters, RdmaCounters};
+pub use events::{EventCounters, MAX_KEPT_EVENTS, RECENT_EVENTS};
+pub use handler::{
+    CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler, MAX_CM_EVENTS,
+};
 pub use memory::{open_rnic, MemoryKind};
+pub use observe::OPCODE_NAMES;
 pub use stack::{RdmaStack, StackConfig, StackError};
+pub use stop::{Drained, StopCounts};

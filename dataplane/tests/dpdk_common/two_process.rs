@@ -48,8 +48,8 @@ impl Drop for RuntimeDirs {
 }
 
 /// Writes `dir/<name>.toml`, a one-port configuration on `lcore` with these extra EAL
-/// arguments (no hugepages, PCI scan or telemetry socket), port `m` on `device`, with
-/// `ipv4` (a /24, MTU 1500) if given; returns its path.
+/// arguments (no PCI scan; no hugepages unless `eal` gives `-m`; no telemetry socket unless
+/// `eal` has `--telemetry`), port `m` on `device`, with `ipv4` (a /24, MTU 1500) if given; returns its path.
 pub fn config(
     dir: &Path,
     name: &str,
@@ -58,9 +58,14 @@ pub fn config(
     device: &str,
     ipv4: Option<&str>,
 ) -> String {
-    let mut args: Vec<String> = ["--no-huge", "-m", "512", "--no-pci", "--no-telemetry"]
-        .map(String::from)
-        .to_vec();
+    let mut args = vec!["--no-pci".to_string()];
+    if !eal.iter().any(|a| a == "-m") {
+        args.extend(["--no-huge", "-m", "512"].map(String::from));
+    }
+    // DPDK 22.11 ignores --telemetry (telemetry is on unless --no-telemetry).
+    if !eal.iter().any(|a| a == "--telemetry") {
+        args.push("--no-telemetry".to_string());
+    }
     args.extend_from_slice(eal);
     args.extend(["-l".to_string(), lcore.to_string()]);
     let quoted: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
@@ -85,6 +90,7 @@ pub struct Link {
     pub server: String,
     /// The client's configuration file.
     pub client: String,
+    tag: String,
     _runtime: RuntimeDirs,
 }
 
@@ -98,6 +104,34 @@ impl Link {
         Link::new(dir, &format!("memif-{tag}"), ipv4, &[], |role| {
             (vdev(role), "net_memif0")
         })
+    }
+
+    /// A memif link like [`Link::memif`] with DPDK telemetry on in both processes (its
+    /// socket is `/var/run/dpdk/<Link::file_prefix(role)>/dpdk_telemetry.v2`).
+    pub fn memif_telemetry(tag: &str, ipv4: Option<[&str; 2]>) -> Link {
+        Link::memif_with(tag, ipv4, &["--telemetry"])
+    }
+
+    /// A memif link like [`Link::memif`] with more EAL arguments on both sides (`-m MIB`
+    /// puts DPDK's memory in hugepages).
+    pub fn memif_with(tag: &str, ipv4: Option<[&str; 2]>, eal: &[&str]) -> Link {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("memif.sock").display().to_string();
+        let vdev = |role: &str| format!("net_memif0,role={role},id=0,socket={sock}");
+        let extra: Vec<String> = eal.iter().map(|a| a.to_string()).collect();
+        Link::new(dir, &format!("memif-{tag}"), ipv4, &extra, |role| {
+            (vdev(role), "net_memif0")
+        })
+    }
+
+    /// The EAL file prefix of "server" or "client" of a link made with `tag`.
+    fn prefix(tag: &str, role: &str) -> String {
+        format!("two-process-{tag}-{role}-{}", std::process::id())
+    }
+
+    /// The EAL file prefix of this link's "server" or "client".
+    pub fn file_prefix(&self, role: &str) -> String {
+        Link::prefix(&self.tag, role)
     }
 
     /// A vhost-user link: the server is the vhost-user backend, the client virtio-user.
@@ -124,7 +158,7 @@ impl Link {
         extra: &[String],
         vdev: impl Fn(&str) -> (String, &'static str),
     ) -> Link {
-        let prefix = |role: &str| format!("two-process-{tag}-{role}-{}", std::process::id());
+        let prefix = |role: &str| Link::prefix(tag, role);
         let side = |role: &str, lcore: u32, ip: Option<&str>| {
             let (vdev, device) = vdev(role);
             let mut eal = vec!["--file-prefix".to_string(), prefix(role)];
@@ -136,6 +170,7 @@ impl Link {
             server: side("server", 0, ipv4.map(|[s, _]| s)),
             client: side("client", 1, ipv4.map(|[_, c]| c)),
             _runtime: RuntimeDirs(vec![prefix("server"), prefix("client")]),
+            tag: tag.to_string(),
             dir,
         }
     }

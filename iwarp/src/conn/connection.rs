@@ -8,7 +8,7 @@ use tcp::Instant;
 use super::config::ConnConfig;
 use super::inbound::Inbound;
 use super::outbound::Sender;
-use super::stats::ConnStats;
+use super::stats::{ConnStats, OpCounters};
 use crate::mem::{MemoryTable, PdId, StreamId};
 use crate::mpa::{
     mulpdu, ConnectRequest, Event as MpaEvent, MpaError, Negotiated, Negotiator, Recovery, Role,
@@ -221,6 +221,8 @@ pub struct Connection {
     /// End of the highest stream octets TCP handed in (in order or ahead of RCV.NXT).
     pub(super) rx_highest: Option<u32>,
     pub(super) stats: ConnStats,
+    /// Segments, messages and octets per RDMAP opcode, both ways.
+    pub(super) ops: OpCounters,
 }
 
 impl Connection {
@@ -252,6 +254,7 @@ impl Connection {
             verbs_events: None,
             rx_highest: None,
             stats: ConnStats::default(),
+            ops: OpCounters::default(),
         };
         c.pump();
         c
@@ -285,6 +288,11 @@ impl Connection {
     /// Counters.
     pub fn stats(&self) -> ConnStats {
         self.stats
+    }
+
+    /// Segments, messages and octets per RDMAP opcode, both ways.
+    pub fn op_counters(&self) -> &OpCounters {
+        &self.ops
     }
 
     /// Initiator: until when FPDUs are held after the MPA Reply

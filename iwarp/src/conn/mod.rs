@@ -56,4 +56,4 @@ mod verbs;
 pub use config::ConnConfig;
 pub use connection::{ConnEvent, ConnState, Connection, LlpRequest};
 pub use rtr::rtr_message;
-pub use stats::ConnStats;
+pub use stats::{ConnStats, OpCount, OpCounters};

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 
 use tcp::Instant;
 
+use super::stats::OpCounters;
 use crate::mem::MemoryTable;
 use crate::mpa::{Framer, MarkerSpacing};
 use crate::rdmap::{DdpSegmentOut, Engine};
@@ -122,7 +123,8 @@ impl Sender {
             && self.hold_until.is_none_or(|t| now >= t)
     }
 
-    /// Takes DDP segments from `engine` until `budget` octets wait.
+    /// Takes DDP segments from `engine` until `budget` octets wait, counting them in
+    /// `ops`.
     pub(super) fn fill<M: MemoryTable + ?Sized>(
         &mut self,
         engine: &mut Engine,
@@ -130,11 +132,15 @@ impl Sender {
         now: Instant,
         mulpdu: usize,
         budget: usize,
+        ops: &mut OpCounters,
     ) {
         while self.bytes < budget {
             let buffer = self.spare.pop().unwrap_or_default();
             match engine.poll_segment_reusing(now, mulpdu, mem, buffer) {
                 Some(s) => {
+                    if let [a, b, ..] = *s.header() {
+                        OpCounters::count(&mut ops.sent, [a, b], s.len());
+                    }
                     self.bytes += s.len();
                     self.queue.push_back(TxSeg::Engine(s));
                 }

@@ -70,6 +70,7 @@ impl Connection {
             phase: Phase::Fpdu(fpdu),
             negotiator,
             stats,
+            ops,
             cfg,
             now,
             ..
@@ -88,6 +89,7 @@ impl Connection {
         let mut deferred = false;
         let mut deliver = |d: Delivery<'_>| {
             stats.fpdus_received += 1;
+            ops.received(d.ulpdu);
             if !d.in_order {
                 stats.fpdus_placed_ahead += 1;
                 stats.bytes_placed_ahead += d.ulpdu.len() as u64;

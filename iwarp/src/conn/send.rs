@@ -29,7 +29,7 @@ impl Connection {
         let Some((engine, sender)) = self.phase.stream_mut() else {
             return;
         };
-        sender.fill(engine, mem, now, mulpdu, budget);
+        sender.fill(engine, mem, now, mulpdu, budget, &mut self.ops);
     }
 
     fn sender_mut(&mut self) -> Option<&mut Sender> {

@@ -20,6 +20,9 @@ pub struct CqAttributes {
     pub ulp: UlpId,
     /// Its Completion Event Handler.
     pub handler: Option<CompletionHandlerId>,
+    /// Completions that found the CQ full (each a CQ Overflow Detected event on the CQ and
+    /// a CQ/SQ or CQ/RQ error on its QP).
+    pub overflows: u64,
 }
 
 impl Rnic {
@@ -68,9 +71,17 @@ impl Rnic {
                 entries: VecDeque::with_capacity(entries as usize),
                 notify: None,
                 handler,
+                overflows: 0,
             },
         );
         Ok((handle, entries))
+    }
+
+    /// Every CQ of the RNIC, by handle (monitoring, with [`Rnic::query_cq`]).
+    pub fn cq_handles(&self) -> Vec<CqHandle> {
+        let mut v: Vec<CqHandle> = self.cqs.keys().copied().collect();
+        v.sort_by_key(|c| c.0);
+        v
     }
 
     /// Query CQ (VERBS-00 §9.2.3.2).
@@ -81,6 +92,7 @@ impl Rnic {
             occupancy: c.entries.len() as u32,
             ulp: c.ulp,
             handler: c.handler,
+            overflows: c.overflows,
         })
     }
 
@@ -144,6 +156,7 @@ impl Rnic {
             return false;
         };
         if c.entries.len() >= c.capacity as usize {
+            c.overflows += 1;
             log::warn!("CQ {cq:?} overflow, completion of QP {:?} dropped", wc.qp);
             self.raise(AsyncEvent {
                 resource: EventResource::Cq(cq),
@@ -159,7 +172,9 @@ impl Rnic {
         c.entries.push_back((wc, kind));
         if fire {
             c.notify = None;
-            self.cq_events.push_back(cq);
+            if !self.cq_events.contains(&cq) {
+                self.cq_events.push(cq);
+            }
         }
         true
     }

@@ -3,7 +3,8 @@
 //! Events are queued on the RNIC and retrieved with
 //! [`Rnic::poll_async_event`](super::Rnic::poll_async_event); this replaces the draft's
 //! single asynchronous event handler in a sans-IO design. Events raised while no consumer
-//! polls are kept, not lost.
+//! polls are kept up to [`RnicAttributes::max_async_events`](super::RnicAttributes), then
+//! lost and counted ([`Rnic::event_queue_stats`](super::Rnic::event_queue_stats)).
 
 use super::handle::{CqHandle, QpId, SrqHandle};
 

@@ -125,6 +125,29 @@ pub struct MwAttributes {
     pub access: Access,
 }
 
+/// One STag of the memory model, for monitoring ([`MemoryModel::stags`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagInfo {
+    /// The STag index (its upper 24 bits).
+    pub index: u32,
+    /// A Memory Window (else a Memory Region).
+    pub window: bool,
+    /// Protection domain.
+    pub pd: PdId,
+    /// Valid (usable) or Invalid.
+    pub state: StagState,
+    /// The key in effect.
+    pub key: u8,
+    /// Octets it covers (0 for an MR without a mapping or an unbound MW).
+    pub len: u64,
+    /// Tagged offset of its first octet.
+    pub base_to: u64,
+    /// Access rights.
+    pub access: Access,
+    /// MR: windows bound to it; MW: 1 when bound.
+    pub bound: u32,
+}
+
 /// Inputs of a Bind MW work request (VERBS-00 §8.1.2.3, Fig. 27).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BindSpec {
@@ -409,6 +432,48 @@ impl MemoryModel {
 
     pub(super) fn uses_pd(&self, pd: PdId) -> bool {
         self.stags_in(&[pd]) > 0
+    }
+
+    /// Every MR and MW (not the inline-data entries of posted WRs), by STag index.
+    pub fn stags(&self) -> Vec<StagInfo> {
+        let state = |valid: bool| {
+            if valid {
+                StagState::Valid
+            } else {
+                StagState::Invalid
+            }
+        };
+        let mut v: Vec<StagInfo> = self
+            .entries
+            .iter()
+            .filter_map(|(&index, e)| match e {
+                Entry::Mr(mr) => Some(StagInfo {
+                    index,
+                    window: false,
+                    pd: mr.pd,
+                    state: state(mr.valid),
+                    key: mr.key,
+                    len: mr.mapping.as_ref().map_or(0, |m| m.len),
+                    base_to: mr.base_to,
+                    access: mr.access,
+                    bound: mr.bound_windows,
+                }),
+                Entry::Mw(mw) => Some(StagInfo {
+                    index,
+                    window: true,
+                    pd: mw.pd,
+                    state: state(mw.binding.is_some()),
+                    key: mw.key,
+                    len: mw.binding.map_or(0, |b| b.len),
+                    base_to: mw.binding.map_or(0, |b| b.base_to),
+                    access: mw.binding.map_or(Access::NONE, |b| b.access),
+                    bound: u32::from(mw.binding.is_some()),
+                }),
+                Entry::Inline { .. } => None,
+            })
+            .collect();
+        v.sort_by_key(|i| i.index);
+        v
     }
 
     /// Number of MRs.

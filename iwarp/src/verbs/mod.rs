@@ -48,6 +48,7 @@
 pub mod channel;
 mod cq;
 mod event;
+mod event_queue;
 mod handle;
 mod memory;
 mod pd;
@@ -66,10 +67,11 @@ pub use crate::mem::{Access, PdId, STag, Sge, StreamId};
 pub use crate::rdmap::{RemoteBuf, SendOp};
 pub use cq::CqAttributes;
 pub use event::{AsyncEvent, AsyncEventKind, EventResource};
+pub use event_queue::{EventQueueStats, QueueStats};
 pub use handle::{CompletionHandlerId, CqHandle, QpId, SrqHandle, UlpId};
 pub use memory::{
     BindSpec, FastRegSpec, LocalContext, MemoryBackend, MemoryModel, MrAttributes, MrSpec,
-    MwAttributes, PageList, StagState, TaggedBase,
+    MwAttributes, PageList, StagInfo, StagState, TaggedBase,
 };
 pub use processing::PostError;
 pub use qp::{event_for_cause, LlpAttach, LlpEvent, ModifyQp, QpAttributes};

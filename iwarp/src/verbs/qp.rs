@@ -207,6 +207,23 @@ impl Rnic {
         })
     }
 
+    /// Every QP of the RNIC, by ID (monitoring, shutdown).
+    pub fn qp_ids(&self) -> Vec<QpId> {
+        let mut v: Vec<QpId> = self.qps.keys().copied().collect();
+        v.sort_by_key(|q| q.0);
+        v
+    }
+
+    /// Work requests of the QP not completed yet (posted, or started and waiting for the
+    /// peer): `(send queue, receive queue)`; `None` for an unknown QP.
+    pub fn outstanding(&self, qp: QpId) -> Option<(usize, usize)> {
+        self.qps.get(&qp).map(|q| {
+            let sq = q.sq_pending.len() + q.sq_active.iter().filter(|a| a.done.is_none()).count();
+            let rq = q.rq_pending.len() + q.rq_active.iter().filter(|a| a.done.is_none()).count();
+            (sq, rq)
+        })
+    }
+
     /// Work requests occupying the QP's send and receive queues: posted and not yet
     /// retired (a WR retires when its completion is polled, or, unsignaled, when the engine is
     /// done with it), as the consumer's posting window sees them.

@@ -39,6 +39,8 @@ pub(super) struct Cq {
     pub(super) entries: VecDeque<(WorkCompletion, WqKind)>,
     pub(super) notify: Option<NotifyType>,
     pub(super) handler: Option<CompletionHandlerId>,
+    /// Completions dropped because the CQ was full.
+    pub(super) overflows: u64,
 }
 
 /// A Shared Receive Queue.

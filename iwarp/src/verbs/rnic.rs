@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::event::AsyncEvent;
+use super::event::{AsyncEvent, AsyncEventKind};
+use super::event_queue::{BoundedQueue, EventQueueStats};
 use super::handle::{CompletionHandlerId, CqHandle, QpId, SrqHandle, UlpId};
 use super::memory::{MemoryBackend, MemoryModel};
 use super::queues::{Cq, LlpStreamHandle, Qp, Srq};
@@ -79,6 +80,12 @@ pub struct RnicAttributes {
     pub cq_overflow_detection: bool,
     /// RDMAP extensions (atomics, immediate data, RFC 7306) are supported.
     pub extensions: bool,
+    /// Asynchronous events kept until polled; more are lost and counted
+    /// ([`Rnic::event_queue_stats`]).
+    pub max_async_events: u32,
+    /// CQ notifications kept until polled (a CQ waits there once however often it fires);
+    /// more are lost and counted.
+    pub max_cq_events: u32,
 }
 
 impl Default for RnicAttributes {
@@ -110,6 +117,8 @@ impl Default for RnicAttributes {
             max_inline: 256,
             cq_overflow_detection: true,
             extensions: true,
+            max_async_events: 4096,
+            max_cq_events: 4096,
         }
     }
 }
@@ -197,8 +206,9 @@ impl RnicDevice {
             memory,
             quotas: FxHashMap::default(),
             handlers: FxHashSet::default(),
-            events: VecDeque::new(),
-            cq_events: VecDeque::new(),
+            events: BoundedQueue::new(self.attrs.max_async_events as usize),
+            cq_events: BoundedQueue::new(self.attrs.max_cq_events as usize),
+            event_counts: FxHashMap::default(),
             actions: VecDeque::new(),
         })
     }
@@ -258,8 +268,10 @@ pub struct Rnic {
     pub(super) memory: MemoryModel,
     pub(super) quotas: FxHashMap<UlpId, Quota>,
     pub(super) handlers: FxHashSet<CompletionHandlerId>,
-    pub(super) events: VecDeque<AsyncEvent>,
-    pub(super) cq_events: VecDeque<CqHandle>,
+    events: BoundedQueue<AsyncEvent>,
+    pub(super) cq_events: BoundedQueue<CqHandle>,
+    /// Events raised, per identifier (queued or lost).
+    event_counts: FxHashMap<AsyncEventKind, u64>,
     pub(super) actions: VecDeque<QpAction>,
 }
 
@@ -324,15 +336,32 @@ impl Rnic {
         Ok(())
     }
 
-    /// The next asynchronous event, if any (VERBS-00 §8.3.3).
+    /// The next asynchronous event, if any (VERBS-00 §8.3.3). At most
+    /// [`RnicAttributes::max_async_events`] wait; later ones are lost until the consumer
+    /// polls (counted in [`Rnic::event_queue_stats`]).
     pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
-        self.events.pop_front()
+        self.events.pop()
     }
 
     /// The next CQ whose armed completion notification fired (VERBS-00 §8.2.5); the
-    /// consumer then polls that CQ; Query CQ tells its handler.
+    /// consumer then polls that CQ; Query CQ tells its handler. A CQ waits here once even
+    /// if it fired again in between.
     pub fn poll_completion_event(&mut self) -> Option<CqHandle> {
-        self.cq_events.pop_front()
+        self.cq_events.pop()
+    }
+
+    /// Depth, capacity, high-water mark and losses of the two event queues.
+    pub fn event_queue_stats(&self) -> EventQueueStats {
+        EventQueueStats {
+            async_events: self.events.stats(),
+            cq_events: self.cq_events.stats(),
+        }
+    }
+
+    /// How many events of each identifier were raised since Open RNIC, whether the
+    /// consumer got them or they were lost (in no particular order).
+    pub fn async_event_counts(&self) -> impl Iterator<Item = (AsyncEventKind, u64)> + '_ {
+        self.event_counts.iter().map(|(k, n)| (*k, *n))
     }
 
     /// The next action the poll core must carry out on an LLP stream or engine.
@@ -352,7 +381,15 @@ impl Rnic {
 
     pub(super) fn raise(&mut self, event: AsyncEvent) {
         log::debug!("async event {event:?}");
-        self.events.push_back(event);
+        *self.event_counts.entry(event.kind).or_default() += 1;
+        if !self.events.push(event) && self.events.stats().overflows == 1 {
+            log::warn!(
+                "RNIC {}: asynchronous event queue full ({} events): events are lost until \
+                 the consumer polls them (later losses are counted only)",
+                self.name,
+                self.attrs.max_async_events
+            );
+        }
     }
 }
 

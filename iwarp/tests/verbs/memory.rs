@@ -643,3 +643,37 @@ fn page_list_merges_adjacent_pages_and_takes_many_ranges() {
         &data[(at - 100) as usize..(at - 100) as usize + 2 * PAGE as usize + 10]
     );
 }
+
+#[test]
+fn stags_list_regions_and_windows_for_monitoring() {
+    let mut fx = fixture();
+    let mr = fx.reg_mr(0, 8192, 0x10_000, all_rights());
+    let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
+    let list = fx.rnic.memory().stags();
+    let of = |stag: STag| {
+        list.iter()
+            .find(|i| i.index == stag.index())
+            .copied()
+            .unwrap()
+    };
+    let m = of(mr);
+    assert_eq!(
+        (m.window, m.pd, m.state, m.key, m.len, m.base_to, m.access, m.bound),
+        (
+            false,
+            fx.pd,
+            StagState::Valid,
+            mr.key(),
+            8192,
+            0x10_000,
+            all_rights(),
+            0
+        )
+    );
+    let w = of(mw);
+    assert_eq!(
+        (w.window, w.state, w.len, w.bound),
+        (true, StagState::Invalid, 0, 0)
+    );
+    assert_eq!(fx.rnic.cq_handles(), [fx.cq]);
+}

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use dataplane::clock;
 use dataplane::port::AnyPort;
-use dataplane::rdma::{RdmaHandler, RdmaStack};
+use dataplane::rdma::{RdmaHandler, RdmaStack, MAX_KEPT_EVENTS};
 use iwarp::verbs::{AsyncEventKind, EventResource, PostError, QpId, QpState, Rnic, VerbError};
 use rustc_hash::FxHashMap;
 
@@ -124,7 +124,12 @@ pub struct Bridge {
 
 impl Bridge {
     /// A bridge over `stacks` (device `i` is `stacks[i]`).
-    pub fn new(stacks: Vec<RdmaStack<AnyPort>>) -> Bridge {
+    pub fn new(mut stacks: Vec<RdmaStack<AnyPort>>) -> Bridge {
+        // The handlers take the RNICs' events every iteration; the bridge delivers the ones
+        // they keep for it.
+        for s in &mut stacks {
+            s.poll.handler_mut().keep_async_events(MAX_KEPT_EVENTS);
+        }
         Bridge {
             stacks,
             cqs: Vec::new(),
@@ -339,12 +344,7 @@ impl Bridge {
 
     fn async_events(&mut self) {
         for dev in 0..self.stacks.len() {
-            while let Some(ev) = self.stacks[dev]
-                .poll
-                .handler_mut()
-                .rnic_mut()
-                .poll_async_event()
-            {
+            while let Some(ev) = self.stacks[dev].poll.handler_mut().poll_async_event() {
                 let Some(kind) = async_type(ev.kind) else {
                     continue;
                 };

@@ -80,7 +80,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             return -1;
         }
         let next = guard("rdma_get_cm_event", Err(libc::EIO), || {
-            let Some(p) = c.shared.items.pop() else {
+            let Some(p) = c.shared.pop() else {
                 return Ok(None);
             };
             build(p)

@@ -8,6 +8,7 @@ pub mod cm;
 pub mod verbs;
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_queue::SegQueue;
 
@@ -64,14 +65,20 @@ impl Drop for EventFd {
     }
 }
 
+/// Entries an [`FdQueue`] holds for an application that does not take them: later ones are
+/// lost and counted ([`FdQueue::lost`]).
+pub const MAX_PENDING_EVENTS: usize = 4096;
+
 /// A queue whose entries an [`EventFd`] counts: an event channel, a completion channel,
-/// a context's async events.
+/// a context's async events. At most [`MAX_PENDING_EVENTS`] wait.
 #[derive(Debug)]
 pub struct FdQueue<T> {
     /// The descriptor applications poll (`fd` of the channel, `async_fd` of a context).
     pub fd: EventFd,
-    /// The entries not yet taken.
-    pub items: SegQueue<T>,
+    items: SegQueue<T>,
+    len: AtomicUsize,
+    /// Entries lost because [`MAX_PENDING_EVENTS`] were waiting.
+    pub lost: AtomicU64,
 }
 
 impl<T> FdQueue<T> {
@@ -80,13 +87,44 @@ impl<T> FdQueue<T> {
         Ok(FdQueue {
             fd: EventFd::new()?,
             items: SegQueue::new(),
+            len: AtomicUsize::new(0),
+            lost: AtomicU64::new(0),
         })
     }
 
-    /// Queues `item` and signals it on the descriptor.
+    /// Queues `item` and signals it on the descriptor; when [`MAX_PENDING_EVENTS`] wait
+    /// unread, the item is lost and counted instead.
     pub fn push(&self, item: T) {
+        if self.len.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_EVENTS {
+            self.len.fetch_sub(1, Ordering::AcqRel);
+            if self.lost.fetch_add(1, Ordering::Relaxed) == 0 {
+                log::warn!(
+                    "{MAX_PENDING_EVENTS} events wait unread on descriptor {}: later ones are \
+                     lost (counted only)",
+                    self.fd.fd()
+                );
+            }
+            return;
+        }
         self.items.push(item);
         self.fd.signal();
+    }
+
+    /// The oldest entry.
+    pub fn pop(&self) -> Option<T> {
+        let item = self.items.pop()?;
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        Some(item)
+    }
+
+    /// Entries waiting.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
     }
 }
 
@@ -100,6 +138,21 @@ pub fn last_errno() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_an_application_leaves_are_bounded_and_counted() {
+        let q = FdQueue::new().unwrap();
+        for i in 0..MAX_PENDING_EVENTS + 3 {
+            q.push(i);
+        }
+        assert_eq!(q.len(), MAX_PENDING_EVENTS);
+        assert_eq!(q.lost.load(Ordering::Relaxed), 3);
+        // The oldest are kept; once one is taken, there is room again.
+        assert_eq!(q.pop(), Some(0));
+        q.push(7);
+        assert_eq!(q.len(), MAX_PENDING_EVENTS);
+        assert_eq!(q.lost.load(Ordering::Relaxed), 3);
+    }
 
     #[test]
     fn an_eventfd_counts_events_and_honours_nonblocking() {

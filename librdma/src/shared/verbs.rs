@@ -246,12 +246,12 @@ mod tests {
         let c = cq(2, Some(Arc::clone(&ch)));
         c.c_cq.store(0x1000, Ordering::Release);
         assert!(c.deliver(Wc::default()));
-        assert!(ch.items.is_empty(), "not armed: no notification");
+        assert!(ch.is_empty(), "not armed: no notification");
         c.arm(false);
         assert!(c.deliver(Wc::default()));
         assert!(!c.deliver(Wc::default()), "ring of 2 is full");
-        assert_eq!(ch.items.pop(), Some(0x1000));
-        assert!(ch.items.is_empty(), "one-shot");
+        assert_eq!(ch.pop(), Some(0x1000));
+        assert!(ch.is_empty(), "one-shot");
         let mut out = [ibv_wc::default(); 4];
         assert_eq!(c.poll(&mut out), 2);
     }
@@ -262,16 +262,16 @@ mod tests {
         let c = cq(8, Some(Arc::clone(&ch)));
         c.arm(true);
         assert!(c.deliver(Wc::default()));
-        assert!(ch.items.is_empty());
+        assert!(ch.is_empty());
         assert!(c.deliver(Wc {
             status: IBV_WC_WR_FLUSH_ERR,
             ..Wc::default()
         }));
-        assert_eq!(ch.items.len(), 1);
+        assert_eq!(ch.len(), 1);
         c.arm(true);
         c.arm(false);
         assert!(c.deliver(Wc::default()), "NEXT wins over SOLICITED");
-        assert_eq!(ch.items.len(), 2);
+        assert_eq!(ch.len(), 2);
     }
 
     #[test]

@@ -166,7 +166,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         return -1;
     }
     guard("ibv_get_cq_event", -1, || {
-        let Some(addr) = c.shared.items.pop() else {
+        let Some(addr) = c.shared.pop() else {
             set_errno(libc::EAGAIN);
             return -1;
         };

@@ -37,7 +37,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
         return -1;
     }
     guard("ibv_get_async_event", -1, || {
-        let Some((element, kind)) = c.asyncs.items.pop() else {
+        let Some((element, kind)) = c.asyncs.pop() else {
             set_errno(libc::EAGAIN);
             return -1;
         };
