@@ -9,11 +9,11 @@
 //! [`Handler::handle`], pass the segment on with the addresses the classifier found:
 //! `engine.handle_tcp(now, meta.src_ip, meta.dst_ip, meta.l4(frame.as_ref()))`, then drop
 //! the frame (or keep it while the payload is placed). In [`Handler::poll`], drain the
-//! engine's output with [`PortContext::send_ipv4`], which adds the Ethernet header for the
-//! ARP-resolved next hop: `while ctx.send_ipv4(|b| engine.poll_transmit(t, b).map(|x|
+//! engine's output with [`PortContext::send_ip`], which adds the Ethernet header for the
+//! ARP-resolved next hop: `while ctx.send_ip(|b| engine.poll_transmit(t, b).map(|x|
 //! (x.dst, x.len))).is_some() {}`; timers are driven from `poll` as well.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ impl PortAddr {
     }
 }
 
-/// What became of a packet offered with [`PortContext::send_ipv4`].
+/// What became of a packet offered with [`PortContext::send_ip`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendOutcome {
     /// Queued for transmission.
@@ -113,7 +113,7 @@ pub struct LoopCounters {
     pub tx_deferred: u64,
     /// Replies not sent because no transmit buffer could be allocated.
     pub alloc_failures: u64,
-    /// Packets `send_ipv4` could not send at once for want of a neighbour's MAC (held) or
+    /// Packets `send_ip` could not send at once for want of a neighbour's MAC (held) or
     /// of a route (dropped).
     pub unresolved: u64,
     /// Held packets dropped because their next hop did not answer [`ARP_ATTEMPTS`]
@@ -207,10 +207,10 @@ impl<P: Port> PortContext<'_, P> {
     /// buffer was available (counted), else what became of the packet.
     ///
     /// Typical use, draining an engine's output:
-    /// `while ctx.send_ipv4(|b| engine.poll_transmit(now, b).map(|t| (t.dst, t.len))).is_some() {}`
-    pub fn send_ipv4(
+    /// `while ctx.send_ip(|b| engine.poll_transmit(now, b).map(|t| (t.dst, t.len))).is_some() {}`
+    pub fn send_ip(
         &mut self,
-        write: impl FnOnce(&mut [u8]) -> Option<(Ipv4Addr, usize)>,
+        write: impl FnOnce(&mut [u8]) -> Option<(IpAddr, usize)>,
     ) -> Option<SendOutcome> {
         let full = self.port.info().mtu + ETH_HLEN;
         let mut buf = match self.spare.take() {
@@ -221,6 +221,10 @@ impl<P: Port> PortContext<'_, P> {
         let Some((dst, len)) = written else {
             *self.spare = Some(buf);
             return None;
+        };
+        let IpAddr::V4(dst) = dst else {
+            self.counters.unresolved += 1;
+            return Some(SendOutcome::NoRoute);
         };
         let Some(hop) = self.next_hop(dst) else {
             self.counters.unresolved += 1;
@@ -829,7 +833,7 @@ mod tests {
             use smoltcp::phy::ChecksumCapabilities;
             use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv4Repr};
             for &dst in &self.dsts {
-                let out = ctx.send_ipv4(|buf| {
+                let out = ctx.send_ip(|buf| {
                     let repr = Ipv4Repr {
                         src_addr: OUR_IP,
                         dst_addr: dst,
@@ -839,12 +843,12 @@ mod tests {
                     };
                     let mut p = Ipv4Packet::new_unchecked(&mut buf[..20]);
                     repr.emit(&mut p, &ChecksumCapabilities::default());
-                    Some((dst, 20))
+                    Some((dst.into(), 20))
                 });
                 self.outcomes.push(out);
             }
             // Nothing to write: no frame, and the buffer is kept for the next call.
-            assert_eq!(ctx.send_ipv4(|_| None), None);
+            assert_eq!(ctx.send_ip(|_| None), None);
         }
     }
 
@@ -855,7 +859,7 @@ mod tests {
     }
 
     #[test]
-    fn send_ipv4_routes_on_link_and_via_gateway() {
+    fn send_ip_routes_on_link_and_via_gateway() {
         let off_link = Ipv4Addr::new(192, 0, 2, 9);
         let (mut l, mut peer) = setup(Sender {
             dsts: vec![PEER_IP, off_link],

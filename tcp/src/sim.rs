@@ -27,7 +27,8 @@ use core::cmp::Ordering;
 use core::time::Duration;
 use std::collections::{BinaryHeap, VecDeque};
 
-use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{IpAddress, IpProtocol, TcpPacket};
 
 use crate::engine::PacketError;
 use crate::time::Instant;
@@ -358,16 +359,18 @@ impl Link {
     }
 }
 
-/// Recomputes the TCP checksum of an IPv4 packet whose segment a rewrite hook changed, so
-/// that only a check above TCP (an MPA CRC, say) can notice the change.
+/// Recomputes the TCP checksum of an IPv4 or IPv6 packet whose segment a rewrite hook
+/// changed, so that only a check above TCP (an MPA CRC, say) can notice the change.
 pub fn refresh_tcp_checksum(packet: &mut [u8]) -> Result<(), PacketError> {
-    let mut ip = Ipv4Packet::new_checked(packet).map_err(|_| PacketError::BadIpv4)?;
-    if ip.next_header() != IpProtocol::Tcp {
-        return Err(PacketError::NotTcp(ip.next_header().into()));
+    let ip = crate::wire::parse_ip(packet, &ChecksumCapabilities::ignored())?;
+    if ip.next != IpProtocol::Tcp {
+        return Err(PacketError::NotTcp(ip.next.into()));
     }
-    let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    let mut tcp = TcpPacket::new_checked(ip.payload_mut()).map_err(|_| PacketError::BadTcp)?;
-    tcp.fill_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst));
+    let (src, dst) = (IpAddress::from(ip.src), IpAddress::from(ip.dst));
+    let (at, len) = (ip.offset, ip.payload.len());
+    let mut tcp =
+        TcpPacket::new_checked(&mut packet[at..at + len]).map_err(|_| PacketError::BadTcp)?;
+    tcp.fill_checksum(&src, &dst);
     Ok(())
 }
 

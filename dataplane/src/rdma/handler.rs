@@ -9,7 +9,7 @@
 //! threads through the rings of [`iwarp::verbs::channel`].
 
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use iwarp::conn::{ConnConfig, ConnEvent, Connection, LlpRequest};
@@ -57,7 +57,7 @@ pub enum CmEvent {
         /// Its QP.
         qp: QpId,
         /// The initiator's address.
-        remote: SocketAddrV4,
+        remote: SocketAddr,
         /// The initiator's private data.
         private_data: Vec<u8>,
     },
@@ -125,7 +125,7 @@ impl From<VerbError> for CmError {
 #[derive(Debug)]
 struct Entry {
     qp: QpId,
-    remote: SocketAddrV4,
+    remote: SocketAddr,
     established: bool,
     /// Disconnect asked: close TCP once the connection drained.
     closing: bool,
@@ -213,23 +213,31 @@ impl RdmaHandler {
         self.parts().2.events.pop_front()
     }
 
-    /// Listens on `addr`; each accepted connection gets a QP created from `init`.
-    pub fn listen(&mut self, addr: SocketAddrV4, init: QpInit) -> Result<(), CmError> {
+    /// Listens on `addr` (IPv4 or IPv6; unspecified: every address of the port); each
+    /// accepted connection gets a QP created from `init`.
+    pub fn listen(&mut self, addr: impl Into<SocketAddr>, init: QpInit) -> Result<(), CmError> {
+        let addr = addr.into();
         let (engine, _, cm) = self.parts();
         engine.listen(addr, 64)?;
         cm.listeners.insert(addr.port(), init);
         Ok(())
     }
 
-    /// Connects from `local` to `remote` with a new QP from `init`, sending `private_data`
-    /// in the MPA Request. [`CmEvent::Established`] follows, or Rejected / ConnectError.
+    /// Connects from `local` to `remote` (addresses of one family) with a new QP from
+    /// `init`, sending `private_data` in the MPA Request. [`CmEvent::Established`] follows,
+    /// or Rejected / ConnectError.
     pub fn connect(
         &mut self,
-        local: Ipv4Addr,
-        remote: SocketAddrV4,
+        local: impl Into<IpAddr>,
+        remote: impl Into<SocketAddr>,
         init: QpInit,
         private_data: &[u8],
     ) -> Result<(ConnId, QpId), CmError> {
+        let (local, remote) = (local.into(), remote.into());
+        if local.is_ipv4() != remote.is_ipv4() {
+            let remote = remote.ip();
+            return Err(tcp::Error::FamilyMismatch { local, remote }.into());
+        }
         let (engine, rnic, cm) = self.parts();
         let now = cm.now;
         let (qp, _) = rnic.create_qp(init)?;
@@ -238,7 +246,7 @@ impl RdmaHandler {
         let cfg = cm.conn_config(mpa, &init, qp);
         let mut conn = Connection::initiator(cfg, now)?;
         conn.pump_verbs(now, rnic, qp);
-        let id = engine.connect(now, SocketAddrV4::new(local, 0), remote, conn)?;
+        let id = engine.connect(now, SocketAddr::new(local, 0), remote, conn)?;
         cm.track(id, qp, remote, true);
         Ok((id, qp))
     }
@@ -358,7 +366,7 @@ impl ConnManager {
         }
     }
 
-    fn track(&mut self, id: ConnId, qp: QpId, remote: SocketAddrV4, announced: bool) {
+    fn track(&mut self, id: ConnId, qp: QpId, remote: SocketAddr, announced: bool) {
         self.conns.insert(
             id,
             Entry {
@@ -435,7 +443,7 @@ impl ConnManager {
         rnic: &mut Rnic,
         id: ConnId,
         qp: QpId,
-        remote: SocketAddrV4,
+        remote: SocketAddr,
         e: ConnEvent,
     ) {
         match e {
@@ -548,7 +556,7 @@ impl ConnManager {
         engine: &mut RdmaEngine,
         rnic: &mut Rnic,
         conn: ConnId,
-        remote: SocketAddrV4,
+        remote: SocketAddr,
         port: u16,
     ) {
         let Some(init) = self.listeners.get(&port).cloned() else {

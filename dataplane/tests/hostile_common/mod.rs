@@ -11,7 +11,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use dataplane::clock::{self};
@@ -104,7 +104,7 @@ pub struct EvilConn {
 pub struct ServerConn {
     pub id: ConnId,
     pub qp: QpId,
-    pub remote: SocketAddrV4,
+    pub remote: SocketAddr,
 }
 
 pub struct Net {
