@@ -99,7 +99,7 @@ impl Config {
     /// Our MSS toward addresses of `ip`'s family: the MTU less the IP header (20 octets for
     /// IPv4, 40 for IPv6) and the TCP base header (RFC 9293 §3.7.1, RFC 8200 §8.3).
     pub fn local_mss(&self, ip: IpAddr) -> u16 {
-        let headers = crate::wire::ip_header_len(ip) + 20;
+        let headers = crate::ip::ip_header_len(ip) + 20;
         u16::try_from(self.mtu.saturating_sub(headers)).unwrap_or(u16::MAX)
     }
 }

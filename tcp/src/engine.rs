@@ -10,11 +10,12 @@ use rustc_hash::FxHashMap;
 use smoltcp::wire::{IpProtocol, TcpControl, TcpRepr};
 
 use crate::config::Config;
+use crate::ip::{parse_ip, PacketError};
 use crate::isn::IsnGenerator;
 use crate::tcb::{CloseReason, ConnInfo, Holding, State, Tcb, TcbEvent};
 use crate::time::Instant;
 use crate::ulp::{Bound, Ulp};
-use crate::wire::{checksum_caps, parse_ip, parse_segment, write_packet, Header};
+use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
 
 /// Handle of one connection. Stale handles (of closed connections) are detected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,26 +99,6 @@ pub enum Error {
     /// A ULP is already attached.
     #[error("a ULP is already attached")]
     AlreadyAttached,
-}
-
-/// Why an incoming packet was not processed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum PacketError {
-    /// Not a well-formed IPv4 packet (or bad header checksum, or a fragment).
-    #[error("malformed IPv4 packet")]
-    BadIpv4,
-    /// Not a well-formed IPv6 packet (a header longer than the packet, a wrong version).
-    #[error("malformed IPv6 packet")]
-    BadIpv6,
-    /// Not TCP (for IPv6: the first Next Header, so an extension header counts here).
-    #[error("not a TCP packet (protocol {0})")]
-    NotTcp(u8),
-    /// Malformed TCP header, bad options or bad checksum.
-    #[error("malformed TCP segment or bad checksum")]
-    BadTcp,
-    /// Source or destination is not a unicast address.
-    #[error("non-unicast address")]
-    NotUnicast,
 }
 
 /// Counters.
