@@ -105,6 +105,16 @@ struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m)
 	return m->pool;
 }
 
+uint64_t dpdk_shim_rx_offload_vlan_strip(void)
+{
+	return RTE_ETH_RX_OFFLOAD_VLAN_STRIP;
+}
+
+uint64_t dpdk_shim_tx_offload_vlan_insert(void)
+{
+	return RTE_ETH_TX_OFFLOAD_VLAN_INSERT;
+}
+
 unsigned int dpdk_shim_mempool_avail_count(const struct rte_mempool *mp)
 {
 	return rte_mempool_avail_count(mp);

@@ -35,6 +35,10 @@ char *dpdk_shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int dpdk_shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
 struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m);
 
+/* ethdev offload bits (RTE_BIT64 macros) */
+uint64_t dpdk_shim_rx_offload_vlan_strip(void);
+uint64_t dpdk_shim_tx_offload_vlan_insert(void);
+
 /* mempool */
 unsigned int dpdk_shim_mempool_avail_count(const struct rte_mempool *mp);
 unsigned int dpdk_shim_mempool_size(const struct rte_mempool *mp);

@@ -34,6 +34,11 @@ pub struct EthDevSetup {
     pub mac: Option<[u8; 6]>,
     /// Receive frames for every destination MAC.
     pub promiscuous: bool,
+    /// Receive every multicast frame (IPv6 neighbour discovery's groups).
+    pub all_multicast: bool,
+    /// Enable the device's 802.1Q offloads (strip on receive, insert on transmit) where it
+    /// has them.
+    pub vlan_offload: bool,
     /// How long to keep retrying `rte_eth_dev_start` while it fails with `EPERM`, which is
     /// how a memif client reports that its server's socket is not there yet.
     pub start_wait: Duration,
@@ -67,6 +72,8 @@ pub struct EthDev {
     port_id: u16,
     device: String,
     mac: [u8; 6],
+    /// 802.1Q offloads enabled: strip on receive, insert on transmit.
+    vlan: (bool, bool),
     started: bool,
     _eal: EalHandle,
 }
@@ -172,14 +179,38 @@ impl EthDev {
             port_id,
             device: device.to_string(),
             mac: [0; 6],
+            vlan: (false, false),
             started: false,
             _eal: eal.handle(),
         };
         claim.transfer();
         let op = |what: &str| format!("{device}: {what}");
 
-        let conf = dpdk_sys::rte_eth_conf::default();
-        // SAFETY: EAL is running; conf is a zero-initialised rte_eth_conf (all defaults).
+        let mut conf = dpdk_sys::rte_eth_conf::default();
+        if setup.vlan_offload {
+            dev.vlan = Self::vlan_capabilities(port_id);
+            // SAFETY: plain constants of the shim.
+            let (strip, insert) = unsafe {
+                (
+                    dpdk_sys::dpdk_shim_rx_offload_vlan_strip(),
+                    dpdk_sys::dpdk_shim_tx_offload_vlan_insert(),
+                )
+            };
+            if dev.vlan.0 {
+                conf.rxmode.offloads |= strip;
+            }
+            if dev.vlan.1 {
+                conf.txmode.offloads |= insert;
+            }
+            let how = |on: bool| if on { "by the device" } else { "in software" };
+            log::info!(
+                "{device}: 802.1Q tags stripped {}, inserted {}",
+                how(dev.vlan.0),
+                how(dev.vlan.1)
+            );
+        }
+        // SAFETY: EAL is running; conf is a zero-initialised rte_eth_conf (defaults) with
+        // only offloads the device reports set.
         let ret = unsafe { dpdk_sys::rte_eth_dev_configure(port_id, 1, 1, &conf) };
         check(|| op("rte_eth_dev_configure(1 rxq, 1 txq)"), ret)?;
 
@@ -270,6 +301,16 @@ impl EthDev {
         } else {
             check(|| op("rte_eth_promiscuous_enable/disable"), ret)?;
         }
+        if setup.all_multicast {
+            // SAFETY: configured port.
+            let ret = unsafe { dpdk_sys::rte_eth_allmulticast_enable(port_id) };
+            if ret < 0 {
+                log::debug!(
+                    "{device}: all-multicast not enabled ({}); IPv6 neighbour discovery relies on the PMD passing its groups",
+                    strerror(ret.abs())
+                );
+            }
+        }
 
         let deadline = Instant::now() + setup.start_wait;
         let mut attempts = 0u32;
@@ -319,6 +360,33 @@ impl EthDev {
     /// DPDK port id.
     pub fn port_id(&self) -> u16 {
         self.port_id
+    }
+
+    /// The 802.1Q offloads port `port_id` reports in `rte_eth_dev_info`: (strip on receive,
+    /// insert on transmit); none when the query fails.
+    fn vlan_capabilities(port_id: u16) -> (bool, bool) {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: valid port (looked up and claimed); info is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(port_id, &mut info) };
+        if ret != 0 {
+            return (false, false);
+        }
+        // SAFETY: plain constants of the shim.
+        let (strip, insert) = unsafe {
+            (
+                dpdk_sys::dpdk_shim_rx_offload_vlan_strip(),
+                dpdk_sys::dpdk_shim_tx_offload_vlan_insert(),
+            )
+        };
+        (
+            info.rx_offload_capa & strip != 0,
+            info.tx_offload_capa & insert != 0,
+        )
+    }
+
+    /// The 802.1Q offloads enabled on the device: (strip on receive, insert on transmit).
+    pub fn vlan_offload(&self) -> (bool, bool) {
+        self.vlan
     }
 
     /// EAL device name.

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats};
+use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
 use crate::dpdk::{Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
 
 pub use crate::dpdk::available_devices;
@@ -37,6 +37,10 @@ pub struct DpdkPortConfig {
     pub pool_size: u32,
     /// Receive frames for any destination MAC.
     pub promiscuous: bool,
+    /// Receive every multicast frame (the port takes IPv6 neighbour discovery).
+    pub all_multicast: bool,
+    /// Use the device's 802.1Q offloads where it has them (the port is on a VLAN).
+    pub vlan_offload: bool,
     /// How long to keep retrying a start the device refuses because its peer is not there
     /// yet (a memif client whose server socket does not exist).
     pub start_wait: std::time::Duration,
@@ -55,6 +59,8 @@ impl DpdkPortConfig {
             mac: None,
             pool_size: 8191,
             promiscuous: true,
+            all_multicast: false,
+            vlan_offload: false,
             start_wait: std::time::Duration::from_secs(10),
         }
     }
@@ -115,6 +121,8 @@ impl DpdkPort {
             mtu,
             mac: cfg.mac,
             promiscuous: cfg.promiscuous,
+            all_multicast: cfg.all_multicast,
+            vlan_offload: cfg.vlan_offload,
             start_wait: cfg.start_wait,
         };
         let dev = EthDev::start(eal, claim, &cfg.device, &setup, &pool)
@@ -239,6 +247,14 @@ impl Port for DpdkPort {
             ..self.sw
         }
     }
+
+    fn vlan_offload(&self) -> VlanOffload {
+        let (rx_strip, tx_insert) = self.dev.vlan_offload();
+        VlanOffload {
+            rx_strip,
+            tx_insert,
+        }
+    }
 }
 
 impl DpdkPort {
@@ -292,6 +308,14 @@ impl PacketBuf for Mbuf {
 
     fn truncate(&mut self, len: usize) {
         Mbuf::truncate(self, len);
+    }
+
+    fn offloaded_vlan(&self) -> Option<u16> {
+        Mbuf::offloaded_vlan(self)
+    }
+
+    fn set_offloaded_vlan(&mut self, tci: u16) {
+        self.set_tx_vlan(tci);
     }
 }
 
