@@ -1571,4 +1571,30 @@ mod tests {
             Some(&Some(SendOutcome::NoRoute))
         );
     }
+
+    // A client connects from the port's address of the server's family; a port with both
+    // families names IPv4 as its main address.
+    #[test]
+    fn source_address_follows_the_family() {
+        let v4 = Ipv4Cidr {
+            addr: OUR_IP,
+            prefix: 24,
+        };
+        let v6 = Ipv6Cidr {
+            addr: OUR_IP6,
+            prefix: 64,
+        };
+        let both = PortAddr {
+            ipv6: Some(v6),
+            ..PortAddr::on_subnet(v4)
+        };
+        assert_eq!(both.source_for(PEER_IP.into()), Some(OUR_IP.into()));
+        assert_eq!(both.source_for(PEER_IP6.into()), Some(OUR_IP6.into()));
+        assert_eq!(both.primary(), Some(OUR_IP.into()));
+        let only6 = PortAddr::on_prefix(v6);
+        assert_eq!(only6.source_for(PEER_IP.into()), None);
+        assert_eq!(only6.primary(), Some(OUR_IP6.into()));
+        assert_eq!(PortAddr::on_subnet(v4).source_for(PEER_IP6.into()), None);
+        assert_eq!(PortAddr::default().primary(), None);
+    }
 }
