@@ -13,6 +13,8 @@ uint16_t dpdk_shim_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf
                             uint16_t nb_pkts);
 uint16_t dpdk_shim_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
                             uint16_t nb_pkts);
+uint16_t dpdk_shim_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+                              uint16_t nb_pkts);
 
 /* mbuf allocation */
 struct rte_mbuf *dpdk_shim_pktmbuf_alloc(struct rte_mempool *mp);

@@ -85,7 +85,12 @@ fn ipv6_frame(tag: Option<Vlan>, next: IpProtocol, payload_len: u16, rest: &[u8]
 
 /// The server's RCV.NXT on the attacker's connection.
 fn server_rcv_nxt(net: &Net, sc: ServerConn) -> u32 {
-    net.server.handler().tcp().info(sc.id).expect("connection").rcv_nxt
+    net.server
+        .handler()
+        .tcp()
+        .info(sc.id)
+        .expect("connection")
+        .rcv_nxt
 }
 
 /// Sends `frames`, lets the server run, and checks that the Send was not delivered and

@@ -74,6 +74,7 @@ pub struct EthDev {
     mac: [u8; 6],
     /// 802.1Q offloads enabled: strip on receive, insert on transmit.
     vlan: (bool, bool),
+    tx_unprepared: u64,
     started: bool,
     _eal: EalHandle,
 }
@@ -180,6 +181,7 @@ impl EthDev {
             device: device.to_string(),
             mac: [0; 6],
             vlan: (false, false),
+            tx_unprepared: 0,
             started: false,
             _eal: eal.handle(),
         };
@@ -478,6 +480,48 @@ impl EthDev {
         // The PMD owns the sent mbufs now: remove them from the Vec without freeing.
         bufs.drain(..sent).for_each(std::mem::forget);
         sent
+    }
+
+    /// `rte_eth_tx_prepare` on the frames of `bufs` when the device inserts VLAN tags
+    /// (virtio inserts them there, not in its transmit burst; a frame prepared already is
+    /// left as it is). A frame the device refuses to prepare is dropped (counted in
+    /// [`EthDev::tx_unprepared`]).
+    pub fn tx_prepare(&mut self, bufs: &mut Vec<Mbuf>) {
+        if !self.vlan.1 {
+            return;
+        }
+        let mut start = 0;
+        while start < bufs.len() {
+            let n = (bufs.len() - start).min(usize::from(u16::MAX));
+            // SAFETY: bufs[start..start + n] are owned mbufs laid out as rte_mbuf pointers
+            // (repr(transparent)); prepare may replace a pointer in the array (the Vec then
+            // owns the new mbuf) but takes ownership of none.
+            let ok = usize::from(unsafe {
+                dpdk_sys::dpdk_shim_tx_prepare(
+                    self.port_id,
+                    0,
+                    bufs.as_mut_ptr()
+                        .add(start)
+                        .cast::<*mut dpdk_sys::rte_mbuf>(),
+                    n as u16,
+                )
+            });
+            start += ok;
+            if ok < n {
+                log::debug!(
+                    "{}: rte_eth_tx_prepare refused a frame: {}",
+                    self.device,
+                    strerror(super::error::rte_errno())
+                );
+                bufs.remove(start);
+                self.tx_unprepared += 1;
+            }
+        }
+    }
+
+    /// Frames dropped because the device refused to prepare them for transmission.
+    pub fn tx_unprepared(&self) -> u64 {
+        self.tx_unprepared
     }
 
     /// The device's extended counters, by name (`rte_eth_xstats_get`).

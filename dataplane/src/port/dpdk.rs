@@ -74,6 +74,8 @@ pub struct DpdkPort {
     pool: Mempool,
     info: PortInfo,
     sw: PortStats,
+    /// Lengths of the frames of one transmit burst (scratch).
+    tx_lens: Vec<u64>,
 }
 
 impl DpdkPort {
@@ -141,6 +143,7 @@ impl DpdkPort {
             pool,
             info,
             sw: PortStats::default(),
+            tx_lens: Vec::new(),
         })
     }
 
@@ -225,15 +228,17 @@ impl Port for DpdkPort {
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
+        self.dev.tx_prepare(bufs);
         if bufs.is_empty() {
             return 0;
         }
-        // Lengths are read before sending: a PMD may free an mbuf as soon as it has it.
-        let bytes: u64 = bufs.iter().map(|m| m.len() as u64).sum();
+        // Lengths are read before sending: a PMD may free an mbuf as soon as it has it, and
+        // one that inserts VLAN tags in its burst (vhost) lengthens the frames it keeps.
+        self.tx_lens.clear();
+        self.tx_lens.extend(bufs.iter().map(|m| m.len() as u64));
         let sent = self.dev.tx_burst(bufs);
-        let unsent_bytes: u64 = bufs.iter().map(|m| m.len() as u64).sum();
         self.sw.tx_packets += sent as u64;
-        self.sw.tx_bytes += bytes - unsent_bytes;
+        self.sw.tx_bytes += self.tx_lens[..sent].iter().sum::<u64>();
         sent
     }
 
@@ -242,7 +247,7 @@ impl Port for DpdkPort {
         let hw = self.dev.hw_stats().map(port_stats).unwrap_or_default();
         PortStats {
             rx_dropped: self.sw.rx_dropped + hw.rx_dropped,
-            tx_dropped: hw.tx_dropped,
+            tx_dropped: hw.tx_dropped + self.dev.tx_unprepared(),
             rx_errors: self.sw.rx_errors + hw.rx_errors,
             ..self.sw
         }
