@@ -95,6 +95,50 @@ pub struct Config {
     /// The ports, in order.
     #[serde(default)]
     pub ports: Vec<PortConfig>,
+    /// iWARP settings of applications run on the data plane (the application libraries).
+    #[serde(default)]
+    pub rdma: RdmaSection,
+}
+
+/// iWARP settings of the application libraries (`dataplane exec`): what rdma-core
+/// applications cannot choose themselves.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RdmaSection {
+    /// Require MPA CRC32c on every FPDU (a peer asking for it gets it anyway).
+    #[serde(default)]
+    pub crc: bool,
+    /// Ask for MPA markers (and accept them when the peer asks).
+    #[serde(default)]
+    pub markers: bool,
+    /// Milliseconds an initiator holds its first FPDU after the MPA Reply, 0..=10000
+    /// (Linux siw 6.1 as responder needs about 100).
+    #[serde(default, deserialize_with = "de_fpdu_delay")]
+    pub first_fpdu_delay_ms: u64,
+    /// Minimum TCP retransmission timeout in milliseconds, 1..=60000.
+    #[serde(default = "default_rto_min", deserialize_with = "de_rto_min")]
+    pub rto_min_ms: u64,
+}
+
+impl Default for RdmaSection {
+    fn default() -> RdmaSection {
+        RdmaSection {
+            crc: false,
+            markers: false,
+            first_fpdu_delay_ms: 0,
+            rto_min_ms: default_rto_min(),
+        }
+    }
+}
+
+fn default_rto_min() -> u64 {
+    20
+}
+fn de_fpdu_delay<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    de_ranged(d, 0..=10_000).map(|v| v as u64)
+}
+fn de_rto_min<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    de_ranged(d, 1..=60_000).map(|v| v as u64)
 }
 
 /// EAL settings.
@@ -782,6 +826,34 @@ device = "l0"
         assert_eq!(p1.start_wait, 10);
         assert!(p1.fault.is_none() && p1.mac.is_none());
         assert!(!c.needs_eal());
+    }
+
+    #[test]
+    fn rdma_section_has_defaults_and_checked_ranges() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.rdma, RdmaSection::default());
+        assert_eq!(c.rdma.rto_min_ms, 20);
+        let c = parse(
+            "[rdma]\ncrc = true\nmarkers = true\nfirst_fpdu_delay_ms = 100\nrto_min_ms = 200\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.rdma,
+            RdmaSection {
+                crc: true,
+                markers: true,
+                first_fpdu_delay_ms: 100,
+                rto_min_ms: 200,
+            }
+        );
+        let e = parse("[rdma]\nrto_min_ms = 0\n").unwrap_err().to_string();
+        assert!(e.contains("rdma.rto_min_ms"), "{e}");
+        let e = parse("[rdma]\nfirst_fpdu_delay_ms = 10001\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rdma.first_fpdu_delay_ms"), "{e}");
+        let e = parse("[rdma]\nmpa_crc = true\n").unwrap_err().to_string();
+        assert!(e.contains("mpa_crc"), "{e}");
     }
 
     #[test]

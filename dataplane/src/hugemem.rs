@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use iwarp::mem::MemoryBackend;
+use iwarp::mem::Arena;
 
 /// Why hugepage memory could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -167,7 +167,7 @@ impl HugepageMemory {
     }
 }
 
-impl MemoryBackend for HugepageMemory {
+impl Arena for HugepageMemory {
     fn bytes(&self) -> &[u8] {
         // SAFETY: `ptr` is a live mapping of `len` readable octets owned by `self`; the
         // returned slice borrows `self`, so it cannot outlive the mapping or alias a

@@ -178,3 +178,188 @@ fn abort_flushes_and_reports() {
     let wc = res.poll_cq(cm.lc.handler_mut()).expect("flushed receive");
     assert_eq!((wc.wr_id, wc.status), (5, CompletionStatus::Flushed));
 }
+
+/// Listens without a QP template, as librdmacm does: each Request arrives without a QP.
+fn listen_pending(cm: &mut Cm, port: u16) -> (SocketAddrV4, Resources) {
+    let sres = Resources::new(cm.ls.handler_mut(), 16, 8, 8, 4).unwrap();
+    let addr = SocketAddrV4::new(SERVER_IP, port);
+    cm.ls.handler_mut().listen_pending(addr, 8).unwrap();
+    (addr, sres)
+}
+
+// rdma_cm's order (RFC 5044 §7.1 exchange, VERBS-00 §6.2.1): the Request reaches the
+// listener before any QP exists; the application creates its QP on the new connection,
+// posts a receive, and accepts with it; the client connects a QP it created first. A Send
+// then travels on the accepted QP.
+#[test]
+fn request_without_a_qp_then_accept_with_the_applications_qp() {
+    let mut cm = Cm::new();
+    let (addr, sres) = listen_pending(&mut cm, 6100);
+    let cres = Resources::new(cm.lc.handler_mut(), 16, 8, 8, 4).unwrap();
+    let (cqp, _) = cm.lc.handler_mut().rnic_mut().create_qp(cres.init).unwrap();
+    let id = cm
+        .lc
+        .handler_mut()
+        .connect_qp(CLIENT_IP, addr, cqp, b"hello", None)
+        .unwrap();
+    let mut sres = sres;
+    let sbuf = sres
+        .buffer(cm.ls.handler_mut(), 4096, all_rights())
+        .unwrap();
+    let mut sqp = None;
+    cm.run(
+        |l, e| {
+            if let CmEvent::Request {
+                id,
+                local,
+                private_data,
+                ird_ord,
+                ..
+            } = e
+            {
+                assert_eq!(*local, addr.into());
+                assert_eq!(private_data, b"hello");
+                assert!(ird_ord.is_some(), "MPA revision 2 carries IRD/ORD");
+                let h = l.handler_mut();
+                let (qp, _) = h.rnic_mut().create_qp(sres.init).unwrap();
+                h.rnic_mut()
+                    .post_rq(qp, vec![sbuf.recv_wr(7, 0, 64)])
+                    .unwrap();
+                h.accept_with_qp(*id, qp, b"welcome").unwrap();
+                sqp = Some(qp);
+            }
+        },
+        |cm| established(&cm.server) && established(&cm.client),
+    );
+    let sqp = sqp.expect("the server saw the Request");
+    assert!(
+        !cm.server
+            .iter()
+            .any(|e| matches!(e, CmEvent::ConnectRequest { .. })),
+        "a pending listener reports Request, not ConnectRequest: {:?}",
+        cm.server
+    );
+    match &cm.client[0] {
+        CmEvent::Established {
+            id: got,
+            qp,
+            negotiated,
+        } => {
+            assert_eq!((*got, *qp), (id, cqp));
+            assert_eq!(negotiated.private_data, b"welcome");
+        }
+        e => panic!("{e:?}"),
+    }
+    // The accepted QP carries the traffic.
+    let mut cres = cres;
+    let cbuf = cres
+        .buffer(cm.lc.handler_mut(), 4096, all_rights())
+        .unwrap();
+    cbuf.bytes_mut(cm.lc.handler_mut().rnic_mut())[..5].copy_from_slice(b"ping!");
+    cm.lc
+        .handler_mut()
+        .rnic_mut()
+        .post_sq(
+            cqp,
+            vec![iwarp::verbs::SendWr::new(
+                1,
+                iwarp::verbs::SqOp::Message(cbuf.send(0, 5)),
+            )],
+        )
+        .unwrap();
+    let end = clock::now() + Duration::from_secs(5);
+    let wc = loop {
+        assert!(clock::now() < end, "no receive completion");
+        let now = clock::now();
+        cm.ls.poll_once(now);
+        cm.lc.poll_once(now);
+        if let Some(wc) = sres.poll_cq(cm.ls.handler_mut()) {
+            break wc;
+        }
+    };
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (7, CompletionStatus::Success, 5)
+    );
+    assert_eq!(wc.qp, sqp);
+    assert_eq!(&sbuf.bytes(cm.ls.handler().rnic())[..5], b"ping!");
+}
+
+// A Request the application never answers disappears when the initiator gives up; the
+// listener's port can be listened on again as soon as it is released (perftest binds 18515
+// twice in a row).
+#[test]
+fn withdrawn_request_and_port_reuse() {
+    let mut cm = Cm::new();
+    let (addr, _sres) = listen_pending(&mut cm, 6200);
+    let cres = Resources::new(cm.lc.handler_mut(), 16, 8, 8, 4).unwrap();
+    let (cqp, _) = cm.lc.handler_mut().rnic_mut().create_qp(cres.init).unwrap();
+    let id = cm
+        .lc
+        .handler_mut()
+        .connect_qp(CLIENT_IP, addr, cqp, b"", Some((2, 3)))
+        .unwrap();
+    cm.run(
+        |_, _| {},
+        |cm| {
+            cm.server
+                .iter()
+                .any(|e| matches!(e, CmEvent::Request { .. }))
+        },
+    );
+    // RFC 6581 §3: the Request carries this connection's IRD and ORD, not the handler's.
+    assert!(cm.server.iter().any(|e| matches!(
+        e,
+        CmEvent::Request {
+            ird_ord: Some((2, 3)),
+            ..
+        }
+    )));
+    cm.lc.handler_mut().abort(id).unwrap();
+    cm.run(
+        |_, _| {},
+        |cm| {
+            cm.server
+                .iter()
+                .any(|e| matches!(e, CmEvent::RequestWithdrawn { .. }))
+        },
+    );
+    assert!(cm.ls.handler_mut().unlisten(addr.port()));
+    assert!(
+        !cm.ls.handler_mut().unlisten(addr.port()),
+        "already released"
+    );
+    cm.ls.handler_mut().listen_pending(addr, 8).unwrap();
+}
+
+// A connect to a port nobody listens on is refused by a TCP reset (RFC 9293 §3.10.7.1);
+// the error says so, which rdma_cm reports as REJECTED rather than a generic failure.
+#[test]
+fn refused_connect_says_the_stream_was_refused() {
+    let mut cm = Cm::new();
+    let cres = Resources::new(cm.lc.handler_mut(), 16, 8, 8, 4).unwrap();
+    let addr = SocketAddrV4::new(SERVER_IP, 6300);
+    cm.lc
+        .handler_mut()
+        .connect(CLIENT_IP, addr, cres.init, b"")
+        .unwrap();
+    cm.run(
+        |_, _| {},
+        |cm| {
+            cm.client
+                .iter()
+                .any(|e| matches!(e, CmEvent::ConnectError { .. }))
+        },
+    );
+    assert!(
+        cm.client.iter().any(|e| matches!(
+            e,
+            CmEvent::ConnectError {
+                llp: Some(tcp::CloseReason::Refused),
+                ..
+            }
+        )),
+        "{:?}",
+        cm.client
+    );
+}

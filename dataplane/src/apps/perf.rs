@@ -387,6 +387,8 @@ impl App for PerfServer {
     fn step(&mut self, h: &mut RdmaHandler, _now: Instant) -> Step<PerfError> {
         while let Some(ev) = h.poll_cm_event() {
             match ev {
+                // Only a pending listener reports these; this tool listens with a QP template.
+                CmEvent::Request { .. } | CmEvent::RequestWithdrawn { .. } => {}
                 CmEvent::ConnectRequest {
                     id,
                     qp,
@@ -983,6 +985,8 @@ impl PerfClient {
     fn run_step(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<Option<()>, PerfError> {
         while let Some(ev) = h.poll_cm_event() {
             match ev {
+                // Only a pending listener reports these; this tool listens with a QP template.
+                CmEvent::Request { .. } | CmEvent::RequestWithdrawn { .. } => {}
                 CmEvent::Established { id, negotiated, .. } => {
                     if let Some(q) = self.qps.iter_mut().find(|q| q.id == id) {
                         q.established = true;

@@ -398,6 +398,8 @@ impl Rping {
 
     fn cm(&mut self, h: &mut RdmaHandler, ev: CmEvent, now: Instant) -> Option<Step<RpingError>> {
         match ev {
+            // Only a pending listener reports these; this tool listens with a QP template.
+            CmEvent::Request { .. } | CmEvent::RequestWithdrawn { .. } => {}
             CmEvent::ConnectRequest { id, qp, remote, .. } => {
                 if self.conn.is_some() {
                     let _ = h.reject(id, b"busy");

@@ -976,6 +976,8 @@ impl App for SoakServer {
         while let Some(ev) = h.poll_cm_event() {
             self.last_event = Some(now);
             match ev {
+                // Only a pending listener reports these; this tool listens with a QP template.
+                CmEvent::Request { .. } | CmEvent::RequestWithdrawn { .. } => {}
                 CmEvent::ConnectRequest {
                     id,
                     qp,
@@ -1413,6 +1415,8 @@ impl SoakClient {
 
     fn cm(&mut self, h: &mut RdmaHandler, ev: CmEvent, now: Instant) -> Result<(), SoakError> {
         match ev {
+            // Only a pending listener reports these; this tool listens with a QP template.
+            CmEvent::Request { .. } | CmEvent::RequestWithdrawn { .. } => {}
             CmEvent::Established { qp, negotiated, .. } => {
                 let Some(&i) = self.by_qp.get(&qp) else {
                     return Ok(());

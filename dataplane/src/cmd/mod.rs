@@ -3,6 +3,7 @@
 //! in [`dispatch`].
 
 mod common;
+mod exec;
 mod fwd;
 mod inspect;
 mod perf;
@@ -45,6 +46,8 @@ pub enum Command {
     Perf(perf::Args),
     /// Verified RDMA Write + Read + Send mix on many QPs (robustness soak).
     Soak(soak::Args),
+    /// Run an unmodified rdma-core program (rping, perftest, ...) on the data plane.
+    Exec(exec::Args),
 }
 
 /// Runs the chosen subcommand.
@@ -58,6 +61,7 @@ pub fn dispatch(cmd: Command) -> Result<(), CmdError> {
         Command::Rping(a) => rping::run(a),
         Command::Perf(a) => perf::run(a),
         Command::Soak(a) => soak::run(a),
+        Command::Exec(a) => exec::run(a),
     }
 }
 

@@ -22,7 +22,7 @@ use iwarp::verbs::{
 use iwarp::wire::mpa::RtrTypes;
 use iwarp::wire::terminate::TerminateCause;
 use rustc_hash::FxHashMap;
-use tcp::{CloseReason, ConnId, Engine, Event};
+use tcp::{CloseReason, ConnId, Engine, Event, FourTuple};
 
 use super::counters::RdmaCounters;
 use crate::clock::Instant;
@@ -87,6 +87,29 @@ pub enum CmEvent {
         qp: QpId,
         /// What went wrong.
         reason: String,
+        /// How TCP ended, when it did (`None`: MPA negotiation failed on a live stream).
+        llp: Option<CloseReason>,
+    },
+    /// A pending listener ([`RdmaHandler::listen_pending`]) got an MPA Request; no QP
+    /// exists yet. Create one, post receives, then [`RdmaHandler::accept_with_qp`] or
+    /// [`RdmaHandler::reject`].
+    Request {
+        /// The connection.
+        id: ConnId,
+        /// The listening address it arrived on.
+        local: SocketAddr,
+        /// The initiator's address.
+        remote: SocketAddr,
+        /// The initiator's private data.
+        private_data: Vec<u8>,
+        /// The initiator's IRD and ORD (RFC 6581), when its Request carried them.
+        ird_ord: Option<(u16, u16)>,
+    },
+    /// A [`CmEvent::Request`] that was neither accepted nor rejected is gone (the initiator
+    /// reset or closed the connection).
+    RequestWithdrawn {
+        /// The connection.
+        id: ConnId,
     },
     /// The connection is gone; the QP is in Error (flushed) or Idle.
     Disconnected {
@@ -124,7 +147,9 @@ impl From<VerbError> for CmError {
 
 #[derive(Debug)]
 struct Entry {
-    qp: QpId,
+    /// The connection's QP; none yet for a Request to a pending listener.
+    qp: Option<QpId>,
+    local: SocketAddr,
     remote: SocketAddr,
     established: bool,
     /// Disconnect asked: close TCP once the connection drained.
@@ -140,8 +165,9 @@ struct Entry {
 /// connections' QPs and their CM events), the service on top of the TCP engine.
 pub struct ConnManager {
     cfg: RdmaConfig,
-    /// Keyed by local ports and engine-assigned ids: a fast unkeyed hash.
-    listeners: FxHashMap<u16, QpInit>,
+    /// Keyed by local ports and engine-assigned ids: a fast unkeyed hash. A listener makes
+    /// each accepted connection's QP from its template, or leaves it to the application.
+    listeners: FxHashMap<u16, Option<QpInit>>,
     conns: FxHashMap<ConnId, Entry>,
     order: Vec<ConnId>,
     events: VecDeque<CmEvent>,
@@ -150,6 +176,8 @@ pub struct ConnManager {
     channels: Vec<CoreEnd>,
     /// The latest time the poll loop brought (for calls made between iterations).
     now: Instant,
+    /// How the stream whose close is being handled ended (for the ULP's events then).
+    closing: Option<CloseReason>,
 }
 
 impl RdmaHandler {
@@ -166,6 +194,7 @@ impl RdmaHandler {
             first_fpdu_delay: Duration::ZERO,
             channels: Vec::new(),
             now: crate::clock::now(),
+            closing: None,
         };
         TcpHandler::new(engine, rnic, cm)
     }
@@ -219,8 +248,31 @@ impl RdmaHandler {
         let addr = addr.into();
         let (engine, _, cm) = self.parts();
         engine.listen(addr, 64)?;
-        cm.listeners.insert(addr.port(), init);
+        cm.listeners.insert(addr.port(), Some(init));
         Ok(())
+    }
+
+    /// Listens on `addr` with at most `backlog` connections half-open; each MPA Request is
+    /// reported as [`CmEvent::Request`] without a QP (rdma_cm's order: the application
+    /// creates the QP on the new id, then accepts).
+    pub fn listen_pending(
+        &mut self,
+        addr: impl Into<SocketAddr>,
+        backlog: usize,
+    ) -> Result<(), CmError> {
+        let addr = addr.into();
+        let (engine, _, cm) = self.parts();
+        engine.listen(addr, backlog.max(1))?;
+        cm.listeners.insert(addr.port(), None);
+        Ok(())
+    }
+
+    /// Stops listening on `port` (connections accepted on it live on; the port can be
+    /// listened on again at once).
+    pub fn unlisten(&mut self, port: u16) -> bool {
+        let (engine, _, cm) = self.parts();
+        cm.listeners.remove(&port);
+        engine.unlisten(port)
     }
 
     /// Connects from `local` to `remote` (addresses of one family) with a new QP from
@@ -238,17 +290,70 @@ impl RdmaHandler {
             let remote = remote.ip();
             return Err(tcp::Error::FamilyMismatch { local, remote }.into());
         }
+        let (qp, _) = self.rnic_mut().create_qp(init)?;
+        let id = self.connect_qp(local, remote, qp, private_data, None)?;
+        Ok((id, qp))
+    }
+
+    /// Connects the existing QP `qp` (in Idle) from `local` to `remote` (addresses of one
+    /// family), sending `private_data` in the MPA Request with `ird_ord` (this connection's
+    /// IRD and ORD, when not the handler's). [`CmEvent::Established`] follows, or Rejected /
+    /// ConnectError.
+    pub fn connect_qp(
+        &mut self,
+        local: impl Into<IpAddr>,
+        remote: impl Into<SocketAddr>,
+        qp: QpId,
+        private_data: &[u8],
+        ird_ord: Option<(u16, u16)>,
+    ) -> Result<ConnId, CmError> {
+        let (local, remote) = (local.into(), remote.into());
+        if local.is_ipv4() != remote.is_ipv4() {
+            let remote = remote.ip();
+            return Err(tcp::Error::FamilyMismatch { local, remote }.into());
+        }
         let (engine, rnic, cm) = self.parts();
         let now = cm.now;
-        let (qp, _) = rnic.create_qp(init)?;
+        let init = rnic.query_qp(qp)?.init;
         let mut mpa = cm.cfg.mpa.clone();
         mpa.private_data = private_data.to_vec();
+        if let Some((ird, ord)) = ird_ord {
+            mpa.ird = ird;
+            mpa.ord = ord;
+        }
         let cfg = cm.conn_config(mpa, &init, qp);
         let mut conn = Connection::initiator(cfg, now)?;
         conn.pump_verbs(now, rnic, qp);
         let id = engine.connect(now, SocketAddr::new(local, 0), remote, conn)?;
-        cm.track(id, qp, remote, true);
-        Ok((id, qp))
+        let local = engine
+            .tuple(id)
+            .map_or(SocketAddr::new(local, 0), |t| t.local);
+        cm.track(id, Some(qp), local, remote, true);
+        Ok(id)
+    }
+
+    /// Accepts the Request `id` of a pending listener with the application's QP `qp` (in
+    /// Idle), answering with `private_data`.
+    pub fn accept_with_qp(
+        &mut self,
+        id: ConnId,
+        qp: QpId,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
+        let (engine, rnic, cm) = self.parts();
+        let entry = cm.conns.get_mut(&id).ok_or(CmError::NoConnection)?;
+        if entry.qp.is_some() {
+            return Err(CmError::NoConnection);
+        }
+        let pd = rnic.query_qp(qp)?.init.pd;
+        let c = engine.ulp_mut(id).ok_or(CmError::NoConnection)?;
+        if !c.bind_qp(pd, qp.stream()) {
+            return Err(CmError::NoConnection);
+        }
+        entry.qp = Some(qp);
+        c.accept(cm.now, rnic.memory_mut(), private_data)?;
+        cm.service(engine, rnic, id);
+        Ok(())
     }
 
     /// Accepts the pending Request of `id` with `private_data` in the Reply.
@@ -277,7 +382,8 @@ impl RdmaHandler {
         e.closing = true;
         let qp = e.qp;
         // VERBS-00 §6.2.2.2: RTS → Closing; the RNIC asks for the LLP close (CloseLlp).
-        if rnic.modify_qp(qp, ModifyQp::to(QpState::Closing)).is_err() {
+        let moved = qp.is_some_and(|qp| rnic.modify_qp(qp, ModifyQp::to(QpState::Closing)).is_ok());
+        if !moved {
             // Not in RTS (still negotiating): close the stream directly.
             if let Some(c) = engine.ulp_mut(id) {
                 c.close(cm.now, rnic.memory());
@@ -297,7 +403,9 @@ impl RdmaHandler {
         if let Some(c) = engine.ulp_mut(id) {
             c.abort(cm.now, rnic.memory(), TerminateCause::RDMAP_OP_UNSPECIFIED);
         }
-        let _ = rnic.modify_qp(qp, ModifyQp::to(QpState::Error));
+        if let Some(qp) = qp {
+            let _ = rnic.modify_qp(qp, ModifyQp::to(QpState::Error));
+        }
         cm.service(engine, rnic, id);
         let _ = engine.abort(id);
         Ok(())
@@ -366,11 +474,19 @@ impl ConnManager {
         }
     }
 
-    fn track(&mut self, id: ConnId, qp: QpId, remote: SocketAddr, announced: bool) {
+    fn track(
+        &mut self,
+        id: ConnId,
+        qp: Option<QpId>,
+        local: SocketAddr,
+        remote: SocketAddr,
+        announced: bool,
+    ) {
         self.conns.insert(
             id,
             Entry {
                 qp,
+                local,
                 remote,
                 established: false,
                 closing: false,
@@ -388,7 +504,6 @@ impl ConnManager {
             return;
         };
         let qp = entry.qp;
-        let remote = entry.remote;
         let now = self.now;
         let mut llp = Vec::new();
         let mut evs = Vec::new();
@@ -397,7 +512,9 @@ impl ConnManager {
             let Some(c) = engine.ulp_mut(id) else {
                 return;
             };
-            c.pump_verbs(now, rnic, qp);
+            if let Some(qp) = qp {
+                c.pump_verbs(now, rnic, qp);
+            }
             while let Some(e) = c.poll_event() {
                 evs.push(e);
             }
@@ -407,10 +524,10 @@ impl ConnManager {
             drained = c.is_drained();
         }
         for e in evs {
-            self.conn_event(rnic, id, qp, remote, e);
+            self.conn_event(rnic, id, e);
         }
         // Events may have moved the QP (e.g. to RTS): pump again.
-        if let Some(c) = engine.ulp_mut(id) {
+        if let (Some(c), Some(qp)) = (engine.ulp_mut(id), qp) {
             c.pump_verbs(now, rnic, qp);
             while let Some(r) = c.poll_llp_request() {
                 llp.push(r);
@@ -438,27 +555,34 @@ impl ConnManager {
         }
     }
 
-    fn conn_event(
-        &mut self,
-        rnic: &mut Rnic,
-        id: ConnId,
-        qp: QpId,
-        remote: SocketAddr,
-        e: ConnEvent,
-    ) {
+    fn conn_event(&mut self, rnic: &mut Rnic, id: ConnId, e: ConnEvent) {
+        let Some(entry) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let (qp, local, remote) = (entry.qp, entry.local, entry.remote);
         match e {
             ConnEvent::ConnectRequest(req) => {
-                if let Some(entry) = self.conns.get_mut(&id) {
-                    entry.announced = true;
-                }
-                self.events.push_back(CmEvent::ConnectRequest {
-                    id,
-                    qp,
-                    remote,
-                    private_data: req.private_data,
+                entry.announced = true;
+                self.events.push_back(match qp {
+                    Some(qp) => CmEvent::ConnectRequest {
+                        id,
+                        qp,
+                        remote,
+                        private_data: req.private_data,
+                    },
+                    None => CmEvent::Request {
+                        id,
+                        local,
+                        remote,
+                        private_data: req.private_data,
+                        ird_ord: req.ird_ord.map(|io| (io.ird, io.ord)),
+                    },
                 })
             }
             ConnEvent::Established(n) => {
+                let Some(qp) = qp else {
+                    return;
+                };
                 // VERBS-00 §6.2.1.2: Idle → RTS with the established LLP stream.
                 let r = rnic.modify_qp(
                     qp,
@@ -471,9 +595,7 @@ impl ConnManager {
                 if let Err(err) = r {
                     log::warn!("qp {qp:?} to RTS: {err}");
                 }
-                if let Some(entry) = self.conns.get_mut(&id) {
-                    entry.established = true;
-                }
+                entry.established = true;
                 self.closed.established += 1;
                 self.events.push_back(CmEvent::Established {
                     id,
@@ -481,35 +603,50 @@ impl ConnManager {
                     negotiated: n,
                 });
             }
-            ConnEvent::Rejected { private_data } => self.events.push_back(CmEvent::Rejected {
-                id,
-                qp,
-                private_data,
-            }),
+            ConnEvent::Rejected { private_data } => {
+                if let Some(qp) = qp {
+                    self.events.push_back(CmEvent::Rejected {
+                        id,
+                        qp,
+                        private_data,
+                    })
+                }
+            }
             ConnEvent::NegotiationFailed { .. } | ConnEvent::LlpClosedDuringNegotiation
-                if self.conns.get(&id).is_some_and(|e| !e.announced) =>
+                if !entry.announced =>
             {
                 // An incoming connection the application never saw (no valid MPA Request).
                 log::debug!("incoming connection from {remote} failed before its Request: {e:?}");
             }
-            ConnEvent::NegotiationFailed { error, .. } => {
-                self.events.push_back(CmEvent::ConnectError {
-                    id,
-                    qp,
-                    reason: error.to_string(),
-                })
+            ConnEvent::NegotiationFailed { .. } | ConnEvent::LlpClosedDuringNegotiation
+                if qp.is_none() =>
+            {
+                self.events.push_back(CmEvent::RequestWithdrawn { id });
             }
-            ConnEvent::LlpClosedDuringNegotiation => self.events.push_back(CmEvent::ConnectError {
-                id,
-                qp,
-                reason: "connection closed during MPA negotiation".into(),
-            }),
+            ConnEvent::NegotiationFailed { error, .. } => {
+                if let Some(qp) = qp {
+                    self.events.push_back(CmEvent::ConnectError {
+                        id,
+                        qp,
+                        reason: error.to_string(),
+                        llp: None,
+                    })
+                }
+            }
+            ConnEvent::LlpClosedDuringNegotiation => {
+                if let Some(qp) = qp {
+                    self.events.push_back(CmEvent::ConnectError {
+                        id,
+                        qp,
+                        reason: "connection closed during MPA negotiation".into(),
+                        llp: Some(self.closing.unwrap_or(CloseReason::Normal)),
+                    })
+                }
+            }
             ConnEvent::Stream(ev) => {
                 log::debug!("qp {qp:?}: {ev:?}");
                 if matches!(ev, rdmap::Event::TerminateReceived(_)) {
-                    if let Some(entry) = self.conns.get_mut(&id) {
-                        entry.aborted = true;
-                    }
+                    entry.aborted = true;
                 }
             }
         }
@@ -527,7 +664,7 @@ impl ConnManager {
             let Some(id) = self
                 .conns
                 .iter()
-                .find(|(_, e)| e.qp == qp)
+                .find(|(_, e)| e.qp == Some(qp))
                 .map(|(id, _)| *id)
             else {
                 continue;
@@ -556,35 +693,51 @@ impl ConnManager {
         engine: &mut RdmaEngine,
         rnic: &mut Rnic,
         conn: ConnId,
-        remote: SocketAddr,
-        port: u16,
+        tuple: FourTuple,
     ) {
-        let Some(init) = self.listeners.get(&port).cloned() else {
+        let Some(template) = self.listeners.get(&tuple.local.port()).cloned() else {
             let _ = engine.abort(conn);
             return;
         };
-        let qp = match rnic.create_qp(init) {
-            Ok((qp, _)) => qp,
-            Err(e) => {
-                log::warn!("no QP for {remote}: {e}");
+        // A template makes the QP now; a pending listener's application brings its own at
+        // accept (the connection's PD and stream are bound then).
+        let qp = match template.map(|init| rnic.create_qp(init)) {
+            None => None,
+            Some(Ok((qp, _))) => Some(qp),
+            Some(Err(e)) => {
+                log::warn!("no QP for {}: {e}", tuple.remote);
                 let _ = engine.abort(conn);
                 return;
             }
         };
-        let cfg = self.conn_config(self.responder_mpa(), &init, qp);
+        let cfg = match (template, qp) {
+            (Some(init), Some(qp)) => self.conn_config(self.responder_mpa(), &init, qp),
+            _ => ConnConfig {
+                rx_window: self.cfg.rx_window,
+                first_fpdu_delay: self.first_fpdu_delay,
+                ..ConnConfig::new(self.responder_mpa())
+            },
+        };
+        let free = |rnic: &mut Rnic| {
+            if let Some(qp) = qp {
+                let _ = rnic.destroy_qp(qp);
+            }
+        };
         match Connection::responder(cfg, self.now) {
             Ok(mut c) => {
-                c.pump_verbs(self.now, rnic, qp);
+                if let Some(qp) = qp {
+                    c.pump_verbs(self.now, rnic, qp);
+                }
                 if engine.attach(self.now, rnic, conn, c).is_ok() {
-                    self.track(conn, qp, remote, false);
+                    self.track(conn, qp, tuple.local, tuple.remote, false);
                 } else {
                     // Closed (e.g. reset) before we got to it: free the QP.
-                    let _ = rnic.destroy_qp(qp);
+                    free(rnic);
                 }
             }
             Err(e) => {
                 log::warn!("responder: {e}");
-                let _ = rnic.destroy_qp(qp);
+                free(rnic);
                 let _ = engine.abort(conn);
             }
         }
@@ -597,10 +750,9 @@ impl ConnManager {
         reason: CloseReason,
         ulp: Option<Connection>,
     ) {
-        let Some(entry) = self.conns.remove(&conn) else {
+        let Some(entry) = self.conns.get(&conn) else {
             return;
         };
-        self.order.retain(|c| *c != conn);
         let qp = entry.qp;
         let now = self.now;
         let mut graceful = reason == CloseReason::Normal && !entry.aborted;
@@ -608,11 +760,14 @@ impl ConnManager {
             if reason != CloseReason::Normal {
                 c.handle_llp_closed(now, rnic.memory(), false);
             }
-            c.pump_verbs(now, rnic, qp);
+            if let Some(qp) = qp {
+                c.pump_verbs(now, rnic, qp);
+            }
             let mut evs = Vec::new();
             while let Some(e) = c.poll_event() {
                 evs.push(e);
             }
+            self.closing = Some(reason);
             for e in evs {
                 if matches!(
                     e,
@@ -621,23 +776,46 @@ impl ConnManager {
                 ) {
                     graceful = false;
                 }
-                self.conn_event(rnic, conn, qp, entry.remote, e);
+                self.conn_event(rnic, conn, e);
             }
-            c.pump_verbs(now, rnic, qp);
+            self.closing = None;
+            if let Some(qp) = qp {
+                c.pump_verbs(now, rnic, qp);
+            }
             let s = c.stats();
             if s.terminates_sent + s.terminates_received > 0 {
                 graceful = false;
             }
             self.closed.add(&s);
         }
+        let Some(entry) = self.conns.remove(&conn) else {
+            return;
+        };
+        self.order.retain(|c| *c != conn);
+        let announced = entry.announced
+            || self.events.iter().any(|e| {
+                matches!(e, CmEvent::ConnectRequest { id, .. } | CmEvent::Request { id, .. }
+                    if *id == conn)
+            });
+        let last_is = |events: &VecDeque<CmEvent>| match events.back() {
+            Some(
+                CmEvent::Rejected { id, .. }
+                | CmEvent::ConnectError { id, .. }
+                | CmEvent::RequestWithdrawn { id },
+            ) => *id == conn,
+            _ => false,
+        };
+        let Some(qp) = qp else {
+            // A Request the application saw but did not accept: it is gone.
+            if announced && !last_is(&self.events) {
+                self.events
+                    .push_back(CmEvent::RequestWithdrawn { id: conn });
+            }
+            return;
+        };
         if !graceful {
             let _ = rnic.modify_qp(qp, ModifyQp::to(QpState::Error));
         }
-        let announced = entry.announced
-            || self
-                .events
-                .iter()
-                .any(|e| matches!(e, CmEvent::ConnectRequest { id, .. } if *id == conn));
         if !announced {
             // A connection that closed before its MPA Request: nobody holds its QP, so free
             // it (else resets before MPA use up the QP table).
@@ -651,12 +829,12 @@ impl ConnManager {
                 qp,
                 graceful,
             });
-        } else if !matches!(self.events.back(), Some(CmEvent::Rejected { id, .. } | CmEvent::ConnectError { id, .. }) if *id == conn)
-        {
+        } else if !last_is(&self.events) {
             self.events.push_back(CmEvent::ConnectError {
                 id: conn,
                 qp,
                 reason: format!("connection closed: {reason:?}"),
+                llp: Some(reason),
             });
         }
     }
@@ -664,9 +842,7 @@ impl ConnManager {
     fn tcp_events(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         while let Some(ev) = engine.poll_event() {
             match ev {
-                Event::Accepted { conn, tuple } => {
-                    self.accepted(engine, rnic, conn, tuple.remote, tuple.local.port())
-                }
+                Event::Accepted { conn, tuple } => self.accepted(engine, rnic, conn, tuple),
                 Event::Connected(conn) => {
                     let mss = engine.info(conn).map(|i| i.effective_mss);
                     if let (Some(mss), Some(c)) = (mss, engine.ulp_mut(conn)) {

@@ -12,6 +12,8 @@ pub enum MemoryKind {
     Hugepages,
     /// Ordinary heap memory (no hugetlbfs mount or no free hugepages).
     Heap,
+    /// The application's own memory, region by region as it registers it.
+    Application,
 }
 
 impl std::fmt::Display for MemoryKind {
@@ -19,6 +21,7 @@ impl std::fmt::Display for MemoryKind {
         f.write_str(match self {
             MemoryKind::Hugepages => "hugepages",
             MemoryKind::Heap => "heap",
+            MemoryKind::Application => "application memory",
         })
     }
 }

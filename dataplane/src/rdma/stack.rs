@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::VerbError;
+use iwarp::verbs::{Rnic, VerbError};
 
 use super::handler::{RdmaConfig, RdmaHandler};
 use super::memory::{open_rnic, MemoryKind};
@@ -68,8 +68,21 @@ impl<P: Port> RdmaStack<P> {
     /// Builds the stack of `cfg` on `port`, whose address is `addr` (it must have an IPv4 or
     /// an IPv6 address: iWARP runs over TCP).
     pub fn new(port: P, addr: PortAddr, cfg: StackConfig) -> Result<RdmaStack<P>, StackError> {
-        let ip = addr.primary().ok_or(StackError::NoAddress)?;
         let (rnic, memory) = open_rnic(cfg.memory, cfg.hugepages, cfg.stag_seed)?;
+        Self::with_rnic(port, addr, cfg, rnic, memory)
+    }
+
+    /// Builds the stack of `cfg` on `port` over an RNIC the caller opened (its own memory
+    /// backend: an application's memory, say); `cfg.memory`, `hugepages` and `stag_seed`
+    /// are not used.
+    pub fn with_rnic(
+        port: P,
+        addr: PortAddr,
+        cfg: StackConfig,
+        rnic: Rnic,
+        memory: MemoryKind,
+    ) -> Result<RdmaStack<P>, StackError> {
+        let ip = addr.primary().ok_or(StackError::NoAddress)?;
         let mut handler = RdmaHandler::with_rnic(cfg.rdma, rnic);
         handler.set_tx_per_poll(cfg.tx_per_poll);
         handler.set_first_fpdu_delay(cfg.first_fpdu_delay);

@@ -9,7 +9,7 @@ use super::config::ConnConfig;
 use super::inbound::Inbound;
 use super::outbound::Sender;
 use super::stats::ConnStats;
-use crate::mem::MemoryTable;
+use crate::mem::{MemoryTable, PdId, StreamId};
 use crate::mpa::{
     mulpdu, ConnectRequest, Event as MpaEvent, MpaError, Negotiated, Negotiator, Recovery, Role,
 };
@@ -310,6 +310,18 @@ impl Connection {
     pub fn set_emss(&mut self, emss: usize) {
         self.emss = emss;
         self.cfg.emss = Some(emss);
+    }
+
+    /// Binds a responder whose consumer creates its QP only after the Request (rdma_cm's
+    /// order) to the QP's protection domain and stream, before accepting; false once the
+    /// negotiation is over (the stream is fixed then).
+    pub fn bind_qp(&mut self, pd: PdId, stream: StreamId) -> bool {
+        if !matches!(self.phase, Phase::Negotiating(_)) {
+            return false;
+        }
+        self.cfg.pd = pd;
+        self.cfg.stream = stream;
+        true
     }
 
     /// Records the time a call brought (time never goes back).

@@ -6,7 +6,7 @@ mod simple;
 mod stag;
 mod table;
 
-pub use backend::{HeapBackend, MemoryBackend};
+pub use backend::{Arena, HeapBackend, MemoryBackend};
 pub use simple::{RegionSpec, SimpleMemory};
 pub use stag::{Access, PdId, STag, Sge, StreamId};
 pub use table::{AccessError, HasMemoryTable, MemoryTable, Resolved};

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use super::backend::{HeapBackend, MemoryBackend};
+use super::backend::{Arena, HeapBackend};
 use super::stag::{Access, PdId, STag, StreamId};
 use super::table::{check_sub_range, AccessError, MemoryTable, Resolved};
 
@@ -53,7 +53,7 @@ struct Region {
 
 /// Heap- (or backend-) backed memory table used by tests, fuzzing and simulations.
 #[derive(Debug)]
-pub struct SimpleMemory<B: MemoryBackend = HeapBackend> {
+pub struct SimpleMemory<B: Arena = HeapBackend> {
     backend: B,
     regions: HashMap<u32, Region>,
     next_seed: u32,
@@ -66,7 +66,7 @@ impl SimpleMemory<HeapBackend> {
     }
 }
 
-impl<B: MemoryBackend> SimpleMemory<B> {
+impl<B: Arena> SimpleMemory<B> {
     /// A table over `backend`.
     pub fn new(backend: B) -> Self {
         SimpleMemory {
@@ -199,7 +199,7 @@ impl<B: MemoryBackend> SimpleMemory<B> {
     }
 }
 
-impl<B: MemoryBackend> MemoryTable for SimpleMemory<B> {
+impl<B: Arena> MemoryTable for SimpleMemory<B> {
     fn resolve(
         &self,
         stag: STag,

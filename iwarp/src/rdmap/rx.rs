@@ -484,15 +484,20 @@ impl Engine {
             .map_err(|_| u.error(TerminateCause::RDMAP_OP_UNSPECIFIED))?;
         let req = AtomicRequestRepr::parse(&view)
             .map_err(|_| u.error(TerminateCause::RDMAP_UNEXPECTED_OPCODE))?;
-        // SPEC-DIGEST §3.9 item 5, D23: remote read and remote write rights.
+        // The verbs' remote atomic right (RFC 7306's extension of the access rights, on a QP
+        // with inbound atomics enabled) admits the request; otherwise SPEC-DIGEST §3.9 item 5,
+        // D23: remote read and remote write rights.
         let r = self
-            .resolve_on_stream(
-                mem,
-                STag(req.stag),
-                req.to,
-                8,
-                Access::REMOTE_READ | Access::REMOTE_WRITE,
-            )
+            .resolve_on_stream(mem, STag(req.stag), req.to, 8, Access::REMOTE_ATOMIC)
+            .or_else(|_| {
+                self.resolve_on_stream(
+                    mem,
+                    STag(req.stag),
+                    req.to,
+                    8,
+                    Access::REMOTE_READ | Access::REMOTE_WRITE,
+                )
+            })
             .map_err(|e| u.error(e.rdmap_cause()))?;
         // EXT-01 §5.1, §8.2; SPEC-DIGEST D20: natural alignment, memory untouched otherwise.
         if req.to % 8 != 0 || r.addr % 8 != 0 {

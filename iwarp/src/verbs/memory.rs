@@ -252,7 +252,7 @@ pub struct MemoryModel {
 impl std::fmt::Debug for MemoryModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryModel")
-            .field("arena", &self.backend.bytes().len())
+            .field("arena", &self.backend.arena().map(<[u8]>::len))
             .field("stags", &self.entries.len())
             .finish()
     }
@@ -371,14 +371,22 @@ impl MemoryModel {
         }
     }
 
-    /// The backend's bytes (local CPU access by the owner of the memory).
+    /// The backend's arena (local CPU access by the owner of the memory); empty when the
+    /// backend is not one contiguous arena (an application's own memory).
     pub fn bytes(&self) -> &[u8] {
-        self.backend.bytes()
+        self.backend.arena().unwrap_or(&[])
+    }
+
+    /// The backend, for the owner that adds or removes the ranges it backs
+    /// ([`MemoryBackend::back`]); regions that point into a range must be gone before the
+    /// range is.
+    pub fn backend_mut(&mut self) -> &mut dyn MemoryBackend {
+        &mut *self.backend
     }
 
     /// The backend's bytes, writable (local CPU access by the owner of the memory).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        self.backend.bytes_mut()
+        self.backend.arena_mut().unwrap_or(&mut [])
     }
 
     /// Marks a backend range as mapped read-only for consumers: registrations covering it
@@ -473,9 +481,8 @@ impl MemoryModel {
         if pbl.pages.len() > capacity as usize {
             return Err(VerbError::InvalidLength);
         }
-        let arena = self.backend.bytes().len() as u64;
         for &p in &pbl.pages {
-            if p % pbl.page_size != 0 || p.checked_add(pbl.page_size).is_none_or(|e| e > arena) {
+            if p % pbl.page_size != 0 || !self.backend.contains(p, pbl.page_size) {
                 return Err(VerbError::InvalidPblEntry);
             }
         }
@@ -768,14 +775,19 @@ impl MemoryModel {
             if remote || !privileged {
                 return Err(AccessError::InvalidStag);
             }
-            let arena = self.backend.bytes().len() as u64;
-            let rel = check_range(0, arena, to, len)?;
+            // Wrap first, then bounds (digest B12), as for every range.
+            if to.checked_add(len - 1).is_none() {
+                return Err(AccessError::ToWrap);
+            }
+            if !self.backend.contains(to, len) {
+                return Err(AccessError::BaseBounds);
+            }
             return Ok(Resolved {
                 stag,
                 region: STAG0_REGION,
-                offset: rel,
+                offset: to,
                 len,
-                addr: rel,
+                addr: to,
             });
         }
         match self.entries.get(&stag.index()) {
@@ -893,11 +905,10 @@ impl MemoryModel {
             Some(end) if end <= r.len => {}
             _ => return Err(AccessError::BaseBounds),
         }
-        let arena = self.backend.bytes().len();
         match self.live_mapping(r)? {
             None => {
                 let start = usize::try_from(r.offset + off).map_err(|_| AccessError::BaseBounds)?;
-                if start + len > arena {
+                if !self.backend.contains(start as u64, len as u64) {
                     return Err(AccessError::BaseBounds);
                 }
                 let mut out = Chunks::default();
@@ -914,7 +925,7 @@ impl MemoryModel {
                     let n = left.min(map.page_size - in_page);
                     let base = *map.pages.get(page).ok_or(AccessError::BaseBounds)?;
                     let start = (base + in_page) as usize;
-                    if start + n as usize > arena {
+                    if !self.backend.contains(start as u64, n) {
                         return Err(AccessError::BaseBounds);
                     }
                     out.push(start, n as usize);
@@ -1128,9 +1139,10 @@ impl MemoryTable for MemoryModel {
             return Err(AccessError::AccessRights);
         }
         let chunks = self.chunks(r, off, data.len())?;
-        let bytes = self.backend.bytes_mut();
         for (backend, part) in chunks.with_parts() {
-            bytes[backend].copy_from_slice(&data[part]);
+            if !self.backend.write(backend.start as u64, &data[part]) {
+                return Err(AccessError::BaseBounds);
+            }
         }
         Ok(())
     }
@@ -1151,9 +1163,10 @@ impl MemoryTable for MemoryModel {
             }
         }
         let chunks = self.chunks(r, off, out.len())?;
-        let bytes = self.backend.bytes();
         for (backend, part) in chunks.with_parts() {
-            out[part].copy_from_slice(&bytes[backend]);
+            if !self.backend.read(backend.start as u64, &mut out[part]) {
+                return Err(AccessError::BaseBounds);
+            }
         }
         Ok(())
     }

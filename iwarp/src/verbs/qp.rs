@@ -207,6 +207,13 @@ impl Rnic {
         })
     }
 
+    /// Work requests occupying the QP's send and receive queues: posted and not yet
+    /// retired (a WR retires when its completion is polled, or, unsignaled, when the engine is
+    /// done with it), as the consumer's posting window sees them.
+    pub fn wq_occupancy(&self, qp: QpId) -> Option<(u32, u32)> {
+        self.qps.get(&qp).map(|q| (q.sq_slots, q.rq_slots))
+    }
+
     /// Modify QP (VERBS-00 §6.1.3, §9.2.5.3). Either every requested change happens or
     /// none does and an Immediate Error is returned.
     pub fn modify_qp(&mut self, qp: QpId, m: ModifyQp) -> Result<QpInit, VerbError> {

@@ -283,3 +283,29 @@ fn extensions_disabled_refuses_posts() {
         Err(PostError::ExtensionsDisabled)
     );
 }
+
+#[test]
+fn the_remote_atomic_right_admits_an_atomic_request() {
+    // RFC 7306 extends the access rights with remote atomic (what rdma-core applications
+    // grant with IBV_ACCESS_REMOTE_ATOMIC); a target with it and without remote read and
+    // write is updated and answered. Without it, D23's remote read + write rule applies.
+    let mut s = Side::new(cfg_ext(2));
+    let t = s.region(
+        0,
+        64,
+        Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_ATOMIC,
+        0,
+    );
+    s.receive(&untagged_seg(
+        0xA,
+        true,
+        0,
+        1,
+        1,
+        0,
+        &atomic_req(AtomicRequestRepr::fetch_add(7, t.0, 0, 5, 0)),
+    ));
+    assert_eq!(read_u64(s.bytes(0, 8)), 5);
+    let out = s.drain_tx(1500);
+    assert_eq!(out.len(), 1, "one Atomic Response");
+}

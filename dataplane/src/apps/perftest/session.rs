@@ -657,6 +657,8 @@ impl PerftestSession {
         now: Instant,
     ) -> Result<(), PerftestError> {
         match ev {
+            // Only a pending listener reports these; this tool listens with a QP template.
+            CmEvent::Request { .. } | CmEvent::RequestWithdrawn { .. } => {}
             CmEvent::ConnectRequest { id, qp, .. } => {
                 if !self.server {
                     let _ = h.reject(id, &[]);

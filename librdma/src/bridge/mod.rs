@@ -1,0 +1,458 @@
+//! The data-plane thread's side of the libraries: the stacks (one per device) and what it
+//! knows of the application's objects. Every iteration it applies the work requests
+//! application threads posted ([`Bridge::apply_post`]), then moves what the RNICs produced
+//! to the application ([`Bridge::distribute`]): completions into each CQ's ring (firing
+//! armed notifications), QP states and posting windows, async events, and connection
+//! manager events to the ids' channels ([`cm`]).
+
+pub mod cm;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dataplane::clock;
+use dataplane::port::AnyPort;
+use dataplane::rdma::{RdmaHandler, RdmaStack};
+use iwarp::verbs::{AsyncEventKind, EventResource, PostError, QpId, QpState, Rnic, VerbError};
+use rustc_hash::FxHashMap;
+
+use crate::abi::*;
+use crate::convert;
+use crate::shared::verbs::{AsyncShared, CqShared, QpShared, SrqShared, Wc};
+use cm::CmTable;
+
+/// Work requests posted by application threads, applied by the data-plane thread in order.
+#[derive(Debug)]
+pub enum Post {
+    /// PostSQ.
+    Send {
+        /// The QP.
+        qp: Arc<QpShared>,
+        /// The WR.
+        wr: iwarp::verbs::SendWr,
+    },
+    /// PostRQ.
+    Recv {
+        /// The QP.
+        qp: Arc<QpShared>,
+        /// The WR.
+        wr: iwarp::verbs::RecvWr,
+    },
+    /// PostRQ to a shared receive queue.
+    SrqRecv {
+        /// The S-RQ.
+        srq: Arc<SrqShared>,
+        /// The WR.
+        wr: iwarp::verbs::RecvWr,
+    },
+}
+
+struct CqTrack {
+    shared: Arc<CqShared>,
+    asyncs: Arc<AsyncShared>,
+}
+
+struct QpTrack {
+    shared: Arc<QpShared>,
+    asyncs: Arc<AsyncShared>,
+    /// WRs handed to the RNIC (or refused by it) so far.
+    sq_applied: u64,
+    rq_applied: u64,
+}
+
+impl QpTrack {
+    /// Publishes the WRs the RNIC retired (applied and no longer occupying a slot).
+    fn retire(&self, rnic: &Rnic) {
+        let q = &self.shared;
+        if let Some((sq, rq)) = rnic.wq_occupancy(q.id) {
+            q.sq_retired.store(
+                self.sq_applied - u64::from(sq).min(self.sq_applied),
+                Ordering::Release,
+            );
+            q.rq_retired.store(
+                self.rq_applied - u64::from(rq).min(self.rq_applied),
+                Ordering::Release,
+            );
+        }
+    }
+}
+
+struct SrqTrack {
+    shared: Arc<SrqShared>,
+    asyncs: Arc<AsyncShared>,
+}
+
+/// The stacks and the registry of the application's objects.
+pub struct Bridge {
+    stacks: Vec<RdmaStack<AnyPort>>,
+    cqs: Vec<CqTrack>,
+    qps: FxHashMap<(usize, QpId), QpTrack>,
+    srqs: Vec<SrqTrack>,
+    contexts: Vec<(usize, Arc<AsyncShared>)>,
+    /// The connection manager's ids and connections.
+    pub cm: CmTable,
+}
+
+impl Bridge {
+    /// A bridge over `stacks` (device `i` is `stacks[i]`).
+    pub fn new(stacks: Vec<RdmaStack<AnyPort>>) -> Bridge {
+        Bridge {
+            stacks,
+            cqs: Vec::new(),
+            qps: FxHashMap::default(),
+            srqs: Vec::new(),
+            contexts: Vec::new(),
+            cm: CmTable::default(),
+        }
+    }
+
+    /// Device `dev`'s handler (TCP engine, connections, RNIC); ENODEV if there is none.
+    pub fn handler(&mut self, dev: usize) -> Result<&mut RdmaHandler, i32> {
+        self.stacks
+            .get_mut(dev)
+            .map(|s| s.poll.handler_mut())
+            .ok_or(libc::ENODEV)
+    }
+
+    /// The connection manager's table and device `dev`'s handler, together.
+    pub fn cm_and_handler(&mut self, dev: usize) -> Result<(&mut CmTable, &mut RdmaHandler), i32> {
+        let h = self
+            .stacks
+            .get_mut(dev)
+            .map(|s| s.poll.handler_mut())
+            .ok_or(libc::ENODEV)?;
+        Ok((&mut self.cm, h))
+    }
+
+    /// Device `dev`'s RNIC.
+    pub fn rnic(&mut self, dev: usize) -> Result<&mut Rnic, i32> {
+        self.handler(dev).map(|h| h.rnic_mut())
+    }
+
+    /// Device `dev`'s IPv4 address.
+    pub fn ip(&self, dev: usize) -> Option<Ipv4Addr> {
+        self.stacks.get(dev).and_then(|s| match s.ip {
+            IpAddr::V4(a) => Some(a),
+            IpAddr::V6(_) => None,
+        })
+    }
+
+    /// One poll-loop iteration on every device; frames handled.
+    pub fn poll(&mut self, now: tcp::Instant) -> usize {
+        self.stacks.iter_mut().map(|s| s.poll.poll_once(now)).sum()
+    }
+
+    /// Registers an opened context (device-wide async events go to it).
+    pub fn add_context(&mut self, dev: usize, asyncs: Arc<AsyncShared>) {
+        self.contexts.push((dev, asyncs));
+    }
+
+    /// Forgets a closed context.
+    pub fn remove_context(&mut self, asyncs: &Arc<AsyncShared>) {
+        self.contexts.retain(|(_, a)| !Arc::ptr_eq(a, asyncs));
+    }
+
+    /// Registers a created CQ.
+    pub fn add_cq(&mut self, shared: Arc<CqShared>, asyncs: Arc<AsyncShared>) {
+        self.cqs.push(CqTrack { shared, asyncs });
+    }
+
+    /// Destroys a CQ (EBUSY while a QP uses it).
+    pub fn destroy_cq(&mut self, cq: &Arc<CqShared>) -> Result<(), i32> {
+        self.rnic(cq.dev)?
+            .destroy_cq(cq.handle)
+            .map_err(convert::errno_of)?;
+        self.cqs.retain(|t| !Arc::ptr_eq(&t.shared, cq));
+        Ok(())
+    }
+
+    /// Registers a created QP.
+    pub fn add_qp(&mut self, shared: Arc<QpShared>, asyncs: Arc<AsyncShared>) {
+        self.qps.insert(
+            (shared.dev, shared.id),
+            QpTrack {
+                shared,
+                asyncs,
+                sq_applied: 0,
+                rq_applied: 0,
+            },
+        );
+    }
+
+    /// Destroys a QP in any state: a connection it carries is reset (the RNIC asks for it).
+    pub fn destroy_qp(&mut self, qp: &QpShared) -> Result<(), i32> {
+        // Completions already on the RNIC's CQs belong to the application (they were
+        // produced before the destroy): hand them over first.
+        self.drain_cqs();
+        self.rnic(qp.dev)?
+            .destroy_qp(qp.id)
+            .map_err(convert::errno_of)?;
+        self.qps.remove(&(qp.dev, qp.id));
+        self.cm.qp_destroyed(qp.dev, qp.id);
+        Ok(())
+    }
+
+    /// Registers a created S-RQ.
+    pub fn add_srq(&mut self, shared: Arc<SrqShared>, asyncs: Arc<AsyncShared>) {
+        self.srqs.push(SrqTrack { shared, asyncs });
+    }
+
+    /// Destroys an S-RQ (EBUSY while QPs use it).
+    pub fn destroy_srq(&mut self, srq: &Arc<SrqShared>) -> Result<(), i32> {
+        self.rnic(srq.dev)?
+            .destroy_srq(srq.handle)
+            .map_err(convert::errno_of)?;
+        self.srqs.retain(|t| !Arc::ptr_eq(&t.shared, srq));
+        Ok(())
+    }
+
+    /// Applies one posted work request. A WR the RNIC refuses completes in error on its CQ
+    /// (the application's post already returned).
+    pub fn apply_post(&mut self, p: Post) {
+        match p {
+            Post::Send { qp, wr } => {
+                let Some(rnic) = self
+                    .stacks
+                    .get_mut(qp.dev)
+                    .map(|s| s.poll.handler_mut().rnic_mut())
+                else {
+                    return;
+                };
+                let refused = failed_wc(&qp, wr.wr_id, convert::send_opcode(&wr.op));
+                let r = rnic.post_sq(qp.id, vec![wr]);
+                if let Some(t) = self.qps.get_mut(&(qp.dev, qp.id)) {
+                    t.sq_applied += 1;
+                }
+                if let Err(e) = r {
+                    refuse(&qp, &qp.send_cq, e, refused);
+                }
+            }
+            Post::Recv { qp, wr } => {
+                let Some(rnic) = self
+                    .stacks
+                    .get_mut(qp.dev)
+                    .map(|s| s.poll.handler_mut().rnic_mut())
+                else {
+                    return;
+                };
+                let refused = failed_wc(&qp, wr.wr_id, IBV_WC_RECV);
+                let r = rnic.post_rq(qp.id, vec![wr]);
+                if let Some(t) = self.qps.get_mut(&(qp.dev, qp.id)) {
+                    t.rq_applied += 1;
+                }
+                if let Err(e) = r {
+                    refuse(&qp, &qp.recv_cq, e, refused);
+                }
+            }
+            Post::SrqRecv { srq, wr } => {
+                let Ok(rnic) = self.rnic(srq.dev) else {
+                    return;
+                };
+                if let Err(e) = rnic.post_srq(srq.handle, vec![wr]) {
+                    log::warn!("S-RQ {:?}: receive refused: {}", srq.handle, e.error);
+                }
+            }
+        }
+    }
+
+    /// Moves what the RNICs produced to the application: completions, then (when `busy`:
+    /// something happened this iteration) QP states and windows, async events and
+    /// connection manager events.
+    pub fn distribute(&mut self, busy: bool) {
+        self.drain_cqs();
+        if !busy {
+            return;
+        }
+        self.sync_qps();
+        self.async_events();
+        for dev in 0..self.stacks.len() {
+            let h = self.stacks[dev].poll.handler_mut();
+            self.cm.route_events(dev, h);
+        }
+    }
+
+    fn drain_cqs(&mut self) {
+        for t in &self.cqs {
+            let cq = &t.shared;
+            let Some(stack) = self.stacks.get_mut(cq.dev) else {
+                continue;
+            };
+            let rnic = stack.poll.handler_mut().rnic_mut();
+            while !cq.ring.is_full() {
+                let Ok(wc) = rnic.poll_cq(cq.handle) else {
+                    break;
+                };
+                // The slot this completion frees is in the posting window before the
+                // application can see the completion (and post again).
+                if let Some(q) = self.qps.get(&(cq.dev, wc.qp)) {
+                    q.retire(rnic);
+                }
+                cq.deliver(convert::completion(&wc));
+            }
+        }
+    }
+
+    fn sync_qps(&mut self) {
+        for t in self.qps.values_mut() {
+            let q = &t.shared;
+            let Some(stack) = self.stacks.get_mut(q.dev) else {
+                continue;
+            };
+            let rnic = stack.poll.handler_mut().rnic_mut();
+            t.retire(rnic);
+            if let Ok(a) = rnic.query_qp(q.id) {
+                let s = match a.state {
+                    QpState::Idle => None,
+                    QpState::Rts => Some(IBV_QPS_RTS),
+                    QpState::Closing => Some(IBV_QPS_SQD),
+                    QpState::Terminate => Some(IBV_QPS_SQE),
+                    QpState::Error => Some(IBV_QPS_ERR),
+                };
+                if let Some(s) = s {
+                    q.state.store(s, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    fn async_events(&mut self) {
+        for dev in 0..self.stacks.len() {
+            while let Some(ev) = self.stacks[dev]
+                .poll
+                .handler_mut()
+                .rnic_mut()
+                .poll_async_event()
+            {
+                let Some(kind) = async_type(ev.kind) else {
+                    continue;
+                };
+                match ev.resource {
+                    EventResource::Qp(qp) => {
+                        if let Some(t) = self.qps.get(&(dev, qp)) {
+                            t.asyncs.push(t.shared.c_qp.load(Ordering::Acquire), kind);
+                        }
+                    }
+                    EventResource::Cq(cq) => {
+                        if let Some(t) = self
+                            .cqs
+                            .iter()
+                            .find(|t| t.shared.dev == dev && t.shared.handle == cq)
+                        {
+                            t.asyncs
+                                .push(t.shared.c_cq.load(Ordering::Acquire), IBV_EVENT_CQ_ERR);
+                        }
+                    }
+                    EventResource::Srq(srq) => {
+                        if let Some(t) = self
+                            .srqs
+                            .iter()
+                            .find(|t| t.shared.dev == dev && t.shared.handle == srq)
+                        {
+                            t.asyncs.push(t.shared.c_srq.load(Ordering::Acquire), kind);
+                        }
+                    }
+                    EventResource::Rnic => {
+                        for (_, a) in self.contexts.iter().filter(|(d, _)| *d == dev) {
+                            a.push(1, kind);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// At process exit: every connection is reset (the peer learns at once), and the resets
+    /// are given a moment to leave.
+    pub fn shutdown(&mut self) {
+        for dev in 0..self.stacks.len() {
+            let h = self.stacks[dev].poll.handler_mut();
+            self.cm.abort_all(dev, h);
+        }
+        let until = clock::now() + Duration::from_millis(20);
+        while clock::now() < until {
+            self.poll(clock::now());
+        }
+    }
+}
+
+/// The error completion of a WR the RNIC refused.
+fn failed_wc(qp: &QpShared, wr_id: u64, opcode: ibv_wc_opcode) -> Wc {
+    Wc {
+        wr_id,
+        status: IBV_WC_LOC_QP_OP_ERR,
+        opcode,
+        qp_num: qp.id.0,
+        ..Wc::default()
+    }
+}
+
+/// Reports a refused WR on `cq`: flushed if the QP is in Error, else a local QP operation
+/// error.
+fn refuse(qp: &QpShared, cq: &CqShared, e: PostError, mut wc: Wc) {
+    if qp.state() == IBV_QPS_ERR || e.error == VerbError::InvalidQpState {
+        wc.status = IBV_WC_WR_FLUSH_ERR;
+    }
+    log::debug!(
+        "QP {:?}: work request {} refused: {}",
+        qp.id,
+        wc.wr_id,
+        e.error
+    );
+    if !cq.deliver(wc) {
+        log::warn!(
+            "CQ {:?} full: the error completion of WR {} is lost",
+            cq.handle,
+            wc.wr_id
+        );
+    }
+}
+
+/// The `ibv_event_type` of an RNIC async event (`None`: nothing to report).
+fn async_type(kind: AsyncEventKind) -> Option<ibv_event_type> {
+    use AsyncEventKind as K;
+    Some(match kind {
+        K::LlpCloseComplete | K::QpRqLimitReached => return None,
+        K::ReadNotEnabled
+        | K::WriteNotEnabled
+        | K::InvalidReadRequest
+        | K::InvalidStag
+        | K::BaseBoundsViolation
+        | K::AccessRightsViolation
+        | K::InvalidPd
+        | K::WrapError
+        | K::IrrqInvalidStag
+        | K::IrrqBaseBounds
+        | K::IrrqAccessRights
+        | K::IrrqInvalidPd
+        | K::IrrqWrap => IBV_EVENT_QP_ACCESS_ERR,
+        K::CqOverflow | K::CqOperationError => IBV_EVENT_CQ_ERR,
+        K::SrqLimitReached => IBV_EVENT_SRQ_LIMIT_REACHED,
+        K::SrqCatastrophic => IBV_EVENT_SRQ_ERR,
+        K::RnicCatastrophic => IBV_EVENT_DEVICE_FATAL,
+        _ => IBV_EVENT_QP_FATAL,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protection_errors_are_access_errors_and_the_rest_fatal() {
+        assert_eq!(
+            async_type(AsyncEventKind::InvalidStag),
+            Some(IBV_EVENT_QP_ACCESS_ERR)
+        );
+        assert_eq!(
+            async_type(AsyncEventKind::LlpConnectionReset),
+            Some(IBV_EVENT_QP_FATAL)
+        );
+        assert_eq!(
+            async_type(AsyncEventKind::CqOverflow),
+            Some(IBV_EVENT_CQ_ERR)
+        );
+        assert_eq!(async_type(AsyncEventKind::LlpCloseComplete), None);
+    }
+}
