@@ -6,6 +6,8 @@
 //! The test calls the exported C functions as an application would, so it is unsafe code.
 #![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
+mod common;
+
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::ptr::null_mut;
@@ -20,6 +22,8 @@ use rdma_dataplane::verbs::cq::*;
 use rdma_dataplane::verbs::device::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
+
+use common::{expect_event, nonblocking, poll_one, post_recv, post_send, sockaddr, use_config};
 
 const CONFIG: &str = r#"
 [poll]
@@ -45,96 +49,9 @@ rx_desc = 4096
 const PORT: u16 = 7471;
 const LEN: usize = 4096;
 
-fn sockaddr(ip: [u8; 4], port: u16) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_be_bytes(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
-/// The next CM event within 5 s (the channel is non-blocking), with its type and id.
-fn next_event(ch: *mut rdma_event_channel) -> *mut rdma_cm_event {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let mut ev = null_mut();
-        if unsafe { rdma_get_cm_event(ch, &mut ev) } == 0 {
-            return ev;
-        }
-        let e = std::io::Error::last_os_error().raw_os_error();
-        assert_eq!(e, Some(libc::EAGAIN), "rdma_get_cm_event failed");
-        assert!(Instant::now() < deadline, "no CM event within 5 s");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn expect_event(ch: *mut rdma_event_channel, kind: rdma_cm_event_type) -> *mut rdma_cm_event {
-    let ev = next_event(ch);
-    let (k, status) = unsafe { ((*ev).event, (*ev).status) };
-    assert_eq!(
-        (k, status),
-        (kind, 0),
-        "event {k} status {status}, wanted {kind}"
-    );
-    ev
-}
-
-/// Polls `cq` until one completion arrives (5 s at most).
-fn poll_one(cq: *mut ibv_cq) -> ibv_wc {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut wc = ibv_wc::default();
-    loop {
-        let ops = unsafe { &(*(*cq).context).ops };
-        let n = unsafe { ops.poll_cq.unwrap()(cq, 1, &mut wc) };
-        assert!(n >= 0, "poll_cq failed");
-        if n == 1 {
-            return wc;
-        }
-        assert!(Instant::now() < deadline, "no completion within 5 s");
-        std::thread::yield_now();
-    }
-}
-
-fn post_send(qp: *mut ibv_qp, wr: &mut ibv_send_wr) {
-    let mut bad = null_mut();
-    let ops = unsafe { &(*(*qp).context).ops };
-    assert_eq!(
-        unsafe { ops.post_send.unwrap()(qp, wr, &mut bad) },
-        0,
-        "post_send"
-    );
-}
-
-fn post_recv(qp: *mut ibv_qp, sge: &mut ibv_sge, wr_id: u64) {
-    let mut wr = ibv_recv_wr {
-        wr_id,
-        sg_list: sge,
-        num_sge: 1,
-        ..Default::default()
-    };
-    let mut bad = null_mut();
-    let ops = unsafe { &(*(*qp).context).ops };
-    assert_eq!(
-        unsafe { ops.post_recv.unwrap()(qp, &mut wr, &mut bad) },
-        0,
-        "post_recv"
-    );
-}
-
-fn nonblocking(fd: c_int) {
-    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
-}
-
 #[test]
 fn two_devices_connect_write_send_read_and_disconnect() {
-    let dir = std::env::temp_dir().join(format!("librdma-loopback-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("loopback.toml");
-    std::fs::write(&cfg, CONFIG).unwrap();
-    std::env::set_var("DATAPLANE_CONFIG", &cfg);
+    let dir = use_config("librdma-loopback", CONFIG);
 
     // Devices, as ibv_devices / ibv_devinfo see them.
     let mut n = 0;

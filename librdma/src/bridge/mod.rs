@@ -7,7 +7,6 @@
 
 pub mod cm;
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -129,14 +128,6 @@ impl Bridge {
     /// Device `dev`'s RNIC.
     pub fn rnic(&mut self, dev: usize) -> Result<&mut Rnic, i32> {
         self.handler(dev).map(|h| h.rnic_mut())
-    }
-
-    /// Device `dev`'s IPv4 address.
-    pub fn ip(&self, dev: usize) -> Option<Ipv4Addr> {
-        self.stacks.get(dev).and_then(|s| match s.ip {
-            IpAddr::V4(a) => Some(a),
-            IpAddr::V6(_) => None,
-        })
     }
 
     /// One poll-loop iteration on every device; frames handled.

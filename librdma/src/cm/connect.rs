@@ -76,7 +76,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
         let (qp, shared) = (q.shared.id, Arc::clone(&i.shared));
         let conn = i.core.call(move |b| {
             let (cm, h) = b.cm_and_handler(dev)?;
-            cm.connect(dev, h, *local.ip(), remote, qp, &pdata, (ird, ord), &shared)
+            cm.connect(dev, h, local.ip(), remote, qp, &pdata, (ird, ord), &shared)
         })??;
         i.state().conn = Some((dev, conn));
         // SAFETY: the id's live QP.
