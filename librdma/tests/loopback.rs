@@ -9,7 +9,7 @@
 mod common;
 
 use std::ffi::CStr;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,10 @@ use rdma_dataplane::verbs::device::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
 
-use common::{expect_event, nonblocking, poll_one, post_recv, post_send, sockaddr, use_config};
+use common::{
+    expect_event, nonblocking, poll_one, post_recv, post_send, reg, sge, signaled, sockaddr,
+    use_config,
+};
 
 const CONFIG: &str = r#"
 [poll]
@@ -151,15 +154,8 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     assert_eq!(unsafe { rdma_create_qp(client, cpd, &mut qattr) }, 0);
     let cqp = unsafe { (*client).qp };
     let mut cbuf = vec![0u8; LEN];
-    let access =
-        (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE) as c_int;
-    let cmr = unsafe { ibv_reg_mr(cpd, cbuf.as_mut_ptr().cast(), LEN, access) };
-    assert!(!cmr.is_null());
-    let mut crecv = ibv_sge {
-        addr: cbuf.as_ptr() as u64 + 2048,
-        length: 64,
-        lkey: unsafe { (*cmr).lkey },
-    };
+    let cmr = reg(cpd, &mut cbuf);
+    let mut crecv = sge(&cbuf, 2048, 64, cmr);
     post_recv(cqp, &mut crecv, 100);
     post_recv(cqp, &mut crecv, 101);
     let pdata = *b"hello from b";
@@ -204,13 +200,8 @@ fn two_devices_connect_write_send_read_and_disconnect() {
         "cq_context is the id"
     );
     let mut sbuf = vec![0u8; LEN];
-    let smr = unsafe { ibv_reg_mr((*child).pd, sbuf.as_mut_ptr().cast(), LEN, access) };
-    assert!(!smr.is_null());
-    let mut srecv = ibv_sge {
-        addr: sbuf.as_ptr() as u64 + 3072,
-        length: 64,
-        lkey: unsafe { (*smr).lkey },
-    };
+    let smr = reg(unsafe { (*child).pd }, &mut sbuf);
+    let mut srecv = sge(&sbuf, 3072, 64, smr);
     post_recv(sqp, &mut srecv, 200);
     post_recv(sqp, &mut srecv, 201);
     assert_eq!(unsafe { rdma_accept(child, null_mut()) }, 0);
@@ -227,22 +218,12 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     // RDMA Write from b's heap into a's heap, by address and rkey (RFC 5040 §4.3).
     cbuf[..11].copy_from_slice(b"written by ");
     cbuf[11] = b'b';
-    let mut wsge = ibv_sge {
-        addr: cbuf.as_ptr() as u64,
-        length: 12,
-        lkey: unsafe { (*cmr).lkey },
-    };
-    let mut wr = ibv_send_wr {
-        wr_id: 1,
-        sg_list: &mut wsge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_WRITE,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    wr.wr.rdma.remote_addr = sbuf.as_ptr() as u64 + 100;
-    wr.wr.rdma.rkey = unsafe { (*smr).rkey };
-    post_send(cqp, &mut wr);
+    let mut wsge = sge(&cbuf, 0, 12, cmr);
+    let remote = (sbuf.as_ptr() as u64 + 100, unsafe { (*smr).rkey });
+    post_send(
+        cqp,
+        &mut signaled(1, &mut wsge, IBV_WR_RDMA_WRITE, Some(remote)),
+    );
     let wc = poll_one(ccq);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode),
@@ -250,20 +231,8 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     );
 
     // A Send tells a; a's receive completes with the length.
-    let mut ssge = ibv_sge {
-        addr: cbuf.as_ptr() as u64,
-        length: 12,
-        lkey: unsafe { (*cmr).lkey },
-    };
-    let mut swr = ibv_send_wr {
-        wr_id: 2,
-        sg_list: &mut ssge,
-        num_sge: 1,
-        opcode: IBV_WR_SEND,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    post_send(cqp, &mut swr);
+    let mut ssge = sge(&cbuf, 0, 12, cmr);
+    post_send(cqp, &mut signaled(2, &mut ssge, IBV_WR_SEND, None));
     assert_eq!(poll_one(ccq).status, IBV_WC_SUCCESS);
     let wc = poll_one(s_recv_cq);
     assert_eq!(
@@ -279,22 +248,12 @@ fn two_devices_connect_write_send_read_and_disconnect() {
 
     // RDMA Read: a reads b's buffer into its own.
     cbuf[512..520].copy_from_slice(b"readable");
-    let mut rsge = ibv_sge {
-        addr: sbuf.as_ptr() as u64 + 1024,
-        length: 8,
-        lkey: unsafe { (*smr).lkey },
-    };
-    let mut rwr = ibv_send_wr {
-        wr_id: 3,
-        sg_list: &mut rsge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_READ,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    rwr.wr.rdma.remote_addr = cbuf.as_ptr() as u64 + 512;
-    rwr.wr.rdma.rkey = unsafe { (*cmr).rkey };
-    post_send(sqp, &mut rwr);
+    let mut rsge = sge(&sbuf, 1024, 8, smr);
+    let remote = (cbuf.as_ptr() as u64 + 512, unsafe { (*cmr).rkey });
+    post_send(
+        sqp,
+        &mut signaled(3, &mut rsge, IBV_WR_RDMA_READ, Some(remote)),
+    );
     let wc = poll_one(s_send_cq);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode, wc.byte_len),

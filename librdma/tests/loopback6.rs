@@ -22,11 +22,12 @@ use rdma_dataplane::cm::endpoint::*;
 use rdma_dataplane::cm::events::*;
 use rdma_dataplane::cm::id::*;
 use rdma_dataplane::cm::qp::*;
-use rdma_dataplane::verbs::memory::*;
+use rdma_dataplane::verbs::memory::ibv_dereg_mr;
 use rdma_dataplane::verbs::qp::*;
 
 use common::{
-    expect_event, nonblocking, poll_one, post_recv, post_send, sockaddr, sockaddr6, use_config,
+    expect_event, new_id, nonblocking, poll_one, post_recv, post_send, reg, sge, signaled,
+    sockaddr, sockaddr6, use_config,
 };
 
 const CONFIG: &str = r#"
@@ -73,11 +74,7 @@ fn rdma_cm_and_traffic_over_ipv6() {
     nonblocking(unsafe { (*ch).fd });
 
     // Refusals: an address no device has, a source of the other family.
-    let mut probe = null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut probe, null_mut(), RDMA_PS_TCP) },
-        0
-    );
+    let probe = new_id(ch, null_mut());
     let mut foreign = sockaddr6("fd00:77::9", 0);
     assert_eq!(
         unsafe { rdma_bind_addr(probe, (&mut foreign as *mut libc::sockaddr_in6).cast()) },
@@ -104,11 +101,7 @@ fn rdma_cm_and_traffic_over_ipv6() {
     assert_eq!(unsafe { rdma_destroy_id(probe) }, 0);
 
     // A wildcard IPv6 listener: every device, the IPv6-only one included.
-    let mut listen = null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut listen, null_mut(), RDMA_PS_TCP) },
-        0
-    );
+    let listen = new_id(ch, null_mut());
     let mut any = sockaddr6("::", PORT);
     assert_eq!(
         unsafe { rdma_bind_addr(listen, (&mut any as *mut libc::sockaddr_in6).cast()) },
@@ -118,11 +111,7 @@ fn rdma_cm_and_traffic_over_ipv6() {
     assert_eq!(unsafe { rdma_get_src_port(listen) }, PORT.to_be());
 
     // The client resolves a's address: device b, source b's IPv6 address.
-    let mut client = null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut client, null_mut(), RDMA_PS_TCP) },
-        0
-    );
+    let client = new_id(ch, null_mut());
     let rc = unsafe {
         rdma_resolve_addr(
             client,
@@ -159,11 +148,8 @@ fn rdma_cm_and_traffic_over_ipv6() {
     };
     assert_eq!(unsafe { rdma_create_qp(client, null_mut(), &mut cattr) }, 0);
     let (cqp, c_send_cq) = unsafe { ((*client).qp, (*client).send_cq) };
-    let access =
-        (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE) as c_int;
     let mut cbuf = vec![0u8; LEN];
-    let cmr = unsafe { ibv_reg_mr((*client).pd, cbuf.as_mut_ptr().cast(), LEN, access) };
-    assert!(!cmr.is_null());
+    let cmr = reg(unsafe { (*client).pd }, &mut cbuf);
     let pdata = *b"over IPv6";
     let mut param = rdma_conn_param {
         private_data: pdata.as_ptr().cast(),
@@ -196,13 +182,8 @@ fn rdma_cm_and_traffic_over_ipv6() {
     assert_eq!(unsafe { rdma_create_qp(child, null_mut(), &mut sattr) }, 0);
     let (sqp, s_recv_cq) = unsafe { ((*child).qp, (*child).recv_cq) };
     let mut sbuf = vec![0u8; LEN];
-    let smr = unsafe { ibv_reg_mr((*child).pd, sbuf.as_mut_ptr().cast(), LEN, access) };
-    assert!(!smr.is_null());
-    let mut srecv = ibv_sge {
-        addr: sbuf.as_ptr() as u64 + 2048,
-        length: 64,
-        lkey: unsafe { (*smr).lkey },
-    };
+    let smr = reg(unsafe { (*child).pd }, &mut sbuf);
+    let mut srecv = sge(&sbuf, 2048, 64, smr);
     post_recv(sqp, &mut srecv, 300);
     assert_eq!(unsafe { rdma_accept(child, null_mut()) }, 0);
     for _ in 0..2 {
@@ -211,32 +192,14 @@ fn rdma_cm_and_traffic_over_ipv6() {
 
     // An RDMA Write, then a Send that finds it landed.
     cbuf[..9].copy_from_slice(b"v6 write!");
-    let mut sge = ibv_sge {
-        addr: cbuf.as_ptr() as u64,
-        length: 9,
-        lkey: unsafe { (*cmr).lkey },
-    };
-    let mut wr = ibv_send_wr {
-        wr_id: 1,
-        sg_list: &mut sge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_WRITE,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    wr.wr.rdma.remote_addr = sbuf.as_ptr() as u64 + 100;
-    wr.wr.rdma.rkey = unsafe { (*smr).rkey };
-    post_send(cqp, &mut wr);
+    let mut csge = sge(&cbuf, 0, 9, cmr);
+    let remote = (sbuf.as_ptr() as u64 + 100, unsafe { (*smr).rkey });
+    post_send(
+        cqp,
+        &mut signaled(1, &mut csge, IBV_WR_RDMA_WRITE, Some(remote)),
+    );
     assert_eq!(poll_one(c_send_cq).status, IBV_WC_SUCCESS);
-    let mut send = ibv_send_wr {
-        wr_id: 2,
-        sg_list: &mut sge,
-        num_sge: 1,
-        opcode: IBV_WR_SEND,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    post_send(cqp, &mut send);
+    post_send(cqp, &mut signaled(2, &mut csge, IBV_WR_SEND, None));
     assert_eq!(poll_one(c_send_cq).status, IBV_WC_SUCCESS);
     let wc = poll_one(s_recv_cq);
     assert_eq!(

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use rdma_dataplane::abi::*;
 use rdma_dataplane::cm::events::*;
+use rdma_dataplane::cm::id::rdma_create_id;
+use rdma_dataplane::verbs::memory::ibv_reg_mr;
 
 /// Writes `text` as this process's configuration (`DATAPLANE_CONFIG`) in a directory of its
 /// own, which is returned.
@@ -120,4 +122,55 @@ pub fn sockaddr6(ip: &str, port: u16) -> libc::sockaddr_in6 {
         },
         sin6_scope_id: 0,
     }
+}
+
+/// A new id on `ch` with `context`, in the TCP port space.
+pub fn new_id(ch: *mut rdma_event_channel, context: *mut std::os::raw::c_void) -> *mut rdma_cm_id {
+    let mut id = null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, context, RDMA_PS_TCP) },
+        0
+    );
+    id
+}
+
+/// `buf` registered on `pd` for local writes and remote reads and writes.
+pub fn reg(pd: *mut ibv_pd, buf: &mut [u8]) -> *mut ibv_mr {
+    let access =
+        (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE) as c_int;
+    let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), access) };
+    assert!(!mr.is_null(), "ibv_reg_mr");
+    mr
+}
+
+/// The SGE of `len` bytes at `offset` in `buf`, registered as `mr`.
+pub fn sge(buf: &[u8], offset: usize, len: u32, mr: *mut ibv_mr) -> ibv_sge {
+    ibv_sge {
+        addr: buf.as_ptr() as u64 + offset as u64,
+        length: len,
+        lkey: unsafe { (*mr).lkey },
+    }
+}
+
+/// A signaled work request of `opcode` over one SGE; for RDMA Write and Read, to `remote`
+/// (address and rkey).
+pub fn signaled(
+    wr_id: u64,
+    sge: &mut ibv_sge,
+    opcode: ibv_wr_opcode,
+    remote: Option<(u64, u32)>,
+) -> ibv_send_wr {
+    let mut wr = ibv_send_wr {
+        wr_id,
+        sg_list: sge,
+        num_sge: 1,
+        opcode,
+        send_flags: IBV_SEND_SIGNALED,
+        ..Default::default()
+    };
+    if let Some((addr, rkey)) = remote {
+        wr.wr.rdma.remote_addr = addr;
+        wr.wr.rdma.rkey = rkey;
+    }
+    wr
 }
