@@ -23,6 +23,12 @@ uint16_t dpdk_shim_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf
 	return rte_eth_tx_burst(port_id, queue_id, tx_pkts, nb_pkts);
 }
 
+uint16_t dpdk_shim_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+                              uint16_t nb_pkts)
+{
+	return rte_eth_tx_prepare(port_id, queue_id, tx_pkts, nb_pkts);
+}
+
 struct rte_mbuf *dpdk_shim_pktmbuf_alloc(struct rte_mempool *mp)
 {
 	return rte_pktmbuf_alloc(mp);
@@ -103,6 +109,16 @@ int dpdk_shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len)
 struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m)
 {
 	return m->pool;
+}
+
+uint64_t dpdk_shim_rx_offload_vlan_strip(void)
+{
+	return RTE_ETH_RX_OFFLOAD_VLAN_STRIP;
+}
+
+uint64_t dpdk_shim_tx_offload_vlan_insert(void)
+{
+	return RTE_ETH_TX_OFFLOAD_VLAN_INSERT;
 }
 
 unsigned int dpdk_shim_mempool_avail_count(const struct rte_mempool *mp)

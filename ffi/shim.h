@@ -13,6 +13,8 @@ uint16_t dpdk_shim_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf
                             uint16_t nb_pkts);
 uint16_t dpdk_shim_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
                             uint16_t nb_pkts);
+uint16_t dpdk_shim_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+                              uint16_t nb_pkts);
 
 /* mbuf allocation */
 struct rte_mbuf *dpdk_shim_pktmbuf_alloc(struct rte_mempool *mp);
@@ -34,6 +36,10 @@ char *dpdk_shim_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
 char *dpdk_shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int dpdk_shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
 struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m);
+
+/* ethdev offload bits (RTE_BIT64 macros) */
+uint64_t dpdk_shim_rx_offload_vlan_strip(void);
+uint64_t dpdk_shim_tx_offload_vlan_insert(void);
 
 /* mempool */
 unsigned int dpdk_shim_mempool_avail_count(const struct rte_mempool *mp);

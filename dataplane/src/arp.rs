@@ -1,30 +1,20 @@
 //! ARP (RFC 826) for one port: answers requests for the port's IPv4 address, learns
 //! neighbours, and builds requests for addresses the port needs to reach.
 
-use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::time::Duration;
 
 use crate::clock::Instant;
 
-use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr,
-};
+use smoltcp::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetProtocol};
 
-use crate::classify::ETH_HLEN;
+use crate::frame::{l2_len, write_l2, Vlan, VLAN_TAG_LEN};
+use crate::neighbour::NeighbourCache;
 
 /// Length of an Ethernet/IPv4 ARP packet.
 pub const ARP_LEN: usize = 28;
-/// Minimum Ethernet frame length without FCS; ARP frames are padded to it.
+/// Minimum Ethernet frame length without FCS; ARP frames are padded to it (plus the tag's
+/// length when tagged).
 pub const MIN_FRAME_LEN: usize = 60;
-
-/// How long a learned neighbour stays valid.
-pub const ENTRY_LIFETIME: Duration = Duration::from_secs(300);
-/// Least time between two requests for the same address.
-pub const REQUEST_INTERVAL: Duration = Duration::from_secs(1);
-/// Most neighbours kept; the oldest is evicted beyond that.
-pub const CACHE_CAPACITY: usize = 1024;
 
 /// What to do about a received ARP packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,96 +29,10 @@ pub enum ArpOutcome {
     Malformed,
 }
 
-/// Neighbour cache: IPv4 address to MAC, with ages, and the addresses being resolved.
-/// Both tables hold at most [`CACHE_CAPACITY`] addresses, however many neighbours (or
-/// spoofed sources a handler answers) there are.
-#[derive(Debug, Default)]
-pub struct ArpCache {
-    entries: HashMap<Ipv4Addr, ([u8; 6], Instant)>,
-    requested: HashMap<Ipv4Addr, Instant>,
-    evicted: u64,
-    suppressed: u64,
-}
+/// The IPv4 neighbour cache ([`NeighbourCache`] of IPv4 addresses).
+pub type ArpCache = NeighbourCache<Ipv4Addr>;
 
-impl ArpCache {
-    /// An empty cache.
-    pub fn new() -> ArpCache {
-        ArpCache::default()
-    }
-
-    /// The MAC of `ip` if known and fresh.
-    pub fn lookup(&self, ip: Ipv4Addr, now: Instant) -> Option<[u8; 6]> {
-        self.entries
-            .get(&ip)
-            .filter(|(_, at)| now.saturating_since(*at) < ENTRY_LIFETIME)
-            .map(|(mac, _)| *mac)
-    }
-
-    /// Records `ip` at `mac` (the oldest neighbour makes room when the cache is full,
-    /// counted in [`ArpCache::evicted`]).
-    pub fn insert(&mut self, ip: Ipv4Addr, mac: [u8; 6], now: Instant) {
-        if self.entries.len() >= CACHE_CAPACITY && !self.entries.contains_key(&ip) {
-            let oldest = self.entries.iter().min_by_key(|(_, (_, at))| *at);
-            if let Some((&old, _)) = oldest {
-                self.entries.remove(&old);
-                self.evicted += 1;
-            }
-        }
-        self.entries.insert(ip, (mac, now));
-        self.requested.remove(&ip);
-    }
-
-    /// Number of neighbours known.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// True when no neighbour is known.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// Addresses being resolved (a request sent, no reply yet).
-    pub fn pending(&self) -> usize {
-        self.requested.len()
-    }
-
-    /// Neighbours evicted to make room for newer ones.
-    pub fn evicted(&self) -> u64 {
-        self.evicted
-    }
-
-    /// Requests not sent because [`CACHE_CAPACITY`] addresses were being resolved at once.
-    pub fn suppressed(&self) -> u64 {
-        self.suppressed
-    }
-
-    /// True when a request for `ip` may be sent now (none sent in the last
-    /// [`REQUEST_INTERVAL`], and fewer than [`CACHE_CAPACITY`] other addresses being
-    /// resolved: requests older than the interval are forgotten first); records that one is
-    /// being sent.
-    pub fn should_request(&mut self, ip: Ipv4Addr, now: Instant) -> bool {
-        match self.requested.get(&ip) {
-            Some(at) if now.saturating_since(*at) < REQUEST_INTERVAL => false,
-            Some(_) => {
-                self.requested.insert(ip, now);
-                true
-            }
-            None => {
-                if self.requested.len() >= CACHE_CAPACITY {
-                    self.requested
-                        .retain(|_, at| now.saturating_since(*at) < REQUEST_INTERVAL);
-                }
-                if self.requested.len() >= CACHE_CAPACITY {
-                    self.suppressed += 1;
-                    return false;
-                }
-                self.requested.insert(ip, now);
-                true
-            }
-        }
-    }
-
+impl NeighbourCache<Ipv4Addr> {
     /// Handles the ARP payload `arp` (after the Ethernet header) received on a port with
     /// address `our_mac`/`our_ip`. Follows RFC 826's merge rule: the sender is learned if
     /// already known or if the packet is for us.
@@ -156,7 +60,7 @@ impl ArpCache {
             && !source_protocol_addr.is_unspecified()
             && !source_protocol_addr.is_broadcast();
         let for_us = our_ip == Some(target_protocol_addr);
-        let known = self.entries.contains_key(&source_protocol_addr);
+        let known = self.knows(source_protocol_addr);
         if sender_ok && (for_us || known) {
             self.insert(source_protocol_addr, source_hardware_addr.0, now);
         }
@@ -187,11 +91,18 @@ pub fn request(our_mac: [u8; 6], our_ip: Ipv4Addr, target: Ipv4Addr) -> ArpRepr 
     }
 }
 
-/// Writes `repr` as a complete Ethernet frame into `buf` (at least [`MIN_FRAME_LEN`] bytes;
-/// the padding is zeroed). Requests go to broadcast, replies to the target's MAC.
-/// Returns the frame length, or `None` if `buf` is too short.
-pub fn emit_arp_frame(repr: &ArpRepr, buf: &mut [u8]) -> Option<usize> {
-    if buf.len() < MIN_FRAME_LEN {
+/// Length of an ARP frame with `tag` in it (the minimum frame, padded).
+pub fn arp_frame_len(tag: Option<Vlan>) -> usize {
+    MIN_FRAME_LEN + tag.map_or(0, |_| VLAN_TAG_LEN)
+}
+
+/// Writes `repr` as a complete Ethernet frame, 802.1Q-tagged with `tag` when given, into
+/// `buf` (at least [`arp_frame_len`] bytes; the padding is zeroed). Requests go to
+/// broadcast, replies to the target's MAC. Returns the frame length, or `None` if `buf` is
+/// too short.
+pub fn emit_arp_frame(repr: &ArpRepr, tag: Option<Vlan>, buf: &mut [u8]) -> Option<usize> {
+    let frame_len = arp_frame_len(tag);
+    if buf.len() < frame_len {
         return None;
     }
     let ArpRepr::EthernetIpv4 {
@@ -207,19 +118,18 @@ pub fn emit_arp_frame(repr: &ArpRepr, buf: &mut [u8]) -> Option<usize> {
         ArpOperation::Request => EthernetAddress::BROADCAST,
         _ => target_hardware_addr,
     };
-    let frame_len = MIN_FRAME_LEN;
     let buf = &mut buf[..frame_len];
     buf.fill(0);
-    let mut eth = EthernetFrame::new_unchecked(&mut *buf);
-    EthernetRepr {
-        src_addr: source_hardware_addr,
-        dst_addr: dst,
-        ethertype: EthernetProtocol::Arp,
-    }
-    .emit(&mut eth);
-    let mut pkt = ArpPacket::new_unchecked(&mut eth.payload_mut()[..ARP_LEN]);
+    let at = write_l2(
+        buf,
+        dst.0,
+        source_hardware_addr.0,
+        tag,
+        EthernetProtocol::Arp,
+    );
+    debug_assert_eq!(at, l2_len(tag));
+    let mut pkt = ArpPacket::new_unchecked(&mut buf[at..at + ARP_LEN]);
     repr.emit(&mut pkt);
-    debug_assert_eq!(ETH_HLEN + ARP_LEN, 42);
     Some(frame_len)
 }
 
@@ -227,11 +137,15 @@ pub fn emit_arp_frame(repr: &ArpRepr, buf: &mut [u8]) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::clock;
+    use crate::frame::ETH_HLEN;
+    use crate::neighbour::ENTRY_LIFETIME;
     use crate::test_frames::{self, OUR_IP, OUR_MAC, PEER_IP, PEER_MAC};
+    use smoltcp::wire::EthernetFrame;
+    use std::time::Duration;
 
     fn frame_of(repr: &ArpRepr) -> Vec<u8> {
         let mut buf = vec![0xaa; 64];
-        let n = emit_arp_frame(repr, &mut buf).unwrap();
+        let n = emit_arp_frame(repr, None, &mut buf).unwrap();
         buf.truncate(n);
         buf
     }
@@ -338,47 +252,22 @@ mod tests {
         );
     }
 
+    // IEEE 802.1Q: a tagged ARP frame carries the tag before the ARP ethertype and is
+    // padded to the minimum frame plus the tag.
     #[test]
-    fn requests_are_rate_limited_per_address() {
-        let mut cache = ArpCache::new();
-        let now = clock::now();
-        assert!(cache.should_request(PEER_IP, now));
-        assert!(!cache.should_request(PEER_IP, now + Duration::from_millis(10)));
-        assert!(cache.should_request(Ipv4Addr::new(10, 99, 0, 3), now));
-        assert!(cache.should_request(PEER_IP, now + REQUEST_INTERVAL));
-    }
-
-    #[test]
-    fn cache_is_bounded() {
-        let mut cache = ArpCache::new();
-        let now = clock::now();
-        for i in 0..(CACHE_CAPACITY as u32 + 10) {
-            let ip = Ipv4Addr::from(0x0a00_0000 + i);
-            cache.insert(ip, PEER_MAC, now + Duration::from_micros(i as u64));
-        }
-        assert_eq!(cache.len(), CACHE_CAPACITY);
-        assert_eq!(cache.lookup(Ipv4Addr::from(0x0a00_0000), now), None);
-        assert_eq!(cache.evicted(), 10);
-    }
-
-    #[test]
-    fn addresses_being_resolved_are_bounded() {
-        let mut cache = ArpCache::new();
-        let now = clock::now();
-        let ip = |i: u32| Ipv4Addr::from(0x0a00_0000 + i);
-        for i in 0..CACHE_CAPACITY as u32 {
-            assert!(cache.should_request(ip(i), now));
-        }
-        // Full of fresh requests: a new address waits (counted), known ones are unaffected.
-        assert!(!cache.should_request(ip(5000), now));
-        assert_eq!((cache.pending(), cache.suppressed()), (CACHE_CAPACITY, 1));
-        cache.insert(ip(3), PEER_MAC, now);
-        assert_eq!(cache.lookup(ip(3), now), Some(PEER_MAC));
-        assert!(cache.should_request(ip(5000), now), "a reply made room");
-        // An interval later the stale requests are forgotten to make room.
-        let later = now + REQUEST_INTERVAL;
-        assert!(cache.should_request(ip(6000), later));
-        assert_eq!(cache.pending(), 1);
-        assert_eq!(cache.suppressed(), 1);
+    fn tagged_arp_frame() {
+        let v = Vlan {
+            id: 100,
+            priority: 3,
+        };
+        let mut buf = vec![0xaa; 64];
+        let n = emit_arp_frame(&request(OUR_MAC, OUR_IP, PEER_IP), Some(v), &mut buf).unwrap();
+        assert_eq!(n, 64);
+        assert_eq!(&buf[12..18], &[0x81, 0x00, 0x60, 0x64, 0x08, 0x06]);
+        let pkt = ArpPacket::new_checked(&buf[18..]).unwrap();
+        let r = ArpRepr::parse(&pkt).unwrap();
+        assert_eq!(r, request(OUR_MAC, OUR_IP, PEER_IP));
+        assert!(buf[18 + ARP_LEN..].iter().all(|&b| b == 0));
+        assert_eq!(emit_arp_frame(&r, Some(v), &mut buf[..60]), None);
     }
 }

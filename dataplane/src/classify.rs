@@ -2,22 +2,29 @@
 //!
 //! Uses smoltcp's checked wire views, so any byte string is classified without panicking;
 //! frames whose headers do not hold together are [`FrameClass::Malformed`] with the layer
-//! that failed.
+//! that failed. A port on a VLAN takes only frames tagged with its VLAN identifier (the tag
+//! in the frame, or the one the device stripped); a port on no VLAN takes untagged and
+//! priority-tagged (VLAN 0) frames. Every other frame is [`FrameClass::OtherVlan`].
+//!
+//! IPv6 packets with an extension header (a fragment, a jumbogram's hop-by-hop header, any
+//! chain) are counted in their own classes and not processed: the data plane carries TCP and
+//! neighbour discovery, which need none.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use smoltcp::wire::{
-    ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet,
-    TcpPacket, UdpPacket,
+    ArpPacket, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket,
+    UdpPacket,
 };
 
-/// Ethernet header length (no VLAN tag).
-pub const ETH_HLEN: usize = 14;
+pub use crate::frame::ETH_HLEN;
+use crate::frame::{parse_l2, TPID_8021AD};
+use crate::ndp::{is_ipv6_multicast_mac, solicited_node, ALL_NODES};
 
 /// The layer at which a malformed frame failed to parse or verify.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Malformed {
-    /// Shorter than an Ethernet header.
+    /// Shorter than an Ethernet header (or its VLAN tag).
     Ethernet,
     /// ARP packet too short.
     Arp,
@@ -35,6 +42,10 @@ pub enum Malformed {
     UdpChecksum,
     /// ICMP message too short.
     Icmp,
+    /// IPv6 header invalid (version, a payload length past the frame).
+    Ipv6,
+    /// ICMPv6 message too short.
+    Icmpv6,
 }
 
 /// What a frame is.
@@ -52,17 +63,30 @@ pub enum FrameClass {
     OtherIpv4,
     /// An IPv4 fragment (not reassembled).
     Fragment,
-    /// Another ethertype (IPv6, LLDP, ...).
+    /// Another ethertype (LLDP, IPv6 on a port without an IPv6 address, ...).
     OtherEthertype,
-    /// Destination MAC or IPv4 address is not this port's.
+    /// Destination MAC or IP address is not this port's.
     NotForUs,
     /// Headers do not hold together.
     Malformed(Malformed),
+    /// An ICMPv6 message to one of this port's addresses or groups (neighbour discovery,
+    /// echo).
+    Icmpv6,
+    /// IPv6 to this port with another protocol (or No Next Header).
+    OtherIpv6,
+    /// An IPv6 fragment (a Fragment header first; not reassembled).
+    Ipv6Fragment,
+    /// An IPv6 packet with another extension header (a chain, routing, options).
+    Ipv6ExtHeader,
+    /// An IPv6 jumbogram (RFC 2675: payload length 0, a hop-by-hop header).
+    Ipv6Jumbogram,
+    /// A frame of another VLAN (or untagged on a VLAN port, or tagged on a port on none).
+    OtherVlan,
 }
 
 impl FrameClass {
     /// All classes, in the order of [`FrameClass::index`].
-    pub const ALL: [FrameClass; 17] = [
+    pub const ALL: [FrameClass; 25] = [
         FrameClass::Arp,
         FrameClass::Icmp,
         FrameClass::Tcp,
@@ -80,6 +104,14 @@ impl FrameClass {
         FrameClass::Malformed(Malformed::Udp),
         FrameClass::Malformed(Malformed::UdpChecksum),
         FrameClass::Malformed(Malformed::Icmp),
+        FrameClass::Malformed(Malformed::Ipv6),
+        FrameClass::Malformed(Malformed::Icmpv6),
+        FrameClass::Icmpv6,
+        FrameClass::OtherIpv6,
+        FrameClass::Ipv6Fragment,
+        FrameClass::Ipv6ExtHeader,
+        FrameClass::Ipv6Jumbogram,
+        FrameClass::OtherVlan,
     ];
 
     /// Dense index for counter arrays.
@@ -104,8 +136,16 @@ impl FrameClass {
                     Malformed::Udp => 6,
                     Malformed::UdpChecksum => 7,
                     Malformed::Icmp => 8,
+                    Malformed::Ipv6 => 9,
+                    Malformed::Icmpv6 => 10,
                 }
             }
+            FrameClass::Icmpv6 => 19,
+            FrameClass::OtherIpv6 => 20,
+            FrameClass::Ipv6Fragment => 21,
+            FrameClass::Ipv6ExtHeader => 22,
+            FrameClass::Ipv6Jumbogram => 23,
+            FrameClass::OtherVlan => 24,
         }
     }
 
@@ -130,7 +170,15 @@ impl FrameClass {
                 Malformed::Udp => "bad-udp",
                 Malformed::UdpChecksum => "bad-udp-csum",
                 Malformed::Icmp => "bad-icmp",
+                Malformed::Ipv6 => "bad-ipv6",
+                Malformed::Icmpv6 => "bad-icmpv6",
             },
+            FrameClass::Icmpv6 => "icmpv6",
+            FrameClass::OtherIpv6 => "ipv6-other",
+            FrameClass::Ipv6Fragment => "ipv6-frag",
+            FrameClass::Ipv6ExtHeader => "ipv6-ext",
+            FrameClass::Ipv6Jumbogram => "ipv6-jumbo",
+            FrameClass::OtherVlan => "vlan-other",
         }
     }
 }
@@ -140,40 +188,60 @@ impl FrameClass {
 pub struct Classified {
     /// What the frame is.
     pub class: FrameClass,
-    /// Offset of the layer-4 header (TCP/UDP/ICMP), when the frame is IPv4.
+    /// Offset of the layer-3 header (ARP, IPv4, IPv6): after the Ethernet header and the
+    /// VLAN tag in the frame, if any.
+    pub l3_offset: usize,
+    /// Offset of the layer-4 header (TCP/UDP/ICMP), when the frame is IP.
     pub l4_offset: usize,
-    /// Length of the layer-4 bytes (IPv4 payload; Ethernet padding excluded).
+    /// Length of the layer-4 bytes (IP payload; Ethernet padding excluded).
     pub l4_len: usize,
-    /// IPv4 source, when the frame is IPv4.
-    pub src_ip: Ipv4Addr,
-    /// IPv4 destination, when the frame is IPv4.
-    pub dst_ip: Ipv4Addr,
+    /// IP source, when the frame is IP (unspecified IPv4 otherwise).
+    pub src_ip: IpAddr,
+    /// IP destination, when the frame is IP.
+    pub dst_ip: IpAddr,
+    /// IPv6 hop limit (IPv4 TTL is not kept): neighbour discovery checks it.
+    pub hop_limit: u8,
 }
 
 impl Classified {
     fn new(class: FrameClass) -> Classified {
         Classified {
             class,
+            l3_offset: ETH_HLEN,
             l4_offset: 0,
             l4_len: 0,
-            src_ip: Ipv4Addr::UNSPECIFIED,
-            dst_ip: Ipv4Addr::UNSPECIFIED,
+            src_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            dst_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            hop_limit: 0,
         }
     }
 
-    /// The layer-4 bytes of `frame` (empty unless the frame is IPv4).
+    /// The layer-4 bytes of `frame` (empty unless the frame is IP).
     pub fn l4<'a>(&self, frame: &'a [u8]) -> &'a [u8] {
         frame
             .get(self.l4_offset..self.l4_offset + self.l4_len)
             .unwrap_or(&[])
     }
+
+    /// The layer-3 bytes of `frame` (ARP, IP header onward).
+    pub fn l3<'a>(&self, frame: &'a [u8]) -> &'a [u8] {
+        frame.get(self.l3_offset..).unwrap_or(&[])
+    }
 }
+
+/// IPv6 Next Header values of extension headers (RFC 8200 §4, RFC 7045): a packet whose
+/// first Next Header is one of these is not processed.
+const EXTENSION_HEADERS: [u8; 9] = [0, 43, 44, 50, 51, 60, 135, 139, 140];
 
 /// Classifies frames for one port.
 #[derive(Clone, Debug)]
 pub struct Classifier {
-    mac: EthernetAddress,
+    mac: [u8; 6],
     ipv4: Option<Ipv4Addr>,
+    /// The port's IPv6 addresses in use (link-local and configured); empty: no IPv6.
+    ipv6: Vec<Ipv6Addr>,
+    /// The port's VLAN identifier; `None`: untagged.
+    vlan: Option<u16>,
     /// Accept frames to any destination MAC.
     pub promiscuous: bool,
     /// Verify IPv4/TCP/UDP checksums (off when the NIC verified them).
@@ -181,36 +249,69 @@ pub struct Classifier {
 }
 
 impl Classifier {
-    /// A classifier for a port with this MAC and (optional) IPv4 address.
+    /// A classifier for a port with this MAC and (optional) IPv4 address, untagged, without
+    /// IPv6.
     pub fn new(mac: [u8; 6], ipv4: Option<Ipv4Addr>) -> Classifier {
         Classifier {
-            mac: EthernetAddress(mac),
+            mac,
             ipv4,
+            ipv6: Vec::new(),
+            vlan: None,
             promiscuous: false,
             verify_checksums: true,
         }
     }
 
+    /// Sets the port's IPv6 addresses (the link-local and the configured one; none: IPv6
+    /// frames are [`FrameClass::OtherEthertype`]).
+    pub fn set_ipv6(&mut self, addrs: impl IntoIterator<Item = Ipv6Addr>) {
+        self.ipv6 = addrs.into_iter().collect();
+    }
+
+    /// Puts the port on VLAN `id` (`None`: untagged).
+    pub fn set_vlan(&mut self, id: Option<u16>) {
+        self.vlan = id;
+    }
+
     /// Classifies `frame`; never panics, whatever the bytes.
     pub fn classify(&self, frame: &[u8]) -> Classified {
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        self.classify_stripped(frame, None)
+    }
+
+    /// Classifies `frame`, whose 802.1Q tag the device stripped when `stripped` holds its
+    /// TCI; never panics, whatever the bytes.
+    pub fn classify_stripped(&self, frame: &[u8], stripped: Option<u16>) -> Classified {
+        let Some(l2) = parse_l2(frame, stripped) else {
             return Classified::new(FrameClass::Malformed(Malformed::Ethernet));
         };
-        let dst = eth.dst_addr();
-        if !(self.promiscuous || dst == self.mac || dst.is_broadcast()) {
+        let vlan_ok = match (self.vlan, l2.vlan_id()) {
+            (Some(ours), Some(theirs)) => ours == theirs,
+            (None, tag) => tag.is_none_or(|id| id == 0),
+            (Some(_), None) => false,
+        };
+        if !vlan_ok || u16::from(l2.ethertype) == TPID_8021AD {
+            return Classified::new(FrameClass::OtherVlan);
+        }
+        let dst = l2.dst;
+        let multicast_ok = !self.ipv6.is_empty() && is_ipv6_multicast_mac(dst);
+        if !(self.promiscuous || dst == self.mac || dst == [0xff; 6] || multicast_ok) {
             return Classified::new(FrameClass::NotForUs);
         }
-        match eth.ethertype() {
-            EthernetProtocol::Arp => match ArpPacket::new_checked(eth.payload()) {
+        let l3 = &frame[l2.l3_offset..];
+        let mut c = match l2.ethertype {
+            EthernetProtocol::Arp => match ArpPacket::new_checked(l3) {
                 Ok(_) => Classified::new(FrameClass::Arp),
                 Err(_) => Classified::new(FrameClass::Malformed(Malformed::Arp)),
             },
-            EthernetProtocol::Ipv4 => self.classify_ipv4(eth.payload()),
+            EthernetProtocol::Ipv4 => self.classify_ipv4(l3, l2.l3_offset),
+            EthernetProtocol::Ipv6 if !self.ipv6.is_empty() => self.classify_ipv6(l3, l2.l3_offset),
             _ => Classified::new(FrameClass::OtherEthertype),
-        }
+        };
+        c.l3_offset = l2.l3_offset;
+        c
     }
 
-    fn classify_ipv4(&self, bytes: &[u8]) -> Classified {
+    fn classify_ipv4(&self, bytes: &[u8], l3_offset: usize) -> Classified {
         let malformed = |m| Classified::new(FrameClass::Malformed(m));
         let Ok(ip) = Ipv4Packet::new_checked(bytes) else {
             return malformed(Malformed::Ipv4);
@@ -223,14 +324,17 @@ impl Classifier {
         }
         let hlen = ip.header_len() as usize;
         let total = ip.total_len() as usize;
+        let (src_ip, dst_ip) = (ip.src_addr(), ip.dst_addr());
         let mut c = Classified {
             class: FrameClass::OtherIpv4,
-            l4_offset: ETH_HLEN + hlen,
+            l3_offset,
+            l4_offset: l3_offset + hlen,
             l4_len: total.saturating_sub(hlen),
-            src_ip: ip.src_addr(),
-            dst_ip: ip.dst_addr(),
+            src_ip: IpAddr::V4(src_ip),
+            dst_ip: IpAddr::V4(dst_ip),
+            hop_limit: 0,
         };
-        if Some(c.dst_ip) != self.ipv4 && !c.dst_ip.is_broadcast() {
+        if Some(dst_ip) != self.ipv4 && !dst_ip.is_broadcast() {
             c.class = FrameClass::NotForUs;
             return c;
         }
@@ -239,13 +343,13 @@ impl Classifier {
             return c;
         }
         let payload = ip.payload();
-        let (src, dst) = (IpAddress::Ipv4(c.src_ip), IpAddress::Ipv4(c.dst_ip));
+        let (src, dst) = (IpAddress::Ipv4(src_ip), IpAddress::Ipv4(dst_ip));
         c.class = match ip.next_header() {
             IpProtocol::Tcp => match TcpPacket::new_checked(payload) {
                 Err(_) => FrameClass::Malformed(Malformed::Tcp),
                 Ok(_)
                     if self.verify_checksums
-                        && !tcp::checksum::tcp_checksum_ok(c.src_ip, c.dst_ip, payload) =>
+                        && !tcp::checksum::tcp_checksum_ok(src_ip, dst_ip, payload) =>
                 {
                     FrameClass::Malformed(Malformed::TcpChecksum)
                 }
@@ -264,13 +368,86 @@ impl Classifier {
         };
         c
     }
+
+    /// True when `dst` is one of the port's IPv6 addresses, or a group it listens to (all
+    /// nodes, its solicited-node groups).
+    fn ipv6_dst_ok(&self, dst: Ipv6Addr) -> bool {
+        if dst.is_multicast() {
+            dst == ALL_NODES || self.ipv6.iter().any(|&a| solicited_node(a) == dst)
+        } else {
+            self.ipv6.contains(&dst)
+        }
+    }
+
+    fn classify_ipv6(&self, bytes: &[u8], l3_offset: usize) -> Classified {
+        let malformed = |m| Classified::new(FrameClass::Malformed(m));
+        let Ok(ip) = Ipv6Packet::new_checked(bytes) else {
+            return malformed(Malformed::Ipv6);
+        };
+        if ip.version() != 6 {
+            return malformed(Malformed::Ipv6);
+        }
+        let (src_ip, dst_ip) = (ip.src_addr(), ip.dst_addr());
+        let payload = ip.payload();
+        let mut c = Classified {
+            class: FrameClass::OtherIpv6,
+            l3_offset,
+            l4_offset: l3_offset + crate::frame::IPV6_HLEN,
+            l4_len: payload.len(),
+            src_ip: IpAddr::V6(src_ip),
+            dst_ip: IpAddr::V6(dst_ip),
+            hop_limit: ip.hop_limit(),
+        };
+        if !self.ipv6_dst_ok(dst_ip) || src_ip.is_multicast() {
+            c.class = FrameClass::NotForUs;
+            return c;
+        }
+        let next = ip.next_header();
+        let multicast = dst_ip.is_multicast();
+        c.class = match next {
+            IpProtocol::HopByHop if ip.payload_len() == 0 => FrameClass::Ipv6Jumbogram,
+            IpProtocol::Ipv6Frag => FrameClass::Ipv6Fragment,
+            n if EXTENSION_HEADERS.contains(&u8::from(n)) => FrameClass::Ipv6ExtHeader,
+            IpProtocol::Icmpv6 if payload.len() < 4 => FrameClass::Malformed(Malformed::Icmpv6),
+            IpProtocol::Icmpv6 => FrameClass::Icmpv6,
+            // Only neighbour discovery and echo go to groups here.
+            _ if multicast => FrameClass::NotForUs,
+            IpProtocol::Tcp => match TcpPacket::new_checked(payload) {
+                Err(_) => FrameClass::Malformed(Malformed::Tcp),
+                Ok(_)
+                    if self.verify_checksums
+                        && !tcp::checksum::tcp_checksum_ok(src_ip, dst_ip, payload) =>
+                {
+                    FrameClass::Malformed(Malformed::TcpChecksum)
+                }
+                Ok(_) => FrameClass::Tcp,
+            },
+            IpProtocol::Udp => match UdpPacket::new_checked(payload) {
+                Err(_) => FrameClass::Malformed(Malformed::Udp),
+                // RFC 8200 §8.1: a zero UDP checksum is invalid over IPv6.
+                Ok(u)
+                    if self.verify_checksums
+                        && (u.checksum() == 0
+                            || !u.verify_checksum(
+                                &IpAddress::Ipv6(src_ip),
+                                &IpAddress::Ipv6(dst_ip),
+                            )) =>
+                {
+                    FrameClass::Malformed(Malformed::UdpChecksum)
+                }
+                Ok(_) => FrameClass::Udp,
+            },
+            _ => FrameClass::OtherIpv6,
+        };
+        c
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::Ends;
-    use crate::test_frames::{self, OUR_IP, OUR_MAC, PEER_IP, TO_US};
+    use crate::frame::{Ends, Vlan};
+    use crate::test_frames::{self, OUR_IP, OUR_IP6, OUR_MAC, PEER_IP, TO_US, TO_US6};
     use proptest::prelude::*;
 
     fn classifier() -> Classifier {
@@ -280,7 +457,7 @@ mod tests {
     fn udp_frame(dst_mac: [u8; 6], dst_ip: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
         let ends = Ends {
             dst_mac,
-            dst_ip,
+            dst_ip: IpAddr::V4(dst_ip),
             ..TO_US
         };
         ends.udp_frame(1000, 2000, payload)
@@ -294,7 +471,11 @@ mod tests {
         assert_eq!(c.class, FrameClass::Udp);
         assert_eq!(c.l4_offset, 34);
         assert_eq!(c.l4(&f).len(), 8 + 5);
-        assert_eq!((c.src_ip, c.dst_ip), (PEER_IP, OUR_IP));
+        assert_eq!(
+            (c.src_ip, c.dst_ip),
+            (IpAddr::V4(PEER_IP), IpAddr::V4(OUR_IP))
+        );
+        assert_eq!(c.l3_offset, ETH_HLEN);
     }
 
     #[test]
@@ -387,6 +568,164 @@ mod tests {
         }
     }
 
+    const V100: Vlan = Vlan {
+        id: 100,
+        priority: 5,
+    };
+
+    fn tagged(ends: Ends, tag: Option<Vlan>) -> Vec<u8> {
+        Ends { vlan: tag, ..ends }.udp_frame(1000, 2000, b"hello")
+    }
+
+    // IEEE 802.1Q: a port on VLAN 100 takes frames tagged 100 (in the frame or stripped by
+    // the device) and no others; a port on no VLAN takes untagged and priority-tagged
+    // (VLAN 0) frames. Offsets follow the tag.
+    #[test]
+    fn vlan_membership() {
+        let mut on100 = classifier();
+        on100.set_vlan(Some(100));
+        let plain = classifier();
+        let prio = Some(Vlan { id: 0, priority: 6 });
+        let v7 = Some(Vlan { id: 7, priority: 0 });
+        let cases = [
+            (&on100, tagged(TO_US, Some(V100)), FrameClass::Udp),
+            (&on100, tagged(TO_US, v7), FrameClass::OtherVlan),
+            (&on100, tagged(TO_US, None), FrameClass::OtherVlan),
+            (&on100, tagged(TO_US, prio), FrameClass::OtherVlan),
+            (&plain, tagged(TO_US, None), FrameClass::Udp),
+            (&plain, tagged(TO_US, prio), FrameClass::Udp),
+            (&plain, tagged(TO_US, Some(V100)), FrameClass::OtherVlan),
+        ];
+        for (i, (c, f, want)) in cases.iter().enumerate() {
+            let got = c.classify(f);
+            assert_eq!(got.class, *want, "case {i}");
+            if *want == FrameClass::Udp {
+                let tag_len = f.len() - ipv4_len(5);
+                assert_eq!(got.l3_offset, ETH_HLEN + tag_len, "case {i}");
+                assert_eq!(got.l4_offset, ETH_HLEN + tag_len + 20);
+                assert_eq!(got.l4(f).len(), 8 + 5);
+            }
+        }
+        // The device stripped the tag: the frame is untagged, the TCI comes beside it.
+        let untagged = tagged(TO_US, None);
+        let c = on100.classify_stripped(&untagged, Some(V100.tci()));
+        assert_eq!((c.class, c.l3_offset), (FrameClass::Udp, ETH_HLEN));
+        let c = on100.classify_stripped(&untagged, Some(7));
+        assert_eq!(c.class, FrameClass::OtherVlan);
+        // A service tag (802.1ad) is not ours either; a tag cut short is malformed.
+        let mut qinq = tagged(TO_US, Some(V100));
+        qinq[16..18].copy_from_slice(&TPID_8021AD.to_be_bytes());
+        assert_eq!(on100.classify(&qinq).class, FrameClass::OtherVlan);
+        let f = tagged(TO_US, Some(V100));
+        assert_eq!(
+            on100.classify(&f[..16]).class,
+            FrameClass::Malformed(Malformed::Ethernet)
+        );
+    }
+
+    fn ipv4_len(udp_payload: usize) -> usize {
+        crate::frame::ipv4_frame_len(8 + udp_payload)
+    }
+
+    fn classifier6() -> Classifier {
+        let mut c = classifier();
+        c.set_ipv6([crate::ndp::link_local(OUR_MAC), OUR_IP6]);
+        c
+    }
+
+    /// An IPv6 frame to us whose packet `edit` changes (next header at 6, payload length
+    /// at 4..6 of the IPv6 header, which starts at octet 14).
+    fn ipv6_frame(edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut f = test_frames::tcp_frame(TO_US6, b"segment");
+        edit(&mut f);
+        f
+    }
+
+    // RFC 8200: TCP to our address is TCP (checksum over the IPv6 pseudo-header); a packet
+    // whose first Next Header is an extension header is counted by kind and not processed:
+    // Fragment (44), a hop-by-hop header with payload length 0 (a jumbogram, RFC 2675), any
+    // other (routing, destination options, a chain). None of them panics.
+    #[test]
+    fn ipv6_classes() {
+        let c = classifier6();
+        let f = ipv6_frame(|_| ());
+        let got = c.classify(&f);
+        assert_eq!(got.class, FrameClass::Tcp);
+        assert_eq!(got.src_ip, TO_US6.src_ip);
+        assert_eq!((got.l3_offset, got.l4_offset), (14, 54));
+        assert_eq!(got.l4(&f).len(), 20 + 7);
+        assert_eq!(got.hop_limit, crate::frame::TTL);
+        let mut bad = f.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(
+            c.classify(&bad).class,
+            FrameClass::Malformed(Malformed::TcpChecksum)
+        );
+        let next = |n: u8| ipv6_frame(|f| f[14 + 6] = n);
+        assert_eq!(c.classify(&next(44)).class, FrameClass::Ipv6Fragment);
+        for n in [0u8, 43, 60, 51, 135] {
+            assert_eq!(c.classify(&next(n)).class, FrameClass::Ipv6ExtHeader, "{n}");
+        }
+        assert_eq!(c.classify(&next(59)).class, FrameClass::OtherIpv6);
+        let jumbo = ipv6_frame(|f| {
+            f[14 + 6] = 0;
+            f[14 + 4..14 + 6].copy_from_slice(&[0, 0]);
+        });
+        assert_eq!(c.classify(&jumbo).class, FrameClass::Ipv6Jumbogram);
+        let long = ipv6_frame(|f| f[14 + 4..14 + 6].copy_from_slice(&[0x10, 0]));
+        assert_eq!(
+            c.classify(&long).class,
+            FrameClass::Malformed(Malformed::Ipv6)
+        );
+        // Another address, or no IPv6 on the port.
+        let other = Ends {
+            dst_ip: IpAddr::V6("fd00:99::9".parse().unwrap()),
+            ..TO_US6
+        };
+        let f2 = test_frames::tcp_frame(other, b"x");
+        assert_eq!(c.classify(&f2).class, FrameClass::NotForUs);
+        assert_eq!(classifier().classify(&f).class, FrameClass::OtherEthertype);
+    }
+
+    // Neighbour discovery reaches the port through its solicited-node group and all-nodes
+    // (multicast MAC 33:33:...); TCP to a group does not.
+    #[test]
+    fn ipv6_groups() {
+        let c = classifier6();
+        let group = crate::ndp::solicited_node(OUR_IP6);
+        let to_group = Ends {
+            dst_mac: crate::ndp::multicast_mac(group),
+            dst_ip: IpAddr::V6(group),
+            ..TO_US6
+        };
+        let ping = test_frames::echo_request(to_group, 1, 1, b"x");
+        assert_eq!(c.classify(&ping).class, FrameClass::Icmpv6);
+        let all = Ends {
+            dst_mac: crate::ndp::multicast_mac(ALL_NODES),
+            dst_ip: IpAddr::V6(ALL_NODES),
+            ..TO_US6
+        };
+        assert_eq!(
+            c.classify(&test_frames::echo_request(all, 1, 1, b"x"))
+                .class,
+            FrameClass::Icmpv6
+        );
+        assert_eq!(
+            c.classify(&test_frames::tcp_frame(to_group, b"x")).class,
+            FrameClass::NotForUs
+        );
+        let other_group = Ends {
+            dst_ip: IpAddr::V6(crate::ndp::solicited_node("fd00:99::9".parse().unwrap())),
+            ..to_group
+        };
+        assert_eq!(
+            c.classify(&test_frames::echo_request(other_group, 1, 1, b"x"))
+                .class,
+            FrameClass::NotForUs
+        );
+    }
+
     proptest! {
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
@@ -397,15 +736,19 @@ mod tests {
 
         #[test]
         fn mutated_valid_frames_never_panic(
-            idx in 0usize..60, val in any::<u8>(), cut in 0usize..60,
+            idx in 0usize..80, val in any::<u8>(), cut in 0usize..80, v6: bool, tag: bool,
         ) {
-            let mut f = udp_frame(OUR_MAC, OUR_IP, b"0123456789abcdef");
+            let ends = if v6 { TO_US6 } else { TO_US };
+            let vlan = tag.then_some(V100);
+            let mut f = Ends { vlan, ..ends }.udp_frame(1, 2, b"0123456789abcdef");
             let i = idx % f.len();
             f[i] = val;
             f.truncate(f.len() - cut.min(f.len()));
-            let c = classifier();
+            let mut c = classifier6();
+            c.set_vlan(vlan.map(|v| v.id));
             let r = c.classify(&f);
-            let _ = r.l4(&f);
+            prop_assert!(r.l4(&f).len() <= f.len());
+            let _ = r.l3(&f);
         }
     }
 }

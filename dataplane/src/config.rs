@@ -3,7 +3,8 @@
 //! Every error names the file, the line and the key, e.g.
 //! `configs/x.toml:7: ports[0].mtu: invalid value 70000 (must be 68..=9000)`. Values are
 //! checked while parsing (ranges, MAC and address syntax) and then across entries (unique
-//! names, soft links with two ends, gateway inside the subnet).
+//! names, soft links with two ends, gateways inside their subnets, a VLAN priority only
+//! with a VLAN).
 //!
 //! ```toml
 //! [eal]
@@ -14,6 +15,8 @@
 //! backend = "dpdk"          # "dpdk" | "tap" | "soft"
 //! device = "net_memif0"     # DPDK device, TAP interface name, or soft link name
 //! ipv4 = "10.99.0.1/24"
+//! ipv6 = "fd00:99::1/64"    # next to or instead of ipv4
+//! vlan = 100                # optional 802.1Q VLAN
 //! mtu = 1500
 //!
 //! [ports.fault]             # optional fault injection on this port
@@ -22,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,6 +34,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::frame::Vlan;
 use crate::port::capture::CaptureOptions;
 use crate::port::fault::FaultConfig;
 pub use crate::port::open::BackendKind;
@@ -248,6 +252,56 @@ impl std::str::FromStr for Ipv4Cidr {
     }
 }
 
+/// An IPv6 address with its prefix length (`fd00:99::1/64`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv6Cidr {
+    /// The address.
+    pub addr: Ipv6Addr,
+    /// Prefix length, 0..=128.
+    pub prefix: u8,
+}
+
+impl Ipv6Cidr {
+    /// True when `ip` is in the same subnet.
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        let mask = if self.prefix == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(self.prefix))
+        };
+        u128::from(self.addr) & mask == u128::from(ip) & mask
+    }
+}
+
+impl fmt::Display for Ipv6Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl std::str::FromStr for Ipv6Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Ipv6Cidr, String> {
+        let (a, p) = s.split_once('/').ok_or_else(|| {
+            format!("invalid IPv6 address {s:?} (expected ADDR/PREFIX like fd00:99::1/64)")
+        })?;
+        let addr: Ipv6Addr = a
+            .parse()
+            .map_err(|_| format!("invalid IPv6 address {a:?} in {s:?}"))?;
+        if addr.is_multicast() || addr.is_unspecified() || addr.is_loopback() {
+            return Err(format!(
+                "invalid IPv6 address {a:?} in {s:?} (must be a unicast address)"
+            ));
+        }
+        let prefix: u8 = p
+            .parse()
+            .ok()
+            .filter(|&p| p <= 128)
+            .ok_or_else(|| format!("invalid prefix length {p:?} in {s:?} (must be 0..=128)"))?;
+        Ok(Ipv6Cidr { addr, prefix })
+    }
+}
+
 /// Parses `02:00:00:00:00:01` (or `-` separated).
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let err = || format!("invalid MAC address {s:?} (expected 6 hex bytes like 02:00:00:00:00:01)");
@@ -289,6 +343,20 @@ pub struct PortConfig {
     /// Default gateway (must be inside `ipv4`'s subnet).
     #[serde(default)]
     pub gateway: Option<Spanned<Ipv4Addr>>,
+    /// Own IPv6 address and prefix; neighbour solicitations and ping are answered for it
+    /// and for the port's link-local address.
+    #[serde(default, deserialize_with = "de_cidr6")]
+    pub ipv6: Option<Ipv6Cidr>,
+    /// IPv6 default gateway (inside `ipv6`'s prefix, or link-local).
+    #[serde(default)]
+    pub gateway6: Option<Spanned<Ipv6Addr>>,
+    /// 802.1Q VLAN identifier, 1..=4094: frames go out tagged, and only frames of this VLAN
+    /// are taken.
+    #[serde(default, deserialize_with = "de_vlan")]
+    pub vlan: Option<Spanned<u16>>,
+    /// Priority (PCP) of the tag, 0..=7 (needs `vlan`).
+    #[serde(default, deserialize_with = "de_vlan_priority")]
+    pub vlan_priority: Option<Spanned<u8>>,
     /// IP MTU, 68..=9000.
     #[serde(default = "default_mtu", deserialize_with = "de_mtu")]
     pub mtu: usize,
@@ -404,6 +472,31 @@ fn de_cidr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Ipv4Cidr>, D::Error
     s.parse().map(Some).map_err(de::Error::custom)
 }
 
+fn de_cidr6<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Ipv6Cidr>, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map(Some).map_err(de::Error::custom)
+}
+
+/// A ranged integer with its place in the file (for checks across keys).
+fn de_spanned_ranged<'de, D: Deserializer<'de>>(
+    d: D,
+    r: std::ops::RangeInclusive<i64>,
+) -> Result<Spanned<i64>, D::Error> {
+    let s = Spanned::<i64>::deserialize(d)?;
+    crate::settings::check_range(*s.get_ref(), r).map_err(de::Error::custom)?;
+    Ok(s)
+}
+
+fn de_vlan<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Spanned<u16>>, D::Error> {
+    let s = de_spanned_ranged(d, 1..=4094)?;
+    Ok(Some(Spanned::new(s.span(), *s.get_ref() as u16)))
+}
+
+fn de_vlan_priority<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Spanned<u8>>, D::Error> {
+    let s = de_spanned_ranged(d, 0..=7)?;
+    Ok(Some(Spanned::new(s.span(), *s.get_ref() as u8)))
+}
+
 /// 1-based line number of byte offset `pos` in `text`.
 fn line_of(text: &str, pos: usize) -> usize {
     text.as_bytes()[..pos.min(text.len())]
@@ -507,6 +600,30 @@ impl Config {
                     ),
                 ));
             }
+            if let Some(gw) = &p.gateway6 {
+                let gw_at =
+                    |message: String| err(gw.span(), format!("ports[{i}].gateway6"), message);
+                match p.ipv6 {
+                    None => return Err(gw_at("gateway6 set without ipv6".into())),
+                    Some(net)
+                        if !net.contains(*gw.get_ref())
+                            && !crate::ndp::is_link_local(*gw.get_ref()) =>
+                    {
+                        return Err(gw_at(format!(
+                            "gateway6 {} is outside {net} and not link-local",
+                            gw.get_ref()
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            }
+            if let (Some(prio), None) = (&p.vlan_priority, &p.vlan) {
+                return Err(err(
+                    prio.span(),
+                    format!("ports[{i}].vlan_priority"),
+                    "vlan_priority set without vlan".into(),
+                ));
+            }
             if let Some(gw) = &p.gateway {
                 match p.ipv4 {
                     None => {
@@ -551,6 +668,10 @@ impl PortConfig {
             mac: None,
             ipv4: None,
             gateway: None,
+            ipv6: None,
+            gateway6: None,
+            vlan: None,
+            vlan_priority: None,
             mtu: default_mtu(),
             rx_desc: default_desc(),
             tx_desc: default_desc(),
@@ -573,6 +694,14 @@ impl PortConfig {
         self.device.get_ref()
     }
 
+    /// The port's VLAN tag, if it is on a VLAN (priority 0 unless set).
+    pub fn vlan_tag(&self) -> Option<Vlan> {
+        self.vlan.as_ref().map(|v| Vlan {
+            id: *v.get_ref(),
+            priority: self.vlan_priority.as_ref().map_or(0, |p| *p.get_ref()),
+        })
+    }
+
     /// The port layer's settings of this port.
     pub fn settings(&self) -> PortSettings {
         PortSettings {
@@ -585,6 +714,8 @@ impl PortConfig {
             tx_desc: self.tx_desc,
             pool_size: self.pool_size,
             promiscuous: self.promiscuous,
+            vlan: self.vlan.is_some(),
+            multicast: self.ipv6.is_some(),
             start_wait: Duration::from_secs(self.start_wait),
             capture: self.capture.clone(),
             fault: self.fault.clone(),
@@ -787,6 +918,38 @@ device = "l0"
                 "t.toml:6: ports[0].gateway: gateway 10.0.1.1 is outside 10.0.0.1/24",
             ),
             (
+                "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\nipv6 = \"fd00::1/129\"\n",
+                "t.toml:5: ports[0].ipv6: invalid prefix length \"129\" in \"fd00::1/129\" (must be 0..=128)",
+            ),
+            (
+                "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\nipv6 = \"ff02::1/64\"\n",
+                "t.toml:5: ports[0].ipv6: invalid IPv6 address \"ff02::1\" in \"ff02::1/64\" (must be a unicast address)",
+            ),
+            (
+                "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\nipv6 = \"fd00:1::1/64\"\ngateway6 = \"fd00:2::1\"\n",
+                "t.toml:6: ports[0].gateway6: gateway6 fd00:2::1 is outside fd00:1::1/64 and not link-local",
+            ),
+            (
+                "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\ngateway6 = \"fe80::1\"\n",
+                "t.toml:5: ports[0].gateway6: gateway6 set without ipv6",
+            ),
+            (
+                "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\nvlan = 4095\n",
+                "t.toml:5: ports[0].vlan: invalid value 4095 (must be 1..=4094)",
+            ),
+            (
+                "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\nvlan = 0\n",
+                "t.toml:5: ports[0].vlan: invalid value 0 (must be 1..=4094)",
+            ),
+            (
+                "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\nvlan = 10\nvlan_priority = 8\n",
+                "t.toml:6: ports[0].vlan_priority: invalid value 8 (must be 0..=7)",
+            ),
+            (
+                "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\nvlan_priority = 3\n",
+                "t.toml:5: ports[0].vlan_priority: vlan_priority set without vlan",
+            ),
+            (
                 "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\n[ports.fault]\ndrop = \"150%\"\n",
                 "t.toml:6: ports[0].fault.drop: invalid rate \"150%\" (expected e.g. \"1.5%\" or \"200ppm\", at most 100%)",
             ),
@@ -823,11 +986,46 @@ device = "l0"
     }
 
     #[test]
+    fn ipv6_and_vlan_parse() {
+        let c = parse(
+            "[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\n\
+             ipv6 = \"fd00:99::1/64\"\ngateway6 = \"fe80::1\"\nvlan = 100\nvlan_priority = 5\n",
+        )
+        .unwrap();
+        let p = &c.ports[0];
+        assert_eq!(p.ipv6.unwrap().to_string(), "fd00:99::1/64");
+        assert_eq!(
+            *p.gateway6.as_ref().unwrap().get_ref(),
+            "fe80::1".parse::<Ipv6Addr>().unwrap()
+        );
+        assert_eq!(
+            p.vlan_tag(),
+            Some(Vlan {
+                id: 100,
+                priority: 5
+            })
+        );
+        assert!(p.settings().vlan);
+        assert!(p.ipv4.is_none());
+        let c = parse("[[ports]]\nname = \"a\"\nbackend = \"tap\"\ndevice = \"t0\"\nvlan = 7\n")
+            .unwrap();
+        assert_eq!(c.ports[0].vlan_tag().unwrap().priority, 0);
+    }
+
+    #[test]
     fn cidr_contains() {
         let n: Ipv4Cidr = "10.1.2.3/16".parse().unwrap();
         assert!(n.contains(Ipv4Addr::new(10, 1, 200, 1)));
         assert!(!n.contains(Ipv4Addr::new(10, 2, 0, 1)));
         let all: Ipv4Cidr = "1.2.3.4/0".parse().unwrap();
         assert!(all.contains(Ipv4Addr::new(200, 0, 0, 1)));
+        let n: Ipv6Cidr = "fd00:99::1/64".parse().unwrap();
+        assert!(n.contains("fd00:99::ffff:1".parse().unwrap()));
+        assert!(!n.contains("fd00:98::1".parse().unwrap()));
+        let n: Ipv6Cidr = "fd00:99::1/128".parse().unwrap();
+        assert!(n.contains("fd00:99::1".parse().unwrap()));
+        assert!(!n.contains("fd00:99::2".parse().unwrap()));
+        let all: Ipv6Cidr = "fd00::1/0".parse().unwrap();
+        assert!(all.contains("2001:db8::1".parse().unwrap()));
     }
 }

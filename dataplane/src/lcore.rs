@@ -1,38 +1,56 @@
 //! The poll loop of one lcore: run to completion over its ports.
 //!
-//! Each iteration, for every port: receive a burst, classify each frame, answer ARP and
-//! ping, hand TCP/UDP to the [`Handler`], let the handler emit (timers, queued data), and
-//! transmit the burst of replies. Counters are kept per port and per stage; the loop stops
-//! when a shared flag is set or a deadline passes.
+//! Each iteration, for every port: receive a burst, classify each frame, answer ARP,
+//! neighbour discovery and ping (IPv4 and IPv6), hand TCP/UDP to the [`Handler`], let the
+//! handler emit (timers, queued data), and transmit the burst of replies. Counters are kept
+//! per port and per stage; the loop stops when a shared flag is set or a deadline passes.
+//!
+//! A port on a VLAN sends every frame 802.1Q-tagged (the tag written by the loop, or by the
+//! device when it offers the insert offload) and takes only its VLAN's frames; a port with
+//! an IPv6 address also uses its link-local address, checks both for duplicates when it
+//! starts (RFC 4862, optimistic) and resolves IPv6 next hops by neighbour discovery.
 //!
 //! Plugging in an engine (e.g. `tcp::Engine`): implement [`Handler`] for it. In
 //! [`Handler::handle`], pass the segment on with the addresses the classifier found:
 //! `engine.handle_tcp(now, meta.src_ip, meta.dst_ip, meta.l4(frame.as_ref()))`, then drop
 //! the frame (or keep it while the payload is placed). In [`Handler::poll`], drain the
-//! engine's output with [`PortContext::send_ipv4`], which adds the Ethernet header for the
-//! ARP-resolved next hop: `while ctx.send_ipv4(|b| engine.poll_transmit(t, b).map(|x|
-//! (x.dst, x.len))).is_some() {}`; timers are driven from `poll` as well.
+//! engine's output with [`PortContext::send_ip`], which adds the Ethernet header (and VLAN
+//! tag) for the next hop, resolved by ARP or neighbour discovery: `while ctx.send_ip(|b|
+//! engine.poll_transmit(t, b).map(|x| (x.dst, x.len))).is_some() {}`; timers are driven
+//! from `poll` as well.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use smoltcp::wire::EthernetProtocol;
 
 use crate::clock::{self, Instant};
 
 use crate::arp::{self, ArpCache, ArpOutcome};
-use crate::classify::{Classified, Classifier, FrameClass, ETH_HLEN};
-use crate::config::{Ipv4Cidr, PortConfig};
+use crate::classify::{Classified, Classifier, FrameClass};
+use crate::config::{Ipv4Cidr, Ipv6Cidr, PortConfig};
+use crate::frame::{l2_len, write_l2, Vlan};
 use crate::icmp;
+use crate::ndp::{self, NdCache, NdOutcome, OwnAddrs};
+use crate::neighbour::REQUEST_INTERVAL;
 use crate::port::{PacketBuf, Port, PortInfo};
 use crate::telemetry::{self, Dict, Snapshot};
 
-/// A port's layer-3 identity in the poll loop.
+/// A port's layer-2 and layer-3 identity in the poll loop.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortAddr {
     /// Own address and subnet; ARP and ping are answered for the address.
     pub ipv4: Option<Ipv4Cidr>,
     /// Next hop for destinations outside the subnet.
     pub gateway: Option<Ipv4Addr>,
+    /// Own IPv6 address and prefix; neighbour solicitations and ping are answered for it
+    /// and for the port's link-local address.
+    pub ipv6: Option<Ipv6Cidr>,
+    /// IPv6 next hop for destinations outside the prefix.
+    pub gateway6: Option<Ipv6Addr>,
+    /// The port's 802.1Q VLAN and the priority of its tags.
+    pub vlan: Option<Vlan>,
     /// Accept frames for any destination MAC.
     pub promiscuous: bool,
 }
@@ -43,6 +61,9 @@ impl PortAddr {
         PortAddr {
             ipv4: pc.ipv4,
             gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
+            ipv6: pc.ipv6,
+            gateway6: pc.gateway6.as_ref().map(|g| *g.get_ref()),
+            vlan: pc.vlan_tag(),
             promiscuous: pc.promiscuous,
         }
     }
@@ -54,25 +75,51 @@ impl PortAddr {
             ..PortAddr::default()
         }
     }
+
+    /// An IPv6 address on its prefix, without a gateway.
+    pub fn on_prefix(ipv6: Ipv6Cidr) -> PortAddr {
+        PortAddr {
+            ipv6: Some(ipv6),
+            ..PortAddr::default()
+        }
+    }
+
+    /// The port's own address of `dst`'s family, to send to `dst` from: the IPv4 address,
+    /// or the configured IPv6 one.
+    pub fn source_for(&self, dst: IpAddr) -> Option<IpAddr> {
+        match dst {
+            IpAddr::V4(_) => self.ipv4.map(|c| IpAddr::V4(c.addr)),
+            IpAddr::V6(_) => self.ipv6.map(|c| IpAddr::V6(c.addr)),
+        }
+    }
+
+    /// The port's main address: its IPv4 address, else its IPv6 one.
+    pub fn primary(&self) -> Option<IpAddr> {
+        self.ipv4
+            .map(|c| IpAddr::V4(c.addr))
+            .or(self.ipv6.map(|c| IpAddr::V6(c.addr)))
+    }
 }
 
-/// What became of a packet offered with [`PortContext::send_ipv4`].
+/// What became of a packet offered with [`PortContext::send_ip`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendOutcome {
     /// Queued for transmission.
     Sent,
-    /// The next hop's MAC is unknown: an ARP request went out and the packet is held until
-    /// the reply arrives (one packet per port; a newer one replaces it). While one is held,
-    /// the loop repeats the request once per interval, [`ARP_ATTEMPTS`] requests in all;
-    /// then the packet is dropped and counted in [`LoopCounters::arp_failures`].
+    /// The next hop's MAC is unknown: an ARP request (IPv4) or a neighbour solicitation
+    /// (IPv6) went out and the packet is held until the answer arrives (one packet per
+    /// port; a newer one replaces it). While one is held, the loop repeats the request once
+    /// per interval, [`ARP_ATTEMPTS`] requests in all; then the packet is dropped and
+    /// counted in [`LoopCounters::arp_failures`] or [`LoopCounters::nd_failures`].
     Unresolved,
-    /// No route: the destination is off-link and no gateway is configured.
+    /// No route: the destination is off-link and no gateway is configured, or the port has
+    /// no address of the destination's family.
     NoRoute,
 }
 
-/// ARP requests sent for a held packet before it is dropped: resolution gives up
-/// `ARP_ATTEMPTS` × [`arp::REQUEST_INTERVAL`] after the first request (Linux's default of
-/// three multicast solicitations a second apart).
+/// ARP requests (or neighbour solicitations) sent for a held packet before it is dropped:
+/// resolution gives up `ARP_ATTEMPTS` × [`REQUEST_INTERVAL`] after the first request
+/// (Linux's default of three multicast solicitations a second apart).
 pub const ARP_ATTEMPTS: u32 = 3;
 
 /// Most frames kept per port when the port's transmit ring is full (a peer that stopped
@@ -114,12 +161,25 @@ pub struct LoopCounters {
     pub tx_deferred: u64,
     /// Replies not sent because no transmit buffer could be allocated.
     pub alloc_failures: u64,
-    /// Packets `send_ipv4` could not send at once for want of a neighbour's MAC (held) or
+    /// Packets `send_ip` could not send at once for want of a neighbour's MAC (held) or
     /// of a route (dropped).
     pub unresolved: u64,
-    /// Held packets dropped because their next hop did not answer [`ARP_ATTEMPTS`]
+    /// Held packets dropped because their IPv4 next hop did not answer [`ARP_ATTEMPTS`]
     /// requests.
     pub arp_failures: u64,
+    /// Neighbour solicitations sent (address resolution and duplicate address detection).
+    pub nd_solicits: u64,
+    /// Neighbour advertisements sent.
+    pub nd_adverts: u64,
+    /// Neighbour advertisements for addresses nobody asked for, dropped.
+    pub nd_unsolicited: u64,
+    /// Invalid neighbour discovery messages (hop limit, checksum, options), dropped.
+    pub nd_invalid: u64,
+    /// Held packets dropped because their IPv6 next hop did not answer [`ARP_ATTEMPTS`]
+    /// solicitations.
+    pub nd_failures: u64,
+    /// Own IPv6 addresses another node turned out to use (no longer used here).
+    pub dad_conflicts: u64,
     /// Iterations that received at least one frame.
     pub busy_polls: u64,
     /// Nanoseconds spent in receive bursts that returned frames. Like `process_ns` and
@@ -157,14 +217,55 @@ pub enum Handled {
     Ignored,
 }
 
+/// How a port's frames start: its MAC, and its VLAN tag, written into each frame or handed
+/// to the device that inserts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct L2Out {
+    mac: [u8; 6],
+    tag: Option<Vlan>,
+    /// The device inserts the tag (DPDK's transmit VLAN offload).
+    offloaded: bool,
+}
+
+impl L2Out {
+    /// The tag written into frames by the loop (none when the device inserts it).
+    fn in_frame(&self) -> Option<Vlan> {
+        self.tag.filter(|_| !self.offloaded)
+    }
+
+    /// Length of the layer-2 header the loop writes.
+    fn header_len(&self) -> usize {
+        l2_len(self.in_frame())
+    }
+
+    /// Hands the tag to the device for a frame written with [`L2Out::in_frame`].
+    fn finish<B: PacketBuf>(&self, buf: &mut B) {
+        if let (Some(v), true) = (self.tag, self.offloaded) {
+            buf.set_offloaded_vlan(v.tci());
+        }
+    }
+}
+
+/// A port's neighbours and own IPv6 addresses.
+#[derive(Debug, Default)]
+struct Neighbours {
+    arp: ArpCache,
+    nd: NdCache,
+    /// The port's IPv6 addresses with their duplicate detection (none: no IPv6).
+    own6: Option<OwnAddrs>,
+    /// An own address was found duplicate: the classifier must forget it.
+    own6_changed: bool,
+}
+
 /// What a handler can do on the port a frame came from: allocate and queue frames, and
 /// resolve next hops.
 pub struct PortContext<'a, P: Port> {
     index: usize,
     port: &'a mut P,
     tx: &'a mut Vec<P::Buf>,
-    arp: &'a mut ArpCache,
+    nb: &'a mut Neighbours,
     addr: PortAddr,
+    l2: L2Out,
     spare: &'a mut Option<P::Buf>,
     held: &'a mut Option<Held<P::Buf>>,
     counters: &'a mut LoopCounters,
@@ -188,37 +289,62 @@ impl<P: Port> PortContext<'_, P> {
         self.addr.ipv4.map(|c| c.addr)
     }
 
+    /// The port's configured IPv6 address.
+    pub fn ipv6(&self) -> Option<Ipv6Addr> {
+        self.addr.ipv6.map(|c| c.addr)
+    }
+
     /// The port's addressing.
     pub fn addr(&self) -> PortAddr {
         self.addr
     }
 
-    /// The neighbour to send to for `dst`: `dst` itself when on-link, else the gateway.
-    pub fn next_hop(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
-        match self.addr.ipv4 {
-            Some(net) if net.contains(dst) || dst.is_broadcast() => Some(dst),
-            _ => self.addr.gateway,
+    /// The 802.1Q tag a frame of this port carries in its bytes (none when the port is on
+    /// no VLAN or the device inserts the tag), for handlers that write whole frames; finish
+    /// such a frame with [`PortContext::send_tagged`].
+    pub fn vlan_tag(&self) -> Option<Vlan> {
+        self.l2.in_frame()
+    }
+
+    /// The neighbour to send to for `dst`: `dst` itself when on-link, else the gateway of
+    /// its family. IPv6 link-local destinations are on-link.
+    pub fn next_hop(&self, dst: IpAddr) -> Option<IpAddr> {
+        match dst {
+            IpAddr::V4(d) => match self.addr.ipv4 {
+                Some(net) if net.contains(d) || d.is_broadcast() => Some(dst),
+                _ => self.addr.gateway.map(IpAddr::V4),
+            },
+            IpAddr::V6(d) => {
+                let net = self.addr.ipv6?;
+                if net.contains(d) || ndp::is_link_local(d) || d.is_multicast() {
+                    Some(dst)
+                } else {
+                    self.addr.gateway6.map(IpAddr::V6)
+                }
+            }
         }
     }
 
-    /// Sends one IPv4 packet that `write` produces: `write` gets the buffer after the
-    /// Ethernet header (room for an MTU-sized packet) and returns the packet's destination
-    /// and length, or `None` when it has nothing to send. The Ethernet header is filled in
-    /// for the next hop (ARP-resolved). Returns `None` when nothing was written or no
-    /// buffer was available (counted), else what became of the packet.
+    /// Sends one IPv4 or IPv6 packet that `write` produces: `write` gets the buffer after
+    /// the Ethernet header (and VLAN tag; room for an MTU-sized packet) and returns the
+    /// packet's destination and length, or `None` when it has nothing to send. The
+    /// Ethernet header is filled in for the next hop (resolved by ARP or neighbour
+    /// discovery). Returns `None` when nothing was written or no buffer was available
+    /// (counted), else what became of the packet.
     ///
     /// Typical use, draining an engine's output:
-    /// `while ctx.send_ipv4(|b| engine.poll_transmit(now, b).map(|t| (t.dst, t.len))).is_some() {}`
-    pub fn send_ipv4(
+    /// `while ctx.send_ip(|b| engine.poll_transmit(now, b).map(|t| (t.dst, t.len))).is_some() {}`
+    pub fn send_ip(
         &mut self,
-        write: impl FnOnce(&mut [u8]) -> Option<(Ipv4Addr, usize)>,
+        write: impl FnOnce(&mut [u8]) -> Option<(IpAddr, usize)>,
     ) -> Option<SendOutcome> {
-        let full = self.port.info().mtu + ETH_HLEN;
+        let l2 = self.l2.header_len();
+        let mtu = self.port.info().mtu;
         let mut buf = match self.spare.take() {
             Some(b) => b,
-            None => self.alloc(full)?,
+            None => self.alloc(mtu + l2)?,
         };
-        let written = buf.as_mut().get_mut(ETH_HLEN..).and_then(write);
+        let written = buf.as_mut().get_mut(l2..).and_then(write);
         let Some((dst, len)) = written else {
             *self.spare = Some(buf);
             return None;
@@ -227,15 +353,23 @@ impl<P: Port> PortContext<'_, P> {
             self.counters.unresolved += 1;
             return Some(SendOutcome::NoRoute);
         };
-        let own = self.port.info().mac;
-        let frame = buf.as_mut();
-        frame[6..12].copy_from_slice(&own);
-        frame[12..14].copy_from_slice(&[0x08, 0x00]);
-        buf.truncate(ETH_HLEN + len.min(full - ETH_HLEN));
-        let mac = if hop.is_broadcast() {
-            Some([0xff; 6])
-        } else {
-            self.resolve(hop)
+        let ethertype = match dst {
+            IpAddr::V4(_) => EthernetProtocol::Ipv4,
+            IpAddr::V6(_) => EthernetProtocol::Ipv6,
+        };
+        write_l2(
+            buf.as_mut(),
+            [0; 6],
+            self.l2.mac,
+            self.l2.in_frame(),
+            ethertype,
+        );
+        buf.truncate(l2 + len.min(mtu));
+        self.l2.finish(&mut buf);
+        let mac = match hop {
+            IpAddr::V4(h) if h.is_broadcast() => Some([0xff; 6]),
+            IpAddr::V6(h) if h.is_multicast() => Some(ndp::multicast_mac(h)),
+            _ => self.resolve(hop),
         };
         let Some(mac) = mac else {
             self.counters.unresolved += 1;
@@ -253,29 +387,41 @@ impl<P: Port> PortContext<'_, P> {
         Some(SendOutcome::Sent)
     }
 
+    /// The MAC of neighbour `ip` if known.
+    fn lookup(&self, ip: IpAddr) -> Option<[u8; 6]> {
+        match ip {
+            IpAddr::V4(a) => self.nb.arp.lookup(a, self.now),
+            IpAddr::V6(a) => self.nb.nd.lookup(a, self.now),
+        }
+    }
+
     /// Sends the packet held for an unresolved neighbour once its MAC is known; until then
-    /// repeats the ARP request (rate-limited by [`PortContext::resolve`]), so a request or
-    /// reply lost (e.g. while the link comes up) does not wait for the sender's next
-    /// retransmission. After [`ARP_ATTEMPTS`] unanswered requests the packet is dropped
-    /// (counted; logged once per port): the neighbour is gone, and the sender's own
-    /// retransmission starts a new resolution.
+    /// repeats the ARP request or neighbour solicitation (rate-limited by
+    /// [`PortContext::resolve`]), so a request or answer lost (e.g. while the link comes up)
+    /// does not wait for the sender's next retransmission. After [`ARP_ATTEMPTS`]
+    /// unanswered requests the packet is dropped (counted; logged once per port): the
+    /// neighbour is gone, and the sender's own retransmission starts a new resolution.
     fn flush_held(&mut self) {
         let Some((hop, since)) = self.held.as_ref().map(|h| (h.hop, h.since)) else {
             return;
         };
-        if let Some(mac) = self.arp.lookup(hop, self.now) {
+        if let Some(mac) = self.lookup(hop) {
             if let Some(mut h) = self.held.take() {
                 h.buf.as_mut()[0..6].copy_from_slice(&mac);
                 self.send(h.buf);
             }
             return;
         }
-        if self.now.saturating_since(since) >= arp::REQUEST_INTERVAL * ARP_ATTEMPTS {
+        if self.now.saturating_since(since) >= REQUEST_INTERVAL * ARP_ATTEMPTS {
             *self.held = None;
-            self.counters.arp_failures += 1;
-            if self.counters.arp_failures == 1 {
+            let (failures, what) = match hop {
+                IpAddr::V4(_) => (&mut self.counters.arp_failures, "ARP reply"),
+                IpAddr::V6(_) => (&mut self.counters.nd_failures, "neighbour advertisement"),
+            };
+            *failures += 1;
+            if *failures == 1 {
                 log::warn!(
-                    "port {}: no ARP reply from {hop} after {ARP_ATTEMPTS} requests; \
+                    "port {}: no {what} from {hop} after {ARP_ATTEMPTS} requests; \
                      dropping the packet held for it (later failures are counted only)",
                     self.port.info().name
                 );
@@ -307,23 +453,70 @@ impl<P: Port> PortContext<'_, P> {
         self.tx.push(frame);
     }
 
-    /// The MAC of neighbour `ip`; on a miss, sends an ARP request (at most one per second
-    /// per address) and returns `None`.
-    pub fn resolve(&mut self, ip: Ipv4Addr) -> Option<[u8; 6]> {
-        if let Some(mac) = self.arp.lookup(ip, self.now) {
+    /// Queues a whole frame written with [`PortContext::vlan_tag`] in it, handing the tag
+    /// to the device when the device inserts it.
+    pub fn send_tagged(&mut self, mut frame: P::Buf) {
+        self.l2.finish(&mut frame);
+        self.send(frame);
+    }
+
+    /// Allocates a frame of `len` bytes, lets `write` fill it (false: nothing to send) and
+    /// queues it tagged. Returns whether it was queued.
+    fn emit_frame(&mut self, len: usize, write: impl FnOnce(&mut [u8]) -> bool) -> bool {
+        let Some(mut buf) = self.alloc(len) else {
+            return false;
+        };
+        if !write(buf.as_mut()) {
+            return false;
+        }
+        self.send_tagged(buf);
+        true
+    }
+
+    /// The MAC of neighbour `ip`; on a miss, sends an ARP request or a neighbour
+    /// solicitation (at most one per second per address) and returns `None`.
+    pub fn resolve(&mut self, ip: IpAddr) -> Option<[u8; 6]> {
+        if let Some(mac) = self.lookup(ip) {
             return Some(mac);
         }
-        let our_ip = self.ipv4()?;
-        if self.arp.should_request(ip, self.now) {
-            let repr = arp::request(self.port.info().mac, our_ip, ip);
-            if let Some(mut buf) = self.alloc(arp::MIN_FRAME_LEN) {
-                if arp::emit_arp_frame(&repr, buf.as_mut()).is_some() {
-                    self.counters.arp_requests += 1;
-                    self.send(buf);
+        let (mac, tag, now) = (self.l2.mac, self.l2.in_frame(), self.now);
+        match ip {
+            IpAddr::V4(target) => {
+                let our_ip = self.ipv4()?;
+                if self.nb.arp.should_request(target, now) {
+                    let repr = arp::request(mac, our_ip, target);
+                    let len = arp::arp_frame_len(tag);
+                    if self.emit_frame(len, |b| arp::emit_arp_frame(&repr, tag, b).is_some()) {
+                        self.counters.arp_requests += 1;
+                    }
+                }
+            }
+            IpAddr::V6(target) => {
+                let src = self.nb.own6.as_ref()?.source_for(target)?;
+                if self.nb.nd.should_request(target, now) {
+                    let m = ndp::solicitation(mac, Some(src), target, tag);
+                    if self.emit_frame(m.frame_len(), |b| m.emit(b)) {
+                        self.counters.nd_solicits += 1;
+                    }
                 }
             }
         }
         None
+    }
+
+    /// Sends the duplicate address detection probes that are due, and takes the
+    /// addresses whose probes went unanswered into use.
+    fn run_dad(&mut self) {
+        let Some(own) = self.nb.own6.as_mut().filter(|o| o.detecting()) else {
+            return;
+        };
+        let (mac, tag) = (self.l2.mac, self.l2.in_frame());
+        for target in own.poll_dad(self.now) {
+            let m = ndp::solicitation(mac, None, target, tag);
+            if self.emit_frame(m.frame_len(), |b| m.emit(b)) {
+                self.counters.nd_solicits += 1;
+            }
+        }
     }
 }
 
@@ -368,7 +561,7 @@ impl<P: Port> Handler<P> for NoHandler {
 /// A packet waiting for its next hop's MAC.
 #[derive(Debug)]
 struct Held<B> {
-    hop: Ipv4Addr,
+    hop: IpAddr,
     buf: B,
     /// When resolution of `hop` started (the first packet held for it).
     since: Instant,
@@ -379,7 +572,8 @@ struct Held<B> {
 struct PortSlot<B> {
     classifier: Classifier,
     addr: PortAddr,
-    arp: ArpCache,
+    l2: L2Out,
+    nb: Neighbours,
     spare: Option<B>,
     held: Option<Held<B>>,
     /// Frames the port refused, offered again first on the next iteration.
@@ -457,7 +651,12 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .with(
                     "ipv4",
                     slot.addr.ipv4.map(|c| c.to_string()).unwrap_or_default(),
-                );
+                )
+                .with(
+                    "ipv6",
+                    slot.addr.ipv6.map(|c| c.to_string()).unwrap_or_default(),
+                )
+                .with("vlan", slot.addr.vlan.map_or(0, |v| u32::from(v.id)));
             port.describe(&mut d);
             for (k, v) in [
                 ("rx_packets", st.rx_packets),
@@ -490,10 +689,14 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .with("alloc_failures", c.alloc_failures)
                 .with("unresolved", c.unresolved)
                 .with("arp_failures", c.arp_failures)
-                .with("arp_cache", slot.arp.len())
-                .with("arp_evicted", slot.arp.evicted())
-                .with("arp_pending", slot.arp.pending())
-                .with("arp_suppressed", slot.arp.suppressed())
+                .with("arp_cache", slot.nb.arp.len())
+                .with("arp_evicted", slot.nb.arp.evicted())
+                .with("arp_pending", slot.nb.arp.pending())
+                .with("arp_suppressed", slot.nb.arp.suppressed())
+                .with("nd_cache", slot.nb.nd.len())
+                .with("nd_evicted", slot.nb.nd.evicted())
+                .with("nd_pending", slot.nb.nd.pending())
+                .with("nd_suppressed", slot.nb.nd.suppressed())
                 .with("arp_held", slot.held.is_some())
                 .with("busy_polls", c.busy_polls)
                 .with("rx_ns", c.rx_ns)
@@ -524,16 +727,31 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         false
     }
 
-    /// Adds a port with its addressing (ARP and ping are answered for its IPv4 address);
-    /// returns its index.
+    /// Adds a port with its addressing (ARP, neighbour solicitations and ping are answered
+    /// for its addresses; frames are tagged for its VLAN); returns its index.
     pub fn add_port(&mut self, port: P, addr: PortAddr) -> usize {
-        let mut classifier = Classifier::new(port.info().mac, addr.ipv4.map(|c| c.addr));
+        let mac = port.info().mac;
+        let mut classifier = Classifier::new(mac, addr.ipv4.map(|c| c.addr));
         classifier.promiscuous = addr.promiscuous;
+        classifier.set_vlan(addr.vlan.map(|v| v.id));
+        let own6 = addr.ipv6.map(|c| OwnAddrs::new(mac, c.addr));
+        if let Some(own) = &own6 {
+            classifier.set_ipv6(own.usable());
+        }
+        let l2 = L2Out {
+            mac,
+            tag: addr.vlan,
+            offloaded: port.vlan_offload().tx_insert,
+        };
         self.ports.push(port);
         self.slots.push(PortSlot {
             classifier,
             addr,
-            arp: ArpCache::new(),
+            l2,
+            nb: Neighbours {
+                own6,
+                ..Neighbours::default()
+            },
             spare: None,
             held: None,
             backlog: Vec::new(),
@@ -627,27 +845,37 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             index: i,
             port: &mut *port,
             tx: &mut self.tx,
-            arp: &mut slot.arp,
+            nb: &mut slot.nb,
             addr: slot.addr,
+            l2: slot.l2,
             spare: &mut slot.spare,
             held: &mut slot.held,
             counters: &mut slot.counters,
             backlog: slot.backlog.len(),
             now,
         };
+        ctx.run_dad();
         for frame in self.rx.drain(..) {
-            let meta = slot.classifier.classify(frame.as_ref());
+            let meta = slot
+                .classifier
+                .classify_stripped(frame.as_ref(), frame.offloaded_vlan());
             ctx.counters.classified[meta.class.index()] += 1;
             match meta.class {
-                FrameClass::Arp => handle_arp(&mut ctx, frame),
-                FrameClass::Icmp => handle_icmp(&mut ctx, frame),
                 FrameClass::Tcp | FrameClass::Udp => {
                     match self.handler.handle(&mut ctx, now, frame, &meta) {
                         Handled::Consumed => ctx.counters.handled += 1,
                         Handled::Ignored => ctx.counters.unhandled += 1,
                     }
                 }
+                FrameClass::Arp => handle_arp(&mut ctx, frame, &meta),
+                FrameClass::Icmp => handle_echo(&mut ctx, frame),
+                FrameClass::Icmpv6 => handle_icmpv6(&mut ctx, frame, &meta),
                 _ => {}
+            }
+        }
+        if std::mem::take(&mut ctx.nb.own6_changed) {
+            if let Some(own) = &ctx.nb.own6 {
+                slot.classifier.set_ipv6(own.usable());
             }
         }
         ctx.flush_held();
@@ -692,50 +920,127 @@ fn mac_text(mac: &[u8; 6]) -> String {
     hex.join(":")
 }
 
-fn handle_arp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
-    let mac = ctx.port.info().mac;
-    let arp_bytes = frame.as_ref().get(ETH_HLEN..).unwrap_or(&[]);
+fn handle_arp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf, meta: &Classified) {
+    let mac = ctx.l2.mac;
     let ipv4 = ctx.ipv4();
-    if let ArpOutcome::Reply(repr) = ctx.arp.handle(arp_bytes, mac, ipv4, ctx.now) {
-        drop(frame);
-        if let Some(mut buf) = ctx.alloc(arp::MIN_FRAME_LEN) {
-            if arp::emit_arp_frame(&repr, buf.as_mut()).is_some() {
-                ctx.counters.arp_replies += 1;
-                ctx.send(buf);
-            }
+    let outcome = ctx
+        .nb
+        .arp
+        .handle(meta.l3(frame.as_ref()), mac, ipv4, ctx.now);
+    drop(frame);
+    if let ArpOutcome::Reply(repr) = outcome {
+        let tag = ctx.l2.in_frame();
+        if ctx.emit_frame(arp::arp_frame_len(tag), |b| {
+            arp::emit_arp_frame(&repr, tag, b).is_some()
+        }) {
+            ctx.counters.arp_replies += 1;
         }
     }
 }
 
-fn handle_icmp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
-    // Echo requests to our own address only: broadcast pings are not answered (as Linux
-    // does by default), so a reply's source is always our address.
-    let req = icmp::parse_echo_request(frame.as_ref()).filter(|r| Some(r.dst_ip) == ctx.ipv4());
+/// Answers an ICMP or ICMPv6 echo request to one of our unicast addresses: broadcast and
+/// multicast pings are not answered (as Linux does by default), so a reply's source is
+/// always our address.
+fn handle_echo<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf) {
+    let req = icmp::parse_echo_request(frame.as_ref(), frame.offloaded_vlan()).filter(|r| match r
+        .dst_ip
+    {
+        IpAddr::V4(d) => Some(d) == ctx.ipv4(),
+        IpAddr::V6(d) => ctx.nb.own6.as_ref().is_some_and(|o| o.is_ours(d)),
+    });
     let Some(req) = req else {
         ctx.counters.unhandled += 1;
         return;
     };
-    let mac = ctx.port.info().mac;
-    let Some(mut buf) = ctx.alloc(req.reply_len()) else {
+    let (mac, tag) = (ctx.l2.mac, ctx.l2.in_frame());
+    if ctx.emit_frame(req.reply_len(tag), |b| {
+        icmp::emit_echo_reply(&req, mac, tag, b)
+    }) {
+        ctx.counters.echo_replies += 1;
+    }
+}
+
+/// ICMPv6 type of a neighbour solicitation (RFC 4861 §4.3).
+const ND_SOLICIT: u8 = 135;
+/// ICMPv6 type of a neighbour advertisement (RFC 4861 §4.4).
+const ND_ADVERT: u8 = 136;
+
+/// Echo requests and neighbour discovery; other ICMPv6 messages (router discovery,
+/// multicast listener reports, errors) are not handled.
+fn handle_icmpv6<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf, meta: &Classified) {
+    let bytes = meta.l4(frame.as_ref());
+    let kind = bytes.first().copied().unwrap_or(0);
+    if kind != ND_SOLICIT && kind != ND_ADVERT {
+        handle_echo(ctx, frame);
+        return;
+    }
+    let (IpAddr::V6(src), IpAddr::V6(dst)) = (meta.src_ip, meta.dst_ip) else {
         return;
     };
-    if icmp::emit_echo_reply(&req, mac, buf.as_mut()) {
-        ctx.counters.echo_replies += 1;
-        ctx.send(buf);
+    let Some(own) = ctx.nb.own6.as_mut() else {
+        return;
+    };
+    let outcome = ctx
+        .nb
+        .nd
+        .handle_nd(src, dst, meta.hop_limit, bytes, own, ctx.now);
+    drop(frame);
+    match outcome {
+        NdOutcome::Advertise {
+            to,
+            to_mac,
+            target,
+            solicited,
+        } => {
+            let m =
+                ndp::advertisement(ctx.l2.mac, to, to_mac, target, solicited, ctx.l2.in_frame());
+            if ctx.emit_frame(m.frame_len(), |b| m.emit(b)) {
+                ctx.counters.nd_adverts += 1;
+            }
+        }
+        NdOutcome::Learned => {}
+        NdOutcome::Duplicate(addr) => {
+            ctx.counters.dad_conflicts += 1;
+            ctx.nb.own6_changed = true;
+            log::error!(
+                "port {}: another node uses {addr}; it is no longer used here",
+                ctx.port.info().name
+            );
+        }
+        NdOutcome::Unsolicited => ctx.counters.nd_unsolicited += 1,
+        NdOutcome::Malformed => ctx.counters.nd_invalid += 1,
+        NdOutcome::Ignored => ctx.counters.unhandled += 1,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::{parse_l2, Ends};
     use crate::port::heap::HeapBuf;
     use crate::port::soft_pair::{soft_pair, SoftPort};
-    use crate::test_frames::{self, OUR_IP, OUR_MAC, PEER_IP, PEER_MAC, TO_US};
+    use crate::test_frames::{
+        self, OUR_IP, OUR_IP6, OUR_MAC, PEER_IP, PEER_IP6, PEER_MAC, TO_US, TO_US6,
+    };
     use smoltcp::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame};
 
     const GW_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 254);
 
     fn setup<H: Handler<SoftPort>>(h: H) -> (PollLoop<SoftPort, H>, SoftPort) {
+        setup_with(
+            h,
+            PortAddr {
+                ipv4: Some(Ipv4Cidr {
+                    addr: OUR_IP,
+                    prefix: 24,
+                }),
+                gateway: Some(GW_IP),
+                ..PortAddr::default()
+            },
+        )
+    }
+
+    fn setup_with<H: Handler<SoftPort>>(h: H, addr: PortAddr) -> (PollLoop<SoftPort, H>, SoftPort) {
         let info = |n: &str, mac| PortInfo {
             name: n.into(),
             mac,
@@ -743,17 +1048,7 @@ mod tests {
         };
         let (dp, peer) = soft_pair(info("dp", OUR_MAC), info("peer", PEER_MAC), 64);
         let mut l = PollLoop::new(h, 32);
-        l.add_port(
-            dp,
-            PortAddr {
-                ipv4: Some(Ipv4Cidr {
-                    addr: OUR_IP,
-                    prefix: 24,
-                }),
-                gateway: Some(GW_IP),
-                promiscuous: false,
-            },
-        );
+        l.add_port(dp, addr);
         (l, peer)
     }
 
@@ -770,7 +1065,7 @@ mod tests {
 
     fn arp_request() -> Vec<u8> {
         let mut f = vec![0u8; 60];
-        arp::emit_arp_frame(&arp::request(PEER_MAC, PEER_IP, OUR_IP), &mut f).unwrap();
+        arp::emit_arp_frame(&arp::request(PEER_MAC, PEER_IP, OUR_IP), None, &mut f).unwrap();
         f
     }
 
@@ -796,9 +1091,9 @@ mod tests {
         };
         assert_eq!(operation, ArpOperation::Reply);
         assert_eq!(source_hardware_addr, EthernetAddress(OUR_MAC));
-        let req = icmp::parse_echo_request(&ping).unwrap();
-        let mut want = vec![0u8; req.reply_len()];
-        icmp::emit_echo_reply(&req, OUR_MAC, &mut want);
+        let req = icmp::parse_echo_request(&ping, None).unwrap();
+        let mut want = vec![0u8; req.reply_len(None)];
+        icmp::emit_echo_reply(&req, OUR_MAC, None, &mut want);
         assert_eq!(out[1], want);
 
         let c = l.counters(0);
@@ -944,48 +1239,62 @@ mod tests {
         }
     }
 
-    /// A handler that sends one small IPv4 packet to each queued destination per poll.
+    /// A handler that sends one small IPv4 or IPv6 packet to each queued destination per
+    /// poll.
     #[derive(Default)]
     struct Sender {
-        dsts: Vec<Ipv4Addr>,
+        dsts: Vec<IpAddr>,
         outcomes: Vec<Option<SendOutcome>>,
     }
 
     impl Emitter for Sender {
         fn emit(&mut self, ctx: &mut PortContext<'_, SoftPort>) {
             use smoltcp::phy::ChecksumCapabilities;
-            use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv4Repr};
+            use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
             for &dst in &self.dsts {
-                let out = ctx.send_ipv4(|buf| {
-                    let repr = Ipv4Repr {
-                        src_addr: OUR_IP,
-                        dst_addr: dst,
-                        next_header: IpProtocol::Udp,
-                        payload_len: 0,
-                        hop_limit: 64,
-                    };
-                    let mut p = Ipv4Packet::new_unchecked(&mut buf[..20]);
-                    repr.emit(&mut p, &ChecksumCapabilities::default());
-                    Some((dst, 20))
+                let out = ctx.send_ip(|buf| match dst {
+                    IpAddr::V4(d) => {
+                        let repr = Ipv4Repr {
+                            src_addr: OUR_IP,
+                            dst_addr: d,
+                            next_header: IpProtocol::Udp,
+                            payload_len: 0,
+                            hop_limit: 64,
+                        };
+                        let mut p = Ipv4Packet::new_unchecked(&mut buf[..20]);
+                        repr.emit(&mut p, &ChecksumCapabilities::default());
+                        Some((dst, 20))
+                    }
+                    IpAddr::V6(d) => {
+                        let repr = Ipv6Repr {
+                            src_addr: OUR_IP6,
+                            dst_addr: d,
+                            next_header: IpProtocol::Udp,
+                            payload_len: 0,
+                            hop_limit: 64,
+                        };
+                        repr.emit(&mut Ipv6Packet::new_unchecked(&mut buf[..40]));
+                        Some((dst, 40))
+                    }
                 });
                 self.outcomes.push(out);
             }
             // Nothing to write: no frame, and the buffer is kept for the next call.
-            assert_eq!(ctx.send_ipv4(|_| None), None);
+            assert_eq!(ctx.send_ip(|_| None), None);
         }
     }
 
     fn arp_reply_from(ip: Ipv4Addr, mac: [u8; 6]) -> Vec<u8> {
         let mut f = vec![0u8; 60];
-        arp::emit_arp_frame(&test_frames::arp_reply_to_us(mac, ip), &mut f).unwrap();
+        arp::emit_arp_frame(&test_frames::arp_reply_to_us(mac, ip), None, &mut f).unwrap();
         f
     }
 
     #[test]
-    fn send_ipv4_routes_on_link_and_via_gateway() {
+    fn send_ip_routes_on_link_and_via_gateway() {
         let off_link = Ipv4Addr::new(192, 0, 2, 9);
         let (mut l, mut peer) = setup(Sender {
-            dsts: vec![PEER_IP, off_link],
+            dsts: vec![PEER_IP.into(), off_link.into()],
             ..Sender::default()
         });
         l.poll_once(clock::now());
@@ -1030,7 +1339,7 @@ mod tests {
     /// and nothing after.
     fn one_packet_held_for_peer() -> (PollLoop<SoftPort, Sender>, SoftPort, Instant) {
         let (mut l, peer) = setup(Sender {
-            dsts: vec![PEER_IP],
+            dsts: vec![PEER_IP.into()],
             ..Sender::default()
         });
         let t0 = clock::now();
@@ -1049,9 +1358,9 @@ mod tests {
             "the first ARP request (lost, say)"
         );
         // No more traffic from the handler: the loop repeats the request once per interval.
-        l.poll_once(t0 + arp::REQUEST_INTERVAL / 2);
+        l.poll_once(t0 + REQUEST_INTERVAL / 2);
         assert!(recv(&mut peer).is_empty());
-        l.poll_once(t0 + arp::REQUEST_INTERVAL);
+        l.poll_once(t0 + REQUEST_INTERVAL);
         let out = recv(&mut peer);
         assert_eq!(out.len(), 1);
         assert_eq!(&out[0][12..14], &[0x08, 0x06]);
@@ -1059,14 +1368,14 @@ mod tests {
         assert_eq!(l.counters(0).arp_requests, 2);
         // The reply releases the held packet without the handler sending again.
         send(&mut peer, &arp_reply_from(PEER_IP, PEER_MAC));
-        l.poll_once(t0 + arp::REQUEST_INTERVAL);
+        l.poll_once(t0 + REQUEST_INTERVAL);
         let out = recv(&mut peer);
         assert_eq!(out.len(), 1);
         assert_eq!(&out[0][0..6], &PEER_MAC);
         assert_eq!(&out[0][6..12], &OUR_MAC);
         assert_eq!(&out[0][12..14], &[0x08, 0x00]);
         assert_eq!(&out[0][30..34], &PEER_IP.octets());
-        l.poll_once(t0 + 3 * arp::REQUEST_INTERVAL);
+        l.poll_once(t0 + 3 * REQUEST_INTERVAL);
         assert!(recv(&mut peer).is_empty(), "nothing held any more");
     }
 
@@ -1076,29 +1385,29 @@ mod tests {
         // RFC 826 gives no retry policy; ours: ARP_ATTEMPTS requests a second apart.
         let mut requests = recv(&mut peer).len();
         for k in 1..ARP_ATTEMPTS {
-            l.poll_once(t0 + arp::REQUEST_INTERVAL * k);
+            l.poll_once(t0 + REQUEST_INTERVAL * k);
             requests += recv(&mut peer).len();
             assert_eq!(l.counters(0).arp_failures, 0, "still trying after {k} s");
         }
         assert_eq!(requests, ARP_ATTEMPTS as usize);
         // No reply within an interval of the last request: the packet is dropped, once.
-        l.poll_once(t0 + arp::REQUEST_INTERVAL * ARP_ATTEMPTS);
+        l.poll_once(t0 + REQUEST_INTERVAL * ARP_ATTEMPTS);
         assert!(recv(&mut peer).is_empty(), "no further request");
         let c = l.counters(0);
         assert_eq!(
             (c.arp_failures, c.arp_requests),
             (1, u64::from(ARP_ATTEMPTS))
         );
-        l.poll_once(t0 + arp::REQUEST_INTERVAL * (ARP_ATTEMPTS + 5));
+        l.poll_once(t0 + REQUEST_INTERVAL * (ARP_ATTEMPTS + 5));
         assert!(recv(&mut peer).is_empty(), "nothing held any more");
         assert_eq!(l.counters(0).arp_failures, 1);
         // A late reply sends nothing: the packet is gone.
         send(&mut peer, &arp_reply_from(PEER_IP, PEER_MAC));
-        l.poll_once(t0 + arp::REQUEST_INTERVAL * (ARP_ATTEMPTS + 5));
+        l.poll_once(t0 + REQUEST_INTERVAL * (ARP_ATTEMPTS + 5));
         assert!(recv(&mut peer).is_empty());
         // The sender's next packet to the neighbour starts over, and now goes out.
-        l.handler_mut().dsts.push(PEER_IP);
-        l.poll_once(t0 + arp::REQUEST_INTERVAL * (ARP_ATTEMPTS + 6));
+        l.handler_mut().dsts.push(PEER_IP.into());
+        l.poll_once(t0 + REQUEST_INTERVAL * (ARP_ATTEMPTS + 6));
         let out = recv(&mut peer);
         assert_eq!(out.len(), 1);
         assert_eq!(&out[0][0..6], &PEER_MAC);
@@ -1199,5 +1508,263 @@ mod tests {
         assert_eq!(r, StopReason::Deadline);
         assert!(clock::elapsed(start) >= Duration::from_millis(30));
         assert!(ticks > 0);
+    }
+
+    const V100: Vlan = Vlan {
+        id: 100,
+        priority: 5,
+    };
+
+    fn on_vlan100() -> PortAddr {
+        PortAddr {
+            ipv4: Some(Ipv4Cidr {
+                addr: OUR_IP,
+                prefix: 24,
+            }),
+            ipv6: Some(Ipv6Cidr {
+                addr: OUR_IP6,
+                prefix: 64,
+            }),
+            vlan: Some(V100),
+            ..PortAddr::default()
+        }
+    }
+
+    // IEEE 802.1Q: a port on VLAN 100 answers ARP and ping (both families) tagged 100 with
+    // its priority, counts and drops frames of other VLANs and untagged ones, and tags what
+    // its handler sends.
+    #[test]
+    fn vlan_port_tags_its_frames_and_drops_other_vlans() {
+        let (mut l, mut peer) = setup_with(
+            Sender {
+                dsts: vec![PEER_IP.into()],
+                ..Sender::default()
+            },
+            on_vlan100(),
+        );
+        let t0 = clock::now();
+        l.poll_once(t0);
+        // DAD probes (tagged) and the ARP request for the handler's packet.
+        for f in recv(&mut peer) {
+            assert_eq!(
+                &f[12..16],
+                &[0x81, 0x00, 0xa0, 0x64],
+                "tagged 100, priority 5"
+            );
+        }
+        l.handler_mut().dsts.clear();
+        let tagged = |tag| Ends { vlan: tag, ..TO_US };
+        let mut arp_reply = vec![0u8; 64];
+        arp::emit_arp_frame(
+            &test_frames::arp_reply_to_us(PEER_MAC, PEER_IP),
+            Some(V100),
+            &mut arp_reply,
+        )
+        .unwrap();
+        send(&mut peer, &arp_reply);
+        send(
+            &mut peer,
+            &test_frames::echo_request(tagged(Some(V100)), 1, 2, b"v4"),
+        );
+        let to_us6 = Ends {
+            vlan: Some(V100),
+            ..TO_US6
+        };
+        send(&mut peer, &test_frames::echo_request(to_us6, 3, 4, b"v6"));
+        let v7 = Some(Vlan { id: 7, priority: 0 });
+        send(
+            &mut peer,
+            &test_frames::echo_request(tagged(v7), 1, 3, b"x"),
+        );
+        send(
+            &mut peer,
+            &test_frames::echo_request(tagged(None), 1, 4, b"x"),
+        );
+        l.poll_once(t0);
+        let out = recv(&mut peer);
+        // The held UDP packet (ARP answered) and the two echo replies, all tagged.
+        assert_eq!(out.len(), 3, "{out:?}");
+        for f in &out {
+            let l2 = parse_l2(f, None).unwrap();
+            assert_eq!((l2.tci, l2.dst), (Some(V100.tci()), PEER_MAC));
+        }
+        assert_eq!(&out[0][18..20], &[0x45, 0x00], "IPv4 after the tag");
+        let c = l.counters(0);
+        assert_eq!(c.class(FrameClass::OtherVlan), 2);
+        assert_eq!(c.echo_replies, 2);
+        assert_eq!(c.class(FrameClass::Icmpv6), 1);
+    }
+
+    // RFC 4861/4862 over the loop: the port probes its two addresses when it starts,
+    // answers a solicitation and a ping, resolves a neighbour by solicitation and sends the
+    // held packet when the advertisement comes, counts an advertisement nobody asked for,
+    // and stops answering for an address another node claims.
+    #[test]
+    fn ipv6_neighbour_discovery_and_ping() {
+        let addr = PortAddr {
+            ipv6: Some(Ipv6Cidr {
+                addr: OUR_IP6,
+                prefix: 64,
+            }),
+            ..PortAddr::default()
+        };
+        let (mut l, mut peer) = setup_with(Sender::default(), addr);
+        let t0 = clock::now();
+        l.poll_once(t0);
+        let probes = recv(&mut peer);
+        assert_eq!(probes.len(), 2, "one probe per own address");
+        for f in &probes {
+            assert_eq!(&f[0..3], &[0x33, 0x33, 0xff]);
+            assert_eq!(&f[22..38], &Ipv6Addr::UNSPECIFIED.octets(), "from ::");
+        }
+        assert_eq!(l.counters(0).nd_solicits, 2);
+        l.poll_once(t0 + REQUEST_INTERVAL);
+        assert!(recv(&mut peer).is_empty(), "no second probe");
+
+        // The peer solicits our address; then pings it.
+        let ns = ndp::solicitation(PEER_MAC, Some(PEER_IP6), OUR_IP6, None);
+        let mut f = vec![0u8; ns.frame_len()];
+        assert!(ns.emit(&mut f));
+        send(&mut peer, &f);
+        send(
+            &mut peer,
+            &test_frames::echo_request(TO_US6, 9, 1, b"ping6"),
+        );
+        l.poll_once(t0 + REQUEST_INTERVAL);
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 2);
+        assert_eq!(&out[0][0..6], &PEER_MAC);
+        assert_eq!(out[0][14 + 40], 136, "a neighbour advertisement");
+        assert_eq!(out[1][14 + 40], 129, "an echo reply");
+        let c = l.counters(0);
+        assert_eq!((c.nd_adverts, c.echo_replies), (1, 1));
+
+        // A packet to an unknown neighbour: solicitation, then the held packet on answer.
+        let other: Ipv6Addr = "fd00:99::3".parse().unwrap();
+        let other_mac = [2, 0, 0, 0, 0, 3];
+        l.handler_mut().dsts = vec![other.into()];
+        l.poll_once(t0 + REQUEST_INTERVAL);
+        l.handler_mut().dsts.clear();
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            &out[0][0..6],
+            &ndp::multicast_mac(ndp::solicited_node(other))
+        );
+        assert_eq!(l.handler().outcomes, [Some(SendOutcome::Unresolved)]);
+        let na = ndp::advertisement(other_mac, OUR_IP6, OUR_MAC, other, true, None);
+        let mut f = vec![0u8; na.frame_len()];
+        assert!(na.emit(&mut f));
+        send(&mut peer, &f);
+        l.poll_once(t0 + REQUEST_INTERVAL);
+        let out = recv(&mut peer);
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0][0..6], &other_mac);
+        assert_eq!(&out[0][12..14], &[0x86, 0xdd]);
+
+        // An advertisement nobody asked for is counted and changes nothing.
+        let stranger: Ipv6Addr = "fd00:99::66".parse().unwrap();
+        let na = ndp::advertisement(
+            [2, 0, 0, 0, 0, 0x66],
+            OUR_IP6,
+            OUR_MAC,
+            stranger,
+            true,
+            None,
+        );
+        let mut f = vec![0u8; na.frame_len()];
+        assert!(na.emit(&mut f));
+        send(&mut peer, &f);
+        l.poll_once(t0 + REQUEST_INTERVAL);
+        assert_eq!(l.counters(0).nd_unsolicited, 1);
+        assert!(recv(&mut peer).is_empty());
+
+        // Another node advertises our configured address: it is no longer answered.
+        let na = ndp::advertisement(
+            PEER_MAC,
+            ndp::ALL_NODES,
+            ndp::multicast_mac(ndp::ALL_NODES),
+            OUR_IP6,
+            false,
+            None,
+        );
+        let mut f = vec![0u8; na.frame_len()];
+        assert!(na.emit(&mut f));
+        send(&mut peer, &f);
+        l.poll_once(t0 + REQUEST_INTERVAL);
+        assert_eq!(l.counters(0).dad_conflicts, 1);
+        send(
+            &mut peer,
+            &test_frames::echo_request(TO_US6, 9, 2, b"ping6"),
+        );
+        l.poll_once(t0 + REQUEST_INTERVAL);
+        assert!(recv(&mut peer).is_empty());
+        assert_eq!(l.counters(0).class(FrameClass::NotForUs), 1);
+    }
+
+    // A neighbour that never answers: the held IPv6 packet is dropped after ARP_ATTEMPTS
+    // solicitations and counted apart from ARP's failures.
+    #[test]
+    fn unanswered_solicitations_drop_the_held_packet() {
+        let addr = PortAddr {
+            ipv6: Some(Ipv6Cidr {
+                addr: OUR_IP6,
+                prefix: 64,
+            }),
+            ..PortAddr::default()
+        };
+        let (mut l, mut peer) = setup_with(
+            Sender {
+                dsts: vec![PEER_IP6.into()],
+                ..Sender::default()
+            },
+            addr,
+        );
+        let t0 = clock::now();
+        l.poll_once(t0);
+        l.handler_mut().dsts.clear();
+        for k in 1..=ARP_ATTEMPTS {
+            l.poll_once(t0 + REQUEST_INTERVAL * k);
+        }
+        let solicits = recv(&mut peer)
+            .iter()
+            .filter(|f| f[14 + 40] == 135 && f[22..38] != Ipv6Addr::UNSPECIFIED.octets())
+            .count();
+        assert_eq!(solicits, ARP_ATTEMPTS as usize);
+        let c = l.counters(0);
+        assert_eq!((c.nd_failures, c.arp_failures), (1, 0));
+        // No address of the family: no route.
+        l.handler_mut().dsts = vec![PEER_IP.into()];
+        l.poll_once(t0 + REQUEST_INTERVAL * 9);
+        assert_eq!(
+            l.handler().outcomes.last(),
+            Some(&Some(SendOutcome::NoRoute))
+        );
+    }
+
+    // A client connects from the port's address of the server's family; a port with both
+    // families names IPv4 as its main address.
+    #[test]
+    fn source_address_follows_the_family() {
+        let v4 = Ipv4Cidr {
+            addr: OUR_IP,
+            prefix: 24,
+        };
+        let v6 = Ipv6Cidr {
+            addr: OUR_IP6,
+            prefix: 64,
+        };
+        let both = PortAddr {
+            ipv6: Some(v6),
+            ..PortAddr::on_subnet(v4)
+        };
+        assert_eq!(both.source_for(PEER_IP.into()), Some(OUR_IP.into()));
+        assert_eq!(both.source_for(PEER_IP6.into()), Some(OUR_IP6.into()));
+        assert_eq!(both.primary(), Some(OUR_IP.into()));
+        let only6 = PortAddr::on_prefix(v6);
+        assert_eq!(only6.source_for(PEER_IP.into()), None);
+        assert_eq!(only6.primary(), Some(OUR_IP6.into()));
+        assert_eq!(PortAddr::on_subnet(v4).source_for(PEER_IP6.into()), None);
+        assert_eq!(PortAddr::default().primary(), None);
     }
 }

@@ -16,6 +16,8 @@ pub mod frame;
 pub mod hugemem;
 pub mod icmp;
 pub mod lcore;
+pub mod ndp;
+pub mod neighbour;
 pub mod pcap;
 pub mod port;
 pub mod rdma;

@@ -3,10 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
-use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+use smoltcp::wire::{
+    EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket,
+};
 
 /// Link type: Ethernet.
 pub const LINKTYPE_ETHERNET: u32 = 1;
@@ -18,6 +20,8 @@ pub const LINKTYPE_RAW: u32 = 101;
 pub const LINKTYPE_LINUX_SLL: u32 = 113;
 /// Link type: raw IPv4.
 pub const LINKTYPE_IPV4: u32 = 228;
+/// Link type: raw IPv6.
+pub const LINKTYPE_IPV6: u32 = 229;
 /// Link type: Linux cooked capture v2.
 pub const LINKTYPE_LINUX_SLL2: u32 = 276;
 
@@ -245,9 +249,9 @@ pub struct TcpSegment<'a> {
     /// Frame number.
     pub frame: u64,
     /// Sender.
-    pub src: SocketAddrV4,
+    pub src: SocketAddr,
     /// Receiver.
-    pub dst: SocketAddrV4,
+    pub dst: SocketAddr,
     /// Sequence number of the first payload octet (of the SYN when `syn`).
     pub seq: u32,
     /// SYN flag.
@@ -262,8 +266,14 @@ pub struct TcpSegment<'a> {
     pub payload: &'a [u8],
 }
 
-/// The IPv4 packet inside a frame of `linktype`, when there is one.
-fn ipv4_of(linktype: u32, data: &[u8]) -> Option<&[u8]> {
+/// The IPv4 or IPv6 packet inside a frame of `linktype`, when there is one.
+fn ip_of(linktype: u32, data: &[u8]) -> Option<&[u8]> {
+    let is_ip = |ethertype: u16| {
+        matches!(
+            EthernetProtocol::from(ethertype),
+            EthernetProtocol::Ipv4 | EthernetProtocol::Ipv6
+        )
+    };
     match linktype {
         LINKTYPE_ETHERNET => {
             let eth = EthernetFrame::new_checked(data).ok()?;
@@ -274,53 +284,78 @@ fn ipv4_of(linktype: u32, data: &[u8]) -> Option<&[u8]> {
                 ethertype = u16::from_be_bytes([*payload.get(2)?, *payload.get(3)?]);
                 payload = payload.get(4..)?;
             }
-            (EthernetProtocol::from(ethertype) == EthernetProtocol::Ipv4).then_some(payload)
+            is_ip(ethertype).then_some(payload)
         }
-        LINKTYPE_RAW | LINKTYPE_RAW_BSD | LINKTYPE_IPV4 => {
-            (data.first()? >> 4 == 4).then_some(data)
-        }
+        LINKTYPE_RAW | LINKTYPE_RAW_BSD => matches!(data.first()? >> 4, 4 | 6).then_some(data),
+        LINKTYPE_IPV4 => (data.first()? >> 4 == 4).then_some(data),
+        LINKTYPE_IPV6 => (data.first()? >> 4 == 6).then_some(data),
         LINKTYPE_LINUX_SLL => {
             let proto = u16::from_be_bytes([*data.get(14)?, *data.get(15)?]);
-            (proto == 0x0800).then(|| &data[16..])
+            is_ip(proto).then(|| &data[16..])
         }
         LINKTYPE_LINUX_SLL2 => {
             let proto = u16::from_be_bytes([*data.first()?, *data.get(1)?]);
-            data.get(20..).filter(|_| proto == 0x0800)
+            data.get(20..).filter(|_| is_ip(proto))
         }
         _ => None,
     }
 }
 
-/// The TCP segment of a frame (IPv4, unfragmented), if any. A frame cut by the snap length
-/// gives the payload octets that were captured (`truncated` is then set).
+/// The addresses, the TCP bytes (cut at the capture's end) and whether the packet was cut,
+/// of an unfragmented IPv4 packet or an IPv6 packet whose first Next Header is TCP.
+fn tcp_of(bytes: &[u8]) -> Option<(IpAddr, IpAddr, &[u8], bool)> {
+    match bytes.first()? >> 4 {
+        4 => {
+            if bytes.len() < 20 {
+                return None;
+            }
+            let ip = Ipv4Packet::new_unchecked(bytes);
+            let header_len = ip.header_len() as usize;
+            let total = ip.total_len() as usize;
+            if header_len < 20 || total < header_len || bytes.len() < header_len {
+                return None;
+            }
+            if ip.next_header() != IpProtocol::Tcp || ip.more_frags() || ip.frag_offset() != 0 {
+                return None;
+            }
+            let end = total.min(bytes.len());
+            let (s, d) = (ip.src_addr(), ip.dst_addr());
+            Some((s.into(), d.into(), &bytes[header_len..end], end < total))
+        }
+        6 => {
+            if bytes.len() < 40 {
+                return None;
+            }
+            let ip = Ipv6Packet::new_unchecked(bytes);
+            if ip.next_header() != IpProtocol::Tcp {
+                return None;
+            }
+            let total = 40 + usize::from(ip.payload_len());
+            let end = total.min(bytes.len());
+            let (s, d) = (ip.src_addr(), ip.dst_addr());
+            Some((s.into(), d.into(), &bytes[40..end], end < total))
+        }
+        _ => None,
+    }
+}
+
+/// The TCP segment of a frame (IPv4 unfragmented, or IPv6 without extension headers; VLAN
+/// tags skipped), if any. A frame cut by the snap length gives the payload octets that were
+/// captured (`truncated` is then set).
 pub fn tcp_segment(packet: &Packet) -> Option<TcpSegment<'_>> {
-    let bytes = ipv4_of(packet.linktype, &packet.data)?;
-    if bytes.len() < 20 {
-        return None;
-    }
-    let ip = Ipv4Packet::new_unchecked(bytes);
-    let header_len = ip.header_len() as usize;
-    let total = ip.total_len() as usize;
-    if ip.version() != 4 || header_len < 20 || total < header_len || bytes.len() < header_len {
-        return None;
-    }
-    if ip.next_header() != IpProtocol::Tcp || ip.more_frags() || ip.frag_offset() != 0 {
-        return None;
-    }
-    let end = total.min(bytes.len());
-    let ip_payload = &bytes[header_len..end];
+    let bytes = ip_of(packet.linktype, &packet.data)?;
+    let (src_ip, dst_ip, ip_payload, truncated) = tcp_of(bytes)?;
     let tcp = TcpPacket::new_checked(ip_payload).ok()?;
     let tcp_header_len = tcp.header_len() as usize;
-    let (src_ip, dst_ip): (Ipv4Addr, Ipv4Addr) = (ip.src_addr(), ip.dst_addr());
     Some(TcpSegment {
         frame: packet.number,
-        src: SocketAddrV4::new(src_ip, tcp.src_port()),
-        dst: SocketAddrV4::new(dst_ip, tcp.dst_port()),
+        src: SocketAddr::new(src_ip, tcp.src_port()),
+        dst: SocketAddr::new(dst_ip, tcp.dst_port()),
         seq: tcp.seq_number().0 as u32,
         syn: tcp.syn(),
         fin: tcp.fin(),
         rst: tcp.rst(),
-        truncated: end < total,
+        truncated,
         payload: &ip_payload[tcp_header_len..],
     })
 }
@@ -340,9 +375,9 @@ pub struct StreamChunk {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpStream {
     /// Sender.
-    pub src: SocketAddrV4,
+    pub src: SocketAddr,
     /// Receiver.
-    pub dst: SocketAddrV4,
+    pub dst: SocketAddr,
     /// Whether the sender's SYN was captured (else the capture starts mid-stream).
     pub syn_seen: bool,
     /// Sequence number of the first stream octet (ISN + 1, or the first captured octet).
@@ -359,7 +394,7 @@ pub struct TcpStream {
 }
 
 impl TcpStream {
-    fn new(src: SocketAddrV4, dst: SocketAddrV4) -> Self {
+    fn new(src: SocketAddr, dst: SocketAddr) -> Self {
         TcpStream {
             src,
             dst,
@@ -409,7 +444,7 @@ struct DirState {
 }
 
 impl DirState {
-    fn new(src: SocketAddrV4, dst: SocketAddrV4) -> Self {
+    fn new(src: SocketAddr, dst: SocketAddr) -> Self {
         DirState {
             stream: TcpStream::new(src, dst),
             started: false,
@@ -504,8 +539,8 @@ impl DirState {
 
 /// Reassembles every IPv4 TCP connection of a capture, in order of first appearance.
 pub fn reassemble(packets: &[Packet]) -> Vec<TcpConnection> {
-    let mut order: Vec<(SocketAddrV4, SocketAddrV4)> = Vec::new();
-    let mut conns: BTreeMap<(SocketAddrV4, SocketAddrV4), (u64, [DirState; 2])> = BTreeMap::new();
+    let mut order: Vec<(SocketAddr, SocketAddr)> = Vec::new();
+    let mut conns: BTreeMap<(SocketAddr, SocketAddr), (u64, [DirState; 2])> = BTreeMap::new();
     for p in packets {
         let Some(seg) = tcp_segment(p) else {
             continue;
@@ -632,5 +667,49 @@ mod tests {
         let mut cut = pcap(&frames);
         cut.truncate(cut.len() - 3);
         assert!(matches!(parse(&cut), Err(PcapError::Truncated { .. })));
+    }
+
+    // IPv6 (RFC 8200) segments in 802.1Q-tagged Ethernet frames and in raw IPv6 records
+    // (link type 229) decode to the same segment; one with an extension header does not.
+    #[test]
+    fn ipv6_and_tagged_frames() {
+        use crate::frame::{Ends, Vlan};
+        use crate::test_frames::{tcp_frame, TO_US6};
+        let tagged = Ends {
+            vlan: Some(Vlan {
+                id: 100,
+                priority: 0,
+            }),
+            ..TO_US6
+        };
+        let f = tcp_frame(tagged, b"over ipv6");
+        let packets = parse(&pcap(std::slice::from_ref(&f))).unwrap();
+        let seg = tcp_segment(&packets[0]).unwrap();
+        assert_eq!(seg.src, SocketAddr::new(TO_US6.src_ip, 4000));
+        assert_eq!(seg.dst, SocketAddr::new(TO_US6.dst_ip, 5000));
+        assert_eq!(
+            (seg.seq, seg.payload, seg.truncated),
+            (1000, &b"over ipv6"[..], false)
+        );
+        let raw = Packet {
+            linktype: LINKTYPE_IPV6,
+            data: f[18..].to_vec(),
+            ..packets[0].clone()
+        };
+        assert_eq!(tcp_segment(&raw).unwrap().payload, b"over ipv6");
+        let cut = Packet {
+            data: f[..f.len() - 3].to_vec(),
+            ..packets[0].clone()
+        };
+        let seg = tcp_segment(&cut).unwrap();
+        assert!(seg.truncated);
+        assert_eq!(seg.payload, b"over i");
+        let mut ext = f.clone();
+        ext[18 + 6] = 60;
+        let ext = Packet {
+            data: ext,
+            ..packets[0].clone()
+        };
+        assert!(tcp_segment(&ext).is_none());
     }
 }

@@ -134,7 +134,7 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         for _ in 0..self.tx_per_poll {
             if ctx.tx_pending() >= self.tx_per_poll
                 || ctx
-                    .send_ipv4(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len)))
+                    .send_ip(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len)))
                     .is_none()
             {
                 break;

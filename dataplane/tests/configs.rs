@@ -59,8 +59,9 @@ fn broken_configs_give_file_line_and_key() {
         (
             "unknown-key.toml",
             "6: ports[0].rx_descs: unknown field `rx_descs`, expected one of `name`, `backend`, \
-             `device`, `mac`, `ipv4`, `gateway`, `mtu`, `rx_desc`, `tx_desc`, `pool_size`, \
-             `promiscuous`, `start_wait`, `lcore`, `capture`, `fault`",
+             `device`, `mac`, `ipv4`, `gateway`, `ipv6`, `gateway6`, `vlan`, `vlan_priority`, \
+             `mtu`, `rx_desc`, `tx_desc`, `pool_size`, `promiscuous`, `start_wait`, `lcore`, \
+             `capture`, `fault`",
         ),
         (
             "wrong-type.toml",
@@ -78,6 +79,23 @@ fn broken_configs_give_file_line_and_key() {
         (
             "bad-prefix.toml",
             "5: ports[0].ipv4: invalid prefix length \"33\" in \"10.99.1.1/33\" (must be 0..=32)",
+        ),
+        (
+            "bad-ipv6.toml",
+            "5: ports[0].ipv6: invalid IPv6 address \"fd00:99::1:\" in \"fd00:99::1:/64\"",
+        ),
+        (
+            "gateway6-outside.toml",
+            "6: ports[0].gateway6: gateway6 fd00:98::1 is outside fd00:99::1/64 and not \
+             link-local",
+        ),
+        (
+            "vlan-out-of-range.toml",
+            "6: ports[0].vlan: invalid value 4095 (must be 1..=4094)",
+        ),
+        (
+            "vlan-priority-without-vlan.toml",
+            "6: ports[0].vlan_priority: vlan_priority set without vlan",
         ),
         (
             "duplicate-name.toml",

@@ -122,15 +122,27 @@ fn rdma_handler_survives_random_streams_in_each_phase() {
     n.good_write_read(9, 0, 5000);
 }
 
-// Arbitrary Ethernet frames, and well-formed Ethernet/IPv4/TCP frames with random flags,
-// numbers and payloads, to the listener and to established connections.
+// Arbitrary Ethernet frames, well-formed Ethernet/IPv4/TCP frames with random flags,
+// numbers and payloads, to the listener and to established connections, and such frames
+// with one header octet (Ethernet, VLAN tag, IP) changed.
 #[test]
 fn rdma_handler_survives_random_frames() {
-    let mut n = Net::with_good_client();
+    random_frames_on(Lan::IPV4);
+}
+
+// The same over IPv6 on a VLAN: the changed header octets make extension headers,
+// jumbograms, other VLANs, other groups and neighbour discovery out of valid segments.
+#[test]
+fn rdma_handler_survives_random_frames_over_ipv6_vlan() {
+    random_frames_on(Lan::IPV6_VLAN);
+}
+
+fn random_frames_on(lan: Lan) {
+    let mut n = Net::with_good_client_on(lan);
     n.evil_establish(EVIL_PORT_BASE);
     let net = RefCell::new(n);
     let strategy = (
-        any::<bool>(),
+        (any::<bool>(), any::<bool>(), 0usize..80, any::<u8>()),
         prop::collection::vec(any::<u8>(), 0..1514),
         (
             any::<u16>(),
@@ -141,45 +153,58 @@ fn rdma_handler_survives_random_frames() {
         ),
     );
     runner(1000)
-        .run(&strategy, |(raw, bytes, (sport, ctl, seq, ack, near))| {
-            let r = catch_unwind(AssertUnwindSafe(|| {
-                let mut n = net.borrow_mut();
-                if raw {
-                    let mut f = bytes.clone();
-                    if f.len() >= 14 {
-                        f[0..6].copy_from_slice(&SERVER_MAC);
-                    }
-                    n.inject(&f);
-                } else {
-                    let control = [
-                        TcpControl::None,
-                        TcpControl::Psh,
-                        TcpControl::Syn,
-                        TcpControl::Fin,
-                        TcpControl::Rst,
-                        TcpControl::None,
-                    ][usize::from(ctl)];
-                    // Half the time aimed at the established attacker connection, with
-                    // numbers near the real ones.
-                    let (sport, seq, ack) = if near {
-                        let c = &n.evil[&EVIL_PORT_BASE];
-                        (
-                            EVIL_PORT_BASE,
-                            c.snd_nxt.wrapping_add(seq % 4096),
-                            Some(c.rcv_nxt.wrapping_sub(ack % 64)),
-                        )
+        .run(
+            &strategy,
+            |((raw, mutate, at, val), bytes, (sport, ctl, seq, ack, near))| {
+                let r = catch_unwind(AssertUnwindSafe(|| {
+                    let mut n = net.borrow_mut();
+                    if raw {
+                        let mut f = bytes.clone();
+                        if f.len() >= 14 {
+                            f[0..6].copy_from_slice(&SERVER_MAC);
+                        }
+                        n.inject(&f);
                     } else {
-                        (sport, seq, (ctl != 2).then_some(ack))
-                    };
-                    let f =
-                        Net::tcp_frame(sport, control, seq, ack, &bytes[..bytes.len().min(1400)]);
-                    n.inject(&f);
-                }
-                n.step();
-            }));
-            prop_assert!(r.is_ok(), "panic");
-            Ok(())
-        })
+                        let control = [
+                            TcpControl::None,
+                            TcpControl::Psh,
+                            TcpControl::Syn,
+                            TcpControl::Fin,
+                            TcpControl::Rst,
+                            TcpControl::None,
+                        ][usize::from(ctl)];
+                        // Half the time aimed at the established attacker connection, with
+                        // numbers near the real ones.
+                        let (sport, seq, ack) = if near {
+                            let c = &n.evil[&EVIL_PORT_BASE];
+                            (
+                                EVIL_PORT_BASE,
+                                c.snd_nxt.wrapping_add(seq % 4096),
+                                Some(c.rcv_nxt.wrapping_sub(ack % 64)),
+                            )
+                        } else {
+                            (sport, seq, (ctl != 2).then_some(ack))
+                        };
+                        let mut f = tcp_frame_on(
+                            lan,
+                            sport,
+                            control,
+                            seq,
+                            ack,
+                            &bytes[..bytes.len().min(1400)],
+                        );
+                        if mutate {
+                            let i = at % f.len();
+                            f[i] = val;
+                        }
+                        n.inject(&f);
+                    }
+                    n.step();
+                }));
+                prop_assert!(r.is_ok(), "panic");
+                Ok(())
+            },
+        )
         .expect("no panic");
     let mut n = net.into_inner();
     n.run_for(Duration::from_millis(10));
@@ -264,7 +289,7 @@ fn tcp_engine_with_connections_survives_random_segments() {
                 let mut now = tcp::Instant::from_millis(1);
                 let mut mem = memory();
                 let seg = |ctl, seq: u32, ack: Option<u32>, p: &[u8]| {
-                    let f = Net::tcp_frame(9999, ctl, seq, ack, p);
+                    let f = tcp_frame_on(Lan::IPV4, 9999, ctl, seq, ack, p);
                     // Strip Ethernet and IPv4 (20 octets, no options).
                     f[34..].to_vec()
                 };

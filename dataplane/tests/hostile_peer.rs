@@ -1,8 +1,10 @@
-//! Hostile-peer tests: a scripted attacker speaking raw Ethernet/IPv4/TCP to a poll loop
+//! Hostile-peer tests: a scripted attacker speaking raw Ethernet/IP/TCP to a poll loop
 //! running `RdmaHandler`. Each attack gets the outcome the specs name (Terminate
 //! layer/type/code parsed from the server's frames, or a TCP reset), and afterwards a
 //! well-behaved connection set up beforehand still completes an RDMA Write + Read with
-//! byte-exact data, and the server's connection tables stay bounded.
+//! byte-exact data, and the server's connection tables stay bounded. Every attack runs over
+//! IPv4 (`ipv4::`) and over IPv6 on an 802.1Q VLAN (`ipv6_vlan::`) with the same expected
+//! outcome.
 
 mod hostile_common;
 
@@ -13,9 +15,31 @@ use iwarp::verbs::{CompletionStatus, WcOpcode};
 
 const EVIL_PORT: u16 = 40_000;
 
+/// Defines each attack as a function of the [`Lan`] and a test of it over IPv4 and one over
+/// IPv6 on a VLAN.
+macro_rules! over_both {
+    ($($(#[$m:meta])* fn $name:ident($lan:ident: Lan) $body:block)*) => {
+        $($(#[$m])* fn $name($lan: Lan) $body)*
+
+        mod ipv4 {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Lan::IPV4)
+            })*
+        }
+
+        mod ipv6_vlan {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Lan::IPV6_VLAN)
+            })*
+        }
+    };
+}
+
 /// A server with a good connection that already moved data once.
-fn setup() -> Net {
-    let mut net = Net::with_good_client();
+fn setup(lan: Lan) -> Net {
+    let mut net = Net::with_good_client_on(lan);
     net.good_write_read(1, 0, 4096);
     net
 }
@@ -47,8 +71,8 @@ fn torn_down(net: &mut Net, sport: u16) -> bool {
 
 /// MPA negotiation attack: the server never answers with a Reply and resets the
 /// connection (MPA-FACTS §1, RFC 5044 §7.1: malformed Request → reset).
-fn mpa_attack(request: Vec<u8>) {
-    let mut net = setup();
+fn mpa_attack(lan: Lan, request: Vec<u8>) {
+    let mut net = setup(lan);
     net.evil_connect(EVIL_PORT);
     net.evil_send(EVIL_PORT, &request);
     assert!(torn_down(&mut net, EVIL_PORT), "connection not torn down");
@@ -62,40 +86,10 @@ fn mpa_attack(request: Vec<u8>) {
     still_serving(&mut net, 0);
 }
 
-// RFC 5044 §7.1.1: the key must be "MPA ID Req Frame"; anything else is not an MPA peer.
-#[test]
-fn mpa_bad_key_is_reset() {
-    let mut req = mpa_request(0x4000 | 1, &[]);
-    req[4] = b'X';
-    mpa_attack(req);
-}
-
-// RFC 5044 §7.1.1: PD_Length at most 512.
-#[test]
-fn mpa_private_data_over_512_is_reset() {
-    let mut req = mpa_request(0x4000 | 1, &[0u8; 600]);
-    req[18..20].copy_from_slice(&600u16.to_be_bytes());
-    mpa_attack(req);
-}
-
-// RFC 5044 §7.1.1: Res bits must be zero (MPA-FACTS §1: reject malformed frames).
-#[test]
-fn mpa_reserved_bits_is_reset() {
-    mpa_attack(mpa_request(0x4000 | 0x0100 | 1, &[]));
-}
-
-// RFC 5044 §7.1 (Rev): a receiver that cannot interoperate with the received revision
-// terminates the connection; this responder speaks revisions 1 and 2 (RFC 6581), so a
-// Request with revision 3 is refused with a reset and no Reply.
-#[test]
-fn mpa_revision_3_is_reset() {
-    mpa_attack(mpa_request(0x4000 | 3, &[]));
-}
-
 /// FPDU-mode attack: `stream` after the MPA exchange; the server answers with Terminate
 /// `want` and tears the connection down.
-fn fpdu_attack(stream: Vec<u8>, want: (u8, u8, u8)) -> Net {
-    let mut net = setup();
+fn fpdu_attack(lan: Lan, stream: Vec<u8>, want: (u8, u8, u8)) -> Net {
+    let mut net = setup(lan);
     net.evil_establish(EVIL_PORT);
     let before = net.server_region();
     net.evil_send(EVIL_PORT, &stream);
@@ -115,32 +109,55 @@ fn fpdu_attack(stream: Vec<u8>, want: (u8, u8, u8)) -> Net {
     net
 }
 
+over_both! {
+// RFC 5044 §7.1.1: the key must be "MPA ID Req Frame"; anything else is not an MPA peer.
+fn mpa_bad_key_is_reset(lan: Lan) {
+    let mut req = mpa_request(0x4000 | 1, &[]);
+    req[4] = b'X';
+    mpa_attack(lan, req);
+}
+
+// RFC 5044 §7.1.1: PD_Length at most 512.
+fn mpa_private_data_over_512_is_reset(lan: Lan) {
+    let mut req = mpa_request(0x4000 | 1, &[0u8; 600]);
+    req[18..20].copy_from_slice(&600u16.to_be_bytes());
+    mpa_attack(lan, req);
+}
+
+// RFC 5044 §7.1.1: Res bits must be zero (MPA-FACTS §1: reject malformed frames).
+fn mpa_reserved_bits_is_reset(lan: Lan) {
+    mpa_attack(lan, mpa_request(0x4000 | 0x0100 | 1, &[]));
+}
+
+// RFC 5044 §7.1 (Rev): a receiver that cannot interoperate with the received revision
+// terminates the connection; this responder speaks revisions 1 and 2 (RFC 6581), so a
+// Request with revision 3 is refused with a reset and no Reply.
+fn mpa_revision_3_is_reset(lan: Lan) {
+    mpa_attack(lan, mpa_request(0x4000 | 3, &[]));
+}
+
 // RFC 5041 §7.2 (DDP) via RFC 5040 §7.1 case 2: Terminate layer 1.
 
 // RFC 5041 §7.2: QN not valid for this stream → 1/2/01 Invalid QN.
-#[test]
-fn ddp_invalid_qn() {
-    fpdu_attack(fpdu(&untagged(3, 5, 1, 0, b"hello")), (1, 2, 0x01));
+fn ddp_invalid_qn(lan: Lan) {
+    fpdu_attack(lan, fpdu(&untagged(3, 5, 1, 0, b"hello")), (1, 2, 0x01));
 }
 
 // RFC 5041 §7.2, SPEC-DIGEST D15: an old MSN (0, before the first message) is outside
 // the legal window → 1/2/03 Invalid MSN – MSN range is not valid.
-#[test]
-fn ddp_msn_out_of_range() {
-    fpdu_attack(fpdu(&untagged(3, 0, 0, 0, b"hello")), (1, 2, 0x03));
+fn ddp_msn_out_of_range(lan: Lan) {
+    fpdu_attack(lan, fpdu(&untagged(3, 0, 0, 0, b"hello")), (1, 2, 0x03));
 }
 
 // RFC 5041 §7.2, SPEC-DIGEST D15: an MSN beyond the posted receive buffers → 1/2/02
 // Invalid MSN – no buffer available.
-#[test]
-fn ddp_msn_beyond_posted_buffers() {
-    fpdu_attack(fpdu(&untagged(3, 0, 1000, 0, b"hello")), (1, 2, 0x02));
+fn ddp_msn_beyond_posted_buffers(lan: Lan) {
+    fpdu_attack(lan, fpdu(&untagged(3, 0, 1000, 0, b"hello")), (1, 2, 0x02));
 }
 
 // RFC 5041 §7.2 / §8.2: STag not associated with the stream (other PD) → 1/1/02.
-#[test]
-fn ddp_stag_of_another_pd() {
-    let mut net = Net::new();
+fn ddp_stag_of_another_pd(lan: Lan) {
+    let mut net = Net::on(lan);
     let other = {
         let h = net.server.handler_mut();
         let rnic = h.rnic_mut();
@@ -176,65 +193,57 @@ fn ddp_stag_of_another_pd() {
 }
 
 // RFC 5041 §7.2: TO + length past the region's end → 1/1/01 Base or bounds violation.
-#[test]
-fn ddp_to_past_region_end() {
-    let net = Net::new();
+fn ddp_to_past_region_end(lan: Lan) {
+    let net = Net::on(lan);
     let (stag, end) = (net.srv_region.stag.0, net.srv_region.addr(REGION_LEN - 16));
     drop(net);
-    fpdu_attack(fpdu(&tagged(0, stag, end, &[0xee; 64])), (1, 1, 0x01));
+    fpdu_attack(lan, fpdu(&tagged(0, stag, end, &[0xee; 64])), (1, 1, 0x01));
 }
 
 // RFC 5041 §7.2: an STag nobody registered → 1/1/00 Invalid STag.
-#[test]
-fn ddp_unknown_stag() {
-    fpdu_attack(fpdu(&tagged(0, 0x00ab_cd00, 0, &[0xee; 64])), (1, 1, 0x00));
+fn ddp_unknown_stag(lan: Lan) {
+    fpdu_attack(lan, fpdu(&tagged(0, 0x00ab_cd00, 0, &[0xee; 64])), (1, 1, 0x00));
 }
 
 // RFC 5040 §7.2 item 2: an opcode RDMAP does not define → 0/2/06 Unexpected OpCode.
-#[test]
-fn rdmap_unknown_opcode() {
-    fpdu_attack(fpdu(&untagged(0xf, 0, 1, 0, b"hello")), (0, 2, 0x06));
+fn rdmap_unknown_opcode(lan: Lan) {
+    fpdu_attack(lan, fpdu(&untagged(0xf, 0, 1, 0, b"hello")), (0, 2, 0x06));
 }
 
 // RFC 5040 §4.1 / SPEC-DIGEST D11: RDMAP version 3 → 0/2/05 Invalid RDMAP version.
-#[test]
-fn rdmap_bad_version() {
+fn rdmap_bad_version(lan: Lan) {
     let mut seg = untagged(3, 0, 1, 0, b"hello");
     seg[1] = 0xc0 | 3;
-    fpdu_attack(fpdu(&seg), (0, 2, 0x05));
+    fpdu_attack(lan, fpdu(&seg), (0, 2, 0x05));
 }
 
 // RFC 5044 §7.2 (MPA-FACTS §6): CRC mismatch → 2/0/02.
-#[test]
-fn mpa_crc_error() {
+fn mpa_crc_error(lan: Lan) {
     let mut f = fpdu(&untagged(3, 0, 1, 0, b"hello"));
     let n = f.len();
     f[n - 1] ^= 0x55;
-    fpdu_attack(f, (2, 0, 0x02));
+    fpdu_attack(lan, f, (2, 0, 0x02));
 }
 
 // RFC 5044 §4.1/§7.2: an FPDU whose ULPDU_Length is shorter than any DDP header (CRC
 // right). The framing itself is inconsistent; MPA's only length code is 2/0/03 ("marker
 // and ULPDU_Length disagree"), which the data plane uses for every impossible length.
-#[test]
-fn fpdu_shorter_than_headers() {
-    fpdu_attack(fpdu(&[0x41, 0x43, 0, 0]), (2, 0, 0x03));
+fn fpdu_shorter_than_headers(lan: Lan) {
+    fpdu_attack(lan, fpdu(&[0x41, 0x43, 0, 0]), (2, 0, 0x03));
 }
 
 // RFC 5044 §4.1: a long ULPDU_Length (30 000, far above the MULPDU of a 1500-octet MTU)
 // is not rejected by length alone (the receiver cannot know the sender's EMSS); the
 // octets that follow are zeros, so the CRC fails → 2/0/02 (RFC 5044 §7.2).
-#[test]
-fn ulpdu_length_long_with_garbage() {
+fn ulpdu_length_long_with_garbage(lan: Lan) {
     let mut s = 30_000u16.to_be_bytes().to_vec();
     s.extend_from_slice(&[0u8; 31_000]);
-    fpdu_attack(s, (2, 0, 0x02));
+    fpdu_attack(lan, s, (2, 0, 0x02));
 }
 
 // RFC 5044 §4.1: ULPDU_Length larger than what follows; the next octets are taken as
 // the rest of the FPDU, so its CRC fails → 2/0/02 (RFC 5044 §7.2).
-#[test]
-fn ulpdu_length_beyond_segment() {
+fn ulpdu_length_beyond_segment(lan: Lan) {
     let mut s = vec![0x05, 0xdc]; // 1500 octets announced
     s.extend_from_slice(&untagged(3, 0, 1, 0, b"short"));
     s.extend_from_slice(&[0u8; 4]);
@@ -242,29 +251,27 @@ fn ulpdu_length_beyond_segment() {
     for _ in 0..100 {
         s.extend_from_slice(&fpdu(&untagged(3, 0, 1, 0, b"after")));
     }
-    fpdu_attack(s, (2, 0, 0x02));
+    fpdu_attack(lan, s, (2, 0, 0x02));
 }
 
 // RFC 5040 §7.2, SPEC-DIGEST §3.9/D15: more Read Requests than IRD at once → 1/2/03.
-#[test]
-fn read_requests_beyond_ird() {
-    let net = Net::new();
+fn read_requests_beyond_ird(lan: Lan) {
+    let net = Net::on(lan);
     let (stag, addr) = (net.srv_region.stag.0, net.srv_region.addr(0));
     drop(net);
     let mut s = Vec::new();
     for msn in 1..=SERVER_IRD + 1 {
         s.extend_from_slice(&fpdu(&read_request(msn, (0x77, 0), 16_000, (stag, addr))));
     }
-    fpdu_attack(s, (1, 2, 0x03));
+    fpdu_attack(lan, s, (1, 2, 0x03));
 }
 
 // RFC 5040 §7.2 item 4: Read Request with TO past the source region → 0/1/01.
-#[test]
-fn read_request_out_of_bounds() {
-    let net = Net::new();
+fn read_request_out_of_bounds(lan: Lan) {
+    let net = Net::on(lan);
     let (stag, addr) = (net.srv_region.stag.0, net.srv_region.addr(REGION_LEN - 8));
     drop(net);
-    fpdu_attack(
+    fpdu_attack(lan,
         fpdu(&read_request(1, (0x77, 0), 64, (stag, addr))),
         (0, 1, 0x01),
     );
@@ -272,9 +279,8 @@ fn read_request_out_of_bounds() {
 
 // RFC 5040 §6.3/§7 and RFC 5041 §7.1: after a Terminate the stream is dead: later
 // segments are not placed or delivered, and no Terminate is sent back for a Terminate.
-#[test]
-fn terminate_then_more_data() {
-    let mut net = setup();
+fn terminate_then_more_data(lan: Lan) {
+    let mut net = setup(lan);
     let sc = net.evil_establish(EVIL_PORT);
     let before = net.server_region();
     // Terminate: QN 2, MSN 1, Layer 0 EType 0 Code 0, no headers.
@@ -308,9 +314,8 @@ fn terminate_then_more_data() {
 
 // RFC 793 §3.4 / RFC 4987: 10 000 half-open connections (SYN, never ACK) are bounded by
 // the listener's backlog; the good connection keeps working.
-#[test]
-fn ten_thousand_half_open() {
-    let mut net = setup();
+fn ten_thousand_half_open(lan: Lan) {
+    let mut net = setup(lan);
     for i in 0..10_000u16 {
         net.evil_syn(20_000 + i, false);
         if i % 256 == 255 {
@@ -336,9 +341,8 @@ fn ten_thousand_half_open() {
 
 // RFC 5044 §7.1 (MPA-FACTS §1): TCP connections that never send an MPA Request are timed
 // out; they do not accumulate.
-#[test]
-fn silent_connections_time_out() {
-    let mut net = setup();
+fn silent_connections_time_out(lan: Lan) {
+    let mut net = setup(lan);
     for i in 0..40u16 {
         net.evil_connect(30_000 + i);
     }
@@ -357,13 +361,12 @@ fn silent_connections_time_out() {
 }
 
 // RFC 4987 §3: a SYN flood, bounded in count (20 000 SYNs) and time (a few seconds).
-#[test]
-fn syn_flood_bounded() {
-    let mut net = setup();
+fn syn_flood_bounded(lan: Lan) {
+    let mut net = setup(lan);
     let start = dataplane::clock::now();
     for i in 0..20_000u32 {
         let sport = 1024 + (i % 60_000) as u16;
-        let f = Net::tcp_frame(
+        let f = net.tcp_frame(
             sport,
             smoltcp::wire::TcpControl::Syn,
             i.wrapping_mul(7919),
@@ -386,9 +389,8 @@ fn syn_flood_bounded() {
 // VERBS-00 §6.6.1 / RFC 4987: connections that are reset before the MPA exchange must not
 // use up the RNIC's QP table (1024 QPs; more than that many of each kind); a
 // legitimate client connects afterwards.
-#[test]
-fn connection_churn_does_not_exhaust_qps() {
-    let mut net = Net::new();
+fn connection_churn_does_not_exhaust_qps(lan: Lan) {
+    let mut net = Net::on(lan);
     net.evil_arp();
     for i in 0..2100u16 {
         let sport = 10_000 + i;
@@ -400,7 +402,7 @@ fn connection_churn_does_not_exhaust_qps() {
             net.step();
         }
         let c = net.evil[&sport].clone();
-        let f = Net::tcp_frame(sport, smoltcp::wire::TcpControl::Rst, c.snd_nxt, None, &[]);
+        let f = net.tcp_frame(sport, smoltcp::wire::TcpControl::Rst, c.snd_nxt, None, &[]);
         net.inject(&f);
         net.step();
     }
@@ -423,13 +425,12 @@ fn connection_churn_does_not_exhaust_qps() {
 // RFC 5044 §5 / §7.2 (MPA-FACTS §6): with markers negotiated towards the server, an FPDU
 // whose marker FPDUPTR disagrees with ULPDU_Length (CRC recomputed, so only the marker is
 // wrong) → Terminate 2/0/03. The FPDU before it, with correct markers, is delivered.
-#[test]
-fn marker_disagrees_with_length() {
+fn marker_disagrees_with_length(lan: Lan) {
     use iwarp::mpa::{Framer, MarkerSpacing};
     let mut cfg = rdma_config();
     cfg.mpa.want_markers = true;
     cfg.mpa.accept_markers = true;
-    let mut net = Net::with_config(cfg);
+    let mut net = Net::with_config_on(cfg, lan);
     net.evil_arp();
     net.connect_good();
     let sc = net.evil_establish(EVIL_PORT);
@@ -471,11 +472,10 @@ fn marker_disagrees_with_length() {
 // RFC 9293 §3.10.7.4 (FIN-WAIT-2) / RFC 5040 §7: an attacker that provokes a Terminate and
 // then never closes its side does not hold the connection (and its QP) forever: the
 // FIN-WAIT-2 timer (1 s here) reclaims it.
-#[test]
-fn attacker_that_never_closes_is_reaped() {
+fn attacker_that_never_closes_is_reaped(lan: Lan) {
     let mut cfg = rdma_config();
     cfg.tcp.fin_wait2_timeout = Duration::from_secs(1);
-    let mut net = Net::with_config(cfg);
+    let mut net = Net::with_config_on(cfg, lan);
     net.evil_closes = false;
     net.evil_arp();
     net.connect_good();
@@ -501,9 +501,8 @@ fn attacker_that_never_closes_is_reaped() {
 // first FPDU and may send its first real message right behind it, in the same TCP segment
 // (Linux siw's perftest clients do). The responder must hold that Send until its QP is in
 // RTS and then deliver it: no Terminate, no reset, the receive completes.
-#[test]
-fn p2p_send_right_behind_the_rtr_is_delivered() {
-    let mut net = setup();
+fn p2p_send_right_behind_the_rtr_is_delivered(lan: Lan) {
+    let mut net = setup(lan);
     net.evil_connect(EVIL_PORT);
     // Revision 2, CRC, RFC 6581 enhanced mode (H); IRD 4 with the P2P bit, ORD 4 with the
     // zero-length RDMA Write RTR bit.
@@ -546,4 +545,5 @@ fn p2p_send_right_behind_the_rtr_is_delivered() {
     assert_eq!(find_terminate(&c.rx), None);
     assert!(!c.rst);
     still_serving(&mut net, 1);
+}
 }

@@ -39,6 +39,53 @@ fn perf_loopback_on_the_software_pair() {
     assert!(out.contains("rdma-crc-errors: 0"), "{out}");
 }
 
+// RFC 8200 / IEEE 802.1Q: the same loopback over IPv6 only, on VLAN 100 with priority 3.
+// Every frame either end sent is tagged so, neighbour discovery resolved the peer, and the
+// connection ran over the IPv6 addresses.
+#[test]
+fn perf_loopback_over_ipv6_on_a_vlan() {
+    let dir = std::env::temp_dir().join(format!("dp-cli6-{}", std::process::id()));
+    let (code, out, err) = dataplane(&[
+        "perf",
+        "write",
+        "--loopback",
+        "-s",
+        "4096",
+        "-n",
+        "200",
+        "--crc",
+        "--config",
+        "configs/rdma-soft-pair6.toml",
+        "--capture-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("to [fd00:99:7::1]:18515"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with(" 4096       200 ")),
+        "{out}"
+    );
+    assert!(out.contains("rdma-crc-errors: 0"), "{out}");
+    let packets = dataplane::pcap::read_file(&dir.join("b.pcap")).unwrap();
+    assert!(packets.len() > 200);
+    let mut ipv6 = 0;
+    for p in &packets {
+        let l2 = dataplane::frame::parse_l2(&p.data, None).unwrap();
+        assert_eq!(
+            l2.tci,
+            Some(0x6064),
+            "frame {}: VLAN 100, priority 3",
+            p.number
+        );
+        if let Some(seg) = dataplane::pcap::tcp_segment(p) {
+            assert!(seg.src.is_ipv6() && seg.dst.is_ipv6());
+            ipv6 += 1;
+        }
+    }
+    assert!(ipv6 > 200, "{ipv6} TCP segments");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn usage_errors_are_one_line_and_exit_2() {
     for args in [
@@ -57,6 +104,15 @@ fn usage_errors_are_one_line_and_exit_2() {
             "atomic",
             "-s",
             "16",
+            "--config",
+            "configs/rdma-soft-pair.toml",
+        ][..],
+        // -a takes an IPv4 or an IPv6 address, nothing else.
+        &[
+            "rping",
+            "-c",
+            "-a",
+            "fd00::1::2",
             "--config",
             "configs/rdma-soft-pair.toml",
         ][..],

@@ -217,7 +217,7 @@ fn request_without_a_qp_then_accept_with_the_applications_qp() {
                 ..
             } = e
             {
-                assert_eq!(*local, addr);
+                assert_eq!(*local, addr.into());
                 assert_eq!(private_data, b"hello");
                 assert!(ird_ord.is_some(), "MPA revision 2 carries IRD/ORD");
                 let h = l.handler_mut();

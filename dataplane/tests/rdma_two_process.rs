@@ -151,3 +151,24 @@ fn vhost_rping_and_perf_write() {
     );
     assert!(c.contains(" 4194304    10"), "{c}");
 }
+
+// RFC 8200 and IEEE 802.1Q over vhost-user/virtio-user, whose devices strip and insert the
+// tags (DPDK's VLAN offloads, virtio's through rte_eth_tx_prepare): IPv6 only on VLAN 100,
+// neighbour discovery resolving the peers, rping validated.
+#[test]
+fn vhost_rping_over_ipv6_on_a_vlan() {
+    let l = Link::vhost("vlan6", None);
+    l.add_port_keys(
+        "ipv6 = \"fd00:98::1/64\"\nvlan = 100\nvlan_priority = 4",
+        "ipv6 = \"fd00:98::2/64\"\nvlan = 100\nvlan_priority = 4",
+    );
+    let (s, c) = run(
+        &l,
+        &["rping", "-s"],
+        &["rping", "-c", "-a", "fd00:98::1", "-C", "30", "-V"],
+    );
+    assert!(c.contains("rping: 30 pings"), "{c}");
+    assert!(s.contains("connect request from [fd00:98::2]:"), "{s}");
+    assert_eq!(counter(&c, "vlan-other-frames"), 0, "{c}");
+    assert_eq!(counter(&c, "nd-failures"), 0, "{c}");
+}

@@ -21,6 +21,12 @@ fn shim_constants_match_the_headers() {
     // SAFETY: returns a compile-time constant.
     let any = unsafe { dpdk_sys::dpdk_shim_socket_id_any() };
     assert_eq!(any, dpdk_sys::SOCKET_ID_ANY);
+    // The VLAN offload bits of rte_ethdev.h in 22.11: RTE_BIT64(0) in the receive offloads
+    // (strip) and in the transmit offloads (insert).
+    // SAFETY: returns a compile-time constant.
+    assert_eq!(unsafe { dpdk_sys::dpdk_shim_rx_offload_vlan_strip() }, 1);
+    // SAFETY: returns a compile-time constant.
+    assert_eq!(unsafe { dpdk_sys::dpdk_shim_tx_offload_vlan_insert() }, 1);
     // rte_mbuf is two cache lines in DPDK 22.11 on x86-64.
     assert_eq!(std::mem::size_of::<dpdk_sys::rte_mbuf>(), 128);
 }

@@ -299,7 +299,7 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
     let mut macs = Vec::new();
     let ports: Vec<AnyPort> = std::mem::take(&mut opened.ports);
     for (i, (port, pc)) in ports.into_iter().zip(cfg.ports.iter()).enumerate() {
-        if pc.ipv4.is_none() {
+        if pc.ipv4.is_none() && pc.ipv6.is_none() {
             continue;
         }
         let scfg = stack_config(

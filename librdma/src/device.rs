@@ -1,12 +1,12 @@
-//! The devices: one iWARP RNIC per configured port with an IPv4 address, named after the
+//! The devices: one iWARP RNIC per configured port with an IP address, named after the
 //! port, described the way Linux soft-iWARP (siw) describes itself (node type RNIC,
 //! transport iWARP, Ethernet link layer, the MAC in GID 0), with the limits of this RNIC.
 
 use std::ffi::CStr;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
-use dataplane::config::{Config, Ipv4Cidr};
+use dataplane::config::{Config, Ipv4Cidr, Ipv6Cidr};
 use iwarp::verbs::RnicAttributes;
 
 use crate::abi::*;
@@ -30,29 +30,34 @@ pub struct DeviceInfo {
     /// The port's MAC address.
     pub mac: [u8; 6],
     /// The port's IPv4 address and prefix.
-    pub ipv4: Ipv4Cidr,
-    /// Next hop for other subnets.
+    pub ipv4: Option<Ipv4Cidr>,
+    /// Next hop for other IPv4 subnets.
     pub gateway: Option<Ipv4Addr>,
+    /// The port's IPv6 address and prefix.
+    pub ipv6: Option<Ipv6Cidr>,
+    /// Next hop for other IPv6 prefixes.
+    pub gateway6: Option<Ipv6Addr>,
     /// IP MTU.
     pub mtu: usize,
 }
 
 impl DeviceInfo {
-    /// The devices of `cfg`: its ports with an IPv4 address, in order.
+    /// The devices of `cfg`: its ports with an IPv4 or an IPv6 address, in order.
     pub fn from_config(cfg: &Config) -> Vec<DeviceInfo> {
         cfg.ports
             .iter()
             .enumerate()
-            .filter_map(|(i, pc)| {
-                Some(DeviceInfo {
-                    name: pc.name().to_string(),
-                    mac: pc
-                        .mac
-                        .unwrap_or_else(|| dataplane::port::open::default_mac(i)),
-                    ipv4: pc.ipv4?,
-                    gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
-                    mtu: pc.mtu,
-                })
+            .filter(|(_, pc)| pc.ipv4.is_some() || pc.ipv6.is_some())
+            .map(|(i, pc)| DeviceInfo {
+                name: pc.name().to_string(),
+                mac: pc
+                    .mac
+                    .unwrap_or_else(|| dataplane::port::open::default_mac(i)),
+                ipv4: pc.ipv4,
+                gateway: pc.gateway.as_ref().map(|g| *g.get_ref()),
+                ipv6: pc.ipv6,
+                gateway6: pc.gateway6.as_ref().map(|g| *g.get_ref()),
+                mtu: pc.mtu,
             })
             .collect()
     }
@@ -63,9 +68,38 @@ impl DeviceInfo {
         u64::from_be_bytes([m[0] ^ 0x02, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
     }
 
+    /// Whether `ip` is this device's own address.
+    pub fn has(&self, ip: IpAddr) -> bool {
+        self.address(ip) == Some(ip)
+    }
+
+    /// The device's address of `dst`'s family (the source address towards `dst`).
+    pub fn address(&self, dst: IpAddr) -> Option<IpAddr> {
+        match dst {
+            IpAddr::V4(_) => self.ipv4.map(|c| IpAddr::V4(c.addr)),
+            IpAddr::V6(_) => self.ipv6.map(|c| IpAddr::V6(c.addr)),
+        }
+    }
+
+    /// Whether `dst` is on the device's subnet (or prefix) of its family.
+    pub fn on_link(&self, dst: IpAddr) -> bool {
+        match dst {
+            IpAddr::V4(a) => self.ipv4.is_some_and(|c| c.contains(a)),
+            IpAddr::V6(a) => self.ipv6.is_some_and(|c| c.contains(a)),
+        }
+    }
+
+    /// Whether the device has a gateway of `dst`'s family.
+    pub fn routes(&self, dst: IpAddr) -> bool {
+        match dst {
+            IpAddr::V4(_) => self.ipv4.is_some() && self.gateway.is_some(),
+            IpAddr::V6(_) => self.ipv6.is_some() && self.gateway6.is_some(),
+        }
+    }
+
     /// Whether `dst` is reachable through this device (on its subnet, or via its gateway).
-    pub fn reaches(&self, dst: Ipv4Addr) -> bool {
-        self.ipv4.contains(dst) || self.gateway.is_some()
+    pub fn reaches(&self, dst: IpAddr) -> bool {
+        self.on_link(dst) || self.routes(dst)
     }
 
     /// The IB MTU enum for the port MTU (siw's mapping: 1500 gives 1024).
@@ -171,17 +205,46 @@ mod tests {
         let d = DeviceInfo {
             name: "p0".into(),
             mac: [0x74, 0x86, 0xe2, 0x28, 0x63, 0xfc],
-            ipv4: Ipv4Cidr {
+            ipv4: Some(Ipv4Cidr {
                 addr: Ipv4Addr::new(10, 0, 0, 1),
                 prefix: 24,
-            },
+            }),
             gateway: None,
+            ipv6: None,
+            gateway6: None,
             mtu: 1500,
         };
         // siw's example: node_guid 7686:e2ff:fe28:63fc for 74:86:e2:28:63:fc.
         assert_eq!(d.guid(), 0x7686_e2ff_fe28_63fc);
         assert_eq!(d.ib_mtu(), IBV_MTU_1024);
-        assert!(d.reaches(Ipv4Addr::new(10, 0, 0, 9)));
-        assert!(!d.reaches(Ipv4Addr::new(10, 0, 1, 9)));
+        assert!(d.reaches(Ipv4Addr::new(10, 0, 0, 9).into()));
+        assert!(!d.reaches(Ipv4Addr::new(10, 0, 1, 9).into()));
+    }
+
+    #[test]
+    fn each_family_routes_by_its_own_prefix_and_gateway() {
+        let v6 = |s: &str| IpAddr::V6(s.parse().unwrap());
+        let mut d = DeviceInfo {
+            name: "p0".into(),
+            mac: [2, 0, 0, 0, 0, 1],
+            ipv4: None,
+            gateway: Some(Ipv4Addr::new(10, 0, 0, 254)),
+            ipv6: Some(Ipv6Cidr {
+                addr: "fd00:99::1".parse().unwrap(),
+                prefix: 64,
+            }),
+            gateway6: None,
+            mtu: 1500,
+        };
+        assert!(d.has(v6("fd00:99::1")));
+        assert!(!d.has(v6("fd00:99::2")));
+        assert_eq!(d.address(v6("fd00:99::2")), Some(v6("fd00:99::1")));
+        assert_eq!(d.address(Ipv4Addr::new(10, 0, 0, 9).into()), None);
+        assert!(d.reaches(v6("fd00:99::2")));
+        assert!(!d.reaches(v6("fd00:98::2")));
+        // An IPv4 gateway without an IPv4 address routes nothing.
+        assert!(!d.reaches(Ipv4Addr::new(10, 0, 0, 9).into()));
+        d.gateway6 = Some("fd00:99::fe".parse().unwrap());
+        assert!(d.reaches(v6("fd00:98::2")));
     }
 }

@@ -37,7 +37,7 @@ pub fn runtime() -> Result<&'static Runtime, i32> {
         let devices = DeviceInfo::from_config(&cfg);
         if devices.is_empty() {
             return Err(format!(
-                "{CONFIG_ENV}={}: no port has an ipv4 address, so there is no RDMA device",
+                "{CONFIG_ENV}={}: no port has an ipv4 or ipv6 address, so there is no RDMA device",
                 path.display()
             ));
         }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::*;
+use common::{post_recv, post_send};
 use rdma_dataplane::abi::*;
 use rdma_dataplane::cm::connect::*;
 use rdma_dataplane::cm::events::*;
@@ -28,26 +29,6 @@ use rdma_dataplane::verbs::qp::*;
 
 const PORT: u16 = 7471;
 const LEN: usize = 4096;
-
-/// The next CM event (5 s at most), which must be `kind` with status 0; the caller acks it.
-fn expect_ok(ch: *mut rdma_event_channel, kind: rdma_cm_event_type) -> *mut rdma_cm_event {
-    expect_event(ch, kind, 0)
-}
-
-fn poll_one(cq: *mut ibv_cq) -> ibv_wc {
-    poll_n(cq, 1)[0]
-}
-
-fn post_send(qp: *mut ibv_qp, wr: &mut ibv_send_wr) {
-    let mut bad = null_mut();
-    assert_eq!(post_send_list(qp, wr, &mut bad), 0, "post_send");
-}
-
-fn post_recv(qp: *mut ibv_qp, sge: &mut ibv_sge, wr_id: u64) {
-    let mut wr = recv_wr(wr_id, sge);
-    let mut bad = null_mut();
-    assert_eq!(post_recv_list(qp, &mut wr, &mut bad), 0, "post_recv");
-}
 
 /// Two connected ids and their resources (see [`connect`]).
 struct Conn {

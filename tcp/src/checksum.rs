@@ -5,8 +5,12 @@
 //! loop, which vectorizes) and folded to 16 bits at the end. The loop is compiled for AVX2
 //! and AVX-512 as well and picked at run time; on a 1448-octet payload it is about three
 //! times smoltcp's 16-bit loop. The results are the same as smoltcp's, which the tests check.
+//!
+//! The pseudo-header is the only part that depends on the address family: one function per
+//! family ([`PseudoHeader`] for [`Ipv4Addr`], [`Ipv6Addr`] and [`IpAddr`]), so the IPv4 path
+//! compiles to what it was before IPv6 existed.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// IP protocol number of TCP.
 const PROTO_TCP: u8 = 6;
@@ -62,26 +66,73 @@ pub fn sum(data: &[u8]) -> u16 {
     fold(wide_sum(data))
 }
 
-/// Sum of the TCP pseudo-header (RFC 9293 §3.1) for a segment of `tcp_len` octets.
-fn pseudo_header(src: Ipv4Addr, dst: Ipv4Addr, tcp_len: usize) -> u64 {
-    let (s, d) = (src.octets(), dst.octets());
-    // Words in network order, summed as big-endian values and converted like the data.
-    let be = [
-        u16::from_be_bytes([s[0], s[1]]),
-        u16::from_be_bytes([s[2], s[3]]),
-        u16::from_be_bytes([d[0], d[1]]),
-        u16::from_be_bytes([d[2], d[3]]),
-        u16::from(PROTO_TCP),
-        (tcp_len & 0xffff) as u16,
-        (tcp_len >> 16) as u16,
-    ];
-    be.iter()
+/// Native-order sum of 16-bit words given as big-endian values, like the data's.
+fn be_words(words: impl IntoIterator<Item = u16>) -> u64 {
+    words
+        .into_iter()
         .map(|w| u64::from(u16::from_ne_bytes(w.to_be_bytes())))
         .sum()
 }
 
+/// The addresses of a pseudo-header: the unfolded sum of the TCP pseudo-header of a segment
+/// between two addresses of one family.
+pub trait PseudoHeader: Copy {
+    /// Sum of the pseudo-header for a segment of `tcp_len` octets from `src` to `dst`.
+    fn pseudo_sum(src: Self, dst: Self, tcp_len: usize) -> u64;
+}
+
+/// RFC 9293 §3.1: source, destination, zero + protocol, TCP length (16 bits).
+impl PseudoHeader for Ipv4Addr {
+    fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, tcp_len: usize) -> u64 {
+        let (s, d) = (src.octets(), dst.octets());
+        be_words([
+            u16::from_be_bytes([s[0], s[1]]),
+            u16::from_be_bytes([s[2], s[3]]),
+            u16::from_be_bytes([d[0], d[1]]),
+            u16::from_be_bytes([d[2], d[3]]),
+            u16::from(PROTO_TCP),
+            (tcp_len & 0xffff) as u16,
+            (tcp_len >> 16) as u16,
+        ])
+    }
+}
+
+/// RFC 8200 §8.1: source, destination, upper-layer length (32 bits), zero + next header.
+impl PseudoHeader for Ipv6Addr {
+    fn pseudo_sum(src: Ipv6Addr, dst: Ipv6Addr, tcp_len: usize) -> u64 {
+        let len = tcp_len as u32;
+        be_words(src.segments().into_iter().chain(dst.segments()).chain([
+            (len >> 16) as u16,
+            len as u16,
+            u16::from(PROTO_TCP),
+        ]))
+    }
+}
+
+/// Either family; a pair of mixed families (which no packet carries) is summed with the
+/// IPv4 address mapped into IPv6 (RFC 4291 §2.5.5.2).
+impl PseudoHeader for IpAddr {
+    fn pseudo_sum(src: IpAddr, dst: IpAddr, tcp_len: usize) -> u64 {
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Addr::pseudo_sum(s, d, tcp_len),
+            (s, d) => Ipv6Addr::pseudo_sum(v6(s), v6(d), tcp_len),
+        }
+    }
+}
+
+fn v6(a: IpAddr) -> Ipv6Addr {
+    match a {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    }
+}
+
+fn pseudo_header<A: PseudoHeader>(src: A, dst: A, tcp_len: usize) -> u64 {
+    A::pseudo_sum(src, dst, tcp_len)
+}
+
 /// The checksum field value for `segment` (TCP header + payload, its checksum field zero).
-pub fn tcp_checksum(src: Ipv4Addr, dst: Ipv4Addr, segment: &[u8]) -> u16 {
+pub fn tcp_checksum<A: PseudoHeader>(src: A, dst: A, segment: &[u8]) -> u16 {
     !fold(pseudo_header(src, dst, segment.len()) + wide_sum(segment))
 }
 
@@ -108,7 +159,12 @@ pub struct PayloadSum {
 /// The checksum field value of a segment made of `header` (TCP header with options, its
 /// checksum field zero, an even number of octets) followed by the payload summed in
 /// `payload`: the same value as [`tcp_checksum`] of the whole segment.
-pub fn tcp_checksum_split(src: Ipv4Addr, dst: Ipv4Addr, header: &[u8], payload: PayloadSum) -> u16 {
+pub fn tcp_checksum_split<A: PseudoHeader>(
+    src: A,
+    dst: A,
+    header: &[u8],
+    payload: PayloadSum,
+) -> u16 {
     debug_assert!(
         header.len().is_multiple_of(2),
         "TCP header length is a multiple of 4"
@@ -118,7 +174,7 @@ pub fn tcp_checksum_split(src: Ipv4Addr, dst: Ipv4Addr, header: &[u8], payload: 
 }
 
 /// Whether `segment` (TCP header + payload as received) carries a correct checksum.
-pub fn tcp_checksum_ok(src: Ipv4Addr, dst: Ipv4Addr, segment: &[u8]) -> bool {
+pub fn tcp_checksum_ok<A: PseudoHeader>(src: A, dst: A, segment: &[u8]) -> bool {
     fold(pseudo_header(src, dst, segment.len()) + wide_sum(segment)) == 0xffff
 }
 
@@ -177,6 +233,36 @@ mod tests {
             prop_assert!(tcp_checksum_ok(src, dst, &seg));
             let p = TcpPacket::new_unchecked(&seg[..]);
             prop_assert!(p.verify_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst)));
+        }
+
+        // RFC 8200 §8.1: the IPv6 pseudo-header gives smoltcp's value too, through the
+        // IPv6 function and through IpAddr.
+        #[test]
+        fn matches_smoltcp_ipv6(len in 20usize..3000, seed: u8, s: u128, d: u128) {
+            let (src, dst) = (Ipv6Addr::from(s), Ipv6Addr::from(d));
+            let mut seg = segment(len, seed);
+            seg[16] = 0;
+            seg[17] = 0;
+            let ours = tcp_checksum(src, dst, &seg);
+            prop_assert_eq!(ours, tcp_checksum(IpAddr::V6(src), IpAddr::V6(dst), &seg));
+            let mut theirs = seg.clone();
+            let mut p = TcpPacket::new_unchecked(&mut theirs[..]);
+            p.fill_checksum(&IpAddress::Ipv6(src), &IpAddress::Ipv6(dst));
+            prop_assert_eq!(ours, p.checksum());
+            seg[16..18].copy_from_slice(&ours.to_be_bytes());
+            prop_assert!(tcp_checksum_ok(src, dst, &seg));
+            prop_assert!(!tcp_checksum_ok(src, Ipv6Addr::from(d ^ 1), &seg));
+        }
+
+        // IpAddr over IPv4 is the IPv4 function.
+        #[test]
+        fn ipaddr_v4_is_the_ipv4_sum(len in 20usize..200, seed: u8, s: u32, d: u32) {
+            let (src, dst) = (Ipv4Addr::from(s), Ipv4Addr::from(d));
+            let seg = segment(len, seed);
+            prop_assert_eq!(
+                tcp_checksum(src, dst, &seg),
+                tcp_checksum(IpAddr::V4(src), IpAddr::V4(dst), &seg)
+            );
         }
 
         // The split checksum (header summed, payload summed while copied) is the checksum of

@@ -1,6 +1,7 @@
 //! Engine configuration.
 
 use core::time::Duration;
+use std::net::IpAddr;
 
 use crate::cc::CongestionAlgorithm;
 
@@ -95,8 +96,10 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Our MSS: MTU less the IPv4 and TCP base headers.
-    pub fn local_mss(&self) -> u16 {
-        u16::try_from(self.mtu.saturating_sub(40)).unwrap_or(u16::MAX)
+    /// Our MSS toward addresses of `ip`'s family: the MTU less the IP header (20 octets for
+    /// IPv4, 40 for IPv6) and the TCP base header (RFC 9293 §3.7.1, RFC 8200 §8.3).
+    pub fn local_mss(&self, ip: IpAddr) -> u16 {
+        let headers = crate::ip::ip_header_len(ip) + 20;
+        u16::try_from(self.mtu.saturating_sub(headers)).unwrap_or(u16::MAX)
     }
 }

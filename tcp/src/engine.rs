@@ -4,12 +4,13 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::marker::PhantomData;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 use rustc_hash::FxHashMap;
-use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpRepr};
+use smoltcp::wire::{IpProtocol, TcpControl, TcpRepr};
 
 use crate::config::Config;
+use crate::ip::{parse_ip, PacketError};
 use crate::isn::IsnGenerator;
 use crate::tcb::{CloseReason, ConnInfo, Holding, State, Tcb, TcbEvent};
 use crate::time::Instant;
@@ -31,13 +32,13 @@ impl ConnId {
     }
 }
 
-/// A connection's addresses.
+/// A connection's addresses (both of one family).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FourTuple {
     /// Our address and port.
-    pub local: SocketAddrV4,
+    pub local: SocketAddr,
     /// The peer's address and port.
-    pub remote: SocketAddrV4,
+    pub remote: SocketAddr,
 }
 
 /// Something the application must learn about.
@@ -65,15 +66,16 @@ pub enum Event<U> {
     },
 }
 
-/// One IPv4 packet written by [`Engine::poll_transmit`].
+/// One IPv4 or IPv6 packet written by [`Engine::poll_transmit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transmit {
     /// Bytes written at the start of the buffer.
     pub len: usize,
     /// Source address.
-    pub src: Ipv4Addr,
-    /// Destination (the data plane resolves the next hop for it).
-    pub dst: Ipv4Addr,
+    pub src: IpAddr,
+    /// Destination (the data plane resolves the next hop for it); its family is the
+    /// packet's.
+    pub dst: IpAddr,
 }
 
 /// Errors from the engine's API.
@@ -91,29 +93,20 @@ pub enum Error {
     /// No free ephemeral port toward this peer.
     #[error("no free ephemeral port")]
     NoEphemeralPort,
+    /// The local and remote addresses of an active open are of different families.
+    #[error("{local} and {remote} are of different address families")]
+    FamilyMismatch {
+        /// The local address asked for.
+        local: IpAddr,
+        /// The peer's address.
+        remote: IpAddr,
+    },
     /// The connection table is full.
     #[error("connection table full ({0} entries)")]
     TableFull(usize),
     /// A ULP is already attached.
     #[error("a ULP is already attached")]
     AlreadyAttached,
-}
-
-/// Why an incoming packet was not processed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum PacketError {
-    /// Not a well-formed IPv4 packet (or bad header checksum, or a fragment).
-    #[error("malformed IPv4 packet")]
-    BadIpv4,
-    /// Not TCP.
-    #[error("not a TCP packet (protocol {0})")]
-    NotTcp(u8),
-    /// Malformed TCP header, bad options or bad checksum.
-    #[error("malformed TCP segment or bad checksum")]
-    BadTcp,
-    /// Source or destination is not a unicast address.
-    #[error("non-unicast address")]
-    NotUnicast,
 }
 
 /// Counters.
@@ -144,7 +137,7 @@ pub struct Stats {
 
 #[derive(Debug)]
 struct Listener {
-    addr: Ipv4Addr,
+    addr: IpAddr,
     backlog: usize,
     half_open: usize,
 }
@@ -163,8 +156,8 @@ struct Conn<U> {
 
 #[derive(Clone, Copy, Debug)]
 struct Rst {
-    local: SocketAddrV4,
-    remote: SocketAddrV4,
+    local: SocketAddr,
+    remote: SocketAddr,
     seq: u32,
     ack: Option<u32>,
 }
@@ -283,16 +276,18 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.listeners.get(&port).map_or(0, |l| l.half_open)
     }
 
-    /// Listen on `addr` (unspecified address: any) with at most `backlog` half-open
-    /// connections (RFC 9293 §3.10.1 passive OPEN).
-    pub fn listen(&mut self, addr: SocketAddrV4, backlog: usize) -> Result<(), Error> {
+    /// Listen on `addr` with at most `backlog` half-open connections (RFC 9293 §3.10.1
+    /// passive OPEN). An unspecified address (`0.0.0.0` or `::`) accepts connections to any
+    /// address of either family; one listener per port.
+    pub fn listen(&mut self, addr: impl Into<SocketAddr>, backlog: usize) -> Result<(), Error> {
+        let addr = addr.into();
         if self.listeners.contains_key(&addr.port()) {
             return Err(Error::PortInUse(addr.port()));
         }
         self.listeners.insert(
             addr.port(),
             Listener {
-                addr: *addr.ip(),
+                addr: addr.ip(),
                 backlog,
                 half_open: 0,
             },
@@ -306,16 +301,24 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     }
 
     /// Active open (RFC 9293 §3.10.1) from `local` (port 0: pick an ephemeral port) to
-    /// `remote`, with `ulp` attached. Completion is reported by [`Event::Connected`].
+    /// `remote`, both of one family, with `ulp` attached. Completion is reported by
+    /// [`Event::Connected`].
     pub fn connect(
         &mut self,
         now: Instant,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: impl Into<SocketAddr>,
+        remote: impl Into<SocketAddr>,
         ulp: U,
     ) -> Result<ConnId, Error> {
+        let (local, remote) = (local.into(), remote.into());
+        if local.is_ipv4() != remote.is_ipv4() {
+            return Err(Error::FamilyMismatch {
+                local: local.ip(),
+                remote: remote.ip(),
+            });
+        }
         let local = if local.port() == 0 {
-            self.ephemeral(*local.ip(), remote)?
+            self.ephemeral(local.ip(), remote)?
         } else {
             local
         };
@@ -340,13 +343,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         Ok(id)
     }
 
-    fn ephemeral(&mut self, ip: Ipv4Addr, remote: SocketAddrV4) -> Result<SocketAddrV4, Error> {
+    fn ephemeral(&mut self, ip: IpAddr, remote: SocketAddr) -> Result<SocketAddr, Error> {
         let (lo, hi) = self.cfg.ephemeral_ports;
         let span = u32::from(hi.saturating_sub(lo)) + 1;
         for _ in 0..span {
             let port = self.next_port;
             self.next_port = if port >= hi { lo } else { port + 1 };
-            let local = SocketAddrV4::new(ip, port);
+            let local = SocketAddr::new(ip, port);
             if !self.listeners.contains_key(&port)
                 && !self.by_tuple.contains_key(&FourTuple { local, remote })
             {
@@ -562,21 +565,19 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
 
     // ------------------------------------------------------------------ input
 
-    /// Handle one IPv4 packet (header included) addressed to us.
+    /// Handle one IPv4 or IPv6 packet (header included) addressed to us. An IPv6 packet
+    /// whose first Next Header is not TCP (an extension header) is not processed.
     pub fn handle_packet(
         &mut self,
         now: Instant,
         cx: &mut C,
         packet: &[u8],
     ) -> Result<(), PacketError> {
-        let caps = checksum_caps(&self.cfg);
-        let ip =
-            Ipv4Packet::new_checked(packet).map_err(|_| self.malformed(PacketError::BadIpv4))?;
-        let repr = Ipv4Repr::parse(&ip, &caps).map_err(|_| self.malformed(PacketError::BadIpv4))?;
-        if repr.next_header != IpProtocol::Tcp {
-            return Err(PacketError::NotTcp(u8::from(repr.next_header)));
+        let ip = parse_ip(packet, &checksum_caps(&self.cfg)).map_err(|e| self.malformed(e))?;
+        if ip.next != IpProtocol::Tcp {
+            return Err(PacketError::NotTcp(u8::from(ip.next)));
         }
-        self.handle_tcp(now, cx, repr.src_addr, repr.dst_addr, ip.payload())
+        self.handle_tcp(now, cx, ip.src, ip.dst, ip.payload)
     }
 
     fn malformed(&mut self, e: PacketError) -> PacketError {
@@ -584,17 +585,18 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         e
     }
 
-    /// Handle one TCP segment (header + payload) from `src` to `dst`, for a data plane
-    /// that already parsed the IPv4 header.
+    /// Handle one TCP segment (header + payload) from `src` to `dst` (both of one family),
+    /// for a data plane that already parsed the IP header.
     pub fn handle_tcp(
         &mut self,
         now: Instant,
         cx: &mut C,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
+        src: impl Into<IpAddr>,
+        dst: impl Into<IpAddr>,
         segment: &[u8],
     ) -> Result<(), PacketError> {
-        if !is_unicast(src) || !is_unicast(dst) {
+        let (src, dst) = (src.into(), dst.into());
+        if !is_unicast(src) || !is_unicast(dst) || src.is_ipv4() != dst.is_ipv4() {
             return Err(self.malformed(PacketError::NotUnicast));
         }
         // The TCP checksum is verified here (crate::checksum), not by the parser.
@@ -605,8 +607,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             parse_segment(src, dst, segment).ok_or_else(|| self.malformed(PacketError::BadTcp))?;
         self.stats.segments_in += 1;
         let tuple = FourTuple {
-            local: SocketAddrV4::new(dst, repr.dst_port),
-            remote: SocketAddrV4::new(src, repr.src_port),
+            local: SocketAddr::new(dst, repr.dst_port),
+            remote: SocketAddr::new(src, repr.src_port),
         };
         let found = match self.last_hit {
             Some((t, id)) if t == tuple => Some(id),
@@ -677,7 +679,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let listener = self
             .listeners
             .get(&tuple.local.port())
-            .filter(|l| l.addr.is_unspecified() || l.addr == *tuple.local.ip());
+            .filter(|l| l.addr.is_unspecified() || l.addr == tuple.local.ip());
         let seq = repr.seq_number.0 as u32;
         match (listener, repr.control, repr.ack_number) {
             (_, TcpControl::Rst, _) => {}
@@ -843,8 +845,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.stats.segments_out += 1;
                 return Some(Transmit {
                     len,
-                    src: *rst.local.ip(),
-                    dst: *rst.remote.ip(),
+                    src: rst.local.ip(),
+                    dst: rst.remote.ip(),
                 });
             }
         }
@@ -897,8 +899,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.stats.segments_out += 1;
                 return Some(Transmit {
                     len,
-                    src: *local.ip(),
-                    dst: *remote.ip(),
+                    src: local.ip(),
+                    dst: remote.ip(),
                 });
             }
             if !self.rsts.is_empty() {
@@ -916,6 +918,9 @@ fn slot_mut<U>(slots: &mut [Option<Conn<U>>], id: ConnId) -> Option<&mut Conn<U>
         .filter(|c| c.generation == id.generation)
 }
 
-fn is_unicast(a: Ipv4Addr) -> bool {
-    !(a.is_broadcast() || a.is_multicast() || a.is_unspecified())
+fn is_unicast(a: IpAddr) -> bool {
+    match a {
+        IpAddr::V4(a) => !(a.is_broadcast() || a.is_multicast() || a.is_unspecified()),
+        IpAddr::V6(a) => !(a.is_multicast() || a.is_unspecified()),
+    }
 }

@@ -1,7 +1,7 @@
 //! Initial sequence numbers per RFC 6528: `ISN = M + F(localip, localport, remoteip,
 //! remoteport, secretkey)`, with M a 4 µs clock and F SipHash-2-4 keyed by a secret.
 
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, SocketAddr};
 
 use crate::time::Instant;
 
@@ -25,24 +25,36 @@ impl IsnGenerator {
         }
     }
 
-    fn keyed(&self, tag: u8, local: SocketAddrV4, remote: SocketAddrV4) -> u64 {
-        let mut msg = [0u8; 13];
-        msg[0..4].copy_from_slice(&local.ip().octets());
-        msg[4..6].copy_from_slice(&local.port().to_be_bytes());
-        msg[6..10].copy_from_slice(&remote.ip().octets());
-        msg[10..12].copy_from_slice(&remote.port().to_be_bytes());
-        msg[12] = tag;
-        siphash24(self.k0, self.k1, &msg)
+    fn keyed(&self, tag: u8, local: SocketAddr, remote: SocketAddr) -> u64 {
+        // Address, port, address, port, tag: 13 octets for IPv4, 37 for IPv6.
+        let mut msg = [0u8; 37];
+        let mut at = 0;
+        for end in [local, remote] {
+            let n = match end.ip() {
+                IpAddr::V4(a) => {
+                    msg[at..at + 4].copy_from_slice(&a.octets());
+                    4
+                }
+                IpAddr::V6(a) => {
+                    msg[at..at + 16].copy_from_slice(&a.octets());
+                    16
+                }
+            };
+            msg[at + n..at + n + 2].copy_from_slice(&end.port().to_be_bytes());
+            at += n + 2;
+        }
+        msg[at] = tag;
+        siphash24(self.k0, self.k1, &msg[..=at])
     }
 
     /// The ISN for a connection opened at `now` (RFC 6528 §3).
-    pub fn isn(&self, now: Instant, local: SocketAddrV4, remote: SocketAddrV4) -> u32 {
+    pub fn isn(&self, now: Instant, local: SocketAddr, remote: SocketAddr) -> u32 {
         let m = (now.as_micros() / 4) as u32;
         m.wrapping_add(self.keyed(0, local, remote) as u32)
     }
 
     /// A per-connection offset for the TSval clock (RFC 7323 §5.4 recommends one).
-    pub fn ts_offset(&self, local: SocketAddrV4, remote: SocketAddrV4) -> u32 {
+    pub fn ts_offset(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
         self.keyed(1, local, remote) as u32
     }
 }
@@ -95,7 +107,7 @@ pub(crate) fn siphash24(k0: u64, k1: u64, msg: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
     fn key() -> (u64, u64) {
         let k: Vec<u8> = (0u8..16).collect();
@@ -119,13 +131,27 @@ mod tests {
     #[test]
     fn isn_depends_on_clock_tuple_and_secret() {
         let g = IsnGenerator::new([7; 16]);
-        let l = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000);
-        let r = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
-        let r2 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 81);
+        let l = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000).into();
+        let r = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80).into();
+        let r2 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 81).into();
         let a = g.isn(Instant::from_micros(0), l, r);
         let b = g.isn(Instant::from_micros(400), l, r);
         assert_eq!(b.wrapping_sub(a), 100);
         assert_ne!(g.isn(Instant::ZERO, l, r2), a);
         assert_ne!(IsnGenerator::new([8; 16]).isn(Instant::ZERO, l, r), a);
+    }
+
+    // The IPv6 4-tuple is hashed whole: tuples that differ in any address octet differ.
+    #[test]
+    fn isn_covers_ipv6_addresses() {
+        let g = IsnGenerator::new([7; 16]);
+        let l: SocketAddr = (Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1), 1000).into();
+        let r: SocketAddr = (Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2), 80).into();
+        let r2: SocketAddr = (Ipv6Addr::new(0xfd01, 0, 0, 0, 0, 0, 0, 2), 80).into();
+        let a = g.isn(Instant::ZERO, l, r);
+        assert_ne!(g.isn(Instant::ZERO, l, r2), a);
+        assert_ne!(g.ts_offset(l, r), g.ts_offset(l, r2));
+        let b = g.isn(Instant::from_micros(40), l, r);
+        assert_eq!(b.wrapping_sub(a), 10);
     }
 }

@@ -1,8 +1,11 @@
 //! Sans-IO TCP engine built on smoltcp's wire layer, with an MPA-aware segment hook.
 //!
-//! Segments and time go in ([`Engine::handle_packet`], [`Engine::handle_timeout`]); IPv4
-//! packets and events come out ([`Engine::poll_transmit`], [`Engine::poll_event`]). The
-//! engine knows nothing of Ethernet or ARP and never reads a clock.
+//! Segments and time go in ([`Engine::handle_packet`], [`Engine::handle_timeout`]); IPv4 and
+//! IPv6 packets and events come out ([`Engine::poll_transmit`], [`Engine::poll_event`]). The
+//! engine knows nothing of Ethernet, ARP or neighbour discovery and never reads a clock.
+//! Addresses are `std::net::SocketAddr` / `IpAddr` throughout: a connection's family is
+//! that of its addresses, and only the IP header, the checksum's pseudo-header and the MSS
+//! (the MTU less 40 or 60 octets) depend on it.
 //!
 //! What makes it "MPA-aware":
 //! * **Receive**: each arriving payload segment is offered to the connection's
@@ -12,12 +15,13 @@
 //!   retransmitted unchanged (see [`tx`]).
 //!
 //! Driving it (what `dataplane tcp` does in its poll-loop handler):
-//! 1. For each received TCP segment: [`Engine::handle_tcp`] with the IPv4 addresses (or
-//!    [`Engine::handle_packet`] with the whole IPv4 packet).
+//! 1. For each received TCP segment: [`Engine::handle_tcp`] with the IP addresses (or
+//!    [`Engine::handle_packet`] with the whole IPv4 or IPv6 packet).
 //! 2. Once per iteration: [`Engine::handle_timeout`] when [`Engine::poll_timeout`] is due,
 //!    then drain [`Engine::poll_event`] (attach a ULP to each `Accepted` connection).
 //! 3. Drain [`Engine::poll_transmit`] into transmit buffers right after the Ethernet header;
-//!    the returned destination is the address to resolve (ARP) for the next hop.
+//!    the returned destination is the address to resolve (ARP or neighbour discovery) for
+//!    the next hop.
 //! 4. After the application gives a ULP new data or reads from it, [`Engine::ulp_mut`] (or
 //!    [`Engine::wake`]) makes the next `poll_transmit` pick it up.
 #![forbid(unsafe_code)]
@@ -26,6 +30,7 @@ pub mod cc;
 pub mod checksum;
 mod config;
 mod engine;
+mod ip;
 mod isn;
 mod options;
 pub mod rto;
@@ -41,9 +46,8 @@ mod ulp;
 mod wire;
 
 pub use config::{Config, Keepalive};
-pub use engine::{
-    ConnId, Engine, Error, Event, FourTuple, PacketError, Stats, Transmit, MAX_PENDING_RSTS,
-};
+pub use engine::{ConnId, Engine, Error, Event, FourTuple, Stats, Transmit, MAX_PENDING_RSTS};
+pub use ip::{ip_header_len, PacketError, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 pub use isn::IsnGenerator;
 pub use options::Negotiated;
 pub use rx::{Consumed, SegmentSink};
@@ -52,4 +56,3 @@ pub use tcb::{CloseReason, ConnInfo, State};
 pub use time::Instant;
 pub use tx::{SegmentSource, Unit};
 pub use ulp::Ulp;
-pub use wire::IPV4_HEADER_LEN;

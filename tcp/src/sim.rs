@@ -27,9 +27,10 @@ use core::cmp::Ordering;
 use core::time::Duration;
 use std::collections::{BinaryHeap, VecDeque};
 
-use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{IpAddress, IpProtocol, TcpPacket};
 
-use crate::engine::PacketError;
+use crate::ip::PacketError;
 use crate::time::Instant;
 
 /// One end of the link.
@@ -358,16 +359,18 @@ impl Link {
     }
 }
 
-/// Recomputes the TCP checksum of an IPv4 packet whose segment a rewrite hook changed, so
-/// that only a check above TCP (an MPA CRC, say) can notice the change.
+/// Recomputes the TCP checksum of an IPv4 or IPv6 packet whose segment a rewrite hook
+/// changed, so that only a check above TCP (an MPA CRC, say) can notice the change.
 pub fn refresh_tcp_checksum(packet: &mut [u8]) -> Result<(), PacketError> {
-    let mut ip = Ipv4Packet::new_checked(packet).map_err(|_| PacketError::BadIpv4)?;
-    if ip.next_header() != IpProtocol::Tcp {
-        return Err(PacketError::NotTcp(ip.next_header().into()));
+    let ip = crate::ip::parse_ip(packet, &ChecksumCapabilities::ignored())?;
+    if ip.next != IpProtocol::Tcp {
+        return Err(PacketError::NotTcp(ip.next.into()));
     }
-    let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    let mut tcp = TcpPacket::new_checked(ip.payload_mut()).map_err(|_| PacketError::BadTcp)?;
-    tcp.fill_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst));
+    let (src, dst) = (IpAddress::from(ip.src), IpAddress::from(ip.dst));
+    let (at, len) = (ip.offset, ip.payload.len());
+    let mut tcp =
+        TcpPacket::new_checked(&mut packet[at..at + len]).map_err(|_| PacketError::BadTcp)?;
+    tcp.fill_checksum(&src, &dst);
     Ok(())
 }
 
@@ -546,6 +549,35 @@ mod tests {
         assert_eq!(
             refresh_tcp_checksum(&mut [0; 10]),
             Err(PacketError::BadIpv4)
+        );
+    }
+
+    // The same over IPv6 (the pseudo-header of RFC 8200 §8.1), trailing octets ignored.
+    #[test]
+    fn refreshed_checksum_verifies_over_ipv6() {
+        let (src, dst) = (
+            std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+            std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+        );
+        let mut p = vec![0u8; 40 + 20 + 4 + 2];
+        p[0] = 0x60;
+        p[4..6].copy_from_slice(&24u16.to_be_bytes());
+        p[6] = 6;
+        p[7] = 64;
+        p[8..24].copy_from_slice(&src.octets());
+        p[24..40].copy_from_slice(&dst.octets());
+        p[52] = 5 << 4;
+        p[60..64].copy_from_slice(b"data");
+        refresh_tcp_checksum(&mut p).unwrap();
+        assert!(crate::checksum::tcp_checksum_ok(src, dst, &p[40..64]));
+        p[61] ^= 1;
+        refresh_tcp_checksum(&mut p).unwrap();
+        assert!(crate::checksum::tcp_checksum_ok(src, dst, &p[40..64]));
+        p[6] = 0;
+        assert_eq!(refresh_tcp_checksum(&mut p), Err(PacketError::NotTcp(0)));
+        assert_eq!(
+            refresh_tcp_checksum(&mut p[..30]),
+            Err(PacketError::BadIpv6)
         );
     }
 }

@@ -1,19 +1,19 @@
-//! Emitting IPv4 + TCP packets with smoltcp's wire layer.
+//! Emitting IPv4 / IPv6 + TCP packets and reading TCP headers with smoltcp's wire layer.
 
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, SocketAddr};
 
 use smoltcp::phy::{Checksum, ChecksumCapabilities};
-use std::net::Ipv4Addr;
 
 use smoltcp::wire::{
-    IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
-    TcpTimestampRepr,
+    IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, TcpControl, TcpPacket,
+    TcpRepr, TcpSeqNumber, TcpTimestampRepr,
 };
 
 use crate::config::Config;
+use crate::ip::ip_header_len;
 
-/// IPv4 header length the engine emits (no options).
-pub const IPV4_HEADER_LEN: usize = 20;
+/// Hop limit (TTL) of the packets the engine emits.
+const HOP_LIMIT: u8 = 64;
 
 /// Options carried only on SYN segments.
 #[derive(Clone, Copy, Debug, Default)]
@@ -49,14 +49,14 @@ pub(crate) fn checksum_caps(cfg: &Config) -> ChecksumCapabilities {
     caps
 }
 
-/// Write an IPv4 packet carrying `hdr` + `payload` from `src` to `dst` into `buf`.
-/// SACK blocks are dropped (last first) until the packet fits the MTU. Returns the packet
-/// length, or `None` when `buf` is too small.
+/// Write an IPv4 or IPv6 packet (the family of `src` and `dst`, which agree) carrying `hdr` +
+/// `payload` from `src` to `dst` into `buf`. SACK blocks are dropped (last first) until the
+/// packet fits the MTU. Returns the packet length, or `None` when `buf` is too small.
 pub(crate) fn write_packet(
     buf: &mut [u8],
     cfg: &Config,
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
+    src: SocketAddr,
+    dst: SocketAddr,
     hdr: &Header,
     payload: &[u8],
 ) -> Option<usize> {
@@ -76,13 +76,14 @@ pub(crate) fn write_packet(
             .map(|(tsval, tsecr)| TcpTimestampRepr::new(tsval, tsecr)),
         payload,
     };
+    let ip_len = ip_header_len(src.ip());
     let limit = cfg.mtu.min(buf.len());
     let mut blocks = repr.sack_ranges.iter().filter(|b| b.is_some()).count();
-    while IPV4_HEADER_LEN + repr.buffer_len() > limit && blocks > 0 {
+    while ip_len + repr.buffer_len() > limit && blocks > 0 {
         blocks -= 1;
         repr.sack_ranges[blocks] = None;
     }
-    let total = IPV4_HEADER_LEN + repr.buffer_len();
+    let total = ip_len + repr.buffer_len();
     if total > buf.len() {
         log::warn!(
             "transmit buffer of {} bytes too small for {total}",
@@ -93,28 +94,42 @@ pub(crate) fn write_packet(
     // The TCP checksum is ours (crate::checksum), filled in below.
     let mut caps = checksum_caps(cfg);
     caps.tcp = Checksum::None;
-    let ip = Ipv4Repr {
-        src_addr: *src.ip(),
-        dst_addr: *dst.ip(),
-        next_header: IpProtocol::Tcp,
-        payload_len: repr.buffer_len(),
-        hop_limit: 64,
-    };
-    ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..total]), &caps);
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Repr {
+            src_addr: s,
+            dst_addr: d,
+            next_header: IpProtocol::Tcp,
+            payload_len: repr.buffer_len(),
+            hop_limit: HOP_LIMIT,
+        }
+        .emit(&mut Ipv4Packet::new_unchecked(&mut buf[..total]), &caps),
+        (IpAddr::V6(s), IpAddr::V6(d)) => Ipv6Repr {
+            src_addr: s,
+            dst_addr: d,
+            next_header: IpProtocol::Tcp,
+            payload_len: repr.buffer_len(),
+            hop_limit: HOP_LIMIT,
+        }
+        .emit(&mut Ipv6Packet::new_unchecked(&mut buf[..total])),
+        _ => {
+            log::warn!("no packet from {src} to {dst}: the address families differ");
+            return None;
+        }
+    }
     // The header is emitted without the payload, which is copied and summed in one pass.
     repr.payload = &[];
-    let data_at = IPV4_HEADER_LEN + repr.header_len();
+    let data_at = ip_len + repr.header_len();
     repr.emit(
-        &mut TcpPacket::new_unchecked(&mut buf[IPV4_HEADER_LEN..total]),
-        &IpAddress::Ipv4(*src.ip()),
-        &IpAddress::Ipv4(*dst.ip()),
+        &mut TcpPacket::new_unchecked(&mut buf[ip_len..total]),
+        &IpAddress::from(src.ip()),
+        &IpAddress::from(dst.ip()),
         &caps,
     );
     let (head, data) = buf[..total].split_at_mut(data_at);
     if cfg.fill_checksums {
         let payload_sum = crate::checksum::copy_payload(data, payload);
-        let segment = &mut head[IPV4_HEADER_LEN..];
-        let sum = crate::checksum::tcp_checksum_split(*src.ip(), *dst.ip(), segment, payload_sum);
+        let segment = &mut head[ip_len..];
+        let sum = crate::checksum::tcp_checksum_split(src.ip(), dst.ip(), segment, payload_sum);
         TcpPacket::new_unchecked(segment).set_checksum(sum);
     } else {
         data.copy_from_slice(payload);
@@ -132,15 +147,15 @@ const NOP_NOP_TIMESTAMP: [u8; 4] = [1, 1, 8, 10];
 /// ACK segment without SYN, FIN or RST whose options are none or NOP, NOP, Timestamps (nearly
 /// every segment of a transfer) is read field by field; anything else goes through
 /// smoltcp's parser. The result is the same either way (tested against smoltcp).
-pub(crate) fn parse_segment(src: Ipv4Addr, dst: Ipv4Addr, segment: &[u8]) -> Option<TcpRepr<'_>> {
+pub(crate) fn parse_segment(src: IpAddr, dst: IpAddr, segment: &[u8]) -> Option<TcpRepr<'_>> {
     if let Some(r) = parse_common(segment) {
         return Some(r);
     }
     let pkt = TcpPacket::new_checked(segment).ok()?;
     TcpRepr::parse(
         &pkt,
-        &IpAddress::Ipv4(src),
-        &IpAddress::Ipv4(dst),
+        &IpAddress::from(src),
+        &IpAddress::from(dst),
         &ChecksumCapabilities::ignored(),
     )
     .ok()
@@ -192,6 +207,9 @@ fn parse_common(s: &[u8]) -> Option<TcpRepr<'_>> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::net::Ipv4Addr;
+
+    const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 
     fn smoltcp_parse(segment: &[u8]) -> Option<TcpRepr<'_>> {
         let pkt = TcpPacket::new_checked(segment).ok()?;
@@ -233,7 +251,7 @@ mod tests {
             }
             seg.extend_from_slice(&opts);
             seg.extend_from_slice(&payload);
-            let ours = parse_segment(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 1), &seg);
+            let ours = parse_segment(A, A, &seg);
             prop_assert_eq!(ours, smoltcp_parse(&seg));
         }
     }
@@ -260,6 +278,6 @@ mod tests {
         assert_eq!(Some(r), smoltcp_parse(&seg));
         seg[13] = 0x12; // SYN-ACK: smoltcp's path
         assert!(parse_common(&seg).is_none());
-        assert!(parse_segment(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &seg).is_some());
+        assert!(parse_segment(A, A, &seg).is_some());
     }
 }

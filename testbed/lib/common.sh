@@ -114,16 +114,20 @@ tb_hugepages() {
 
 # tb_config FILE LCORE FILE_PREFIX VDEV IPV4/LEN [KEY=VALUE ...]: the dataplane config of one
 # DPDK port, device VDEV (EAL args: MEM, --no-pci, -l LCORE, --file-prefix FILE_PREFIX,
-# --vdev VDEV), no periodic statistics. Keys:
+# --vdev VDEV), no periodic statistics; an empty IPV4/LEN gives the port no IPv4 address.
+# Keys:
 #   device=NAME  the device the port opens (default: VDEV's name)
 #   port=NAME    the port's name (default memif0)
 #   mtu=N        default 1500
 #   eal='ARGS'   more EAL arguments, after --no-pci (e.g. eal=--no-telemetry)
 #   rings=1      2048 Rx and Tx descriptors and a pool of 16383 mbufs
+#   ipv6=A/LEN   an IPv6 address too (or only)
+#   vlan=N       802.1Q VLAN N; vlan_priority=P its tags' priority
 tb_config() {
   local file=$1 lcore=$2 prefix=$3 vdev=$4 ip=$5 kv
-  local device=${4%%,*} port=memif0 mtu=1500 eal=() rings=0 args list
+  local device=${4%%,*} port=memif0 mtu=1500 eal=() rings=0 args list extra=()
   shift 5
+  if [ -n "$ip" ]; then extra+=("ipv4 = \"$ip\""); fi
   for kv in "$@"; do
     case $kv in
       device=*) device=${kv#*=} ;;
@@ -131,6 +135,9 @@ tb_config() {
       mtu=*) mtu=${kv#*=} ;;
       eal=*) read -ra eal <<<"${kv#*=}" ;;
       rings=*) rings=${kv#*=} ;;
+      ipv6=*) extra+=("ipv6 = \"${kv#*=}\"") ;;
+      vlan=*) extra+=("vlan = ${kv#*=}") ;;
+      vlan_priority=*) extra+=("vlan_priority = ${kv#*=}") ;;
       *) echo "tb_config: unknown key '$kv'" >&2; return 2 ;;
     esac
   done
@@ -146,9 +153,9 @@ stats_interval = 0
 name = "$port"
 backend = "dpdk"
 device = "$device"
-ipv4 = "$ip"
 mtu = $mtu
 EOF
+    printf '%s\n' "${extra[@]}"
     if [ "$rings" = 1 ]; then printf 'rx_desc = 2048\ntx_desc = 2048\npool_size = 16383\n'; fi
   } >"$file"
 }
@@ -156,24 +163,31 @@ EOF
 # tb_memif_pair NET [KEY=VALUE ...]: configs for the two ends of a memif pair through
 # $WORK/memif.sock: $WORK/server.toml (NET.1/24 on lcore 0, memif server, file prefix
 # $PREFIX-server) and $WORK/client.toml (NET.2/24 on lcore 1, memif client, $PREFIX-client).
-# Keys: suffix=S (files serverS.toml and clientS.toml), prefix=P (file prefixes P-server
-# and P-client), memif=,K=V... (more memif device arguments), and every tb_config key.
+# An empty NET gives no IPv4 addresses. Keys: suffix=S (files serverS.toml and
+# clientS.toml), prefix=P (file prefixes P-server and P-client), memif=,K=V... (more memif
+# device arguments), net6=PREFIX (IPv6 addresses PREFIX::1/64 and PREFIX::2/64), and every
+# tb_config key.
 tb_memif_pair() {
-  local net=$1 suffix="" prefix=$PREFIX devargs="" kv role lcore host pass=()
+  local net=$1 suffix="" prefix=$PREFIX devargs="" net6="" kv role lcore host ip v6 pass=()
   shift
   for kv in "$@"; do
     case $kv in
       suffix=*) suffix=${kv#*=} ;;
       prefix=*) prefix=${kv#*=} ;;
       memif=*) devargs=${kv#*=} ;;
+      net6=*) net6=${kv#*=} ;;
       *) pass+=("$kv") ;;
     esac
   done
   for role in server client; do
     if [ "$role" = server ]; then lcore=0; host=1; else lcore=1; host=2; fi
+    ip=""
+    v6=()
+    if [ -n "$net" ]; then ip="$net.$host/24"; fi
+    if [ -n "$net6" ]; then v6=("ipv6=$net6::$host/64"); fi
     tb_config "$WORK/$role$suffix.toml" "$lcore" "$prefix-$role" \
-      "net_memif0,role=$role,id=0,socket=$WORK/memif.sock$devargs" "$net.$host/24" \
-      "${pass[@]}" || return
+      "net_memif0,role=$role,id=0,socket=$WORK/memif.sock$devargs" "$ip" \
+      "${v6[@]}" "${pass[@]}" || return
   done
 }
 

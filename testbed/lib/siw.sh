@@ -39,13 +39,27 @@ def fields(filt, *names):
                  *sum([["-e", n] for n in names], []))
     return [l.split("\t") for l in out.splitlines() if l.strip()]
 
+def endpoints(filt, *names):
+    """fields() whose columns "src" and "dst" are the frame's IPv4 or IPv6 address (IPv6 in
+    brackets, as the project's decoder writes it before a port)."""
+    names = [{"src": "ip.src", "dst": "ip.dst"}.get(n, n) for n in names]
+    rows = fields(filt, *names, "ipv6.src", "ipv6.dst")
+    for r in rows:
+        r += [""] * (len(names) + 2 - len(r))
+        for i, n in enumerate(names):
+            if n in ("ip.src", "ip.dst") and not r[i]:
+                v6 = r[len(names) + (0 if n == "ip.src" else 1)]
+                r[i] = "[%s]" % v6 if v6 else ""
+        del r[len(names):]
+    return rows
+
 # 1. No malformed frames at all (any protocol).
 bad = fields("_ws.malformed", "frame.number")
 if bad:
     fail("tshark: %d malformed frame(s), first frame %s" % (len(bad), bad[0][0]))
 
 # 2. MPA Request/Reply bits.
-mpa = fields("iwarp_mpa.req || iwarp_mpa.rep", "frame.number", "ip.src", "tcp.srcport", "ip.dst",
+mpa = endpoints("iwarp_mpa.req || iwarp_mpa.rep", "frame.number", "src", "tcp.srcport", "dst",
              "tcp.dstport", "iwarp_mpa.req", "iwarp_mpa.marker_flag", "iwarp_mpa.crc_flag",
              "iwarp_mpa.rej_flag", "iwarp_mpa.res", "iwarp_mpa.rev", "iwarp_mpa.privatedata")
 reqs = [m for m in mpa if m[5]]
@@ -81,7 +95,7 @@ for m in mpa:
         fail("%s: private data '%s', expected %s" % (where, m[11], want[key]))
 
 # 3. FPDUs: every one decoded, opcodes, CRC verdicts.
-fp = fields("iwarp_ddp_rdmap", "frame.number", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport",
+fp = endpoints("iwarp_ddp_rdmap", "frame.number", "src", "tcp.srcport", "dst", "tcp.dstport",
             "iwarp_rdma.opcode", "tcp.seq_raw")
 seq = defaultdict(list)   # connection (sorted endpoints) -> [(sender, opcode)]
 decoded = set()           # frames in which tshark decoded an FPDU

@@ -8,7 +8,7 @@
 //! second implementation of these two records over Send/Recv.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::clock::{self, Instant};
@@ -224,8 +224,8 @@ pub struct PerfServer {
 }
 
 impl PerfServer {
-    /// Listens on `addr`.
-    pub fn new(h: &mut RdmaHandler, addr: SocketAddrV4) -> Result<PerfServer, AppError> {
+    /// Listens on `addr` (IPv4 or IPv6).
+    pub fn new(h: &mut RdmaHandler, addr: impl Into<SocketAddr>) -> Result<PerfServer, AppError> {
         let res = Resources::new(h, 8192, 1024, SEND_CREDITS + 8, 16)?;
         h.listen(addr, res.init)?;
         Ok(PerfServer {
@@ -576,8 +576,8 @@ enum Phase {
 pub struct PerfClient {
     params: PerfParams,
     res: Resources,
-    local_ip: Ipv4Addr,
-    server: SocketAddrV4,
+    local_ip: IpAddr,
+    server: SocketAddr,
     bufs: Vec<[Region; 4]>,
     qps: Vec<ClientQp>,
     size_idx: usize,
@@ -598,13 +598,14 @@ pub struct PerfClient {
 }
 
 impl PerfClient {
-    /// Starts the first connection(s) to `server`.
+    /// Starts the first connection(s) from `local_ip` to `server` (of one family).
     pub fn new(
         h: &mut RdmaHandler,
-        local_ip: Ipv4Addr,
-        server: SocketAddrV4,
+        local_ip: impl Into<IpAddr>,
+        server: impl Into<SocketAddr>,
         params: PerfParams,
     ) -> Result<PerfClient, AppError> {
+        let (local_ip, server) = (local_ip.into(), server.into());
         let qps = if params.mode == PerfMode::Lat {
             1
         } else {

@@ -4,7 +4,7 @@
 //! server RDMA Writes the ping data back and sends "go ahead" again.
 
 use crate::clock::Instant;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 use iwarp::verbs::{Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode};
 use tcp::ConnId;
@@ -193,10 +193,11 @@ impl Rping {
         })
     }
 
-    /// The server: listens on `addr` and serves one client until it disconnects.
+    /// The server: listens on `addr` (IPv4 or IPv6) and serves one client until it
+    /// disconnects.
     pub fn server(
         h: &mut RdmaHandler,
-        addr: SocketAddrV4,
+        addr: impl Into<SocketAddr>,
         opts: RpingOptions,
     ) -> Result<Rping, AppError> {
         let r = Rping::new(h, true, opts)?;
@@ -204,11 +205,11 @@ impl Rping {
         Ok(r)
     }
 
-    /// The client: connects from `local` to `remote`.
+    /// The client: connects from `local` to `remote` (addresses of one family).
     pub fn client(
         h: &mut RdmaHandler,
-        local: Ipv4Addr,
-        remote: SocketAddrV4,
+        local: impl Into<IpAddr>,
+        remote: impl Into<SocketAddr>,
         opts: RpingOptions,
     ) -> Result<Rping, AppError> {
         let mut r = Rping::new(h, false, opts)?;

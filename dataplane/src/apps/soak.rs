@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Display;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::clock::{self, Instant};
@@ -721,10 +721,11 @@ pub struct SoakServer {
 }
 
 impl SoakServer {
-    /// Listens on `addr`; `stall` bounds the time without any event once a client came.
+    /// Listens on `addr` (IPv4 or IPv6); `stall` bounds the time without any event once a
+    /// client came.
     pub fn new(
         h: &mut RdmaHandler,
-        addr: SocketAddrV4,
+        addr: impl Into<SocketAddr>,
         stall: Duration,
     ) -> Result<SoakServer, AppError> {
         let mut res = Resources::new(h, 8192, 16, (RECV_SLOTS + 2) as u32, 16)?;
@@ -1158,13 +1159,14 @@ fn lcg_pick(seed: u64, slot: usize, n: u64, what: u64, below: usize) -> usize {
 }
 
 impl SoakClient {
-    /// Connects every QP from `local` to the server at `remote`.
+    /// Connects every QP from `local` to the server at `remote` (of one family).
     pub fn new(
         h: &mut RdmaHandler,
-        local: Ipv4Addr,
-        remote: SocketAddrV4,
+        local: impl Into<IpAddr>,
+        remote: impl Into<SocketAddr>,
         params: SoakParams,
     ) -> Result<SoakClient, AppError> {
+        let (local, remote) = (local.into(), remote.into());
         let mut res = Resources::new(h, 8192, 16, 2, 16)?;
         let mut qps = Vec::new();
         let mut by_qp = HashMap::new();

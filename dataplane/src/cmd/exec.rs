@@ -61,9 +61,13 @@ fn link_dir(lib_dir: &Path) -> Result<PathBuf, CmdError> {
 /// Runs `dataplane exec`; returns only if the program could not be started.
 pub fn run(args: Args) -> Result<(), CmdError> {
     let cfg = Config::load(&args.config)?;
-    if !cfg.ports.iter().any(|p| p.ipv4.is_some()) {
+    if !cfg
+        .ports
+        .iter()
+        .any(|p| p.ipv4.is_some() || p.ipv6.is_some())
+    {
         return Err(CmdError::Usage(format!(
-            "{}: no port has an ipv4 address, so the program would see no RDMA device",
+            "{}: no port has an ipv4 or ipv6 address, so the program would see no RDMA device",
             args.config.display()
         )));
     }

@@ -2,7 +2,7 @@
 //! plane's iWARP. Without a server address it is the server; with one, the client, which
 //! prints perftest's table.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use dataplane::apps::perf::{
@@ -35,8 +35,8 @@ pub struct Args {
     /// Operation.
     #[arg(value_enum)]
     pub op: Op,
-    /// The server's address (client); without it, run the server.
-    pub server: Option<Ipv4Addr>,
+    /// The server's address, IPv4 or IPv6 (client); without it, run the server.
+    pub server: Option<IpAddr>,
     /// Run server and client in this process on the two ends of one link (e.g. the
     /// software pair of configs/rdma-soft-pair.toml).
     #[arg(long, conflicts_with = "server")]
@@ -153,7 +153,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     };
     if args.loopback {
         let mut pair = rdma.loopback()?;
-        let addr = SocketAddrV4::new(pair.server.1, args.port);
+        let addr = SocketAddr::new(pair.server.1, args.port);
         let mut server = PerfServer::new(pair.server.0.handler_mut(), addr)?;
         let local = pair.client.1;
         let mut client = PerfClient::new(pair.client.0.handler_mut(), local, addr, params)?;
@@ -180,7 +180,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let mut s = rdma.session()?;
     match args.server {
         None => {
-            let addr = SocketAddrV4::new(s.ip, args.port);
+            let addr = s.listen_addr(None, args.port);
             let mut app = PerfServer::new(s.poll.handler_mut(), addr)?;
             say!(
                 "perf {} server listening on {addr} (memory: {})",
@@ -192,8 +192,8 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             r
         }
         Some(ip) => {
-            let remote = SocketAddrV4::new(ip, args.port);
-            let local = s.ip;
+            let remote = SocketAddr::new(ip, args.port);
+            let local = s.local_for(ip)?;
             let mut app = PerfClient::new(s.poll.handler_mut(), local, remote, params)?;
             app.progress = true;
             say!(
@@ -254,7 +254,7 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
     };
     if args.loopback {
         let mut pair = rdma.loopback()?;
-        let addr = SocketAddrV4::new(pair.server.1, args.port);
+        let addr = SocketAddr::new(pair.server.1, args.port);
         let mut server =
             PerftestSession::server(pair.server.0.handler_mut(), addr, params.clone())?;
         server.on_result = Some(print("server"));
@@ -283,7 +283,7 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
     }
     let r = match args.server {
         None => {
-            let addr = SocketAddrV4::new(s.ip, args.port);
+            let addr = s.listen_addr(None, args.port);
             let mut app = PerftestSession::server(s.poll.handler_mut(), addr, params)?;
             app.on_result = Some(print(""));
             say!(
@@ -298,8 +298,8 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
             r
         }
         Some(ip) => {
-            let remote = SocketAddrV4::new(ip, args.port);
-            let local = s.ip;
+            let remote = SocketAddr::new(ip, args.port);
+            let local = s.local_for(ip)?;
             let mut app = PerftestSession::client(s.poll.handler_mut(), local, remote, params)?;
             app.on_result = Some(print(""));
             say!(

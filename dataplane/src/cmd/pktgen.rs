@@ -206,8 +206,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         let ends = Ends {
             src_mac: ports[i].info().mac,
             dst_mac: dst,
-            src_ip: args.src_ip,
-            dst_ip: args.dst_ip,
+            src_ip: args.src_ip.into(),
+            dst_ip: args.dst_ip.into(),
+            vlan: None,
         };
         build_template(args.size, ends, args.udp_port)
     });
@@ -366,13 +367,14 @@ mod tests {
     const ENDS: Ends = Ends {
         src_mac: [2, 0, 0, 0, 0, 1],
         dst_mac: [2, 0, 0, 0, 0, 2],
-        src_ip: Ipv4Addr::new(198, 18, 0, 1),
-        dst_ip: Ipv4Addr::new(198, 18, 0, 2),
+        src_ip: std::net::IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+        dst_ip: std::net::IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+        vlan: None,
     };
 
     #[test]
     fn stamped_frames_have_valid_checksums() {
-        let (src, dst) = (ENDS.src_ip, ENDS.dst_ip);
+        let (src, dst) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
         let t = build_template(128, ENDS, 9);
         for seq in [0u64, 1, 0xffff, 0x1234_5678_9abc_def0, u64::MAX] {
             let mut f = t.clone();

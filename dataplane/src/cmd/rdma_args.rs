@@ -1,12 +1,13 @@
 //! The ports and iWARP options the RDMA commands (`rping`, `perf`, `soak`) share, and the
 //! session that runs an application on the stack built from them.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dataplane::apps::{run_app, stop_connections, App, STOP_GRACE};
+use dataplane::classify::FrameClass;
 use dataplane::clock;
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::{AnyPort, Port};
@@ -78,8 +79,10 @@ pub const SIW_FIRST_FPDU_DELAY_MS: u64 = 100;
 pub struct Session {
     /// The poll loop (dropped before the EAL).
     pub poll: PollLoop<AnyPort, RdmaHandler>,
-    /// Our IPv4 address.
-    pub ip: Ipv4Addr,
+    /// Our main address (IPv4, else IPv6).
+    pub ip: IpAddr,
+    /// Our addresses.
+    pub addr: PortAddr,
     /// Where registered memory lives.
     pub memory: MemoryKind,
     stats_every: Option<Duration>,
@@ -89,9 +92,9 @@ pub struct Session {
 /// Both ends of an in-process link, each with its own handler (`perf --loopback`).
 pub struct LoopbackPair {
     /// The server's loop and address.
-    pub server: (PollLoop<AnyPort, RdmaHandler>, Ipv4Addr),
+    pub server: (PollLoop<AnyPort, RdmaHandler>, IpAddr),
     /// The client's loop and address.
-    pub client: (PollLoop<AnyPort, RdmaHandler>, Ipv4Addr),
+    pub client: (PollLoop<AnyPort, RdmaHandler>, IpAddr),
     /// Where registered memory lives.
     pub memory: MemoryKind,
     _opened: OpenedPorts,
@@ -132,9 +135,9 @@ impl RdmaArgs {
         let mut sessions = Vec::new();
         let ports = std::mem::take(&mut opened.ports);
         for (port, pc) in ports.into_iter().zip(cfg.ports.iter()) {
-            if pc.ipv4.is_none() {
+            if pc.ipv4.is_none() && pc.ipv6.is_none() {
                 return Err(CmdError::Usage(format!(
-                    "port {} has no ipv4 address",
+                    "port {} has no ipv4 or ipv6 address",
                     pc.name()
                 )));
             }
@@ -161,11 +164,17 @@ impl RdmaArgs {
                 burst: cfg.poll.burst,
                 ..StackConfig::new(mpa, tcp)
             };
-            let RdmaStack { poll, ip, memory } = RdmaStack::new(port, PortAddr::of(pc), stack)
+            let RdmaStack {
+                poll,
+                ip,
+                addr,
+                memory,
+            } = RdmaStack::new(port, PortAddr::of(pc), stack)
                 .map_err(|e| CmdError::Runtime(e.to_string()))?;
             sessions.push(Session {
                 poll,
                 ip,
+                addr,
                 memory,
                 stats_every,
                 _opened: None,
@@ -202,6 +211,27 @@ impl RdmaArgs {
 }
 
 impl Session {
+    /// The address a server listens on at `port`: `addr` when given, else every address of
+    /// the port (`[::]`, either family) when it has both families, else its one address.
+    pub fn listen_addr(&self, addr: Option<IpAddr>, port: u16) -> SocketAddr {
+        let ip = addr.unwrap_or(match (self.addr.ipv4, self.addr.ipv6) {
+            (Some(_), Some(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            _ => self.ip,
+        });
+        SocketAddr::new(ip, port)
+    }
+
+    /// Our address of `remote`'s family, to connect from; a usage error when the port has
+    /// none.
+    pub fn local_for(&self, remote: IpAddr) -> Result<IpAddr, CmdError> {
+        self.addr.source_for(remote).ok_or_else(|| {
+            CmdError::Usage(format!(
+                "the port has no {} address to reach {remote} from",
+                if remote.is_ipv4() { "ipv4" } else { "ipv6" }
+            ))
+        })
+    }
+
     /// Runs `app` until done; stats lines on stderr; the counters summary at the end.
     pub fn run<A: App>(&mut self, app: &mut A, limit: Option<Duration>) -> Result<(), CmdError>
     where
@@ -237,7 +267,8 @@ impl Session {
         let port = self.poll.ports()[0].stats();
         say!(
             "loop-rx-frames: {}\nloop-busy-polls: {}\nloop-tx-frames: {}\nloop-busy-ns: rx {} process {} tx {}\n\
-             port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}",
+             port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}\n\
+             nd-failures: {}\nvlan-other-frames: {}\nipv6-dropped-frames: {}",
             loop_counters.rx,
             loop_counters.busy_polls,
             loop_counters.tx,
@@ -247,7 +278,12 @@ impl Session {
             port.rx_dropped,
             port.tx_dropped + loop_counters.tx_dropped,
             loop_counters.tx_deferred,
-            loop_counters.arp_failures
+            loop_counters.arp_failures,
+            loop_counters.nd_failures,
+            loop_counters.class(FrameClass::OtherVlan),
+            loop_counters.class(FrameClass::Ipv6Fragment)
+                + loop_counters.class(FrameClass::Ipv6ExtHeader)
+                + loop_counters.class(FrameClass::Ipv6Jumbogram)
         );
         Ok(r?)
     }

@@ -2,7 +2,7 @@
 //! `{addr, rkey, size}` records) over the data plane's iWARP, server (`-s`) or client
 //! (`-c`), with rping's flags.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 use dataplane::apps::rping::{Rping, RpingOptions, MAX_SIZE, MIN_SIZE};
 use dataplane::say;
@@ -20,9 +20,10 @@ pub struct Args {
     /// Client side.
     #[arg(short = 'c')]
     pub client: bool,
-    /// Address (server: to listen on, default the port's; client: the server's).
+    /// Address, IPv4 or IPv6 (server: to listen on, default the port's; client: the
+    /// server's).
     #[arg(short = 'a', value_name = "ADDR")]
-    pub addr: Option<Ipv4Addr>,
+    pub addr: Option<IpAddr>,
     /// TCP port.
     #[arg(short = 'p', value_name = "PORT", default_value_t = 7174)]
     pub port: u16,
@@ -65,13 +66,13 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     };
     let mut s = args.rdma.session()?;
     let mut app = if args.server {
-        let addr = SocketAddrV4::new(args.addr.unwrap_or(s.ip), args.port);
+        let addr = s.listen_addr(args.addr, args.port);
         let app = Rping::server(s.poll.handler_mut(), addr, opts)?;
         say!("rping server listening on {addr} (memory: {})", s.memory);
         app
     } else {
-        let remote = SocketAddrV4::new(args.addr.unwrap_or(s.ip), args.port);
-        let ip = s.ip;
+        let remote = SocketAddr::new(args.addr.unwrap_or(s.ip), args.port);
+        let ip = s.local_for(remote.ip())?;
         let app = Rping::client(s.poll.handler_mut(), ip, remote, opts)?;
         say!("rping client connecting to {remote} (memory: {})", s.memory);
         app

@@ -207,8 +207,13 @@ fn summary(loops: &[Lcore], n_ports: usize, elapsed: Duration) -> String {
         "other",
         "not_for_us",
         "malformed",
+        "vlan_other",
         "arp_reply",
         "arp_fail",
+        "nd_advert",
+        "nd_fail",
+        "nd_unsol",
+        "dad_dup",
         "echo_reply",
         "unhandled",
         "tx_defer",
@@ -253,20 +258,34 @@ fn summary(loops: &[Lcore], n_ports: usize, elapsed: Duration) -> String {
             format!("{:.0}", s.rx_packets as f64 / secs),
             format!("{:.0}", s.tx_packets as f64 / secs),
         ]);
-        let other = c.class(FrameClass::OtherIpv4)
-            + c.class(FrameClass::Fragment)
-            + c.class(FrameClass::OtherEthertype);
+        let other = [
+            FrameClass::OtherIpv4,
+            FrameClass::Fragment,
+            FrameClass::OtherEthertype,
+            FrameClass::OtherIpv6,
+            FrameClass::Ipv6Fragment,
+            FrameClass::Ipv6ExtHeader,
+            FrameClass::Ipv6Jumbogram,
+        ]
+        .map(|k| c.class(k))
+        .iter()
+        .sum::<u64>();
         lp.row([
             name.clone(),
             c.class(FrameClass::Arp).to_string(),
-            c.class(FrameClass::Icmp).to_string(),
+            (c.class(FrameClass::Icmp) + c.class(FrameClass::Icmpv6)).to_string(),
             c.class(FrameClass::Tcp).to_string(),
             c.class(FrameClass::Udp).to_string(),
             other.to_string(),
             c.class(FrameClass::NotForUs).to_string(),
             c.malformed().to_string(),
+            c.class(FrameClass::OtherVlan).to_string(),
             c.arp_replies.to_string(),
             c.arp_failures.to_string(),
+            c.nd_adverts.to_string(),
+            c.nd_failures.to_string(),
+            c.nd_unsolicited.to_string(),
+            c.dad_conflicts.to_string(),
             c.echo_replies.to_string(),
             c.unhandled.to_string(),
             c.tx_deferred.to_string(),

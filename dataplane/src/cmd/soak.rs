@@ -2,7 +2,7 @@
 //! [`dataplane::apps::soak`]). Without a server address it is the server; with one, the
 //! client, whose exit status covers the server's verdict too.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -22,8 +22,8 @@ use super::rdma_args::{RdmaArgs, Session};
 /// Arguments of `soak`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The server's address (client); without it, run the server.
-    pub server: Option<Ipv4Addr>,
+    /// The server's address, IPv4 or IPv6 (client); without it, run the server.
+    pub server: Option<IpAddr>,
     /// QPs (connections) in parallel.
     #[arg(long, value_name = "Q", default_value_t = 8)]
     pub qps: usize,
@@ -249,7 +249,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let started = clock::now();
     match args.server {
         None => {
-            let addr = SocketAddrV4::new(s.ip, args.port);
+            let addr = s.listen_addr(None, args.port);
             let mut app = SoakServer::new(s.poll.handler_mut(), addr, args.stall)?;
             say!(
                 "soak server listening on {addr} (memory: {}, CRC {}, markers {})",
@@ -275,8 +275,8 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             r
         }
         Some(ip) => {
-            let remote = SocketAddrV4::new(ip, args.port);
-            let local = s.ip;
+            let remote = SocketAddr::new(ip, args.port);
+            let local = s.local_for(ip)?;
             let mut app = SoakClient::new(s.poll.handler_mut(), local, remote, params.clone())?;
             say!(
                 "soak client: {} QPs to {remote}, {} (memory: {}, CRC {}, markers {}, seed {})",

@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -59,9 +59,9 @@ pub struct Args {
     /// TCP port to listen on (echo, sink).
     #[arg(long, value_name = "PORT")]
     pub listen: Option<u16>,
-    /// Peer to connect to (source, client).
+    /// Peer to connect to (source, client): `IPV4:PORT` or `[IPV6]:PORT`.
     #[arg(long, value_name = "IP:PORT")]
-    pub connect: Option<SocketAddrV4>,
+    pub connect: Option<SocketAddr>,
     /// Send the contents of this file (source, client).
     #[arg(long, value_name = "FILE", conflicts_with = "bytes")]
     pub file: Option<PathBuf>,
@@ -355,11 +355,27 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         )));
     }
     let pc = cfg.ports[0].clone();
-    let Some(net) = pc.ipv4 else {
+    let addr = PortAddr::of(&pc);
+    let Some(primary) = addr.primary() else {
         return Err(CmdError::Usage(format!(
-            "port {} has no ipv4 address",
+            "port {} has no ipv4 or ipv6 address",
             pc.name()
         )));
+    };
+    // A port with both families listens on both.
+    let listen_ip = match (addr.ipv4, addr.ipv6) {
+        (Some(_), Some(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => primary,
+    };
+    let local = match args.connect.filter(|_| !listen) {
+        Some(remote) => Some(addr.source_for(remote.ip()).ok_or_else(|| {
+            CmdError::Usage(format!(
+                "port {} has no address of {}'s family",
+                pc.name(),
+                remote.ip()
+            ))
+        })?),
+        None => None,
     };
     let stop = stop_flag()?;
     let opened = args.ports.open(&cfg)?;
@@ -380,16 +396,20 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let mut engine: Engine<StreamSocket> = Engine::new(tcp_cfg);
     if let Some(p) = args.listen.filter(|_| listen) {
         engine
-            .listen(SocketAddrV4::new(net.addr, p), 128)
+            .listen(SocketAddr::new(listen_ip, p), 128)
             .map_err(|e| CmdError::Runtime(e.to_string()))?;
-        say!("tcp {:?}: listening on {}:{p}", args.mode, net.addr);
+        say!(
+            "tcp {:?}: listening on {}",
+            args.mode,
+            SocketAddr::new(listen_ip, p)
+        );
     }
     let mut conns = Vec::new();
-    if let Some(remote) = args.connect.filter(|_| !listen) {
+    if let (Some(remote), Some(local)) = (args.connect.filter(|_| !listen), local) {
         let id = engine
             .connect(
                 clock::now(),
-                SocketAddrV4::new(net.addr, 0),
+                SocketAddr::new(local, 0),
                 remote,
                 StreamSocket::new(SOCKET_BUF, SOCKET_BUF),
             )
@@ -421,7 +441,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         scratch: Vec::new(),
     };
     let mut poll = PollLoop::new(TcpHandler::new(engine, (), app), cfg.poll.burst);
-    poll.add_port(port, PortAddr::of(&pc));
+    poll.add_port(port, addr);
     poll.run(&stop, deadline(args.duration), |_, _| {});
     let app = poll.handler().service();
     let secs = match (app.started, app.finished) {

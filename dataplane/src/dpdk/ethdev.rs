@@ -35,6 +35,11 @@ pub struct EthDevSetup {
     pub mac: Option<[u8; 6]>,
     /// Receive frames for every destination MAC.
     pub promiscuous: bool,
+    /// Receive every multicast frame (IPv6 neighbour discovery's groups).
+    pub all_multicast: bool,
+    /// Enable the device's 802.1Q offloads (strip on receive, insert on transmit) where it
+    /// has them.
+    pub vlan_offload: bool,
     /// How long to keep retrying `rte_eth_dev_start` while it fails with `EPERM`, which is
     /// how a memif client reports that its server's socket is not there yet.
     pub start_wait: Duration,
@@ -68,6 +73,9 @@ pub struct EthDev {
     port_id: u16,
     device: String,
     mac: [u8; 6],
+    /// 802.1Q offloads enabled: strip on receive, insert on transmit.
+    vlan: (bool, bool),
+    tx_unprepared: u64,
     started: bool,
     rx_desc: u16,
     tx_desc: u16,
@@ -195,6 +203,8 @@ impl EthDev {
             port_id,
             device: device.to_string(),
             mac: [0; 6],
+            vlan: (false, false),
+            tx_unprepared: 0,
             started: false,
             rx_desc: 0,
             tx_desc: 0,
@@ -204,8 +214,31 @@ impl EthDev {
         claim.transfer();
         let op = |what: &str| format!("{device}: {what}");
 
-        let conf = dpdk_sys::rte_eth_conf::default();
-        // SAFETY: EAL is running; conf is a zero-initialised rte_eth_conf (all defaults).
+        let mut conf = dpdk_sys::rte_eth_conf::default();
+        if setup.vlan_offload {
+            dev.vlan = Self::vlan_capabilities(port_id);
+            // SAFETY: plain constants of the shim.
+            let (strip, insert) = unsafe {
+                (
+                    dpdk_sys::dpdk_shim_rx_offload_vlan_strip(),
+                    dpdk_sys::dpdk_shim_tx_offload_vlan_insert(),
+                )
+            };
+            if dev.vlan.0 {
+                conf.rxmode.offloads |= strip;
+            }
+            if dev.vlan.1 {
+                conf.txmode.offloads |= insert;
+            }
+            let how = |on: bool| if on { "by the device" } else { "in software" };
+            log::info!(
+                "{device}: 802.1Q tags stripped {}, inserted {}",
+                how(dev.vlan.0),
+                how(dev.vlan.1)
+            );
+        }
+        // SAFETY: EAL is running; conf is a zero-initialised rte_eth_conf (defaults) with
+        // only offloads the device reports set.
         let ret = unsafe { dpdk_sys::rte_eth_dev_configure(port_id, 1, 1, &conf) };
         check(|| op("rte_eth_dev_configure(1 rxq, 1 txq)"), ret)?;
 
@@ -297,6 +330,16 @@ impl EthDev {
         } else {
             check(|| op("rte_eth_promiscuous_enable/disable"), ret)?;
         }
+        if setup.all_multicast {
+            // SAFETY: configured port.
+            let ret = unsafe { dpdk_sys::rte_eth_allmulticast_enable(port_id) };
+            if ret < 0 {
+                log::debug!(
+                    "{device}: all-multicast not enabled ({}); IPv6 neighbour discovery relies on the PMD passing its groups",
+                    strerror(ret.abs())
+                );
+            }
+        }
 
         let deadline = Instant::now() + setup.start_wait;
         let mut attempts = 0u32;
@@ -351,6 +394,33 @@ impl EthDev {
     /// DPDK port id.
     pub fn port_id(&self) -> u16 {
         self.port_id
+    }
+
+    /// The 802.1Q offloads port `port_id` reports in `rte_eth_dev_info`: (strip on receive,
+    /// insert on transmit); none when the query fails.
+    fn vlan_capabilities(port_id: u16) -> (bool, bool) {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: valid port (looked up and claimed); info is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(port_id, &mut info) };
+        if ret != 0 {
+            return (false, false);
+        }
+        // SAFETY: plain constants of the shim.
+        let (strip, insert) = unsafe {
+            (
+                dpdk_sys::dpdk_shim_rx_offload_vlan_strip(),
+                dpdk_sys::dpdk_shim_tx_offload_vlan_insert(),
+            )
+        };
+        (
+            info.rx_offload_capa & strip != 0,
+            info.tx_offload_capa & insert != 0,
+        )
+    }
+
+    /// The 802.1Q offloads enabled on the device: (strip on receive, insert on transmit).
+    pub fn vlan_offload(&self) -> (bool, bool) {
+        self.vlan
     }
 
     /// EAL device name.
@@ -472,6 +542,48 @@ impl EthDev {
         // The PMD owns the sent mbufs now: remove them from the Vec without freeing.
         bufs.drain(..sent).for_each(std::mem::forget);
         sent
+    }
+
+    /// `rte_eth_tx_prepare` on the frames of `bufs` when the device inserts VLAN tags
+    /// (virtio inserts them there, not in its transmit burst; a frame prepared already is
+    /// left as it is). A frame the device refuses to prepare is dropped (counted in
+    /// [`EthDev::tx_unprepared`]).
+    pub fn tx_prepare(&mut self, bufs: &mut Vec<Mbuf>) {
+        if !self.vlan.1 {
+            return;
+        }
+        let mut start = 0;
+        while start < bufs.len() {
+            let n = (bufs.len() - start).min(usize::from(u16::MAX));
+            // SAFETY: bufs[start..start + n] are owned mbufs laid out as rte_mbuf pointers
+            // (repr(transparent)); prepare may replace a pointer in the array (the Vec then
+            // owns the new mbuf) but takes ownership of none.
+            let ok = usize::from(unsafe {
+                dpdk_sys::dpdk_shim_tx_prepare(
+                    self.port_id,
+                    0,
+                    bufs.as_mut_ptr()
+                        .add(start)
+                        .cast::<*mut dpdk_sys::rte_mbuf>(),
+                    n as u16,
+                )
+            });
+            start += ok;
+            if ok < n {
+                log::debug!(
+                    "{}: rte_eth_tx_prepare refused a frame: {}",
+                    self.device,
+                    strerror(super::error::rte_errno())
+                );
+                bufs.remove(start);
+                self.tx_unprepared += 1;
+            }
+        }
+    }
+
+    /// Frames dropped because the device refused to prepare them for transmission.
+    pub fn tx_unprepared(&self) -> u64 {
+        self.tx_unprepared
     }
 
     /// The device's extended counters, by name (`rte_eth_xstats_get`).

@@ -121,6 +121,27 @@ impl Mbuf {
         }
     }
 
+    /// The 802.1Q TCI kept beside the frame rather than in it: the tag the device stripped
+    /// on receive, or the one it is to insert on transmit (DPDK's VLAN offloads).
+    pub fn offloaded_vlan(&self) -> Option<u16> {
+        const FLAGS: u64 =
+            dpdk_sys::RTE_MBUF_F_RX_VLAN_STRIPPED as u64 | dpdk_sys::RTE_MBUF_F_TX_VLAN;
+        let h = self.header();
+        (h.ol_flags & FLAGS != 0).then_some(h.vlan_tci)
+    }
+
+    /// Asks the device to insert an 802.1Q tag with `tci` when this frame is sent (the
+    /// port must have the transmit VLAN offload enabled).
+    pub fn set_tx_vlan(&mut self, tci: u16) {
+        // SAFETY: self.0 is a live mbuf we own exclusively (&mut self); the flags word and
+        // the TCI are plain fields of its header.
+        unsafe {
+            let h = self.0.as_ptr();
+            (*h).ol_flags |= dpdk_sys::RTE_MBUF_F_TX_VLAN;
+            (*h).vlan_tci = tci;
+        }
+    }
+
     /// Number of segments in the chain (1 for every mbuf this module hands out).
     pub fn segments(&self) -> u16 {
         self.header().nb_segs

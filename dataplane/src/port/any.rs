@@ -5,7 +5,7 @@
 //! (`fwd` between two DPDK ports) match on [`AnyPort::backend`] and run monomorphised on the
 //! concrete port type instead.
 
-use super::api::{PacketBuf, Port, PortInfo, PortStats};
+use super::api::{PacketBuf, Port, PortInfo, PortStats, VlanOffload};
 use super::capture::CapturePort;
 use super::fault::{FaultConfig, FaultCounters, FaultPort};
 use super::heap::HeapBuf;
@@ -54,6 +54,22 @@ impl PacketBuf for AnyBuf {
             AnyBuf::Heap(b) => b.truncate(len),
             #[cfg(feature = "dpdk")]
             AnyBuf::Mbuf(b) => b.truncate(len),
+        }
+    }
+
+    fn offloaded_vlan(&self) -> Option<u16> {
+        match self {
+            AnyBuf::Heap(b) => b.offloaded_vlan(),
+            #[cfg(feature = "dpdk")]
+            AnyBuf::Mbuf(b) => PacketBuf::offloaded_vlan(b),
+        }
+    }
+
+    fn set_offloaded_vlan(&mut self, tci: u16) {
+        match self {
+            AnyBuf::Heap(b) => b.set_offloaded_vlan(tci),
+            #[cfg(feature = "dpdk")]
+            AnyBuf::Mbuf(b) => b.set_offloaded_vlan(tci),
         }
     }
 }
@@ -355,6 +371,17 @@ impl Port for AnyPort {
             Backend::Dpdk(p) => p.describe(out),
             Backend::Fault(p) => p.describe(out),
             Backend::Capture(p) => p.describe(out),
+        }
+    }
+
+    fn vlan_offload(&self) -> VlanOffload {
+        match &self.backend {
+            Backend::Soft(p) => p.vlan_offload(),
+            Backend::Tap(p) => p.vlan_offload(),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.vlan_offload(),
+            Backend::Fault(p) => p.vlan_offload(),
+            Backend::Capture(p) => p.vlan_offload(),
         }
     }
 }

@@ -20,6 +20,23 @@ pub trait PacketBuf: AsRef<[u8]> + AsMut<[u8]> {
     }
     /// Shortens the frame to `len` bytes (no-op if already shorter).
     fn truncate(&mut self, len: usize);
+    /// The 802.1Q TCI kept beside the frame rather than in it: the tag the device stripped
+    /// on receive, or the one it is to insert on transmit (only DPDK's VLAN offloads do).
+    fn offloaded_vlan(&self) -> Option<u16> {
+        None
+    }
+    /// Asks the device to insert an 802.1Q tag with `tci` on transmit; only for ports whose
+    /// [`Port::vlan_offload`] says they insert tags (others ignore it).
+    fn set_offloaded_vlan(&mut self, _tci: u16) {}
+}
+
+/// The 802.1Q offloads a port has enabled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VlanOffload {
+    /// The device strips the tag of received frames and reports it beside the frame.
+    pub rx_strip: bool,
+    /// The device inserts the tag given with [`PacketBuf::set_offloaded_vlan`].
+    pub tx_insert: bool,
 }
 
 /// Static facts about a port.
@@ -29,7 +46,7 @@ pub struct PortInfo {
     pub name: String,
     /// Ethernet address used as source of transmitted frames.
     pub mac: [u8; 6],
-    /// IP MTU (frames carry up to `mtu + 14` bytes).
+    /// IP MTU (frames carry up to `mtu + 14` bytes, `mtu + 18` with a VLAN tag).
     pub mtu: usize,
 }
 
@@ -102,6 +119,12 @@ pub trait Port {
     /// Adds what monitoring shows of the backend (driver, queues, offloads, the counters of
     /// its layers) to `out`; the default adds nothing.
     fn describe(&self, _out: &mut Dict) {}
+
+    /// The 802.1Q offloads enabled on the port (none unless the device has them and the
+    /// port is on a VLAN).
+    fn vlan_offload(&self) -> VlanOffload {
+        VlanOffload::default()
+    }
 }
 
 /// What became of one frame a port offered to its link, in [`tx_one_by_one`].

@@ -4,6 +4,7 @@
 //! Transmitted frames are recorded only once the inner port accepted them, so a frame that
 //! is refused and retried appears once.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -12,7 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-use super::api::{Port, PortError, PortInfo, PortStats};
+use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
+use crate::frame::{TPID_8021Q, VLAN_TAG_LEN};
 use crate::settings::de_ranged;
 use crate::telemetry::Dict;
 
@@ -196,6 +198,11 @@ impl<P: Port> CapturePort<P> {
         }
     }
 
+    fn record_buf(&mut self, ts: SystemTime, buf: &P::Buf) {
+        let frame = on_the_wire(buf);
+        self.record(ts, &frame);
+    }
+
     fn record(&mut self, ts: SystemTime, frame: &[u8]) {
         let Some(w) = &mut self.writer else { return };
         match w.write_frame(ts, frame) {
@@ -226,7 +233,7 @@ impl<P: Port> Port for CapturePort<P> {
         if n > 0 && self.writer.is_some() {
             let ts = SystemTime::now();
             for buf in &out[start..] {
-                self.record(ts, buf.as_ref());
+                self.record_buf(ts, buf);
             }
         }
         n
@@ -241,7 +248,7 @@ impl<P: Port> Port for CapturePort<P> {
             return self.inner.tx_burst(bufs);
         }
         // Frames leave from the front; stage copies of all, then record the accepted ones.
-        let staged: Vec<Vec<u8>> = bufs.iter().map(|b| b.as_ref().to_vec()).collect();
+        let staged: Vec<Vec<u8>> = bufs.iter().map(|b| on_the_wire(b).into_owned()).collect();
         let before = bufs.len();
         let n = self.inner.tx_burst(bufs);
         let consumed = before - bufs.len();
@@ -260,6 +267,27 @@ impl<P: Port> Port for CapturePort<P> {
     fn describe(&self, out: &mut Dict) {
         self.inner.describe(out);
         out.put("captured", self.records());
+    }
+
+    fn vlan_offload(&self) -> VlanOffload {
+        self.inner.vlan_offload()
+    }
+}
+
+/// The frame as it is on the wire: with the 802.1Q tag the device stripped (or is to
+/// insert) put back after the MAC addresses.
+fn on_the_wire<B: PacketBuf>(buf: &B) -> Cow<'_, [u8]> {
+    let frame = buf.as_ref();
+    match buf.offloaded_vlan() {
+        Some(tci) if frame.len() >= 12 => {
+            let mut v = Vec::with_capacity(frame.len() + VLAN_TAG_LEN);
+            v.extend_from_slice(&frame[..12]);
+            v.extend_from_slice(&TPID_8021Q.to_be_bytes());
+            v.extend_from_slice(&tci.to_be_bytes());
+            v.extend_from_slice(&frame[12..]);
+            Cow::Owned(v)
+        }
+        _ => Cow::Borrowed(frame),
     }
 }
 

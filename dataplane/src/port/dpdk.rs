@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats};
+use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
 use crate::dpdk::{Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
 use crate::telemetry::Dict;
 
@@ -38,6 +38,10 @@ pub struct DpdkPortConfig {
     pub pool_size: u32,
     /// Receive frames for any destination MAC.
     pub promiscuous: bool,
+    /// Receive every multicast frame (the port takes IPv6 neighbour discovery).
+    pub all_multicast: bool,
+    /// Use the device's 802.1Q offloads where it has them (the port is on a VLAN).
+    pub vlan_offload: bool,
     /// How long to keep retrying a start the device refuses because its peer is not there
     /// yet (a memif client whose server socket does not exist).
     pub start_wait: std::time::Duration,
@@ -56,6 +60,8 @@ impl DpdkPortConfig {
             mac: None,
             pool_size: 8191,
             promiscuous: true,
+            all_multicast: false,
+            vlan_offload: false,
             start_wait: std::time::Duration::from_secs(10),
         }
     }
@@ -69,6 +75,8 @@ pub struct DpdkPort {
     pool: Mempool,
     info: PortInfo,
     sw: PortStats,
+    /// Lengths of the frames of one transmit burst (scratch).
+    tx_lens: Vec<u64>,
 }
 
 impl DpdkPort {
@@ -116,6 +124,8 @@ impl DpdkPort {
             mtu,
             mac: cfg.mac,
             promiscuous: cfg.promiscuous,
+            all_multicast: cfg.all_multicast,
+            vlan_offload: cfg.vlan_offload,
             start_wait: cfg.start_wait,
         };
         let dev = EthDev::start(eal, claim, &cfg.device, &setup, &pool)
@@ -134,6 +144,7 @@ impl DpdkPort {
             pool,
             info,
             sw: PortStats::default(),
+            tx_lens: Vec::new(),
         })
     }
 
@@ -218,15 +229,17 @@ impl Port for DpdkPort {
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
+        self.dev.tx_prepare(bufs);
         if bufs.is_empty() {
             return 0;
         }
-        // Lengths are read before sending: a PMD may free an mbuf as soon as it has it.
-        let bytes: u64 = bufs.iter().map(|m| m.len() as u64).sum();
+        // Lengths are read before sending: a PMD may free an mbuf as soon as it has it, and
+        // one that inserts VLAN tags in its burst (vhost) lengthens the frames it keeps.
+        self.tx_lens.clear();
+        self.tx_lens.extend(bufs.iter().map(|m| m.len() as u64));
         let sent = self.dev.tx_burst(bufs);
-        let unsent_bytes: u64 = bufs.iter().map(|m| m.len() as u64).sum();
         self.sw.tx_packets += sent as u64;
-        self.sw.tx_bytes += bytes - unsent_bytes;
+        self.sw.tx_bytes += self.tx_lens[..sent].iter().sum::<u64>();
         sent
     }
 
@@ -255,9 +268,17 @@ impl Port for DpdkPort {
         let hw = self.dev.hw_stats().map(port_stats).unwrap_or_default();
         PortStats {
             rx_dropped: self.sw.rx_dropped + hw.rx_dropped,
-            tx_dropped: hw.tx_dropped,
+            tx_dropped: hw.tx_dropped + self.dev.tx_unprepared(),
             rx_errors: self.sw.rx_errors + hw.rx_errors,
             ..self.sw
+        }
+    }
+
+    fn vlan_offload(&self) -> VlanOffload {
+        let (rx_strip, tx_insert) = self.dev.vlan_offload();
+        VlanOffload {
+            rx_strip,
+            tx_insert,
         }
     }
 }
@@ -313,6 +334,14 @@ impl PacketBuf for Mbuf {
 
     fn truncate(&mut self, len: usize) {
         Mbuf::truncate(self, len);
+    }
+
+    fn offloaded_vlan(&self) -> Option<u16> {
+        Mbuf::offloaded_vlan(self)
+    }
+
+    fn set_offloaded_vlan(&mut self, tci: u16) {
+        self.set_tx_vlan(tci);
     }
 }
 

@@ -14,11 +14,10 @@ use std::time::{Duration, Instant};
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
-use smoltcp::wire::{
-    EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket,
-};
+use smoltcp::wire::{EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket};
 
-use super::api::{PacketBuf, Port, PortInfo, PortStats};
+use super::api::{PacketBuf, Port, PortInfo, PortStats, VlanOffload};
+use crate::frame::{parse_l2, IPV6_HLEN};
 use crate::settings::{check_range, de_ranged};
 use crate::telemetry::Dict;
 
@@ -492,6 +491,9 @@ impl<B: PacketBuf> Stage<B> {
             match alloc(buf.len()) {
                 Some(mut c) => {
                     c.as_mut().copy_from_slice(buf.as_ref());
+                    if let Some(tci) = buf.offloaded_vlan() {
+                        c.set_offloaded_vlan(tci);
+                    }
                     self.counters.duplicated += 1;
                     Some(c)
                 }
@@ -521,25 +523,47 @@ impl<B: PacketBuf> Stage<B> {
     }
 }
 
-/// Flips one bit (chosen by `r`) of the TCP payload of an Ethernet/IPv4/TCP frame and
-/// recomputes the TCP checksum. Returns false (frame untouched) if the frame holds no
-/// well-formed TCP segment with payload.
+/// Flips one bit (chosen by `r`) of the TCP payload of an Ethernet (802.1Q-tagged or not)
+/// IPv4/TCP or IPv6/TCP frame and recomputes the TCP checksum. Returns false (frame
+/// untouched) if the frame holds no well-formed TCP segment with payload (an IPv4 fragment,
+/// an IPv6 extension header).
 pub fn corrupt_tcp_payload(frame: &mut [u8], r: u64) -> bool {
-    let Ok(mut eth) = EthernetFrame::new_checked(frame) else {
+    let Some(l2) = parse_l2(frame, None) else {
         return false;
     };
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
-        return false;
-    }
-    let Ok(mut ip) = Ipv4Packet::new_checked(eth.payload_mut()) else {
-        return false;
+    let l3 = &mut frame[l2.l3_offset..];
+    let (src, dst, segment) = match l2.ethertype {
+        EthernetProtocol::Ipv4 => {
+            let Ok(ip) = Ipv4Packet::new_checked(&*l3) else {
+                return false;
+            };
+            if ip.next_header() != IpProtocol::Tcp || ip.frag_offset() != 0 || ip.more_frags() {
+                return false;
+            }
+            let (src, dst) = (
+                IpAddress::Ipv4(ip.src_addr()),
+                IpAddress::Ipv4(ip.dst_addr()),
+            );
+            let at = usize::from(ip.header_len())..usize::from(ip.total_len());
+            (src, dst, &mut l3[at])
+        }
+        EthernetProtocol::Ipv6 => {
+            let Ok(ip) = Ipv6Packet::new_checked(&*l3) else {
+                return false;
+            };
+            if ip.next_header() != IpProtocol::Tcp {
+                return false;
+            }
+            let (src, dst) = (
+                IpAddress::Ipv6(ip.src_addr()),
+                IpAddress::Ipv6(ip.dst_addr()),
+            );
+            let at = IPV6_HLEN..ip.total_len();
+            (src, dst, &mut l3[at])
+        }
+        _ => return false,
     };
-    if ip.next_header() != IpProtocol::Tcp || ip.frag_offset() != 0 || ip.more_frags() {
-        return false;
-    }
-    let src = IpAddress::Ipv4(ip.src_addr());
-    let dst = IpAddress::Ipv4(ip.dst_addr());
-    let Ok(mut tcp) = TcpPacket::new_checked(ip.payload_mut()) else {
+    let Ok(mut tcp) = TcpPacket::new_checked(segment) else {
         return false;
     };
     let payload = tcp.payload_mut();
@@ -710,6 +734,10 @@ impl<P: Port> Port for FaultPort<P> {
             );
         }
     }
+
+    fn vlan_offload(&self) -> VlanOffload {
+        self.inner.vlan_offload()
+    }
 }
 
 impl<P: Port> fmt::Debug for FaultPort<P> {
@@ -725,9 +753,10 @@ impl<P: Port> fmt::Debug for FaultPort<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::Vlan;
     use crate::port::heap::HeapBuf;
     use crate::port::soft_pair::{test_pair, SoftPort};
-    use smoltcp::wire::Ipv4Address;
+    use std::net::IpAddr;
 
     /// A fault port on end `a` of a soft pair, and the plain end `b`.
     fn setup(cfg: FaultConfig) -> (FaultPort<SoftPort>, SoftPort) {
@@ -972,45 +1001,88 @@ mod tests {
         assert_eq!(f.counters().0.dropped, 0);
     }
 
-    fn tcp_frame(payload: &[u8]) -> Vec<u8> {
+    fn tcp_frame_of(v6: bool, vlan: Option<Vlan>, payload: &[u8]) -> Vec<u8> {
+        let (src_ip, dst_ip): (IpAddr, IpAddr) = if v6 {
+            ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap())
+        } else {
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())
+        };
         let ends = crate::frame::Ends {
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],
-            src_ip: Ipv4Address::new(10, 0, 0, 1),
-            dst_ip: Ipv4Address::new(10, 0, 0, 2),
+            src_ip,
+            dst_ip,
+            vlan,
         };
         crate::test_frames::tcp_frame(ends, payload)
     }
 
+    fn tcp_frame(payload: &[u8]) -> Vec<u8> {
+        tcp_frame_of(false, None, payload)
+    }
+
+    /// The addresses and TCP segment of an Ethernet/IP frame, its IPv4 checksum checked.
+    fn segment_of(f: &[u8]) -> (IpAddress, IpAddress, &[u8]) {
+        let l2 = parse_l2(f, None).unwrap();
+        let l3 = &f[l2.l3_offset..];
+        if l2.ethertype == EthernetProtocol::Ipv6 {
+            let ip = Ipv6Packet::new_checked(l3).unwrap();
+            let (s, d) = (ip.src_addr().into(), ip.dst_addr().into());
+            (s, d, &l3[40..ip.total_len()])
+        } else {
+            let ip = Ipv4Packet::new_checked(l3).unwrap();
+            assert!(ip.verify_checksum());
+            let (s, d) = (ip.src_addr().into(), ip.dst_addr().into());
+            (s, d, &l3[20..usize::from(ip.total_len())])
+        }
+    }
+
+    // Over IPv4 and IPv6, tagged or not: one payload bit flips and the TCP checksum still
+    // verifies (only the MPA CRC can catch it).
     #[test]
     fn tcp_payload_corruption_keeps_checksums_valid() {
-        let orig = tcp_frame(b"an MPA FPDU would be here, CRC-protected");
-        let mut frame = orig.clone();
-        assert!(corrupt_tcp_payload(&mut frame, 0x1234_5678_9abc_def0));
-        let diff: u32 = frame
-            .iter()
-            .zip(&orig)
-            .map(|(a, b)| (a ^ b).count_ones())
-            .sum();
-        // One payload bit plus the checksum change.
-        assert!(diff >= 2);
-        let eth = EthernetFrame::new_checked(&frame[..]).unwrap();
-        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
-        assert!(ip.verify_checksum());
-        let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
-        let src = IpAddress::Ipv4(ip.src_addr());
-        let dst = IpAddress::Ipv4(ip.dst_addr());
-        assert!(tcp.verify_checksum(&src, &dst), "checksum recomputed");
-        let orig_eth = EthernetFrame::new_checked(&orig[..]).unwrap();
-        let orig_ip = Ipv4Packet::new_checked(orig_eth.payload()).unwrap();
-        let orig_tcp = TcpPacket::new_checked(orig_ip.payload()).unwrap();
-        let payload_diff: u32 = tcp
-            .payload()
-            .iter()
-            .zip(orig_tcp.payload())
-            .map(|(a, b)| (a ^ b).count_ones())
-            .sum();
-        assert_eq!(payload_diff, 1, "exactly one payload bit flipped");
+        let tag = Vlan {
+            id: 100,
+            priority: 0,
+        };
+        for (v6, vlan) in [
+            (false, None),
+            (true, None),
+            (false, Some(tag)),
+            (true, Some(tag)),
+        ] {
+            let orig = tcp_frame_of(v6, vlan, b"an MPA FPDU would be here, CRC-protected");
+            let mut frame = orig.clone();
+            assert!(corrupt_tcp_payload(&mut frame, 0x1234_5678_9abc_def0));
+            let diff: u32 = frame
+                .iter()
+                .zip(&orig)
+                .map(|(a, b)| (a ^ b).count_ones())
+                .sum();
+            // One payload bit plus the checksum change.
+            assert!(diff >= 2);
+            let (src, dst, seg) = segment_of(&frame);
+            let tcp = TcpPacket::new_checked(seg).unwrap();
+            assert!(
+                tcp.verify_checksum(&src, &dst),
+                "checksum recomputed ({v6}, {vlan:?})"
+            );
+            let (_, _, orig_seg) = segment_of(&orig);
+            let orig_tcp = TcpPacket::new_checked(orig_seg).unwrap();
+            let payload_diff: u32 = tcp
+                .payload()
+                .iter()
+                .zip(orig_tcp.payload())
+                .map(|(a, b)| (a ^ b).count_ones())
+                .sum();
+            assert_eq!(payload_diff, 1, "exactly one payload bit flipped");
+        }
+        // An IPv6 extension header first: left alone.
+        let mut ext = tcp_frame_of(true, None, b"data");
+        ext[14 + 6] = 60;
+        let before = ext.clone();
+        assert!(!corrupt_tcp_payload(&mut ext, 5));
+        assert_eq!(ext, before);
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub struct PortSettings {
     pub pool_size: u32,
     /// Receive frames for any destination MAC (DPDK).
     pub promiscuous: bool,
+    /// The port is on a VLAN: use the device's 802.1Q offloads where it has them (DPDK).
+    pub vlan: bool,
+    /// The port has IPv6: receive every multicast frame (DPDK; neighbour discovery).
+    pub multicast: bool,
     /// How long to keep retrying a DPDK device start that fails because its peer is not
     /// there yet.
     pub start_wait: Duration,
@@ -209,6 +213,8 @@ fn open_dpdk(p: &PortSettings, eal: Option<&Eal>) -> Result<AnyPort, PortError> 
         mac: p.mac,
         pool_size: p.pool_size,
         promiscuous: p.promiscuous,
+        all_multicast: p.multicast,
+        vlan_offload: p.vlan,
         start_wait: p.start_wait,
     };
     Ok(DpdkPort::open(eal, &dc)?.into())
@@ -240,6 +246,8 @@ mod tests {
             tx_desc: 1024,
             pool_size: 8191,
             promiscuous: false,
+            vlan: false,
+            multicast: false,
             start_wait: Duration::from_secs(10),
             capture: None,
             fault: None,

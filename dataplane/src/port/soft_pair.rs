@@ -12,9 +12,11 @@ use crossbeam_queue::ArrayQueue;
 
 use super::api::{rx_one_by_one, tx_one_by_one, Offered, PacketBuf, Port, PortInfo, PortStats};
 use super::heap::{BufPool, HeapBuf};
+use crate::frame::MAX_L2_HLEN;
 
-/// Ethernet header length added to the IP MTU to get the largest frame.
-const ETH_HEADER_LEN: usize = 14;
+/// Layer-2 header length added to the IP MTU to get the largest frame: Ethernet with an
+/// 802.1Q tag, as on a real link.
+const ETH_HEADER_LEN: usize = MAX_L2_HLEN;
 
 /// One end of a software link pair.
 #[derive(Debug)]
@@ -157,16 +159,18 @@ mod tests {
         assert_eq!(b.rx_pending(), 0);
     }
 
+    // The largest frame is the MTU plus an Ethernet header with an 802.1Q tag (1518 octets
+    // at MTU 1500, FCS excluded); one octet more is dropped.
     #[test]
     fn oversized_frames_are_dropped() {
         let (mut a, mut b) = test_pair(4);
-        let mut bufs = vec![frame(&mut a, 1, 1515), frame(&mut a, 2, 1514)];
+        let mut bufs = vec![frame(&mut a, 1, 1519), frame(&mut a, 2, 1518)];
         assert_eq!(a.tx_burst(&mut bufs), 1);
         assert!(bufs.is_empty());
         assert_eq!(a.stats().tx_dropped, 1);
         let mut got = Vec::new();
         assert_eq!(b.rx_burst(&mut got, 4), 1);
-        assert_eq!(got[0].len(), 1514);
+        assert_eq!(got[0].len(), 1518);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! threads through the rings of [`iwarp::verbs::channel`].
 
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use iwarp::conn::{ConnConfig, ConnEvent, Connection, LlpRequest};
@@ -63,7 +63,7 @@ pub enum CmEvent {
         /// Its QP.
         qp: QpId,
         /// The initiator's address.
-        remote: SocketAddrV4,
+        remote: SocketAddr,
         /// The initiator's private data.
         private_data: Vec<u8>,
     },
@@ -103,9 +103,9 @@ pub enum CmEvent {
         /// The connection.
         id: ConnId,
         /// The listening address it arrived on.
-        local: SocketAddrV4,
+        local: SocketAddr,
         /// The initiator's address.
-        remote: SocketAddrV4,
+        remote: SocketAddr,
         /// The initiator's private data.
         private_data: Vec<u8>,
         /// The initiator's IRD and ORD (RFC 6581), when its Request carried them.
@@ -155,8 +155,8 @@ impl From<VerbError> for CmError {
 pub(super) struct Entry {
     /// The connection's QP; none yet for a Request to a pending listener.
     pub(super) qp: Option<QpId>,
-    pub(super) local: SocketAddrV4,
-    pub(super) remote: SocketAddrV4,
+    pub(super) local: SocketAddr,
+    pub(super) remote: SocketAddr,
     pub(super) established: bool,
     /// Disconnect asked: close TCP once the connection drained.
     closing: bool,
@@ -309,8 +309,10 @@ impl RdmaHandler {
         self.service().event_log.recent()
     }
 
-    /// Listens on `addr`; each accepted connection gets a QP created from `init`.
-    pub fn listen(&mut self, addr: SocketAddrV4, init: QpInit) -> Result<(), CmError> {
+    /// Listens on `addr` (IPv4 or IPv6; unspecified: every address of the port); each
+    /// accepted connection gets a QP created from `init`.
+    pub fn listen(&mut self, addr: impl Into<SocketAddr>, init: QpInit) -> Result<(), CmError> {
+        let addr = addr.into();
         let (engine, _, cm) = self.parts();
         engine.listen(addr, 64)?;
         cm.listeners.insert(addr.port(), Some(init));
@@ -320,7 +322,12 @@ impl RdmaHandler {
     /// Listens on `addr` with at most `backlog` connections half-open; each MPA Request is
     /// reported as [`CmEvent::Request`] without a QP (rdma_cm's order: the application
     /// creates the QP on the new id, then accepts).
-    pub fn listen_pending(&mut self, addr: SocketAddrV4, backlog: usize) -> Result<(), CmError> {
+    pub fn listen_pending(
+        &mut self,
+        addr: impl Into<SocketAddr>,
+        backlog: usize,
+    ) -> Result<(), CmError> {
+        let addr = addr.into();
         let (engine, _, cm) = self.parts();
         engine.listen(addr, backlog.max(1))?;
         cm.listeners.insert(addr.port(), None);
@@ -335,31 +342,43 @@ impl RdmaHandler {
         engine.unlisten(port)
     }
 
-    /// Connects from `local` to `remote` with a new QP from `init`, sending `private_data`
-    /// in the MPA Request. [`CmEvent::Established`] follows, or Rejected / ConnectError.
+    /// Connects from `local` to `remote` (addresses of one family) with a new QP from
+    /// `init`, sending `private_data` in the MPA Request. [`CmEvent::Established`] follows,
+    /// or Rejected / ConnectError.
     pub fn connect(
         &mut self,
-        local: Ipv4Addr,
-        remote: SocketAddrV4,
+        local: impl Into<IpAddr>,
+        remote: impl Into<SocketAddr>,
         init: QpInit,
         private_data: &[u8],
     ) -> Result<(ConnId, QpId), CmError> {
+        let (local, remote) = (local.into(), remote.into());
+        if local.is_ipv4() != remote.is_ipv4() {
+            let remote = remote.ip();
+            return Err(tcp::Error::FamilyMismatch { local, remote }.into());
+        }
         let (qp, _) = self.rnic_mut().create_qp(init)?;
         let id = self.connect_qp(local, remote, qp, private_data, None)?;
         Ok((id, qp))
     }
 
-    /// Connects the existing QP `qp` (in Idle) from `local` to `remote`, sending
-    /// `private_data` in the MPA Request with `ird_ord` (this connection's IRD and ORD, when
-    /// not the handler's). [`CmEvent::Established`] follows, or Rejected / ConnectError.
+    /// Connects the existing QP `qp` (in Idle) from `local` to `remote` (addresses of one
+    /// family), sending `private_data` in the MPA Request with `ird_ord` (this connection's
+    /// IRD and ORD, when not the handler's). [`CmEvent::Established`] follows, or Rejected /
+    /// ConnectError.
     pub fn connect_qp(
         &mut self,
-        local: Ipv4Addr,
-        remote: SocketAddrV4,
+        local: impl Into<IpAddr>,
+        remote: impl Into<SocketAddr>,
         qp: QpId,
         private_data: &[u8],
         ird_ord: Option<(u16, u16)>,
     ) -> Result<ConnId, CmError> {
+        let (local, remote) = (local.into(), remote.into());
+        if local.is_ipv4() != remote.is_ipv4() {
+            let remote = remote.ip();
+            return Err(tcp::Error::FamilyMismatch { local, remote }.into());
+        }
         let (engine, rnic, cm) = self.parts();
         let now = cm.now;
         let init = rnic.query_qp(qp)?.init;
@@ -372,10 +391,10 @@ impl RdmaHandler {
         let cfg = cm.conn_config(mpa, &init, qp);
         let mut conn = Connection::initiator(cfg, now)?;
         conn.pump_verbs(now, rnic, qp);
-        let id = engine.connect(now, SocketAddrV4::new(local, 0), remote, conn)?;
+        let id = engine.connect(now, SocketAddr::new(local, 0), remote, conn)?;
         let local = engine
             .tuple(id)
-            .map_or(SocketAddrV4::new(local, 0), |t| t.local);
+            .map_or(SocketAddr::new(local, 0), |t| t.local);
         cm.track(id, Some(qp), local, remote, true);
         Ok(id)
     }
@@ -551,8 +570,8 @@ impl ConnManager {
         &mut self,
         id: ConnId,
         qp: Option<QpId>,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: SocketAddr,
+        remote: SocketAddr,
         announced: bool,
     ) {
         self.conns.insert(

@@ -2,7 +2,7 @@
 //! the connection manager in an [`RdmaHandler`], on a poll loop that drives the port.
 //! The RDMA tools, the tests and the application libraries all build their stacks here.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use iwarp::mpa::MpaConfig;
@@ -51,20 +51,22 @@ impl StackConfig {
     }
 }
 
-/// An iWARP stack on one port: its poll loop (with the [`RdmaHandler`]), its address and
+/// An iWARP stack on one port: its poll loop (with the [`RdmaHandler`]), its addresses and
 /// where its registered memory lives.
 pub struct RdmaStack<P: Port> {
     /// The poll loop over the port.
     pub poll: PollLoop<P, RdmaHandler>,
-    /// The port's IPv4 address.
-    pub ip: Ipv4Addr,
+    /// The port's main address: its IPv4 address, else its IPv6 one.
+    pub ip: IpAddr,
+    /// The port's addressing (both families, VLAN).
+    pub addr: PortAddr,
     /// Where registered memory lives.
     pub memory: MemoryKind,
 }
 
 impl<P: Port> RdmaStack<P> {
-    /// Builds the stack of `cfg` on `port`, whose address is `addr` (it must have an IPv4
-    /// address: iWARP runs over TCP/IPv4).
+    /// Builds the stack of `cfg` on `port`, whose address is `addr` (it must have an IPv4 or
+    /// an IPv6 address: iWARP runs over TCP).
     pub fn new(port: P, addr: PortAddr, cfg: StackConfig) -> Result<RdmaStack<P>, StackError> {
         let (rnic, memory) = open_rnic(cfg.memory, cfg.hugepages, cfg.stag_seed)?;
         Self::with_rnic(port, addr, cfg, rnic, memory)
@@ -80,21 +82,26 @@ impl<P: Port> RdmaStack<P> {
         rnic: Rnic,
         memory: MemoryKind,
     ) -> Result<RdmaStack<P>, StackError> {
-        let ip = addr.ipv4.ok_or(StackError::NoAddress)?.addr;
+        let ip = addr.primary().ok_or(StackError::NoAddress)?;
         let mut handler = RdmaHandler::with_rnic(cfg.rdma, rnic);
         handler.set_tx_per_poll(cfg.tx_per_poll);
         handler.set_first_fpdu_delay(cfg.first_fpdu_delay);
         let mut poll = PollLoop::new(handler, cfg.burst);
         poll.add_port(port, addr);
-        Ok(RdmaStack { poll, ip, memory })
+        Ok(RdmaStack {
+            poll,
+            ip,
+            addr,
+            memory,
+        })
     }
 }
 
 /// Why a stack could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum StackError {
-    /// The port has no IPv4 address.
-    #[error("the port has no ipv4 address")]
+    /// The port has no IP address.
+    #[error("the port has no ipv4 or ipv6 address")]
     NoAddress,
     /// The RNIC did not open.
     #[error("RNIC: {0}")]

@@ -149,6 +149,16 @@ impl Link {
         })
     }
 
+    /// Adds `server` and `client` (TOML lines) to the port of each side's configuration.
+    pub fn add_port_keys(&self, server: &str, client: &str) {
+        for (path, lines) in [(&self.server, server), (&self.client, client)] {
+            let mut text = std::fs::read_to_string(path).unwrap();
+            text.push_str(lines);
+            text.push('\n');
+            std::fs::write(path, text).unwrap();
+        }
+    }
+
     /// `vdev(role)` gives the `--vdev` argument and the port's device name of "server" and
     /// "client".
     fn new(

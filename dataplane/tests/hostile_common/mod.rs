@@ -1,7 +1,8 @@
 //! Hostile-peer harness: a server poll loop running `RdmaHandler`, a well-behaved client
-//! poll loop (its own `RdmaHandler`), and a scripted attacker that speaks raw Ethernet/IPv4/
-//! TCP built with smoltcp's wire Reprs (its own minimal handshake and ACKing), all joined by
-//! a small software switch over two soft pairs.
+//! poll loop (its own `RdmaHandler`), and a scripted attacker that speaks raw Ethernet/IP/
+//! TCP built with smoltcp's wire Reprs (its own minimal handshake and ACKing, its own ARP or
+//! neighbour discovery), all joined by a small software switch over two soft pairs. The
+//! three hosts share one [`Lan`]: IPv4, or IPv6 on an 802.1Q VLAN.
 //!
 //! ```text
 //!  server loop ══ soft pair ══ switch ══ soft pair ══ client loop
@@ -11,14 +12,16 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use dataplane::clock::{self};
 
 use dataplane::apps::{all_rights, Resources};
-use dataplane::config::Ipv4Cidr;
+use dataplane::config::{Ipv4Cidr, Ipv6Cidr};
+use dataplane::frame::{parse_l2, Ends, Vlan};
 use dataplane::lcore::{PollLoop, PortAddr};
+use dataplane::ndp;
 use dataplane::port::soft_pair::{soft_pair, SoftPort};
 use dataplane::port::{Port, PortInfo};
 use dataplane::rdma::{CmEvent, RdmaConfig, RdmaHandler, RdmaStack, Region, StackConfig};
@@ -27,8 +30,9 @@ use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{CompletionStatus, QpId, SendOp, SendWr, WorkCompletion};
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetProtocol, Icmpv6Packet, Icmpv6Repr,
+    IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, NdiscRepr, TcpControl, TcpPacket, TcpRepr,
+    TcpSeqNumber,
 };
 use tcp::ConnId;
 
@@ -37,6 +41,73 @@ pub mod mix;
 pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 2);
 pub const EVIL_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 66);
+pub const SERVER_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x88, 0, 0, 0, 0, 0, 1);
+pub const CLIENT_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x88, 0, 0, 0, 0, 0, 2);
+pub const EVIL_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x88, 0, 0, 0, 0, 0, 0x66);
+
+/// The network of the three hosts: the address family, and the VLAN every frame is tagged
+/// with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lan {
+    pub ipv6: bool,
+    pub vlan: Option<Vlan>,
+}
+
+impl Lan {
+    /// IPv4, untagged.
+    pub const IPV4: Lan = Lan {
+        ipv6: false,
+        vlan: None,
+    };
+    /// IPv6 on VLAN 100 (priority 2).
+    pub const IPV6_VLAN: Lan = Lan {
+        ipv6: true,
+        vlan: Some(Vlan {
+            id: 100,
+            priority: 2,
+        }),
+    };
+
+    fn pick(&self, v4: Ipv4Addr, v6: Ipv6Addr) -> IpAddr {
+        if self.ipv6 {
+            v6.into()
+        } else {
+            v4.into()
+        }
+    }
+
+    pub fn server_ip(&self) -> IpAddr {
+        self.pick(SERVER_IP, SERVER_IP6)
+    }
+
+    pub fn client_ip(&self) -> IpAddr {
+        self.pick(CLIENT_IP, CLIENT_IP6)
+    }
+
+    pub fn evil_ip(&self) -> IpAddr {
+        self.pick(EVIL_IP, EVIL_IP6)
+    }
+
+    /// The attacker's frames to `dst_mac` / `dst_ip`.
+    pub fn evil_ends(&self, dst_mac: [u8; 6], dst_ip: IpAddr) -> Ends {
+        Ends {
+            src_mac: EVIL_MAC,
+            dst_mac,
+            src_ip: self.evil_ip(),
+            dst_ip,
+            vlan: self.vlan,
+        }
+    }
+
+    fn port_addr(&self, ip: IpAddr) -> PortAddr {
+        let mut a = match ip {
+            IpAddr::V4(addr) => PortAddr::on_subnet(Ipv4Cidr { addr, prefix: 24 }),
+            IpAddr::V6(addr) => PortAddr::on_prefix(Ipv6Cidr { addr, prefix: 64 }),
+        };
+        a.vlan = self.vlan;
+        a
+    }
+}
 pub const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 8, 1];
 pub const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 8, 2];
 pub const EVIL_MAC: [u8; 6] = [2, 0, 0, 0, 8, 66];
@@ -67,7 +138,7 @@ pub fn rdma_config() -> RdmaConfig {
     }
 }
 
-fn new_loop(port: SoftPort, ip: Ipv4Addr, seed: u64, mut cfg: RdmaConfig) -> Loop {
+fn new_loop(port: SoftPort, addr: PortAddr, seed: u64, mut cfg: RdmaConfig) -> Loop {
     cfg.tcp.isn_secret = [seed as u8; 16];
     let cfg = StackConfig {
         rdma: cfg,
@@ -76,10 +147,6 @@ fn new_loop(port: SoftPort, ip: Ipv4Addr, seed: u64, mut cfg: RdmaConfig) -> Loo
         burst: 64,
         ..StackConfig::new(MpaConfig::default(), tcp::Config::default())
     };
-    let addr = PortAddr::on_subnet(Ipv4Cidr {
-        addr: ip,
-        prefix: 24,
-    });
     RdmaStack::new(port, addr, cfg).expect("stack").poll
 }
 
@@ -104,10 +171,12 @@ pub struct EvilConn {
 pub struct ServerConn {
     pub id: ConnId,
     pub qp: QpId,
-    pub remote: SocketAddrV4,
+    pub remote: SocketAddr,
 }
 
 pub struct Net {
+    /// Family and VLAN of the three hosts.
+    pub lan: Lan,
     pub server: Loop,
     pub client: Loop,
     sw_server: SoftPort,
@@ -143,15 +212,26 @@ fn info(name: &str, mac: [u8; 6]) -> PortInfo {
 }
 
 impl Net {
-    /// Server listening on LISTEN_PORT, client loop idle.
+    /// Server listening on LISTEN_PORT, client loop idle, over IPv4.
     pub fn new() -> Net {
-        Net::with_config(rdma_config())
+        Net::on(Lan::IPV4)
+    }
+
+    /// As [`Net::new`] on `lan`.
+    pub fn on(lan: Lan) -> Net {
+        Net::with_config_on(rdma_config(), lan)
     }
 
     /// As [`Net::new`], with the attacker known to the server (by ARP) and the good client
     /// connected.
     pub fn with_good_client() -> Net {
-        let mut net = Net::new();
+        Net::with_good_client_on(Lan::IPV4)
+    }
+
+    /// As [`Net::with_good_client`] on `lan` (the attacker made known by ARP or a
+    /// neighbour solicitation).
+    pub fn with_good_client_on(lan: Lan) -> Net {
+        let mut net = Net::on(lan);
         net.evil_arp();
         net.connect_good();
         net
@@ -159,10 +239,15 @@ impl Net {
 
     /// As [`Net::new`] with `cfg` on both loops.
     pub fn with_config(cfg: RdmaConfig) -> Net {
+        Net::with_config_on(cfg, Lan::IPV4)
+    }
+
+    /// As [`Net::with_config`] on `lan`.
+    pub fn with_config_on(cfg: RdmaConfig, lan: Lan) -> Net {
         let (srv_port, sw_server) = soft_pair(info("srv", SERVER_MAC), info("sw0", EVIL_MAC), 8192);
         let (cli_port, sw_client) = soft_pair(info("cli", CLIENT_MAC), info("sw1", EVIL_MAC), 8192);
-        let mut server = new_loop(srv_port, SERVER_IP, 1, cfg.clone());
-        let mut client = new_loop(cli_port, CLIENT_IP, 2, cfg);
+        let mut server = new_loop(srv_port, lan.port_addr(lan.server_ip()), 1, cfg.clone());
+        let mut client = new_loop(cli_port, lan.port_addr(lan.client_ip()), 2, cfg);
         let mut srv =
             Resources::new(server.handler_mut(), 1024, 64, 64, SERVER_IRD).expect("srv res");
         let srv_region = srv
@@ -173,10 +258,7 @@ impl Net {
             .expect("srv recv");
         server
             .handler_mut()
-            .listen(
-                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, LISTEN_PORT),
-                srv.init,
-            )
+            .listen(SocketAddr::new(lan.server_ip(), LISTEN_PORT), srv.init)
             .expect("listen");
         let mut cli =
             Resources::new(client.handler_mut(), 1024, 64, 64, SERVER_IRD).expect("cli res");
@@ -184,6 +266,7 @@ impl Net {
             .buffer(client.handler_mut(), REGION_LEN, all_rights())
             .expect("cli region");
         Net {
+            lan,
             server,
             client,
             sw_server,
@@ -265,10 +348,11 @@ impl Net {
         for f in frames.drain(..) {
             let b = f.as_ref();
             let dst: [u8; 6] = b[0..6].try_into().expect("eth");
-            if dst == CLIENT_MAC || dst == [0xff; 6] {
+            let group = dst == [0xff; 6] || ndp::is_ipv6_multicast_mac(dst);
+            if dst == CLIENT_MAC || group {
                 forward(&mut self.sw_client, b);
             }
-            if dst == EVIL_MAC || dst == [0xff; 6] {
+            if dst == EVIL_MAC || group {
                 let v = b.to_vec();
                 self.evil_rx(&v);
             }
@@ -286,70 +370,50 @@ impl Net {
         forward(&mut self.sw_server, frame);
     }
 
-    /// An IPv4/TCP frame from the attacker to the server.
+    /// A TCP frame from the attacker (port `sport`) to the server's listening port, over
+    /// the harness's [`Lan`].
     pub fn tcp_frame(
+        &self,
         sport: u16,
         control: TcpControl,
         seq: u32,
         ack: Option<u32>,
         payload: &[u8],
     ) -> Vec<u8> {
-        let tcp = TcpRepr {
-            src_port: sport,
-            dst_port: LISTEN_PORT,
-            control,
-            seq_number: TcpSeqNumber(seq as i32),
-            ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
-            window_len: 65535,
-            window_scale: None,
-            max_seg_size: (control == TcpControl::Syn).then_some(1460),
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload,
-        };
-        let ip = Ipv4Repr {
-            src_addr: EVIL_IP,
-            dst_addr: SERVER_IP,
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let eth = EthernetRepr {
-            src_addr: EthernetAddress(EVIL_MAC),
-            dst_addr: EthernetAddress(SERVER_MAC),
-            ethertype: EthernetProtocol::Ipv4,
-        };
-        let mut buf = vec![0u8; 14 + ip.buffer_len() + tcp.buffer_len()];
-        let caps = ChecksumCapabilities::default();
-        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-        eth.emit(&mut f);
-        let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
-        ip.emit(&mut p, &caps);
-        let mut t = TcpPacket::new_unchecked(p.payload_mut());
-        tcp.emit(&mut t, &EVIL_IP.into(), &SERVER_IP.into(), &caps);
-        buf
+        tcp_frame_on(self.lan, sport, control, seq, ack, payload)
     }
 
-    /// Announces the attacker's address (an ARP request for the server, which learns it).
+    /// Announces the attacker's address to the server: an ARP request for the server, or a
+    /// neighbour solicitation with the attacker's MAC, which the server learns.
     pub fn evil_arp(&mut self) {
-        let repr = ArpRepr::EthernetIpv4 {
-            operation: ArpOperation::Request,
-            source_hardware_addr: EthernetAddress(EVIL_MAC),
-            source_protocol_addr: EVIL_IP,
-            target_hardware_addr: EthernetAddress([0; 6]),
-            target_protocol_addr: SERVER_IP,
+        let lan = self.lan;
+        let f = match (lan.server_ip(), lan.evil_ip()) {
+            (IpAddr::V4(server), IpAddr::V4(evil)) => arp_frame(
+                lan,
+                ArpRepr::EthernetIpv4 {
+                    operation: ArpOperation::Request,
+                    source_hardware_addr: EthernetAddress(EVIL_MAC),
+                    source_protocol_addr: evil,
+                    target_hardware_addr: EthernetAddress([0; 6]),
+                    target_protocol_addr: server,
+                },
+                [0xff; 6],
+            ),
+            (IpAddr::V6(server), IpAddr::V6(evil)) => {
+                nd_frame(&ndp::solicitation(EVIL_MAC, Some(evil), server, lan.vlan))
+            }
+            _ => unreachable!("one family"),
         };
-        self.inject(&arp_frame(repr, [0xff; 6]));
+        self.inject(&f);
         self.run_for(Duration::from_millis(5));
     }
 
-    fn evil_rx(&mut self, frame: &[u8]) {
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
-            return;
-        };
-        if eth.ethertype() == EthernetProtocol::Arp {
-            let Ok(p) = ArpPacket::new_checked(eth.payload()) else {
+    /// The attacker's answer to address resolution: an ARP request or a neighbour
+    /// solicitation for its address gets a reply.
+    fn evil_resolution(&mut self, ethertype: EthernetProtocol, l3: &[u8]) {
+        let lan = self.lan;
+        if ethertype == EthernetProtocol::Arp {
+            let Ok(p) = ArpPacket::new_checked(l3) else {
                 return;
             };
             if let Ok(ArpRepr::EthernetIpv4 {
@@ -360,29 +424,81 @@ impl Net {
                 ..
             }) = ArpRepr::parse(&p)
             {
-                if target_protocol_addr == EVIL_IP {
+                if IpAddr::V4(target_protocol_addr) == lan.evil_ip() {
                     let reply = ArpRepr::EthernetIpv4 {
                         operation: ArpOperation::Reply,
                         source_hardware_addr: EthernetAddress(EVIL_MAC),
-                        source_protocol_addr: EVIL_IP,
+                        source_protocol_addr: target_protocol_addr,
                         target_hardware_addr: source_hardware_addr,
                         target_protocol_addr: source_protocol_addr,
                     };
-                    self.inject(&arp_frame(reply, source_hardware_addr.0));
+                    self.inject(&arp_frame(lan, reply, source_hardware_addr.0));
                 }
             }
             return;
         }
-        if eth.ethertype() != EthernetProtocol::Ipv4 {
-            return;
-        }
-        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+        let Ok(ip) = Ipv6Packet::new_checked(l3) else {
             return;
         };
-        if ip.dst_addr() != EVIL_IP || ip.next_header() != IpProtocol::Tcp {
+        if ip.next_header() != IpProtocol::Icmpv6 {
             return;
         }
-        let Ok(t) = TcpPacket::new_checked(ip.payload()) else {
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        let Ok(icmp) = Icmpv6Packet::new_checked(ip.payload()) else {
+            return;
+        };
+        let caps = ChecksumCapabilities::default();
+        if let Ok(Icmpv6Repr::Ndisc(NdiscRepr::NeighborSolicit {
+            target_addr,
+            lladdr: Some(l),
+        })) = Icmpv6Repr::parse(&src, &dst, &icmp, &caps)
+        {
+            if IpAddr::V6(target_addr) == lan.evil_ip() && !src.is_unspecified() {
+                let mut mac = [0u8; 6];
+                mac.copy_from_slice(l.as_bytes());
+                let na = ndp::advertisement(EVIL_MAC, src, mac, target_addr, true, lan.vlan);
+                self.inject(&nd_frame(&na));
+            }
+        }
+    }
+
+    fn evil_rx(&mut self, frame: &[u8]) {
+        let Some(l2) = parse_l2(frame, None) else {
+            return;
+        };
+        if l2.tci != self.lan.vlan.map(|v| v.tci()) {
+            return;
+        }
+        let l3 = &frame[l2.l3_offset..];
+        let (dst_ip, segment) = match l2.ethertype {
+            EthernetProtocol::Ipv4 => {
+                let Ok(ip) = Ipv4Packet::new_checked(l3) else {
+                    return;
+                };
+                if ip.next_header() != IpProtocol::Tcp {
+                    return;
+                }
+                (IpAddr::V4(ip.dst_addr()), ip.payload())
+            }
+            EthernetProtocol::Ipv6 => {
+                let Ok(ip) = Ipv6Packet::new_checked(l3) else {
+                    return;
+                };
+                if ip.next_header() != IpProtocol::Tcp {
+                    self.evil_resolution(l2.ethertype, l3);
+                    return;
+                }
+                (IpAddr::V6(ip.dst_addr()), ip.payload())
+            }
+            other => {
+                self.evil_resolution(other, l3);
+                return;
+            }
+        };
+        if dst_ip != self.lan.evil_ip() {
+            return;
+        }
+        let Ok(t) = TcpPacket::new_checked(segment) else {
             return;
         };
         let Some(c) = self.evil.get_mut(&t.dst_port()) else {
@@ -427,7 +543,7 @@ impl Net {
                 TcpControl::None
             };
             let sport = t.dst_port();
-            let f = Net::tcp_frame(sport, control, snd, Some(rcv), &[]);
+            let f = self.tcp_frame(sport, control, snd, Some(rcv), &[]);
             self.inject(&f);
         }
     }
@@ -445,7 +561,7 @@ impl Net {
                 ..EvilConn::default()
             },
         );
-        let f = Net::tcp_frame(sport, TcpControl::Syn, isn, None, &[]);
+        let f = self.tcp_frame(sport, TcpControl::Syn, isn, None, &[]);
         self.inject(&f);
     }
 
@@ -462,7 +578,7 @@ impl Net {
             let c = self.evil.get_mut(&sport).expect("evil conn");
             let (seq, ack) = (c.snd_nxt, c.rcv_nxt);
             c.snd_nxt = c.snd_nxt.wrapping_add(chunk.len() as u32);
-            let f = Net::tcp_frame(sport, TcpControl::Psh, seq, Some(ack), chunk);
+            let f = self.tcp_frame(sport, TcpControl::Psh, seq, Some(ack), chunk);
             self.inject(&f);
         }
     }
@@ -506,8 +622,8 @@ impl Net {
             .client
             .handler_mut()
             .connect(
-                CLIENT_IP,
-                SocketAddrV4::new(SERVER_IP, LISTEN_PORT),
+                self.lan.client_ip(),
+                SocketAddr::new(self.lan.server_ip(), LISTEN_PORT),
                 init,
                 b"good",
             )
@@ -609,17 +725,54 @@ fn forward(to: &mut SoftPort, bytes: &[u8]) {
     to.tx_burst(&mut v);
 }
 
-fn arp_frame(repr: ArpRepr, dst: [u8; 6]) -> Vec<u8> {
-    let eth = EthernetRepr {
-        src_addr: EthernetAddress(EVIL_MAC),
-        dst_addr: EthernetAddress(dst),
-        ethertype: EthernetProtocol::Arp,
+/// An ARP frame from the attacker to `dst`, tagged for `lan`.
+fn arp_frame(lan: Lan, repr: ArpRepr, dst: [u8; 6]) -> Vec<u8> {
+    let tag_len = if lan.vlan.is_some() { 4 } else { 0 };
+    let mut buf = vec![0u8; 14 + tag_len + repr.buffer_len()];
+    let at = dataplane::frame::write_l2(&mut buf, dst, EVIL_MAC, lan.vlan, EthernetProtocol::Arp);
+    repr.emit(&mut ArpPacket::new_unchecked(&mut buf[at..]));
+    buf
+}
+
+/// The frame of a neighbour discovery message.
+pub fn nd_frame(m: &ndp::NdMessage) -> Vec<u8> {
+    let mut b = vec![0u8; m.frame_len()];
+    assert!(m.emit(&mut b));
+    b
+}
+
+/// A TCP frame from the attacker (port `sport`) to the server's listening port on `lan`.
+pub fn tcp_frame_on(
+    lan: Lan,
+    sport: u16,
+    control: TcpControl,
+    seq: u32,
+    ack: Option<u32>,
+    payload: &[u8],
+) -> Vec<u8> {
+    let tcp = TcpRepr {
+        src_port: sport,
+        dst_port: LISTEN_PORT,
+        control,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+        window_len: 65535,
+        window_scale: None,
+        max_seg_size: (control == TcpControl::Syn).then_some(if lan.ipv6 { 1440 } else { 1460 }),
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload,
     };
-    let mut buf = vec![0u8; 14 + repr.buffer_len()];
-    let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-    eth.emit(&mut f);
-    let mut p = ArpPacket::new_unchecked(f.payload_mut());
-    repr.emit(&mut p);
+    let ends = lan.evil_ends(SERVER_MAC, lan.server_ip());
+    let mut buf = vec![0u8; ends.frame_len(tcp.buffer_len())];
+    let body = ends.emit_headers(&mut buf, IpProtocol::Tcp, tcp.buffer_len());
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(body),
+        &IpAddress::from(ends.src_ip),
+        &IpAddress::from(ends.dst_ip),
+        &ChecksumCapabilities::default(),
+    );
     buf
 }
 

@@ -5,7 +5,7 @@
 //! other failure CONNECT_ERROR; a closed connection DISCONNECTED, with the QP flushed as
 //! Linux siw does).
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use dataplane::rdma::{CmError, CmEvent, RdmaHandler};
@@ -57,12 +57,13 @@ impl CmTable {
         }
     }
 
-    /// `id` listens on `addr` of device `dev` (EADDRINUSE when something already does).
+    /// `id` listens on `addr` of device `dev` (a wildcard address: any of the device's
+    /// addresses, of either family; EADDRINUSE when something already listens on the port).
     pub fn listen(
         &mut self,
         dev: usize,
         h: &mut RdmaHandler,
-        addr: SocketAddrV4,
+        addr: SocketAddr,
         backlog: usize,
         id: &Arc<CmIdShared>,
     ) -> Result<(), i32> {
@@ -92,8 +93,8 @@ impl CmTable {
         &mut self,
         dev: usize,
         h: &mut RdmaHandler,
-        local: Ipv4Addr,
-        remote: SocketAddrV4,
+        local: IpAddr,
+        remote: SocketAddr,
         qp: QpId,
         private_data: &[u8],
         ird_ord: (u16, u16),
@@ -279,8 +280,8 @@ impl CmTable {
         dev: usize,
         h: &mut RdmaHandler,
         conn: ConnId,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: SocketAddr,
+        remote: SocketAddr,
         private_data: Vec<u8>,
         ird_ord: Option<(u16, u16)>,
     ) {

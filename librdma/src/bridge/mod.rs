@@ -7,7 +7,6 @@
 
 pub mod cm;
 
-use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,11 +153,6 @@ impl Bridge {
     /// Device `dev`'s RNIC.
     pub fn rnic(&mut self, dev: usize) -> Result<&mut Rnic, i32> {
         self.handler(dev).map(|h| h.rnic_mut())
-    }
-
-    /// Device `dev`'s IPv4 address.
-    pub fn ip(&self, dev: usize) -> Option<Ipv4Addr> {
-        self.stacks.get(dev).map(|s| s.ip)
     }
 
     /// One poll-loop iteration on every device; frames handled.

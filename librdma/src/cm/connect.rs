@@ -94,7 +94,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
         };
         let (qp, shared) = (q.shared.id, Arc::clone(&i.shared));
         let conn = i.with_cm(dev, move |cm, h| {
-            cm.connect(dev, h, *local.ip(), remote, qp, &pdata, (ird, ord), &shared)
+            cm.connect(dev, h, local.ip(), remote, qp, &pdata, (ird, ord), &shared)
         })?;
         i.state().conn = Some((dev, conn));
         // SAFETY: the id's live QP, and `id` is live.

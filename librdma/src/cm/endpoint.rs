@@ -1,5 +1,5 @@
 //! The synchronous endpoint calls (`rdma_create_ep`, `rdma_get_request`, `rdma_destroy_ep`)
-//! and name resolution (`rdma_getaddrinfo`, through libc's resolver, IPv4).
+//! and name resolution (`rdma_getaddrinfo`, through libc's resolver, IPv4 and IPv6).
 
 use std::os::raw::{c_char, c_int};
 
@@ -39,9 +39,10 @@ unsafe fn copy_sockaddr(
     Ok(p.cast())
 }
 
-/// `rdma_getaddrinfo`: resolves `node`/`service` to an IPv4 address (the source address
-/// with `RAI_PASSIVE`, else the destination), RC over the TCP port space unless the hints
-/// say otherwise. Returns 0 or a resolver (`EAI_*`) code.
+/// `rdma_getaddrinfo`: resolves `node`/`service` to an address of the hints' family (with
+/// none given, an IPv4 address when the name has one, else an IPv6 one): the source
+/// address with `RAI_PASSIVE`, else the destination; RC over the TCP port space unless the
+/// hints say otherwise. Returns 0 or a resolver (`EAI_*`) code.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,
@@ -56,13 +57,14 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         // SAFETY: NULL or the caller's readable hints.
         let h = unsafe { hints.as_ref() };
         let flags = h.map_or(0, |h| h.ai_flags);
-        if h.is_some_and(|h| h.ai_family != 0 && h.ai_family != libc::AF_INET) {
+        let family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
+        if ![libc::AF_UNSPEC, libc::AF_INET, libc::AF_INET6].contains(&family) {
             return libc::EAI_FAMILY;
         }
         let passive = flags as u32 & RAI_PASSIVE != 0;
         // SAFETY: all-zero is a valid addrinfo hint block.
         let mut lh: libc::addrinfo = unsafe { std::mem::zeroed() };
-        lh.ai_family = libc::AF_INET;
+        lh.ai_family = family;
         lh.ai_socktype = libc::SOCK_STREAM;
         if passive {
             lh.ai_flags |= libc::AI_PASSIVE;
@@ -96,14 +98,24 @@ fn build_addrinfo(
     passive: bool,
 ) -> Result<*mut rdma_addrinfo, i32> {
     // SAFETY: the first entry of getaddrinfo's non-empty result.
-    let first = unsafe { found.as_ref() }.ok_or(libc::ENOENT)?;
+    let mut first = unsafe { found.as_ref() }.ok_or(libc::ENOENT)?;
+    // The first IPv4 entry if any (as before IPv6 was known), else the first one.
+    let mut cur = Some(first);
+    while let Some(e) = cur {
+        if e.ai_family == libc::AF_INET {
+            first = e;
+            break;
+        }
+        // SAFETY: the next entry of getaddrinfo's list, or NULL.
+        cur = unsafe { e.ai_next.as_ref() };
+    }
     // SAFETY: calloc of one rdma_addrinfo (all-zero is valid); NULL checked.
     let ai =
         unsafe { libc::calloc(1, std::mem::size_of::<rdma_addrinfo>()) }.cast::<rdma_addrinfo>();
     // SAFETY: just allocated (NULL refused).
     let a = unsafe { ai.as_mut() }.ok_or(libc::ENOMEM)?;
     a.ai_flags = h.map_or(0, |h| h.ai_flags);
-    a.ai_family = libc::AF_INET;
+    a.ai_family = first.ai_family;
     a.ai_qp_type = h.map_or(0, |h| h.ai_qp_type);
     if a.ai_qp_type == 0 {
         a.ai_qp_type = IBV_QPT_RC as c_int;

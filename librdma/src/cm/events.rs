@@ -203,8 +203,8 @@ fn new_child(
     shared: &Arc<CmIdShared>,
     dev: usize,
     conn: tcp::ConnId,
-    local: std::net::SocketAddrV4,
-    remote: std::net::SocketAddrV4,
+    local: std::net::SocketAddr,
+    remote: std::net::SocketAddr,
     ird_ord: Option<(u16, u16)>,
 ) -> Result<*mut rdma_cm_id, i32> {
     let h = device_handles(dev)?;

@@ -2,7 +2,7 @@
 //! event), binding to an address (and so to a device), address and route resolution,
 //! listening, options and queries, destruction.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -174,12 +174,12 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
-/// The device whose port has address `ip`.
-fn device_with_ip(ip: Ipv4Addr) -> Result<usize, i32> {
+/// The device whose port has address `ip` (of either family).
+fn device_with_ip(ip: IpAddr) -> Result<usize, i32> {
     runtime()?
         .devices
         .iter()
-        .position(|d| d.ipv4.addr == ip)
+        .position(|d| d.has(ip))
         .ok_or(libc::EADDRNOTAVAIL)
 }
 
@@ -193,8 +193,9 @@ fn attach(i: &mut CmId, dev: usize) -> Result<(), i32> {
     Ok(())
 }
 
-/// `rdma_bind_addr`: a specific address binds the id to its device at once; the wildcard
-/// address binds it to every device when it listens. Port 0 takes a free port.
+/// `rdma_bind_addr`: a specific address (IPv4 or IPv6) binds the id to its device at once;
+/// a wildcard address (`0.0.0.0` or `::`, either taking both families like Linux's
+/// dual-stack sockets) binds it to every device when it listens. Port 0 takes a free port.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut sockaddr) -> c_int {
     status_call("rdma_bind_addr", || {
@@ -208,9 +209,9 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut sockaddr) -
             a.port()
         };
         if !a.ip().is_unspecified() {
-            attach(i, device_with_ip(*a.ip())?)?;
+            attach(i, device_with_ip(a.ip())?)?;
         }
-        let local = SocketAddrV4::new(*a.ip(), port);
+        let local = SocketAddr::new(a.ip(), port);
         i.state().local = Some(local);
         // SAFETY: the route's source slot is a sockaddr_storage-sized field of the id.
         unsafe { addr::write(&mut i.id.route.addr.__bindgen_anon_1, local) };
@@ -218,8 +219,8 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut sockaddr) -
     })
 }
 
-/// `rdma_listen`: connection requests to the bound address (on every device for the
-/// wildcard address) arrive as CONNECT_REQUEST events with a new id.
+/// `rdma_listen`: connection requests to the bound address (to any address of every
+/// device for a wildcard address) arrive as CONNECT_REQUEST events with a new id.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     status_call("rdma_listen", || {
@@ -228,8 +229,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         let local = match i.state().local {
             Some(l) => l,
             None => {
-                let any: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
-                let mut s = addr::sockaddr_in(any);
+                let mut s = addr::sockaddr_in(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
                 // SAFETY: `id` is live; `s` is a live sockaddr_in.
                 if unsafe { rdma_bind_addr(id, (&mut s as *mut libc::sockaddr_in).cast()) } != 0 {
                     return Err(last_errno());
@@ -247,9 +247,8 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         let listening = i.core.call(move |b| {
             let mut done = Vec::new();
             for d in devs {
-                let ip = b.ip(d).ok_or(libc::ENODEV)?;
                 let (cm, h) = b.cm_and_handler(d)?;
-                if let Err(e) = cm.listen(d, h, SocketAddrV4::new(ip, port), backlog, &shared) {
+                if let Err(e) = cm.listen(d, h, local, backlog, &shared) {
                     for &(d, p) in &done {
                         if let Ok((cm, h)) = b.cm_and_handler(d) {
                             cm.unlisten(d, h, p, &shared);
@@ -270,19 +269,21 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
     })
 }
 
-/// The device that reaches `dst`: one on its subnet (not `dst` itself: a port does not
-/// talk to its own address), else one with a gateway.
-fn route_to(dst: Ipv4Addr) -> Result<Option<usize>, i32> {
+/// The device that reaches `dst`: one on its subnet or prefix (not `dst` itself: a port
+/// does not talk to its own address), else one with a gateway of `dst`'s family.
+fn route_to(dst: IpAddr) -> Result<Option<usize>, i32> {
     let devices = &runtime()?.devices;
     Ok(devices
         .iter()
-        .position(|d| d.ipv4.contains(dst) && d.ipv4.addr != dst)
-        .or_else(|| devices.iter().position(|d| d.gateway.is_some())))
+        .position(|d| d.on_link(dst) && !d.has(dst))
+        .or_else(|| devices.iter().position(|d| d.routes(dst))))
 }
 
 /// `rdma_resolve_addr`: picks the device (the source address's, the bound one's, or the
-/// one that reaches `dst`); ADDR_RESOLVED follows, or ADDR_ERROR (-ENETUNREACH) when no
-/// device reaches `dst`.
+/// one that reaches `dst`) and the source address (the given or bound one, else the
+/// device's address of `dst`'s family); ADDR_RESOLVED follows, or ADDR_ERROR
+/// (-ENETUNREACH) when no device reaches `dst` or the device has no address of its family.
+/// A source of the other family than `dst` is EINVAL.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_addr(
     id: *mut rdma_cm_id,
@@ -301,20 +302,35 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             // SAFETY: as above.
             Some(unsafe { addr::read(src.cast()) }?).filter(|s| !s.ip().is_unspecified())
         };
-        let bound = i.state().dev;
-        let dev = match (src, bound) {
-            (Some(s), _) => Some(device_with_ip(*s.ip())?),
-            (None, Some(d)) => Some(d),
-            (None, None) => route_to(*dst.ip())?,
+        if src.is_some_and(|s| s.is_ipv4() != dst.is_ipv4()) {
+            return Err(libc::EINVAL);
+        }
+        let (bound, bound_local) = {
+            let st = i.state();
+            (st.dev, st.local)
         };
-        let Some(dev) = dev else {
+        let dev = match (src, bound) {
+            (Some(s), _) => Some(device_with_ip(s.ip())?),
+            (None, Some(d)) => Some(d),
+            (None, None) => route_to(dst.ip())?,
+        };
+        let source = bound_local
+            .map(|l| l.ip())
+            .filter(|l| !l.is_unspecified() && l.is_ipv4() == dst.is_ipv4());
+        let ip = match dev {
+            Some(d) => src
+                .map(|s| s.ip())
+                .or(source)
+                .or(runtime()?.devices[d].address(dst.ip())),
+            None => None,
+        };
+        let (Some(dev), Some(ip)) = (dev, ip) else {
             // SAFETY: `i` is the live id `id`.
             return unsafe { report(id, i, CmRaw::AddrError(-libc::ENETUNREACH)) };
         };
         attach(i, dev)?;
-        let ip = runtime()?.devices[dev].ipv4.addr;
-        let port = i.state().local.map_or(0, |l| l.port());
-        let local = SocketAddrV4::new(ip, port);
+        let port = bound_local.map_or(0, |l| l.port());
+        let local = SocketAddr::new(ip, port);
         {
             let mut st = i.state();
             st.local = Some(local);
@@ -352,14 +368,14 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
 unsafe fn port_of(
     name: &str,
     id: *mut rdma_cm_id,
-    pick: fn(&IdState) -> Option<SocketAddrV4>,
+    pick: fn(&IdState) -> Option<SocketAddr>,
 ) -> u16 {
     guard(name, 0, || {
         // SAFETY: by the contract.
         let Ok(i) = (unsafe { id_obj(id) }) else {
             return 0;
         };
-        pick(&i.state()).map_or(0, |a| addr::sockaddr_in(a).sin_port)
+        pick(&i.state()).map_or(0, |a| a.port().to_be())
     })
 }
 
@@ -379,8 +395,8 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
 
 /// `rdma_set_option`: the id options rdma_cm defines are accepted (type of service, address
 /// reuse, IPv6-only and the ACK timeout have no effect on this data plane: its TCP engine
-/// sets no DSCP, listeners are re-bindable at once, and there is no IPv6); InfiniBand path
-/// records are ENOSYS.
+/// sets no DSCP, listeners are re-bindable at once, and a wildcard listener always takes
+/// both families); InfiniBand path records are ENOSYS.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_set_option(
     id: *mut rdma_cm_id,

@@ -3,7 +3,7 @@
 //! (`id->verbs` is the same pointer for every id on a device, as applications allocate
 //! their PD on it and `rdma_create_qp` requires `pd->context == id->verbs`).
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -52,9 +52,9 @@ pub struct IdState {
     /// Device the id is bound to.
     pub dev: Option<usize>,
     /// Its local address (port 0: none yet).
-    pub local: Option<SocketAddrV4>,
+    pub local: Option<SocketAddr>,
     /// The peer's address.
-    pub remote: Option<SocketAddrV4>,
+    pub remote: Option<SocketAddr>,
     /// Listening on these (device, port) pairs.
     pub listening: Vec<(usize, u16)>,
     /// Its connection.

@@ -3,7 +3,7 @@
 //! on the id's channel; `rdma_get_cm_event` turns them into `rdma_cm_event`s (and creates
 //! the C id of a new connection request) on the application's thread.
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -41,9 +41,9 @@ pub enum CmRaw {
         /// The connection.
         conn: ConnId,
         /// Our address.
-        local: SocketAddrV4,
+        local: SocketAddr,
         /// The initiator's.
-        remote: SocketAddrV4,
+        remote: SocketAddr,
         /// Its private data.
         private_data: Vec<u8>,
         /// Its IRD and ORD (RFC 6581), if it sent them.

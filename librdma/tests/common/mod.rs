@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use rdma_dataplane::abi::*;
 use rdma_dataplane::cm::events::*;
 use rdma_dataplane::cm::id::*;
+use rdma_dataplane::verbs::memory::ibv_reg_mr;
 use rdma_dataplane::verbs::qp::*;
 
 /// A configuration of two soft ports joined in this process (`device`): `a` at
@@ -311,4 +312,92 @@ pub fn wait_bytes(at: *const u8, want: &[u8]) {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// The next CM event (5 s at most), which must be `kind` with status 0; the caller acks it.
+pub fn expect_ok(ch: *mut rdma_event_channel, kind: rdma_cm_event_type) -> *mut rdma_cm_event {
+    expect_event(ch, kind, 0)
+}
+
+/// The next completion on `cq` (5 s at most).
+pub fn poll_one(cq: *mut ibv_cq) -> ibv_wc {
+    poll_n(cq, 1)[0]
+}
+
+/// Posts one send-queue WR, which must be accepted.
+pub fn post_send(qp: *mut ibv_qp, wr: &mut ibv_send_wr) {
+    let mut bad = null_mut();
+    assert_eq!(post_send_list(qp, wr, &mut bad), 0, "post_send");
+}
+
+/// Posts one receive of `sge`, which must be accepted.
+pub fn post_recv(qp: *mut ibv_qp, sge: &mut ibv_sge, wr_id: u64) {
+    let mut wr = recv_wr(wr_id, sge);
+    let mut bad = null_mut();
+    assert_eq!(post_recv_list(qp, &mut wr, &mut bad), 0, "post_recv");
+}
+
+/// The `sockaddr_in6` of `ip` (text) and `port`.
+pub fn sockaddr6(ip: &str, port: u16) -> libc::sockaddr_in6 {
+    let ip: std::net::Ipv6Addr = ip.parse().unwrap();
+    libc::sockaddr_in6 {
+        sin6_family: libc::AF_INET6 as libc::sa_family_t,
+        sin6_port: port.to_be(),
+        sin6_flowinfo: 0,
+        sin6_addr: libc::in6_addr {
+            s6_addr: ip.octets(),
+        },
+        sin6_scope_id: 0,
+    }
+}
+
+/// A new id on `ch` with `context`, in the TCP port space.
+pub fn new_id(ch: *mut rdma_event_channel, context: *mut std::os::raw::c_void) -> *mut rdma_cm_id {
+    let mut id = null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, context, RDMA_PS_TCP) },
+        0
+    );
+    id
+}
+
+/// `buf` registered on `pd` for local writes and remote reads and writes.
+pub fn reg(pd: *mut ibv_pd, buf: &mut [u8]) -> *mut ibv_mr {
+    let access =
+        (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE) as c_int;
+    let mr = unsafe { ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), access) };
+    assert!(!mr.is_null(), "ibv_reg_mr");
+    mr
+}
+
+/// The SGE of `len` bytes at `offset` in `buf`, registered as `mr`.
+pub fn sge(buf: &[u8], offset: usize, len: u32, mr: *mut ibv_mr) -> ibv_sge {
+    ibv_sge {
+        addr: buf.as_ptr() as u64 + offset as u64,
+        length: len,
+        lkey: unsafe { (*mr).lkey },
+    }
+}
+
+/// A signaled work request of `opcode` over one SGE; for RDMA Write and Read, to `remote`
+/// (address and rkey).
+pub fn signaled(
+    wr_id: u64,
+    sge: &mut ibv_sge,
+    opcode: ibv_wr_opcode,
+    remote: Option<(u64, u32)>,
+) -> ibv_send_wr {
+    let mut wr = ibv_send_wr {
+        wr_id,
+        sg_list: sge,
+        num_sge: 1,
+        opcode,
+        send_flags: IBV_SEND_SIGNALED,
+        ..Default::default()
+    };
+    if let Some((addr, rkey)) = remote {
+        wr.wr.rdma.remote_addr = addr;
+        wr.wr.rdma.rkey = rkey;
+    }
+    wr
 }

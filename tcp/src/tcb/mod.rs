@@ -10,7 +10,7 @@ mod output;
 mod timers;
 
 use core::time::Duration;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 
 use smoltcp::wire::{TcpControl, TcpRepr};
 
@@ -129,8 +129,8 @@ pub struct ConnInfo {
 #[derive(Debug)]
 pub(crate) struct Tcb {
     pub(crate) state: State,
-    pub(crate) local: SocketAddrV4,
-    pub(crate) remote: SocketAddrV4,
+    pub(crate) local: SocketAddr,
+    pub(crate) remote: SocketAddr,
     /// Created by a listener (a reset in SYN-RECEIVED returns silently to LISTEN).
     pub(crate) passive: bool,
     pub(crate) reported_closed: bool,
@@ -211,13 +211,13 @@ impl Tcb {
     pub(crate) fn new_active(
         now: Instant,
         cfg: &Config,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: SocketAddr,
+        remote: SocketAddr,
         iss: u32,
         ts_offset: u32,
     ) -> Self {
         let offer = Offer {
-            mss: cfg.local_mss(),
+            mss: cfg.local_mss(remote.ip()),
             wscale: Some(cfg.window_scale.min(14)),
             sack: cfg.sack,
             timestamps: cfg.timestamps,
@@ -294,8 +294,8 @@ impl Tcb {
     pub(crate) fn new_passive(
         now: Instant,
         cfg: &Config,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: SocketAddr,
+        remote: SocketAddr,
         iss: u32,
         ts_offset: u32,
         syn: &TcpRepr,

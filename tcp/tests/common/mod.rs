@@ -2,15 +2,15 @@
 //! serialization rate, loss, reordering, duplication and corruption, all from a seeded PRNG).
 #![allow(dead_code)]
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
-    IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
-    TcpTimestampRepr,
+    IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, TcpControl, TcpPacket,
+    TcpRepr, TcpSeqNumber, TcpTimestampRepr,
 };
 pub use tcp::sim::{Link, LinkConfig, Side};
 use tcp::{Config, ConnId, Engine, Event, Instant, StreamSocket, Ulp};
@@ -24,6 +24,16 @@ pub fn a_addr(port: u16) -> SocketAddrV4 {
 }
 pub fn b_addr() -> SocketAddrV4 {
     SocketAddrV4::new(B_IP, B_PORT)
+}
+
+pub const A_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x99, 0, 0, 0, 0, 0, 1);
+pub const B_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x99, 0, 0, 0, 0, 0, 2);
+
+pub fn a_addr6(port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V6(A_IP6), port)
+}
+pub fn b_addr6() -> SocketAddr {
+    SocketAddr::new(IpAddr::V6(B_IP6), B_PORT)
 }
 
 pub struct Sim<U> {
@@ -207,10 +217,22 @@ pub fn bulk_transfer(
     buf: usize,
     limit: Duration,
 ) -> Option<(Vec<u8>, Duration)> {
+    bulk_transfer_between(sim, a_addr(0).into(), b_addr().into(), data, buf, limit)
+}
+
+/// [`bulk_transfer`] from `local` to `remote` (either family).
+pub fn bulk_transfer_between(
+    sim: &mut Sim<StreamSocket>,
+    local: SocketAddr,
+    remote: SocketAddr,
+    data: &[u8],
+    buf: usize,
+    limit: Duration,
+) -> Option<(Vec<u8>, Duration)> {
     let start = sim.now;
     let a = sim
         .a
-        .connect(sim.now, a_addr(0), b_addr(), StreamSocket::new(buf, buf))
+        .connect(sim.now, local, remote, StreamSocket::new(buf, buf))
         .expect("connect");
     let mut written = 0usize;
     let mut received = Vec::with_capacity(data.len());
@@ -240,8 +262,8 @@ pub fn bulk_transfer(
 /// An owned, parsed segment.
 #[derive(Clone, Debug)]
 pub struct Seg {
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
+    pub src: IpAddr,
+    pub dst: IpAddr,
     pub sport: u16,
     pub dport: u16,
     pub control: TcpControl,
@@ -257,21 +279,34 @@ pub struct Seg {
 }
 
 impl Seg {
+    /// Parses an IPv4 or IPv6 packet carrying TCP (checksums verified).
     pub fn parse(bytes: &[u8]) -> Option<Seg> {
         let caps = ChecksumCapabilities::default();
-        let ip = Ipv4Packet::new_checked(bytes).ok()?;
-        let ipr = Ipv4Repr::parse(&ip, &caps).ok()?;
-        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
-        let r = TcpRepr::parse(
-            &tcp,
-            &IpAddress::Ipv4(ipr.src_addr),
-            &IpAddress::Ipv4(ipr.dst_addr),
-            &caps,
-        )
-        .ok()?;
+        let (src, dst, payload) = if bytes.first()? >> 4 == 6 {
+            let ip = Ipv6Packet::new_checked(bytes).ok()?;
+            let ipr = Ipv6Repr::parse(&ip).ok()?;
+            if ipr.next_header != IpProtocol::Tcp {
+                return None;
+            }
+            (
+                IpAddr::V6(ipr.src_addr),
+                IpAddr::V6(ipr.dst_addr),
+                ip.payload(),
+            )
+        } else {
+            let ip = Ipv4Packet::new_checked(bytes).ok()?;
+            let ipr = Ipv4Repr::parse(&ip, &caps).ok()?;
+            (
+                IpAddr::V4(ipr.src_addr),
+                IpAddr::V4(ipr.dst_addr),
+                ip.payload(),
+            )
+        };
+        let tcp = TcpPacket::new_checked(payload).ok()?;
+        let r = TcpRepr::parse(&tcp, &IpAddress::from(src), &IpAddress::from(dst), &caps).ok()?;
         Some(Seg {
-            src: ipr.src_addr,
-            dst: ipr.dst_addr,
+            src,
+            dst,
             sport: r.src_port,
             dport: r.dst_port,
             control: r.control,
@@ -289,15 +324,16 @@ impl Seg {
 
     /// A segment from `src` to `dst` with no options.
     pub fn new(
-        src: SocketAddrV4,
-        dst: SocketAddrV4,
+        src: impl Into<SocketAddr>,
+        dst: impl Into<SocketAddr>,
         control: TcpControl,
         seq: u32,
         ack: Option<u32>,
     ) -> Seg {
+        let (src, dst) = (src.into(), dst.into());
         Seg {
-            src: *src.ip(),
-            dst: *dst.ip(),
+            src: src.ip(),
+            dst: dst.ip(),
             sport: src.port(),
             dport: dst.port(),
             control,
@@ -333,19 +369,31 @@ impl Seg {
             timestamp: self.ts.map(|(a, b)| TcpTimestampRepr::new(a, b)),
             payload: &self.payload,
         };
-        let ipr = Ipv4Repr {
-            src_addr: self.src,
-            dst_addr: self.dst,
-            next_header: IpProtocol::Tcp,
-            payload_len: r.buffer_len(),
-            hop_limit: 64,
-        };
-        let mut buf = vec![0u8; 20 + r.buffer_len()];
-        ipr.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..]), &caps);
+        let hlen = tcp::ip_header_len(self.src);
+        let mut buf = vec![0u8; hlen + r.buffer_len()];
+        match (self.src, self.dst) {
+            (IpAddr::V4(src_addr), IpAddr::V4(dst_addr)) => Ipv4Repr {
+                src_addr,
+                dst_addr,
+                next_header: IpProtocol::Tcp,
+                payload_len: r.buffer_len(),
+                hop_limit: 64,
+            }
+            .emit(&mut Ipv4Packet::new_unchecked(&mut buf[..]), &caps),
+            (IpAddr::V6(src_addr), IpAddr::V6(dst_addr)) => Ipv6Repr {
+                src_addr,
+                dst_addr,
+                next_header: IpProtocol::Tcp,
+                payload_len: r.buffer_len(),
+                hop_limit: 64,
+            }
+            .emit(&mut Ipv6Packet::new_unchecked(&mut buf[..])),
+            _ => panic!("mixed address families"),
+        }
         r.emit(
-            &mut TcpPacket::new_unchecked(&mut buf[20..]),
-            &IpAddress::Ipv4(self.src),
-            &IpAddress::Ipv4(self.dst),
+            &mut TcpPacket::new_unchecked(&mut buf[hlen..]),
+            &IpAddress::from(self.src),
+            &IpAddress::from(self.dst),
             &caps,
         );
         buf
@@ -371,7 +419,9 @@ pub fn drain<U: Ulp>(engine: &mut Engine<U>, now: Instant) -> Vec<Seg> {
 pub struct RawPeer {
     pub e: Engine<StreamSocket>,
     pub now: Instant,
-    pub me: SocketAddrV4,
+    pub me: SocketAddr,
+    /// The engine's listening address the peer sends to.
+    pub server: SocketAddr,
     /// Next sequence number the raw peer sends.
     pub snd: u32,
     /// Next sequence number expected from the engine.
@@ -385,13 +435,20 @@ pub struct RawPeer {
 
 impl RawPeer {
     pub fn new(cfg: Config) -> Self {
+        Self::between(cfg, a_addr(33_000).into(), b_addr().into())
+    }
+
+    /// A raw peer at `me` sending to the engine listening (on any address) at `server`'s
+    /// port.
+    pub fn between(cfg: Config, me: SocketAddr, server: SocketAddr) -> Self {
         let mut e = Engine::new(cfg);
-        e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 16)
+        e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, server.port()), 16)
             .expect("listen");
         RawPeer {
             e,
             now: Instant::from_millis(10),
-            me: a_addr(33_000),
+            me,
+            server,
             snd: 7_000,
             rcv: 0,
             conn: None,
@@ -403,7 +460,7 @@ impl RawPeer {
 
     /// A segment from the raw peer at its current sequence state.
     pub fn seg(&self, control: TcpControl, payload: &[u8]) -> Seg {
-        let mut s = Seg::new(self.me, b_addr(), control, self.snd, Some(self.rcv));
+        let mut s = Seg::new(self.me, self.server, control, self.snd, Some(self.rcv));
         s.payload = payload.to_vec();
         s.ts = self.tsval.map(|v| (v, self.peer_tsval));
         s
@@ -444,7 +501,7 @@ impl RawPeer {
         sack: bool,
         buf: usize,
     ) -> ConnId {
-        let mut syn = Seg::new(self.me, b_addr(), TcpControl::Syn, self.snd, None);
+        let mut syn = Seg::new(self.me, self.server, TcpControl::Syn, self.snd, None);
         syn.mss = Some(1460);
         syn.wscale = wscale;
         syn.sack_permitted = sack;

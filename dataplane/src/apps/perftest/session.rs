@@ -10,7 +10,7 @@
 //! latency one record; for write latency none.
 
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::clock::Instant;
@@ -372,8 +372,8 @@ pub struct PerftestSession {
     server: bool,
     params: PerftestParams,
     res: Resources,
-    local: SocketAddrV4,
-    remote: Option<SocketAddrV4>,
+    local: SocketAddr,
+    remote: Option<SocketAddr>,
     /// Data buffer: our source at 0, the half the peer targets at `adv_off`.
     buf: Region,
     adv_off: usize,
@@ -410,8 +410,8 @@ impl PerftestSession {
     fn new(
         h: &mut RdmaHandler,
         server: bool,
-        local: SocketAddrV4,
-        remote: Option<SocketAddrV4>,
+        local: SocketAddr,
+        remote: Option<SocketAddr>,
         params: PerftestParams,
     ) -> Result<PerftestSession, AppError> {
         if params.test.reads() {
@@ -480,12 +480,14 @@ impl PerftestSession {
         })
     }
 
-    /// The server: listens on `addr` for the control and then the data connection.
+    /// The server: listens on `addr` (IPv4 or IPv6) for the control and then the data
+    /// connection.
     pub fn server(
         h: &mut RdmaHandler,
-        addr: SocketAddrV4,
+        addr: impl Into<SocketAddr>,
         params: PerftestParams,
     ) -> Result<PerftestSession, AppError> {
+        let addr = addr.into();
         let s = PerftestSession::new(h, true, addr, None, params)?;
         let mut init = s.res.init;
         init.ird = s.params.qp_ird_ord();
@@ -494,15 +496,17 @@ impl PerftestSession {
         Ok(s)
     }
 
-    /// The client: connects the control connection from `local` to `server`.
+    /// The client: connects the control connection from `local` to `server` (of one
+    /// family).
     pub fn client(
         h: &mut RdmaHandler,
-        local: Ipv4Addr,
-        server: SocketAddrV4,
+        local: impl Into<IpAddr>,
+        server: impl Into<SocketAddr>,
         params: PerftestParams,
     ) -> Result<PerftestSession, AppError> {
+        let (local, server) = (local.into(), server.into());
         let mut s =
-            PerftestSession::new(h, false, SocketAddrV4::new(local, 0), Some(server), params)?;
+            PerftestSession::new(h, false, SocketAddr::new(local, 0), Some(server), params)?;
         let (id, qp) = h.connect(local, server, s.res.init, &[])?;
         s.post_ctrl_recvs(h, qp)?;
         s.ctrl = Some(Conn::new(id, qp));
@@ -727,7 +731,7 @@ impl PerftestSession {
         init.ird = self.params.qp_ird_ord();
         init.ord = self.params.qp_ird_ord();
         let (id, qp) = h
-            .connect(*self.local.ip(), remote, init, &[])
+            .connect(self.local.ip(), remote, init, &[])
             .map_err(PerftestError::DataConnect)?;
         self.data_tries += 1;
         if self.params.test == Test::SendLat {
