@@ -280,21 +280,9 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     // RDMA Write from b's heap into a's heap, by address and rkey (RFC 5040 §4.3).
     c.cbuf[..11].copy_from_slice(b"written by ");
     c.cbuf[11] = b'b';
-    let mut wsge = ibv_sge {
-        addr: c.cbuf.as_ptr() as u64,
-        length: 12,
-        lkey: unsafe { (*cmr).lkey },
-    };
-    let mut wr = ibv_send_wr {
-        wr_id: 1,
-        sg_list: &mut wsge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_WRITE,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    wr.wr.rdma.remote_addr = c.sbuf.as_ptr() as u64 + 100;
-    wr.wr.rdma.rkey = unsafe { (*smr).rkey };
+    let mut wsge = sge(&c.cbuf, 0, 12, cmr);
+    let to = c.sbuf.as_ptr() as u64 + 100;
+    let mut wr = rdma_wr(1, &mut wsge, IBV_WR_RDMA_WRITE, to, unsafe { (*smr).rkey });
     post_send(cqp, &mut wr);
     let wc = poll_one(ccq);
     assert_eq!(
@@ -303,19 +291,8 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     );
 
     // A Send tells a; a's receive completes with the length.
-    let mut ssge = ibv_sge {
-        addr: c.cbuf.as_ptr() as u64,
-        length: 12,
-        lkey: unsafe { (*cmr).lkey },
-    };
-    let mut swr = ibv_send_wr {
-        wr_id: 2,
-        sg_list: &mut ssge,
-        num_sge: 1,
-        opcode: IBV_WR_SEND,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
+    let mut ssge = sge(&c.cbuf, 0, 12, cmr);
+    let mut swr = send_wr(2, &mut ssge, IBV_WR_SEND);
     post_send(cqp, &mut swr);
     assert_eq!(poll_one(ccq).status, IBV_WC_SUCCESS);
     let wc = poll_one(s_recv_cq);
@@ -332,21 +309,9 @@ fn two_devices_connect_write_send_read_and_disconnect() {
 
     // RDMA Read: a reads b's buffer into its own.
     c.cbuf[512..520].copy_from_slice(b"readable");
-    let mut rsge = ibv_sge {
-        addr: c.sbuf.as_ptr() as u64 + 1024,
-        length: 8,
-        lkey: unsafe { (*smr).lkey },
-    };
-    let mut rwr = ibv_send_wr {
-        wr_id: 3,
-        sg_list: &mut rsge,
-        num_sge: 1,
-        opcode: IBV_WR_RDMA_READ,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    rwr.wr.rdma.remote_addr = c.cbuf.as_ptr() as u64 + 512;
-    rwr.wr.rdma.rkey = unsafe { (*cmr).rkey };
+    let mut rsge = sge(&c.sbuf, 1024, 8, smr);
+    let from = c.cbuf.as_ptr() as u64 + 512;
+    let mut rwr = rdma_wr(3, &mut rsge, IBV_WR_RDMA_READ, from, unsafe { (*cmr).rkey });
     post_send(sqp, &mut rwr);
     let wc = poll_one(s_send_cq);
     assert_eq!(

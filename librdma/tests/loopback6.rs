@@ -26,8 +26,8 @@ use rdma_dataplane::verbs::memory::ibv_dereg_mr;
 use rdma_dataplane::verbs::qp::*;
 
 use common::{
-    expect_ok, new_id, nonblocking, poll_one, post_recv, post_send, reg, sge, signaled, sockaddr,
-    sockaddr6, use_config,
+    expect_ok, new_id, nonblocking, poll_one, post_recv, post_send, rdma_wr, reg, send_wr, sge,
+    sockaddr, sockaddr6, use_config,
 };
 
 const CONFIG: &str = r#"
@@ -193,13 +193,11 @@ fn rdma_cm_and_traffic_over_ipv6() {
     // An RDMA Write, then a Send that finds it landed.
     cbuf[..9].copy_from_slice(b"v6 write!");
     let mut csge = sge(&cbuf, 0, 9, cmr);
-    let remote = (sbuf.as_ptr() as u64 + 100, unsafe { (*smr).rkey });
-    post_send(
-        cqp,
-        &mut signaled(1, &mut csge, IBV_WR_RDMA_WRITE, Some(remote)),
-    );
+    let to = sbuf.as_ptr() as u64 + 100;
+    let rkey = unsafe { (*smr).rkey };
+    post_send(cqp, &mut rdma_wr(1, &mut csge, IBV_WR_RDMA_WRITE, to, rkey));
     assert_eq!(poll_one(c_send_cq).status, IBV_WC_SUCCESS);
-    post_send(cqp, &mut signaled(2, &mut csge, IBV_WR_SEND, None));
+    post_send(cqp, &mut send_wr(2, &mut csge, IBV_WR_SEND));
     assert_eq!(poll_one(c_send_cq).status, IBV_WC_SUCCESS);
     let wc = poll_one(s_recv_cq);
     assert_eq!(

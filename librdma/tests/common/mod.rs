@@ -378,26 +378,3 @@ pub fn sge(buf: &[u8], offset: usize, len: u32, mr: *mut ibv_mr) -> ibv_sge {
         lkey: unsafe { (*mr).lkey },
     }
 }
-
-/// A signaled work request of `opcode` over one SGE; for RDMA Write and Read, to `remote`
-/// (address and rkey).
-pub fn signaled(
-    wr_id: u64,
-    sge: &mut ibv_sge,
-    opcode: ibv_wr_opcode,
-    remote: Option<(u64, u32)>,
-) -> ibv_send_wr {
-    let mut wr = ibv_send_wr {
-        wr_id,
-        sg_list: sge,
-        num_sge: 1,
-        opcode,
-        send_flags: IBV_SEND_SIGNALED,
-        ..Default::default()
-    };
-    if let Some((addr, rkey)) = remote {
-        wr.wr.rdma.remote_addr = addr;
-        wr.wr.rdma.rkey = rkey;
-    }
-    wr
-}
