@@ -3,8 +3,8 @@
 //!
 //! Each lcore value of the ports is one poll loop on a thread named `lcore-N`: an EAL worker
 //! lcore's loop runs on that worker (`rte_eal_remote_launch`, pinned by EAL to the lcore's
-//! CPUs), the main lcore's on a thread with the main lcore's CPUs. The main thread prints
-//! the reports and stops the loops.
+//! CPUs), the main lcore's on a thread with the main lcore's CPUs. That loop also prints
+//! the periodic reports (the main thread does when every loop is on a worker).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -112,46 +112,68 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let start = clock::now();
     let end = deadline(args.duration);
     let shared = Mutex::new(vec![PortStats::default(); n_ports]);
-    let mut reporter = RateReporter::new(interval, start, n_ports);
+    let mut reporter = Some(RateReporter::new(interval, start, n_ports));
     let stop: &AtomicBool = &stop;
+    let names = &names[..];
     let (reason, mut loops) = std::thread::scope(|s| -> Result<_, CmdError> {
         // Every loop stops when this scope ends, however it ends.
         let _stop_all = StopOnDrop(stop);
+        let shared = &shared;
+        // The first loop on a thread of its own (the main lcore's) also prints the reports
+        // and stops the others when it stops; without one the main thread does that.
+        let mut reporting = None;
         let mut threads = Vec::new();
         let mut workers: Vec<LoopJob<'_>> = Vec::new();
         for (mut lc, place) in placed {
-            let shared = &shared;
             let id = lc.id;
-            let drive = move || {
-                let mut last = clock::now();
-                lc.poll.run(stop, end, |l, now| {
-                    // Fresh enough for the periodic reports, cheap for the loop.
-                    if now.saturating_since(last) >= PUBLISH_EVERY {
-                        last = now;
-                        lc_publish(shared, &lc.ports, l);
-                    }
-                });
-                lc_publish(shared, &lc.ports, &lc.poll);
-                lc
-            };
             match place {
-                Place::Worker => workers.push((id, Box::new(drive))),
-                Place::Thread => threads.push(
-                    std::thread::Builder::new()
-                        .name(format!("lcore-{id}"))
-                        .spawn_scoped(s, drive)
-                        .map_err(|e| {
-                            CmdError::Runtime(format!("cannot start an lcore thread: {e}"))
-                        })?,
-                ),
+                Place::Worker => workers.push((
+                    id,
+                    Box::new(move || {
+                        drive(&mut lc, stop, end, shared, None);
+                        lc
+                    }),
+                )),
+                Place::Thread => match reporter.take() {
+                    Some(mut rep) => {
+                        let h = std::thread::Builder::new()
+                            .name(format!("lcore-{id}"))
+                            .spawn_scoped(s, move || {
+                                let _stop_all = StopOnDrop(stop);
+                                let reason =
+                                    drive(&mut lc, stop, end, shared, Some((&mut rep, names)));
+                                (lc, reason)
+                            });
+                        reporting = Some(h.map_err(thread_error)?);
+                    }
+                    None => {
+                        threads.push(
+                            std::thread::Builder::new()
+                                .name(format!("lcore-{id}"))
+                                .spawn_scoped(s, move || {
+                                    drive(&mut lc, stop, end, shared, None);
+                                    lc
+                                })
+                                .map_err(thread_error)?,
+                        );
+                    }
+                },
             }
         }
-        let report = || {
-            let _stop_all = StopOnDrop(stop);
-            supervise(stop, end, &mut reporter, &shared, &names)
+        let main = || match (reporting, reporter) {
+            (Some(h), _) => h
+                .join()
+                .map(|(lc, reason)| (reason, Some(lc)))
+                .map_err(|_| CmdError::Runtime("an lcore thread panicked".into())),
+            (None, rep) => {
+                let _stop_all = StopOnDrop(stop);
+                let mut rep = rep.unwrap_or_else(|| RateReporter::new(Duration::ZERO, start, 0));
+                Ok((supervise(stop, end, &mut rep, shared, names), None))
+            }
         };
-        let (reason, launched) = run_loops(&opened, workers, report)?;
-        let mut loops = Vec::new();
+        let (main, launched) = run_loops(&opened, workers, main)?;
+        let (reason, first) = main?;
+        let mut loops: Vec<Lcore> = first.into_iter().collect();
         for lc in launched {
             loops.push(lc?);
         }
@@ -270,8 +292,55 @@ fn run_loops<R>(
     ))
 }
 
-/// The main thread's part while the loops run: the periodic reports, until the stop flag
-/// is set or the deadline passes.
+/// Runs the poll loop of `lc` until the stop flag or the deadline, publishing its port
+/// counters for the reports (and printing them, given the reporter and the port names).
+fn drive(
+    lc: &mut Lcore,
+    stop: &AtomicBool,
+    end: Option<Instant>,
+    shared: &Mutex<Vec<PortStats>>,
+    mut report: Option<(&mut RateReporter, &[String])>,
+) -> StopReason {
+    let mut last = clock::now();
+    let ports = &lc.ports;
+    let reason = lc.poll.run(stop, end, |l, now| match report.as_mut() {
+        Some((reporter, names)) => {
+            if reporter.due(now) {
+                lc_publish(shared, ports, l);
+                report_line(reporter, now, shared, names);
+            }
+        }
+        // Fresh enough for the periodic reports, cheap for the loop.
+        None => {
+            if now.saturating_since(last) >= PUBLISH_EVERY {
+                last = now;
+                lc_publish(shared, ports, l);
+            }
+        }
+    });
+    lc_publish(shared, &lc.ports, &lc.poll);
+    reason
+}
+
+/// Prints the periodic report line of the published counters, when due.
+fn report_line(
+    reporter: &mut RateReporter,
+    now: Instant,
+    shared: &Mutex<Vec<PortStats>>,
+    names: &[String],
+) {
+    if !reporter.due(now) {
+        return;
+    }
+    let stats = lock(shared).clone();
+    let named: Vec<(&str, PortStats)> = names.iter().map(String::as_str).zip(stats).collect();
+    if let Some(line) = reporter.poll(now, &named) {
+        say!("{line}");
+    }
+}
+
+/// The main thread's part while the loops run when none of them reports (all are on EAL
+/// workers): the periodic reports, until the stop flag is set or the deadline passes.
 fn supervise(
     stop: &AtomicBool,
     end: Option<Instant>,
@@ -287,16 +356,14 @@ fn supervise(
         if end.is_some_and(|e| now >= e) {
             return StopReason::Deadline;
         }
-        if reporter.due(now) {
-            let stats = lock(shared).clone();
-            let named: Vec<(&str, PortStats)> =
-                names.iter().map(String::as_str).zip(stats).collect();
-            if let Some(line) = reporter.poll(now, &named) {
-                say!("{line}");
-            }
-        }
+        report_line(reporter, now, shared, names);
         std::thread::sleep(SUPERVISE_EVERY);
     }
+}
+
+/// A thread that could not be started.
+fn thread_error(e: std::io::Error) -> CmdError {
+    CmdError::Runtime(format!("cannot start an lcore thread: {e}"))
 }
 
 /// Sets the stop flag when dropped.
