@@ -39,7 +39,7 @@ pub struct OpenedPorts {
     pub configs: Vec<PortConfig>,
     /// The EAL, when a DPDK port is open (kept alive until the ports are gone).
     #[cfg(feature = "dpdk")]
-    _eal: Option<Eal>,
+    eal: Option<Eal>,
 }
 
 impl fmt::Debug for OpenedPorts {
@@ -75,7 +75,7 @@ impl OpenedPorts {
             Ok(OpenedPorts {
                 ports,
                 configs: cfg.ports.clone(),
-                _eal: eal,
+                eal,
             })
         }
         #[cfg(not(feature = "dpdk"))]
@@ -89,5 +89,11 @@ impl OpenedPorts {
                 configs: cfg.ports.clone(),
             })
         }
+    }
+
+    /// The EAL the ports run on, when a DPDK port is open.
+    #[cfg(feature = "dpdk")]
+    pub fn eal(&self) -> Option<&Eal> {
+        self.eal.as_ref()
     }
 }

@@ -1,5 +1,10 @@
 //! `dataplane run`: bring up the configured ports, answer ARP and ping on them, print
 //! periodic statistics and a summary at the end.
+//!
+//! Each lcore value of the ports is one poll loop on a thread named `lcore-N`: an EAL worker
+//! lcore's loop runs on that worker (`rte_eal_remote_launch`, pinned by EAL to the lcore's
+//! CPUs), the main lcore's on a thread with the main lcore's CPUs. That loop also prints
+//! the periodic reports (the main thread does when every loop is on a worker).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -7,12 +12,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dataplane::clock;
+use dataplane::clock::{self, Instant};
 
 use dataplane::classify::FrameClass;
+#[cfg(feature = "dpdk")]
+use dataplane::dpdk::{LcoreRole, WorkerJob};
 use dataplane::lcore::{LoopCounters, NoHandler, PollLoop, PortAddr, StopReason};
 use dataplane::port::fault::Direction;
 use dataplane::port::{AnyPort, Port, PortStats};
+use dataplane::runtime::OpenedPorts;
 use dataplane::say;
 use dataplane::stats::{RateReporter, Table};
 
@@ -50,14 +58,14 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         )));
     }
     let stop = stop_flag()?;
-    let opened = port_args.open(&cfg)?;
+    let mut opened = port_args.open(&cfg)?;
     let interval = args
         .stats_interval
         .unwrap_or_else(|| Duration::from_secs_f64(cfg.poll.stats_interval));
 
     // One poll loop per lcore value; loop order follows the lowest lcore first.
     let mut groups: BTreeMap<u32, Lcore> = BTreeMap::new();
-    for (i, port) in opened.ports.into_iter().enumerate() {
+    for (i, port) in std::mem::take(&mut opened.ports).into_iter().enumerate() {
         let pc = &opened.configs[i];
         say!(
             "port {} ({}, {}, lcore {}): {}{}",
@@ -91,54 +99,85 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             .map(|d| format!(" for {:.1}s", d.as_secs_f64()))
             .unwrap_or_default()
     );
+    let n_loops = groups.len();
+    let placed: Vec<(Lcore, Place)> = groups
+        .into_values()
+        .map(|lc| {
+            let (place, text) = placement(&opened, lc.id, n_loops);
+            say!("lcore {}: {text}", lc.id);
+            (lc, place)
+        })
+        .collect();
 
     let start = clock::now();
     let end = deadline(args.duration);
     let shared = Mutex::new(vec![PortStats::default(); n_ports]);
-    let mut reporter = RateReporter::new(interval, start, n_ports);
-    let mut groups = groups.into_values();
-    let Some(mut main) = groups.next() else {
-        return Err(CmdError::Usage("no ports".into()));
-    };
-    let others: Vec<Lcore> = groups.collect();
+    let mut reporter = Some(RateReporter::new(interval, start, n_ports));
     let stop: &AtomicBool = &stop;
+    let names = &names[..];
     let (reason, mut loops) = std::thread::scope(|s| -> Result<_, CmdError> {
-        let mut handles = Vec::new();
-        for mut lc in others {
-            let shared = &shared;
-            let h = std::thread::Builder::new()
-                .name(format!("lcore-{}", lc.id))
-                .spawn_scoped(s, move || {
-                    let mut last = clock::now();
-                    lc.poll.run(stop, end, |l, now| {
-                        // Fresh enough for the main loop's reports, cheap for this one.
-                        if now.saturating_since(last) >= PUBLISH_EVERY {
-                            last = now;
-                            lc_publish(shared, &lc.ports, l);
-                        }
-                    });
-                    lc_publish(shared, &lc.ports, &lc.poll);
-                    lc
-                })
-                .map_err(|e| CmdError::Runtime(format!("cannot start an lcore thread: {e}")))?;
-            handles.push(h);
+        // Every loop stops when this scope ends, however it ends.
+        let _stop_all = StopOnDrop(stop);
+        let shared = &shared;
+        // The first loop on a thread of its own (the main lcore's) also prints the reports
+        // and stops the others when it stops; without one the main thread does that.
+        let mut reporting = None;
+        let mut threads = Vec::new();
+        let mut workers: Vec<LoopJob<'_>> = Vec::new();
+        for (mut lc, place) in placed {
+            let id = lc.id;
+            match place {
+                Place::Worker => workers.push((
+                    id,
+                    Box::new(move || {
+                        drive(&mut lc, stop, end, shared, None);
+                        lc
+                    }),
+                )),
+                Place::Thread => match reporter.take() {
+                    Some(mut rep) => {
+                        let h = std::thread::Builder::new()
+                            .name(format!("lcore-{id}"))
+                            .spawn_scoped(s, move || {
+                                let _stop_all = StopOnDrop(stop);
+                                let reason =
+                                    drive(&mut lc, stop, end, shared, Some((&mut rep, names)));
+                                (lc, reason)
+                            });
+                        reporting = Some(h.map_err(thread_error)?);
+                    }
+                    None => {
+                        threads.push(
+                            std::thread::Builder::new()
+                                .name(format!("lcore-{id}"))
+                                .spawn_scoped(s, move || {
+                                    drive(&mut lc, stop, end, shared, None);
+                                    lc
+                                })
+                                .map_err(thread_error)?,
+                        );
+                    }
+                },
+            }
         }
-        let reason = main.poll.run(stop, end, |l, now| {
-            if !reporter.due(now) {
-                return;
+        let main = || match (reporting, reporter) {
+            (Some(h), _) => h
+                .join()
+                .map(|(lc, reason)| (reason, Some(lc)))
+                .map_err(|_| CmdError::Runtime("an lcore thread panicked".into())),
+            (None, rep) => {
+                let _stop_all = StopOnDrop(stop);
+                let mut rep = rep.unwrap_or_else(|| RateReporter::new(Duration::ZERO, start, 0));
+                Ok((supervise(stop, end, &mut rep, shared, names), None))
             }
-            lc_publish(&shared, &main.ports, l);
-            let stats = lock(&shared).clone();
-            let named: Vec<(&str, PortStats)> =
-                names.iter().map(String::as_str).zip(stats).collect();
-            if let Some(line) = reporter.poll(now, &named) {
-                say!("{line}");
-            }
-        });
-        // The other loops stop with this one.
-        stop.store(true, Ordering::Relaxed);
-        let mut loops = vec![main];
-        for h in handles {
+        };
+        let (main, launched) = run_loops(&opened, workers, main)?;
+        let (reason, first) = main?;
+        let mut loops: Vec<Lcore> = first.into_iter().collect();
+        for lc in launched {
+            loops.push(lc?);
+        }
+        for h in threads {
             loops.push(
                 h.join()
                     .map_err(|_| CmdError::Runtime("an lcore thread panicked".into()))?,
@@ -160,8 +199,181 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// How often loops on other threads copy their port counters for the periodic report.
+/// How often the loops copy their port counters for the periodic report.
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// How often the main thread checks the stop flag, the deadline and the report timer.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(10);
+
+/// A poll loop to start on an EAL worker: its lcore and what runs it.
+type LoopJob<'a> = (u32, Box<dyn FnOnce() -> Lcore + Send + 'a>);
+
+/// Where a poll loop runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// On its EAL worker lcore's thread (`rte_eal_remote_launch`), pinned by EAL.
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+    Worker,
+    /// On a thread of its own with the main thread's CPUs: the main lcore's when EAL runs.
+    Thread,
+}
+
+/// Where the loop of `lcore` runs, and that said for the start-up log.
+fn placement(opened: &OpenedPorts, lcore: u32, n_loops: usize) -> (Place, String) {
+    #[cfg(feature = "dpdk")]
+    if let Some(eal) = opened.eal() {
+        let cpu = |id| {
+            eal.lcore_cpu(id)
+                .map_or_else(|| "?".into(), |c| c.to_string())
+        };
+        return match eal.lcore_role(lcore) {
+            LcoreRole::Main => (
+                Place::Thread,
+                format!("CPU {} (EAL main lcore)", cpu(lcore)),
+            ),
+            LcoreRole::Worker => (
+                Place::Worker,
+                format!("CPU {} (EAL worker lcore)", cpu(lcore)),
+            ),
+            LcoreRole::Off => {
+                let main = eal.main_lcore();
+                if n_loops > 1 {
+                    log::warn!(
+                        "lcore {lcore} is not an EAL lcore (EAL -l/--lcores): its loop shares \
+                         main lcore {main}'s CPU"
+                    );
+                }
+                (
+                    Place::Thread,
+                    format!(
+                        "CPU {} of main lcore {main} (lcore {lcore} is not in EAL's -l/--lcores)",
+                        cpu(main)
+                    ),
+                )
+            }
+        };
+    }
+    let _ = (opened, lcore, n_loops);
+    (Place::Thread, "not pinned (no EAL: no DPDK port)".into())
+}
+
+/// Runs the `workers` loops on their EAL worker lcores while `main` runs on this thread;
+/// returns `main`'s value and each loop when all have returned.
+fn run_loops<R>(
+    opened: &OpenedPorts,
+    workers: Vec<LoopJob<'_>>,
+    main: impl FnOnce() -> R,
+) -> Result<(R, Vec<Result<Lcore, CmdError>>), CmdError> {
+    if workers.is_empty() {
+        return Ok((main(), Vec::new()));
+    }
+    #[cfg(feature = "dpdk")]
+    if let Some(eal) = opened.eal() {
+        let jobs = workers
+            .into_iter()
+            .map(|(lcore, job)| WorkerJob {
+                lcore,
+                name: format!("lcore-{lcore}"),
+                job,
+            })
+            .collect();
+        let (r, loops) = eal
+            .run_on_workers(jobs, main)
+            .map_err(|e| CmdError::Runtime(format!("cannot start the poll loops: {e}")))?;
+        let loops = loops
+            .into_iter()
+            .map(|l| l.map_err(|e| CmdError::Runtime(e.to_string())))
+            .collect();
+        return Ok((r, loops));
+    }
+    let _ = opened;
+    Err(CmdError::Runtime(
+        "poll loops for EAL workers but no EAL".into(),
+    ))
+}
+
+/// Runs the poll loop of `lc` until the stop flag or the deadline, publishing its port
+/// counters for the reports (and printing them, given the reporter and the port names).
+fn drive(
+    lc: &mut Lcore,
+    stop: &AtomicBool,
+    end: Option<Instant>,
+    shared: &Mutex<Vec<PortStats>>,
+    mut report: Option<(&mut RateReporter, &[String])>,
+) -> StopReason {
+    let mut last = clock::now();
+    let ports = &lc.ports;
+    let reason = lc.poll.run(stop, end, |l, now| match report.as_mut() {
+        Some((reporter, names)) => {
+            if reporter.due(now) {
+                lc_publish(shared, ports, l);
+                report_line(reporter, now, shared, names);
+            }
+        }
+        // Fresh enough for the periodic reports, cheap for the loop.
+        None => {
+            if now.saturating_since(last) >= PUBLISH_EVERY {
+                last = now;
+                lc_publish(shared, ports, l);
+            }
+        }
+    });
+    lc_publish(shared, &lc.ports, &lc.poll);
+    reason
+}
+
+/// Prints the periodic report line of the published counters, when due.
+fn report_line(
+    reporter: &mut RateReporter,
+    now: Instant,
+    shared: &Mutex<Vec<PortStats>>,
+    names: &[String],
+) {
+    if !reporter.due(now) {
+        return;
+    }
+    let stats = lock(shared).clone();
+    let named: Vec<(&str, PortStats)> = names.iter().map(String::as_str).zip(stats).collect();
+    if let Some(line) = reporter.poll(now, &named) {
+        say!("{line}");
+    }
+}
+
+/// The main thread's part while the loops run when none of them reports (all are on EAL
+/// workers): the periodic reports, until the stop flag is set or the deadline passes.
+fn supervise(
+    stop: &AtomicBool,
+    end: Option<Instant>,
+    reporter: &mut RateReporter,
+    shared: &Mutex<Vec<PortStats>>,
+    names: &[String],
+) -> StopReason {
+    loop {
+        let now = clock::now();
+        if stop.load(Ordering::Relaxed) {
+            return StopReason::Stopped;
+        }
+        if end.is_some_and(|e| now >= e) {
+            return StopReason::Deadline;
+        }
+        report_line(reporter, now, shared, names);
+        std::thread::sleep(SUPERVISE_EVERY);
+    }
+}
+
+/// A thread that could not be started.
+fn thread_error(e: std::io::Error) -> CmdError {
+    CmdError::Runtime(format!("cannot start an lcore thread: {e}"))
+}
+
+/// Sets the stop flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
 
 /// One poll loop and the configuration indices of its ports.
 struct Lcore {

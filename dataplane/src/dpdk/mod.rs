@@ -1,4 +1,4 @@
-//! Safe wrappers over DPDK: EAL, mempools, mbufs, ethdev, telemetry.
+//! Safe wrappers over DPDK: EAL (and its worker lcores), mempools, mbufs, ethdev, telemetry.
 //!
 //! Ownership model: [`Eal`] is the process-wide environment; every [`Mempool`] and ethdev
 //! keeps the EAL alive, so `rte_eal_cleanup` runs only after the last of them is gone. A
@@ -12,12 +12,14 @@ mod intr;
 pub mod mbuf;
 pub mod mempool;
 pub mod telemetry;
+pub mod workers;
 
 pub use eal::{Eal, EalError};
 pub use error::{rte_errno, strerror, DpdkError};
 pub use ethdev::{available_devices, EthDev, EthDevDescription, EthDevSetup, EthStats};
 pub use mbuf::{Mbuf, MbufError};
 pub use mempool::Mempool;
+pub use workers::{LcoreRole, WorkerError, WorkerJob};
 
 /// The TSC frequency EAL measured (0 before EAL init).
 pub fn tsc_hz() -> u64 {
