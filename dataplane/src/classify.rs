@@ -345,16 +345,7 @@ impl Classifier {
         let payload = ip.payload();
         let (src, dst) = (IpAddress::Ipv4(src_ip), IpAddress::Ipv4(dst_ip));
         c.class = match ip.next_header() {
-            IpProtocol::Tcp => match TcpPacket::new_checked(payload) {
-                Err(_) => FrameClass::Malformed(Malformed::Tcp),
-                Ok(_)
-                    if self.verify_checksums
-                        && !tcp::checksum::tcp_checksum_ok(src_ip, dst_ip, payload) =>
-                {
-                    FrameClass::Malformed(Malformed::TcpChecksum)
-                }
-                Ok(_) => FrameClass::Tcp,
-            },
+            IpProtocol::Tcp => self.tcp_class(src_ip, dst_ip, payload),
             IpProtocol::Udp => match UdpPacket::new_checked(payload) {
                 Err(_) => FrameClass::Malformed(Malformed::Udp),
                 Ok(u) if self.verify_checksums && !u.verify_checksum(&src, &dst) => {
@@ -367,6 +358,25 @@ impl Classifier {
             _ => FrameClass::OtherIpv4,
         };
         c
+    }
+
+    /// The class of a TCP segment between `src` and `dst` (either family): malformed, a bad
+    /// checksum (when checked), or TCP.
+    fn tcp_class<A: tcp::checksum::PseudoHeader>(
+        &self,
+        src: A,
+        dst: A,
+        payload: &[u8],
+    ) -> FrameClass {
+        match TcpPacket::new_checked(payload) {
+            Err(_) => FrameClass::Malformed(Malformed::Tcp),
+            Ok(_)
+                if self.verify_checksums && !tcp::checksum::tcp_checksum_ok(src, dst, payload) =>
+            {
+                FrameClass::Malformed(Malformed::TcpChecksum)
+            }
+            Ok(_) => FrameClass::Tcp,
+        }
     }
 
     /// True when `dst` is one of the port's IPv6 addresses, or a group it listens to (all
@@ -412,16 +422,7 @@ impl Classifier {
             IpProtocol::Icmpv6 => FrameClass::Icmpv6,
             // Only neighbour discovery and echo go to groups here.
             _ if multicast => FrameClass::NotForUs,
-            IpProtocol::Tcp => match TcpPacket::new_checked(payload) {
-                Err(_) => FrameClass::Malformed(Malformed::Tcp),
-                Ok(_)
-                    if self.verify_checksums
-                        && !tcp::checksum::tcp_checksum_ok(src_ip, dst_ip, payload) =>
-                {
-                    FrameClass::Malformed(Malformed::TcpChecksum)
-                }
-                Ok(_) => FrameClass::Tcp,
-            },
+            IpProtocol::Tcp => self.tcp_class(src_ip, dst_ip, payload),
             IpProtocol::Udp => match UdpPacket::new_checked(payload) {
                 Err(_) => FrameClass::Malformed(Malformed::Udp),
                 // RFC 8200 §8.1: a zero UDP checksum is invalid over IPv6.
