@@ -205,6 +205,13 @@ fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// How long a connection request to a port the application does not listen on yet waits
+/// for its `rdma_listen` before it is refused. An application's listen reaches the
+/// data-plane thread as a message, so a peer told "ready" just before can connect first:
+/// perftest's `-R` tests do exactly that (a handshake, then the listen), and perftest 4.5
+/// crashes in its retry after a refused connect (it reuses the node array it just freed).
+const SYN_HOLD: Duration = Duration::from_millis(500);
+
 /// The iWARP settings of a device's stack from the configuration's `[rdma]` section.
 fn stack_config(rdma: &RdmaSection, mtu: usize, burst: usize, ird_ord: u16) -> StackConfig {
     let mpa = MpaConfig {
@@ -220,6 +227,7 @@ fn stack_config(rdma: &RdmaSection, mtu: usize, burst: usize, ird_ord: u16) -> S
         verify_checksums: false,
         isn_secret: rand_secret(),
         rto_min: Duration::from_millis(rdma.rto_min_ms),
+        syn_hold: SYN_HOLD,
         ..tcp::Config::default()
     };
     StackConfig {
