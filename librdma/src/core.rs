@@ -207,10 +207,12 @@ fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// How long a connection request to a port the application does not listen on yet waits
-/// for its `rdma_listen` before it is refused. An application's listen reaches the
-/// data-plane thread as a message, so a peer told "ready" just before can connect first:
-/// perftest's `-R` tests do exactly that (a handshake, then the listen), and perftest 4.5
-/// crashes in its retry after a refused connect (it reuses the node array it just freed).
+/// for its `rdma_listen` before it is refused, and how long a connect this side makes keeps
+/// sending its SYN while the peer refuses it at once (Linux does, siw included). An
+/// application's listen is a message to the data-plane thread, and a peer told "ready" just
+/// before can connect first: perftest's `-R` tests do exactly that (a handshake, then the
+/// listen), and perftest 4.5 crashes in its retry after a refused connect (it reuses the
+/// node array it has just freed).
 const SYN_HOLD: Duration = Duration::from_millis(500);
 
 /// The iWARP settings of a device's stack from the configuration's `[rdma]` section.
@@ -229,6 +231,7 @@ fn stack_config(rdma: &RdmaSection, mtu: usize, burst: usize, ird_ord: u16) -> S
         isn_secret: rand_secret(),
         rto_min: Duration::from_millis(rdma.rto_min_ms),
         syn_hold: SYN_HOLD,
+        refused_retry: SYN_HOLD,
         ..tcp::Config::default()
     };
     StackConfig {

@@ -68,6 +68,11 @@ pub struct Config {
     /// (zero: refused at once, RFC 9293 §3.10.7.1). For a listener that comes up just after
     /// the peer was told to connect (see `syn_hold`).
     pub syn_hold: Duration,
+    /// How long an active open keeps trying when its SYN is refused (an acceptable RST in
+    /// SYN-SENT): the SYN goes out again every 20 ms until then, for a listener that comes
+    /// up just after this side was told to connect (the other side of `syn_hold`, for
+    /// peers that refuse at once). Zero: refused at once (RFC 9293 §3.10.7.3).
+    pub refused_retry: Duration,
 }
 
 impl Default for Config {
@@ -96,6 +101,7 @@ impl Default for Config {
             verify_checksums: true,
             fill_checksums: true,
             syn_hold: Duration::ZERO,
+            refused_retry: Duration::ZERO,
         }
     }
 }

@@ -202,6 +202,55 @@ fn rst_in_syn_sent_refuses() {
     assert_eq!(s.a.connection_count(), 0);
 }
 
+/// A sim whose A side retries refused active opens for 200 ms (Config::refused_retry) and
+/// whose B side listens on nothing yet (and refuses at once).
+fn refused_retry_sim(seed: u64) -> Sim<StreamSocket> {
+    let a = Config {
+        refused_retry: Duration::from_millis(200),
+        ..test_config()
+    };
+    Sim::new(seed, LinkConfig::default(), a, test_config())
+}
+
+// Config::refused_retry: the active opener sends its SYN again while its RSTs come within the
+// retry time; the listener that comes up meanwhile takes the connection.
+#[test]
+fn a_refused_syn_is_sent_again_until_the_listener_is_up() {
+    let mut s = refused_retry_sim(14);
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100))
+            .unwrap();
+    let limit = s.now + Duration::from_millis(90);
+    assert!(!s.run_until(limit, |s| s.closed_reason(Side::A, a).is_some()));
+    assert_eq!(s.a.state(a), Some(State::SynSent));
+    let refusals = s.b.stats().resets_sent;
+    assert!(refusals >= 3, "{refusals} RSTs in 90 ms");
+    s.b.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 16)
+        .unwrap();
+    let limit = s.now + Duration::from_millis(50);
+    assert!(s.run_until(limit, |s| s.connected(Side::A, a)));
+    assert_eq!(s.b.stats().resets_sent, refusals);
+}
+
+// RFC 9293 §3.10.7.3 after the retry time: a refusal closes the open as Refused.
+#[test]
+fn a_refused_syn_gives_up_when_the_retry_time_is_over() {
+    let mut s = refused_retry_sim(15);
+    let start = s.now;
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100))
+            .unwrap();
+    let limit = s.now + Duration::from_secs(1);
+    assert!(s.run_until(limit, |s| s.closed_reason(Side::A, a).is_some()));
+    assert_eq!(s.closed_reason(Side::A, a), Some(CloseReason::Refused));
+    let took = s.now.saturating_since(start);
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_millis(300),
+        "refused after {took:?}"
+    );
+    assert_eq!(s.a.connection_count(), 0);
+}
+
 // RFC 9293 §3.10.7.4: RST in SYN-RECEIVED of a passive open returns to LISTEN silently.
 #[test]
 fn rst_in_syn_received_returns_to_listen() {

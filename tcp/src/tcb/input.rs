@@ -15,6 +15,9 @@ use crate::ulp::Upper;
 /// RFC 7323 §5.5: TS.Recent is invalid after 24 days of idleness.
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 
+/// How soon a refused SYN goes out again under `Config::refused_retry`.
+const REFUSED_SYN_RESEND: Duration = Duration::from_millis(20);
+
 impl Tcb {
     /// Process one segment addressed to this TCB (RFC 9293 §3.10.7).
     pub(crate) fn handle_segment(
@@ -247,6 +250,14 @@ impl Tcb {
             }
         }
         match repr.control {
+            // Config::refused_retry: a listener may still come up; the SYN goes out again.
+            TcpControl::Rst
+                if seg_ack.is_some()
+                    && now.saturating_since(self.opened_at) < cfg.refused_retry =>
+            {
+                self.resend_refused_syn = true;
+                self.rtx_deadline = Some(now + REFUSED_SYN_RESEND);
+            }
             TcpControl::Rst if seg_ack.is_some() => {
                 ev.push(TcbEvent::Closed(CloseReason::Refused));
                 ev.push(TcbEvent::Remove);

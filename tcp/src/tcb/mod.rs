@@ -166,6 +166,11 @@ pub(crate) struct Tcb {
     fast_rtx: bool,
 
     syn_sent_at: Instant,
+    /// When the active open began (for `Config::refused_retry`).
+    opened_at: Instant,
+    /// A refused SYN is to be sent again when the retransmission timer fires
+    /// (`Config::refused_retry`), without counting as a SYN timeout.
+    resend_refused_syn: bool,
     syn_retries: u32,
     rtx_count: u32,
     rtx_deadline: Option<Instant>,
@@ -263,6 +268,8 @@ impl Tcb {
             dupacks: 0,
             fast_rtx: false,
             syn_sent_at: now,
+            opened_at: now,
+            resend_refused_syn: false,
             syn_retries: 0,
             rtx_count: 0,
             rtx_deadline: None,

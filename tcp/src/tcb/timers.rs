@@ -97,6 +97,10 @@ impl Tcb {
 
     fn on_rto(&mut self, now: Instant, cfg: &Config, ev: &mut Vec<TcbEvent>) {
         match self.state {
+            State::SynSent if self.resend_refused_syn => {
+                self.resend_refused_syn = false;
+                self.send_syn = true;
+            }
             State::SynSent | State::SynReceived => {
                 self.syn_retries += 1;
                 self.timeouts += 1;
