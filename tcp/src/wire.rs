@@ -140,8 +140,11 @@ pub(crate) fn write_packet(
 /// TCP header length without options.
 const TCP_HEADER_LEN: usize = 20;
 /// NOP, NOP, Timestamps kind 8 length 10: the option layout of data segments with
-/// timestamps (RFC 7323 Appendix A), which Linux and this engine send.
+/// timestamps (RFC 7323 Appendix A), which Linux sends.
 const NOP_NOP_TIMESTAMP: [u8; 4] = [1, 1, 8, 10];
+/// Timestamps kind 8 length 10 first, then two octets of padding (End of Option List, or
+/// NOP and End or NOP): the layout smoltcp's emitter, and so this engine, sends.
+const TIMESTAMP_FIRST: [u8; 2] = [8, 10];
 
 /// Parses a TCP segment (header and payload; its checksum is checked elsewhere). A data or
 /// ACK segment without SYN, FIN or RST whose options are none or NOP, NOP, Timestamps (nearly
@@ -176,6 +179,9 @@ fn parse_common(s: &[u8]) -> Option<TcpRepr<'_>> {
     let timestamp = match header_len {
         TCP_HEADER_LEN => None,
         32 if s[20..24] == NOP_NOP_TIMESTAMP => Some(TcpTimestampRepr::new(word(24), word(28))),
+        32 if s[20..22] == TIMESTAMP_FIRST && (s[30] == 0 || (s[30] == 1 && s[31] <= 1)) => {
+            Some(TcpTimestampRepr::new(word(22), word(26)))
+        }
         _ => return None,
     };
     let src_port = u16::from_be_bytes([s[0], s[1]]);
@@ -217,13 +223,21 @@ mod tests {
         TcpRepr::parse(&pkt, &any, &any, &ChecksumCapabilities::ignored()).ok()
     }
 
-    /// Options: none, NOP NOP Timestamps, or arbitrary octets (SACK, MSS, garbage).
+    /// Options: none, NOP NOP Timestamps, Timestamps and two octets of padding (mostly End
+    /// or NOP, sometimes anything), or arbitrary octets (SACK, MSS, garbage).
     fn options() -> impl Strategy<Value = Vec<u8>> {
+        let pad = prop_oneof![Just(0u8), Just(1u8), any::<u8>()];
         prop_oneof![
             Just(Vec::new()),
             any::<[u8; 8]>().prop_map(|ts| {
                 let mut o = NOP_NOP_TIMESTAMP.to_vec();
                 o.extend_from_slice(&ts);
+                o
+            }),
+            (any::<[u8; 8]>(), pad.clone(), pad).prop_map(|(ts, p0, p1)| {
+                let mut o = TIMESTAMP_FIRST.to_vec();
+                o.extend_from_slice(&ts);
+                o.extend_from_slice(&[p0, p1]);
                 o
             }),
             proptest::collection::vec(any::<u8>(), 0..40).prop_map(|mut o| {
@@ -279,5 +293,31 @@ mod tests {
         seg[13] = 0x12; // SYN-ACK: smoltcp's path
         assert!(parse_common(&seg).is_none());
         assert!(parse_segment(A, A, &seg).is_some());
+    }
+
+    // So does a data segment as this engine writes it (smoltcp's option layout).
+    #[test]
+    fn own_data_segment_takes_the_direct_path() {
+        let cfg = Config::default();
+        let (src, dst): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:4000".parse().unwrap(),
+            "10.0.0.2:5000".parse().unwrap(),
+        );
+        let hdr = Header {
+            control: TcpControl::Psh,
+            seq: 7,
+            ack: Some(9),
+            window: 100,
+            syn: None,
+            sack: [None; 3],
+            timestamp: Some((11, 13)),
+        };
+        let mut buf = [0u8; 128];
+        let len = write_packet(&mut buf, &cfg, src, dst, &hdr, b"ddp").expect("fits");
+        let seg = &buf[crate::ip::IPV4_HEADER_LEN..len];
+        let r = parse_common(seg).expect("direct path");
+        assert_eq!(r.timestamp, Some(TcpTimestampRepr::new(11, 13)));
+        assert_eq!(r.payload, b"ddp");
+        assert_eq!(Some(r), smoltcp_parse(seg));
     }
 }
