@@ -16,8 +16,9 @@
 //!
 //! Environment: `BENCH_MIB` (per run, default 256), `BENCH_PAIRS` (default 5),
 //! `BENCH_BUF_KIB` (send and receive buffers of each side, default 4096), `BENCH_CPU` (the
-//! CPU to pin to; default the one the process starts on). Exits non-zero when a transfer
-//! is short, stalls or delivers a wrong byte.
+//! CPU to pin to; default the one the process starts on), `BENCH_ONLY` (`engine` or
+//! `smoltcp`: run only that one, for profiling). Exits non-zero when a transfer is short,
+//! stalls or delivers a wrong byte.
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -448,6 +449,32 @@ fn main() -> ExitCode {
         pinned.map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}"))
     );
     let pattern = Pattern::new();
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        let run = match only.as_str() {
+            "engine" => run_engine,
+            "smoltcp" => run_smoltcp,
+            other => {
+                eprintln!("engine-vs-smoltcp: BENCH_ONLY must be engine or smoltcp, not '{other}'");
+                return ExitCode::from(2);
+            }
+        };
+        let mut gbps = Vec::new();
+        let mut exact = true;
+        for _ in 0..pairs {
+            let r = run(total, buf, &pattern);
+            exact &= r.exact;
+            gbps.push(r.gbps(total).0);
+        }
+        println!(
+            "{only}-gbps: {:.2} (median per CPU-second)",
+            median(&mut gbps)
+        );
+        return if exact {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     let (mut engine, mut smol, mut ratios, mut wall_ratios) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut exact = true;
