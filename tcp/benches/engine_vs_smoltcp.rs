@@ -444,7 +444,7 @@ fn main() -> ExitCode {
     let total = mib << 20;
     let pinned = pin(cpu);
     println!(
-        "engine-vs-smoltcp: {mib} MiB per run, {pairs} interleaved pairs, MTU {MTU}, buffers {} KiB each side, checksums filled and verified, every byte checked, {}",
+        "engine-vs-smoltcp: {mib} MiB per run, interleaved pairs: {pairs}, MTU {MTU}, buffers {} KiB each side, checksums filled and verified, every byte checked, {}",
         buf >> 10,
         pinned.map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}"))
     );
