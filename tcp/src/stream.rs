@@ -13,22 +13,25 @@ use crate::rx::SegmentSink;
 use crate::time::Instant;
 use crate::tx::{SegmentSource, Unit};
 
-/// Unit size assumed until the engine first asks for a unit: the effective MSS of an
-/// Ethernet MTU with TCP timestamps (1500 - 20 - 20 - 12).
+/// Unit size assumed until the engine first asks for a unit: the effective MSS of IPv4 on
+/// an Ethernet MTU with TCP timestamps (1500 - 20 - 20 - 12).
 const DEFAULT_UNIT_LEN: usize = 1448;
 
 /// The send buffer: written bytes kept in unit-sized buffers, so that a unit is handed to
 /// the engine without a copy, and buffers the engine gives back once acknowledged
 /// ([`SegmentSource::recycle`]) are written into again: no allocation per segment.
 ///
-/// Every buffer but the last holds `unit_len` bytes as long as `unit_len` stays what the
-/// engine asks for (its effective send MSS); buffers of another size (written before the
-/// engine first asked, or when the window limits a unit) are cut or topped up when taken.
+/// Writes are cut at unit boundaries (every `unit_len` bytes from the front, where the next
+/// unit starts), `unit_len` being what the engine asks for (its effective send MSS). Buffers
+/// that do not match (written before the engine first asked, or before a unit the window
+/// cut short) are cut or topped up when taken, and the next write realigns.
 #[derive(Debug, Clone)]
 struct SendBuffer {
     queue: VecDeque<Vec<u8>>,
     len: usize,
     unit_len: usize,
+    /// Whether `unit_len` comes from the engine (else it is [`DEFAULT_UNIT_LEN`]).
+    learned: bool,
     spare: Vec<Vec<u8>>,
     max_spare: usize,
 }
@@ -39,6 +42,7 @@ impl SendBuffer {
             queue: VecDeque::new(),
             len: 0,
             unit_len: DEFAULT_UNIT_LEN,
+            learned: false,
             spare: Vec::new(),
             max_spare: capacity.div_ceil(DEFAULT_UNIT_LEN),
         }
@@ -60,12 +64,17 @@ impl SendBuffer {
     }
 
     fn push(&mut self, mut bytes: &[u8]) {
-        self.len += bytes.len();
+        // The next unit starts at the front: fill the last buffer up to a unit boundary
+        // counted from there (which realigns the buffers after a unit of another length),
+        // then whole units.
         if let Some(back) = self.queue.back_mut() {
-            let n = self.unit_len.saturating_sub(back.len()).min(bytes.len());
+            let to_boundary = (self.unit_len - self.len % self.unit_len) % self.unit_len;
+            let n = to_boundary.min(bytes.len());
             back.extend_from_slice(&bytes[..n]);
+            self.len += n;
             bytes = &bytes[n..];
         }
+        self.len += bytes.len();
         while !bytes.is_empty() {
             let n = self.unit_len.min(bytes.len());
             let mut b = self.fresh();
@@ -80,10 +89,11 @@ impl SendBuffer {
         if max_len == 0 || self.len == 0 {
             return None;
         }
-        // The engine asks for its effective MSS whenever the window allows: cut the buffers
-        // written from now on to that size.
-        if max_len > self.unit_len {
+        // The engine asks for its effective MSS whenever the window allows (the largest
+        // length it asks for): cut the buffers written from now on to that size.
+        if !self.learned || max_len > self.unit_len {
             self.unit_len = max_len;
+            self.learned = true;
         }
         let mut unit = self.queue.pop_front()?;
         if unit.len() > max_len {
@@ -297,6 +307,55 @@ mod tests {
         }
         assert_eq!(&out[..data.len()], &data[..]);
         assert_eq!(&out[data.len()..], &data[..12_000]);
+    }
+
+    // An effective MSS below the default (IPv6 on a 1500-octet MTU): the buffers written
+    // before the engine first asked are recut once, the later ones are units as written.
+    #[test]
+    fn smaller_mss_is_learned() {
+        let mut s = StreamSocket::new(1 << 16, 1 << 16);
+        let data = pattern(20_000);
+        assert_eq!(s.write(&data[..3 * 1448]), 3 * 1448);
+        let mut out = s.take_unit(1428).unwrap().payload;
+        assert_eq!(s.write(&data[3 * 1448..]), data.len() - 3 * 1448);
+        while let Some(u) = s.take_unit(1428) {
+            assert!(u.payload.len() == 1428 || s.send_queued() == 0);
+            out.extend_from_slice(&u.payload);
+            let queued: Vec<usize> = s.tx.queue.iter().map(Vec::len).collect();
+            if out.len() >= 4 * 1428 {
+                // Past the buffers written before: every buffer but the last is one unit.
+                let (last, full) = queued.split_last().unwrap_or((&0, &[]));
+                assert!(
+                    full.iter().all(|&n| n == 1428) && *last <= 1428,
+                    "{queued:?}"
+                );
+            }
+        }
+        assert_eq!(out, data);
+    }
+
+    // A unit the window cut short shifts the unit boundaries; the buffers written after it
+    // follow the new ones, so only those written before are topped up (copied).
+    #[test]
+    fn a_short_unit_realigns_later_writes() {
+        let mut s = StreamSocket::new(1 << 16, 1 << 16);
+        let data = pattern(15 * 1448);
+        assert_eq!(s.write(&data[..10 * 1448]), 10 * 1448);
+        let mut out = s.take_unit(1448).unwrap().payload;
+        out.extend_from_slice(&s.take_unit(1000).unwrap().payload);
+        assert_eq!(s.write(&data[10 * 1448..]), 5 * 1448);
+        while let Some(u) = s.take_unit(1448) {
+            out.extend_from_slice(&u.payload);
+            if out.len() >= 10 * 1448 + 1000 {
+                let queued: Vec<usize> = s.tx.queue.iter().map(Vec::len).collect();
+                let (last, full) = queued.split_last().unwrap_or((&0, &[]));
+                assert!(
+                    full.iter().all(|&n| n == 1448) && *last <= 1448,
+                    "{queued:?}"
+                );
+            }
+        }
+        assert_eq!(out, data);
     }
 
     // The spare pool holds at most a send buffer's worth; empty buffers are not kept.
