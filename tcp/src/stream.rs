@@ -237,7 +237,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fifo_order_across_compaction() {
+    fn order_across_writes_units_and_reads() {
         let mut s = StreamSocket::new(100, 100);
         assert_eq!(s.write(&[1; 60]), 60);
         assert_eq!(s.write(&[2; 60]), 40, "bounded by the send buffer");
