@@ -143,7 +143,12 @@ pub(crate) struct Reassembly {
     ranges: BTreeMap<u64, u64>,
     data: BTreeMap<u64, Vec<u8>>,
     stored: usize,
+    /// Buffers of delivered chunks, for the next stored ones (no allocation per segment).
+    spare: Vec<Vec<u8>>,
 }
+
+/// How many delivered chunk buffers [`Reassembly`] keeps for reuse.
+const SPARE_CHUNKS: usize = 64;
 
 impl Reassembly {
     /// Nothing is held beyond RCV.NXT.
@@ -175,9 +180,8 @@ impl Reassembly {
             .map(|(&s, &e)| (s, e))
     }
 
-    /// Sub-intervals of `[s, e)` not yet received.
-    pub(crate) fn uncovered(&self, s: u64, e: u64) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
+    /// Sub-intervals of `[s, e)` not yet received, appended to `out`.
+    pub(crate) fn uncovered(&self, s: u64, e: u64, out: &mut Vec<(u64, u64)>) {
         let mut cur = s;
         if let Some((_, &pe)) = self.ranges.range(..s).next_back() {
             cur = cur.max(pe.min(e));
@@ -194,7 +198,6 @@ impl Reassembly {
         if cur < e {
             out.push((cur, e));
         }
-        out
     }
 
     /// Copy `bytes` (which start at offset `s` and must not be received yet) for later
@@ -202,7 +205,17 @@ impl Reassembly {
     pub(crate) fn store(&mut self, s: u64, bytes: &[u8]) {
         if !bytes.is_empty() {
             self.stored += bytes.len();
-            self.data.insert(s, bytes.to_vec());
+            let mut chunk = self.spare.pop().unwrap_or_default();
+            chunk.clear();
+            chunk.extend_from_slice(bytes);
+            self.data.insert(s, chunk);
+        }
+    }
+
+    /// Keep the buffer of a delivered chunk for a later [`Reassembly::store`].
+    pub(crate) fn recycle(&mut self, chunk: Vec<u8>) {
+        if self.spare.len() < SPARE_CHUNKS {
+            self.spare.push(chunk);
         }
     }
 
@@ -267,12 +280,34 @@ mod tests {
         let mut r = Reassembly::default();
         r.insert(10, 20);
         r.insert(30, 40);
-        assert_eq!(r.uncovered(0, 50), vec![(0, 10), (20, 30), (40, 50)]);
-        assert_eq!(r.uncovered(12, 18), vec![]);
-        assert_eq!(r.uncovered(15, 35), vec![(20, 30)]);
+        let uncovered = |s, e| {
+            let mut out = Vec::new();
+            r.uncovered(s, e, &mut out);
+            out
+        };
+        assert_eq!(uncovered(0, 50), vec![(0, 10), (20, 30), (40, 50)]);
+        assert_eq!(uncovered(12, 18), vec![]);
+        assert_eq!(uncovered(15, 35), vec![(20, 30)]);
         r.insert(20, 30);
         assert_eq!(r.range_count(), 1);
         assert_eq!(r.range_containing(25), Some((10, 40)));
+    }
+
+    // A delivered chunk's buffer holds the next stored chunk.
+    #[test]
+    fn delivered_chunk_buffer_is_reused() {
+        let mut r = Reassembly::default();
+        r.store(10, b"later");
+        r.insert(10, 15);
+        let (off, chunk) = r.pop_stored_before(15).expect("stored");
+        assert_eq!((off, &chunk[..]), (10, &b"later"[..]));
+        let at = chunk.as_ptr();
+        r.recycle(chunk);
+        r.store(30, b"again");
+        let (_, chunk) = r.pop_stored_before(40).expect("stored");
+        assert_eq!(&chunk[..], b"again");
+        assert_eq!(chunk.as_ptr(), at);
+        assert_eq!(r.stored_bytes(), 0);
     }
 
     // The gap list has no fixed limit (cf. smoltcp's 4-entry assembler).

@@ -7,6 +7,37 @@ use crate::rx::Reassembly;
 
 /// How many recent arrivals to remember.
 const RECENT: usize = 4;
+/// The most SACK blocks reported: what a segment with timestamps has room for (RFC 2018
+/// §3).
+pub(crate) const MAX_BLOCKS: usize = 3;
+
+/// Up to [`MAX_BLOCKS`] SACK blocks as stream-offset ranges, in a fixed array (no
+/// allocation per ACK).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SackBlocks {
+    blocks: [(u64, u64); MAX_BLOCKS],
+    len: usize,
+}
+
+impl SackBlocks {
+    /// The blocks, most recent first.
+    pub(crate) fn as_slice(&self) -> &[(u64, u64)] {
+        &self.blocks[..self.len]
+    }
+
+    /// Adds `r` unless already present; `false` when full.
+    fn add(&mut self, r: (u64, u64)) -> bool {
+        if self.as_slice().contains(&r) {
+            return true;
+        }
+        if self.len == MAX_BLOCKS {
+            return false;
+        }
+        self.blocks[self.len] = r;
+        self.len += 1;
+        true
+    }
+}
 
 /// Tracks recent out-of-order arrivals to order SACK blocks.
 #[derive(Debug, Default)]
@@ -22,25 +53,16 @@ impl SackReporter {
         self.recent.truncate(RECENT);
     }
 
-    /// Up to `max` blocks as stream-offset ranges, most recent first (RFC 2018 §4).
-    pub(crate) fn blocks(&self, rx: &Reassembly, max: usize) -> Vec<(u64, u64)> {
-        let mut out: Vec<(u64, u64)> = Vec::with_capacity(max);
-        for &off in &self.recent {
-            if out.len() == max {
-                return out;
-            }
-            if let Some(r) = rx.range_containing(off) {
-                if !out.contains(&r) {
-                    out.push(r);
-                }
-            }
-        }
-        for r in rx.ranges().rev() {
-            if out.len() == max {
+    /// Up to [`MAX_BLOCKS`] blocks as stream-offset ranges, most recent first (RFC 2018 §4).
+    pub(crate) fn blocks(&self, rx: &Reassembly) -> SackBlocks {
+        let mut out = SackBlocks::default();
+        let recent = self
+            .recent
+            .iter()
+            .filter_map(|&off| rx.range_containing(off));
+        for r in recent.chain(rx.ranges().rev()) {
+            if !out.add(r) {
                 break;
-            }
-            if !out.contains(&r) {
-                out.push(r);
             }
         }
         out
@@ -61,7 +83,7 @@ mod tests {
         }
         s.record(300);
         s.record(700);
-        let b = s.blocks(&rx, 3);
-        assert_eq!(b, vec![(700, 800), (300, 400), (500, 600)]);
+        let b = s.blocks(&rx);
+        assert_eq!(b.as_slice(), &[(700, 800), (300, 400), (500, 600)]);
     }
 }

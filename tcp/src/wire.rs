@@ -10,7 +10,7 @@ use smoltcp::wire::{
 };
 
 use crate::config::Config;
-use crate::ip::ip_header_len;
+use crate::ip::{ip_header_len, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 
 /// Hop limit (TTL) of the packets the engine emits.
 const HOP_LIMIT: u8 = 64;
@@ -60,6 +60,36 @@ pub(crate) fn write_packet(
     hdr: &Header,
     payload: &[u8],
 ) -> Option<usize> {
+    let data_at = match emit_common(buf, cfg, src, dst, hdr, payload.len()) {
+        Some(at) => at,
+        None => emit_headers(buf, cfg, src, dst, hdr, payload.len())?,
+    };
+    let total = data_at + payload.len();
+    let (head, data) = buf[..total].split_at_mut(data_at);
+    if cfg.fill_checksums {
+        let ip_len = ip_header_len(src.ip());
+        let payload_sum = crate::checksum::copy_payload(data, payload);
+        let segment = &mut head[ip_len..];
+        let sum = crate::checksum::tcp_checksum_split(src.ip(), dst.ip(), segment, payload_sum);
+        TcpPacket::new_unchecked(segment).set_checksum(sum);
+    } else {
+        data.copy_from_slice(payload);
+    }
+    Some(total)
+}
+
+/// Writes the IP and TCP headers of a segment with `payload_len` octets of payload through
+/// smoltcp's emitters, the TCP checksum left zero. Returns where the payload starts, or
+/// `None` when `buf` is too small or the address families differ.
+fn emit_headers(
+    buf: &mut [u8],
+    cfg: &Config,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+    payload_len: usize,
+) -> Option<usize> {
+    // The payload is copied (and summed) by the caller; smoltcp only needs its length.
     let mut repr = TcpRepr {
         src_port: src.port(),
         dst_port: dst.port(),
@@ -74,16 +104,17 @@ pub(crate) fn write_packet(
         timestamp: hdr
             .timestamp
             .map(|(tsval, tsecr)| TcpTimestampRepr::new(tsval, tsecr)),
-        payload,
+        payload: &[],
     };
     let ip_len = ip_header_len(src.ip());
     let limit = cfg.mtu.min(buf.len());
     let mut blocks = repr.sack_ranges.iter().filter(|b| b.is_some()).count();
-    while ip_len + repr.buffer_len() > limit && blocks > 0 {
+    while ip_len + repr.header_len() + payload_len > limit && blocks > 0 {
         blocks -= 1;
         repr.sack_ranges[blocks] = None;
     }
-    let total = ip_len + repr.buffer_len();
+    let tcp_len = repr.header_len() + payload_len;
+    let total = ip_len + tcp_len;
     if total > buf.len() {
         log::warn!(
             "transmit buffer of {} bytes too small for {total}",
@@ -91,7 +122,7 @@ pub(crate) fn write_packet(
         );
         return None;
     }
-    // The TCP checksum is ours (crate::checksum), filled in below.
+    // The TCP checksum is ours (crate::checksum), filled in by the caller.
     let mut caps = checksum_caps(cfg);
     caps.tcp = Checksum::None;
     match (src.ip(), dst.ip()) {
@@ -99,7 +130,7 @@ pub(crate) fn write_packet(
             src_addr: s,
             dst_addr: d,
             next_header: IpProtocol::Tcp,
-            payload_len: repr.buffer_len(),
+            payload_len: tcp_len,
             hop_limit: HOP_LIMIT,
         }
         .emit(&mut Ipv4Packet::new_unchecked(&mut buf[..total]), &caps),
@@ -107,7 +138,7 @@ pub(crate) fn write_packet(
             src_addr: s,
             dst_addr: d,
             next_header: IpProtocol::Tcp,
-            payload_len: repr.buffer_len(),
+            payload_len: tcp_len,
             hop_limit: HOP_LIMIT,
         }
         .emit(&mut Ipv6Packet::new_unchecked(&mut buf[..total])),
@@ -116,32 +147,122 @@ pub(crate) fn write_packet(
             return None;
         }
     }
-    // The header is emitted without the payload, which is copied and summed in one pass.
-    repr.payload = &[];
     let data_at = ip_len + repr.header_len();
     repr.emit(
-        &mut TcpPacket::new_unchecked(&mut buf[ip_len..total]),
+        &mut TcpPacket::new_unchecked(&mut buf[ip_len..data_at]),
         &IpAddress::from(src.ip()),
         &IpAddress::from(dst.ip()),
         &caps,
     );
-    let (head, data) = buf[..total].split_at_mut(data_at);
-    if cfg.fill_checksums {
-        let payload_sum = crate::checksum::copy_payload(data, payload);
-        let segment = &mut head[ip_len..];
-        let sum = crate::checksum::tcp_checksum_split(src.ip(), dst.ip(), segment, payload_sum);
-        TcpPacket::new_unchecked(segment).set_checksum(sum);
-    } else {
-        data.copy_from_slice(payload);
+    Some(data_at)
+}
+
+/// TCP flag bits (RFC 9293 §3.1).
+const FIN: u8 = 0x01;
+const RST: u8 = 0x04;
+const PSH: u8 = 0x08;
+const ACK: u8 = 0x10;
+/// The Timestamps option as smoltcp lays it out: kind, length, TSval, TSecr, End of Option
+/// List and one octet of padding (zero here).
+const TIMESTAMP_OPTION_LEN: usize = 12;
+
+/// [`emit_headers`] for the segments of a transfer (no SYN, so no SYN options, and no SACK
+/// blocks: data, ACKs, FIN, RST), written field by field: the octets smoltcp's emitters
+/// write, except that the padding octet after End of Option List is zero rather than left
+/// as it was (tested against smoltcp). Returns where the payload starts, or `None` to leave
+/// the segment to [`emit_headers`] (which also reports a `buf` too small).
+fn emit_common(
+    buf: &mut [u8],
+    cfg: &Config,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+    payload_len: usize,
+) -> Option<usize> {
+    let flags = match hdr.control {
+        TcpControl::None => 0,
+        TcpControl::Psh => PSH,
+        TcpControl::Fin => FIN,
+        TcpControl::Rst => RST,
+        TcpControl::Syn => return None,
+    };
+    if hdr.syn.is_some() || hdr.sack.iter().any(Option::is_some) {
+        return None;
     }
-    Some(total)
+    let tcp_header_len = TCP_HEADER_LEN
+        + if hdr.timestamp.is_some() {
+            TIMESTAMP_OPTION_LEN
+        } else {
+            0
+        };
+    let tcp_len = tcp_header_len + payload_len;
+    let ip_len = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let total = IPV4_HEADER_LEN + tcp_len;
+            if total > buf.len() || total > usize::from(u16::MAX) {
+                return None;
+            }
+            let ip = &mut buf[..IPV4_HEADER_LEN];
+            ip[0] = 0x45;
+            ip[1] = 0;
+            ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+            // Identification 0, Don't Fragment, offset 0.
+            ip[4..8].copy_from_slice(&[0, 0, 0x40, 0]);
+            ip[8] = HOP_LIMIT;
+            ip[9] = u8::from(IpProtocol::Tcp);
+            ip[10..12].fill(0);
+            ip[12..16].copy_from_slice(&s.octets());
+            ip[16..20].copy_from_slice(&d.octets());
+            if cfg.fill_checksums {
+                let sum = !crate::checksum::sum(ip);
+                ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            }
+            IPV4_HEADER_LEN
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let total = IPV6_HEADER_LEN + tcp_len;
+            if total > buf.len() || tcp_len > usize::from(u16::MAX) {
+                return None;
+            }
+            let ip = &mut buf[..IPV6_HEADER_LEN];
+            // Version 6, traffic class 0, flow label 0.
+            ip[0..4].copy_from_slice(&[0x60, 0, 0, 0]);
+            ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+            ip[6] = u8::from(IpProtocol::Tcp);
+            ip[7] = HOP_LIMIT;
+            ip[8..24].copy_from_slice(&s.octets());
+            ip[24..40].copy_from_slice(&d.octets());
+            IPV6_HEADER_LEN
+        }
+        _ => return None,
+    };
+    let tcp = &mut buf[ip_len..ip_len + tcp_header_len];
+    tcp[0..2].copy_from_slice(&src.port().to_be_bytes());
+    tcp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+    tcp[4..8].copy_from_slice(&hdr.seq.to_be_bytes());
+    tcp[8..12].copy_from_slice(&hdr.ack.unwrap_or(0).to_be_bytes());
+    tcp[12] = ((tcp_header_len / 4) as u8) << 4;
+    tcp[13] = flags | if hdr.ack.is_some() { ACK } else { 0 };
+    tcp[14..16].copy_from_slice(&hdr.window.to_be_bytes());
+    // Checksum (filled by the caller) and urgent pointer.
+    tcp[16..20].fill(0);
+    if let Some((tsval, tsecr)) = hdr.timestamp {
+        tcp[20..22].copy_from_slice(&TIMESTAMP_FIRST);
+        tcp[22..26].copy_from_slice(&tsval.to_be_bytes());
+        tcp[26..30].copy_from_slice(&tsecr.to_be_bytes());
+        tcp[30..32].fill(0);
+    }
+    Some(ip_len + tcp_header_len)
 }
 
 /// TCP header length without options.
 const TCP_HEADER_LEN: usize = 20;
 /// NOP, NOP, Timestamps kind 8 length 10: the option layout of data segments with
-/// timestamps (RFC 7323 Appendix A), which Linux and this engine send.
+/// timestamps (RFC 7323 Appendix A), which Linux sends.
 const NOP_NOP_TIMESTAMP: [u8; 4] = [1, 1, 8, 10];
+/// Timestamps kind 8 length 10 first, then two octets of padding (End of Option List, or
+/// NOP and End or NOP): the layout smoltcp's emitter, and so this engine, sends.
+const TIMESTAMP_FIRST: [u8; 2] = [8, 10];
 
 /// Parses a TCP segment (header and payload; its checksum is checked elsewhere). A data or
 /// ACK segment without SYN, FIN or RST whose options are none or NOP, NOP, Timestamps (nearly
@@ -176,6 +297,9 @@ fn parse_common(s: &[u8]) -> Option<TcpRepr<'_>> {
     let timestamp = match header_len {
         TCP_HEADER_LEN => None,
         32 if s[20..24] == NOP_NOP_TIMESTAMP => Some(TcpTimestampRepr::new(word(24), word(28))),
+        32 if s[20..22] == TIMESTAMP_FIRST && (s[30] == 0 || (s[30] == 1 && s[31] <= 1)) => {
+            Some(TcpTimestampRepr::new(word(22), word(26)))
+        }
         _ => return None,
     };
     let src_port = u16::from_be_bytes([s[0], s[1]]);
@@ -217,13 +341,21 @@ mod tests {
         TcpRepr::parse(&pkt, &any, &any, &ChecksumCapabilities::ignored()).ok()
     }
 
-    /// Options: none, NOP NOP Timestamps, or arbitrary octets (SACK, MSS, garbage).
+    /// Options: none, NOP NOP Timestamps, Timestamps and two octets of padding (mostly End
+    /// or NOP, sometimes anything), or arbitrary octets (SACK, MSS, garbage).
     fn options() -> impl Strategy<Value = Vec<u8>> {
+        let pad = prop_oneof![Just(0u8), Just(1u8), any::<u8>()];
         prop_oneof![
             Just(Vec::new()),
             any::<[u8; 8]>().prop_map(|ts| {
                 let mut o = NOP_NOP_TIMESTAMP.to_vec();
                 o.extend_from_slice(&ts);
+                o
+            }),
+            (any::<[u8; 8]>(), pad.clone(), pad).prop_map(|(ts, p0, p1)| {
+                let mut o = TIMESTAMP_FIRST.to_vec();
+                o.extend_from_slice(&ts);
+                o.extend_from_slice(&[p0, p1]);
                 o
             }),
             proptest::collection::vec(any::<u8>(), 0..40).prop_map(|mut o| {
@@ -279,5 +411,123 @@ mod tests {
         seg[13] = 0x12; // SYN-ACK: smoltcp's path
         assert!(parse_common(&seg).is_none());
         assert!(parse_segment(A, A, &seg).is_some());
+    }
+
+    /// Headers of the segments of a transfer: no SYN, no SACK blocks.
+    fn common_header() -> impl Strategy<Value = Header> {
+        (
+            prop_oneof![
+                Just(TcpControl::None),
+                Just(TcpControl::Psh),
+                Just(TcpControl::Fin),
+                Just(TcpControl::Rst)
+            ],
+            any::<u32>(),
+            any::<Option<u32>>(),
+            any::<u16>(),
+            any::<Option<(u32, u32)>>(),
+        )
+            .prop_map(|(control, seq, ack, window, timestamp)| Header {
+                control,
+                seq,
+                ack,
+                window,
+                syn: None,
+                sack: [None; 3],
+                timestamp,
+            })
+    }
+
+    fn endpoints() -> impl Strategy<Value = (SocketAddr, SocketAddr)> {
+        let v4 = (any::<[u8; 4]>(), any::<[u8; 4]>())
+            .prop_map(|(a, b)| (IpAddr::from(a), IpAddr::from(b)));
+        let v6 = (any::<[u8; 16]>(), any::<[u8; 16]>())
+            .prop_map(|(a, b)| (IpAddr::from(a), IpAddr::from(b)));
+        (prop_oneof![v4, v6], any::<u16>(), any::<u16>())
+            .prop_map(|((a, b), p, q)| (SocketAddr::new(a, p), SocketAddr::new(b, q)))
+    }
+
+    proptest! {
+        // The direct header writer and smoltcp's emitters write the same packet (both into
+        // a zeroed buffer: smoltcp leaves the octet after End of Option List untouched).
+        #[test]
+        fn direct_emit_same_as_smoltcp(
+            hdr in common_header(),
+            (src, dst) in endpoints(),
+            payload in proptest::collection::vec(any::<u8>(), 0..64),
+            fill in any::<bool>(),
+        ) {
+            let cfg = Config { fill_checksums: fill, ..Config::default() };
+            let mut direct = [0u8; 256];
+            let mut smol = [0u8; 256];
+            let at = emit_common(&mut direct, &cfg, src, dst, &hdr, payload.len());
+            prop_assert!(at.is_some(), "a transfer's segment takes the direct path");
+            let len = write_packet(&mut direct, &cfg, src, dst, &hdr, &payload);
+            let at_smol = emit_headers(&mut smol, &cfg, src, dst, &hdr, payload.len());
+            prop_assert_eq!(at, at_smol);
+            let total = at_smol.unwrap() + payload.len();
+            smol[at_smol.unwrap()..total].copy_from_slice(&payload);
+            if fill {
+                let ip_len = ip_header_len(src.ip());
+                let mut pkt = TcpPacket::new_unchecked(&mut smol[ip_len..total]);
+                pkt.fill_checksum(&IpAddress::from(src.ip()), &IpAddress::from(dst.ip()));
+            }
+            prop_assert_eq!(len, Some(total));
+            prop_assert_eq!(&direct[..], &smol[..]);
+        }
+    }
+
+    // SYN options and SACK blocks go through smoltcp's emitters.
+    #[test]
+    fn syn_and_sack_take_smoltcps_emitter() {
+        let cfg = Config::default();
+        let (src, dst): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:4000".parse().unwrap(),
+            "10.0.0.2:5000".parse().unwrap(),
+        );
+        let mut hdr = Header {
+            control: TcpControl::Psh,
+            seq: 7,
+            ack: Some(9),
+            window: 100,
+            syn: None,
+            sack: [Some((1, 2)), None, None],
+            timestamp: Some((11, 13)),
+        };
+        let mut buf = [0u8; 128];
+        assert!(emit_common(&mut buf, &cfg, src, dst, &hdr, 0).is_none());
+        hdr.sack = [None; 3];
+        hdr.control = TcpControl::Syn;
+        assert!(emit_common(&mut buf, &cfg, src, dst, &hdr, 0).is_none());
+        // Too small a buffer: left to the general path, which refuses it.
+        hdr.control = TcpControl::Psh;
+        assert!(emit_common(&mut buf[..40], &cfg, src, dst, &hdr, 10).is_none());
+        assert!(write_packet(&mut buf[..40], &cfg, src, dst, &hdr, &[0; 10]).is_none());
+    }
+
+    // So does a data segment as this engine writes it (smoltcp's option layout).
+    #[test]
+    fn own_data_segment_takes_the_direct_path() {
+        let cfg = Config::default();
+        let (src, dst): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:4000".parse().unwrap(),
+            "10.0.0.2:5000".parse().unwrap(),
+        );
+        let hdr = Header {
+            control: TcpControl::Psh,
+            seq: 7,
+            ack: Some(9),
+            window: 100,
+            syn: None,
+            sack: [None; 3],
+            timestamp: Some((11, 13)),
+        };
+        let mut buf = [0u8; 128];
+        let len = write_packet(&mut buf, &cfg, src, dst, &hdr, b"ddp").expect("fits");
+        let seg = &buf[crate::ip::IPV4_HEADER_LEN..len];
+        let r = parse_common(seg).expect("direct path");
+        assert_eq!(r.timestamp, Some(TcpTimestampRepr::new(11, 13)));
+        assert_eq!(r.payload, b"ddp");
+        assert_eq!(Some(r), smoltcp_parse(seg));
     }
 }

@@ -67,6 +67,39 @@ fn fast_retransmit_on_third_dupack() {
     assert_eq!(info.timeouts, 0);
 }
 
+// The buffers of acknowledged units carry new data (`SegmentSource::recycle`); units still
+// in flight keep theirs, so a retransmission sends the original bytes, and the new
+// segments carry the new ones.
+#[test]
+fn retransmission_after_recycling_sends_identical_bytes() {
+    let (mut p, segs) = in_flight(test_config(), false, 10);
+    let c = p.conn.unwrap();
+    let mss = p.e.info(c).unwrap().effective_mss;
+    // The first five are acknowledged: their buffers go back to the socket.
+    let una = segs[5].seq;
+    let more = payload(mss * 5, 2);
+    let mut fresh = data(&p.send(&ack_for(&p, una, &[])));
+    assert_eq!(p.e.ulp_mut(c).unwrap().write(&more), more.len());
+    fresh.extend(data(&p.output()));
+    let sent: Vec<u8> = fresh.iter().flat_map(|s| s.payload.clone()).collect();
+    assert_eq!(sent, more, "new segments carry the new bytes");
+    // Three duplicate ACKs: the first unacknowledged unit again, byte for byte.
+    let mut again = Vec::new();
+    for _ in 0..3 {
+        again.extend(data(&p.send(&ack_for(&p, una, &[]))));
+    }
+    let r = again
+        .iter()
+        .find(|s| s.seq == una)
+        .expect("fast retransmit");
+    assert_eq!(r.payload, segs[5].payload, "same unit, same bytes");
+    // And the retransmission timeout resends the rest unchanged.
+    let out = data(&p.advance(Duration::from_secs(2)));
+    let first = out.first().expect("timeout retransmission");
+    let orig = segs.iter().chain(&fresh).find(|s| s.seq == first.seq);
+    assert_eq!(Some(&first.payload), orig.map(|o| &o.payload));
+}
+
 // RFC 6675 §5: with SACK, recovery retransmits exactly the holes (IsLost, NextSeg rule 1)
 // and nothing the receiver already holds.
 #[test]

@@ -22,13 +22,15 @@ pub struct Cubic {
     w_last_max: f64,
     k: f64,
     epoch_start: Option<Instant>,
+    /// `cwnd` in bytes, kept with it: the send path asks for it on every segment.
+    cwnd_bytes: usize,
 }
 
 impl Cubic {
     /// Start in slow start with `initial_window` bytes.
     pub fn new(initial_window: usize, mss: usize) -> Self {
         let mss = mss.max(1);
-        Cubic {
+        let mut c = Cubic {
             mss,
             cwnd: initial_window as f64 / mss as f64,
             ssthresh: f64::INFINITY,
@@ -36,7 +38,15 @@ impl Cubic {
             w_last_max: 0.0,
             k: 0.0,
             epoch_start: None,
-        }
+            cwnd_bytes: 0,
+        };
+        c.sync_bytes();
+        c
+    }
+
+    /// Recomputes `cwnd_bytes` after `cwnd` or `mss` changed.
+    fn sync_bytes(&mut self) {
+        self.cwnd_bytes = (self.cwnd * self.mss as f64) as usize;
     }
 
     /// RFC 8312 eq. (2): K = cbrt(W_max (1 - beta) / C), in seconds.
@@ -82,7 +92,7 @@ impl Cubic {
 
 impl CongestionControl for Cubic {
     fn cwnd(&self) -> usize {
-        (self.cwnd * self.mss as f64) as usize
+        self.cwnd_bytes
     }
 
     fn ssthresh(&self) -> usize {
@@ -94,6 +104,33 @@ impl CongestionControl for Cubic {
     }
 
     fn on_ack(&mut self, now: Instant, acked: usize, srtt: Option<Duration>, mss: usize) {
+        self.grow(now, acked, srtt, mss);
+        self.sync_bytes();
+    }
+
+    fn on_congestion_event(&mut self, _now: Instant, _flight: usize, mss: usize) {
+        self.mss = mss.max(1);
+        self.reduce();
+        self.cwnd = self.ssthresh;
+        self.sync_bytes();
+    }
+
+    fn snapshot(&self) -> Box<dyn CongestionControl> {
+        Box::new(self.clone())
+    }
+
+    fn on_rto(&mut self, _now: Instant, _flight: usize, mss: usize) {
+        self.mss = mss.max(1);
+        self.reduce();
+        // RFC 8312 §4.7: cwnd = 1 segment after a timeout.
+        self.cwnd = 1.0;
+        self.sync_bytes();
+    }
+}
+
+impl Cubic {
+    /// The window growth of [`CongestionControl::on_ack`], in segments.
+    fn grow(&mut self, now: Instant, acked: usize, srtt: Option<Duration>, mss: usize) {
         self.mss = mss.max(1);
         let segs = acked as f64 / self.mss as f64;
         if self.cwnd < self.ssthresh {
@@ -115,23 +152,6 @@ impl CongestionControl for Cubic {
                 self.cwnd += (target - self.cwnd) / self.cwnd * segs;
             }
         }
-    }
-
-    fn on_congestion_event(&mut self, _now: Instant, _flight: usize, mss: usize) {
-        self.mss = mss.max(1);
-        self.reduce();
-        self.cwnd = self.ssthresh;
-    }
-
-    fn snapshot(&self) -> Box<dyn CongestionControl> {
-        Box::new(self.clone())
-    }
-
-    fn on_rto(&mut self, _now: Instant, _flight: usize, mss: usize) {
-        self.mss = mss.max(1);
-        self.reduce();
-        // RFC 8312 §4.7: cwnd = 1 segment after a timeout.
-        self.cwnd = 1.0;
     }
 }
 

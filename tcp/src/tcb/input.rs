@@ -415,21 +415,22 @@ impl Tcb {
         let s = self.rcv_off + rel;
         let e = s + p.len() as u64;
         let had_gaps = !self.rx.is_empty();
-        let whole = [(s, e)];
-        let uncovered;
-        let pieces: &[(u64, u64)] = if had_gaps {
-            uncovered = self.rx.uncovered(s, e);
-            &uncovered
+        // The new pieces of the segment, in a buffer kept across segments.
+        let mut pieces = std::mem::take(&mut self.pieces);
+        pieces.clear();
+        if had_gaps {
+            self.rx.uncovered(s, e, &mut pieces);
         } else {
-            &whole
-        };
+            pieces.push((s, e));
+        }
         if pieces.is_empty() {
             // Entirely duplicate: RFC 5681 §4.2 immediate ACK.
             self.ack_now = true;
+            self.pieces = pieces;
             return;
         }
         let before = self.rcv_nxt;
-        for &(ps, pe) in pieces {
+        for &(ps, pe) in &pieces {
             let slice = &p[(ps - s) as usize..(pe - s) as usize];
             let pseq = self.seq_of(ps);
             let in_order = ps == self.rcv_off;
@@ -452,6 +453,7 @@ impl Tcb {
                 self.deliver_in_order(ulp);
             }
         }
+        self.pieces = pieces;
         if self.rcv_nxt != before {
             ulp.on_advance(self.rcv_nxt);
         }
@@ -472,6 +474,7 @@ impl Tcb {
         while let Some(end) = self.rx.pop_front_at(self.rcv_off) {
             while let Some((off, bytes)) = self.rx.pop_stored_before(end) {
                 ulp.on_in_order(self.seq_of(off), &bytes);
+                self.rx.recycle(bytes);
             }
             self.rcv_nxt = self.seq_of(end);
             self.rcv_off = end;

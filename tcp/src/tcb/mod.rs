@@ -155,6 +155,8 @@ pub(crate) struct Tcb {
     rcv_off: u64,
     rcv_adv: u32,
     rx: Reassembly,
+    /// Scratch for the new pieces of an arriving segment (kept: no allocation per segment).
+    pieces: Vec<(u64, u64)>,
     sack_rep: SackReporter,
     peer_fin: Option<u32>,
     fin_received: bool,
@@ -259,6 +261,7 @@ impl Tcb {
             rcv_off: 0,
             rcv_adv: 0,
             rx: Reassembly::default(),
+            pieces: Vec::new(),
             sack_rep: SackReporter::default(),
             peer_fin: None,
             fin_received: false,

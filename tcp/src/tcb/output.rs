@@ -85,8 +85,9 @@ impl Tcb {
         let timestamp = ts_on.then(|| (self.tsval(now), self.ts_recent));
         let mut sack = [None; 3];
         if self.opts.sack && !syn && !self.rx.is_empty() {
-            for (i, (a, b)) in self.sack_rep.blocks(&self.rx, 3).into_iter().enumerate() {
-                sack[i] = Some((self.seq_of(a), self.seq_of(b)));
+            let blocks = self.sack_rep.blocks(&self.rx);
+            for (slot, &(a, b)) in sack.iter_mut().zip(blocks.as_slice()) {
+                *slot = Some((self.seq_of(a), self.seq_of(b)));
             }
         }
         if ack.is_some() {
