@@ -144,7 +144,11 @@ mod tests {
         let mut v4tcp = v4.to_vec();
         v4tcp.extend_from_slice(&2794u16.to_be_bytes());
         v4tcp.extend_from_slice(&1766u16.to_be_bytes());
-        assert_eq!(toeplitz(&MS_KEY, &v4tcp), 0x51cc_c178, "IPv4 with TCP ports");
+        assert_eq!(
+            toeplitz(&MS_KEY, &v4tcp),
+            0x51cc_c178,
+            "IPv4 with TCP ports"
+        );
         // Destination 65.69.140.83:4739, source 199.92.111.2:14230.
         let mut b = vec![199, 92, 111, 2, 65, 69, 140, 83];
         assert_eq!(toeplitz(&MS_KEY, &b), 0xd718_262a);
@@ -197,10 +201,8 @@ mod tests {
                 let me = Lane { lane, lanes };
                 let mut used = Vec::new();
                 for _ in 0..8 {
-                    let p = steered_port(local, server, me, 49152..=65535, |p| {
-                        !used.contains(&p)
-                    })
-                    .unwrap();
+                    let p = steered_port(local, server, me, 49152..=65535, |p| !used.contains(&p))
+                        .unwrap();
                     // The peer (whose lane is computed from the reversed tuple) agrees.
                     let peer = Lane { lane, lanes };
                     assert!(peer.owns(server, SocketAddr::new(local, p)));
