@@ -256,6 +256,22 @@ fn lane_share(qps: u16, lanes: usize, k: usize) -> u16 {
     qps / n + u16::from((k as u16) < qps % n)
 }
 
+/// The parameters of lane `k` of `lanes`: its share of the QPs, and of the iterations in
+/// proportion (the lanes' iterations add up to `params.iters`).
+fn lane_params(params: &PerfParams, lanes: usize, k: usize) -> PerfParams {
+    let before: u64 = (0..k)
+        .map(|j| u64::from(lane_share(params.qps, lanes, j)))
+        .sum();
+    let qps = lane_share(params.qps, lanes, k);
+    let total = u64::from(params.qps.max(1));
+    let upto = |q: u64| params.iters * q / total;
+    PerfParams {
+        qps,
+        iters: upto(before + u64::from(qps)) - upto(before),
+        ..params.clone()
+    }
+}
+
 /// The sum of the lanes' results, size by size (bandwidth: rates add up; latency: lane 0's).
 fn total_results(per_lane: &[Vec<PerfResult>]) -> Vec<PerfResult> {
     let mut total: Vec<PerfResult> = per_lane.first().cloned().unwrap_or_default();
@@ -324,11 +340,23 @@ fn session_lanes(
             args.qps
         )));
     }
+    // Every lane listens before the server says so (a client may connect at once).
+    let mut servers = Vec::new();
+    if args.server.is_none() {
+        for s in sessions.iter_mut() {
+            let addr = s.listen_addr(None, args.port);
+            let mut app = PerfServer::new(s.poll.handler_mut(), addr)?;
+            app.verify = args.verify;
+            servers.push(Some(app));
+        }
+    } else {
+        servers.resize_with(n, || None);
+    }
     say!(
         "perf {} {} on {n} lanes (memory per lane: {}, CRC {})",
         params.op.name(),
         match args.server {
-            None => "server".to_string(),
+            None => format!("server listening on port {}", args.port),
             Some(ip) => format!("to {ip}"),
         },
         sessions[0].memory,
@@ -337,34 +365,26 @@ fn session_lanes(
     type LaneOut = Result<(Vec<PerfResult>, (u64, u32, u32)), CmdError>;
     let jobs: Vec<LaneJob<'_, LaneOut>> = sessions
         .iter_mut()
+        .zip(servers)
         .enumerate()
-        .map(|(k, s)| {
+        .map(|(k, (s, server))| {
             let stop = &stop;
-            let params = PerfParams {
-                qps: lane_share(args.qps, n, k),
-                ..params.clone()
-            };
-            let (server, port, verify) = (args.server, args.port, args.verify);
+            let params = lane_params(&params, n, k);
+            let (remote, port) = (args.server, args.port);
             Box::new(move || -> LaneOut {
-                match server {
-                    None => {
-                        let addr = s.listen_addr(None, port);
-                        let mut app = PerfServer::new(s.poll.handler_mut(), addr)?;
-                        app.verify = verify;
-                        s.run_until(&mut app, limit, stop)?;
-                        Ok((
-                            Vec::new(),
-                            (app.verified_bytes, app.verify_failures, app.served),
-                        ))
-                    }
-                    Some(ip) => {
-                        let remote = SocketAddr::new(ip, port);
-                        let local = s.local_for(ip)?;
-                        let mut app = PerfClient::new(s.poll.handler_mut(), local, remote, params)?;
-                        s.run_until(&mut app, limit, stop)?;
-                        Ok((std::mem::take(&mut app.results), (0, 0, 0)))
-                    }
+                if let Some(mut app) = server {
+                    s.run_until(&mut app, limit, stop)?;
+                    return Ok((
+                        Vec::new(),
+                        (app.verified_bytes, app.verify_failures, app.served),
+                    ));
                 }
+                let ip = remote.ok_or_else(|| CmdError::Usage("no server address".into()))?;
+                let remote = SocketAddr::new(ip, port);
+                let local = s.local_for(ip)?;
+                let mut app = PerfClient::new(s.poll.handler_mut(), local, remote, params)?;
+                s.run_until(&mut app, limit, stop)?;
+                Ok((std::mem::take(&mut app.results), (0, 0, 0)))
             }) as LaneJob<'_, LaneOut>
         })
         .collect();
@@ -444,10 +464,7 @@ fn loopback_lanes(
         .iter_mut()
         .enumerate()
         .map(|(k, pair)| {
-            let params = PerfParams {
-                qps: lane_share(args.qps, n, k),
-                ..params.clone()
-            };
+            let params = lane_params(&params, n, k);
             let (port, verify) = (args.port, args.verify);
             Box::new(move || -> LaneOut {
                 let addr = SocketAddr::new(pair.server.1, port);
