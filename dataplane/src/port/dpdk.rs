@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
+use super::api::{lane_name, PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
 use crate::dpdk::{Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
 use crate::telemetry::Dict;
 
@@ -159,7 +159,7 @@ impl DpdkPort {
             .into_iter()
             .map(|dev| {
                 let info = PortInfo {
-                    name: cfg.name.clone(),
+                    name: lane_name(&cfg.name, dev.queue(), dev.queues()),
                     mac: dev.mac(),
                     mtu: cfg.mtu,
                 };

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use crate::dpdk::Eal;
 
 use super::any::AnyPort;
-use super::api::{PortError, PortInfo};
+use super::api::{lane_name, PortError, PortInfo};
 use super::capture::{CaptureOptions, CapturePort};
 use super::fault::{FaultConfig, FaultPort};
 use super::soft_pair::soft_pair;
@@ -191,8 +191,12 @@ pub fn open_lanes(
                     };
                     let ring = usize::from(first_cfg.rx_desc.max(p.rx_desc));
                     let (mut a, mut b) = (Vec::new(), Vec::new());
-                    for _ in 0..lanes {
-                        let (x, y) = soft_pair(first_info.clone(), info.clone(), ring);
+                    for lane in 0..lanes {
+                        let named = |i: &PortInfo| PortInfo {
+                            name: lane_name(&i.name, lane, lanes),
+                            ..i.clone()
+                        };
+                        let (x, y) = soft_pair(named(&first_info), named(&info), ring);
                         a.push(x.into());
                         b.push(y.into());
                     }
