@@ -126,7 +126,7 @@ pub fn open_ports(
         return Err(PortError::Setup {
             port: p.name.clone(),
             reason: format!(
-                "{} queues: this tool drives one queue per port (the RDMA tools take more)",
+                "{} queues: this tool drives one queue per port (`perf` and `run` take more)",
                 p.queues
             ),
         });
