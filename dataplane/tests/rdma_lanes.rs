@@ -34,11 +34,11 @@ fn lane_counter(text: &str, lane: &str, key: &str) -> u64 {
     panic!("no {key} on {line}")
 }
 
-#[test]
-fn memif_two_lanes_sixteen_qps_every_byte_verified_one_lane_per_connection() {
-    let l = Link::memif("lanes", IPS);
-    // Two EAL lcores on each side (the main one, lcore 0, runs lane 0, worker lcore 1 runs
-    // lane 1); the client's lane 0 on the second CPU, its lane 1 on the first.
+/// A memif link whose two sides run 2 lanes: two EAL lcores on each side (the main one,
+/// lcore 0, runs lane 0, worker lcore 1 runs lane 1; the client's lane 0 on the second CPU,
+/// its lane 1 on the first) and two queue pairs.
+fn lanes_link(tag: &str) -> Link {
+    let l = Link::memif(tag, IPS);
     for (path, from, to) in [
         (&l.server, "\"-l\", \"0\"", "\"-l\", \"0,1\""),
         (&l.client, "\"-l\", \"1\"", "\"--lcores\", \"0@1,1@0\""),
@@ -48,6 +48,12 @@ fn memif_two_lanes_sixteen_qps_every_byte_verified_one_lane_per_connection() {
         std::fs::write(path, text.replace(from, to)).unwrap();
     }
     l.add_port_keys("queues = 2", "queues = 2");
+    l
+}
+
+#[test]
+fn memif_two_lanes_sixteen_qps_every_byte_verified_one_lane_per_connection() {
+    let l = lanes_link("lanes");
     let common = ["--heap", "--time-limit", "90", "--crc"];
     let mut args = vec!["perf", "write", "--verify", "--config", &l.server];
     args.extend(common);
@@ -114,4 +120,51 @@ fn memif_two_lanes_sixteen_qps_every_byte_verified_one_lane_per_connection() {
         .unwrap_or_else(|| panic!("no total row: {c}"));
     let iters: u64 = total.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert_eq!(iters, QPS * 200, "{total}");
+}
+
+// `soak` on 2 lanes: each lane's client opens its share of the QPs from ports of its lane,
+// its Writes are read back and compared, its Sends verified by the same lane's server; both
+// sides' lanes see exactly the frames the other side's same lane sent.
+#[test]
+fn memif_two_lanes_soak_verified_lane_to_lane() {
+    let l = lanes_link("lsoak");
+    let common = ["--heap", "--time-limit", "90", "--crc"];
+    let mut args = vec!["soak", "--config", &l.server];
+    args.extend(common);
+    let srv = l.start_server(&args, "listening");
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["soak", "10.97.0.1", "--qps", "4", "--bytes", "8MiB"])
+        .args(["--config", &l.client])
+        .args(common)
+        .output()
+        .unwrap();
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {c}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, s, serr) = srv.finish();
+    assert!(status.success(), "server failed ({status}): {s}\n{serr}");
+    for text in [&s, &c] {
+        assert!(text.contains("soak-result: ok"), "{text}");
+        for lane in ["lane-0", "lane-1"] {
+            assert_eq!(lane_counter(text, lane, "established"), 2, "{lane}: {text}");
+            assert_eq!(lane_counter(text, lane, "foreign"), 0, "{lane}: {text}");
+            assert_eq!(lane_counter(text, lane, "resets-sent"), 0, "{lane}: {text}");
+            assert_eq!(lane_counter(text, lane, "crc-errors"), 0, "{lane}: {text}");
+        }
+    }
+    for lane in ["lane-0", "lane-1"] {
+        assert_eq!(
+            lane_counter(&c, lane, "fpdus-sent"),
+            lane_counter(&s, lane, "fpdus-received"),
+            "{lane}: every FPDU the client's lane sent reached the server's same lane"
+        );
+    }
+    assert!(counter(&c, "soak-written-bytes") > 0);
+    assert_eq!(
+        counter(&c, "soak-server-verified-bytes"),
+        counter(&s, "soak-received-bytes")
+    );
 }
