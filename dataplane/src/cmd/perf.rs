@@ -622,3 +622,63 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
     };
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(qps: u16, iters: u64) -> PerfParams {
+        PerfParams {
+            op: PerfOp::Write,
+            mode: PerfMode::Bw,
+            sizes: vec![65536],
+            iters,
+            duration: None,
+            qps,
+            tx_depth: 128,
+            inline: 0,
+        }
+    }
+
+    #[test]
+    fn lanes_share_the_qps_and_the_iterations() {
+        for (qps, iters, lanes) in [
+            (16u16, 3200u64, 2usize),
+            (5, 1000, 2),
+            (7, 10, 3),
+            (4, 5000, 4),
+        ] {
+            let p = params(qps, iters);
+            let shares: Vec<PerfParams> = (0..lanes).map(|k| lane_params(&p, lanes, k)).collect();
+            assert_eq!(shares.iter().map(|s| s.qps).sum::<u16>(), qps);
+            assert_eq!(shares.iter().map(|s| s.iters).sum::<u64>(), iters);
+            let (lo, hi) = (
+                shares.iter().map(|s| s.qps).min().unwrap(),
+                shares.iter().map(|s| s.qps).max().unwrap(),
+            );
+            assert!(hi - lo <= 1, "{qps} QPs over {lanes} lanes");
+        }
+    }
+
+    #[test]
+    fn lane_bandwidths_add_up() {
+        let bw = |iters, avg| PerfResult::Bw {
+            bytes: 65536,
+            iters,
+            peak_mbs: avg + 1.0,
+            avg_mbs: avg,
+            mpps: 0.5,
+        };
+        let total = total_results(&[vec![bw(10, 100.0)], vec![bw(30, 250.0)]]);
+        assert_eq!(
+            total,
+            vec![PerfResult::Bw {
+                bytes: 65536,
+                iters: 40,
+                peak_mbs: 352.0,
+                avg_mbs: 350.0,
+                mpps: 1.0,
+            }]
+        );
+    }
+}
