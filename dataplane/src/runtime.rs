@@ -219,7 +219,6 @@ impl OpenedPorts {
     }
 
     /// Runs `jobs` on the EAL workers `lcores` while `first` runs here.
-    #[allow(clippy::type_complexity)]
     fn run_pinned<'a, T: Send + 'a>(
         &self,
         lcores: &[u32],
