@@ -202,6 +202,16 @@ impl EthDev {
         ))
     }
 
+    /// The most queue pairs port `port_id` can have (`max_rx_queues`, `max_tx_queues`: the
+    /// smaller).
+    pub fn max_queues(port_id: u16) -> Result<u16, DpdkError> {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: plain query; info is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(port_id, &mut info) };
+        check(|| format!("port {port_id}: rte_eth_dev_info_get"), ret)?;
+        Ok(info.max_rx_queues.min(info.max_tx_queues))
+    }
+
     /// NUMA socket of port `port_id` (`-1` when unknown, as for virtual devices).
     pub fn socket_of(port_id: u16) -> i32 {
         // SAFETY: plain query; returns -1 for an invalid or NUMA-less port.
@@ -503,6 +513,33 @@ impl EthDev {
     /// True when RSS spreads received flows over the queues.
     pub fn rss(&self) -> bool {
         self.dev.rss
+    }
+
+    /// The device's redirection table (`rte_eth_dev_rss_reta_query`): the queue of each
+    /// entry; empty when the device has none.
+    pub fn reta(&self) -> Result<Vec<u16>, DpdkError> {
+        let d = &self.dev;
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: valid port; info is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(d.port_id, &mut info) };
+        check(|| format!("{}: rte_eth_dev_info_get", d.device), ret)?;
+        let size = usize::from(info.reta_size);
+        if size == 0 || !d.rss {
+            return Ok(Vec::new());
+        }
+        let group = dpdk_sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+        let mut conf = vec![dpdk_sys::rte_eth_rss_reta_entry64::default(); size.div_ceil(group)];
+        for (g, entry) in conf.iter_mut().enumerate() {
+            let n = (size - g * group).min(group);
+            entry.mask = if n == 64 { u64::MAX } else { (1 << n) - 1 };
+        }
+        // SAFETY: valid port; conf holds reta_size entries in groups of 64 with the mask of
+        // every entry set, as the call writes them.
+        let ret = unsafe {
+            dpdk_sys::rte_eth_dev_rss_reta_query(d.port_id, conf.as_mut_ptr(), info.reta_size)
+        };
+        check(|| format!("{}: rte_eth_dev_rss_reta_query", d.device), ret)?;
+        Ok((0..size).map(|i| conf[i / group].reta[i % group]).collect())
     }
 
     /// The mempool this queue pair's receive queue is filled from (and its frames to send

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::api::{lane_name, PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
-use crate::dpdk::{Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
+use crate::dpdk::{DpdkError, Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
 use crate::telemetry::Dict;
 
 pub use crate::dpdk::available_devices;
@@ -129,6 +129,18 @@ impl DpdkPort {
 
         let (port_id, claim) =
             EthDev::lookup(eal, &cfg.device).map_err(|e| setup_err(e.to_string()))?;
+        // Before the mempools: a pool per queue of a count the device refuses is waste.
+        let max = EthDev::max_queues(port_id).map_err(|e| setup_err(e.to_string()))?;
+        if cfg.queues > max {
+            return Err(setup_err(
+                DpdkError::TooManyQueues {
+                    device: cfg.device.clone(),
+                    want: cfg.queues,
+                    max,
+                }
+                .to_string(),
+            ));
+        }
         let cache = (cfg.pool_size / 8).min(256);
         let pools = (0..cfg.queues.max(1))
             .map(|_| {
@@ -177,6 +189,16 @@ impl DpdkPort {
                 }
             })
             .collect())
+    }
+
+    /// True when the device spreads received flows over its queues by RSS, and its
+    /// redirection table (the queue of each entry; empty without RSS).
+    pub fn rss(&self) -> Result<(bool, Vec<u16>), PortError> {
+        let reta = self.dev.reta().map_err(|e| PortError::Setup {
+            port: self.info.name.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok((self.dev.rss(), reta))
     }
 
     /// This port's queue pair, and how many the device has.
