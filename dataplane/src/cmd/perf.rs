@@ -15,7 +15,7 @@ use dataplane::runtime::LaneJob;
 use dataplane::say;
 
 use super::common::{parse_secs, stop_flag, CmdError};
-use super::rdma_args::{LaneReport, Lanes, RdmaArgs};
+use super::rdma_args::{LaneFailure, LaneReport, Lanes, RdmaArgs};
 
 /// The operation to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -332,6 +332,7 @@ fn session_lanes(
     } = lanes;
     let n = sessions.len();
     let stop = stop_flag()?;
+    let failure = LaneFailure::new(stop.clone());
     let limit = rdma.time_limit;
     let mode = params.mode;
     if args.server.is_some() && usize::from(args.qps) < n && mode == PerfMode::Bw {
@@ -368,10 +369,10 @@ fn session_lanes(
         .zip(servers)
         .enumerate()
         .map(|(k, (s, server))| {
-            let stop = &stop;
+            let (stop, failure) = (&stop, &failure);
             let params = lane_params(&params, n, k);
             let (remote, port) = (args.server, args.port);
-            Box::new(move || -> LaneOut {
+            let lane = move || -> LaneOut {
                 if let Some(mut app) = server {
                     s.run_until(&mut app, limit, stop)?;
                     return Ok((
@@ -385,6 +386,13 @@ fn session_lanes(
                 let mut app = PerfClient::new(s.poll.handler_mut(), local, remote, params)?;
                 s.run_until(&mut app, limit, stop)?;
                 Ok((std::mem::take(&mut app.results), (0, 0, 0)))
+            };
+            Box::new(move || {
+                let r = lane();
+                if r.is_err() {
+                    failure.report(k);
+                }
+                r
             }) as LaneJob<'_, LaneOut>
         })
         .collect();
@@ -400,7 +408,7 @@ fn session_lanes(
     let mut per_lane = Vec::new();
     let (mut verified, mut failures, mut served) = (0, 0, 0);
     let mut first_err = None;
-    for out in outs {
+    for (k, out) in outs.into_iter().enumerate() {
         match out {
             Ok((rs, (v, f, c))) => {
                 per_lane.push(rs);
@@ -408,9 +416,11 @@ fn session_lanes(
                 failures += f;
                 served += c;
             }
-            Err(e) => {
-                first_err.get_or_insert(e);
+            // The lane that failed first; the others were stopped by it.
+            Err(e) if failure.first().is_none_or(|f| f == k) => {
+                first_err.get_or_insert(CmdError::Runtime(format!("lane {k}: {e}")));
             }
+            Err(_) => {}
         }
     }
     if args.server.is_none() {

@@ -128,6 +128,37 @@ impl Lanes<LoopbackPair> {
     }
 }
 
+/// The first lane that failed; its failure stops the others (as one QP's failure ends a
+/// one-lane run).
+#[derive(Debug)]
+pub struct LaneFailure {
+    first: std::sync::atomic::AtomicUsize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LaneFailure {
+    /// Failures stop the lanes through `stop` (the flag their runs watch).
+    pub fn new(stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> LaneFailure {
+        LaneFailure {
+            first: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            stop,
+        }
+    }
+
+    /// Lane `lane` failed: remembered if it is the first, and every lane is told to stop.
+    pub fn report(&self, lane: usize) {
+        let _ = self
+            .first
+            .compare_exchange(usize::MAX, lane, Ordering::AcqRel, Ordering::Acquire);
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// The first lane that failed, if one did.
+    pub fn first(&self) -> Option<usize> {
+        Some(self.first.load(Ordering::Acquire)).filter(|&l| l != usize::MAX)
+    }
+}
+
 /// What one lane did, for the per-lcore counters and their total.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaneReport {

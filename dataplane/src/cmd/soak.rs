@@ -19,7 +19,7 @@ use dataplane::say;
 use dataplane::runtime::LaneJob;
 
 use super::common::{deadline, parse_secs, stop_flag, CmdError};
-use super::rdma_args::{LaneReport, Lanes, RdmaArgs, Session};
+use super::rdma_args::{LaneFailure, LaneReport, Lanes, RdmaArgs, Session};
 
 /// Arguments of `soak`.
 #[derive(Debug, clap::Args)]
@@ -393,6 +393,7 @@ fn soak_lanes(
         );
     }
     let limit = rdma.time_limit;
+    let failure = LaneFailure::new(stop_flag()?);
     type LaneOut = (SoakTally, Result<(), CmdError>);
     let jobs: Vec<LaneJob<'_, LaneOut>> = sessions
         .iter_mut()
@@ -407,7 +408,8 @@ fn soak_lanes(
                 ..params.clone()
             };
             let (remote, port, progress) = (args.server, args.port, args.progress);
-            Box::new(move || -> LaneOut {
+            let failure = &failure;
+            let lane = move || -> LaneOut {
                 if let Some(mut app) = server {
                     let r = drive(s, &mut app, limit, progress, |a, _| {
                         format!(
@@ -442,6 +444,13 @@ fn soak_lanes(
                     )
                 });
                 (app.tally, r)
+            };
+            Box::new(move || {
+                let (t, r) = lane();
+                if r.is_err() {
+                    failure.report(k);
+                }
+                (t, r)
             }) as LaneJob<'_, LaneOut>
         })
         .collect();
@@ -458,8 +467,9 @@ fn soak_lanes(
     let mut result = Ok(());
     for (k, (t, r)) in outs.into_iter().enumerate() {
         add_tally(&mut total, &t);
+        // The lane that failed first; the others were stopped by it.
         if let Err(e) = r {
-            if result.is_ok() {
+            if result.is_ok() && failure.first().is_none_or(|f| f == k) {
                 result = Err(CmdError::Runtime(format!("lane {k}: {e}")));
             }
         }
