@@ -184,7 +184,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             rdma.time_limit.unwrap_or(Duration::from_secs(3600)),
         );
         say!("{}", pair.server.0.handler().counters().summary());
-        say!("{}", verify_summary(&server));
+        if args.verify {
+            say!("{}", verify_summary(&server));
+        }
         rc?;
         rs?;
         return verify_result(&server);
@@ -206,7 +208,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             );
             let r = s.run(&mut app, rdma.time_limit);
             say!("perf server: {} connections served", app.served);
-            say!("{}", verify_summary(&app));
+            if args.verify {
+                say!("{}", verify_summary(&app));
+            }
             r?;
             verify_result(&app)
         }
@@ -425,7 +429,9 @@ fn session_lanes(
     }
     if args.server.is_none() {
         say!("perf server: {served} connections served");
-        say!("perf-verified-bytes: {verified}\nperf-verify-failures: {failures}");
+        if args.verify {
+            say!("perf-verified-bytes: {verified}\nperf-verify-failures: {failures}");
+        }
     } else if first_err.is_none() {
         print_lane_results(mode, &per_lane);
     }
@@ -516,7 +522,9 @@ fn loopback_lanes(
         failures += f;
     }
     print_lane_results(mode, &per_lane);
-    say!("perf-verified-bytes: {verified}\nperf-verify-failures: {failures}");
+    if args.verify {
+        say!("perf-verified-bytes: {verified}\nperf-verify-failures: {failures}");
+    }
     if failures > 0 {
         return Err(CmdError::Runtime(format!(
             "{failures} connection(s) left data the client did not write"
