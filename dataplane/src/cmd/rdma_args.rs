@@ -3,7 +3,8 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dataplane::apps::{run_app, stop_connections, App, STOP_GRACE};
@@ -132,15 +133,15 @@ impl Lanes<LoopbackPair> {
 /// one-lane run).
 #[derive(Debug)]
 pub struct LaneFailure {
-    first: std::sync::atomic::AtomicUsize,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    first: AtomicUsize,
+    stop: Arc<AtomicBool>,
 }
 
 impl LaneFailure {
     /// Failures stop the lanes through `stop` (the flag their runs watch).
-    pub fn new(stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> LaneFailure {
+    pub fn new(stop: Arc<AtomicBool>) -> LaneFailure {
         LaneFailure {
-            first: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            first: AtomicUsize::new(usize::MAX),
             stop,
         }
     }
@@ -454,7 +455,7 @@ impl Session {
         &mut self,
         app: &mut A,
         limit: Option<Duration>,
-        stop: &std::sync::atomic::AtomicBool,
+        stop: &AtomicBool,
     ) -> Result<(), CmdError>
     where
         CmdError: From<A::Error>,
