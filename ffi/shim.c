@@ -121,6 +121,12 @@ uint64_t dpdk_shim_tx_offload_vlan_insert(void)
 	return RTE_ETH_TX_OFFLOAD_VLAN_INSERT;
 }
 
+uint64_t dpdk_shim_rss_hf_tcp(void)
+{
+	return RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP | RTE_ETH_RSS_IPV6 |
+	       RTE_ETH_RSS_NONFRAG_IPV6_TCP;
+}
+
 unsigned int dpdk_shim_mempool_avail_count(const struct rte_mempool *mp)
 {
 	return rte_mempool_avail_count(mp);

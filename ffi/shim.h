@@ -40,6 +40,8 @@ struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m);
 /* ethdev offload bits (RTE_BIT64 macros) */
 uint64_t dpdk_shim_rx_offload_vlan_strip(void);
 uint64_t dpdk_shim_tx_offload_vlan_insert(void);
+/* RSS hash types of TCP over IPv4 and IPv6 (RTE_ETH_RSS_* bits) */
+uint64_t dpdk_shim_rss_hf_tcp(void);
 
 /* mempool */
 unsigned int dpdk_shim_mempool_avail_count(const struct rte_mempool *mp);

@@ -380,6 +380,11 @@ pub struct PortConfig {
     /// the same value share one loop (thread), the lowest value runs on the main thread.
     #[serde(default, deserialize_with = "de_lcore")]
     pub lcore: u32,
+    /// Queue pairs, 1..=64: each is a lane with its own lcore, TCP engine and RNIC in the
+    /// RDMA tools (RSS spreads flows where the device has it; a soft port is that many
+    /// links). Every port of a configuration has the same number.
+    #[serde(default = "default_queues", deserialize_with = "de_queues")]
+    pub queues: u16,
     /// Write every frame of this port to this pcap file.
     #[serde(default)]
     pub capture: Option<PathBuf>,
@@ -412,6 +417,12 @@ fn de_pool<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 fn de_start_wait<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     de_ranged(d, 0..=600).map(|v| v as u64)
+}
+fn default_queues() -> u16 {
+    1
+}
+fn de_queues<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    de_ranged(d, 1..=64).map(|v| v as u16)
 }
 fn de_lcore<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     de_ranged(d, 0..=127).map(|v| v as u32)
@@ -679,6 +690,7 @@ impl PortConfig {
             promiscuous: false,
             start_wait: default_start_wait(),
             lcore: 0,
+            queues: default_queues(),
             capture: None,
             fault: None,
         }
@@ -713,6 +725,7 @@ impl PortConfig {
             rx_desc: self.rx_desc,
             tx_desc: self.tx_desc,
             pool_size: self.pool_size,
+            queues: self.queues,
             promiscuous: self.promiscuous,
             vlan: self.vlan.is_some(),
             multicast: self.ipv6.is_some(),

@@ -24,6 +24,7 @@ pub mod rdma;
 pub mod runtime;
 mod settings;
 pub mod stats;
+pub mod steer;
 pub mod tcp_handler;
 pub mod telemetry;
 #[cfg(test)]

@@ -331,3 +331,39 @@ fn ports_without_config_need_dpdk_devices() {
         "{line}"
     );
 }
+
+// A port of `queues = 2` is two ports `name.q0`, `name.q1`, queue k on lcore `lcore + k`;
+// the summary has a row per lcore and their total.
+#[test]
+fn run_spreads_queue_pairs_over_lcores_and_totals_them() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/rdma-soft-lanes.toml"
+    );
+    let o = dataplane(&["run", "--config", cfg, "-d", "0.3"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for line in [
+        "port a.q0 (soft, rdma-lanes, lcore 0)",
+        "port b.q0 (soft, rdma-lanes, lcore 0)",
+        "port a.q1 (soft, rdma-lanes, lcore 1)",
+        "port b.q1 (soft, rdma-lanes, lcore 1)",
+        "running 2 poll loops",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    let lcores = out.split("\nlcores\n").nth(1).expect("lcores table");
+    let rows: Vec<Vec<&str>> = lcores
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{lcores}");
+    assert_eq!(rows[0][..2], ["0", "2"]);
+    assert_eq!(rows[1][..2], ["1", "2"]);
+    assert_eq!(rows[2][..2], ["total", "4"]);
+}

@@ -27,6 +27,8 @@ fn eal() -> &'static Eal {
             "net_null4",
             "--vdev",
             "net_null5",
+            "--vdev",
+            "net_null6",
         ],
     )
 }
@@ -297,4 +299,31 @@ fn mbufs_and_ports_can_move_between_threads() {
     .unwrap();
     drop(m);
     assert_eq!(pool.in_use(), 0);
+}
+
+// Issue #17: a device with RSS (net_null reports every hash type and a 128-entry table) is
+// configured with the symmetric key and its redirection table spread as the steering
+// function assumes, so the queue of a flow is its lane.
+#[test]
+fn rss_device_gets_the_redirection_table_of_the_lanes() {
+    use dataplane::steer::{flow_hash, lane_of, reta_entry};
+    let cfg = DpdkPortConfig {
+        queues: 2,
+        ..DpdkPortConfig::new("rss", "net_null6")
+    };
+    let ports = DpdkPort::open_queues(eal(), &cfg).unwrap();
+    assert_eq!(ports.len(), 2);
+    assert_eq!(ports[1].info().name, "rss.q1");
+    let (rss, reta) = ports[0].rss().unwrap();
+    assert!(rss, "net_null offers RSS");
+    assert!(reta.len() >= 64 && reta.len().is_power_of_two(), "{reta:?}");
+    for (i, &q) in reta.iter().enumerate() {
+        assert_eq!(q, reta_entry(i as u32, 2), "entry {i}");
+    }
+    let server: std::net::SocketAddr = "10.99.4.1:18515".parse().unwrap();
+    for port in 49152..49152 + 256 {
+        let client = std::net::SocketAddr::new("10.99.4.2".parse().unwrap(), port);
+        let h = flow_hash(client, server);
+        assert_eq!(reta[h as usize & (reta.len() - 1)], lane_of(h, 2));
+    }
 }

@@ -21,6 +21,8 @@ fn eal() -> &'static Eal {
             "net_ring1",
             "--vdev",
             "net_ring2",
+            "--vdev",
+            "net_ring3",
         ],
     )
 }
@@ -147,4 +149,21 @@ fn received_chained_mbufs_are_dropped_and_counted() {
         0,
         "both segments of the dropped chain were freed"
     );
+}
+
+// A device with fewer queue pairs than configured (a net_ring vdev has 16) is refused with
+// both numbers, and the device is released for another try.
+#[test]
+fn more_queues_than_the_device_has_is_a_setup_error() {
+    let cfg = DpdkPortConfig {
+        queues: 64,
+        ..DpdkPortConfig::new("many", "net_ring3")
+    };
+    let err = DpdkPort::open_queues(eal(), &cfg).unwrap_err().to_string();
+    assert!(
+        err.contains("64 queues asked for, it has at most 16"),
+        "{err}"
+    );
+    let port = DpdkPort::open(eal(), &DpdkPortConfig::new("one", "net_ring3")).unwrap();
+    assert_eq!(port.queue(), (0, 1));
 }

@@ -122,3 +122,47 @@ fn usage_errors_are_one_line_and_exit_2() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+// Issue #17: `perf --loopback` on two lanes of the software link (configs/rdma-soft-lanes):
+// each lane runs both ends of its share of the QPs; the lanes' iterations add up to -n, every
+// connection is on its own lane on both ends, and the server found every buffer as written.
+#[test]
+fn perf_loopback_on_two_lanes_of_the_software_link() {
+    let (code, out, err) = dataplane(&[
+        "perf",
+        "write",
+        "--loopback",
+        "-q",
+        "6",
+        "-s",
+        "8192",
+        "-n",
+        "600",
+        "--crc",
+        "--verify",
+        "--config",
+        "configs/rdma-soft-lanes.toml",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    for lane in ["lane-0 (thread): ", "lane-1 (thread): "] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(lane))
+            .unwrap_or_else(|| panic!("no {lane} in {out}"));
+        // Both ends of 3 QPs each: 6 connections established on each lane.
+        for want in [
+            " established 6 ",
+            " foreign 0 ",
+            " resets-sent 0 ",
+            " crc-errors 0 ",
+        ] {
+            assert!(line.contains(want), "{want}: {line}");
+        }
+    }
+    assert!(
+        out.lines().any(|l| l.starts_with(" 8192       600 ")),
+        "{out}"
+    );
+    assert!(out.contains("perf-verified-bytes: 49152"), "{out}");
+    assert!(out.contains("perf-verify-failures: 0"), "{out}");
+}

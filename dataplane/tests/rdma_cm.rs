@@ -407,3 +407,59 @@ fn refused_connect_says_the_stream_was_refused() {
         cm.client
     );
 }
+
+// Flow steering (issue #17): a handler that is lane 1 of 2 opens connections from local
+// ports whose 4-tuple hashes to lane 1 (so the peer's lane 1 gets them, RSS or not); the
+// peer's lane 1 counts none of them foreign, its lane 0 would count every one.
+#[test]
+fn a_lane_opens_from_ports_of_its_own_lane_and_counts_foreign_accepts() {
+    use dataplane::steer::{flow_hash, lane_of, Lane};
+    for server_lane in [1u16, 0] {
+        let mut cm = Cm::new();
+        cm.lc.handler_mut().set_lane(Lane { lane: 1, lanes: 2 });
+        cm.ls.handler_mut().set_lane(Lane {
+            lane: server_lane,
+            lanes: 2,
+        });
+        let sres = Resources::new(cm.ls.handler_mut(), 64, 8, 8, 4).unwrap();
+        let cres = Resources::new(cm.lc.handler_mut(), 64, 8, 8, 4).unwrap();
+        let addr = SocketAddrV4::new(SERVER_IP, 6000);
+        cm.ls.handler_mut().listen(addr, sres.init).unwrap();
+        let ids: Vec<_> = (0..6)
+            .map(|_| {
+                cm.lc
+                    .handler_mut()
+                    .connect(CLIENT_IP, addr, cres.init, b"")
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        cm.run(
+            |l, e| {
+                if let CmEvent::ConnectRequest { id, .. } = e {
+                    l.handler_mut().accept(*id, b"").unwrap();
+                }
+            },
+            |cm| {
+                let n = |v: &[CmEvent]| {
+                    v.iter()
+                        .filter(|e| matches!(e, CmEvent::Established { .. }))
+                        .count()
+                };
+                n(&cm.server) == 6 && n(&cm.client) == 6
+            },
+        );
+        let mut ports = Vec::new();
+        for id in ids {
+            let t = cm.lc.handler().tcp().tuple(id).unwrap();
+            assert_eq!(lane_of(flow_hash(t.local, t.remote), 2), 1, "{t:?}");
+            ports.push(t.local.port());
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 6, "distinct local ports");
+        let foreign = if server_lane == 1 { 0 } else { 6 };
+        assert_eq!(cm.ls.handler().foreign_connections(), foreign);
+        assert_eq!(cm.lc.handler().foreign_connections(), 0);
+    }
+}

@@ -27,6 +27,10 @@ fn shim_constants_match_the_headers() {
     assert_eq!(unsafe { dpdk_sys::dpdk_shim_rx_offload_vlan_strip() }, 1);
     // SAFETY: returns a compile-time constant.
     assert_eq!(unsafe { dpdk_sys::dpdk_shim_tx_offload_vlan_insert() }, 1);
+    // RSS over TCP of both families: RTE_ETH_RSS_IPV4 (bit 2), _NONFRAG_IPV4_TCP (4),
+    // _IPV6 (8), _NONFRAG_IPV6_TCP (10).
+    // SAFETY: returns a compile-time constant.
+    assert_eq!(unsafe { dpdk_sys::dpdk_shim_rss_hf_tcp() }, 0x514);
     // rte_mbuf is two cache lines in DPDK 22.11 on x86-64.
     assert_eq!(std::mem::size_of::<dpdk_sys::rte_mbuf>(), 128);
 }

@@ -221,6 +221,18 @@ pub struct PerfServer {
     last_seen: bool,
     /// Connections served.
     pub served: u32,
+    /// Check, when a Write or Send bandwidth connection ends, that its buffer holds the
+    /// client's pattern ([`source_byte`]) in every octet of the message size.
+    pub verify: bool,
+    /// Octets found as the client wrote them ([`PerfServer::verify`]).
+    pub verified_bytes: u64,
+    /// Connections whose buffer did not hold the client's pattern.
+    pub verify_failures: u32,
+}
+
+/// Octet `i` of the perf client's source buffer (a recognisable pattern).
+pub fn source_byte(i: usize) -> u8 {
+    (i * 31 + 7) as u8
 }
 
 impl PerfServer {
@@ -234,7 +246,36 @@ impl PerfServer {
             conns: HashMap::new(),
             last_seen: false,
             served: 0,
+            verify: false,
+            verified_bytes: 0,
+            verify_failures: 0,
         })
+    }
+
+    /// Checks the buffer of an ending connection (see [`PerfServer::verify`]).
+    fn check_buffer(&mut self, h: &RdmaHandler, c: &ServerConn) {
+        let moves_data = matches!(c.hello.op, PerfOp::Write | PerfOp::Send);
+        if !self.verify || !moves_data || c.hello.mode != PerfMode::Bw || c.hello.size == 0 {
+            return;
+        }
+        let size = c.hello.size as usize;
+        let bytes = &c.buf.bytes(h.rnic())[..size];
+        match bytes
+            .iter()
+            .enumerate()
+            .position(|(i, &b)| b != source_byte(i))
+        {
+            None => self.verified_bytes += size as u64,
+            Some(i) => {
+                log::error!(
+                    "perf server: slot {} octet {i} is {:#04x}, the client wrote {:#04x}",
+                    c.hello.slot,
+                    bytes[i],
+                    source_byte(i)
+                );
+                self.verify_failures += 1;
+            }
+        }
     }
 
     fn buffer(&mut self, h: &mut RdmaHandler, hello: &Hello) -> Result<Region, AppError> {
@@ -406,7 +447,9 @@ impl App for PerfServer {
                     self.served += 1;
                 }
                 CmEvent::Disconnected { id, .. } | CmEvent::ConnectError { id, .. } => {
-                    self.conns.remove(&id);
+                    if let Some(c) = self.conns.remove(&id) {
+                        self.check_buffer(h, &c);
+                    }
                     if self.last_seen && self.conns.is_empty() {
                         return Step::Done(Ok(()));
                     }
@@ -622,7 +665,7 @@ impl PerfClient {
             let credit = res.buffer(h, 64, Access::LOCAL_WRITE)?;
             // A recognisable source pattern.
             for (i, b) in local.bytes_mut(h.rnic_mut()).iter_mut().enumerate() {
-                *b = (i * 31 + 7) as u8;
+                *b = source_byte(i);
             }
             bufs.push([local, sink, result, credit]);
         }

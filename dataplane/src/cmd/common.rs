@@ -211,6 +211,16 @@ impl PortArgs {
         };
         OpenedPorts::open(cfg, &opts, &self.open.eal).map_err(CmdError::from)
     }
+
+    /// Opens the ports of `cfg` with all their queue pairs (see
+    /// [`OpenedPorts::open_lanes`]).
+    pub fn open_lanes(&self, cfg: &Config) -> Result<OpenedPorts, CmdError> {
+        let opts = OpenOptions {
+            capture_dir: self.open.capture_dir.clone(),
+            faults: self.open.faults.clone(),
+        };
+        OpenedPorts::open_lanes(cfg, &opts, &self.open.eal).map_err(CmdError::from)
+    }
 }
 
 #[cfg(test)]

@@ -11,10 +11,11 @@ use dataplane::apps::perf::{
 use dataplane::apps::perftest::{PerftestParams, PerftestSession, Test};
 use dataplane::apps::run_pair;
 use dataplane::port::Port;
+use dataplane::runtime::LaneJob;
 use dataplane::say;
 
-use super::common::{parse_secs, CmdError};
-use super::rdma_args::RdmaArgs;
+use super::common::{parse_secs, stop_flag, CmdError};
+use super::rdma_args::{LaneFailure, LaneReport, Lanes, RdmaArgs};
 
 /// The operation to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -81,6 +82,10 @@ pub struct Args {
         default_value_t = 0
     )]
     pub inline: usize,
+    /// Server: check, as each Write or Send bandwidth connection ends, that its buffer holds
+    /// what the client sent (every octet of the message size); a mismatch fails the run.
+    #[arg(long)]
+    pub verify: bool,
     /// TCP port of the server.
     #[arg(
         short = 'p',
@@ -152,9 +157,14 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         inline: args.inline,
     };
     if args.loopback {
-        let mut pair = rdma.loopback()?;
+        let lanes = rdma.loopback_lanes()?;
+        if lanes.lanes.len() > 1 {
+            return loopback_lanes(&args, &rdma, lanes, params);
+        }
+        let mut pair = lanes.into_single();
         let addr = SocketAddr::new(pair.server.1, args.port);
         let mut server = PerfServer::new(pair.server.0.handler_mut(), addr)?;
+        server.verify = args.verify;
         let local = pair.client.1;
         let mut client = PerfClient::new(pair.client.0.handler_mut(), local, addr, params)?;
         client.progress = true;
@@ -174,14 +184,23 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             rdma.time_limit.unwrap_or(Duration::from_secs(3600)),
         );
         say!("{}", pair.server.0.handler().counters().summary());
+        if args.verify {
+            say!("{}", verify_summary(&server));
+        }
         rc?;
-        return Ok(rs?);
+        rs?;
+        return verify_result(&server);
     }
-    let mut s = rdma.session()?;
+    let lanes = rdma.lane_sessions()?;
+    if lanes.lanes.len() > 1 {
+        return session_lanes(&args, &rdma, lanes, params);
+    }
+    let mut s = lanes.into_single();
     match args.server {
         None => {
             let addr = s.listen_addr(None, args.port);
             let mut app = PerfServer::new(s.poll.handler_mut(), addr)?;
+            app.verify = args.verify;
             say!(
                 "perf {} server listening on {addr} (memory: {})",
                 op.name(),
@@ -189,7 +208,11 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             );
             let r = s.run(&mut app, rdma.time_limit);
             say!("perf server: {} connections served", app.served);
-            r
+            if args.verify {
+                say!("{}", verify_summary(&app));
+            }
+            r?;
+            verify_result(&app)
         }
         Some(ip) => {
             let remote = SocketAddr::new(ip, args.port);
@@ -210,6 +233,304 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             s.run(&mut app, rdma.time_limit)
         }
     }
+}
+
+/// The server's verification counters (`key: value` lines).
+fn verify_summary(s: &PerfServer) -> String {
+    format!(
+        "perf-verified-bytes: {}\nperf-verify-failures: {}",
+        s.verified_bytes, s.verify_failures
+    )
+}
+
+/// An error when the server found a buffer that did not hold what the client sent.
+fn verify_result(s: &PerfServer) -> Result<(), CmdError> {
+    if s.verify_failures > 0 {
+        return Err(CmdError::Runtime(format!(
+            "{} connection(s) left data the client did not write",
+            s.verify_failures
+        )));
+    }
+    Ok(())
+}
+
+/// QPs of lane `k` of `lanes` when `qps` are spread evenly.
+fn lane_share(qps: u16, lanes: usize, k: usize) -> u16 {
+    let n = lanes as u16;
+    qps / n + u16::from((k as u16) < qps % n)
+}
+
+/// The parameters of lane `k` of `lanes`: its share of the QPs, and of the iterations in
+/// proportion (the lanes' iterations add up to `params.iters`).
+fn lane_params(params: &PerfParams, lanes: usize, k: usize) -> PerfParams {
+    let before: u64 = (0..k)
+        .map(|j| u64::from(lane_share(params.qps, lanes, j)))
+        .sum();
+    let qps = lane_share(params.qps, lanes, k);
+    let total = u64::from(params.qps.max(1));
+    let upto = |q: u64| params.iters * q / total;
+    PerfParams {
+        qps,
+        iters: upto(before + u64::from(qps)) - upto(before),
+        ..params.clone()
+    }
+}
+
+/// The sum of the lanes' results, size by size (bandwidth: rates add up; latency: lane 0's).
+fn total_results(per_lane: &[Vec<PerfResult>]) -> Vec<PerfResult> {
+    let mut total: Vec<PerfResult> = per_lane.first().cloned().unwrap_or_default();
+    for lane in per_lane.iter().skip(1) {
+        for (t, r) in total.iter_mut().zip(lane) {
+            if let (
+                PerfResult::Bw {
+                    iters,
+                    peak_mbs,
+                    avg_mbs,
+                    mpps,
+                    ..
+                },
+                PerfResult::Bw {
+                    iters: i2,
+                    peak_mbs: p2,
+                    avg_mbs: a2,
+                    mpps: m2,
+                    ..
+                },
+            ) = (t, r)
+            {
+                *iters += i2;
+                *peak_mbs += p2;
+                *avg_mbs += a2;
+                *mpps += m2;
+            }
+        }
+    }
+    total
+}
+
+/// Prints each lane's results and the total table.
+fn print_lane_results(mode: PerfMode, per_lane: &[Vec<PerfResult>]) {
+    for (k, rs) in per_lane.iter().enumerate() {
+        for r in rs {
+            say!("lane-{k}-result: {}", r.row().trim());
+        }
+    }
+    say!("{}", PerfResult::header(mode));
+    for r in total_results(per_lane) {
+        say!("{}", r.row());
+    }
+}
+
+/// `perf` on a multi-queue port: one share-nothing stack per lane (queue pair), each on an
+/// lcore of its own; the client spreads its QPs over the lanes (each lane's connections
+/// hash to it, so the server's lane of the same queue gets them).
+fn session_lanes(
+    args: &Args,
+    rdma: &RdmaArgs,
+    lanes: Lanes<super::rdma_args::Session>,
+    params: PerfParams,
+) -> Result<(), CmdError> {
+    let Lanes {
+        lanes: mut sessions,
+        opened,
+    } = lanes;
+    let n = sessions.len();
+    let stop = stop_flag()?;
+    let failure = LaneFailure::new(stop.clone());
+    let limit = rdma.time_limit;
+    let mode = params.mode;
+    if args.server.is_some() && usize::from(args.qps) < n && mode == PerfMode::Bw {
+        return Err(CmdError::Usage(format!(
+            "-q {}: at least one QP per lane ({n} lanes)",
+            args.qps
+        )));
+    }
+    // Every lane listens before the server says so (a client may connect at once).
+    let mut servers = Vec::new();
+    if args.server.is_none() {
+        for s in sessions.iter_mut() {
+            let addr = s.listen_addr(None, args.port);
+            let mut app = PerfServer::new(s.poll.handler_mut(), addr)?;
+            app.verify = args.verify;
+            servers.push(Some(app));
+        }
+    } else {
+        servers.resize_with(n, || None);
+    }
+    say!(
+        "perf {} {} on {n} lanes (memory per lane: {}, CRC {})",
+        params.op.name(),
+        match args.server {
+            None => format!("server listening on port {}", args.port),
+            Some(ip) => format!("to {ip}"),
+        },
+        sessions[0].memory,
+        if rdma.crc { "on" } else { "off" },
+    );
+    type LaneOut = Result<(Vec<PerfResult>, (u64, u32, u32)), CmdError>;
+    let jobs: Vec<LaneJob<'_, LaneOut>> = sessions
+        .iter_mut()
+        .zip(servers)
+        .enumerate()
+        .map(|(k, (s, server))| {
+            let (stop, failure) = (&stop, &failure);
+            let params = lane_params(&params, n, k);
+            let (remote, port) = (args.server, args.port);
+            let lane = move || -> LaneOut {
+                if let Some(mut app) = server {
+                    s.run_until(&mut app, limit, stop)?;
+                    return Ok((
+                        Vec::new(),
+                        (app.verified_bytes, app.verify_failures, app.served),
+                    ));
+                }
+                let ip = remote.ok_or_else(|| CmdError::Usage("no server address".into()))?;
+                let remote = SocketAddr::new(ip, port);
+                let local = s.local_for(ip)?;
+                let mut app = PerfClient::new(s.poll.handler_mut(), local, remote, params)?;
+                s.run_until(&mut app, limit, stop)?;
+                Ok((std::mem::take(&mut app.results), (0, 0, 0)))
+            };
+            Box::new(move || {
+                let r = lane();
+                if r.is_err() {
+                    failure.report(k);
+                }
+                r
+            }) as LaneJob<'_, LaneOut>
+        })
+        .collect();
+    let (outs, places) = opened
+        .run_lanes(jobs)
+        .map_err(|e| CmdError::Runtime(e.to_string()))?;
+    let reports: Vec<LaneReport> = sessions
+        .iter()
+        .zip(&places)
+        .map(|(s, place)| LaneReport::of(place, &[&s.poll]))
+        .collect();
+    LaneReport::print(&reports);
+    let mut per_lane = Vec::new();
+    let (mut verified, mut failures, mut served) = (0, 0, 0);
+    let mut first_err = None;
+    for (k, out) in outs.into_iter().enumerate() {
+        match out {
+            Ok((rs, (v, f, c))) => {
+                per_lane.push(rs);
+                verified += v;
+                failures += f;
+                served += c;
+            }
+            // The lane that failed first; the others were stopped by it.
+            Err(e) if failure.first().is_none_or(|f| f == k) => {
+                first_err.get_or_insert(CmdError::Runtime(format!("lane {k}: {e}")));
+            }
+            Err(_) => {}
+        }
+    }
+    if args.server.is_none() {
+        say!("perf server: {served} connections served");
+        if args.verify {
+            say!("perf-verified-bytes: {verified}\nperf-verify-failures: {failures}");
+        }
+    } else if first_err.is_none() {
+        print_lane_results(mode, &per_lane);
+    }
+    drop(sessions);
+    drop(opened);
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    if failures > 0 {
+        return Err(CmdError::Runtime(format!(
+            "{failures} connection(s) left data the client did not write"
+        )));
+    }
+    Ok(())
+}
+
+/// `perf --loopback` on multi-queue ports: each lane runs both ends of its share of the
+/// QPs (server and client stacks on the two ends of its link) on an lcore of its own.
+fn loopback_lanes(
+    args: &Args,
+    rdma: &RdmaArgs,
+    lanes: Lanes<super::rdma_args::LoopbackPair>,
+    params: PerfParams,
+) -> Result<(), CmdError> {
+    let Lanes {
+        lanes: mut pairs,
+        opened,
+    } = lanes;
+    let n = pairs.len();
+    let mode = params.mode;
+    if usize::from(args.qps) < n && mode == PerfMode::Bw {
+        return Err(CmdError::Usage(format!(
+            "-q {}: at least one QP per lane ({n} lanes)",
+            args.qps
+        )));
+    }
+    say!(
+        "perf {} in-process loopback on {n} lanes (memory per lane: {}, CRC {})",
+        params.op.name(),
+        pairs[0].memory,
+        if rdma.crc { "on" } else { "off" },
+    );
+    let limit = rdma.time_limit.unwrap_or(Duration::from_secs(3600));
+    type LaneOut = Result<(Vec<PerfResult>, (u64, u32)), CmdError>;
+    let jobs: Vec<LaneJob<'_, LaneOut>> = pairs
+        .iter_mut()
+        .enumerate()
+        .map(|(k, pair)| {
+            let params = lane_params(&params, n, k);
+            let (port, verify) = (args.port, args.verify);
+            Box::new(move || -> LaneOut {
+                let addr = SocketAddr::new(pair.server.1, port);
+                let mut server = PerfServer::new(pair.server.0.handler_mut(), addr)?;
+                server.verify = verify;
+                let local = pair.client.1;
+                let mut client = PerfClient::new(pair.client.0.handler_mut(), local, addr, params)?;
+                let (rs, rc) = run_pair(
+                    &mut pair.server.0,
+                    &mut server,
+                    &mut pair.client.0,
+                    &mut client,
+                    limit,
+                );
+                rc?;
+                rs?;
+                Ok((
+                    std::mem::take(&mut client.results),
+                    (server.verified_bytes, server.verify_failures),
+                ))
+            }) as LaneJob<'_, LaneOut>
+        })
+        .collect();
+    let (outs, places) = opened
+        .run_lanes(jobs)
+        .map_err(|e| CmdError::Runtime(e.to_string()))?;
+    let reports: Vec<LaneReport> = pairs
+        .iter()
+        .zip(&places)
+        .map(|(p, place)| LaneReport::of(place, &[&p.server.0, &p.client.0]))
+        .collect();
+    LaneReport::print(&reports);
+    let mut per_lane = Vec::new();
+    let (mut verified, mut failures) = (0, 0);
+    for out in outs {
+        let (rs, (v, f)) = out?;
+        per_lane.push(rs);
+        verified += v;
+        failures += f;
+    }
+    print_lane_results(mode, &per_lane);
+    if args.verify {
+        say!("perf-verified-bytes: {verified}\nperf-verify-failures: {failures}");
+    }
+    if failures > 0 {
+        return Err(CmdError::Runtime(format!(
+            "{failures} connection(s) left data the client did not write"
+        )));
+    }
+    Ok(())
 }
 
 /// `perf -R`: perftest's own exchange.
@@ -318,4 +639,64 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
         }
     };
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(qps: u16, iters: u64) -> PerfParams {
+        PerfParams {
+            op: PerfOp::Write,
+            mode: PerfMode::Bw,
+            sizes: vec![65536],
+            iters,
+            duration: None,
+            qps,
+            tx_depth: 128,
+            inline: 0,
+        }
+    }
+
+    #[test]
+    fn lanes_share_the_qps_and_the_iterations() {
+        for (qps, iters, lanes) in [
+            (16u16, 3200u64, 2usize),
+            (5, 1000, 2),
+            (7, 10, 3),
+            (4, 5000, 4),
+        ] {
+            let p = params(qps, iters);
+            let shares: Vec<PerfParams> = (0..lanes).map(|k| lane_params(&p, lanes, k)).collect();
+            assert_eq!(shares.iter().map(|s| s.qps).sum::<u16>(), qps);
+            assert_eq!(shares.iter().map(|s| s.iters).sum::<u64>(), iters);
+            let (lo, hi) = (
+                shares.iter().map(|s| s.qps).min().unwrap(),
+                shares.iter().map(|s| s.qps).max().unwrap(),
+            );
+            assert!(hi - lo <= 1, "{qps} QPs over {lanes} lanes");
+        }
+    }
+
+    #[test]
+    fn lane_bandwidths_add_up() {
+        let bw = |iters, avg| PerfResult::Bw {
+            bytes: 65536,
+            iters,
+            peak_mbs: avg + 1.0,
+            avg_mbs: avg,
+            mpps: 0.5,
+        };
+        let total = total_results(&[vec![bw(10, 100.0)], vec![bw(30, 250.0)]]);
+        assert_eq!(
+            total,
+            vec![PerfResult::Bw {
+                bytes: 65536,
+                iters: 40,
+                peak_mbs: 352.0,
+                avg_mbs: 350.0,
+                mpps: 1.0,
+            }]
+        );
+    }
 }

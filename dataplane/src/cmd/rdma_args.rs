@@ -3,7 +3,8 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dataplane::apps::{run_app, stop_connections, App, STOP_GRACE};
@@ -14,6 +15,7 @@ use dataplane::port::{AnyPort, Port};
 use dataplane::rdma::{MemoryKind, RdmaHandler, RdmaStack, StackConfig};
 use dataplane::runtime::OpenedPorts;
 use dataplane::say;
+use dataplane::steer::Lane;
 use iwarp::mpa::MpaConfig;
 use rand::Rng;
 
@@ -97,7 +99,151 @@ pub struct LoopbackPair {
     pub client: (PollLoop<AnyPort, RdmaHandler>, IpAddr),
     /// Where registered memory lives.
     pub memory: MemoryKind,
-    _opened: OpenedPorts,
+    _opened: Option<OpenedPorts>,
+}
+
+/// The sessions of every lane of multi-queue ports, and the ports they run on (dropped
+/// after the sessions).
+pub struct Lanes<T> {
+    /// One per lane (queue pair), in queue order.
+    pub lanes: Vec<T>,
+    /// The opened ports (EAL, lcores).
+    pub opened: OpenedPorts,
+}
+
+impl Lanes<Session> {
+    /// The one lane's session, owning the ports.
+    pub fn into_single(mut self) -> Session {
+        let mut s = self.lanes.remove(0);
+        s._opened = Some(self.opened);
+        s
+    }
+}
+
+impl Lanes<LoopbackPair> {
+    /// The one lane's pair, owning the ports.
+    pub fn into_single(mut self) -> LoopbackPair {
+        let mut p = self.lanes.remove(0);
+        p._opened = Some(self.opened);
+        p
+    }
+}
+
+/// The first lane that failed; its failure stops the others (as one QP's failure ends a
+/// one-lane run).
+#[derive(Debug)]
+pub struct LaneFailure {
+    first: AtomicUsize,
+    stop: Arc<AtomicBool>,
+}
+
+impl LaneFailure {
+    /// Failures stop the lanes through `stop` (the flag their runs watch).
+    pub fn new(stop: Arc<AtomicBool>) -> LaneFailure {
+        LaneFailure {
+            first: AtomicUsize::new(usize::MAX),
+            stop,
+        }
+    }
+
+    /// Lane `lane` failed: remembered if it is the first, and every lane is told to stop.
+    pub fn report(&self, lane: usize) {
+        let _ = self
+            .first
+            .compare_exchange(usize::MAX, lane, Ordering::AcqRel, Ordering::Acquire);
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// The first lane that failed, if one did.
+    pub fn first(&self) -> Option<usize> {
+        Some(self.first.load(Ordering::Acquire)).filter(|&l| l != usize::MAX)
+    }
+}
+
+/// What one lane did, for the per-lcore counters and their total.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaneReport {
+    /// Where it ran (`lcore 1`, `thread`).
+    pub place: String,
+    /// Frames received and sent by its loop.
+    pub frames: (u64, u64),
+    /// Connections established.
+    pub established: u64,
+    /// Connections accepted whose 4-tuple hashes to another lane.
+    pub foreign: u64,
+    /// TCP resets sent for segments of no connection (a segment on the wrong lane).
+    pub resets: u64,
+    /// FPDUs sent and received.
+    pub fpdus: (u64, u64),
+    /// FPDUs whose CRC did not match.
+    pub crc_errors: u64,
+    /// TCP segments retransmitted.
+    pub retransmits: u64,
+}
+
+impl LaneReport {
+    /// The counters of the handlers on `loops` (one lane: a session, or both ends of a
+    /// loopback pair), which ran at `place`.
+    pub fn of(place: &str, loops: &[&PollLoop<AnyPort, RdmaHandler>]) -> LaneReport {
+        let mut r = LaneReport {
+            place: place.to_string(),
+            ..LaneReport::default()
+        };
+        for l in loops {
+            let c = l.counters(0);
+            let h = l.handler();
+            let rdma = h.counters();
+            r.frames.0 += c.rx;
+            r.frames.1 += c.tx;
+            r.established += rdma.established;
+            r.foreign += h.foreign_connections();
+            r.resets += h.tcp().stats().resets_sent;
+            r.fpdus.0 += rdma.fpdus_sent;
+            r.fpdus.1 += rdma.fpdus_received;
+            r.crc_errors += rdma.crc_errors;
+            r.retransmits += rdma.tcp_retransmits;
+        }
+        r
+    }
+
+    /// Adds another lane's counters (for the total).
+    pub fn add(&mut self, o: &LaneReport) {
+        self.frames.0 += o.frames.0;
+        self.frames.1 += o.frames.1;
+        self.established += o.established;
+        self.foreign += o.foreign;
+        self.resets += o.resets;
+        self.fpdus.0 += o.fpdus.0;
+        self.fpdus.1 += o.fpdus.1;
+        self.crc_errors += o.crc_errors;
+        self.retransmits += o.retransmits;
+    }
+
+    /// One line of `key value` pairs (stable names, parsed by tests).
+    pub fn line(&self) -> String {
+        format!(
+            "rx-frames {} tx-frames {} established {} foreign {} resets-sent {} fpdus-sent {} fpdus-received {} crc-errors {} tcp-retransmits {}",
+            self.frames.0,
+            self.frames.1,
+            self.established,
+            self.foreign,
+            self.resets,
+            self.fpdus.0,
+            self.fpdus.1,
+            self.crc_errors,
+            self.retransmits
+        )
+    }
+
+    /// Prints each lane's line (`lane-K (PLACE): ...`) and their total (`lanes-total: ...`).
+    pub fn print(reports: &[LaneReport]) {
+        let mut total = LaneReport::default();
+        for (k, r) in reports.iter().enumerate() {
+            say!("lane-{k} ({}): {}", r.place, r.line());
+            total.add(r);
+        }
+        say!("lanes-total: {}", total.line());
+    }
 }
 
 impl RdmaArgs {
@@ -107,6 +253,17 @@ impl RdmaArgs {
     }
 
     fn open(&self, want: usize) -> Result<(Vec<Session>, OpenedPorts), CmdError> {
+        let (mut lanes, opened) = self.open_with(want, false)?;
+        Ok((lanes.pop().unwrap_or_default(), opened))
+    }
+
+    /// Opens `want` ports with all their queue pairs: per lane, a session on each port
+    /// (its handler steering to that lane when there are several).
+    fn open_with(
+        &self,
+        want: usize,
+        all_lanes: bool,
+    ) -> Result<(Vec<Vec<Session>>, OpenedPorts), CmdError> {
         let pa = PortArgs {
             config: self.config.clone(),
             ports: self.devs.clone(),
@@ -123,7 +280,11 @@ impl RdmaArgs {
                 cfg.ports.len()
             )));
         }
-        let mut opened = pa.open(&cfg)?;
+        let mut opened = if all_lanes {
+            pa.open_lanes(&cfg)?
+        } else {
+            pa.open(&cfg)?
+        };
         let stats_every = match self.stats {
             Some(d) => Some(d),
             None if cfg.poll.stats_interval > 0.0 => {
@@ -132,55 +293,100 @@ impl RdmaArgs {
             None => None,
         }
         .filter(|d| !d.is_zero());
-        let mut sessions = Vec::new();
-        let ports = std::mem::take(&mut opened.ports);
-        for (port, pc) in ports.into_iter().zip(cfg.ports.iter()) {
-            if pc.ipv4.is_none() && pc.ipv6.is_none() {
-                return Err(CmdError::Usage(format!(
-                    "port {} has no ipv4 or ipv6 address",
-                    pc.name()
-                )));
+        let mut lanes = vec![std::mem::take(&mut opened.ports)];
+        lanes.append(&mut opened.lanes);
+        let n_lanes = lanes.len() as u16;
+        let mut all = Vec::new();
+        for (lane, ports) in lanes.into_iter().enumerate() {
+            let mut sessions = Vec::new();
+            for (port, pc) in ports.into_iter().zip(cfg.ports.iter()) {
+                if pc.ipv4.is_none() && pc.ipv6.is_none() {
+                    return Err(CmdError::Usage(format!(
+                        "port {} has no ipv4 or ipv6 address",
+                        pc.name()
+                    )));
+                }
+                let mtu = port.info().mtu;
+                let mpa = MpaConfig {
+                    require_crc: self.crc,
+                    want_markers: self.markers,
+                    accept_markers: true,
+                    ..MpaConfig::default()
+                };
+                let tcp = tcp::Config {
+                    mtu,
+                    verify_checksums: false,
+                    isn_secret: rand::thread_rng().gen(),
+                    rto_min: Duration::from_millis(self.rto_min_ms),
+                    ..tcp::Config::default()
+                };
+                let stack = StackConfig {
+                    memory: self.mem_mb << 20,
+                    hugepages: !self.heap,
+                    stag_seed: rand::thread_rng().gen(),
+                    tx_per_poll: self.tx_per_poll,
+                    first_fpdu_delay: Duration::from_millis(self.first_fpdu_delay()),
+                    burst: cfg.poll.burst,
+                    ..StackConfig::new(mpa, tcp)
+                };
+                let RdmaStack {
+                    mut poll,
+                    ip,
+                    addr,
+                    memory,
+                } = RdmaStack::new(port, PortAddr::of(pc), stack)
+                    .map_err(|e| CmdError::Runtime(e.to_string()))?;
+                if n_lanes > 1 {
+                    poll.handler_mut().set_lane(Lane {
+                        lane: lane as u16,
+                        lanes: n_lanes,
+                    });
+                }
+                sessions.push(Session {
+                    poll,
+                    ip,
+                    addr,
+                    memory,
+                    stats_every,
+                    _opened: None,
+                });
             }
-            let mtu = port.info().mtu;
-            let mpa = MpaConfig {
-                require_crc: self.crc,
-                want_markers: self.markers,
-                accept_markers: true,
-                ..MpaConfig::default()
+            all.push(sessions);
+        }
+        Ok((all, opened))
+    }
+
+    /// Opens the one port with all its queue pairs: a session per lane.
+    pub fn lane_sessions(&self) -> Result<Lanes<Session>, CmdError> {
+        let (lanes, opened) = self.open_with(1, true)?;
+        Ok(Lanes {
+            lanes: lanes.into_iter().flatten().collect(),
+            opened,
+        })
+    }
+
+    /// Opens two ports (the ends of one link) with all their queue pairs: a loopback pair
+    /// per lane.
+    pub fn loopback_lanes(&self) -> Result<Lanes<LoopbackPair>, CmdError> {
+        let (lanes, opened) = self.open_with(2, true)?;
+        let mut pairs = Vec::new();
+        for sessions in lanes {
+            let memory = sessions[0].memory;
+            let mut it = sessions.into_iter().map(|s| (s.poll, s.ip));
+            let (Some(server), Some(client)) = (it.next(), it.next()) else {
+                return Err(CmdError::Usage("--loopback needs two ports".into()));
             };
-            let tcp = tcp::Config {
-                mtu,
-                verify_checksums: false,
-                isn_secret: rand::thread_rng().gen(),
-                rto_min: Duration::from_millis(self.rto_min_ms),
-                ..tcp::Config::default()
-            };
-            let stack = StackConfig {
-                memory: self.mem_mb << 20,
-                hugepages: !self.heap,
-                stag_seed: rand::thread_rng().gen(),
-                tx_per_poll: self.tx_per_poll,
-                first_fpdu_delay: Duration::from_millis(self.first_fpdu_delay()),
-                burst: cfg.poll.burst,
-                ..StackConfig::new(mpa, tcp)
-            };
-            let RdmaStack {
-                poll,
-                ip,
-                addr,
+            pairs.push(LoopbackPair {
+                server,
+                client,
                 memory,
-            } = RdmaStack::new(port, PortAddr::of(pc), stack)
-                .map_err(|e| CmdError::Runtime(e.to_string()))?;
-            sessions.push(Session {
-                poll,
-                ip,
-                addr,
-                memory,
-                stats_every,
                 _opened: None,
             });
         }
-        Ok((sessions, opened))
+        Ok(Lanes {
+            lanes: pairs,
+            opened,
+        })
     }
 
     /// Opens the one port and builds the handler.
@@ -205,7 +411,7 @@ impl RdmaArgs {
             server,
             client,
             memory,
-            _opened: opened,
+            _opened: Some(opened),
         })
     }
 }
@@ -238,11 +444,27 @@ impl Session {
         CmdError: From<A::Error>,
     {
         let stop = stop_flag()?;
+        let r = self.run_until(app, limit, &stop);
+        self.print_summary();
+        r
+    }
+
+    /// Runs `app` until done or `stop` is set (closing its connections then); stats lines
+    /// on stderr, no summary.
+    pub fn run_until<A: App>(
+        &mut self,
+        app: &mut A,
+        limit: Option<Duration>,
+        stop: &AtomicBool,
+    ) -> Result<(), CmdError>
+    where
+        CmdError: From<A::Error>,
+    {
         let started = clock::now();
         let r = run_app(
             &mut self.poll,
             app,
-            &stop,
+            stop,
             deadline(limit),
             self.stats_every,
             |poll, _, now| {
@@ -261,6 +483,11 @@ impl Session {
             let report = stop_connections(&mut self.poll, STOP_GRACE);
             say!("{}", report.summary());
         }
+        Ok(r?)
+    }
+
+    /// Prints the counters summary (handler, queues, loop, port).
+    pub fn print_summary(&self) {
         say!("{}", self.poll.handler().counters().summary());
         say!("{}", self.poll.handler().queue_summary());
         let loop_counters = self.poll.counters(0);
@@ -285,6 +512,5 @@ impl Session {
                 + loop_counters.class(FrameClass::Ipv6ExtHeader)
                 + loop_counters.class(FrameClass::Ipv6Jumbogram)
         );
-        Ok(r?)
     }
 }

@@ -4,7 +4,9 @@
 //! Each lcore value of the ports is one poll loop on a thread named `lcore-N`: an EAL worker
 //! lcore's loop runs on that worker (`rte_eal_remote_launch`, pinned by EAL to the lcore's
 //! CPUs), the main lcore's on a thread with the main lcore's CPUs. That loop also prints
-//! the periodic reports (the main thread does when every loop is on a worker).
+//! the periodic reports (the main thread does when every loop is on a worker). A port of
+//! `queues = N` is N ports `name.q0` .. `name.qN-1` (its queue pairs), queue `k` on lcore
+//! `lcore + k`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -58,39 +60,42 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         )));
     }
     let stop = stop_flag()?;
-    let mut opened = port_args.open(&cfg)?;
+    let mut opened = port_args.open_lanes(&cfg)?;
     let interval = args
         .stats_interval
         .unwrap_or_else(|| Duration::from_secs_f64(cfg.poll.stats_interval));
 
-    // One poll loop per lcore value; loop order follows the lowest lcore first.
+    // One poll loop per lcore value; loop order follows the lowest lcore first. Queue `k`
+    // of a port is row `k * ports + i`, on lcore `lcore + k`.
     let mut groups: BTreeMap<u32, Lcore> = BTreeMap::new();
-    for (i, port) in std::mem::take(&mut opened.ports).into_iter().enumerate() {
-        let pc = &opened.configs[i];
-        say!(
-            "port {} ({}, {}, lcore {}): {}{}",
-            port.info().name,
-            port.kind(),
-            pc.device(),
-            pc.lcore,
-            port.info(),
-            pc.ipv4.map(|c| format!(" ipv4 {c}")).unwrap_or_default()
-        );
-        let addr = PortAddr::of(pc);
-        let group = groups.entry(pc.lcore).or_insert_with(|| Lcore {
-            id: pc.lcore,
-            poll: PollLoop::new(NoHandler, cfg.poll.burst),
-            ports: Vec::new(),
-        });
-        group.poll.add_port(port, addr);
-        group.ports.push(i);
+    let mut lanes = vec![std::mem::take(&mut opened.ports)];
+    lanes.append(&mut opened.lanes);
+    let n_cfg = opened.configs.len();
+    let mut names = Vec::new();
+    for (k, ports) in lanes.into_iter().enumerate() {
+        for (i, port) in ports.into_iter().enumerate() {
+            let pc = &opened.configs[i];
+            let lcore = pc.lcore + k as u32;
+            say!(
+                "port {} ({}, {}, lcore {lcore}): {}{}",
+                port.info().name,
+                port.kind(),
+                pc.device(),
+                port.info(),
+                pc.ipv4.map(|c| format!(" ipv4 {c}")).unwrap_or_default()
+            );
+            names.push(port.info().name.clone());
+            let addr = PortAddr::of(pc);
+            let group = groups.entry(lcore).or_insert_with(|| Lcore {
+                id: lcore,
+                poll: PollLoop::new(NoHandler, cfg.poll.burst),
+                ports: Vec::new(),
+            });
+            group.poll.add_port(port, addr);
+            group.ports.push(k * n_cfg + i);
+        }
     }
-    let n_ports = opened.configs.len();
-    let names: Vec<String> = opened
-        .configs
-        .iter()
-        .map(|c| c.name().to_string())
-        .collect();
+    let n_ports = names.len();
     say!(
         "running {} poll loop{}{}; Ctrl-C stops",
         groups.len(),
@@ -403,6 +408,33 @@ fn per_pkt(ns: u64, n: u64) -> String {
         .map_or_else(|| "-".to_string(), |v| v.to_string())
 }
 
+/// Frames per lcore (its ports' counters summed) and the total over every lcore.
+fn lcore_table(loops: &[Lcore], secs: f64) -> Table {
+    let mut t = Table::new(["lcore", "ports", "rx_pkts", "tx_pkts", "rx_pps", "tx_pps"]);
+    let mut total = (0usize, 0u64, 0u64);
+    let row = |t: &mut Table, id: String, n: usize, rx: u64, tx: u64| {
+        t.row([
+            id,
+            n.to_string(),
+            rx.to_string(),
+            tx.to_string(),
+            format!("{:.0}", rx as f64 / secs),
+            format!("{:.0}", tx as f64 / secs),
+        ]);
+    };
+    for lc in loops {
+        let (rx, tx) = lc.poll.ports().iter().fold((0, 0), |(rx, tx), p| {
+            let s = p.stats();
+            (rx + s.rx_packets, tx + s.tx_packets)
+        });
+        let n = lc.poll.ports().len();
+        row(&mut t, lc.id.to_string(), n, rx, tx);
+        total = (total.0 + n, total.1 + rx, total.2 + tx);
+    }
+    row(&mut t, "total".into(), total.0, total.1, total.2);
+    t
+}
+
 /// The end-of-run tables: port counters, poll loop counters, and faults if any.
 fn summary(loops: &[Lcore], n_ports: usize, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64().max(1e-9);
@@ -526,7 +558,10 @@ fn summary(loops: &[Lcore], n_ports: usize, elapsed: Duration) -> String {
             }
         }
     }
-    let mut out = format!("\nports\n{ports}\npoll loop\n{lp}");
+    let mut out = format!(
+        "\nports\n{ports}\npoll loop\n{lp}\nlcores\n{}",
+        lcore_table(loops, secs)
+    );
     if !faults.is_empty() {
         out.push_str(&format!("\nfaults\n{faults}"));
     }

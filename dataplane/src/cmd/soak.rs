@@ -16,8 +16,10 @@ use dataplane::port::{AnyPort, Port};
 use dataplane::rdma::RdmaHandler;
 use dataplane::say;
 
+use dataplane::runtime::LaneJob;
+
 use super::common::{deadline, parse_secs, stop_flag, CmdError};
-use super::rdma_args::{RdmaArgs, Session};
+use super::rdma_args::{LaneFailure, LaneReport, Lanes, RdmaArgs, Session};
 
 /// Arguments of `soak`.
 #[derive(Debug, clap::Args)]
@@ -245,7 +247,11 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let mut rdma = args.rdma.clone();
     let need = params.client_memory().max(params.server_memory());
     rdma.mem_mb = rdma.mem_mb.max(need.div_ceil(1 << 20) + 4);
-    let mut s = rdma.session()?;
+    let lanes = rdma.lane_sessions()?;
+    if lanes.lanes.len() > 1 {
+        return soak_lanes(&args, &rdma, params, lanes);
+    }
+    let mut s = lanes.into_single();
     let started = clock::now();
     match args.server {
         None => {
@@ -324,4 +330,173 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             r
         }
     }
+}
+
+/// Adds `b`'s counts to `a`.
+fn add_tally(a: &mut SoakTally, b: &SoakTally) {
+    a.rounds += b.rounds;
+    a.written += b.written;
+    a.read += b.read;
+    a.sent += b.sent;
+    a.server_verified += b.server_verified;
+    a.writes += b.writes;
+    a.reads += b.reads;
+    a.sends += b.sends;
+}
+
+/// `soak` on a multi-queue port: one share-nothing stack per lane, each on an lcore of its
+/// own, with its share of the QPs and of the volume (each lane's server verifies the
+/// connections its lane's client opened: they hash to it); per-lane counters, the summed
+/// tallies and one verdict.
+fn soak_lanes(
+    args: &Args,
+    rdma: &RdmaArgs,
+    params: SoakParams,
+    lanes: Lanes<Session>,
+) -> Result<(), CmdError> {
+    let Lanes {
+        lanes: mut sessions,
+        opened,
+    } = lanes;
+    let n = sessions.len();
+    if args.server.is_some() && params.qps < n {
+        return Err(CmdError::Usage(format!(
+            "--qps {}: at least one QP per lane ({n} lanes)",
+            params.qps
+        )));
+    }
+    let started = clock::now();
+    let mut servers = Vec::new();
+    if args.server.is_none() {
+        for s in sessions.iter_mut() {
+            let addr = s.listen_addr(None, args.port);
+            servers.push(Some(SoakServer::new(
+                s.poll.handler_mut(),
+                addr,
+                args.stall,
+            )?));
+        }
+        say!(
+            "soak server listening on port {} on {n} lanes (memory per lane: {}, CRC {})",
+            args.port,
+            sessions[0].memory,
+            if rdma.crc { "on" } else { "off" }
+        );
+    } else {
+        servers.resize_with(n, || None);
+        say!(
+            "soak client: {} QPs on {n} lanes (memory per lane: {}, CRC {}, seed {})",
+            params.qps,
+            sessions[0].memory,
+            if rdma.crc { "on" } else { "off" },
+            params.seed
+        );
+    }
+    let limit = rdma.time_limit;
+    let failure = LaneFailure::new(stop_flag()?);
+    type LaneOut = (SoakTally, Result<(), CmdError>);
+    let jobs: Vec<LaneJob<'_, LaneOut>> = sessions
+        .iter_mut()
+        .zip(servers)
+        .enumerate()
+        .map(|(k, (s, server))| {
+            let share = |v: u64| v * (k as u64 + 1) / n as u64 - v * k as u64 / n as u64;
+            let lane_params = SoakParams {
+                qps: params.qps / n + usize::from(k < params.qps % n),
+                bytes: params.bytes.map(share),
+                seed: params.seed.wrapping_add(k as u64),
+                ..params.clone()
+            };
+            let (remote, port, progress) = (args.server, args.port, args.progress);
+            let failure = &failure;
+            let lane = move || -> LaneOut {
+                if let Some(mut app) = server {
+                    let r = drive(s, &mut app, limit, progress, |a, _| {
+                        format!(
+                            "lane {k} server: {} QPs live, {} messages",
+                            a.live(),
+                            a.tally.sends
+                        )
+                    });
+                    return (app.tally, r);
+                }
+                let run = || -> Result<SoakClient, CmdError> {
+                    let ip = remote.ok_or_else(|| CmdError::Usage("no server address".into()))?;
+                    let remote = SocketAddr::new(ip, port);
+                    let local = s.local_for(ip)?;
+                    Ok(SoakClient::new(
+                        s.poll.handler_mut(),
+                        local,
+                        remote,
+                        lane_params,
+                    )?)
+                };
+                let mut app = match run() {
+                    Ok(app) => app,
+                    Err(e) => return (SoakTally::default(), Err(e)),
+                };
+                let r = drive(s, &mut app, limit, progress, |a, _| {
+                    format!(
+                        "lane {k} client: {} QPs, {} rounds, {:.1} MiB verified",
+                        a.established(),
+                        a.tally.rounds,
+                        mib(a.tally.bytes())
+                    )
+                });
+                (app.tally, r)
+            };
+            Box::new(move || {
+                let (t, r) = lane();
+                if r.is_err() {
+                    failure.report(k);
+                }
+                (t, r)
+            }) as LaneJob<'_, LaneOut>
+        })
+        .collect();
+    let (outs, places) = opened
+        .run_lanes(jobs)
+        .map_err(|e| CmdError::Runtime(e.to_string()))?;
+    let reports: Vec<LaneReport> = sessions
+        .iter()
+        .zip(&places)
+        .map(|(s, place)| LaneReport::of(place, &[&s.poll]))
+        .collect();
+    LaneReport::print(&reports);
+    let mut total = SoakTally::default();
+    let mut result = Ok(());
+    for (k, (t, r)) in outs.into_iter().enumerate() {
+        add_tally(&mut total, &t);
+        // The lane that failed first; the others were stopped by it.
+        if let Err(e) = r {
+            if result.is_ok() && failure.first().is_none_or(|f| f == k) {
+                result = Err(CmdError::Runtime(format!("lane {k}: {e}")));
+            }
+        }
+    }
+    let secs = clock::elapsed(started).as_secs_f64();
+    if args.server.is_some() {
+        say!(
+            "soak-written-bytes: {}\nsoak-read-bytes: {}\nsoak-sent-bytes: {}\nsoak-server-verified-bytes: {}",
+            total.written,
+            total.read,
+            total.sent,
+            total.server_verified
+        );
+    } else {
+        say!("soak-received-bytes: {}", total.sent);
+    }
+    match &result {
+        Ok(()) => {
+            say!("soak-result: ok");
+            say!(
+                "soak: {:.1} MiB verified over {n} lanes in {secs:.1} s",
+                mib(total.bytes())
+            );
+        }
+        Err(why) => say!("soak-result: FAILED: {why}"),
+    }
+    drop(sessions);
+    drop(opened);
+    result
 }

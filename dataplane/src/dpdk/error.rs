@@ -32,6 +32,16 @@ pub enum DpdkError {
     /// The ethdev is already opened by another port in this process.
     #[error("DPDK ethdev {0:?} is already opened in this process")]
     InUse(String),
+    /// The device has fewer queue pairs than asked for.
+    #[error("DPDK ethdev {device:?}: {want} queues asked for, it has at most {max}")]
+    TooManyQueues {
+        /// The device.
+        device: String,
+        /// Queue pairs asked for.
+        want: u16,
+        /// Its `max_rx_queues` / `max_tx_queues`, the smaller.
+        max: u16,
+    },
     /// A name passed to DPDK was not valid (interior NUL byte).
     #[error("invalid name {0:?}: contains a NUL byte")]
     InvalidName(String),

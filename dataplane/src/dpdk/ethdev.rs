@@ -1,9 +1,10 @@
-//! Ethernet devices (`rte_eth_dev_*`): lookup, one-queue configuration, start/stop, link and
-//! statistics.
+//! Ethernet devices (`rte_eth_dev_*`): lookup, configuration with one or more queue pairs
+//! (RSS with the symmetric key of [`crate::steer`] where the device has it), start/stop,
+//! link and statistics. Each queue pair is an [`EthDev`] of its own, for one poller.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::eal::{Eal, EalHandle};
@@ -11,6 +12,7 @@ use super::error::{strerror, DpdkError};
 use super::intr::{hold_gate, on_interrupt_thread, GateHold};
 use super::mbuf::Mbuf;
 use super::mempool::Mempool;
+use crate::steer::{reta_entry, SYMMETRIC_RSS_KEY};
 
 /// Ports opened by an [`EthDev`] in this process (a port is driven by one owner).
 static CLAIMED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
@@ -22,7 +24,7 @@ const START_RETRY: Duration = Duration::from_millis(100);
 /// How long a start that followed refused ones waits for the link before it restarts.
 const LINK_SETTLE: Duration = Duration::from_secs(1);
 
-/// How to set up an ethdev with one receive and one transmit queue.
+/// How to set up an ethdev (its queue pairs: one per mempool given to [`EthDev::start`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EthDevSetup {
     /// Receive descriptors (adjusted to the device's limits).
@@ -67,21 +69,34 @@ pub struct EthStats {
     pub rx_nombuf: u64,
 }
 
-/// A configured and started ethdev (queue 0 for rx and tx). Dropping it stops and closes
-/// the device.
+/// One queue pair of a configured and started ethdev: receive and transmit queue `queue`.
+/// Dropping the last queue pair of a device stops and closes it.
 pub struct EthDev {
+    // Field order is drop order: the gate is released before the device may stop.
+    /// For a memif port: its bursts and EAL's interrupt thread take turns (see
+    /// [`super::intr`]).
+    gate: Option<GateHold>,
+    dev: Arc<Device>,
+    queue: u16,
+    tx_unprepared: u64,
+}
+
+/// What the queue pairs of one device share: set once at start, read-only after.
+struct Device {
     port_id: u16,
     device: String,
     mac: [u8; 6],
     /// 802.1Q offloads enabled: strip on receive, insert on transmit.
     vlan: (bool, bool),
-    tx_unprepared: u64,
     started: bool,
     rx_desc: u16,
     tx_desc: u16,
-    /// For a memif port: its bursts and EAL's interrupt thread take turns (see
-    /// [`super::intr`]).
-    gate: Option<GateHold>,
+    /// Queue pairs.
+    queues: u16,
+    /// RSS spreads received flows over the queues (the device has it and queues > 1).
+    rss: bool,
+    /// Each queue's receive mempool (dropped after the device is closed).
+    pools: Vec<Mempool>,
     _eal: EalHandle,
 }
 
@@ -92,6 +107,11 @@ pub struct EthDevDescription {
     pub driver: String,
     /// Receive and transmit queues in use.
     pub queues: (u16, u16),
+    /// RSS spreads flows over the receive queues (symmetric key, redirection table spread).
+    pub rss: bool,
+    /// Hash types the device can spread by (`flow_type_rss_offloads`) and its redirection
+    /// table's size.
+    pub rss_capa: (u64, u16),
     /// Receive and transmit descriptors per queue.
     pub descriptors: (u16, u16),
     /// Offloads the device can do (`RTE_ETH_RX_OFFLOAD_*`, `RTE_ETH_TX_OFFLOAD_*` bits).
@@ -182,39 +202,91 @@ impl EthDev {
         ))
     }
 
+    /// The most queue pairs port `port_id` can have (`max_rx_queues`, `max_tx_queues`: the
+    /// smaller).
+    pub fn max_queues(port_id: u16) -> Result<u16, DpdkError> {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: plain query; info is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(port_id, &mut info) };
+        check(|| format!("port {port_id}: rte_eth_dev_info_get"), ret)?;
+        Ok(info.max_rx_queues.min(info.max_tx_queues))
+    }
+
     /// NUMA socket of port `port_id` (`-1` when unknown, as for virtual devices).
     pub fn socket_of(port_id: u16) -> i32 {
         // SAFETY: plain query; returns -1 for an invalid or NUMA-less port.
         unsafe { dpdk_sys::rte_eth_dev_socket_id(port_id) }
     }
 
-    /// Configures port `port_id` (claimed with [`Self::lookup`]) with one rx queue filled
-    /// from `pool` and one tx queue, then starts it.
+    /// Configures port `port_id` (claimed with [`Self::lookup`]) with one queue pair per
+    /// pool of `pools` (receive queue `i` filled from `pools[i]`), spreading received flows
+    /// over them by RSS where the device has it, then starts it; returns the queue pairs
+    /// in order.
     pub fn start(
         eal: &Eal,
         claim: ClaimGuard,
         device: &str,
         setup: &EthDevSetup,
-        pool: &Mempool,
-    ) -> Result<EthDev, DpdkError> {
+        pools: Vec<Mempool>,
+    ) -> Result<Vec<EthDev>, DpdkError> {
         let port_id = claim.port_id();
+        let queues = u16::try_from(pools.len().max(1)).unwrap_or(u16::MAX);
         // From here on, Drop of `dev` closes the device and releases the claim on failure.
-        let mut dev = EthDev {
+        let mut dev = Device {
             port_id,
             device: device.to_string(),
             mac: [0; 6],
             vlan: (false, false),
-            tx_unprepared: 0,
             started: false,
             rx_desc: 0,
             tx_desc: 0,
-            gate: None,
+            queues,
+            rss: false,
+            pools,
             _eal: eal.handle(),
         };
         claim.transfer();
         let op = |what: &str| format!("{device}: {what}");
 
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: valid port (looked up and claimed); info is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(port_id, &mut info) };
+        check(|| op("rte_eth_dev_info_get"), ret)?;
+        let max = info.max_rx_queues.min(info.max_tx_queues);
+        if queues > max {
+            return Err(DpdkError::TooManyQueues {
+                device: device.to_string(),
+                want: queues,
+                max,
+            });
+        }
         let mut conf = dpdk_sys::rte_eth_conf::default();
+        // SAFETY: plain constant of the shim.
+        let rss_hf = unsafe { dpdk_sys::dpdk_shim_rss_hf_tcp() } & info.flow_type_rss_offloads;
+        // The symmetric key, as long as the device's key (DPDK copies it at configure).
+        let key_len = match info.hash_key_size {
+            0 => SYMMETRIC_RSS_KEY.len(),
+            n => usize::from(n),
+        };
+        let mut key: Vec<u8> = SYMMETRIC_RSS_KEY
+            .iter()
+            .copied()
+            .cycle()
+            .take(key_len)
+            .collect();
+        if queues > 1 && rss_hf != 0 {
+            conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
+            conf.rx_adv_conf.rss_conf.rss_key_len = key_len as u8;
+            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+            dev.rss = true;
+        } else if queues > 1 {
+            log::info!(
+                "{device}: no RSS (flow_type_rss_offloads {:#x}): each of the {queues} queues \
+                 gets what the peer sends on it (senders steer by the 4-tuple hash)",
+                info.flow_type_rss_offloads
+            );
+        }
         if setup.vlan_offload {
             dev.vlan = Self::vlan_capabilities(port_id);
             // SAFETY: plain constants of the shim.
@@ -238,9 +310,18 @@ impl EthDev {
             );
         }
         // SAFETY: EAL is running; conf is a zero-initialised rte_eth_conf (defaults) with
-        // only offloads the device reports set.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_configure(port_id, 1, 1, &conf) };
-        check(|| op("rte_eth_dev_configure(1 rxq, 1 txq)"), ret)?;
+        // only offloads and RSS hash types the device reports set; its key pointer is `key`,
+        // alive across the call.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_configure(port_id, queues, queues, &conf) };
+        check(
+            || {
+                op(&format!(
+                    "rte_eth_dev_configure({queues} rxq, {queues} txq)"
+                ))
+            },
+            ret,
+        )?;
+        drop(key);
 
         let (mut rx_desc, mut tx_desc) = (setup.rx_desc, setup.tx_desc);
         // SAFETY: configured port; valid out pointers.
@@ -256,30 +337,43 @@ impl EthDev {
         } else {
             socket
         } as u32;
-        // SAFETY: configured port; a null rxconf selects the device defaults; pool is a live
-        // pktmbuf pool that outlives the device (the owner drops the device first).
-        let ret = unsafe {
-            dpdk_sys::rte_eth_rx_queue_setup(
-                port_id,
-                0,
-                rx_desc,
-                socket_arg,
-                std::ptr::null(),
-                pool.as_ptr(),
-            )
-        };
-        check(
-            || op(&format!("rte_eth_rx_queue_setup({rx_desc} descriptors)")),
-            ret,
-        )?;
-        // SAFETY: configured port; a null txconf selects the device defaults.
-        let ret = unsafe {
-            dpdk_sys::rte_eth_tx_queue_setup(port_id, 0, tx_desc, socket_arg, std::ptr::null())
-        };
-        check(
-            || op(&format!("rte_eth_tx_queue_setup({tx_desc} descriptors)")),
-            ret,
-        )?;
+        for q in 0..queues {
+            let pool = dev.pools[usize::from(q)].as_ptr();
+            // SAFETY: configured port with `queues` queues; a null rxconf selects the device
+            // defaults; the pool is a live pktmbuf pool the device owns and drops after
+            // closing the port.
+            let ret = unsafe {
+                dpdk_sys::rte_eth_rx_queue_setup(
+                    port_id,
+                    q,
+                    rx_desc,
+                    socket_arg,
+                    std::ptr::null(),
+                    pool,
+                )
+            };
+            check(
+                || {
+                    op(&format!(
+                        "rte_eth_rx_queue_setup({q}, {rx_desc} descriptors)"
+                    ))
+                },
+                ret,
+            )?;
+            // SAFETY: configured port with `queues` queues; a null txconf selects the device
+            // defaults.
+            let ret = unsafe {
+                dpdk_sys::rte_eth_tx_queue_setup(port_id, q, tx_desc, socket_arg, std::ptr::null())
+            };
+            check(
+                || {
+                    op(&format!(
+                        "rte_eth_tx_queue_setup({q}, {tx_desc} descriptors)"
+                    ))
+                },
+                ret,
+            )?;
+        }
 
         let mut current_mtu = 0u16;
         // SAFETY: valid port; current_mtu is a valid out pointer.
@@ -376,8 +470,8 @@ impl EthDev {
         };
         check(|| op("rte_eth_dev_start"), ret)?;
         dev.started = true;
-        if device.starts_with("net_memif") {
-            dev.gate = hold_gate();
+        if dev.rss {
+            dev.spread_reta(info.reta_size);
         }
 
         // SAFETY: started port.
@@ -386,14 +480,72 @@ impl EthDev {
             log::warn!("{device}: rte_eth_dev_set_link_up: {}", strerror(ret.abs()));
         }
         log::info!(
-            "{device}: port {port_id} started, {rx_desc} rx / {tx_desc} tx descriptors, socket {socket}"
+            "{device}: port {port_id} started, {queues} queue pair(s){}, {rx_desc} rx / {tx_desc} tx descriptors, socket {socket}",
+            if dev.rss { " spread by RSS" } else { "" }
         );
-        Ok(dev)
+        let memif = device.starts_with("net_memif");
+        let dev = Arc::new(dev);
+        Ok((0..queues)
+            .map(|queue| EthDev {
+                gate: if memif { hold_gate() } else { None },
+                dev: Arc::clone(&dev),
+                queue,
+                tx_unprepared: 0,
+            })
+            .collect())
     }
 
     /// DPDK port id.
     pub fn port_id(&self) -> u16 {
-        self.port_id
+        self.dev.port_id
+    }
+
+    /// This queue pair's index.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Queue pairs of the device.
+    pub fn queues(&self) -> u16 {
+        self.dev.queues
+    }
+
+    /// True when RSS spreads received flows over the queues.
+    pub fn rss(&self) -> bool {
+        self.dev.rss
+    }
+
+    /// The device's redirection table (`rte_eth_dev_rss_reta_query`): the queue of each
+    /// entry; empty when the device has none.
+    pub fn reta(&self) -> Result<Vec<u16>, DpdkError> {
+        let d = &self.dev;
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: valid port; info is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(d.port_id, &mut info) };
+        check(|| format!("{}: rte_eth_dev_info_get", d.device), ret)?;
+        let size = usize::from(info.reta_size);
+        if size == 0 || !d.rss {
+            return Ok(Vec::new());
+        }
+        let group = dpdk_sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+        let mut conf = vec![dpdk_sys::rte_eth_rss_reta_entry64::default(); size.div_ceil(group)];
+        for (g, entry) in conf.iter_mut().enumerate() {
+            let n = (size - g * group).min(group);
+            entry.mask = if n == 64 { u64::MAX } else { (1 << n) - 1 };
+        }
+        // SAFETY: valid port; conf holds reta_size entries in groups of 64 with the mask of
+        // every entry set, as the call writes them.
+        let ret = unsafe {
+            dpdk_sys::rte_eth_dev_rss_reta_query(d.port_id, conf.as_mut_ptr(), info.reta_size)
+        };
+        check(|| format!("{}: rte_eth_dev_rss_reta_query", d.device), ret)?;
+        Ok((0..size).map(|i| conf[i / group].reta[i % group]).collect())
+    }
+
+    /// The mempool this queue pair's receive queue is filled from (and its frames to send
+    /// are taken from).
+    pub fn pool(&self) -> &Mempool {
+        &self.dev.pools[usize::from(self.queue)]
     }
 
     /// The 802.1Q offloads port `port_id` reports in `rte_eth_dev_info`: (strip on receive,
@@ -420,25 +572,26 @@ impl EthDev {
 
     /// The 802.1Q offloads enabled on the device: (strip on receive, insert on transmit).
     pub fn vlan_offload(&self) -> (bool, bool) {
-        self.vlan
+        self.dev.vlan
     }
 
     /// EAL device name.
     pub fn device(&self) -> &str {
-        &self.device
+        &self.dev.device
     }
 
     /// The MAC address in effect (the configured one when the PMD cannot set it).
     pub fn mac(&self) -> [u8; 6] {
-        self.mac
+        self.dev.mac
     }
 
     /// The driver, queues, descriptors, offloads and link (`rte_eth_dev_info_get`,
     /// `rte_eth_link_get_nowait`).
     pub fn describe(&self) -> EthDevDescription {
+        let d = &self.dev;
         let mut info = dpdk_sys::rte_eth_dev_info::default();
         // SAFETY: valid port; info is a valid out pointer.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(self.port_id, &mut info) };
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(d.port_id, &mut info) };
         let driver = if ret == 0 && !info.driver_name.is_null() {
             // SAFETY: on success driver_name points at the PMD's static NUL-terminated name.
             unsafe { CStr::from_ptr(info.driver_name) }
@@ -449,12 +602,14 @@ impl EthDev {
         };
         let mut link = dpdk_sys::rte_eth_link::default();
         // SAFETY: valid port; link is a valid out pointer.
-        let up = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.port_id, &mut link) } == 0
+        let up = unsafe { dpdk_sys::rte_eth_link_get_nowait(d.port_id, &mut link) } == 0
             && u32::from(link.link_status()) == dpdk_sys::RTE_ETH_LINK_UP;
         EthDevDescription {
             driver,
-            queues: (1, 1),
-            descriptors: (self.rx_desc, self.tx_desc),
+            queues: (d.queues, d.queues),
+            rss: d.rss,
+            rss_capa: (info.flow_type_rss_offloads, info.reta_size),
+            descriptors: (d.rx_desc, d.tx_desc),
             offload_capa: (info.rx_offload_capa, info.tx_offload_capa),
             offloads: (0, 0),
             link: (up, link.link_speed),
@@ -463,32 +618,20 @@ impl EthDev {
 
     /// True when the link is up (memif/vhost: a peer is connected).
     pub fn link_up(&self) -> bool {
-        let mut link = dpdk_sys::rte_eth_link::default();
-        // SAFETY: valid port; link is a valid out pointer.
-        let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.port_id, &mut link) };
-        ret == 0 && u32::from(link.link_status()) == dpdk_sys::RTE_ETH_LINK_UP
+        self.dev.link_up()
     }
 
     /// Polls the link state until it is up or `timeout` passes; returns whether it is up.
     pub fn wait_link_up(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.link_up() {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.dev.wait_link_up(timeout)
     }
 
     /// The device's basic counters (`rte_eth_stats_get`).
     pub fn hw_stats(&self) -> Result<EthStats, DpdkError> {
         let mut s = dpdk_sys::rte_eth_stats::default();
         // SAFETY: valid port; s is a valid out pointer.
-        let ret = unsafe { dpdk_sys::rte_eth_stats_get(self.port_id, &mut s) };
-        check(|| format!("{}: rte_eth_stats_get", self.device), ret)?;
+        let ret = unsafe { dpdk_sys::rte_eth_stats_get(self.dev.port_id, &mut s) };
+        check(|| format!("{}: rte_eth_stats_get", self.dev.device), ret)?;
         Ok(EthStats {
             ipackets: s.ipackets,
             opackets: s.opackets,
@@ -501,25 +644,31 @@ impl EthDev {
         })
     }
 
-    /// Receives up to `max` frames from queue 0, appending them to `out`; returns how many
-    /// were appended.
+    /// Receives up to `max` frames from this queue, appending them to `out`; returns how
+    /// many were appended.
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: u16) -> usize {
         out.reserve(usize::from(max));
         let base = out.len();
         let _burst = self.gate.as_ref().map(GateHold::burst);
         // SAFETY: `out` has room for `max` more elements; Mbuf is repr(transparent) over a
         // non-null rte_mbuf pointer, so DPDK writes valid elements into the spare capacity;
-        // the device is started and `&mut self` makes this the queue's only poller.
+        // the device is started and `&mut self` (one EthDev per queue) makes this the
+        // queue's only poller.
         let n = unsafe {
             let slots = out.as_mut_ptr().add(base).cast::<*mut dpdk_sys::rte_mbuf>();
-            usize::from(dpdk_sys::dpdk_shim_rx_burst(self.port_id, 0, slots, max))
+            usize::from(dpdk_sys::dpdk_shim_rx_burst(
+                self.dev.port_id,
+                self.queue,
+                slots,
+                max,
+            ))
         };
         // SAFETY: DPDK initialised the first n slots with mbufs it hands to us.
         unsafe { out.set_len(base + n) };
         n
     }
 
-    /// Transmits frames from the front of `bufs` on queue 0 (at most `u16::MAX` in one call)
+    /// Transmits frames from the front of `bufs` on this queue (at most `u16::MAX` in one call)
     /// and removes the ones the device accepted, which it now owns; returns how many it
     /// accepted. Frames left in `bufs` were not accepted (ring full).
     pub fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
@@ -530,11 +679,11 @@ impl EthDev {
         let _burst = self.gate.as_ref().map(GateHold::burst);
         // SAFETY: the first n elements are owned mbufs laid out as rte_mbuf pointers
         // (repr(transparent)); DPDK takes ownership of the first `sent` of them; the device
-        // is started and `&mut self` makes this the queue's only user.
+        // is started and `&mut self` (one EthDev per queue) makes this the queue's only user.
         let sent = usize::from(unsafe {
             dpdk_sys::dpdk_shim_tx_burst(
-                self.port_id,
-                0,
+                self.dev.port_id,
+                self.queue,
                 bufs.as_mut_ptr().cast::<*mut dpdk_sys::rte_mbuf>(),
                 n as u16,
             )
@@ -549,7 +698,7 @@ impl EthDev {
     /// left as it is). A frame the device refuses to prepare is dropped (counted in
     /// [`EthDev::tx_unprepared`]).
     pub fn tx_prepare(&mut self, bufs: &mut Vec<Mbuf>) {
-        if !self.vlan.1 {
+        if !self.dev.vlan.1 {
             return;
         }
         let mut start = 0;
@@ -560,8 +709,8 @@ impl EthDev {
             // owns the new mbuf) but takes ownership of none.
             let ok = usize::from(unsafe {
                 dpdk_sys::dpdk_shim_tx_prepare(
-                    self.port_id,
-                    0,
+                    self.dev.port_id,
+                    self.queue,
                     bufs.as_mut_ptr()
                         .add(start)
                         .cast::<*mut dpdk_sys::rte_mbuf>(),
@@ -572,7 +721,7 @@ impl EthDev {
             if ok < n {
                 log::debug!(
                     "{}: rte_eth_tx_prepare refused a frame: {}",
-                    self.device,
+                    self.dev.device,
                     strerror(super::error::rte_errno())
                 );
                 bufs.remove(start);
@@ -588,22 +737,21 @@ impl EthDev {
 
     /// The device's extended counters, by name (`rte_eth_xstats_get`).
     pub fn xstats(&self) -> Result<Vec<(String, u64)>, DpdkError> {
-        let op = |f: &str| format!("{}: {f}", self.device);
+        let port_id = self.dev.port_id;
+        let op = |f: &str| format!("{}: {f}", self.dev.device);
         // SAFETY: valid port; a null array with size 0 asks for the count.
-        let n =
-            unsafe { dpdk_sys::rte_eth_xstats_get_names(self.port_id, std::ptr::null_mut(), 0) };
+        let n = unsafe { dpdk_sys::rte_eth_xstats_get_names(port_id, std::ptr::null_mut(), 0) };
         check(|| op("rte_eth_xstats_get_names"), n)?;
         let n = n as usize;
         let mut names = vec![dpdk_sys::rte_eth_xstat_name { name: [0; 64] }; n];
         let mut values = vec![dpdk_sys::rte_eth_xstat::default(); n];
         // SAFETY: names has n entries, as passed.
-        let got = unsafe {
-            dpdk_sys::rte_eth_xstats_get_names(self.port_id, names.as_mut_ptr(), n as u32)
-        };
+        let got =
+            unsafe { dpdk_sys::rte_eth_xstats_get_names(port_id, names.as_mut_ptr(), n as u32) };
         check(|| op("rte_eth_xstats_get_names"), got)?;
         // SAFETY: values has n entries, as passed.
         let got_values =
-            unsafe { dpdk_sys::rte_eth_xstats_get(self.port_id, values.as_mut_ptr(), n as u32) };
+            unsafe { dpdk_sys::rte_eth_xstats_get(port_id, values.as_mut_ptr(), n as u32) };
         check(|| op("rte_eth_xstats_get"), got_values)?;
         let count = n.min(got as usize).min(got_values as usize);
         Ok(values[..count]
@@ -618,14 +766,65 @@ impl EthDev {
     }
 }
 
-impl Drop for EthDev {
+impl Device {
+    /// True when the link is up (memif/vhost: a peer is connected).
+    fn link_up(&self) -> bool {
+        let mut link = dpdk_sys::rte_eth_link::default();
+        // SAFETY: valid port; link is a valid out pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.port_id, &mut link) };
+        ret == 0 && u32::from(link.link_status()) == dpdk_sys::RTE_ETH_LINK_UP
+    }
+
+    /// Polls the link state until it is up or `timeout` passes; returns whether it is up.
+    fn wait_link_up(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.link_up() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Fills the redirection table (`reta_size` entries) so that entry `i` names queue
+    /// [`reta_entry`]`(i)`: the queue of a flow is the lane [`crate::steer::lane_of`] gives.
+    fn spread_reta(&self, reta_size: u16) {
+        let group = dpdk_sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+        let size = usize::from(reta_size);
+        if size == 0 {
+            return;
+        }
+        let mut conf = vec![dpdk_sys::rte_eth_rss_reta_entry64::default(); size.div_ceil(group)];
+        for i in 0..size {
+            let entry = &mut conf[i / group];
+            entry.mask |= 1 << (i % group);
+            entry.reta[i % group] = reta_entry(i as u32, self.queues);
+        }
+        // SAFETY: started port; conf holds reta_size entries in groups of 64, as the call
+        // reads them.
+        let ret = unsafe {
+            dpdk_sys::rte_eth_dev_rss_reta_update(self.port_id, conf.as_mut_ptr(), reta_size)
+        };
+        if ret < 0 {
+            log::warn!(
+                "{}: rte_eth_dev_rss_reta_update({reta_size} entries): {}; the device's own \
+                 spread applies",
+                self.device,
+                strerror(ret.abs())
+            );
+        }
+    }
+}
+
+impl Drop for Device {
     /// Stops and closes the device on EAL's interrupt thread, where the PMD's own callbacks
     /// run (see [`on_interrupt_thread`]: memif's peer-disconnect handler frees the same state
-    /// as its stop).
+    /// as its stop). Every queue pair's gate is released by then (the queue pairs hold the
+    /// device), so the interrupt thread runs freely again, a peer's disconnect first.
     fn drop(&mut self) {
-        // No burst any more: the interrupt thread runs freely again (once no other port is
-        // gated), a peer's disconnect first, then this stop.
-        self.gate = None;
         let (port_id, started, device) = (self.port_id, self.started, self.device.clone());
         on_interrupt_thread(&format!("{device}: stop and close"), move || {
             if started {

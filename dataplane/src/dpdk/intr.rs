@@ -15,11 +15,13 @@
 //! `rte_eth_tx_burst` is reading (a segfault in `librte_net_memif` on the poll thread, 1
 //! teardown in 50). While a memif port is polled, the interrupt thread therefore takes
 //! turns with the bursts ([`hold_gate`]): it runs its callbacks only between bursts, in a
-//! turn every [`TURN`], and the pollers wait (a few microseconds) while it does.
+//! turn every [`TURN`], and the pollers wait (a few microseconds) while it does. Each queue
+//! pair has a gate of its own (its own cache line): a burst touches only its lcore's gate,
+//! and only the interrupt thread, once a turn, touches them all.
 
 use std::os::raw::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -165,48 +167,74 @@ extern "C" fn run_job(arg: *mut c_void) {
 /// peer's connect or disconnect, an alarm or a link event waits at most.
 pub(crate) const TURN: Duration = Duration::from_millis(2);
 
-/// The bit of [`BURSTS`] the interrupt thread holds during its turn.
+/// The bit of a gate's burst count the interrupt thread holds during its turn.
 const INTR_TURN: u32 = 1 << 31;
 
-/// Bursts in progress on gated ports, and [`INTR_TURN`].
-static BURSTS: AtomicU32 = AtomicU32::new(0);
+/// One queue pair's gate: bursts in progress on it, and [`INTR_TURN`]; a cache line of its
+/// own, written by its poller only (and by the interrupt thread once a turn).
+#[repr(align(64))]
+#[derive(Debug, Default)]
+struct Gate {
+    bursts: AtomicU32,
+}
 
-/// Gated ports alive ([`GateHold`]).
-static GATED: AtomicUsize = AtomicUsize::new(0);
+/// The gates alive, and whether the interrupt thread is in its turn (a gate made then
+/// starts held).
+struct Gates {
+    list: Vec<Arc<Gate>>,
+    in_turn: bool,
+}
+
+static GATES: Mutex<Gates> = Mutex::new(Gates {
+    list: Vec::new(),
+    in_turn: false,
+});
+
+/// The gates, locked (never poisoned in a way that matters: the list stays valid).
+fn gates() -> std::sync::MutexGuard<'static, Gates> {
+    GATES.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The eventfd of the gate's interrupt source (`None`: it could not be registered).
 static GATE_FD: OnceLock<Option<i32>> = OnceLock::new();
 
-/// One gated port: while any is alive, the interrupt thread runs its callbacks only between
-/// the bursts of [`GateHold::burst`].
+/// One gated queue pair: while any is alive, the interrupt thread runs its callbacks only
+/// between the bursts of [`GateHold::burst`].
 #[derive(Debug)]
-pub(crate) struct GateHold(());
+pub(crate) struct GateHold(Arc<Gate>);
 
 /// A burst in progress (the interrupt thread's callbacks wait until it ends).
-pub(crate) struct Burst(());
+pub(crate) struct Burst<'a>(&'a AtomicU32);
 
 /// Starts gating the interrupt thread for one more port (see the module docs); `None`
 /// (logged) when EAL has no interrupt source to spare.
 pub(crate) fn hold_gate() -> Option<GateHold> {
     let fd = (*GATE_FD.get_or_init(register_gate))?;
-    if GATED.fetch_add(1, Ordering::AcqRel) == 0 {
+    let mut g = gates();
+    let gate = Arc::new(Gate::default());
+    if g.in_turn {
+        gate.bursts.store(INTR_TURN, Ordering::Release);
+    }
+    g.list.push(Arc::clone(&gate));
+    if g.list.len() == 1 {
         signal(fd);
     }
-    Some(GateHold(()))
+    Some(GateHold(gate))
 }
 
 impl GateHold {
     /// Waits for the end of the interrupt thread's turn, if it is in one, and marks a burst
     /// in progress until the returned guard drops.
-    pub(crate) fn burst(&self) -> Burst {
+    pub(crate) fn burst(&self) -> Burst<'_> {
+        let bursts = &self.0.bursts;
         loop {
-            let s = BURSTS.load(Ordering::Acquire);
+            let s = bursts.load(Ordering::Acquire);
             if s & INTR_TURN == 0
-                && BURSTS
+                && bursts
                     .compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
-                return Burst(());
+                return Burst(bursts);
             }
             // The interrupt thread may share this core.
             std::thread::yield_now();
@@ -216,13 +244,13 @@ impl GateHold {
 
 impl Drop for GateHold {
     fn drop(&mut self) {
-        GATED.fetch_sub(1, Ordering::AcqRel);
+        gates().list.retain(|g| !Arc::ptr_eq(g, &self.0));
     }
 }
 
-impl Drop for Burst {
+impl Drop for Burst<'_> {
     fn drop(&mut self) {
-        BURSTS.fetch_sub(1, Ordering::Release);
+        self.0.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -271,22 +299,34 @@ fn signal(fd: i32) {
 /// starts the next turn once the bursts in progress ended, and returns: the callbacks that
 /// run until it is called again run between bursts.
 extern "C" fn gate_turn(_arg: *mut c_void) {
-    BURSTS.fetch_and(!INTR_TURN, Ordering::Release);
-    std::thread::sleep(TURN);
-    if GATED.load(Ordering::Acquire) == 0 {
-        if let Some(&Some(fd)) = GATE_FD.get() {
-            let mut count: u64 = 0;
-            // SAFETY: reads 8 bytes into a valid u64 from the gate's (non-blocking) eventfd.
-            unsafe { libc::read(fd, std::ptr::addr_of_mut!(count).cast::<c_void>(), 8) };
-            // A port gated since the check: keep the source readable for it.
-            if GATED.load(Ordering::Acquire) > 0 {
-                signal(fd);
-            }
+    {
+        let mut g = gates();
+        g.in_turn = false;
+        for gate in &g.list {
+            gate.bursts.fetch_and(!INTR_TURN, Ordering::Release);
         }
-        return;
     }
-    BURSTS.fetch_or(INTR_TURN, Ordering::AcqRel);
-    while BURSTS.load(Ordering::Acquire) & !INTR_TURN != 0 {
-        std::hint::spin_loop();
+    std::thread::sleep(TURN);
+    let held: Vec<Arc<Gate>> = {
+        let mut g = gates();
+        if g.list.is_empty() {
+            if let Some(&Some(fd)) = GATE_FD.get() {
+                let mut count: u64 = 0;
+                // SAFETY: reads 8 bytes into a valid u64 from the gate's (non-blocking)
+                // eventfd; a port gated later signals it again (under this lock).
+                unsafe { libc::read(fd, std::ptr::addr_of_mut!(count).cast::<c_void>(), 8) };
+            }
+            return;
+        }
+        g.in_turn = true;
+        for gate in &g.list {
+            gate.bursts.fetch_or(INTR_TURN, Ordering::AcqRel);
+        }
+        g.list.clone()
+    };
+    for gate in &held {
+        while gate.bursts.load(Ordering::Acquire) & !INTR_TURN != 0 {
+            std::hint::spin_loop();
+        }
     }
 }

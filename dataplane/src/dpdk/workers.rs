@@ -93,6 +93,13 @@ impl Eal {
         }
     }
 
+    /// The worker lcores of this EAL, in id order.
+    pub fn worker_lcores(&self) -> Vec<u32> {
+        (0..dpdk_sys::RTE_MAX_LCORE)
+            .filter(|&id| self.lcore_role(id) == LcoreRole::Worker)
+            .collect()
+    }
+
     /// The CPU lcore `id` runs on (the first of its CPU set), if it is an lcore of this EAL.
     pub fn lcore_cpu(&self, id: u32) -> Option<u32> {
         if self.lcore_role(id) == LcoreRole::Off {

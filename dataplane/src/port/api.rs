@@ -187,6 +187,16 @@ pub(super) fn tx_one_by_one<B: PacketBuf>(
     sent
 }
 
+/// The name of lane `lane` of `lanes` of port `name`: the port's own name when it has one
+/// queue, `name.qN` otherwise.
+pub fn lane_name(name: &str, lane: u16, lanes: u16) -> String {
+    if lanes <= 1 {
+        name.to_string()
+    } else {
+        format!("{name}.q{lane}")
+    }
+}
+
 impl fmt::Display for PortInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = self.mac;

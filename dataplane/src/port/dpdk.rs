@@ -1,10 +1,11 @@
-//! The DPDK ethdev port backend: one rx and one tx queue on an EAL device, mbufs from the
-//! port's own mempool, bursts passed to DPDK without copying or per-packet allocation.
+//! The DPDK ethdev port backend: one queue pair of an EAL device (a device of `queues` pairs
+//! gives one [`DpdkPort`] per pair, each for its own lcore), mbufs from the queue's own
+//! mempool, bursts passed to DPDK without copying or per-packet allocation.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
-use crate::dpdk::{Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
+use super::api::{lane_name, PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
+use crate::dpdk::{DpdkError, Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
 use crate::telemetry::Dict;
 
 pub use crate::dpdk::available_devices;
@@ -33,9 +34,12 @@ pub struct DpdkPortConfig {
     pub mtu: usize,
     /// MAC address to use, or `None` for the device's own.
     pub mac: Option<[u8; 6]>,
-    /// Mbufs in the port's pool (must cover rx + tx descriptors plus frames held by the
+    /// Mbufs in each queue's pool (must cover rx + tx descriptors plus frames held by the
     /// application).
     pub pool_size: u32,
+    /// Queue pairs (one [`DpdkPort`] each; RSS spreads flows over them where the device
+    /// has it).
+    pub queues: u16,
     /// Receive frames for any destination MAC.
     pub promiscuous: bool,
     /// Receive every multicast frame (the port takes IPv6 neighbour discovery).
@@ -59,6 +63,7 @@ impl DpdkPortConfig {
             mtu: 1500,
             mac: None,
             pool_size: 8191,
+            queues: 1,
             promiscuous: true,
             all_multicast: false,
             vlan_offload: false,
@@ -67,12 +72,11 @@ impl DpdkPortConfig {
     }
 }
 
-/// A started DPDK ethdev used as a [`Port`]. Dropping it stops and closes the device, then
-/// frees its mempool (once all its mbufs are back).
+/// One queue pair of a started DPDK ethdev, used as a [`Port`]. Dropping the last queue
+/// pair of a device stops and closes it, then frees its mempools (once all their mbufs are
+/// back).
 pub struct DpdkPort {
-    // Field order is drop order: the device releases its rx ring mbufs before the pool goes.
     dev: EthDev,
-    pool: Mempool,
     info: PortInfo,
     sw: PortStats,
     /// Lengths of the frames of one transmit burst (scratch).
@@ -82,7 +86,24 @@ pub struct DpdkPort {
 impl DpdkPort {
     /// Looks up `cfg.device`, creates its mempool, configures one rx and one tx queue, sets
     /// MTU (tolerating PMDs that cannot), MAC and promiscuous mode, and starts it.
+    /// `cfg.queues` must be 1 (see [`DpdkPort::open_queues`]).
     pub fn open(eal: &Eal, cfg: &DpdkPortConfig) -> Result<DpdkPort, PortError> {
+        let mut ports = Self::open_queues(
+            eal,
+            &DpdkPortConfig {
+                queues: 1,
+                ..cfg.clone()
+            },
+        )?;
+        ports.pop().ok_or_else(|| PortError::Setup {
+            port: cfg.name.clone(),
+            reason: "no queue".into(),
+        })
+    }
+
+    /// Like [`DpdkPort::open`] with `cfg.queues` queue pairs, each with a mempool of its
+    /// own: one port per queue pair, in queue order.
+    pub fn open_queues(eal: &Eal, cfg: &DpdkPortConfig) -> Result<Vec<DpdkPort>, PortError> {
         let setup_err = |reason: String| PortError::Setup {
             port: cfg.name.clone(),
             reason,
@@ -108,16 +129,32 @@ impl DpdkPort {
 
         let (port_id, claim) =
             EthDev::lookup(eal, &cfg.device).map_err(|e| setup_err(e.to_string()))?;
-        let pool_name = format!("dp{port_id}_{}", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+        // Before the mempools: a pool per queue of a count the device refuses is waste.
+        let max = EthDev::max_queues(port_id).map_err(|e| setup_err(e.to_string()))?;
+        if cfg.queues > max {
+            return Err(setup_err(
+                DpdkError::TooManyQueues {
+                    device: cfg.device.clone(),
+                    want: cfg.queues,
+                    max,
+                }
+                .to_string(),
+            ));
+        }
         let cache = (cfg.pool_size / 8).min(256);
-        let pool = Mempool::new(
-            &pool_name,
-            cfg.pool_size,
-            cache,
-            data_room,
-            EthDev::socket_of(port_id),
-        )
-        .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))?;
+        let pools = (0..cfg.queues.max(1))
+            .map(|_| {
+                let name = format!("dp{port_id}_{}", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+                Mempool::new(
+                    &name,
+                    cfg.pool_size,
+                    cache,
+                    data_room,
+                    EthDev::socket_of(port_id),
+                )
+                .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let setup = EthDevSetup {
             rx_desc: cfg.rx_desc,
             tx_desc: cfg.tx_desc,
@@ -128,24 +165,45 @@ impl DpdkPort {
             vlan_offload: cfg.vlan_offload,
             start_wait: cfg.start_wait,
         };
-        let dev = EthDev::start(eal, claim, &cfg.device, &setup, &pool)
+        let devs = EthDev::start(eal, claim, &cfg.device, &setup, pools)
             .map_err(|e| setup_err(e.to_string()))?;
-        let info = PortInfo {
-            name: cfg.name.clone(),
-            mac: dev.mac(),
-            mtu: cfg.mtu,
-        };
-        log::info!(
-            "port {info} on DPDK device {} (port id {port_id})",
-            cfg.device
-        );
-        Ok(DpdkPort {
-            dev,
-            pool,
-            info,
-            sw: PortStats::default(),
-            tx_lens: Vec::new(),
-        })
+        Ok(devs
+            .into_iter()
+            .map(|dev| {
+                let info = PortInfo {
+                    name: lane_name(&cfg.name, dev.queue(), dev.queues()),
+                    mac: dev.mac(),
+                    mtu: cfg.mtu,
+                };
+                log::info!(
+                    "port {info} on DPDK device {} (port id {port_id}, queue {} of {})",
+                    cfg.device,
+                    dev.queue(),
+                    dev.queues()
+                );
+                DpdkPort {
+                    dev,
+                    info,
+                    sw: PortStats::default(),
+                    tx_lens: Vec::new(),
+                }
+            })
+            .collect())
+    }
+
+    /// True when the device spreads received flows over its queues by RSS, and its
+    /// redirection table (the queue of each entry; empty without RSS).
+    pub fn rss(&self) -> Result<(bool, Vec<u16>), PortError> {
+        let reta = self.dev.reta().map_err(|e| PortError::Setup {
+            port: self.info.name.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok((self.dev.rss(), reta))
+    }
+
+    /// This port's queue pair, and how many the device has.
+    pub fn queue(&self) -> (u16, u16) {
+        (self.dev.queue(), self.dev.queues())
     }
 
     /// DPDK port id.
@@ -173,12 +231,12 @@ impl DpdkPort {
     /// or nothing); `false` when the pool cannot supply them. Faster than `n` calls of
     /// [`Port::alloc_tx`] for packet generators.
     pub fn alloc_tx_bulk(&mut self, out: &mut Vec<Mbuf>, n: usize, len: usize) -> bool {
-        Mbuf::alloc_bulk(&self.pool, out, n, len)
+        Mbuf::alloc_bulk(self.dev.pool(), out, n, len)
     }
 
-    /// The port's mbuf pool.
+    /// The mbuf pool of this port's queue.
     pub fn pool(&self) -> &Mempool {
-        &self.pool
+        self.dev.pool()
     }
 
     /// The PMD's own counters (`rte_eth_stats_get`); PMDs that keep no byte counts
@@ -225,7 +283,7 @@ impl Port for DpdkPort {
     }
 
     fn alloc_tx(&mut self, len: usize) -> Option<Mbuf> {
-        Mbuf::alloc(&self.pool, len)
+        Mbuf::alloc(self.dev.pool(), len)
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
@@ -251,6 +309,10 @@ impl Port for DpdkPort {
         out.put("driver", d.driver);
         out.put("rx_queues", d.queues.0);
         out.put("tx_queues", d.queues.1);
+        out.put("queue", self.dev.queue());
+        out.put("rss", d.rss);
+        out.put("rss_offloads_capa", format!("{:#x}", d.rss_capa.0));
+        out.put("reta_size", d.rss_capa.1);
         out.put("rx_desc", d.descriptors.0);
         out.put("tx_desc", d.descriptors.1);
         out.put("rx_offload_capa", format!("{:#x}", d.offload_capa.0));
@@ -259,8 +321,8 @@ impl Port for DpdkPort {
         out.put("tx_offloads", format!("{:#x}", d.offloads.1));
         out.put("link_up", d.link.0);
         out.put("link_speed_mbps", d.link.1);
-        out.put("pool_size", self.pool.size());
-        out.put("pool_free", self.pool.available());
+        out.put("pool_size", self.dev.pool().size());
+        out.put("pool_free", self.dev.pool().available());
     }
 
     /// Packets and bytes counted by this port object; drops and errors from the PMD.

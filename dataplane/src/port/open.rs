@@ -15,7 +15,7 @@ use serde::Deserialize;
 use crate::dpdk::Eal;
 
 use super::any::AnyPort;
-use super::api::{PortError, PortInfo};
+use super::api::{lane_name, PortError, PortInfo};
 use super::capture::{CaptureOptions, CapturePort};
 use super::fault::{FaultConfig, FaultPort};
 use super::soft_pair::soft_pair;
@@ -50,8 +50,10 @@ pub struct PortSettings {
     pub rx_desc: u16,
     /// Transmit ring size (DPDK).
     pub tx_desc: u16,
-    /// Mbufs in the port's pool (DPDK).
+    /// Mbufs in the port's pool, per queue (DPDK).
     pub pool_size: u32,
+    /// Queue pairs: lanes ([`open_lanes`]); DPDK devices and soft links.
+    pub queues: u16,
     /// Receive frames for any destination MAC (DPDK).
     pub promiscuous: bool,
     /// The port is on a VLAN: use the device's 802.1Q offloads where it has them (DPDK).
@@ -112,13 +114,53 @@ pub fn fault_settings(
 }
 
 /// Opens every port of `plan` (a [`PortPlan`], or what converts into one, such as a
-/// configuration), in order. `eal` must be given when a port uses DPDK.
+/// configuration), in order. `eal` must be given when a port uses DPDK. Every port has one
+/// queue pair (see [`open_lanes`]).
 pub fn open_ports(
     plan: impl Into<PortPlan>,
     opts: &OpenOptions,
     #[cfg(feature = "dpdk")] eal: Option<&Eal>,
 ) -> Result<Vec<AnyPort>, PortError> {
     let plan = plan.into();
+    if let Some(p) = plan.ports.iter().find(|p| p.queues > 1) {
+        return Err(PortError::Setup {
+            port: p.name.clone(),
+            reason: format!(
+                "{} queues: this tool drives one queue per port (`perf` and `run` take more)",
+                p.queues
+            ),
+        });
+    }
+    let mut lanes = open_lanes(
+        plan,
+        opts,
+        #[cfg(feature = "dpdk")]
+        eal,
+    )?;
+    Ok(lanes.pop().unwrap_or_default())
+}
+
+/// Opens every port of `plan` with its queue pairs: one list of ports per lane (queue
+/// index), each holding queue `lane` of every port in order. Every port has the same number
+/// of queues. A DPDK device's queue `i` is a [`super::dpdk::DpdkPort`] of its own; a soft
+/// link of `n` queues is `n` links, lane `i` of one end joined to lane `i` of the other
+/// (as memif's ring pairs are).
+pub fn open_lanes(
+    plan: impl Into<PortPlan>,
+    opts: &OpenOptions,
+    #[cfg(feature = "dpdk")] eal: Option<&Eal>,
+) -> Result<Vec<Vec<AnyPort>>, PortError> {
+    let plan = plan.into();
+    let lanes = plan.ports.first().map_or(1, |p| p.queues.max(1));
+    if let Some(p) = plan.ports.iter().find(|p| p.queues.max(1) != lanes) {
+        return Err(PortError::Setup {
+            port: p.name.clone(),
+            reason: format!(
+                "{} queues, but {} has {lanes}: every port has the same number",
+                p.queues, plan.ports[0].name
+            ),
+        });
+    }
     for (target, _) in &opts.faults {
         if let Some(t) = target {
             if !plan.ports.iter().any(|p| p.name == *t) {
@@ -129,7 +171,7 @@ pub fn open_ports(
             }
         }
     }
-    let mut opened: Vec<Option<AnyPort>> = (0..plan.ports.len()).map(|_| None).collect();
+    let mut opened: Vec<Option<Vec<AnyPort>>> = (0..plan.ports.len()).map(|_| None).collect();
     // Soft links: the two ports sharing a device are created together.
     let mut links: HashMap<&str, usize> = HashMap::new();
     for (i, p) in plan.ports.iter().enumerate() {
@@ -148,14 +190,29 @@ pub fn open_ports(
                         mtu: first_cfg.mtu,
                     };
                     let ring = usize::from(first_cfg.rx_desc.max(p.rx_desc));
-                    let (a, b) = soft_pair(first_info, info, ring);
-                    opened[first] = Some(a.into());
-                    opened[i] = Some(b.into());
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    for lane in 0..lanes {
+                        let named = |i: &PortInfo| PortInfo {
+                            name: lane_name(&i.name, lane, lanes),
+                            ..i.clone()
+                        };
+                        let (x, y) = soft_pair(named(&first_info), named(&info), ring);
+                        a.push(x.into());
+                        b.push(y.into());
+                    }
+                    opened[first] = Some(a);
+                    opened[i] = Some(b);
                 } else {
                     links.insert(&p.device, i);
                 }
             }
-            BackendKind::Tap => opened[i] = Some(TapPort::open(&p.device, info)?.into()),
+            BackendKind::Tap if lanes > 1 => {
+                return Err(PortError::Setup {
+                    port: p.name.clone(),
+                    reason: "a TAP port has one queue".into(),
+                })
+            }
+            BackendKind::Tap => opened[i] = Some(vec![TapPort::open(&p.device, info)?.into()]),
             BackendKind::Dpdk => {
                 opened[i] = Some(open_dpdk(
                     p,
@@ -171,32 +228,44 @@ pub fn open_ports(
             reason: format!("soft link {dev:?} has only one end"),
         });
     }
-    let mut out = Vec::with_capacity(opened.len());
-    for (p, port) in plan.ports.iter().zip(opened) {
-        let Some(mut port) = port else {
+    let mut out: Vec<Vec<AnyPort>> = (0..lanes).map(|_| Vec::new()).collect();
+    for (p, queues) in plan.ports.iter().zip(opened) {
+        let Some(queues) = queues else {
             return Err(PortError::Setup {
                 port: p.name.clone(),
                 reason: "port was not opened".into(),
             });
         };
-        if let Some(f) = fault_settings(p, opts)? {
-            port = FaultPort::new(port, f).into();
-        }
-        let capture = match &opts.capture_dir {
-            Some(dir) => Some(dir.join(format!("{}.pcap", p.name))),
-            None => p.capture.clone(),
-        };
-        if let Some(path) = capture {
-            port = CapturePort::create(port, &path, plan.capture.resolution, plan.capture.snaplen)?
+        for (lane, mut port) in queues.into_iter().enumerate() {
+            if let Some(f) = fault_settings(p, opts)? {
+                port = FaultPort::new(port, f).into();
+            }
+            // One capture file per queue when there are several.
+            let file = |path: &std::path::Path| match lanes {
+                1 => path.to_path_buf(),
+                _ => path.with_extension(format!("q{lane}.pcap")),
+            };
+            let capture = match &opts.capture_dir {
+                Some(dir) => Some(file(&dir.join(format!("{}.pcap", p.name)))),
+                None => p.capture.as_deref().map(file),
+            };
+            if let Some(path) = capture {
+                port = CapturePort::create(
+                    port,
+                    &path,
+                    plan.capture.resolution,
+                    plan.capture.snaplen,
+                )?
                 .into();
+            }
+            out[lane].push(port);
         }
-        out.push(port);
     }
     Ok(out)
 }
 
 #[cfg(feature = "dpdk")]
-fn open_dpdk(p: &PortSettings, eal: Option<&Eal>) -> Result<AnyPort, PortError> {
+fn open_dpdk(p: &PortSettings, eal: Option<&Eal>) -> Result<Vec<AnyPort>, PortError> {
     use super::dpdk::{DpdkPort, DpdkPortConfig};
     let Some(eal) = eal else {
         return Err(PortError::Setup {
@@ -212,16 +281,20 @@ fn open_dpdk(p: &PortSettings, eal: Option<&Eal>) -> Result<AnyPort, PortError> 
         mtu: p.mtu,
         mac: p.mac,
         pool_size: p.pool_size,
+        queues: p.queues.max(1),
         promiscuous: p.promiscuous,
         all_multicast: p.multicast,
         vlan_offload: p.vlan,
         start_wait: p.start_wait,
     };
-    Ok(DpdkPort::open(eal, &dc)?.into())
+    Ok(DpdkPort::open_queues(eal, &dc)?
+        .into_iter()
+        .map(AnyPort::from)
+        .collect())
 }
 
 #[cfg(not(feature = "dpdk"))]
-fn open_dpdk(p: &PortSettings) -> Result<AnyPort, PortError> {
+fn open_dpdk(p: &PortSettings) -> Result<Vec<AnyPort>, PortError> {
     Err(PortError::Setup {
         port: p.name.clone(),
         reason: "this binary was built without DPDK support (cargo feature `dpdk`)".into(),
@@ -245,6 +318,7 @@ mod tests {
             rx_desc: 1024,
             tx_desc: 1024,
             pool_size: 8191,
+            queues: 1,
             promiscuous: false,
             vlan: false,
             multicast: false,

@@ -28,6 +28,7 @@ use tcp::{CloseReason, ConnId, Engine, Event, FourTuple};
 use super::counters::{CmCounters, RdmaCounters};
 use super::events::{EventCounters, EventLog};
 use crate::clock::Instant;
+use crate::steer::{steered_port, Lane};
 use crate::tcp_handler::{TcpHandler, TcpService};
 use crate::telemetry::Snapshot;
 
@@ -188,6 +189,12 @@ pub struct ConnManager {
     now: Instant,
     /// How the stream whose close is being handled ended (for the ULP's events then).
     closing: Option<CloseReason>,
+    /// The lane this handler is of a multi-queue port (flow steering).
+    lane: Lane,
+    /// Where the search for a steered ephemeral port resumes.
+    next_port: u16,
+    /// Connections accepted whose 4-tuple hashes to another lane.
+    foreign: u64,
 }
 
 impl RdmaHandler {
@@ -208,6 +215,9 @@ impl RdmaHandler {
             channels: Vec::new(),
             now: crate::clock::now(),
             closing: None,
+            lane: Lane::SOLE,
+            next_port: 0,
+            foreign: 0,
         };
         TcpHandler::new(engine, rnic, cm)
     }
@@ -228,6 +238,26 @@ impl RdmaHandler {
     /// 100 ms avoids that. Zero (the default) sends at once.
     pub fn set_first_fpdu_delay(&mut self, delay: Duration) {
         self.parts().2.first_fpdu_delay = delay;
+    }
+
+    /// Makes this handler lane `lane` of a multi-queue port: its active opens pick local
+    /// ports that hash to it ([`crate::steer`]), and accepted connections that hash to
+    /// another lane are counted ([`RdmaHandler::foreign_connections`]).
+    pub fn set_lane(&mut self, lane: Lane) {
+        let cm = self.parts().2;
+        cm.lane = lane;
+        cm.next_port = cm.cfg.tcp.ephemeral_ports.0;
+    }
+
+    /// The lane this handler is (the only one of a one-queue port by default).
+    pub fn lane(&self) -> Lane {
+        self.service().lane
+    }
+
+    /// Connections accepted whose 4-tuple hashes to another lane (a peer that does not
+    /// steer, or a device that spreads differently): they live here all the same.
+    pub fn foreign_connections(&self) -> u64 {
+        self.service().foreign
     }
 
     /// IRD/ORD offered in the MPA exchange of new connections (RFC 6581), and the Read
@@ -389,9 +419,27 @@ impl RdmaHandler {
             mpa.ord = ord;
         }
         let cfg = cm.conn_config(mpa, &init, qp);
-        let mut conn = Connection::initiator(cfg, now)?;
-        conn.pump_verbs(now, rnic, qp);
-        let id = engine.connect(now, SocketAddr::new(local, 0), remote, conn)?;
+        let id = if cm.lane.lanes > 1 {
+            // A local port of our own lane; one still in the engine's table toward this
+            // peer (TIME-WAIT) is skipped. The QP's work is taken once the connection is in.
+            let mut tries = 0;
+            let id = loop {
+                let port = cm.steered_port(local, remote)?;
+                let conn = Connection::initiator(cfg.clone(), now)?;
+                match engine.connect(now, SocketAddr::new(local, port), remote, conn) {
+                    Err(tcp::Error::TupleInUse(_)) if tries < 64 => tries += 1,
+                    r => break r?,
+                }
+            };
+            if let Some(conn) = engine.ulp_mut(id) {
+                conn.pump_verbs(now, rnic, qp);
+            }
+            id
+        } else {
+            let mut conn = Connection::initiator(cfg, now)?;
+            conn.pump_verbs(now, rnic, qp);
+            engine.connect(now, SocketAddr::new(local, 0), remote, conn)?
+        };
         let local = engine
             .tuple(id)
             .map_or(SocketAddr::new(local, 0), |t| t.local);
@@ -564,6 +612,21 @@ impl ConnManager {
         self.events.push_back(e);
         let c = &mut self.cm_counters;
         c.events_high_water = c.events_high_water.max(self.events.len());
+    }
+
+    /// The next ephemeral port from `local` to `remote` of this handler's lane that no
+    /// listener uses (the engine refuses one whose 4-tuple is still in its table).
+    fn steered_port(&mut self, local: IpAddr, remote: SocketAddr) -> Result<u16, CmError> {
+        let (lo, hi) = self.cfg.tcp.ephemeral_ports;
+        let start = self.next_port.clamp(lo, hi);
+        let candidates = (start..=hi).chain(lo..start);
+        let listeners = &self.listeners;
+        let port = steered_port(local, remote, self.lane, candidates, |p| {
+            !listeners.contains_key(&p)
+        })
+        .ok_or(tcp::Error::NoEphemeralPort)?;
+        self.next_port = if port >= hi { lo } else { port + 1 };
+        Ok(port)
     }
 
     fn track(
@@ -839,6 +902,9 @@ impl ConnManager {
                     c.pump_verbs(self.now, rnic, qp);
                 }
                 if engine.attach(self.now, rnic, conn, c).is_ok() {
+                    if !self.lane.owns(tuple.local, tuple.remote) {
+                        self.foreign += 1;
+                    }
                     self.track(conn, qp, tuple.local, tuple.remote, false);
                 } else {
                     // Closed (e.g. reset) before we got to it: free the QP.

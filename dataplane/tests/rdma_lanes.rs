@@ -1,0 +1,170 @@
+//! Multi-queue ports with share-nothing lanes between two `dataplane perf` processes over
+//! memif: each side runs 2 lanes (2 queue pairs, lanes on EAL lcores 0 and 1), the client
+//! spreads 16 QPs over its lanes, choosing local ports that hash to its own lane; memif has
+//! no RSS, so lane `i`'s queue `i` is the peer's queue `i`. Every byte is verified (CRC on
+//! every FPDU, the server checks each connection's buffer), and the per-lane counters show
+//! each connection on one lane only: every lane established its share on both sides, no
+//! connection was accepted on a lane its 4-tuple does not hash to, and no segment reached
+//! a lane without its connection (no reset sent).
+
+#![cfg(feature = "dpdk")]
+
+mod dpdk_common;
+
+use std::process::Command;
+
+use dpdk_common::two_process::{counter, Link};
+
+const IPS: Option<[&str; 2]> = Some(["10.97.0.1", "10.97.0.2"]);
+const QPS: u64 = 16;
+const SIZE: u64 = 65536;
+
+/// The value of `key` on the line of lane `lane` (`lane-K (PLACE): key value ...`).
+fn lane_counter(text: &str, lane: &str, key: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{lane} ")) || l.starts_with(&format!("{lane}:")))
+        .unwrap_or_else(|| panic!("no {lane} line in {text}"));
+    let mut words = line.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == key {
+            return words.next().and_then(|v| v.parse().ok()).unwrap();
+        }
+    }
+    panic!("no {key} on {line}")
+}
+
+/// A memif link whose two sides run 2 lanes: two EAL lcores on each side (the main one,
+/// lcore 0, runs lane 0, worker lcore 1 runs lane 1; the client's lane 0 on the second CPU,
+/// its lane 1 on the first) and two queue pairs.
+fn lanes_link(tag: &str) -> Link {
+    let l = Link::memif(tag, IPS);
+    for (path, from, to) in [
+        (&l.server, "\"-l\", \"0\"", "\"-l\", \"0,1\""),
+        (&l.client, "\"-l\", \"1\"", "\"--lcores\", \"0@1,1@0\""),
+    ] {
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(text.contains(from), "{text}");
+        std::fs::write(path, text.replace(from, to)).unwrap();
+    }
+    l.add_port_keys("queues = 2", "queues = 2");
+    l
+}
+
+#[test]
+fn memif_two_lanes_sixteen_qps_every_byte_verified_one_lane_per_connection() {
+    let l = lanes_link("lanes");
+    let common = ["--heap", "--time-limit", "90", "--crc"];
+    let mut args = vec!["perf", "write", "--verify", "--config", &l.server];
+    args.extend(common);
+    let srv = l.start_server(&args, "listening");
+    let n = (QPS * 200).to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args([
+            "perf",
+            "write",
+            "10.97.0.1",
+            "-q",
+            "16",
+            "-s",
+            "65536",
+            "-n",
+            &n,
+        ])
+        .args(["--config", &l.client])
+        .args(common)
+        .output()
+        .unwrap();
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {c}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, s, serr) = srv.finish();
+    assert!(status.success(), "server failed ({status}): {s}\n{serr}");
+
+    for (side, text) in [("server", &s), ("client", &c)] {
+        for lane in ["lane-0", "lane-1"] {
+            let got = |key| lane_counter(text, lane, key);
+            assert_eq!(got("established"), QPS / 2, "{side} {lane}: {text}");
+            assert_eq!(got("foreign"), 0, "{side} {lane}: {text}");
+            assert_eq!(got("resets-sent"), 0, "{side} {lane}: {text}");
+            assert_eq!(got("crc-errors"), 0, "{side} {lane}: {text}");
+            let moved = if side == "server" {
+                "fpdus-received"
+            } else {
+                "fpdus-sent"
+            };
+            assert!(got(moved) > 0, "{side} {lane}: {text}");
+            assert!(
+                got("rx-frames") > 0 && got("tx-frames") > 0,
+                "{side} {lane}"
+            );
+        }
+        assert_eq!(lane_counter(text, "lanes-total", "established"), QPS);
+    }
+    // Lane 0 runs on the main lcore, lane 1 on the EAL worker.
+    for text in [&s, &c] {
+        assert!(text.contains("lane-0 (lcore 0)"), "{text}");
+        assert!(text.contains("lane-1 (lcore 1)"), "{text}");
+    }
+    // The server received every write of every connection: the client's iterations in
+    // FPDUs (a 64 KiB write is several FPDUs), and each connection's buffer as written.
+    assert_eq!(counter(&s, "perf-verified-bytes"), QPS * SIZE);
+    assert_eq!(counter(&s, "perf-verify-failures"), 0);
+    let total = c
+        .lines()
+        .skip_while(|l| !l.starts_with(" #bytes"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no total row: {c}"));
+    let iters: u64 = total.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(iters, QPS * 200, "{total}");
+}
+
+// `soak` on 2 lanes: each lane's client opens its share of the QPs from ports of its lane,
+// its Writes are read back and compared, its Sends verified by the same lane's server; both
+// sides' lanes see exactly the frames the other side's same lane sent.
+#[test]
+fn memif_two_lanes_soak_verified_lane_to_lane() {
+    let l = lanes_link("lsoak");
+    let common = ["--heap", "--time-limit", "90", "--crc"];
+    let mut args = vec!["soak", "--config", &l.server];
+    args.extend(common);
+    let srv = l.start_server(&args, "listening");
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["soak", "10.97.0.1", "--qps", "4", "--bytes", "8MiB"])
+        .args(["--config", &l.client])
+        .args(common)
+        .output()
+        .unwrap();
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {c}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, s, serr) = srv.finish();
+    assert!(status.success(), "server failed ({status}): {s}\n{serr}");
+    for text in [&s, &c] {
+        assert!(text.contains("soak-result: ok"), "{text}");
+        for lane in ["lane-0", "lane-1"] {
+            assert_eq!(lane_counter(text, lane, "established"), 2, "{lane}: {text}");
+            assert_eq!(lane_counter(text, lane, "foreign"), 0, "{lane}: {text}");
+            assert_eq!(lane_counter(text, lane, "resets-sent"), 0, "{lane}: {text}");
+            assert_eq!(lane_counter(text, lane, "crc-errors"), 0, "{lane}: {text}");
+        }
+    }
+    for lane in ["lane-0", "lane-1"] {
+        assert_eq!(
+            lane_counter(&c, lane, "fpdus-sent"),
+            lane_counter(&s, lane, "fpdus-received"),
+            "{lane}: every FPDU the client's lane sent reached the server's same lane"
+        );
+    }
+    assert!(counter(&c, "soak-written-bytes") > 0);
+    assert_eq!(
+        counter(&c, "soak-server-verified-bytes"),
+        counter(&s, "soak-received-bytes")
+    );
+}
