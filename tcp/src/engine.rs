@@ -150,6 +150,8 @@ struct Conn<U> {
     held: Vec<u8>,
     held_start: Option<u32>,
     queued: bool,
+    /// In [`Engine::active`]'s list.
+    active: bool,
     timer_at: Option<Instant>,
     listen_port: Option<u16>,
 }
@@ -186,6 +188,8 @@ pub struct Engine<U, C: ?Sized = ()> {
     /// Keyed by our own listening ports: a fast unkeyed hash.
     listeners: FxHashMap<u16, Listener>,
     ready: VecDeque<ConnId>,
+    /// Connections whose ULP ran since the last [`Engine::take_active`].
+    active: Vec<ConnId>,
     timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
     events: VecDeque<Event<U>>,
     rsts: VecDeque<Rst>,
@@ -221,6 +225,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             last_hit: None,
             listeners: FxHashMap::default(),
             ready: VecDeque::new(),
+            active: Vec::new(),
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
             rsts: VecDeque::new(),
@@ -382,6 +387,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             held: Vec::new(),
             held_start: None,
             queued: false,
+            active: false,
             timer_at: None,
             listen_port,
         });
@@ -431,6 +437,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         c.held = Vec::new();
         c.ulp = Some(ulp);
         self.wake(conn);
+        self.mark_active(conn);
         Ok(())
     }
 
@@ -453,6 +460,27 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             if !c.queued {
                 c.queued = true;
                 self.ready.push_back(conn);
+            }
+        }
+    }
+
+    /// Moves the connections whose ULP the engine called (segment input, timers,
+    /// transmission, attach) since the last call into `out`, each once: a service on top
+    /// visits those instead of every connection. Closed ones may be among them.
+    pub fn take_active(&mut self, out: &mut Vec<ConnId>) {
+        for id in self.active.drain(..) {
+            if let Some(c) = slot_mut(&mut self.slots, id) {
+                c.active = false;
+            }
+            out.push(id);
+        }
+    }
+
+    fn mark_active(&mut self, id: ConnId) {
+        if let Some(c) = slot_mut(&mut self.slots, id) {
+            if !c.active && c.ulp.is_some() {
+                c.active = true;
+                self.active.push(id);
             }
         }
     }
@@ -670,6 +698,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 }
             }
         }
+        self.mark_active(id);
         self.apply_events(id, &mut evs);
         self.scratch = evs;
         self.after_activity(id);
@@ -819,6 +848,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             }
             c.timer_at = None;
             c.tcb.handle_timeout(now, &self.cfg, &mut evs);
+            self.mark_active(id);
             self.apply_events(id, &mut evs);
             self.scratch = evs;
             self.after_activity(id);
@@ -889,6 +919,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 }
                 r.map(|len| (len, local, remote))
             };
+            self.mark_active(id);
             self.apply_events(id, &mut evs);
             self.scratch = evs;
             self.schedule(id);

@@ -729,3 +729,51 @@ fn pending_resets_are_bounded_and_counted() {
     assert_eq!(drain(&mut e, now).len(), 1);
     assert_eq!(e.stats().resets_dropped, extra as u64);
 }
+
+// The engine lists the connections whose ULP ran, each once, so a service on top visits
+// those instead of every connection; idle connections are not listed.
+#[test]
+fn active_lists_only_connections_that_ran() {
+    let mut s = sim();
+    let conns: Vec<_> = (0..4)
+        .map(|_| {
+            s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096))
+                .unwrap()
+        })
+        .collect();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(
+        s.run_until(limit, |s| conns.iter().all(|c| s.connected(Side::A, *c))
+            && s.accepted(Side::B).len() == 4)
+    );
+    let mut active = Vec::new();
+    s.a.take_active(&mut active);
+    active.sort();
+    assert_eq!(
+        active, conns,
+        "every connection ran during the handshake, listed once"
+    );
+    active.clear();
+    s.a.take_active(&mut active);
+    assert!(active.is_empty(), "taken lists are emptied");
+    // Quiet: delayed ACKs and the like are over.
+    let quiet = s.now + Duration::from_millis(500);
+    s.run_until(quiet, |_| false);
+    s.a.take_active(&mut active);
+    active.clear();
+    // Data on one connection: only it (and its peer on B) run.
+    assert_eq!(s.a.ulp_mut(conns[2]).unwrap().write(b"hello"), 5);
+    let mut b_active = Vec::new();
+    s.b.take_active(&mut b_active);
+    let limit = s.now + Duration::from_millis(10);
+    let peer = s.accepted(Side::B);
+    assert!(s.run_until(limit, |s| peer
+        .iter()
+        .any(|b| s.b.ulp(*b).is_some_and(|u| u.readable() == 5))));
+    s.a.take_active(&mut active);
+    assert_eq!(active, [conns[2]]);
+    b_active.clear();
+    s.b.take_active(&mut b_active);
+    assert_eq!(b_active.len(), 1);
+    assert_eq!(s.b.ulp(b_active[0]).map(|u| u.readable()), Some(5));
+}
