@@ -464,8 +464,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
-    /// Moves the connections whose ULP the engine called (segment input, timers,
-    /// transmission, attach) since the last call into `out`, each once: a service on top
+    /// Moves the connections whose ULP the engine called (segment input, timers, a
+    /// transmitted segment, attach) since the last call into `out`, each once: a service on top
     /// visits those instead of every connection. Closed ones may be among them.
     pub fn take_active(&mut self, out: &mut Vec<ConnId>) {
         for id in self.active.drain(..) {
@@ -919,7 +919,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 }
                 r.map(|len| (len, local, remote))
             };
-            self.mark_active(id);
+            // A ULP that only had nothing to send is not listed: the service that woke it
+            // would be called back for it on every poll.
+            if sent.is_some() {
+                self.mark_active(id);
+            }
             self.apply_events(id, &mut evs);
             self.scratch = evs;
             self.schedule(id);
