@@ -327,11 +327,7 @@ impl PerfServer {
         if wc.opcode != WcOpcode::Receive {
             return Ok(());
         }
-        let Some(c) = self
-            .by_qp
-            .get(&wc.qp)
-            .and_then(|id| self.conns.get_mut(id))
-        else {
+        let Some(c) = self.by_qp.get(&wc.qp).and_then(|id| self.conns.get_mut(id)) else {
             return Ok(());
         };
         let rnic = h.rnic_mut();
