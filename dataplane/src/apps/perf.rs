@@ -83,8 +83,9 @@ const SEND_CREDITS: u32 = 512;
 const CREDIT_RECVS: u32 = 64;
 /// The server returns credits after this many receives.
 const CREDIT_BATCH: u32 = SEND_CREDITS / 8;
-/// The client's CQ depth at most (the data plane RNIC's limit).
-const MAX_CQ_DEPTH: u32 = 1 << 20;
+/// Bandwidth runs: WRs in flight over all QPs at most (a QP keeps at least one); fewer than
+/// `tx_depth` each with more than 64 QPs at the default depth of 128.
+pub const MAX_IN_FLIGHT: u32 = 8192;
 
 /// The client's test description (MPA Request private data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -466,7 +467,8 @@ pub struct PerfParams {
     pub duration: Option<Duration>,
     /// QPs (connections) in parallel (bandwidth modes).
     pub qps: u16,
-    /// Work requests in flight per QP (bandwidth modes).
+    /// Work requests in flight per QP (bandwidth modes; at most [`MAX_IN_FLIGHT`] over all
+    /// QPs).
     pub tx_depth: u32,
     /// Largest payload posted inline (Write, Send).
     pub inline: usize,
@@ -655,12 +657,12 @@ impl PerfClient {
         } else {
             params.qps.max(1)
         };
-        // One CQ takes every QP's completions: with many QPs each keeps fewer WRs in
-        // flight, so that all of them fit the CQ.
-        let per_qp = (MAX_CQ_DEPTH / u32::from(qps)).saturating_sub(CREDIT_RECVS + 8);
-        let tx_depth = params.tx_depth.clamp(1, per_qp.max(1));
+        // With many QPs each keeps fewer WRs in flight: all of them fit one CQ, and what
+        // is queued when a timed run ends drains in a moment.
+        let per_qp = (MAX_IN_FLIGHT / u32::from(qps)).max(1);
+        let tx_depth = params.tx_depth.clamp(1, per_qp);
         let depth = tx_depth + 8;
-        let cq_depth = (u32::from(qps) * (depth + CREDIT_RECVS + 8)).clamp(8192, MAX_CQ_DEPTH);
+        let cq_depth = (u32::from(qps) * (depth + CREDIT_RECVS + 8)).clamp(8192, 1 << 20);
         let mut res = Resources::new(h, cq_depth, depth, CREDIT_RECVS + 8, 16)?;
         let max = params.sizes.iter().copied().max().unwrap_or(0).max(64);
         let local = res.buffer(h, max, all_rights())?;

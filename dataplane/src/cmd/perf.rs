@@ -65,7 +65,7 @@ pub struct Args {
     /// QPs (connections) in parallel (bandwidth).
     #[arg(short = 'q', long = "qps", value_name = "QPS", default_value_t = 1)]
     pub qps: u16,
-    /// Work requests in flight per QP (bandwidth).
+    /// Work requests in flight per QP (bandwidth); at most 8192 over all QPs.
     #[arg(
         short = 't',
         long = "tx-depth",
