@@ -777,3 +777,48 @@ fn active_lists_only_connections_that_ran() {
     assert_eq!(b_active.len(), 1);
     assert_eq!(s.b.ulp(b_active[0]).map(|u| u.readable()), Some(5));
 }
+
+// With several connections ready, each sends up to TX_QUANTUM segments in a row before the
+// next one's turn (cache locality, runs of one connection for the peer's ACKs), and the
+// turns go round.
+#[test]
+fn ready_connections_take_turns_of_a_quantum() {
+    let cfg = Config {
+        initial_window: 64,
+        ..test_config()
+    };
+    let mut s = Sim::streams(11, LinkConfig::default(), cfg.clone(), cfg, 1 << 20);
+    let conns: Vec<_> = (0..2)
+        .map(|_| {
+            s.a.connect(
+                s.now,
+                a_addr(0),
+                b_addr(),
+                StreamSocket::new(1 << 20, 1 << 20),
+            )
+            .unwrap()
+        })
+        .collect();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(
+        s.run_until(limit, |s| conns.iter().all(|c| s.connected(Side::A, *c))
+            && s.accepted(Side::B).len() == 2)
+    );
+    let quiet = s.now + Duration::from_millis(500);
+    s.run_until(quiet, |_| false);
+    for c in &conns {
+        assert_eq!(s.a.ulp_mut(*c).unwrap().write(&[7; 40 * 1448]), 40 * 1448);
+    }
+    let segs: Vec<_> = drain(&mut s.a, s.now)
+        .into_iter()
+        .filter(|g| !g.payload.is_empty())
+        .collect();
+    assert_eq!(segs.len(), 80);
+    let port = |i: usize| segs[i].sport;
+    let q = tcp::TX_QUANTUM as usize;
+    // Runs of a quantum, alternating, then the rest.
+    for (i, g) in segs.iter().enumerate().take(4 * q) {
+        assert_eq!(g.sport, port((i / q) % 2 * q), "segment {i}");
+    }
+    assert_ne!(port(0), port(q));
+}
