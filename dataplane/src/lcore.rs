@@ -299,6 +299,12 @@ impl<P: Port> PortContext<'_, P> {
         self.addr
     }
 
+    /// A packet waits for its next hop's MAC ([`SendOutcome::Unresolved`]); another
+    /// unresolved one would replace it.
+    pub fn holds_unresolved(&self) -> bool {
+        self.held.is_some()
+    }
+
     /// The 802.1Q tag a frame of this port carries in its bytes (none when the port is on
     /// no VLAN or the device inserts the tag), for handlers that write whole frames; finish
     /// such a frame with [`PortContext::send_tagged`].

@@ -12,17 +12,24 @@
 //! TCP's queues instead of dropping it.
 
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use tcp::{Engine, Ulp};
 
 use crate::classify::{Classified, FrameClass};
 use crate::clock::Instant;
-use crate::lcore::{Handled, Handler, PortContext};
+use crate::lcore::{Handled, Handler, PortContext, SendOutcome};
 use crate::port::Port;
 use crate::telemetry::{Dict, Section, Snapshot};
 
 /// Default of [`TcpHandler::set_tx_per_poll`].
 pub const TX_PER_POLL: usize = 128;
+
+/// How long the handler writes no packets while one waits for its next hop's MAC: the port
+/// holds one such packet, and a newer one would replace it (a thousand SYNs sent before
+/// the first ARP reply would all but one be lost, and wait a whole initial RTO). A
+/// neighbour that does not answer in this time no longer holds up the others.
+pub const RESOLVE_WAIT: Duration = Duration::from_millis(20);
 
 /// What runs on top of a TCP engine in the poll loop: it owns the application side of the
 /// connections (a connection manager, a byte-stream application).
@@ -45,6 +52,8 @@ pub struct TcpHandler<U, C, S> {
     cx: C,
     service: S,
     tx_per_poll: usize,
+    /// Since when a packet of ours waits for its next hop's MAC ([`RESOLVE_WAIT`]).
+    resolving_since: Option<Instant>,
     ulp: PhantomData<fn() -> U>,
 }
 
@@ -56,6 +65,7 @@ impl<U: Ulp<C>, C, S: TcpService<U, C>> TcpHandler<U, C, S> {
             cx,
             service,
             tx_per_poll: TX_PER_POLL,
+            resolving_since: None,
             ulp: PhantomData,
         }
     }
@@ -128,16 +138,27 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
 
     fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
         self.work(now);
+        if !ctx.holds_unresolved() {
+            self.resolving_since = None;
+        }
+        let resolving = self
+            .resolving_since
+            .is_some_and(|t| now.saturating_since(t) < RESOLVE_WAIT);
         let (engine, cx) = (&mut self.engine, &mut self.cx);
         // Frames the port refused earlier count against the budget: while its ring stays
-        // full the data waits in TCP's queues, and nothing is dropped.
+        // full the data waits in TCP's queues, and nothing is dropped. While a packet waits
+        // for a neighbour's MAC, the rest waits in TCP's queues too.
         for _ in 0..self.tx_per_poll {
-            if ctx.tx_pending() >= self.tx_per_poll
-                || ctx
-                    .send_ip(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len)))
-                    .is_none()
-            {
+            if resolving || ctx.tx_pending() >= self.tx_per_poll {
                 break;
+            }
+            match ctx.send_ip(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len))) {
+                None => break,
+                Some(SendOutcome::Unresolved) => {
+                    self.resolving_since.get_or_insert(now);
+                    break;
+                }
+                Some(_) => {}
             }
         }
         self.service

@@ -83,6 +83,8 @@ const SEND_CREDITS: u32 = 512;
 const CREDIT_RECVS: u32 = 64;
 /// The server returns credits after this many receives.
 const CREDIT_BATCH: u32 = SEND_CREDITS / 8;
+/// Half-open connections the server keeps (Linux's `somaxconn` default).
+const SERVER_BACKLOG: usize = 4096;
 /// Bandwidth runs: WRs in flight over all QPs at most (a QP keeps at least one); fewer than
 /// `tx_depth` each with more than 64 QPs at the default depth of 128.
 pub const MAX_IN_FLIGHT: u32 = 8192;
@@ -237,6 +239,8 @@ impl PerfServer {
     /// Listens on `addr` (IPv4 or IPv6).
     pub fn new(h: &mut RdmaHandler, addr: impl Into<SocketAddr>) -> Result<PerfServer, AppError> {
         let res = Resources::new(h, 8192, 1024, SEND_CREDITS + 8, 16)?;
+        // A client with thousands of QPs connects them all at once.
+        h.set_listen_backlog(SERVER_BACKLOG);
         h.listen(addr, res.init)?;
         Ok(PerfServer {
             res,

@@ -35,9 +35,8 @@ use crate::telemetry::Snapshot;
 /// Default of [`RdmaHandler::set_max_cm_events`].
 pub const MAX_CM_EVENTS: usize = 4096;
 
-/// Half-open connections a listener with a QP template ([`RdmaHandler::listen`]) keeps:
-/// room for thousands of initiators connecting at once (Linux's `somaxconn` default).
-pub const LISTEN_BACKLOG: usize = 4096;
+/// Default of [`RdmaHandler::set_listen_backlog`].
+pub const LISTEN_BACKLOG: usize = 64;
 
 /// The TCP engine of the iWARP connections; every call lends them the RNIC.
 pub type RdmaEngine = Engine<Connection, Rnic>;
@@ -198,6 +197,8 @@ pub struct ConnManager {
     events: VecDeque<CmEvent>,
     /// Incoming connections are refused while this many CM events wait.
     max_cm_events: usize,
+    /// Half-open connections of each listener with a QP template.
+    listen_backlog: usize,
     cm_counters: CmCounters,
     pub(super) event_log: EventLog,
     closed: RdmaCounters,
@@ -225,6 +226,7 @@ impl RdmaHandler {
             touched: Vec::new(),
             events: VecDeque::new(),
             max_cm_events: MAX_CM_EVENTS,
+            listen_backlog: LISTEN_BACKLOG,
             cm_counters: CmCounters::default(),
             event_log: EventLog::default(),
             closed: RdmaCounters::default(),
@@ -287,6 +289,15 @@ impl RdmaHandler {
         self.parts().2.max_cm_events = n.max(1);
     }
 
+    /// Most half-open connections (SYN received, handshake not complete) of each listener
+    /// made by later [`RdmaHandler::listen`] calls; more SYNs are dropped, and their
+    /// initiators retry after an initial RTO (1 s). Default [`LISTEN_BACKLOG`]; a server
+    /// that many initiators connect to at once wants room for them all (Linux's
+    /// `somaxconn` default is 4096).
+    pub fn set_listen_backlog(&mut self, n: usize) {
+        self.parts().2.listen_backlog = n.max(1);
+    }
+
     /// What the connection manager refused and how deep its event queue got.
     pub fn cm_counters(&self) -> CmCounters {
         self.service().cm_counters()
@@ -338,7 +349,7 @@ impl RdmaHandler {
     pub fn listen(&mut self, addr: impl Into<SocketAddr>, init: QpInit) -> Result<(), CmError> {
         let addr = addr.into();
         let (engine, _, cm) = self.parts();
-        engine.listen(addr, LISTEN_BACKLOG)?;
+        engine.listen(addr, cm.listen_backlog)?;
         cm.listeners.insert(addr.port(), Some(init));
         Ok(())
     }
