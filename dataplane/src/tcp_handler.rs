@@ -27,9 +27,11 @@ pub const TX_PER_POLL: usize = 128;
 
 /// How long the handler writes no packets while one waits for its next hop's MAC: the port
 /// holds one such packet, and a newer one would replace it (a thousand SYNs sent before
-/// the first ARP reply would all but one be lost, and wait a whole initial RTO). A
-/// neighbour that does not answer in this time no longer holds up the others.
-pub const RESOLVE_WAIT: Duration = Duration::from_millis(20);
+/// the first ARP reply, on a memif link that came up 50 ms earlier, lost all but one, and
+/// those waited a whole initial RTO). One ARP request's wait
+/// ([`crate::neighbour::REQUEST_INTERVAL`]): a neighbour that did not answer it no longer
+/// holds up the others.
+pub const RESOLVE_WAIT: Duration = crate::neighbour::REQUEST_INTERVAL;
 
 /// What runs on top of a TCP engine in the poll loop: it owns the application side of the
 /// connections (a connection manager, a byte-stream application).
