@@ -83,8 +83,9 @@ const SEND_CREDITS: u32 = 512;
 const CREDIT_RECVS: u32 = 64;
 /// The server returns credits after this many receives.
 const CREDIT_BATCH: u32 = SEND_CREDITS / 8;
-/// Half-open connections the server keeps (Linux's `somaxconn` default).
-const SERVER_BACKLOG: usize = 4096;
+/// Half-open connections the server keeps: as many as the data plane RNIC has QPs, so
+/// that a client connecting all of them at once loses no SYN (a lost SYN waits a 1 s RTO).
+const SERVER_BACKLOG: usize = 16384;
 /// Bandwidth runs: WRs in flight over all QPs at most (a QP keeps at least one); fewer than
 /// `tx_depth` each with more than 64 QPs at the default depth of 128.
 pub const MAX_IN_FLIGHT: u32 = 8192;
