@@ -491,6 +491,17 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.active.push(id);
             }
         }
+        // Nobody may be taking the list: closed connections' entries leave it in batches,
+        // so it stays within twice the table.
+        if self.active.len() > 2 * self.live + 64 {
+            let slots = &self.slots;
+            self.active.retain(|id| {
+                slots.get(id.index as usize).is_some_and(|c| {
+                    c.as_ref()
+                        .is_some_and(|c| c.generation == id.generation && c.active)
+                })
+            });
+        }
     }
 
     /// State of a live connection.

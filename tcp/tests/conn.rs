@@ -822,3 +822,26 @@ fn ready_connections_take_turns_of_a_quantum() {
     }
     assert_ne!(port(0), port(q));
 }
+
+// An engine whose active list nobody takes does not grow with the connections it has had:
+// closed ones leave the list in batches.
+#[test]
+fn active_list_stays_bounded_when_not_taken() {
+    let mut s = sim();
+    for _ in 0..300 {
+        let c =
+            s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(1024, 1024))
+                .unwrap();
+        let limit = s.now + Duration::from_millis(10);
+        assert!(s.run_until(limit, |s| s.connected(Side::A, c)));
+        s.a.abort(c).unwrap();
+    }
+    let mut active = Vec::new();
+    s.a.take_active(&mut active);
+    assert!(
+        active.len() <= 2 * s.a.connection_count() + 64,
+        "{} entries for {} connections",
+        active.len(),
+        s.a.connection_count()
+    );
+}

@@ -316,6 +316,12 @@ impl Rnic {
                 self.touched.push(qp);
             }
         }
+        // Nobody may be taking the list: destroyed QPs' entries leave it in batches, so it
+        // stays within twice the QP table.
+        if self.touched.len() > 2 * self.qps.len() + 64 {
+            let qps = &self.qps;
+            self.touched.retain(|qp| qps.contains_key(qp));
+        }
     }
 
     /// Close RNIC (VERBS-00 §9.2.1.3): frees every resource; the device may be opened again.
