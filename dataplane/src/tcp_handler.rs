@@ -25,12 +25,11 @@ use crate::telemetry::{Dict, Section, Snapshot};
 /// Default of [`TcpHandler::set_tx_per_poll`].
 pub const TX_PER_POLL: usize = 128;
 
-/// How long the handler writes no packets while one waits for its next hop's MAC: the port
-/// holds one such packet, and a newer one would replace it (a thousand SYNs sent before
-/// the first ARP reply, on a memif link that came up 50 ms earlier, lost all but one, and
-/// those waited a whole initial RTO). One ARP request's wait
-/// ([`crate::neighbour::REQUEST_INTERVAL`]): a neighbour that did not answer it no longer
-/// holds up the others.
+/// How long the handler holds back packets whose next hop's MAC is unknown while one such
+/// packet waits for it: the port holds one, and a newer one would replace it (a thousand
+/// SYNs sent before the first ARP reply, on a memif link that came up 50 ms earlier, lost
+/// all but one, and those waited a whole initial RTO). Packets to known neighbours go on
+/// meanwhile. One ARP request's wait ([`crate::neighbour::REQUEST_INTERVAL`]).
 pub const RESOLVE_WAIT: Duration = crate::neighbour::REQUEST_INTERVAL;
 
 /// What runs on top of a TCP engine in the poll loop: it owns the application side of the
@@ -151,7 +150,12 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         // full the data waits in TCP's queues, and nothing is dropped. While a packet waits
         // for a neighbour's MAC, the rest waits in TCP's queues too.
         for _ in 0..self.tx_per_poll {
-            if resolving || ctx.tx_pending() >= self.tx_per_poll {
+            if ctx.tx_pending() >= self.tx_per_poll {
+                break;
+            }
+            // Connections whose peer's MAC is unknown go behind the others; when none is
+            // left whose packet would go out at once, the loop stops.
+            if resolving && !defer_unresolved(engine, ctx) {
                 break;
             }
             match ctx.send_ip(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len))) {
@@ -172,6 +176,22 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         observe_tcp(&self.engine, snap.section("tcp"));
         self.service.observe(&self.engine, &self.cx, snap);
     }
+}
+
+/// Moves the engine's ready connections whose next packet would wait for a neighbour's MAC
+/// behind the others, each at most once; whether the next packet can go out at once.
+fn defer_unresolved<P: Port, U: Ulp<C>, C>(
+    engine: &mut Engine<U, C>,
+    ctx: &PortContext<'_, P>,
+) -> bool {
+    for _ in 0..=engine.ready_len() {
+        match engine.next_remote() {
+            None => return false,
+            Some(dst) if ctx.resolves(dst) => return true,
+            Some(_) => engine.defer_next(),
+        }
+    }
+    false
 }
 
 /// The engine's totals and one entry per connection: state, addresses, congestion and RTT

@@ -845,3 +845,27 @@ fn active_list_stays_bounded_when_not_taken() {
         s.a.connection_count()
     );
 }
+
+// The data plane asks where the next packet goes and can put that connection behind the
+// others (its peer's MAC is unknown): the other connection's packet comes first.
+#[test]
+fn next_ready_connection_can_be_deferred() {
+    let mut s = sim();
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096))
+            .unwrap();
+    let b =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096))
+            .unwrap();
+    assert_eq!(s.a.ready_len(), 2);
+    assert_eq!(s.a.next_remote(), Some(std::net::IpAddr::V4(B_IP)));
+    s.a.defer_next();
+    let segs = drain(&mut s.a, s.now);
+    let port = |c| s.a.tuple(c).unwrap().local.port();
+    assert_eq!(
+        segs.iter().map(|g| g.sport).collect::<Vec<_>>(),
+        [port(b), port(a)],
+        "the deferred SYN goes second"
+    );
+    assert_eq!(s.a.next_remote(), None);
+}
