@@ -18,7 +18,8 @@ use tcp::{Engine, Ulp};
 
 use crate::classify::{Classified, FrameClass};
 use crate::clock::Instant;
-use crate::lcore::{Handled, Handler, PortContext, SendOutcome};
+use crate::lcore::{Handled, Handler, PortContext, SendOutcome, ARP_ATTEMPTS};
+use crate::neighbour::REQUEST_INTERVAL;
 use crate::port::Port;
 use crate::telemetry::{Dict, Section, Snapshot};
 
@@ -29,8 +30,10 @@ pub const TX_PER_POLL: usize = 128;
 /// packet waits for it: the port holds one, and a newer one would replace it (a thousand
 /// SYNs sent before the first ARP reply, on a memif link that came up 50 ms earlier, lost
 /// all but one, and those waited a whole initial RTO). Packets to known neighbours go on
-/// meanwhile. One ARP request's wait ([`crate::neighbour::REQUEST_INTERVAL`]).
-pub const RESOLVE_WAIT: Duration = crate::neighbour::REQUEST_INTERVAL;
+/// meanwhile (and RSTs, best effort). As long as the port tries to resolve it
+/// ([`ARP_ATTEMPTS`] × [`REQUEST_INTERVAL`]): under load a memif link came up after the
+/// first ARP request, and the held SYN's wait outlived a one-interval limit.
+pub const RESOLVE_WAIT: Duration = REQUEST_INTERVAL.saturating_mul(ARP_ATTEMPTS);
 
 /// What runs on top of a TCP engine in the poll loop: it owns the application side of the
 /// connections (a connection manager, a byte-stream application).
@@ -179,11 +182,15 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
 }
 
 /// Moves the engine's ready connections whose next packet would wait for a neighbour's MAC
-/// behind the others, each at most once; whether the next packet can go out at once.
+/// behind the others, each at most once; whether the next packet can go out at once (a
+/// queued RST always can: best effort, it never holds the others up).
 fn defer_unresolved<P: Port, U: Ulp<C>, C>(
     engine: &mut Engine<U, C>,
     ctx: &PortContext<'_, P>,
 ) -> bool {
+    if engine.rsts_pending() {
+        return true;
+    }
     for _ in 0..=engine.ready_len() {
         match engine.next_remote() {
             None => return false,

@@ -504,12 +504,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
-    /// The destination of the packet [`Engine::poll_transmit`] would consider first: a
-    /// queued RST's, else the next ready connection's peer (stale entries are dropped).
+    /// The peer of the next ready connection [`Engine::poll_transmit`] will consider
+    /// (stale entries are dropped). Queued RSTs go before it.
     pub fn next_remote(&mut self) -> Option<IpAddr> {
-        if let Some(r) = self.rsts.front() {
-            return Some(r.remote.ip());
-        }
         while let Some(&id) = self.ready.front() {
             match self.conn(id) {
                 Some(c) => return Some(c.tcb.remote.ip()),
@@ -523,19 +520,22 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     }
 
     /// Moves the next ready connection behind the others (its packets wait, say, for its
-    /// peer's MAC while others can go). A queued RST stays first.
+    /// peer's MAC while others can go).
     pub fn defer_next(&mut self) {
-        if self.rsts.is_empty() {
-            if let Some(id) = self.ready.pop_front() {
-                self.ready.push_back(id);
-                self.turn = 0;
-            }
+        if let Some(id) = self.ready.pop_front() {
+            self.ready.push_back(id);
+            self.turn = 0;
         }
     }
 
     /// Connections waiting to be polled for transmission.
     pub fn ready_len(&self) -> usize {
         self.ready.len()
+    }
+
+    /// RSTs wait to go out (before any connection's packet).
+    pub fn rsts_pending(&self) -> bool {
+        !self.rsts.is_empty()
     }
 
     /// State of a live connection.

@@ -859,6 +859,7 @@ fn next_ready_connection_can_be_deferred() {
             .unwrap();
     assert_eq!(s.a.ready_len(), 2);
     assert_eq!(s.a.next_remote(), Some(std::net::IpAddr::V4(B_IP)));
+    assert!(!s.a.rsts_pending());
     s.a.defer_next();
     let segs = drain(&mut s.a, s.now);
     let port = |c| s.a.tuple(c).unwrap().local.port();
