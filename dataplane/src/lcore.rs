@@ -299,6 +299,23 @@ impl<P: Port> PortContext<'_, P> {
         self.addr
     }
 
+    /// A packet waits for its next hop's MAC ([`SendOutcome::Unresolved`]); another
+    /// unresolved one would replace it.
+    pub fn holds_unresolved(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Whether a packet to `dst` would go out at once: its next hop's MAC is known (or it
+    /// needs none), or it has no route (it would be dropped, not held).
+    pub fn resolves(&self, dst: IpAddr) -> bool {
+        match self.next_hop(dst) {
+            None => true,
+            Some(IpAddr::V4(h)) if h.is_broadcast() => true,
+            Some(IpAddr::V6(h)) if h.is_multicast() => true,
+            Some(hop) => self.lookup(hop).is_some(),
+        }
+    }
+
     /// The 802.1Q tag a frame of this port carries in its bytes (none when the port is on
     /// no VLAN or the device inserts the tag), for handlers that write whole frames; finish
     /// such a frame with [`PortContext::send_tagged`].

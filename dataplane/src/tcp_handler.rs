@@ -12,17 +12,28 @@
 //! TCP's queues instead of dropping it.
 
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use tcp::{Engine, Ulp};
 
 use crate::classify::{Classified, FrameClass};
 use crate::clock::Instant;
-use crate::lcore::{Handled, Handler, PortContext};
+use crate::lcore::{Handled, Handler, PortContext, SendOutcome, ARP_ATTEMPTS};
+use crate::neighbour::REQUEST_INTERVAL;
 use crate::port::Port;
 use crate::telemetry::{Dict, Section, Snapshot};
 
 /// Default of [`TcpHandler::set_tx_per_poll`].
 pub const TX_PER_POLL: usize = 128;
+
+/// How long the handler holds back packets whose next hop's MAC is unknown while one such
+/// packet waits for it: the port holds one, and a newer one would replace it (a thousand
+/// SYNs sent before the first ARP reply, on a memif link that came up 50 ms earlier, lost
+/// all but one, and those waited a whole initial RTO). Packets to known neighbours go on
+/// meanwhile (and RSTs, best effort). As long as the port tries to resolve it
+/// ([`ARP_ATTEMPTS`] × [`REQUEST_INTERVAL`]): under load a memif link came up after the
+/// first ARP request, and the held SYN's wait outlived a one-interval limit.
+pub const RESOLVE_WAIT: Duration = REQUEST_INTERVAL.saturating_mul(ARP_ATTEMPTS);
 
 /// What runs on top of a TCP engine in the poll loop: it owns the application side of the
 /// connections (a connection manager, a byte-stream application).
@@ -45,6 +56,8 @@ pub struct TcpHandler<U, C, S> {
     cx: C,
     service: S,
     tx_per_poll: usize,
+    /// Since when a packet of ours waits for its next hop's MAC ([`RESOLVE_WAIT`]).
+    resolving_since: Option<Instant>,
     ulp: PhantomData<fn() -> U>,
 }
 
@@ -56,6 +69,7 @@ impl<U: Ulp<C>, C, S: TcpService<U, C>> TcpHandler<U, C, S> {
             cx,
             service,
             tx_per_poll: TX_PER_POLL,
+            resolving_since: None,
             ulp: PhantomData,
         }
     }
@@ -128,16 +142,32 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
 
     fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
         self.work(now);
+        if !ctx.holds_unresolved() {
+            self.resolving_since = None;
+        }
+        let resolving = self
+            .resolving_since
+            .is_some_and(|t| now.saturating_since(t) < RESOLVE_WAIT);
         let (engine, cx) = (&mut self.engine, &mut self.cx);
         // Frames the port refused earlier count against the budget: while its ring stays
-        // full the data waits in TCP's queues, and nothing is dropped.
+        // full the data waits in TCP's queues, and nothing is dropped. While a packet waits
+        // for a neighbour's MAC, the rest waits in TCP's queues too.
         for _ in 0..self.tx_per_poll {
-            if ctx.tx_pending() >= self.tx_per_poll
-                || ctx
-                    .send_ip(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len)))
-                    .is_none()
-            {
+            if ctx.tx_pending() >= self.tx_per_poll {
                 break;
+            }
+            // Connections whose peer's MAC is unknown go behind the others; when none is
+            // left whose packet would go out at once, the loop stops.
+            if resolving && !defer_unresolved(engine, ctx) {
+                break;
+            }
+            match ctx.send_ip(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len))) {
+                None => break,
+                Some(SendOutcome::Unresolved) => {
+                    self.resolving_since.get_or_insert(now);
+                    break;
+                }
+                Some(_) => {}
             }
         }
         self.service
@@ -149,6 +179,26 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         observe_tcp(&self.engine, snap.section("tcp"));
         self.service.observe(&self.engine, &self.cx, snap);
     }
+}
+
+/// Moves the engine's ready connections whose next packet would wait for a neighbour's MAC
+/// behind the others, each at most once; whether the next packet can go out at once (a
+/// queued RST always can: best effort, it never holds the others up).
+fn defer_unresolved<P: Port, U: Ulp<C>, C>(
+    engine: &mut Engine<U, C>,
+    ctx: &PortContext<'_, P>,
+) -> bool {
+    if engine.rsts_pending() {
+        return true;
+    }
+    for _ in 0..=engine.ready_len() {
+        match engine.next_remote() {
+            None => return false,
+            Some(dst) if ctx.resolves(dst) => return true,
+            Some(_) => engine.defer_next(),
+        }
+    }
+    false
 }
 
 /// The engine's totals and one entry per connection: state, addresses, congestion and RTT

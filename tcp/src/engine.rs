@@ -154,6 +154,8 @@ struct Conn<U> {
     held: Vec<u8>,
     held_start: Option<u32>,
     queued: bool,
+    /// In [`Engine::active`]'s list.
+    active: bool,
     timer_at: Option<Instant>,
     listen_port: Option<u16>,
 }
@@ -165,6 +167,11 @@ struct Rst {
     seq: u32,
     ack: Option<u32>,
 }
+
+/// Segments a connection sends in a row before the next ready connection's turn: with
+/// many connections sending, each visit amortizes the connection's state coming into the
+/// cache, and the peer gets runs of one connection's segments (one ACK for several).
+pub const TX_QUANTUM: u32 = 16;
 
 /// Bound on queued RSTs for unknown connections (excess is dropped and counted in
 /// [`Stats::resets_dropped`], RFC 5961 §7 spirit).
@@ -190,6 +197,10 @@ pub struct Engine<U, C: ?Sized = ()> {
     /// Keyed by our own listening ports: a fast unkeyed hash.
     listeners: FxHashMap<u16, Listener>,
     ready: VecDeque<ConnId>,
+    /// Segments the connection at the head of `ready` sent in a row ([`TX_QUANTUM`]).
+    turn: u32,
+    /// Connections whose ULP ran since the last [`Engine::take_active`].
+    active: Vec<ConnId>,
     timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
     events: VecDeque<Event<U>>,
     rsts: VecDeque<Rst>,
@@ -226,6 +237,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             last_hit: None,
             listeners: FxHashMap::default(),
             ready: VecDeque::new(),
+            turn: 0,
+            active: Vec::new(),
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
             rsts: VecDeque::new(),
@@ -389,6 +402,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             held: Vec::new(),
             held_start: None,
             queued: false,
+            active: false,
             timer_at: None,
             listen_port,
         });
@@ -438,6 +452,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         c.held = Vec::new();
         c.ulp = Some(ulp);
         self.wake(conn);
+        self.mark_active(conn);
         Ok(())
     }
 
@@ -462,6 +477,72 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.ready.push_back(conn);
             }
         }
+    }
+
+    /// Moves the connections whose ULP the engine called (segment input, timers, a
+    /// transmitted segment, attach) since the last call into `out`, each once: a service on top
+    /// visits those instead of every connection. Closed ones may be among them.
+    pub fn take_active(&mut self, out: &mut Vec<ConnId>) {
+        for id in self.active.drain(..) {
+            if let Some(c) = slot_mut(&mut self.slots, id) {
+                c.active = false;
+            }
+            out.push(id);
+        }
+    }
+
+    fn mark_active(&mut self, id: ConnId) {
+        if let Some(c) = slot_mut(&mut self.slots, id) {
+            if !c.active && c.ulp.is_some() {
+                c.active = true;
+                self.active.push(id);
+            }
+        }
+        // Nobody may be taking the list: closed connections' entries leave it in batches,
+        // so it stays within twice the table.
+        if self.active.len() > 2 * self.live + 64 {
+            let slots = &self.slots;
+            self.active.retain(|id| {
+                slots.get(id.index as usize).is_some_and(|c| {
+                    c.as_ref()
+                        .is_some_and(|c| c.generation == id.generation && c.active)
+                })
+            });
+        }
+    }
+
+    /// The peer of the next ready connection [`Engine::poll_transmit`] will consider
+    /// (stale entries are dropped). Queued RSTs go before it.
+    pub fn next_remote(&mut self) -> Option<IpAddr> {
+        while let Some(&id) = self.ready.front() {
+            match self.conn(id) {
+                Some(c) => return Some(c.tcb.remote.ip()),
+                None => {
+                    self.ready.pop_front();
+                    self.turn = 0;
+                }
+            }
+        }
+        None
+    }
+
+    /// Moves the next ready connection behind the others (its packets wait, say, for its
+    /// peer's MAC while others can go).
+    pub fn defer_next(&mut self) {
+        if let Some(id) = self.ready.pop_front() {
+            self.ready.push_back(id);
+            self.turn = 0;
+        }
+    }
+
+    /// Connections waiting to be polled for transmission.
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// RSTs wait to go out (before any connection's packet).
+    pub fn rsts_pending(&self) -> bool {
+        !self.rsts.is_empty()
     }
 
     /// State of a live connection.
@@ -677,6 +758,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 }
             }
         }
+        self.mark_active(id);
         self.apply_events(id, &mut evs);
         self.scratch = evs;
         self.after_activity(id);
@@ -861,6 +943,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             }
             c.timer_at = None;
             c.tcb.handle_timeout(now, &self.cfg, &mut evs);
+            self.mark_active(id);
             self.apply_events(id, &mut evs);
             self.scratch = evs;
             self.after_activity(id);
@@ -898,6 +981,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             let sent = {
                 let Some(c) = slot_mut(&mut self.slots, id) else {
                     self.scratch = evs;
+                    self.turn = 0;
                     continue;
                 };
                 let Conn {
@@ -931,12 +1015,28 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 }
                 r.map(|len| (len, local, remote))
             };
+            // A ULP that only had nothing to send is not listed: the service that woke it
+            // would be called back for it on every poll.
+            if sent.is_some() {
+                self.mark_active(id);
+            }
             self.apply_events(id, &mut evs);
             self.scratch = evs;
             self.schedule(id);
+            if sent.is_none() {
+                self.turn = 0;
+            }
             if let Some((len, local, remote)) = sent {
                 if self.conn(id).is_some() {
-                    self.ready.push_back(id);
+                    self.turn += 1;
+                    if self.turn < TX_QUANTUM {
+                        self.ready.push_front(id);
+                    } else {
+                        self.turn = 0;
+                        self.ready.push_back(id);
+                    }
+                } else {
+                    self.turn = 0;
                 }
                 self.stats.segments_out += 1;
                 return Some(Transmit {

@@ -47,7 +47,9 @@ mod ulp;
 mod wire;
 
 pub use config::{Config, Keepalive};
-pub use engine::{ConnId, Engine, Error, Event, FourTuple, Stats, Transmit, MAX_PENDING_RSTS};
+pub use engine::{
+    ConnId, Engine, Error, Event, FourTuple, Stats, Transmit, MAX_PENDING_RSTS, TX_QUANTUM,
+};
 pub use ip::{ip_header_len, PacketError, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 pub use isn::IsnGenerator;
 pub use options::Negotiated;

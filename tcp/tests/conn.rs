@@ -864,3 +864,144 @@ fn pending_resets_are_bounded_and_counted() {
     assert_eq!(drain(&mut e, now).len(), 1);
     assert_eq!(e.stats().resets_dropped, extra as u64);
 }
+
+// The engine lists the connections whose ULP ran, each once, so a service on top visits
+// those instead of every connection; idle connections are not listed.
+#[test]
+fn active_lists_only_connections_that_ran() {
+    let mut s = sim();
+    let conns: Vec<_> = (0..4)
+        .map(|_| {
+            s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096))
+                .unwrap()
+        })
+        .collect();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(
+        s.run_until(limit, |s| conns.iter().all(|c| s.connected(Side::A, *c))
+            && s.accepted(Side::B).len() == 4)
+    );
+    let mut active = Vec::new();
+    s.a.take_active(&mut active);
+    active.sort();
+    assert_eq!(
+        active, conns,
+        "every connection ran during the handshake, listed once"
+    );
+    active.clear();
+    s.a.take_active(&mut active);
+    assert!(active.is_empty(), "taken lists are emptied");
+    // Quiet: delayed ACKs and the like are over.
+    let quiet = s.now + Duration::from_millis(500);
+    s.run_until(quiet, |_| false);
+    s.a.take_active(&mut active);
+    active.clear();
+    // Data on one connection: only it (and its peer on B) run.
+    assert_eq!(s.a.ulp_mut(conns[2]).unwrap().write(b"hello"), 5);
+    let mut b_active = Vec::new();
+    s.b.take_active(&mut b_active);
+    let limit = s.now + Duration::from_millis(10);
+    let peer = s.accepted(Side::B);
+    assert!(s.run_until(limit, |s| peer
+        .iter()
+        .any(|b| s.b.ulp(*b).is_some_and(|u| u.readable() == 5))));
+    s.a.take_active(&mut active);
+    assert_eq!(active, [conns[2]]);
+    b_active.clear();
+    s.b.take_active(&mut b_active);
+    assert_eq!(b_active.len(), 1);
+    assert_eq!(s.b.ulp(b_active[0]).map(|u| u.readable()), Some(5));
+}
+
+// With several connections ready, each sends up to TX_QUANTUM segments in a row before the
+// next one's turn (cache locality, runs of one connection for the peer's ACKs), and the
+// turns go round.
+#[test]
+fn ready_connections_take_turns_of_a_quantum() {
+    let cfg = Config {
+        initial_window: 64,
+        ..test_config()
+    };
+    let mut s = Sim::streams(11, LinkConfig::default(), cfg.clone(), cfg, 1 << 20);
+    let conns: Vec<_> = (0..2)
+        .map(|_| {
+            s.a.connect(
+                s.now,
+                a_addr(0),
+                b_addr(),
+                StreamSocket::new(1 << 20, 1 << 20),
+            )
+            .unwrap()
+        })
+        .collect();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(
+        s.run_until(limit, |s| conns.iter().all(|c| s.connected(Side::A, *c))
+            && s.accepted(Side::B).len() == 2)
+    );
+    let quiet = s.now + Duration::from_millis(500);
+    s.run_until(quiet, |_| false);
+    for c in &conns {
+        assert_eq!(s.a.ulp_mut(*c).unwrap().write(&[7; 40 * 1448]), 40 * 1448);
+    }
+    let segs: Vec<_> = drain(&mut s.a, s.now)
+        .into_iter()
+        .filter(|g| !g.payload.is_empty())
+        .collect();
+    assert_eq!(segs.len(), 80);
+    let port = |i: usize| segs[i].sport;
+    let q = tcp::TX_QUANTUM as usize;
+    // Runs of a quantum, alternating, then the rest.
+    for (i, g) in segs.iter().enumerate().take(4 * q) {
+        assert_eq!(g.sport, port((i / q) % 2 * q), "segment {i}");
+    }
+    assert_ne!(port(0), port(q));
+}
+
+// An engine whose active list nobody takes does not grow with the connections it has had:
+// closed ones leave the list in batches.
+#[test]
+fn active_list_stays_bounded_when_not_taken() {
+    let mut s = sim();
+    for _ in 0..300 {
+        let c =
+            s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(1024, 1024))
+                .unwrap();
+        let limit = s.now + Duration::from_millis(10);
+        assert!(s.run_until(limit, |s| s.connected(Side::A, c)));
+        s.a.abort(c).unwrap();
+    }
+    let mut active = Vec::new();
+    s.a.take_active(&mut active);
+    assert!(
+        active.len() <= 2 * s.a.connection_count() + 64,
+        "{} entries for {} connections",
+        active.len(),
+        s.a.connection_count()
+    );
+}
+
+// The data plane asks where the next packet goes and can put that connection behind the
+// others (its peer's MAC is unknown): the other connection's packet comes first.
+#[test]
+fn next_ready_connection_can_be_deferred() {
+    let mut s = sim();
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096))
+            .unwrap();
+    let b =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096))
+            .unwrap();
+    assert_eq!(s.a.ready_len(), 2);
+    assert_eq!(s.a.next_remote(), Some(std::net::IpAddr::V4(B_IP)));
+    assert!(!s.a.rsts_pending());
+    s.a.defer_next();
+    let segs = drain(&mut s.a, s.now);
+    let port = |c| s.a.tuple(c).unwrap().local.port();
+    assert_eq!(
+        segs.iter().map(|g| g.sport).collect::<Vec<_>>(),
+        [port(b), port(a)],
+        "the deferred SYN goes second"
+    );
+    assert_eq!(s.a.next_remote(), None);
+}

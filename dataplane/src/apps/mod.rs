@@ -112,8 +112,8 @@ pub fn all_rights() -> Access {
 
 /// Runs `app` on `poll` until it is done, `stop` is set or `deadline` passes; `tick` runs
 /// about every `tick_every` (stats and progress lines) with the loop, the application and
-/// the time. Once the application is done the loop runs 50 ms more to let the last frames
-/// (FIN, ACKs) out.
+/// the time. Once the application is done the loop runs 50 ms more (up to 1 s while TCP
+/// has more to send) to let the last frames (FIN, ACKs) out.
 pub fn run_app<P: Port, A: App>(
     poll: &mut PollLoop<P, RdmaHandler>,
     app: &mut A,
@@ -134,10 +134,18 @@ pub fn run_app<P: Port, A: App>(
         let frames = poll.poll_once(now);
         poll.publish_if_asked();
         if let Step::Done(r) = app.step(poll.handler_mut(), now) {
-            // Let the last frames (FIN, ACKs) out.
-            let end = clock::now() + Duration::from_millis(50);
-            while clock::now() < end {
-                poll.poll_once(clock::now());
+            // Let the last frames (FIN, ACKs) out: 50 ms, and up to a second while TCP
+            // still has connections to send for (thousands of final ACKs take many
+            // iterations; a peer left in LAST-ACK would resend its FIN to nobody).
+            let start = clock::now();
+            loop {
+                let now = clock::now();
+                let waited = now.saturating_since(start);
+                let sending = poll.handler().tcp().ready_len() > 0;
+                if waited >= LAST_FRAMES_MAX || (waited >= LAST_FRAMES && !sending) {
+                    break;
+                }
+                poll.poll_once(now);
             }
             return r;
         }
@@ -153,6 +161,11 @@ pub fn run_app<P: Port, A: App>(
         }
     }
 }
+
+/// How long [`run_app`] keeps the loop running after the application is done.
+const LAST_FRAMES: Duration = Duration::from_millis(50);
+/// The same while TCP still has connections to send for, at most.
+const LAST_FRAMES_MAX: Duration = Duration::from_secs(1);
 
 /// How long a stopped application's connections get to close gracefully before they are
 /// aborted ([`stop_connections`]).

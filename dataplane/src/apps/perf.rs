@@ -18,6 +18,7 @@ use iwarp::verbs::{
     WorkCompletion,
 };
 use iwarp::wire::atomic::AtomicOp;
+use rustc_hash::FxHashMap;
 use tcp::ConnId;
 
 use super::{all_rights, App, AppError, ConnectFailure, Resources, Step};
@@ -82,6 +83,12 @@ const SEND_CREDITS: u32 = 512;
 const CREDIT_RECVS: u32 = 64;
 /// The server returns credits after this many receives.
 const CREDIT_BATCH: u32 = SEND_CREDITS / 8;
+/// Half-open connections the server keeps: as many as the data plane RNIC has QPs, so
+/// that a client connecting all of them at once loses no SYN (a lost SYN waits a 1 s RTO).
+const SERVER_BACKLOG: usize = 16384;
+/// Bandwidth runs: WRs in flight over all QPs at most (a QP keeps at least one); fewer than
+/// `tx_depth` each with more than 64 QPs at the default depth of 128.
+pub const MAX_IN_FLIGHT: u32 = 8192;
 
 /// The client's test description (MPA Request private data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,8 +223,14 @@ struct ServerConn {
 /// The perf server: serves connections until the client's last one is gone.
 pub struct PerfServer {
     res: Resources,
+    /// Latency runs: one buffer per QP slot; bandwidth runs share slot 0's (the data is
+    /// not checked, and thousands of QPs then cost no memory each).
     bufs: HashMap<u16, Region>,
     conns: HashMap<ConnId, ServerConn>,
+    /// The connection of each QP (completions name the QP).
+    by_qp: FxHashMap<QpId, ConnId>,
+    /// Write latency connections (they answer ping-pong writes).
+    pong: Vec<ConnId>,
     last_seen: bool,
     /// Connections served.
     pub served: u32,
@@ -239,11 +252,15 @@ impl PerfServer {
     /// Listens on `addr` (IPv4 or IPv6).
     pub fn new(h: &mut RdmaHandler, addr: impl Into<SocketAddr>) -> Result<PerfServer, AppError> {
         let res = Resources::new(h, 8192, 1024, SEND_CREDITS + 8, 16)?;
+        // A client with thousands of QPs connects them all at once.
+        h.set_listen_backlog(SERVER_BACKLOG);
         h.listen(addr, res.init)?;
         Ok(PerfServer {
             res,
             bufs: HashMap::new(),
             conns: HashMap::new(),
+            by_qp: FxHashMap::default(),
+            pong: Vec::new(),
             last_seen: false,
             served: 0,
             verify: false,
@@ -280,13 +297,18 @@ impl PerfServer {
 
     fn buffer(&mut self, h: &mut RdmaHandler, hello: &Hello) -> Result<Region, AppError> {
         let want = (hello.max_size as usize).max(64);
-        if let Some(r) = self.bufs.get(&hello.slot) {
+        let slot = if hello.mode == PerfMode::Lat {
+            hello.slot
+        } else {
+            0
+        };
+        if let Some(r) = self.bufs.get(&slot) {
             if r.len >= want {
                 return Ok(*r);
             }
         }
         let r = self.res.buffer(h, want, all_rights())?;
-        self.bufs.insert(hello.slot, r);
+        self.bufs.insert(slot, r);
         Ok(r)
     }
 
@@ -325,6 +347,10 @@ impl PerfServer {
             len: buf.len as u32,
         };
         h.accept(id, &offer.to_bytes())?;
+        self.by_qp.insert(qp, id);
+        if hello.op == PerfOp::Write && hello.mode == PerfMode::Lat && hello.size > 0 {
+            self.pong.push(id);
+        }
         self.conns.insert(
             id,
             ServerConn {
@@ -348,7 +374,7 @@ impl PerfServer {
         if wc.opcode != WcOpcode::Receive {
             return Ok(());
         }
-        let Some(c) = self.conns.values_mut().find(|c| c.qp == wc.qp) else {
+        let Some(c) = self.by_qp.get(&wc.qp).and_then(|id| self.conns.get_mut(id)) else {
             return Ok(());
         };
         let rnic = h.rnic_mut();
@@ -394,10 +420,10 @@ impl PerfServer {
     /// Write ping-pong: answer each new sequence byte with a write of our own.
     fn write_pong(&mut self, h: &mut RdmaHandler) -> Result<(), AppError> {
         let rnic = h.rnic_mut();
-        for c in self.conns.values_mut() {
-            if c.hello.op != PerfOp::Write || c.hello.mode != PerfMode::Lat || c.hello.size == 0 {
+        for id in &self.pong {
+            let Some(c) = self.conns.get_mut(id) else {
                 continue;
-            }
+            };
             let size = c.hello.size as usize;
             let b = c.buf.bytes(rnic)[size - 1];
             if b == c.seen {
@@ -448,6 +474,8 @@ impl App for PerfServer {
                 }
                 CmEvent::Disconnected { id, .. } | CmEvent::ConnectError { id, .. } => {
                     if let Some(c) = self.conns.remove(&id) {
+                        self.by_qp.remove(&c.qp);
+                        self.pong.retain(|p| *p != id);
                         self.check_buffer(h, &c);
                     }
                     if self.last_seen && self.conns.is_empty() {
@@ -486,7 +514,8 @@ pub struct PerfParams {
     pub duration: Option<Duration>,
     /// QPs (connections) in parallel (bandwidth modes).
     pub qps: u16,
-    /// Work requests in flight per QP (bandwidth modes).
+    /// Work requests in flight per QP (bandwidth modes; at most [`MAX_IN_FLIGHT`] over all
+    /// QPs).
     pub tx_depth: u32,
     /// Largest payload posted inline (Write, Send).
     pub inline: usize,
@@ -606,6 +635,8 @@ struct ClientQp {
     posted: u64,
     completed: u64,
     credits: u64,
+    /// In the client's refill list.
+    queued: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -621,8 +652,27 @@ pub struct PerfClient {
     res: Resources,
     local_ip: IpAddr,
     server: SocketAddr,
-    bufs: Vec<[Region; 4]>,
+    /// Source, ping-pong sink, atomic result and credit buffers, shared by the QPs (the
+    /// data is not checked, and thousands of QPs then cost no memory each).
+    bufs: [Region; 4],
     qps: Vec<ClientQp>,
+    /// Index in `qps` of each QP and connection (completions and CM events name them).
+    by_qp: FxHashMap<QpId, usize>,
+    by_id: FxHashMap<ConnId, usize>,
+    /// QPs that may post more (their completions or credits came back).
+    refill: Vec<usize>,
+    /// Completions and WRs in flight over all QPs.
+    done: u64,
+    in_flight: u64,
+    /// QPs established, and gone, of the current size.
+    established: usize,
+    gone: usize,
+    /// When the current size's connections were started.
+    connect_start: Instant,
+    /// How long each size's QPs took to all reach RTS, in order.
+    pub connect_times: Vec<Duration>,
+    /// Most QPs established at once.
+    pub connected: usize,
     size_idx: usize,
     phase: Phase,
     start: Option<Instant>,
@@ -654,32 +704,48 @@ impl PerfClient {
         } else {
             params.qps.max(1)
         };
-        let depth = params.tx_depth.max(1) + 8;
-        let mut res = Resources::new(h, 8192, depth, CREDIT_RECVS + 8, 16)?;
+        // With many QPs each keeps fewer WRs in flight: all of them fit one CQ, and what
+        // is queued when a timed run ends drains in a moment.
+        let per_qp = (MAX_IN_FLIGHT / u32::from(qps)).max(1);
+        let tx_depth = params.tx_depth.clamp(1, per_qp);
+        let depth = tx_depth + 8;
+        let cq_depth = (u32::from(qps) * (depth + CREDIT_RECVS + 8)).clamp(8192, 1 << 20);
+        let mut res = Resources::new(h, cq_depth, depth, CREDIT_RECVS + 8, 16)?;
         let max = params.sizes.iter().copied().max().unwrap_or(0).max(64);
-        let mut bufs = Vec::new();
-        for _ in 0..qps {
-            let local = res.buffer(h, max, all_rights())?;
-            let sink = res.buffer(h, max, all_rights())?;
-            let result = res.buffer(h, 8, Access::LOCAL_WRITE | Access::LOCAL_READ)?;
-            let credit = res.buffer(h, 64, Access::LOCAL_WRITE)?;
-            // A recognisable source pattern.
-            for (i, b) in local.bytes_mut(h.rnic_mut()).iter_mut().enumerate() {
-                *b = source_byte(i);
-            }
-            bufs.push([local, sink, result, credit]);
+        let local = res.buffer(h, max, all_rights())?;
+        let sink = res.buffer(h, max, all_rights())?;
+        let result = res.buffer(h, 8, Access::LOCAL_WRITE | Access::LOCAL_READ)?;
+        let credit = res.buffer(h, 64, Access::LOCAL_WRITE)?;
+        // A recognisable source pattern.
+        for (i, b) in local.bytes_mut(h.rnic_mut()).iter_mut().enumerate() {
+            *b = source_byte(i);
         }
+        let now = clock::now();
         let mut c = PerfClient {
-            params: PerfParams { qps, ..params },
+            params: PerfParams {
+                qps,
+                tx_depth,
+                ..params
+            },
             res,
             local_ip,
             server,
-            bufs,
+            bufs: [local, sink, result, credit],
             qps: Vec::new(),
+            by_qp: FxHashMap::default(),
+            by_id: FxHashMap::default(),
+            refill: Vec::new(),
+            done: 0,
+            in_flight: 0,
+            established: 0,
+            gone: 0,
+            connect_start: now,
+            connect_times: Vec::new(),
+            connected: 0,
             size_idx: 0,
             phase: Phase::Connecting,
             start: None,
-            window: (clock::now(), 0),
+            window: (now, 0),
             peak: 0.0,
             samples: Vec::new(),
             lat_sent: None,
@@ -702,9 +768,14 @@ impl PerfClient {
         let last = self.size_idx + 1 == self.params.sizes.len();
         let max = self.params.sizes.iter().copied().max().unwrap_or(0);
         self.qps.clear();
+        self.by_qp.clear();
+        self.by_id.clear();
+        self.refill.clear();
+        (self.done, self.in_flight, self.established, self.gone) = (0, 0, 0, 0);
+        self.connect_start = clock::now();
+        let [local, sink, result, credit_buf] = self.bufs;
+        sink.bytes_mut(h.rnic_mut()).fill(0);
         for slot in 0..self.params.qps {
-            let [local, sink, result, credit_buf] = self.bufs[usize::from(slot)];
-            sink.bytes_mut(h.rnic_mut()).fill(0);
             let hello = Hello {
                 op: self.params.op,
                 mode: self.params.mode,
@@ -742,6 +813,8 @@ impl PerfClient {
                     .post_rq(qp, wrs)
                     .map_err(AppError::post("recv"))?;
             }
+            self.by_qp.insert(qp, self.qps.len());
+            self.by_id.insert(id, self.qps.len());
             self.qps.push(ClientQp {
                 id,
                 qp,
@@ -755,6 +828,7 @@ impl PerfClient {
                 posted: 0,
                 completed: 0,
                 credits: u64::from(SEND_CREDITS),
+                queued: false,
             });
         }
         self.phase = Phase::Connecting;
@@ -843,7 +917,9 @@ impl PerfClient {
             PerfOp::Read | PerfOp::Atomic => self.params.tx_depth.clamp(1, 16),
             _ => self.params.tx_depth.max(1),
         });
-        for i in 0..self.qps.len() {
+        let mut refill = std::mem::take(&mut self.refill);
+        for &i in &refill {
+            self.qps[i].queued = false;
             let mut wrs = Vec::new();
             {
                 let q = &self.qps[i];
@@ -869,9 +945,21 @@ impl PerfClient {
                     .post_sq(self.qps[i].qp, wrs)
                     .map_err(AppError::post(self.params.op.name()))?;
                 self.qps[i].posted += n;
+                self.in_flight += n;
             }
         }
+        refill.clear();
+        self.refill = refill;
         Ok(())
+    }
+
+    /// Lists QP `i` for the next [`PerfClient::post_bw`].
+    fn wants_refill(&mut self, i: usize) {
+        let q = &mut self.qps[i];
+        if !q.queued {
+            q.queued = true;
+            self.refill.push(i);
+        }
     }
 
     fn post_lat(&mut self, h: &mut RdmaHandler, now: Instant) -> Result<(), PerfError> {
@@ -902,6 +990,7 @@ impl PerfClient {
             .post_sq(q.qp, vec![wr])
             .map_err(AppError::post(self.params.op.name()))?;
         self.qps[0].posted += 1;
+        self.in_flight += 1;
         self.lat_sent = Some(now);
         Ok(())
     }
@@ -912,6 +1001,8 @@ impl PerfClient {
             let half = matches!(self.params.op, PerfOp::Write | PerfOp::Send);
             self.samples.push(if half { us / 2.0 } else { us });
             self.qps[0].completed += 1;
+            self.done += 1;
+            self.in_flight = self.in_flight.saturating_sub(1);
         }
     }
 
@@ -927,7 +1018,7 @@ impl PerfClient {
         if wc.status != CompletionStatus::Success {
             return Err(AppError::completion(&wc));
         }
-        let Some(i) = self.qps.iter().position(|q| q.qp == wc.qp) else {
+        let Some(&i) = self.by_qp.get(&wc.qp) else {
             return Ok(());
         };
         if wc.opcode == WcOpcode::Receive {
@@ -938,6 +1029,10 @@ impl PerfClient {
                 q.credits += u64::from(CREDIT_BATCH);
                 q.credit_buf.sge(0, 0)
             };
+            if self.params.mode == PerfMode::Bw {
+                self.wants_refill(i);
+            }
+            let q = &self.qps[i];
             h.rnic_mut()
                 .post_rq(
                     q.qp,
@@ -956,6 +1051,9 @@ impl PerfClient {
             PerfMode::Bw => {
                 let size = self.size() as u64;
                 self.qps[i].completed += 1;
+                self.done += 1;
+                self.in_flight = self.in_flight.saturating_sub(1);
+                self.wants_refill(i);
                 self.window.1 += size;
                 let dt = now.saturating_since(self.window.0);
                 if dt >= Duration::from_millis(10) {
@@ -975,7 +1073,7 @@ impl PerfClient {
 
     fn finish_size(&mut self, h: &mut RdmaHandler, now: Instant) {
         let size = self.size();
-        let done: u64 = self.qps.iter().map(|q| q.completed).sum();
+        let done = self.done;
         let r = match self.params.mode {
             PerfMode::Bw => {
                 let secs = self
@@ -1013,7 +1111,7 @@ impl PerfClient {
             return;
         }
         self.last_progress = Some(now);
-        let done: u64 = self.qps.iter().map(|q| q.completed).sum();
+        let done = self.done;
         let secs = now.saturating_since(start).as_secs_f64();
         eprintln!(
             "perf {} {} B: {:.0} s, {} iterations, {:.2} MB/sec",
@@ -1031,7 +1129,11 @@ impl PerfClient {
                 // Only a pending listener reports these; this tool listens with a QP template.
                 CmEvent::Request { .. } | CmEvent::RequestWithdrawn { .. } => {}
                 CmEvent::Established { id, negotiated, .. } => {
-                    if let Some(q) = self.qps.iter_mut().find(|q| q.id == id) {
+                    if let Some(q) = self.by_id.get(&id).map(|&i| &mut self.qps[i]) {
+                        if !q.established {
+                            self.established += 1;
+                            self.connected = self.connected.max(self.established);
+                        }
                         q.established = true;
                         q.remote = Offer::parse(&negotiated.private_data);
                         if q.remote.is_none() {
@@ -1046,7 +1148,10 @@ impl PerfClient {
                     return Err(AppError::from(ConnectFailure::Failed(reason)).into())
                 }
                 CmEvent::Disconnected { id, .. } => {
-                    if let Some(q) = self.qps.iter_mut().find(|q| q.id == id) {
+                    if let Some(q) = self.by_id.get(&id).map(|&i| &mut self.qps[i]) {
+                        if !q.gone {
+                            self.gone += 1;
+                        }
                         q.gone = true;
                     }
                     if self.phase != Phase::Disconnecting {
@@ -1066,13 +1171,22 @@ impl PerfClient {
                 // The clock starts once work posted now goes out at once: an initiator
                 // holds its first FPDUs for a while after the MPA Reply (the Linux siw
                 // workaround), and a sample spanning that hold measures the hold.
-                let ready = self.qps.iter().all(|q| {
-                    q.established
-                        && h.conn(q.id)
+                let ready = self.established == self.qps.len()
+                    && self.qps.iter().all(|q| {
+                        h.conn(q.id)
                             .and_then(|c| c.fpdu_hold_until())
                             .is_none_or(|t| now >= t)
-                });
+                    });
                 if ready {
+                    if self.connect_times.len() == self.size_idx {
+                        self.connect_times
+                            .push(now.saturating_since(self.connect_start));
+                    }
+                    self.refill.clear();
+                    for i in 0..self.qps.len() {
+                        self.qps[i].queued = false;
+                        self.wants_refill(i);
+                    }
                     self.phase = Phase::Running;
                     self.start = Some(now);
                     self.window = (now, 0);
@@ -1086,9 +1200,8 @@ impl PerfClient {
                     .duration
                     .zip(self.start)
                     .is_some_and(|(d, s)| now.saturating_since(s) >= d);
-                let done: u64 = self.qps.iter().map(|q| q.completed).sum();
-                let outstanding = self.qps.iter().any(|q| q.posted > q.completed);
-                if (done >= self.target() || time_up) && !outstanding {
+                let outstanding = self.in_flight > 0;
+                if (self.done >= self.target() || time_up) && !outstanding {
                     self.finish_size(h, now);
                 } else if !time_up {
                     if self.params.mode == PerfMode::Bw {
@@ -1115,7 +1228,7 @@ impl PerfClient {
                 }
             }
             Phase::Disconnecting => {
-                if self.qps.iter().all(|q| q.gone) {
+                if self.gone == self.qps.len() {
                     if self.size_idx + 1 == self.params.sizes.len() {
                         return Ok(Some(()));
                     }

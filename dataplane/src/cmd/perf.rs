@@ -66,7 +66,7 @@ pub struct Args {
     /// QPs (connections) in parallel (bandwidth).
     #[arg(short = 'q', long = "qps", value_name = "QPS", default_value_t = 1)]
     pub qps: u16,
-    /// Work requests in flight per QP (bandwidth).
+    /// Work requests in flight per QP (bandwidth); at most 8192 over all QPs.
     #[arg(
         short = 't',
         long = "tx-depth",
@@ -140,8 +140,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let mut rdma = args.rdma.clone();
     // The native protocol's peer is a dataplane server: no siw to wait for.
     rdma.first_fpdu_delay_ms.get_or_insert(0);
-    // Room for the buffers of every QP (client: source, sink; server: one each).
-    let need_mb = (max * 2 * usize::from(args.qps.max(1))).div_ceil(1 << 20) + 8;
+    // Room for the buffers (client: source and sink; server: one per QP slot in latency
+    // runs, one in all in bandwidth runs, where the QPs share them).
+    let need_mb = (max * 2).div_ceil(1 << 20) + 8;
     rdma.mem_mb = rdma.mem_mb.max(need_mb);
     let params = PerfParams {
         op,
@@ -230,7 +231,14 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             );
             say!("{}", PerfResult::header(mode));
             app.on_result = Some(Box::new(|r: &PerfResult| say!("{}", r.row())));
-            s.run(&mut app, rdma.time_limit)
+            let r = s.run(&mut app, rdma.time_limit);
+            // Connection set-up: how many QPs were up at once, and how long the first
+            // size's took to all reach RTS.
+            say!("perf-qps-connected: {}", app.connected);
+            if let Some(t) = app.connect_times.first() {
+                say!("perf-connect-ms: {}", t.as_millis());
+            }
+            r
         }
     }
 }

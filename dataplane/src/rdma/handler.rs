@@ -8,7 +8,8 @@
 //! iterations through [`RdmaHandler::rnic`] / [`RdmaHandler::rnic_mut`], or from other
 //! threads through the rings of [`iwarp::verbs::channel`].
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -34,6 +35,9 @@ use crate::telemetry::Snapshot;
 
 /// Default of [`RdmaHandler::set_max_cm_events`].
 pub const MAX_CM_EVENTS: usize = 4096;
+
+/// Default of [`RdmaHandler::set_listen_backlog`].
+pub const LISTEN_BACKLOG: usize = 64;
 
 /// The TCP engine of the iWARP connections; every call lends them the RNIC.
 pub type RdmaEngine = Engine<Connection, Rnic>;
@@ -166,6 +170,8 @@ pub(super) struct Entry {
     /// The application knows the QP (its own connect, or a ConnectRequest was reported);
     /// QPs it never saw are destroyed by the handler when the connection closes.
     announced: bool,
+    /// The connection's timer as queued in [`ConnManager::timers`].
+    timer_at: Option<Instant>,
 }
 
 /// The connection manager: the rdma_cm side of the iWARP connections (listeners, the
@@ -176,10 +182,24 @@ pub struct ConnManager {
     /// each accepted connection's QP from its template, or leaves it to the application.
     listeners: FxHashMap<u16, Option<QpInit>>,
     pub(super) conns: FxHashMap<ConnId, Entry>,
-    pub(super) order: Vec<ConnId>,
+    /// The connections in the order they were tracked; closed ones are dropped lazily
+    /// (see [`ConnManager::ids`]).
+    order: Vec<ConnId>,
+    /// Closed connections still in `order`.
+    order_dead: usize,
+    /// Which connection runs each QP.
+    by_qp: FxHashMap<QpId, ConnId>,
+    /// The connections' own timers (MPA negotiation, first-FPDU hold, stalled FPDU),
+    /// earliest first; an entry whose instant is not its connection's `timer_at` is stale.
+    timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
+    /// Scratch lists of one iteration: the connections to service, the touched QPs.
+    due: Vec<ConnId>,
+    touched: Vec<QpId>,
     events: VecDeque<CmEvent>,
     /// Incoming connections are refused while this many CM events wait.
     max_cm_events: usize,
+    /// Half-open connections of each listener with a QP template.
+    listen_backlog: usize,
     cm_counters: CmCounters,
     pub(super) event_log: EventLog,
     closed: RdmaCounters,
@@ -206,8 +226,14 @@ impl RdmaHandler {
             listeners: FxHashMap::default(),
             conns: FxHashMap::default(),
             order: Vec::new(),
+            order_dead: 0,
+            by_qp: FxHashMap::default(),
+            timers: BinaryHeap::new(),
+            due: Vec::new(),
+            touched: Vec::new(),
             events: VecDeque::new(),
             max_cm_events: MAX_CM_EVENTS,
+            listen_backlog: LISTEN_BACKLOG,
             cm_counters: CmCounters::default(),
             event_log: EventLog::default(),
             closed: RdmaCounters::default(),
@@ -293,6 +319,15 @@ impl RdmaHandler {
         self.parts().2.max_cm_events = n.max(1);
     }
 
+    /// Most half-open connections (SYN received, handshake not complete) of each listener
+    /// made by later [`RdmaHandler::listen`] calls; more SYNs are dropped, and their
+    /// initiators retry after an initial RTO (1 s). Default [`LISTEN_BACKLOG`]; a server
+    /// that many initiators connect to at once wants room for them all (Linux's
+    /// `somaxconn` default is 4096).
+    pub fn set_listen_backlog(&mut self, n: usize) {
+        self.parts().2.listen_backlog = n.max(1);
+    }
+
     /// What the connection manager refused and how deep its event queue got.
     pub fn cm_counters(&self) -> CmCounters {
         self.service().cm_counters()
@@ -344,7 +379,7 @@ impl RdmaHandler {
     pub fn listen(&mut self, addr: impl Into<SocketAddr>, init: QpInit) -> Result<(), CmError> {
         let addr = addr.into();
         let (engine, _, cm) = self.parts();
-        engine.listen(addr, 64)?;
+        engine.listen(addr, cm.listen_backlog)?;
         cm.listeners.insert(addr.port(), Some(init));
         Ok(())
     }
@@ -444,6 +479,7 @@ impl RdmaHandler {
             .tuple(id)
             .map_or(SocketAddr::new(local, 0), |t| t.local);
         cm.track(id, Some(qp), local, remote, true);
+        cm.arm_timer(engine, id);
         Ok(id)
     }
 
@@ -473,6 +509,7 @@ impl RdmaHandler {
             }
         }
         entry.qp = Some(qp);
+        cm.by_qp.insert(qp, id);
         c.accept(cm.now, rnic.memory_mut(), private_data)?;
         cm.service(engine, rnic, id);
         Ok(())
@@ -547,16 +584,76 @@ impl RdmaHandler {
     pub fn next_timeout(&mut self) -> Option<Instant> {
         let (engine, _, cm) = self.parts();
         let t = engine.poll_timeout();
-        let c = cm
-            .order
-            .iter()
-            .filter_map(|id| engine.ulp(*id).and_then(|c| c.poll_timeout()))
-            .min();
-        Instant::earliest(t, c)
+        Instant::earliest(t, cm.next_timer())
     }
 }
 
 impl ConnManager {
+    /// The live connections in the order they were tracked.
+    pub(super) fn ids(&self) -> Vec<ConnId> {
+        self.order
+            .iter()
+            .copied()
+            .filter(|id| self.conns.contains_key(id))
+            .collect()
+    }
+
+    /// Queues the connection's timer when it is due earlier than the one queued.
+    fn arm_timer(&mut self, engine: &RdmaEngine, id: ConnId) {
+        let Some(d) = engine.ulp(id).and_then(Connection::poll_timeout) else {
+            return;
+        };
+        let Some(e) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if e.timer_at.is_none_or(|t| d < t) {
+            e.timer_at = Some(d);
+            self.timers.push(Reverse((d, id)));
+        }
+    }
+
+    /// The earliest queued connection timer (stale entries are dropped).
+    fn next_timer(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((d, id))) = self.timers.peek() {
+            if self.conns.get(&id).is_some_and(|e| e.timer_at == Some(d)) {
+                return Some(d);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Runs the connection timers due at `now`; the connections go to `due` for service.
+    fn run_timers(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, now: Instant) {
+        while let Some(&Reverse((d, id))) = self.timers.peek() {
+            if d > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(e) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            if e.timer_at != Some(d) {
+                continue;
+            }
+            e.timer_at = None;
+            // The deadline may have moved since it was queued (an initiator's MPA timer
+            // restarts when its Request goes out).
+            let fire = engine
+                .ulp(id)
+                .and_then(Connection::poll_timeout)
+                .is_some_and(|t| t <= now);
+            if fire {
+                if let Some(c) = engine.ulp_mut(id) {
+                    c.handle_timeout(now, rnic.memory());
+                }
+                self.due.push(id);
+            } else {
+                self.arm_timer(engine, id);
+            }
+        }
+    }
+
     /// Counters over every connection, live and closed.
     fn totals(&self, engine: &RdmaEngine) -> RdmaCounters {
         let mut c = self.closed;
@@ -648,8 +745,12 @@ impl ConnManager {
                 tcp_close_sent: false,
                 aborted: false,
                 announced,
+                timer_at: None,
             },
         );
+        if let Some(qp) = qp {
+            self.by_qp.insert(qp, id);
+        }
         self.order.push(id);
     }
 
@@ -699,6 +800,7 @@ impl ConnManager {
         if drained && self.conns.get(&id).is_some_and(|e| e.closing) {
             self.close_tcp(engine, id);
         }
+        self.arm_timer(engine, id);
     }
 
     fn close_tcp(&mut self, engine: &mut RdmaEngine, id: ConnId) {
@@ -816,12 +918,7 @@ impl ConnManager {
                 | QpAction::ResetLlp { qp }
                 | QpAction::Destroyed { qp } => *qp,
             };
-            let Some(id) = self
-                .conns
-                .iter()
-                .find(|(_, e)| e.qp == Some(qp))
-                .map(|(id, _)| *id)
-            else {
+            let Some(&id) = self.by_qp.get(&qp) else {
                 continue;
             };
             let now = self.now;
@@ -906,6 +1003,7 @@ impl ConnManager {
                         self.foreign += 1;
                     }
                     self.track(conn, qp, tuple.local, tuple.remote, false);
+                    self.arm_timer(engine, conn);
                 } else {
                     // Closed (e.g. reset) before we got to it: free the QP.
                     free(rnic);
@@ -967,7 +1065,16 @@ impl ConnManager {
         let Some(entry) = self.conns.remove(&conn) else {
             return;
         };
-        self.order.retain(|c| *c != conn);
+        if let Some(qp) = entry.qp {
+            self.by_qp.remove(&qp);
+        }
+        // Closed entries leave `order` in batches: O(1) per close, amortized.
+        self.order_dead += 1;
+        if self.order_dead > self.conns.len() {
+            let conns = &self.conns;
+            self.order.retain(|id| conns.contains_key(id));
+            self.order_dead = 0;
+        }
         let announced = entry.announced
             || self.events.iter().any(|e| {
                 matches!(e, CmEvent::ConnectRequest { id, .. } | CmEvent::Request { id, .. }
@@ -1044,25 +1151,29 @@ impl ConnManager {
 impl TcpService<Connection, Rnic> for ConnManager {
     /// Connection timers, TCP events, the application rings, every connection's WRs and
     /// completions, the RNIC's QP actions.
+    ///
+    /// Only the connections with something to do are visited: those whose timer is due,
+    /// those TCP handed segments or polled ([`tcp::Engine::take_active`]) and those whose QP
+    /// got work ([`Rnic::take_touched_qps`]); an idle connection costs nothing per
+    /// iteration.
     fn work(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, now: Instant) {
         self.now = now;
-        for i in 0..self.order.len() {
-            let id = self.order[i];
-            if let Some(c) = engine.ulp_mut(id) {
-                if c.poll_timeout().is_some_and(|d| d <= now) {
-                    c.handle_timeout(now, rnic.memory());
-                }
-            }
-        }
+        self.run_timers(engine, rnic, now);
         self.tcp_events(engine, rnic);
         for ch in &mut self.channels {
             ch.pump(rnic);
         }
-        for i in 0..self.order.len() {
-            if let Some(&id) = self.order.get(i) {
-                self.service(engine, rnic, id);
-            }
+        let mut due = std::mem::take(&mut self.due);
+        engine.take_active(&mut due);
+        rnic.take_touched_qps(&mut self.touched);
+        due.extend(self.touched.drain(..).filter_map(|qp| self.by_qp.get(&qp)));
+        due.sort_unstable();
+        due.dedup();
+        for &id in &due {
+            self.service(engine, rnic, id);
         }
+        due.clear();
+        self.due = due;
         self.qp_actions(engine, rnic);
         self.tcp_events(engine, rnic);
         self.event_log.drain(rnic, &self.channels);

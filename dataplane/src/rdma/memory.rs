@@ -40,7 +40,17 @@ pub fn open_rnic(len: usize, hugepages: bool, seed: u64) -> Result<(Rnic, Memory
     } else {
         (Box::new(HeapBackend::new(len)), MemoryKind::Heap)
     };
-    let device = RnicDevice::new("dp-rnic0", RnicAttributes::default());
+    let device = RnicDevice::new("dp-rnic0", rnic_attributes());
     let rnic = device.open(AddressingMode::Page, backend, seed)?;
     Ok((rnic, kind))
+}
+
+/// The data plane RNIC's capabilities: the soft RNIC's defaults with room for many QPs
+/// (NVMe-oF targets and MPI jobs run thousands) and CQs deep enough for all their work.
+fn rnic_attributes() -> RnicAttributes {
+    RnicAttributes {
+        max_qps: 16384,
+        max_cqes_per_cq: 1 << 20,
+        ..RnicAttributes::default()
+    }
 }

@@ -26,7 +26,8 @@ pub use arena::{Arena, ArenaError, Region, REGION_VA_BASE};
 pub use counters::{CmCounters, RdmaCounters};
 pub use events::{EventCounters, MAX_KEPT_EVENTS, RECENT_EVENTS};
 pub use handler::{
-    CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler, MAX_CM_EVENTS,
+    CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler, LISTEN_BACKLOG,
+    MAX_CM_EVENTS,
 };
 pub use memory::{open_rnic, MemoryKind};
 pub use observe::OPCODE_NAMES;

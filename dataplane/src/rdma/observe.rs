@@ -69,7 +69,7 @@ impl ConnManager {
         cm: &CmCounters,
         snap: &mut Snapshot,
     ) {
-        for id in &self.order {
+        for id in &self.ids() {
             let (Some(entry), Some(conn)) = (self.conns.get(id), engine.ulp(*id)) else {
                 continue;
             };

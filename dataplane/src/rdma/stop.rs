@@ -34,7 +34,7 @@ impl RdmaHandler {
     /// Starts closing every connection for a stop (see the module docs).
     pub fn close_all(&mut self) -> StopCounts {
         let mut counts = StopCounts::default();
-        let ids: Vec<_> = self.service().order.clone();
+        let ids = self.service().ids();
         for id in ids {
             let Some((qp, established)) =
                 self.service().conns.get(&id).map(|e| (e.qp, e.established))
@@ -69,7 +69,7 @@ impl RdmaHandler {
     /// Aborts every connection still open (a Terminate where the QP is in RTS, then a
     /// reset); returns how many.
     pub fn abort_all(&mut self) -> usize {
-        let ids: Vec<_> = self.service().order.clone();
+        let ids = self.service().ids();
         let n = ids.len();
         for id in ids {
             let _ = self.abort(id);

@@ -49,6 +49,7 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
                 return None;
             }
             let f = self.frames.pop_front()?;
+            self.negotiator.frame_sent(now);
             self.stats.units_sent += 1;
             self.tx_start = Some(seq.wrapping_add(f.len() as u32));
             self.setup_tx();

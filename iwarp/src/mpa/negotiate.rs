@@ -313,6 +313,15 @@ impl Negotiator {
         }
     }
 
+    /// Our frame reached the stream at `now` (the transport took it): an initiator awaiting
+    /// the Reply waits `timeout` from here, not from its creation, so the time TCP took to
+    /// connect (SYN retransmissions under load, say) is not counted against the peer.
+    pub fn frame_sent(&mut self, now: Instant) {
+        if self.state == State::AwaitReply {
+            self.deadline = Some(now + self.cfg.timeout);
+        }
+    }
+
     /// Fails the negotiation when the peer's frame (or RTR) is overdue.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), MpaError> {
         match self.poll_timeout() {

@@ -46,6 +46,7 @@ impl Rnic {
     /// first Immediate Error stops the list. In Error the WRs are accepted and flushed; a
     /// WR posted while Closing is a "Bad Close" (§6.2.5).
     pub fn post_sq(&mut self, qp: QpId, wrs: Vec<SendWr>) -> Result<usize, PostError> {
+        self.touch(qp);
         let mut posted = 0;
         for wr in wrs {
             if let Err(error) = self.post_one_sq(qp, wr) {
@@ -153,6 +154,7 @@ impl Rnic {
     /// PostRQ to a QP's own RQ (VERBS-00 §9.3.1.2). A QP attached to an S-RQ refuses it
     /// with "RQ Associated with S-RQ". In Closing and Error receives are flushed.
     pub fn post_rq(&mut self, qp: QpId, wrs: Vec<RecvWr>) -> Result<usize, PostError> {
+        self.touch(qp);
         let mut posted = 0;
         for wr in wrs {
             let Some(q) = self.qps.get_mut(&qp) else {

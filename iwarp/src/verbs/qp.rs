@@ -186,6 +186,7 @@ impl Rnic {
             next_work: 0,
             rq_limit_armed: init.rq_limit > 0,
             error_reported: false,
+            touched: false,
         };
         let srq_pd = init.srq.and_then(|s| self.srqs.get(&s)).map(|s| s.pd);
         self.memory.set_stream(id, qp.stream_rights(srq_pd));
@@ -234,6 +235,7 @@ impl Rnic {
     /// Modify QP (VERBS-00 §6.1.3, §9.2.5.3). Either every requested change happens or
     /// none does and an Immediate Error is returned.
     pub fn modify_qp(&mut self, qp: QpId, m: ModifyQp) -> Result<QpInit, VerbError> {
+        self.touch(qp);
         let q = self.qps.get(&qp).ok_or(VerbError::InvalidQpHandle)?;
         let from = q.state;
         let to = m.next_state;

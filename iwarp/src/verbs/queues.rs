@@ -180,6 +180,8 @@ pub(super) struct Qp {
     /// A WC with a status other than Success or Flushed was produced (VERBS-00 §6.2.4:
     /// at most one per QP).
     pub(super) error_reported: bool,
+    /// In the RNIC's list of QPs with new work ([`Rnic::take_touched_qps`]).
+    pub(super) touched: bool,
 }
 
 impl Qp {

@@ -210,6 +210,7 @@ impl RnicDevice {
             cq_events: BoundedQueue::new(self.attrs.max_cq_events as usize),
             event_counts: FxHashMap::default(),
             actions: VecDeque::new(),
+            touched: Vec::new(),
         })
     }
 }
@@ -273,6 +274,8 @@ pub struct Rnic {
     /// Events raised, per identifier (queued or lost).
     event_counts: FxHashMap<AsyncEventKind, u64>,
     pub(super) actions: VecDeque<QpAction>,
+    /// QPs given new work since the last [`Rnic::take_touched_qps`], each once.
+    touched: Vec<QpId>,
 }
 
 impl std::fmt::Debug for Rnic {
@@ -291,6 +294,34 @@ impl Rnic {
     /// Query RNIC (VERBS-00 §9.2.1.2).
     pub fn query(&self) -> &RnicAttributes {
         &self.attrs
+    }
+
+    /// Moves the QPs given new work (posted WRs, their own or their S-RQ's, or a Modify
+    /// QP) since the last call into `out`, each once: the poll core moves work for those
+    /// instead of visiting every QP. Destroyed QPs may be among them.
+    pub fn take_touched_qps(&mut self, out: &mut Vec<QpId>) {
+        for qp in self.touched.drain(..) {
+            if let Some(q) = self.qps.get_mut(&qp) {
+                q.touched = false;
+            }
+            out.push(qp);
+        }
+    }
+
+    /// Lists `qp` for [`Rnic::take_touched_qps`].
+    pub(super) fn touch(&mut self, qp: QpId) {
+        if let Some(q) = self.qps.get_mut(&qp) {
+            if !q.touched {
+                q.touched = true;
+                self.touched.push(qp);
+            }
+        }
+        // Nobody may be taking the list: destroyed QPs' entries leave it in batches, so it
+        // stays within twice the QP table.
+        if self.touched.len() > 2 * self.qps.len() + 64 {
+            let qps = &self.qps;
+            self.touched.retain(|qp| qps.contains_key(qp));
+        }
     }
 
     /// Close RNIC (VERBS-00 §9.2.1.3): frees every resource; the device may be opened again.

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use super::event::{AsyncEvent, AsyncEventKind, EventResource};
-use super::handle::SrqHandle;
+use super::handle::{QpId, SrqHandle};
 use super::processing::{check_recv_wr, PostError};
 use super::queues::Srq;
 use super::rnic::Rnic;
@@ -128,6 +128,16 @@ impl Rnic {
     /// PostRQ to an S-RQ (VERBS-00 §9.3.1.2). Returns the number of WRs posted; the first
     /// failing WR stops the list.
     pub fn post_srq(&mut self, srq: SrqHandle, wrs: Vec<RecvWr>) -> Result<usize, PostError> {
+        // The QPs drawing on the S-RQ may have waited for these.
+        let waiting: Vec<QpId> = self
+            .qps
+            .values()
+            .filter(|q| q.srq == Some(srq) && !q.touched)
+            .map(|q| q.id)
+            .collect();
+        for qp in waiting {
+            self.touch(qp);
+        }
         let s = self.srqs.get_mut(&srq).ok_or(PostError {
             posted: 0,
             error: VerbError::InvalidSrqHandle,

@@ -508,3 +508,32 @@ fn p2p_without_matching_rtr_terminates_2_0_07() {
         )));
     }
 }
+
+// Under load TCP can take seconds to connect (SYNs retransmitted): the initiator's wait for
+// the Reply counts from when TCP took its Request, not from the connection's creation.
+#[test]
+fn initiator_timer_starts_when_the_request_goes_out() {
+    use iwarp::conn::Connection;
+    use tcp::SegmentSource;
+    let (mut mem, _) = memory(MEM);
+    let t0 = tcp::Instant::from_millis(1);
+    let cfg = conn_config(MpaConfig {
+        timeout: Duration::from_secs(5),
+        ..MpaConfig::default()
+    });
+    let mut c = Connection::initiator(cfg, t0).unwrap();
+    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(5)));
+    // TCP connects 4 s later and takes the Request.
+    let t1 = t0 + Duration::from_secs(4);
+    let unit = c.next_unit(&mut mem, t1, 1000, 1460);
+    assert!(unit.is_some(), "the Request goes out");
+    assert_eq!(c.poll_timeout(), Some(t1 + Duration::from_secs(5)));
+    c.handle_timeout(t0 + Duration::from_secs(6), &mem);
+    assert_eq!(c.state(), ConnState::Negotiating);
+    assert!(
+        c.poll_event().is_none(),
+        "no failure before the Reply is overdue"
+    );
+    c.handle_timeout(t1 + Duration::from_secs(5), &mem);
+    assert_eq!(c.state(), ConnState::Failed);
+}

@@ -648,3 +648,31 @@ fn rnic_can_be_opened_once_at_a_time() {
     // Close freed everything: a fresh RNIC has no PD to deallocate.
     assert_eq!(reopened.dealloc_pd(PdId(1)), Err(VerbError::InvalidPdId));
 }
+
+// The poll core moves work only for the QPs the RNIC lists as touched: every post (SQ, RQ,
+// an S-RQ's QPs) and Modify QP lists its QP once; idle QPs are not listed.
+#[test]
+fn touched_qps_list_each_qp_with_new_work_once() {
+    let mut fx = fixture();
+    let take = |rnic: &mut Rnic| {
+        let mut v = Vec::new();
+        rnic.take_touched_qps(&mut v);
+        v
+    };
+    let (idle, _) = fx.rnic.create_qp(QpInit::new(fx.pd, fx.cq, fx.cq)).unwrap();
+    to_rts(&mut fx.rnic, fx.qp);
+    assert_eq!(take(&mut fx.rnic), [fx.qp], "Modify QP lists the QP");
+    assert!(take(&mut fx.rnic).is_empty());
+    fx.rnic.post_rq(fx.qp, vec![recv(1, Vec::new())]).unwrap();
+    fx.rnic.post_sq(fx.qp, vec![send(2, Vec::new())]).unwrap();
+    fx.rnic.post_sq(fx.qp, vec![send(3, Vec::new())]).unwrap();
+    assert_eq!(take(&mut fx.rnic), [fx.qp], "three posts, one entry");
+    // An S-RQ post lists the QPs drawing on it, not the others.
+    let (srq, _) = fx.rnic.create_srq(fx.pd, 8, 1, 0).unwrap();
+    let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
+    init.srq = Some(srq);
+    let (on_srq, _) = fx.rnic.create_qp(init).unwrap();
+    fx.rnic.post_srq(srq, vec![recv(4, Vec::new())]).unwrap();
+    assert_eq!(take(&mut fx.rnic), [on_srq]);
+    assert!(!take(&mut fx.rnic).contains(&idle));
+}
