@@ -123,6 +123,19 @@ pub struct ConnInfo {
     pub spurious_timeouts: u64,
     /// Fast-recovery episodes.
     pub recoveries: u64,
+    /// Of those, episodes found spurious (reordering, not loss) and undone (RFC 3522 or
+    /// RFC 3708 detection, RFC 4015 response).
+    pub spurious_recoveries: u64,
+}
+
+/// One connection's loss-recovery counters, summed into the engine's statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LossCounters {
+    pub(crate) retransmits: u64,
+    pub(crate) timeouts: u64,
+    pub(crate) spurious_timeouts: u64,
+    pub(crate) recoveries: u64,
+    pub(crate) spurious_recoveries: u64,
 }
 
 /// A transmission control block.
@@ -199,6 +212,7 @@ pub(crate) struct Tcb {
     timeouts: u64,
     spurious_timeouts: u64,
     recoveries: u64,
+    spurious_recoveries: u64,
     /// Since a timeout: how to undo it should it prove spurious.
     rto_undo: Option<RtoUndo>,
 }
@@ -296,6 +310,7 @@ impl Tcb {
             timeouts: 0,
             spurious_timeouts: 0,
             recoveries: 0,
+            spurious_recoveries: 0,
             rto_undo: None,
         }
     }
@@ -356,12 +371,19 @@ impl Tcb {
             timeouts: self.timeouts,
             spurious_timeouts: self.spurious_timeouts,
             recoveries: self.recoveries,
+            spurious_recoveries: self.spurious_recoveries,
         }
     }
 
-    /// Segments retransmitted, retransmission timeouts and spurious ones so far.
-    pub(crate) fn loss_counters(&self) -> (u64, u64, u64) {
-        (self.retransmits, self.timeouts, self.spurious_timeouts)
+    /// Retransmissions, timeouts, recoveries and the spurious ones so far.
+    pub(crate) fn loss_counters(&self) -> LossCounters {
+        LossCounters {
+            retransmits: self.retransmits,
+            timeouts: self.timeouts,
+            spurious_timeouts: self.spurious_timeouts,
+            recoveries: self.recoveries,
+            spurious_recoveries: self.spurious_recoveries,
+        }
     }
 
     /// Sequence number of the next new byte (for RSTs on abort).
