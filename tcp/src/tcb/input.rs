@@ -12,8 +12,12 @@ use crate::seq;
 use crate::time::Instant;
 use crate::ulp::Upper;
 
-/// RFC 7323 §5.5: TS.Recent is invalid after 24 days of idleness.
-const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+/// RFC 7323 §5.5: TS.Recent is invalid once the peer's clock may have moved on by 2^31
+/// ticks: 24 days at 1 ms a tick, but 35.8 minutes at 1 µs, the rate of this engine's own
+/// clock (and of Linux's with usec timestamps). The peer's rate is unknown, so the shorter
+/// bound (with a margin) holds: a stale TS.Recent is then merely not enforced, where a
+/// longer bound would make PAWS reject every segment of a peer that was idle that long.
+const PAWS_IDLE: Duration = Duration::from_secs(30 * 60);
 
 /// How soon a refused SYN goes out again under `Config::refused_retry`.
 const REFUSED_SYN_RESEND: Duration = Duration::from_millis(20);

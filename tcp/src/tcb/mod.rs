@@ -436,8 +436,11 @@ impl Tcb {
         seq::diff(self.snd_nxt, self.snd_una).max(0) as usize
     }
 
+    /// Our TSval: a microsecond clock (RFC 7323 §5.4 leaves the rate open), so that Eifel
+    /// detection (RFC 3522) tells an original from a retransmission sent a few
+    /// microseconds later, as happens when reordering is mistaken for loss.
     fn tsval(&self, now: Instant) -> u32 {
-        (now.as_millis() as u32).wrapping_add(self.ts_offset)
+        (now.as_micros() as u32).wrapping_add(self.ts_offset)
     }
 
     fn abort_with(&mut self, reason: CloseReason, ev: &mut Vec<TcbEvent>) {
