@@ -380,7 +380,7 @@ fn spurious_timeout_is_detected_and_undone() {
     let original_ts = segs[4].ts.unwrap().0;
     assert!(
         original_ts < rtx.ts.unwrap().0,
-        "ms timestamps tell them apart"
+        "timestamps tell them apart"
     );
     let out = ack_echoing(&mut p, &segs, 5, original_ts);
     let info = p.e.info(c).unwrap();
@@ -409,4 +409,228 @@ fn genuine_timeout_is_not_undone() {
         data(&out).iter().any(|s| s.seq == segs[1].seq),
         "the next lost segment is retransmitted"
     );
+}
+
+/// End sequence number of a data segment.
+fn end_of(s: &Seg) -> u32 {
+    s.seq.wrapping_add(s.payload.len() as u32)
+}
+
+/// Ten segments in flight (SACK on, timestamps as `ts`), then after a 100 µs round trip the
+/// peer's ACK of the first two: RACK's minimum RTT is 100 µs (SRTT is less: the scripted
+/// handshake took no time).
+fn rtt_measured(ts: bool) -> (RawPeer, Vec<Seg>) {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake_with(Some(7), ts, true, 1 << 20);
+    let mss = p.e.info(c).unwrap().effective_mss;
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 10, 1));
+    let segs = data(&p.output());
+    assert_eq!(segs.len(), 10);
+    p.now = p.now + Duration::from_micros(100);
+    let mut a = ack_for(&p, segs[2].seq, &[]);
+    if ts {
+        a.ts = Some((p.tsval.unwrap(), segs[1].ts.unwrap().0));
+    }
+    assert!(data(&p.send(&a)).is_empty() || p.e.info(c).unwrap().retransmits == 0);
+    (p, segs)
+}
+
+/// RACK's reordering window before reordering is seen: min RTT / 4, at most SRTT.
+fn reo_wnd(p: &RawPeer) -> Duration {
+    let srtt = p.e.info(p.conn.unwrap()).unwrap().srtt.unwrap();
+    Duration::from_micros(25).min(srtt)
+}
+
+// RFC 8985 §6.2: a unit SACKed above a hole is not enough to retransmit the hole until an
+// RTT plus the reordering window (min RTT / 4, at most SRTT) passed since it was sent; the
+// hole filled within that time (reordering, not loss) costs no retransmission and no
+// recovery.
+#[test]
+fn rack_reordering_within_the_window_is_not_loss() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let wnd = reo_wnd(&p);
+    assert!(wnd > Duration::from_micros(5));
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[4]))],
+    ));
+    assert!(data(&out).iter().all(|s| s.seq != segs[2].seq));
+    let out = p.advance(wnd - Duration::from_micros(2));
+    assert!(
+        data(&out).iter().all(|s| s.seq != segs[2].seq),
+        "within {wnd:?}"
+    );
+    p.send(&ack_for(&p, end_of(&segs[4]), &[]));
+    let out = p.advance(Duration::from_millis(1));
+    assert!(data(&out).iter().all(|s| s.seq != segs[2].seq));
+    let info = p.e.info(c).unwrap();
+    assert_eq!(
+        (info.retransmits, info.recoveries, info.timeouts),
+        (0, 0, 0)
+    );
+    assert!(info.cwnd >= cwnd);
+}
+
+// RFC 8985 §6.2-6.3: a real loss is still found: the reordering timer fires an RTT plus
+// the reordering window after the hole was sent, long before the RTO (5 ms here).
+#[test]
+fn rack_timer_detects_a_real_loss() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let wnd = reo_wnd(&p);
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[4]))],
+    ));
+    assert!(data(&out).iter().all(|s| s.seq != segs[2].seq));
+    let mut waited = Duration::ZERO;
+    let rtx = loop {
+        let out = data(&p.advance(Duration::from_micros(5)));
+        waited += Duration::from_micros(5);
+        if let Some(s) = out.iter().find(|s| s.seq == segs[2].seq) {
+            break s.clone();
+        }
+        assert!(waited < Duration::from_millis(5), "no RACK retransmission");
+    };
+    // Sent at 0, RACK.rtt 100 µs: due the reordering window after the SACK arrived.
+    assert!(
+        waited >= wnd && waited < wnd + Duration::from_micros(5),
+        "{waited:?}"
+    );
+    assert_eq!(rtx.payload, segs[2].payload);
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.recoveries, info.timeouts), (1, 0));
+}
+
+// RFC 8985 §6.2 step 4: with DupThresh (3) units SACKed and no reordering seen yet, the
+// window is zero: the hole is retransmitted at once, as the duplicate-ACK rule did.
+#[test]
+fn rack_three_sacked_units_retransmit_at_once() {
+    let (mut p, segs) = rtt_measured(true);
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[5]))],
+    ));
+    assert_eq!(data(&out).first().map(|s| s.seq), Some(segs[2].seq));
+}
+
+// RFC 3522 §3.2 applied to fast recovery: the ACK of the retransmitted hole echoes the
+// original's TSval (microseconds older than the retransmission's): the original arrived,
+// the recovery was spurious and is undone (the congestion window restored, RFC 4015 §3).
+#[test]
+fn spurious_fast_recovery_is_undone_by_eifel() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    p.now = p.now + Duration::from_micros(3);
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[5]))],
+    ));
+    let rtx = data(&out)
+        .into_iter()
+        .find(|s| s.seq == segs[2].seq)
+        .expect("fast rtx");
+    assert!(rtx.ts.unwrap().0 > segs[2].ts.unwrap().0);
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.recoveries, 1);
+    assert!(info.cwnd < cwnd, "reduced on entry");
+    let mut a = ack_for(&p, end_of(&segs[5]), &[]);
+    a.ts = Some((p.tsval.unwrap() + 1, segs[2].ts.unwrap().0));
+    p.send(&a);
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.spurious_recoveries, 1);
+    assert!(info.cwnd >= cwnd, "cwnd {} restored to {cwnd}", info.cwnd);
+}
+
+// RFC 3522 §3.2: an ACK echoing the retransmission's TSval: the loss was real, the window
+// stays reduced.
+#[test]
+fn genuine_fast_recovery_is_not_undone() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    p.now = p.now + Duration::from_micros(3);
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[5]))],
+    ));
+    let rtx = data(&out)
+        .into_iter()
+        .find(|s| s.seq == segs[2].seq)
+        .expect("fast rtx");
+    let mut a = ack_for(&p, end_of(&segs[5]), &[]);
+    a.ts = Some((p.tsval.unwrap() + 1, rtx.ts.unwrap().0));
+    p.send(&a);
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.recoveries, info.spurious_recoveries), (1, 0));
+    assert!(info.cwnd < cwnd);
+}
+
+// RFC 3708 §3.2 without timestamps: a D-SACK (RFC 2883) for the one retransmission of the
+// recovery shows both copies arrived: the recovery is undone, and RACK's reordering window
+// grows (RFC 8985 §6.2 step 4), so the same reordering no longer counts as loss.
+#[test]
+fn spurious_fast_recovery_is_undone_by_dsack() {
+    let (mut p, segs) = rtt_measured(false);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[5]))],
+    ));
+    assert!(data(&out).iter().any(|s| s.seq == segs[2].seq), "fast rtx");
+    assert!(p.e.info(c).unwrap().cwnd < cwnd);
+    p.send(&ack_for(&p, end_of(&segs[5]), &[]));
+    assert_eq!(p.e.info(c).unwrap().spurious_recoveries, 0);
+    let dsack = ack_for(&p, end_of(&segs[5]), &[(segs[2].seq, end_of(&segs[2]))]);
+    p.send(&dsack);
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.spurious_recoveries, 1);
+    assert!(info.cwnd >= cwnd, "cwnd {} restored to {cwnd}", info.cwnd);
+    // Reordering was seen and the window grew: three units SACKed above the next hole are
+    // not retransmitted at once now.
+    let out = p.send(&ack_for(
+        &p,
+        segs[6].seq,
+        &[(segs[7].seq, end_of(&segs[9]))],
+    ));
+    assert!(data(&out).iter().all(|s| s.seq != segs[6].seq));
+}
+
+// RFC 2883 §4: a duplicate below RCV.NXT is reported in the first SACK block of the next
+// ACK; a duplicate of out-of-order data too, followed by the block that holds it.
+#[test]
+fn dsack_reports_duplicates() {
+    let mut p = RawPeer::new(test_config());
+    p.handshake();
+    let start = p.snd;
+    p.send_data(b"first");
+    p.snd = start;
+    let out = p.send_data(b"first");
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, Some(start + 5));
+    assert_eq!(out[0].sack, vec![(start, start + 5)]);
+    // Out of order, then again.
+    p.snd = start + 10;
+    let out = p.send_data(b"ahead");
+    assert_eq!(out[0].sack, vec![(start + 10, start + 15)]);
+    p.snd = start + 10;
+    let out = p.send_data(b"ahead");
+    assert_eq!(
+        out[0].sack,
+        vec![(start + 10, start + 15), (start + 10, start + 15)]
+    );
+    // Reported once: the next ACK carries the plain SACK block only.
+    p.snd = start + 5;
+    let out = p.send_data(b"ab");
+    assert_eq!(out[0].sack, vec![(start + 10, start + 15)]);
 }

@@ -17,6 +17,7 @@ use smoltcp::wire::{TcpControl, TcpRepr};
 use crate::cc::CongestionControl;
 use crate::config::Config;
 use crate::options::{Negotiated, Offer};
+use crate::rack::Rack;
 use crate::rto::RttEstimator;
 use crate::rx::Reassembly;
 use crate::sack::SackReporter;
@@ -179,6 +180,15 @@ pub(crate) struct Tcb {
     recovery: Option<u32>,
     dupacks: u32,
     fast_rtx: bool,
+    /// RACK loss detection (RFC 8985), used when SACK is on.
+    rack: Rack,
+    /// The RACK reordering timer (RFC 8985 §6.2 step 5).
+    rack_deadline: Option<Instant>,
+    /// SND.NXT at the last retransmission timeout, until acknowledged: no fast recovery
+    /// begins before (RFC 6582 §3.2 step 1, RFC 6675 §5.1).
+    rto_point: Option<u32>,
+    /// A D-SACK block (RFC 2883) for the next ACK: sequence range of a duplicate received.
+    dsack: Option<(u32, u32)>,
 
     syn_sent_at: Instant,
     /// When the active open began (for `Config::refused_retry`).
@@ -215,6 +225,8 @@ pub(crate) struct Tcb {
     spurious_recoveries: u64,
     /// Since a timeout: how to undo it should it prove spurious.
     rto_undo: Option<RtoUndo>,
+    /// Since the last fast recovery began: how to undo it should it prove spurious.
+    rec_undo: Option<RecoveryUndo>,
 }
 
 /// What a retransmission timeout changed, kept until the next ACK shows whether it was
@@ -225,6 +237,25 @@ struct RtoUndo {
     retransmit_ts: u32,
     /// The congestion controller before the timeout.
     cc: Box<dyn CongestionControl>,
+}
+
+/// What a fast recovery changed, kept until its retransmissions prove needed or spurious:
+/// Eifel detection (RFC 3522) at the ACK of the first retransmission, or D-SACKs for every
+/// retransmission of the episode (RFC 3708 §3.2). The response restores the congestion
+/// state as RFC 4015 does after a timeout.
+#[derive(Debug)]
+struct RecoveryUndo {
+    /// The congestion controller before the recovery.
+    cc: Box<dyn CongestionControl>,
+    /// SND.UNA and SND.NXT when it began: D-SACKs inside count.
+    start: u32,
+    end: u32,
+    /// TSval of the first retransmission, and the end of the unit it carried.
+    retransmit_ts: Option<(u32, u32)>,
+    /// Whether the ACK of the first retransmission was seen (Eifel decided).
+    eifel_done: bool,
+    /// Retransmissions of the episode not yet reported duplicate by a D-SACK.
+    retrans: u32,
 }
 
 impl Tcb {
@@ -284,6 +315,10 @@ impl Tcb {
             recovery: None,
             dupacks: 0,
             fast_rtx: false,
+            rack: Rack::default(),
+            rack_deadline: None,
+            rto_point: None,
+            dsack: None,
             syn_sent_at: now,
             opened_at: now,
             resend_refused_syn: false,
@@ -312,6 +347,7 @@ impl Tcb {
             recoveries: 0,
             spurious_recoveries: 0,
             rto_undo: None,
+            rec_undo: None,
         }
     }
 

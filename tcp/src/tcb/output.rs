@@ -84,10 +84,16 @@ impl Tcb {
         };
         let timestamp = ts_on.then(|| (self.tsval(now), self.ts_recent));
         let mut sack = [None; 3];
-        if self.opts.sack && !syn && !self.rx.is_empty() {
-            let blocks = self.sack_rep.blocks(&self.rx);
-            for (slot, &(a, b)) in sack.iter_mut().zip(blocks.as_slice()) {
-                *slot = Some((self.seq_of(a), self.seq_of(b)));
+        if self.opts.sack && !syn {
+            // RFC 2883 §4: a D-SACK block first, in one ACK only.
+            let dsack = self.dsack.take();
+            let first = usize::from(dsack.is_some());
+            sack[0] = dsack;
+            if !self.rx.is_empty() {
+                let blocks = self.sack_rep.blocks(&self.rx);
+                for (slot, &(a, b)) in sack[first..].iter_mut().zip(blocks.as_slice()) {
+                    *slot = Some((self.seq_of(a), self.seq_of(b)));
+                }
             }
         }
         if ack.is_some() {
@@ -218,6 +224,14 @@ impl Tcb {
         if let Some(i) = self.txq.next_lost() {
             if self.fast_rtx || self.pipe() < self.cc.cwnd() {
                 self.fast_rtx = false;
+                if self.recovery.is_some() {
+                    let ts = self.tsval(now);
+                    let end = self.txq.unit(i).end();
+                    if let Some(undo) = self.rec_undo.as_mut() {
+                        undo.retrans += 1;
+                        undo.retransmit_ts.get_or_insert((ts, end));
+                    }
+                }
                 self.txq.retransmitted(i, now);
                 self.retransmits += 1;
                 return self.send_unit(now, cfg, sink_wnd, i, buf);

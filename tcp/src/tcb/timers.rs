@@ -14,7 +14,10 @@ impl Tcb {
                 earliest(self.rtx_deadline, self.delack_deadline),
                 earliest(self.persist_deadline, self.keepalive_deadline),
             ),
-            earliest(self.timewait_deadline, self.finwait2_deadline),
+            earliest(
+                earliest(self.timewait_deadline, self.finwait2_deadline),
+                self.rack_deadline,
+            ),
         )
     }
 
@@ -35,6 +38,7 @@ impl Tcb {
         self.keepalive_deadline = None;
         self.finwait2_deadline = None;
         self.delack_deadline = None;
+        self.rack_deadline = None;
         ev.push(TcbEvent::Closed(CloseReason::Normal));
     }
 
@@ -60,6 +64,12 @@ impl Tcb {
             ev.push(TcbEvent::Closed(CloseReason::TimedOut));
             ev.push(TcbEvent::Remove);
             return;
+        }
+        if due(self.rack_deadline) {
+            // RFC 8985 §6.3: the reordering timer ran out; units it waited for are lost.
+            self.rack_deadline = None;
+            let lost = self.rack_detect(now);
+            self.on_losses(now, lost);
         }
         if due(self.rtx_deadline) {
             self.rtx_deadline = None;
@@ -143,6 +153,9 @@ impl Tcb {
                 self.rtt.backoff();
                 self.txq.mark_all_lost();
                 self.recovery = None;
+                self.rec_undo = None;
+                self.rack_deadline = None;
+                self.rto_point = Some(self.snd_nxt);
                 self.dupacks = 0;
                 self.fast_rtx = true;
                 self.rtx_deadline = Some(now + self.rtt.rto());
