@@ -106,6 +106,11 @@ impl SendQueue {
         self.sacked_count
     }
 
+    /// Units marked lost and not yet retransmitted.
+    pub(crate) fn lost_count(&self) -> usize {
+        self.lost_count
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.units.len()
     }

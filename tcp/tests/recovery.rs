@@ -634,3 +634,28 @@ fn dsack_reports_duplicates() {
     let out = p.send_data(b"ab");
     assert_eq!(out[0].sack, vec![(start + 10, start + 15)]);
 }
+
+// RFC 3522 §3.2 with nothing retransmitted: the SACKs that showed a hole and the ACK that
+// filled it arrive in one receive burst (the engine transmits after the burst): the
+// recovery they began retransmitted nothing and is undone.
+#[test]
+fn recovery_without_retransmission_is_undone() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let now = p.now;
+    let sacks = ack_for(&p, segs[2].seq, &[(segs[3].seq, end_of(&segs[5]))]);
+    let filled = ack_for(&p, end_of(&segs[5]), &[]);
+    for s in [&sacks, &filled] {
+        p.e.handle_packet(now, &mut (), &s.emit()).unwrap();
+    }
+    let out = p.output();
+    assert!(
+        data(&out).iter().all(|s| s.seq != segs[2].seq),
+        "nothing to retransmit"
+    );
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.recoveries, info.spurious_recoveries), (1, 1));
+    assert_eq!(info.retransmits, 0);
+    assert!(info.cwnd >= cwnd, "cwnd {} restored to {cwnd}", info.cwnd);
+}

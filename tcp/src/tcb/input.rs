@@ -383,6 +383,9 @@ impl Tcb {
             // RFC 5681 §2 duplicate ACK (RFC 6675 counts SACK-bearing ACKs likewise).
             self.dupacks += 1;
         }
+        if advanced || sack_changed {
+            self.delivered_before_retransmission();
+        }
         let lost = if self.opts.sack {
             // RFC 8985 §6.2: on each ACK that delivers data.
             (advanced || sack_changed) && self.rack_detect(now)
@@ -462,6 +465,20 @@ impl Tcb {
             .timestamp
             .is_some_and(|ts| seq::lt(ts.tsecr, retransmit_ts))
         {
+            self.undo_recovery();
+        }
+    }
+
+    /// RFC 3522 §3.2 when nothing was retransmitted yet: every unit the recovery marked
+    /// lost was delivered (ACKed or SACKed) by its original after all, so the recovery was
+    /// spurious. Common when the ACKs that showed the hole and the one that filled it
+    /// arrive in one receive burst.
+    fn delivered_before_retransmission(&mut self) {
+        let unsent = self
+            .rec_undo
+            .as_ref()
+            .is_some_and(|u| u.retransmit_ts.is_none());
+        if unsent && self.txq.lost_count() == 0 {
             self.undo_recovery();
         }
     }
