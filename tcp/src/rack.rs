@@ -39,6 +39,9 @@ pub(crate) struct Rack {
     reo_wnd_persist: u32,
     /// SND.NXT when the window last grew: at most once a round trip (RACK.dsack_round).
     dsack_round: Option<u32>,
+    /// The TSecr of the ACK being processed, as our microsecond clock (truncated to 32
+    /// bits), when timestamps are on.
+    echoed: Option<u32>,
 }
 
 impl Default for Rack {
@@ -53,6 +56,7 @@ impl Default for Rack {
             reo_wnd_mult: 1,
             reo_wnd_persist: 0,
             dsack_round: None,
+            echoed: None,
         }
     }
 }
@@ -64,6 +68,12 @@ fn sent_after(t1: Instant, end1: u32, t2: Instant, end2: u32) -> bool {
 }
 
 impl Rack {
+    /// The ACK about to be processed echoes our clock at `echoed` microseconds (its TSecr
+    /// less our timestamp offset), or carries no timestamp.
+    pub(crate) fn set_echoed(&mut self, echoed: Option<u32>) {
+        self.echoed = echoed;
+    }
+
     /// A unit ending at `end`, last sent at `sent_at`, was newly delivered at `now`
     /// (RFC 8985 §6.2 steps 2 and 3).
     pub(crate) fn on_delivered(
@@ -79,8 +89,12 @@ impl Rack {
         }
         let rtt = now.saturating_since(sent_at);
         if retransmitted {
-            // Sooner than any RTT: the ACK is for the original, not for this copy.
-            if self.min_rtt.is_some_and(|m| rtt < m) {
+            // The ACK echoes a time before this copy was sent, or came sooner than any RTT:
+            // it is for the original, not for this copy.
+            let older = self
+                .echoed
+                .is_some_and(|e| seq::lt(e, sent_at.as_micros() as u32));
+            if older || self.min_rtt.is_some_and(|m| rtt < m) {
                 return;
             }
         } else {
@@ -162,6 +176,26 @@ mod tests {
         assert!(!r.reordering_seen);
         r.on_delivered(us(102), us(0), 1500, false);
         assert!(r.reordering_seen);
+    }
+
+    // RFC 8985 §6.2 step 2: a retransmitted unit whose ACK echoes a time before the
+    // retransmission (the original arrived) gives no RACK.rtt nor RACK.xmit_ts.
+    #[test]
+    fn ack_of_the_original_is_no_sample_of_the_retransmission() {
+        let mut r = Rack::default();
+        r.on_delivered(us(100), us(0), 1000, false);
+        r.set_echoed(Some(50));
+        r.on_delivered(us(400), us(300), 2000, true);
+        assert_eq!(
+            (r.xmit_ts, r.rtt),
+            (Some(us(0)), Duration::from_micros(100))
+        );
+        r.set_echoed(Some(300));
+        r.on_delivered(us(400), us(300), 3000, true);
+        assert_eq!(
+            (r.xmit_ts, r.rtt),
+            (Some(us(300)), Duration::from_micros(100))
+        );
     }
 
     // RFC 8985 §6.2 step 4: zero window with DupThresh SACKed units and no reordering

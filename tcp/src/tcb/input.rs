@@ -304,6 +304,11 @@ impl Tcb {
     ) {
         let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         let mut sack_changed = false;
+        let echoed = repr
+            .timestamp
+            .filter(|_| self.opts.timestamps)
+            .map(|ts| ts.tsecr.wrapping_sub(self.ts_offset));
+        self.rack.set_echoed(echoed);
         if self.opts.sack {
             // RFC 2883 §4: a first block below the cumulative ACK, or inside the second
             // block, reports a duplicate.
