@@ -659,3 +659,35 @@ fn recovery_without_retransmission_is_undone() {
     assert_eq!(info.retransmits, 0);
     assert!(info.cwnd >= cwnd, "cwnd {} restored to {cwnd}", info.cwnd);
 }
+
+// RFC 8985 §6.2 step 2 after a spurious timeout: the ACK of the original of the unit the
+// timeout retransmitted (its TSecr older than the retransmission) is no RACK sample, even
+// when it comes later than the minimum RTT after the retransmission; else every unit sent
+// before the retransmission would count as lost at once, and the whole window would be
+// sent again.
+#[test]
+fn ack_of_the_original_after_a_spurious_timeout_marks_nothing_lost() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let start = p.now;
+    loop {
+        let out = data(&p.advance(Duration::from_millis(1)));
+        if out.iter().any(|s| s.seq == segs[2].seq) {
+            break;
+        }
+        assert!(p.now - start < Duration::from_secs(2), "no RTO");
+    }
+    assert_eq!(p.e.info(c).unwrap().timeouts, 1);
+    p.now = p.now + Duration::from_micros(200);
+    let mut a = ack_for(&p, segs[4].seq, &[(segs[7].seq, end_of(&segs[7]))]);
+    a.ts = Some((p.tsval.unwrap() + 1, segs[3].ts.unwrap().0));
+    let out = p.send(&a);
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.spurious_timeouts, 1);
+    let resent: Vec<u32> = data(&out).iter().map(|s| s.seq).collect();
+    assert!(
+        resent.iter().all(|q| segs[4..].iter().all(|s| s.seq != *q)),
+        "nothing sent again: {resent:?}"
+    );
+    assert_eq!((info.retransmits, info.recoveries), (1, 0));
+}
