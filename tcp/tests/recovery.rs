@@ -28,6 +28,15 @@ fn in_flight(cfg: Config, sack: bool, n: usize) -> (RawPeer, Vec<Seg>) {
     (p, segs)
 }
 
+/// The test configuration without tail loss probes (RFC 8985 §7), for the tests of what
+/// happens without one: the RTO, RACK on its own.
+fn no_tlp() -> Config {
+    Config {
+        tail_loss_probe: false,
+        ..test_config()
+    }
+}
+
 fn ack_for(p: &RawPeer, ack: u32, sack: &[(u32, u32)]) -> Seg {
     let mut s = p.seg(TcpControl::None, &[]);
     s.ack = Some(ack);
@@ -138,7 +147,7 @@ fn rto_minimum_honoured_and_backoff() {
     for min_ms in [5u64, 20] {
         let cfg = Config {
             rto_min: Duration::from_millis(min_ms),
-            ..test_config()
+            ..no_tlp()
         };
         let (mut p, segs) = in_flight(cfg, true, 1);
         let start = p.now;
@@ -339,7 +348,7 @@ fn limited_transmit_on_first_two_dupacks() {
 /// Ten segments in flight, then the retransmission timeout: returns the peer, the original
 /// segments, the retransmission and the congestion window before the timeout.
 fn timed_out() -> (RawPeer, Vec<Seg>, Seg, usize) {
-    let (mut p, segs) = in_flight(test_config(), true, 10);
+    let (mut p, segs) = in_flight(no_tlp(), true, 10);
     let c = p.conn.unwrap();
     let cwnd = p.e.info(c).unwrap().cwnd;
     let start = p.now;
@@ -416,11 +425,11 @@ fn end_of(s: &Seg) -> u32 {
     s.seq.wrapping_add(s.payload.len() as u32)
 }
 
-/// Ten segments in flight (SACK on, timestamps as `ts`), then after a 100 µs round trip the
+/// Ten segments in flight (SACK on, timestamps as `ts`, no tail loss probes), then after a 100 µs round trip the
 /// peer's ACK of the first two: RACK's minimum RTT is 100 µs (SRTT is less: the scripted
 /// handshake took no time).
 fn rtt_measured(ts: bool) -> (RawPeer, Vec<Seg>) {
-    let mut p = RawPeer::new(test_config());
+    let mut p = RawPeer::new(no_tlp());
     let c = p.handshake_with(Some(7), ts, true, 1 << 20);
     let mss = p.e.info(c).unwrap().effective_mss;
     p.e.ulp_mut(c).unwrap().write(&payload(mss * 10, 1));
@@ -690,4 +699,96 @@ fn ack_of_the_original_after_a_spurious_timeout_marks_nothing_lost() {
         "nothing sent again: {resent:?}"
     );
     assert_eq!((info.retransmits, info.recoveries), (1, 0));
+}
+
+// RFC 8985 §7: the last unit of a flight is lost and nothing follows it to be SACKed. Two
+// SRTTs (plus the delayed ACK: one unit outstanding) after the last ACK, the tail loss
+// probe sends it again, long before the RTO (5 ms); its ACK (echoing the probe's TSval)
+// shows the probe repaired a loss, and the congestion window responds.
+#[test]
+fn tail_loss_probe_repairs_a_lost_last_segment() {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake();
+    let mss = p.e.info(c).unwrap().effective_mss;
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 3, 1));
+    let segs = data(&p.output());
+    assert_eq!(segs.len(), 3);
+    p.now = p.now + Duration::from_micros(100);
+    let mut a = ack_for(&p, segs[2].seq, &[]);
+    a.ts = Some((p.tsval.unwrap() + 1, segs[1].ts.unwrap().0));
+    assert!(data(&p.send(&a)).is_empty());
+    let info = p.e.info(c).unwrap();
+    let (cwnd, pto) = (
+        info.cwnd,
+        info.srtt.unwrap() * 2 + test_config().delayed_ack,
+    );
+    let start = p.now;
+    let probe = loop {
+        let out = data(&p.advance(Duration::from_micros(10)));
+        if let Some(s) = out.first() {
+            break s.clone();
+        }
+        assert!(
+            p.now - start < Duration::from_millis(5),
+            "no probe before the RTO"
+        );
+    };
+    let waited = p.now - start;
+    assert!(
+        waited >= pto && waited < pto + Duration::from_micros(10),
+        "{waited:?}"
+    );
+    assert_eq!((probe.seq, &probe.payload), (segs[2].seq, &segs[2].payload));
+    let mut a = ack_for(&p, end_of(&segs[2]), &[]);
+    a.ts = Some((p.tsval.unwrap() + 2, probe.ts.unwrap().0));
+    p.send(&a);
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.timeouts, info.retransmits), (0, 1));
+    assert!(info.cwnd < cwnd, "congestion response to the repaired loss");
+}
+
+// RFC 8985 §7.3: with new data the window allows, the probe is a new segment (none sent
+// again); an ACK echoing the original's TSval after a probe that sent the last unit again
+// means nothing was lost: no congestion response.
+#[test]
+fn tail_loss_probe_sends_new_data_and_spares_the_window() {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake();
+    let mss = p.e.info(c).unwrap().effective_mss;
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 3, 1));
+    let segs = data(&p.output());
+    p.now = p.now + Duration::from_micros(100);
+    let mut a = ack_for(&p, segs[2].seq, &[]);
+    a.ts = Some((p.tsval.unwrap() + 1, segs[1].ts.unwrap().0));
+    p.send(&a);
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let probe = loop {
+        let out = data(&p.advance(Duration::from_micros(50)));
+        if let Some(s) = out.first() {
+            break s.clone();
+        }
+    };
+    assert_eq!(
+        probe.seq, segs[2].seq,
+        "nothing new to send: the last unit again"
+    );
+    let mut a = ack_for(&p, end_of(&segs[2]), &[]);
+    a.ts = Some((p.tsval.unwrap() + 2, segs[2].ts.unwrap().0));
+    p.send(&a);
+    assert!(
+        p.e.info(c).unwrap().cwnd >= cwnd,
+        "the original arrived: no response"
+    );
+    // Now with more data than the congestion window lets out at once: the probe is new.
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 64, 2));
+    let flight = data(&p.output());
+    let last = flight.last().unwrap().clone();
+    let probe = loop {
+        let out = data(&p.advance(Duration::from_micros(50)));
+        if let Some(s) = out.first() {
+            break s.clone();
+        }
+    };
+    assert_eq!(probe.seq, end_of(&last), "a new segment");
+    assert_eq!(p.e.info(c).unwrap().retransmits, 1);
 }

@@ -164,6 +164,7 @@ impl Tcb {
             return;
         }
         self.process_ack(now, repr, seg_seq, ack, ulp);
+        self.arm_tlp(now, cfg);
 
         let fin_acked = self.fin_queued && self.txq.is_empty();
         match self.state {
@@ -346,6 +347,7 @@ impl Tcb {
                     self.spurious_timeouts += 1;
                 }
             }
+            self.tlp_acked(now, repr, ack);
             let acked = self.txq.ack(ack, now, &mut self.rack, |b| ulp.recycle(b));
             self.snd_una = ack;
             if let Some(sent) = acked.rtt_sample_sent_at {
@@ -437,6 +439,7 @@ impl Tcb {
         }
         self.recovery = Some(self.snd_nxt);
         self.recoveries += 1;
+        self.tlp_deadline = None;
         self.rec_undo = Some(RecoveryUndo {
             cc: self.cc.snapshot(),
             start: self.snd_una,
@@ -471,6 +474,25 @@ impl Tcb {
             .is_some_and(|ts| seq::lt(ts.tsecr, retransmit_ts))
         {
             self.undo_recovery();
+        }
+    }
+
+    /// RFC 8985 §7.4: the ACK covers the probe. When the probe sent the last unit again and
+    /// the ACK is for that copy (it echoes the copy's TSval, or there are no timestamps to
+    /// tell), the probe repaired a loss at the tail: the congestion window responds as to
+    /// any loss.
+    fn tlp_acked(&mut self, now: Instant, repr: &TcpRepr, ack: u32) {
+        let Some(probe) = self.tlp.filter(|p| seq::ge(ack, p.end)) else {
+            return;
+        };
+        self.tlp = None;
+        let Some(ts) = probe.retransmit_ts else {
+            return;
+        };
+        let original = repr.timestamp.is_some_and(|t| seq::lt(t.tsecr, ts));
+        if !original && self.recovery.is_none() {
+            let flight = self.flight_size();
+            self.cc.on_congestion_event(now, flight, self.eff_mss);
         }
     }
 

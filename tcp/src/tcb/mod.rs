@@ -189,6 +189,12 @@ pub(crate) struct Tcb {
     rto_point: Option<u32>,
     /// A D-SACK block (RFC 2883) for the next ACK: sequence range of a duplicate received.
     dsack: Option<(u32, u32)>,
+    /// The tail loss probe timer (RFC 8985 §7.2).
+    tlp_deadline: Option<Instant>,
+    /// A tail loss probe is due: the next `poll_transmit` sends it.
+    send_tlp: bool,
+    /// The probe in flight, until acknowledged or a timeout (one at a time).
+    tlp: Option<TlpProbe>,
 
     syn_sent_at: Instant,
     /// When the active open began (for `Config::refused_retry`).
@@ -237,6 +243,15 @@ struct RtoUndo {
     retransmit_ts: u32,
     /// The congestion controller before the timeout.
     cc: Box<dyn CongestionControl>,
+}
+
+/// A tail loss probe in flight (RFC 8985 §7.3 TLP.end_seq and TLP.is_retrans).
+#[derive(Clone, Copy, Debug)]
+struct TlpProbe {
+    /// SND.NXT after the probe.
+    end: u32,
+    /// When it sent the last unit again: that copy's TSval.
+    retransmit_ts: Option<u32>,
 }
 
 /// What a fast recovery changed, kept until its retransmissions prove needed or spurious:
@@ -319,6 +334,9 @@ impl Tcb {
             rack_deadline: None,
             rto_point: None,
             dsack: None,
+            tlp_deadline: None,
+            send_tlp: false,
+            tlp: None,
             syn_sent_at: now,
             opened_at: now,
             resend_refused_syn: false,
