@@ -218,7 +218,9 @@ fn observe_tcp<U: Ulp<C>, C>(engine: &Engine<U, C>, out: &mut Section) {
             .with("resets_dropped", st.resets_dropped)
             .with("retransmits", st.retransmits)
             .with("timeouts", st.timeouts)
-            .with("spurious_timeouts", st.spurious_timeouts),
+            .with("spurious_timeouts", st.spurious_timeouts)
+            .with("recoveries", st.recoveries)
+            .with("spurious_recoveries", st.spurious_recoveries),
     );
     for id in engine.connections() {
         let (Some(i), Some(t)) = (engine.info(id), engine.tuple(id)) else {
@@ -247,6 +249,7 @@ fn observe_tcp<U: Ulp<C>, C>(engine: &Engine<U, C>, out: &mut Section) {
                 .with("timeouts", i.timeouts)
                 .with("spurious_timeouts", i.spurious_timeouts)
                 .with("recoveries", i.recoveries)
+                .with("spurious_recoveries", i.spurious_recoveries)
                 .with("sack", i.options.sack)
                 .with("timestamps", i.options.timestamps)
                 .with("wscale_snd", u32::from(i.options.snd_shift))

@@ -54,6 +54,10 @@ pub struct Config {
     pub congestion: CongestionAlgorithm,
     /// Initial window in segments (RFC 6928).
     pub initial_window: usize,
+    /// Tail loss probes (RFC 8985 §7) with SACK: two SRTTs after the last send or ACK with
+    /// data outstanding, one segment (new, or the last one again) elicits the ACK that lets
+    /// RACK find a loss at the tail of a flight, long before the RTO.
+    pub tail_loss_probe: bool,
     /// Most connections the table holds (all states).
     pub max_connections: usize,
     /// Secret for RFC 6528 ISNs; random per process in production.
@@ -95,6 +99,7 @@ impl Default for Config {
             keepalive: None,
             congestion: CongestionAlgorithm::Cubic,
             initial_window: 10,
+            tail_loss_probe: true,
             max_connections: 65_536,
             isn_secret: [0x5a; 16],
             ephemeral_ports: (49152, 65535),

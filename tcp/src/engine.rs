@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::ip::{parse_ip, PacketError};
 use crate::isn::IsnGenerator;
 use crate::syn_hold::HeldSyns;
-use crate::tcb::{CloseReason, ConnInfo, Holding, State, Tcb, TcbEvent};
+use crate::tcb::{CloseReason, ConnInfo, Holding, LossCounters, State, Tcb, TcbEvent};
 use crate::time::Instant;
 use crate::ulp::{Bound, Ulp};
 use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
@@ -137,6 +137,20 @@ pub struct Stats {
     pub timeouts: u64,
     /// Of those, timeouts found spurious and undone (RFC 3522, RFC 4015).
     pub spurious_timeouts: u64,
+    /// Fast-recovery episodes of every connection, live and removed.
+    pub recoveries: u64,
+    /// Of those, episodes found spurious (reordering, not loss) and undone.
+    pub spurious_recoveries: u64,
+}
+
+impl Stats {
+    fn add_loss(&mut self, l: LossCounters) {
+        self.retransmits += l.retransmits;
+        self.timeouts += l.timeouts;
+        self.spurious_timeouts += l.spurious_timeouts;
+        self.recoveries += l.recoveries;
+        self.spurious_recoveries += l.spurious_recoveries;
+    }
 }
 
 #[derive(Debug)]
@@ -265,10 +279,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     pub fn stats(&self) -> Stats {
         let mut s = self.stats;
         for c in self.slots.iter().flatten() {
-            let (retransmits, timeouts, spurious) = c.tcb.loss_counters();
-            s.retransmits += retransmits;
-            s.timeouts += timeouts;
-            s.spurious_timeouts += spurious;
+            s.add_loss(c.tcb.loss_counters());
         }
         s
     }
@@ -618,10 +629,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.generations[id.index as usize] = c.generation.wrapping_add(1);
         self.free.push(id.index);
         self.live -= 1;
-        let (retransmits, timeouts, spurious) = c.tcb.loss_counters();
-        self.stats.retransmits += retransmits;
-        self.stats.timeouts += timeouts;
-        self.stats.spurious_timeouts += spurious;
+        self.stats.add_loss(c.tcb.loss_counters());
         let tuple = FourTuple {
             local: c.tcb.local,
             remote: c.tcb.remote,

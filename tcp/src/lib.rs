@@ -33,6 +33,7 @@ mod engine;
 mod ip;
 mod isn;
 mod options;
+mod rack;
 pub mod rto;
 pub mod rx;
 mod sack;

@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 
+use crate::rack::Rack;
 use crate::seq;
 use crate::time::Instant;
 
@@ -85,6 +86,10 @@ pub(crate) struct SendQueue {
     pipe: usize,
     /// Units marked lost and not yet retransmitted.
     lost_count: usize,
+    /// Units SACKed.
+    sacked_count: usize,
+    /// Units retransmitted at least once.
+    rtx_count: usize,
 }
 
 impl SendQueue {
@@ -94,6 +99,16 @@ impl SendQueue {
 
     pub(crate) fn pipe(&self) -> usize {
         self.pipe
+    }
+
+    /// Units SACKed and not yet cumulatively acknowledged.
+    pub(crate) fn sacked_count(&self) -> usize {
+        self.sacked_count
+    }
+
+    /// Units marked lost and not yet retransmitted.
+    pub(crate) fn lost_count(&self) -> usize {
+        self.lost_count
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -121,8 +136,14 @@ impl SendQueue {
     }
 
     /// Remove units wholly below `ack` (RFC 9293 §3.10.7.4, SND.UNA advance), handing their
-    /// payload buffers to `recycle`.
-    pub(crate) fn ack(&mut self, ack: u32, mut recycle: impl FnMut(Vec<u8>)) -> Acked {
+    /// payload buffers to `recycle` and telling `rack` of those not SACKed before.
+    pub(crate) fn ack(
+        &mut self,
+        ack: u32,
+        now: Instant,
+        rack: &mut Rack,
+        mut recycle: impl FnMut(Vec<u8>),
+    ) -> Acked {
         let mut out = Acked::default();
         while let Some(u) = self.units.front() {
             if !seq::le(u.end(), ack) {
@@ -134,6 +155,14 @@ impl SendQueue {
             }
             if u.lost {
                 self.lost_count -= 1;
+            }
+            if u.sacked {
+                self.sacked_count -= 1;
+            } else {
+                rack.on_delivered(now, u.sent_at, u.end(), u.retransmitted);
+            }
+            if u.retransmitted {
+                self.rtx_count -= 1;
             }
             out.bytes += u.seq_len() as usize;
             out.fin_acked |= u.fin;
@@ -148,9 +177,9 @@ impl SendQueue {
         out
     }
 
-    /// Mark units covered by a SACK block `[left, right)` (RFC 2018 §4). Returns whether a
-    /// unit became SACKed.
-    pub(crate) fn sack(&mut self, left: u32, right: u32) -> bool {
+    /// Mark units covered by a SACK block `[left, right)` (RFC 2018 §4), telling `rack` of
+    /// each. Returns whether a unit became SACKed.
+    pub(crate) fn sack(&mut self, left: u32, right: u32, now: Instant, rack: &mut Rack) -> bool {
         let mut changed = false;
         // Units are in sequence order: skip those ending at or before `left`.
         let first = self.units.partition_point(|u| seq::le(u.end(), left));
@@ -160,6 +189,8 @@ impl SendQueue {
             }
             if seq::ge(u.seq, left) && seq::le(u.end(), right) && !u.sacked {
                 u.sacked = true;
+                self.sacked_count += 1;
+                rack.on_delivered(now, u.sent_at, u.end(), u.retransmitted);
                 if u.lost {
                     u.lost = false;
                     self.lost_count -= 1;
@@ -174,31 +205,47 @@ impl SendQueue {
         changed
     }
 
-    /// RFC 6675 §4 IsLost: an un-SACKed unit is lost when at least DupThresh (3) SACKed
-    /// units, or more than (DupThresh - 1) * SMSS SACKed bytes, lie above it. Units already
-    /// retransmitted are left to the retransmission timer.
-    pub(crate) fn detect_losses(&mut self, mss: usize) {
-        let mut sacked_units = 0usize;
-        let mut sacked_bytes = 0usize;
+    /// Whether RACK may find a unit lost: only units sent before a delivered one can be,
+    /// and without SACKed or retransmitted units in the queue none is (the rest were sent
+    /// in sequence order after everything cumulatively acknowledged).
+    pub(crate) fn rack_may_lose(&self) -> bool {
+        self.sacked_count > 0 || self.rtx_count > 0
+    }
+
+    /// RACK loss detection (RFC 8985 §6.2 step 5, RACK_detect_loss): marks lost every unit
+    /// neither SACKed nor already marked that was sent before the most recently sent
+    /// delivered unit and is older than `rack`'s RTT plus `reo_wnd`. Returns whether a unit
+    /// was newly marked, and when the next unit would be (the reordering timer).
+    pub(crate) fn rack_detect_loss(
+        &mut self,
+        now: Instant,
+        rack: &Rack,
+        reo_wnd: core::time::Duration,
+    ) -> (bool, Option<Instant>) {
+        let mut marked = false;
+        let mut next: Option<Instant> = None;
         let mut pipe = self.pipe;
         let mut lost_count = self.lost_count;
-        for u in self.units.iter_mut().rev() {
-            if u.sacked {
-                sacked_units += 1;
-                sacked_bytes += u.seq_len() as usize;
+        for u in self.units.iter_mut().filter(|u| !u.sacked && !u.lost) {
+            let Some(at) = rack.lost_at(u.sent_at, u.end(), reo_wnd) else {
                 continue;
-            }
-            if !u.lost && !u.retransmitted && (sacked_units >= 3 || sacked_bytes > 2 * mss) {
+            };
+            if at <= now {
                 u.lost = true;
                 lost_count += 1;
+                marked = true;
                 if u.in_pipe {
                     u.in_pipe = false;
                     pipe -= u.seq_len() as usize;
                 }
+            } else {
+                // RFC 8985 §6.2: the timer covers the unit that is due last.
+                next = Some(next.map_or(at, |n| n.max(at)));
             }
         }
         self.pipe = pipe;
         self.lost_count = lost_count;
+        (marked, next)
     }
 
     /// Mark the first un-SACKed unit lost (fast retransmit, RFC 5681 §3.2 / RFC 6582).
@@ -242,14 +289,6 @@ impl SendQueue {
         self.lost_count = 0;
     }
 
-    /// Whether the first un-SACKed unit is deemed lost.
-    pub(crate) fn first_lost(&self) -> bool {
-        self.units
-            .iter()
-            .find(|u| !u.sacked)
-            .is_some_and(|u| u.lost)
-    }
-
     /// Index of the first unit awaiting retransmission (RFC 6675 NextSeg rule 1).
     pub(crate) fn next_lost(&self) -> Option<usize> {
         if self.lost_count == 0 {
@@ -264,6 +303,9 @@ impl SendQueue {
         if u.lost {
             u.lost = false;
             self.lost_count -= 1;
+        }
+        if !u.retransmitted {
+            self.rtx_count += 1;
         }
         u.retransmitted = true;
         u.sent_at = now;
@@ -286,27 +328,54 @@ mod tests {
         q
     }
 
-    // RFC 6675 §4: IsLost with DupThresh = 3 SACKed segments above the hole.
+    // RFC 8985 §6.2: with the units sent together, SACKs above two holes mark both lost
+    // once the reordering window has passed (zero here: DupThresh units SACKed).
     #[test]
     fn sack_marks_only_holes_lost() {
         let mut q = q();
+        let mut rack = Rack::default();
+        let now = Instant::from_micros(100);
         assert_eq!(q.pipe(), 600);
-        q.sack(1100, 1200);
-        q.sack(1300, 1600);
-        q.detect_losses(100);
+        q.sack(1100, 1200, now, &mut rack);
+        q.sack(1300, 1600, now, &mut rack);
+        assert_eq!(q.sacked_count(), 4);
+        let wnd = rack.reo_wnd(false, q.sacked_count(), None);
+        assert_eq!(q.rack_detect_loss(now, &rack, wnd), (true, None));
         assert_eq!(q.next_lost(), Some(0));
         let lost: Vec<bool> = (0..6).map(|i| q.unit(i).lost).collect();
         assert_eq!(lost, vec![true, false, true, false, false, false]);
         assert_eq!(q.pipe(), 0);
-        q.retransmitted(0, Instant::ZERO);
+        q.retransmitted(0, now);
         assert_eq!(q.pipe(), 100);
-        let a = q.ack(1200, drop);
+        let a = q.ack(1200, now, &mut rack, drop);
         assert_eq!(a.bytes, 200);
         assert!(
             a.rtt_sample_sent_at.is_some(),
             "last acked unit was not retransmitted"
         );
         assert_eq!(q.next_lost(), Some(0));
+        assert_eq!(q.sacked_count(), 3);
+    }
+
+    // RFC 8985 §6.2: a hole is not lost before RTT + reo_wnd have passed since it was
+    // sent; the reordering timer is set for then.
+    #[test]
+    fn rack_waits_out_the_reordering_window() {
+        let mut q = q();
+        let mut rack = Rack::default();
+        let now = Instant::from_micros(40);
+        q.sack(1100, 1200, now, &mut rack);
+        let wnd = core::time::Duration::from_micros(10);
+        let (marked, next) = q.rack_detect_loss(now, &rack, wnd);
+        assert!(!marked);
+        assert_eq!(next, Some(Instant::from_micros(50)));
+        let (marked, _) = q.rack_detect_loss(Instant::from_micros(50), &rack, wnd);
+        assert!(marked);
+        assert_eq!(q.next_lost(), Some(0));
+        assert!(
+            !q.unit(2).lost,
+            "sent at the same time, above the delivered unit"
+        );
     }
 
     // Acknowledged units hand their payload buffers back, in order, whole.
@@ -314,7 +383,7 @@ mod tests {
     fn ack_recycles_payload_buffers() {
         let mut q = q();
         let mut back = Vec::new();
-        let a = q.ack(1250, |b| back.push(b));
+        let a = q.ack(1250, Instant::ZERO, &mut Rack::default(), |b| back.push(b));
         assert_eq!(a.bytes, 200);
         assert_eq!(back.len(), 2, "only units wholly below the ACK");
         assert!(back.iter().all(|b| b.len() == 100 && b.capacity() >= 100));
@@ -327,6 +396,8 @@ mod tests {
         let mut q = q();
         q.mark_first_lost();
         q.retransmitted(0, Instant::from_millis(5));
-        assert!(q.ack(1100, drop).rtt_sample_sent_at.is_none());
+        let mut rack = Rack::default();
+        let a = q.ack(1100, Instant::from_millis(6), &mut rack, drop);
+        assert!(a.rtt_sample_sent_at.is_none());
     }
 }

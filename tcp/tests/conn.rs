@@ -518,6 +518,44 @@ fn paws_rejects_old_timestamps() {
     assert_eq!(p.e.ulp_mut(c).unwrap().read_all(), b"freshagain");
 }
 
+// RFC 7323 §5.5: TS.Recent is not enforced after an idle time the peer's clock may have
+// wrapped in. At 1 µs a tick 2^31 ticks are 35.8 minutes, so after 31 minutes a TSval
+// "older" than TS.Recent is accepted; before that, PAWS still drops it.
+#[test]
+fn paws_forgets_ts_recent_after_long_idleness() {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake();
+    p.tsval = Some(2_000_000_000);
+    p.send_data(b"fresh");
+    p.now = p.now + Duration::from_secs(20 * 60);
+    p.tsval = Some(1_000);
+    p.send_data(b"early");
+    assert_eq!(p.e.ulp(c).unwrap().readable(), 5, "20 min idle: PAWS drops");
+    p.snd = p.snd.wrapping_sub(5);
+    p.now = p.now + Duration::from_secs(11 * 60);
+    p.send_data(b"later");
+    assert_eq!(p.e.ulp_mut(c).unwrap().read_all(), b"freshlater");
+}
+
+// RFC 7323 §5.4 leaves the clock rate open: ours ticks in microseconds, so two segments
+// sent 10 µs apart carry TSvals 10 apart.
+#[test]
+fn timestamps_tick_in_microseconds() {
+    let mut p = RawPeer::new(test_config());
+    p.handshake();
+    // Two segments: at least one ACK goes out at once (RFC 5681 §4.2).
+    let acks = |p: &mut RawPeer| {
+        let mut out = p.send_data(b"one");
+        out.extend(p.send_data(b"two"));
+        out.pop().expect("an ACK")
+    };
+    let a = acks(&mut p);
+    p.now = p.now + Duration::from_micros(10);
+    let b = acks(&mut p);
+    let (ta, tb) = (a.ts.unwrap().0, b.ts.unwrap().0);
+    assert_eq!(tb.wrapping_sub(ta), 10);
+}
+
 // RFC 7323 §1.3/§2.2: window scale in the SYN-ACK only when the SYN had it; SYN windows are
 // never scaled, later windows are.
 #[test]

@@ -28,6 +28,15 @@ fn in_flight(cfg: Config, sack: bool, n: usize) -> (RawPeer, Vec<Seg>) {
     (p, segs)
 }
 
+/// The test configuration without tail loss probes (RFC 8985 §7), for the tests of what
+/// happens without one: the RTO, RACK on its own.
+fn no_tlp() -> Config {
+    Config {
+        tail_loss_probe: false,
+        ..test_config()
+    }
+}
+
 fn ack_for(p: &RawPeer, ack: u32, sack: &[(u32, u32)]) -> Seg {
     let mut s = p.seg(TcpControl::None, &[]);
     s.ack = Some(ack);
@@ -138,7 +147,7 @@ fn rto_minimum_honoured_and_backoff() {
     for min_ms in [5u64, 20] {
         let cfg = Config {
             rto_min: Duration::from_millis(min_ms),
-            ..test_config()
+            ..no_tlp()
         };
         let (mut p, segs) = in_flight(cfg, true, 1);
         let start = p.now;
@@ -339,7 +348,7 @@ fn limited_transmit_on_first_two_dupacks() {
 /// Ten segments in flight, then the retransmission timeout: returns the peer, the original
 /// segments, the retransmission and the congestion window before the timeout.
 fn timed_out() -> (RawPeer, Vec<Seg>, Seg, usize) {
-    let (mut p, segs) = in_flight(test_config(), true, 10);
+    let (mut p, segs) = in_flight(no_tlp(), true, 10);
     let c = p.conn.unwrap();
     let cwnd = p.e.info(c).unwrap().cwnd;
     let start = p.now;
@@ -380,7 +389,7 @@ fn spurious_timeout_is_detected_and_undone() {
     let original_ts = segs[4].ts.unwrap().0;
     assert!(
         original_ts < rtx.ts.unwrap().0,
-        "ms timestamps tell them apart"
+        "timestamps tell them apart"
     );
     let out = ack_echoing(&mut p, &segs, 5, original_ts);
     let info = p.e.info(c).unwrap();
@@ -409,4 +418,377 @@ fn genuine_timeout_is_not_undone() {
         data(&out).iter().any(|s| s.seq == segs[1].seq),
         "the next lost segment is retransmitted"
     );
+}
+
+/// End sequence number of a data segment.
+fn end_of(s: &Seg) -> u32 {
+    s.seq.wrapping_add(s.payload.len() as u32)
+}
+
+/// Ten segments in flight (SACK on, timestamps as `ts`, no tail loss probes), then after a 100 µs round trip the
+/// peer's ACK of the first two: RACK's minimum RTT is 100 µs (SRTT is less: the scripted
+/// handshake took no time).
+fn rtt_measured(ts: bool) -> (RawPeer, Vec<Seg>) {
+    let mut p = RawPeer::new(no_tlp());
+    let c = p.handshake_with(Some(7), ts, true, 1 << 20);
+    let mss = p.e.info(c).unwrap().effective_mss;
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 10, 1));
+    let segs = data(&p.output());
+    assert_eq!(segs.len(), 10);
+    p.now = p.now + Duration::from_micros(100);
+    let mut a = ack_for(&p, segs[2].seq, &[]);
+    if ts {
+        a.ts = Some((p.tsval.unwrap(), segs[1].ts.unwrap().0));
+    }
+    assert!(data(&p.send(&a)).is_empty() || p.e.info(c).unwrap().retransmits == 0);
+    (p, segs)
+}
+
+/// RACK's reordering window before reordering is seen: min RTT / 4, at most SRTT.
+fn reo_wnd(p: &RawPeer) -> Duration {
+    let srtt = p.e.info(p.conn.unwrap()).unwrap().srtt.unwrap();
+    Duration::from_micros(25).min(srtt)
+}
+
+// RFC 8985 §6.2: a unit SACKed above a hole is not enough to retransmit the hole until an
+// RTT plus the reordering window (min RTT / 4, at most SRTT) passed since it was sent; the
+// hole filled within that time (reordering, not loss) costs no retransmission and no
+// recovery.
+#[test]
+fn rack_reordering_within_the_window_is_not_loss() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let wnd = reo_wnd(&p);
+    assert!(wnd > Duration::from_micros(5));
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[4]))],
+    ));
+    assert!(data(&out).iter().all(|s| s.seq != segs[2].seq));
+    let out = p.advance(wnd - Duration::from_micros(2));
+    assert!(
+        data(&out).iter().all(|s| s.seq != segs[2].seq),
+        "within {wnd:?}"
+    );
+    p.send(&ack_for(&p, end_of(&segs[4]), &[]));
+    let out = p.advance(Duration::from_millis(1));
+    assert!(data(&out).iter().all(|s| s.seq != segs[2].seq));
+    let info = p.e.info(c).unwrap();
+    assert_eq!(
+        (info.retransmits, info.recoveries, info.timeouts),
+        (0, 0, 0)
+    );
+    assert!(info.cwnd >= cwnd);
+}
+
+// RFC 8985 §6.2-6.3: a real loss is still found: the reordering timer fires an RTT plus
+// the reordering window after the hole was sent, long before the RTO (5 ms here).
+#[test]
+fn rack_timer_detects_a_real_loss() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let wnd = reo_wnd(&p);
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[4]))],
+    ));
+    assert!(data(&out).iter().all(|s| s.seq != segs[2].seq));
+    let mut waited = Duration::ZERO;
+    let rtx = loop {
+        let out = data(&p.advance(Duration::from_micros(5)));
+        waited += Duration::from_micros(5);
+        if let Some(s) = out.iter().find(|s| s.seq == segs[2].seq) {
+            break s.clone();
+        }
+        assert!(waited < Duration::from_millis(5), "no RACK retransmission");
+    };
+    // Sent at 0, RACK.rtt 100 µs: due the reordering window after the SACK arrived.
+    assert!(
+        waited >= wnd && waited < wnd + Duration::from_micros(5),
+        "{waited:?}"
+    );
+    assert_eq!(rtx.payload, segs[2].payload);
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.recoveries, info.timeouts), (1, 0));
+}
+
+// RFC 8985 §6.2 step 4: with DupThresh (3) units SACKed and no reordering seen yet, the
+// window is zero: the hole is retransmitted at once, as the duplicate-ACK rule did.
+#[test]
+fn rack_three_sacked_units_retransmit_at_once() {
+    let (mut p, segs) = rtt_measured(true);
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[5]))],
+    ));
+    assert_eq!(data(&out).first().map(|s| s.seq), Some(segs[2].seq));
+}
+
+// RFC 3522 §3.2 applied to fast recovery: the ACK of the retransmitted hole echoes the
+// original's TSval (microseconds older than the retransmission's): the original arrived,
+// the recovery was spurious and is undone (the congestion window restored, RFC 4015 §3).
+#[test]
+fn spurious_fast_recovery_is_undone_by_eifel() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    p.now = p.now + Duration::from_micros(3);
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[5]))],
+    ));
+    let rtx = data(&out)
+        .into_iter()
+        .find(|s| s.seq == segs[2].seq)
+        .expect("fast rtx");
+    assert!(rtx.ts.unwrap().0 > segs[2].ts.unwrap().0);
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.recoveries, 1);
+    assert!(info.cwnd < cwnd, "reduced on entry");
+    let mut a = ack_for(&p, end_of(&segs[5]), &[]);
+    a.ts = Some((p.tsval.unwrap() + 1, segs[2].ts.unwrap().0));
+    p.send(&a);
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.spurious_recoveries, 1);
+    assert!(info.cwnd >= cwnd, "cwnd {} restored to {cwnd}", info.cwnd);
+}
+
+// RFC 3522 §3.2: an ACK echoing the retransmission's TSval: the loss was real, the window
+// stays reduced.
+#[test]
+fn genuine_fast_recovery_is_not_undone() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    p.now = p.now + Duration::from_micros(3);
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[5]))],
+    ));
+    let rtx = data(&out)
+        .into_iter()
+        .find(|s| s.seq == segs[2].seq)
+        .expect("fast rtx");
+    let mut a = ack_for(&p, end_of(&segs[5]), &[]);
+    a.ts = Some((p.tsval.unwrap() + 1, rtx.ts.unwrap().0));
+    p.send(&a);
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.recoveries, info.spurious_recoveries), (1, 0));
+    assert!(info.cwnd < cwnd);
+}
+
+// RFC 3708 §3.2 without timestamps: a D-SACK (RFC 2883) for the one retransmission of the
+// recovery shows both copies arrived: the recovery is undone, and RACK's reordering window
+// grows (RFC 8985 §6.2 step 4), so the same reordering no longer counts as loss.
+#[test]
+fn spurious_fast_recovery_is_undone_by_dsack() {
+    let (mut p, segs) = rtt_measured(false);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let out = p.send(&ack_for(
+        &p,
+        segs[2].seq,
+        &[(segs[3].seq, end_of(&segs[5]))],
+    ));
+    assert!(data(&out).iter().any(|s| s.seq == segs[2].seq), "fast rtx");
+    assert!(p.e.info(c).unwrap().cwnd < cwnd);
+    p.send(&ack_for(&p, end_of(&segs[5]), &[]));
+    assert_eq!(p.e.info(c).unwrap().spurious_recoveries, 0);
+    let dsack = ack_for(&p, end_of(&segs[5]), &[(segs[2].seq, end_of(&segs[2]))]);
+    p.send(&dsack);
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.spurious_recoveries, 1);
+    assert!(info.cwnd >= cwnd, "cwnd {} restored to {cwnd}", info.cwnd);
+    // Reordering was seen and the window grew: three units SACKed above the next hole are
+    // not retransmitted at once now.
+    let out = p.send(&ack_for(
+        &p,
+        segs[6].seq,
+        &[(segs[7].seq, end_of(&segs[9]))],
+    ));
+    assert!(data(&out).iter().all(|s| s.seq != segs[6].seq));
+}
+
+// RFC 2883 §4: a duplicate below RCV.NXT is reported in the first SACK block of the next
+// ACK; a duplicate of out-of-order data too, followed by the block that holds it.
+#[test]
+fn dsack_reports_duplicates() {
+    let mut p = RawPeer::new(test_config());
+    p.handshake();
+    let start = p.snd;
+    p.send_data(b"first");
+    p.snd = start;
+    let out = p.send_data(b"first");
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, Some(start + 5));
+    assert_eq!(out[0].sack, vec![(start, start + 5)]);
+    // Out of order, then again.
+    p.snd = start + 10;
+    let out = p.send_data(b"ahead");
+    assert_eq!(out[0].sack, vec![(start + 10, start + 15)]);
+    p.snd = start + 10;
+    let out = p.send_data(b"ahead");
+    assert_eq!(
+        out[0].sack,
+        vec![(start + 10, start + 15), (start + 10, start + 15)]
+    );
+    // Reported once: the next ACK carries the plain SACK block only.
+    p.snd = start + 5;
+    let out = p.send_data(b"ab");
+    assert_eq!(out[0].sack, vec![(start + 10, start + 15)]);
+}
+
+// RFC 3522 §3.2 with nothing retransmitted: the SACKs that showed a hole and the ACK that
+// filled it arrive in one receive burst (the engine transmits after the burst): the
+// recovery they began retransmitted nothing and is undone.
+#[test]
+fn recovery_without_retransmission_is_undone() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let now = p.now;
+    let sacks = ack_for(&p, segs[2].seq, &[(segs[3].seq, end_of(&segs[5]))]);
+    let filled = ack_for(&p, end_of(&segs[5]), &[]);
+    for s in [&sacks, &filled] {
+        p.e.handle_packet(now, &mut (), &s.emit()).unwrap();
+    }
+    let out = p.output();
+    assert!(
+        data(&out).iter().all(|s| s.seq != segs[2].seq),
+        "nothing to retransmit"
+    );
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.recoveries, info.spurious_recoveries), (1, 1));
+    assert_eq!(info.retransmits, 0);
+    assert!(info.cwnd >= cwnd, "cwnd {} restored to {cwnd}", info.cwnd);
+}
+
+// RFC 8985 §6.2 step 2 after a spurious timeout: the ACK of the original of the unit the
+// timeout retransmitted (its TSecr older than the retransmission) is no RACK sample, even
+// when it comes later than the minimum RTT after the retransmission; else every unit sent
+// before the retransmission would count as lost at once, and the whole window would be
+// sent again.
+#[test]
+fn ack_of_the_original_after_a_spurious_timeout_marks_nothing_lost() {
+    let (mut p, segs) = rtt_measured(true);
+    let c = p.conn.unwrap();
+    let start = p.now;
+    loop {
+        let out = data(&p.advance(Duration::from_millis(1)));
+        if out.iter().any(|s| s.seq == segs[2].seq) {
+            break;
+        }
+        assert!(p.now - start < Duration::from_secs(2), "no RTO");
+    }
+    assert_eq!(p.e.info(c).unwrap().timeouts, 1);
+    p.now = p.now + Duration::from_micros(200);
+    let mut a = ack_for(&p, segs[4].seq, &[(segs[7].seq, end_of(&segs[7]))]);
+    a.ts = Some((p.tsval.unwrap() + 1, segs[3].ts.unwrap().0));
+    let out = p.send(&a);
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.spurious_timeouts, 1);
+    let resent: Vec<u32> = data(&out).iter().map(|s| s.seq).collect();
+    assert!(
+        resent.iter().all(|q| segs[4..].iter().all(|s| s.seq != *q)),
+        "nothing sent again: {resent:?}"
+    );
+    assert_eq!((info.retransmits, info.recoveries), (1, 0));
+}
+
+// RFC 8985 §7: the last unit of a flight is lost and nothing follows it to be SACKed. Two
+// SRTTs (plus the delayed ACK: one unit outstanding) after the last ACK, the tail loss
+// probe sends it again, long before the RTO (5 ms); its ACK (echoing the probe's TSval)
+// shows the probe repaired a loss, and the congestion window responds.
+#[test]
+fn tail_loss_probe_repairs_a_lost_last_segment() {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake();
+    let mss = p.e.info(c).unwrap().effective_mss;
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 3, 1));
+    let segs = data(&p.output());
+    assert_eq!(segs.len(), 3);
+    p.now = p.now + Duration::from_micros(100);
+    let mut a = ack_for(&p, segs[2].seq, &[]);
+    a.ts = Some((p.tsval.unwrap() + 1, segs[1].ts.unwrap().0));
+    assert!(data(&p.send(&a)).is_empty());
+    let info = p.e.info(c).unwrap();
+    let (cwnd, pto) = (
+        info.cwnd,
+        info.srtt.unwrap() * 2 + test_config().delayed_ack,
+    );
+    let start = p.now;
+    let probe = loop {
+        let out = data(&p.advance(Duration::from_micros(10)));
+        if let Some(s) = out.first() {
+            break s.clone();
+        }
+        assert!(
+            p.now - start < Duration::from_millis(5),
+            "no probe before the RTO"
+        );
+    };
+    let waited = p.now - start;
+    assert!(
+        waited >= pto && waited < pto + Duration::from_micros(10),
+        "{waited:?}"
+    );
+    assert_eq!((probe.seq, &probe.payload), (segs[2].seq, &segs[2].payload));
+    let mut a = ack_for(&p, end_of(&segs[2]), &[]);
+    a.ts = Some((p.tsval.unwrap() + 2, probe.ts.unwrap().0));
+    p.send(&a);
+    let info = p.e.info(c).unwrap();
+    assert_eq!((info.timeouts, info.retransmits), (0, 1));
+    assert!(info.cwnd < cwnd, "congestion response to the repaired loss");
+}
+
+// RFC 8985 §7.3: with new data the window allows, the probe is a new segment (none sent
+// again); an ACK echoing the original's TSval after a probe that sent the last unit again
+// means nothing was lost: no congestion response.
+#[test]
+fn tail_loss_probe_sends_new_data_and_spares_the_window() {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake();
+    let mss = p.e.info(c).unwrap().effective_mss;
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 3, 1));
+    let segs = data(&p.output());
+    p.now = p.now + Duration::from_micros(100);
+    let mut a = ack_for(&p, segs[2].seq, &[]);
+    a.ts = Some((p.tsval.unwrap() + 1, segs[1].ts.unwrap().0));
+    p.send(&a);
+    let cwnd = p.e.info(c).unwrap().cwnd;
+    let probe = loop {
+        let out = data(&p.advance(Duration::from_micros(50)));
+        if let Some(s) = out.first() {
+            break s.clone();
+        }
+    };
+    assert_eq!(
+        probe.seq, segs[2].seq,
+        "nothing new to send: the last unit again"
+    );
+    let mut a = ack_for(&p, end_of(&segs[2]), &[]);
+    a.ts = Some((p.tsval.unwrap() + 2, segs[2].ts.unwrap().0));
+    p.send(&a);
+    assert!(
+        p.e.info(c).unwrap().cwnd >= cwnd,
+        "the original arrived: no response"
+    );
+    // Now with more data than the congestion window lets out at once: the probe is new.
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 64, 2));
+    let flight = data(&p.output());
+    let last = flight.last().unwrap().clone();
+    let probe = loop {
+        let out = data(&p.advance(Duration::from_micros(50)));
+        if let Some(s) = out.first() {
+            break s.clone();
+        }
+    };
+    assert_eq!(probe.seq, end_of(&last), "a new segment");
+    assert_eq!(p.e.info(c).unwrap().retransmits, 1);
 }

@@ -31,6 +31,10 @@ pub struct RdmaCounters {
     pub tcp_timeouts: u64,
     /// Of those, timeouts found spurious and undone (a peer that stalled).
     pub tcp_spurious_timeouts: u64,
+    /// TCP fast-recovery episodes.
+    pub tcp_recoveries: u64,
+    /// Of those, episodes found spurious and undone (reordering, not loss).
+    pub tcp_spurious_recoveries: u64,
 }
 
 impl RdmaCounters {
@@ -50,7 +54,7 @@ impl RdmaCounters {
     /// The compact form for the periodic stats line.
     pub fn line(&self) -> String {
         format!(
-            "fpdu tx {} rx {} | ooo placed {} ({} B) | held {} B (tagged {} B) | crc err {} | term tx {} rx {} | tcp retx {} rto {} (spurious {})",
+            "fpdu tx {} rx {} | ooo placed {} ({} B) | held {} B (tagged {} B) | crc err {} | term tx {} rx {} | tcp retx {} rto {} (spurious {}) recoveries {} (spurious {})",
             self.fpdus_sent,
             self.fpdus_received,
             self.fpdus_placed_ahead,
@@ -62,14 +66,16 @@ impl RdmaCounters {
             self.terminates_received,
             self.tcp_retransmits,
             self.tcp_timeouts,
-            self.tcp_spurious_timeouts
+            self.tcp_spurious_timeouts,
+            self.tcp_recoveries,
+            self.tcp_spurious_recoveries
         )
     }
 
     /// `key: value` lines for the end-of-run summary (stable names, parsed by tests).
     pub fn summary(&self) -> String {
         format!(
-            "rdma-fpdus-sent: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}\ntcp-spurious-timeouts: {}",
+            "rdma-fpdus-sent: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}\ntcp-spurious-timeouts: {}\ntcp-recoveries: {}\ntcp-spurious-recoveries: {}",
             self.fpdus_sent,
             self.fpdus_received,
             self.fpdus_placed_ahead,
@@ -81,7 +87,9 @@ impl RdmaCounters {
             self.terminates_received,
             self.tcp_retransmits,
             self.tcp_timeouts,
-            self.tcp_spurious_timeouts
+            self.tcp_spurious_timeouts,
+            self.tcp_recoveries,
+            self.tcp_spurious_recoveries
         )
     }
 }

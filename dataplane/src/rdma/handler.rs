@@ -668,6 +668,8 @@ impl ConnManager {
         c.tcp_retransmits = tcp.retransmits;
         c.tcp_timeouts = tcp.timeouts;
         c.tcp_spurious_timeouts = tcp.spurious_timeouts;
+        c.tcp_recoveries = tcp.recoveries;
+        c.tcp_spurious_recoveries = tcp.spurious_recoveries;
         c
     }
 

@@ -214,6 +214,8 @@ impl ConnManager {
             ("tcp_retransmits", totals.tcp_retransmits),
             ("tcp_timeouts", totals.tcp_timeouts),
             ("tcp_spurious_timeouts", totals.tcp_spurious_timeouts),
+            ("tcp_recoveries", totals.tcp_recoveries),
+            ("tcp_spurious_recoveries", totals.tcp_spurious_recoveries),
         ] {
             r.scalar(k, v);
         }

@@ -690,7 +690,10 @@ impl Receiver {
     /// senders (RFC 5044 §6.1) start every segment with an FPDU, and the FPDUs in front of
     /// the first marker (short ones carry none) are then placed too. The start is
     /// confirmed when its chain runs into the marker-located boundary, or, in a segment
-    /// without a marker, by the CRC (without CRC such a segment is left to TCP).
+    /// without a marker, by the CRC or by a boundary already known: an FPDU handed up ahead
+    /// ends right at the segment's start, or begins right where the chain ends (FPDUs are
+    /// back to back in the stream, RFC 5044 §4). Without CRC, a marker-less segment with
+    /// neither (its neighbours not yet seen) is left to TCP.
     ///
     /// What cannot be placed and is left to TCP: octets of an FPDU whose ULPDU_Length is
     /// in another segment (a segment starting inside an FPDU, from a sender that is not
@@ -712,11 +715,14 @@ impl Receiver {
             let confirmed = !found.is_empty()
                 && match marked {
                     Some(m) => b == m || found.iter().any(|f| f.0 == m),
-                    // Without a marker in the segment only the CRC can confirm the start:
-                    // with markers on the sender need not align FPDUs with segments, and
-                    // plausible-looking FPDUs that happen to tile the rest of a segment
-                    // starting inside an FPDU would be placed at the wrong boundary.
-                    None => self.cfg.crc,
+                    // Without a marker in the segment only the CRC or a known boundary can
+                    // confirm the start: with markers on the sender need not align FPDUs
+                    // with segments, and plausible-looking FPDUs that happen to tile the
+                    // rest of a segment starting inside an FPDU would be placed at the
+                    // wrong boundary.
+                    None => {
+                        self.cfg.crc || self.ends_delivered(s) || self.delivered.contains_key(&b)
+                    }
                 };
             if confirmed {
                 return Some((s, found, b));
@@ -725,6 +731,15 @@ impl Receiver {
         let m = marked?;
         let (found, b) = self.chain(s, payload, m);
         Some((m, found, b))
+    }
+
+    /// Whether an FPDU handed up ahead ends at `pos` (which is then an FPDU boundary). They
+    /// do not overlap, so it can only be the last one that starts before `pos`.
+    fn ends_delivered(&self, pos: u64) -> bool {
+        self.delivered
+            .range(..pos)
+            .next_back()
+            .is_some_and(|(_, &end)| end == pos)
     }
 
     /// Chains whole FPDUs of the segment at `s` from boundary `from`; returns them and the
@@ -1011,5 +1026,71 @@ mod tests {
             .unwrap();
         assert_eq!(got, vec![ulpdu]);
         assert!(rx.is_at_boundary());
+    }
+
+    // Issue #18: with markers and without CRC, a short FPDU in a segment ahead of RCV.NXT
+    // that holds no marker is confirmed by the boundaries around it: placed when an FPDU
+    // handed up ahead ends at its start, or begins where its chain ends; left to TCP while
+    // neither neighbour was seen. Stream: marker, FPDU0 (200 octets, kept back), FPDU1
+    // (400, spans the marker at 512), FPDU2 (50, no marker), FPDU3 (400, spans 1024).
+    #[test]
+    fn short_fpdu_ahead_is_confirmed_by_known_boundaries_without_crc() {
+        let f = Framer::new(false, Some(MarkerSpacing::new(START)));
+        let mut stream = Vec::new();
+        let mut ulpdus = Vec::new();
+        for (len, fill) in [(200usize, 1u8), (400, 2), (50, 3), (400, 4)] {
+            let mut u = vec![0xc1u8, 0x41];
+            u.resize(len, fill);
+            let at = START.wrapping_add(stream.len() as u32);
+            f.emit_fpdu(at, &[&u[..]], &mut stream).unwrap();
+            ulpdus.push(u);
+        }
+        let cuts = [0usize, 212, 624, 680, 1092];
+        assert_eq!(stream.len(), cuts[4]);
+        let seg = |i: usize| (START + cuts[i] as u32, &stream[cuts[i]..cuts[i + 1]]);
+        let placed = |rx: &mut Receiver, i: usize, got: &mut Vec<Vec<u8>>| {
+            let (at, bytes) = seg(i);
+            let c = rx
+                .handle_segment(at, bytes, false, |d| got.push(d.ulpdu.to_vec()))
+                .unwrap();
+            c.len() == bytes.len()
+        };
+        let mut rx = Receiver::new(ReceiverConfig {
+            crc: false,
+            markers: true,
+            ..config()
+        });
+        let mut got = Vec::new();
+        assert!(
+            !placed(&mut rx, 2, &mut got),
+            "no marker, no known neighbour"
+        );
+        assert!(placed(&mut rx, 3, &mut got), "marker-located");
+        assert!(placed(&mut rx, 2, &mut got), "runs into FPDU3's boundary");
+        assert!(placed(&mut rx, 1, &mut got), "marker-located");
+        assert_eq!(
+            got,
+            vec![ulpdus[3].clone(), ulpdus[2].clone(), ulpdus[1].clone()]
+        );
+
+        // The other neighbour: FPDU1 handed up ahead ends where FPDU2's segment starts.
+        let mut rx = Receiver::new(ReceiverConfig {
+            crc: false,
+            markers: true,
+            ..config()
+        });
+        let mut got = Vec::new();
+        assert!(placed(&mut rx, 1, &mut got));
+        assert!(placed(&mut rx, 2, &mut got), "starts where FPDU1 ended");
+        let (at, bytes) = seg(0);
+        rx.handle_segment(at, bytes, true, |d| got.push(d.ulpdu.to_vec()))
+            .unwrap();
+        rx.handle_rcv_nxt(START + cuts[3] as u32).unwrap();
+        assert_eq!(
+            got,
+            vec![ulpdus[1].clone(), ulpdus[2].clone(), ulpdus[0].clone()]
+        );
+        assert!(rx.is_at_boundary());
+        assert_eq!(rx.pending_out_of_order(), 0);
     }
 }

@@ -1,7 +1,8 @@
 //! Congestion control behind one trait: NewReno (RFC 5681, RFC 6582) and CUBIC (RFC 8312).
 //!
-//! The engine owns loss detection and recovery (RFC 6675 / RFC 6582); a controller only
-//! decides the congestion window and slow-start threshold, in bytes.
+//! The engine owns loss detection and recovery (RACK, RFC 8985, with SACK; RFC 6582
+//! without) and the undo of spurious ones; a controller only decides the congestion window
+//! and slow-start threshold, in bytes.
 
 mod cubic;
 mod newreno;
@@ -22,7 +23,7 @@ pub trait CongestionControl: Debug + Send {
     fn ssthresh(&self) -> usize;
     /// `acked` new bytes were cumulatively acknowledged outside loss recovery.
     fn on_ack(&mut self, now: Instant, acked: usize, srtt: Option<Duration>, mss: usize);
-    /// Loss detected by duplicate ACKs or SACK: entering fast recovery.
+    /// Loss detected (RACK, duplicate ACKs, or a tail loss probe that repaired one).
     fn on_congestion_event(&mut self, now: Instant, flight: usize, mss: usize);
     /// The retransmission timer expired.
     fn on_rto(&mut self, now: Instant, flight: usize, mss: usize);

@@ -5,15 +5,19 @@ use core::time::Duration;
 
 use smoltcp::wire::{TcpControl, TcpRepr};
 
-use super::{CloseReason, State, Tcb, TcbEvent};
+use super::{CloseReason, RecoveryUndo, State, Tcb, TcbEvent};
 use crate::config::Config;
 use crate::rx::Consumed;
 use crate::seq;
 use crate::time::Instant;
 use crate::ulp::Upper;
 
-/// RFC 7323 §5.5: TS.Recent is invalid after 24 days of idleness.
-const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+/// RFC 7323 §5.5: TS.Recent is invalid once the peer's clock may have moved on by 2^31
+/// ticks: 24 days at 1 ms a tick, but 35.8 minutes at 1 µs, the rate of this engine's own
+/// clock (and of Linux's with usec timestamps). The peer's rate is unknown, so the shorter
+/// bound (with a margin) holds: a stale TS.Recent is then merely not enforced, where a
+/// longer bound would make PAWS reject every segment of a peer that was idle that long.
+const PAWS_IDLE: Duration = Duration::from_secs(30 * 60);
 
 /// How soon a refused SYN goes out again under `Config::refused_retry`.
 const REFUSED_SYN_RESEND: Duration = Duration::from_millis(20);
@@ -94,6 +98,11 @@ impl Tcb {
         if !acceptable {
             if !is_rst {
                 self.ack_now = true;
+                // RFC 2883 §4: report a duplicate wholly below RCV.NXT.
+                let end = seg_seq.wrapping_add(repr.payload.len() as u32);
+                if !repr.payload.is_empty() && seq::le(end, self.rcv_nxt) {
+                    self.report_duplicate(seg_seq, end);
+                }
             }
             // RFC 9293 §3.10.7.4: with a zero window, valid ACKs are still processed.
             if wnd == 0 && seg_seq == self.rcv_nxt && !is_rst && self.synchronized() {
@@ -155,6 +164,7 @@ impl Tcb {
             return;
         }
         self.process_ack(now, repr, seg_seq, ack, ulp);
+        self.arm_tlp(now, cfg);
 
         let fin_acked = self.fin_queued && self.txq.is_empty();
         match self.state {
@@ -281,8 +291,10 @@ impl Tcb {
         }
     }
 
-    /// ACK field processing (RFC 9293 §3.10.7.4 fifth check) with SACK (RFC 6675) and
-    /// fast retransmit / NewReno recovery (RFC 5681 §3.2, RFC 6582).
+    /// ACK field processing (RFC 9293 §3.10.7.4 fifth check) with SACK (RFC 6675), D-SACK
+    /// (RFC 2883), RACK loss detection (RFC 8985) or, without SACK, fast retransmit
+    /// (RFC 5681 §3.2), NewReno recovery (RFC 6582), and the undo of recoveries and
+    /// timeouts found spurious (RFC 3522, RFC 3708, RFC 4015).
     fn process_ack(
         &mut self,
         now: Instant,
@@ -293,15 +305,32 @@ impl Tcb {
     ) {
         let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         let mut sack_changed = false;
+        let echoed = repr
+            .timestamp
+            .filter(|_| self.opts.timestamps)
+            .map(|ts| ts.tsecr.wrapping_sub(self.ts_offset));
+        self.rack.set_echoed(echoed);
         if self.opts.sack {
-            for (l, r) in repr.sack_ranges.iter().flatten() {
+            // RFC 2883 §4: a first block below the cumulative ACK, or inside the second
+            // block, reports a duplicate.
+            let blocks = repr.sack_ranges;
+            let dsack = blocks[0].filter(|&(l, r)| {
+                seq::lt(l, r)
+                    && (seq::le(r, ack)
+                        || blocks[1].is_some_and(|(l2, r2)| seq::le(l2, l) && seq::le(r, r2)))
+            });
+            if let Some((l, r)) = dsack {
+                self.on_dsack(l, r);
+            }
+            for (l, r) in blocks.iter().skip(usize::from(dsack.is_some())).flatten() {
                 if seq::lt(*l, *r) && seq::ge(*l, self.snd_una) && seq::le(*r, self.snd_nxt) {
-                    sack_changed |= self.txq.sack(*l, *r);
+                    sack_changed |= self.txq.sack(*l, *r, now, &mut self.rack);
                 }
             }
         }
         let outstanding = !self.txq.is_empty();
-        if seq::gt(ack, self.snd_una) {
+        let advanced = seq::gt(ack, self.snd_una);
+        if advanced {
             if let Some(undo) = self.rto_undo.take() {
                 // RFC 3522 §3.2: the first ACK for new data after a timeout echoes a
                 // TSval older than the retransmission's: the original arrived, the
@@ -314,10 +343,12 @@ impl Tcb {
                 {
                     self.cc = undo.cc;
                     self.txq.undo_lost();
+                    self.rto_point = None;
                     self.spurious_timeouts += 1;
                 }
             }
-            let acked = self.txq.ack(ack, |b| ulp.recycle(b));
+            self.tlp_acked(now, repr, ack);
+            let acked = self.txq.ack(ack, now, &mut self.rack, |b| ulp.recycle(b));
             self.snd_una = ack;
             if let Some(sent) = acked.rtt_sample_sent_at {
                 self.rtt.sample(now.saturating_since(sent));
@@ -325,8 +356,15 @@ impl Tcb {
             self.rtt.reset_backoff();
             self.rtx_count = 0;
             self.dupacks = 0;
+            self.eifel_recovery(repr, ack);
+            if self.rto_point.is_some_and(|p| seq::ge(ack, p)) {
+                self.rto_point = None;
+            }
             match self.recovery {
-                Some(point) if seq::ge(ack, point) => self.recovery = None,
+                Some(point) if seq::ge(ack, point) => {
+                    self.recovery = None;
+                    self.rack.on_recovery_exit();
+                }
                 Some(_) => {
                     // RFC 6582 §3.2 step 5: partial ACK retransmits the next hole.
                     if !self.opts.sack {
@@ -352,21 +390,16 @@ impl Tcb {
             // RFC 5681 §2 duplicate ACK (RFC 6675 counts SACK-bearing ACKs likewise).
             self.dupacks += 1;
         }
-        if self.opts.sack && sack_changed {
-            self.txq.detect_losses(self.eff_mss);
+        if advanced || sack_changed {
+            self.delivered_before_retransmission();
         }
-        if self.recovery.is_none()
-            && !self.txq.is_empty()
-            && (self.dupacks >= 3 || (self.opts.sack && self.txq.first_lost()))
-        {
-            // RFC 6675 §5 / RFC 6582 §3.2: enter loss recovery, retransmit the first hole.
-            self.recovery = Some(self.snd_nxt);
-            self.recoveries += 1;
-            let flight = self.flight_size();
-            self.cc.on_congestion_event(now, flight, self.eff_mss);
-            self.txq.mark_first_lost();
-            self.fast_rtx = true;
-        }
+        let lost = if self.opts.sack {
+            // RFC 8985 §6.2: on each ACK that delivers data.
+            (advanced || sack_changed) && self.rack_detect(now)
+        } else {
+            self.dupacks >= 3
+        };
+        self.on_losses(now, lost);
         // RFC 9293 §3.10.7.4: send window update.
         if seq::lt(self.snd_wl1, seg_seq) || (self.snd_wl1 == seg_seq && seq::le(self.snd_wl2, ack))
         {
@@ -378,6 +411,143 @@ impl Tcb {
                 self.persist_deadline = None;
                 self.persist_backoff = 0;
             }
+        }
+    }
+
+    /// RACK loss detection now (RFC 8985 §6.2 step 5), arming the reordering timer for
+    /// the units not yet due. Returns whether a unit was newly marked lost.
+    pub(super) fn rack_detect(&mut self, now: Instant) -> bool {
+        if !self.txq.rack_may_lose() {
+            self.rack_deadline = None;
+            return false;
+        }
+        let wnd = self.rack.reo_wnd(
+            self.recovery.is_some(),
+            self.txq.sacked_count(),
+            self.rtt.srtt(),
+        );
+        let (marked, next) = self.txq.rack_detect_loss(now, &self.rack, wnd);
+        self.rack_deadline = next;
+        marked
+    }
+
+    /// Enter fast recovery if `lost` (a loss was detected) and none is under way (RFC 6675
+    /// §5, RFC 6582 §3.2): reduce the window and retransmit the first lost unit at once.
+    pub(super) fn on_losses(&mut self, now: Instant, lost: bool) {
+        if !lost || self.recovery.is_some() || self.rto_point.is_some() || self.txq.is_empty() {
+            return;
+        }
+        self.recovery = Some(self.snd_nxt);
+        self.recoveries += 1;
+        self.tlp_deadline = None;
+        self.rec_undo = Some(RecoveryUndo {
+            cc: self.cc.snapshot(),
+            start: self.snd_una,
+            end: self.snd_nxt,
+            retransmit_ts: None,
+            eifel_done: false,
+            retrans: 0,
+        });
+        let flight = self.flight_size();
+        self.cc.on_congestion_event(now, flight, self.eff_mss);
+        if !self.opts.sack {
+            self.txq.mark_first_lost();
+        }
+        self.fast_rtx = true;
+    }
+
+    /// RFC 3522 §3.2 for fast recovery: the ACK that first covers the first retransmission
+    /// echoes a TSval older than it when the original arrived (reordering, not loss).
+    fn eifel_recovery(&mut self, repr: &TcpRepr, ack: u32) {
+        let Some(undo) = self.rec_undo.as_mut() else {
+            return;
+        };
+        let Some((retransmit_ts, end)) = undo.retransmit_ts else {
+            return;
+        };
+        if undo.eifel_done || !seq::ge(ack, end) {
+            return;
+        }
+        undo.eifel_done = true;
+        if repr
+            .timestamp
+            .is_some_and(|ts| seq::lt(ts.tsecr, retransmit_ts))
+        {
+            self.undo_recovery();
+        }
+    }
+
+    /// RFC 8985 §7.4: the ACK covers the probe. When the probe sent the last unit again and
+    /// the ACK is for that copy (it echoes the copy's TSval, or there are no timestamps to
+    /// tell), the probe repaired a loss at the tail: the congestion window responds as to
+    /// any loss.
+    fn tlp_acked(&mut self, now: Instant, repr: &TcpRepr, ack: u32) {
+        let Some(probe) = self.tlp.filter(|p| seq::ge(ack, p.end)) else {
+            return;
+        };
+        self.tlp = None;
+        let Some(ts) = probe.retransmit_ts else {
+            return;
+        };
+        let original = repr.timestamp.is_some_and(|t| seq::lt(t.tsecr, ts));
+        if !original && self.recovery.is_none() {
+            let flight = self.flight_size();
+            self.cc.on_congestion_event(now, flight, self.eff_mss);
+        }
+    }
+
+    /// RFC 3522 §3.2 when nothing was retransmitted yet: every unit the recovery marked
+    /// lost was delivered (ACKed or SACKed) by its original after all, so the recovery was
+    /// spurious. Common when the ACKs that showed the hole and the one that filled it
+    /// arrive in one receive burst.
+    fn delivered_before_retransmission(&mut self) {
+        let unsent = self
+            .rec_undo
+            .as_ref()
+            .is_some_and(|u| u.retransmit_ts.is_none());
+        if unsent && self.txq.lost_count() == 0 {
+            self.undo_recovery();
+        }
+    }
+
+    /// A D-SACK reported `[l, r)` received twice (RFC 2883): the reordering window grows
+    /// (RFC 8985 §6.2 step 4), and once every retransmission of the last recovery has been
+    /// reported so, that recovery was spurious (RFC 3708 §3.2).
+    fn on_dsack(&mut self, l: u32, r: u32) {
+        self.rack.on_spurious(self.snd_una, self.snd_nxt);
+        let Some(undo) = self.rec_undo.as_mut() else {
+            return;
+        };
+        if undo.retrans > 0 && seq::ge(l, undo.start) && seq::le(r, undo.end) {
+            undo.retrans -= 1;
+            if undo.retrans == 0 {
+                self.undo_recovery();
+            }
+        }
+    }
+
+    /// The last fast recovery was spurious: restore the congestion state it reduced and
+    /// put back in flight what it marked lost and did not send again (RFC 4015 §3 applied
+    /// to fast recovery, as RFC 3708 §5 suggests).
+    fn undo_recovery(&mut self) {
+        let Some(undo) = self.rec_undo.take() else {
+            return;
+        };
+        if undo.cc.cwnd() > self.cc.cwnd() {
+            self.cc = undo.cc;
+        }
+        if self.recovery.take().is_some() {
+            self.rack.on_recovery_exit();
+        }
+        self.txq.undo_lost();
+        self.spurious_recoveries += 1;
+        self.rack.on_spurious(self.snd_una, self.snd_nxt);
+    }
+
+    /// A duplicate `[start, end)` arrived: the next ACK reports it first (RFC 2883 §4).
+    fn report_duplicate(&mut self, start: u32, end: u32) {
+        if self.opts.sack {
+            self.dsack = Some((start, end));
         }
     }
 
@@ -397,9 +567,11 @@ impl Tcb {
         if front > 0 {
             let cut = front as usize;
             if cut >= p.len() {
+                self.report_duplicate(seq0, seq0.wrapping_add(p.len() as u32));
                 self.ack_now = true;
                 return;
             }
+            self.report_duplicate(seq0, self.rcv_nxt);
             p = &p[cut..];
             seq0 = self.rcv_nxt;
         }
@@ -424,7 +596,8 @@ impl Tcb {
             pieces.push((s, e));
         }
         if pieces.is_empty() {
-            // Entirely duplicate: RFC 5681 §4.2 immediate ACK.
+            // Entirely duplicate: RFC 5681 §4.2 immediate ACK, with a D-SACK.
+            self.report_duplicate(self.seq_of(s), self.seq_of(e));
             self.ack_now = true;
             self.pieces = pieces;
             return;

@@ -17,6 +17,7 @@ use smoltcp::wire::{TcpControl, TcpRepr};
 use crate::cc::CongestionControl;
 use crate::config::Config;
 use crate::options::{Negotiated, Offer};
+use crate::rack::Rack;
 use crate::rto::RttEstimator;
 use crate::rx::Reassembly;
 use crate::sack::SackReporter;
@@ -123,6 +124,19 @@ pub struct ConnInfo {
     pub spurious_timeouts: u64,
     /// Fast-recovery episodes.
     pub recoveries: u64,
+    /// Of those, episodes found spurious (reordering, not loss) and undone (RFC 3522 or
+    /// RFC 3708 detection, RFC 4015 response).
+    pub spurious_recoveries: u64,
+}
+
+/// One connection's loss-recovery counters, summed into the engine's statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LossCounters {
+    pub(crate) retransmits: u64,
+    pub(crate) timeouts: u64,
+    pub(crate) spurious_timeouts: u64,
+    pub(crate) recoveries: u64,
+    pub(crate) spurious_recoveries: u64,
 }
 
 /// A transmission control block.
@@ -166,6 +180,21 @@ pub(crate) struct Tcb {
     recovery: Option<u32>,
     dupacks: u32,
     fast_rtx: bool,
+    /// RACK loss detection (RFC 8985), used when SACK is on.
+    rack: Rack,
+    /// The RACK reordering timer (RFC 8985 §6.2 step 5).
+    rack_deadline: Option<Instant>,
+    /// SND.NXT at the last retransmission timeout, until acknowledged: no fast recovery
+    /// begins before (RFC 6582 §3.2 step 1, RFC 6675 §5.1).
+    rto_point: Option<u32>,
+    /// A D-SACK block (RFC 2883) for the next ACK: sequence range of a duplicate received.
+    dsack: Option<(u32, u32)>,
+    /// The tail loss probe timer (RFC 8985 §7.2).
+    tlp_deadline: Option<Instant>,
+    /// A tail loss probe is due: the next `poll_transmit` sends it.
+    send_tlp: bool,
+    /// The probe in flight, until acknowledged or a timeout (one at a time).
+    tlp: Option<TlpProbe>,
 
     syn_sent_at: Instant,
     /// When the active open began (for `Config::refused_retry`).
@@ -199,8 +228,11 @@ pub(crate) struct Tcb {
     timeouts: u64,
     spurious_timeouts: u64,
     recoveries: u64,
+    spurious_recoveries: u64,
     /// Since a timeout: how to undo it should it prove spurious.
     rto_undo: Option<RtoUndo>,
+    /// Since the last fast recovery began: how to undo it should it prove spurious.
+    rec_undo: Option<RecoveryUndo>,
 }
 
 /// What a retransmission timeout changed, kept until the next ACK shows whether it was
@@ -211,6 +243,34 @@ struct RtoUndo {
     retransmit_ts: u32,
     /// The congestion controller before the timeout.
     cc: Box<dyn CongestionControl>,
+}
+
+/// A tail loss probe in flight (RFC 8985 §7.3 TLP.end_seq and TLP.is_retrans).
+#[derive(Clone, Copy, Debug)]
+struct TlpProbe {
+    /// SND.NXT after the probe.
+    end: u32,
+    /// When it sent the last unit again: that copy's TSval.
+    retransmit_ts: Option<u32>,
+}
+
+/// What a fast recovery changed, kept until its retransmissions prove needed or spurious:
+/// Eifel detection (RFC 3522) at the ACK of the first retransmission, or D-SACKs for every
+/// retransmission of the episode (RFC 3708 §3.2). The response restores the congestion
+/// state as RFC 4015 does after a timeout.
+#[derive(Debug)]
+struct RecoveryUndo {
+    /// The congestion controller before the recovery.
+    cc: Box<dyn CongestionControl>,
+    /// SND.UNA and SND.NXT when it began: D-SACKs inside count.
+    start: u32,
+    end: u32,
+    /// TSval of the first retransmission, and the end of the unit it carried.
+    retransmit_ts: Option<(u32, u32)>,
+    /// Whether the ACK of the first retransmission was seen (Eifel decided).
+    eifel_done: bool,
+    /// Retransmissions of the episode not yet reported duplicate by a D-SACK.
+    retrans: u32,
 }
 
 impl Tcb {
@@ -270,6 +330,13 @@ impl Tcb {
             recovery: None,
             dupacks: 0,
             fast_rtx: false,
+            rack: Rack::default(),
+            rack_deadline: None,
+            rto_point: None,
+            dsack: None,
+            tlp_deadline: None,
+            send_tlp: false,
+            tlp: None,
             syn_sent_at: now,
             opened_at: now,
             resend_refused_syn: false,
@@ -296,7 +363,9 @@ impl Tcb {
             timeouts: 0,
             spurious_timeouts: 0,
             recoveries: 0,
+            spurious_recoveries: 0,
             rto_undo: None,
+            rec_undo: None,
         }
     }
 
@@ -356,12 +425,19 @@ impl Tcb {
             timeouts: self.timeouts,
             spurious_timeouts: self.spurious_timeouts,
             recoveries: self.recoveries,
+            spurious_recoveries: self.spurious_recoveries,
         }
     }
 
-    /// Segments retransmitted, retransmission timeouts and spurious ones so far.
-    pub(crate) fn loss_counters(&self) -> (u64, u64, u64) {
-        (self.retransmits, self.timeouts, self.spurious_timeouts)
+    /// Retransmissions, timeouts, recoveries and the spurious ones so far.
+    pub(crate) fn loss_counters(&self) -> LossCounters {
+        LossCounters {
+            retransmits: self.retransmits,
+            timeouts: self.timeouts,
+            spurious_timeouts: self.spurious_timeouts,
+            recoveries: self.recoveries,
+            spurious_recoveries: self.spurious_recoveries,
+        }
     }
 
     /// Sequence number of the next new byte (for RSTs on abort).
@@ -414,8 +490,11 @@ impl Tcb {
         seq::diff(self.snd_nxt, self.snd_una).max(0) as usize
     }
 
+    /// Our TSval: a microsecond clock (RFC 7323 §5.4 leaves the rate open), so that Eifel
+    /// detection (RFC 3522) tells an original from a retransmission sent a few
+    /// microseconds later, as happens when reordering is mistaken for loss.
     fn tsval(&self, now: Instant) -> u32 {
-        (now.as_millis() as u32).wrapping_add(self.ts_offset)
+        (now.as_micros() as u32).wrapping_add(self.ts_offset)
     }
 
     fn abort_with(&mut self, reason: CloseReason, ev: &mut Vec<TcbEvent>) {

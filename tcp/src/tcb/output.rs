@@ -3,7 +3,7 @@
 
 use smoltcp::wire::TcpControl;
 
-use super::{CloseReason, State, Tcb, TcbEvent};
+use super::{CloseReason, State, Tcb, TcbEvent, TlpProbe};
 use crate::config::Config;
 use crate::seq;
 use crate::time::Instant;
@@ -84,10 +84,16 @@ impl Tcb {
         };
         let timestamp = ts_on.then(|| (self.tsval(now), self.ts_recent));
         let mut sack = [None; 3];
-        if self.opts.sack && !syn && !self.rx.is_empty() {
-            let blocks = self.sack_rep.blocks(&self.rx);
-            for (slot, &(a, b)) in sack.iter_mut().zip(blocks.as_slice()) {
-                *slot = Some((self.seq_of(a), self.seq_of(b)));
+        if self.opts.sack && !syn {
+            // RFC 2883 §4: a D-SACK block first, in one ACK only.
+            let dsack = self.dsack.take();
+            let first = usize::from(dsack.is_some());
+            sack[0] = dsack;
+            if !self.rx.is_empty() {
+                let blocks = self.sack_rep.blocks(&self.rx);
+                for (slot, &(a, b)) in sack[first..].iter_mut().zip(blocks.as_slice()) {
+                    *slot = Some((self.seq_of(a), self.seq_of(b)));
+                }
             }
         }
         if ack.is_some() {
@@ -218,12 +224,27 @@ impl Tcb {
         if let Some(i) = self.txq.next_lost() {
             if self.fast_rtx || self.pipe() < self.cc.cwnd() {
                 self.fast_rtx = false;
+                if self.recovery.is_some() {
+                    let ts = self.tsval(now);
+                    let end = self.txq.unit(i).end();
+                    if let Some(undo) = self.rec_undo.as_mut() {
+                        undo.retrans += 1;
+                        undo.retransmit_ts.get_or_insert((ts, end));
+                    }
+                }
                 self.txq.retransmitted(i, now);
                 self.retransmits += 1;
                 return self.send_unit(now, cfg, sink_wnd, i, buf);
             }
         }
         self.fast_rtx = false;
+
+        if self.send_tlp {
+            self.send_tlp = false;
+            if let Some(len) = self.send_loss_probe(now, cfg, ulp, sink_wnd, buf, ev) {
+                return Some(len);
+            }
+        }
 
         // New units.
         if matches!(self.state, State::Established | State::CloseWait) && !self.fin_queued {
@@ -276,6 +297,52 @@ impl Tcb {
         None
     }
 
+    /// A tail loss probe (RFC 8985 §7.3): a new unit if the peer's window has room (not
+    /// limited by the congestion window), else the last unit again; the RTO restarts.
+    fn send_loss_probe(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        ulp: &mut impl Upper,
+        sink_wnd: usize,
+        buf: &mut [u8],
+        ev: &mut Vec<TcbEvent>,
+    ) -> Option<usize> {
+        let mut out = None;
+        let mut retransmit_ts = None;
+        if matches!(self.state, State::Established | State::CloseWait)
+            && !self.fin_queued
+            && ulp.pending()
+        {
+            let in_flight = self.flight_size() as u32;
+            let max_len = self
+                .eff_mss
+                .min(self.snd_wnd.saturating_sub(in_flight) as usize);
+            if max_len > 0 {
+                if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
+                    out = self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, ev);
+                }
+            }
+        }
+        if out.is_none() {
+            let i = self.txq.len().checked_sub(1)?;
+            if self.txq.unit(i).sacked {
+                return None;
+            }
+            self.txq.retransmitted(i, now);
+            self.retransmits += 1;
+            retransmit_ts = Some(self.tsval(now));
+            out = self.send_unit(now, cfg, sink_wnd, i, buf);
+        }
+        self.tlp = Some(TlpProbe {
+            end: self.snd_nxt,
+            retransmit_ts,
+        });
+        self.tlp_deadline = None;
+        self.rtx_deadline = Some(now + self.rtt.rto());
+        out
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn queue_unit(
         &mut self,
@@ -302,6 +369,8 @@ impl Tcb {
         self.persist_deadline = None;
         self.persist_backoff = 0;
         let i = self.txq.len() - 1;
-        self.send_unit(now, cfg, sink_wnd, i, buf)
+        let out = self.send_unit(now, cfg, sink_wnd, i, buf);
+        self.arm_tlp(now, cfg);
+        out
     }
 }

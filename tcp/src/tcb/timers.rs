@@ -14,7 +14,10 @@ impl Tcb {
                 earliest(self.rtx_deadline, self.delack_deadline),
                 earliest(self.persist_deadline, self.keepalive_deadline),
             ),
-            earliest(self.timewait_deadline, self.finwait2_deadline),
+            earliest(
+                earliest(self.timewait_deadline, self.finwait2_deadline),
+                earliest(self.rack_deadline, self.tlp_deadline),
+            ),
         )
     }
 
@@ -35,12 +38,42 @@ impl Tcb {
         self.keepalive_deadline = None;
         self.finwait2_deadline = None;
         self.delack_deadline = None;
+        self.rack_deadline = None;
+        self.tlp_deadline = None;
         ev.push(TcbEvent::Closed(CloseReason::Normal));
     }
 
     /// Arm, or restart, the 2 MSL TIME-WAIT timer (RFC 9293 §3.10.7.4).
     pub(super) fn restart_time_wait(&mut self, now: Instant, cfg: &Config) {
         self.timewait_deadline = Some(now + 2 * cfg.msl);
+    }
+
+    /// Arm the tail loss probe timer (RFC 8985 §7.2): two SRTTs from now, plus the delayed
+    /// ACK when a single unit is outstanding, unless the RTO comes first. Not in recovery,
+    /// after a timeout, or while a probe is out.
+    pub(super) fn arm_tlp(&mut self, now: Instant, cfg: &Config) {
+        self.tlp_deadline = None;
+        if !cfg.tail_loss_probe
+            || !self.opts.sack
+            || self.tlp.is_some()
+            || self.recovery.is_some()
+            || self.rto_point.is_some()
+            || self.txq.is_empty()
+            || !matches!(self.state, State::Established | State::CloseWait)
+        {
+            return;
+        }
+        let Some(srtt) = self.rtt.srtt() else {
+            return;
+        };
+        let mut pto = srtt * 2;
+        if self.txq.len() == 1 {
+            pto += cfg.delayed_ack;
+        }
+        let at = now + pto;
+        if self.rtx_deadline.is_none_or(|r| at < r) {
+            self.tlp_deadline = Some(at);
+        }
     }
 
     pub(super) fn arm_rtx(&mut self, now: Instant) {
@@ -60,6 +93,18 @@ impl Tcb {
             ev.push(TcbEvent::Closed(CloseReason::TimedOut));
             ev.push(TcbEvent::Remove);
             return;
+        }
+        if due(self.rack_deadline) {
+            // RFC 8985 §6.3: the reordering timer ran out; units it waited for are lost.
+            self.rack_deadline = None;
+            let lost = self.rack_detect(now);
+            self.on_losses(now, lost);
+        }
+        if due(self.tlp_deadline) {
+            self.tlp_deadline = None;
+            if self.tlp.is_none() && self.recovery.is_none() && !self.txq.is_empty() {
+                self.send_tlp = true;
+            }
         }
         if due(self.rtx_deadline) {
             self.rtx_deadline = None;
@@ -143,6 +188,12 @@ impl Tcb {
                 self.rtt.backoff();
                 self.txq.mark_all_lost();
                 self.recovery = None;
+                self.rec_undo = None;
+                self.rack_deadline = None;
+                self.tlp_deadline = None;
+                self.send_tlp = false;
+                self.tlp = None;
+                self.rto_point = Some(self.snd_nxt);
                 self.dupacks = 0;
                 self.fast_rtx = true;
                 self.rtx_deadline = Some(now + self.rtt.rto());
