@@ -191,6 +191,67 @@ fn pktgen_with_injected_loss_reports_it() {
     assert!((800..1200).contains(&lost), "lost {lost}: {out}");
 }
 
+/// The `ping-pong: N round trips, L lost` line and the latency row's sample count and
+/// typical value of a `pktgen --ping-pong` output.
+fn ping_pong_figures(out: &str) -> (u64, u64, u64, f64) {
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ping-pong: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let row: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.contains("t_typical[usec]"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"))
+        .split_whitespace()
+        .collect();
+    (
+        w[0].parse().unwrap(),
+        w[3].parse().unwrap(),
+        row[1].parse().unwrap(),
+        row[4].parse().unwrap(),
+    )
+}
+
+#[test]
+fn pktgen_ping_pong_times_every_frame() {
+    let out = pktgen_over_a_soft_link(&["--ping-pong", "--count", "2000", "--size", "64"]);
+    let (trips, lost, samples, typical) = ping_pong_figures(&out);
+    assert_eq!((trips, lost, samples), (2000, 0, 2000), "{out}");
+    assert!(typical > 0.0 && typical < 1000.0, "{out}");
+}
+
+#[test]
+fn pktgen_ping_pong_counts_frames_that_do_not_come_back() {
+    let out = pktgen_over_a_soft_link(&[
+        "--ping-pong",
+        "--count",
+        "400",
+        "--reply-timeout",
+        "0.005",
+        "--fault",
+        "b:direction=rx,drop=25%,seed=3",
+    ]);
+    let (trips, lost, samples, _) = ping_pong_figures(&out);
+    assert_eq!(trips + lost, 400, "{out}");
+    assert_eq!(samples, trips, "{out}");
+    assert!((60..140).contains(&lost), "lost {lost}: {out}");
+}
+
+#[test]
+fn pktgen_ping_pong_needs_an_end() {
+    let o = on_soft_pair("pktgen", &["--tx-port", "a", "--ping-pong"]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(
+        line.contains("--ping-pong needs --count or --duration"),
+        "{line}"
+    );
+    let o = on_soft_pair("pktgen", &["--rx-port", "a", "--ping-pong", "-n", "1"]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(line.contains("--ping-pong needs --tx-port"), "{line}");
+}
+
 #[test]
 fn pktgen_size_is_checked() {
     let o = on_soft_pair("pktgen", &["--tx-port", "a", "--size", "20"]);

@@ -23,6 +23,7 @@ use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{AddressingMode, Rnic, RnicDevice};
 
 use crate::appmem::AppMemory;
+use crate::backoff::{Backoff, Wait};
 use crate::bridge::{Bridge, Post};
 use crate::device::{device_attributes, DeviceInfo};
 
@@ -205,6 +206,13 @@ fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// How long a connection request to a port the application does not listen on yet waits
+/// for its `rdma_listen` before it is refused. An application's listen reaches the
+/// data-plane thread as a message, so a peer told "ready" just before can connect first:
+/// perftest's `-R` tests do exactly that (a handshake, then the listen), and perftest 4.5
+/// crashes in its retry after a refused connect (it reuses the node array it just freed).
+const SYN_HOLD: Duration = Duration::from_millis(500);
+
 /// The iWARP settings of a device's stack from the configuration's `[rdma]` section.
 fn stack_config(rdma: &RdmaSection, mtu: usize, burst: usize, ird_ord: u16) -> StackConfig {
     let mpa = MpaConfig {
@@ -220,6 +228,7 @@ fn stack_config(rdma: &RdmaSection, mtu: usize, burst: usize, ird_ord: u16) -> S
         verify_checksums: false,
         isn_secret: rand_secret(),
         rto_min: Duration::from_millis(rdma.rto_min_ms),
+        syn_hold: SYN_HOLD,
         ..tcp::Config::default()
     };
     StackConfig {
@@ -248,21 +257,12 @@ fn rand_secret() -> [u8; 16] {
     s
 }
 
-/// Backs off when nothing happens. Spin a while ([`idle_spin`]: a reply to what was just
-/// sent is usually that close), then park for up to 20 µs per idle iteration (after 20 ms of
-/// silence, 200 µs); work queued by an application thread unparks it at once. A thread that
-/// sleeps is scheduled as soon as it wakes, ahead of application threads spinning on the same
-/// core (perftest's latency tests spin on memory): on a machine with fewer cores than
-/// spinning threads this keeps latency in microseconds rather than scheduler slices.
-fn idle(core: &Core, quiet: Duration, spin: Duration) {
-    if quiet < spin {
+/// Waits as `wait` says: spins once, or parks unless work is queued (an application
+/// thread that queues work unparks it at once).
+fn idle(core: &Core, wait: Wait) {
+    let Wait::Nap(nap) = wait else {
         std::hint::spin_loop();
         return;
-    }
-    let nap = if quiet < Duration::from_millis(20) {
-        Duration::from_micros(20)
-    } else {
-        Duration::from_micros(200)
     };
     core.parked.store(true, Ordering::Relaxed);
     std::sync::atomic::fence(Ordering::SeqCst);
@@ -272,9 +272,10 @@ fn idle(core: &Core, quiet: Duration, spin: Duration) {
     core.parked.store(false, Ordering::Relaxed);
 }
 
-/// The spin phase of [`idle`]: `DATAPLANE_IDLE_SPIN_US`, else 50 µs with four CPUs or more
-/// and none below (where the application's own spinning threads need the cores: measured on
-/// two CPUs, ib_write_lat's typical latency is 49 µs without the spin, 94 µs with 50 µs of it).
+/// The spin between requests and responses ([`Backoff`]): `DATAPLANE_IDLE_SPIN_US`, else
+/// 50 µs with four CPUs or more and none below (where the application's own spinning threads
+/// need the cores: measured on two CPUs, ib_write_lat's typical latency is 49 µs without the
+/// spin, 94 µs with 50 µs of it).
 fn idle_spin() -> Duration {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let us = std::env::var("DATAPLANE_IDLE_SPIN_US")
@@ -339,13 +340,12 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
         core.devices.len(),
         std::thread::current().name().unwrap_or("?")
     );
-    let spin = idle_spin();
+    let mut backoff = Backoff::new(clock::now(), idle_spin());
     let _ = core.waker.set(std::thread::current());
     // Sleeps of microseconds, not the default 50 µs timer slack.
     // SAFETY: prctl on the calling thread with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
     let mut next_sync = clock::now();
-    let mut idle_since = clock::now();
     while !core.stop.load(Ordering::Acquire) {
         let now = clock::now();
         let frames = bridge.poll(now);
@@ -365,10 +365,9 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
             next_sync = now + Duration::from_millis(1);
         }
         bridge.distribute(sync);
-        if busy {
-            idle_since = now;
-        } else {
-            idle(&core, now.saturating_since(idle_since), spin);
+        backoff.record(now, frames, busy);
+        if !busy {
+            idle(&core, backoff.wait(now));
         }
     }
     bridge.shutdown();

@@ -10,6 +10,7 @@
 
 pub mod abi;
 pub mod appmem;
+pub mod backoff;
 pub mod bridge;
 pub mod cm;
 pub mod convert;

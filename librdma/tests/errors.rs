@@ -785,6 +785,46 @@ fn busy_ports_refused_connects_and_rejects() {
     unsafe { rdma_destroy_event_channel(ch) };
 }
 
+/// A connect that reaches a port just before the application listens there (perftest's
+/// `-R` tests race like this: a handshake, then `rdma_listen`) is held, not refused: the
+/// listen that follows within the data plane's hold gets the request (the initiator then
+/// gets what the listener answers, here a reject with private data).
+#[test]
+fn a_connect_just_before_the_listen_reaches_the_listener() {
+    const PORT: u16 = 7625;
+    setup();
+    let ch = channel();
+    let mut early = End::new(resolved(ch, B, PORT));
+    early.create_qp(qp_caps(4, 4));
+    let mut param = rdma_conn_param::default();
+    assert_eq!(unsafe { rdma_connect(early.id, &mut param) }, 0);
+    assert!(
+        try_event(ch, Duration::from_millis(150)).is_none(),
+        "neither refused nor connected while nobody listens"
+    );
+    let late = create_id(ch);
+    let mut on_b = sockaddr(B, PORT);
+    assert_eq!(unsafe { rdma_bind_addr(late, sa(&mut on_b)) }, 0);
+    assert_eq!(unsafe { rdma_listen(late, 4) }, 0);
+    let ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+    let (request, listen_id) = unsafe { ((*ev).id, (*ev).listen_id) };
+    assert_eq!(listen_id, late);
+    unsafe { rdma_ack_cm_event(ev) };
+    let no = *b"later";
+    assert_eq!(
+        unsafe { rdma_reject(request, no.as_ptr().cast(), no.len() as u8) },
+        0
+    );
+    let ev = expect_event(ch, RDMA_CM_EVENT_REJECTED, -libc::ECONNREFUSED);
+    assert_eq!(unsafe { (*ev).id }, early.id);
+    assert_eq!(private_data(ev), no);
+    unsafe { rdma_ack_cm_event(ev) };
+    assert_eq!(unsafe { rdma_destroy_id(request) }, 0);
+    early.destroy();
+    assert_eq!(unsafe { rdma_destroy_id(late) }, 0);
+    unsafe { rdma_destroy_event_channel(ch) };
+}
+
 /// rdma_connect's own checks (librdmacm's ucma_valid_param: responder_resources and
 /// initiator_depth above the device's maximum, other than RDMA_MAX_RESP_RES /
 /// RDMA_MAX_INIT_DEPTH (0xFF), are EINVAL; Linux's iw_cm refuses a connect without a QP

@@ -64,6 +64,10 @@ pub struct Config {
     pub verify_checksums: bool,
     /// Fill IPv4 and TCP checksums on transmit (off when the NIC does).
     pub fill_checksums: bool,
+    /// How long a SYN to a port without a listener waits for one before it is refused
+    /// (zero: refused at once, RFC 9293 §3.10.7.1). For a listener that comes up just after
+    /// the peer was told to connect (see `syn_hold`).
+    pub syn_hold: Duration,
 }
 
 impl Default for Config {
@@ -91,6 +95,7 @@ impl Default for Config {
             ephemeral_ports: (49152, 65535),
             verify_checksums: true,
             fill_checksums: true,
+            syn_hold: Duration::ZERO,
         }
     }
 }

@@ -12,6 +12,7 @@ use smoltcp::wire::{IpProtocol, TcpControl, TcpRepr};
 use crate::config::Config;
 use crate::ip::{parse_ip, PacketError};
 use crate::isn::IsnGenerator;
+use crate::syn_hold::HeldSyns;
 use crate::tcb::{CloseReason, ConnInfo, Holding, State, Tcb, TcbEvent};
 use crate::time::Instant;
 use crate::ulp::{Bound, Ulp};
@@ -126,6 +127,9 @@ pub struct Stats {
     pub resets_sent: u64,
     /// RSTs not sent because [`MAX_PENDING_RSTS`] already waited for transmission.
     pub resets_dropped: u64,
+    /// SYNs to a port without a listener held for `Config::syn_hold` (then answered by a
+    /// listener that appeared, or refused).
+    pub syns_held: u64,
     /// Segments retransmitted by every connection, live and removed, SYN and SYN-ACK
     /// included (half-open connections that never reached the ULP too).
     pub retransmits: u64,
@@ -189,6 +193,7 @@ pub struct Engine<U, C: ?Sized = ()> {
     timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
     events: VecDeque<Event<U>>,
     rsts: VecDeque<Rst>,
+    held_syns: HeldSyns,
     next_port: u16,
     scratch: Vec<TcbEvent>,
     stats: Stats,
@@ -224,6 +229,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
             rsts: VecDeque::new(),
+            held_syns: HeldSyns::default(),
             next_port,
             scratch: Vec::new(),
             stats: Stats::default(),
@@ -292,6 +298,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 half_open: 0,
             },
         );
+        self.held_syns.listening(addr.port());
         Ok(())
     }
 
@@ -676,12 +683,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     }
 
     fn segment_to_listener(&mut self, now: Instant, tuple: FourTuple, repr: &TcpRepr) {
-        let listener = self
-            .listeners
-            .get(&tuple.local.port())
-            .filter(|l| l.addr.is_unspecified() || l.addr == tuple.local.ip());
-        let seq = repr.seq_number.0 as u32;
-        match (listener, repr.control, repr.ack_number) {
+        match (
+            listener_for(&self.listeners, tuple.local),
+            repr.control,
+            repr.ack_number,
+        ) {
             (_, TcpControl::Rst, _) => {}
             // RFC 9293 §3.10.7.1/§3.10.7.2: ACK to a closed port or a listener: RST seq=ack.
             (_, _, Some(ack)) => self.push_rst(Rst {
@@ -717,15 +723,49 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.after_activity(id);
             }
             (Some(_), _, None) => {}
-            // RFC 9293 §3.10.7.1: no ACK to a closed port: RST, ACK = SEG.SEQ + SEG.LEN.
-            (None, ctl, None) => {
-                let len = repr.payload.len() as u32 + ctl.len() as u32;
-                self.push_rst(Rst {
-                    local: tuple.local,
-                    remote: tuple.remote,
-                    seq: 0,
-                    ack: Some(seq.wrapping_add(len)),
-                });
+            (None, TcpControl::Syn, None)
+                if !self.cfg.syn_hold.is_zero()
+                    && repr.payload.is_empty()
+                    && self.held_syns.hold(
+                        now,
+                        tuple.local,
+                        tuple.remote,
+                        repr,
+                        self.cfg.syn_hold,
+                    ) =>
+            {
+                self.stats.syns_held += 1;
+            }
+            (None, _, None) => self.refuse(tuple, repr),
+        }
+    }
+
+    /// RFC 9293 §3.10.7.1: a segment without ACK to a closed port gets an RST with
+    /// ACK = SEG.SEQ + SEG.LEN.
+    fn refuse(&mut self, tuple: FourTuple, repr: &TcpRepr) {
+        let len = repr.payload.len() as u32 + repr.control.len() as u32;
+        self.push_rst(Rst {
+            local: tuple.local,
+            remote: tuple.remote,
+            seq: 0,
+            ack: Some((repr.seq_number.0 as u32).wrapping_add(len)),
+        });
+    }
+
+    /// Held SYNs that are due: answered by the listener that appeared for their port, else
+    /// refused once expired.
+    fn release_held_syns(&mut self, now: Instant) {
+        for h in self.held_syns.take_due(now) {
+            let tuple = FourTuple {
+                local: h.local,
+                remote: h.remote,
+            };
+            if listener_for(&self.listeners, h.local).is_some() {
+                self.segment_to_listener(now, tuple, &h.repr);
+            } else if now >= h.expires {
+                self.refuse(tuple, &h.repr);
+            } else {
+                self.held_syns.hold_on(h);
             }
         }
     }
@@ -794,17 +834,19 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
 
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let held = self.held_syns.next_due();
         while let Some(&Reverse((d, id))) = self.timers.peek() {
             if self.conn(id).is_some_and(|c| c.timer_at == Some(d)) {
-                return Some(d);
+                return Instant::earliest(Some(d), held);
             }
             self.timers.pop();
         }
-        None
+        held
     }
 
     /// Run every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.release_held_syns(now);
         while let Some(&Reverse((d, id))) = self.timers.peek() {
             if d > now {
                 break;
@@ -916,6 +958,13 @@ fn slot_mut<U>(slots: &mut [Option<Conn<U>>], id: ConnId) -> Option<&mut Conn<U>
         .get_mut(id.index as usize)?
         .as_mut()
         .filter(|c| c.generation == id.generation)
+}
+
+/// The listener of `listeners` that takes connections to `local`.
+fn listener_for(listeners: &FxHashMap<u16, Listener>, local: SocketAddr) -> Option<&Listener> {
+    listeners
+        .get(&local.port())
+        .filter(|l| l.addr.is_unspecified() || l.addr == local.ip())
 }
 
 fn is_unicast(a: IpAddr) -> bool {

@@ -39,6 +39,7 @@ mod sack;
 mod seq;
 pub mod sim;
 mod stream;
+mod syn_hold;
 mod tcb;
 mod time;
 pub mod tx;

@@ -102,6 +102,92 @@ fn syn_to_closed_port_gets_rst() {
     assert!(drain(&mut e, Instant::ZERO).is_empty());
 }
 
+/// An engine that holds SYNs to a port without a listener for 250 ms.
+fn holding_engine() -> tcp::Engine<StreamSocket> {
+    tcp::Engine::new(Config {
+        syn_hold: Duration::from_millis(250),
+        ..test_config()
+    })
+}
+
+/// When the engine's next timer is due, if it is due by `now`.
+fn due_by(e: &mut tcp::Engine<StreamSocket>, now: Instant) -> bool {
+    e.poll_timeout().is_some_and(|d| d <= now)
+}
+
+// Config::syn_hold: a SYN to a port nobody listens on yet is answered by the listener that
+// appears within the hold (SYN-ACK acknowledging it), without a new SYN from the peer.
+#[test]
+fn a_held_syn_is_answered_by_a_listener_that_appears_in_time() {
+    let mut e = holding_engine();
+    let syn = Seg::new(a_addr(4000), b_addr(), TcpControl::Syn, 1000, None);
+    e.handle_packet(Instant::ZERO, &mut (), &syn.emit())
+        .unwrap();
+    assert!(drain(&mut e, Instant::ZERO).is_empty(), "no RST while held");
+    assert_eq!(e.stats().syns_held, 1);
+    let t = Instant::from_millis(100);
+    assert!(!due_by(&mut e, t));
+    e.listen(b_addr(), 16).unwrap();
+    assert!(
+        due_by(&mut e, t),
+        "the held SYN is due once its port listens"
+    );
+    e.handle_timeout(t);
+    let out = drain(&mut e, t);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].control, TcpControl::Syn);
+    assert_eq!(out[0].ack, Some(1001));
+    assert_eq!(e.half_open(B_PORT), 1);
+    assert_eq!(e.stats().resets_sent, 0);
+}
+
+// RFC 9293 §3.10.7.1 after the hold: without a listener the held SYN is refused
+// (<SEQ=0><ACK=SEG.SEQ+1><CTL=RST,ACK>) when its time is up, and not before; a listener on
+// another port or address does not take it.
+#[test]
+fn a_held_syn_is_refused_when_its_time_is_up() {
+    let mut e = holding_engine();
+    let syn = Seg::new(a_addr(4000), b_addr(), TcpControl::Syn, 1000, None);
+    e.handle_packet(Instant::ZERO, &mut (), &syn.emit())
+        .unwrap();
+    e.listen(SocketAddrV4::new(Ipv4Addr::new(10, 9, 9, 9), B_PORT), 16)
+        .unwrap();
+    e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT + 1), 16)
+        .unwrap();
+    // The retransmitted SYN is held with the first, not twice.
+    e.handle_packet(Instant::from_millis(200), &mut (), &syn.emit())
+        .unwrap();
+    assert_eq!(e.stats().syns_held, 2);
+    // Due at once (its port got a listener) but not taken: held on until it expires.
+    assert!(due_by(&mut e, Instant::from_millis(200)));
+    e.handle_timeout(Instant::from_millis(200));
+    assert!(drain(&mut e, Instant::from_millis(200)).is_empty());
+    assert_eq!(e.poll_timeout(), Some(Instant::from_millis(250)));
+    e.handle_timeout(Instant::from_millis(249));
+    assert!(drain(&mut e, Instant::from_millis(249)).is_empty());
+    e.handle_timeout(Instant::from_millis(250));
+    let out = drain(&mut e, Instant::from_millis(250));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(
+        (out[0].control, out[0].seq, out[0].ack),
+        (TcpControl::Rst, 0, Some(1001))
+    );
+    assert_eq!(e.poll_timeout(), None, "nothing held any more");
+    assert_eq!(e.connection_count(), 0);
+}
+
+// Without Config::syn_hold (the default) nothing is held: the RST goes out at once.
+#[test]
+fn by_default_a_syn_to_a_closed_port_is_not_held() {
+    assert_eq!(Config::default().syn_hold, Duration::ZERO);
+    let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(test_config());
+    let syn = Seg::new(a_addr(4000), b_addr(), TcpControl::Syn, 1000, None);
+    e.handle_packet(Instant::ZERO, &mut (), &syn.emit())
+        .unwrap();
+    assert_eq!(drain(&mut e, Instant::ZERO)[0].control, TcpControl::Rst);
+    assert_eq!(e.stats().syns_held, 0);
+}
+
 // RFC 9293 §3.10.7.3: RST in SYN-SENT acknowledging our SYN refuses the connection.
 #[test]
 fn rst_in_syn_sent_refuses() {

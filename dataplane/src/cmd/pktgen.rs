@@ -4,17 +4,23 @@
 //! Each generated frame carries a valid IPv4 header and UDP checksum; the UDP payload
 //! starts with the signature `DPGN` and a 64-bit sequence number, so the receiving side
 //! counts losses and reordering.
+//!
+//! With `--ping-pong` it measures latency instead: one frame at a time, each sent only once
+//! the previous one came back on the receive port (through the link, or reflected by a peer
+//! such as `dataplane fwd --mode macswap`), printing perftest's latency table (half of each
+//! round trip, like `perf --lat`).
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dataplane::clock::{self, Instant};
 
+use dataplane::apps::perf::{latency_result, PerfMode, PerfResult};
 use dataplane::config::parse_mac;
 use dataplane::frame::Ends;
-use dataplane::port::Port;
+use dataplane::port::{AnyPort, Port};
 use dataplane::say;
 use dataplane::stats::{si, RateReporter, Table};
 
@@ -75,6 +81,13 @@ pub struct Args {
     /// Seconds between statistics lines (0: none).
     #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "1")]
     pub stats_interval: Duration,
+    /// Latency instead of rate: one frame in flight at a time, the next sent when it came
+    /// back on the receive port (default: the transmit port); prints half round trips.
+    #[arg(long, conflicts_with_all = ["rate", "burst"])]
+    pub ping_pong: bool,
+    /// With `--ping-pong`: how long to wait for a frame before counting it lost.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "0.1")]
+    pub reply_timeout: Duration,
     /// How the ports are opened.
     #[command(flatten)]
     pub open: OpenArgs,
@@ -155,11 +168,22 @@ impl RxCounters {
 }
 
 /// Runs `dataplane pktgen`.
-pub fn run(args: Args) -> Result<(), CmdError> {
+pub fn run(mut args: Args) -> Result<(), CmdError> {
     if args.tx_port.is_none() && args.rx_port.is_none() {
         return Err(CmdError::Usage(
             "pktgen needs --tx-port and/or --rx-port".into(),
         ));
+    }
+    if args.ping_pong {
+        if args.tx_port.is_none() {
+            return Err(CmdError::Usage("--ping-pong needs --tx-port".into()));
+        }
+        if args.count.is_none() && args.duration.is_none() {
+            return Err(CmdError::Usage(
+                "--ping-pong needs --count or --duration".into(),
+            ));
+        }
+        args.rx_port = args.rx_port.or_else(|| args.tx_port.clone());
     }
     if let Some(r) = args.rate {
         if !(r.is_finite() && r > 0.0) {
@@ -240,8 +264,20 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         std::thread::sleep(Duration::from_millis(10));
     }
 
-    let burst = usize::from(args.burst);
     let end = deadline(args.duration);
+    if let (true, Some(i), Some(r), Some(t)) = (args.ping_pong, tx_i, rx_i, &template) {
+        let out = ping_pong(ports, (i, r), t, &args, &stop, end);
+        say!(
+            "ping-pong: {} round trips, {} lost (no reply within {:.3}s)",
+            out.samples.len(),
+            out.lost,
+            args.reply_timeout.as_secs_f64()
+        );
+        say!("{}", PerfResult::header(PerfMode::Lat));
+        say!("{}", latency_result(args.size, out.samples).row());
+        return Ok(());
+    }
+    let burst = usize::from(args.burst);
     let start = clock::now();
     let mut reporter = RateReporter::new(args.stats_interval, start, ports.len());
     let mut sent: u64 = 0;
@@ -356,6 +392,73 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         }
     }
     Ok(())
+}
+
+/// What a ping-pong run measured.
+struct PingPong {
+    /// Half round trips in µs, one per frame that came back.
+    samples: Vec<f64>,
+    /// Frames that did not come back within the reply timeout.
+    lost: u64,
+}
+
+/// Sends numbered copies of `template` on port `tx` one at a time, each once the previous
+/// one came back on port `rx` (or its reply timeout passed), until `args.count` frames,
+/// `end` or a stop request.
+fn ping_pong(
+    ports: &mut [AnyPort],
+    (tx, rx): (usize, usize),
+    template: &[u8],
+    args: &Args,
+    stop: &AtomicBool,
+    end: Option<Instant>,
+) -> PingPong {
+    let want = args.count.unwrap_or(u64::MAX);
+    let mut out = PingPong {
+        samples: Vec::with_capacity(want.min(1 << 20) as usize),
+        lost: 0,
+    };
+    let mut pending = Vec::with_capacity(1);
+    let mut rx_bufs = Vec::with_capacity(32);
+    let mut seq = 0u64;
+    'frames: while seq < want && !stop.load(Ordering::Relaxed) {
+        let Some(mut b) = ports[tx].alloc_tx(template.len()) else {
+            std::thread::sleep(Duration::from_micros(10));
+            continue;
+        };
+        b.as_mut().copy_from_slice(template);
+        stamp(b.as_mut(), seq);
+        pending.push(b);
+        let sent_at = clock::now();
+        while !pending.is_empty() {
+            ports[tx].tx_burst(&mut pending);
+        }
+        loop {
+            let now = clock::now();
+            if ports[rx].rx_burst(&mut rx_bufs, 32) > 0 {
+                let back = rx_bufs
+                    .drain(..)
+                    .any(|f| sequence_of(f.as_ref()) == Some(seq));
+                if back {
+                    out.samples
+                        .push(now.saturating_since(sent_at).as_secs_f64() * 1e6 / 2.0);
+                    break;
+                }
+            }
+            if now.saturating_since(sent_at) >= args.reply_timeout {
+                out.lost += 1;
+                break;
+            }
+            if end.is_some_and(|d| now >= d) || stop.load(Ordering::Relaxed) {
+                break 'frames;
+            }
+        }
+        seq += 1;
+        if end.is_some_and(|d| clock::now() >= d) {
+            break;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
