@@ -17,6 +17,7 @@
 //! ipv4 = "10.99.0.1/24"
 //! ipv6 = "fd00:99::1/64"    # next to or instead of ipv4
 //! vlan = 100                # optional 802.1Q VLAN
+//! offloads = "auto"         # "auto" (the device's checksum offloads) | "off" (DPDK)
 //! mtu = 1500
 //!
 //! [ports.fault]             # optional fault injection on this port
@@ -385,12 +386,27 @@ pub struct PortConfig {
     /// links). Every port of a configuration has the same number.
     #[serde(default = "default_queues", deserialize_with = "de_queues")]
     pub queues: u16,
+    /// Checksum and segment offloads: `auto` (default) uses those the device has, `off`
+    /// leaves all that work to the stacks (DPDK).
+    #[serde(default)]
+    pub offloads: OffloadMode,
     /// Write every frame of this port to this pcap file.
     #[serde(default)]
     pub capture: Option<PathBuf>,
     /// Fault injection on this port.
     #[serde(default)]
     pub fault: Option<FaultConfig>,
+}
+
+/// Whether a port uses its device's checksum and segment offloads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OffloadMode {
+    /// Those the device has.
+    #[default]
+    Auto,
+    /// None: the stacks checksum in software.
+    Off,
 }
 
 fn default_mtu() -> usize {
@@ -691,6 +707,7 @@ impl PortConfig {
             start_wait: default_start_wait(),
             lcore: 0,
             queues: default_queues(),
+            offloads: OffloadMode::Auto,
             capture: None,
             fault: None,
         }
@@ -728,6 +745,7 @@ impl PortConfig {
             queues: self.queues,
             promiscuous: self.promiscuous,
             vlan: self.vlan.is_some(),
+            offloads: self.offloads == OffloadMode::Auto,
             multicast: self.ipv6.is_some(),
             start_wait: Duration::from_secs(self.start_wait),
             capture: self.capture.clone(),

@@ -275,6 +275,9 @@ impl RdmaArgs {
                     )));
                 }
                 let mtu = port.info().mtu;
+                if lane == 0 {
+                    eprintln!("port {}: offloads {}", pc.name(), port.offloads().summary);
+                }
                 let mpa = MpaConfig {
                     require_crc: self.crc,
                     want_markers: self.markers,

@@ -12,6 +12,7 @@ use super::error::{strerror, DpdkError};
 use super::intr::{hold_gate, on_interrupt_thread, GateHold};
 use super::mbuf::Mbuf;
 use super::mempool::Mempool;
+use super::offload::{self, Offloads};
 use crate::steer::{reta_entry, SYMMETRIC_RSS_KEY};
 
 /// Ports opened by an [`EthDev`] in this process (a port is driven by one owner).
@@ -42,6 +43,9 @@ pub struct EthDevSetup {
     /// Enable the device's 802.1Q offloads (strip on receive, insert on transmit) where it
     /// has them.
     pub vlan_offload: bool,
+    /// Enable the checksum and segment offloads of [`Offloads`] the device has (else the
+    /// stacks do that work in software).
+    pub offloads: bool,
     /// How long to keep retrying `rte_eth_dev_start` while it fails with `EPERM`, which is
     /// how a memif client reports that its server's socket is not there yet.
     pub start_wait: Duration,
@@ -88,6 +92,8 @@ struct Device {
     mac: [u8; 6],
     /// 802.1Q offloads enabled: strip on receive, insert on transmit.
     vlan: (bool, bool),
+    /// Checksum and segment offloads enabled.
+    offloads: Offloads,
     started: bool,
     rx_desc: u16,
     tx_desc: u16,
@@ -116,7 +122,8 @@ pub struct EthDevDescription {
     pub descriptors: (u16, u16),
     /// Offloads the device can do (`RTE_ETH_RX_OFFLOAD_*`, `RTE_ETH_TX_OFFLOAD_*` bits).
     pub offload_capa: (u64, u64),
-    /// Offloads enabled (none: the stacks checksum in software).
+    /// Offloads enabled (`RTE_ETH_RX_OFFLOAD_*`, `RTE_ETH_TX_OFFLOAD_*` bits; none: the
+    /// stacks checksum in software).
     pub offloads: (u64, u64),
     /// Link up, and its speed in Mbit/s.
     pub link: (bool, u32),
@@ -227,6 +234,7 @@ impl EthDev {
             device: device.to_string(),
             mac: [0; 6],
             vlan: (false, false),
+            offloads: Offloads::default(),
             started: false,
             rx_desc: 0,
             tx_desc: 0,
@@ -299,6 +307,15 @@ impl EthDev {
                 how(dev.vlan.1)
             );
         }
+        dev.offloads = Offloads::choose(setup.offloads, info.rx_offload_capa, info.tx_offload_capa);
+        conf.rxmode.offloads |= dev.offloads.rx_bits();
+        conf.txmode.offloads |= dev.offloads.tx_bits();
+        log::info!(
+            "{device}: offloads {} (rx capa {:#x}, tx capa {:#x})",
+            dev.offloads,
+            info.rx_offload_capa,
+            info.tx_offload_capa
+        );
         // SAFETY: EAL is running; conf is a zero-initialised rte_eth_conf (defaults) with
         // only offloads and RSS hash types the device reports set; its key pointer is `key`,
         // alive across the call.
@@ -538,6 +555,27 @@ impl EthDev {
         self.dev.vlan
     }
 
+    /// The checksum and segment offloads enabled on the device.
+    pub fn offloads(&self) -> Offloads {
+        self.dev.offloads
+    }
+
+    /// Readies the TCP frames of `bufs` for the device's checksum offload (see
+    /// [`offload::prepare_tcp`]); other frames, and every frame when the device fills no
+    /// TCP checksum, are left as they are.
+    pub fn prepare_offloads(&self, bufs: &mut [Mbuf]) {
+        let o = self.dev.offloads;
+        if !o.tx_tcp_cksum {
+            return;
+        }
+        for m in bufs {
+            let tag = m.offloaded_vlan();
+            if let Some(t) = offload::prepare_tcp(m.as_mut(), tag, o.tx_ipv4_cksum) {
+                m.set_tx_offload(&t);
+            }
+        }
+    }
+
     /// EAL device name.
     pub fn device(&self) -> &str {
         &self.dev.device
@@ -574,7 +612,7 @@ impl EthDev {
             rss_capa: (info.flow_type_rss_offloads, info.reta_size),
             descriptors: (d.rx_desc, d.tx_desc),
             offload_capa: (info.rx_offload_capa, info.tx_offload_capa),
-            offloads: (0, 0),
+            offloads: (d.offloads.rx_bits(), d.offloads.tx_bits()),
             link: (up, link.link_speed),
         }
     }

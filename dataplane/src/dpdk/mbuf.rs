@@ -142,6 +142,29 @@ impl Mbuf {
         }
     }
 
+    /// The offload flags (`RTE_MBUF_F_*`): the device's verdicts on a received frame, the
+    /// work asked of the device for one to send.
+    pub fn ol_flags(&self) -> u64 {
+        self.header().ol_flags
+    }
+
+    /// Asks the device for the transmit offloads of `t` (its flags ORed into the mbuf's,
+    /// its header lengths) when this frame is sent; the port must have them enabled.
+    pub fn set_tx_offload(&mut self, t: &super::offload::TxOffload) {
+        // SAFETY: self.0 is a live mbuf we own exclusively (&mut self); the shim writes
+        // plain header fields.
+        unsafe {
+            dpdk_sys::dpdk_shim_mbuf_set_tx_offload(
+                self.0.as_ptr(),
+                t.flags,
+                t.l2_len,
+                t.l3_len,
+                t.l4_len,
+                0,
+            );
+        }
+    }
+
     /// Number of segments in the chain (1 for every mbuf this module hands out).
     pub fn segments(&self) -> u16 {
         self.header().nb_segs

@@ -4,8 +4,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
-use crate::dpdk::{Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
+use super::api::{PacketBuf, Port, PortError, PortInfo, PortOffloads, PortStats, VlanOffload};
+use crate::dpdk::{offload, Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
+use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
 
 pub use crate::dpdk::available_devices;
@@ -46,6 +47,9 @@ pub struct DpdkPortConfig {
     pub all_multicast: bool,
     /// Use the device's 802.1Q offloads where it has them (the port is on a VLAN).
     pub vlan_offload: bool,
+    /// Use the device's checksum and segment offloads where it has them (`offloads =
+    /// "auto"`); `false`: the stacks do that work in software (`"off"`).
+    pub offloads: bool,
     /// How long to keep retrying a start the device refuses because its peer is not there
     /// yet (a memif client whose server socket does not exist).
     pub start_wait: std::time::Duration,
@@ -67,6 +71,7 @@ impl DpdkPortConfig {
             promiscuous: true,
             all_multicast: false,
             vlan_offload: false,
+            offloads: true,
             start_wait: std::time::Duration::from_secs(10),
         }
     }
@@ -151,6 +156,7 @@ impl DpdkPort {
             promiscuous: cfg.promiscuous,
             all_multicast: cfg.all_multicast,
             vlan_offload: cfg.vlan_offload,
+            offloads: cfg.offloads,
             start_wait: cfg.start_wait,
         };
         let devs = EthDev::start(eal, claim, &cfg.device, &setup, pools)
@@ -273,6 +279,7 @@ impl Port for DpdkPort {
         // one that inserts VLAN tags in its burst (vhost) lengthens the frames it keeps.
         self.tx_lens.clear();
         self.tx_lens.extend(bufs.iter().map(|m| m.len() as u64));
+        self.dev.prepare_offloads(bufs);
         let sent = self.dev.tx_burst(bufs);
         self.sw.tx_packets += sent as u64;
         self.sw.tx_bytes += self.tx_lens[..sent].iter().sum::<u64>();
@@ -311,6 +318,15 @@ impl Port for DpdkPort {
             tx_dropped: hw.tx_dropped + self.dev.tx_unprepared(),
             rx_errors: self.sw.rx_errors + hw.rx_errors,
             ..self.sw
+        }
+    }
+
+    fn offloads(&self) -> PortOffloads {
+        let o = self.dev.offloads();
+        PortOffloads {
+            tx_checksum: o.tx_tcp_cksum,
+            rx_checksum: o.rx_tcp_cksum || o.rx_ipv4_cksum,
+            summary: o.to_string(),
         }
     }
 
@@ -382,6 +398,10 @@ impl PacketBuf for Mbuf {
 
     fn set_offloaded_vlan(&mut self, tci: u16) {
         self.set_tx_vlan(tci);
+    }
+
+    fn rx_checksum(&self) -> RxChecksum {
+        offload::rx_verdict(self.ol_flags())
     }
 }
 
