@@ -390,6 +390,10 @@ pub struct PortConfig {
     /// leaves all that work to the stacks (DPDK).
     #[serde(default)]
     pub offloads: OffloadMode,
+    /// Frame bytes in each receive mbuf, 256..=9216 (DPDK; default: a whole frame). Longer
+    /// frames arrive in chained mbufs, which the port copies into one.
+    #[serde(default, deserialize_with = "de_rx_buf")]
+    pub rx_buf: Option<u16>,
     /// Write every frame of this port to this pcap file.
     #[serde(default)]
     pub capture: Option<PathBuf>,
@@ -430,6 +434,9 @@ fn de_desc<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
 }
 fn de_pool<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     de_ranged(d, 256..=1 << 20).map(|v| v as u32)
+}
+fn de_rx_buf<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    de_ranged(d, 256..=9216).map(|v| Some(v as u16))
 }
 fn de_start_wait<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     de_ranged(d, 0..=600).map(|v| v as u64)
@@ -708,6 +715,7 @@ impl PortConfig {
             lcore: 0,
             queues: default_queues(),
             offloads: OffloadMode::Auto,
+            rx_buf: None,
             capture: None,
             fault: None,
         }
@@ -746,6 +754,7 @@ impl PortConfig {
             promiscuous: self.promiscuous,
             vlan: self.vlan.is_some(),
             offloads: self.offloads == OffloadMode::Auto,
+            rx_buf: self.rx_buf,
             multicast: self.ipv6.is_some(),
             start_wait: Duration::from_secs(self.start_wait),
             capture: self.capture.clone(),

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dataplane::apps::{run_app, stop_connections, App, STOP_GRACE};
-use dataplane::classify::FrameClass;
+use dataplane::classify::{FrameClass, Malformed};
 use dataplane::clock;
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::{AnyPort, Port};
@@ -466,7 +466,8 @@ impl Session {
         say!(
             "loop-rx-frames: {}\nloop-busy-polls: {}\nloop-tx-frames: {}\nloop-busy-ns: rx {} process {} tx {}\n\
              port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}\n\
-             nd-failures: {}\nvlan-other-frames: {}\nipv6-dropped-frames: {}",
+             nd-failures: {}\nvlan-other-frames: {}\nipv6-dropped-frames: {}\n\
+             port-rx-chained: {}\nchecksum-dropped-frames: {}",
             loop_counters.rx,
             loop_counters.busy_polls,
             loop_counters.tx,
@@ -481,7 +482,16 @@ impl Session {
             loop_counters.class(FrameClass::OtherVlan),
             loop_counters.class(FrameClass::Ipv6Fragment)
                 + loop_counters.class(FrameClass::Ipv6ExtHeader)
-                + loop_counters.class(FrameClass::Ipv6Jumbogram)
+                + loop_counters.class(FrameClass::Ipv6Jumbogram),
+            port.rx_chained,
+            [
+                Malformed::Ipv4Checksum,
+                Malformed::TcpChecksum,
+                Malformed::UdpChecksum
+            ]
+            .into_iter()
+            .map(|m| loop_counters.class(FrameClass::Malformed(m)))
+            .sum::<u64>()
         );
     }
 }

@@ -46,6 +46,9 @@ pub struct EthDevSetup {
     /// Enable the checksum and segment offloads of [`Offloads`] the device has (else the
     /// stacks do that work in software).
     pub offloads: bool,
+    /// The receive mbufs are smaller than a frame: enable receive in chained mbufs
+    /// (`RTE_ETH_RX_OFFLOAD_SCATTER`) where the device has it.
+    pub scatter: bool,
     /// How long to keep retrying `rte_eth_dev_start` while it fails with `EPERM`, which is
     /// how a memif client reports that its server's socket is not there yet.
     pub start_wait: Duration,
@@ -307,7 +310,12 @@ impl EthDev {
                 how(dev.vlan.1)
             );
         }
-        dev.offloads = Offloads::choose(setup.offloads, info.rx_offload_capa, info.tx_offload_capa);
+        dev.offloads = Offloads::choose(
+            setup.offloads,
+            setup.scatter,
+            info.rx_offload_capa,
+            info.tx_offload_capa,
+        );
         conf.rxmode.offloads |= dev.offloads.rx_bits();
         conf.txmode.offloads |= dev.offloads.tx_bits();
         log::info!(

@@ -165,6 +165,43 @@ impl Mbuf {
         }
     }
 
+    /// The frame of this chained (multi-segment) mbuf in one mbuf from `pool`: the bytes
+    /// of every segment in order, with the device's receive flags, packet type and stripped
+    /// VLAN tag. `None` when the pool is empty or the frame exceeds its buffers' room.
+    pub fn linearize(&self, pool: &Mempool) -> Option<Mbuf> {
+        let total = usize::try_from(self.pkt_len()).ok()?;
+        let mut out = Mbuf::alloc(pool, total)?;
+        let dst = out.as_mut();
+        let mut at = 0;
+        let mut seg: *const dpdk_sys::rte_mbuf = self.0.as_ptr();
+        while !seg.is_null() && at < total {
+            // SAFETY: `seg` is this chain's head or a `next` link of it: live segments we
+            // own through `self`; data_off and data_len lie within each segment's buffer.
+            let bytes = unsafe {
+                let h = &*seg;
+                let p = h.buf_addr.cast::<u8>().add(usize::from(h.data_off));
+                let n = usize::from(h.data_len).min(total - at);
+                seg = h.next;
+                std::slice::from_raw_parts(p, n)
+            };
+            dst[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        }
+        if at != total {
+            return None;
+        }
+        let h = self.header();
+        // SAFETY: `out` is a fresh single-segment mbuf we own exclusively; these are plain
+        // header fields.
+        unsafe {
+            let o = out.0.as_ptr();
+            (*o).ol_flags = h.ol_flags;
+            (*o).vlan_tci = h.vlan_tci;
+            (*o).__bindgen_anon_1 = h.__bindgen_anon_1;
+        }
+        Some(out)
+    }
+
     /// Number of segments in the chain (1 for every mbuf this module hands out).
     pub fn segments(&self) -> u16 {
         self.header().nb_segs

@@ -41,20 +41,25 @@ pub struct Offloads {
 impl Offloads {
     /// Every offload of this module the device offers (`rx_capa`, `tx_capa`:
     /// `rx_offload_capa` and `tx_offload_capa` of `rte_eth_dev_info`); none when `enabled`
-    /// is false. A transmit IPv4 checksum without the TCP one is not used (the stacks
-    /// checksum both then).
-    pub fn choose(enabled: bool, rx_capa: u64, tx_capa: u64) -> Offloads {
-        if !enabled {
-            return Offloads::default();
-        }
+    /// is false, except receive in chained mbufs when `scatter` asks for it (the port's
+    /// receive buffers are smaller than a frame). A transmit IPv4 checksum without the TCP
+    /// one is not used (the stacks checksum both then).
+    pub fn choose(enabled: bool, scatter: bool, rx_capa: u64, tx_capa: u64) -> Offloads {
         let has = |capa: u64, tx: bool, which: i32| capa & bit(tx, which) != 0;
+        let rx_scatter = scatter && has(rx_capa, false, 3);
+        if !enabled {
+            return Offloads {
+                rx_scatter,
+                ..Offloads::default()
+            };
+        }
         let tx_tcp_cksum = has(tx_capa, true, 1);
         Offloads {
             tx_ipv4_cksum: tx_tcp_cksum && has(tx_capa, true, 0),
             tx_tcp_cksum,
             rx_ipv4_cksum: has(rx_capa, false, 0),
             rx_tcp_cksum: has(rx_capa, false, 1),
-            rx_scatter: false,
+            rx_scatter,
         }
     }
 

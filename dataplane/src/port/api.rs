@@ -85,6 +85,8 @@ pub struct PortStats {
     pub tx_dropped: u64,
     /// Receive errors reported by the backend.
     pub rx_errors: u64,
+    /// Frames received in chained buffers and copied into one.
+    pub rx_chained: u64,
 }
 
 /// A failure of a port backend.

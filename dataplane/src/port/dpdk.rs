@@ -50,6 +50,9 @@ pub struct DpdkPortConfig {
     /// Use the device's checksum and segment offloads where it has them (`offloads =
     /// "auto"`); `false`: the stacks do that work in software (`"off"`).
     pub offloads: bool,
+    /// Frame bytes in each receive mbuf, or `None` for a whole frame's worth. Smaller
+    /// buffers hand longer frames in chained mbufs, which the port copies into one.
+    pub rx_buf: Option<u16>,
     /// How long to keep retrying a start the device refuses because its peer is not there
     /// yet (a memif client whose server socket does not exist).
     pub start_wait: std::time::Duration,
@@ -72,6 +75,7 @@ impl DpdkPortConfig {
             all_multicast: false,
             vlan_offload: false,
             offloads: true,
+            rx_buf: None,
             start_wait: std::time::Duration::from_secs(10),
         }
     }
@@ -81,7 +85,11 @@ impl DpdkPortConfig {
 /// pair of a device stops and closes it, then frees its mempools (once all their mbufs are
 /// back).
 pub struct DpdkPort {
+    // Field order is drop order: the device first, then the pool its frames came from.
     dev: EthDev,
+    /// Whole-frame mbufs when the receive queue's are smaller (see
+    /// [`DpdkPortConfig::rx_buf`]): frames to send, received chains copied into one.
+    frame_pool: Option<Mempool>,
     info: PortInfo,
     sw: PortStats,
     /// Lengths of the frames of one transmit burst (scratch).
@@ -123,6 +131,12 @@ impl DpdkPort {
                     cfg.device, cfg.mtu
                 ))
             })?;
+        // Receive mbufs smaller than a frame: frames to send, and received frames copied
+        // out of their chains, come from a pool of whole-frame mbufs of their own.
+        let rx_room = cfg
+            .rx_buf
+            .filter(|&b| usize::from(b) < frame_room)
+            .map(|b| b.saturating_add(Mempool::headroom()));
         let min_pool = u32::from(cfg.rx_desc) + u32::from(cfg.tx_desc) + MAX_BURST as u32;
         if cfg.pool_size < min_pool {
             log::warn!(
@@ -142,12 +156,30 @@ impl DpdkPort {
                     &name,
                     cfg.pool_size,
                     cache,
-                    data_room,
+                    rx_room.unwrap_or(data_room),
                     EthDev::socket_of(port_id),
                 )
                 .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let mut frame_pools = (0..cfg.queues.max(1))
+            .map(|_| {
+                if rx_room.is_none() {
+                    return Ok(None);
+                }
+                let name = format!("dp{port_id}_{}f", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+                Mempool::new(
+                    &name,
+                    cfg.pool_size,
+                    cache,
+                    data_room,
+                    EthDev::socket_of(port_id),
+                )
+                .map(Some)
+                .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter();
         let setup = EthDevSetup {
             rx_desc: cfg.rx_desc,
             tx_desc: cfg.tx_desc,
@@ -157,6 +189,7 @@ impl DpdkPort {
             all_multicast: cfg.all_multicast,
             vlan_offload: cfg.vlan_offload,
             offloads: cfg.offloads,
+            scatter: rx_room.is_some(),
             start_wait: cfg.start_wait,
         };
         let devs = EthDev::start(eal, claim, &cfg.device, &setup, pools)
@@ -177,6 +210,7 @@ impl DpdkPort {
                 );
                 DpdkPort {
                     dev,
+                    frame_pool: frame_pools.next().flatten(),
                     info,
                     sw: PortStats::default(),
                     tx_lens: Vec::new(),
@@ -215,12 +249,13 @@ impl DpdkPort {
     /// or nothing); `false` when the pool cannot supply them. Faster than `n` calls of
     /// [`Port::alloc_tx`] for packet generators.
     pub fn alloc_tx_bulk(&mut self, out: &mut Vec<Mbuf>, n: usize, len: usize) -> bool {
-        Mbuf::alloc_bulk(self.dev.pool(), out, n, len)
+        Mbuf::alloc_bulk(self.pool(), out, n, len)
     }
 
-    /// The mbuf pool of this port's queue.
+    /// The pool of this port's whole-frame mbufs (frames to send): its queue's receive pool
+    /// unless that one's mbufs are smaller than a frame.
     pub fn pool(&self) -> &Mempool {
-        self.dev.pool()
+        self.frame_pool.as_ref().unwrap_or(self.dev.pool())
     }
 
     /// The PMD's own counters (`rte_eth_stats_get`); PMDs that keep no byte counts
@@ -267,7 +302,7 @@ impl Port for DpdkPort {
     }
 
     fn alloc_tx(&mut self, len: usize) -> Option<Mbuf> {
-        Mbuf::alloc(self.dev.pool(), len)
+        Mbuf::alloc(self.pool(), len)
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
@@ -308,6 +343,11 @@ impl Port for DpdkPort {
         out.put("link_speed_mbps", d.link.1);
         out.put("pool_size", self.dev.pool().size());
         out.put("pool_free", self.dev.pool().available());
+        if let Some(p) = &self.frame_pool {
+            out.put("frame_pool_size", p.size());
+            out.put("frame_pool_free", p.available());
+        }
+        out.put("rx_chained", self.sw.rx_chained);
     }
 
     /// Packets and bytes counted by this port object; drops and errors from the PMD.
@@ -340,8 +380,10 @@ impl Port for DpdkPort {
 }
 
 impl DpdkPort {
-    /// Counts frames received into `out[base..]` and drops chained (multi-segment) mbufs,
-    /// which the single-slice [`PacketBuf`] view cannot represent.
+    /// Counts frames received into `out[base..]`; a frame in chained (multi-segment) mbufs
+    /// is copied into one whole-frame mbuf for the single-slice [`PacketBuf`] view (counted
+    /// in [`PortStats::rx_chained`]), or dropped as a receive error when none is free or it
+    /// exceeds one.
     fn account_rx(&mut self, out: &mut Vec<Mbuf>, base: usize) {
         // One branch-free pass in locals; the rare chained frames take the slow path.
         let mut bytes = 0u64;
@@ -358,8 +400,17 @@ impl DpdkPort {
         let mut i = base;
         while i < out.len() {
             if out[i].segments() != 1 {
-                out.remove(i);
-                self.sw.rx_errors += 1;
+                match out[i].linearize(self.pool()) {
+                    Some(m) => {
+                        out[i] = m;
+                        self.sw.rx_chained += 1;
+                        continue;
+                    }
+                    None => {
+                        out.remove(i);
+                        self.sw.rx_errors += 1;
+                    }
+                }
             } else {
                 self.sw.rx_packets += 1;
                 self.sw.rx_bytes += out[i].len() as u64;
@@ -379,6 +430,7 @@ fn port_stats(s: EthStats) -> PortStats {
         rx_dropped: s.imissed + s.rx_nombuf,
         tx_dropped: s.oerrors,
         rx_errors: s.ierrors,
+        rx_chained: 0,
     }
 }
 

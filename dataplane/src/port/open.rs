@@ -61,6 +61,8 @@ pub struct PortSettings {
     /// Use the device's checksum and segment offloads where it has them (DPDK; not under
     /// fault injection).
     pub offloads: bool,
+    /// Frame bytes in each receive mbuf, `None`: a whole frame's worth (DPDK).
+    pub rx_buf: Option<u16>,
     /// The port has IPv6: receive every multicast frame (DPDK; neighbour discovery).
     pub multicast: bool,
     /// How long to keep retrying a DPDK device start that fails because its peer is not
@@ -291,6 +293,7 @@ fn open_dpdk(p: &PortSettings, eal: Option<&Eal>) -> Result<Vec<AnyPort>, PortEr
         all_multicast: p.multicast,
         vlan_offload: p.vlan,
         offloads: p.offloads,
+        rx_buf: p.rx_buf,
         start_wait: p.start_wait,
     };
     Ok(DpdkPort::open_queues(eal, &dc)?
@@ -328,6 +331,7 @@ mod tests {
             promiscuous: false,
             vlan: false,
             offloads: true,
+            rx_buf: None,
             multicast: false,
             start_wait: Duration::from_secs(10),
             capture: None,
