@@ -159,14 +159,15 @@ fn vhost_rping_and_perf_write() {
     assert!(c.contains(" 4194304    10"), "{c}");
 }
 
-// Checksum offloads over vhost-user/virtio-user, which negotiate them: 64 KiB CRC Writes
-// with offloads on (the first lines name them) and off give the same bytes, every one
-// verified in the server's buffers, and no frame fails a checksum on either side.
+// Checksum offloads and TSO over vhost-user/virtio-user, which negotiate them: 64 KiB CRC
+// Writes with offloads on (the first lines name them) and off give the same bytes, every
+// one verified in the server's buffers, and no frame fails a checksum on either side; with
+// offloads on, the client's segments go out in TSO frames the server takes whole.
 #[test]
 fn vhost_offloads_on_and_off_give_identical_bytes() {
     let mut verified = Vec::new();
     for mode in ["auto", "off"] {
-        let l = Link::vhost(&format!("offloads-{mode}"), IPS);
+        let l = Link::vhost_tso(&format!("offloads-{mode}"), IPS);
         let key = format!("offloads = \"{mode}\"");
         l.add_port_keys(&key, &key);
         let (s, c, [serr, cerr]) = run_with_stderr(
@@ -192,14 +193,27 @@ fn vhost_offloads_on_and_off_give_identical_bytes() {
             if mode == "off" {
                 assert!(line.ends_with("offloads none"), "{line}");
             } else {
-                assert!(line.contains("tcp-cksum"), "{line}");
+                assert!(line.contains("tx tcp-cksum"), "{line}");
+                assert!(line.contains("rx tcp-cksum"), "{line}");
             }
+        }
+        if mode == "auto" {
+            assert!(cerr.contains("offloads tx tcp-cksum tso,"), "{cerr}");
         }
         assert_eq!(counter(&s, "perf-verify-failures"), 0, "{s}");
         assert_eq!(counter(&s, "rdma-crc-errors"), 0, "{s}");
         assert_eq!(counter(&c, "rdma-crc-errors"), 0, "{c}");
         assert_eq!(counter(&s, "checksum-dropped-frames"), 0, "{s}");
         assert_eq!(counter(&c, "checksum-dropped-frames"), 0, "{c}");
+        // virtio-user (the client, which sends the Writes) has TSO from its backend (tso=1),
+        // which hands the server the whole frames: one TCP segment each.
+        let (tso, large) = (counter(&c, "port-tx-tso"), counter(&s, "port-rx-large"));
+        if mode == "off" {
+            assert_eq!((tso, large), (0, 0), "{c}\n{s}");
+        } else {
+            assert!(tso >= 100, "{c}");
+            assert_eq!(large, tso, "{s}");
+        }
         verified.push(counter(&s, "perf-verified-bytes"));
     }
     assert_eq!(verified[0], verified[1]);

@@ -467,7 +467,7 @@ impl Session {
             "loop-rx-frames: {}\nloop-busy-polls: {}\nloop-tx-frames: {}\nloop-busy-ns: rx {} process {} tx {}\n\
              port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}\n\
              nd-failures: {}\nvlan-other-frames: {}\nipv6-dropped-frames: {}\n\
-             port-rx-chained: {}\nchecksum-dropped-frames: {}",
+             port-rx-chained: {}\nport-rx-large: {}\nport-tx-tso: {}\nchecksum-dropped-frames: {}",
             loop_counters.rx,
             loop_counters.busy_polls,
             loop_counters.tx,
@@ -484,6 +484,8 @@ impl Session {
                 + loop_counters.class(FrameClass::Ipv6ExtHeader)
                 + loop_counters.class(FrameClass::Ipv6Jumbogram),
             port.rx_chained,
+            port.rx_large,
+            port.tx_tso,
             [
                 Malformed::Ipv4Checksum,
                 Malformed::TcpChecksum,

@@ -568,20 +568,11 @@ impl EthDev {
         self.dev.offloads
     }
 
-    /// Readies the TCP frames of `bufs` for the device's checksum offload (see
-    /// [`offload::prepare_tcp`]); other frames, and every frame when the device fills no
-    /// TCP checksum, are left as they are.
-    pub fn prepare_offloads(&self, bufs: &mut [Mbuf]) {
-        let o = self.dev.offloads;
-        if !o.tx_tcp_cksum {
-            return;
-        }
-        for m in bufs {
-            let tag = m.offloaded_vlan();
-            if let Some(t) = offload::prepare_tcp(m.as_mut(), tag, o.tx_ipv4_cksum) {
-                m.set_tx_offload(&t);
-            }
-        }
+    /// Readies the frames of `bufs` for the device's checksum and segmentation offloads
+    /// (see [`offload::prepare_burst`]; `scratch`: an empty vector kept for reuse); returns
+    /// how many TSO frames were made.
+    pub fn prepare_offloads(&self, bufs: &mut Vec<Mbuf>, scratch: &mut Vec<Mbuf>) -> u64 {
+        offload::prepare_burst(&self.dev.offloads, bufs, scratch)
     }
 
     /// EAL device name.

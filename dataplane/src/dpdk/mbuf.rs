@@ -148,6 +148,20 @@ impl Mbuf {
         self.header().ol_flags
     }
 
+    /// Appends `tail`'s segments to this mbuf's chain (the frame goes on with its bytes);
+    /// gives `tail` back when the chain would have too many segments.
+    pub fn chain(&mut self, tail: Mbuf) -> Result<(), Mbuf> {
+        let t = tail.as_ptr();
+        // SAFETY: both are live mbufs we own; on success the chain owns `tail`'s segments
+        // (freed with this mbuf), so `tail` must not free them: it is forgotten.
+        let ret = unsafe { dpdk_sys::dpdk_shim_pktmbuf_chain(self.0.as_ptr(), t) };
+        if ret != 0 {
+            return Err(tail);
+        }
+        std::mem::forget(tail);
+        Ok(())
+    }
+
     /// Asks the device for the transmit offloads of `t` (its flags ORed into the mbuf's,
     /// its header lengths) when this frame is sent; the port must have them enabled.
     pub fn set_tx_offload(&mut self, t: &super::offload::TxOffload) {
@@ -160,7 +174,7 @@ impl Mbuf {
                 t.l2_len,
                 t.l3_len,
                 t.l4_len,
-                0,
+                t.tso_segsz,
             );
         }
     }

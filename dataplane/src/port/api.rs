@@ -87,6 +87,12 @@ pub struct PortStats {
     pub rx_errors: u64,
     /// Frames received in chained buffers and copied into one.
     pub rx_chained: u64,
+    /// Received frames longer than the MTU allows: a peer's TSO frames or the device's
+    /// large receive, each one TCP segment.
+    pub rx_large: u64,
+    /// Frames handed to the device for TCP segmentation (TSO), each made of several
+    /// segments of the TCP engine.
+    pub tx_tso: u64,
 }
 
 /// A failure of a port backend.

@@ -17,6 +17,9 @@ static POOL_SEQ: AtomicU32 = AtomicU32::new(0);
 /// Largest burst handed to one `rte_eth_rx_burst` call.
 const MAX_BURST: usize = 512;
 
+/// Mbufs of 64 KiB per queue for received large segments (a burst's worth).
+const LARGE_POOL: u32 = 63;
+
 /// Ethernet header plus VLAN tag and FCS, on top of the IP MTU, for sizing mbufs.
 const L2_OVERHEAD: usize = 14 + 4 + 4;
 
@@ -94,6 +97,13 @@ pub struct DpdkPort {
     sw: PortStats,
     /// Lengths of the frames of one transmit burst (scratch).
     tx_lens: Vec<u64>,
+    /// The frames of a transmit burst while TSO joins them (scratch).
+    tx_scratch: Vec<Mbuf>,
+    /// Mbufs of 64 KiB for received large segments (a peer's TSO frames, LRO) that came
+    /// in chained mbufs; with offloads only.
+    large_pool: Option<Mempool>,
+    /// Frame octets a whole-frame mbuf holds.
+    frame_room: usize,
 }
 
 impl DpdkPort {
@@ -180,6 +190,18 @@ impl DpdkPort {
             })
             .collect::<Result<Vec<_>, _>>()?
             .into_iter();
+        let mut large_pools = (0..cfg.queues.max(1))
+            .map(|_| {
+                if !cfg.offloads {
+                    return Ok(None);
+                }
+                let name = format!("dp{port_id}_{}l", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+                Mempool::new(&name, LARGE_POOL, 0, u16::MAX, EthDev::socket_of(port_id))
+                    .map(Some)
+                    .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter();
         let setup = EthDevSetup {
             rx_desc: cfg.rx_desc,
             tx_desc: cfg.tx_desc,
@@ -214,6 +236,9 @@ impl DpdkPort {
                     info,
                     sw: PortStats::default(),
                     tx_lens: Vec::new(),
+                    tx_scratch: Vec::new(),
+                    large_pool: large_pools.next().flatten(),
+                    frame_room,
                 }
             })
             .collect())
@@ -307,14 +332,15 @@ impl Port for DpdkPort {
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
         self.dev.tx_prepare(bufs);
+        self.sw.tx_tso += self.dev.prepare_offloads(bufs, &mut self.tx_scratch);
         if bufs.is_empty() {
             return 0;
         }
         // Lengths are read before sending: a PMD may free an mbuf as soon as it has it, and
         // one that inserts VLAN tags in its burst (vhost) lengthens the frames it keeps.
         self.tx_lens.clear();
-        self.tx_lens.extend(bufs.iter().map(|m| m.len() as u64));
-        self.dev.prepare_offloads(bufs);
+        self.tx_lens
+            .extend(bufs.iter().map(|m| u64::from(m.pkt_len())));
         let sent = self.dev.tx_burst(bufs);
         self.sw.tx_packets += sent as u64;
         self.sw.tx_bytes += self.tx_lens[..sent].iter().sum::<u64>();
@@ -348,6 +374,8 @@ impl Port for DpdkPort {
             out.put("frame_pool_free", p.available());
         }
         out.put("rx_chained", self.sw.rx_chained);
+        out.put("rx_large", self.sw.rx_large);
+        out.put("tx_tso", self.sw.tx_tso);
     }
 
     /// Packets and bytes counted by this port object; drops and errors from the PMD.
@@ -400,8 +428,13 @@ impl DpdkPort {
         let mut i = base;
         while i < out.len() {
             if out[i].segments() != 1 {
-                match out[i].linearize(self.pool()) {
+                let pool = match &self.large_pool {
+                    Some(large) if out[i].pkt_len() as usize > self.frame_room => large,
+                    _ => self.pool(),
+                };
+                match out[i].linearize(pool) {
                     Some(m) => {
+                        self.sw.rx_large += u64::from(m.len() > self.frame_room);
                         out[i] = m;
                         self.sw.rx_chained += 1;
                         continue;
@@ -430,7 +463,7 @@ fn port_stats(s: EthStats) -> PortStats {
         rx_dropped: s.imissed + s.rx_nombuf,
         tx_dropped: s.oerrors,
         rx_errors: s.ierrors,
-        rx_chained: 0,
+        ..PortStats::default()
     }
 }
 
