@@ -153,11 +153,6 @@ void dpdk_shim_mbuf_set_tx_offload(struct rte_mbuf *m, uint64_t ol_flags, uint16
 	m->tso_segsz = tso_segsz;
 }
 
-int dpdk_shim_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail)
-{
-	return rte_pktmbuf_chain(head, tail);
-}
-
 uint64_t dpdk_shim_rss_hf_tcp(void)
 {
 	return RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP | RTE_ETH_RSS_IPV6 |

@@ -47,8 +47,6 @@ uint64_t dpdk_shim_rx_offload_bits(int which);
 /* ORs `ol_flags` into the mbuf's flags and sets its header lengths and TSO segment size. */
 void dpdk_shim_mbuf_set_tx_offload(struct rte_mbuf *m, uint64_t ol_flags, uint16_t l2_len,
                                    uint16_t l3_len, uint16_t l4_len, uint16_t tso_segsz);
-/* Appends `tail` to the chain of `head` (rte_pktmbuf_chain: 0, or -EOVERFLOW). */
-int dpdk_shim_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
 /* RSS hash types of TCP over IPv4 and IPv6 (RTE_ETH_RSS_* bits) */
 uint64_t dpdk_shim_rss_hf_tcp(void);
 

@@ -148,18 +148,31 @@ impl Mbuf {
         self.header().ol_flags
     }
 
-    /// Appends `tail`'s segments to this mbuf's chain (the frame goes on with its bytes);
-    /// gives `tail` back when the chain would have too many segments.
-    pub fn chain(&mut self, tail: Mbuf) -> Result<(), Mbuf> {
-        let t = tail.as_ptr();
-        // SAFETY: both are live mbufs we own; on success the chain owns `tail`'s segments
-        // (freed with this mbuf), so `tail` must not free them: it is forgotten.
-        let ret = unsafe { dpdk_sys::dpdk_shim_pktmbuf_chain(self.0.as_ptr(), t) };
-        if ret != 0 {
-            return Err(tail);
+    /// Appends the segments of `tails`, in order, to this mbuf's chain (the frame goes on
+    /// with their bytes), walking the chain once. The caller keeps the chain within
+    /// `u16::MAX` segments and `u32::MAX` octets.
+    pub fn chain_all(&mut self, tails: impl IntoIterator<Item = Mbuf>) {
+        let head = self.0.as_ptr();
+        // SAFETY: `head` and every tail are live mbufs we own; each tail's segments are
+        // linked after the chain's last one and counted in the head's nb_segs and pkt_len,
+        // so the chain owns them (freed with this mbuf) and the tail is not freed itself
+        // (into_raw).
+        unsafe {
+            let mut last = head;
+            while !(*last).next.is_null() {
+                last = (*last).next;
+            }
+            for tail in tails {
+                let t = tail.into_raw();
+                (*last).next = t;
+                (*head).nb_segs += (*t).nb_segs;
+                (*head).pkt_len += (*t).pkt_len;
+                last = t;
+                while !(*last).next.is_null() {
+                    last = (*last).next;
+                }
+            }
         }
-        std::mem::forget(tail);
-        Ok(())
     }
 
     /// Asks the device for the transmit offloads of `t` (its flags ORed into the mbuf's,

@@ -179,17 +179,18 @@ impl TcpFrame {
         self.tcp_len - self.l4_len
     }
 
-    /// Header octets that differ between the segments of one TSO frame: IP length,
-    /// identification and checksum, TCP sequence number and checksum.
-    fn varies(&self, at: usize) -> bool {
-        let ip = at.wrapping_sub(self.l3);
-        let tcp = at.wrapping_sub(self.l3 + self.l3_len);
-        let ip_varies = if self.ipv4 {
-            (2..6).contains(&ip) || (10..12).contains(&ip)
+    /// Whether the headers of frames `a` and `b` (both laid out as `self`) are equal but
+    /// for what differs between the segments of one TSO frame: IP length, identification
+    /// and checksum, TCP sequence number and checksum.
+    fn same_headers(&self, a: &[u8], b: &[u8]) -> bool {
+        let (l3, l4, end) = (self.l3, self.l3 + self.l3_len, self.header_len());
+        let same = |r: std::ops::Range<usize>| a[r.clone()] == b[r];
+        let ip = if self.ipv4 {
+            same(0..l3 + 2) && same(l3 + 6..l3 + 10) && same(l3 + 12..l4)
         } else {
-            (4..6).contains(&ip)
+            same(0..l3 + 4) && same(l3 + 6..l4)
         };
-        ip_varies || (4..8).contains(&tcp) || (16..18).contains(&tcp)
+        ip && same(l4..l4 + 4) && same(l4 + 8..l4 + 16) && same(l4 + 18..end)
     }
 
     /// The TCP sequence number of `frame`.
@@ -351,29 +352,19 @@ pub fn prepare_burst(o: &Offloads, bufs: &mut Vec<Mbuf>, scratch: &mut Vec<Mbuf>
             None
         };
         if let (Some(g), Some(t)) = (group.as_mut(), parsed) {
-            let hdr = t.header_len();
-            if joins(g, bufs[g.at].as_ref(), m.as_ref(), &t, tag) && m.adj(hdr).is_ok() {
-                match bufs[g.at].chain(m) {
-                    Ok(()) => {
-                        let p = t.payload_len();
-                        g.closed = p < g.segsz;
-                        g.payload += p;
-                        g.segs += 1;
-                        g.next_seq = g.next_seq.wrapping_add(p as u32);
-                        continue;
-                    }
-                    Err(back) => {
-                        // The chain is full: the frame goes on its own, headers restored
-                        // (still in front of its data).
-                        m = back;
-                        let restored = m.prepend(hdr).is_ok();
-                        debug_assert!(restored, "adj leaves the headers in the headroom");
-                    }
-                }
+            if joins(g, bufs[g.at].as_ref(), m.as_ref(), &t, tag) && m.adj(t.header_len()).is_ok() {
+                // Its payload waits after the group's first frame, chained in `finish`.
+                let p = t.payload_len();
+                g.closed = p < g.segsz;
+                g.payload += p;
+                g.segs += 1;
+                g.next_seq = g.next_seq.wrapping_add(p as u32);
+                bufs.push(m);
+                continue;
             }
         }
         if let Some(g) = group.take() {
-            made += finish(o, &mut bufs[g.at], &g);
+            made += finish(o, bufs, &g);
         }
         match parsed {
             Some(t) if t.payload_len() > 0 => {
@@ -397,7 +388,7 @@ pub fn prepare_burst(o: &Offloads, bufs: &mut Vec<Mbuf>, scratch: &mut Vec<Mbuf>
         bufs.push(m);
     }
     if let Some(g) = group.take() {
-        made += finish(o, &mut bufs[g.at], &g);
+        made += finish(o, bufs, &g);
     }
     made
 }
@@ -416,18 +407,22 @@ fn joins(g: &Group, a: &[u8], b: &[u8], t: &TcpFrame, tag: Option<u16>) -> bool 
     {
         return false;
     }
-    t.seq(b) == g.next_seq
-        && (0..t.header_len())
-            .filter(|&i| !t.varies(i))
-            .all(|i| a[i] == b[i])
+    t.seq(b) == g.next_seq && t.same_headers(a, b)
 }
 
-/// Completes the head of a group: a TSO frame of all the payload when others joined it
-/// (returns 1), else the plain checksum offload (0).
-fn finish(o: &Offloads, head: &mut Mbuf, g: &Group) -> u64 {
+/// Completes the group at the end of `bufs` (its first frame at `g.at`, the payloads that
+/// joined it after): one TSO frame of all the payload when others joined (returns 1), else
+/// the first frame with the plain checksum offload (0).
+fn finish(o: &Offloads, bufs: &mut Vec<Mbuf>, g: &Group) -> u64 {
     let segsz = if g.segs > 1 { g.segsz } else { 0 };
+    let mut rest = bufs.drain(g.at..);
+    let Some(mut head) = rest.next() else {
+        return 0;
+    };
+    head.chain_all(rest);
     let off = finish_headers(head.as_mut(), g.t, g.payload, segsz, o.tx_ipv4_cksum);
     head.set_tx_offload(&off);
+    bufs.push(head);
     u64::from(g.segs > 1)
 }
 
