@@ -169,6 +169,18 @@ fn port_name(port_id: u16) -> Option<String> {
     )
 }
 
+/// The PMD's name in `info` (filled by a successful `rte_eth_dev_info_get`).
+fn driver_name(info: &dpdk_sys::rte_eth_dev_info) -> String {
+    if info.driver_name.is_null() {
+        return String::new();
+    }
+    // SAFETY: a filled rte_eth_dev_info's driver_name points at the PMD's static
+    // NUL-terminated name.
+    unsafe { CStr::from_ptr(info.driver_name) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Checks a DPDK return code: negative values are `-errno`.
 fn check(op: impl FnOnce() -> String, ret: i32) -> Result<(), DpdkError> {
     if ret < 0 {
@@ -315,6 +327,7 @@ impl EthDev {
             setup.scatter,
             info.rx_offload_capa,
             info.tx_offload_capa,
+            &driver_name(&info),
         );
         conf.rxmode.offloads |= dev.offloads.rx_bits();
         conf.txmode.offloads |= dev.offloads.tx_bits();
@@ -592,11 +605,8 @@ impl EthDev {
         let mut info = dpdk_sys::rte_eth_dev_info::default();
         // SAFETY: valid port; info is a valid out pointer.
         let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(d.port_id, &mut info) };
-        let driver = if ret == 0 && !info.driver_name.is_null() {
-            // SAFETY: on success driver_name points at the PMD's static NUL-terminated name.
-            unsafe { CStr::from_ptr(info.driver_name) }
-                .to_string_lossy()
-                .into_owned()
+        let driver = if ret == 0 {
+            driver_name(&info)
         } else {
             String::new()
         };

@@ -57,8 +57,17 @@ impl Offloads {
     /// `rx_offload_capa` and `tx_offload_capa` of `rte_eth_dev_info`); none when `enabled`
     /// is false, except receive in chained mbufs when `scatter` asks for it (the port's
     /// receive buffers are smaller than a frame). A transmit IPv4 checksum without the TCP
-    /// one is not used (the stacks checksum both then).
-    pub fn choose(enabled: bool, scatter: bool, rx_capa: u64, tx_capa: u64) -> Offloads {
+    /// one is not used (the stacks checksum both then). `driver` is the PMD's name: TSO is
+    /// not used on `net_tap`, whose segmentation in software measures a segment with its
+    /// Ethernet header against the IP MTU and so refuses MSS-sized ones (the frame would
+    /// block its queue).
+    pub fn choose(
+        enabled: bool,
+        scatter: bool,
+        rx_capa: u64,
+        tx_capa: u64,
+        driver: &str,
+    ) -> Offloads {
         let has = |capa: u64, tx: bool, which: i32| capa & bit(tx, which) != 0;
         let rx_scatter = scatter && has(rx_capa, false, 3);
         if !enabled {
@@ -74,7 +83,10 @@ impl Offloads {
             rx_ipv4_cksum: has(rx_capa, false, 0),
             rx_tcp_cksum: has(rx_capa, false, 1),
             rx_scatter,
-            tso: tx_tcp_cksum && has(tx_capa, true, 2) && has(tx_capa, true, 3),
+            tso: tx_tcp_cksum
+                && has(tx_capa, true, 2)
+                && has(tx_capa, true, 3)
+                && driver != "net_tap",
         }
     }
 
