@@ -460,6 +460,13 @@ fn finish_headers(
     write_for_device(frame, &t, ipv4_by_device, segsz as u16)
 }
 
+/// Whether a device (PMD `driver`, receive capabilities `rx_capa`) may hand over received
+/// frames longer than the MTU: one with large receive (LRO), or a vhost-user backend,
+/// which takes a virtio peer's TSO frames whole.
+pub fn takes_large_frames(driver: &str, rx_capa: u64) -> bool {
+    driver == "net_vhost" || rx_capa & bit(false, 2) != 0
+}
+
 /// The device's verdict on a received frame's checksums, from its `ol_flags`. A layer-4
 /// checksum the device marks "none" (the data is intact, the field holds only a partial
 /// sum: a virtio peer left the checksum to its host) counts as good.

@@ -100,7 +100,7 @@ pub struct DpdkPort {
     /// The frames of a transmit burst while TSO joins them (scratch).
     tx_scratch: Vec<Mbuf>,
     /// Mbufs of 64 KiB for received large segments (a peer's TSO frames, LRO) that came
-    /// in chained mbufs; with offloads only.
+    /// in chained mbufs; with offloads, on devices that hand such frames over.
     large_pool: Option<Mempool>,
     /// Frame octets a whole-frame mbuf holds.
     frame_room: usize,
@@ -190,18 +190,6 @@ impl DpdkPort {
             })
             .collect::<Result<Vec<_>, _>>()?
             .into_iter();
-        let mut large_pools = (0..cfg.queues.max(1))
-            .map(|_| {
-                if !cfg.offloads {
-                    return Ok(None);
-                }
-                let name = format!("dp{port_id}_{}l", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
-                Mempool::new(&name, LARGE_POOL, 0, u16::MAX, EthDev::socket_of(port_id))
-                    .map(Some)
-                    .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))
-            })
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter();
         let setup = EthDevSetup {
             rx_desc: cfg.rx_desc,
             tx_desc: cfg.tx_desc,
@@ -216,9 +204,23 @@ impl DpdkPort {
         };
         let devs = EthDev::start(eal, claim, &cfg.device, &setup, pools)
             .map_err(|e| setup_err(e.to_string()))?;
-        Ok(devs
-            .into_iter()
+        // A pool of 64 KiB mbufs per queue where large segments can come in.
+        let large = cfg.offloads
+            && devs.first().is_some_and(|d| {
+                let desc = d.describe();
+                offload::takes_large_frames(&desc.driver, desc.offload_capa.0)
+            });
+        devs.into_iter()
             .map(|dev| {
+                let large_pool = if large {
+                    let name = format!("dp{port_id}_{}l", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+                    let pool =
+                        Mempool::new(&name, LARGE_POOL, 0, u16::MAX, EthDev::socket_of(port_id))
+                            .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))?;
+                    Some(pool)
+                } else {
+                    None
+                };
                 let info = PortInfo {
                     name: cfg.name.clone(),
                     mac: dev.mac(),
@@ -230,18 +232,18 @@ impl DpdkPort {
                     dev.queue(),
                     dev.queues()
                 );
-                DpdkPort {
+                Ok(DpdkPort {
                     dev,
                     frame_pool: frame_pools.next().flatten(),
                     info,
                     sw: PortStats::default(),
                     tx_lens: Vec::new(),
                     tx_scratch: Vec::new(),
-                    large_pool: large_pools.next().flatten(),
+                    large_pool,
                     frame_room,
-                }
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// This port's queue pair, and how many the device has.
