@@ -417,14 +417,17 @@ impl DpdkPort {
     fn account_rx(&mut self, out: &mut Vec<Mbuf>, base: usize) {
         // One branch-free pass in locals; the rare chained frames take the slow path.
         let mut bytes = 0u64;
+        let mut large = 0u64;
         let mut chained = false;
         for m in &out[base..] {
             bytes += m.len() as u64;
+            large += u64::from(m.len() > self.frame_room);
             chained |= m.segments() != 1;
         }
         if !chained {
             self.sw.rx_packets += (out.len() - base) as u64;
             self.sw.rx_bytes += bytes;
+            self.sw.rx_large += large;
             return;
         }
         let mut i = base;
@@ -436,7 +439,6 @@ impl DpdkPort {
                 };
                 match out[i].linearize(pool) {
                     Some(m) => {
-                        self.sw.rx_large += u64::from(m.len() > self.frame_room);
                         out[i] = m;
                         self.sw.rx_chained += 1;
                         continue;
@@ -449,6 +451,7 @@ impl DpdkPort {
             } else {
                 self.sw.rx_packets += 1;
                 self.sw.rx_bytes += out[i].len() as u64;
+                self.sw.rx_large += u64::from(out[i].len() > self.frame_room);
                 i += 1;
             }
         }
