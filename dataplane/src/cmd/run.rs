@@ -76,11 +76,6 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             port.info(),
             pc.ipv4.map(|c| format!(" ipv4 {c}")).unwrap_or_default()
         );
-        eprintln!(
-            "port {}: offloads {}",
-            port.info().name,
-            port.offloads().summary
-        );
         let addr = PortAddr::of(pc);
         let group = groups.entry(pc.lcore).or_insert_with(|| Lcore {
             id: pc.lcore,
