@@ -121,6 +121,38 @@ uint64_t dpdk_shim_tx_offload_vlan_insert(void)
 	return RTE_ETH_TX_OFFLOAD_VLAN_INSERT;
 }
 
+uint64_t dpdk_shim_tx_offload_bits(int which)
+{
+	switch (which) {
+	case 0: return RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
+	case 1: return RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
+	case 2: return RTE_ETH_TX_OFFLOAD_TCP_TSO;
+	case 3: return RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+	default: return 0;
+	}
+}
+
+uint64_t dpdk_shim_rx_offload_bits(int which)
+{
+	switch (which) {
+	case 0: return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
+	case 1: return RTE_ETH_RX_OFFLOAD_TCP_CKSUM;
+	case 2: return RTE_ETH_RX_OFFLOAD_TCP_LRO;
+	case 3: return RTE_ETH_RX_OFFLOAD_SCATTER;
+	default: return 0;
+	}
+}
+
+void dpdk_shim_mbuf_set_tx_offload(struct rte_mbuf *m, uint64_t ol_flags, uint16_t l2_len,
+                                   uint16_t l3_len, uint16_t l4_len, uint16_t tso_segsz)
+{
+	m->ol_flags |= ol_flags;
+	m->l2_len = l2_len;
+	m->l3_len = l3_len;
+	m->l4_len = l4_len;
+	m->tso_segsz = tso_segsz;
+}
+
 uint64_t dpdk_shim_rss_hf_tcp(void)
 {
 	return RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP | RTE_ETH_RSS_IPV6 |

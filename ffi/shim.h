@@ -40,6 +40,13 @@ struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m);
 /* ethdev offload bits (RTE_BIT64 macros) */
 uint64_t dpdk_shim_rx_offload_vlan_strip(void);
 uint64_t dpdk_shim_tx_offload_vlan_insert(void);
+/* Checksum, TSO and segment offload bits: `which` 0 IPv4 checksum, 1 TCP checksum, 2 TCP
+ * TSO (rx: LRO), 3 multi-segment transmit (rx: scatter); 0 for any other value. */
+uint64_t dpdk_shim_tx_offload_bits(int which);
+uint64_t dpdk_shim_rx_offload_bits(int which);
+/* ORs `ol_flags` into the mbuf's flags and sets its header lengths and TSO segment size. */
+void dpdk_shim_mbuf_set_tx_offload(struct rte_mbuf *m, uint64_t ol_flags, uint16_t l2_len,
+                                   uint16_t l3_len, uint16_t l4_len, uint16_t tso_segsz);
 /* RSS hash types of TCP over IPv4 and IPv6 (RTE_ETH_RSS_* bits) */
 uint64_t dpdk_shim_rss_hf_tcp(void);
 

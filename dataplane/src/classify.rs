@@ -18,7 +18,7 @@ use smoltcp::wire::{
 };
 
 pub use crate::frame::ETH_HLEN;
-use crate::frame::{parse_l2, TPID_8021AD};
+use crate::frame::{parse_l2, Checked, RxChecksum, TPID_8021AD};
 use crate::ndp::{is_ipv6_multicast_mac, solicited_node, ALL_NODES};
 
 /// The layer at which a malformed frame failed to parse or verify.
@@ -281,6 +281,18 @@ impl Classifier {
     /// Classifies `frame`, whose 802.1Q tag the device stripped when `stripped` holds its
     /// TCI; never panics, whatever the bytes.
     pub fn classify_stripped(&self, frame: &[u8], stripped: Option<u16>) -> Classified {
+        self.classify_offloaded(frame, stripped, RxChecksum::default())
+    }
+
+    /// Classifies `frame` as [`Classifier::classify_stripped`] does, taking the device's
+    /// checksum verdicts `csum` for its own checks: a good checksum is not checked again, a
+    /// bad one makes the frame malformed as the software check would.
+    pub fn classify_offloaded(
+        &self,
+        frame: &[u8],
+        stripped: Option<u16>,
+        csum: RxChecksum,
+    ) -> Classified {
         let Some(l2) = parse_l2(frame, stripped) else {
             return Classified::new(FrameClass::Malformed(Malformed::Ethernet));
         };
@@ -303,15 +315,27 @@ impl Classifier {
                 Ok(_) => Classified::new(FrameClass::Arp),
                 Err(_) => Classified::new(FrameClass::Malformed(Malformed::Arp)),
             },
-            EthernetProtocol::Ipv4 => self.classify_ipv4(l3, l2.l3_offset),
-            EthernetProtocol::Ipv6 if !self.ipv6.is_empty() => self.classify_ipv6(l3, l2.l3_offset),
+            EthernetProtocol::Ipv4 => self.classify_ipv4(l3, l2.l3_offset, csum),
+            EthernetProtocol::Ipv6 if !self.ipv6.is_empty() => {
+                self.classify_ipv6(l3, l2.l3_offset, csum.l4)
+            }
             _ => Classified::new(FrameClass::OtherEthertype),
         };
         c.l3_offset = l2.l3_offset;
         c
     }
 
-    fn classify_ipv4(&self, bytes: &[u8], l3_offset: usize) -> Classified {
+    /// Whether a checksum passes: the device's verdict `v` when it has one, else the
+    /// software check `ok` (when checksums are verified at all).
+    fn passes(&self, v: Checked, ok: impl FnOnce() -> bool) -> bool {
+        match v {
+            Checked::Good => true,
+            Checked::Bad => false,
+            Checked::Unknown => !self.verify_checksums || ok(),
+        }
+    }
+
+    fn classify_ipv4(&self, bytes: &[u8], l3_offset: usize, csum: RxChecksum) -> Classified {
         let malformed = |m| Classified::new(FrameClass::Malformed(m));
         let Ok(ip) = Ipv4Packet::new_checked(bytes) else {
             return malformed(Malformed::Ipv4);
@@ -319,7 +343,7 @@ impl Classifier {
         if ip.version() != 4 {
             return malformed(Malformed::Ipv4);
         }
-        if self.verify_checksums && !ip.verify_checksum() {
+        if !self.passes(csum.ip, || ip.verify_checksum()) {
             return malformed(Malformed::Ipv4Checksum);
         }
         let hlen = ip.header_len() as usize;
@@ -345,10 +369,10 @@ impl Classifier {
         let payload = ip.payload();
         let (src, dst) = (IpAddress::Ipv4(src_ip), IpAddress::Ipv4(dst_ip));
         c.class = match ip.next_header() {
-            IpProtocol::Tcp => self.tcp_class(src_ip, dst_ip, payload),
+            IpProtocol::Tcp => self.tcp_class(src_ip, dst_ip, payload, csum.l4),
             IpProtocol::Udp => match UdpPacket::new_checked(payload) {
                 Err(_) => FrameClass::Malformed(Malformed::Udp),
-                Ok(u) if self.verify_checksums && !u.verify_checksum(&src, &dst) => {
+                Ok(u) if !self.passes(csum.l4, || u.verify_checksum(&src, &dst)) => {
                     FrameClass::Malformed(Malformed::UdpChecksum)
                 }
                 Ok(_) => FrameClass::Udp,
@@ -361,18 +385,17 @@ impl Classifier {
     }
 
     /// The class of a TCP segment between `src` and `dst` (either family): malformed, a bad
-    /// checksum (when checked), or TCP.
+    /// checksum (the device's verdict `l4`, else checked when checksums are), or TCP.
     fn tcp_class<A: tcp::checksum::PseudoHeader>(
         &self,
         src: A,
         dst: A,
         payload: &[u8],
+        l4: Checked,
     ) -> FrameClass {
         match TcpPacket::new_checked(payload) {
             Err(_) => FrameClass::Malformed(Malformed::Tcp),
-            Ok(_)
-                if self.verify_checksums && !tcp::checksum::tcp_checksum_ok(src, dst, payload) =>
-            {
+            Ok(_) if !self.passes(l4, || tcp::checksum::tcp_checksum_ok(src, dst, payload)) => {
                 FrameClass::Malformed(Malformed::TcpChecksum)
             }
             Ok(_) => FrameClass::Tcp,
@@ -389,7 +412,7 @@ impl Classifier {
         }
     }
 
-    fn classify_ipv6(&self, bytes: &[u8], l3_offset: usize) -> Classified {
+    fn classify_ipv6(&self, bytes: &[u8], l3_offset: usize, l4: Checked) -> Classified {
         let malformed = |m| Classified::new(FrameClass::Malformed(m));
         let Ok(ip) = Ipv6Packet::new_checked(bytes) else {
             return malformed(Malformed::Ipv6);
@@ -422,17 +445,15 @@ impl Classifier {
             IpProtocol::Icmpv6 => FrameClass::Icmpv6,
             // Only neighbour discovery and echo go to groups here.
             _ if multicast => FrameClass::NotForUs,
-            IpProtocol::Tcp => self.tcp_class(src_ip, dst_ip, payload),
+            IpProtocol::Tcp => self.tcp_class(src_ip, dst_ip, payload, l4),
             IpProtocol::Udp => match UdpPacket::new_checked(payload) {
                 Err(_) => FrameClass::Malformed(Malformed::Udp),
                 // RFC 8200 §8.1: a zero UDP checksum is invalid over IPv6.
                 Ok(u)
-                    if self.verify_checksums
-                        && (u.checksum() == 0
-                            || !u.verify_checksum(
-                                &IpAddress::Ipv6(src_ip),
-                                &IpAddress::Ipv6(dst_ip),
-                            )) =>
+                    if !self.passes(l4, || {
+                        u.checksum() != 0
+                            && u.verify_checksum(&IpAddress::Ipv6(src_ip), &IpAddress::Ipv6(dst_ip))
+                    }) =>
                 {
                     FrameClass::Malformed(Malformed::UdpChecksum)
                 }
@@ -507,6 +528,45 @@ mod tests {
         assert_eq!(
             c.classify(&f).class,
             FrameClass::Malformed(Malformed::UdpChecksum)
+        );
+    }
+
+    // The device's verdicts stand in for the software checks: a segment it marked good is
+    // taken whatever its checksum field (a virtio peer's partial sum), one it marked bad is
+    // malformed as the software check would make it; without a verdict the software checks.
+    #[test]
+    fn device_checksum_verdicts_replace_the_checks() {
+        let c = classifier();
+        let good = tcp_frame(b"offloaded");
+        let mut partial = good.clone();
+        let last = partial.len() - 1;
+        partial[last] ^= 0x01;
+        let verdict = |ip, l4| RxChecksum { ip, l4 };
+        let class = |f: &[u8], v| c.classify_offloaded(f, None, v).class;
+        let tcp_bad = FrameClass::Malformed(Malformed::TcpChecksum);
+        assert_eq!(
+            class(&partial, verdict(Checked::Good, Checked::Good)),
+            FrameClass::Tcp
+        );
+        assert_eq!(
+            class(&partial, verdict(Checked::Unknown, Checked::Good)),
+            FrameClass::Tcp
+        );
+        assert_eq!(class(&good, verdict(Checked::Good, Checked::Bad)), tcp_bad);
+        assert_eq!(class(&partial, RxChecksum::default()), tcp_bad);
+        assert_eq!(
+            class(&good, verdict(Checked::Bad, Checked::Good)),
+            FrameClass::Malformed(Malformed::Ipv4Checksum)
+        );
+        let mut ttl = good.clone();
+        ttl[ETH_HLEN + 8] ^= 1;
+        assert_eq!(
+            class(&ttl, verdict(Checked::Unknown, Checked::Good)),
+            FrameClass::Malformed(Malformed::Ipv4Checksum)
+        );
+        assert_eq!(
+            class(&ttl, verdict(Checked::Good, Checked::Good)),
+            FrameClass::Tcp
         );
     }
 

@@ -17,6 +17,7 @@
 //! ipv4 = "10.99.0.1/24"
 //! ipv6 = "fd00:99::1/64"    # next to or instead of ipv4
 //! vlan = 100                # optional 802.1Q VLAN
+//! offloads = "auto"         # "auto" (the device's checksum offloads) | "off" (DPDK)
 //! mtu = 1500
 //!
 //! [ports.fault]             # optional fault injection on this port
@@ -385,12 +386,31 @@ pub struct PortConfig {
     /// links). Every port of a configuration has the same number.
     #[serde(default = "default_queues", deserialize_with = "de_queues")]
     pub queues: u16,
+    /// Checksum and segment offloads: `auto` (default) uses those the device has, `off`
+    /// leaves all that work to the stacks (DPDK).
+    #[serde(default)]
+    pub offloads: OffloadMode,
+    /// Frame bytes in each receive mbuf, 256..=9216 (DPDK; default: a whole frame). Longer
+    /// frames arrive in chained mbufs, which the port copies into one.
+    #[serde(default, deserialize_with = "de_rx_buf")]
+    pub rx_buf: Option<u16>,
     /// Write every frame of this port to this pcap file.
     #[serde(default)]
     pub capture: Option<PathBuf>,
     /// Fault injection on this port.
     #[serde(default)]
     pub fault: Option<FaultConfig>,
+}
+
+/// Whether a port uses its device's checksum and segment offloads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OffloadMode {
+    /// Those the device has.
+    #[default]
+    Auto,
+    /// None: the stacks checksum in software.
+    Off,
 }
 
 fn default_mtu() -> usize {
@@ -414,6 +434,9 @@ fn de_desc<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
 }
 fn de_pool<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     de_ranged(d, 256..=1 << 20).map(|v| v as u32)
+}
+fn de_rx_buf<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    de_ranged(d, 256..=9216).map(|v| Some(v as u16))
 }
 fn de_start_wait<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     de_ranged(d, 0..=600).map(|v| v as u64)
@@ -691,6 +714,8 @@ impl PortConfig {
             start_wait: default_start_wait(),
             lcore: 0,
             queues: default_queues(),
+            offloads: OffloadMode::Auto,
+            rx_buf: None,
             capture: None,
             fault: None,
         }
@@ -728,6 +753,8 @@ impl PortConfig {
             queues: self.queues,
             promiscuous: self.promiscuous,
             vlan: self.vlan.is_some(),
+            offloads: self.offloads == OffloadMode::Auto,
+            rx_buf: self.rx_buf,
             multicast: self.ipv6.is_some(),
             start_wait: Duration::from_secs(self.start_wait),
             capture: self.capture.clone(),

@@ -31,6 +31,28 @@ pub const IPV6_HLEN: usize = 40;
 /// Hop limit (TTL) of the frames written here.
 pub const TTL: u8 = 64;
 
+/// What a device found of one checksum of a received frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Checked {
+    /// Not checked by the device: the stack checks it.
+    #[default]
+    Unknown,
+    /// Correct (or the data is intact and the field was left to the device).
+    Good,
+    /// Wrong: the frame is dropped as the stack's own check would.
+    Bad,
+}
+
+/// The device's checksum verdicts on a received frame (DPDK's receive checksum offloads;
+/// [`Checked::Unknown`] on ports without them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxChecksum {
+    /// The IPv4 header checksum.
+    pub ip: Checked,
+    /// The TCP or UDP checksum.
+    pub l4: Checked,
+}
+
 /// An 802.1Q tag: VLAN identifier and priority (PCP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Vlan {

@@ -873,9 +873,11 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         };
         ctx.run_dad();
         for frame in self.rx.drain(..) {
-            let meta = slot
-                .classifier
-                .classify_stripped(frame.as_ref(), frame.offloaded_vlan());
+            let meta = slot.classifier.classify_offloaded(
+                frame.as_ref(),
+                frame.offloaded_vlan(),
+                frame.rx_checksum(),
+            );
             ctx.counters.classified[meta.class.index()] += 1;
             match meta.class {
                 FrameClass::Tcp | FrameClass::Udp => {

@@ -61,7 +61,7 @@ fn broken_configs_give_file_line_and_key() {
             "6: ports[0].rx_descs: unknown field `rx_descs`, expected one of `name`, `backend`, \
              `device`, `mac`, `ipv4`, `gateway`, `ipv6`, `gateway6`, `vlan`, `vlan_priority`, \
              `mtu`, `rx_desc`, `tx_desc`, `pool_size`, `promiscuous`, `start_wait`, `lcore`, \
-             `queues`, `capture`, `fault`",
+             `queues`, `offloads`, `rx_buf`, `capture`, `fault`",
         ),
         (
             "wrong-type.toml",
@@ -88,6 +88,10 @@ fn broken_configs_give_file_line_and_key() {
             "gateway6-outside.toml",
             "6: ports[0].gateway6: gateway6 fd00:98::1 is outside fd00:99::1/64 and not \
              link-local",
+        ),
+        (
+            "bad-offloads.toml",
+            "6: ports[0].offloads: unknown variant `on`, expected `auto` or `off`",
         ),
         (
             "vlan-out-of-range.toml",

@@ -113,10 +113,13 @@ fn frames_a_full_ring_rejects_stay_with_the_caller() {
 
 #[test]
 #[allow(unsafe_code)] // links two mbufs into a chain through the raw `rte_mbuf` header
-fn received_chained_mbufs_are_dropped_and_counted() {
+fn received_chained_mbufs_are_copied_into_one_and_counted() {
     let mut port = DpdkPort::open(eal(), &DpdkPortConfig::new("chain", "net_ring2")).unwrap();
-    let head = port.alloc_tx(100).unwrap();
-    let tail = port.alloc_tx(50).unwrap();
+    let mut head = port.alloc_tx(100).unwrap();
+    let mut tail = port.alloc_tx(50).unwrap();
+    let want: Vec<u8> = (0..150u32).map(|i| (i * 7 + 1) as u8).collect();
+    head.as_mut().copy_from_slice(&want[..100]);
+    tail.as_mut().copy_from_slice(&want[100..]);
     // Build a two-segment frame by hand (the ring PMD passes mbuf pointers through, so it
     // comes back chained, as a PMD with scatter would deliver an oversized frame).
     let h = head.as_ptr();
@@ -134,21 +137,27 @@ fn received_chained_mbufs_are_dropped_and_counted() {
     assert_eq!(port.tx_burst(&mut tx), 2);
     assert_eq!(port.pool().in_use(), 3);
     let mut rx = Vec::new();
+    assert_eq!(port.rx_burst(&mut rx, 32), 2, "both frames are handed out");
+    assert_eq!(rx[0].segments(), 1, "the chained frame comes in one mbuf");
     assert_eq!(
-        port.rx_burst(&mut rx, 32),
-        1,
-        "the chained frame is not handed out"
+        rx[0].as_ref(),
+        &want[..],
+        "with the bytes of both segments in order"
     );
-    check_frame(1, rx[0].as_ref()).unwrap();
+    check_frame(1, rx[1].as_ref()).unwrap();
     let stats = port.stats();
-    assert_eq!((stats.rx_packets, stats.rx_errors), (1, 1));
-    assert_eq!(stats.rx_bytes, frame_len(1) as u64);
-    drop(rx);
+    assert_eq!(
+        (stats.rx_packets, stats.rx_errors, stats.rx_chained),
+        (2, 0, 1)
+    );
+    assert_eq!(stats.rx_bytes, 150 + frame_len(1) as u64);
     assert_eq!(
         port.pool().in_use(),
-        0,
-        "both segments of the dropped chain were freed"
+        2,
+        "both segments of the chain were freed"
     );
+    drop(rx);
+    assert_eq!(port.pool().in_use(), 0);
 }
 
 // A device with fewer queue pairs than configured (a net_ring vdev has 16) is refused with

@@ -326,6 +326,7 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
             }
         };
         macs.push(port.info().mac);
+        log::info!("port {}: offloads {}", pc.name(), port.offloads().summary);
         match RdmaStack::with_rnic(port, PortAddr::of(pc), scfg, rnic, MemoryKind::Application) {
             Ok(s) => stacks.push(s),
             Err(e) => {

@@ -53,7 +53,11 @@ struct DirCounters {
 
 /// Runs `dataplane fwd`.
 pub fn run(args: Args) -> Result<(), CmdError> {
-    let cfg = args.ports.config()?;
+    let mut cfg = args.ports.config()?;
+    // A forwarder passes frames as they came: the device neither checksums nor segments.
+    for p in &mut cfg.ports {
+        p.offloads = dataplane::config::OffloadMode::Off;
+    }
     // The ports named with --port come first; a soft link's other end may follow (opened
     // so the link has two ends, but not forwarded from).
     let used = if args.ports.ports.is_empty() {

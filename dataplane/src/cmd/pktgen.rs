@@ -201,7 +201,11 @@ pub fn run(mut args: Args) -> Result<(), CmdError> {
         ports: names,
         open: args.open.clone(),
     };
-    let cfg = port_args.config()?;
+    let mut cfg = port_args.config()?;
+    // A generator sends its frames as written: the device neither checksums nor segments.
+    for p in &mut cfg.ports {
+        p.offloads = dataplane::config::OffloadMode::Off;
+    }
     let index = |name: &Option<String>| {
         name.as_ref()
             .and_then(|n| cfg.ports.iter().position(|p| p.name() == n))

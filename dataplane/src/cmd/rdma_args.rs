@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dataplane::apps::{run_app, stop_connections, App, STOP_GRACE};
-use dataplane::classify::FrameClass;
+use dataplane::classify::{FrameClass, Malformed};
 use dataplane::clock;
 use dataplane::lcore::{PollLoop, PortAddr};
 use dataplane::port::{AnyPort, Port};
@@ -307,6 +307,9 @@ impl RdmaArgs {
                     )));
                 }
                 let mtu = port.info().mtu;
+                if lane == 0 {
+                    eprintln!("port {}: offloads {}", pc.name(), port.offloads().summary);
+                }
                 let mpa = MpaConfig {
                     require_crc: self.crc,
                     want_markers: self.markers,
@@ -495,7 +498,8 @@ impl Session {
         say!(
             "loop-rx-frames: {}\nloop-busy-polls: {}\nloop-tx-frames: {}\nloop-busy-ns: rx {} process {} tx {}\n\
              port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}\n\
-             nd-failures: {}\nvlan-other-frames: {}\nipv6-dropped-frames: {}",
+             nd-failures: {}\nvlan-other-frames: {}\nipv6-dropped-frames: {}\n\
+             port-rx-chained: {}\nport-rx-large: {}\nport-tx-tso: {}\nchecksum-dropped-frames: {}",
             loop_counters.rx,
             loop_counters.busy_polls,
             loop_counters.tx,
@@ -510,7 +514,18 @@ impl Session {
             loop_counters.class(FrameClass::OtherVlan),
             loop_counters.class(FrameClass::Ipv6Fragment)
                 + loop_counters.class(FrameClass::Ipv6ExtHeader)
-                + loop_counters.class(FrameClass::Ipv6Jumbogram)
+                + loop_counters.class(FrameClass::Ipv6Jumbogram),
+            port.rx_chained,
+            port.rx_large,
+            port.tx_tso,
+            [
+                Malformed::Ipv4Checksum,
+                Malformed::TcpChecksum,
+                Malformed::UdpChecksum
+            ]
+            .into_iter()
+            .map(|m| loop_counters.class(FrameClass::Malformed(m)))
+            .sum::<u64>()
         );
     }
 }

@@ -382,9 +382,13 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let Some(port) = opened.ports.into_iter().next() else {
         return Err(CmdError::Usage("no port".into()));
     };
+    let offloads = port.offloads();
+    eprintln!("port {}: offloads {}", pc.name(), offloads.summary);
     let tcp_cfg = tcp::Config {
         mtu: port.info().mtu,
         verify_checksums: false,
+        // The device fills the checksums of the TCP frames the port sends.
+        fill_checksums: !offloads.tx_checksum,
         isn_secret: rand::thread_rng().gen(),
         rto_min: Duration::from_millis(args.rto_min_ms),
         congestion: match args.cc {

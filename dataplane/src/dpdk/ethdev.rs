@@ -12,6 +12,7 @@ use super::error::{strerror, DpdkError};
 use super::intr::{hold_gate, on_interrupt_thread, GateHold};
 use super::mbuf::Mbuf;
 use super::mempool::Mempool;
+use super::offload::{self, Offloads};
 use crate::steer::{reta_entry, SYMMETRIC_RSS_KEY};
 
 /// Ports opened by an [`EthDev`] in this process (a port is driven by one owner).
@@ -42,6 +43,12 @@ pub struct EthDevSetup {
     /// Enable the device's 802.1Q offloads (strip on receive, insert on transmit) where it
     /// has them.
     pub vlan_offload: bool,
+    /// Enable the checksum and segment offloads of [`Offloads`] the device has (else the
+    /// stacks do that work in software).
+    pub offloads: bool,
+    /// The receive mbufs are smaller than a frame: enable receive in chained mbufs
+    /// (`RTE_ETH_RX_OFFLOAD_SCATTER`) where the device has it.
+    pub scatter: bool,
     /// How long to keep retrying `rte_eth_dev_start` while it fails with `EPERM`, which is
     /// how a memif client reports that its server's socket is not there yet.
     pub start_wait: Duration,
@@ -88,6 +95,8 @@ struct Device {
     mac: [u8; 6],
     /// 802.1Q offloads enabled: strip on receive, insert on transmit.
     vlan: (bool, bool),
+    /// Checksum and segment offloads enabled.
+    offloads: Offloads,
     started: bool,
     rx_desc: u16,
     tx_desc: u16,
@@ -116,7 +125,8 @@ pub struct EthDevDescription {
     pub descriptors: (u16, u16),
     /// Offloads the device can do (`RTE_ETH_RX_OFFLOAD_*`, `RTE_ETH_TX_OFFLOAD_*` bits).
     pub offload_capa: (u64, u64),
-    /// Offloads enabled (none: the stacks checksum in software).
+    /// Offloads enabled (`RTE_ETH_RX_OFFLOAD_*`, `RTE_ETH_TX_OFFLOAD_*` bits; none: the
+    /// stacks checksum in software).
     pub offloads: (u64, u64),
     /// Link up, and its speed in Mbit/s.
     pub link: (bool, u32),
@@ -157,6 +167,18 @@ fn port_name(port_id: u16) -> Option<String> {
             .to_string_lossy()
             .into_owned(),
     )
+}
+
+/// The PMD's name in `info` (filled by a successful `rte_eth_dev_info_get`).
+fn driver_name(info: &dpdk_sys::rte_eth_dev_info) -> String {
+    if info.driver_name.is_null() {
+        return String::new();
+    }
+    // SAFETY: a filled rte_eth_dev_info's driver_name points at the PMD's static
+    // NUL-terminated name.
+    unsafe { CStr::from_ptr(info.driver_name) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Checks a DPDK return code: negative values are `-errno`.
@@ -237,6 +259,7 @@ impl EthDev {
             device: device.to_string(),
             mac: [0; 6],
             vlan: (false, false),
+            offloads: Offloads::default(),
             started: false,
             rx_desc: 0,
             tx_desc: 0,
@@ -309,6 +332,21 @@ impl EthDev {
                 how(dev.vlan.1)
             );
         }
+        dev.offloads = Offloads::choose(
+            setup.offloads,
+            setup.scatter,
+            info.rx_offload_capa,
+            info.tx_offload_capa,
+            &driver_name(&info),
+        );
+        conf.rxmode.offloads |= dev.offloads.rx_bits();
+        conf.txmode.offloads |= dev.offloads.tx_bits();
+        log::info!(
+            "{device}: offloads {} (rx capa {:#x}, tx capa {:#x})",
+            dev.offloads,
+            info.rx_offload_capa,
+            info.tx_offload_capa
+        );
         // SAFETY: EAL is running; conf is a zero-initialised rte_eth_conf (defaults) with
         // only offloads and RSS hash types the device reports set; its key pointer is `key`,
         // alive across the call.
@@ -575,6 +613,18 @@ impl EthDev {
         self.dev.vlan
     }
 
+    /// The checksum and segment offloads enabled on the device.
+    pub fn offloads(&self) -> Offloads {
+        self.dev.offloads
+    }
+
+    /// Readies the frames of `bufs` for the device's checksum and segmentation offloads
+    /// (see [`offload::prepare_burst`]; `scratch`: an empty vector kept for reuse); returns
+    /// how many TSO frames were made.
+    pub fn prepare_offloads(&self, bufs: &mut Vec<Mbuf>, scratch: &mut Vec<Mbuf>) -> u64 {
+        offload::prepare_burst(&self.dev.offloads, bufs, scratch)
+    }
+
     /// EAL device name.
     pub fn device(&self) -> &str {
         &self.dev.device
@@ -592,11 +642,8 @@ impl EthDev {
         let mut info = dpdk_sys::rte_eth_dev_info::default();
         // SAFETY: valid port; info is a valid out pointer.
         let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(d.port_id, &mut info) };
-        let driver = if ret == 0 && !info.driver_name.is_null() {
-            // SAFETY: on success driver_name points at the PMD's static NUL-terminated name.
-            unsafe { CStr::from_ptr(info.driver_name) }
-                .to_string_lossy()
-                .into_owned()
+        let driver = if ret == 0 {
+            driver_name(&info)
         } else {
             String::new()
         };
@@ -611,7 +658,7 @@ impl EthDev {
             rss_capa: (info.flow_type_rss_offloads, info.reta_size),
             descriptors: (d.rx_desc, d.tx_desc),
             offload_capa: (info.rx_offload_capa, info.tx_offload_capa),
-            offloads: (0, 0),
+            offloads: (d.offloads.rx_bits(), d.offloads.tx_bits()),
             link: (up, link.link_speed),
         }
     }

@@ -142,6 +142,93 @@ impl Mbuf {
         }
     }
 
+    /// The offload flags (`RTE_MBUF_F_*`): the device's verdicts on a received frame, the
+    /// work asked of the device for one to send.
+    pub fn ol_flags(&self) -> u64 {
+        self.header().ol_flags
+    }
+
+    /// Appends the segments of `tails`, in order, to this mbuf's chain (the frame goes on
+    /// with their bytes), walking the chain once. The caller keeps the chain within
+    /// `u16::MAX` segments and `u32::MAX` octets.
+    pub fn chain_all(&mut self, tails: impl IntoIterator<Item = Mbuf>) {
+        let head = self.0.as_ptr();
+        // SAFETY: `head` and every tail are live mbufs we own; each tail's segments are
+        // linked after the chain's last one and counted in the head's nb_segs and pkt_len,
+        // so the chain owns them (freed with this mbuf) and the tail is not freed itself
+        // (into_raw).
+        unsafe {
+            let mut last = head;
+            while !(*last).next.is_null() {
+                last = (*last).next;
+            }
+            for tail in tails {
+                let t = tail.into_raw();
+                (*last).next = t;
+                (*head).nb_segs += (*t).nb_segs;
+                (*head).pkt_len += (*t).pkt_len;
+                last = t;
+                while !(*last).next.is_null() {
+                    last = (*last).next;
+                }
+            }
+        }
+    }
+
+    /// Asks the device for the transmit offloads of `t` (its flags ORed into the mbuf's,
+    /// its header lengths) when this frame is sent; the port must have them enabled.
+    pub fn set_tx_offload(&mut self, t: &super::offload::TxOffload) {
+        // SAFETY: self.0 is a live mbuf we own exclusively (&mut self); the shim writes
+        // plain header fields.
+        unsafe {
+            dpdk_sys::dpdk_shim_mbuf_set_tx_offload(
+                self.0.as_ptr(),
+                t.flags,
+                t.l2_len,
+                t.l3_len,
+                t.l4_len,
+                t.tso_segsz,
+            );
+        }
+    }
+
+    /// The frame of this chained (multi-segment) mbuf in one mbuf from `pool`: the bytes
+    /// of every segment in order, with the device's receive flags, packet type and stripped
+    /// VLAN tag. `None` when the pool is empty or the frame exceeds its buffers' room.
+    pub fn linearize(&self, pool: &Mempool) -> Option<Mbuf> {
+        let total = usize::try_from(self.pkt_len()).ok()?;
+        let mut out = Mbuf::alloc(pool, total)?;
+        let dst = out.as_mut();
+        let mut at = 0;
+        let mut seg: *const dpdk_sys::rte_mbuf = self.0.as_ptr();
+        while !seg.is_null() && at < total {
+            // SAFETY: `seg` is this chain's head or a `next` link of it: live segments we
+            // own through `self`; data_off and data_len lie within each segment's buffer.
+            let bytes = unsafe {
+                let h = &*seg;
+                let p = h.buf_addr.cast::<u8>().add(usize::from(h.data_off));
+                let n = usize::from(h.data_len).min(total - at);
+                seg = h.next;
+                std::slice::from_raw_parts(p, n)
+            };
+            dst[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        }
+        if at != total {
+            return None;
+        }
+        let h = self.header();
+        // SAFETY: `out` is a fresh single-segment mbuf we own exclusively; these are plain
+        // header fields.
+        unsafe {
+            let o = out.0.as_ptr();
+            (*o).ol_flags = h.ol_flags;
+            (*o).vlan_tci = h.vlan_tci;
+            (*o).__bindgen_anon_1 = h.__bindgen_anon_1;
+        }
+        Some(out)
+    }
+
     /// Number of segments in the chain (1 for every mbuf this module hands out).
     pub fn segments(&self) -> u16 {
         self.header().nb_segs

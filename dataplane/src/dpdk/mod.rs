@@ -11,6 +11,7 @@ pub mod ethdev;
 mod intr;
 pub mod mbuf;
 pub mod mempool;
+pub mod offload;
 pub mod telemetry;
 pub mod workers;
 
@@ -19,6 +20,7 @@ pub use error::{rte_errno, strerror, DpdkError};
 pub use ethdev::{available_devices, EthDev, EthDevDescription, EthDevSetup, EthStats};
 pub use mbuf::{Mbuf, MbufError};
 pub use mempool::Mempool;
+pub use offload::Offloads;
 pub use workers::{LcoreRole, WorkerError, WorkerJob};
 
 /// The TSC frequency EAL measured (0 before EAL init).

@@ -5,12 +5,13 @@
 //! (`fwd` between two DPDK ports) match on [`AnyPort::backend`] and run monomorphised on the
 //! concrete port type instead.
 
-use super::api::{PacketBuf, Port, PortInfo, PortStats, VlanOffload};
+use super::api::{PacketBuf, Port, PortInfo, PortOffloads, PortStats, VlanOffload};
 use super::capture::CapturePort;
 use super::fault::{FaultConfig, FaultCounters, FaultPort};
 use super::heap::HeapBuf;
 use super::soft_pair::SoftPort;
 use super::tap::TapPort;
+use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
 
 #[cfg(feature = "dpdk")]
@@ -70,6 +71,14 @@ impl PacketBuf for AnyBuf {
             AnyBuf::Heap(b) => b.set_offloaded_vlan(tci),
             #[cfg(feature = "dpdk")]
             AnyBuf::Mbuf(b) => b.set_offloaded_vlan(tci),
+        }
+    }
+
+    fn rx_checksum(&self) -> RxChecksum {
+        match self {
+            AnyBuf::Heap(b) => b.rx_checksum(),
+            #[cfg(feature = "dpdk")]
+            AnyBuf::Mbuf(b) => PacketBuf::rx_checksum(b),
         }
     }
 }
@@ -382,6 +391,17 @@ impl Port for AnyPort {
             Backend::Dpdk(p) => p.vlan_offload(),
             Backend::Fault(p) => p.vlan_offload(),
             Backend::Capture(p) => p.vlan_offload(),
+        }
+    }
+
+    fn offloads(&self) -> PortOffloads {
+        match &self.backend {
+            Backend::Soft(p) => p.offloads(),
+            Backend::Tap(p) => p.offloads(),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.offloads(),
+            Backend::Fault(p) => p.offloads(),
+            Backend::Capture(p) => p.offloads(),
         }
     }
 }

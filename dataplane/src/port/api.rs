@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
 
 /// A frame buffer owned by a port backend (a DPDK mbuf, or a heap buffer for software ports).
@@ -28,6 +29,23 @@ pub trait PacketBuf: AsRef<[u8]> + AsMut<[u8]> {
     /// Asks the device to insert an 802.1Q tag with `tci` on transmit; only for ports whose
     /// [`Port::vlan_offload`] says they insert tags (others ignore it).
     fn set_offloaded_vlan(&mut self, _tci: u16) {}
+    /// The device's verdicts on the checksums of a received frame (unknown unless the port
+    /// has receive checksum offloads).
+    fn rx_checksum(&self) -> RxChecksum {
+        RxChecksum::default()
+    }
+}
+
+/// The checksum and segment offloads a port has enabled, for the stacks above it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortOffloads {
+    /// The port has the device fill the IPv4 and TCP checksums of the TCP frames it sends
+    /// (the TCP engine may leave them out).
+    pub tx_checksum: bool,
+    /// The device verifies received checksums ([`PacketBuf::rx_checksum`]).
+    pub rx_checksum: bool,
+    /// The offloads by name, for the run's first lines (`none` without any).
+    pub summary: String,
 }
 
 /// The 802.1Q offloads a port has enabled.
@@ -67,6 +85,14 @@ pub struct PortStats {
     pub tx_dropped: u64,
     /// Receive errors reported by the backend.
     pub rx_errors: u64,
+    /// Frames received in chained buffers and copied into one.
+    pub rx_chained: u64,
+    /// Received frames longer than the MTU allows: a peer's TSO frames or the device's
+    /// large receive, each one TCP segment.
+    pub rx_large: u64,
+    /// Frames handed to the device for TCP segmentation (TSO), each made of several
+    /// segments of the TCP engine.
+    pub tx_tso: u64,
 }
 
 /// A failure of a port backend.
@@ -124,6 +150,14 @@ pub trait Port {
     /// port is on a VLAN).
     fn vlan_offload(&self) -> VlanOffload {
         VlanOffload::default()
+    }
+
+    /// The checksum and segment offloads enabled on the port (none by default).
+    fn offloads(&self) -> PortOffloads {
+        PortOffloads {
+            summary: "none".into(),
+            ..PortOffloads::default()
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-use super::api::{PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
+use super::api::{PacketBuf, Port, PortError, PortInfo, PortOffloads, PortStats, VlanOffload};
 use crate::frame::{TPID_8021Q, VLAN_TAG_LEN};
 use crate::settings::de_ranged;
 use crate::telemetry::Dict;
@@ -271,6 +271,10 @@ impl<P: Port> Port for CapturePort<P> {
 
     fn vlan_offload(&self) -> VlanOffload {
         self.inner.vlan_offload()
+    }
+
+    fn offloads(&self) -> PortOffloads {
+        self.inner.offloads()
     }
 }
 

@@ -4,8 +4,11 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::api::{lane_name, PacketBuf, Port, PortError, PortInfo, PortStats, VlanOffload};
-use crate::dpdk::{DpdkError, Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
+use super::api::{
+    lane_name, PacketBuf, Port, PortError, PortInfo, PortOffloads, PortStats, VlanOffload,
+};
+use crate::dpdk::{offload, DpdkError, Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
+use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
 
 pub use crate::dpdk::available_devices;
@@ -15,6 +18,9 @@ static POOL_SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// Largest burst handed to one `rte_eth_rx_burst` call.
 const MAX_BURST: usize = 512;
+
+/// Mbufs of 64 KiB per queue for received large segments (a burst's worth).
+const LARGE_POOL: u32 = 63;
 
 /// Ethernet header plus VLAN tag and FCS, on top of the IP MTU, for sizing mbufs.
 const L2_OVERHEAD: usize = 14 + 4 + 4;
@@ -46,6 +52,12 @@ pub struct DpdkPortConfig {
     pub all_multicast: bool,
     /// Use the device's 802.1Q offloads where it has them (the port is on a VLAN).
     pub vlan_offload: bool,
+    /// Use the device's checksum and segment offloads where it has them (`offloads =
+    /// "auto"`); `false`: the stacks do that work in software (`"off"`).
+    pub offloads: bool,
+    /// Frame bytes in each receive mbuf, or `None` for a whole frame's worth. Smaller
+    /// buffers hand longer frames in chained mbufs, which the port copies into one.
+    pub rx_buf: Option<u16>,
     /// How long to keep retrying a start the device refuses because its peer is not there
     /// yet (a memif client whose server socket does not exist).
     pub start_wait: std::time::Duration,
@@ -67,6 +79,8 @@ impl DpdkPortConfig {
             promiscuous: true,
             all_multicast: false,
             vlan_offload: false,
+            offloads: true,
+            rx_buf: None,
             start_wait: std::time::Duration::from_secs(10),
         }
     }
@@ -76,11 +90,22 @@ impl DpdkPortConfig {
 /// pair of a device stops and closes it, then frees its mempools (once all their mbufs are
 /// back).
 pub struct DpdkPort {
+    // Field order is drop order: the device first, then the pool its frames came from.
     dev: EthDev,
+    /// Whole-frame mbufs when the receive queue's are smaller (see
+    /// [`DpdkPortConfig::rx_buf`]): frames to send, received chains copied into one.
+    frame_pool: Option<Mempool>,
     info: PortInfo,
     sw: PortStats,
     /// Lengths of the frames of one transmit burst (scratch).
     tx_lens: Vec<u64>,
+    /// The frames of a transmit burst while TSO joins them (scratch).
+    tx_scratch: Vec<Mbuf>,
+    /// Mbufs of 64 KiB for received large segments (a peer's TSO frames, LRO) that came
+    /// in chained mbufs; with offloads, on devices that hand such frames over.
+    large_pool: Option<Mempool>,
+    /// Frame octets a whole-frame mbuf holds.
+    frame_room: usize,
 }
 
 impl DpdkPort {
@@ -118,6 +143,12 @@ impl DpdkPort {
                     cfg.device, cfg.mtu
                 ))
             })?;
+        // Receive mbufs smaller than a frame: frames to send, and received frames copied
+        // out of their chains, come from a pool of whole-frame mbufs of their own.
+        let rx_room = cfg
+            .rx_buf
+            .filter(|&b| usize::from(b) < frame_room)
+            .map(|b| b.saturating_add(Mempool::headroom()));
         let min_pool = u32::from(cfg.rx_desc) + u32::from(cfg.tx_desc) + MAX_BURST as u32;
         if cfg.pool_size < min_pool {
             log::warn!(
@@ -149,12 +180,30 @@ impl DpdkPort {
                     &name,
                     cfg.pool_size,
                     cache,
-                    data_room,
+                    rx_room.unwrap_or(data_room),
                     EthDev::socket_of(port_id),
                 )
                 .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let mut frame_pools = (0..cfg.queues.max(1))
+            .map(|_| {
+                if rx_room.is_none() {
+                    return Ok(None);
+                }
+                let name = format!("dp{port_id}_{}f", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+                Mempool::new(
+                    &name,
+                    cfg.pool_size,
+                    cache,
+                    data_room,
+                    EthDev::socket_of(port_id),
+                )
+                .map(Some)
+                .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter();
         let setup = EthDevSetup {
             rx_desc: cfg.rx_desc,
             tx_desc: cfg.tx_desc,
@@ -163,13 +212,29 @@ impl DpdkPort {
             promiscuous: cfg.promiscuous,
             all_multicast: cfg.all_multicast,
             vlan_offload: cfg.vlan_offload,
+            offloads: cfg.offloads,
+            scatter: rx_room.is_some(),
             start_wait: cfg.start_wait,
         };
         let devs = EthDev::start(eal, claim, &cfg.device, &setup, pools)
             .map_err(|e| setup_err(e.to_string()))?;
-        Ok(devs
-            .into_iter()
+        // A pool of 64 KiB mbufs per queue where large segments can come in.
+        let large = cfg.offloads
+            && devs.first().is_some_and(|d| {
+                let desc = d.describe();
+                offload::takes_large_frames(&desc.driver, desc.offload_capa.0)
+            });
+        devs.into_iter()
             .map(|dev| {
+                let large_pool = if large {
+                    let name = format!("dp{port_id}_{}l", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+                    let pool =
+                        Mempool::new(&name, LARGE_POOL, 0, u16::MAX, EthDev::socket_of(port_id))
+                            .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))?;
+                    Some(pool)
+                } else {
+                    None
+                };
                 let info = PortInfo {
                     name: lane_name(&cfg.name, dev.queue(), dev.queues()),
                     mac: dev.mac(),
@@ -181,14 +246,18 @@ impl DpdkPort {
                     dev.queue(),
                     dev.queues()
                 );
-                DpdkPort {
+                Ok(DpdkPort {
                     dev,
+                    frame_pool: frame_pools.next().flatten(),
                     info,
                     sw: PortStats::default(),
                     tx_lens: Vec::new(),
-                }
+                    tx_scratch: Vec::new(),
+                    large_pool,
+                    frame_room,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// True when the device spreads received flows over its queues by RSS, and its
@@ -231,12 +300,13 @@ impl DpdkPort {
     /// or nothing); `false` when the pool cannot supply them. Faster than `n` calls of
     /// [`Port::alloc_tx`] for packet generators.
     pub fn alloc_tx_bulk(&mut self, out: &mut Vec<Mbuf>, n: usize, len: usize) -> bool {
-        Mbuf::alloc_bulk(self.dev.pool(), out, n, len)
+        Mbuf::alloc_bulk(self.pool(), out, n, len)
     }
 
-    /// The mbuf pool of this port's queue.
+    /// The pool of this port's whole-frame mbufs (frames to send): its queue's receive pool
+    /// unless that one's mbufs are smaller than a frame.
     pub fn pool(&self) -> &Mempool {
-        self.dev.pool()
+        self.frame_pool.as_ref().unwrap_or(self.dev.pool())
     }
 
     /// The PMD's own counters (`rte_eth_stats_get`); PMDs that keep no byte counts
@@ -283,18 +353,20 @@ impl Port for DpdkPort {
     }
 
     fn alloc_tx(&mut self, len: usize) -> Option<Mbuf> {
-        Mbuf::alloc(self.dev.pool(), len)
+        Mbuf::alloc(self.pool(), len)
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
         self.dev.tx_prepare(bufs);
+        self.sw.tx_tso += self.dev.prepare_offloads(bufs, &mut self.tx_scratch);
         if bufs.is_empty() {
             return 0;
         }
         // Lengths are read before sending: a PMD may free an mbuf as soon as it has it, and
         // one that inserts VLAN tags in its burst (vhost) lengthens the frames it keeps.
         self.tx_lens.clear();
-        self.tx_lens.extend(bufs.iter().map(|m| m.len() as u64));
+        self.tx_lens
+            .extend(bufs.iter().map(|m| u64::from(m.pkt_len())));
         let sent = self.dev.tx_burst(bufs);
         self.sw.tx_packets += sent as u64;
         self.sw.tx_bytes += self.tx_lens[..sent].iter().sum::<u64>();
@@ -323,6 +395,13 @@ impl Port for DpdkPort {
         out.put("link_speed_mbps", d.link.1);
         out.put("pool_size", self.dev.pool().size());
         out.put("pool_free", self.dev.pool().available());
+        if let Some(p) = &self.frame_pool {
+            out.put("frame_pool_size", p.size());
+            out.put("frame_pool_free", p.available());
+        }
+        out.put("rx_chained", self.sw.rx_chained);
+        out.put("rx_large", self.sw.rx_large);
+        out.put("tx_tso", self.sw.tx_tso);
     }
 
     /// Packets and bytes counted by this port object; drops and errors from the PMD.
@@ -336,6 +415,15 @@ impl Port for DpdkPort {
         }
     }
 
+    fn offloads(&self) -> PortOffloads {
+        let o = self.dev.offloads();
+        PortOffloads {
+            tx_checksum: o.tx_tcp_cksum,
+            rx_checksum: o.rx_tcp_cksum || o.rx_ipv4_cksum,
+            summary: o.to_string(),
+        }
+    }
+
     fn vlan_offload(&self) -> VlanOffload {
         let (rx_strip, tx_insert) = self.dev.vlan_offload();
         VlanOffload {
@@ -346,29 +434,48 @@ impl Port for DpdkPort {
 }
 
 impl DpdkPort {
-    /// Counts frames received into `out[base..]` and drops chained (multi-segment) mbufs,
-    /// which the single-slice [`PacketBuf`] view cannot represent.
+    /// Counts frames received into `out[base..]`; a frame in chained (multi-segment) mbufs
+    /// is copied into one whole-frame mbuf for the single-slice [`PacketBuf`] view (counted
+    /// in [`PortStats::rx_chained`]), or dropped as a receive error when none is free or it
+    /// exceeds one.
     fn account_rx(&mut self, out: &mut Vec<Mbuf>, base: usize) {
         // One branch-free pass in locals; the rare chained frames take the slow path.
         let mut bytes = 0u64;
+        let mut large = 0u64;
         let mut chained = false;
         for m in &out[base..] {
             bytes += m.len() as u64;
+            large += u64::from(m.len() > self.frame_room);
             chained |= m.segments() != 1;
         }
         if !chained {
             self.sw.rx_packets += (out.len() - base) as u64;
             self.sw.rx_bytes += bytes;
+            self.sw.rx_large += large;
             return;
         }
         let mut i = base;
         while i < out.len() {
             if out[i].segments() != 1 {
-                out.remove(i);
-                self.sw.rx_errors += 1;
+                let pool = match &self.large_pool {
+                    Some(large) if out[i].pkt_len() as usize > self.frame_room => large,
+                    _ => self.pool(),
+                };
+                match out[i].linearize(pool) {
+                    Some(m) => {
+                        out[i] = m;
+                        self.sw.rx_chained += 1;
+                        continue;
+                    }
+                    None => {
+                        out.remove(i);
+                        self.sw.rx_errors += 1;
+                    }
+                }
             } else {
                 self.sw.rx_packets += 1;
                 self.sw.rx_bytes += out[i].len() as u64;
+                self.sw.rx_large += u64::from(out[i].len() > self.frame_room);
                 i += 1;
             }
         }
@@ -385,6 +492,7 @@ fn port_stats(s: EthStats) -> PortStats {
         rx_dropped: s.imissed + s.rx_nombuf,
         tx_dropped: s.oerrors,
         rx_errors: s.ierrors,
+        ..PortStats::default()
     }
 }
 
@@ -404,6 +512,10 @@ impl PacketBuf for Mbuf {
 
     fn set_offloaded_vlan(&mut self, tci: u16) {
         self.set_tx_vlan(tci);
+    }
+
+    fn rx_checksum(&self) -> RxChecksum {
+        offload::rx_verdict(self.ol_flags())
     }
 }
 

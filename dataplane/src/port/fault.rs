@@ -16,7 +16,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use smoltcp::wire::{EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket};
 
-use super::api::{PacketBuf, Port, PortInfo, PortStats, VlanOffload};
+use super::api::{PacketBuf, Port, PortInfo, PortOffloads, PortStats, VlanOffload};
 use crate::frame::{parse_l2, IPV6_HLEN};
 use crate::settings::{check_range, de_ranged};
 use crate::telemetry::Dict;
@@ -737,6 +737,10 @@ impl<P: Port> Port for FaultPort<P> {
 
     fn vlan_offload(&self) -> VlanOffload {
         self.inner.vlan_offload()
+    }
+
+    fn offloads(&self) -> PortOffloads {
+        self.inner.offloads()
     }
 }
 

@@ -18,5 +18,5 @@ pub mod soft_pair;
 pub mod tap;
 
 pub use any::{AnyBuf, AnyPort, Backend};
-pub use api::{PacketBuf, Port, PortError, PortInfo, PortStats};
+pub use api::{PacketBuf, Port, PortError, PortInfo, PortOffloads, PortStats};
 pub use heap::{BufPool, HeapBuf};

@@ -58,6 +58,11 @@ pub struct PortSettings {
     pub promiscuous: bool,
     /// The port is on a VLAN: use the device's 802.1Q offloads where it has them (DPDK).
     pub vlan: bool,
+    /// Use the device's checksum and segment offloads where it has them (DPDK; not under
+    /// fault injection).
+    pub offloads: bool,
+    /// Frame bytes in each receive mbuf, `None`: a whole frame's worth (DPDK).
+    pub rx_buf: Option<u16>,
     /// The port has IPv6: receive every multicast frame (DPDK; neighbour discovery).
     pub multicast: bool,
     /// How long to keep retrying a DPDK device start that fails because its peer is not
@@ -214,8 +219,14 @@ pub fn open_lanes(
             }
             BackendKind::Tap => opened[i] = Some(vec![TapPort::open(&p.device, info)?.into()]),
             BackendKind::Dpdk => {
+                // Fault injection stands for the wire: frames it corrupts must not get the
+                // device's checksums over the corrupted bytes (or its verdicts from before).
+                let offloads = p.offloads && fault_settings(p, opts)?.is_none();
                 opened[i] = Some(open_dpdk(
-                    p,
+                    &PortSettings {
+                        offloads,
+                        ..p.clone()
+                    },
                     #[cfg(feature = "dpdk")]
                     eal,
                 )?)
@@ -285,6 +296,8 @@ fn open_dpdk(p: &PortSettings, eal: Option<&Eal>) -> Result<Vec<AnyPort>, PortEr
         promiscuous: p.promiscuous,
         all_multicast: p.multicast,
         vlan_offload: p.vlan,
+        offloads: p.offloads,
+        rx_buf: p.rx_buf,
         start_wait: p.start_wait,
     };
     Ok(DpdkPort::open_queues(eal, &dc)?
@@ -321,6 +334,8 @@ mod tests {
             queues: 1,
             promiscuous: false,
             vlan: false,
+            offloads: true,
+            rx_buf: None,
             multicast: false,
             start_wait: Duration::from_secs(10),
             capture: None,

@@ -74,7 +74,7 @@ impl<P: Port> RdmaStack<P> {
 
     /// Builds the stack of `cfg` on `port` over an RNIC the caller opened (its own memory
     /// backend: an application's memory, say); `cfg.memory`, `hugepages` and `stag_seed`
-    /// are not used.
+    /// are not used. The TCP engine leaves out the checksums the port's device fills.
     pub fn with_rnic(
         port: P,
         addr: PortAddr,
@@ -83,7 +83,10 @@ impl<P: Port> RdmaStack<P> {
         memory: MemoryKind,
     ) -> Result<RdmaStack<P>, StackError> {
         let ip = addr.primary().ok_or(StackError::NoAddress)?;
-        let mut handler = RdmaHandler::with_rnic(cfg.rdma, rnic);
+        let mut rdma = cfg.rdma;
+        // The device fills the checksums of the TCP frames the port sends.
+        rdma.tcp.fill_checksums &= !port.offloads().tx_checksum;
+        let mut handler = RdmaHandler::with_rnic(rdma, rnic);
         handler.set_tx_per_poll(cfg.tx_per_poll);
         handler.set_first_fpdu_delay(cfg.first_fpdu_delay);
         let mut poll = PollLoop::new(handler, cfg.burst);

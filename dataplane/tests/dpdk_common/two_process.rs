@@ -136,13 +136,27 @@ impl Link {
 
     /// A vhost-user link: the server is the vhost-user backend, the client virtio-user.
     pub fn vhost(tag: &str, ipv4: Option<[&str; 2]>) -> Link {
+        Link::vhost_with(tag, ipv4, "")
+    }
+
+    /// A vhost-user link like [`Link::vhost`] whose backend offers TSO to the virtio side
+    /// (`tso=1`: virtio-user may send frames of up to 64 KiB, which the backend takes whole).
+    pub fn vhost_tso(tag: &str, ipv4: Option<[&str; 2]>) -> Link {
+        Link::vhost_with(tag, ipv4, ",tso=1")
+    }
+
+    /// A vhost-user link with `devargs` added to the backend's.
+    fn vhost_with(tag: &str, ipv4: Option<[&str; 2]>, devargs: &str) -> Link {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("vhost.sock").display().to_string();
         // Both sides need --single-file-segments (vhost-user's memory table limit).
         let ssf = ["--single-file-segments".to_string()];
         Link::new(dir, &format!("vhost-{tag}"), ipv4, &ssf, |role| {
             if role == "server" {
-                (format!("net_vhost0,iface={sock},queues=1"), "net_vhost0")
+                (
+                    format!("net_vhost0,iface={sock},queues=1{devargs}"),
+                    "net_vhost0",
+                )
             } else {
                 (format!("virtio_user0,path={sock},queues=1"), "virtio_user0")
             }
