@@ -177,7 +177,7 @@ impl Mbuf {
 
     /// Asks the device for the transmit offloads of `t` (its flags ORed into the mbuf's,
     /// its header lengths) when this frame is sent; the port must have them enabled.
-    pub fn set_tx_offload(&mut self, t: &super::offload::TxOffload) {
+    pub fn set_tx_offload(&mut self, t: &TxOffload) {
         // SAFETY: self.0 is a live mbuf we own exclusively (&mut self); the shim writes
         // plain header fields.
         unsafe {
@@ -363,4 +363,20 @@ impl std::fmt::Debug for Mbuf {
             .field("tailroom", &self.tailroom())
             .finish()
     }
+}
+
+/// What the device is to do for one transmitted TCP frame: `RTE_MBUF_F_TX_*` flags and the
+/// header lengths the flags need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxOffload {
+    /// `RTE_MBUF_F_TX_*` flags.
+    pub flags: u64,
+    /// Layer-2 header length (the tag included when it is in the frame).
+    pub l2_len: u16,
+    /// IP header length.
+    pub l3_len: u16,
+    /// TCP header length.
+    pub l4_len: u16,
+    /// Payload octets per segment the device cuts (0: no TSO).
+    pub tso_segsz: u16,
 }

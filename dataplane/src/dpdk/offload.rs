@@ -13,7 +13,7 @@
 
 use std::fmt;
 
-use super::mbuf::Mbuf;
+use super::mbuf::{Mbuf, TxOffload};
 use crate::frame::{parse_l2, Checked, RxChecksum, IPV6_HLEN};
 
 /// Most payload octets in one TSO frame: its IP packet stays within 64000 octets, so that
@@ -151,22 +151,6 @@ impl fmt::Display for Offloads {
             f.write_str(&parts.join(", "))
         }
     }
-}
-
-/// What the device is to do for one transmitted TCP frame: `RTE_MBUF_F_TX_*` flags and the
-/// header lengths the flags need.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TxOffload {
-    /// `RTE_MBUF_F_TX_*` flags.
-    pub flags: u64,
-    /// Layer-2 header length (the tag included when it is in the frame).
-    pub l2_len: u16,
-    /// IP header length.
-    pub l3_len: u16,
-    /// TCP header length.
-    pub l4_len: u16,
-    /// Payload octets per segment the device cuts (0: no TSO).
-    pub tso_segsz: u16,
 }
 
 /// Where the headers of a TCP frame are.
