@@ -63,14 +63,21 @@ fn open(role: &str, core: &str, socket: &Path) -> (Eal, Vec<DpdkPort>) {
         ports[1].pool().as_ptr(),
         "a mempool per queue"
     );
+    (eal, ports)
+}
+
+/// Waits until the memif link of `ports` is up.
+fn wait_up(ports: &[DpdkPort], role: &str) {
     assert!(
         ports[0].wait_link_up(LINK_TIMEOUT),
         "{role}: memif link not up after {LINK_TIMEOUT:?}"
     );
-    (eal, ports)
 }
 
 fn run_server(socket: &Path) {
+    // The server's socket exists before the client starts (a client that finds no socket
+    // does not come back).
+    let (eal, mut ports) = open("server", "0", socket);
     let log_path = socket.with_file_name("client.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let mut client = Command::new(std::env::current_exe().unwrap())
@@ -81,7 +88,7 @@ fn run_server(socket: &Path) {
         .spawn()
         .unwrap();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let (eal, mut ports) = open("server", "0", socket);
+        wait_up(&ports, "server");
         let deadline = Instant::now() + RUN_TIMEOUT;
         let mut next = [0u32, 1];
         let mut rx: Vec<Mbuf> = Vec::new();
@@ -135,6 +142,7 @@ fn run_server(socket: &Path) {
 fn run_client(socket: &Path) {
     let two_cpus = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
     let (_eal, mut ports) = open("client", if two_cpus { "1" } else { "0" }, socket);
+    wait_up(&ports, "client");
     let deadline = Instant::now() + RUN_TIMEOUT;
     let mut tx: [Vec<Mbuf>; 2] = [Vec::new(), Vec::new()];
     let mut next = 0u32;
