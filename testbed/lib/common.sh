@@ -191,6 +191,11 @@ tb_memif_pair() {
   done
 }
 
+# tb_median VALUE...: the median of the numbers (the lower middle one of an even count).
+tb_median() {
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
 # tb_start_server TRIES OUT ERR ARGS...: `$DATAPLANE ARGS...` in the background, stdout to
 # OUT and stderr to ERR (which may be OUT), its PID in SERVER_PID and added to PIDS; waits up
 # to TRIES x 0.1 s, while it runs, until OUT says "listening". Returns 1 if it never did.
