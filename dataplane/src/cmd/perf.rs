@@ -411,12 +411,7 @@ fn session_lanes(
     let (outs, places) = opened
         .run_lanes(jobs)
         .map_err(|e| CmdError::Runtime(e.to_string()))?;
-    let reports: Vec<LaneReport> = sessions
-        .iter()
-        .zip(&places)
-        .map(|(s, place)| LaneReport::of(place, &[&s.poll]))
-        .collect();
-    LaneReport::print(&reports);
+    LaneReport::print(&places, sessions.iter().map(|s| vec![&s.poll]));
     let mut per_lane = Vec::new();
     let (mut verified, mut failures, mut served) = (0, 0, 0);
     let mut first_err = None;
@@ -515,12 +510,10 @@ fn loopback_lanes(
     let (outs, places) = opened
         .run_lanes(jobs)
         .map_err(|e| CmdError::Runtime(e.to_string()))?;
-    let reports: Vec<LaneReport> = pairs
-        .iter()
-        .zip(&places)
-        .map(|(p, place)| LaneReport::of(place, &[&p.server.0, &p.client.0]))
-        .collect();
-    LaneReport::print(&reports);
+    LaneReport::print(
+        &places,
+        pairs.iter().map(|p| vec![&p.server.0, &p.client.0]),
+    );
     let mut per_lane = Vec::new();
     let (mut verified, mut failures) = (0, 0);
     for out in outs {

@@ -235,12 +235,17 @@ impl LaneReport {
         )
     }
 
-    /// Prints each lane's line (`lane-K (PLACE): ...`) and their total (`lanes-total: ...`).
-    pub fn print(reports: &[LaneReport]) {
+    /// Prints each lane's line (`lane-K (PLACE): ...`, the counters of the loops `lanes`
+    /// yields for lane K, which ran at `places[K]`) and their total (`lanes-total: ...`).
+    pub fn print<'a>(
+        places: &[String],
+        lanes: impl IntoIterator<Item = Vec<&'a PollLoop<AnyPort, RdmaHandler>>>,
+    ) {
         let mut total = LaneReport::default();
-        for (k, r) in reports.iter().enumerate() {
+        for (k, (loops, place)) in lanes.into_iter().zip(places).enumerate() {
+            let r = LaneReport::of(place, &loops);
             say!("lane-{k} ({}): {}", r.place, r.line());
-            total.add(r);
+            total.add(&r);
         }
         say!("lanes-total: {}", total.line());
     }

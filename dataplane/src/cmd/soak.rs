@@ -457,12 +457,7 @@ fn soak_lanes(
     let (outs, places) = opened
         .run_lanes(jobs)
         .map_err(|e| CmdError::Runtime(e.to_string()))?;
-    let reports: Vec<LaneReport> = sessions
-        .iter()
-        .zip(&places)
-        .map(|(s, place)| LaneReport::of(place, &[&s.poll]))
-        .collect();
-    LaneReport::print(&reports);
+    LaneReport::print(&places, sessions.iter().map(|s| vec![&s.poll]));
     let mut total = SoakTally::default();
     let mut result = Ok(());
     for (k, (t, r)) in outs.into_iter().enumerate() {
