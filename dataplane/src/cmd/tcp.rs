@@ -467,13 +467,28 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     );
     if let Some(i) = app.last_info {
         say!(
-            "tcp: srtt {:?}, rto {:?}, cwnd {}, retransmits {}, timeouts {}, recoveries {}",
+            "tcp: srtt {:?}, rto {:?}, cwnd {}, retransmits {}, timeouts {} ({} spurious), \
+             recoveries {} ({} spurious)",
             i.srtt,
             i.rto,
             i.cwnd,
             i.retransmits,
             i.timeouts,
-            i.recoveries
+            i.spurious_timeouts,
+            i.recoveries,
+            i.spurious_recoveries
+        );
+        say!(
+            "tcp: state {:?}, in flight {} of window {}, unacked {}, rcv window {}, \
+             {} ranges held ({} bytes), {} PAWS drops",
+            i.state,
+            i.pipe,
+            i.snd_wnd,
+            i.snd_nxt.wrapping_sub(i.snd_una),
+            i.rcv_wnd,
+            i.rx_ranges,
+            i.rx_stored,
+            i.paws_drops
         );
     }
     match &app.outcome {

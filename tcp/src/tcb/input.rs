@@ -72,6 +72,7 @@ impl Tcb {
             if let (Some(ts), Some(at)) = (repr.timestamp, self.ts_recent_at) {
                 if seq::lt(ts.tsval, self.ts_recent) && now.saturating_since(at) < PAWS_IDLE {
                     log::debug!("PAWS: dropping segment with old TSval {}", ts.tsval);
+                    self.paws_drops += 1;
                     self.ack_now = true;
                     return;
                 }

@@ -127,6 +127,10 @@ pub struct ConnInfo {
     /// Of those, episodes found spurious (reordering, not loss) and undone (RFC 3522 or
     /// RFC 3708 detection, RFC 4015 response).
     pub spurious_recoveries: u64,
+    /// Segments dropped by PAWS (RFC 7323 §5.3: a TSval older than TS.Recent).
+    pub paws_drops: u64,
+    /// The receive window last advertised, bytes.
+    pub rcv_wnd: usize,
 }
 
 /// One connection's loss-recovery counters, summed into the engine's statistics.
@@ -229,6 +233,7 @@ pub(crate) struct Tcb {
     spurious_timeouts: u64,
     recoveries: u64,
     spurious_recoveries: u64,
+    paws_drops: u64,
     /// Since a timeout: how to undo it should it prove spurious.
     rto_undo: Option<RtoUndo>,
     /// Since the last fast recovery began: how to undo it should it prove spurious.
@@ -364,6 +369,7 @@ impl Tcb {
             spurious_timeouts: 0,
             recoveries: 0,
             spurious_recoveries: 0,
+            paws_drops: 0,
             rto_undo: None,
             rec_undo: None,
         }
@@ -426,6 +432,8 @@ impl Tcb {
             spurious_timeouts: self.spurious_timeouts,
             recoveries: self.recoveries,
             spurious_recoveries: self.spurious_recoveries,
+            paws_drops: self.paws_drops,
+            rcv_wnd: self.rcv_wnd() as usize,
         }
     }
 
