@@ -207,12 +207,12 @@ impl Rnic {
             if q.state != QpState::Rts {
                 return None;
             }
-            let (work, wr) = q.sq_pending.front()?.clone();
-            let ctx = q.local_context();
-            if wr.local_fence && q.sq_active.iter().any(|a| a.done.is_none()) {
+            let fenced = q.sq_pending.front()?.1.local_fence;
+            if fenced && q.sq_active.iter().any(|a| a.done.is_none()) {
                 return None;
             }
-            q.sq_pending.pop_front();
+            let ctx = q.local_context();
+            let (work, wr) = q.sq_pending.pop_front()?;
             let result = match &wr.op {
                 SqOp::Bind(spec) => Some(self.memory.bind(&ctx, spec)),
                 SqOp::FastRegister(spec) => Some(self.memory.fast_register(&ctx, spec)),
@@ -335,18 +335,21 @@ impl Rnic {
                 let Some(pos) = q.awaiting_sq(c.wr_id) else {
                     return Ok(());
                 };
-                let wr = q.sq_active[pos].wr.clone();
-                if status.is_success() {
-                    if let SqOp::ReadInvalidate(rdmap::SendOp::Read { sink, .. }) = &wr.op {
-                        // VERBS-00 §8.2.2.1: invalidate after the data landed, before the
-                        // WC is retrievable.
-                        if let Err(e) = self.memory.invalidate_local(&ctx, sink.stag) {
-                            status = e;
-                        }
+                let wr = &q.sq_active[pos].wr;
+                let (wr_id, opcode) = (wr.wr_id, wr.opcode());
+                let invalidate = match &wr.op {
+                    SqOp::ReadInvalidate(rdmap::SendOp::Read { sink, .. }) => Some(sink.stag),
+                    _ => None,
+                };
+                if let Some(stag) = invalidate.filter(|_| status.is_success()) {
+                    // VERBS-00 §8.2.2.1: invalidate after the data landed, before the WC
+                    // is retrievable.
+                    if let Err(e) = self.memory.invalidate_local(&ctx, stag) {
+                        status = e;
                     }
                 }
                 let q = self.qps.get_mut(&qp).expect("QP exists");
-                let mut wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode(), status);
+                let mut wc = WorkCompletion::new(qp, wr_id, opcode, status);
                 wc.byte_len = c.byte_len;
                 wc.atomic_original = c.atomic_original;
                 q.sq_active[pos].done = Some(wc);
