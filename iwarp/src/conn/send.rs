@@ -5,7 +5,7 @@
 use tcp::{Instant, SegmentSource, Unit};
 
 use super::connection::Connection;
-use super::outbound::{Sender, MIN_MULPDU, SPARE_UNITS};
+use super::outbound::{Sender, MIN_MULPDU};
 use crate::mem::{HasMemoryTable, MemoryTable};
 
 impl Connection {
@@ -63,10 +63,7 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
         if self.sender().is_none_or(Sender::is_empty) {
             return None;
         }
-        let mut out = self.spare_units.pop().unwrap_or_default();
-        out.clear();
-        out.reserve(max_len);
-        let fpdus = self.sender_mut()?.frame_unit(seq, max_len, &mut out)?;
+        let (out, fpdus) = self.sender_mut()?.frame_unit(seq, max_len)?;
         self.stats.units_sent += 1;
         self.stats.fpdus_sent += fpdus as u64;
         self.fill_tx(mem);
@@ -78,8 +75,8 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
     }
 
     fn recycle(&mut self, buffer: Vec<u8>) {
-        if self.spare_units.len() < SPARE_UNITS {
-            self.spare_units.push(buffer);
+        if let Some(s) = self.sender_mut() {
+            s.recycle(buffer);
         }
     }
 }
