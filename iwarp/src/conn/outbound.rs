@@ -47,6 +47,19 @@ impl TxSeg {
     }
 }
 
+/// A unit [`Sender::frame_unit`] framed.
+#[derive(Debug)]
+pub(super) struct FramedUnit {
+    /// The unit's octets.
+    pub(super) bytes: Vec<u8>,
+    /// FPDUs in it.
+    pub(super) fpdus: usize,
+    /// Finished in its DDP segment's own buffer.
+    pub(super) in_place: bool,
+    /// A buffer had to be allocated for it.
+    pub(super) allocated: bool,
+}
+
 /// The framer and the DDP segments waiting for it.
 #[derive(Debug, Default)]
 pub(super) struct Sender {
@@ -122,7 +135,7 @@ impl Sender {
     }
 
     /// Takes DDP segments from `engine` until `budget` octets wait, counting them in
-    /// `ops`.
+    /// `ops`; returns how many buffers it had to allocate.
     pub(super) fn fill<M: MemoryTable + ?Sized>(
         &mut self,
         engine: &mut Engine,
@@ -131,9 +144,13 @@ impl Sender {
         mulpdu: usize,
         budget: usize,
         ops: &mut OpCounters,
-    ) {
+    ) -> u64 {
+        let mut allocated = 0;
         while self.bytes < budget {
-            let buffer = self.spare.pop().unwrap_or_default();
+            let buffer = self.spare.pop().unwrap_or_else(|| {
+                allocated += 1;
+                Vec::new()
+            });
             match engine.poll_segment_reusing(now, mulpdu, mem, buffer) {
                 Some(s) => {
                     if let [a, b, ..] = *s.header() {
@@ -145,14 +162,14 @@ impl Sender {
                 None => break,
             }
         }
+        allocated
     }
 
     /// Frames the queued segments that fit `max_len` octets from `seq` (at least one, so
-    /// that a unit too small is refused as such) into a unit; returns the unit and the
-    /// FPDUs framed. A unit of one FPDU without markers is the DDP segment's own buffer,
+    /// that a unit too small is refused as such) into a unit. A unit of one FPDU without markers is the DDP segment's own buffer,
     /// finished in place (the payload read from registered memory is not copied again);
     /// others are built in a spare buffer, and the segments' buffers become spares.
-    pub(super) fn frame_unit(&mut self, seq: u32, max_len: usize) -> Option<(Vec<u8>, usize)> {
+    pub(super) fn frame_unit(&mut self, seq: u32, max_len: usize) -> Option<FramedUnit> {
         let framer = self.framer?;
         let mut fit = 0;
         let (mut end, mut len) = (seq, 0);
@@ -174,11 +191,19 @@ impl Sender {
                 return None;
             };
             self.bytes -= s.len();
-            let mut unit = s.into_ulpdu_buffer();
-            framer.frame_in_place(&mut unit).ok()?;
-            return Some((unit, 1));
+            let mut bytes = s.into_ulpdu_buffer();
+            framer.frame_in_place(&mut bytes).ok()?;
+            return Some(FramedUnit {
+                bytes,
+                fpdus: 1,
+                in_place: true,
+                allocated: false,
+            });
         }
-        let mut out = self.spare.pop().unwrap_or_default();
+        let (mut out, allocated) = match self.spare.pop() {
+            Some(b) => (b, false),
+            None => (Vec::new(), true),
+        };
         out.clear();
         out.reserve(max_len);
         let info = if fit <= UNIT_PARTS {
@@ -203,7 +228,12 @@ impl Sender {
                 }
             }
         }
-        Some((out, info.fpdus))
+        Some(FramedUnit {
+            bytes: out,
+            fpdus: info.fpdus,
+            in_place: false,
+            allocated,
+        })
     }
 
     /// Keeps `buffer` (an acknowledged unit's) for the next segments, up to [`SPARE_UNITS`].

@@ -29,7 +29,8 @@ impl Connection {
         let Some((engine, sender)) = self.phase.stream_mut() else {
             return;
         };
-        sender.fill(engine, mem, now, mulpdu, budget, &mut self.ops);
+        self.stats.tx_buffers_allocated +=
+            sender.fill(engine, mem, now, mulpdu, budget, &mut self.ops);
     }
 
     fn sender_mut(&mut self) -> Option<&mut Sender> {
@@ -63,11 +64,13 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
         if self.sender().is_none_or(Sender::is_empty) {
             return None;
         }
-        let (out, fpdus) = self.sender_mut()?.frame_unit(seq, max_len)?;
+        let unit = self.sender_mut()?.frame_unit(seq, max_len)?;
         self.stats.units_sent += 1;
-        self.stats.fpdus_sent += fpdus as u64;
+        self.stats.fpdus_sent += unit.fpdus as u64;
+        self.stats.units_in_place += u64::from(unit.in_place);
+        self.stats.tx_buffers_allocated += u64::from(unit.allocated);
         self.fill_tx(mem);
-        Some(Unit::new(out))
+        Some(Unit::new(unit.bytes))
     }
 
     fn pending(&self) -> bool {
