@@ -303,9 +303,9 @@ fn tshark_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-// The send path without the frame copy (issue #18 item 2): over memif (without memif's own
-// zero-copy) the client's FPDUs go out of the TCP engine's unit buffers, attached to the
-// frames' mbufs. 64 KiB CRC Writes with that on and off give the same bytes, every one
+// The send path without the frame copy (issue #18 item 2, `tx_zero_copy = true`): over
+// memif (without memif's own zero-copy) the client's FPDUs go out of the TCP engine's unit
+// buffers, attached to the frames' mbufs. 64 KiB CRC Writes with that on and off give the same bytes, every one
 // verified in the server's buffers; every payload lent to an mbuf comes back; with 1 % of
 // the client's frames dropped, the retransmitted FPDUs (the same buffers again) carry good
 // CRCs in tshark's MPA dissector on the server's capture.
@@ -356,6 +356,7 @@ fn memif_zero_copy_send_on_and_off_give_identical_bytes() {
     assert!(verified[0] >= 65536, "{verified:?}");
 
     let l = Link::memif("zc-loss", IPS);
+    l.add_port_keys("tx_zero_copy = true", "tx_zero_copy = true");
     let dir = tempfile::tempdir().unwrap();
     let capture = dir.path().to_str().unwrap().to_string();
     let (s, c) = run(

@@ -63,7 +63,8 @@ pub struct DpdkPortConfig {
     /// yet (a memif client whose server socket does not exist).
     pub start_wait: std::time::Duration,
     /// Send TCP payloads from the engine's buffers where the device allows it
-    /// ([`offload::sends_external_payloads`]); `false`: copy them into the frame.
+    /// ([`offload::sends_external_payloads`]); `false` (the default): copy them into the
+    /// frame.
     pub tx_zero_copy: bool,
 }
 
@@ -86,7 +87,7 @@ impl DpdkPortConfig {
             offloads: true,
             rx_buf: None,
             start_wait: std::time::Duration::from_secs(10),
-            tx_zero_copy: true,
+            tx_zero_copy: false,
         }
     }
 }

@@ -64,7 +64,7 @@ pub struct PortSettings {
     /// Frame bytes in each receive mbuf, `None`: a whole frame's worth (DPDK).
     pub rx_buf: Option<u16>,
     /// Send TCP payloads from the engine's buffers, not copied into the frame, where the
-    /// device allows it (DPDK: memif without zero-copy, vhost-user, TAP).
+    /// device allows it (DPDK: memif without zero-copy, vhost-user, TAP; off by default).
     pub tx_zero_copy: bool,
     /// The port has IPv6: receive every multicast frame (DPDK; neighbour discovery).
     pub multicast: bool,
@@ -340,7 +340,7 @@ mod tests {
             vlan: false,
             offloads: true,
             rx_buf: None,
-            tx_zero_copy: true,
+            tx_zero_copy: false,
             multicast: false,
             start_wait: Duration::from_secs(10),
             capture: None,
