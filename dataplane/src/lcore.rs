@@ -369,7 +369,7 @@ impl<P: Port> PortContext<'_, P> {
     /// buffer: it returns the destination, the octets it wrote (the headers, or the whole
     /// packet) and the payload that follows them. The port sends that payload from its own
     /// buffer where it can ([`Port::attach_payload`]), else it is copied behind the
-    /// headers.
+    /// headers (`None`, the packet dropped and counted, when it does not fit the buffer).
     pub fn send_ip_with_payload(
         &mut self,
         write: impl FnOnce(&mut [u8]) -> Option<(IpAddr, usize, Option<Arc<Vec<u8>>>)>,
@@ -406,8 +406,10 @@ impl<P: Port> PortContext<'_, P> {
                 let at = l2 + len;
                 if !self.port.attach_payload(&mut buf, at, &p) {
                     let Some(room) = buf.as_mut().get_mut(at..at + p.len()) else {
+                        // Longer than the buffer (an MTU's worth): dropped, like a
+                        // transmit buffer the pool could not give.
                         self.counters.tx_dropped += 1;
-                        return Some(SendOutcome::NoRoute);
+                        return None;
                     };
                     room.copy_from_slice(&p);
                     buf.truncate(at + p.len());

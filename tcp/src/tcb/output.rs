@@ -152,7 +152,6 @@ impl Tcb {
     }
 
     /// Unit `i` into `buf`, or only its headers when `gather` takes its payload.
-    #[allow(clippy::too_many_arguments)]
     fn send_unit(
         &mut self,
         now: Instant,
@@ -191,7 +190,6 @@ impl Tcb {
     /// Produce at most one segment into `buf` (a whole IPv4 packet, or its headers when
     /// `gather` takes the payload). Priority: SYN/SYN-ACK, retransmissions (RFC 6675
     /// NextSeg), new units, FIN, probes, pure ACKs.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn poll_transmit(
         &mut self,
         now: Instant,
