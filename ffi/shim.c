@@ -9,6 +9,8 @@
 #include <rte_mbuf.h>
 #include <rte_ethdev.h>
 
+#include <stdlib.h>
+
 #include "shim.h"
 
 uint16_t dpdk_shim_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts,
@@ -109,6 +111,46 @@ int dpdk_shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len)
 struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m)
 {
 	return m->pool;
+}
+
+/* The shared info of one external buffer, with the caller's release callback. */
+struct dpdk_shim_ext {
+	struct rte_mbuf_ext_shared_info shinfo;
+	void (*release)(void *opaque);
+	void *opaque;
+};
+
+static void dpdk_shim_ext_free(void *addr, void *opaque)
+{
+	struct dpdk_shim_ext *e = opaque;
+
+	(void)addr;
+	e->release(e->opaque);
+	free(e);
+}
+
+struct rte_mbuf *dpdk_shim_pktmbuf_external(struct rte_mempool *mp, void *addr, uint16_t len,
+                                            void (*release)(void *opaque), void *opaque)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(mp);
+	struct dpdk_shim_ext *e;
+
+	if (m == NULL)
+		return NULL;
+	e = malloc(sizeof(*e));
+	if (e == NULL) {
+		rte_pktmbuf_free(m);
+		return NULL;
+	}
+	e->shinfo.free_cb = dpdk_shim_ext_free;
+	e->shinfo.fcb_opaque = e;
+	rte_mbuf_ext_refcnt_set(&e->shinfo, 1);
+	e->release = release;
+	e->opaque = opaque;
+	rte_pktmbuf_attach_extbuf(m, addr, (rte_iova_t)(uintptr_t)addr, len, &e->shinfo);
+	m->data_len = len;
+	m->pkt_len = len;
+	return m;
 }
 
 uint64_t dpdk_shim_rx_offload_vlan_strip(void)

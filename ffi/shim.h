@@ -36,6 +36,12 @@ char *dpdk_shim_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
 char *dpdk_shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int dpdk_shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
 struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m);
+/* An mbuf of `mp` whose data are the `len` octets at `addr`, memory outside DPDK's
+ * (attached as an external buffer, its IOVA the address: only for drivers that read frames
+ * by virtual address). `release(opaque)` runs once the last mbuf attached to it was freed.
+ * NULL when the pool is empty or no memory is left for the buffer's shared info. */
+struct rte_mbuf *dpdk_shim_pktmbuf_external(struct rte_mempool *mp, void *addr, uint16_t len,
+                                            void (*release)(void *opaque), void *opaque);
 
 /* ethdev offload bits (RTE_BIT64 macros) */
 uint64_t dpdk_shim_rx_offload_vlan_strip(void);

@@ -21,6 +21,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use smoltcp::wire::EthernetProtocol;
@@ -355,6 +356,24 @@ impl<P: Port> PortContext<'_, P> {
         &mut self,
         write: impl FnOnce(&mut [u8]) -> Option<(IpAddr, usize)>,
     ) -> Option<SendOutcome> {
+        self.send_ip_with_payload(|b| write(b).map(|(dst, len)| (dst, len, None)))
+    }
+
+    /// Whether the port sends a payload given to [`PortContext::send_ip_with_payload`]
+    /// from its own buffer (attached behind the headers) rather than copied.
+    pub fn sends_payloads_in_place(&self) -> bool {
+        self.port.sends_payloads_in_place()
+    }
+
+    /// [`PortContext::send_ip`] for a `write` that may leave the payload out of the
+    /// buffer: it returns the destination, the octets it wrote (the headers, or the whole
+    /// packet) and the payload that follows them. The port sends that payload from its own
+    /// buffer where it can ([`Port::attach_payload`]), else it is copied behind the
+    /// headers (`None`, the packet dropped and counted, when it does not fit the buffer).
+    pub fn send_ip_with_payload(
+        &mut self,
+        write: impl FnOnce(&mut [u8]) -> Option<(IpAddr, usize, Option<Arc<Vec<u8>>>)>,
+    ) -> Option<SendOutcome> {
         let l2 = self.l2.header_len();
         let mtu = self.port.info().mtu;
         let mut buf = match self.spare.take() {
@@ -362,7 +381,7 @@ impl<P: Port> PortContext<'_, P> {
             None => self.alloc(mtu + l2)?,
         };
         let written = buf.as_mut().get_mut(l2..).and_then(write);
-        let Some((dst, len)) = written else {
+        let Some((dst, len, payload)) = written else {
             *self.spare = Some(buf);
             return None;
         };
@@ -381,7 +400,22 @@ impl<P: Port> PortContext<'_, P> {
             self.l2.in_frame(),
             ethertype,
         );
-        buf.truncate(l2 + len.min(mtu));
+        match payload {
+            None => buf.truncate(l2 + len.min(mtu)),
+            Some(p) => {
+                let at = l2 + len;
+                if !self.port.attach_payload(&mut buf, at, &p) {
+                    let Some(room) = buf.as_mut().get_mut(at..at + p.len()) else {
+                        // Longer than the buffer (an MTU's worth): dropped, like a
+                        // transmit buffer the pool could not give.
+                        self.counters.tx_dropped += 1;
+                        return None;
+                    };
+                    room.copy_from_slice(&p);
+                    buf.truncate(at + p.len());
+                }
+            }
+        }
         self.l2.finish(&mut buf);
         let mac = match hop {
             IpAddr::V4(h) if h.is_broadcast() => Some([0xff; 6]),

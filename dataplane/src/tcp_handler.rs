@@ -26,6 +26,11 @@ use crate::telemetry::{Dict, Section, Snapshot};
 /// Default of [`TcpHandler::set_tx_per_poll`].
 pub const TX_PER_POLL: usize = 128;
 
+/// Smallest TCP payload the handler lets a port send from the engine's buffer rather than
+/// copy into the frame (where the port can): below it, the copy costs less than the extra
+/// mbuf and the reference that keep the buffer.
+pub const TX_IN_PLACE_MIN: usize = 1024;
+
 /// How long the handler holds back packets whose next hop's MAC is unknown while one such
 /// packet waits for it: the port holds one, and a newer one would replace it (a thousand
 /// SYNs sent before the first ARP reply, on a memif link that came up 50 ms earlier, lost
@@ -149,6 +154,7 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
             .resolving_since
             .is_some_and(|t| now.saturating_since(t) < RESOLVE_WAIT);
         let (engine, cx) = (&mut self.engine, &mut self.cx);
+        let gather = ctx.sends_payloads_in_place();
         // Frames the port refused earlier count against the budget: while its ring stays
         // full the data waits in TCP's queues, and nothing is dropped. While a packet waits
         // for a neighbour's MAC, the rest waits in TCP's queues too.
@@ -161,7 +167,16 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
             if resolving && !defer_unresolved(engine, ctx) {
                 break;
             }
-            match ctx.send_ip(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len))) {
+            let sent = if gather {
+                ctx.send_ip_with_payload(|buf| {
+                    engine
+                        .poll_transmit_gather(now, cx, buf, TX_IN_PLACE_MIN)
+                        .map(|x| (x.packet.dst, x.packet.len, x.payload))
+                })
+            } else {
+                ctx.send_ip(|buf| engine.poll_transmit(now, cx, buf).map(|x| (x.dst, x.len)))
+            };
+            match sent {
                 None => break,
                 Some(SendOutcome::Unresolved) => {
                     self.resolving_since.get_or_insert(now);

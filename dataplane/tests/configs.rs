@@ -61,7 +61,7 @@ fn broken_configs_give_file_line_and_key() {
             "6: ports[0].rx_descs: unknown field `rx_descs`, expected one of `name`, `backend`, \
              `device`, `mac`, `ipv4`, `gateway`, `ipv6`, `gateway6`, `vlan`, `vlan_priority`, \
              `mtu`, `rx_desc`, `tx_desc`, `pool_size`, `promiscuous`, `start_wait`, `lcore`, \
-             `queues`, `offloads`, `rx_buf`, `capture`, `fault`",
+             `queues`, `offloads`, `rx_buf`, `tx_zero_copy`, `capture`, `fault`",
         ),
         (
             "wrong-type.toml",

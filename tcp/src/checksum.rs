@@ -149,7 +149,16 @@ pub fn copy_payload(dst: &mut [u8], payload: &[u8]) -> PayloadSum {
     }
 }
 
-/// The unfolded sum of a segment's payload, taken by [`copy_payload`].
+/// The partial sum of a segment's payload for [`tcp_checksum_split`], without copying it
+/// (a payload sent from its own buffer).
+pub fn payload_sum(payload: &[u8]) -> PayloadSum {
+    PayloadSum {
+        acc: wide_sum(payload),
+        len: payload.len(),
+    }
+}
+
+/// The unfolded sum of a segment's payload, taken by [`copy_payload`] or [`payload_sum`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PayloadSum {
     acc: u64,

@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 use smoltcp::wire::{IpProtocol, TcpControl, TcpRepr};
@@ -15,6 +16,7 @@ use crate::isn::IsnGenerator;
 use crate::syn_hold::HeldSyns;
 use crate::tcb::{CloseReason, ConnInfo, Holding, LossCounters, State, Tcb, TcbEvent};
 use crate::time::Instant;
+use crate::tx::Gather;
 use crate::ulp::{Bound, Ulp};
 use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
 
@@ -77,6 +79,17 @@ pub struct Transmit {
     /// Destination (the data plane resolves the next hop for it); its family is the
     /// packet's.
     pub dst: IpAddr,
+}
+
+/// A packet of [`Engine::poll_transmit_gather`]: its headers (or all of it) in the buffer,
+/// and the payload that follows them when it was not copied there.
+#[derive(Clone, Debug)]
+pub struct GatherTransmit {
+    /// The packet; `len` counts the octets in the buffer (without `payload`).
+    pub packet: Transmit,
+    /// The payload after the headers, as the engine keeps it (unchanged until acknowledged
+    /// and no longer referenced).
+    pub payload: Option<Arc<Vec<u8>>>,
 }
 
 /// Errors from the engine's API.
@@ -963,6 +976,37 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// Write the next IPv4 packet to send into `buf` (at least `Config::mtu` bytes).
     /// Call until it returns `None` after any `handle_*` call or ULP activity.
     pub fn poll_transmit(&mut self, now: Instant, cx: &mut C, buf: &mut [u8]) -> Option<Transmit> {
+        self.transmit(now, cx, buf, &mut Gather::off())
+    }
+
+    /// Like [`Engine::poll_transmit`], but a payload of at least `min_payload` octets is not
+    /// copied after the headers: `buf` gets the headers (their length in
+    /// [`GatherTransmit::packet`]) and the payload is handed out as the unit's own buffer,
+    /// shared with the engine, which keeps it unchanged for retransmission and reuses it
+    /// only once the caller dropped its reference and the peer acknowledged it. The TCP
+    /// checksum (when filled) covers the payload; its sum is taken once per unit.
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        cx: &mut C,
+        buf: &mut [u8],
+        min_payload: usize,
+    ) -> Option<GatherTransmit> {
+        let mut gather = Gather::from(min_payload);
+        let packet = self.transmit(now, cx, buf, &mut gather)?;
+        Some(GatherTransmit {
+            packet,
+            payload: gather.payload,
+        })
+    }
+
+    fn transmit(
+        &mut self,
+        now: Instant,
+        cx: &mut C,
+        buf: &mut [u8],
+        gather: &mut Gather,
+    ) -> Option<Transmit> {
         if let Some(rst) = self.rsts.pop_front() {
             let hdr = Header {
                 control: TcpControl::Rst,
@@ -1006,7 +1050,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                             cx: &mut *cx,
                             now,
                         };
-                        tcb.poll_transmit(now, &self.cfg, &mut u, buf, &mut evs)
+                        tcb.poll_transmit(now, &self.cfg, &mut u, buf, gather, &mut evs)
                     }
                     None => {
                         let mut h = Holding {
@@ -1014,7 +1058,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                             start: held_start,
                             cap,
                         };
-                        tcb.poll_transmit(now, &self.cfg, &mut h, buf, &mut evs)
+                        tcb.poll_transmit(now, &self.cfg, &mut h, buf, gather, &mut evs)
                     }
                 };
                 let (local, remote) = (tcb.local, tcb.remote);
@@ -1054,7 +1098,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 });
             }
             if !self.rsts.is_empty() {
-                return self.poll_transmit(now, cx, buf);
+                return self.transmit(now, cx, buf, gather);
             }
         }
         None

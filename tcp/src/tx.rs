@@ -10,7 +10,9 @@
 //! window with an empty segment below SND.UNA rather than with split data.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
+use crate::checksum::PayloadSum;
 use crate::rack::Rack;
 use crate::seq;
 use crate::time::Instant;
@@ -48,11 +50,84 @@ pub trait SegmentSource<C: ?Sized = ()> {
     fn recycle(&mut self, _buffer: Vec<u8>) {}
 }
 
+/// A unit's payload while the engine keeps it: its own buffer, or shared with the ports
+/// that transmit it from there (reference counted, so the octets stay put until the last
+/// holder lets go; see [`crate::Engine::poll_transmit_gather`]).
+#[derive(Clone, Debug)]
+pub(crate) enum UnitData {
+    Owned(Vec<u8>),
+    Shared(Arc<Vec<u8>>),
+}
+
+impl UnitData {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            UnitData::Owned(v) => v,
+            UnitData::Shared(a) => a,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// A reference to the payload for a port, the buffer shared from now on.
+    pub(crate) fn share(&mut self) -> Arc<Vec<u8>> {
+        let shared = match self {
+            UnitData::Shared(a) => return Arc::clone(a),
+            UnitData::Owned(v) => Arc::new(core::mem::take(v)),
+        };
+        *self = UnitData::Shared(Arc::clone(&shared));
+        shared
+    }
+
+    /// The buffer back, unless a port still holds it.
+    fn into_owned(self) -> Option<Vec<u8>> {
+        match self {
+            UnitData::Owned(v) => Some(v),
+            UnitData::Shared(a) => Arc::try_unwrap(a).ok(),
+        }
+    }
+}
+
+/// How a transmit call wants payloads: those of at least `min` octets are not copied after
+/// the headers but handed out beside them (`payload`).
+#[derive(Debug)]
+pub(crate) struct Gather {
+    pub(crate) min: usize,
+    pub(crate) payload: Option<Arc<Vec<u8>>>,
+}
+
+impl Gather {
+    /// Every payload copied after the headers.
+    pub(crate) fn off() -> Self {
+        Gather {
+            min: usize::MAX,
+            payload: None,
+        }
+    }
+
+    /// Payloads of at least `min` octets handed out beside the headers.
+    pub(crate) fn from(min: usize) -> Self {
+        Gather {
+            min: min.max(1),
+            payload: None,
+        }
+    }
+
+    pub(crate) fn wants(&self, len: usize) -> bool {
+        len >= self.min
+    }
+}
+
 /// A unit in flight.
 #[derive(Clone, Debug)]
 pub(crate) struct TxUnit {
     pub(crate) seq: u32,
-    pub(crate) data: Vec<u8>,
+    pub(crate) data: UnitData,
+    /// The payload's checksum sum, once taken (a unit sent from its own buffer is summed
+    /// once, its retransmissions reuse the sum).
+    pub(crate) sum: Option<PayloadSum>,
     pub(crate) fin: bool,
     pub(crate) sent_at: Instant,
     pub(crate) retransmitted: bool,
@@ -74,6 +149,8 @@ impl TxUnit {
 #[derive(Debug, Default)]
 pub(crate) struct Acked {
     pub(crate) bytes: usize,
+    /// Units whose buffer a port still held (not handed back for reuse).
+    pub(crate) still_shared: usize,
     pub(crate) rtt_sample_sent_at: Option<Instant>,
     pub(crate) fin_acked: bool,
 }
@@ -119,11 +196,16 @@ impl SendQueue {
         &self.units[i]
     }
 
+    pub(crate) fn unit_mut(&mut self, i: usize) -> &mut TxUnit {
+        &mut self.units[i]
+    }
+
     /// Record a unit sent for the first time at `now`.
     pub(crate) fn push(&mut self, seq: u32, data: Vec<u8>, fin: bool, now: Instant) {
         let u = TxUnit {
             seq,
-            data,
+            data: UnitData::Owned(data),
+            sum: None,
             fin,
             sent_at: now,
             retransmitted: false,
@@ -172,7 +254,10 @@ impl SendQueue {
             } else {
                 Some(u.sent_at)
             };
-            recycle(u.data);
+            match u.data.into_owned() {
+                Some(buffer) => recycle(buffer),
+                None => out.still_shared += 1,
+            }
         }
         out
     }
@@ -388,6 +473,23 @@ mod tests {
         assert_eq!(back.len(), 2, "only units wholly below the ACK");
         assert!(back.iter().all(|b| b.len() == 100 && b.capacity() >= 100));
         assert_eq!(q.len(), 4);
+    }
+
+    // A unit a port still transmits from is not handed back for reuse; one the port let go
+    // of is.
+    #[test]
+    fn shared_units_are_recycled_only_when_the_port_let_go() {
+        let mut q = q();
+        let held = q.unit_mut(0).data.share();
+        let released = q.unit_mut(1).data.share();
+        assert_eq!(q.unit(0).data.as_slice(), &held[..]);
+        drop(released);
+        let mut back = Vec::new();
+        let a = q.ack(1200, Instant::ZERO, &mut Rack::default(), |b| back.push(b));
+        assert_eq!(a.bytes, 200);
+        assert_eq!(a.still_shared, 1);
+        assert_eq!(back.len(), 1);
+        assert_eq!(held.len(), 100, "the port's reference stays valid");
     }
 
     // RFC 6298 §3 (Karn): no RTT sample when the newest acked unit was retransmitted.

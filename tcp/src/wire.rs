@@ -78,6 +78,31 @@ pub(crate) fn write_packet(
     Some(total)
 }
 
+/// Writes the IP and TCP headers of a segment whose payload (`payload_len` octets, summed
+/// in `payload_sum` when checksums are filled) is sent from its own buffer, not copied
+/// after them. Returns the headers' length, or `None` when `buf` is too small.
+pub(crate) fn write_headers(
+    buf: &mut [u8],
+    cfg: &Config,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+    payload_len: usize,
+    payload_sum: Option<crate::checksum::PayloadSum>,
+) -> Option<usize> {
+    let data_at = match emit_common(buf, cfg, src, dst, hdr, payload_len) {
+        Some(at) => at,
+        None => emit_headers(buf, cfg, src, dst, hdr, payload_len)?,
+    };
+    if let (true, Some(payload_sum)) = (cfg.fill_checksums, payload_sum) {
+        let ip_len = ip_header_len(src.ip());
+        let segment = &mut buf[ip_len..data_at];
+        let sum = crate::checksum::tcp_checksum_split(src.ip(), dst.ip(), segment, payload_sum);
+        TcpPacket::new_unchecked(segment).set_checksum(sum);
+    }
+    Some(data_at)
+}
+
 /// Writes the IP and TCP headers of a segment with `payload_len` octets of payload through
 /// smoltcp's emitters, the TCP checksum left zero. Returns where the payload starts, or
 /// `None` when `buf` is too small or the address families differ.

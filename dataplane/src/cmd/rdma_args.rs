@@ -500,11 +500,16 @@ impl Session {
         say!("{}", self.poll.handler().queue_summary());
         let loop_counters = self.poll.counters(0);
         let port = self.poll.ports()[0].stats();
+        #[cfg(feature = "dpdk")]
+        let (lent, returned) = dataplane::dpdk::mbuf::external_payloads();
+        #[cfg(not(feature = "dpdk"))]
+        let (lent, returned) = (0, 0);
         say!(
             "loop-rx-frames: {}\nloop-busy-polls: {}\nloop-tx-frames: {}\nloop-busy-ns: rx {} process {} tx {}\n\
              port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}\n\
              nd-failures: {}\nvlan-other-frames: {}\nipv6-dropped-frames: {}\n\
-             port-rx-chained: {}\nport-rx-large: {}\nport-tx-tso: {}\nchecksum-dropped-frames: {}",
+             port-rx-chained: {}\nport-rx-large: {}\nport-tx-tso: {}\nport-tx-external: {}\n\
+             tx-payloads-lent: {}\ntx-payloads-returned: {}\nchecksum-dropped-frames: {}",
             loop_counters.rx,
             loop_counters.busy_polls,
             loop_counters.tx,
@@ -523,6 +528,9 @@ impl Session {
             port.rx_chained,
             port.rx_large,
             port.tx_tso,
+            port.tx_external,
+            lent,
+            returned,
             [
                 Malformed::Ipv4Checksum,
                 Malformed::TcpChecksum,

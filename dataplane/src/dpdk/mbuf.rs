@@ -1,8 +1,33 @@
 //! One owned packet buffer (`rte_mbuf`).
 
+use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use super::mempool::Mempool;
+
+/// Payloads lent to mbufs as external buffers ([`Mbuf::external`]) and given back, in this
+/// process.
+static EXTERNAL_LENT: AtomicU64 = AtomicU64::new(0);
+static EXTERNAL_RETURNED: AtomicU64 = AtomicU64::new(0);
+
+/// Payloads lent to mbufs as external buffers so far, and how many of them the mbufs gave
+/// back (equal once every frame that carried one was sent or dropped).
+pub fn external_payloads() -> (u64, u64) {
+    (
+        EXTERNAL_LENT.load(Ordering::Relaxed),
+        EXTERNAL_RETURNED.load(Ordering::Relaxed),
+    )
+}
+
+/// Called by DPDK once the last mbuf attached to a lent payload was freed.
+unsafe extern "C" fn return_payload(opaque: *mut c_void) {
+    // SAFETY: `opaque` is the `Arc::into_raw` of `Mbuf::external`, released exactly once
+    // (the buffer's shared info counts its mbufs).
+    drop(unsafe { Arc::from_raw(opaque.cast_const().cast::<Vec<u8>>()) });
+    EXTERNAL_RETURNED.fetch_add(1, Ordering::Relaxed);
+}
 
 /// An mbuf operation that does not fit the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +67,41 @@ impl Mbuf {
             m.append(len).ok()?;
         }
         Some(m)
+    }
+
+    /// An mbuf of `pool` whose data are `payload`'s octets themselves, not a copy: the
+    /// mbuf holds a reference to the payload until DPDK frees it (after the device sent the
+    /// frame, or with it when it is dropped). The buffer's IOVA is its address, so only for
+    /// devices that read frames by virtual address. `None` when the pool is empty, no
+    /// memory is left, or the payload is empty or longer than an mbuf can describe.
+    pub fn external(pool: &Mempool, payload: Arc<Vec<u8>>) -> Option<Mbuf> {
+        let len = u16::try_from(payload.len()).ok().filter(|&l| l > 0)?;
+        let addr = payload.as_ptr().cast_mut().cast::<c_void>();
+        let opaque = Arc::into_raw(payload).cast_mut().cast::<c_void>();
+        // SAFETY: pool is a live pktmbuf pool; `addr` points at `len` octets that stay
+        // valid and unchanged while the reference `opaque` is held (the TCP engine never
+        // writes a shared payload), which `return_payload` releases when DPDK frees the
+        // last mbuf attached to it.
+        let raw = unsafe {
+            dpdk_sys::dpdk_shim_pktmbuf_external(
+                pool.as_ptr(),
+                addr,
+                len,
+                Some(return_payload),
+                opaque,
+            )
+        };
+        match NonNull::new(raw) {
+            Some(m) => {
+                EXTERNAL_LENT.fetch_add(1, Ordering::Relaxed);
+                Some(Mbuf(m))
+            }
+            None => {
+                // SAFETY: not attached: the reference taken above is still ours.
+                drop(unsafe { Arc::from_raw(opaque.cast_const().cast::<Vec<u8>>()) });
+                None
+            }
+        }
     }
 
     /// Appends `n` mbufs of `len` bytes each (contents unspecified) from `pool` to `out`

@@ -444,6 +444,22 @@ fn finish_headers(
     write_for_device(frame, &t, ipv4_by_device, segsz as u16)
 }
 
+/// Whether a device may send TCP payloads from the engine's own buffers, attached as
+/// external buffers behind the headers' mbuf: its PMD (`driver`) copies or hands on frames
+/// by virtual address (memif without zero-copy: `device` is its vdev string; vhost-user;
+/// TAP), takes chained mbufs (`tx_capa`), and the stacks fill the checksums (`o`: no
+/// checksum offload, so no TSO either, both of which expect a whole frame in the first
+/// mbuf). Drivers that hand descriptors to another process's memory map (virtio-user,
+/// memif zero-copy) or to a device (DMA by IOVA) keep the copy.
+pub fn sends_external_payloads(driver: &str, device: &str, tx_capa: u64, o: &Offloads) -> bool {
+    let by_address = match driver {
+        "net_memif" => !device.contains("zero-copy=yes"),
+        "net_vhost" | "net_tap" => true,
+        _ => false,
+    };
+    by_address && tx_capa & bit(true, 3) != 0 && !o.tx_tcp_cksum && !o.tso
+}
+
 /// Whether a device (PMD `driver`, receive capabilities `rx_capa`) may hand over received
 /// frames longer than the MTU: one with large receive (LRO), or a vhost-user backend,
 /// which takes a virtio peer's TSO frames whole.

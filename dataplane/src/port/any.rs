@@ -5,6 +5,8 @@
 //! (`fwd` between two DPDK ports) match on [`AnyPort::backend`] and run monomorphised on the
 //! concrete port type instead.
 
+use std::sync::Arc;
+
 use super::api::{PacketBuf, Port, PortInfo, PortOffloads, PortStats, VlanOffload};
 use super::capture::CapturePort;
 use super::fault::{FaultConfig, FaultCounters, FaultPort};
@@ -391,6 +393,24 @@ impl Port for AnyPort {
             Backend::Dpdk(p) => p.vlan_offload(),
             Backend::Fault(p) => p.vlan_offload(),
             Backend::Capture(p) => p.vlan_offload(),
+        }
+    }
+
+    fn sends_payloads_in_place(&self) -> bool {
+        match &self.backend {
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.sends_payloads_in_place(),
+            Backend::Fault(p) => p.sends_payloads_in_place(),
+            _ => false,
+        }
+    }
+
+    fn attach_payload(&mut self, buf: &mut AnyBuf, at: usize, payload: &Arc<Vec<u8>>) -> bool {
+        match (&mut self.backend, buf) {
+            #[cfg(feature = "dpdk")]
+            (Backend::Dpdk(p), AnyBuf::Mbuf(m)) => p.attach_payload(m, at, payload),
+            (Backend::Fault(p), b) => p.attach_payload(b, at, payload),
+            _ => false,
         }
     }
 

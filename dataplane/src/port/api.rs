@@ -2,6 +2,7 @@
 //! the facts, counters and errors of a port.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
@@ -93,6 +94,9 @@ pub struct PortStats {
     /// Frames handed to the device for TCP segmentation (TSO), each made of several
     /// segments of the TCP engine.
     pub tx_tso: u64,
+    /// Frames whose payload went out of the TCP engine's own buffer, attached behind the
+    /// headers instead of copied ([`Port::attach_payload`]).
+    pub tx_external: u64,
 }
 
 /// A failure of a port backend.
@@ -150,6 +154,24 @@ pub trait Port {
     /// port is on a VLAN).
     fn vlan_offload(&self) -> VlanOffload {
         VlanOffload::default()
+    }
+
+    /// Whether the port sends a TCP payload from the engine's buffer behind the headers
+    /// ([`Port::attach_payload`]) rather than copied into the frame (by default not).
+    fn sends_payloads_in_place(&self) -> bool {
+        false
+    }
+
+    /// Shortens `buf` to its first `at` octets (the headers) and puts `payload` behind them
+    /// without copying it; the port holds a reference until the frame is sent or dropped.
+    /// False (and `buf` untouched) when it cannot: the caller copies the payload.
+    fn attach_payload(
+        &mut self,
+        _buf: &mut Self::Buf,
+        _at: usize,
+        _payload: &Arc<Vec<u8>>,
+    ) -> bool {
+        false
     }
 
     /// The checksum and segment offloads enabled on the port (none by default).

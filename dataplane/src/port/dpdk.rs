@@ -3,6 +3,7 @@
 //! mempool, bursts passed to DPDK without copying or per-packet allocation.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use super::api::{
     lane_name, PacketBuf, Port, PortError, PortInfo, PortOffloads, PortStats, VlanOffload,
@@ -61,6 +62,10 @@ pub struct DpdkPortConfig {
     /// How long to keep retrying a start the device refuses because its peer is not there
     /// yet (a memif client whose server socket does not exist).
     pub start_wait: std::time::Duration,
+    /// Send TCP payloads from the engine's buffers where the device allows it
+    /// ([`offload::sends_external_payloads`]); `false` (the default): copy them into the
+    /// frame.
+    pub tx_zero_copy: bool,
 }
 
 impl DpdkPortConfig {
@@ -82,6 +87,7 @@ impl DpdkPortConfig {
             offloads: true,
             rx_buf: None,
             start_wait: std::time::Duration::from_secs(10),
+            tx_zero_copy: false,
         }
     }
 }
@@ -106,6 +112,8 @@ pub struct DpdkPort {
     large_pool: Option<Mempool>,
     /// Frame octets a whole-frame mbuf holds.
     frame_room: usize,
+    /// TCP payloads go out of the engine's buffers ([`Port::attach_payload`]).
+    external_payloads: bool,
 }
 
 impl DpdkPort {
@@ -224,6 +232,16 @@ impl DpdkPort {
                 let desc = d.describe();
                 offload::takes_large_frames(&desc.driver, desc.offload_capa.0)
             });
+        let external_payloads = cfg.tx_zero_copy
+            && devs.first().is_some_and(|d| {
+                let desc = d.describe();
+                offload::sends_external_payloads(
+                    &desc.driver,
+                    vdev_of(eal.args(), &cfg.device).unwrap_or(&cfg.device),
+                    desc.offload_capa.1,
+                    &d.offloads(),
+                )
+            });
         devs.into_iter()
             .map(|dev| {
                 let large_pool = if large {
@@ -255,6 +273,7 @@ impl DpdkPort {
                     tx_scratch: Vec::new(),
                     large_pool,
                     frame_room,
+                    external_payloads,
                 })
             })
             .collect()
@@ -402,6 +421,11 @@ impl Port for DpdkPort {
         out.put("rx_chained", self.sw.rx_chained);
         out.put("rx_large", self.sw.rx_large);
         out.put("tx_tso", self.sw.tx_tso);
+        out.put("tx_external_payloads", self.external_payloads);
+        out.put("tx_external", self.sw.tx_external);
+        let (lent, returned) = crate::dpdk::mbuf::external_payloads();
+        out.put("external_payloads_lent", lent);
+        out.put("external_payloads_returned", returned);
     }
 
     /// Packets and bytes counted by this port object; drops and errors from the PMD.
@@ -413,6 +437,23 @@ impl Port for DpdkPort {
             rx_errors: self.sw.rx_errors + hw.rx_errors,
             ..self.sw
         }
+    }
+
+    fn sends_payloads_in_place(&self) -> bool {
+        self.external_payloads
+    }
+
+    fn attach_payload(&mut self, buf: &mut Mbuf, at: usize, payload: &Arc<Vec<u8>>) -> bool {
+        if !self.external_payloads || at > buf.len() || buf.segments() != 1 {
+            return false;
+        }
+        let Some(tail) = Mbuf::external(self.pool(), Arc::clone(payload)) else {
+            return false;
+        };
+        buf.truncate(at);
+        buf.chain_all([tail]);
+        self.sw.tx_external += 1;
+        true
     }
 
     fn offloads(&self) -> PortOffloads {
@@ -483,6 +524,22 @@ impl DpdkPort {
 }
 
 /// The port counters of the device's counters.
+/// The `--vdev` argument among EAL's `args` that created `device` (its name and devargs).
+fn vdev_of<'a>(args: &'a [String], device: &str) -> Option<&'a str> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = match a.strip_prefix("--vdev=") {
+            Some(v) => v,
+            None if a == "--vdev" => it.next()?,
+            None => continue,
+        };
+        if v.split(',').next() == Some(device) {
+            return Some(v);
+        }
+    }
+    None
+}
+
 fn port_stats(s: EthStats) -> PortStats {
     PortStats {
         rx_packets: s.ipackets,

@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::de::{self, Deserializer, Visitor};
@@ -741,6 +742,21 @@ impl<P: Port> Port for FaultPort<P> {
 
     fn offloads(&self) -> PortOffloads {
         self.inner.offloads()
+    }
+
+    /// As the inner port, unless transmitted frames are cut, corrupted or duplicated: those
+    /// faults rewrite or copy the frame's bytes, and a payload behind the headers is not
+    /// among them. Drops, delays and reordering only hold frames.
+    fn sends_payloads_in_place(&self) -> bool {
+        let rewrites_tx = self.cfg.direction != Direction::Rx
+            && (self.cfg.truncate.is_active()
+                || self.cfg.corrupt.is_active()
+                || self.cfg.duplicate.is_active());
+        !rewrites_tx && self.inner.sends_payloads_in_place()
+    }
+
+    fn attach_payload(&mut self, buf: &mut P::Buf, at: usize, payload: &Arc<Vec<u8>>) -> bool {
+        self.sends_payloads_in_place() && self.inner.attach_payload(buf, at, payload)
     }
 }
 

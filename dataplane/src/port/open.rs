@@ -63,6 +63,9 @@ pub struct PortSettings {
     pub offloads: bool,
     /// Frame bytes in each receive mbuf, `None`: a whole frame's worth (DPDK).
     pub rx_buf: Option<u16>,
+    /// Send TCP payloads from the engine's buffers, not copied into the frame, where the
+    /// device allows it (DPDK: memif without zero-copy, vhost-user, TAP; off by default).
+    pub tx_zero_copy: bool,
     /// The port has IPv6: receive every multicast frame (DPDK; neighbour discovery).
     pub multicast: bool,
     /// How long to keep retrying a DPDK device start that fails because its peer is not
@@ -299,6 +302,7 @@ fn open_dpdk(p: &PortSettings, eal: Option<&Eal>) -> Result<Vec<AnyPort>, PortEr
         offloads: p.offloads,
         rx_buf: p.rx_buf,
         start_wait: p.start_wait,
+        tx_zero_copy: p.tx_zero_copy,
     };
     Ok(DpdkPort::open_queues(eal, &dc)?
         .into_iter()
@@ -336,6 +340,7 @@ mod tests {
             vlan: false,
             offloads: true,
             rx_buf: None,
+            tx_zero_copy: false,
             multicast: false,
             start_wait: Duration::from_secs(10),
             capture: None,

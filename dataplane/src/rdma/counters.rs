@@ -9,6 +9,11 @@ pub struct RdmaCounters {
     pub established: u64,
     /// FPDUs framed and handed to TCP.
     pub fpdus_sent: u64,
+    /// Units of one FPDU sent from the buffer their payload was read into (no copy into
+    /// a unit buffer).
+    pub units_in_place: u64,
+    /// Send buffers allocated because the connections' pools were empty.
+    pub tx_buffers_allocated: u64,
     /// FPDUs received and handed to DDP/RDMAP.
     pub fpdus_received: u64,
     /// FPDUs found ahead of RCV.NXT and placed at once (out-of-order placement).
@@ -41,6 +46,8 @@ impl RdmaCounters {
     /// Adds one connection's counters.
     pub fn add(&mut self, s: &ConnStats) {
         self.fpdus_sent += s.fpdus_sent;
+        self.units_in_place += s.units_in_place;
+        self.tx_buffers_allocated += s.tx_buffers_allocated;
         self.fpdus_received += s.fpdus_received;
         self.fpdus_placed_ahead += s.fpdus_placed_ahead;
         self.bytes_placed_ahead += s.bytes_placed_ahead;
@@ -75,8 +82,10 @@ impl RdmaCounters {
     /// `key: value` lines for the end-of-run summary (stable names, parsed by tests).
     pub fn summary(&self) -> String {
         format!(
-            "rdma-fpdus-sent: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}\ntcp-spurious-timeouts: {}\ntcp-recoveries: {}\ntcp-spurious-recoveries: {}",
+            "rdma-fpdus-sent: {}\nrdma-units-in-place: {}\nrdma-tx-buffers-allocated: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}\ntcp-spurious-timeouts: {}\ntcp-recoveries: {}\ntcp-spurious-recoveries: {}",
             self.fpdus_sent,
+            self.units_in_place,
+            self.tx_buffers_allocated,
             self.fpdus_received,
             self.fpdus_placed_ahead,
             self.bytes_placed_ahead,

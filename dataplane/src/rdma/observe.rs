@@ -203,6 +203,8 @@ impl ConnManager {
         for (k, v) in [
             ("established", totals.established),
             ("fpdus_sent", totals.fpdus_sent),
+            ("units_in_place", totals.units_in_place),
+            ("tx_buffers_allocated", totals.tx_buffers_allocated),
             ("fpdus_received", totals.fpdus_received),
             ("ooo_placed", totals.fpdus_placed_ahead),
             ("ooo_placed_bytes", totals.bytes_placed_ahead),

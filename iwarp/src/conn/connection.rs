@@ -212,8 +212,6 @@ pub struct Connection {
     pub(super) tx_start: Option<u32>,
     /// Effective send MSS.
     pub(super) emss: usize,
-    /// Buffers of acknowledged units, for the next units.
-    pub(super) spare_units: Vec<Vec<u8>>,
     pub(super) events: VecDeque<ConnEvent>,
     pub(super) llp: VecDeque<LlpRequest>,
     /// Stream events for the verbs layer (see [`Connection::pump_verbs`]), once enabled.
@@ -248,7 +246,6 @@ impl Connection {
             phase: Phase::Negotiating(Negotiating::default()),
             frames: VecDeque::new(),
             tx_start: None,
-            spare_units: Vec::new(),
             events: VecDeque::new(),
             llp: VecDeque::new(),
             verbs_events: None,

@@ -18,13 +18,10 @@ pub(super) const MIN_MULPDU: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_LEN;
 /// FPDUs of one unit gathered on the stack (more, e.g. many tiny Sends, take a Vec).
 const UNIT_PARTS: usize = 8;
 
-/// Payload buffers of framed DDP segments kept for the next ones (no allocation per
-/// segment in a steady stream).
-const SPARE_BUFFERS: usize = 32;
-
-/// Unit buffers given back by TCP once acknowledged, kept for the next units. ACKs arrive in
-/// bursts that free many units at once, so the pool is deeper than [`SPARE_BUFFERS`]; it
-/// only ever holds buffers that were in flight before.
+/// Buffers kept for the next DDP segments and units: unit buffers given back by TCP once
+/// acknowledged, and those of segments copied into a unit. A DDP segment's payload is read
+/// into one of them and, when the FPDU is a unit of its own, goes to TCP in it; ACKs arrive
+/// in bursts that free many units at once, hence the depth.
 pub(super) const SPARE_UNITS: usize = 256;
 
 /// One DDP segment waiting to be framed.
@@ -50,6 +47,19 @@ impl TxSeg {
     }
 }
 
+/// A unit [`Sender::frame_unit`] framed.
+#[derive(Debug)]
+pub(super) struct FramedUnit {
+    /// The unit's octets.
+    pub(super) bytes: Vec<u8>,
+    /// FPDUs in it.
+    pub(super) fpdus: usize,
+    /// Finished in its DDP segment's own buffer.
+    pub(super) in_place: bool,
+    /// A buffer had to be allocated for it.
+    pub(super) allocated: bool,
+}
+
 /// The framer and the DDP segments waiting for it.
 #[derive(Debug, Default)]
 pub(super) struct Sender {
@@ -62,6 +72,7 @@ pub(super) struct Sender {
     pub(super) hold_until: Option<Instant>,
     queue: VecDeque<TxSeg>,
     bytes: usize,
+    /// Buffers for the next DDP segments and units ([`SPARE_UNITS`]).
     spare: Vec<Vec<u8>>,
 }
 
@@ -124,7 +135,7 @@ impl Sender {
     }
 
     /// Takes DDP segments from `engine` until `budget` octets wait, counting them in
-    /// `ops`.
+    /// `ops`; returns how many buffers it had to allocate.
     pub(super) fn fill<M: MemoryTable + ?Sized>(
         &mut self,
         engine: &mut Engine,
@@ -133,9 +144,13 @@ impl Sender {
         mulpdu: usize,
         budget: usize,
         ops: &mut OpCounters,
-    ) {
+    ) -> u64 {
+        let mut allocated = 0;
         while self.bytes < budget {
-            let buffer = self.spare.pop().unwrap_or_default();
+            let buffer = self.spare.pop().unwrap_or_else(|| {
+                allocated += 1;
+                Vec::new()
+            });
             match engine.poll_segment_reusing(now, mulpdu, mem, buffer) {
                 Some(s) => {
                     if let [a, b, ..] = *s.header() {
@@ -147,16 +162,14 @@ impl Sender {
                 None => break,
             }
         }
+        allocated
     }
 
     /// Frames the queued segments that fit `max_len` octets from `seq` (at least one, so
-    /// that a unit too small is refused as such) into `out`; returns the FPDUs framed.
-    pub(super) fn frame_unit(
-        &mut self,
-        seq: u32,
-        max_len: usize,
-        out: &mut Vec<u8>,
-    ) -> Option<usize> {
+    /// that a unit too small is refused as such) into a unit. A unit of one FPDU without markers is the DDP segment's own buffer,
+    /// finished in place (the payload read from registered memory is not copied again);
+    /// others are built in a spare buffer, and the segments' buffers become spares.
+    pub(super) fn frame_unit(&mut self, seq: u32, max_len: usize) -> Option<FramedUnit> {
         let framer = self.framer?;
         let mut fit = 0;
         let (mut end, mut len) = (seq, 0);
@@ -169,22 +182,64 @@ impl Sender {
             len += n;
             end = end.wrapping_add(n as u32);
         }
+        let single = fit == 1 && matches!(self.queue.front(), Some(TxSeg::Engine(_)));
+        if single && framer.markers().is_none() {
+            if len > max_len {
+                return None;
+            }
+            let Some(TxSeg::Engine(s)) = self.queue.pop_front() else {
+                return None;
+            };
+            self.bytes -= s.len();
+            let mut bytes = s.into_ulpdu_buffer();
+            framer.frame_in_place(&mut bytes).ok()?;
+            return Some(FramedUnit {
+                bytes,
+                fpdus: 1,
+                in_place: true,
+                allocated: false,
+            });
+        }
+        let (mut out, allocated) = match self.spare.pop() {
+            Some(b) => (b, false),
+            None => (Vec::new(), true),
+        };
+        out.clear();
+        out.reserve(max_len);
         let info = if fit <= UNIT_PARTS {
             let mut parts: [[&[u8]; 2]; UNIT_PARTS] = [[&[], &[]]; UNIT_PARTS];
             for (p, s) in parts.iter_mut().zip(&self.queue) {
                 *p = s.parts();
             }
-            framer.build_unit(seq, max_len, &parts[..fit], out).ok()?
+            framer.build_unit(seq, max_len, &parts[..fit], &mut out)
         } else {
             let parts: Vec<[&[u8]; 2]> = self.queue.iter().take(fit).map(TxSeg::parts).collect();
-            framer.build_unit(seq, max_len, &parts, out).ok()?
+            framer.build_unit(seq, max_len, &parts, &mut out)
+        };
+        let Ok(info) = info else {
+            self.recycle(out);
+            return None;
         };
         for s in self.queue.drain(..info.fpdus) {
             self.bytes -= s.len();
-            if let (TxSeg::Engine(s), true) = (s, self.spare.len() < SPARE_BUFFERS) {
-                self.spare.push(s.into_buffer());
+            if let TxSeg::Engine(s) = s {
+                if self.spare.len() < SPARE_UNITS {
+                    self.spare.push(s.into_buffer());
+                }
             }
         }
-        Some(info.fpdus)
+        Some(FramedUnit {
+            bytes: out,
+            fpdus: info.fpdus,
+            in_place: false,
+            allocated,
+        })
+    }
+
+    /// Keeps `buffer` (an acknowledged unit's) for the next segments, up to [`SPARE_UNITS`].
+    pub(super) fn recycle(&mut self, buffer: Vec<u8>) {
+        if self.spare.len() < SPARE_UNITS {
+            self.spare.push(buffer);
+        }
     }
 }

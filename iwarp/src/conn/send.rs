@@ -5,7 +5,7 @@
 use tcp::{Instant, SegmentSource, Unit};
 
 use super::connection::Connection;
-use super::outbound::{Sender, MIN_MULPDU, SPARE_UNITS};
+use super::outbound::{Sender, MIN_MULPDU};
 use crate::mem::{HasMemoryTable, MemoryTable};
 
 impl Connection {
@@ -29,7 +29,8 @@ impl Connection {
         let Some((engine, sender)) = self.phase.stream_mut() else {
             return;
         };
-        sender.fill(engine, mem, now, mulpdu, budget, &mut self.ops);
+        self.stats.tx_buffers_allocated +=
+            sender.fill(engine, mem, now, mulpdu, budget, &mut self.ops);
     }
 
     fn sender_mut(&mut self) -> Option<&mut Sender> {
@@ -63,14 +64,13 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
         if self.sender().is_none_or(Sender::is_empty) {
             return None;
         }
-        let mut out = self.spare_units.pop().unwrap_or_default();
-        out.clear();
-        out.reserve(max_len);
-        let fpdus = self.sender_mut()?.frame_unit(seq, max_len, &mut out)?;
+        let unit = self.sender_mut()?.frame_unit(seq, max_len)?;
         self.stats.units_sent += 1;
-        self.stats.fpdus_sent += fpdus as u64;
+        self.stats.fpdus_sent += unit.fpdus as u64;
+        self.stats.units_in_place += u64::from(unit.in_place);
+        self.stats.tx_buffers_allocated += u64::from(unit.allocated);
         self.fill_tx(mem);
-        Some(Unit::new(out))
+        Some(Unit::new(unit.bytes))
     }
 
     fn pending(&self) -> bool {
@@ -78,8 +78,8 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
     }
 
     fn recycle(&mut self, buffer: Vec<u8>) {
-        if self.spare_units.len() < SPARE_UNITS {
-            self.spare_units.push(buffer);
+        if let Some(s) = self.sender_mut() {
+            s.recycle(buffer);
         }
     }
 }

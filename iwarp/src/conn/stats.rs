@@ -9,6 +9,12 @@ pub struct ConnStats {
     pub units_sent: u64,
     /// FPDUs framed and handed to TCP.
     pub fpdus_sent: u64,
+    /// Units of one FPDU finished in the buffer its payload was read into from registered
+    /// memory (no copy into a unit buffer).
+    pub units_in_place: u64,
+    /// Buffers the send side allocated because its pool of spare ones was empty (segment
+    /// and unit buffers come back to the pool once TCP has them acknowledged).
+    pub tx_buffers_allocated: u64,
     /// FPDUs received and handed to the engine (in order and ahead).
     pub fpdus_received: u64,
     /// FPDUs found in segments ahead of RCV.NXT and placed at once.

@@ -6,7 +6,8 @@
 use crate::mpa::error::MpaError;
 use crate::mpa::markers::{MarkedWriter, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
-use crate::wire::mpa::{fpdu_len, pad_len};
+use crate::wire::crc::{crc32c, to_wire};
+use crate::wire::mpa::{fpdu_len, pad_len, ULPDU_LENGTH_LEN};
 
 /// What `Framer::build_unit` put into a unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +90,29 @@ impl Framer {
         Ok(out.len() - start)
     }
 
+    /// Finishes an FPDU in the buffer that holds its ULPDU: `buf` is `ULPDU_LENGTH_LEN`
+    /// octets of room followed by the ULPDU (as `DdpSegmentOut::into_ulpdu_buffer` gives
+    /// it); the ULPDU_Length field, the pad and the CRC are written around it, so the
+    /// ULPDU is not copied. Only without markers (their positions would move the ULPDU);
+    /// returns the FPDU's length.
+    pub fn frame_in_place(&self, buf: &mut Vec<u8>) -> Result<usize, MpaError> {
+        if self.markers.is_some() {
+            return Err(MpaError::Framing("in-place framing with markers"));
+        }
+        let ulpdu_len = buf
+            .len()
+            .checked_sub(ULPDU_LENGTH_LEN)
+            .ok_or(MpaError::Framing("no room for ULPDU_Length"))?;
+        let len = u16::try_from(ulpdu_len)
+            .map_err(|_| MpaError::Framing("DDP segment longer than 65535 octets"))?;
+        buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
+        buf.resize(buf.len() + pad_len(ulpdu_len), 0);
+        let crc = if self.crc { crc32c(buf) } else { 0 };
+        buf.extend_from_slice(&to_wire(crc));
+        debug_assert_eq!(buf.len(), fpdu_len(ulpdu_len));
+        Ok(buf.len())
+    }
+
     /// Appends a unit starting at `seq` made of as many whole FPDUs from the front of
     /// `segments` as fit into `max_len` octets (markers included). Fails when not even the
     /// first FPDU fits; an empty list gives an empty unit.
@@ -144,6 +168,27 @@ mod tests {
         out.clear();
         f.emit_fpdu(7, &[&[1, 2, 3, 4, 5, 6]], &mut out).unwrap();
         assert_eq!(&out[8..12], &[0, 0, 0, 0]);
+    }
+
+    // The in-place FPDU is the one emit_fpdu builds by copying, octet for octet.
+    #[test]
+    fn in_place_fpdu_equals_copied_fpdu() {
+        for crc in [true, false] {
+            let f = Framer::new(crc, None);
+            for n in [0usize, 1, 5, 6, 1442] {
+                let payload: Vec<u8> = (0..n).map(|i| (i * 7) as u8).collect();
+                let header = [0x41, 0x43, 0, 0, 0, 1];
+                let mut copied = Vec::new();
+                f.emit_fpdu(9, &[&header, &payload], &mut copied).unwrap();
+                let mut buf = vec![0xee; ULPDU_LENGTH_LEN];
+                buf.extend_from_slice(&header);
+                buf.extend_from_slice(&payload);
+                assert_eq!(f.frame_in_place(&mut buf).unwrap(), copied.len());
+                assert_eq!(buf, copied, "crc {crc}, {n} octets");
+            }
+        }
+        let marked = Framer::new(true, Some(MarkerSpacing::new(0)));
+        assert!(marked.frame_in_place(&mut vec![0; 10]).is_err());
     }
 
     #[test]

@@ -14,18 +14,29 @@ use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
 use crate::mem::{Access, AccessError, MemoryTable, Resolved, Sge};
 use crate::wire::atomic::{AtomicRequestRepr, ATOMIC_REQUEST_LEN};
 use crate::wire::ddp::{DdpRepr, UntaggedRepr, UNTAGGED_HEADER_LEN};
+use crate::wire::mpa::{CRC_LEN, ULPDU_LENGTH_LEN};
 use crate::wire::rdmap::{ImmediateDataRepr, Opcode, RdmapControl, ReadRequestRepr};
 use crate::wire::terminate::TerminateCause;
 
 const HEADER_MAX: usize = UNTAGGED_HEADER_LEN + INLINE_MAX;
 
+/// Room a gathered segment's buffer keeps after the payload, so that the MPA framer can
+/// append pad and CRC without growing it.
+const TRAILER_ROOM: usize = 3 + CRC_LEN;
+
 /// One DDP segment ready for the MPA framer: header octets (DDP header and, for control
 /// messages, the RDMAP header) followed by the payload.
+///
+/// A payload gathered from registered memory is read once, into a buffer laid out as the
+/// FPDU will be (room for the ULPDU_Length field, the header, the payload), so that an FPDU
+/// without markers is finished in place ([`DdpSegmentOut::into_ulpdu_buffer`]) instead of
+/// being copied into the unit TCP sends.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DdpSegmentOut {
     header: [u8; HEADER_MAX],
     header_len: usize,
-    payload: Vec<u8>,
+    /// The ULPDU_Length room, the header and the payload, or empty (no payload).
+    buf: Vec<u8>,
 }
 
 impl DdpSegmentOut {
@@ -36,7 +47,9 @@ impl DdpSegmentOut {
 
     /// Payload octets.
     pub fn payload(&self) -> &[u8] {
-        &self.payload
+        self.buf
+            .get(ULPDU_LENGTH_LEN + self.header_len..)
+            .unwrap_or_default()
     }
 
     /// Gather list for the framer.
@@ -46,7 +59,7 @@ impl DdpSegmentOut {
 
     /// Total length (the MPA ULPDU_Length).
     pub fn len(&self) -> usize {
-        self.header_len + self.payload.len()
+        self.header_len + self.payload().len()
     }
 
     /// Whether the segment is empty (never: a segment always has a header).
@@ -56,14 +69,45 @@ impl DdpSegmentOut {
 
     /// Gives the payload buffer back for [`Engine::poll_segment_reusing`].
     pub fn into_buffer(self) -> Vec<u8> {
-        self.payload
+        self.buf
+    }
+
+    /// The segment as the MPA framer finishes it in place: `ULPDU_LENGTH_LEN` octets of
+    /// room (zero) followed by the ULPDU (header, payload), in the payload's own buffer when
+    /// there is one, with room for the pad and the CRC.
+    pub fn into_ulpdu_buffer(mut self) -> Vec<u8> {
+        let lead = ULPDU_LENGTH_LEN + self.header_len;
+        if self.buf.len() < lead {
+            self.buf.clear();
+            self.buf.reserve(lead + TRAILER_ROOM);
+            self.buf.resize(lead, 0);
+        }
+        self.buf[..ULPDU_LENGTH_LEN].fill(0);
+        self.buf[ULPDU_LENGTH_LEN..lead].copy_from_slice(&self.header[..self.header_len]);
+        self.buf
+    }
+
+    /// The buffer laid out for a payload of `len` octets after the header, returning the
+    /// payload's place. A reused buffer is only cut or grown to size (what it held is
+    /// overwritten by the caller), so reuse costs no clearing pass.
+    fn payload_room(&mut self, len: usize) -> &mut [u8] {
+        let lead = ULPDU_LENGTH_LEN + self.header_len;
+        let need = lead + len;
+        self.buf
+            .reserve((need + TRAILER_ROOM).saturating_sub(self.buf.len()));
+        if self.buf.len() >= need {
+            self.buf.truncate(need);
+        } else {
+            self.buf.resize(need, 0);
+        }
+        &mut self.buf[lead..]
     }
 
     /// The segment as one contiguous buffer.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len());
         v.extend_from_slice(self.header());
-        v.extend_from_slice(&self.payload);
+        v.extend_from_slice(self.payload());
         v
     }
 }
@@ -72,7 +116,7 @@ impl core::fmt::Debug for DdpSegmentOut {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("DdpSegmentOut")
             .field("header", &self.header())
-            .field("payload_len", &self.payload.len())
+            .field("payload_len", &self.payload().len())
             .finish()
     }
 }
@@ -145,7 +189,7 @@ impl Engine {
                 let mut out = DdpSegmentOut {
                     header: [0; HEADER_MAX],
                     header_len: 0,
-                    payload: Vec::new(),
+                    buf: Vec::new(),
                 };
                 let n = hdr.emit(&mut out.header).ok()?;
                 let m = t.emit(&mut out.header[n..]).ok()?;
@@ -203,9 +247,8 @@ impl Engine {
         let mut out = DdpSegmentOut {
             header: [0; HEADER_MAX],
             header_len: 0,
-            payload: core::mem::take(buffer),
+            buf: core::mem::take(buffer),
         };
-        out.payload.clear();
         let n = plan
             .header
             .emit(&mut out.header)
@@ -215,11 +258,11 @@ impl Engine {
             TxPayload::Inline { bytes, len } => {
                 out.header[n..n + len].copy_from_slice(&bytes[..*len]);
                 out.header_len += len;
+                out.buf.clear();
             }
             TxPayload::Gather(pieces) => {
-                out.payload.clear();
-                out.payload.resize(plan.len as usize, 0);
-                if let Err(_e) = gather(pieces, mem, plan.offset, &mut out.payload) {
+                let payload = out.payload_room(plan.len as usize);
+                if let Err(_e) = gather(pieces, mem, plan.offset, payload) {
                     let culprit = match cur.done {
                         TxDone::Complete(seq) => {
                             Culprit::Send(seq, CompletionStatus::LocalProtection)
@@ -233,11 +276,12 @@ impl Engine {
                 }
             }
             TxPayload::Source(src) => {
-                out.payload.clear();
-                out.payload.resize(plan.len as usize, 0);
-                if plan.len > 0 {
+                if plan.len == 0 {
+                    out.buf.clear();
+                } else {
+                    let payload = out.payload_room(plan.len as usize);
                     let res = match src {
-                        Some(r) => mem.read(r, u64::from(plan.offset), &mut out.payload),
+                        Some(r) => mem.read(r, u64::from(plan.offset), payload),
                         None => Err(AccessError::InvalidStag),
                     };
                     if let Err(e) = res {

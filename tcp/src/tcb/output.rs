@@ -7,9 +7,9 @@ use super::{CloseReason, State, Tcb, TcbEvent, TlpProbe};
 use crate::config::Config;
 use crate::seq;
 use crate::time::Instant;
-use crate::tx::Unit;
+use crate::tx::{Gather, Unit};
 use crate::ulp::Upper;
-use crate::wire::{write_packet, Header, SynOptions};
+use crate::wire::{write_headers, write_packet, Header, SynOptions};
 
 impl Tcb {
     /// The window we would advertise now: the sink's window capped by configuration and
@@ -151,6 +151,7 @@ impl Tcb {
         self.send_empty(now, cfg, sink_wnd, TcpControl::None, self.snd_nxt, buf)
     }
 
+    /// Unit `i` into `buf`, or only its headers when `gather` takes its payload.
     fn send_unit(
         &mut self,
         now: Instant,
@@ -158,6 +159,7 @@ impl Tcb {
         sink_wnd: usize,
         i: usize,
         buf: &mut [u8],
+        gather: &mut Gather,
     ) -> Option<usize> {
         let (useq, fin) = {
             let u = self.txq.unit(i);
@@ -170,24 +172,31 @@ impl Tcb {
         };
         let hdr = self.header(now, cfg, sink_wnd, control, useq);
         self.arm_rtx(now);
-        write_packet(
-            buf,
-            cfg,
-            self.local,
-            self.remote,
-            &hdr,
-            &self.txq.unit(i).data,
-        )
+        let (local, remote) = (self.local, self.remote);
+        let u = self.txq.unit_mut(i);
+        let len = u.data.as_slice().len();
+        if gather.wants(len) {
+            let sum = cfg.fill_checksums.then(|| {
+                *u.sum
+                    .get_or_insert_with(|| crate::checksum::payload_sum(u.data.as_slice()))
+            });
+            let at = write_headers(buf, cfg, local, remote, &hdr, len, sum)?;
+            gather.payload = Some(u.data.share());
+            return Some(at);
+        }
+        write_packet(buf, cfg, local, remote, &hdr, u.data.as_slice())
     }
 
-    /// Produce at most one segment into `buf` (a whole IPv4 packet). Priority: SYN/SYN-ACK,
-    /// retransmissions (RFC 6675 NextSeg), new units, FIN, probes, pure ACKs.
+    /// Produce at most one segment into `buf` (a whole IPv4 packet, or its headers when
+    /// `gather` takes the payload). Priority: SYN/SYN-ACK, retransmissions (RFC 6675
+    /// NextSeg), new units, FIN, probes, pure ACKs.
     pub(crate) fn poll_transmit(
         &mut self,
         now: Instant,
         cfg: &Config,
         ulp: &mut impl Upper,
         buf: &mut [u8],
+        gather: &mut Gather,
         ev: &mut Vec<TcbEvent>,
     ) -> Option<usize> {
         let sink_wnd = ulp.rx_window();
@@ -234,14 +243,14 @@ impl Tcb {
                 }
                 self.txq.retransmitted(i, now);
                 self.retransmits += 1;
-                return self.send_unit(now, cfg, sink_wnd, i, buf);
+                return self.send_unit(now, cfg, sink_wnd, i, buf, gather);
             }
         }
         self.fast_rtx = false;
 
         if self.send_tlp {
             self.send_tlp = false;
-            if let Some(len) = self.send_loss_probe(now, cfg, ulp, sink_wnd, buf, ev) {
+            if let Some(len) = self.send_loss_probe(now, cfg, ulp, sink_wnd, buf, gather, ev) {
                 return Some(len);
             }
         }
@@ -258,7 +267,7 @@ impl Tcb {
                     || (max_len > 0 && max_len >= self.max_snd_wnd as usize / 2);
                 if sws_ok && self.pipe() < self.cc.cwnd() {
                     if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
-                        return self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, ev);
+                        return self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, gather, ev);
                     }
                 }
                 if self.txq.is_empty() && self.persist_deadline.is_none() {
@@ -278,7 +287,7 @@ impl Tcb {
                     State::LastAck
                 };
                 let i = self.txq.len() - 1;
-                return self.send_unit(now, cfg, sink_wnd, i, buf);
+                return self.send_unit(now, cfg, sink_wnd, i, buf, gather);
             } else {
                 self.persist_deadline = None;
             }
@@ -299,6 +308,7 @@ impl Tcb {
 
     /// A tail loss probe (RFC 8985 §7.3): a new unit if the peer's window has room (not
     /// limited by the congestion window), else the last unit again; the RTO restarts.
+    #[allow(clippy::too_many_arguments)]
     fn send_loss_probe(
         &mut self,
         now: Instant,
@@ -306,6 +316,7 @@ impl Tcb {
         ulp: &mut impl Upper,
         sink_wnd: usize,
         buf: &mut [u8],
+        gather: &mut Gather,
         ev: &mut Vec<TcbEvent>,
     ) -> Option<usize> {
         let mut out = None;
@@ -320,7 +331,7 @@ impl Tcb {
                 .min(self.snd_wnd.saturating_sub(in_flight) as usize);
             if max_len > 0 {
                 if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
-                    out = self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, ev);
+                    out = self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, gather, ev);
                 }
             }
         }
@@ -332,7 +343,7 @@ impl Tcb {
             self.txq.retransmitted(i, now);
             self.retransmits += 1;
             retransmit_ts = Some(self.tsval(now));
-            out = self.send_unit(now, cfg, sink_wnd, i, buf);
+            out = self.send_unit(now, cfg, sink_wnd, i, buf, gather);
         }
         self.tlp = Some(TlpProbe {
             end: self.snd_nxt,
@@ -352,6 +363,7 @@ impl Tcb {
         unit: Unit,
         max_len: usize,
         buf: &mut [u8],
+        gather: &mut Gather,
         ev: &mut Vec<TcbEvent>,
     ) -> Option<usize> {
         let len = unit.payload.len();
@@ -369,7 +381,7 @@ impl Tcb {
         self.persist_deadline = None;
         self.persist_backoff = 0;
         let i = self.txq.len() - 1;
-        let out = self.send_unit(now, cfg, sink_wnd, i, buf);
+        let out = self.send_unit(now, cfg, sink_wnd, i, buf, gather);
         self.arm_tlp(now, cfg);
         out
     }

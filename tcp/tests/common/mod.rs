@@ -2,7 +2,9 @@
 //! serialization rate, loss, reordering, duplication and corruption, all from a seeded PRNG).
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -48,6 +50,16 @@ pub struct Sim<U> {
     pub delivered: Vec<(Side, Vec<u8>)>,
     pub record: bool,
     pub accept: [Option<Box<dyn FnMut() -> U>>; 2],
+    /// Transmit with `Engine::poll_transmit_gather` and this smallest payload, as a port
+    /// that sends payloads from the engine's buffers does (the packet is put together for
+    /// the link).
+    pub gather: Option<usize>,
+    /// Payloads handed out beside their headers, by sender and sequence number (the first
+    /// of each, held as a port holds them until sent).
+    pub gathered: HashMap<(Side, u32), Arc<Vec<u8>>>,
+    /// Payloads handed out again at a sequence number (retransmissions), and of those the
+    /// ones in the same buffer as the first.
+    pub regathered: (u64, u64),
 }
 
 pub fn test_config() -> Config {
@@ -69,6 +81,9 @@ impl<U: Ulp> Sim<U> {
             delivered: Vec::new(),
             record: false,
             accept: [None, None],
+            gather: None,
+            gathered: HashMap::new(),
+            regathered: (0, 0),
         }
     }
 
@@ -93,6 +108,30 @@ impl<U: Ulp> Sim<U> {
             for n in 0.. {
                 assert!(n < 1_000_000, "engine keeps transmitting at one instant");
                 let now = self.now;
+                if let Some(min) = self.gather {
+                    let Some(t) =
+                        self.engine(side)
+                            .poll_transmit_gather(now, &mut (), &mut buf, min)
+                    else {
+                        break;
+                    };
+                    let mut packet = buf[..t.packet.len].to_vec();
+                    if let Some(p) = t.payload {
+                        packet.extend_from_slice(&p);
+                        let seq = Seg::parse(&packet).expect("a whole packet").seq;
+                        match self.gathered.get(&(side, seq)) {
+                            Some(first) => {
+                                self.regathered.0 += 1;
+                                self.regathered.1 += u64::from(Arc::ptr_eq(first, &p));
+                            }
+                            None => {
+                                self.gathered.insert((side, seq), p);
+                            }
+                        }
+                    }
+                    self.link.send(now, side, packet);
+                    continue;
+                }
                 let Some(t) = self.engine(side).poll_transmit(now, &mut (), &mut buf) else {
                     break;
                 };
