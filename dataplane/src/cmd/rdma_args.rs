@@ -11,6 +11,7 @@ use dataplane::apps::{run_app, stop_connections, App, STOP_GRACE};
 use dataplane::classify::{FrameClass, Malformed};
 use dataplane::clock;
 use dataplane::lcore::{PollLoop, PortAddr};
+use dataplane::neighbour::neighbour_shares;
 use dataplane::port::{AnyPort, Port};
 use dataplane::rdma::{MemoryKind, RdmaHandler, RdmaStack, StackConfig};
 use dataplane::runtime::OpenedPorts;
@@ -301,10 +302,17 @@ impl RdmaArgs {
         let mut lanes = vec![std::mem::take(&mut opened.ports)];
         lanes.append(&mut opened.lanes);
         let n_lanes = lanes.len() as u16;
+        // Each port's lanes share what they learn about neighbours (an RSS NIC delivers
+        // every ARP reply and neighbour advertisement to queue 0).
+        let mut shares: Vec<_> = cfg
+            .ports
+            .iter()
+            .map(|_| neighbour_shares(lanes.len()).into_iter())
+            .collect();
         let mut all = Vec::new();
         for (lane, ports) in lanes.into_iter().enumerate() {
             let mut sessions = Vec::new();
-            for (port, pc) in ports.into_iter().zip(cfg.ports.iter()) {
+            for ((port, pc), share) in ports.into_iter().zip(cfg.ports.iter()).zip(&mut shares) {
                 if pc.ipv4.is_none() && pc.ipv6.is_none() {
                     return Err(CmdError::Usage(format!(
                         "port {} has no ipv4 or ipv6 address",
@@ -349,6 +357,9 @@ impl RdmaArgs {
                         lane: lane as u16,
                         lanes: n_lanes,
                     });
+                    if let Some(share) = share.next() {
+                        poll.share_neighbours(0, share);
+                    }
                 }
                 sessions.push(Session {
                     poll,
