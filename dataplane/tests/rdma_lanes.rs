@@ -5,7 +5,7 @@
 //! every FPDU, the server checks each connection's buffer), and the per-lane counters show
 //! each connection on one lane only: every lane established its share on both sides, no
 //! connection was accepted on a lane its 4-tuple does not hash to, and no segment reached
-//! a lane without its connection (no reset sent).
+//! a lane without its connection (no reset sent). The same link carries `tcp` on 2 lanes.
 
 #![cfg(feature = "dpdk")]
 
@@ -167,4 +167,52 @@ fn memif_two_lanes_soak_verified_lane_to_lane() {
         counter(&c, "soak-server-verified-bytes"),
         counter(&s, "soak-received-bytes")
     );
+}
+
+// `tcp` on 2 lanes: the echo server listens on both lanes; the client's one connection,
+// from a local port that hashes to lane 0, lives on lane 0 of both sides (memif's ring
+// pairs); every byte comes back.
+#[test]
+fn memif_two_lanes_tcp_echo_on_the_lane_of_its_hash() {
+    let l = lanes_link("ltcp");
+    let srv = l.start_server(
+        &[
+            "tcp", "echo", "--listen", "7000", "--once", "-d", "60", "--config", &l.server,
+        ],
+        "listening",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["tcp", "client", "--connect", "10.97.0.1:7000"])
+        .args(["--bytes", "4000000", "-d", "60", "--config", &l.client])
+        .output()
+        .unwrap();
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {c}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.contains("received 4000000 bytes"), "{c}");
+    let (status, s, serr) = srv.finish();
+    assert!(status.success(), "server failed ({status}): {s}\n{serr}");
+    assert!(s.contains("listening on 10.97.0.1:7000 (2 lanes)"), "{s}");
+    for (side, text) in [("server", &s), ("client", &c)] {
+        assert_eq!(
+            lane_counter(text, "lane-0", "connections"),
+            1,
+            "{side}: {text}"
+        );
+        assert_eq!(
+            lane_counter(text, "lane-1", "connections"),
+            0,
+            "{side}: {text}"
+        );
+        assert!(
+            lane_counter(text, "lane-0", "rx-frames") > 1000,
+            "{side}: {text}"
+        );
+        assert!(text.contains("lane-0 (lcore 0)"), "{text}");
+        assert!(text.contains("lane-1 (lcore 1)"), "{text}");
+    }
+    assert_eq!(lane_counter(&c, "lane-0", "received"), 4_000_000, "{c}");
 }

@@ -131,7 +131,7 @@ pub fn open_ports(
         return Err(PortError::Setup {
             port: p.name.clone(),
             reason: format!(
-                "{} queues: this tool drives one queue per port (`perf` and `run` take more)",
+                "{} queues: this tool drives one queue per port (`perf`, `soak`, `fwd`, `tcp` and `run` take more)",
                 p.queues
             ),
         });
