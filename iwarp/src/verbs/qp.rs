@@ -187,6 +187,7 @@ impl Rnic {
             rq_limit_armed: init.rq_limit > 0,
             error_reported: false,
             touched: false,
+            srq_waiting: false,
         };
         let srq_pd = init.srq.and_then(|s| self.srqs.get(&s)).map(|s| s.pd);
         self.memory.set_stream(id, qp.stream_rights(srq_pd));
@@ -381,6 +382,9 @@ impl Rnic {
         let attached = q.llp.is_some() && !matches!(q.state, QpState::Idle | QpState::Error);
         let q = self.qps.remove(&qp).expect("QP exists");
         if let Some(srq) = q.srq.and_then(|s| self.srqs.get_mut(&s)) {
+            if q.srq_waiting {
+                srq.waiters.retain(|&w| w != qp);
+            }
             let taken = q.rq_active.len() as u32
                 + q.flush_queue
                     .iter()

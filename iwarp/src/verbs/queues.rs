@@ -55,6 +55,8 @@ pub(super) struct Srq {
     pub(super) queue: VecDeque<RecvWr>,
     /// WQEs posted whose WC was not yet polled (VERBS-00 §6.3.5).
     pub(super) slots: u32,
+    /// QPs that found the S-RQ empty, oldest first: a post wakes one per WQE posted.
+    pub(super) waiters: VecDeque<QpId>,
 }
 
 /// An LLP stream (TCP connection) handle chosen by the data plane.
@@ -182,6 +184,8 @@ pub(super) struct Qp {
     pub(super) error_reported: bool,
     /// In the RNIC's list of QPs with new work ([`Rnic::take_touched_qps`]).
     pub(super) touched: bool,
+    /// In its S-RQ's list of waiters.
+    pub(super) srq_waiting: bool,
 }
 
 impl Qp {
