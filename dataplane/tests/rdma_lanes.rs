@@ -216,3 +216,65 @@ fn memif_two_lanes_tcp_echo_on_the_lane_of_its_hash() {
     }
     assert_eq!(lane_counter(&c, "lane-0", "received"), 4_000_000, "{c}");
 }
+
+// `rping` on 2 lanes: the server listens on both lanes; the client connects from lane 0 (a
+// local port that hashes to it), so the server's lane 0 serves every ping, validated, and
+// its lane 1 ends with it.
+#[test]
+fn memif_two_lanes_rping_served_on_the_lane_of_its_hash() {
+    let l = lanes_link("lrping");
+    let srv = l.start_server(
+        &[
+            "rping",
+            "-s",
+            "-V",
+            "--time-limit",
+            "60",
+            "--config",
+            &l.server,
+        ],
+        "listening",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args([
+            "rping",
+            "-c",
+            "-a",
+            "10.97.0.1",
+            "-C",
+            "20",
+            "-V",
+            "-S",
+            "1000",
+        ])
+        .args(["--time-limit", "60", "--config", &l.client])
+        .output()
+        .unwrap();
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {c}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, s, serr) = srv.finish();
+    assert!(status.success(), "server failed ({status}): {s}\n{serr}");
+    assert!(
+        s.contains("rping server listening on 10.97.0.1:7174 (2 lanes"),
+        "{s}"
+    );
+    assert!(c.contains("rping: 20 pings of 1000 bytes"), "{c}");
+    assert!(
+        s.contains("lane-0: 20 pings") && s.contains("lane-1: 0 pings"),
+        "{s}"
+    );
+    for (side, text) in [("server", &s), ("client", &c)] {
+        assert_eq!(
+            lane_counter(text, "lane-0", "established"),
+            1,
+            "{side}: {text}"
+        );
+        assert_eq!(lane_counter(text, "lane-0", "foreign"), 0, "{side}: {text}");
+        assert!(text.contains("lane-1 (lcore 1)"), "{side}: {text}");
+    }
+    assert_eq!(lane_counter(&s, "lane-1", "established"), 0, "{s}");
+}

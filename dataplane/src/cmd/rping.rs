@@ -3,12 +3,17 @@
 //! (`-c`), with rping's flags.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use dataplane::apps::rping::{Rping, RpingOptions, MAX_SIZE, MIN_SIZE};
+use dataplane::apps::{App, Step};
+use dataplane::clock::Instant;
+use dataplane::rdma::RdmaHandler;
+use dataplane::runtime::LaneJob;
 use dataplane::say;
 
-use super::common::CmdError;
-use super::rdma_args::RdmaArgs;
+use super::common::{stop_flag, CmdError};
+use super::rdma_args::{LaneReport, Lanes, RdmaArgs, Session};
 
 /// Arguments of `rping`.
 #[derive(Debug, clap::Args)]
@@ -64,7 +69,11 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         verbose: args.verbose,
         validate: args.validate,
     };
-    let mut s = args.rdma.session()?;
+    let lanes = args.rdma.lane_sessions()?;
+    if lanes.lanes.len() > 1 {
+        return rping_lanes(&args, opts, lanes);
+    }
+    let mut s = lanes.into_single();
     let mut app = if args.server {
         let addr = s.listen_addr(args.addr, args.port);
         let app = Rping::server(s.poll.handler_mut(), addr, opts)?;
@@ -78,19 +87,123 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         app
     };
     let r = s.run(&mut app, args.rdma.time_limit);
+    summary(&app, args.size);
+    r
+}
+
+/// The pings line of a finished run.
+fn summary(app: &Rping, size: usize) {
     let secs = match (app.started, app.finished) {
         (Some(a), Some(b)) => b.saturating_since(a).as_secs_f64(),
         _ => 0.0,
     };
     say!(
-        "rping: {} pings of {} bytes in {secs:.3} s{}",
+        "rping: {} pings of {size} bytes in {secs:.3} s{}",
         app.pings,
-        args.size,
         if app.pings > 0 && secs > 0.0 {
             format!(" ({:.1} us per ping)", secs * 1e6 / f64::from(app.pings))
         } else {
             String::new()
         }
     );
-    r
+}
+
+/// An application that also ends, successfully, once another lane's has ended: an rping
+/// server listens on every lane, and the lane its one client lands on ends the run.
+struct UntilOthers<'a, A> {
+    app: A,
+    others_done: &'a AtomicBool,
+}
+
+impl<A: App> App for UntilOthers<'_, A> {
+    type Error = A::Error;
+
+    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<A::Error> {
+        match self.app.step(h, now) {
+            Step::Continue if self.others_done.load(Ordering::Relaxed) => Step::Done(Ok(())),
+            step => step,
+        }
+    }
+}
+
+/// `rping` on a multi-queue port: the server listens on every lane (each lane's stack on an
+/// lcore of its own) and serves its client on the lane the connection hashes to; the
+/// client connects from lane 0 (a local port that hashes to it), the other lanes idle.
+fn rping_lanes(args: &Args, opts: RpingOptions, lanes: Lanes<Session>) -> Result<(), CmdError> {
+    let Lanes {
+        lanes: mut sessions,
+        opened,
+    } = lanes;
+    let n = sessions.len();
+    let stop = stop_flag()?;
+    let done = AtomicBool::new(false);
+    let mut apps = Vec::new();
+    if args.server {
+        let addr = sessions[0].listen_addr(args.addr, args.port);
+        for s in sessions.iter_mut() {
+            apps.push(Some(Rping::server(
+                s.poll.handler_mut(),
+                addr,
+                opts.clone(),
+            )?));
+        }
+        say!(
+            "rping server listening on {addr} ({n} lanes, memory per lane: {})",
+            sessions[0].memory
+        );
+    } else {
+        let s = &mut sessions[0];
+        let remote = SocketAddr::new(args.addr.unwrap_or(s.ip), args.port);
+        let ip = s.local_for(remote.ip())?;
+        apps.push(Some(Rping::client(s.poll.handler_mut(), ip, remote, opts)?));
+        apps.resize_with(n, || None);
+        say!(
+            "rping client connecting to {remote} (lane 0 of {n}, memory: {})",
+            sessions[0].memory
+        );
+    }
+    let limit = args.rdma.time_limit;
+    type LaneOut = Option<(Rping, Result<(), CmdError>)>;
+    let jobs: Vec<LaneJob<'_, LaneOut>> = sessions
+        .iter_mut()
+        .zip(apps)
+        .map(|(s, app)| {
+            let (stop, done) = (&stop, &done);
+            Box::new(move || {
+                let app = app?;
+                let mut lane = UntilOthers {
+                    app,
+                    others_done: done,
+                };
+                let r = s.run_until(&mut lane, limit, stop);
+                done.store(true, Ordering::Relaxed);
+                Some((lane.app, r))
+            }) as LaneJob<'_, LaneOut>
+        })
+        .collect();
+    let (outs, places) = opened
+        .run_lanes(jobs)
+        .map_err(|e| CmdError::Runtime(e.to_string()))?;
+    LaneReport::print(&places, sessions.iter().map(|s| vec![&s.poll]));
+    let mut result = Ok(());
+    let mut served = None;
+    for (k, (app, r)) in outs
+        .into_iter()
+        .enumerate()
+        .filter_map(|(k, o)| Some((k, o?)))
+    {
+        say!("lane-{k}: {} pings", app.pings);
+        if let Err(e) = r {
+            result = result.and(Err(CmdError::Runtime(format!("lane {k}: {e}"))));
+        }
+        if served.as_ref().is_none_or(|a: &Rping| app.pings > a.pings) {
+            served = Some(app);
+        }
+    }
+    if let Some(app) = &served {
+        summary(app, args.size);
+    }
+    drop(sessions);
+    drop(opened);
+    result
 }
