@@ -278,3 +278,51 @@ fn memif_two_lanes_rping_served_on_the_lane_of_its_hash() {
     }
     assert_eq!(lane_counter(&s, "lane-1", "established"), 0, "{s}");
 }
+
+// `perf -R` (perftest's rdma_cm exchange, a control and a data connection) on 2 lanes: the
+// server listens on both lanes; the client's connections, from local ports that hash to
+// lane 0, are served on lane 0; both sides print the same report.
+#[test]
+fn memif_two_lanes_perftest_exchange_on_the_lane_of_its_hash() {
+    let l = lanes_link("lperftest");
+    let common = ["--heap", "--time-limit", "60", "-s", "65536", "-n", "200"];
+    let mut args = vec!["perf", "write", "-R", "--config", &l.server];
+    args.extend(common);
+    let srv = l.start_server(&args, "listening");
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["perf", "write", "-R", "10.97.0.1", "--config", &l.client])
+        .args(common)
+        .output()
+        .unwrap();
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {c}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, s, serr) = srv.finish();
+    assert!(status.success(), "server failed ({status}): {s}\n{serr}");
+    assert!(s.contains("(2 lanes, memory per lane"), "{s}");
+    for (side, text) in [("server", &s), ("client", &c)] {
+        assert!(text.contains("peer perftest version"), "{side}: {text}");
+        assert!(
+            lane_counter(text, "lane-0", "established") >= 1,
+            "{side}: {text}"
+        );
+        assert_eq!(
+            lane_counter(text, "lane-1", "established"),
+            0,
+            "{side}: {text}"
+        );
+        assert_eq!(lane_counter(text, "lane-0", "foreign"), 0, "{side}: {text}");
+    }
+    // The report row (65536 bytes, 200 iterations) is the same on both sides.
+    let row = |text: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with("65536"))
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("no report row: {text}"))
+    };
+    assert_eq!(row(&c), "65536 200");
+    assert_eq!(row(&s), row(&c));
+}

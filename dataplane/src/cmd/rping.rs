@@ -3,17 +3,12 @@
 //! (`-c`), with rping's flags.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use dataplane::apps::rping::{Rping, RpingOptions, MAX_SIZE, MIN_SIZE};
-use dataplane::apps::{App, Step};
-use dataplane::clock::Instant;
-use dataplane::rdma::RdmaHandler;
-use dataplane::runtime::LaneJob;
 use dataplane::say;
 
 use super::common::{stop_flag, CmdError};
-use super::rdma_args::{LaneReport, Lanes, RdmaArgs, Session};
+use super::rdma_args::{run_until_first, LaneReport, Lanes, RdmaArgs, Session};
 
 /// Arguments of `rping`.
 #[derive(Debug, clap::Args)]
@@ -108,24 +103,6 @@ fn summary(app: &Rping, size: usize) {
     );
 }
 
-/// An application that also ends, successfully, once another lane's has ended: an rping
-/// server listens on every lane, and the lane its one client lands on ends the run.
-struct UntilOthers<'a, A> {
-    app: A,
-    others_done: &'a AtomicBool,
-}
-
-impl<A: App> App for UntilOthers<'_, A> {
-    type Error = A::Error;
-
-    fn step(&mut self, h: &mut RdmaHandler, now: Instant) -> Step<A::Error> {
-        match self.app.step(h, now) {
-            Step::Continue if self.others_done.load(Ordering::Relaxed) => Step::Done(Ok(())),
-            step => step,
-        }
-    }
-}
-
 /// `rping` on a multi-queue port: the server listens on every lane (each lane's stack on an
 /// lcore of its own) and serves its client on the lane the connection hashes to; the
 /// client connects from lane 0 (a local port that hashes to it), the other lanes idle.
@@ -136,7 +113,6 @@ fn rping_lanes(args: &Args, opts: RpingOptions, lanes: Lanes<Session>) -> Result
     } = lanes;
     let n = sessions.len();
     let stop = stop_flag()?;
-    let done = AtomicBool::new(false);
     let mut apps = Vec::new();
     if args.server {
         let addr = sessions[0].listen_addr(args.addr, args.port);
@@ -162,28 +138,8 @@ fn rping_lanes(args: &Args, opts: RpingOptions, lanes: Lanes<Session>) -> Result
             sessions[0].memory
         );
     }
-    let limit = args.rdma.time_limit;
-    type LaneOut = Option<(Rping, Result<(), CmdError>)>;
-    let jobs: Vec<LaneJob<'_, LaneOut>> = sessions
-        .iter_mut()
-        .zip(apps)
-        .map(|(s, app)| {
-            let (stop, done) = (&stop, &done);
-            Box::new(move || {
-                let app = app?;
-                let mut lane = UntilOthers {
-                    app,
-                    others_done: done,
-                };
-                let r = s.run_until(&mut lane, limit, stop);
-                done.store(true, Ordering::Relaxed);
-                Some((lane.app, r))
-            }) as LaneJob<'_, LaneOut>
-        })
-        .collect();
-    let (outs, places) = opened
-        .run_lanes(jobs)
-        .map_err(|e| CmdError::Runtime(e.to_string()))?;
+    let (outs, places) =
+        run_until_first(&mut sessions, &opened, apps, args.rdma.time_limit, &stop)?;
     LaneReport::print(&places, sessions.iter().map(|s| vec![&s.poll]));
     let mut result = Ok(());
     let mut served = None;
