@@ -722,6 +722,11 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             }
             snap.section("ports").dict(&info.name, d);
             let c = &slot.counters;
+            let news = slot
+                .nb
+                .share
+                .as_ref()
+                .map_or((0, 0), NeighbourShare::counts);
             let mut d = Dict::new()
                 .with("lcore", self.lcore)
                 .with("port", info.name.as_str())
@@ -749,6 +754,8 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .with("nd_pending", slot.nb.nd.pending())
                 .with("nd_suppressed", slot.nb.nd.suppressed())
                 .with("arp_held", slot.held.is_some())
+                .with("neighbour_news_sent", news.0)
+                .with("neighbour_news_received", news.1)
                 .with("busy_polls", c.busy_polls)
                 .with("rx_ns", c.rx_ns)
                 .with("process_ns", c.process_ns)
@@ -1742,6 +1749,17 @@ mod tests {
         // Lane 1 asked twice; lane 0 learned twice.
         assert_eq!(l0.neighbour_news(0), (2, 2));
         assert_eq!(l1.neighbour_news(0), (2, 2));
+        l0.set_lcore(3);
+        let snap = l0.snapshot();
+        let lc = snap.sections["lcores"].get_dict("lcore3_dp").unwrap();
+        assert_eq!(
+            lc.get("neighbour_news_sent"),
+            Some(&telemetry::Scalar::U64(2))
+        );
+        assert_eq!(
+            lc.get("neighbour_news_received"),
+            Some(&telemetry::Scalar::U64(2))
+        );
     }
 
     // and stops answering for an address another node claims.
