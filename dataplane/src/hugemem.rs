@@ -1,6 +1,7 @@
 //! Hugepage memory for registered regions: a file on a hugetlbfs mount, mapped shared, that
 //! the verbs layer uses as its [`MemoryBackend`], so DDP placement writes land in pinned
-//! memory a NIC could DMA to. The mapping is the only unsafe code here.
+//! memory a NIC could DMA to; [`SharedMemory`] is one mapping that several lanes' RNICs
+//! place into. The mapping and the shared views' copies are the only unsafe code here.
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -188,7 +189,10 @@ impl Arena for HugepageMemory {
 /// Like a NIC's DMA target, the memory is written by several agents: two lanes placing into
 /// the same octets at once race, and what the buffer holds then is undefined (as RFC 5040
 /// §5.5 leaves overlapping placements by several streams); an application registers a
-/// buffer per stream or orders the streams' writes itself, as on any RNIC.
+/// buffer per stream or orders the streams' writes itself, as on any RNIC. No view hands
+/// out references into the mapping (it is not an arena: `MemoryModel::bytes` is empty);
+/// the owner's own CPU access copies in and out with [`MemoryBackend::write`] and
+/// [`MemoryBackend::read`] on a view of its own.
 #[derive(Debug, Clone)]
 pub struct SharedMemory(std::sync::Arc<HugepageMemory>);
 
@@ -258,17 +262,6 @@ impl iwarp::verbs::MemoryBackend for SharedMemory {
             }
             None => false,
         }
-    }
-
-    fn arena(&self) -> Option<&[u8]> {
-        Some(self.0.bytes())
-    }
-
-    fn arena_mut(&mut self) -> Option<&mut [u8]> {
-        // SAFETY: the whole live mapping, for the owner's own CPU access (filling a buffer,
-        // checking what was placed), borrowed from this view; the lanes' placements into
-        // it are the device-side writes described on the type.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.0.ptr.as_ptr(), self.0.len) })
     }
 }
 
@@ -354,7 +347,7 @@ mod tests {
         let mut out = [0u8; 5];
         assert!(b.read(4096, &mut out));
         assert_eq!(&out, b"lanes");
-        assert_eq!(&b.arena().unwrap()[4096..4101], b"lanes");
+        assert!(b.arena().is_none(), "no references into shared memory");
         let b2 = std::thread::spawn(move || {
             let mut b = b;
             assert!(b.write(0, b"other"));
@@ -362,14 +355,12 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert_eq!(&a.arena_mut().unwrap()[..5], b"other");
+        assert!(a.read(0, &mut out));
+        assert_eq!(&out, b"other");
         drop(mem);
         drop(a);
-        assert_eq!(
-            &b2.arena().unwrap()[..5],
-            b"other",
-            "the mapping outlives the views"
-        );
+        assert!(b2.read(0, &mut out), "the mapping outlives the views");
+        assert_eq!(&out, b"other");
     }
 
     #[test]

@@ -25,8 +25,8 @@ use dataplane::rdma::{
 use dataplane::steer::Lane;
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{
-    Access, AsyncEventKind, CompletionStatus, EventResource, MrSpec, PageList, QpId, RemoteBuf,
-    SendOp, SendWr, TaggedBase,
+    Access, AsyncEventKind, CompletionStatus, EventResource, MemoryBackend, MrSpec, PageList, QpId,
+    RemoteBuf, SendOp, SendWr, TaggedBase,
 };
 use rdma_common::{rdma_config, CLIENT_IP, SERVER_IP};
 
@@ -78,6 +78,8 @@ struct Bed {
     cqp: QpId,
     /// The server's QP of the connection (on lane 1).
     sqp: QpId,
+    /// Each server lane's view of the shared memory (the owner's CPU access).
+    views: Vec<SharedMemory>,
 }
 
 impl Bed {
@@ -114,9 +116,11 @@ impl Bed {
         }
     }
 
-    /// The shared region's octets as lane `lane` sees them.
-    fn region(&self, lane: usize) -> &[u8] {
-        &self.s[lane].handler().rnic().memory().bytes()[OFF..OFF + LEN]
+    /// The shared region's octets, read through lane `lane`'s view of the memory.
+    fn region(&self, lane: usize) -> Vec<u8> {
+        let mut out = vec![0u8; LEN];
+        assert!(self.views[lane].read(OFF as u64, &mut out));
+        out
     }
 }
 
@@ -173,6 +177,7 @@ fn bed() -> Bed {
         cbuf,
         cqp,
         sqp: QpId(0),
+        views: vec![memory.view(), memory.view()],
     };
     let (mut sqp, mut up) = (None, (false, false));
     let end = clock::now() + Duration::from_secs(10);
@@ -231,11 +236,11 @@ fn a_region_registered_on_lane_0_takes_a_write_on_lane_1_until_deregistered() {
     let first = pattern(1);
     assert_eq!(b.write(1, remote, &first), CompletionStatus::Success);
     let end = clock::now() + Duration::from_secs(10);
-    while b.region(0) != &first[..] {
+    while b.region(0) != first {
         assert!(clock::now() < end, "the write never reached lane 0's view");
         b.spin();
     }
-    assert_eq!(b.region(1), &first[..], "one mapping behind both lanes");
+    assert_eq!(b.region(1), first, "one mapping behind both lanes");
     assert_eq!(b.s[1].handler().counters().terminates_sent, 0);
 
     let [s0, s1] = &mut b.s;
