@@ -191,8 +191,8 @@ impl Arena for HugepageMemory {
 /// §5.5 leaves overlapping placements by several streams); an application registers a
 /// buffer per stream or orders the streams' writes itself, as on any RNIC. No view hands
 /// out references into the mapping (it is not an arena: `MemoryModel::bytes` is empty);
-/// the owner's own CPU access copies in and out with [`MemoryBackend::write`] and
-/// [`MemoryBackend::read`] on a view of its own.
+/// the owner's own CPU access copies in and out with [`iwarp::verbs::MemoryBackend::write`] and
+/// [`iwarp::verbs::MemoryBackend::read`] on a view of its own.
 #[derive(Debug, Clone)]
 pub struct SharedMemory(std::sync::Arc<HugepageMemory>);
 
