@@ -726,7 +726,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .nb
                 .share
                 .as_ref()
-                .map_or((0, 0), NeighbourShare::counts);
+                .map_or((0, 0, 0), |n| (n.counts().0, n.counts().1, n.dropped()));
             let mut d = Dict::new()
                 .with("lcore", self.lcore)
                 .with("port", info.name.as_str())
@@ -756,6 +756,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .with("arp_held", slot.held.is_some())
                 .with("neighbour_news_sent", news.0)
                 .with("neighbour_news_received", news.1)
+                .with("neighbour_news_dropped", news.2)
                 .with("busy_polls", c.busy_polls)
                 .with("rx_ns", c.rx_ns)
                 .with("process_ns", c.process_ns)

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::time::Duration;
 
 use crate::clock::Instant;
@@ -192,19 +192,26 @@ pub enum NeighbourNews {
     Asked(IpAddr),
 }
 
+/// News that may wait for a lane at once; beyond it news is dropped (counted): a lane that
+/// stopped polling holds no more memory than this, and one that misses an answer asks
+/// again.
+pub const NEWS_BOUND: usize = 4096;
+
 /// One lane's end of the neighbour news of a port that several lanes share: what it sends
 /// to every other lane, and what they sent it.
 #[derive(Debug)]
 pub struct NeighbourShare {
-    others: Vec<Sender<NeighbourNews>>,
+    others: Vec<SyncSender<NeighbourNews>>,
     inbox: Receiver<NeighbourNews>,
     sent: u64,
     received: u64,
+    dropped: u64,
 }
 
 /// The ends of `lanes` lanes sharing a port's neighbours, lane 0 first.
 pub fn neighbour_shares(lanes: usize) -> Vec<NeighbourShare> {
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..lanes).map(|_| channel()).unzip();
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..lanes).map(|_| sync_channel(NEWS_BOUND)).unzip();
     receivers
         .into_iter()
         .enumerate()
@@ -218,17 +225,26 @@ pub fn neighbour_shares(lanes: usize) -> Vec<NeighbourShare> {
             inbox,
             sent: 0,
             received: 0,
+            dropped: 0,
         })
         .collect()
 }
 
 impl NeighbourShare {
-    /// Tells every other lane (a lane that is gone is skipped).
+    /// Tells every other lane (a lane that is gone is skipped; one with [`NEWS_BOUND`]
+    /// pieces of news waiting misses this one, counted in [`NeighbourShare::dropped`]).
     pub fn publish(&mut self, news: NeighbourNews) {
         for o in &self.others {
-            let _ = o.send(news);
+            if let Err(TrySendError::Full(_)) = o.try_send(news) {
+                self.dropped += 1;
+            }
         }
         self.sent += 1;
+    }
+
+    /// News another lane missed because [`NEWS_BOUND`] pieces waited for it.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     /// The next news from another lane.
@@ -309,6 +325,20 @@ mod tests {
             assert_eq!(ends[k].counts(), (0, 1));
         }
         assert_eq!(ends[1].counts(), (1, 0));
+        // A lane that does not take its news holds at most NEWS_BOUND of them.
+        for _ in 0..NEWS_BOUND + 5 {
+            ends[0].publish(NeighbourNews::Asked(a.into()));
+        }
+        assert_eq!(
+            ends[0].dropped(),
+            2 * 5,
+            "5 missed by each of lanes 1 and 2"
+        );
+        let mut n = 0;
+        while ends[2].take().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, NEWS_BOUND);
     }
 
     #[test]
