@@ -358,6 +358,53 @@ mod tests {
         });
     }
 
+    // Two lanes registering at once each apply the other's registrations while they wait
+    // for the answers: neither waits for the other forever, and both end with every region.
+    #[test]
+    fn lanes_registering_at_once_do_not_wait_for_each_other() {
+        let ends = lane_registrations(2, 5);
+        let lanes: Vec<_> = ends
+            .into_iter()
+            .enumerate()
+            .map(|(k, mut end)| {
+                let (mut r, pd) = rnic(k as u64 + 1);
+                end.attach(&mut r, pd);
+                (end, r, pd)
+            })
+            .collect();
+        let finished = std::sync::atomic::AtomicUsize::new(0);
+        let results: Vec<(Rnic, Vec<STag>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = lanes
+                .into_iter()
+                .map(|(mut end, mut r, pd)| {
+                    let finished = &finished;
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        for _ in 0..50 {
+                            mine.push(end.register(&mut r, &spec(pd)).unwrap());
+                        }
+                        finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        // Keep answering until the other lane is done too.
+                        while finished.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+                            end.apply(&mut r);
+                        }
+                        (r, mine)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let all: Vec<STag> = results.iter().flat_map(|(_, m)| m.clone()).collect();
+        assert_eq!(all.len(), 100);
+        for (r, _) in &results {
+            let held: Vec<u32> = r.memory().stags().iter().map(|i| i.index).collect();
+            assert_eq!(held.len(), 100);
+            for stag in &all {
+                assert!(held.contains(&stag.index()), "{stag:?}");
+            }
+        }
+    }
+
     #[test]
     fn a_lane_that_does_not_answer_times_out_and_a_refusal_is_undone_everywhere() {
         let mut ends = lane_registrations(2, 3);
