@@ -522,6 +522,12 @@ impl Rnic {
             };
             let cq = if kind == WqKind::Sq { q.sq_cq } else { q.rq_cq };
             if self.cq_room(cq) == 0 {
+                // Resumed when a poll of `cq` makes room.
+                if let Some(c) = self.cqs.get_mut(&cq) {
+                    if !c.flush_blocked.contains(&qp) {
+                        c.flush_blocked.push(qp);
+                    }
+                }
                 return;
             }
             self.qps

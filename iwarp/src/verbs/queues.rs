@@ -41,6 +41,9 @@ pub(super) struct Cq {
     pub(super) handler: Option<CompletionHandlerId>,
     /// Completions dropped because the CQ was full.
     pub(super) overflows: u64,
+    /// QPs whose flushed WRs wait for room on this CQ, each once: a poll that makes room
+    /// resumes them, and only them.
+    pub(super) flush_blocked: Vec<QpId>,
 }
 
 /// A Shared Receive Queue.
