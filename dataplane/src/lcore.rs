@@ -1679,9 +1679,6 @@ mod tests {
         assert_eq!(c.class(FrameClass::Icmpv6), 1);
     }
 
-    // RFC 4861/4862 over the loop: the port probes its two addresses when it starts,
-    // answers a solicitation and a ping, resolves a neighbour by solicitation and sends the
-    // held packet when the advertisement comes, counts an advertisement nobody asked for,
     // Two lanes of one port (an RSS NIC: answers land on queue 0 whichever lane asked):
     // lane 1's ARP request and neighbour solicitation are answered to lane 0, which passes
     // the answers on; lane 1's held packets go out.
@@ -1763,6 +1760,9 @@ mod tests {
         );
     }
 
+    // RFC 4861/4862 over the loop: the port probes its two addresses when it starts,
+    // answers a solicitation and a ping, resolves a neighbour by solicitation and sends the
+    // held packet when the advertisement comes, counts an advertisement nobody asked for,
     // and stops answering for an address another node claims.
     #[test]
     fn ipv6_neighbour_discovery_and_ping() {
