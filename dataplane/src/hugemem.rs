@@ -1,6 +1,7 @@
 //! Hugepage memory for registered regions: a file on a hugetlbfs mount, mapped shared, that
 //! the verbs layer uses as its [`MemoryBackend`], so DDP placement writes land in pinned
-//! memory a NIC could DMA to. The mapping is the only unsafe code here.
+//! memory a NIC could DMA to; [`SharedMemory`] is one mapping that several lanes' RNICs
+//! place into. The mapping and the shared views' copies are the only unsafe code here.
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -181,6 +182,89 @@ impl Arena for HugepageMemory {
     }
 }
 
+/// One mapping of registered memory that several lanes' RNICs place into: the lanes share
+/// registrations (`crate::rdma::LaneRegistrations`), so a region must be the same octets on
+/// every lane. Each lane's RNIC gets a [`SharedMemory::view`].
+///
+/// Like a NIC's DMA target, the memory is written by several agents: two lanes placing into
+/// the same octets at once race, and what the buffer holds then is undefined (as RFC 5040
+/// §5.5 leaves overlapping placements by several streams); an application registers a
+/// buffer per stream or orders the streams' writes itself, as on any RNIC. No view hands
+/// out references into the mapping (it is not an arena: `MemoryModel::bytes` is empty);
+/// the owner's own CPU access copies in and out with [`iwarp::verbs::MemoryBackend::write`] and
+/// [`iwarp::verbs::MemoryBackend::read`] on a view of its own.
+#[derive(Debug, Clone)]
+pub struct SharedMemory(std::sync::Arc<HugepageMemory>);
+
+// SAFETY: through `&HugepageMemory` the mapping is only read (`bytes`), like a shared
+// `&[u8]`; the shared views write through raw pointers, range by range, as a device writing
+// by DMA does, and the mapping lives as long as the last view (the `Arc`).
+unsafe impl Sync for HugepageMemory {}
+
+impl SharedMemory {
+    /// Maps `len` octets: hugepages when `hugepages` is set and hugetlbfs has room, else a
+    /// file in the temporary directory (4 KiB pages).
+    pub fn new(len: usize, hugepages: bool) -> Result<SharedMemory, HugeMemError> {
+        let mem = match hugepages.then(|| HugepageMemory::new(len)) {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => {
+                log::info!("shared registered memory not in hugepages: {e}");
+                HugepageMemory::create_in(&std::env::temp_dir(), len, 4096)?
+            }
+            None => HugepageMemory::create_in(&std::env::temp_dir(), len, 4096)?,
+        };
+        Ok(SharedMemory(std::sync::Arc::new(mem)))
+    }
+
+    /// True when the mapping is hugepage memory (its page size above 4 KiB).
+    pub fn is_hugepages(&self) -> bool {
+        self.0.page_size > 4096
+    }
+
+    /// A backend over the whole mapping for one lane's RNIC.
+    pub fn view(&self) -> SharedMemory {
+        self.clone()
+    }
+
+    /// The mapping's start for `[addr, addr + len)`, when the range lies inside it.
+    fn at(&self, addr: u64, len: usize) -> Option<*mut u8> {
+        let a = usize::try_from(addr).ok()?;
+        (a.checked_add(len)? <= self.0.len).then(|| self.0.ptr.as_ptr().wrapping_add(a))
+    }
+}
+
+impl iwarp::verbs::MemoryBackend for SharedMemory {
+    fn contains(&self, addr: u64, len: u64) -> bool {
+        usize::try_from(len).is_ok_and(|l| self.at(addr, l).is_some())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> bool {
+        match self.at(addr, data.len()) {
+            Some(dst) => {
+                // SAFETY: `dst..dst + data.len()` lies inside the live mapping (`at`), and
+                // `data` is a Rust slice, so it cannot overlap it mutably; other lanes may
+                // copy into the same octets at once (see the type's comment), never through
+                // a reference.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn read(&self, addr: u64, out: &mut [u8]) -> bool {
+        match self.at(addr, out.len()) {
+            Some(src) => {
+                // SAFETY: as in `write`, reading `out.len()` octets inside the mapping into a
+                // slice of our own.
+                unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 impl Drop for HugepageMemory {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping created in `create_in`; no borrow of it can
@@ -250,6 +334,33 @@ mod tests {
         let mem = HugepageMemory::create_in(&dir, 5000, 4096).unwrap();
         assert_eq!(mem.bytes().len(), 8192);
         place_through_verbs(mem);
+    }
+
+    #[test]
+    fn a_shared_mapping_is_the_same_octets_in_every_view() {
+        use iwarp::verbs::MemoryBackend;
+        let mem = SharedMemory::new(8192, false).unwrap();
+        let (mut a, b) = (mem.view(), mem.view());
+        assert!(a.contains(0, 8192) && !a.contains(8191, 2) && !a.contains(u64::MAX, 1));
+        assert!(a.write(4096, b"lanes"));
+        assert!(!a.write(8190, b"abc"), "nothing written past the end");
+        let mut out = [0u8; 5];
+        assert!(b.read(4096, &mut out));
+        assert_eq!(&out, b"lanes");
+        assert!(b.arena().is_none(), "no references into shared memory");
+        let b2 = std::thread::spawn(move || {
+            let mut b = b;
+            assert!(b.write(0, b"other"));
+            b
+        })
+        .join()
+        .unwrap();
+        assert!(a.read(0, &mut out));
+        assert_eq!(&out, b"other");
+        drop(mem);
+        drop(a);
+        assert!(b2.read(0, &mut out), "the mapping outlives the views");
+        assert_eq!(&out, b"other");
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::config::{Ipv4Cidr, Ipv6Cidr, PortConfig};
 use crate::frame::{l2_len, write_l2, Vlan};
 use crate::icmp;
 use crate::ndp::{self, NdCache, NdOutcome, OwnAddrs};
-use crate::neighbour::REQUEST_INTERVAL;
+use crate::neighbour::{NeighbourNews, NeighbourShare, REQUEST_INTERVAL};
 use crate::port::{PacketBuf, Port, PortInfo};
 use crate::telemetry::{self, Dict, Snapshot};
 
@@ -256,6 +256,40 @@ struct Neighbours {
     own6: Option<OwnAddrs>,
     /// An own address was found duplicate: the classifier must forget it.
     own6_changed: bool,
+    /// The other lanes of a multi-queue port, told what this lane learns and asks for.
+    share: Option<NeighbourShare>,
+}
+
+impl Neighbours {
+    /// Takes in what the other lanes learned and asked for.
+    fn take_news(&mut self, now: Instant) {
+        let Some(share) = &mut self.share else {
+            return;
+        };
+        while let Some(news) = share.take() {
+            match news {
+                NeighbourNews::Learned(IpAddr::V4(a), mac) => self.arp.learn_from_lane(a, mac, now),
+                NeighbourNews::Learned(IpAddr::V6(a), mac) => self.nd.learn_from_lane(a, mac, now),
+                NeighbourNews::Asked(IpAddr::V4(a)) => self.arp.asked_by_lane(a, now),
+                NeighbourNews::Asked(IpAddr::V6(a)) => self.nd.asked_by_lane(a, now),
+            }
+        }
+    }
+
+    /// Tells the other lanes what this lane learned and asked for since the last call.
+    fn give_news(&mut self) {
+        let Some(share) = &mut self.share else {
+            return;
+        };
+        let news = |ip: IpAddr, mac: Option<[u8; 6]>| match mac {
+            Some(mac) => NeighbourNews::Learned(ip, mac),
+            None => NeighbourNews::Asked(ip),
+        };
+        self.arp
+            .drain_news(|ip, mac| share.publish(news(ip.into(), mac)));
+        self.nd
+            .drain_news(|ip, mac| share.publish(news(ip.into(), mac)));
+    }
 }
 
 /// What a handler can do on the port a frame came from: allocate and queue frames, and
@@ -722,6 +756,11 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             }
             snap.section("ports").dict(&info.name, d);
             let c = &slot.counters;
+            let news = slot
+                .nb
+                .share
+                .as_ref()
+                .map_or((0, 0, 0), |n| (n.counts().0, n.counts().1, n.dropped()));
             let mut d = Dict::new()
                 .with("lcore", self.lcore)
                 .with("port", info.name.as_str())
@@ -749,6 +788,9 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .with("nd_pending", slot.nb.nd.pending())
                 .with("nd_suppressed", slot.nb.nd.suppressed())
                 .with("arp_held", slot.held.is_some())
+                .with("neighbour_news_sent", news.0)
+                .with("neighbour_news_received", news.1)
+                .with("neighbour_news_dropped", news.2)
                 .with("busy_polls", c.busy_polls)
                 .with("rx_ns", c.rx_ns)
                 .with("process_ns", c.process_ns)
@@ -809,6 +851,26 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             counters: LoopCounters::default(),
         });
         self.ports.len() - 1
+    }
+
+    /// Makes port `i` one lane of a multi-queue port whose other lanes are at the other
+    /// ends of `share`: what this lane learns about neighbours (answers it receives) and
+    /// the addresses it asks for go to them, and theirs come here, once per iteration.
+    pub fn share_neighbours(&mut self, i: usize, share: NeighbourShare) {
+        let nb = &mut self.slots[i].nb;
+        nb.arp.record_news();
+        nb.nd.record_news();
+        nb.share = Some(share);
+    }
+
+    /// News about neighbours port `i` sent to its other lanes and received from them
+    /// ([`PollLoop::share_neighbours`]).
+    pub fn neighbour_news(&self, i: usize) -> (u64, u64) {
+        self.slots[i]
+            .nb
+            .share
+            .as_ref()
+            .map_or((0, 0), NeighbourShare::counts)
     }
 
     /// The ports.
@@ -892,6 +954,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             t1 = clock::now();
             slot.counters.rx_ns += (t1 - t0).as_nanos() as u64 * TIMING_SAMPLE;
         }
+        slot.nb.take_news(now);
         let mut ctx = PortContext {
             index: i,
             port: &mut *port,
@@ -933,6 +996,8 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         }
         ctx.flush_held();
         self.handler.poll(&mut ctx, now);
+        // Before the requests go out: another lane may receive their answers.
+        ctx.nb.give_news();
         if timed {
             let t2 = clock::now();
             ctx.counters.process_ns += (t2 - t1).as_nanos() as u64 * TIMING_SAMPLE;
@@ -1646,6 +1711,87 @@ mod tests {
         assert_eq!(c.class(FrameClass::OtherVlan), 2);
         assert_eq!(c.echo_replies, 2);
         assert_eq!(c.class(FrameClass::Icmpv6), 1);
+    }
+
+    // Two lanes of one port (an RSS NIC: answers land on queue 0 whichever lane asked):
+    // lane 1's ARP request and neighbour solicitation are answered to lane 0, which passes
+    // the answers on; lane 1's held packets go out.
+    #[test]
+    fn a_lane_learns_the_neighbours_whose_answers_reach_another_lane() {
+        let addr = PortAddr {
+            ipv4: Some(Ipv4Cidr {
+                addr: OUR_IP,
+                prefix: 24,
+            }),
+            ipv6: Some(Ipv6Cidr {
+                addr: OUR_IP6,
+                prefix: 64,
+            }),
+            ..PortAddr::default()
+        };
+        let (mut l0, mut peer0) = setup_with(Sender::default(), addr);
+        let (mut l1, mut peer1) = setup_with(Sender::default(), addr);
+        let mut shares = crate::neighbour::neighbour_shares(2);
+        l1.share_neighbours(0, shares.pop().unwrap());
+        l0.share_neighbours(0, shares.pop().unwrap());
+        let t0 = clock::now();
+        let of_type = |frames: &[Vec<u8>], ethertype: [u8; 2]| -> Vec<Vec<u8>> {
+            frames
+                .iter()
+                .filter(|f| f[12..14] == ethertype)
+                .cloned()
+                .collect()
+        };
+
+        l1.handler_mut().dsts = vec![PEER_IP.into()];
+        l1.poll_once(t0);
+        l1.handler_mut().dsts.clear();
+        let arp = of_type(&recv(&mut peer1), [0x08, 0x06]);
+        assert_eq!(arp.len(), 1, "lane 1 asks on its own queue");
+        send(&mut peer0, &arp_reply_from(PEER_IP, PEER_MAC));
+        l0.poll_once(t0);
+        assert!(of_type(&recv(&mut peer0), [0x08, 0x00]).is_empty());
+        l1.poll_once(t0);
+        let ip = of_type(&recv(&mut peer1), [0x08, 0x00]);
+        assert_eq!(ip.len(), 1, "the held packet");
+        assert_eq!(&ip[0][0..6], &PEER_MAC);
+        assert_eq!(&ip[0][30..34], &PEER_IP.octets());
+
+        let other: Ipv6Addr = "fd00:99::3".parse().unwrap();
+        let other_mac = [2, 0, 0, 0, 0, 3];
+        l1.handler_mut().dsts = vec![other.into()];
+        l1.poll_once(t0);
+        l1.handler_mut().dsts.clear();
+        let solicited = ndp::multicast_mac(ndp::solicited_node(other));
+        assert!(recv(&mut peer1).iter().any(|f| f[0..6] == solicited));
+        let na = ndp::advertisement(other_mac, OUR_IP6, OUR_MAC, other, true, None);
+        let mut f = vec![0u8; na.frame_len()];
+        assert!(na.emit(&mut f));
+        send(&mut peer0, &f);
+        l0.poll_once(t0);
+        assert_eq!(l0.counters(0).nd_unsolicited, 0, "lane 1 asked for it");
+        l1.poll_once(t0);
+        let ip6 = of_type(&recv(&mut peer1), [0x86, 0xdd]);
+        assert_eq!(ip6.len(), 1, "the held packet");
+        assert_eq!(&ip6[0][0..6], &other_mac);
+        assert_eq!(
+            (l1.counters(0).arp_failures, l1.counters(0).nd_failures),
+            (0, 0)
+        );
+        // Lane 1 asked twice; lane 0 learned twice.
+        assert_eq!(l0.neighbour_news(0), (2, 2));
+        assert_eq!(l1.neighbour_news(0), (2, 2));
+        l0.set_lcore(3);
+        let snap = l0.snapshot();
+        let lc = snap.sections["lcores"].get_dict("lcore3_dp").unwrap();
+        assert_eq!(
+            lc.get("neighbour_news_sent"),
+            Some(&telemetry::Scalar::U64(2))
+        );
+        assert_eq!(
+            lc.get("neighbour_news_received"),
+            Some(&telemetry::Scalar::U64(2))
+        );
     }
 
     // RFC 4861/4862 over the loop: the port probes its two addresses when it starts,

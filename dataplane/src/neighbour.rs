@@ -1,9 +1,17 @@
 //! The neighbour cache behind ARP (IPv4, [`crate::arp`]) and neighbour discovery (IPv6,
 //! [`crate::ndp`]): IP address to MAC with ages, and the record of resolutions under way,
 //! one semantics for both families.
+//!
+//! The lanes of a multi-queue port share what they learn ([`NeighbourShare`]): a NIC's RSS
+//! hashes IP, so ARP replies and neighbour advertisements all land on queue 0, whichever
+//! lane asked. Each lane keeps its own cache (looked up per packet, no lock); what a lane
+//! learns from an answer, and the addresses it asks for, go to the other lanes as messages
+//! taken once per poll-loop iteration.
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::net::IpAddr;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::time::Duration;
 
 use crate::clock::Instant;
@@ -24,6 +32,9 @@ pub struct NeighbourCache<A> {
     requested: HashMap<A, Instant>,
     evicted: u64,
     suppressed: u64,
+    /// What the other lanes are to be told ([`NeighbourCache::record_news`]): addresses
+    /// learned (with their MAC) and asked for (without).
+    news: Option<Vec<(A, Option<[u8; 6]>)>>,
 }
 
 impl<A> Default for NeighbourCache<A> {
@@ -33,6 +44,7 @@ impl<A> Default for NeighbourCache<A> {
             requested: HashMap::new(),
             evicted: 0,
             suppressed: 0,
+            news: None,
         }
     }
 }
@@ -54,6 +66,14 @@ impl<A: Copy + Eq + Hash> NeighbourCache<A> {
     /// Records `ip` at `mac`; a resolution of `ip` under way is complete. The oldest
     /// neighbour makes room when the cache is full (counted in [`NeighbourCache::evicted`]).
     pub fn insert(&mut self, ip: A, mac: [u8; 6], now: Instant) {
+        self.learn_from_lane(ip, mac, now);
+        if let Some(news) = &mut self.news {
+            news.push((ip, Some(mac)));
+        }
+    }
+
+    /// Records `ip` at `mac` as another lane learned it (not news to pass on).
+    pub fn learn_from_lane(&mut self, ip: A, mac: [u8; 6], now: Instant) {
         if self.entries.len() >= CACHE_CAPACITY && !self.entries.contains_key(&ip) {
             let oldest = self.entries.iter().min_by_key(|(_, (_, at))| *at);
             if let Some((&old, _)) = oldest {
@@ -63,6 +83,31 @@ impl<A: Copy + Eq + Hash> NeighbourCache<A> {
         }
         self.entries.insert(ip, (mac, now));
         self.requested.remove(&ip);
+    }
+
+    /// Notes that another lane asked for `ip` at `now`, so that an answer arriving here is
+    /// one asked for; this lane's own requests for `ip` wait [`REQUEST_INTERVAL`] from
+    /// then, the answer reaching every lane.
+    pub fn asked_by_lane(&mut self, ip: A, now: Instant) {
+        if self.requested.len() < CACHE_CAPACITY || self.requested.contains_key(&ip) {
+            self.requested.entry(ip).or_insert(now);
+        }
+    }
+
+    /// From now on, keeps what the other lanes are to be told: the addresses learned
+    /// ([`NeighbourCache::insert`]) and asked for ([`NeighbourCache::should_request`]).
+    pub fn record_news(&mut self) {
+        self.news.get_or_insert_with(Vec::new);
+    }
+
+    /// Hands each piece of news kept since the last call to `f`: an address and its MAC
+    /// when learned, without a MAC when asked for.
+    pub fn drain_news(&mut self, mut f: impl FnMut(A, Option<[u8; 6]>)) {
+        if let Some(news) = &mut self.news {
+            for (ip, mac) in news.drain(..) {
+                f(ip, mac);
+            }
+        }
     }
 
     /// True when `ip` has an entry (fresh or not).
@@ -108,6 +153,14 @@ impl<A: Copy + Eq + Hash> NeighbourCache<A> {
     /// resolved: requests older than [`ENTRY_LIFETIME`] are forgotten first); records that
     /// one is being sent.
     pub fn should_request(&mut self, ip: A, now: Instant) -> bool {
+        let asking = self.may_request(ip, now);
+        if let (true, Some(news)) = (asking, &mut self.news) {
+            news.push((ip, None));
+        }
+        asking
+    }
+
+    fn may_request(&mut self, ip: A, now: Instant) -> bool {
         match self.requested.get(&ip) {
             Some(at) if now.saturating_since(*at) < REQUEST_INTERVAL => false,
             Some(_) => {
@@ -127,6 +180,83 @@ impl<A: Copy + Eq + Hash> NeighbourCache<A> {
                 true
             }
         }
+    }
+}
+
+/// What one lane tells the other lanes of a port about its neighbours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NeighbourNews {
+    /// `ip` is at this MAC (an answer the lane received).
+    Learned(IpAddr, [u8; 6]),
+    /// The lane asked for `ip`: an answer another lane receives was asked for.
+    Asked(IpAddr),
+}
+
+/// News that may wait for a lane at once; beyond it news is dropped (counted): a lane that
+/// stopped polling holds no more memory than this, and one that misses an answer asks
+/// again.
+pub const NEWS_BOUND: usize = 4096;
+
+/// One lane's end of the neighbour news of a port that several lanes share: what it sends
+/// to every other lane, and what they sent it.
+#[derive(Debug)]
+pub struct NeighbourShare {
+    others: Vec<SyncSender<NeighbourNews>>,
+    inbox: Receiver<NeighbourNews>,
+    sent: u64,
+    received: u64,
+    dropped: u64,
+}
+
+/// The ends of `lanes` lanes sharing a port's neighbours, lane 0 first.
+pub fn neighbour_shares(lanes: usize) -> Vec<NeighbourShare> {
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..lanes).map(|_| sync_channel(NEWS_BOUND)).unzip();
+    receivers
+        .into_iter()
+        .enumerate()
+        .map(|(lane, inbox)| NeighbourShare {
+            others: senders
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| k != lane)
+                .map(|(_, s)| s.clone())
+                .collect(),
+            inbox,
+            sent: 0,
+            received: 0,
+            dropped: 0,
+        })
+        .collect()
+}
+
+impl NeighbourShare {
+    /// Tells every other lane (a lane that is gone is skipped; one with [`NEWS_BOUND`]
+    /// pieces of news waiting misses this one, counted in [`NeighbourShare::dropped`]).
+    pub fn publish(&mut self, news: NeighbourNews) {
+        for o in &self.others {
+            if let Err(TrySendError::Full(_)) = o.try_send(news) {
+                self.dropped += 1;
+            }
+        }
+        self.sent += 1;
+    }
+
+    /// News another lane missed because [`NEWS_BOUND`] pieces waited for it.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// The next news from another lane.
+    pub fn take(&mut self) -> Option<NeighbourNews> {
+        let news = self.inbox.try_recv().ok();
+        self.received += u64::from(news.is_some());
+        news
+    }
+
+    /// News sent to the other lanes, and received from them.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.sent, self.received)
     }
 }
 
@@ -152,6 +282,63 @@ mod tests {
         assert!(!cache.asked(a, now), "answered");
         assert!(cache.asked(b, now));
         assert!(!cache.asked(b, now + ENTRY_LIFETIME), "asked too long ago");
+    }
+
+    #[test]
+    fn news_is_kept_only_when_asked_and_lanes_hear_each_other() {
+        let now = clock::now();
+        let a = Ipv4Addr::new(10, 99, 0, 2);
+        let mut quiet = NeighbourCache::new();
+        quiet.insert(a, MAC, now);
+        let mut none = 0;
+        quiet.drain_news(|_, _| none += 1);
+        assert_eq!(none, 0, "no news without record_news");
+
+        let mut cache = NeighbourCache::new();
+        cache.record_news();
+        assert!(cache.should_request(a, now));
+        assert!(!cache.should_request(a, now), "rate-limited: no news");
+        cache.insert(a, MAC, now);
+        cache.learn_from_lane(Ipv4Addr::new(10, 99, 0, 9), MAC, now);
+        let mut news = Vec::new();
+        cache.drain_news(|ip, mac| news.push((ip, mac)));
+        assert_eq!(
+            news,
+            [(a, None), (a, Some(MAC))],
+            "not what other lanes said"
+        );
+        cache.drain_news(|_, _| panic!("drained"));
+
+        // Another lane asked: an answer here was asked for, and this lane waits for it.
+        let b = Ipv4Addr::new(10, 99, 0, 3);
+        cache.asked_by_lane(b, now);
+        assert!(cache.asked(b, now));
+        assert!(!cache.should_request(b, now));
+        assert!(cache.should_request(b, now + REQUEST_INTERVAL));
+
+        let mut ends = neighbour_shares(3);
+        ends[1].publish(NeighbourNews::Learned(a.into(), MAC));
+        assert_eq!(ends[1].take(), None, "not to itself");
+        for k in [0, 2] {
+            assert_eq!(ends[k].take(), Some(NeighbourNews::Learned(a.into(), MAC)));
+            assert_eq!(ends[k].take(), None);
+            assert_eq!(ends[k].counts(), (0, 1));
+        }
+        assert_eq!(ends[1].counts(), (1, 0));
+        // A lane that does not take its news holds at most NEWS_BOUND of them.
+        for _ in 0..NEWS_BOUND + 5 {
+            ends[0].publish(NeighbourNews::Asked(a.into()));
+        }
+        assert_eq!(
+            ends[0].dropped(),
+            2 * 5,
+            "5 missed by each of lanes 1 and 2"
+        );
+        let mut n = 0;
+        while ends[2].take().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, NEWS_BOUND);
     }
 
     #[test]

@@ -322,6 +322,78 @@ fn fwd_on_a_soft_port_runs_and_summarises() {
     assert!(line.contains("fwd needs one or two ports, got 3"), "{line}");
 }
 
+// A port of `queues = 2` gives `fwd` two lanes, each forwarding its own queue pair on a
+// thread (an lcore under EAL) of its own; the table has a row per queue and their total.
+#[test]
+fn fwd_spreads_queue_pairs_over_lanes() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/rdma-soft-lanes.toml"
+    );
+    let o = dataplane(&["fwd", "--config", cfg, "--port", "a", "-d", "0.3"]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    for line in [
+        "forwarding (Io, burst 32, 2 lanes)",
+        "lane-0 (thread): a.q0",
+        "lane-1 (thread): a.q1",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    for row in ["a.q0 ", "a.q1 ", "total "] {
+        assert!(out.lines().any(|l| l.starts_with(row)), "{row}: {out}");
+    }
+    assert!(!out.lines().any(|l| l.starts_with("b.")), "{out}");
+}
+
+// A port of `queues = 2` gives `pktgen` two lanes: lane k sends its share of the frames on
+// queue k of `a` and counts what queue k of `b` receives, each lane's frames numbered from 0
+// (soft links pair queue k of one end with queue k of the other).
+#[test]
+fn pktgen_spreads_queue_pairs_over_lanes() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/rdma-soft-lanes.toml"
+    );
+    let o = dataplane(&[
+        "pktgen",
+        "--config",
+        cfg,
+        "--tx-port",
+        "a",
+        "--rx-port",
+        "b",
+        "-n",
+        "1001",
+        "--stats-interval",
+        "0",
+        "-d",
+        "20",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    for line in [
+        "lane-0 (thread): sent 501 received 501 generated 501 gaps 0 late 0",
+        "lane-1 (thread): sent 500 received 500 generated 500 gaps 0 late 0",
+        "received 1001 generated frames: 0 sequence gaps, 0 late",
+        "lost 0 of 1001 sent",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    let o = dataplane(&[
+        "pktgen",
+        "--config",
+        cfg,
+        "--tx-port",
+        "a",
+        "--ping-pong",
+        "-n",
+        "1",
+    ]);
+    let line = assert_one_error_line(&o, 2);
+    assert!(line.contains("--ping-pong takes one queue"), "{line}");
+}
+
 #[test]
 fn ports_without_config_need_dpdk_devices() {
     let o = dataplane(&["fwd", "-d", "0.1"]);

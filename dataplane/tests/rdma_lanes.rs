@@ -5,7 +5,7 @@
 //! every FPDU, the server checks each connection's buffer), and the per-lane counters show
 //! each connection on one lane only: every lane established its share on both sides, no
 //! connection was accepted on a lane its 4-tuple does not hash to, and no segment reached
-//! a lane without its connection (no reset sent).
+//! a lane without its connection (no reset sent). The same link carries `tcp` on 2 lanes.
 
 #![cfg(feature = "dpdk")]
 
@@ -167,4 +167,162 @@ fn memif_two_lanes_soak_verified_lane_to_lane() {
         counter(&c, "soak-server-verified-bytes"),
         counter(&s, "soak-received-bytes")
     );
+}
+
+// `tcp` on 2 lanes: the echo server listens on both lanes; the client's one connection,
+// from a local port that hashes to lane 0, lives on lane 0 of both sides (memif's ring
+// pairs); every byte comes back.
+#[test]
+fn memif_two_lanes_tcp_echo_on_the_lane_of_its_hash() {
+    let l = lanes_link("ltcp");
+    let srv = l.start_server(
+        &[
+            "tcp", "echo", "--listen", "7000", "--once", "-d", "60", "--config", &l.server,
+        ],
+        "listening",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["tcp", "client", "--connect", "10.97.0.1:7000"])
+        .args(["--bytes", "4000000", "-d", "60", "--config", &l.client])
+        .output()
+        .unwrap();
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {c}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.contains("received 4000000 bytes"), "{c}");
+    let (status, s, serr) = srv.finish();
+    assert!(status.success(), "server failed ({status}): {s}\n{serr}");
+    assert!(s.contains("listening on 10.97.0.1:7000 (2 lanes)"), "{s}");
+    for (side, text) in [("server", &s), ("client", &c)] {
+        assert_eq!(
+            lane_counter(text, "lane-0", "connections"),
+            1,
+            "{side}: {text}"
+        );
+        assert_eq!(
+            lane_counter(text, "lane-1", "connections"),
+            0,
+            "{side}: {text}"
+        );
+        assert!(
+            lane_counter(text, "lane-0", "rx-frames") > 1000,
+            "{side}: {text}"
+        );
+        assert!(text.contains("lane-0 (lcore 0)"), "{text}");
+        assert!(text.contains("lane-1 (lcore 1)"), "{text}");
+    }
+    assert_eq!(lane_counter(&c, "lane-0", "received"), 4_000_000, "{c}");
+}
+
+// `rping` on 2 lanes: the server listens on both lanes; the client connects from lane 0 (a
+// local port that hashes to it), so the server's lane 0 serves every ping, validated, and
+// its lane 1 ends with it.
+#[test]
+fn memif_two_lanes_rping_served_on_the_lane_of_its_hash() {
+    let l = lanes_link("lrping");
+    let srv = l.start_server(
+        &[
+            "rping",
+            "-s",
+            "-V",
+            "--time-limit",
+            "60",
+            "--config",
+            &l.server,
+        ],
+        "listening",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args([
+            "rping",
+            "-c",
+            "-a",
+            "10.97.0.1",
+            "-C",
+            "20",
+            "-V",
+            "-S",
+            "1000",
+        ])
+        .args(["--time-limit", "60", "--config", &l.client])
+        .output()
+        .unwrap();
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {c}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, s, serr) = srv.finish();
+    assert!(status.success(), "server failed ({status}): {s}\n{serr}");
+    assert!(
+        s.contains("rping server listening on 10.97.0.1:7174 (2 lanes"),
+        "{s}"
+    );
+    assert!(c.contains("rping: 20 pings of 1000 bytes"), "{c}");
+    assert!(
+        s.contains("lane-0: 20 pings") && s.contains("lane-1: 0 pings"),
+        "{s}"
+    );
+    for (side, text) in [("server", &s), ("client", &c)] {
+        assert_eq!(
+            lane_counter(text, "lane-0", "established"),
+            1,
+            "{side}: {text}"
+        );
+        assert_eq!(lane_counter(text, "lane-0", "foreign"), 0, "{side}: {text}");
+        assert!(text.contains("lane-1 (lcore 1)"), "{side}: {text}");
+    }
+    assert_eq!(lane_counter(&s, "lane-1", "established"), 0, "{s}");
+}
+
+// `perf -R` (perftest's rdma_cm exchange, a control and a data connection) on 2 lanes: the
+// server listens on both lanes; the client's connections, from local ports that hash to
+// lane 0, are served on lane 0; both sides print the same report.
+#[test]
+fn memif_two_lanes_perftest_exchange_on_the_lane_of_its_hash() {
+    let l = lanes_link("lperftest");
+    let common = ["--heap", "--time-limit", "60", "-s", "65536", "-n", "200"];
+    let mut args = vec!["perf", "write", "-R", "--config", &l.server];
+    args.extend(common);
+    let srv = l.start_server(&args, "listening");
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["perf", "write", "-R", "10.97.0.1", "--config", &l.client])
+        .args(common)
+        .output()
+        .unwrap();
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {c}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, s, serr) = srv.finish();
+    assert!(status.success(), "server failed ({status}): {s}\n{serr}");
+    assert!(s.contains("(2 lanes, memory per lane"), "{s}");
+    for (side, text) in [("server", &s), ("client", &c)] {
+        assert!(text.contains("peer perftest version"), "{side}: {text}");
+        assert!(
+            lane_counter(text, "lane-0", "established") >= 1,
+            "{side}: {text}"
+        );
+        assert_eq!(
+            lane_counter(text, "lane-1", "established"),
+            0,
+            "{side}: {text}"
+        );
+        assert_eq!(lane_counter(text, "lane-0", "foreign"), 0, "{side}: {text}");
+    }
+    // The report row (65536 bytes, 200 iterations) is the same on both sides.
+    let row = |text: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with("65536"))
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("no report row: {text}"))
+    };
+    assert_eq!(row(&c), "65536 200");
+    assert_eq!(row(&s), row(&c));
 }

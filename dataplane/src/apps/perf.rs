@@ -619,7 +619,7 @@ pub fn latency_result(bytes: usize, mut s: Vec<f64>) -> PerfResult {
 }
 
 /// Receives each result as soon as it is known.
-pub type ResultSink = Box<dyn FnMut(&PerfResult)>;
+pub type ResultSink = Box<dyn FnMut(&PerfResult) + Send>;
 
 struct ClientQp {
     id: ConnId,

@@ -13,6 +13,8 @@ use dataplane::port::{AnyPort, Backend, Port, PortStats};
 use dataplane::say;
 use dataplane::stats::{RateReporter, Table};
 
+use dataplane::runtime::LaneJob;
+
 use super::common::{deadline, parse_secs, stop_flag, CmdError, PortArgs};
 
 /// Forwarding mode.
@@ -71,16 +73,24 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         )));
     }
     let stop = stop_flag()?;
-    let opened = args.ports.open(&cfg)?;
-    let mut ports = opened.ports;
-    let _idle = ports.split_off(used);
-    for p in &ports {
+    let mut opened = args.ports.open_lanes(&cfg)?;
+    // Lane k forwards between queue k of the ports, on an lcore of its own.
+    let mut lanes = vec![std::mem::take(&mut opened.ports)];
+    lanes.append(&mut opened.lanes);
+    let _idle: Vec<Vec<AnyPort>> = lanes.iter_mut().map(|l| l.split_off(used)).collect();
+    for p in lanes.iter().flatten() {
         say!("port {} ({}): {}", p.info().name, p.kind(), p.info());
     }
+    let n_lanes = lanes.len();
     say!(
-        "forwarding ({:?}, burst {}); Ctrl-C stops",
+        "forwarding ({:?}, burst {}{}); Ctrl-C stops",
         args.mode,
-        args.burst
+        args.burst,
+        if n_lanes > 1 {
+            format!(", {n_lanes} lanes")
+        } else {
+            String::new()
+        }
     );
     let run = Run {
         mode: args.mode,
@@ -89,33 +99,46 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         deadline: deadline(args.duration),
         interval: args.stats_interval,
     };
-    let kinds: Vec<String> = ports.iter().map(|p| p.kind()).collect();
-    let (names, stats, dirs, elapsed) = if kinds.iter().all(|k| k == "soft") {
-        run.forward(&mut concrete(ports, |b| match b {
-            Backend::Soft(s) => Some(s),
-            _ => None,
-        }))
-    } else {
-        fast_or_any(run, ports, &kinds)
-    };
+    let (outcomes, places) = opened.run_lanes(lane_jobs(run, lanes, forward_any))?;
+    let elapsed = outcomes.iter().map(|o| o.3).max().unwrap_or(Duration::ZERO);
     say!("stopped after {:.2}s", elapsed.as_secs_f64());
+    if n_lanes > 1 {
+        for (k, (o, place)) in outcomes.iter().zip(&places).enumerate() {
+            say!("lane-{k} ({place}): {}", o.0.join(" "));
+        }
+    }
     let secs = elapsed.as_secs_f64().max(1e-9);
     let mut t = Table::new([
         "port", "rx_pkts", "tx_pkts", "rx_drop", "tx_drop", "fwd_from", "fwd_drop", "rx_Mpps",
         "tx_Mpps",
     ]);
-    for (i, (n, s)) in names.iter().zip(&stats).enumerate() {
+    let row = |t: &mut Table, name: String, s: &PortStats, d: &DirCounters| {
         t.row([
-            n.clone(),
+            name,
             s.rx_packets.to_string(),
             s.tx_packets.to_string(),
             s.rx_dropped.to_string(),
             s.tx_dropped.to_string(),
-            dirs[i].forwarded.to_string(),
-            dirs[i].dropped.to_string(),
+            d.forwarded.to_string(),
+            d.dropped.to_string(),
             format!("{:.3}", s.rx_packets as f64 / secs / 1e6),
             format!("{:.3}", s.tx_packets as f64 / secs / 1e6),
         ]);
+    };
+    let (mut total_s, mut total_d) = (PortStats::default(), DirCounters::default());
+    for (names, stats, dirs, _) in &outcomes {
+        for ((n, s), d) in names.iter().zip(stats).zip(dirs) {
+            row(&mut t, n.clone(), s, d);
+            total_s.rx_packets += s.rx_packets;
+            total_s.tx_packets += s.tx_packets;
+            total_s.rx_dropped += s.rx_dropped;
+            total_s.tx_dropped += s.tx_dropped;
+            total_d.forwarded += d.forwarded;
+            total_d.dropped += d.dropped;
+        }
+    }
+    if n_lanes > 1 {
+        row(&mut t, "total".into(), &total_s, &total_d);
     }
     say!(
         "
@@ -123,6 +146,38 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         t.to_string().trim_end()
     );
     Ok(())
+}
+
+/// One job per lane: lane `k` forwards between its ports (queue `k` of each port) with
+/// `forward`; lane 0 prints the periodic rate lines.
+fn lane_jobs<'a, P: Send + 'a>(
+    run: Run<'a>,
+    lanes: Vec<Vec<P>>,
+    forward: fn(Run<'_>, Vec<P>) -> Outcome,
+) -> Vec<LaneJob<'a, Outcome>> {
+    lanes
+        .into_iter()
+        .enumerate()
+        .map(|(k, ports)| {
+            let run = Run {
+                interval: if k == 0 { run.interval } else { Duration::ZERO },
+                ..run
+            };
+            Box::new(move || forward(run, ports)) as LaneJob<'a, Outcome>
+        })
+        .collect()
+}
+
+/// Forwards between `ports`, on a loop monomorphised for their backend when they share one.
+fn forward_any(run: Run<'_>, ports: Vec<AnyPort>) -> Outcome {
+    let kinds: Vec<String> = ports.iter().map(|p| p.kind()).collect();
+    if kinds.iter().all(|k| k == "soft") {
+        return run.forward(&mut concrete(ports, |b| match b {
+            Backend::Soft(s) => Some(s),
+            _ => None,
+        }));
+    }
+    fast_or_any(run, ports, &kinds)
 }
 
 #[cfg(feature = "dpdk")]
@@ -155,6 +210,7 @@ fn concrete<T>(ports: Vec<AnyPort>, pick: fn(Backend) -> Option<T>) -> Vec<T> {
 /// port and forwarded), and run time.
 type Outcome = (Vec<String>, Vec<PortStats>, Vec<DirCounters>, Duration);
 
+#[derive(Clone, Copy)]
 struct Run<'a> {
     mode: Mode,
     burst: usize,
@@ -218,7 +274,7 @@ fn swap_macs(frame: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dataplane::port::soft_pair::soft_pair;
+    use dataplane::port::soft_pair::{soft_pair, SoftPort};
     use dataplane::port::PortInfo;
 
     #[test]
@@ -230,6 +286,64 @@ mod tests {
         let mut short = vec![1, 2, 3];
         swap_macs(&mut short);
         assert_eq!(short, vec![1, 2, 3]);
+    }
+
+    // Two lanes, each forwarding between its own queue of ports `a` and `b` on a thread of
+    // its own: each lane forwards exactly the frames sent on its queue.
+    #[test]
+    fn lanes_forward_their_own_queues() {
+        let info = |n: &str, m| PortInfo {
+            name: n.into(),
+            mac: [2, 0, 0, 0, 0, m],
+            mtu: 1500,
+        };
+        let mut gens = Vec::new();
+        let mut sinks = Vec::new();
+        let mut lanes = Vec::new();
+        for lane in 0..2u8 {
+            let (mut gen, a) = soft_pair(info("gen", 1), info(&format!("a.q{lane}"), 2), 256);
+            let (b, sink) = soft_pair(info(&format!("b.q{lane}"), 3), info("sink", 4), 256);
+            let count = 40 + 20 * usize::from(lane);
+            let mut frames: Vec<_> = (0..count)
+                .map(|i| {
+                    let mut f = gen.alloc_tx(64).unwrap();
+                    f.as_mut().fill(lane);
+                    f.as_mut()[20] = i as u8;
+                    f
+                })
+                .collect();
+            assert_eq!(gen.tx_burst(&mut frames), count);
+            gens.push(gen);
+            sinks.push(sink);
+            lanes.push(vec![a, b]);
+        }
+        let stop = AtomicBool::new(false);
+        let run = Run {
+            mode: Mode::Io,
+            burst: 32,
+            stop: &stop,
+            deadline: Some(clock::now() + Duration::from_millis(100)),
+            interval: Duration::ZERO,
+        };
+        let jobs = lane_jobs(run, lanes, |run, mut ports: Vec<SoftPort>| {
+            run.forward(&mut ports)
+        });
+        let outcomes: Vec<Outcome> = std::thread::scope(|s| {
+            let handles: Vec<_> = jobs.into_iter().map(|j| s.spawn(j)).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (lane, (o, sink)) in outcomes.iter().zip(&mut sinks).enumerate() {
+            let count = 40 + 20 * lane as u64;
+            assert_eq!(o.0, [format!("a.q{lane}"), format!("b.q{lane}")]);
+            assert_eq!((o.2[0].forwarded, o.2[1].forwarded), (count, 0));
+            let mut got = Vec::new();
+            while sink.rx_burst(&mut got, 64) > 0 {}
+            assert_eq!(got.len() as u64, count);
+            assert!(got
+                .iter()
+                .enumerate()
+                .all(|(i, f)| { f.as_ref()[0] == lane as u8 && f.as_ref()[20] == i as u8 }));
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use dataplane::runtime::LaneJob;
 use dataplane::say;
 
 use super::common::{parse_secs, stop_flag, CmdError};
-use super::rdma_args::{LaneFailure, LaneReport, Lanes, RdmaArgs};
+use super::rdma_args::{run_until_first, LaneFailure, LaneReport, Lanes, RdmaArgs};
 
 /// The operation to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -598,7 +598,11 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
         rc?;
         return Ok(rs?);
     }
-    let mut s = rdma.session()?;
+    let lanes = rdma.lane_sessions()?;
+    if lanes.lanes.len() > 1 {
+        return perftest_lanes(args, &rdma, test, mode, params, lanes);
+    }
+    let mut s = lanes.into_single();
     if let Some(p) = s.poll.ports().first() {
         params.mac = p.info().mac;
         params.mtu = p.info().mtu;
@@ -640,6 +644,84 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
         }
     };
     r
+}
+
+/// `perf -R` on a multi-queue port: the server listens on every lane (an lcore each) and
+/// runs perftest's exchange on the lane its client's connections hash to (the others end
+/// with it); the client connects from lane 0 (local ports that hash to it).
+fn perftest_lanes(
+    args: &Args,
+    rdma: &RdmaArgs,
+    test: Test,
+    mode: PerfMode,
+    mut params: PerftestParams,
+    lanes: Lanes<super::rdma_args::Session>,
+) -> Result<(), CmdError> {
+    let Lanes {
+        lanes: mut sessions,
+        opened,
+    } = lanes;
+    let n = sessions.len();
+    let stop = stop_flag()?;
+    if let Some(p) = sessions[0].poll.ports().first() {
+        params.mac = p.info().mac;
+        params.mtu = p.info().mtu;
+    }
+    let sink = || -> dataplane::apps::perf::ResultSink {
+        Box::new(move |r: &PerfResult| {
+            say!("{}", PerfResult::header(mode));
+            say!("{}", r.row());
+        })
+    };
+    let mut apps = Vec::new();
+    match args.server {
+        None => {
+            let addr = sessions[0].listen_addr(None, args.port);
+            for s in sessions.iter_mut() {
+                let mut app = PerftestSession::server(s.poll.handler_mut(), addr, params.clone())?;
+                app.on_result = Some(sink());
+                apps.push(Some(app));
+            }
+            say!(
+                "perf -R {} server listening on {addr} ({n} lanes, memory per lane: {})",
+                test.name(),
+                sessions[0].memory
+            );
+        }
+        Some(ip) => {
+            let s = &mut sessions[0];
+            let remote = SocketAddr::new(ip, args.port);
+            let local = s.local_for(ip)?;
+            let mut app = PerftestSession::client(s.poll.handler_mut(), local, remote, params)?;
+            app.on_result = Some(sink());
+            apps.push(Some(app));
+            apps.resize_with(n, || None);
+            say!(
+                "perf -R {} to {remote} (lane 0 of {n}, memory: {}, CRC {})",
+                test.name(),
+                s.memory,
+                if rdma.crc { "on" } else { "off" },
+            );
+        }
+    }
+    let (outs, places) = run_until_first(&mut sessions, &opened, apps, rdma.time_limit, &stop)?;
+    LaneReport::print(&places, sessions.iter().map(|s| vec![&s.poll]));
+    let mut result = Ok(());
+    for (k, (app, r)) in outs
+        .into_iter()
+        .enumerate()
+        .filter_map(|(k, o)| Some((k, o?)))
+    {
+        if let Some(v) = app.peer_version() {
+            say!("perf -R: peer perftest version {v} (lane {k})");
+        }
+        if let Err(e) = r {
+            result = result.and(Err(CmdError::Runtime(format!("lane {k}: {e}"))));
+        }
+    }
+    drop(sessions);
+    drop(opened);
+    result
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@ use dataplane::port::{AnyPort, Port};
 use dataplane::say;
 use dataplane::stats::{si, RateReporter, Table};
 
+use dataplane::runtime::LaneJob;
+
 use super::common::{deadline, parse_secs, stop_flag, CmdError, OpenArgs, PortArgs};
 
 /// Signature at the start of every generated UDP payload.
@@ -223,9 +225,19 @@ pub fn run(mut args: Args) -> Result<(), CmdError> {
         }
     }
     let stop = stop_flag()?;
-    let mut opened = port_args.open(&cfg)?;
-    let ports = &mut opened.ports;
-
+    let mut opened = port_args.open_lanes(&cfg)?;
+    // A port of `queues = N` generates and counts on N lanes: lane k sends its share of the
+    // frames (and of the rate) on queue k, numbered from 0, and counts what queue k
+    // receives (memif and soft links deliver on queue k what the peer sent on its queue k).
+    let mut lanes = vec![std::mem::take(&mut opened.ports)];
+    lanes.append(&mut opened.lanes);
+    let n_lanes = lanes.len();
+    if args.ping_pong && n_lanes > 1 {
+        return Err(CmdError::Usage(format!(
+            "--ping-pong takes one queue ({n_lanes} configured)"
+        )));
+    }
+    let ports = &lanes[0];
     let template = tx_i.map(|i| {
         let dst = args
             .dst_mac
@@ -240,7 +252,7 @@ pub fn run(mut args: Args) -> Result<(), CmdError> {
         };
         build_template(args.size, ends, args.udp_port)
     });
-    for (i, p) in ports.iter().enumerate() {
+    for (i, p) in lanes.iter().flat_map(|ports| ports.iter().enumerate()) {
         let role = match (Some(i) == tx_i, Some(i) == rx_i) {
             (true, true) => "tx+rx",
             (true, false) => "tx",
@@ -257,7 +269,10 @@ pub fn run(mut args: Args) -> Result<(), CmdError> {
 
     let used: Vec<usize> = tx_i.iter().chain(rx_i.iter()).copied().collect();
     let wait_start = clock::now();
-    while !used.iter().all(|&i| ports[i].link_up()) {
+    while !lanes
+        .iter()
+        .all(|ports| used.iter().all(|&i| ports[i].link_up()))
+    {
         if stop.load(Ordering::Relaxed) || clock::elapsed(wait_start) >= args.link_wait {
             log::warn!(
                 "link still down after {:.1}s; sending anyway",
@@ -270,7 +285,7 @@ pub fn run(mut args: Args) -> Result<(), CmdError> {
 
     let end = deadline(args.duration);
     if let (true, Some(i), Some(r), Some(t)) = (args.ping_pong, tx_i, rx_i, &template) {
-        let out = ping_pong(ports, (i, r), t, &args, &stop, end);
+        let out = ping_pong(&mut lanes[0], (i, r), t, &args, &stop, end);
         say!(
             "ping-pong: {} round trips, {} lost (no reply within {:.3}s)",
             out.samples.len(),
@@ -281,93 +296,75 @@ pub fn run(mut args: Args) -> Result<(), CmdError> {
         say!("{}", latency_result(args.size, out.samples).row());
         return Ok(());
     }
-    let burst = usize::from(args.burst);
-    let start = clock::now();
-    let mut reporter = RateReporter::new(args.stats_interval, start, ports.len());
-    let mut sent: u64 = 0;
-    let mut pending = Vec::with_capacity(burst);
-    let mut rx_bufs = Vec::with_capacity(burst);
-    let mut rx = RxCounters::default();
-    let mut alloc_failures = 0u64;
-    let mut tx_done_at: Option<Instant> = None;
-    let mut last_tick = start;
-    loop {
-        let now = clock::now();
-        if stop.load(Ordering::Relaxed) || end.is_some_and(|d| now >= d) {
-            break;
-        }
-        if let (Some(i), Some(t)) = (tx_i, &template) {
-            let want_total = args.count.unwrap_or(u64::MAX);
-            if pending.is_empty() && sent < want_total {
-                let mut n = (burst as u64).min(want_total - sent);
-                if let Some(rate) = args.rate {
-                    let due = (now.saturating_since(start).as_secs_f64() * rate) as u64;
-                    n = n.min(due.saturating_sub(sent));
-                }
-                for k in 0..n {
-                    let Some(mut b) = ports[i].alloc_tx(t.len()) else {
-                        alloc_failures += 1;
-                        break;
-                    };
-                    b.as_mut().copy_from_slice(t);
-                    stamp(b.as_mut(), sent + k);
-                    pending.push(b);
-                }
-            }
-            if !pending.is_empty() {
-                let before = pending.len();
-                ports[i].tx_burst(&mut pending);
-                sent += (before - pending.len()) as u64;
-            }
-            if tx_done_at.is_none() && sent >= want_total {
-                tx_done_at = Some(now);
-            }
-        }
-        if let Some(i) = rx_i {
-            if ports[i].rx_burst(&mut rx_bufs, burst) > 0 {
-                for b in rx_bufs.drain(..) {
-                    rx.count(b.as_ref());
-                }
-            }
-        }
-        if let Some(t) = tx_done_at {
-            // All sent: give the receive side a moment to drain, then stop.
-            if rx_i.is_none() || now.saturating_since(t) >= Duration::from_millis(200) {
-                break;
-            }
-        }
-        if now.saturating_since(last_tick) >= Duration::from_millis(10) && reporter.due(now) {
-            last_tick = now;
-            if let Some(line) = reporter.poll_ports(now, ports) {
-                say!("{line}");
-            }
+    let jobs: Vec<LaneJob<'_, LaneTotals>> = lanes
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut ports)| {
+            let run = Generate {
+                tx: tx_i,
+                rx: rx_i,
+                template: template.clone(),
+                count: args.count.map(|c| lane_share(c, n_lanes, k)),
+                rate: args.rate.map(|r| r / n_lanes as f64),
+                burst: usize::from(args.burst),
+                stop: &stop,
+                end,
+                interval: if k == 0 {
+                    args.stats_interval
+                } else {
+                    Duration::ZERO
+                },
+            };
+            Box::new(move || run.run(&mut ports)) as LaneJob<'_, LaneTotals>
+        })
+        .collect();
+    let (per_lane, places) = opened.run_lanes(jobs)?;
+    let secs = per_lane
+        .iter()
+        .map(|l| l.secs)
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    say!("stopped after {secs:.2}s");
+    if n_lanes > 1 {
+        for (k, (l, place)) in per_lane.iter().zip(&places).enumerate() {
+            say!(
+                "lane-{k} ({place}): sent {} received {} generated {} gaps {} late {}",
+                l.sent,
+                l.rx.frames,
+                l.rx.generated,
+                l.rx.gaps,
+                l.rx.late
+            );
         }
     }
-    let secs = clock::elapsed(start).as_secs_f64().max(1e-9);
-    say!("stopped after {secs:.2}s");
+    let total = LaneTotals::sum(&per_lane);
+    let (sent, rx) = (total.sent, total.rx);
+    let name = |i: usize| match n_lanes {
+        1 => per_lane[0].names[i].clone(),
+        _ => cfg.ports[i].name().to_string(),
+    };
     let mut t = Table::new(["port", "role", "frames", "bytes", "pps", "bit/s"]);
     if let Some(i) = tx_i {
-        let s = ports[i].stats();
         t.row([
-            ports[i].info().name.clone(),
+            name(i),
             "tx".into(),
             sent.to_string(),
             (sent * args.size as u64).to_string(),
             si(sent as f64 / secs),
             si((sent * args.size as u64 * 8) as f64 / secs),
         ]);
-        if s.tx_dropped > 0 || alloc_failures > 0 {
+        if total.tx_dropped > 0 || total.alloc_failures > 0 {
             say!(
                 "tx port {}: {} refused by the ring, {} buffer allocation failures",
-                ports[i].info().name,
-                s.tx_dropped,
-                alloc_failures
+                name(i),
+                total.tx_dropped,
+                total.alloc_failures
             );
         }
     }
     if let Some(i) = rx_i {
         t.row([
-            ports[i].info().name.clone(),
+            name(i),
             "rx".into(),
             rx.frames.to_string(),
             rx.bytes.to_string(),
@@ -396,6 +393,134 @@ pub fn run(mut args: Args) -> Result<(), CmdError> {
         }
     }
     Ok(())
+}
+
+/// Lane `k`'s share of `total` frames over `lanes` lanes (the shares add up to `total`).
+fn lane_share(total: u64, lanes: usize, k: usize) -> u64 {
+    let n = lanes.max(1) as u64;
+    total / n + u64::from((k as u64) < total % n)
+}
+
+/// What one lane generates and counts, and where.
+struct Generate<'a> {
+    tx: Option<usize>,
+    rx: Option<usize>,
+    template: Option<Vec<u8>>,
+    count: Option<u64>,
+    rate: Option<f64>,
+    burst: usize,
+    stop: &'a AtomicBool,
+    end: Option<Instant>,
+    /// Seconds between statistics lines (zero: none).
+    interval: Duration,
+}
+
+/// What one lane sent and received.
+#[derive(Debug, Default)]
+struct LaneTotals {
+    /// The lane's port names.
+    names: Vec<String>,
+    sent: u64,
+    rx: RxCounters,
+    alloc_failures: u64,
+    /// Frames the transmit port's ring refused.
+    tx_dropped: u64,
+    secs: f64,
+}
+
+impl LaneTotals {
+    /// The lanes' counters added up.
+    fn sum(lanes: &[LaneTotals]) -> LaneTotals {
+        let mut t = LaneTotals::default();
+        for l in lanes {
+            t.sent += l.sent;
+            t.rx.frames += l.rx.frames;
+            t.rx.bytes += l.rx.bytes;
+            t.rx.generated += l.rx.generated;
+            t.rx.gaps += l.rx.gaps;
+            t.rx.late += l.rx.late;
+            t.alloc_failures += l.alloc_failures;
+            t.tx_dropped += l.tx_dropped;
+        }
+        t
+    }
+}
+
+impl Generate<'_> {
+    /// Sends numbered frames on `ports[tx]` and counts those received on `ports[rx]` until
+    /// the count is sent (and the receive side drained), the end or a stop request.
+    fn run<P: Port>(&self, ports: &mut [P]) -> LaneTotals {
+        let (tx_i, rx_i, burst) = (self.tx, self.rx, self.burst);
+        let start = clock::now();
+        let mut reporter = RateReporter::new(self.interval, start, ports.len());
+        let mut sent: u64 = 0;
+        let mut pending = Vec::with_capacity(burst);
+        let mut rx_bufs = Vec::with_capacity(burst);
+        let mut rx = RxCounters::default();
+        let mut alloc_failures = 0u64;
+        let mut tx_done_at: Option<Instant> = None;
+        let mut last_tick = start;
+        loop {
+            let now = clock::now();
+            if self.stop.load(Ordering::Relaxed) || self.end.is_some_and(|d| now >= d) {
+                break;
+            }
+            if let (Some(i), Some(t)) = (tx_i, &self.template) {
+                let want_total = self.count.unwrap_or(u64::MAX);
+                if pending.is_empty() && sent < want_total {
+                    let mut n = (burst as u64).min(want_total - sent);
+                    if let Some(rate) = self.rate {
+                        let due = (now.saturating_since(start).as_secs_f64() * rate) as u64;
+                        n = n.min(due.saturating_sub(sent));
+                    }
+                    for k in 0..n {
+                        let Some(mut b) = ports[i].alloc_tx(t.len()) else {
+                            alloc_failures += 1;
+                            break;
+                        };
+                        b.as_mut().copy_from_slice(t);
+                        stamp(b.as_mut(), sent + k);
+                        pending.push(b);
+                    }
+                }
+                if !pending.is_empty() {
+                    let before = pending.len();
+                    ports[i].tx_burst(&mut pending);
+                    sent += (before - pending.len()) as u64;
+                }
+                if tx_done_at.is_none() && sent >= want_total {
+                    tx_done_at = Some(now);
+                }
+            }
+            if let Some(i) = rx_i {
+                if ports[i].rx_burst(&mut rx_bufs, burst) > 0 {
+                    for b in rx_bufs.drain(..) {
+                        rx.count(b.as_ref());
+                    }
+                }
+            }
+            if let Some(t) = tx_done_at {
+                // All sent: give the receive side a moment to drain, then stop.
+                if rx_i.is_none() || now.saturating_since(t) >= Duration::from_millis(200) {
+                    break;
+                }
+            }
+            if now.saturating_since(last_tick) >= Duration::from_millis(10) && reporter.due(now) {
+                last_tick = now;
+                if let Some(line) = reporter.poll_ports(now, ports) {
+                    say!("{line}");
+                }
+            }
+        }
+        LaneTotals {
+            names: ports.iter().map(|p| p.info().name.clone()).collect(),
+            sent,
+            rx,
+            alloc_failures,
+            tx_dropped: tx_i.map_or(0, |i| ports[i].stats().tx_dropped),
+            secs: clock::elapsed(start).as_secs_f64(),
+        }
+    }
 }
 
 /// What a ping-pong run measured.

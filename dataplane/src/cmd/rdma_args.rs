@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dataplane::apps::{run_app, stop_connections, App, STOP_GRACE};
+use dataplane::apps::{run_app, stop_connections, App, Step, STOP_GRACE};
 use dataplane::classify::{FrameClass, Malformed};
 use dataplane::clock;
 use dataplane::lcore::{PollLoop, PortAddr};
+use dataplane::neighbour::neighbour_shares;
 use dataplane::port::{AnyPort, Port};
 use dataplane::rdma::{MemoryKind, RdmaHandler, RdmaStack, StackConfig};
-use dataplane::runtime::OpenedPorts;
+use dataplane::runtime::{LaneJob, OpenedPorts};
 use dataplane::say;
 use dataplane::steer::Lane;
 use iwarp::mpa::MpaConfig;
@@ -127,6 +128,63 @@ impl Lanes<LoopbackPair> {
         p._opened = Some(self.opened);
         p
     }
+}
+
+/// An application that also ends, successfully, once another lane's has ended (a server
+/// listening on every lane for its one client: the lane the client lands on ends the run).
+struct UntilOthers<'a, A> {
+    app: A,
+    others_done: &'a AtomicBool,
+}
+
+impl<A: App> App for UntilOthers<'_, A> {
+    type Error = A::Error;
+
+    fn step(&mut self, h: &mut RdmaHandler, now: clock::Instant) -> Step<A::Error> {
+        match self.app.step(h, now) {
+            Step::Continue if self.others_done.load(Ordering::Relaxed) => Step::Done(Ok(())),
+            step => step,
+        }
+    }
+}
+
+/// What one lane's application of [`run_until_first`] became: the application and how its
+/// run ended; `None` for a lane that had none.
+pub type FirstDone<A> = Option<(A, Result<(), CmdError>)>;
+
+/// Runs `apps[k]` on lane `k`'s session (`None`: the lane has nothing to run), each lane on
+/// an lcore of its own, until the first lane's application ends; then the others end too.
+/// Returns each lane's application and result, and where each lane ran.
+pub fn run_until_first<A: App + Send>(
+    sessions: &mut [Session],
+    opened: &OpenedPorts,
+    apps: Vec<Option<A>>,
+    limit: Option<Duration>,
+    stop: &AtomicBool,
+) -> Result<(Vec<FirstDone<A>>, Vec<String>), CmdError>
+where
+    CmdError: From<A::Error>,
+{
+    let done = AtomicBool::new(false);
+    let jobs: Vec<LaneJob<'_, FirstDone<A>>> = sessions
+        .iter_mut()
+        .zip(apps)
+        .map(|(s, app)| {
+            let done = &done;
+            Box::new(move || {
+                let mut lane = UntilOthers {
+                    app: app?,
+                    others_done: done,
+                };
+                let r = s.run_until(&mut lane, limit, stop);
+                done.store(true, Ordering::Relaxed);
+                Some((lane.app, r))
+            }) as LaneJob<'_, FirstDone<A>>
+        })
+        .collect();
+    opened
+        .run_lanes(jobs)
+        .map_err(|e| CmdError::Runtime(e.to_string()))
 }
 
 /// The first lane that failed; its failure stops the others (as one QP's failure ends a
@@ -301,10 +359,17 @@ impl RdmaArgs {
         let mut lanes = vec![std::mem::take(&mut opened.ports)];
         lanes.append(&mut opened.lanes);
         let n_lanes = lanes.len() as u16;
+        // Each port's lanes share what they learn about neighbours (an RSS NIC delivers
+        // every ARP reply and neighbour advertisement to queue 0).
+        let mut shares: Vec<_> = cfg
+            .ports
+            .iter()
+            .map(|_| neighbour_shares(lanes.len()).into_iter())
+            .collect();
         let mut all = Vec::new();
         for (lane, ports) in lanes.into_iter().enumerate() {
             let mut sessions = Vec::new();
-            for (port, pc) in ports.into_iter().zip(cfg.ports.iter()) {
+            for ((port, pc), share) in ports.into_iter().zip(cfg.ports.iter()).zip(&mut shares) {
                 if pc.ipv4.is_none() && pc.ipv6.is_none() {
                     return Err(CmdError::Usage(format!(
                         "port {} has no ipv4 or ipv6 address",
@@ -349,6 +414,9 @@ impl RdmaArgs {
                         lane: lane as u16,
                         lanes: n_lanes,
                     });
+                    if let Some(share) = share.next() {
+                        poll.share_neighbours(0, share);
+                    }
                 }
                 sessions.push(Session {
                     poll,
@@ -395,16 +463,6 @@ impl RdmaArgs {
             lanes: pairs,
             opened,
         })
-    }
-
-    /// Opens the one port and builds the handler.
-    pub fn session(&self) -> Result<Session, CmdError> {
-        let (mut sessions, opened) = self.open(1)?;
-        let mut s = sessions
-            .pop()
-            .ok_or_else(|| CmdError::Usage("no port".into()))?;
-        s._opened = Some(opened);
-        Ok(s)
     }
 
     /// Opens two ports (the ends of one link) with a handler each.

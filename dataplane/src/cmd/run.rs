@@ -20,6 +20,7 @@ use dataplane::classify::FrameClass;
 #[cfg(feature = "dpdk")]
 use dataplane::dpdk::{LcoreRole, WorkerJob};
 use dataplane::lcore::{LoopCounters, NoHandler, PollLoop, PortAddr, StopReason};
+use dataplane::neighbour::neighbour_shares;
 use dataplane::port::fault::Direction;
 use dataplane::port::{AnyPort, Port, PortStats};
 use dataplane::runtime::OpenedPorts;
@@ -71,6 +72,12 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     let mut lanes = vec![std::mem::take(&mut opened.ports)];
     lanes.append(&mut opened.lanes);
     let n_cfg = opened.configs.len();
+    let n_lanes = lanes.len();
+    // A port's queues share what they learn about neighbours (an RSS NIC delivers every ARP
+    // reply and neighbour advertisement to queue 0).
+    let mut shares: Vec<_> = (0..n_cfg)
+        .map(|_| neighbour_shares(n_lanes).into_iter())
+        .collect();
     let mut names = Vec::new();
     for (k, ports) in lanes.into_iter().enumerate() {
         for (i, port) in ports.into_iter().enumerate() {
@@ -91,7 +98,10 @@ pub fn run(args: Args) -> Result<(), CmdError> {
                 poll: PollLoop::new(NoHandler, cfg.poll.burst),
                 ports: Vec::new(),
             });
-            group.poll.add_port(port, addr);
+            let index = group.poll.add_port(port, addr);
+            if let Some(share) = shares[i].next().filter(|_| n_lanes > 1) {
+                group.poll.share_neighbours(index, share);
+            }
             group.ports.push(k * n_cfg + i);
         }
     }

@@ -16,8 +16,11 @@ use std::time::Duration;
 use dataplane::clock::{self, Instant};
 
 use dataplane::lcore::{PollLoop, PortAddr};
+use dataplane::neighbour::neighbour_shares;
 use dataplane::port::Port;
+use dataplane::runtime::LaneJob;
 use dataplane::say;
+use dataplane::steer::{steered_port, Lane};
 use dataplane::tcp_handler::{TcpHandler, TcpService};
 use rand::Rng;
 use tcp::cc::CongestionAlgorithm;
@@ -130,6 +133,8 @@ struct TcpApp {
     finished: Option<Instant>,
     last_info: Option<ConnInfo>,
     scratch: Vec<u8>,
+    /// Connections accepted or opened.
+    connections: u64,
 }
 
 impl TcpApp {
@@ -169,6 +174,7 @@ impl TcpApp {
                         continue;
                     }
                     self.started.get_or_insert(now);
+                    self.connections += 1;
                     self.conns.push(AppConn {
                         id: conn,
                         peer_closed: false,
@@ -179,6 +185,7 @@ impl TcpApp {
                     if let Some(t) = engine.tuple(conn) {
                         say!("connected {} to {}", t.local, t.remote);
                     }
+                    self.connections += 1;
                     self.started.get_or_insert(now);
                 }
                 Event::PeerClosed(conn) => {
@@ -378,76 +385,141 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         None => None,
     };
     let stop = stop_flag()?;
-    let opened = args.ports.open(&cfg)?;
-    let Some(port) = opened.ports.into_iter().next() else {
-        return Err(CmdError::Usage("no port".into()));
-    };
-    let offloads = port.offloads();
-    eprintln!("port {}: offloads {}", pc.name(), offloads.summary);
-    let tcp_cfg = tcp::Config {
-        mtu: port.info().mtu,
-        verify_checksums: false,
-        // The device fills the checksums of the TCP frames the port sends.
-        fill_checksums: !offloads.tx_checksum,
-        isn_secret: rand::thread_rng().gen(),
-        rto_min: Duration::from_millis(args.rto_min_ms),
-        congestion: match args.cc {
-            Cc::Newreno => CongestionAlgorithm::NewReno,
-            Cc::Cubic => CongestionAlgorithm::Cubic,
-        },
-        ..tcp::Config::default()
-    };
-    let mut engine: Engine<StreamSocket> = Engine::new(tcp_cfg);
-    if let Some(p) = args.listen.filter(|_| listen) {
-        engine
-            .listen(SocketAddr::new(listen_ip, p), 128)
-            .map_err(|e| CmdError::Runtime(e.to_string()))?;
-        say!(
-            "tcp {:?}: listening on {}",
-            args.mode,
-            SocketAddr::new(listen_ip, p)
-        );
+    let mut opened = args.ports.open_lanes(&cfg)?;
+    // A port of `queues = N` runs N lanes, each with an engine of its own: listeners on
+    // every lane take the connections steered to them; a client's connection is lane 0's.
+    let mut lanes = vec![std::mem::take(&mut opened.ports)];
+    lanes.append(&mut opened.lanes);
+    let n_lanes = lanes.len();
+    if n_lanes > 1 && listen && output.is_some() {
+        return Err(CmdError::Usage(format!(
+            "{:?} --output takes one queue (the connections of {n_lanes} lanes would share the file)",
+            args.mode
+        )
+        .to_lowercase()));
     }
-    let mut conns = Vec::new();
-    if let (Some(remote), Some(local)) = (args.connect.filter(|_| !listen), local) {
-        let id = engine
-            .connect(
-                clock::now(),
-                SocketAddr::new(local, 0),
-                remote,
-                StreamSocket::new(SOCKET_BUF, SOCKET_BUF),
-            )
-            .map_err(|e| CmdError::Runtime(e.to_string()))?;
-        say!(
-            "tcp {:?}: connecting to {remote}, {} bytes",
-            args.mode,
-            data.len()
-        );
-        conns.push(AppConn {
-            id,
-            peer_closed: false,
-            close_sent: false,
-        });
+    let mut shares = neighbour_shares(n_lanes).into_iter();
+    let (mut data, mut output) = (Some(data), output);
+    let mut jobs: Vec<LaneJob<'_, LaneOutcome>> = Vec::new();
+    for (k, ports) in lanes.into_iter().enumerate() {
+        let Some(port) = ports.into_iter().next() else {
+            return Err(CmdError::Usage("no port".into()));
+        };
+        let offloads = port.offloads();
+        if k == 0 {
+            eprintln!("port {}: offloads {}", pc.name(), offloads.summary);
+        }
+        let tcp_cfg = tcp::Config {
+            mtu: port.info().mtu,
+            verify_checksums: false,
+            // The device fills the checksums of the TCP frames the port sends.
+            fill_checksums: !offloads.tx_checksum,
+            isn_secret: rand::thread_rng().gen(),
+            rto_min: Duration::from_millis(args.rto_min_ms),
+            congestion: match args.cc {
+                Cc::Newreno => CongestionAlgorithm::NewReno,
+                Cc::Cubic => CongestionAlgorithm::Cubic,
+            },
+            ..tcp::Config::default()
+        };
+        let ephemeral = tcp_cfg.ephemeral_ports;
+        let mut engine: Engine<StreamSocket> = Engine::new(tcp_cfg);
+        if let Some(p) = args.listen.filter(|_| listen) {
+            engine
+                .listen(SocketAddr::new(listen_ip, p), 128)
+                .map_err(|e| CmdError::Runtime(e.to_string()))?;
+            if k == 0 {
+                say!(
+                    "tcp {:?}: listening on {}{}",
+                    args.mode,
+                    SocketAddr::new(listen_ip, p),
+                    if n_lanes > 1 {
+                        format!(" ({n_lanes} lanes)")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+        let data = if k == 0 {
+            data.take().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let mut conns = Vec::new();
+        if let (Some(remote), Some(local), 0) = (args.connect.filter(|_| !listen), local, k) {
+            // On lanes, a local port whose 4-tuple hashes to lane 0 (the peer's lane 0 too).
+            let lane = Lane {
+                lane: 0,
+                lanes: n_lanes as u16,
+            };
+            let port = match n_lanes {
+                1 => 0,
+                _ => steered_port(local, remote, lane, ephemeral.0..=ephemeral.1, |_| true)
+                    .unwrap_or(0),
+            };
+            let id = engine
+                .connect(
+                    clock::now(),
+                    SocketAddr::new(local, port),
+                    remote,
+                    StreamSocket::new(SOCKET_BUF, SOCKET_BUF),
+                )
+                .map_err(|e| CmdError::Runtime(e.to_string()))?;
+            say!(
+                "tcp {:?}: connecting to {remote}, {} bytes",
+                args.mode,
+                data.len()
+            );
+            conns.push(AppConn {
+                id,
+                peer_closed: false,
+                close_sent: false,
+            });
+        }
+        let app = TcpApp {
+            mode: args.mode,
+            once: args.once,
+            data,
+            written: 0,
+            received: 0,
+            output: if k == 0 { output.take() } else { None },
+            conns,
+            stop: Arc::clone(&stop),
+            outcome: None,
+            started: None,
+            finished: None,
+            last_info: None,
+            scratch: Vec::new(),
+            connections: 0,
+        };
+        let mut poll = PollLoop::new(TcpHandler::new(engine, (), app), cfg.poll.burst);
+        poll.add_port(port, addr);
+        if n_lanes > 1 {
+            if let Some(share) = shares.next() {
+                poll.share_neighbours(0, share);
+            }
+        }
+        let (stop, limit) = (Arc::clone(&stop), deadline(args.duration));
+        jobs.push(Box::new(move || {
+            poll.run(&stop, limit, |_, _| {});
+            LaneOutcome::of(&poll)
+        }));
     }
-    let app = TcpApp {
-        mode: args.mode,
-        once: args.once,
-        data,
-        written: 0,
-        received: 0,
-        output,
-        conns,
-        stop: Arc::clone(&stop),
-        outcome: None,
-        started: None,
-        finished: None,
-        last_info: None,
-        scratch: Vec::new(),
-    };
-    let mut poll = PollLoop::new(TcpHandler::new(engine, (), app), cfg.poll.burst);
-    poll.add_port(port, addr);
-    poll.run(&stop, deadline(args.duration), |_, _| {});
-    let app = poll.handler().service();
+    let (outcomes, places) = opened.run_lanes(jobs)?;
+    if n_lanes > 1 {
+        for (k, (o, place)) in outcomes.iter().zip(&places).enumerate() {
+            say!(
+                "lane-{k} ({place}): connections {} sent {} received {} rx-frames {} tx-frames {}",
+                o.connections,
+                o.written,
+                o.received,
+                o.rx_frames,
+                o.tx_frames
+            );
+        }
+    }
+    let app = LaneOutcome::total(outcomes);
     let secs = match (app.started, app.finished) {
         (Some(s), Some(f)) => f.saturating_since(s).as_secs_f64(),
         (Some(s), None) => clock::elapsed(s).as_secs_f64(),
@@ -461,7 +533,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
     };
     say!(
         "tcp {:?}: sent {} bytes, received {} bytes in {secs:.3} s ({rate:.1} Mbit/s)",
-        app.mode,
+        args.mode,
         app.written,
         app.received
     );
@@ -491,12 +563,67 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             i.paws_drops
         );
     }
-    match &app.outcome {
-        Some(Err(e)) => Err(CmdError::Runtime(e.to_string())),
+    match app.outcome {
+        Some(Err(e)) => Err(CmdError::Runtime(e)),
         Some(Ok(())) => Ok(()),
-        None if matches!(app.mode, Mode::Source | Mode::Client) || app.once => Err(
+        None if matches!(args.mode, Mode::Source | Mode::Client) || args.once => Err(
             CmdError::Runtime("stopped before the transfer completed".into()),
         ),
         None => Ok(()),
+    }
+}
+
+/// What one lane's application did.
+#[derive(Debug, Default)]
+struct LaneOutcome {
+    written: usize,
+    received: u64,
+    started: Option<Instant>,
+    finished: Option<Instant>,
+    last_info: Option<ConnInfo>,
+    outcome: Option<Result<(), String>>,
+    /// Connections the lane served (accepted or opened).
+    connections: u64,
+    rx_frames: u64,
+    tx_frames: u64,
+}
+
+impl LaneOutcome {
+    fn of<P: Port>(poll: &PollLoop<P, TcpHandler<StreamSocket, (), TcpApp>>) -> LaneOutcome {
+        let app = poll.handler().service();
+        let c = poll.counters(0);
+        LaneOutcome {
+            written: app.written,
+            received: app.received,
+            started: app.started,
+            finished: app.finished,
+            last_info: app.last_info,
+            outcome: app
+                .outcome
+                .as_ref()
+                .map(|r| r.as_ref().map(|_| ()).map_err(ToString::to_string)),
+            connections: app.connections,
+            rx_frames: c.rx,
+            tx_frames: c.tx,
+        }
+    }
+
+    /// The lanes together: bytes summed, the earliest start and latest finish, the first
+    /// failure (else a success).
+    fn total(lanes: Vec<LaneOutcome>) -> LaneOutcome {
+        let mut t = LaneOutcome::default();
+        for l in lanes {
+            t.written += l.written;
+            t.received += l.received;
+            t.started = t.started.into_iter().chain(l.started).min();
+            t.finished = t.finished.into_iter().chain(l.finished).max();
+            t.last_info = t.last_info.or(l.last_info);
+            t.connections += l.connections;
+            t.outcome = match (t.outcome.take(), l.outcome) {
+                (Some(Err(e)), _) | (_, Some(Err(e))) => Some(Err(e)),
+                (a, b) => a.or(b),
+            };
+        }
+        t
     }
 }

@@ -18,8 +18,8 @@ use iwarp::mpa::{MpaConfig, Negotiated};
 use iwarp::rdmap;
 use iwarp::verbs::channel::CoreEnd;
 use iwarp::verbs::{
-    AsyncEvent, LlpAttach, LlpStreamHandle, ModifyQp, QpAction, QpId, QpInit, QpState, Rnic,
-    VerbError,
+    AsyncEvent, LlpAttach, LlpStreamHandle, ModifyQp, MrSpec, PdId, QpAction, QpId, QpInit,
+    QpState, Rnic, STag, VerbError,
 };
 use iwarp::wire::mpa::RtrTypes;
 use iwarp::wire::terminate::TerminateCause;
@@ -28,6 +28,7 @@ use tcp::{CloseReason, ConnId, Engine, Event, FourTuple};
 
 use super::counters::{CmCounters, RdmaCounters};
 use super::events::{EventCounters, EventLog};
+use super::shared::{LaneRegistrations, ShareError};
 use crate::clock::Instant;
 use crate::steer::{steered_port, Lane};
 use crate::tcp_handler::{TcpHandler, TcpService};
@@ -215,6 +216,8 @@ pub struct ConnManager {
     next_port: u16,
     /// Connections accepted whose 4-tuple hashes to another lane.
     foreign: u64,
+    /// This lane's end of the registrations shared with the other lanes.
+    registrations: Option<LaneRegistrations>,
 }
 
 impl RdmaHandler {
@@ -244,6 +247,7 @@ impl RdmaHandler {
             lane: Lane::SOLE,
             next_port: 0,
             foreign: 0,
+            registrations: None,
         };
         TcpHandler::new(engine, rnic, cm)
     }
@@ -273,6 +277,36 @@ impl RdmaHandler {
         let cm = self.parts().2;
         cm.lane = lane;
         cm.next_port = cm.cfg.tcp.ephemeral_ports.0;
+    }
+
+    /// Shares memory registrations with the other lanes through `regs`, this lane's copies
+    /// of the shared regions in `pd`: every iteration applies the other lanes' changes.
+    /// The RNIC must place into the memory the other lanes' do
+    /// ([`super::open_shared_rnic`]); call it before registering anything.
+    pub fn share_registrations(&mut self, mut regs: LaneRegistrations, pd: PdId) {
+        let (_, rnic, cm) = self.parts();
+        regs.attach(rnic, pd);
+        cm.registrations = Some(regs);
+    }
+
+    /// Registers `spec` on every lane under one STag ([`LaneRegistrations::register`]):
+    /// usable by the QPs of any lane when this returns.
+    pub fn register_shared_mr(&mut self, spec: &MrSpec) -> Result<STag, ShareError> {
+        let (_, rnic, cm) = self.parts();
+        cm.registrations
+            .as_mut()
+            .ok_or(ShareError::NotShared)?
+            .register(rnic, spec)
+    }
+
+    /// Deallocates the shared region `stag` on every lane ([`LaneRegistrations::deregister`]):
+    /// no lane places into it when this returns.
+    pub fn deregister_shared_mr(&mut self, stag: STag) -> Result<(), ShareError> {
+        let (_, rnic, cm) = self.parts();
+        cm.registrations
+            .as_mut()
+            .ok_or(ShareError::NotShared)?
+            .deregister(rnic, stag)
     }
 
     /// The lane this handler is (the only one of a one-queue port by default).
@@ -1160,6 +1194,9 @@ impl TcpService<Connection, Rnic> for ConnManager {
     /// iteration.
     fn work(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, now: Instant) {
         self.now = now;
+        if let Some(regs) = &mut self.registrations {
+            regs.apply(rnic);
+        }
         self.run_timers(engine, rnic, now);
         self.tcp_events(engine, rnic);
         for ch in &mut self.channels {

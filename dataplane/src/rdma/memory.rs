@@ -3,14 +3,15 @@
 use iwarp::mem::HeapBackend;
 use iwarp::verbs::{AddressingMode, MemoryBackend, Rnic, RnicAttributes, RnicDevice, VerbError};
 
-use crate::hugemem::HugepageMemory;
+use crate::hugemem::{HugepageMemory, SharedMemory};
 
 /// The kind of memory behind an RNIC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryKind {
     /// A hugetlbfs mapping.
     Hugepages,
-    /// Ordinary heap memory (no hugetlbfs mount or no free hugepages).
+    /// Ordinary memory (no hugetlbfs mount or no free hugepages): the heap, or a file
+    /// mapping when the lanes share it ([`open_shared_rnic`]).
     Heap,
     /// The application's own memory, region by region as it registers it.
     Application,
@@ -42,6 +43,19 @@ pub fn open_rnic(len: usize, hugepages: bool, seed: u64) -> Result<(Rnic, Memory
     };
     let device = RnicDevice::new("dp-rnic0", rnic_attributes());
     let rnic = device.open(AddressingMode::Page, backend, seed)?;
+    Ok((rnic, kind))
+}
+
+/// Opens a software RNIC over one lane's view of `memory`, the mapping every lane places
+/// into when the lanes share registrations ([`super::LaneRegistrations`]).
+pub fn open_shared_rnic(memory: &SharedMemory, seed: u64) -> Result<(Rnic, MemoryKind), VerbError> {
+    let kind = if memory.is_hugepages() {
+        MemoryKind::Hugepages
+    } else {
+        MemoryKind::Heap
+    };
+    let device = RnicDevice::new("dp-rnic0", rnic_attributes());
+    let rnic = device.open(AddressingMode::Page, Box::new(memory.view()), seed)?;
     Ok((rnic, kind))
 }
 

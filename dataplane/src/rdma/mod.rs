@@ -19,6 +19,7 @@ mod events;
 mod handler;
 mod memory;
 mod observe;
+mod shared;
 mod stack;
 mod stop;
 
@@ -29,7 +30,8 @@ pub use handler::{
     CmError, CmEvent, ConnManager, RdmaConfig, RdmaEngine, RdmaHandler, LISTEN_BACKLOG,
     MAX_CM_EVENTS,
 };
-pub use memory::{open_rnic, MemoryKind};
+pub use memory::{open_rnic, open_shared_rnic, MemoryKind};
 pub use observe::OPCODE_NAMES;
+pub use shared::{lane_registrations, LaneRegistrations, ShareError, SHARE_TIMEOUT};
 pub use stack::{RdmaStack, StackConfig, StackError};
 pub use stop::{Drained, StopCounts};

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use super::event::{AsyncEvent, AsyncEventKind, EventResource};
-use super::handle::{CompletionHandlerId, CqHandle, QpId, UlpId};
+use super::handle::{CompletionHandlerId, CqHandle, UlpId};
 use super::queues::{Cq, NotifyType, WqKind};
 use super::rnic::Rnic;
 use super::status::VerbError;
@@ -72,6 +72,7 @@ impl Rnic {
                 notify: None,
                 handler,
                 overflows: 0,
+                flush_blocked: Vec::new(),
             },
         );
         Ok((handle, entries))
@@ -186,16 +187,26 @@ impl Rnic {
             .map_or(0, |c| (c.capacity as usize).saturating_sub(c.entries.len()))
     }
 
-    /// QPs that report to `cq` and still have WQEs to flush.
+    /// Resumes the QPs whose flush stopped because `cq` was full ([`Rnic::flush`] lists
+    /// them); O(1) when none waits.
     fn resume_flushing(&mut self, cq: CqHandle) {
-        let pending: Vec<QpId> = self
-            .qps
-            .values()
-            .filter(|qp| (qp.sq_cq == cq || qp.rq_cq == cq) && qp.has_flush_pending())
-            .map(|qp| qp.id)
-            .collect();
-        for qp in pending {
+        let Some(c) = self.cqs.get_mut(&cq) else {
+            return;
+        };
+        if c.flush_blocked.is_empty() {
+            return;
+        }
+        let mut waiting = std::mem::take(&mut c.flush_blocked).into_iter();
+        for qp in waiting.by_ref() {
             self.flush(qp);
+            if self.cq_room(cq) == 0 {
+                break;
+            }
+        }
+        // The ones not tried wait first, then any the flushes above listed again.
+        if let Some(c) = self.cqs.get_mut(&cq) {
+            let again = std::mem::take(&mut c.flush_blocked);
+            c.flush_blocked = waiting.chain(again).collect();
         }
     }
 }

@@ -259,6 +259,11 @@ enum Entry {
 /// Index 0 of `Resolved::region` stands for STag 0 (physical addressing).
 const STAG0_REGION: u32 = 0;
 
+/// The STag index bit of regions registered on several RNICs at once under one STag
+/// ([`super::Rnic::register_mr_at`]): an RNIC that reserves it
+/// ([`super::Rnic::reserve_lane_stags`]) never picks such an index itself.
+pub const LANE_STAG_BIT: u32 = 1 << 23;
+
 /// All MRs and MWs of an RNIC over one memory backend.
 pub struct MemoryModel {
     backend: Box<dyn MemoryBackend + Send>,
@@ -267,6 +272,8 @@ pub struct MemoryModel {
     entries: FxHashMap<u32, Entry>,
     streams: FxHashMap<QpId, StreamRights>,
     rng: u64,
+    /// Indices with [`LANE_STAG_BIT`] are left to [`MemoryModel::register_at`].
+    lane_stags: bool,
     pub(super) page_sizes: Vec<u64>,
     pub(super) max_pbl_entries: u32,
     pub(super) max_mr_size: u64,
@@ -388,6 +395,7 @@ impl MemoryModel {
             entries: FxHashMap::default(),
             streams: FxHashMap::default(),
             rng: seed | 1,
+            lane_stags: false,
             page_sizes: vec![4096],
             max_pbl_entries: 1 << 20,
             max_mr_size: 1 << 40,
@@ -530,7 +538,10 @@ impl MemoryModel {
             x ^= x << 25;
             x ^= x >> 27;
             self.rng = x;
-            let idx = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as u32 & 0x00FF_FFFF;
+            let mut idx = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as u32 & 0x00FF_FFFF;
+            if self.lane_stags {
+                idx &= !LANE_STAG_BIT;
+            }
             if idx != 0 && !self.entries.contains_key(&idx) {
                 return idx;
             }
@@ -618,6 +629,30 @@ impl MemoryModel {
         self.check_spec(spec, self.max_pbl_entries)?;
         let idx = self.fresh_index();
         Ok(self.install_mr(idx, spec, spec.pbl.pages.len() as u32))
+    }
+
+    /// Leaves the indices with [`LANE_STAG_BIT`] to [`MemoryModel::register_at`].
+    pub(super) fn reserve_lane_stags(&mut self) {
+        self.lane_stags = true;
+    }
+
+    /// Registers `spec` at `index`, an index with [`LANE_STAG_BIT`] the caller chose (the
+    /// same on every RNIC that shares the region). The region is Shared (VERBS-00 §7.3.2.4):
+    /// no Invalidate, Reregister or Fast-Register changes one RNIC's copy alone.
+    pub(super) fn register_at(&mut self, index: u32, spec: &MrSpec) -> Result<STag, VerbError> {
+        if !self.lane_stags
+            || index & LANE_STAG_BIT == 0
+            || index > 0x00FF_FFFF
+            || self.entries.contains_key(&index)
+        {
+            return Err(VerbError::InvalidStagIndex);
+        }
+        self.check_spec(spec, self.max_pbl_entries)?;
+        let stag = self.install_mr(index, spec, spec.pbl.pages.len() as u32);
+        if let Some(Entry::Mr(mr)) = self.entries.get_mut(&index) {
+            mr.shared = true;
+        }
+        Ok(stag)
     }
 
     pub(super) fn allocate_mr(

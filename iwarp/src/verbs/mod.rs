@@ -71,7 +71,7 @@ pub use event_queue::{EventQueueStats, QueueStats};
 pub use handle::{CompletionHandlerId, CqHandle, QpId, SrqHandle, UlpId};
 pub use memory::{
     BindSpec, FastRegSpec, LocalContext, MemoryBackend, MemoryModel, MrAttributes, MrSpec,
-    MwAttributes, PageList, StagInfo, StagState, TaggedBase,
+    MwAttributes, PageList, StagInfo, StagState, TaggedBase, LANE_STAG_BIT,
 };
 pub use processing::PostError;
 pub use qp::{event_for_cause, LlpAttach, LlpEvent, ModifyQp, QpAttributes};

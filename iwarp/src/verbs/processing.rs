@@ -296,11 +296,20 @@ impl Rnic {
     pub fn next_recv_wr(&mut self, qp: QpId) -> Option<RecvWr> {
         let q = self.qps.get_mut(&qp)?;
         if q.state != QpState::Rts {
+            if let Some(srq) = q.srq {
+                self.srq_wait(qp, srq, false);
+            }
             return None;
         }
         let wr = match q.srq {
             None => q.rq_pending.pop_front().map(|(_, wr)| wr)?,
-            Some(srq) => self.take_srq_wqe(srq)?,
+            Some(srq) => match self.take_srq_wqe(srq) {
+                Some(wr) => wr,
+                None => {
+                    self.srq_wait(qp, srq, true);
+                    return None;
+                }
+            },
         };
         let q = self.qps.get_mut(&qp).expect("QP exists");
         let work = q.next_work();

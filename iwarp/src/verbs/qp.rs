@@ -145,11 +145,7 @@ impl Rnic {
             return Err(VerbError::RqLimitOutOfRange);
         }
         let quota = self.quota(ulp);
-        let (qps, ird): (u32, u32) = self
-            .qps
-            .values()
-            .filter(|q| q.ulp == ulp)
-            .fold((0, 0), |(n, i), q| (n + 1, i + q.init.ird));
+        let (qps, ird) = self.ulp_qps.get(&ulp).copied().unwrap_or_default();
         if self.qps.len() >= self.attrs.max_qps as usize
             || qps >= quota.max_qps
             || ird.saturating_add(init.ird) > quota.max_ird
@@ -187,9 +183,12 @@ impl Rnic {
             rq_limit_armed: init.rq_limit > 0,
             error_reported: false,
             touched: false,
+            srq_waiting: false,
         };
         let srq_pd = init.srq.and_then(|s| self.srqs.get(&s)).map(|s| s.pd);
         self.memory.set_stream(id, qp.stream_rights(srq_pd));
+        let usage = self.ulp_qps.entry(ulp).or_default();
+        *usage = (usage.0 + 1, usage.1.saturating_add(qp.init.ird));
         self.qps.insert(id, qp);
         log::debug!("QP {id:?} created");
         Ok((id, granted))
@@ -274,12 +273,8 @@ impl Rnic {
                 return Err(VerbError::CannotChangeAttribute);
             }
             let quota = self.quota(q.ulp);
-            let others: u32 = self
-                .qps
-                .values()
-                .filter(|o| o.ulp == q.ulp && o.id != qp)
-                .map(|o| o.init.ird)
-                .sum();
+            let all = self.ulp_qps.get(&q.ulp).map_or(0, |u| u.1);
+            let others = all.saturating_sub(q.init.ird);
             if others.saturating_add(ird) > quota.max_ird {
                 return Err(VerbError::InsufficientResources);
             }
@@ -315,6 +310,9 @@ impl Rnic {
         }
         // Every check passed: apply.
         let q = self.qps.get_mut(&qp).expect("QP checked above");
+        if let Some(u) = self.ulp_qps.get_mut(&q.ulp) {
+            u.1 = u.1.saturating_sub(q.init.ird).saturating_add(new.ird);
+        }
         q.init = new;
         if m.arm_rq_limit || (m.rq_limit.is_some() && new.rq_limit > 0) {
             q.rq_limit_armed = new.rq_limit > 0;
@@ -380,7 +378,13 @@ impl Rnic {
         }
         let attached = q.llp.is_some() && !matches!(q.state, QpState::Idle | QpState::Error);
         let q = self.qps.remove(&qp).expect("QP exists");
+        if let Some(u) = self.ulp_qps.get_mut(&q.ulp) {
+            *u = (u.0.saturating_sub(1), u.1.saturating_sub(q.init.ird));
+        }
         if let Some(srq) = q.srq.and_then(|s| self.srqs.get_mut(&s)) {
+            if q.srq_waiting {
+                srq.waiters.retain(|&w| w != qp);
+            }
             let taken = q.rq_active.len() as u32
                 + q.flush_queue
                     .iter()
@@ -518,6 +522,12 @@ impl Rnic {
             };
             let cq = if kind == WqKind::Sq { q.sq_cq } else { q.rq_cq };
             if self.cq_room(cq) == 0 {
+                // Resumed when a poll of `cq` makes room.
+                if let Some(c) = self.cqs.get_mut(&cq) {
+                    if !c.flush_blocked.contains(&qp) {
+                        c.flush_blocked.push(qp);
+                    }
+                }
                 return;
             }
             self.qps

@@ -41,6 +41,9 @@ pub(super) struct Cq {
     pub(super) handler: Option<CompletionHandlerId>,
     /// Completions dropped because the CQ was full.
     pub(super) overflows: u64,
+    /// QPs whose flushed WRs wait for room on this CQ, each once: a poll that makes room
+    /// resumes them, and only them.
+    pub(super) flush_blocked: Vec<QpId>,
 }
 
 /// A Shared Receive Queue.
@@ -55,6 +58,8 @@ pub(super) struct Srq {
     pub(super) queue: VecDeque<RecvWr>,
     /// WQEs posted whose WC was not yet polled (VERBS-00 §6.3.5).
     pub(super) slots: u32,
+    /// QPs that found the S-RQ empty, oldest first: a post wakes one per WQE posted.
+    pub(super) waiters: VecDeque<QpId>,
 }
 
 /// An LLP stream (TCP connection) handle chosen by the data plane.
@@ -182,6 +187,8 @@ pub(super) struct Qp {
     pub(super) error_reported: bool,
     /// In the RNIC's list of QPs with new work ([`Rnic::take_touched_qps`]).
     pub(super) touched: bool,
+    /// In its S-RQ's list of waiters.
+    pub(super) srq_waiting: bool,
 }
 
 impl Qp {

@@ -48,6 +48,23 @@ impl Rnic {
         self.memory.register(spec)
     }
 
+    /// Leaves the STag indices with [`super::memory::LANE_STAG_BIT`] to
+    /// [`Rnic::register_mr_at`]: this RNIC is one of several (a data plane's lanes) that
+    /// hold the same regions under the same STags.
+    pub fn reserve_lane_stags(&mut self) {
+        self.memory.reserve_lane_stags();
+    }
+
+    /// Registers `spec` under the STag index `index` (which has
+    /// [`super::memory::LANE_STAG_BIT`]; [`Rnic::reserve_lane_stags`] first), as every RNIC
+    /// sharing the region does. The region behaves as a Shared MR: Invalidate, Reregister
+    /// and Fast-Register are refused, only [`Rnic::dealloc_stag`] removes it. Fails with
+    /// `InvalidStagIndex` when the index is taken or not reserved.
+    pub fn register_mr_at(&mut self, index: u32, spec: &MrSpec) -> Result<STag, VerbError> {
+        self.stag_room(spec.pd, false)?;
+        self.memory.register_at(index, spec)
+    }
+
     /// RI-Reregister Non-Shared MR (VERBS-00 §7.3.2.3, §9.2.6.5) keeping the index.
     /// Refused without change if windows are bound or the index is bad; any other failure
     /// deallocates the region.

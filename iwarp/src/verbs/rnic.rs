@@ -211,6 +211,7 @@ impl RnicDevice {
             event_counts: FxHashMap::default(),
             actions: VecDeque::new(),
             touched: Vec::new(),
+            ulp_qps: FxHashMap::default(),
         })
     }
 }
@@ -276,6 +277,9 @@ pub struct Rnic {
     pub(super) actions: VecDeque<QpAction>,
     /// QPs given new work since the last [`Rnic::take_touched_qps`], each once.
     touched: Vec<QpId>,
+    /// Each ULP's QPs and the sum of their IRDs (its quota's use), kept as QPs come, go
+    /// and change IRD, so creating a QP costs the same with 10,000 QPs as with one.
+    pub(super) ulp_qps: FxHashMap<UlpId, (u32, u32)>,
 }
 
 impl std::fmt::Debug for Rnic {

@@ -62,6 +62,7 @@ impl Rnic {
                 armed: limit > 0,
                 queue: VecDeque::new(),
                 slots: 0,
+                waiters: VecDeque::new(),
             },
         );
         Ok((h, max_wrs))
@@ -126,31 +127,59 @@ impl Rnic {
     }
 
     /// PostRQ to an S-RQ (VERBS-00 §9.3.1.2). Returns the number of WRs posted; the first
-    /// failing WR stops the list.
+    /// failing WR stops the list. Each WR posted wakes one of the QPs that found the S-RQ
+    /// empty, oldest first ([`Rnic::take_touched_qps`]): O(1) per WR, however many QPs
+    /// share the S-RQ.
     pub fn post_srq(&mut self, srq: SrqHandle, wrs: Vec<RecvWr>) -> Result<usize, PostError> {
-        // The QPs drawing on the S-RQ may have waited for these.
-        let waiting: Vec<QpId> = self
-            .qps
-            .values()
-            .filter(|q| q.srq == Some(srq) && !q.touched)
-            .map(|q| q.id)
-            .collect();
-        for qp in waiting {
-            self.touch(qp);
-        }
         let s = self.srqs.get_mut(&srq).ok_or(PostError {
             posted: 0,
             error: VerbError::InvalidSrqHandle,
         })?;
         let mut posted = 0;
+        let mut result = Ok(());
         for wr in wrs {
-            check_recv_wr(&wr, s.slots, s.max_wrs, s.max_sges)
-                .map_err(|error| PostError { posted, error })?;
+            if let Err(error) = check_recv_wr(&wr, s.slots, s.max_wrs, s.max_sges) {
+                result = Err(PostError { posted, error });
+                break;
+            }
             s.slots += 1;
             s.queue.push_back(wr);
             posted += 1;
         }
-        Ok(posted)
+        self.wake_srq_waiters(srq, posted);
+        result.map(|()| posted)
+    }
+
+    /// Wakes up to `n` QPs waiting for WQEs of `srq`, oldest first (destroyed ones are
+    /// skipped).
+    fn wake_srq_waiters(&mut self, srq: SrqHandle, n: usize) {
+        let mut woken = 0;
+        while woken < n {
+            let Some(qp) = self.srqs.get_mut(&srq).and_then(|s| s.waiters.pop_front()) else {
+                return;
+            };
+            if let Some(q) = self.qps.get_mut(&qp).filter(|q| q.srq_waiting) {
+                q.srq_waiting = false;
+                self.touch(qp);
+                woken += 1;
+            }
+        }
+    }
+
+    /// The QP found `srq` empty (or was woken and took nothing): it waits for the next
+    /// post. A QP that will not take WQEs (not in RTS) hands the wake-up it had to the next
+    /// waiter while the S-RQ holds some.
+    pub(super) fn srq_wait(&mut self, qp: QpId, srq: SrqHandle, will_take: bool) {
+        if will_take {
+            if let Some(q) = self.qps.get_mut(&qp).filter(|q| !q.srq_waiting) {
+                q.srq_waiting = true;
+                if let Some(s) = self.srqs.get_mut(&srq) {
+                    s.waiters.push_back(qp);
+                }
+            }
+        } else if self.srqs.get(&srq).is_some_and(|s| !s.queue.is_empty()) {
+            self.wake_srq_waiters(srq, 1);
+        }
     }
 
     /// Takes one WQE from an S-RQ for a QP; raises the limit event when the number of

@@ -677,3 +677,54 @@ fn stags_list_regions_and_windows_for_monitoring() {
     );
     assert_eq!(fx.rnic.cq_handles(), [fx.cq]);
 }
+
+#[test]
+fn a_region_registered_at_a_lane_index_is_shared_and_its_index_is_reserved() {
+    // The same region under the same STag on two RNICs (a data plane's lanes): indices
+    // with LANE_STAG_BIT are never picked by the RNIC itself, a taken or unreserved index is
+    // refused, and the region behaves as a Shared MR (no Invalidate).
+    let mut fx = fixture();
+    let spec = mr_spec(fx.pd, 0, PAGE, VA, all_rights());
+    let index = LANE_STAG_BIT | 0x1234;
+    assert_eq!(
+        fx.rnic.register_mr_at(index, &spec),
+        Err(VerbError::InvalidStagIndex),
+        "not reserved"
+    );
+    fx.rnic.reserve_lane_stags();
+    for _ in 0..2000 {
+        let mr = fx.reg_mr(0, PAGE, VA, all_rights());
+        assert_eq!(mr.index() & LANE_STAG_BIT, 0, "{mr:?}");
+        fx.rnic.dealloc_stag(mr).unwrap();
+    }
+    assert_eq!(
+        fx.rnic.register_mr_at(0x1234, &spec),
+        Err(VerbError::InvalidStagIndex),
+        "an index without the lane bit"
+    );
+    let stag = fx.rnic.register_mr_at(index, &spec).unwrap();
+    assert_eq!(stag, STag::new(index, spec.key));
+    assert_eq!(
+        fx.rnic.register_mr_at(index, &spec),
+        Err(VerbError::InvalidStagIndex),
+        "taken"
+    );
+    assert!(fx.rnic.query_mr(stag).unwrap().shared);
+    peer_write(&mut fx.rnic, fx.pd, fx.qp, stag, VA + 3, b"lane").unwrap();
+    assert_eq!(
+        peer_read(&fx.rnic, fx.pd, fx.qp, stag, VA + 3, 4).unwrap(),
+        b"lane"
+    );
+    to_rts(&mut fx.rnic, fx.qp);
+    run_sq(
+        &mut fx.rnic,
+        fx.qp,
+        SendWr::new(1, SqOp::LocalInvalidate { stag }),
+    );
+    assert_eq!(one_wc(&mut fx).status, CompletionStatus::InvalidStag);
+    fx.rnic.dealloc_stag(stag).unwrap();
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, stag, VA + 3, b"x"),
+        Err(TerminateCause::DDP_INVALID_STAG)
+    );
+}

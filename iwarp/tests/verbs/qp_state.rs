@@ -151,6 +151,38 @@ fn i06_error_transitions_and_still_flushing() {
     assert_eq!(state(&fx.rnic, qp), QpState::Idle);
 }
 
+// Several QPs flushing into one full CQ: each poll that makes room resumes the QPs waiting
+// for it (and only they are looked at); a QP destroyed while it waits is skipped.
+#[test]
+fn flushes_waiting_for_a_full_cq_resume_as_it_is_polled() {
+    let mut fx = fixture();
+    let ulp = UlpId(9);
+    let pd = fx.rnic.alloc_pd(ulp).unwrap();
+    let (cq, _) = fx.rnic.create_cq(ulp, 2).unwrap();
+    let qps: Vec<QpId> = (0..3)
+        .map(|k| {
+            let (qp, _) = fx.rnic.create_qp(QpInit::new(pd, cq, cq)).unwrap();
+            let wrs = (0..3).map(|i| send(10 * k + i, vec![])).collect();
+            fx.rnic.post_sq(qp, wrs).unwrap();
+            qp
+        })
+        .collect();
+    for &qp in &qps {
+        fx.rnic.modify_qp(qp, ModifyQp::to(QpState::Error)).unwrap();
+    }
+    fx.rnic.destroy_qp(qps[1]).unwrap();
+    let mut ids = Vec::new();
+    while let Ok(wc) = fx.rnic.poll_cq(cq) {
+        assert_eq!(wc.status, CompletionStatus::Flushed);
+        ids.push(wc.wr_id);
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, [0, 1, 2, 20, 21, 22], "every WR of the QPs left, once");
+    for qp in [qps[0], qps[2]] {
+        fx.rnic.modify_qp(qp, ModifyQp::to(QpState::Idle)).unwrap();
+    }
+}
+
 #[test]
 fn i07_idle_error_idle_flushes_every_wr() {
     // VERBS-00 §6.2.1.3

@@ -603,6 +603,56 @@ fn sec19_irrq_resources_are_per_ulp() {
     assert!(fx.rnic.create_qp(init_b).is_ok());
 }
 
+// A ULP's QP count and IRD sum (its quota's use) follow QPs as they are destroyed and as
+// Modify QP changes their IRD.
+#[test]
+fn ulp_quota_use_follows_destroy_and_modify() {
+    let mut fx = fixture(); // its QP holds IRD 4
+    fx.rnic.set_quota(
+        fx.ulp,
+        Quota {
+            max_qps: 2,
+            max_ird: 6,
+            ..Quota::UNLIMITED
+        },
+    );
+    let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
+    init.ird = 2;
+    let (b, _) = fx.rnic.create_qp(init).unwrap();
+    init.ird = 0;
+    assert_eq!(
+        fx.rnic.create_qp(init).unwrap_err(),
+        VerbError::InsufficientResources,
+        "two QPs already"
+    );
+    fx.rnic.destroy_qp(b).unwrap();
+    init.ird = 3;
+    assert_eq!(
+        fx.rnic.create_qp(init).unwrap_err(),
+        VerbError::InsufficientResources,
+        "4 + 3 > 6"
+    );
+    init.ird = 2;
+    let (c, _) = fx.rnic.create_qp(init).unwrap();
+    let ird = |n: u32| {
+        let mut m = ModifyQp::to(QpState::Idle);
+        m.ird = Some(n);
+        m
+    };
+    assert_eq!(
+        fx.rnic.modify_qp(c, ird(3)),
+        Err(VerbError::InsufficientResources),
+        "4 + 3 > 6"
+    );
+    fx.rnic.modify_qp(fx.qp, ird(1)).unwrap();
+    fx.rnic.modify_qp(c, ird(5)).unwrap();
+    assert_eq!(
+        fx.rnic.modify_qp(fx.qp, ird(2)),
+        Err(VerbError::InsufficientResources),
+        "5 + 2 > 6"
+    );
+}
+
 #[test]
 fn sec20_srq_consumption_is_detectable() {
     // RFC 5040 §8.1.2 item 8; VERBS-00 §6.3.8 (QP RQ limit)

@@ -667,12 +667,74 @@ fn touched_qps_list_each_qp_with_new_work_once() {
     fx.rnic.post_sq(fx.qp, vec![send(2, Vec::new())]).unwrap();
     fx.rnic.post_sq(fx.qp, vec![send(3, Vec::new())]).unwrap();
     assert_eq!(take(&mut fx.rnic), [fx.qp], "three posts, one entry");
-    // An S-RQ post lists the QPs drawing on it, not the others.
+    // An S-RQ post lists the QPs drawing on it that found it empty, not the others.
     let (srq, _) = fx.rnic.create_srq(fx.pd, 8, 1, 0).unwrap();
     let mut init = QpInit::new(fx.pd, fx.cq, fx.cq);
     init.srq = Some(srq);
     let (on_srq, _) = fx.rnic.create_qp(init).unwrap();
+    to_rts(&mut fx.rnic, on_srq);
+    assert_eq!(take(&mut fx.rnic), [on_srq]);
+    assert!(fx.rnic.next_recv_wr(on_srq).is_none(), "the S-RQ is empty");
     fx.rnic.post_srq(srq, vec![recv(4, Vec::new())]).unwrap();
     assert_eq!(take(&mut fx.rnic), [on_srq]);
     assert!(!take(&mut fx.rnic).contains(&idle));
+}
+
+// Posting to an S-RQ that 1,000 QPs share costs O(1) per WR: each WR wakes one QP that
+// found the S-RQ empty, oldest first; QPs that did not ask, destroyed ones and ones asking
+// twice are not listed twice; a woken QP that is not in RTS hands its wake-up on.
+#[test]
+fn srq_post_wakes_one_waiting_qp_per_wr_oldest_first() {
+    let mut fx = fixture();
+    let take = |rnic: &mut Rnic| {
+        let mut v = Vec::new();
+        rnic.take_touched_qps(&mut v);
+        v
+    };
+    let (srq, _) = fx.rnic.create_srq(fx.pd, 64, 1, 0).unwrap();
+    let qps: Vec<QpId> = (0..1000)
+        .map(|_| {
+            let (qp, _) = fx.rnic.create_qp(fx.srq_qp_init(srq)).unwrap();
+            to_rts(&mut fx.rnic, qp);
+            qp
+        })
+        .collect();
+    assert_eq!(take(&mut fx.rnic).len(), 1000);
+    for &qp in &qps[..4] {
+        assert!(fx.rnic.next_recv_wr(qp).is_none());
+    }
+    assert!(
+        fx.rnic.next_recv_wr(qps[0]).is_none(),
+        "asking twice queues once"
+    );
+    fx.rnic.post_srq(srq, vec![recv(1, Vec::new())]).unwrap();
+    assert_eq!(take(&mut fx.rnic), [qps[0]]);
+    let two = vec![recv(2, Vec::new()), recv(3, Vec::new())];
+    fx.rnic.post_srq(srq, two).unwrap();
+    assert_eq!(take(&mut fx.rnic), [qps[1], qps[2]]);
+    fx.rnic.destroy_qp(qps[3]).unwrap();
+    take(&mut fx.rnic);
+    fx.rnic.post_srq(srq, vec![recv(4, Vec::new())]).unwrap();
+    assert!(take(&mut fx.rnic).is_empty(), "nobody else waits");
+    // The first QP woken takes every WQE, then waits again.
+    let got: Vec<u64> = std::iter::from_fn(|| fx.rnic.next_recv_wr(qps[0]))
+        .map(|w| w.wr_id)
+        .collect();
+    assert_eq!(got.len(), 4);
+    fx.rnic.post_srq(srq, vec![recv(5, Vec::new())]).unwrap();
+    assert_eq!(take(&mut fx.rnic), [qps[0]]);
+    assert!(fx.rnic.next_recv_wr(qps[0]).is_some());
+    // qps[10] and qps[11] wait; qps[10] leaves RTS; the wake-up it got goes to qps[11].
+    for &qp in &qps[10..12] {
+        assert!(fx.rnic.next_recv_wr(qp).is_none());
+    }
+    fx.rnic
+        .modify_qp(qps[10], ModifyQp::to(QpState::Error))
+        .unwrap();
+    take(&mut fx.rnic);
+    fx.rnic.post_srq(srq, vec![recv(6, Vec::new())]).unwrap();
+    assert_eq!(take(&mut fx.rnic), [qps[10]]);
+    assert!(fx.rnic.next_recv_wr(qps[10]).is_none());
+    assert_eq!(take(&mut fx.rnic), [qps[11]]);
+    assert!(fx.rnic.next_recv_wr(qps[11]).is_some());
 }
