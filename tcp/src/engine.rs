@@ -221,6 +221,10 @@ pub struct Engine<U, C: ?Sized = ()> {
     held_syns: HeldSyns,
     next_port: u16,
     scratch: Vec<TcbEvent>,
+    /// Inside [`Engine::begin_burst`] .. [`Engine::end_burst`].
+    burst: bool,
+    /// Connections whose ULP waits for `on_advance` until the burst ends.
+    deferred: Vec<ConnId>,
     stats: Stats,
     context: PhantomData<fn(&mut C)>,
 }
@@ -259,6 +263,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             held_syns: HeldSyns::default(),
             next_port,
             scratch: Vec::new(),
+            burst: false,
+            deferred: Vec::new(),
             stats: Stats::default(),
             context: PhantomData,
         }
@@ -749,7 +755,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             match ulp {
                 Some(ulp) => {
                     let mut u = Bound { ulp, cx, now };
-                    tcb.handle_segment(now, &self.cfg, repr, &mut u, &mut evs)
+                    let pending = tcb.advance_pending;
+                    tcb.defer_advance = self.burst;
+                    tcb.handle_segment(now, &self.cfg, repr, &mut u, &mut evs);
+                    tcb.defer_advance = false;
+                    if tcb.advance_pending && !pending {
+                        self.deferred.push(id);
+                    }
                 }
                 None => {
                     let mut h = Holding {
@@ -770,6 +782,44 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.apply_events(id, &mut evs);
         self.scratch = evs;
         self.after_activity(id);
+    }
+
+    /// Starts a receive burst: the segments handed in until [`Engine::end_burst`] arrived
+    /// together. A run of one connection's in-order data segments then tells its ULP once,
+    /// at the end of the burst or before the connection's next other segment, that RCV.NXT
+    /// advanced ([`crate::SegmentSink::on_advance`]), instead of after every segment; each
+    /// segment is still offered through `on_segment` at once. The caller must end the burst
+    /// before it calls anything else that reaches the connections or their ULPs.
+    pub fn begin_burst(&mut self) {
+        self.burst = true;
+    }
+
+    /// Ends a receive burst: the ULPs whose RCV.NXT advance waited are told now.
+    pub fn end_burst(&mut self, now: Instant, cx: &mut C) {
+        self.burst = false;
+        let mut deferred = std::mem::take(&mut self.deferred);
+        for id in deferred.drain(..) {
+            let Some(c) = slot_mut(&mut self.slots, id) else {
+                continue;
+            };
+            let Conn { tcb, ulp, .. } = c;
+            let Some(ulp) = ulp else {
+                tcb.advance_pending = false;
+                continue;
+            };
+            if !tcb.advance_pending {
+                continue;
+            }
+            tcb.flush_advance(&mut Bound { ulp, cx, now });
+            self.mark_active(id);
+            self.after_activity(id);
+        }
+        self.deferred = deferred;
+    }
+
+    /// Whether a receive burst is open ([`Engine::begin_burst`]).
+    pub fn in_burst(&self) -> bool {
+        self.burst
     }
 
     fn segment_to_listener(&mut self, now: Instant, tuple: FourTuple, repr: &TcpRepr) {

@@ -37,6 +37,12 @@ impl Tcb {
             return;
         }
         let seg_seq = repr.seq_number.0 as u32;
+        // During a receive burst, a run of in-order data segments tells the ULP once that
+        // RCV.NXT advanced; any other segment tells it first.
+        let in_run = self.defer_advance && self.continues_run(repr, seg_seq);
+        if !in_run {
+            self.flush_advance(ulp);
+        }
         let seg_ack = repr.ack_number.map(|a| a.0 as u32);
         let is_rst = repr.control == TcpControl::Rst;
 
@@ -192,7 +198,7 @@ impl Tcb {
                 State::Established | State::FinWait1 | State::FinWait2
             )
         {
-            self.process_payload(now, cfg, seg_seq, repr.payload, ulp);
+            self.process_payload(now, cfg, seg_seq, repr.payload, in_run, ulp);
         }
 
         if repr.control == TcpControl::Fin {
@@ -559,6 +565,7 @@ impl Tcb {
         cfg: &Config,
         seg_seq: u32,
         payload: &[u8],
+        in_run: bool,
         ulp: &mut impl Upper,
     ) {
         let mut seq0 = seg_seq;
@@ -628,7 +635,12 @@ impl Tcb {
         }
         self.pieces = pieces;
         if self.rcv_nxt != before {
-            ulp.on_advance(self.rcv_nxt);
+            if in_run && seq0 == before && self.rx.is_empty() {
+                self.advance_pending = true;
+            } else {
+                self.advance_pending = false;
+                ulp.on_advance(self.rcv_nxt);
+            }
         }
         if seq0 != before || had_gaps {
             // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: out-of-order data or a filled gap.
@@ -640,6 +652,23 @@ impl Tcb {
             } else if self.delack_deadline.is_none() {
                 self.delack_deadline = Some(now + cfg.delayed_ack);
             }
+        }
+    }
+
+    /// Whether `repr` (at `seg_seq`) continues a run of in-order data segments: plain data
+    /// at RCV.NXT of an established connection with nothing held out of order.
+    fn continues_run(&self, repr: &TcpRepr, seg_seq: u32) -> bool {
+        self.state == State::Established
+            && matches!(repr.control, TcpControl::None | TcpControl::Psh)
+            && !repr.payload.is_empty()
+            && seg_seq == self.rcv_nxt
+            && self.rx.is_empty()
+    }
+
+    /// Tells the ULP that RCV.NXT advanced, if a run left that pending.
+    pub(crate) fn flush_advance(&mut self, ulp: &mut impl Upper) {
+        if std::mem::take(&mut self.advance_pending) {
+            ulp.on_advance(self.rcv_nxt);
         }
     }
 

@@ -171,6 +171,11 @@ pub(crate) struct Tcb {
     rx: Reassembly,
     /// Scratch for the new pieces of an arriving segment (kept: no allocation per segment).
     pieces: Vec<(u64, u64)>,
+    /// Set by the engine during a receive burst: in-order segments leave the ULP's
+    /// `on_advance` to the end of the connection's run ([`Tcb::flush_advance`]).
+    pub(crate) defer_advance: bool,
+    /// RCV.NXT advanced and the ULP was not told yet (only while `defer_advance`).
+    pub(crate) advance_pending: bool,
     sack_rep: SackReporter,
     peer_fin: Option<u32>,
     fin_received: bool,
@@ -322,6 +327,8 @@ impl Tcb {
             rcv_adv: 0,
             rx: Reassembly::default(),
             pieces: Vec::new(),
+            defer_advance: false,
+            advance_pending: false,
             sack_rep: SackReporter::default(),
             peer_fin: None,
             fin_received: false,
