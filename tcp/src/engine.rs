@@ -223,6 +223,8 @@ pub struct Engine<U, C: ?Sized = ()> {
     scratch: Vec<TcbEvent>,
     /// Inside [`Engine::begin_burst`] .. [`Engine::end_burst`].
     burst: bool,
+    /// Bursts begun so far.
+    bursts: u64,
     /// Connections whose ULP waits for `on_advance` until the burst ends.
     deferred: Vec<ConnId>,
     stats: Stats,
@@ -264,6 +266,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             next_port,
             scratch: Vec::new(),
             burst: false,
+            bursts: 0,
             deferred: Vec::new(),
             stats: Stats::default(),
             context: PhantomData,
@@ -757,6 +760,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     let mut u = Bound { ulp, cx, now };
                     let pending = tcb.advance_pending;
                     tcb.defer_advance = self.burst;
+                    tcb.burst = self.bursts;
                     tcb.handle_segment(now, &self.cfg, repr, &mut u, &mut evs);
                     tcb.defer_advance = false;
                     if tcb.advance_pending && !pending {
@@ -788,10 +792,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// together. A run of one connection's in-order data segments then tells its ULP once,
     /// at the end of the burst or before the connection's next other segment, that RCV.NXT
     /// advanced ([`crate::SegmentSink::on_advance`]), instead of after every segment; each
-    /// segment is still offered through `on_segment` at once. The caller must end the burst
-    /// before it calls anything else that reaches the connections or their ULPs.
+    /// segment is still offered through `on_segment` at once. Within the run, a segment
+    /// whose acknowledgment fields repeat the previous one's skips the ACK processing,
+    /// which would find nothing new. The caller must end the burst before it calls anything
+    /// else that reaches the connections or their ULPs (transmission, timers).
     pub fn begin_burst(&mut self) {
         self.burst = true;
+        self.bursts += 1;
     }
 
     /// Ends a receive burst: the ULPs whose RCV.NXT advance waited are told now.

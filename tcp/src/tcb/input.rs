@@ -5,7 +5,7 @@ use core::time::Duration;
 
 use smoltcp::wire::{TcpControl, TcpRepr};
 
-use super::{CloseReason, RecoveryUndo, State, Tcb, TcbEvent};
+use super::{CloseReason, RecoveryUndo, RunAck, State, Tcb, TcbEvent};
 use crate::config::Config;
 use crate::rx::Consumed;
 use crate::seq;
@@ -42,6 +42,7 @@ impl Tcb {
         let in_run = self.defer_advance && self.continues_run(repr, seg_seq);
         if !in_run {
             self.flush_advance(ulp);
+            self.run_ack = None;
         }
         let seg_ack = repr.ack_number.map(|a| a.0 as u32);
         let is_rst = repr.control == TcpControl::Rst;
@@ -113,6 +114,7 @@ impl Tcb {
             // RFC 9293 §3.10.7.4: with a zero window, valid ACKs are still processed.
             if wnd == 0 && seg_seq == self.rcv_nxt && !is_rst && self.synchronized() {
                 if let Some(a) = seg_ack {
+                    self.run_ack = None;
                     self.process_ack(now, repr, seg_seq, a, ulp);
                 }
             }
@@ -169,8 +171,23 @@ impl Tcb {
             self.ack_now = true;
             return;
         }
-        self.process_ack(now, repr, seg_seq, ack, ulp);
-        self.arm_tlp(now, cfg);
+        // In a run, a segment whose acknowledgment fields repeat the previous one's finds
+        // nothing new to process (the ACK advanced nothing more, no SACK block, the same
+        // window and echo at the same time): only the window's update point moves on.
+        let run_ack = (in_run && repr.sack_ranges.iter().all(Option::is_none)).then(|| RunAck {
+            burst: self.burst,
+            ack,
+            window: repr.window_len,
+            tsecr: repr.timestamp.map(|t| t.tsecr),
+            now,
+        });
+        if run_ack.is_some() && run_ack == self.run_ack {
+            self.update_send_window(repr, seg_seq, ack);
+        } else {
+            self.process_ack(now, repr, seg_seq, ack, ulp);
+            self.arm_tlp(now, cfg);
+            self.run_ack = run_ack;
+        }
 
         let fin_acked = self.fin_queued && self.txq.is_empty();
         match self.state {
@@ -406,7 +423,12 @@ impl Tcb {
             self.dupacks >= 3
         };
         self.on_losses(now, lost);
-        // RFC 9293 §3.10.7.4: send window update.
+        self.update_send_window(repr, seg_seq, ack);
+    }
+
+    /// RFC 9293 §3.10.7.4: send window update.
+    fn update_send_window(&mut self, repr: &TcpRepr, seg_seq: u32, ack: u32) {
+        let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         if seq::lt(self.snd_wl1, seg_seq) || (self.snd_wl1 == seg_seq && seq::le(self.snd_wl2, ack))
         {
             self.snd_wnd = new_wnd;
