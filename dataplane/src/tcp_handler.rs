@@ -112,8 +112,12 @@ impl<U: Ulp<C>, C, S: TcpService<U, C>> TcpHandler<U, C, S> {
     }
 
     /// One round of the engine's timers and the service's work, without a port (for work
-    /// handed to the handler between iterations).
+    /// handed to the handler between iterations); first ends the receive burst that
+    /// [`Handler::handle`] opened.
     pub fn work(&mut self, now: Instant) {
+        if self.engine.in_burst() {
+            self.engine.end_burst(now, &mut self.cx);
+        }
         if self.engine.poll_timeout().is_some_and(|d| d <= now) {
             self.engine.handle_timeout(now);
         }
@@ -133,6 +137,10 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
             return Handled::Ignored;
         }
         let segment = meta.l4(frame.as_ref());
+        // The frames of one receive burst form one engine burst, ended by `poll`.
+        if !self.engine.in_burst() {
+            self.engine.begin_burst();
+        }
         match self
             .engine
             .handle_tcp(now, &mut self.cx, meta.src_ip, meta.dst_ip, segment)

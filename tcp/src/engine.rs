@@ -234,6 +234,12 @@ pub struct Engine<U, C: ?Sized = ()> {
     held_syns: HeldSyns,
     next_port: u16,
     scratch: Vec<TcbEvent>,
+    /// Inside [`Engine::begin_burst`] .. [`Engine::end_burst`].
+    burst: bool,
+    /// Bursts begun so far.
+    bursts: u64,
+    /// Connections whose ULP waits for `on_advance` until the burst ends.
+    deferred: Vec<ConnId>,
     stats: Stats,
     context: PhantomData<fn(&mut C)>,
 }
@@ -272,6 +278,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             held_syns: HeldSyns::default(),
             next_port,
             scratch: Vec::new(),
+            burst: false,
+            bursts: 0,
+            deferred: Vec::new(),
             stats: Stats::default(),
             context: PhantomData,
         }
@@ -762,7 +771,14 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             match ulp {
                 Some(ulp) => {
                     let mut u = Bound { ulp, cx, now };
-                    tcb.handle_segment(now, &self.cfg, repr, &mut u, &mut evs)
+                    let pending = tcb.advance_pending;
+                    tcb.defer_advance = self.burst;
+                    tcb.burst = self.bursts;
+                    tcb.handle_segment(now, &self.cfg, repr, &mut u, &mut evs);
+                    tcb.defer_advance = false;
+                    if tcb.advance_pending && !pending {
+                        self.deferred.push(id);
+                    }
                 }
                 None => {
                     let mut h = Holding {
@@ -783,6 +799,47 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.apply_events(id, &mut evs);
         self.scratch = evs;
         self.after_activity(id);
+    }
+
+    /// Starts a receive burst: the segments handed in until [`Engine::end_burst`] arrived
+    /// together. A run of one connection's in-order data segments then tells its ULP once,
+    /// at the end of the burst or before the connection's next other segment, that RCV.NXT
+    /// advanced ([`crate::SegmentSink::on_advance`]), instead of after every segment; each
+    /// segment is still offered through `on_segment` at once. Within the run, a segment
+    /// whose acknowledgment fields repeat the previous one's skips the ACK processing,
+    /// which would find nothing new. The caller must end the burst before it calls anything
+    /// else that reaches the connections or their ULPs (transmission, timers).
+    pub fn begin_burst(&mut self) {
+        self.burst = true;
+        self.bursts += 1;
+    }
+
+    /// Ends a receive burst: the ULPs whose RCV.NXT advance waited are told now.
+    pub fn end_burst(&mut self, now: Instant, cx: &mut C) {
+        self.burst = false;
+        let mut deferred = std::mem::take(&mut self.deferred);
+        for id in deferred.drain(..) {
+            let Some(c) = slot_mut(&mut self.slots, id) else {
+                continue;
+            };
+            let Conn { tcb, ulp, .. } = c;
+            let Some(ulp) = ulp else {
+                tcb.advance_pending = false;
+                continue;
+            };
+            if !tcb.advance_pending {
+                continue;
+            }
+            tcb.flush_advance(&mut Bound { ulp, cx, now });
+            self.mark_active(id);
+            self.after_activity(id);
+        }
+        self.deferred = deferred;
+    }
+
+    /// Whether a receive burst is open ([`Engine::begin_burst`]).
+    pub fn in_burst(&self) -> bool {
+        self.burst
     }
 
     fn segment_to_listener(&mut self, now: Instant, tuple: FourTuple, repr: &TcpRepr) {

@@ -129,6 +129,9 @@ pub trait SegmentSink<C: ?Sized = ()> {
     fn on_in_order(&mut self, cx: &mut C, now: Instant, seq: u32, bytes: &[u8]);
 
     /// RCV.NXT advanced to `rcv_nxt` (all bytes before it are received, placed or delivered).
+    /// Follows every `on_segment` or `on_in_order` call that moved RCV.NXT, within the same
+    /// engine call, except during a receive burst ([`crate::Engine::begin_burst`]): a run
+    /// of in-order segments is followed by one call at the end of the run.
     fn on_advance(&mut self, _cx: &mut C, _now: Instant, _rcv_nxt: u32) {}
 
     /// How many bytes beyond RCV.NXT the sink is prepared to receive: the advertised window.

@@ -122,12 +122,17 @@ impl Engine {
             rdma: None,
             culprit: Culprit::None,
         })?;
-        let copy = CopiedDdpHeader::from_segment(bytes)
-            .map_err(|_| Failure::bare(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None))?;
+        // The header copy a Terminate carries, taken only where one may be needed (not for
+        // every tagged segment placed); `new_checked` saw the whole header.
+        let copy = || {
+            CopiedDdpHeader::from_segment(bytes).map_err(|_| {
+                Failure::bare(TerminateCause::RDMAP_CATASTROPHIC_STREAM, Culprit::None)
+            })
+        };
         let fail = |cause: TerminateCause| Failure {
             cause,
             segment_len: Some(segment_len),
-            ddp: Some(copy),
+            ddp: CopiedDdpHeader::from_segment(bytes).ok(),
             rdma: None,
             culprit: Culprit::None,
         };
@@ -169,14 +174,15 @@ impl Engine {
                     Access::REMOTE_WRITE,
                 )
                 .map_err(|e| fail(e.cause()))?;
-                let recheck = (early && len > 0).then(|| {
-                    Box::new(EarlyTagged {
+                let recheck = match early && len > 0 {
+                    true => Some(Box::new(EarlyTagged {
                         stag: t.stag,
                         to: t.to,
                         segment_len,
-                        copy,
-                    })
-                });
+                        copy: copy()?,
+                    })),
+                    false => None,
+                };
                 Ok(RxRecord::Tagged {
                     opcode,
                     last: t.last,
@@ -200,7 +206,7 @@ impl Engine {
                     inline: [0; INLINE_MAX],
                     inline_len: 0,
                     segment_len,
-                    copy,
+                    copy: copy()?,
                 };
                 let single = u.mo == 0 && u.last;
                 match opcode {

@@ -5,7 +5,7 @@ use core::time::Duration;
 
 use smoltcp::wire::{TcpControl, TcpRepr};
 
-use super::{CloseReason, RecoveryUndo, State, Tcb, TcbEvent};
+use super::{CloseReason, RecoveryUndo, RunAck, State, Tcb, TcbEvent};
 use crate::config::Config;
 use crate::rx::Consumed;
 use crate::seq;
@@ -37,6 +37,13 @@ impl Tcb {
             return;
         }
         let seg_seq = repr.seq_number.0 as u32;
+        // During a receive burst, a run of in-order data segments tells the ULP once that
+        // RCV.NXT advanced; any other segment tells it first.
+        let in_run = self.defer_advance && self.continues_run(repr, seg_seq);
+        if !in_run {
+            self.flush_advance(ulp);
+            self.run_ack = None;
+        }
         let seg_ack = repr.ack_number.map(|a| a.0 as u32);
         let is_rst = repr.control == TcpControl::Rst;
 
@@ -108,6 +115,7 @@ impl Tcb {
             // RFC 9293 §3.10.7.4: with a zero window, valid ACKs are still processed.
             if wnd == 0 && seg_seq == self.rcv_nxt && !is_rst && self.synchronized() {
                 if let Some(a) = seg_ack {
+                    self.run_ack = None;
                     self.process_ack(now, repr, seg_seq, a, ulp);
                 }
             }
@@ -164,8 +172,23 @@ impl Tcb {
             self.ack_now = true;
             return;
         }
-        self.process_ack(now, repr, seg_seq, ack, ulp);
-        self.arm_tlp(now, cfg);
+        // In a run, a segment whose acknowledgment fields repeat the previous one's finds
+        // nothing new to process (the ACK advanced nothing more, no SACK block, the same
+        // window and echo at the same time): only the window's update point moves on.
+        let run_ack = (in_run && repr.sack_ranges.iter().all(Option::is_none)).then(|| RunAck {
+            burst: self.burst,
+            ack,
+            window: repr.window_len,
+            tsecr: repr.timestamp.map(|t| t.tsecr),
+            now,
+        });
+        if run_ack.is_some() && run_ack == self.run_ack {
+            self.update_send_window(repr, seg_seq, ack);
+        } else {
+            self.process_ack(now, repr, seg_seq, ack, ulp);
+            self.arm_tlp(now, cfg);
+            self.run_ack = run_ack;
+        }
 
         let fin_acked = self.fin_queued && self.txq.is_empty();
         match self.state {
@@ -193,7 +216,7 @@ impl Tcb {
                 State::Established | State::FinWait1 | State::FinWait2
             )
         {
-            self.process_payload(now, cfg, seg_seq, repr.payload, ulp);
+            self.process_payload(now, cfg, seg_seq, repr.payload, in_run, ulp);
         }
 
         if repr.control == TcpControl::Fin {
@@ -401,7 +424,12 @@ impl Tcb {
             self.dupacks >= 3
         };
         self.on_losses(now, lost);
-        // RFC 9293 §3.10.7.4: send window update.
+        self.update_send_window(repr, seg_seq, ack);
+    }
+
+    /// RFC 9293 §3.10.7.4: send window update.
+    fn update_send_window(&mut self, repr: &TcpRepr, seg_seq: u32, ack: u32) {
+        let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         if seq::lt(self.snd_wl1, seg_seq) || (self.snd_wl1 == seg_seq && seq::le(self.snd_wl2, ack))
         {
             self.snd_wnd = new_wnd;
@@ -560,6 +588,7 @@ impl Tcb {
         cfg: &Config,
         seg_seq: u32,
         payload: &[u8],
+        in_run: bool,
         ulp: &mut impl Upper,
     ) {
         let mut seq0 = seg_seq;
@@ -629,7 +658,12 @@ impl Tcb {
         }
         self.pieces = pieces;
         if self.rcv_nxt != before {
-            ulp.on_advance(self.rcv_nxt);
+            if in_run && seq0 == before && self.rx.is_empty() {
+                self.advance_pending = true;
+            } else {
+                self.advance_pending = false;
+                ulp.on_advance(self.rcv_nxt);
+            }
         }
         if seq0 != before || had_gaps {
             // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: out-of-order data or a filled gap.
@@ -641,6 +675,23 @@ impl Tcb {
             } else if self.delack_deadline.is_none() {
                 self.delack_deadline = Some(now + cfg.delayed_ack);
             }
+        }
+    }
+
+    /// Whether `repr` (at `seg_seq`) continues a run of in-order data segments: plain data
+    /// at RCV.NXT of an established connection with nothing held out of order.
+    fn continues_run(&self, repr: &TcpRepr, seg_seq: u32) -> bool {
+        self.state == State::Established
+            && matches!(repr.control, TcpControl::None | TcpControl::Psh)
+            && !repr.payload.is_empty()
+            && seg_seq == self.rcv_nxt
+            && self.rx.is_empty()
+    }
+
+    /// Tells the ULP that RCV.NXT advanced, if a run left that pending.
+    pub(crate) fn flush_advance(&mut self, ulp: &mut impl Upper) {
+        if std::mem::take(&mut self.advance_pending) {
+            ulp.on_advance(self.rcv_nxt);
         }
     }
 

@@ -143,6 +143,19 @@ pub(crate) struct LossCounters {
     pub(crate) spurious_recoveries: u64,
 }
 
+/// What a segment's acknowledgment processing depends on besides the sender's own state,
+/// which nothing changes within one receive burst (the engine transmits and runs timers
+/// only between bursts): the burst, the ACK, the window field, the echoed timestamp and the
+/// time (SACK blocks make a segment ineligible).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RunAck {
+    pub(crate) burst: u64,
+    pub(crate) ack: u32,
+    pub(crate) window: u16,
+    pub(crate) tsecr: Option<u32>,
+    pub(crate) now: Instant,
+}
+
 /// A transmission control block.
 #[derive(Debug)]
 pub(crate) struct Tcb {
@@ -175,6 +188,16 @@ pub(crate) struct Tcb {
     rx: Reassembly,
     /// Scratch for the new pieces of an arriving segment (kept: no allocation per segment).
     pieces: Vec<(u64, u64)>,
+    /// Set by the engine during a receive burst: in-order segments leave the ULP's
+    /// `on_advance` to the end of the connection's run ([`Tcb::flush_advance`]).
+    pub(crate) defer_advance: bool,
+    /// Which receive burst the engine is in (meaningful while `defer_advance`).
+    pub(crate) burst: u64,
+    /// RCV.NXT advanced and the ULP was not told yet (only while `defer_advance`).
+    pub(crate) advance_pending: bool,
+    /// The acknowledgment fields of the last segment of the current run whose ACK was
+    /// processed: a next one of the run with the same fields changes nothing but SND.WL1.
+    run_ack: Option<RunAck>,
     sack_rep: SackReporter,
     peer_fin: Option<u32>,
     fin_received: bool,
@@ -327,6 +350,10 @@ impl Tcb {
             rcv_adv: 0,
             rx: Reassembly::default(),
             pieces: Vec::new(),
+            defer_advance: false,
+            burst: 0,
+            advance_pending: false,
+            run_ack: None,
             sack_rep: SackReporter::default(),
             peer_fin: None,
             fin_received: false,
