@@ -212,7 +212,7 @@ impl Rnic {
                 return None;
             }
             let ctx = q.local_context();
-            let (work, wr) = q.sq_pending.pop_front()?;
+            let (work, mut wr) = q.sq_pending.pop_front()?;
             let result = match &wr.op {
                 SqOp::Bind(spec) => Some(self.memory.bind(&ctx, spec)),
                 SqOp::FastRegister(spec) => Some(self.memory.fast_register(&ctx, spec)),
@@ -251,10 +251,11 @@ impl Rnic {
                     return None;
                 }
             }
-            let op = match &wr.op {
-                SqOp::Message(op) | SqOp::Inline { op, .. } | SqOp::ReadInvalidate(op) => {
-                    op.clone()
-                }
+            // A message's SGL moves on to the engine: the WR kept here needs only its kind
+            // from now on. An inline WR keeps its SGL (the RI frees its copy at completion).
+            let op = match &mut wr.op {
+                SqOp::Message(op) => op.hand_over(),
+                SqOp::Inline { op, .. } | SqOp::ReadInvalidate(op) => op.clone(),
                 _ => unreachable!("memory operations handled above"),
             };
             let engine_wr = rdmap::SendWr {
