@@ -173,6 +173,18 @@ impl Engine {
         mem: &M,
         mut buffer: Vec<u8>,
     ) -> Option<DdpSegmentOut> {
+        self.poll_segment_into(now, mulpdu, mem, &mut buffer)
+    }
+
+    /// Like [`Engine::poll_segment_reusing`], taking `buffer` only for a segment it returns:
+    /// when there is nothing to send the buffer stays with the caller.
+    pub fn poll_segment_into<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mulpdu: usize,
+        mem: &M,
+        buffer: &mut Vec<u8>,
+    ) -> Option<DdpSegmentOut> {
         loop {
             if let Some(t) = self.terminate {
                 if self.terminate_sent {
@@ -215,7 +227,7 @@ impl Engine {
                     return None;
                 }
             }
-            match self.next_from_current(mulpdu, mem, &mut buffer) {
+            match self.next_from_current(mulpdu, mem, buffer) {
                 Ok(Some(out)) => {
                     self.last_tx = Some(now);
                     return Some(out);
