@@ -781,11 +781,13 @@ impl ConnManager {
             }
             drained = c.is_drained();
         }
+        let had_events = !evs.is_empty();
         for e in evs {
             self.conn_event(rnic, id, e);
         }
-        // Events may have moved the QP (e.g. to RTS): pump again.
-        if let (Some(c), Some(qp)) = (engine.ulp_mut(id), qp) {
+        // Events may have moved the QP (e.g. to RTS): pump again. Without events nothing
+        // changed since the first pump (it ran until the QP had nothing more to hand over).
+        if let (true, Some(c), Some(qp)) = (had_events, engine.ulp_mut(id), qp) {
             c.pump_verbs(now, rnic, qp);
             while let Some(r) = c.poll_llp_request() {
                 llp.push(r);
