@@ -23,27 +23,39 @@ impl Connection {
         self.forward_completions(rnic, qp);
         self.forward_verbs_events(rnic, qp);
         if matches!(self.phase, Phase::Fpdu(_) | Phase::Negotiating(_)) {
-            while let Some(wr) = rnic.next_recv_wr(qp) {
-                if self.post_recv(wr).is_err() {
+            loop {
+                while let Some(wr) = rnic.next_recv_wr(qp) {
+                    if self.post_recv(wr).is_err() {
+                        break;
+                    }
+                }
+                while let Some(wr) = rnic.next_send_wr(qp) {
+                    if self.post_send(now, rnic.memory(), wr).is_err() {
+                        break;
+                    }
+                }
+                // The QP's receives are posted: what followed a peer-to-peer RTR can go in.
+                self.release_rx_gate(rnic.memory_mut());
+                // Completions of what was just posted may lift the Local Fence holding the
+                // rest of the SQ: post again then, in this same pump.
+                if !(self.forward_completions(rnic, qp) && rnic.sq_fenced(qp)) {
                     break;
                 }
             }
-            while let Some(wr) = rnic.next_send_wr(qp) {
-                if self.post_send(now, rnic.memory(), wr).is_err() {
-                    break;
-                }
-            }
-            // The QP's receives are posted: what followed a peer-to-peer RTR can go in.
-            self.release_rx_gate(rnic.memory_mut());
+        } else {
+            self.forward_completions(rnic, qp);
         }
-        self.forward_completions(rnic, qp);
         self.forward_verbs_events(rnic, qp);
     }
 
-    fn forward_completions(&mut self, rnic: &mut Rnic, qp: QpId) {
+    /// Forwards the engine's completions to the RNIC; whether there were any.
+    fn forward_completions(&mut self, rnic: &mut Rnic, qp: QpId) -> bool {
+        let mut any = false;
         while let Some(c) = self.poll_completion() {
+            any = true;
             let _ = rnic.handle_completion(qp, c);
         }
+        any
     }
 
     fn forward_verbs_events(&mut self, rnic: &mut Rnic, qp: QpId) {

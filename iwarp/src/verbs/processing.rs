@@ -276,6 +276,15 @@ impl Rnic {
         }
     }
 
+    /// Whether the head of the QP's SQ is a Local Fence WR (it waits for every earlier WR's
+    /// completion before [`Rnic::next_send_wr`] hands anything out).
+    pub fn sq_fenced(&self, qp: QpId) -> bool {
+        self.qps
+            .get(&qp)
+            .and_then(|q| q.sq_pending.front())
+            .is_some_and(|(_, wr)| wr.local_fence)
+    }
+
     /// Completes a WR the RI itself executed or rejected.
     fn finish_local(&mut self, qp: QpId, work: u64, wr: SendWr, status: CompletionStatus) {
         let Some(q) = self.qps.get_mut(&qp) else {
