@@ -770,7 +770,9 @@ impl ConnManager {
             let Some(c) = engine.ulp_mut(id) else {
                 return;
             };
-            if let Some(qp) = qp {
+            // A connection visited for its TCP activity alone (an ACK, a placed Write) with
+            // nothing for the verbs layer and no WRs waiting skips the pump.
+            if let Some(qp) = qp.filter(|&qp| c.verbs_pending() || rnic.has_pending_wrs(qp)) {
                 c.pump_verbs(now, rnic, qp);
             }
             while let Some(e) = c.poll_event() {

@@ -48,6 +48,21 @@ impl Connection {
         self.forward_verbs_events(rnic, qp);
     }
 
+    /// Whether [`Connection::pump_verbs`] has something to move that no newly posted WR
+    /// brought: completions, stream events for the verbs layer, receives held behind an
+    /// open RTR gate, or its first run still to come (outside FPDU mode: always).
+    pub fn verbs_pending(&self) -> bool {
+        if self.verbs_events.as_ref().is_none_or(|e| !e.is_empty()) {
+            return true;
+        }
+        match &self.phase {
+            Phase::Fpdu(f) => {
+                f.engine.has_completions() || f.inbound.gate.as_ref().is_some_and(|g| g.open)
+            }
+            Phase::Negotiating(_) | Phase::Closed(_) => true,
+        }
+    }
+
     /// Forwards the engine's completions to the RNIC; whether there were any.
     fn forward_completions(&mut self, rnic: &mut Rnic, qp: QpId) -> bool {
         let mut any = false;

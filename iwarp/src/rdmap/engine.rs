@@ -262,6 +262,11 @@ impl Engine {
         self.completions.pop_front()
     }
 
+    /// Whether a work completion waits for [`Engine::poll_completion`].
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
     /// Next asynchronous event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()

@@ -276,6 +276,14 @@ impl Rnic {
         }
     }
 
+    /// Whether `qp` has WRs waiting for [`Rnic::next_send_wr`] or [`Rnic::next_recv_wr`]
+    /// (a QP on an S-RQ, or one not found, always may).
+    pub fn has_pending_wrs(&self, qp: QpId) -> bool {
+        self.qps
+            .get(&qp)
+            .is_none_or(|q| q.srq.is_some() || !q.sq_pending.is_empty() || !q.rq_pending.is_empty())
+    }
+
     /// Whether the head of the QP's SQ is a Local Fence WR (it waits for every earlier WR's
     /// completion before [`Rnic::next_send_wr`] hands anything out).
     pub fn sq_fenced(&self, qp: QpId) -> bool {
