@@ -13,7 +13,8 @@ impl Connection {
     /// Moves work between the verbs QP `qp` of `rnic` and this connection's engine: posted
     /// WRs in (once the QP is in RTS), engine completions and stream events out, with their
     /// automatic QP transitions (VERBS-00 §6.2, §8.2). The poll core calls it after creating
-    /// the connection and after each activity, lending the RNIC it owns.
+    /// the connection and after each activity that gave it something to move
+    /// ([`Connection::verbs_pending`], [`Rnic::has_pending_wrs`]), lending the RNIC it owns.
     pub fn pump_verbs(&mut self, now: Instant, rnic: &mut Rnic, qp: QpId) {
         self.advance_time(now);
         self.verbs_events.get_or_insert_with(VecDeque::new);
