@@ -226,7 +226,8 @@ pub struct PerfServer {
     /// Latency runs: one buffer per QP slot; bandwidth runs share slot 0's (the data is
     /// not checked, and thousands of QPs then cost no memory each).
     bufs: HashMap<u16, Region>,
-    conns: HashMap<ConnId, ServerConn>,
+    /// Keyed by the handler's own connection ids: a fast unkeyed hash.
+    conns: FxHashMap<ConnId, ServerConn>,
     /// The connection of each QP (completions name the QP).
     by_qp: FxHashMap<QpId, ConnId>,
     /// Write latency connections (they answer ping-pong writes).
@@ -258,7 +259,7 @@ impl PerfServer {
         Ok(PerfServer {
             res,
             bufs: HashMap::new(),
-            conns: HashMap::new(),
+            conns: FxHashMap::default(),
             by_qp: FxHashMap::default(),
             pong: Vec::new(),
             last_seen: false,

@@ -804,7 +804,9 @@ impl ConnManager {
             let Some(c) = engine.ulp_mut(id) else {
                 return;
             };
-            if let Some(qp) = qp {
+            // A connection visited for its TCP activity alone (an ACK, a placed Write) with
+            // nothing for the verbs layer and no WRs waiting skips the pump.
+            if let Some(qp) = qp.filter(|&qp| c.verbs_pending() || rnic.has_pending_wrs(qp)) {
                 c.pump_verbs(now, rnic, qp);
             }
             while let Some(e) = c.poll_event() {
@@ -815,11 +817,13 @@ impl ConnManager {
             }
             drained = c.is_drained();
         }
+        let had_events = !evs.is_empty();
         for e in evs {
             self.conn_event(rnic, id, e);
         }
-        // Events may have moved the QP (e.g. to RTS): pump again.
-        if let (Some(c), Some(qp)) = (engine.ulp_mut(id), qp) {
+        // Events may have moved the QP (e.g. to RTS): pump again. Without events nothing
+        // changed since the first pump (it ran until the QP had nothing more to hand over).
+        if let (true, Some(c), Some(qp)) = (had_events, engine.ulp_mut(id), qp) {
             c.pump_verbs(now, rnic, qp);
             while let Some(r) = c.poll_llp_request() {
                 llp.push(r);

@@ -146,21 +146,29 @@ impl Sender {
         ops: &mut OpCounters,
     ) -> u64 {
         let mut allocated = 0;
+        let mut buffer = Vec::new();
         while self.bytes < budget {
-            let buffer = self.spare.pop().unwrap_or_else(|| {
-                allocated += 1;
-                Vec::new()
-            });
-            match engine.poll_segment_reusing(now, mulpdu, mem, buffer) {
+            if buffer.capacity() == 0 {
+                buffer = self.spare.pop().unwrap_or_default();
+            }
+            let fresh = buffer.capacity() == 0;
+            match engine.poll_segment_into(now, mulpdu, mem, &mut buffer) {
                 Some(s) => {
                     if let [a, b, ..] = *s.header() {
                         OpCounters::count(&mut ops.sent, [a, b], s.len());
+                    }
+                    if fresh {
+                        allocated += 1;
                     }
                     self.bytes += s.len();
                     self.queue.push_back(TxSeg::Engine(s));
                 }
                 None => break,
             }
+        }
+        // A buffer nothing was read into stays a spare.
+        if buffer.capacity() > 0 {
+            self.recycle(buffer);
         }
         allocated
     }

@@ -13,7 +13,8 @@ impl Connection {
     /// Moves work between the verbs QP `qp` of `rnic` and this connection's engine: posted
     /// WRs in (once the QP is in RTS), engine completions and stream events out, with their
     /// automatic QP transitions (VERBS-00 §6.2, §8.2). The poll core calls it after creating
-    /// the connection and after each activity, lending the RNIC it owns.
+    /// the connection and after each activity that gave it something to move
+    /// ([`Connection::verbs_pending`], [`Rnic::has_pending_wrs`]), lending the RNIC it owns.
     pub fn pump_verbs(&mut self, now: Instant, rnic: &mut Rnic, qp: QpId) {
         self.advance_time(now);
         self.verbs_events.get_or_insert_with(VecDeque::new);
@@ -23,27 +24,54 @@ impl Connection {
         self.forward_completions(rnic, qp);
         self.forward_verbs_events(rnic, qp);
         if matches!(self.phase, Phase::Fpdu(_) | Phase::Negotiating(_)) {
-            while let Some(wr) = rnic.next_recv_wr(qp) {
-                if self.post_recv(wr).is_err() {
+            loop {
+                while let Some(wr) = rnic.next_recv_wr(qp) {
+                    if self.post_recv(wr).is_err() {
+                        break;
+                    }
+                }
+                while let Some(wr) = rnic.next_send_wr(qp) {
+                    if self.post_send(now, rnic.memory(), wr).is_err() {
+                        break;
+                    }
+                }
+                // The QP's receives are posted: what followed a peer-to-peer RTR can go in.
+                self.release_rx_gate(rnic.memory_mut());
+                // Completions of what was just posted may lift the Local Fence holding the
+                // rest of the SQ: post again then, in this same pump.
+                if !(self.forward_completions(rnic, qp) && rnic.sq_fenced(qp)) {
                     break;
                 }
             }
-            while let Some(wr) = rnic.next_send_wr(qp) {
-                if self.post_send(now, rnic.memory(), wr).is_err() {
-                    break;
-                }
-            }
-            // The QP's receives are posted: what followed a peer-to-peer RTR can go in.
-            self.release_rx_gate(rnic.memory_mut());
+        } else {
+            self.forward_completions(rnic, qp);
         }
-        self.forward_completions(rnic, qp);
         self.forward_verbs_events(rnic, qp);
     }
 
-    fn forward_completions(&mut self, rnic: &mut Rnic, qp: QpId) {
+    /// Whether [`Connection::pump_verbs`] has something to move that no newly posted WR
+    /// brought: completions, stream events for the verbs layer, receives held behind an
+    /// open RTR gate, or its first run still to come (outside FPDU mode: always).
+    pub fn verbs_pending(&self) -> bool {
+        if self.verbs_events.as_ref().is_none_or(|e| !e.is_empty()) {
+            return true;
+        }
+        match &self.phase {
+            Phase::Fpdu(f) => {
+                f.engine.has_completions() || f.inbound.gate.as_ref().is_some_and(|g| g.open)
+            }
+            Phase::Negotiating(_) | Phase::Closed(_) => true,
+        }
+    }
+
+    /// Forwards the engine's completions to the RNIC; whether there were any.
+    fn forward_completions(&mut self, rnic: &mut Rnic, qp: QpId) -> bool {
+        let mut any = false;
         while let Some(c) = self.poll_completion() {
+            any = true;
             let _ = rnic.handle_completion(qp, c);
         }
+        any
     }
 
     fn forward_verbs_events(&mut self, rnic: &mut Rnic, qp: QpId) {

@@ -104,6 +104,8 @@ pub struct Engine {
     pub(super) sq_started: usize,
     pub(super) next_seq: u64,
     pub(super) current: Option<TxMessage>,
+    /// The gather list of the last finished message, emptied, reused for the next one.
+    pub(super) spare_pieces: Vec<(Option<Resolved>, u32)>,
     pub(super) responses: VecDeque<Response>,
     pub(super) prefer_response: bool,
     pub(super) reads: VecDeque<OutstandingRead>,
@@ -146,6 +148,7 @@ impl Engine {
             sq_started: 0,
             next_seq: 0,
             current: None,
+            spare_pieces: Vec::new(),
             responses: VecDeque::new(),
             prefer_response: true,
             reads: VecDeque::new(),
@@ -257,6 +260,11 @@ impl Engine {
     /// Next work completion, in the order the RFC requires.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
+    }
+
+    /// Whether a work completion waits for [`Engine::poll_completion`].
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
     }
 
     /// Next asynchronous event.

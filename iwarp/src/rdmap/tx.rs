@@ -173,6 +173,18 @@ impl Engine {
         mem: &M,
         mut buffer: Vec<u8>,
     ) -> Option<DdpSegmentOut> {
+        self.poll_segment_into(now, mulpdu, mem, &mut buffer)
+    }
+
+    /// Like [`Engine::poll_segment_reusing`], taking `buffer` only for a segment it returns:
+    /// when there is nothing to send the buffer stays with the caller.
+    pub fn poll_segment_into<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mulpdu: usize,
+        mem: &M,
+        buffer: &mut Vec<u8>,
+    ) -> Option<DdpSegmentOut> {
         loop {
             if let Some(t) = self.terminate {
                 if self.terminate_sent {
@@ -215,7 +227,7 @@ impl Engine {
                     return None;
                 }
             }
-            match self.next_from_current(mulpdu, mem, &mut buffer) {
+            match self.next_from_current(mulpdu, mem, buffer) {
                 Ok(Some(out)) => {
                     self.last_tx = Some(now);
                     return Some(out);
@@ -314,8 +326,12 @@ impl Engine {
             }
         }
         if cur.seg.is_done() {
-            if let Some(done) = self.current.take().map(|c| c.done) {
-                match done {
+            if let Some(c) = self.current.take() {
+                if let TxPayload::Gather(mut pieces) = c.payload {
+                    pieces.clear();
+                    self.spare_pieces = pieces;
+                }
+                match c.done {
                     TxDone::Complete(seq) => self.finish_sq(seq, CompletionStatus::Success),
                     TxDone::AwaitResponse => {}
                     TxDone::ReadResponse { .. } | TxDone::ReleaseIrd => self.queues.release_slot(1),
@@ -406,23 +422,25 @@ impl Engine {
         })
     }
 
+    /// The resolved pieces of `sgl`, in the spare list of the last finished message.
     fn resolve_local<M: MemoryTable + ?Sized>(
-        &self,
+        &mut self,
         mem: &M,
         sgl: &[Sge],
         need: Access,
     ) -> Result<Vec<(Option<Resolved>, u32)>, AccessError> {
-        sgl.iter()
-            .map(|s| {
-                if s.len == 0 {
-                    // Zero-length SGEs are not validated (VERBS-00 §8.1.3.2).
-                    Ok((None, 0))
-                } else {
-                    self.resolve_on_stream(mem, s.stag, s.to, u64::from(s.len), need)
-                        .map(|r| (Some(r), s.len))
-                }
-            })
-            .collect()
+        let mut pieces = core::mem::take(&mut self.spare_pieces);
+        pieces.clear();
+        for s in sgl {
+            if s.len == 0 {
+                // Zero-length SGEs are not validated (VERBS-00 §8.1.3.2).
+                pieces.push((None, 0));
+            } else {
+                let r = self.resolve_on_stream(mem, s.stag, s.to, u64::from(s.len), need)?;
+                pieces.push((Some(r), s.len));
+            }
+        }
+        Ok(pieces)
     }
 
     /// Starts the next send-queue work request, honouring fences and ORD. A local error while
@@ -438,7 +456,8 @@ impl Engine {
             if entry.wr.read_fence && (!self.reads.is_empty() || !self.atomics.is_empty()) {
                 return None;
             }
-            let op = entry.wr.op.clone();
+            // The engine keeps the entry for its kind only: the SGL moves into the message.
+            let op = self.sq[idx].wr.op.hand_over();
             let is_request = matches!(op, SendOp::Read { .. } | SendOp::Atomic { .. });
             if is_request {
                 if self.cfg.ord == 0 {

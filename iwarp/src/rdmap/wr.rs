@@ -69,6 +69,30 @@ pub enum SendOp {
     },
 }
 
+impl SendOp {
+    /// This operation with its gather list moved out (an empty list is left behind), for
+    /// handing it on from a layer that afterwards needs only the operation's kind. An
+    /// operation without a gather list is copied (no allocation either way).
+    pub fn hand_over(&mut self) -> SendOp {
+        match self {
+            SendOp::Send {
+                sgl,
+                solicited,
+                invalidate,
+            } => SendOp::Send {
+                sgl: core::mem::take(sgl),
+                solicited: *solicited,
+                invalidate: *invalidate,
+            },
+            SendOp::Write { sgl, remote } => SendOp::Write {
+                sgl: core::mem::take(sgl),
+                remote: *remote,
+            },
+            other => other.clone(),
+        }
+    }
+}
+
 /// A send-queue work request carrying the operation `Op`: the engine's [`SendOp`], or
 /// the verbs layer's own operations (`verbs::SendWr`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -212,7 +212,7 @@ impl Rnic {
                 return None;
             }
             let ctx = q.local_context();
-            let (work, wr) = q.sq_pending.pop_front()?;
+            let (work, mut wr) = q.sq_pending.pop_front()?;
             let result = match &wr.op {
                 SqOp::Bind(spec) => Some(self.memory.bind(&ctx, spec)),
                 SqOp::FastRegister(spec) => Some(self.memory.fast_register(&ctx, spec)),
@@ -251,10 +251,11 @@ impl Rnic {
                     return None;
                 }
             }
-            let op = match &wr.op {
-                SqOp::Message(op) | SqOp::Inline { op, .. } | SqOp::ReadInvalidate(op) => {
-                    op.clone()
-                }
+            // A message's SGL moves on to the engine: the WR kept here needs only its kind
+            // from now on. An inline WR keeps its SGL (the RI frees its copy at completion).
+            let op = match &mut wr.op {
+                SqOp::Message(op) => op.hand_over(),
+                SqOp::Inline { op, .. } | SqOp::ReadInvalidate(op) => op.clone(),
                 _ => unreachable!("memory operations handled above"),
             };
             let engine_wr = rdmap::SendWr {
@@ -273,6 +274,23 @@ impl Rnic {
             });
             return Some(engine_wr);
         }
+    }
+
+    /// Whether `qp` has WRs waiting for [`Rnic::next_send_wr`] or [`Rnic::next_recv_wr`]
+    /// (a QP on an S-RQ, or one not found, always may).
+    pub fn has_pending_wrs(&self, qp: QpId) -> bool {
+        self.qps
+            .get(&qp)
+            .is_none_or(|q| q.srq.is_some() || !q.sq_pending.is_empty() || !q.rq_pending.is_empty())
+    }
+
+    /// Whether the head of the QP's SQ is a Local Fence WR (it waits for every earlier WR's
+    /// completion before [`Rnic::next_send_wr`] hands anything out).
+    pub fn sq_fenced(&self, qp: QpId) -> bool {
+        self.qps
+            .get(&qp)
+            .and_then(|q| q.sq_pending.front())
+            .is_some_and(|(_, wr)| wr.local_fence)
     }
 
     /// Completes a WR the RI itself executed or rejected.
