@@ -487,3 +487,46 @@ fn all_operations_lossy_markers_place_out_of_order() {
 fn all_operations_lossy_markers_no_crc() {
     all_operations(mpa(false, true), lossy());
 }
+
+// VERBS-00 §8.2.2.2 (Local Fence): a Local Invalidate fenced behind an RDMA Read into the
+// region it invalidates runs only once the Read completed (the Read's bytes land), and is
+// not left waiting for later traffic: the poll core runs it in the pass that forwards the
+// Read's completion, though nothing else happens on the connection afterwards.
+#[test]
+fn a_local_fence_holds_an_invalidate_until_the_read_before_it_completed() {
+    use iwarp::verbs::{SqOp, StagState};
+    let mut d = Duo::new(mpa(true, false), FaultConfig::default());
+    let size = 256 * 1024;
+    let remote_data = pattern(size, 41);
+    d.fill(true, 0, &remote_data);
+    d.fill(false, 0, &vec![0xee; size]);
+    let stag = d.c.buf.stag;
+    let mut inv = SendWr::new(2, SqOp::LocalInvalidate { stag });
+    inv.local_fence = true;
+    d.post_sq(vec![
+        SendWr::message(
+            1,
+            SendOp::Read {
+                sink: remote(&d.c.buf, 0),
+                remote: remote(&d.s.buf, 0),
+                len: size as u32,
+            },
+        ),
+        inv,
+    ]);
+    let start = clock::now();
+    let w = d.wcs(false, 2);
+    ok_in_order(&w, &[1, 2]);
+    assert_eq!(
+        (w[0].opcode, w[1].opcode),
+        (WcOpcode::RdmaRead, WcOpcode::LocalInvalidate)
+    );
+    assert!(
+        clock::now() - start < Duration::from_secs(5),
+        "the fenced invalidate waited {:?}",
+        clock::now() - start
+    );
+    assert_eq!(d.hash(false, 0, size), fnv(&remote_data));
+    let state = d.lc.handler().rnic().query_mr(stag).unwrap().state;
+    assert_eq!(state, StagState::Invalid);
+}
