@@ -49,6 +49,27 @@ pub(crate) fn checksum_caps(cfg: &Config) -> ChecksumCapabilities {
     caps
 }
 
+/// How many of `hdr`'s SACK blocks fit beside `payload_len` octets of payload in one packet
+/// of the MTU from `src` (the option layout of smoltcp's emitter: 2 octets plus 8 per block,
+/// the options padded to 4-octet words); [`write_packet`] drops the others.
+pub(crate) fn sack_blocks_that_fit(
+    cfg: &Config,
+    src: SocketAddr,
+    hdr: &Header,
+    payload_len: usize,
+) -> usize {
+    let blocks = hdr.sack.iter().filter(|b| b.is_some()).count();
+    let fixed = ip_header_len(src.ip()) + 20 + payload_len;
+    let ts = if hdr.timestamp.is_some() { 10 } else { 0 };
+    (0..=blocks)
+        .rev()
+        .find(|&n| {
+            let opts = ts + if n > 0 { 2 + 8 * n } else { 0 };
+            fixed + opts.div_ceil(4) * 4 <= cfg.mtu
+        })
+        .unwrap_or(0)
+}
+
 /// Write an IPv4 or IPv6 packet (the family of `src` and `dst`, which agree) carrying `hdr` +
 /// `payload` from `src` to `dst` into `buf`. SACK blocks are dropped (last first) until the
 /// packet fits the MTU. Returns the packet length, or `None` when `buf` is too small.

@@ -820,3 +820,38 @@ fn gathered_payloads_are_retransmitted_from_the_same_buffer() {
         }
     }
 }
+
+// RFC 2018 §4: "SACK options SHOULD be included in all ACKs which do not ACK the highest
+// sequence number in the data receiver's queue". A receiver that is also sending
+// full-sized segments has no room for the blocks beside their payload: they follow in a
+// pure ACK, else a peer whose data has a hole learns of it only from its RTO (data-bearing
+// segments are not duplicate ACKs, RFC 5681 §2). Seen against Linux in the impaired
+// echo of testbed/tcp-interop.
+#[test]
+fn sack_blocks_a_full_sized_segment_has_no_room_for_follow_in_a_pure_ack() {
+    let mut p = RawPeer::new(test_config());
+    let c = p.handshake();
+    let mss = p.e.info(c).unwrap().effective_mss;
+    let start = p.snd;
+    p.e.ulp_mut(c).unwrap().write(&payload(mss * 4, 3));
+    // Out of order: ten octets missing in front.
+    p.snd = start + 10;
+    let out = p.send_data(b"ahead");
+    let full = data(&out);
+    assert!(!full.is_empty(), "the engine sends its data");
+    assert!(full.iter().all(|s| s.payload.len() == mss), "{full:?}");
+    assert!(full.iter().all(|s| s.ack == Some(start)));
+    let acks: Vec<&Seg> = out.iter().filter(|s| s.payload.is_empty()).collect();
+    assert!(
+        acks.iter()
+            .any(|s| s.sack == vec![(start + 10, start + 15)]),
+        "a pure ACK carries the SACK block: {out:?}"
+    );
+    // Once the hole is filled there is nothing to report: no extra pure ACKs.
+    p.snd = start;
+    let out = p.send_data(b"0123456789");
+    assert!(out
+        .iter()
+        .filter(|s| s.payload.is_empty())
+        .all(|s| s.sack.is_empty() && s.ack == Some(start + 15)));
+}

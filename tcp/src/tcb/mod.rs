@@ -216,6 +216,9 @@ pub(crate) struct Tcb {
     rto_point: Option<u32>,
     /// A D-SACK block (RFC 2883) for the next ACK: sequence range of a duplicate received.
     dsack: Option<(u32, u32)>,
+    /// A data segment went out without the SACK blocks it should have carried (no room
+    /// beside a full-sized payload): a pure ACK with them follows (RFC 2018 §4).
+    sack_ack: bool,
     /// The tail loss probe timer (RFC 8985 §7.2).
     tlp_deadline: Option<Instant>,
     /// A tail loss probe is due: the next `poll_transmit` sends it.
@@ -366,6 +369,7 @@ impl Tcb {
             rack_deadline: None,
             rto_point: None,
             dsack: None,
+            sack_ack: false,
             tlp_deadline: None,
             send_tlp: false,
             tlp: None,

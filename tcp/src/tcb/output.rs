@@ -170,11 +170,24 @@ impl Tcb {
         } else {
             TcpControl::Psh
         };
+        let dsack = self.dsack;
         let hdr = self.header(now, cfg, sink_wnd, control, useq);
         self.arm_rtx(now);
         let (local, remote) = (self.local, self.remote);
+        let len = self.txq.unit(i).data.as_slice().len();
+        let blocks = hdr.sack.iter().filter(|b| b.is_some()).count();
+        let fit = crate::wire::sack_blocks_that_fit(cfg, local, &hdr, len);
+        if fit < blocks {
+            // RFC 2018 §4: SACK options SHOULD be in every ACK that does not acknowledge
+            // the highest sequence number received. A full-sized segment has no room for
+            // them (its payload is a whole unit, which may be an FPDU that cannot be cut):
+            // they go in a pure ACK right after it, the D-SACK block included.
+            self.sack_ack = true;
+            if fit == 0 {
+                self.dsack = dsack;
+            }
+        }
         let u = self.txq.unit_mut(i);
-        let len = u.data.as_slice().len();
         if gather.wants(len) {
             let sum = cfg.fill_checksums.then(|| {
                 *u.sum
@@ -227,6 +240,11 @@ impl Tcb {
                 return None;
             }
             _ => {}
+        }
+
+        // The SACK blocks a data segment had no room for, before anything else.
+        if std::mem::take(&mut self.sack_ack) {
+            return self.send_ack(now, cfg, sink_wnd, buf);
         }
 
         // Retransmissions: whole units, identical bytes.
