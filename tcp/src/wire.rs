@@ -50,24 +50,47 @@ pub(crate) fn checksum_caps(cfg: &Config) -> ChecksumCapabilities {
 }
 
 /// How many of `hdr`'s SACK blocks fit beside `payload_len` octets of payload in one packet
-/// of the MTU from `src` (the option layout of smoltcp's emitter: 2 octets plus 8 per block,
-/// the options padded to 4-octet words); [`write_packet`] drops the others.
+/// of the MTU from `src` to `dst`: those [`write_packet`] keeps (it drops the others).
 pub(crate) fn sack_blocks_that_fit(
     cfg: &Config,
     src: SocketAddr,
+    dst: SocketAddr,
     hdr: &Header,
     payload_len: usize,
 ) -> usize {
-    let blocks = hdr.sack.iter().filter(|b| b.is_some()).count();
-    let fixed = ip_header_len(src.ip()) + 20 + payload_len;
-    let ts = if hdr.timestamp.is_some() { 10 } else { 0 };
-    (0..=blocks)
-        .rev()
-        .find(|&n| {
-            let opts = ts + if n > 0 { 2 + 8 * n } else { 0 };
-            fixed + opts.div_ceil(4) * 4 <= cfg.mtu
-        })
-        .unwrap_or(0)
+    let mut repr = tcp_repr(src, dst, hdr);
+    fit_sack_blocks(&mut repr, ip_header_len(src.ip()), payload_len, cfg.mtu)
+}
+
+/// `hdr` as smoltcp's TCP representation, without payload.
+fn tcp_repr(src: SocketAddr, dst: SocketAddr, hdr: &Header) -> TcpRepr<'static> {
+    TcpRepr {
+        src_port: src.port(),
+        dst_port: dst.port(),
+        control: hdr.control,
+        seq_number: TcpSeqNumber(hdr.seq as i32),
+        ack_number: hdr.ack.map(|a| TcpSeqNumber(a as i32)),
+        window_len: hdr.window,
+        window_scale: hdr.syn.and_then(|s| s.wscale),
+        max_seg_size: hdr.syn.map(|s| s.mss),
+        sack_permitted: hdr.syn.is_some_and(|s| s.sack_permitted),
+        sack_ranges: hdr.sack,
+        timestamp: hdr
+            .timestamp
+            .map(|(tsval, tsecr)| TcpTimestampRepr::new(tsval, tsecr)),
+        payload: &[],
+    }
+}
+
+/// Drops `repr`'s SACK blocks, last first, until an `ip_len`-octet IP header, the TCP header
+/// and `payload_len` octets fit in `limit`; returns how many blocks are left.
+fn fit_sack_blocks(repr: &mut TcpRepr, ip_len: usize, payload_len: usize, limit: usize) -> usize {
+    let mut blocks = repr.sack_ranges.iter().filter(|b| b.is_some()).count();
+    while ip_len + repr.header_len() + payload_len > limit && blocks > 0 {
+        blocks -= 1;
+        repr.sack_ranges[blocks] = None;
+    }
+    blocks
 }
 
 /// Write an IPv4 or IPv6 packet (the family of `src` and `dst`, which agree) carrying `hdr` +
@@ -81,18 +104,12 @@ pub(crate) fn write_packet(
     hdr: &Header,
     payload: &[u8],
 ) -> Option<usize> {
-    let data_at = match emit_common(buf, cfg, src, dst, hdr, payload.len()) {
-        Some(at) => at,
-        None => emit_headers(buf, cfg, src, dst, hdr, payload.len())?,
-    };
+    let data_at = emit(buf, cfg, src, dst, hdr, payload.len())?;
     let total = data_at + payload.len();
     let (head, data) = buf[..total].split_at_mut(data_at);
     if cfg.fill_checksums {
-        let ip_len = ip_header_len(src.ip());
         let payload_sum = crate::checksum::copy_payload(data, payload);
-        let segment = &mut head[ip_len..];
-        let sum = crate::checksum::tcp_checksum_split(src.ip(), dst.ip(), segment, payload_sum);
-        TcpPacket::new_unchecked(segment).set_checksum(sum);
+        set_tcp_checksum(head, src, dst, payload_sum);
     } else {
         data.copy_from_slice(payload);
     }
@@ -111,17 +128,40 @@ pub(crate) fn write_headers(
     payload_len: usize,
     payload_sum: Option<crate::checksum::PayloadSum>,
 ) -> Option<usize> {
-    let data_at = match emit_common(buf, cfg, src, dst, hdr, payload_len) {
-        Some(at) => at,
-        None => emit_headers(buf, cfg, src, dst, hdr, payload_len)?,
-    };
+    let data_at = emit(buf, cfg, src, dst, hdr, payload_len)?;
     if let (true, Some(payload_sum)) = (cfg.fill_checksums, payload_sum) {
-        let ip_len = ip_header_len(src.ip());
-        let segment = &mut buf[ip_len..data_at];
-        let sum = crate::checksum::tcp_checksum_split(src.ip(), dst.ip(), segment, payload_sum);
-        TcpPacket::new_unchecked(segment).set_checksum(sum);
+        set_tcp_checksum(&mut buf[..data_at], src, dst, payload_sum);
     }
     Some(data_at)
+}
+
+/// Writes the headers of a segment with `payload_len` octets of payload: the direct path for
+/// common headers, else smoltcp's emitters. Returns where the payload starts.
+fn emit(
+    buf: &mut [u8],
+    cfg: &Config,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+    payload_len: usize,
+) -> Option<usize> {
+    match emit_common(buf, cfg, src, dst, hdr, payload_len) {
+        Some(at) => Some(at),
+        None => emit_headers(buf, cfg, src, dst, hdr, payload_len),
+    }
+}
+
+/// Fills the TCP checksum of the headers in `head` (IP header, TCP header), the payload
+/// summed in `payload_sum`.
+fn set_tcp_checksum(
+    head: &mut [u8],
+    src: SocketAddr,
+    dst: SocketAddr,
+    payload_sum: crate::checksum::PayloadSum,
+) {
+    let segment = &mut head[ip_header_len(src.ip())..];
+    let sum = crate::checksum::tcp_checksum_split(src.ip(), dst.ip(), segment, payload_sum);
+    TcpPacket::new_unchecked(segment).set_checksum(sum);
 }
 
 /// Writes the IP and TCP headers of a segment with `payload_len` octets of payload through
@@ -136,29 +176,9 @@ fn emit_headers(
     payload_len: usize,
 ) -> Option<usize> {
     // The payload is copied (and summed) by the caller; smoltcp only needs its length.
-    let mut repr = TcpRepr {
-        src_port: src.port(),
-        dst_port: dst.port(),
-        control: hdr.control,
-        seq_number: TcpSeqNumber(hdr.seq as i32),
-        ack_number: hdr.ack.map(|a| TcpSeqNumber(a as i32)),
-        window_len: hdr.window,
-        window_scale: hdr.syn.and_then(|s| s.wscale),
-        max_seg_size: hdr.syn.map(|s| s.mss),
-        sack_permitted: hdr.syn.is_some_and(|s| s.sack_permitted),
-        sack_ranges: hdr.sack,
-        timestamp: hdr
-            .timestamp
-            .map(|(tsval, tsecr)| TcpTimestampRepr::new(tsval, tsecr)),
-        payload: &[],
-    };
+    let mut repr = tcp_repr(src, dst, hdr);
     let ip_len = ip_header_len(src.ip());
-    let limit = cfg.mtu.min(buf.len());
-    let mut blocks = repr.sack_ranges.iter().filter(|b| b.is_some()).count();
-    while ip_len + repr.header_len() + payload_len > limit && blocks > 0 {
-        blocks -= 1;
-        repr.sack_ranges[blocks] = None;
-    }
+    fit_sack_blocks(&mut repr, ip_len, payload_len, cfg.mtu.min(buf.len()));
     let tcp_len = repr.header_len() + payload_len;
     let total = ip_len + tcp_len;
     if total > buf.len() {

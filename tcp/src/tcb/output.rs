@@ -176,15 +176,17 @@ impl Tcb {
         let (local, remote) = (self.local, self.remote);
         let len = self.txq.unit(i).data.as_slice().len();
         let blocks = hdr.sack.iter().filter(|b| b.is_some()).count();
-        let fit = crate::wire::sack_blocks_that_fit(cfg, local, &hdr, len);
-        if fit < blocks {
-            // RFC 2018 §4: SACK options SHOULD be in every ACK that does not acknowledge
-            // the highest sequence number received. A full-sized segment has no room for
-            // them (its payload is a whole unit, which may be an FPDU that cannot be cut):
-            // they go in a pure ACK right after it, the D-SACK block included.
-            self.sack_ack = true;
-            if fit == 0 {
-                self.dsack = dsack;
+        if blocks > 0 {
+            let fit = crate::wire::sack_blocks_that_fit(cfg, local, remote, &hdr, len);
+            if fit < blocks {
+                // RFC 2018 §4: SACK options SHOULD be in every ACK that does not acknowledge
+                // the highest sequence number received. A full-sized segment has no room for
+                // them (its payload is a whole unit, which may be an FPDU that cannot be
+                // cut): they go in a pure ACK right after it, the D-SACK block included.
+                self.sack_ack = true;
+                if fit == 0 {
+                    self.dsack = dsack;
+                }
             }
         }
         let u = self.txq.unit_mut(i);
