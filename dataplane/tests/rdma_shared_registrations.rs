@@ -253,9 +253,14 @@ fn a_region_registered_on_lane_0_takes_a_write_on_lane_1_until_deregistered() {
         b.s[0].handler_mut().deregister_shared_mr(stag),
         Err(ShareError::Lane { lane: 0, .. })
     ));
-    // The Write completes locally (RFC 5040 §5.1); lane 1 finds the STag invalid and
-    // Terminates; nothing is placed.
-    assert_eq!(b.write(2, remote, &pattern(2)), CompletionStatus::Success);
+    // A Write TCP took whole before the Terminate came back completes locally (RFC 5040
+    // §5.1): one segment's worth, as a connection reads a Write's payload only as TCP sends
+    // it (the rest of a longer one is flushed by the Terminate). Lane 1 finds the STag
+    // invalid and Terminates; nothing is placed.
+    assert_eq!(
+        b.write(2, remote, &pattern(2)[..1024]),
+        CompletionStatus::Success
+    );
     let end = clock::now() + Duration::from_secs(5);
     while b.c.handler().counters().terminates_received == 0 {
         assert!(clock::now() < end, "no Terminate");

@@ -730,12 +730,27 @@ impl ConnManager {
         mpa
     }
 
+    /// DDP segment octets a connection reads from registered memory before TCP asks for
+    /// them (`ConnConfig::tx_budget`): one full-sized IPv4 segment's worth, enough to pack
+    /// small FPDUs into whole units. A payload is then copied, framed, CRC'd and sent while
+    /// it is in the cache; iwarp's default (64 KiB) kept 64 MB copied and waiting over 1,000
+    /// QPs, far beyond the L3, and read each 64 KiB Write at once when it was posted, which
+    /// held up the poll loop.
+    fn tx_ahead(&self) -> usize {
+        usize::from(
+            self.cfg
+                .tcp
+                .local_mss(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+        )
+    }
+
     fn conn_config(&self, mpa: MpaConfig, init: &QpInit, qp: QpId) -> ConnConfig {
         ConnConfig {
             pd: init.pd,
             stream: qp.stream(),
             rx_window: self.cfg.rx_window,
             first_fpdu_delay: self.first_fpdu_delay,
+            tx_budget: self.tx_ahead(),
             ..ConnConfig::new(mpa)
         }
     }
@@ -1023,6 +1038,7 @@ impl ConnManager {
         let cfg = match (template, qp) {
             (Some(init), Some(qp)) => self.conn_config(self.responder_mpa(), &init, qp),
             _ => ConnConfig {
+                tx_budget: self.tx_ahead(),
                 rx_window: self.cfg.rx_window,
                 first_fpdu_delay: self.first_fpdu_delay,
                 ..ConnConfig::new(self.responder_mpa())
