@@ -618,8 +618,15 @@ pub trait Handler<P: Port> {
         meta: &Classified,
     ) -> Handled;
 
-    /// Called once per iteration for each port, after its receive burst was handled: emit
-    /// due retransmissions, acknowledgements, queued data.
+    /// Called once per iteration for each port, right after its receive burst was handled
+    /// and before [`Handler::poll`]: the work what arrived calls for (placement finished,
+    /// completions, events), so that an application run between the two
+    /// ([`PollLoop::poll_once_with`]) sees it and what it posts in answer leaves in the
+    /// same iteration. The default does nothing.
+    fn settle(&mut self, _ctx: &mut PortContext<'_, P>, _now: Instant) {}
+
+    /// Called once per iteration for each port, after [`Handler::settle`]: emit due
+    /// retransmissions, acknowledgements, queued data.
     fn poll(&mut self, _ctx: &mut PortContext<'_, P>, _now: Instant) {}
 
     /// Adds what the handler shows in telemetry (connections, QPs, ...) to `snap`; the
@@ -664,6 +671,8 @@ struct PortSlot<B> {
     /// Frames the port refused, offered again first on the next iteration.
     backlog: Vec<B>,
     counters: LoopCounters,
+    /// This iteration's stage times are taken (set by the receive half).
+    timed: bool,
 }
 
 /// Why a poll loop stopped.
@@ -849,6 +858,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             held: None,
             backlog: Vec::new(),
             counters: LoopCounters::default(),
+            timed: false,
         });
         self.ports.len() - 1
     }
@@ -902,7 +912,24 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
     pub fn poll_once(&mut self, now: Instant) -> usize {
         let mut total = 0;
         for i in 0..self.ports.len() {
-            total += self.poll_port(i, now);
+            total += self.receive_port(i, now);
+            self.transmit_port(i, now);
+        }
+        total
+    }
+
+    /// [`PollLoop::poll_once`] with `between` run on the handler once every port's receive
+    /// burst was handled and settled ([`Handler::settle`]) and before any port transmits:
+    /// an application stepped there answers what arrived within the same iteration (a
+    /// ping-pong's reply leaves in the iteration its request came in).
+    pub fn poll_once_with(&mut self, now: Instant, between: impl FnOnce(&mut H)) -> usize {
+        let mut total = 0;
+        for i in 0..self.ports.len() {
+            total += self.receive_port(i, now);
+        }
+        between(&mut self.handler);
+        for i in 0..self.ports.len() {
+            self.transmit_port(i, now);
         }
         total
     }
@@ -936,7 +963,9 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         }
     }
 
-    fn poll_port(&mut self, i: usize, now: Instant) -> usize {
+    /// The receive half of port `i`'s iteration: the burst received, classified and
+    /// handled, then the handler's [`Handler::settle`]. Returns the frames received.
+    fn receive_port(&mut self, i: usize, now: Instant) -> usize {
         let port = &mut self.ports[i];
         let slot = &mut self.slots[i];
         // `now` was taken just before the first port's turn: one clock read less per idle
@@ -944,13 +973,13 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         let due = slot.counters.busy_polls.is_multiple_of(TIMING_SAMPLE);
         let t0 = if i == 0 || !due { now } else { clock::now() };
         let n = port.rx_burst(&mut self.rx, self.burst);
-        let timed = due && n > 0;
+        slot.timed = due && n > 0;
         let mut t1 = t0;
         if n > 0 {
             slot.counters.busy_polls += 1;
             slot.counters.rx += n as u64;
         }
-        if timed {
+        if slot.timed {
             t1 = clock::now();
             slot.counters.rx_ns += (t1 - t0).as_nanos() as u64 * TIMING_SAMPLE;
         }
@@ -995,6 +1024,33 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             }
         }
         ctx.flush_held();
+        self.handler.settle(&mut ctx, now);
+        if slot.timed {
+            slot.counters.process_ns += clock::elapsed(t1).as_nanos() as u64 * TIMING_SAMPLE;
+        }
+        n
+    }
+
+    /// The transmit half of port `i`'s iteration: the handler's [`Handler::poll`], then
+    /// the frames queued (and those the port refused earlier) offered to the port.
+    fn transmit_port(&mut self, i: usize, now: Instant) {
+        let port = &mut self.ports[i];
+        let slot = &mut self.slots[i];
+        let timed = slot.timed;
+        let mut t1 = if timed { clock::now() } else { now };
+        let mut ctx = PortContext {
+            index: i,
+            port: &mut *port,
+            tx: &mut self.tx,
+            nb: &mut slot.nb,
+            addr: slot.addr,
+            l2: slot.l2,
+            spare: &mut slot.spare,
+            held: &mut slot.held,
+            counters: &mut slot.counters,
+            backlog: slot.backlog.len(),
+            now,
+        };
         self.handler.poll(&mut ctx, now);
         // Before the requests go out: another lane may receive their answers.
         ctx.nb.give_news();
@@ -1028,7 +1084,6 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 c.tx_ns += clock::elapsed(t1).as_nanos() as u64 * TIMING_SAMPLE;
             }
         }
-        n
     }
 }
 
