@@ -177,7 +177,11 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         // Frames the port refused earlier count against the budget: while its ring stays
         // full the data waits in TCP's queues, and nothing is dropped. While a packet waits
         // for a neighbour's MAC, the rest waits in TCP's queues too.
-        for _ in 0..self.tx_per_poll {
+        // Nothing queued (no connection ready, no RST): no transmit buffer is taken and
+        // the engine is not asked.
+        let queued = engine.ready_len() > 0 || engine.rsts_pending();
+        let budget = if queued { self.tx_per_poll } else { 0 };
+        for _ in 0..budget {
             if ctx.tx_pending() >= self.tx_per_poll {
                 break;
             }
