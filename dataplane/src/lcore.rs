@@ -668,7 +668,8 @@ struct PortSlot<B> {
     nb: Neighbours,
     spare: Option<B>,
     held: Option<Held<B>>,
-    /// Frames the port refused, offered again first on the next iteration.
+    /// Frames the port refused, offered again first on the next iteration (and, between
+    /// an iteration's receive and transmit halves, those the receive half queued).
     backlog: Vec<B>,
     counters: LoopCounters,
     /// This iteration's stage times are taken (set by the receive half).
@@ -1025,6 +1026,11 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         }
         ctx.flush_held();
         self.handler.settle(&mut ctx, now);
+        // What this half queued (ARP and echo replies, a held packet) waits with the
+        // port's own frames: the transmit halves of other ports may come first.
+        if !self.tx.is_empty() {
+            slot.backlog.append(&mut self.tx);
+        }
         if slot.timed {
             slot.counters.process_ns += clock::elapsed(t1).as_nanos() as u64 * TIMING_SAMPLE;
         }
@@ -1240,6 +1246,56 @@ mod tests {
         let mut f = vec![0u8; 60];
         arp::emit_arp_frame(&arp::request(PEER_MAC, PEER_IP, OUR_IP), None, &mut f).unwrap();
         f
+    }
+
+    #[test]
+    fn replies_of_a_split_iteration_leave_on_their_own_ports() {
+        let info = |n: &str, mac| PortInfo {
+            name: n.into(),
+            mac,
+            mtu: 1500,
+        };
+        let mut l = PollLoop::new(NoHandler, 32);
+        let mut peers = Vec::new();
+        for k in 0..2u8 {
+            let (dp, peer) = soft_pair(info("dp", OUR_MAC), info("peer", PEER_MAC), 64);
+            let ip = Ipv4Addr::new(10, 99, k, 1);
+            l.add_port(
+                dp,
+                PortAddr {
+                    ipv4: Some(Ipv4Cidr {
+                        addr: ip,
+                        prefix: 24,
+                    }),
+                    ..PortAddr::default()
+                },
+            );
+            let mut f = vec![0u8; 60];
+            let peer_ip = Ipv4Addr::new(10, 99, k, 2);
+            arp::emit_arp_frame(&arp::request(PEER_MAC, peer_ip, ip), None, &mut f).unwrap();
+            peers.push((peer, ip, f));
+        }
+        for (peer, _, f) in &mut peers {
+            send(peer, f);
+        }
+        let mut between = 0;
+        assert_eq!(l.poll_once_with(clock::now(), |_| between += 1), 2);
+        assert_eq!(between, 1);
+        for (peer, ip, _) in &mut peers {
+            let out = recv(peer);
+            assert_eq!(out.len(), 1, "one reply on each port");
+            let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
+            let arp = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
+            let ArpRepr::EthernetIpv4 {
+                source_protocol_addr,
+                ..
+            } = arp
+            else {
+                panic!()
+            };
+            assert_eq!(source_protocol_addr, *ip);
+        }
+        assert_eq!((l.counters(0).tx, l.counters(1).tx), (1, 1));
     }
 
     #[test]
