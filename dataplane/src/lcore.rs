@@ -618,8 +618,15 @@ pub trait Handler<P: Port> {
         meta: &Classified,
     ) -> Handled;
 
-    /// Called once per iteration for each port, after its receive burst was handled: emit
-    /// due retransmissions, acknowledgements, queued data.
+    /// Called once per iteration for each port, right after its receive burst was handled
+    /// and before [`Handler::poll`]: the work what arrived calls for (placement finished,
+    /// completions, events), so that an application run between the two
+    /// ([`PollLoop::poll_once_with`]) sees it and what it posts in answer leaves in the
+    /// same iteration. The default does nothing.
+    fn settle(&mut self, _ctx: &mut PortContext<'_, P>, _now: Instant) {}
+
+    /// Called once per iteration for each port, after [`Handler::settle`]: emit due
+    /// retransmissions, acknowledgements, queued data.
     fn poll(&mut self, _ctx: &mut PortContext<'_, P>, _now: Instant) {}
 
     /// Adds what the handler shows in telemetry (connections, QPs, ...) to `snap`; the
@@ -661,9 +668,12 @@ struct PortSlot<B> {
     nb: Neighbours,
     spare: Option<B>,
     held: Option<Held<B>>,
-    /// Frames the port refused, offered again first on the next iteration.
+    /// Frames the port refused, offered again first on the next iteration (and, between
+    /// an iteration's receive and transmit halves, those the receive half queued).
     backlog: Vec<B>,
     counters: LoopCounters,
+    /// This iteration's stage times are taken (set by the receive half).
+    timed: bool,
 }
 
 /// Why a poll loop stopped.
@@ -849,6 +859,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             held: None,
             backlog: Vec::new(),
             counters: LoopCounters::default(),
+            timed: false,
         });
         self.ports.len() - 1
     }
@@ -902,7 +913,24 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
     pub fn poll_once(&mut self, now: Instant) -> usize {
         let mut total = 0;
         for i in 0..self.ports.len() {
-            total += self.poll_port(i, now);
+            total += self.receive_port(i, now);
+            self.transmit_port(i, now);
+        }
+        total
+    }
+
+    /// [`PollLoop::poll_once`] with `between` run on the handler once every port's receive
+    /// burst was handled and settled ([`Handler::settle`]) and before any port transmits:
+    /// an application stepped there answers what arrived within the same iteration (a
+    /// ping-pong's reply leaves in the iteration its request came in).
+    pub fn poll_once_with(&mut self, now: Instant, between: impl FnOnce(&mut H)) -> usize {
+        let mut total = 0;
+        for i in 0..self.ports.len() {
+            total += self.receive_port(i, now);
+        }
+        between(&mut self.handler);
+        for i in 0..self.ports.len() {
+            self.transmit_port(i, now);
         }
         total
     }
@@ -936,7 +964,9 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         }
     }
 
-    fn poll_port(&mut self, i: usize, now: Instant) -> usize {
+    /// The receive half of port `i`'s iteration: the burst received, classified and
+    /// handled, then the handler's [`Handler::settle`]. Returns the frames received.
+    fn receive_port(&mut self, i: usize, now: Instant) -> usize {
         let port = &mut self.ports[i];
         let slot = &mut self.slots[i];
         // `now` was taken just before the first port's turn: one clock read less per idle
@@ -944,13 +974,13 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         let due = slot.counters.busy_polls.is_multiple_of(TIMING_SAMPLE);
         let t0 = if i == 0 || !due { now } else { clock::now() };
         let n = port.rx_burst(&mut self.rx, self.burst);
-        let timed = due && n > 0;
+        slot.timed = due && n > 0;
         let mut t1 = t0;
         if n > 0 {
             slot.counters.busy_polls += 1;
             slot.counters.rx += n as u64;
         }
-        if timed {
+        if slot.timed {
             t1 = clock::now();
             slot.counters.rx_ns += (t1 - t0).as_nanos() as u64 * TIMING_SAMPLE;
         }
@@ -995,6 +1025,38 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             }
         }
         ctx.flush_held();
+        self.handler.settle(&mut ctx, now);
+        // What this half queued (ARP and echo replies, a held packet) waits with the
+        // port's own frames: the transmit halves of other ports may come first.
+        if !self.tx.is_empty() {
+            slot.backlog.append(&mut self.tx);
+        }
+        if slot.timed {
+            slot.counters.process_ns += clock::elapsed(t1).as_nanos() as u64 * TIMING_SAMPLE;
+        }
+        n
+    }
+
+    /// The transmit half of port `i`'s iteration: the handler's [`Handler::poll`], then
+    /// the frames queued (and those the port refused earlier) offered to the port.
+    fn transmit_port(&mut self, i: usize, now: Instant) {
+        let port = &mut self.ports[i];
+        let slot = &mut self.slots[i];
+        let timed = slot.timed;
+        let mut t1 = if timed { clock::now() } else { now };
+        let mut ctx = PortContext {
+            index: i,
+            port: &mut *port,
+            tx: &mut self.tx,
+            nb: &mut slot.nb,
+            addr: slot.addr,
+            l2: slot.l2,
+            spare: &mut slot.spare,
+            held: &mut slot.held,
+            counters: &mut slot.counters,
+            backlog: slot.backlog.len(),
+            now,
+        };
         self.handler.poll(&mut ctx, now);
         // Before the requests go out: another lane may receive their answers.
         ctx.nb.give_news();
@@ -1028,7 +1090,6 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 c.tx_ns += clock::elapsed(t1).as_nanos() as u64 * TIMING_SAMPLE;
             }
         }
-        n
     }
 }
 
@@ -1185,6 +1246,56 @@ mod tests {
         let mut f = vec![0u8; 60];
         arp::emit_arp_frame(&arp::request(PEER_MAC, PEER_IP, OUR_IP), None, &mut f).unwrap();
         f
+    }
+
+    #[test]
+    fn replies_of_a_split_iteration_leave_on_their_own_ports() {
+        let info = |n: &str, mac| PortInfo {
+            name: n.into(),
+            mac,
+            mtu: 1500,
+        };
+        let mut l = PollLoop::new(NoHandler, 32);
+        let mut peers = Vec::new();
+        for k in 0..2u8 {
+            let (dp, peer) = soft_pair(info("dp", OUR_MAC), info("peer", PEER_MAC), 64);
+            let ip = Ipv4Addr::new(10, 99, k, 1);
+            l.add_port(
+                dp,
+                PortAddr {
+                    ipv4: Some(Ipv4Cidr {
+                        addr: ip,
+                        prefix: 24,
+                    }),
+                    ..PortAddr::default()
+                },
+            );
+            let mut f = vec![0u8; 60];
+            let peer_ip = Ipv4Addr::new(10, 99, k, 2);
+            arp::emit_arp_frame(&arp::request(PEER_MAC, peer_ip, ip), None, &mut f).unwrap();
+            peers.push((peer, ip, f));
+        }
+        for (peer, _, f) in &mut peers {
+            send(peer, f);
+        }
+        let mut between = 0;
+        assert_eq!(l.poll_once_with(clock::now(), |_| between += 1), 2);
+        assert_eq!(between, 1);
+        for (peer, ip, _) in &mut peers {
+            let out = recv(peer);
+            assert_eq!(out.len(), 1, "one reply on each port");
+            let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
+            let arp = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
+            let ArpRepr::EthernetIpv4 {
+                source_protocol_addr,
+                ..
+            } = arp
+            else {
+                panic!()
+            };
+            assert_eq!(source_protocol_addr, *ip);
+        }
+        assert_eq!((l.counters(0).tx, l.counters(1).tx), (1, 1));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! learns from an answer, and the addresses it asks for, go to the other lanes as messages
 //! taken once per poll-loop iteration.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
@@ -29,6 +30,9 @@ pub const CACHE_CAPACITY: usize = 1024;
 #[derive(Debug)]
 pub struct NeighbourCache<A> {
     entries: HashMap<A, ([u8; 6], Instant)>,
+    /// The entry [`NeighbourCache::lookup`] found last: a connection's packets all go to
+    /// one next hop, found again without hashing. Forgotten whenever an entry changes.
+    last: LastFound<A>,
     requested: HashMap<A, Instant>,
     evicted: u64,
     suppressed: u64,
@@ -37,10 +41,20 @@ pub struct NeighbourCache<A> {
     news: Option<Vec<(A, Option<[u8; 6]>)>>,
 }
 
+/// [`NeighbourCache::lookup`]'s last hit: the address, its MAC, when it was learned.
+struct LastFound<A>(Cell<Option<(A, [u8; 6], Instant)>>);
+
+impl<A> std::fmt::Debug for LastFound<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LastFound")
+    }
+}
+
 impl<A> Default for NeighbourCache<A> {
     fn default() -> Self {
         NeighbourCache {
             entries: HashMap::new(),
+            last: LastFound(Cell::new(None)),
             requested: HashMap::new(),
             evicted: 0,
             suppressed: 0,
@@ -57,10 +71,15 @@ impl<A: Copy + Eq + Hash> NeighbourCache<A> {
 
     /// The MAC of `ip` if known and fresh.
     pub fn lookup(&self, ip: A, now: Instant) -> Option<[u8; 6]> {
-        self.entries
-            .get(&ip)
-            .filter(|(_, at)| now.saturating_since(*at) < ENTRY_LIFETIME)
-            .map(|(mac, _)| *mac)
+        let (mac, at) = match self.last.0.get() {
+            Some((last, mac, at)) if last == ip => (mac, at),
+            _ => {
+                let &(mac, at) = self.entries.get(&ip)?;
+                self.last.0.set(Some((ip, mac, at)));
+                (mac, at)
+            }
+        };
+        (now.saturating_since(at) < ENTRY_LIFETIME).then_some(mac)
     }
 
     /// Records `ip` at `mac`; a resolution of `ip` under way is complete. The oldest
@@ -74,6 +93,7 @@ impl<A: Copy + Eq + Hash> NeighbourCache<A> {
 
     /// Records `ip` at `mac` as another lane learned it (not news to pass on).
     pub fn learn_from_lane(&mut self, ip: A, mac: [u8; 6], now: Instant) {
+        self.last.0.set(None);
         if self.entries.len() >= CACHE_CAPACITY && !self.entries.contains_key(&ip) {
             let oldest = self.entries.iter().min_by_key(|(_, (_, at))| *at);
             if let Some((&old, _)) = oldest {
@@ -339,6 +359,25 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, NEWS_BOUND);
+    }
+
+    #[test]
+    fn lookup_sees_a_relearned_or_aged_entry() {
+        let mut cache = NeighbourCache::new();
+        let now = clock::now();
+        let a = Ipv4Addr::new(10, 99, 0, 2);
+        let other = [2, 0, 0, 0, 0, 9];
+        cache.insert(a, MAC, now);
+        assert_eq!(cache.lookup(a, now), Some(MAC));
+        cache.insert(a, other, now);
+        assert_eq!(
+            cache.lookup(a, now),
+            Some(other),
+            "the new MAC, not the one found last"
+        );
+        assert_eq!(cache.lookup(a, now + ENTRY_LIFETIME), None, "aged out");
+        assert_eq!(cache.lookup(Ipv4Addr::new(10, 99, 0, 3), now), None);
+        assert_eq!(cache.lookup(a, now), Some(other));
     }
 
     #[test]

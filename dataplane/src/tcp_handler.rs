@@ -2,10 +2,12 @@
 //!
 //! Classified TCP segments go to [`tcp::Engine::handle_tcp`] with the context the engine
 //! lends its connections (the RNIC for iWARP, nothing for plain byte streams). Once per
-//! iteration and port the handler runs the engine's timers, then the [`TcpService`] on top
-//! (its events, application data, the ULPs' own timers), then drains the engine's output into
-//! transmit buffers after the Ethernet header, with the next hop resolved through the
-//! port's ARP cache, and last lets the service see what the transmission raised.
+//! iteration and port, right after the receive burst, the handler runs the engine's timers,
+//! then the [`TcpService`] on top (its events, application data, the ULPs' own timers);
+//! then, after whatever the loop runs in between, the service's flush, the drain of the
+//! engine's output into transmit buffers after the Ethernet header, with the next hop
+//! resolved through the port's ARP cache, and last lets the service see what the
+//! transmission raised.
 //!
 //! Transmission is budgeted: at most [`TcpHandler::set_tx_per_poll`] packets per iteration
 //! and port, counting the frames the port refused earlier, so a full ring leaves the data in
@@ -46,6 +48,11 @@ pub trait TcpService<U, C> {
     /// The iteration's work before the engine's output is drained: engine events,
     /// application data, the ULPs' own timers.
     fn work(&mut self, tcp: &mut Engine<U, C>, cx: &mut C, now: Instant);
+
+    /// After [`TcpService::work`], just before the drain, once an application may have
+    /// posted work in between ([`crate::lcore::PollLoop::poll_once_with`]): hand on what it
+    /// posted, so that it leaves in this iteration (the default does nothing).
+    fn flush(&mut self, _tcp: &mut Engine<U, C>, _cx: &mut C, _now: Instant) {}
 
     /// After the drain: events the transmission raised (the default does nothing).
     fn after_transmit(&mut self, _tcp: &mut Engine<U, C>, _cx: &mut C, _now: Instant) {}
@@ -153,8 +160,12 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         }
     }
 
-    fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
+    fn settle(&mut self, _ctx: &mut PortContext<'_, P>, now: Instant) {
         self.work(now);
+    }
+
+    fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
+        self.service.flush(&mut self.engine, &mut self.cx, now);
         if !ctx.holds_unresolved() {
             self.resolving_since = None;
         }
@@ -166,7 +177,11 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         // Frames the port refused earlier count against the budget: while its ring stays
         // full the data waits in TCP's queues, and nothing is dropped. While a packet waits
         // for a neighbour's MAC, the rest waits in TCP's queues too.
-        for _ in 0..self.tx_per_poll {
+        // Nothing queued (no connection ready, no RST): no transmit buffer is taken and
+        // the engine is not asked.
+        let queued = engine.ready_len() > 0 || engine.rsts_pending();
+        let budget = if queued { self.tx_per_poll } else { 0 };
+        for _ in 0..budget {
             if ctx.tx_pending() >= self.tx_per_poll {
                 break;
             }

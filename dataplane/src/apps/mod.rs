@@ -131,9 +131,12 @@ pub fn run_app<P: Port, A: App>(
         if deadline.is_some_and(|d| now >= d) {
             return Err(AppError::TimeLimit.into());
         }
-        let frames = poll.poll_once(now);
+        // The application steps between the receive and the transmit halves of the
+        // iteration: what it posts in answer to what arrived leaves at once.
+        let mut step = Step::Continue;
+        let frames = poll.poll_once_with(now, |h| step = app.step(h, now));
         poll.publish_if_asked();
-        if let Step::Done(r) = app.step(poll.handler_mut(), now) {
+        if let Step::Done(r) = step {
             // Let the last frames (FIN, ACKs) out: 50 ms, and up to a second while TCP
             // still has connections to send for (thousands of final ACKs take many
             // iterations; a peer left in LAST-ACK would resend its FIN to nobody).
@@ -246,18 +249,22 @@ pub fn run_pair<P: Port, A: App, B: App>(
         if now >= end {
             break;
         }
-        la.poll_once(now);
-        lb.poll_once(now);
-        if ra.is_none() {
-            if let Step::Done(r) = a.step(la.handler_mut(), now) {
-                ra = Some(r);
+        // Each application steps between its loop's receive and transmit halves: a
+        // ping-pong's request and its reply cross the link in one iteration.
+        la.poll_once_with(now, |h| {
+            if ra.is_none() {
+                if let Step::Done(r) = a.step(h, now) {
+                    ra = Some(r);
+                }
             }
-        }
-        if rb.is_none() {
-            if let Step::Done(r) = b.step(lb.handler_mut(), now) {
-                rb = Some(r);
+        });
+        lb.poll_once_with(now, |h| {
+            if rb.is_none() {
+                if let Step::Done(r) = b.step(h, now) {
+                    rb = Some(r);
+                }
             }
-        }
+        });
     }
     // Flush what is still in flight (FIN, ACKs).
     for _ in 0..200 {

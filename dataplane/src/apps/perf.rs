@@ -412,8 +412,7 @@ impl PerfServer {
                 },
             )
             .unsignaled();
-            rnic.post_sq(c.qp, vec![wr])
-                .map_err(AppError::post("send"))?;
+            rnic.post_sq_one(c.qp, wr).map_err(AppError::post("send"))?;
         }
         Ok(())
     }
@@ -442,7 +441,7 @@ impl PerfServer {
                 },
             )
             .unsignaled();
-            rnic.post_sq(c.qp, vec![wr])
+            rnic.post_sq_one(c.qp, wr)
                 .map_err(AppError::post("write"))?;
         }
         Ok(())
@@ -988,7 +987,7 @@ impl PerfClient {
             *data = q.local.bytes(h.rnic())[..size].to_vec();
         }
         h.rnic_mut()
-            .post_sq(q.qp, vec![wr])
+            .post_sq_one(q.qp, wr)
             .map_err(AppError::post(self.params.op.name()))?;
         self.qps[0].posted += 1;
         self.in_flight += 1;

@@ -1178,6 +1178,24 @@ impl ConnManager {
         }
     }
 
+    /// Services the connections TCP was active on and those whose QP got work, then the
+    /// RNIC's QP actions and the TCP events that raised.
+    fn service_due(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
+        let mut due = std::mem::take(&mut self.due);
+        engine.take_active(&mut due);
+        rnic.take_touched_qps(&mut self.touched);
+        due.extend(self.touched.drain(..).filter_map(|qp| self.by_qp.get(&qp)));
+        due.sort_unstable();
+        due.dedup();
+        for &id in &due {
+            self.service(engine, rnic, id);
+        }
+        due.clear();
+        self.due = due;
+        self.qp_actions(engine, rnic);
+        self.tcp_events(engine, rnic);
+    }
+
     fn tcp_events(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         while let Some(ev) = engine.poll_event() {
             match ev {
@@ -1222,20 +1240,16 @@ impl TcpService<Connection, Rnic> for ConnManager {
         for ch in &mut self.channels {
             ch.pump(rnic);
         }
-        let mut due = std::mem::take(&mut self.due);
-        engine.take_active(&mut due);
-        rnic.take_touched_qps(&mut self.touched);
-        due.extend(self.touched.drain(..).filter_map(|qp| self.by_qp.get(&qp)));
-        due.sort_unstable();
-        due.dedup();
-        for &id in &due {
-            self.service(engine, rnic, id);
-        }
-        due.clear();
-        self.due = due;
-        self.qp_actions(engine, rnic);
-        self.tcp_events(engine, rnic);
+        self.service_due(engine, rnic);
         self.event_log.drain(rnic, &self.channels);
+    }
+
+    /// The connections whose QP got work since [`TcpService::work`] (an application
+    /// stepped between it and the drain posted WRs): serviced now, so that those WRs leave
+    /// in this iteration.
+    fn flush(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, now: Instant) {
+        self.now = now;
+        self.service_due(engine, rnic);
     }
 
     fn after_transmit(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, _now: Instant) {

@@ -146,7 +146,7 @@ impl CoreEnd {
             };
             applied += 1;
             let (wr_id, result) = match cmd {
-                Command::PostSend { qp, wr } => (wr.wr_id, rnic.post_sq(qp, vec![wr]).map(|_| ())),
+                Command::PostSend { qp, wr } => (wr.wr_id, rnic.post_sq_one(qp, wr).map(|_| ())),
                 Command::PostRecv { qp, wr } => (wr.wr_id, rnic.post_rq(qp, vec![wr]).map(|_| ())),
                 Command::PostSrq { srq, wr } => {
                     (wr.wr_id, rnic.post_srq(srq, vec![wr]).map(|_| ()))

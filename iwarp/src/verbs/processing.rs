@@ -57,6 +57,13 @@ impl Rnic {
         Ok(posted)
     }
 
+    /// [`Rnic::post_sq`] of one WR, without a list to allocate.
+    pub fn post_sq_one(&mut self, qp: QpId, wr: SendWr) -> Result<(), PostError> {
+        self.touch(qp);
+        self.post_one_sq(qp, wr)
+            .map_err(|error| PostError { posted: 0, error })
+    }
+
     fn check_sq_wr(&self, qp: QpId, wr: &SendWr) -> Result<(), VerbError> {
         let q = self.qps.get(&qp).ok_or(VerbError::InvalidQpHandle)?;
         if q.sq_slots >= q.init.sq_depth {

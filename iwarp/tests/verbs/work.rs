@@ -66,6 +66,23 @@ fn k02_full_sq_refuses_more() {
             error: VerbError::TooManyWorkRequests
         })
     );
+    // The one-WR post checks and refuses alike.
+    assert_eq!(
+        fx.rnic.post_sq_one(fx.qp, send(10, vec![])),
+        Err(PostError {
+            posted: 0,
+            error: VerbError::TooManyWorkRequests
+        })
+    );
+    let mut fx = fixture_with(|i| i.sq_depth = 1);
+    assert_eq!(fx.rnic.post_sq_one(fx.qp, send(1, vec![])), Ok(()));
+    assert_eq!(
+        fx.rnic.post_sq_one(fx.qp, send(2, vec![])),
+        Err(PostError {
+            posted: 0,
+            error: VerbError::TooManyWorkRequests
+        })
+    );
     // Same for the RQ.
     let mut fx = fixture_with(|i| i.rq_depth = 1);
     fx.post_rq(vec![recv(1, vec![])]);

@@ -647,7 +647,7 @@ impl PerftestSession {
                 invalidate: None,
             },
         );
-        rnic.post_sq(c.qp, vec![wr])
+        rnic.post_sq_one(c.qp, wr)
             .map_err(AppError::post("control send"))?;
         self.ctrl_sends_pending += 1;
         Ok(())
@@ -867,7 +867,7 @@ impl PerftestSession {
                 },
             )
             .unsignaled();
-            rnic.post_sq(data.qp, vec![wr])
+            rnic.post_sq_one(data.qp, wr)
                 .map_err(AppError::post("credit write"))?;
         }
         Ok(())
@@ -1005,7 +1005,7 @@ impl PerftestSession {
                     }
                 };
                 let wr = SendWr::message(TAG_DATA | d.posted, op);
-                rnic.post_sq(data.qp, vec![wr])
+                rnic.post_sq_one(data.qp, wr)
                     .map_err(AppError::post(self.params.test.op_name()))?;
                 d.posts.push(now);
                 d.awaiting = true;
@@ -1042,7 +1042,7 @@ impl PerftestSession {
                 },
             );
             h.rnic_mut()
-                .post_sq(data.qp, vec![wr])
+                .post_sq_one(data.qp, wr)
                 .map_err(AppError::post(self.params.test.op_name()))?;
             d.posts.push(now);
         }
