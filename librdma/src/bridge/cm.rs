@@ -308,6 +308,7 @@ impl CmTable {
             listener: Some(listener),
             kind: CmRaw::ConnectRequest {
                 dev,
+                lane: usize::from(h.lane().lane),
                 conn,
                 local,
                 remote,

@@ -1,5 +1,5 @@
-//! The data-plane thread's side of the libraries: the stacks (one per device) and what it
-//! knows of the application's objects. Every iteration it applies the work requests
+//! A lane's side of the libraries: the lane's stacks (one per device) and what it knows of
+//! the application's objects that live on it. Every iteration it applies the work requests
 //! application threads posted ([`Bridge::apply_post`]), then moves what the RNICs produced
 //! to the application ([`Bridge::distribute`]): completions into each CQ's ring (firing
 //! armed notifications), QP states and posting windows, async events, and connection
@@ -50,6 +50,48 @@ pub enum Post {
         /// The WR.
         wr: iwarp::verbs::RecvWr,
     },
+}
+
+impl Post {
+    /// The lane the WR goes to: its QP's or S-RQ's.
+    pub fn lane(&self) -> usize {
+        match self {
+            Post::Send { qp, .. } | Post::Recv { qp, .. } => qp.lane,
+            Post::SrqRecv { srq, .. } => srq.lane,
+        }
+    }
+}
+
+/// What one lane's connections did, summed over its devices (the libraries' per-lane
+/// counters: whether steering held, and that every lane carried traffic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneCounters {
+    /// Frames received and sent.
+    pub frames: (u64, u64),
+    /// Connections established.
+    pub established: u64,
+    /// Connections accepted whose 4-tuple hashes to another lane.
+    pub foreign: u64,
+    /// TCP resets sent for segments of no connection (a segment on the wrong lane).
+    pub resets_sent: u64,
+    /// FPDUs sent and received.
+    pub fpdus: (u64, u64),
+}
+
+impl LaneCounters {
+    /// One line of `key value` pairs (the keys of `dataplane perf`'s lane lines).
+    pub fn line(&self) -> String {
+        format!(
+            "rx-frames {} tx-frames {} established {} foreign {} resets-sent {} fpdus-sent {} fpdus-received {}",
+            self.frames.0,
+            self.frames.1,
+            self.established,
+            self.foreign,
+            self.resets_sent,
+            self.fpdus.0,
+            self.fpdus.1
+        )
+    }
 }
 
 /// An application object the bridge knows (a CQ or an S-RQ) and the context its async
@@ -110,8 +152,10 @@ impl QpTrack {
     }
 }
 
-/// The stacks and the registry of the application's objects.
+/// A lane's stacks and the registry of the application's objects on it.
 pub struct Bridge {
+    /// The lane.
+    lane: usize,
     stacks: Vec<RdmaStack<AnyPort>>,
     cqs: Vec<Track<CqShared>>,
     qps: FxHashMap<(usize, QpId), QpTrack>,
@@ -122,14 +166,15 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    /// A bridge over `stacks` (device `i` is `stacks[i]`).
-    pub fn new(mut stacks: Vec<RdmaStack<AnyPort>>) -> Bridge {
+    /// Lane `lane`'s bridge over `stacks` (device `i` is `stacks[i]`).
+    pub fn new(mut stacks: Vec<RdmaStack<AnyPort>>, lane: usize) -> Bridge {
         // The handlers take the RNICs' events every iteration; the bridge delivers the ones
         // they keep for it.
         for s in &mut stacks {
             s.poll.handler_mut().keep_async_events(MAX_KEPT_EVENTS);
         }
         Bridge {
+            lane,
             stacks,
             cqs: Vec::new(),
             qps: FxHashMap::default(),
@@ -137,6 +182,29 @@ impl Bridge {
             contexts: Vec::new(),
             cm: CmTable::default(),
         }
+    }
+
+    /// The lane this bridge serves.
+    pub fn lane(&self) -> usize {
+        self.lane
+    }
+
+    /// The lane's counters, summed over its devices.
+    pub fn counters(&self) -> LaneCounters {
+        let mut c = LaneCounters::default();
+        for s in &self.stacks {
+            let l = s.poll.counters(0);
+            let h = s.poll.handler();
+            let rdma = h.counters();
+            c.frames.0 += l.rx;
+            c.frames.1 += l.tx;
+            c.established += rdma.established;
+            c.foreign += h.foreign_connections();
+            c.resets_sent += h.tcp().stats().resets_sent;
+            c.fpdus.0 += rdma.fpdus_sent;
+            c.fpdus.1 += rdma.fpdus_received;
+        }
+        c
     }
 
     /// Device `dev`'s handler (TCP engine, connections, RNIC); ENODEV if there is none.
@@ -177,7 +245,8 @@ impl Bridge {
 
     /// Destroys a CQ (EBUSY while a QP uses it).
     pub fn destroy_cq(&mut self, cq: &Arc<CqShared>) -> Result<(), i32> {
-        self.destroy(cq.dev, |r| r.destroy_cq(cq.handle))?;
+        let handle = cq.handle(self.lane);
+        self.destroy(cq.dev, |r| r.destroy_cq(handle))?;
         forget(&mut self.cqs, cq);
         Ok(())
     }
@@ -301,7 +370,7 @@ impl Bridge {
                 continue;
             };
             while !cq.ring.is_full() {
-                let Ok(wc) = rnic.poll_cq(cq.handle) else {
+                let Ok(wc) = rnic.poll_cq(cq.handle(self.lane)) else {
                     break;
                 };
                 // The slot this completion frees is in the posting window before the
@@ -352,7 +421,7 @@ impl Bridge {
                         if let Some(t) = self
                             .cqs
                             .iter()
-                            .find(|t| t.shared.dev == dev && t.shared.handle == cq)
+                            .find(|t| t.shared.dev == dev && t.shared.handle(self.lane) == cq)
                         {
                             t.asyncs
                                 .push((t.shared.c_cq.load(Ordering::Acquire), IBV_EVENT_CQ_ERR));
@@ -435,7 +504,7 @@ fn refuse(qp: &QpShared, cq: &CqShared, e: PostError, mut wc: Wc) {
     if !cq.deliver(wc) {
         log::warn!(
             "CQ {:?} full: the error completion of WR {} is lost",
-            cq.handle,
+            cq.handles,
             wc.wr_id
         );
     }
