@@ -428,7 +428,7 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
                 if lane == 0 {
                     macs = m;
                 }
-                bridges.push(Bridge::new(stacks, lane));
+                bridges.push(Bridge::new(stacks, lane, lanes));
             }
             Err(e) => {
                 core.alive.store(false, Ordering::Release);

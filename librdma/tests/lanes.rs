@@ -129,6 +129,12 @@ fn connections_spread_over_two_lanes_share_cqs_and_registrations() {
     assert_eq!(lanes, [0, 1, 0, 1]);
     let slanes: Vec<usize> = sqps.iter().map(|&q| lane_of(q)).collect();
     assert_eq!(slanes, lanes);
+    // Each lane's RNIC numbers its QPs alone; the numbers applications see are unique on
+    // each device.
+    for qps in [&cqps, &sqps] {
+        let nums: BTreeSet<u32> = qps.iter().map(|&q| unsafe { (*q).qp_num }).collect();
+        assert_eq!(nums.len(), CONNS, "{nums:?}");
+    }
 
     // Each connection writes its own pattern into its part of the one server region, then
     // sends a message; both CQs see completions of QPs of both lanes.

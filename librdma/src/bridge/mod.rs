@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 
 use crate::abi::*;
 use crate::convert;
-use crate::shared::verbs::{AsyncShared, CqShared, QpShared, SrqShared, Wc};
+use crate::shared::verbs::{qp_num, AsyncShared, CqShared, QpShared, SrqShared, Wc};
 use cm::CmTable;
 
 /// How long a program's exit waits for its connections to deliver what they queued and
@@ -156,6 +156,8 @@ impl QpTrack {
 pub struct Bridge {
     /// The lane.
     lane: usize,
+    /// How many lanes run.
+    lanes: usize,
     stacks: Vec<RdmaStack<AnyPort>>,
     cqs: Vec<Track<CqShared>>,
     qps: FxHashMap<(usize, QpId), QpTrack>,
@@ -166,8 +168,8 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    /// Lane `lane`'s bridge over `stacks` (device `i` is `stacks[i]`).
-    pub fn new(mut stacks: Vec<RdmaStack<AnyPort>>, lane: usize) -> Bridge {
+    /// Lane `lane`'s (of `lanes`) bridge over `stacks` (device `i` is `stacks[i]`).
+    pub fn new(mut stacks: Vec<RdmaStack<AnyPort>>, lane: usize, lanes: usize) -> Bridge {
         // The handlers take the RNICs' events every iteration; the bridge delivers the ones
         // they keep for it.
         for s in &mut stacks {
@@ -175,6 +177,7 @@ impl Bridge {
         }
         Bridge {
             lane,
+            lanes,
             stacks,
             cqs: Vec::new(),
             qps: FxHashMap::default(),
@@ -378,7 +381,9 @@ impl Bridge {
                 if let Some(q) = self.qps.get(&(cq.dev, wc.qp)) {
                     q.retire(rnic);
                 }
-                cq.deliver(convert::completion(&wc));
+                let mut c = convert::completion(&wc);
+                c.qp_num = qp_num(wc.qp, self.lane, self.lanes);
+                cq.deliver(c);
             }
         }
     }
@@ -484,7 +489,7 @@ fn failed_wc(qp: &QpShared, wr_id: u64, opcode: ibv_wc_opcode) -> Wc {
         wr_id,
         status: IBV_WC_LOC_QP_OP_ERR,
         opcode,
-        qp_num: qp.id.0,
+        qp_num: qp.num,
         ..Wc::default()
     }
 }

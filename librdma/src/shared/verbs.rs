@@ -171,6 +171,8 @@ pub struct QpShared {
     pub pd: PdId,
     /// `ibv_qp_state` as applications see it.
     pub state: AtomicU32,
+    /// Its `qp_num` ([`qp_num`]).
+    pub num: u32,
     /// Capabilities in force.
     pub cap: ibv_qp_cap,
     /// Every send WR completes (`sq_sig_all`).
@@ -191,6 +193,12 @@ pub struct QpShared {
     pub rq_retired: AtomicU64,
     /// The `ibv_qp` address (set once the C object exists).
     pub c_qp: AtomicUsize,
+}
+
+/// The `qp_num` applications see for QP `id` of lane `lane` (of `lanes`): unique in the
+/// process, as each lane's RNIC numbers its QPs alone (`id` itself with one lane).
+pub fn qp_num(id: QpId, lane: usize, lanes: usize) -> u32 {
+    id.0.wrapping_mul(lanes as u32).wrapping_add(lane as u32)
 }
 
 impl QpShared {
@@ -296,6 +304,7 @@ mod tests {
             dev: 0,
             lane: 0,
             id: QpId(1),
+            num: 1,
             pd: PdId(1),
             state: AtomicU32::new(IBV_QPS_RESET),
             cap: ibv_qp_cap {

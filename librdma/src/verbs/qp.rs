@@ -15,7 +15,7 @@ use crate::convert::{self, errno_of};
 use crate::device::{device_attributes, MAX_INLINE, MAX_RD_ATOM};
 use crate::entry::{errno_call, post_list, ptr_call};
 use crate::runtime::runtime;
-use crate::shared::verbs::QpShared;
+use crate::shared::verbs::{qp_num, QpShared};
 use crate::verbs::cq::cq_obj;
 use crate::verbs::memory::{pd_core, pd_obj};
 use crate::verbs::objects::{context, obj, publish, reclaim, Qp, Srq};
@@ -101,6 +101,7 @@ pub unsafe fn create_qp_on(
             (Some(l), _) | (None, Some(l)) => l,
             (None, None) => core.pick_lane(),
         };
+        let lanes = core.lanes();
         let cap = a.cap;
         let init = QpInit {
             srq: srq.map(|s| s.shared.handle),
@@ -129,6 +130,7 @@ pub unsafe fn create_qp_on(
                 dev,
                 lane,
                 id,
+                num: qp_num(id, lane, lanes),
                 pd: pd_id,
                 state: AtomicU32::new(IBV_QPS_RESET),
                 cap,
@@ -155,8 +157,8 @@ pub unsafe fn create_qp_on(
                 send_cq: a.send_cq,
                 recv_cq: a.recv_cq,
                 srq: a.srq,
-                handle: shared.id.0,
-                qp_num: shared.id.0,
+                handle: shared.num,
+                qp_num: shared.num,
                 state: IBV_QPS_RESET,
                 qp_type: IBV_QPT_RC,
                 ..Default::default()
