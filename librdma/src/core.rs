@@ -94,7 +94,7 @@ pub struct Core {
     /// The MAC each device's port really uses (a port without a configured MAC has its
     /// PMD's), set when the ports are up.
     macs: OnceLock<Vec<[u8; 6]>>,
-    /// Each lane's counters, summed over the devices, taken when the lanes stopped.
+    /// Each lane's counters, summed over the devices, taken when the stop came.
     final_counters: Mutex<Vec<LaneCounters>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -247,7 +247,7 @@ impl Core {
 
     /// Each lane's counters summed over the devices (connections established, accepted
     /// on a lane they do not hash to, resets sent, frames and FPDUs): live while the lanes
-    /// run, else as they stopped.
+    /// run, else as they were when the stop came.
     pub fn lane_counters(&self) -> Vec<LaneCounters> {
         if self.is_alive() {
             if let Ok(c) = self.call_each(|b| b.counters()) {
@@ -540,7 +540,8 @@ fn lane_stacks(
 
 /// Runs lane `lane` over `bridge` until the process stops: poll, run the lane's jobs and
 /// posts, hand completions and events over, sleep when idle. Returns the lane's counters
-/// as it stopped.
+/// when the stop came, before its connections are closed (segments of connections the
+/// peer already closed are answered with resets then, which is not about steering).
 fn serve(core: &Core, lane: usize, mut bridge: Bridge) -> LaneCounters {
     let q = &core.lanes[lane];
     let mut backoff = Backoff::new(clock::now(), idle_spin());
@@ -573,6 +574,7 @@ fn serve(core: &Core, lane: usize, mut bridge: Bridge) -> LaneCounters {
             idle(q, backoff.wait(now));
         }
     }
+    let counters = bridge.counters();
     bridge.shutdown();
-    bridge.counters()
+    counters
 }
