@@ -21,13 +21,15 @@ use rdma_dataplane::abi::*;
 use rdma_dataplane::cm::connect::*;
 use rdma_dataplane::cm::events::*;
 use rdma_dataplane::cm::id::*;
+use rdma_dataplane::cm::objects::id_obj;
 use rdma_dataplane::cm::qp::*;
 use rdma_dataplane::runtime::runtime;
 use rdma_dataplane::verbs::cq::*;
 use rdma_dataplane::verbs::events::*;
 use rdma_dataplane::verbs::memory::*;
-use rdma_dataplane::verbs::objects::{obj, Qp};
+use rdma_dataplane::verbs::objects::{obj, Qp, Srq};
 use rdma_dataplane::verbs::qp::*;
+use rdma_dataplane::verbs::srq::*;
 
 const PORT: u16 = 7481;
 /// Connections: two per lane.
@@ -251,6 +253,152 @@ fn connections_spread_over_two_lanes_share_cqs_and_registrations() {
     assert_eq!(unsafe { ibv_destroy_cq(ccq) }, 0);
     assert_eq!(unsafe { ibv_destroy_cq(scq) }, 0);
     assert_eq!(unsafe { ibv_dealloc_pd(cpd) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(listen) }, 0);
+    unsafe { rdma_destroy_event_channel(ch) };
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The lane of the S-RQ `srq`.
+fn srq_lane(srq: *mut ibv_srq) -> usize {
+    unsafe { obj::<ibv_srq, Srq>(srq) }.unwrap().shared.lane
+}
+
+/// An S-RQ and its QPs live on one lane: an active QP with an S-RQ is placed on the S-RQ's
+/// lane, and a request that came in on another lane cannot take a QP on it (EINVAL) while
+/// one on the S-RQ's lane can; a Send through that connection consumes the S-RQ's receive.
+#[test]
+fn an_srq_keeps_its_qps_on_its_lane() {
+    let dir = configure();
+    let ch = channel();
+    let listen = new_id(ch, null_mut());
+    let mut sa = sockaddr([10, 78, 0, 1], PORT + 1);
+    assert_eq!(unsafe { rdma_bind_addr(listen, common::sa(&mut sa)) }, 0);
+    assert_eq!(unsafe { rdma_listen(listen, 8) }, 0);
+    let (sctx, spd) = unsafe { ((*listen).verbs, (*listen).pd) };
+    let scq = unsafe { ibv_create_cq(sctx, 16, null_mut(), null_mut(), 0) };
+    let mut sinit = ibv_srq_init_attr::default();
+    sinit.attr.max_wr = 8;
+    sinit.attr.max_sge = 1;
+    let ssrq = unsafe { ibv_create_srq(spd, &mut sinit) };
+    assert!(!scq.is_null() && !ssrq.is_null());
+    let mut sbuf = vec![0u8; 256].into_boxed_slice();
+    let smr = reg(spd, &mut sbuf);
+    let mut rsge = sge(&sbuf, 0, 64, smr);
+    let mut rwr = recv_wr(500, &mut rsge);
+    let mut bad = null_mut();
+    let ops = unsafe { &(*sctx).ops };
+    assert_eq!(
+        unsafe { ops.post_srq_recv.unwrap()(ssrq, &mut rwr, &mut bad) },
+        0
+    );
+
+    // The client's S-RQ decides where its QP goes.
+    let mut clients = Vec::new();
+    let mut accepted = None;
+    let mut refused_on_other_lane = false;
+    let (mut cpd, mut ccq) = (null_mut(), null_mut());
+    for k in 0..2 {
+        let client = new_id(ch, null_mut());
+        let mut dst = sockaddr([10, 78, 0, 1], PORT + 1);
+        assert_eq!(
+            unsafe { rdma_resolve_addr(client, null_mut(), common::sa(&mut dst), 2000) },
+            0
+        );
+        unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ADDR_RESOLVED)) };
+        assert_eq!(unsafe { rdma_resolve_route(client, 2000) }, 0);
+        unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) };
+        if k == 0 {
+            let cctx = unsafe { (*client).verbs };
+            cpd = unsafe { ibv_alloc_pd(cctx) };
+            ccq = unsafe { ibv_create_cq(cctx, 16, null_mut(), null_mut(), 0) };
+            let mut cinit = ibv_srq_init_attr::default();
+            cinit.attr.max_wr = 4;
+            cinit.attr.max_sge = 1;
+            let csrq = unsafe { ibv_create_srq(cpd, &mut cinit) };
+            assert!(!csrq.is_null());
+            let mut attr = ibv_qp_init_attr {
+                srq: csrq,
+                ..rc_attr(ccq, qp_caps(4, 4))
+            };
+            // Round-robin would give lane 1 after the S-RQ took lane 0 and vice versa.
+            let mut probe_attr = rc_attr(ccq, qp_caps(4, 4));
+            let probe = unsafe { ibv_create_qp(cpd, &mut probe_attr) };
+            assert_ne!(lane_of(probe), srq_lane(csrq));
+            assert_eq!(unsafe { ibv_destroy_qp(probe) }, 0);
+            let qp = unsafe { ibv_create_qp(cpd, &mut attr) };
+            assert!(!qp.is_null());
+            assert_eq!(
+                lane_of(qp),
+                srq_lane(csrq),
+                "an active QP goes to its S-RQ's lane"
+            );
+            assert_eq!(unsafe { ibv_destroy_qp(qp) }, 0);
+            assert_eq!(unsafe { ibv_destroy_srq(csrq) }, 0);
+        }
+        let mut attr = rc_attr(ccq, qp_caps(4, 4));
+        assert_eq!(unsafe { rdma_create_qp(client, cpd, &mut attr) }, 0);
+        assert_eq!(unsafe { rdma_connect(client, null_mut()) }, 0);
+        let ev = expect_ok(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+        let child = unsafe { (*ev).id };
+        unsafe { rdma_ack_cm_event(ev) };
+        let lane = unsafe { id_obj(child) }.unwrap().state().lane;
+        assert_eq!(lane, lane_of(unsafe { (*client).qp }));
+        let mut sattr = ibv_qp_init_attr {
+            srq: ssrq,
+            ..rc_attr(scq, qp_caps(4, 4))
+        };
+        if lane == srq_lane(ssrq) {
+            assert_eq!(unsafe { rdma_create_qp(child, spd, &mut sattr) }, 0);
+            assert_eq!(unsafe { rdma_accept(child, null_mut()) }, 0);
+            for _ in 0..2 {
+                unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ESTABLISHED)) };
+            }
+            accepted = Some((k, child));
+        } else {
+            clear_errno();
+            assert_eq!(unsafe { rdma_create_qp(child, spd, &mut sattr) }, -1);
+            assert_eq!(errno(), libc::EINVAL, "S-RQ on another lane");
+            assert_eq!(unsafe { rdma_reject(child, null_mut(), 0) }, 0);
+            unsafe {
+                rdma_ack_cm_event(expect_event(
+                    ch,
+                    RDMA_CM_EVENT_REJECTED,
+                    -libc::ECONNREFUSED,
+                ))
+            };
+            assert_eq!(unsafe { rdma_destroy_id(child) }, 0);
+            refused_on_other_lane = true;
+        }
+        clients.push(client);
+    }
+    assert!(
+        refused_on_other_lane,
+        "one request came in on the other lane"
+    );
+    let (k, child) = accepted.expect("one request came in on the S-RQ's lane");
+
+    // A Send through the accepted connection takes the S-RQ's receive.
+    let mut cbuf = *b"to the srq";
+    let cmr = reg(cpd, &mut cbuf);
+    let mut msge = sge(&cbuf, 0, cbuf.len() as u32, cmr);
+    let mut send = send_wr(1, &mut msge, IBV_WR_SEND);
+    post_send(unsafe { (*clients[k]).qp }, &mut send);
+    assert_eq!(poll_one(ccq).status, IBV_WC_SUCCESS);
+    let wc = poll_one(scq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (500, IBV_WC_SUCCESS, 10)
+    );
+    assert_eq!(wc.qp_num, unsafe { (*(*child).qp).qp_num });
+    assert_eq!(&sbuf[..10], b"to the srq");
+
+    assert_eq!(unsafe { rdma_destroy_id(child) }, 0);
+    unsafe { rdma_destroy_qp(child) };
+    for c in clients {
+        unsafe { rdma_destroy_qp(c) };
+        assert_eq!(unsafe { rdma_destroy_id(c) }, 0);
+    }
+    assert_eq!(unsafe { ibv_destroy_srq(ssrq) }, 0);
     assert_eq!(unsafe { rdma_destroy_id(listen) }, 0);
     unsafe { rdma_destroy_event_channel(ch) };
     let _ = std::fs::remove_dir_all(dir);
