@@ -204,8 +204,9 @@ fn connections_spread_over_two_lanes_share_cqs_and_registrations() {
         assert!(c.frames.0 > 0 && c.frames.1 > 0, "lane {lane}: {line}");
     }
 
-    // A CQ in use by QPs is not destroyed.
+    // A CQ or a PD in use by QPs (of any lane) is not destroyed, on no lane.
     assert_eq!(unsafe { ibv_destroy_cq(ccq) }, libc::EBUSY);
+    assert_eq!(unsafe { ibv_dealloc_pd(cpd) }, libc::EBUSY);
 
     // Deregistration: once it returns, a Write through a connection of either lane meets
     // an invalid STag (an access error on the server's QP of that lane).

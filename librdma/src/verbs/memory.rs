@@ -4,6 +4,7 @@
 //! buffer by its virtual address (`iova`) and DDP places straight into it.
 
 use std::os::raw::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use iwarp::verbs::{Access, MrSpec, PageList, PdId, Rnic, STag, TaggedBase, UlpId, VerbError};
@@ -63,6 +64,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
             },
             dev,
             ids,
+            users: AtomicUsize::new(0),
         }))
     })
 }
@@ -95,6 +97,9 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         let dev = p.dev;
         // SAFETY: as above.
         let core = unsafe { pd_core(p) }?;
+        if core.lanes() > 1 && p.users.load(Ordering::Acquire) > 0 {
+            return Err(libc::EBUSY);
+        }
         for (lane, &id) in p.ids.iter().enumerate() {
             core.call_on(lane, move |b| b.rnic(dev)?.dealloc_pd(id).map_err(errno_of))??;
         }
@@ -236,6 +241,7 @@ unsafe fn reg_mr(
         log::debug!(
             "{name}: {len} bytes at {a:#x} (tagged offset {iova:#x}), {access:?}: STag {stag:?}"
         );
+        p.users.fetch_add(1, Ordering::AcqRel);
         Ok(publish(Mr {
             mr: ibv_mr {
                 context: p.pd.context,
@@ -314,6 +320,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         }
         if core.lanes() > 1 {
             core.lane_stags().release(stag.index());
+        }
+        // SAFETY: the region's PD is live while the region is.
+        if let Ok(p) = unsafe { pd_obj(m.mr.pd) } {
+            p.users.fetch_sub(1, Ordering::AcqRel);
         }
         // SAFETY: published by `reg_mr`; the application gives it up here.
         drop(unsafe { reclaim::<ibv_mr, Mr>(mr) });
@@ -397,6 +407,11 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         m.mr.addr = new_addr as usize as *mut c_void;
         m.mr.length = new_len as usize;
         if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            // SAFETY: the region's old PD is live while the region is.
+            if let Ok(old) = unsafe { pd_obj(m.mr.pd) } {
+                old.users.fetch_sub(1, Ordering::AcqRel);
+            }
+            new_pd.users.fetch_add(1, Ordering::AcqRel);
             m.mr.pd = pd;
         }
         Ok(())

@@ -2,7 +2,7 @@
 //! pointer an application gets (and hands back) is ours, followed by what the library keeps
 //! for it. The parts the data-plane thread also uses are in [`crate::shared::verbs`].
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::Arc;
 
 use iwarp::verbs::{PdId, STag};
@@ -67,6 +67,9 @@ pub struct Pd {
     pub dev: usize,
     /// The RNIC's PD on each lane, lane 0 first.
     pub ids: Vec<PdId>,
+    /// QPs, S-RQs and regions in the PD (on lanes a PD is deallocated only when none is:
+    /// no lane may lose its copy while another refuses).
+    pub users: AtomicUsize,
 }
 // SAFETY: repr(C), `ibv_pd` first.
 unsafe impl CObject<ibv_pd> for Pd {}

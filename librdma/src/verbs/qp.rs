@@ -147,6 +147,7 @@ pub unsafe fn create_qp_on(
             b.add_qp(Arc::clone(&s), asyncs);
             Ok::<_, i32>(s)
         })??;
+        p.users.fetch_add(1, Ordering::AcqRel);
         shared.send_cq.users.fetch_add(1, Ordering::AcqRel);
         shared.recv_cq.users.fetch_add(1, Ordering::AcqRel);
         let p_qp = publish(Qp {
@@ -300,6 +301,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         core.call_on(s.lane, move |b| b.destroy_qp(&s))??;
         q.shared.send_cq.users.fetch_sub(1, Ordering::AcqRel);
         q.shared.recv_cq.users.fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: the QP's PD is live while the QP is.
+        if let Ok(p) = unsafe { pd_obj(q.qp.pd) } {
+            p.users.fetch_sub(1, Ordering::AcqRel);
+        }
         // SAFETY: published by `ibv_create_qp`; given up here.
         drop(unsafe { reclaim::<ibv_qp, Qp>(qp) });
         Ok(())

@@ -60,6 +60,7 @@ pub unsafe extern "C" fn ibv_create_srq(
             Ok::<_, i32>((s, granted))
         })??;
         a.attr.max_wr = granted;
+        p.users.fetch_add(1, Ordering::AcqRel);
         let ptr = publish(Srq {
             srq: ibv_srq {
                 context: p.pd.context,
@@ -141,6 +142,10 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         let s = unsafe { srq_obj(srq) }?;
         let shared = Arc::clone(&s.shared);
         core_of(s)?.call_on(shared.lane, move |b| b.destroy_srq(&shared))??;
+        // SAFETY: the S-RQ's PD is live while the S-RQ is.
+        if let Ok(p) = unsafe { pd_obj(s.srq.pd) } {
+            p.users.fetch_sub(1, Ordering::AcqRel);
+        }
         // SAFETY: published by `ibv_create_srq`; given up here.
         drop(unsafe { reclaim::<ibv_srq, Srq>(srq) });
         Ok(())
