@@ -87,6 +87,9 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         });
         match next {
             Ok(Some(ev)) => {
+                // SAFETY: `build` made `ev`, a live event.
+                let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
+                log::debug!("rdma_get_cm_event: event {kind} status {status}");
                 // SAFETY: the caller passes a writable slot (NULL refused above).
                 unsafe { *event = ev };
                 return 0;
