@@ -200,6 +200,7 @@ fn connections_spread_over_two_lanes_share_cqs_and_registrations() {
         let line = c.line();
         assert_eq!(c.established, 4, "lane {lane}: {line}");
         assert_eq!((c.foreign, c.resets_sent), (0, 0), "lane {lane}: {line}");
+        assert_eq!(c.aborts, 0, "lane {lane}: {line}");
         assert!(c.fpdus.0 >= 4 && c.fpdus.1 >= 4, "lane {lane}: {line}");
         assert!(c.frames.0 > 0 && c.frames.1 > 0, "lane {lane}: {line}");
     }
@@ -245,6 +246,21 @@ fn connections_spread_over_two_lanes_share_cqs_and_registrations() {
         assert_eq!(unsafe { rdma_destroy_id(child) }, 0);
         unsafe { rdma_destroy_qp(client) };
         assert_eq!(unsafe { rdma_destroy_id(client) }, 0);
+    }
+    // The server's ids of the two connections still up (one on each lane) were destroyed
+    // while up: each lane reset its own connection, counted as an abort, not as a reset
+    // answering a segment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let counters = core.lane_counters();
+        if counters.iter().all(|c| c.aborts >= 1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a lane counted no abort: {counters:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
     for q in sqps {
         assert_eq!(unsafe { ibv_destroy_qp(q) }, 0);

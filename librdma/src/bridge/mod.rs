@@ -72,8 +72,12 @@ pub struct LaneCounters {
     pub established: u64,
     /// Connections accepted whose 4-tuple hashes to another lane.
     pub foreign: u64,
-    /// TCP resets sent for segments of no connection (a segment on the wrong lane).
+    /// TCP resets sent other than aborts: for segments of no connection (a segment on
+    /// the wrong lane) and by connections (RFC 9293's reset cases).
     pub resets_sent: u64,
+    /// TCP resets of connections the program reset (an id or QP destroyed, a QP moved to
+    /// ERR while its connection was up).
+    pub aborts: u64,
     /// FPDUs sent and received.
     pub fpdus: (u64, u64),
 }
@@ -82,12 +86,13 @@ impl LaneCounters {
     /// One line of `key value` pairs (the keys of `dataplane perf`'s lane lines).
     pub fn line(&self) -> String {
         format!(
-            "rx-frames {} tx-frames {} established {} foreign {} resets-sent {} fpdus-sent {} fpdus-received {}",
+            "rx-frames {} tx-frames {} established {} foreign {} resets-sent {} aborts {} fpdus-sent {} fpdus-received {}",
             self.frames.0,
             self.frames.1,
             self.established,
             self.foreign,
             self.resets_sent,
+            self.aborts,
             self.fpdus.0,
             self.fpdus.1
         )
@@ -203,7 +208,9 @@ impl Bridge {
             c.frames.1 += l.tx;
             c.established += rdma.established;
             c.foreign += h.foreign_connections();
-            c.resets_sent += h.tcp().stats().resets_sent;
+            let tcp = h.tcp().stats();
+            c.resets_sent += tcp.resets_sent - tcp.aborts_sent;
+            c.aborts += tcp.aborts_sent;
             c.fpdus.0 += rdma.fpdus_sent;
             c.fpdus.1 += rdma.fpdus_received;
         }
