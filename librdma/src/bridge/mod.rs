@@ -279,6 +279,13 @@ impl Bridge {
         // Completions already on the RNIC's CQs belong to the application (they were
         // produced before the destroy): hand them over first.
         self.drain_cqs();
+        if let Some(conn) = self.cm.conn_of(qp.dev, qp.id) {
+            log::debug!(
+                "lane {}: QP {:?} destroyed with its connection {conn:?} (reset if open)",
+                self.lane,
+                qp.id
+            );
+        }
         self.destroy(qp.dev, |r| r.destroy_qp(qp.id))?;
         self.qps.remove(&(qp.dev, qp.id));
         self.cm.qp_destroyed(qp.dev, qp.id);
