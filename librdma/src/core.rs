@@ -1,11 +1,15 @@
-//! The data plane inside the application: one thread, `dataplane`, owns every configured
-//! port's iWARP stack (poll loop, TCP engine, connections, RNIC) and runs run-to-completion.
+//! The data plane inside the application: one thread per lane owns every configured port's
+//! iWARP stack of that lane (poll loop, TCP engine, connections, RNIC) and runs
+//! run-to-completion. With one queue per port (`queues = 1`) there is one lane, the thread
+//! `dataplane`; with `queues = N`, lane `i` serves queue `i` of every port, lane 0 on the
+//! `dataplane` thread (the EAL main lcore) and the others on EAL's worker lcores, pinned as
+//! `dataplane run`'s lanes are ([`OpenedPorts::run_lanes`]).
 //! Application threads never touch that state: control calls (create a QP, register memory,
-//! connect) are jobs the thread runs between two iterations, and the fast path crosses
-//! through lock-free rings: work requests in ([`Core::post`]), completions out (each CQ's
-//! ring, see [`crate::verbs::cq`]).
+//! connect) are jobs the lane owning the object runs between two iterations, and the fast
+//! path crosses through lock-free rings: work requests in ([`Core::post`], the ring of the
+//! QP's lane), completions out (each CQ's ring, see [`crate::verbs::cq`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -15,16 +19,18 @@ use crossbeam_queue::{ArrayQueue, SegQueue};
 use dataplane::clock;
 use dataplane::config::{Config, RdmaSection};
 use dataplane::lcore::PortAddr;
+use dataplane::neighbour::neighbour_shares;
 use dataplane::port::open::OpenOptions;
 use dataplane::port::{AnyPort, Port};
-use dataplane::rdma::{MemoryKind, RdmaConfig, RdmaStack, StackConfig};
-use dataplane::runtime::OpenedPorts;
+use dataplane::rdma::{LaneStagIndices, MemoryKind, RdmaConfig, RdmaStack, StackConfig};
+use dataplane::runtime::{LaneJob, OpenedPorts};
+use dataplane::steer::Lane;
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{AddressingMode, Rnic, RnicDevice};
 
 use crate::appmem::AppMemory;
 use crate::backoff::{Backoff, Wait};
-use crate::bridge::{Bridge, Post};
+use crate::bridge::{Bridge, LaneCounters, Post};
 use crate::device::{device_attributes, DeviceInfo};
 
 /// A job for the data-plane thread.
@@ -34,10 +40,53 @@ pub type Job = Box<dyn FnOnce(&mut Bridge) + Send>;
 /// a full ring refuses the post with ENOMEM).
 const POST_RING: usize = 1 << 16;
 
-/// The running data plane of the process.
-pub struct Core {
+/// What application threads hand to one lane: control jobs and work requests, and how to
+/// wake its thread.
+struct LaneQueue {
     jobs: SegQueue<Job>,
     posts: ArrayQueue<Post>,
+    /// The lane's thread, to wake when it sleeps and work arrives.
+    waker: OnceLock<std::thread::Thread>,
+    /// The lane's thread is (about to be) parked in [`idle`].
+    parked: AtomicBool,
+}
+
+impl LaneQueue {
+    fn new() -> LaneQueue {
+        LaneQueue {
+            jobs: SegQueue::new(),
+            posts: ArrayQueue::new(POST_RING),
+            waker: OnceLock::new(),
+            parked: AtomicBool::new(false),
+        }
+    }
+
+    /// Wakes the lane's thread if it sleeps in [`idle`] (work was just queued).
+    fn wake(&self) {
+        // Pairs with the fence in `idle`: either this load sees the thread parked, or the
+        // thread sees the queued work before it parks.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::Relaxed) {
+            if let Some(t) = self.waker.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Whether work is queued for the lane.
+    fn has_work(&self) -> bool {
+        !self.jobs.is_empty() || !self.posts.is_empty()
+    }
+}
+
+/// The running data plane of the process.
+pub struct Core {
+    /// One per lane (queue pair of every port), lane 0 first.
+    lanes: Vec<LaneQueue>,
+    /// The lane the next active QP goes to (round-robin).
+    next_lane: AtomicUsize,
+    /// STag indices of the regions registered on every lane (with several lanes).
+    stags: LaneStagIndices,
     stop: AtomicBool,
     alive: AtomicBool,
     /// What each device is (name, addresses, MTU) as configured.
@@ -45,17 +94,16 @@ pub struct Core {
     /// The MAC each device's port really uses (a port without a configured MAC has its
     /// PMD's), set when the ports are up.
     macs: OnceLock<Vec<[u8; 6]>>,
+    /// Each lane's counters, summed over the devices, taken when the stop came.
+    final_counters: Mutex<Vec<LaneCounters>>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    /// The data-plane thread, to wake when it sleeps and work arrives.
-    waker: OnceLock<std::thread::Thread>,
-    /// The data-plane thread is (about to be) parked in [`idle`].
-    parked: AtomicBool,
 }
 
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Core")
             .field("devices", &self.devices.len())
+            .field("lanes", &self.lanes.len())
             .finish_non_exhaustive()
     }
 }
@@ -71,16 +119,17 @@ impl Core {
     /// every port with an IPv4 address as a device, and the poll loop. Returns once the
     /// ports are up, or why they are not.
     pub fn start(cfg: Config, devices: Vec<DeviceInfo>) -> Result<Arc<Core>, String> {
+        let lanes = lanes_of(&cfg);
         let core = Arc::new(Core {
-            jobs: SegQueue::new(),
-            posts: ArrayQueue::new(POST_RING),
+            lanes: (0..lanes).map(|_| LaneQueue::new()).collect(),
+            next_lane: AtomicUsize::new(0),
+            stags: LaneStagIndices::new(rand_seed()),
             stop: AtomicBool::new(false),
             alive: AtomicBool::new(true),
             devices,
             macs: OnceLock::new(),
+            final_counters: Mutex::new(Vec::new()),
             thread: Mutex::new(None),
-            waker: OnceLock::new(),
-            parked: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel();
         let c = Arc::clone(&core);
@@ -115,22 +164,62 @@ impl Core {
         Some(d)
     }
 
-    /// Runs `f` on the data-plane thread and waits for its result.
+    /// How many lanes run (the ports' queue count).
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// The lane for a new active QP: the lanes in turn.
+    pub fn pick_lane(&self) -> usize {
+        self.next_lane.fetch_add(1, Ordering::Relaxed) % self.lanes.len()
+    }
+
+    /// The STag indices of regions registered on every lane.
+    pub fn lane_stags(&self) -> &LaneStagIndices {
+        &self.stags
+    }
+
+    /// Runs `f` on lane 0's thread (device-wide work) and waits for its result.
     pub fn call<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Bridge) -> R + Send + 'static,
     ) -> Result<R, i32> {
+        self.call_on(0, f)
+    }
+
+    /// Runs `f` on every lane's thread in turn, lane 0 first; each lane's result.
+    pub fn call_each<R: Send + 'static>(
+        &self,
+        f: impl Fn(&mut Bridge) -> R + Send + Sync + 'static,
+    ) -> Result<Vec<R>, i32> {
+        let f = Arc::new(f);
+        (0..self.lanes.len())
+            .map(|lane| {
+                let f = Arc::clone(&f);
+                self.call_on(lane, move |b| f(b))
+            })
+            .collect()
+    }
+
+    /// Runs `f` on the thread of lane `lane` (the lane owning the object `f` works on) and
+    /// waits for its result; EINVAL for a lane that does not exist.
+    pub fn call_on<R: Send + 'static>(
+        &self,
+        lane: usize,
+        f: impl FnOnce(&mut Bridge) -> R + Send + 'static,
+    ) -> Result<R, i32> {
+        let q = self.lanes.get(lane).ok_or(libc::EINVAL)?;
         let reply = Arc::new(Reply {
             value: Mutex::new(None),
             ready: Condvar::new(),
         });
         let r = Arc::clone(&reply);
-        self.jobs.push(Box::new(move |b: &mut Bridge| {
+        q.jobs.push(Box::new(move |b: &mut Bridge| {
             let v = f(b);
             *r.value.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
             r.ready.notify_one();
         }));
-        self.wake();
+        q.wake();
         let mut slot = reply.value.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(v) = slot.take() {
@@ -147,28 +236,28 @@ impl Core {
         }
     }
 
-    /// Queues a work request; `Err` (ENOMEM) when the ring is full.
+    /// Queues a work request on the ring of its QP's (or S-RQ's) lane and wakes that lane;
+    /// `Err` (ENOMEM) when the ring is full.
     pub fn post(&self, p: Post) -> Result<(), i32> {
-        self.posts.push(p).map_err(|_| libc::ENOMEM)?;
-        self.wake();
+        let q = self.lanes.get(p.lane()).ok_or(libc::EINVAL)?;
+        q.posts.push(p).map_err(|_| libc::ENOMEM)?;
+        q.wake();
         Ok(())
     }
 
-    /// Wakes the data-plane thread if it sleeps in [`idle`] (work was just queued).
-    fn wake(&self) {
-        // Pairs with the fence in `idle`: either this load sees the thread parked, or the
-        // thread sees the queued work before it parks.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.parked.load(Ordering::Relaxed) {
-            if let Some(t) = self.waker.get() {
-                t.unpark();
+    /// Each lane's counters summed over the devices (connections established, accepted
+    /// on a lane they do not hash to, resets sent, frames and FPDUs): live while the lanes
+    /// run, else as they were when the stop came.
+    pub fn lane_counters(&self) -> Vec<LaneCounters> {
+        if self.is_alive() {
+            if let Ok(c) = self.call_each(|b| b.counters()) {
+                return c;
             }
         }
-    }
-
-    /// Whether work is queued for the data-plane thread.
-    fn has_work(&self) -> bool {
-        !self.jobs.is_empty() || !self.posts.is_empty()
+        self.final_counters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Whether the data-plane thread still runs.
@@ -176,8 +265,8 @@ impl Core {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// Stops the data-plane thread (at process exit) and waits for it: connections are
-    /// reset, the ports stopped and the EAL released by that thread.
+    /// Stops the lanes (at process exit) and waits for them: connections are reset, the
+    /// ports stopped and the EAL released by lane 0's thread.
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::Release);
         let handle = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -260,19 +349,19 @@ fn rand_secret() -> [u8; 16] {
     s
 }
 
-/// Waits as `wait` says: spins once, or parks unless work is queued (an application
-/// thread that queues work unparks it at once).
-fn idle(core: &Core, wait: Wait) {
+/// Waits as `wait` says: spins once, or parks unless work is queued for lane `q` (an
+/// application thread that queues work unparks it at once).
+fn idle(q: &LaneQueue, wait: Wait) {
     let Wait::Nap(nap) = wait else {
         std::hint::spin_loop();
         return;
     };
-    core.parked.store(true, Ordering::Relaxed);
+    q.parked.store(true, Ordering::Relaxed);
     std::sync::atomic::fence(Ordering::SeqCst);
-    if !core.has_work() {
+    if !q.has_work() {
         std::thread::park_timeout(nap);
     }
-    core.parked.store(false, Ordering::Relaxed);
+    q.parked.store(false, Ordering::Relaxed);
 }
 
 /// The spin between requests and responses ([`Backoff`]): `DATAPLANE_IDLE_SPIN_US`, else
@@ -288,9 +377,33 @@ fn idle_spin() -> Duration {
     Duration::from_micros(us)
 }
 
-/// The data-plane thread.
+/// The lanes of `cfg`: the ports' queue count (every port has the same, which opening
+/// them checks).
+fn lanes_of(cfg: &Config) -> usize {
+    cfg.ports
+        .iter()
+        .map(|p| usize::from(p.queues.max(1)))
+        .max()
+        .unwrap_or(1)
+}
+
+/// A seed for the STag indices of regions on every lane.
+fn rand_seed() -> u64 {
+    let s = rand_secret();
+    u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]])
+}
+
+/// Lane 0's thread: opens the ports (every queue pair when there are several lanes),
+/// builds each lane's stacks, then runs lane 0 here and the others on EAL's worker lcores
+/// (threads without EAL) until the process stops.
 fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
-    let mut opened = match OpenedPorts::open(&cfg, &OpenOptions::default(), &[]) {
+    let lanes = core.lanes.len();
+    let opened = if lanes > 1 {
+        OpenedPorts::open_lanes(&cfg, &OpenOptions::default(), &[])
+    } else {
+        OpenedPorts::open(&cfg, &OpenOptions::default(), &[])
+    };
+    let mut opened = match opened {
         Ok(o) => o,
         Err(e) => {
             core.alive.store(false, Ordering::Release);
@@ -298,11 +411,93 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
             return;
         }
     };
+    let mut lane_ports = vec![std::mem::take(&mut opened.ports)];
+    lane_ports.append(&mut opened.lanes);
+    let mut bridges = Vec::new();
+    let mut macs = Vec::new();
+    // Each port's lanes share what they learn about neighbours (an RSS NIC delivers every
+    // ARP reply and neighbour advertisement to queue 0).
+    let mut shares: Vec<_> = cfg
+        .ports
+        .iter()
+        .map(|_| neighbour_shares(lanes).into_iter())
+        .collect();
+    for (lane, ports) in lane_ports.into_iter().enumerate() {
+        match lane_stacks(&cfg, lane, lanes, ports, &mut shares) {
+            Ok((stacks, m)) => {
+                if lane == 0 {
+                    macs = m;
+                }
+                bridges.push(Bridge::new(stacks, lane, lanes));
+            }
+            Err(e) => {
+                core.alive.store(false, Ordering::Release);
+                let _ = ready.send(Err(e));
+                return;
+            }
+        }
+    }
+    let _ = core.macs.set(macs);
+    let _ = ready.send(Ok(()));
+    log::info!(
+        "data plane up: {} device(s), {lanes} lane(s), lane 0 on {}",
+        core.devices.len(),
+        std::thread::current().name().unwrap_or("?")
+    );
+    let counters = if lanes == 1 {
+        let bridge = bridges.pop().map(|b| serve(&core, 0, b));
+        bridge.into_iter().collect()
+    } else {
+        let jobs: Vec<LaneJob<'_, LaneCounters>> = bridges
+            .into_iter()
+            .enumerate()
+            .map(|(lane, b)| {
+                let core = Arc::clone(&core);
+                Box::new(move || serve(&core, lane, b)) as LaneJob<'_, LaneCounters>
+            })
+            .collect();
+        match opened.run_lanes(jobs) {
+            Ok((counters, places)) => {
+                for (lane, (c, place)) in counters.iter().zip(&places).enumerate() {
+                    log::info!("lane-{lane} ({place}): {}", c.line());
+                }
+                counters
+            }
+            Err(e) => {
+                log::error!("the lanes stopped: {e}");
+                Vec::new()
+            }
+        }
+    };
+    *core
+        .final_counters
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = counters;
+    core.alive.store(false, Ordering::Release);
+    drop(opened);
+}
+
+/// One lane's stacks (one per device) and the MACs of their ports.
+type LaneStacks = (Vec<RdmaStack<AnyPort>>, Vec<[u8; 6]>);
+
+/// The stacks of lane `lane` (of `lanes`) over its queue of each port (`ports`, in
+/// configuration order), and the ports' MACs.
+fn lane_stacks(
+    cfg: &Config,
+    lane: usize,
+    lanes: usize,
+    ports: Vec<AnyPort>,
+    shares: &mut [impl Iterator<Item = dataplane::neighbour::NeighbourShare>],
+) -> Result<LaneStacks, String> {
     let attrs = device_attributes();
     let mut stacks = Vec::new();
     let mut macs = Vec::new();
-    let ports: Vec<AnyPort> = std::mem::take(&mut opened.ports);
-    for (i, (port, pc)) in ports.into_iter().zip(cfg.ports.iter()).enumerate() {
+    for (i, ((port, pc), share)) in ports
+        .into_iter()
+        .zip(cfg.ports.iter())
+        .zip(shares.iter_mut())
+        .enumerate()
+    {
         if pc.ipv4.is_none() && pc.ipv6.is_none() {
             continue;
         }
@@ -313,39 +508,44 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
             attrs.max_ird_per_qp.min(u32::from(u16::MAX)) as u16,
         );
         let device = RnicDevice::new(pc.name(), attrs.clone());
-        let rnic: Rnic = match device.open(
-            AddressingMode::Page,
-            Box::new(AppMemory::new()),
-            0x5eed_0000 + i as u64,
-        ) {
-            Ok(r) => r,
-            Err(e) => {
-                core.alive.store(false, Ordering::Release);
-                let _ = ready.send(Err(format!("RNIC {}: {e}", pc.name())));
-                return;
-            }
-        };
+        let seed = 0x5eed_0000 + i as u64 + ((lane as u64) << 16);
+        let mut rnic: Rnic = device
+            .open(AddressingMode::Page, Box::new(AppMemory::new()), seed)
+            .map_err(|e| format!("RNIC {}: {e}", pc.name()))?;
+        if lanes > 1 {
+            // Regions are registered on every lane under one STag index of the shared
+            // range ([`Core::lane_stags`]).
+            rnic.reserve_lane_stags();
+        }
         macs.push(port.info().mac);
-        log::info!("port {}: offloads {}", pc.name(), port.offloads().summary);
-        match RdmaStack::with_rnic(port, PortAddr::of(pc), scfg, rnic, MemoryKind::Application) {
-            Ok(s) => stacks.push(s),
-            Err(e) => {
-                core.alive.store(false, Ordering::Release);
-                let _ = ready.send(Err(format!("port {}: {e}", pc.name())));
-                return;
+        if lane == 0 {
+            log::info!("port {}: offloads {}", pc.name(), port.offloads().summary);
+        }
+        let mut s =
+            RdmaStack::with_rnic(port, PortAddr::of(pc), scfg, rnic, MemoryKind::Application)
+                .map_err(|e| format!("port {}: {e}", pc.name()))?;
+        if lanes > 1 {
+            s.poll.handler_mut().set_lane(Lane {
+                lane: lane as u16,
+                lanes: lanes as u16,
+            });
+            if let Some(share) = share.next() {
+                s.poll.share_neighbours(0, share);
             }
         }
+        stacks.push(s);
     }
-    let _ = core.macs.set(macs);
-    let mut bridge = Bridge::new(stacks);
-    let _ = ready.send(Ok(()));
-    log::info!(
-        "data plane up: {} device(s) on {}",
-        core.devices.len(),
-        std::thread::current().name().unwrap_or("?")
-    );
+    Ok((stacks, macs))
+}
+
+/// Runs lane `lane` over `bridge` until the process stops: poll, run the lane's jobs and
+/// posts, hand completions and events over, sleep when idle. Returns the lane's counters
+/// when the stop came, before its connections are closed (segments of connections the
+/// peer already closed are answered with resets then, which is not about steering).
+fn serve(core: &Core, lane: usize, mut bridge: Bridge) -> LaneCounters {
+    let q = &core.lanes[lane];
     let mut backoff = Backoff::new(clock::now(), idle_spin());
-    let _ = core.waker.set(std::thread::current());
+    let _ = q.waker.set(std::thread::current());
     // Sleeps of microseconds, not the default 50 µs timer slack.
     // SAFETY: prctl on the calling thread with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
@@ -354,11 +554,11 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
         let now = clock::now();
         let frames = bridge.poll(now);
         let mut busy = frames > 0;
-        while let Some(job) = core.jobs.pop() {
+        while let Some(job) = q.jobs.pop() {
             job(&mut bridge);
             busy = true;
         }
-        while let Some(p) = core.posts.pop() {
+        while let Some(p) = q.posts.pop() {
             bridge.apply_post(p);
             busy = true;
         }
@@ -371,11 +571,10 @@ fn run(core: Arc<Core>, cfg: Config, ready: mpsc::Sender<Result<(), String>>) {
         bridge.distribute(sync);
         backoff.record(now, frames, busy);
         if !busy {
-            idle(&core, backoff.wait(now));
+            idle(q, backoff.wait(now));
         }
     }
+    let counters = bridge.counters();
     bridge.shutdown();
-    core.alive.store(false, Ordering::Release);
-    drop(bridge);
-    drop(opened);
+    counters
 }

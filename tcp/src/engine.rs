@@ -136,8 +136,12 @@ pub struct Stats {
     pub syn_backlog_drops: u64,
     /// SYNs dropped because the connection table was full (`Config::max_connections`).
     pub table_full_drops: u64,
-    /// RSTs sent for segments to no connection.
+    /// RSTs sent: for segments to no connection, by connections (RFC 9293's reset
+    /// cases) and for aborts (those also in [`Stats::aborts_sent`]).
     pub resets_sent: u64,
+    /// Of [`Stats::resets_sent`], those of connections this side aborted
+    /// ([`Engine::abort`]): no answer to a peer's segment.
+    pub aborts_sent: u64,
     /// RSTs not sent because [`MAX_PENDING_RSTS`] already waited for transmission.
     pub resets_dropped: u64,
     /// SYNs to a port without a listener held for `Config::syn_hold` (then answered by a
@@ -193,6 +197,8 @@ struct Rst {
     remote: SocketAddr,
     seq: u32,
     ack: Option<u32>,
+    /// Sent by [`Engine::abort`].
+    abort: bool,
 }
 
 /// Segments a connection sends in a row before the next ready connection's turn: with
@@ -626,6 +632,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 remote: c.tcb.remote,
                 seq: c.tcb.snd_nxt(),
                 ack: Some(c.tcb.rcv_nxt()),
+                abort: true,
             };
             self.push_rst(rst);
         }
@@ -855,6 +862,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 remote: tuple.remote,
                 seq: ack.0 as u32,
                 ack: None,
+                abort: false,
             }),
             (Some(l), TcpControl::Syn, None) => {
                 if l.half_open >= l.backlog {
@@ -909,6 +917,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             remote: tuple.remote,
             seq: 0,
             ack: Some((repr.seq_number.0 as u32).wrapping_add(len)),
+            abort: false,
         });
     }
 
@@ -965,6 +974,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                             remote: c.tcb.remote,
                             seq,
                             ack,
+                            abort: false,
                         };
                         self.push_rst(rst);
                     }
@@ -1076,6 +1086,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             };
             if let Some(len) = write_packet(buf, &self.cfg, rst.local, rst.remote, &hdr, &[]) {
                 self.stats.resets_sent += 1;
+                self.stats.aborts_sent += u64::from(rst.abort);
                 self.stats.segments_out += 1;
                 return Some(Transmit {
                     len,

@@ -709,6 +709,34 @@ fn abort_sends_rst() {
     ));
 }
 
+// Stats::aborts_sent: the RST of an abort is counted in resets_sent and apart, in
+// aborts_sent; the RST answering a segment to no connection (a SYN to a port nobody
+// listens on) only in resets_sent.
+#[test]
+fn abort_resets_are_counted_apart_from_answers() {
+    let mut s = sim();
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100))
+            .unwrap();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| !s.accepted(Side::B).is_empty()));
+    let b = s.accepted(Side::B)[0];
+    s.a.abort(a).unwrap();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| s.closed_reason(Side::B, b).is_some()));
+    assert_eq!((s.a.stats().resets_sent, s.a.stats().aborts_sent), (1, 1));
+    assert_eq!((s.b.stats().resets_sent, s.b.stats().aborts_sent), (0, 0));
+
+    let refused = SocketAddrV4::new(*b_addr().ip(), B_PORT + 1);
+    let c =
+        s.a.connect(s.now, a_addr(0), refused, StreamSocket::new(100, 100))
+            .unwrap();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| s.closed_reason(Side::A, c).is_some()));
+    assert_eq!((s.b.stats().resets_sent, s.b.stats().aborts_sent), (1, 0));
+    assert_eq!(s.a.stats().aborts_sent, 1);
+}
+
 // RFC 9293 §3.8.1 / RFC 6298 §5.5 (and RFC 6298 §5.7 for the SYN): a SYN that draws no
 // answer is retransmitted with the same ISS on each backed-off timeout; every retransmission
 // and timeout is counted, per connection and in the engine totals, which survive the

@@ -134,7 +134,7 @@ pub fn open_ports(
         return Err(PortError::Setup {
             port: p.name.clone(),
             reason: format!(
-                "{} queues: one queue per port here (the RDMA libraries, `perf -R --loopback`); the tools run a lane per queue",
+                "{} queues: one queue per port here (`perf -R --loopback`); the tools run a lane per queue",
                 p.queues
             ),
         });

@@ -32,6 +32,8 @@ pub use handler::{
 };
 pub use memory::{open_rnic, open_shared_rnic, MemoryKind};
 pub use observe::OPCODE_NAMES;
-pub use shared::{lane_registrations, LaneRegistrations, ShareError, SHARE_TIMEOUT};
+pub use shared::{
+    lane_registrations, LaneRegistrations, LaneStagIndices, ShareError, SHARE_TIMEOUT,
+};
 pub use stack::{RdmaStack, StackConfig, StackError};
 pub use stop::{Drained, StopCounts};

@@ -72,14 +72,30 @@ enum Message {
 #[derive(Debug)]
 struct Hub {
     inboxes: Vec<Sender<Message>>,
-    /// The index generator's state and the indices of live shared regions.
-    indices: Mutex<(u64, FxHashSet<u32>)>,
+    indices: LaneStagIndices,
 }
 
-impl Hub {
+/// The STag indices of regions shared by lanes: fresh sparse indices with
+/// [`LANE_STAG_BIT`], each held until it is released. Whoever registers a region on every
+/// lane ([`Rnic::register_mr_at`] on each, after [`Rnic::reserve_lane_stags`]) takes its
+/// index here.
+#[derive(Debug)]
+pub struct LaneStagIndices {
+    /// The generator's state and the indices in use.
+    state: Mutex<(u64, FxHashSet<u32>)>,
+}
+
+impl LaneStagIndices {
+    /// Indices drawn from a generator seeded with `seed`.
+    pub fn new(seed: u64) -> LaneStagIndices {
+        LaneStagIndices {
+            state: Mutex::new((seed | 1, FxHashSet::default())),
+        }
+    }
+
     /// A fresh sparse index with [`LANE_STAG_BIT`] (xorshift64*, as the RNIC's own).
-    fn fresh_index(&self) -> u32 {
-        let mut guard = self.indices.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn fresh(&self) -> u32 {
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (rng, used) = &mut *guard;
         loop {
             let mut x = *rng;
@@ -95,8 +111,9 @@ impl Hub {
         }
     }
 
-    fn release(&self, index: u32) {
-        let mut guard = self.indices.lock().unwrap_or_else(|e| e.into_inner());
+    /// `index` is free again.
+    pub fn release(&self, index: u32) {
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         guard.1.remove(&index);
     }
 }
@@ -119,7 +136,7 @@ pub fn lane_registrations(lanes: usize, seed: u64) -> Vec<LaneRegistrations> {
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..lanes).map(|_| channel()).unzip();
     let hub = Arc::new(Hub {
         inboxes: senders,
-        indices: Mutex::new((seed | 1, FxHashSet::default())),
+        indices: LaneStagIndices::new(seed),
     });
     receivers
         .into_iter()
@@ -154,11 +171,11 @@ impl LaneRegistrations {
         if self.pd != Some(spec.pd) {
             return Err(ShareError::NotSharedPd);
         }
-        let index = self.hub.fresh_index();
+        let index = self.hub.indices.fresh();
         let stag = match rnic.register_mr_at(index, spec) {
             Ok(stag) => stag,
             Err(error) => {
-                self.hub.release(index);
+                self.hub.indices.release(index);
                 return Err(ShareError::Lane {
                     lane: self.lane,
                     error,
@@ -196,7 +213,7 @@ impl LaneRegistrations {
         })?;
         let (n, rx) = self.broadcast(|done| Message::Deregister { stag, done })?;
         let others = self.wait(rnic, n, rx);
-        self.hub.release(stag.index());
+        self.hub.indices.release(stag.index());
         others
     }
 

@@ -160,6 +160,9 @@ impl CmTable {
         if let Some(t) = self.conns.remove(&(dev, conn)) {
             if let Some(qp) = t.qp {
                 self.by_qp.remove(&(dev, qp));
+                if h.tcp().state(conn).is_some() {
+                    log::debug!("id of {conn:?} destroyed with its connection open: reset");
+                }
                 let _ = h.abort(conn);
             } else {
                 let _ = h.reject(conn, &[]);
@@ -308,6 +311,7 @@ impl CmTable {
             listener: Some(listener),
             kind: CmRaw::ConnectRequest {
                 dev,
+                lane: usize::from(h.lane().lane),
                 conn,
                 local,
                 remote,

@@ -1,5 +1,5 @@
-//! The data-plane thread's side of the libraries: the stacks (one per device) and what it
-//! knows of the application's objects. Every iteration it applies the work requests
+//! A lane's side of the libraries: the lane's stacks (one per device) and what it knows of
+//! the application's objects that live on it. Every iteration it applies the work requests
 //! application threads posted ([`Bridge::apply_post`]), then moves what the RNICs produced
 //! to the application ([`Bridge::distribute`]): completions into each CQ's ring (firing
 //! armed notifications), QP states and posting windows, async events, and connection
@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 
 use crate::abi::*;
 use crate::convert;
-use crate::shared::verbs::{AsyncShared, CqShared, QpShared, SrqShared, Wc};
+use crate::shared::verbs::{qp_num, AsyncShared, CqShared, QpShared, SrqShared, Wc};
 use cm::CmTable;
 
 /// How long a program's exit waits for its connections to deliver what they queued and
@@ -50,6 +50,53 @@ pub enum Post {
         /// The WR.
         wr: iwarp::verbs::RecvWr,
     },
+}
+
+impl Post {
+    /// The lane the WR goes to: its QP's or S-RQ's.
+    pub fn lane(&self) -> usize {
+        match self {
+            Post::Send { qp, .. } | Post::Recv { qp, .. } => qp.lane,
+            Post::SrqRecv { srq, .. } => srq.lane,
+        }
+    }
+}
+
+/// What one lane's connections did, summed over its devices (the libraries' per-lane
+/// counters: whether steering held, and that every lane carried traffic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneCounters {
+    /// Frames received and sent.
+    pub frames: (u64, u64),
+    /// Connections established.
+    pub established: u64,
+    /// Connections accepted whose 4-tuple hashes to another lane.
+    pub foreign: u64,
+    /// TCP resets sent other than aborts: for segments of no connection (a segment on
+    /// the wrong lane) and by connections (RFC 9293's reset cases).
+    pub resets_sent: u64,
+    /// TCP resets of connections the program reset (an id or QP destroyed, a QP moved to
+    /// ERR while its connection was up).
+    pub aborts: u64,
+    /// FPDUs sent and received.
+    pub fpdus: (u64, u64),
+}
+
+impl LaneCounters {
+    /// One line of `key value` pairs (the keys of `dataplane perf`'s lane lines).
+    pub fn line(&self) -> String {
+        format!(
+            "rx-frames {} tx-frames {} established {} foreign {} resets-sent {} aborts {} fpdus-sent {} fpdus-received {}",
+            self.frames.0,
+            self.frames.1,
+            self.established,
+            self.foreign,
+            self.resets_sent,
+            self.aborts,
+            self.fpdus.0,
+            self.fpdus.1
+        )
+    }
 }
 
 /// An application object the bridge knows (a CQ or an S-RQ) and the context its async
@@ -110,8 +157,12 @@ impl QpTrack {
     }
 }
 
-/// The stacks and the registry of the application's objects.
+/// A lane's stacks and the registry of the application's objects on it.
 pub struct Bridge {
+    /// The lane.
+    lane: usize,
+    /// How many lanes run.
+    lanes: usize,
     stacks: Vec<RdmaStack<AnyPort>>,
     cqs: Vec<Track<CqShared>>,
     qps: FxHashMap<(usize, QpId), QpTrack>,
@@ -122,14 +173,16 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    /// A bridge over `stacks` (device `i` is `stacks[i]`).
-    pub fn new(mut stacks: Vec<RdmaStack<AnyPort>>) -> Bridge {
+    /// Lane `lane`'s (of `lanes`) bridge over `stacks` (device `i` is `stacks[i]`).
+    pub fn new(mut stacks: Vec<RdmaStack<AnyPort>>, lane: usize, lanes: usize) -> Bridge {
         // The handlers take the RNICs' events every iteration; the bridge delivers the ones
         // they keep for it.
         for s in &mut stacks {
             s.poll.handler_mut().keep_async_events(MAX_KEPT_EVENTS);
         }
         Bridge {
+            lane,
+            lanes,
             stacks,
             cqs: Vec::new(),
             qps: FxHashMap::default(),
@@ -137,6 +190,31 @@ impl Bridge {
             contexts: Vec::new(),
             cm: CmTable::default(),
         }
+    }
+
+    /// The lane this bridge serves.
+    pub fn lane(&self) -> usize {
+        self.lane
+    }
+
+    /// The lane's counters, summed over its devices.
+    pub fn counters(&self) -> LaneCounters {
+        let mut c = LaneCounters::default();
+        for s in &self.stacks {
+            let l = s.poll.counters(0);
+            let h = s.poll.handler();
+            let rdma = h.counters();
+            c.frames.0 += l.rx;
+            c.frames.1 += l.tx;
+            c.established += rdma.established;
+            c.foreign += h.foreign_connections();
+            let tcp = h.tcp().stats();
+            c.resets_sent += tcp.resets_sent - tcp.aborts_sent;
+            c.aborts += tcp.aborts_sent;
+            c.fpdus.0 += rdma.fpdus_sent;
+            c.fpdus.1 += rdma.fpdus_received;
+        }
+        c
     }
 
     /// Device `dev`'s handler (TCP engine, connections, RNIC); ENODEV if there is none.
@@ -177,7 +255,8 @@ impl Bridge {
 
     /// Destroys a CQ (EBUSY while a QP uses it).
     pub fn destroy_cq(&mut self, cq: &Arc<CqShared>) -> Result<(), i32> {
-        self.destroy(cq.dev, |r| r.destroy_cq(cq.handle))?;
+        let handle = cq.handle(self.lane);
+        self.destroy(cq.dev, |r| r.destroy_cq(handle))?;
         forget(&mut self.cqs, cq);
         Ok(())
     }
@@ -200,6 +279,13 @@ impl Bridge {
         // Completions already on the RNIC's CQs belong to the application (they were
         // produced before the destroy): hand them over first.
         self.drain_cqs();
+        if let Some(conn) = self.cm.conn_of(qp.dev, qp.id) {
+            log::debug!(
+                "lane {}: QP {:?} destroyed with its connection {conn:?} (reset if open)",
+                self.lane,
+                qp.id
+            );
+        }
         self.destroy(qp.dev, |r| r.destroy_qp(qp.id))?;
         self.qps.remove(&(qp.dev, qp.id));
         self.cm.qp_destroyed(qp.dev, qp.id);
@@ -301,7 +387,7 @@ impl Bridge {
                 continue;
             };
             while !cq.ring.is_full() {
-                let Ok(wc) = rnic.poll_cq(cq.handle) else {
+                let Ok(wc) = rnic.poll_cq(cq.handle(self.lane)) else {
                     break;
                 };
                 // The slot this completion frees is in the posting window before the
@@ -309,7 +395,9 @@ impl Bridge {
                 if let Some(q) = self.qps.get(&(cq.dev, wc.qp)) {
                     q.retire(rnic);
                 }
-                cq.deliver(convert::completion(&wc));
+                let mut c = convert::completion(&wc);
+                c.qp_num = qp_num(wc.qp, self.lane, self.lanes);
+                cq.deliver(c);
             }
         }
     }
@@ -352,7 +440,7 @@ impl Bridge {
                         if let Some(t) = self
                             .cqs
                             .iter()
-                            .find(|t| t.shared.dev == dev && t.shared.handle == cq)
+                            .find(|t| t.shared.dev == dev && t.shared.handle(self.lane) == cq)
                         {
                             t.asyncs
                                 .push((t.shared.c_cq.load(Ordering::Acquire), IBV_EVENT_CQ_ERR));
@@ -415,7 +503,7 @@ fn failed_wc(qp: &QpShared, wr_id: u64, opcode: ibv_wc_opcode) -> Wc {
         wr_id,
         status: IBV_WC_LOC_QP_OP_ERR,
         opcode,
-        qp_num: qp.id.0,
+        qp_num: qp.num,
         ..Wc::default()
     }
 }
@@ -435,7 +523,7 @@ fn refuse(qp: &QpShared, cq: &CqShared, e: PostError, mut wc: Wc) {
     if !cq.deliver(wc) {
         log::warn!(
             "CQ {:?} full: the error completion of WR {} is lost",
-            cq.handle,
+            cq.handles,
             wc.wr_id
         );
     }

@@ -92,11 +92,16 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
                 st.remote.ok_or(libc::EINVAL)?,
             )
         };
-        let (qp, shared) = (q.shared.id, Arc::clone(&i.shared));
-        let conn = i.with_cm(dev, move |cm, h| {
+        let (qp, lane, shared) = (q.shared.id, q.shared.lane, Arc::clone(&i.shared));
+        // The connection is opened on its QP's lane, from a local port that hashes to it.
+        let conn = i.with_cm(lane, dev, move |cm, h| {
             cm.connect(dev, h, local.ip(), remote, qp, &pdata, (ird, ord), &shared)
         })?;
-        i.state().conn = Some((dev, conn));
+        {
+            let mut st = i.state();
+            st.conn = Some((dev, conn));
+            st.lane = lane;
+        }
         // SAFETY: the id's live QP, and `id` is live.
         unsafe {
             set_state(q, IBV_QPS_RTR)?;
@@ -119,9 +124,16 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         let fallback = accept_fallback(i.state().peer_ird_ord);
         // SAFETY: by the caller's contract.
         let (pdata, ird, ord) = unsafe { params(param, fallback) }?;
-        let (dev, conn) = i.state().conn.ok_or(libc::EINVAL)?;
+        let (dev, conn, lane) = {
+            let st = i.state();
+            let (dev, conn) = st.conn.ok_or(libc::EINVAL)?;
+            (dev, conn, st.lane)
+        };
+        if q.shared.lane != lane {
+            return Err(libc::EINVAL);
+        }
         let qp = q.shared.id;
-        i.with_cm(dev, move |cm, h| {
+        i.with_cm(lane, dev, move |cm, h| {
             cm.accept(dev, h, conn, qp, &pdata, (ird, ord))
         })?;
         // SAFETY: the id's live QP, and `id` is live.
@@ -145,8 +157,12 @@ pub unsafe extern "C" fn rdma_reject(
         let i = unsafe { id_obj(id) }?;
         // SAFETY: by the caller's contract, `len` readable bytes (or NULL).
         let pdata = unsafe { self::private_data(private_data, len) };
-        let (dev, conn) = i.state().conn.take().ok_or(libc::EINVAL)?;
-        i.with_cm(dev, move |cm, h| cm.reject(dev, h, conn, &pdata))
+        let (dev, conn, lane) = {
+            let mut st = i.state();
+            let (dev, conn) = st.conn.take().ok_or(libc::EINVAL)?;
+            (dev, conn, st.lane)
+        };
+        i.with_cm(lane, dev, move |cm, h| cm.reject(dev, h, conn, &pdata))
     })
 }
 
@@ -157,10 +173,14 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     status_call("rdma_disconnect", || {
         // SAFETY: by the caller's contract.
         let i = unsafe { id_obj(id) }?;
-        let Some((dev, conn)) = i.state().conn else {
+        let (conn, lane) = {
+            let st = i.state();
+            (st.conn, st.lane)
+        };
+        let Some((dev, conn)) = conn else {
             return Ok(());
         };
-        i.with_cm(dev, move |cm, h| {
+        i.with_cm(lane, dev, move |cm, h| {
             cm.disconnect(dev, h, conn);
             Ok(())
         })

@@ -87,6 +87,9 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         });
         match next {
             Ok(Some(ev)) => {
+                // SAFETY: `build` made `ev`, a live event.
+                let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
+                log::debug!("rdma_get_cm_event: event {kind} status {status}");
                 // SAFETY: the caller passes a writable slot (NULL refused above).
                 unsafe { *event = ev };
                 return 0;
@@ -124,6 +127,7 @@ fn build(p: CmPending) -> Result<Option<*mut rdma_cm_event>, i32> {
     let (kind, status, private_data, counted) = match p.kind {
         CmRaw::ConnectRequest {
             dev,
+            lane,
             conn: c,
             local,
             remote,
@@ -136,7 +140,7 @@ fn build(p: CmPending) -> Result<Option<*mut rdma_cm_event>, i32> {
             let lid = listener.c_id.load(Ordering::Acquire) as *mut rdma_cm_id;
             // SAFETY: a listener that is not destroyed has a live C id.
             let l = unsafe { id_obj(lid) }?;
-            let child = new_child(l, &p.id, dev, c, local, remote, ird_ord)?;
+            let child = new_child(l, &p.id, (dev, lane), c, local, remote, ird_ord)?;
             ev.id = child;
             ev.listen_id = lid;
             let (ird, ord) = ird_ord.unwrap_or((
@@ -201,7 +205,7 @@ fn build(p: CmPending) -> Result<Option<*mut rdma_cm_event>, i32> {
 fn new_child(
     l: &CmId,
     shared: &Arc<CmIdShared>,
-    dev: usize,
+    (dev, lane): (usize, usize),
     conn: tcp::ConnId,
     local: std::net::SocketAddr,
     remote: std::net::SocketAddr,
@@ -228,6 +232,7 @@ fn new_child(
         local: Some(local),
         remote: Some(remote),
         conn: Some((dev, conn)),
+        lane,
         peer_ird_ord: ird_ord,
         ..IdState::default()
     };

@@ -132,23 +132,33 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     status_call("rdma_destroy_id", || {
         // SAFETY: by the caller's contract.
         let i = unsafe { id_mut(id) }?;
-        let (listening, conn, sync) = {
+        let (listening, conn, lane, sync) = {
             let mut st = i.state();
-            (std::mem::take(&mut st.listening), st.conn.take(), st.sync)
+            (
+                std::mem::take(&mut st.listening),
+                st.conn.take(),
+                st.lane,
+                st.sync,
+            )
         };
         let shared = Arc::clone(&i.shared);
-        i.core.call(move |b| {
-            for (dev, port) in listening {
-                if let Ok((cm, h)) = b.cm_and_handler(dev) {
-                    cm.unlisten(dev, h, port, &shared);
+        if !listening.is_empty() {
+            // A listener listens on every lane.
+            i.core.call_each(move |b| {
+                for &(dev, port) in &listening {
+                    if let Ok((cm, h)) = b.cm_and_handler(dev) {
+                        cm.unlisten(dev, h, port, &shared);
+                    }
                 }
-            }
-            if let Some((dev, c)) = conn {
+            })?;
+        }
+        if let Some((dev, c)) = conn {
+            i.core.call_on(lane, move |b| {
                 if let Ok((cm, h)) = b.cm_and_handler(dev) {
                     cm.forget(dev, h, c);
                 }
-            }
-        })?;
+            })?;
+        }
         i.shared.destroyed.store(true, Ordering::Release);
         if !i.id.event.is_null() {
             // SAFETY: the synchronous mode's kept event, handed out by this library.
@@ -244,14 +254,16 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         let backlog = if backlog <= 0 { 128 } else { backlog as usize };
         let shared = Arc::clone(&i.shared);
         let port = local.port();
-        let listening = i.core.call(move |b| {
+        // Every lane listens: a request comes in on the lane its SYN reached.
+        let s = Arc::clone(&shared);
+        let each = i.core.call_each(move |b| {
             let mut done = Vec::new();
-            for d in devs {
+            for &d in &devs {
                 let (cm, h) = b.cm_and_handler(d)?;
-                if let Err(e) = cm.listen(d, h, local, backlog, &shared) {
+                if let Err(e) = cm.listen(d, h, local, backlog, &s) {
                     for &(d, p) in &done {
                         if let Ok((cm, h)) = b.cm_and_handler(d) {
-                            cm.unlisten(d, h, p, &shared);
+                            cm.unlisten(d, h, p, &s);
                         }
                     }
                     return Err(e);
@@ -259,7 +271,29 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
                 done.push((d, port));
             }
             Ok(done)
-        })??;
+        })?;
+        let listening = match each.iter().find_map(|r| r.as_ref().err().copied()) {
+            None => each
+                .into_iter()
+                .next()
+                .and_then(Result::ok)
+                .unwrap_or_default(),
+            Some(e) => {
+                let done: Vec<Vec<(usize, u16)>> =
+                    each.into_iter().map(Result::unwrap_or_default).collect();
+                for (lane, d) in done.into_iter().enumerate() {
+                    let s = Arc::clone(&shared);
+                    let _ = i.core.call_on(lane, move |b| {
+                        for (dev, p) in d {
+                            if let Ok((cm, h)) = b.cm_and_handler(dev) {
+                                cm.unlisten(dev, h, p, &s);
+                            }
+                        }
+                    });
+                }
+                return Err(e);
+            }
+        };
         log::info!(
             "rdma_listen: listening on port {port} of {} device(s)",
             listening.len()

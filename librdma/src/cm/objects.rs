@@ -59,6 +59,9 @@ pub struct IdState {
     pub listening: Vec<(usize, u16)>,
     /// Its connection.
     pub conn: Option<(usize, ConnId)>,
+    /// The lane its QP and connection live on (a passive id: the lane its request came in
+    /// on; an active one: its QP's).
+    pub lane: usize,
     /// The peer's IRD and ORD from its request (a passive id).
     pub peer_ird_ord: Option<(u16, u16)>,
     /// The CQs and channels `rdma_create_qp` made for it.
@@ -90,14 +93,15 @@ impl CmId {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `f` on the data-plane thread with the connection manager and device `dev`'s
+    /// Runs `f` on lane `lane`'s thread with its connection manager and device `dev`'s
     /// handler; its result.
     pub fn with_cm<R: Send + 'static>(
         &self,
+        lane: usize,
         dev: usize,
         f: impl FnOnce(&mut CmTable, &mut RdmaHandler) -> Result<R, i32> + Send + 'static,
     ) -> Result<R, i32> {
-        self.core.call(move |b| {
+        self.core.call_on(lane, move |b| {
             let (cm, h) = b.cm_and_handler(dev)?;
             f(cm, h)
         })?

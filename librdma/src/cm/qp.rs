@@ -13,7 +13,7 @@ use crate::verbs::cq::{
 };
 use crate::verbs::objects::obj;
 use crate::verbs::objects::Pd;
-use crate::verbs::qp::{ibv_create_qp, ibv_destroy_qp, qp_obj, set_state};
+use crate::verbs::qp::{create_qp_on, ibv_destroy_qp, qp_obj, set_state};
 use crate::verbs::srq::{ibv_create_srq, ibv_destroy_srq};
 
 crate::symver::symver! {
@@ -126,8 +126,14 @@ unsafe fn create_qp(
             }
         }
     }
+    // A request's id has its connection on the lane the request came in on: its QP goes
+    // there. An active id's QP goes to the next lane, and its connection follows it.
+    let lane = {
+        let st = i.state();
+        st.conn.map(|_| st.lane)
+    };
     // SAFETY: a live PD and a filled init attr.
-    let qp = unsafe { ibv_create_qp(pd, a) };
+    let qp = unsafe { create_qp_on(pd, a, lane) };
     if qp.is_null() {
         let e = last_errno();
         drop_own_cqs(&mut i.id);

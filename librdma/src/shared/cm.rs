@@ -38,6 +38,8 @@ pub enum CmRaw {
     ConnectRequest {
         /// Device it arrived on.
         dev: usize,
+        /// Lane it arrived on (its connection lives there).
+        lane: usize,
         /// The connection.
         conn: ConnId,
         /// Our address.

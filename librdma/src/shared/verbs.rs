@@ -1,6 +1,6 @@
-//! The shared parts of verbs objects. The data-plane thread moves completions from the
-//! RNIC's CQs into each CQ's ring ([`CqShared::deliver`]) and keeps QP states and posting
-//! windows current; application threads poll the rings and post through the core.
+//! The shared parts of verbs objects. The lanes' threads move completions from their RNICs'
+//! CQs into each CQ's ring ([`CqShared::deliver`]) and keep QP states and posting windows
+//! current; application threads poll the rings and post through the core.
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -64,15 +64,20 @@ impl Wc {
     }
 }
 
-/// A CQ's shared part.
+/// A CQ's shared part. The CQ exists on every lane's RNIC (QPs of any lane may use it),
+/// and each lane moves its completions into the one ring: a bounded lock-free queue with
+/// any number of producers and consumers (`crossbeam`'s `ArrayQueue`), so lanes deliver
+/// side by side and `ibv_poll_cq` takes no lock.
 #[derive(Debug)]
 pub struct CqShared {
     /// Device index.
     pub dev: usize,
-    /// The RNIC's CQ.
-    pub handle: CqHandle,
-    /// Completions moved out of the RNIC, ready for `ibv_poll_cq`.
+    /// The RNIC's CQ on each lane, lane 0 first.
+    pub handles: Vec<CqHandle>,
+    /// Completions moved out of the RNICs, ready for `ibv_poll_cq`.
     pub ring: ArrayQueue<Wc>,
+    /// QP queues (send and receive counted apart) that use the CQ.
+    pub users: AtomicUsize,
     /// See [`armed`].
     pub armed: AtomicU8,
     /// The completion channel, if any.
@@ -82,21 +87,27 @@ pub struct CqShared {
 }
 
 impl CqShared {
-    /// A CQ whose ring holds `entries` completions.
+    /// A CQ whose ring holds `entries` completions, `handles[i]` on lane `i`.
     pub fn new(
         dev: usize,
-        handle: CqHandle,
+        handles: Vec<CqHandle>,
         entries: usize,
         channel: Option<Arc<ChannelShared>>,
     ) -> CqShared {
         CqShared {
             dev,
-            handle,
+            handles,
             ring: ArrayQueue::new(entries.max(1)),
+            users: AtomicUsize::new(0),
             armed: AtomicU8::new(armed::NONE),
             channel,
             c_cq: AtomicUsize::new(0),
         }
+    }
+
+    /// The RNIC's CQ on lane `lane`.
+    pub fn handle(&self, lane: usize) -> CqHandle {
+        self.handles[lane]
     }
 
     /// Hands `wc` to the application, firing an armed notification it matches; `false`
@@ -152,12 +163,16 @@ impl CqShared {
 pub struct QpShared {
     /// Device index.
     pub dev: usize,
+    /// The lane the QP (and its connection) lives on.
+    pub lane: usize,
     /// The RNIC's QP.
     pub id: QpId,
     /// Its PD.
     pub pd: PdId,
     /// `ibv_qp_state` as applications see it.
     pub state: AtomicU32,
+    /// Its `qp_num` ([`qp_num`]).
+    pub num: u32,
     /// Capabilities in force.
     pub cap: ibv_qp_cap,
     /// Every send WR completes (`sq_sig_all`).
@@ -178,6 +193,12 @@ pub struct QpShared {
     pub rq_retired: AtomicU64,
     /// The `ibv_qp` address (set once the C object exists).
     pub c_qp: AtomicUsize,
+}
+
+/// The `qp_num` applications see for QP `id` of lane `lane` (of `lanes`): unique in the
+/// process, as each lane's RNIC numbers its QPs alone (`id` itself with one lane).
+pub fn qp_num(id: QpId, lane: usize, lanes: usize) -> u32 {
+    id.0.wrapping_mul(lanes as u32).wrapping_add(lane as u32)
 }
 
 impl QpShared {
@@ -226,6 +247,8 @@ pub type AsyncShared = FdQueue<(usize, ibv_event_type)>;
 pub struct SrqShared {
     /// Device index.
     pub dev: usize,
+    /// The lane the S-RQ and every QP using it live on.
+    pub lane: usize,
     /// The RNIC's S-RQ.
     pub handle: SrqHandle,
     /// The `ibv_srq` address.
@@ -237,7 +260,7 @@ mod tests {
     use super::*;
 
     fn cq(entries: usize, ch: Option<Arc<ChannelShared>>) -> CqShared {
-        CqShared::new(0, CqHandle(1), entries, ch)
+        CqShared::new(0, vec![CqHandle(1)], entries, ch)
     }
 
     #[test]
@@ -279,7 +302,9 @@ mod tests {
         let send = Arc::new(cq(4, None));
         let q = QpShared {
             dev: 0,
+            lane: 0,
             id: QpId(1),
+            num: 1,
             pd: PdId(1),
             state: AtomicU32::new(IBV_QPS_RESET),
             cap: ibv_qp_cap {

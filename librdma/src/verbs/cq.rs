@@ -1,5 +1,5 @@
-//! Completion channels and completion queues. The data-plane thread moves completions
-//! into each CQ's ring; `ibv_poll_cq` takes them from there without crossing threads, and an
+//! Completion channels and completion queues. The lanes' threads move completions into
+//! each CQ's ring (one ring per CQ, whichever lanes its QPs are on); `ibv_poll_cq` takes them from there without crossing threads, and an
 //! armed CQ signals its channel's eventfd (`ibv_get_cq_event` blocks in `read(2)` on it).
 
 use std::os::raw::{c_int, c_void};
@@ -11,7 +11,7 @@ use crate::convert::errno_of;
 use crate::device::device_attributes;
 use crate::entry::{errno_call, guard, ptr_call, set_errno};
 use crate::shared::verbs::{ChannelShared, CqShared};
-use crate::verbs::memory::ULP;
+use crate::verbs::memory::{all_or_undo, ULP};
 use crate::verbs::objects::{context, obj, publish, reclaim, Channel, Cq};
 
 crate::symver::symver! {
@@ -81,19 +81,27 @@ pub unsafe extern "C" fn ibv_create_cq(
         let ch = unsafe { obj::<ibv_comp_channel, Channel>(channel) };
         let ch_shared = ch.map(|c| Arc::clone(&c.shared));
         let (dev, asyncs) = (c.dev, Arc::clone(&c.asyncs));
-        let shared = c.core.call(move |b| {
-            let (handle, entries) = b.rnic(dev)?.create_cq(ULP, cqe as u32).map_err(errno_of)?;
-            let s = Arc::new(CqShared::new(dev, handle, entries as usize, ch_shared));
-            b.add_cq(Arc::clone(&s), asyncs);
-            Ok::<_, i32>(s)
-        })??;
+        // The CQ is made on every lane (QPs of any lane may complete on it); its ring is
+        // the one every lane delivers into.
+        let made = c
+            .core
+            .call_each(move |b| b.rnic(dev)?.create_cq(ULP, cqe as u32).map_err(errno_of))?;
+        let made = all_or_undo(&c.core, made, move |b, (handle, _)| {
+            let _ = b.rnic(dev).map(|r| r.destroy_cq(handle));
+        })?;
+        let entries = made[0].1 as usize;
+        let handles = made.into_iter().map(|(h, _)| h).collect();
+        let shared = Arc::new(CqShared::new(dev, handles, entries, ch_shared));
+        let s = Arc::clone(&shared);
+        c.core
+            .call_each(move |b| b.add_cq(Arc::clone(&s), Arc::clone(&asyncs)))?;
         let entries = shared.ring.capacity() as c_int;
         let p = publish(Cq {
             cq: ibv_cq {
                 context: ctx,
                 channel,
                 cq_context,
-                handle: shared.handle.0,
+                handle: shared.handle(0).0,
                 cqe: entries,
                 ..Default::default()
             },
@@ -116,7 +124,12 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         // SAFETY: a live CQ's context is a live context of ours.
         let core = Arc::clone(&unsafe { context(c.cq.context) }?.core);
         let s = Arc::clone(&c.shared);
-        core.call(move |b| b.destroy_cq(&s))??;
+        if s.users.load(Ordering::Acquire) > 0 {
+            return Err(libc::EBUSY);
+        }
+        for r in core.call_each(move |b| b.destroy_cq(&s))? {
+            r?;
+        }
         // SAFETY: NULL or the live channel the CQ was created on.
         if let Some(ch) = unsafe { obj::<ibv_comp_channel, Channel>(c.cq.channel) } {
             ch.cqs.fetch_sub(1, Ordering::AcqRel);

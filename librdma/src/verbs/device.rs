@@ -137,7 +137,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
         let asyncs = Arc::new(AsyncShared::new()?);
         let index = d.index;
         let a = Arc::clone(&asyncs);
-        core.call(move |b| b.add_context(index, a))?;
+        // Device-wide async events may come from any lane.
+        core.call_each(move |b| b.add_context(index, Arc::clone(&a)))?;
         let ctx = ibv_context {
             device: dev,
             ops: context_ops(),
@@ -162,7 +163,7 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         // SAFETY: by the caller's contract, a context we returned.
         let c = unsafe { context(ctx) }?;
         let a = Arc::clone(&c.asyncs);
-        c.core.call(move |b| b.remove_context(&a))?;
+        c.core.call_each(move |b| b.remove_context(&a))?;
         // SAFETY: published by `ibv_open_device`; the application gives it up here.
         drop(unsafe { reclaim::<ibv_context, Context>(ctx) });
         Ok(())

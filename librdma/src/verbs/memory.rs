@@ -4,6 +4,7 @@
 //! buffer by its virtual address (`iova`) and DDP places straight into it.
 
 use std::os::raw::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use iwarp::verbs::{Access, MrSpec, PageList, PdId, Rnic, STag, TaggedBase, UlpId, VerbError};
@@ -43,25 +44,48 @@ pub unsafe fn pd_core(pd: &Pd) -> Result<Arc<Core>, i32> {
     Ok(Arc::clone(&unsafe { context(pd.pd.context) }?.core))
 }
 
-/// `ibv_alloc_pd`.
+/// `ibv_alloc_pd`: a PD on every lane.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     ptr_call("ibv_alloc_pd", || {
         // SAFETY: by the caller's contract.
         let c = unsafe { context(ctx) }?;
         let dev = c.dev;
-        let id = c
+        let made = c
             .core
-            .call(move |b| b.rnic(dev)?.alloc_pd(ULP).map_err(errno_of))??;
+            .call_each(move |b| b.rnic(dev)?.alloc_pd(ULP).map_err(errno_of))?;
+        let ids = all_or_undo(&c.core, made, move |b, id| {
+            let _ = b.rnic(dev).map(|r| r.dealloc_pd(id));
+        })?;
         Ok(publish(Pd {
             pd: ibv_pd {
                 context: ctx,
-                handle: id.0,
+                handle: ids[0].0,
             },
             dev,
-            id,
+            ids,
+            users: AtomicUsize::new(0),
         }))
     })
+}
+
+/// Each lane's result of a creation made on every lane, or the first failure after `undo`
+/// has removed what the other lanes made.
+pub fn all_or_undo<T: Copy + Send + 'static>(
+    core: &Core,
+    made: Vec<Result<T, i32>>,
+    undo: impl Fn(&mut Bridge, T) + Send + Sync + Clone + 'static,
+) -> Result<Vec<T>, i32> {
+    let Some(e) = made.iter().find_map(|r| r.as_ref().err().copied()) else {
+        return Ok(made.into_iter().flatten().collect());
+    };
+    for (lane, r) in made.into_iter().enumerate() {
+        if let Ok(v) = r {
+            let undo = undo.clone();
+            let _ = core.call_on(lane, move |b| undo(b, v));
+        }
+    }
+    Err(e)
 }
 
 /// `ibv_dealloc_pd`: EBUSY while QPs, S-RQs or regions use it.
@@ -70,9 +94,15 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     errno_call("ibv_dealloc_pd", || {
         // SAFETY: by the caller's contract.
         let p = unsafe { pd_obj(pd) }?;
-        let (dev, id) = (p.dev, p.id);
+        let dev = p.dev;
         // SAFETY: as above.
-        unsafe { pd_core(p) }?.call(move |b| b.rnic(dev)?.dealloc_pd(id).map_err(errno_of))??;
+        let core = unsafe { pd_core(p) }?;
+        if core.lanes() > 1 && p.users.load(Ordering::Acquire) > 0 {
+            return Err(libc::EBUSY);
+        }
+        for (lane, &id) in p.ids.iter().enumerate() {
+            core.call_on(lane, move |b| b.rnic(dev)?.dealloc_pd(id).map_err(errno_of))??;
+        }
         // SAFETY: published by `ibv_alloc_pd`; the application gives it up here.
         drop(unsafe { reclaim::<ibv_pd, Pd>(pd) });
         Ok(())
@@ -140,19 +170,33 @@ fn back_and_register(
     })
 }
 
-/// Backs `[addr, addr + len)` and registers it VA-based at `iova` in `pd`; undone if the
-/// registration fails.
+/// Backs `[addr, addr + len)` and registers it VA-based at `iova` in `pd` on the lane
+/// `b` serves, under STag index `index` when the region is on every lane (several lanes);
+/// undone if the registration fails.
+#[allow(clippy::too_many_arguments)]
 fn register(
     b: &mut Bridge,
     dev: usize,
     pd: PdId,
+    index: Option<u32>,
     addr: u64,
     len: u64,
     iova: u64,
     access: Access,
 ) -> Result<STag, i32> {
     let spec = va_spec(addr, len, iova, pd, 0, access);
-    back_and_register(b.rnic(dev)?, addr, len, &spec, |r, s| r.register_mr(s))
+    back_and_register(b.rnic(dev)?, addr, len, &spec, |r, s| match index {
+        Some(i) => r.register_mr_at(i, s),
+        None => r.register_mr(s),
+    })
+}
+
+/// Deallocates `stag` on the lane `b` serves and releases the pages it backed.
+fn deregister(b: &mut Bridge, dev: usize, stag: STag, addr: u64, len: u64) -> Result<(), i32> {
+    let rnic = b.rnic(dev)?;
+    rnic.dealloc_stag(stag).map_err(errno_of)?;
+    rnic.memory_mut().backend_mut().unback(addr, len);
+    Ok(())
 }
 
 /// What `ibv_reg_mr`, `ibv_reg_mr_iova` and `ibv_reg_mr_iova2` do.
@@ -171,16 +215,33 @@ unsafe fn reg_mr(
         // SAFETY: by the caller's contract.
         let p = unsafe { pd_obj(pd) }?;
         let access = access_of(access)?;
-        let (dev, pd_id, a, len) = (p.dev, p.id, addr as u64, length as u64);
+        let (dev, pd_id, a, len) = (p.dev, p.id(0), addr as u64, length as u64);
         if a.checked_add(len).is_none() || iova.checked_add(len).is_none() {
             return Err(libc::EINVAL);
         }
         // SAFETY: as above.
-        let stag = unsafe { pd_core(p) }?
-            .call(move |b| register(b, dev, pd_id, a, len, iova, access))??;
+        let core = unsafe { pd_core(p) }?;
+        let stag = if core.lanes() == 1 {
+            core.call(move |b| register(b, dev, pd_id, None, a, len, iova, access))??
+        } else {
+            // The region is on every lane under one STag: a QP of any lane uses it, and
+            // when `ibv_dereg_mr` returns no lane places into it.
+            let index = core.lane_stags().fresh();
+            let ids = p.ids.clone();
+            let made = core.call_each(move |b| {
+                let pd = ids[b.lane()];
+                register(b, dev, pd, Some(index), a, len, iova, access)
+            })?;
+            let stags = all_or_undo(&core, made, move |b, stag| {
+                let _ = deregister(b, dev, stag, a, len);
+            })
+            .inspect_err(|_| core.lane_stags().release(index))?;
+            stags[0]
+        };
         log::debug!(
             "{name}: {len} bytes at {a:#x} (tagged offset {iova:#x}), {access:?}: STag {stag:?}"
         );
+        p.users.fetch_add(1, Ordering::AcqRel);
         Ok(publish(Mr {
             mr: ibv_mr {
                 context: p.pd.context,
@@ -253,12 +314,17 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         let (dev, stag, addr, len) = (m.dev, m.stag, m.mr.addr as u64, m.mr.length as u64);
         // SAFETY: a live region's context is a live context of ours.
         let core = Arc::clone(&unsafe { context(m.mr.context) }?.core);
-        core.call(move |b| {
-            let rnic = b.rnic(dev)?;
-            rnic.dealloc_stag(stag).map_err(errno_of)?;
-            rnic.memory_mut().backend_mut().unback(addr, len);
-            Ok::<(), i32>(())
-        })??;
+        // Every lane's copy is gone when this returns.
+        for r in core.call_each(move |b| deregister(b, dev, stag, addr, len))? {
+            r?;
+        }
+        if core.lanes() > 1 {
+            core.lane_stags().release(stag.index());
+        }
+        // SAFETY: the region's PD is live while the region is.
+        if let Ok(p) = unsafe { pd_obj(m.mr.pd) } {
+            p.users.fetch_sub(1, Ordering::AcqRel);
+        }
         // SAFETY: published by `reg_mr`; the application gives it up here.
         drop(unsafe { reclaim::<ibv_mr, Mr>(mr) });
         Ok(())
@@ -302,6 +368,11 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         }
         // SAFETY: a live region's context is a live context of ours.
         let core = Arc::clone(&unsafe { context(m.mr.context) }?.core);
+        if core.lanes() > 1 {
+            // A region on every lane is a Shared MR there (VERBS-00 §7.3.2.4): no lane's
+            // copy may change alone.
+            return Err(libc::EOPNOTSUPP);
+        }
         let (dev, stag) = (m.dev, m.stag);
         let rights = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
             access_of(access as c_uint)?
@@ -317,7 +388,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             new_addr,
             new_len,
             new_addr,
-            new_pd.id,
+            new_pd.id(0),
             stag.key().wrapping_add(1),
             rights,
         );
@@ -336,6 +407,11 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         m.mr.addr = new_addr as usize as *mut c_void;
         m.mr.length = new_len as usize;
         if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            // SAFETY: the region's old PD is live while the region is.
+            if let Ok(old) = unsafe { pd_obj(m.mr.pd) } {
+                old.users.fetch_sub(1, Ordering::AcqRel);
+            }
+            new_pd.users.fetch_add(1, Ordering::AcqRel);
             m.mr.pd = pd;
         }
         Ok(())

@@ -2,7 +2,7 @@
 //! pointer an application gets (and hands back) is ours, followed by what the library keeps
 //! for it. The parts the data-plane thread also uses are in [`crate::shared::verbs`].
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::Arc;
 
 use iwarp::verbs::{PdId, STag};
@@ -57,18 +57,29 @@ pub struct Context {
 // SAFETY: repr(C), `ibv_context` first.
 unsafe impl CObject<ibv_context> for Context {}
 
-/// `struct ibv_pd`.
+/// `struct ibv_pd`: a PD on every lane's RNIC (the QPs of any lane and the regions of
+/// every lane are in it).
 #[repr(C)]
 pub struct Pd {
     /// What applications use.
     pub pd: ibv_pd,
     /// Device index.
     pub dev: usize,
-    /// The RNIC's PD.
-    pub id: PdId,
+    /// The RNIC's PD on each lane, lane 0 first.
+    pub ids: Vec<PdId>,
+    /// QPs, S-RQs and regions in the PD (on lanes a PD is deallocated only when none is:
+    /// no lane may lose its copy while another refuses).
+    pub users: AtomicUsize,
 }
 // SAFETY: repr(C), `ibv_pd` first.
 unsafe impl CObject<ibv_pd> for Pd {}
+
+impl Pd {
+    /// The RNIC's PD on lane `lane`.
+    pub fn id(&self, lane: usize) -> PdId {
+        self.ids[lane]
+    }
+}
 
 /// `struct ibv_mr`.
 #[repr(C)]

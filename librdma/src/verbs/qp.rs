@@ -15,7 +15,7 @@ use crate::convert::{self, errno_of};
 use crate::device::{device_attributes, MAX_INLINE, MAX_RD_ATOM};
 use crate::entry::{errno_call, post_list, ptr_call};
 use crate::runtime::runtime;
-use crate::shared::verbs::QpShared;
+use crate::shared::verbs::{qp_num, QpShared};
 use crate::verbs::cq::cq_obj;
 use crate::verbs::memory::{pd_core, pd_obj};
 use crate::verbs::objects::{context, obj, publish, reclaim, Qp, Srq};
@@ -47,12 +47,27 @@ fn check_cap(cap: &ibv_qp_cap, srq: bool) -> Result<(), i32> {
     Ok(())
 }
 
-/// `ibv_create_qp`: an RC QP (iWARP has no other type) in RESET. The capabilities granted
-/// are written back to `attr.cap`.
+/// `ibv_create_qp`: an RC QP (iWARP has no other type) in RESET, on the lanes in turn (on
+/// its S-RQ's lane if it has one). The capabilities granted are written back to `attr.cap`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: the caller's contract is `create_qp_on`'s.
+    unsafe { create_qp_on(pd, attr, None) }
+}
+
+/// What `ibv_create_qp` does, the QP on lane `lane` (`None`: its S-RQ's, else the next in
+/// turn). A QP whose S-RQ is on another lane than `lane` is EINVAL: an S-RQ and the QPs
+/// using it live on one lane.
+///
+/// # Safety
+/// As `ibv_create_qp`'s contract.
+pub unsafe fn create_qp_on(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+    lane: Option<usize>,
 ) -> *mut ibv_qp {
     ptr_call("ibv_create_qp", || {
         // SAFETY: by the caller's contract.
@@ -73,6 +88,20 @@ pub unsafe extern "C" fn ibv_create_qp(
         {
             return Err(libc::EINVAL);
         }
+        // SAFETY: a live PD's context is a live context of ours.
+        let core = unsafe { pd_core(p) }?;
+        let lane = match (lane, srq.map(|s| s.shared.lane)) {
+            (Some(l), Some(s)) if l != s => {
+                log::warn!(
+                    "ibv_create_qp: the connection is on lane {l}, its S-RQ on lane {s}: \
+                     an S-RQ serves the QPs of its own lane only"
+                );
+                return Err(libc::EINVAL);
+            }
+            (Some(l), _) | (None, Some(l)) => l,
+            (None, None) => core.pick_lane(),
+        };
+        let lanes = core.lanes();
         let cap = a.cap;
         let init = QpInit {
             srq: srq.map(|s| s.shared.handle),
@@ -87,20 +116,21 @@ pub unsafe extern "C" fn ibv_create_qp(
             inbound_write: true,
             inbound_atomic: true,
             bind_enabled: false,
-            ..QpInit::new(p.id, scq.shared.handle, rcq.shared.handle)
+            ..QpInit::new(p.id(lane), scq.shared.handle(lane), rcq.shared.handle(lane))
         };
         // SAFETY: a live PD's context is a live context of ours.
         let asyncs = Arc::clone(&unsafe { context(p.pd.context) }?.asyncs);
-        let (dev, pd_id) = (p.dev, p.id);
+        let (dev, pd_id) = (p.dev, p.id(lane));
         let (send_cq, recv_cq) = (Arc::clone(&scq.shared), Arc::clone(&rcq.shared));
         let srq_handle = init.srq;
         let sig_all = a.sq_sig_all != 0;
-        // SAFETY: as above.
-        let shared = unsafe { pd_core(p) }?.call(move |b| {
+        let shared = core.call_on(lane, move |b| {
             let (id, _) = b.rnic(dev)?.create_qp(init).map_err(errno_of)?;
             let s = Arc::new(QpShared {
                 dev,
+                lane,
                 id,
+                num: qp_num(id, lane, lanes),
                 pd: pd_id,
                 state: AtomicU32::new(IBV_QPS_RESET),
                 cap,
@@ -117,6 +147,9 @@ pub unsafe extern "C" fn ibv_create_qp(
             b.add_qp(Arc::clone(&s), asyncs);
             Ok::<_, i32>(s)
         })??;
+        p.users.fetch_add(1, Ordering::AcqRel);
+        shared.send_cq.users.fetch_add(1, Ordering::AcqRel);
+        shared.recv_cq.users.fetch_add(1, Ordering::AcqRel);
         let p_qp = publish(Qp {
             qp: ibv_qp {
                 context: p.pd.context,
@@ -125,8 +158,8 @@ pub unsafe extern "C" fn ibv_create_qp(
                 send_cq: a.send_cq,
                 recv_cq: a.recv_cq,
                 srq: a.srq,
-                handle: shared.id.0,
-                qp_num: shared.id.0,
+                handle: shared.num,
+                qp_num: shared.num,
                 state: IBV_QPS_RESET,
                 qp_type: IBV_QPT_RC,
                 ..Default::default()
@@ -152,18 +185,18 @@ pub unsafe fn set_state(q: &Qp, state: ibv_qp_state) -> Result<(), i32> {
     if state > IBV_QPS_ERR {
         return Err(libc::EINVAL);
     }
-    let (dev, id) = (s.dev, s.id);
+    let (dev, id, lane) = (s.dev, s.id, s.lane);
     // SAFETY: a live QP's context is a live context of ours.
     let core = Arc::clone(&unsafe { context(q.qp.context) }?.core);
     match state {
-        IBV_QPS_ERR => core.call(move |b| {
+        IBV_QPS_ERR => core.call_on(lane, move |b| {
             if let Some(conn) = b.cm.conn_of(dev, id) {
                 let _ = b.handler(dev)?.abort(conn);
             }
             let _ = b.rnic(dev)?.modify_qp(id, ModifyQp::to(QpState::Error));
             Ok::<(), i32>(())
         })??,
-        IBV_QPS_RESET if cur != IBV_QPS_RESET => core.call(move |b| {
+        IBV_QPS_RESET if cur != IBV_QPS_RESET => core.call_on(lane, move |b| {
             let rnic = b.rnic(dev)?;
             match rnic.query_qp(id).map_err(errno_of)?.state {
                 QpState::Idle => Ok(()),
@@ -265,7 +298,13 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         // SAFETY: a live QP's context is a live context of ours.
         let core = Arc::clone(&unsafe { context(q.qp.context) }?.core);
         let s = Arc::clone(&q.shared);
-        core.call(move |b| b.destroy_qp(&s))??;
+        core.call_on(s.lane, move |b| b.destroy_qp(&s))??;
+        q.shared.send_cq.users.fetch_sub(1, Ordering::AcqRel);
+        q.shared.recv_cq.users.fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: the QP's PD is live while the QP is.
+        if let Ok(p) = unsafe { pd_obj(q.qp.pd) } {
+            p.users.fetch_sub(1, Ordering::AcqRel);
+        }
         // SAFETY: published by `ibv_create_qp`; given up here.
         drop(unsafe { reclaim::<ibv_qp, Qp>(qp) });
         Ok(())

@@ -26,7 +26,8 @@ unsafe fn srq_obj<'a>(srq: *mut ibv_srq) -> Result<&'a Srq, i32> {
     unsafe { obj::<ibv_srq, Srq>(srq) }.ok_or(libc::EINVAL)
 }
 
-/// `ibv_create_srq`: `attr.max_wr` is updated to what was granted.
+/// `ibv_create_srq`: `attr.max_wr` is updated to what was granted. The S-RQ lives on one
+/// lane (the lanes in turn), and so do the QPs that use it.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_srq(
     pd: *mut ibv_pd,
@@ -37,18 +38,21 @@ pub unsafe extern "C" fn ibv_create_srq(
         let p = unsafe { pd_obj(pd) }?;
         // SAFETY: the caller passes a readable, writable init attr (NULL refused).
         let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
-        let (dev, pd_id) = (p.dev, p.id);
-        let (max_wr, max_sge, limit) = (a.attr.max_wr, a.attr.max_sge, a.attr.srq_limit);
         // SAFETY: a live PD's context is a live context of ours.
-        let asyncs = Arc::clone(&unsafe { context(p.pd.context) }?.asyncs);
+        let core = unsafe { pd_core(p) }?;
+        let lane = core.pick_lane();
+        let (dev, pd_id) = (p.dev, p.id(lane));
+        let (max_wr, max_sge, limit) = (a.attr.max_wr, a.attr.max_sge, a.attr.srq_limit);
         // SAFETY: as above.
-        let (shared, granted) = unsafe { pd_core(p) }?.call(move |b| {
+        let asyncs = Arc::clone(&unsafe { context(p.pd.context) }?.asyncs);
+        let (shared, granted) = core.call_on(lane, move |b| {
             let (handle, granted) = b
                 .rnic(dev)?
                 .create_srq(pd_id, max_wr, max_sge.max(1), limit)
                 .map_err(errno_of)?;
             let s = Arc::new(SrqShared {
                 dev,
+                lane,
                 handle,
                 c_srq: AtomicUsize::new(0),
             });
@@ -56,6 +60,7 @@ pub unsafe extern "C" fn ibv_create_srq(
             Ok::<_, i32>((s, granted))
         })??;
         a.attr.max_wr = granted;
+        p.users.fetch_add(1, Ordering::AcqRel);
         let ptr = publish(Srq {
             srq: ibv_srq {
                 context: p.pd.context,
@@ -95,8 +100,8 @@ pub unsafe extern "C" fn ibv_modify_srq(
         let mask = mask as u32;
         let max_wr = (mask & IBV_SRQ_MAX_WR != 0).then_some(a.max_wr);
         let limit = (mask & IBV_SRQ_LIMIT != 0).then_some(a.srq_limit);
-        let (dev, handle) = (s.shared.dev, s.shared.handle);
-        core_of(s)?.call(move |b| {
+        let (dev, handle, lane) = (s.shared.dev, s.shared.handle, s.shared.lane);
+        core_of(s)?.call_on(lane, move |b| {
             b.rnic(dev)?
                 .modify_srq(handle, max_wr, limit, limit.is_some_and(|l| l > 0))
                 .map_err(errno_of)
@@ -114,8 +119,10 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
     errno_call("ibv_query_srq", || {
         // SAFETY: by the caller's contract.
         let s = unsafe { srq_obj(srq) }?;
-        let (dev, handle) = (s.shared.dev, s.shared.handle);
-        let q = core_of(s)?.call(move |b| b.rnic(dev)?.query_srq(handle).map_err(errno_of))??;
+        let (dev, handle, lane) = (s.shared.dev, s.shared.handle, s.shared.lane);
+        let q = core_of(s)?.call_on(lane, move |b| {
+            b.rnic(dev)?.query_srq(handle).map_err(errno_of)
+        })??;
         // SAFETY: the caller passes a writable attr (NULL refused).
         let out = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
         *out = ibv_srq_attr {
@@ -134,7 +141,11 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         // SAFETY: by the caller's contract.
         let s = unsafe { srq_obj(srq) }?;
         let shared = Arc::clone(&s.shared);
-        core_of(s)?.call(move |b| b.destroy_srq(&shared))??;
+        core_of(s)?.call_on(shared.lane, move |b| b.destroy_srq(&shared))??;
+        // SAFETY: the S-RQ's PD is live while the S-RQ is.
+        if let Ok(p) = unsafe { pd_obj(s.srq.pd) } {
+            p.users.fetch_sub(1, Ordering::AcqRel);
+        }
         // SAFETY: published by `ibv_create_srq`; given up here.
         drop(unsafe { reclaim::<ibv_srq, Srq>(srq) });
         Ok(())
