@@ -559,3 +559,28 @@ fn a_qp_leaving_rts_leaves_the_srq_wqes_to_the_others() {
     assert_sends_succeeded(&mut a[1], 3);
     assert_received(&mut b, 1, 0x40, 3);
 }
+
+// VERBS-00 §6.3.8: the S-RQ limit event fires when a WQE taken for an arriving Send leaves
+// fewer WQEs than the armed limit, once.
+#[test]
+fn srq_limit_fires_when_sends_take_the_wqes() {
+    let (mut a, mut b) = shared_setup();
+    b.rnic.modify_srq(b.srq, None, Some(2), true).unwrap();
+    b.post_srq(0, 4);
+    let limit_events = |b: &mut Shared| {
+        std::iter::from_fn(|| b.rnic.poll_async_event())
+            .filter(|e| e.kind == AsyncEventKind::SrqLimitReached)
+            .count()
+    };
+    post_sends(&mut a[0], 0x50, 2);
+    run_shared(&mut a, &mut b);
+    assert_eq!(b.available(), 2);
+    assert_eq!(limit_events(&mut b), 0, "2 left: not below the limit");
+    post_sends(&mut a[1], 0x60, 2);
+    run_shared(&mut a, &mut b);
+    assert_eq!(b.available(), 0);
+    assert_eq!(limit_events(&mut b), 1);
+    assert!(!b.rnic.query_srq(b.srq).unwrap().armed);
+    assert_received(&mut b, 0, 0x50, 2);
+    assert_received(&mut b, 1, 0x60, 2);
+}
