@@ -1,0 +1,186 @@
+//! QPs on one shared receive queue between two RDMA poll loops over the in-process software
+//! pair: the server's QPs all take their receives from one S-RQ holding exactly as many WQEs
+//! as Sends arrive, and every client QP sends several multi-segment Sends. Each WQE goes to
+//! the QP a Send arrives on, when it arrives (VERBS-00 §6.3.5), so every Send completes on
+//! its QP with its bytes and no stream is Terminated, on a clean link and on a lossy one
+//! (out-of-order segments placed ahead take the WQEs of their message and of every earlier
+//! message without one, "sequential ordering").
+
+mod rdma_common;
+
+use std::collections::HashMap;
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use dataplane::apps::{all_rights, Resources};
+use dataplane::clock;
+use dataplane::port::fault::{FaultConfig, Rate};
+use dataplane::rdma::{CmEvent, RdmaCounters, Region};
+use iwarp::mpa::MpaConfig;
+use iwarp::verbs::{CompletionStatus, QpId, RecvWr, SendOp, SendWr, WcOpcode};
+use rdma_common::*;
+
+const QPS: usize = 4;
+/// Sends per QP.
+const SENDS: usize = 16;
+/// Bytes per Send: three DDP segments at the default MULPDU.
+const LEN: usize = 3000;
+
+/// What client QP `i` sends in its Send `k`.
+fn pattern(i: usize, k: usize) -> Vec<u8> {
+    (0..LEN)
+        .map(|j| (i.wrapping_mul(53) + k.wrapping_mul(17) + j * 3) as u8)
+        .collect()
+}
+
+/// Runs the exchange; the server's and the client's counters.
+fn sends_on_qps_sharing_an_srq(faults: FaultConfig) -> (RdmaCounters, RdmaCounters) {
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 8 << 20, faults);
+    let addr = SocketAddrV4::new(SERVER_IP, 7100);
+    let total = QPS * SENDS;
+    let mut sres = Resources::new(ls.handler_mut(), 4 * total as u32, 4, 4, 4).unwrap();
+    let mut cres = Resources::new(lc.handler_mut(), 4 * total as u32, SENDS as u32, 4, 4).unwrap();
+    let recv_area = sres
+        .buffer(ls.handler_mut(), total * LEN, all_rights())
+        .unwrap();
+    let (srq, _) = ls
+        .handler_mut()
+        .rnic_mut()
+        .create_srq(sres.pd, total as u32, 1, 0)
+        .unwrap();
+    let wqes = (0..total)
+        .map(|slot| RecvWr {
+            wr_id: slot as u64,
+            sgl: vec![recv_area.sge(slot * LEN, LEN)],
+        })
+        .collect();
+    assert_eq!(ls.handler_mut().rnic_mut().post_srq(srq, wqes), Ok(total));
+    let mut init = sres.init;
+    init.srq = Some(srq);
+    ls.handler_mut().listen(addr, init).unwrap();
+    let src: Region = cres
+        .buffer(lc.handler_mut(), total * LEN, all_rights())
+        .unwrap();
+    for i in 0..QPS {
+        for k in 0..SENDS {
+            let b = src.bytes_mut(lc.handler_mut().rnic_mut());
+            b[(i * SENDS + k) * LEN..][..LEN].copy_from_slice(&pattern(i, k));
+        }
+    }
+
+    let mut client_qps = HashMap::new();
+    for i in 0..QPS {
+        let (id, qp) = lc
+            .handler_mut()
+            .connect(CLIENT_IP, addr, cres.init, &(i as u32).to_be_bytes())
+            .unwrap();
+        client_qps.insert(id, (i, qp));
+    }
+    // The client index of each server QP, and the client's established QPs.
+    let mut server_qps: HashMap<QpId, usize> = HashMap::new();
+    let (mut client_up, mut server_up) = (Vec::new(), 0);
+    let end = clock::now() + Duration::from_secs(30);
+    while client_up.len() < QPS || server_up < QPS {
+        assert!(
+            clock::now() < end,
+            "{} and {server_up} QPs up",
+            client_up.len()
+        );
+        let now = clock::now();
+        ls.poll_once(now);
+        lc.poll_once(now);
+        while let Some(e) = ls.handler_mut().poll_cm_event() {
+            match e {
+                CmEvent::ConnectRequest {
+                    id,
+                    qp,
+                    private_data,
+                    ..
+                } => {
+                    let i = u32::from_be_bytes(private_data[..4].try_into().unwrap()) as usize;
+                    assert!(i < QPS && server_qps.insert(qp, i).is_none());
+                    ls.handler_mut().accept(id, &[]).unwrap();
+                }
+                CmEvent::Established { .. } => server_up += 1,
+                e => panic!("server: {e:?}"),
+            }
+        }
+        while let Some(e) = lc.handler_mut().poll_cm_event() {
+            match e {
+                CmEvent::Established { id, .. } => client_up.push(client_qps[&id]),
+                e => panic!("client: {e:?}"),
+            }
+        }
+    }
+    let attrs = ls.handler().rnic().query_srq(srq).unwrap();
+    assert_eq!(attrs.available, total as u32, "no QP took a WQE ahead");
+
+    for &(i, qp) in &client_up {
+        let wrs = (0..SENDS)
+            .map(|k| {
+                let send = SendOp::Send {
+                    sgl: vec![src.sge((i * SENDS + k) * LEN, LEN)],
+                    solicited: false,
+                    invalidate: None,
+                };
+                SendWr::message(k as u64, send)
+            })
+            .collect();
+        lc.handler_mut().rnic_mut().post_sq(qp, wrs).unwrap();
+    }
+    // Per server QP, the S-RQ slots its receives completed into, in completion order.
+    let mut slots: Vec<Vec<usize>> = vec![Vec::new(); QPS];
+    let (mut sent, mut received) = (0, 0);
+    while sent < total || received < total {
+        assert!(
+            clock::now() < end,
+            "{sent} of {total} Sends completed, {received} received; server {:?}",
+            ls.handler().counters()
+        );
+        let now = clock::now();
+        ls.poll_once(now);
+        lc.poll_once(now);
+        while let Some(wc) = cres.poll_cq(lc.handler_mut()) {
+            assert_eq!(wc.status, CompletionStatus::Success, "{wc:?}");
+            sent += 1;
+        }
+        while let Some(wc) = sres.poll_cq(ls.handler_mut()) {
+            assert_eq!(wc.status, CompletionStatus::Success, "{wc:?}");
+            assert_eq!((wc.opcode, wc.byte_len as usize), (WcOpcode::Receive, LEN));
+            slots[server_qps[&wc.qp]].push(wc.wr_id as usize);
+            received += 1;
+        }
+    }
+    let bytes = recv_area.bytes(ls.handler().rnic());
+    for (i, slots) in slots.iter().enumerate() {
+        assert_eq!(slots.len(), SENDS, "QP {i}");
+        for (k, &slot) in slots.iter().enumerate() {
+            assert_eq!(bytes[slot * LEN..][..LEN], pattern(i, k), "QP {i} Send {k}");
+        }
+    }
+    assert_eq!(ls.handler().rnic().query_srq(srq).unwrap().available, 0);
+    let (s, c) = (ls.handler().counters(), lc.handler().counters());
+    assert_eq!(
+        (s.terminates_sent, c.terminates_received),
+        (0, 0),
+        "{s:?} {c:?}"
+    );
+    (s, c)
+}
+
+#[test]
+fn sends_on_qps_sharing_an_srq_clean_link() {
+    let (s, _) = sends_on_qps_sharing_an_srq(FaultConfig::default());
+    assert_eq!(s.fpdus_placed_ahead, 0);
+}
+
+#[test]
+fn sends_on_qps_sharing_an_srq_lossy_link() {
+    let faults = FaultConfig {
+        drop: Rate::from_percent(3.0).unwrap(),
+        reorder: Rate::from_percent(3.0).unwrap(),
+        ..FaultConfig::default()
+    };
+    let (s, _) = sends_on_qps_sharing_an_srq(faults);
+    assert!(s.fpdus_placed_ahead > 0, "{s:?}");
+}
