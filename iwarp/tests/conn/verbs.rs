@@ -6,6 +6,7 @@ use iwarp::conn::{ConnConfig, ConnEvent, Connection};
 use iwarp::mem::HeapBackend;
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::*;
+use iwarp::wire::mpa::RtrTypes;
 use iwarp::wire::terminate::TerminateCause;
 use tcp::{Instant, SegmentSink, SegmentSource};
 
@@ -27,6 +28,10 @@ struct Side {
 }
 
 fn side(initiator: bool, seed: u64) -> Side {
+    side_with(initiator, seed, MpaConfig::default())
+}
+
+fn side_with(initiator: bool, seed: u64, mpa: MpaConfig) -> Side {
     let device = RnicDevice::new("rnic0", RnicAttributes::default());
     let mut rnic = device
         .open(
@@ -55,7 +60,7 @@ fn side(initiator: bool, seed: u64) -> Side {
     let cfg = ConnConfig {
         pd,
         stream: qp.stream(),
-        ..ConnConfig::new(MpaConfig::default())
+        ..ConnConfig::new(mpa)
     };
     let mut conn = if initiator {
         Connection::initiator(cfg, now()).unwrap()
@@ -287,7 +292,7 @@ struct Shared {
     tx_seq: [u32; 2],
 }
 
-fn shared_side() -> Shared {
+fn shared_side(mpa: MpaConfig) -> Shared {
     let device = RnicDevice::new("rnic0", RnicAttributes::default());
     let mut rnic = device
         .open(AddressingMode::Page, Box::new(HeapBackend::new(ARENA)), 40)
@@ -318,7 +323,7 @@ fn shared_side() -> Shared {
         let cfg = ConnConfig {
             pd,
             stream: qp.stream(),
-            ..ConnConfig::new(MpaConfig::default())
+            ..ConnConfig::new(mpa.clone())
         };
         Connection::responder(cfg, now()).unwrap()
     };
@@ -430,7 +435,7 @@ fn post_sends(s: &mut Side, fill: u8, n: u8) {
 /// Two initiators, each connected to one of the shared side's QPs.
 fn shared_setup() -> ([Side; 2], Shared) {
     let mut a = [side(true, 41), side(true, 42)];
-    let mut b = shared_side();
+    let mut b = shared_side(MpaConfig::default());
     run_shared(&mut a, &mut b);
     for (s, c) in a.iter().zip(&b.conns) {
         assert!(s.conn.negotiated().is_some() && c.negotiated().is_some());
@@ -583,4 +588,36 @@ fn srq_limit_fires_when_sends_take_the_wqes() {
     assert!(!b.rnic.query_srq(b.srq).unwrap().armed);
     assert_received(&mut b, 0, 0x50, 2);
     assert_received(&mut b, 1, 0x60, 2);
+}
+
+// RFC 6581 §5: a peer-to-peer initiator may send its first message right behind the RTR,
+// before the responder's QP is in RTS; the responder holds it until then. A QP on an S-RQ
+// takes the WQE for it when the held segments go in, once the QP is in RTS.
+#[test]
+fn a_send_right_behind_the_rtr_takes_an_srq_wqe_once_the_qp_is_in_rts() {
+    let mpa = MpaConfig {
+        p2p: Some(RtrTypes {
+            send: true,
+            write: true,
+            read: true,
+        }),
+        ..MpaConfig::default()
+    };
+    let mut a = [
+        side_with(true, 43, mpa.clone()),
+        side_with(true, 44, mpa.clone()),
+    ];
+    let mut b = shared_side(mpa);
+    b.post_srq(0, 2);
+    // Posted before the connections exist: each Send follows its RTR at once.
+    post_sends(&mut a[0], 0x70, 1);
+    post_sends(&mut a[1], 0x78, 1);
+    run_shared(&mut a, &mut b);
+    for (i, s) in a.iter_mut().enumerate() {
+        assert!(s.conn.negotiated().is_some_and(|n| n.rtr.is_some()), "{i}");
+        assert_sends_succeeded(s, 1);
+    }
+    assert_received(&mut b, 0, 0x70, 1);
+    assert_received(&mut b, 1, 0x78, 1);
+    assert_eq!(b.available(), 0);
 }
