@@ -2,7 +2,7 @@
 //! devices (`a` and `b`, no DPDK): devices and queries, rdma_cm connection setup with
 //! private data, RDMA Write, Send and RDMA Read between buffers of this process's heap,
 //! completions through channels, disconnect with flushed receives, teardown; async events
-//! of a Write to an invalid STag on both sides.
+//! of a Write to an invalid STag on both sides; two connections sharing one S-RQ.
 //!
 //! The test calls the exported C functions as an application would, so it is unsafe code.
 #![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
@@ -26,6 +26,7 @@ use rdma_dataplane::verbs::device::*;
 use rdma_dataplane::verbs::events::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
+use rdma_dataplane::verbs::srq::*;
 
 const PORT: u16 = 7471;
 const LEN: usize = 4096;
@@ -402,4 +403,178 @@ fn a_write_to_an_invalid_stag_is_an_async_event_on_both_sides() {
     assert_eq!(poll_one(c.ccq).wr_id, 1);
 
     teardown(c, &dir);
+}
+
+/// One client on b: its id (routed toward `port` on a), PD, CQ, QP, registered buffer.
+struct Client {
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    cq: *mut ibv_cq,
+    qp: *mut ibv_qp,
+    mr: *mut ibv_mr,
+    buf: Box<[u8]>,
+}
+
+fn client(ch: *mut rdma_event_channel, port: u16) -> Client {
+    let id = create_id(ch);
+    let mut dst = sockaddr([10, 77, 0, 1], port);
+    assert_eq!(
+        unsafe { rdma_resolve_addr(id, null_mut(), sa(&mut dst), 2000) },
+        0
+    );
+    unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ADDR_RESOLVED)) };
+    assert_eq!(unsafe { rdma_resolve_route(id, 2000) }, 0);
+    unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) };
+    let pd = unsafe { ibv_alloc_pd((*id).verbs) };
+    let cq = unsafe { ibv_create_cq((*id).verbs, 16, null_mut(), null_mut(), 0) };
+    assert!(!pd.is_null() && !cq.is_null());
+    let mut qattr = rc_attr(cq, qp_caps(8, 1));
+    assert_eq!(unsafe { rdma_create_qp(id, pd, &mut qattr) }, 0);
+    let mut buf = vec![0u8; LEN].into_boxed_slice();
+    let mr = reg(pd, &mut buf);
+    Client {
+        id,
+        pd,
+        cq,
+        qp: unsafe { (*id).qp },
+        mr,
+        buf,
+    }
+}
+
+// VERBS-00 §6.3.5 through the libraries: two connections whose QPs on a share one S-RQ
+// (ibv_create_srq, ibv_post_srq_recv) holding exactly as many receives as Sends arrive;
+// both clients send, and each Send completes on the receive CQ of the QP it arrived on,
+// with its bytes in the receive buffer its completion names. The S-RQ's receives are not
+// taken ahead by whichever QP came first.
+#[test]
+fn two_connections_share_one_srq() {
+    const SENDS: usize = 2;
+    let dir = configure();
+    let port = PORT + 2;
+    let ch = channel();
+    let listen = create_id(ch);
+    let mut at = sockaddr([10, 77, 0, 1], port);
+    assert_eq!(unsafe { rdma_bind_addr(listen, sa(&mut at)) }, 0);
+    assert_eq!(unsafe { rdma_listen(listen, 4) }, 0);
+    let mut clients = [client(ch, port), client(ch, port)];
+    for (i, c) in clients.iter().enumerate() {
+        let pdata = [i as u8];
+        let mut param = rdma_conn_param {
+            private_data: pdata.as_ptr().cast(),
+            private_data_len: 1,
+            ..Default::default()
+        };
+        assert_eq!(unsafe { rdma_connect(c.id, &mut param) }, 0);
+    }
+
+    // Both requests on a; the S-RQ on the first one's device and PD, every receive posted
+    // before either QP exists.
+    let mut requests = Vec::new();
+    for _ in 0..2 {
+        let ev = expect_ok(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+        requests.push((unsafe { (*ev).id }, private_data(ev)[0] as usize));
+        unsafe { rdma_ack_cm_event(ev) };
+    }
+    requests.sort_by_key(|&(_, i)| i);
+    let pd = unsafe { (*requests[0].0).pd };
+    let mut sbuf = vec![0u8; LEN].into_boxed_slice();
+    let smr = reg(pd, &mut sbuf);
+    let mut attr = ibv_srq_init_attr {
+        attr: ibv_srq_attr {
+            max_wr: (2 * SENDS) as u32,
+            max_sge: 1,
+            srq_limit: 0,
+        },
+        ..Default::default()
+    };
+    let srq = unsafe { ibv_create_srq(pd, &mut attr) };
+    assert!(!srq.is_null());
+    let mut sges: Vec<ibv_sge> = (0..2 * SENDS)
+        .map(|k| sge(&sbuf, k * 256, 256, smr))
+        .collect();
+    let mut wrs: Vec<ibv_recv_wr> = sges
+        .iter_mut()
+        .enumerate()
+        .map(|(k, s)| recv_wr(300 + k as u64, s))
+        .collect();
+    for k in 1..wrs.len() {
+        let next: *mut ibv_recv_wr = &mut wrs[k];
+        wrs[k - 1].next = next;
+    }
+    let mut bad = null_mut();
+    let ops = unsafe { &(*(*srq).context).ops };
+    assert_eq!(
+        unsafe { ops.post_srq_recv.unwrap()(srq, &mut wrs[0], &mut bad) },
+        0
+    );
+    // Each QP with a CQ of its own (a CQ the library made would be sized by the QP's
+    // receive queue, which an S-RQ replaces: librdmacm's rdma_create_qp(3) does the same).
+    let mut server = Vec::new();
+    for &(child, _) in &requests {
+        let cq = unsafe { ibv_create_cq((*child).verbs, 16, null_mut(), null_mut(), 0) };
+        assert!(!cq.is_null());
+        let mut qattr = ibv_qp_init_attr {
+            srq,
+            ..rc_attr(cq, qp_caps(8, 0))
+        };
+        assert_eq!(unsafe { rdma_create_qp(child, pd, &mut qattr) }, 0);
+        server.push((child, unsafe { (*child).qp }, cq));
+        assert_eq!(unsafe { rdma_accept(child, null_mut()) }, 0);
+    }
+    for _ in 0..4 {
+        unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ESTABLISHED)) };
+    }
+
+    // Each client sends SENDS messages of 100 bytes, filled with 0x10 * (client + 1) + k.
+    let fill = |i: usize, k: usize| (0x10 * (i + 1) + k) as u8;
+    for (i, c) in clients.iter_mut().enumerate() {
+        for k in 0..SENDS {
+            c.buf[k * 128..][..100].fill(fill(i, k));
+        }
+        for k in 0..SENDS {
+            let mut s = sge(&c.buf, k * 128, 100, c.mr);
+            let mut wr = send_wr(k as u64, &mut s, IBV_WR_SEND);
+            post_send(c.qp, &mut wr);
+        }
+    }
+    for c in &clients {
+        for wc in poll_n(c.cq, SENDS) {
+            assert_eq!((wc.status, wc.opcode), (IBV_WC_SUCCESS, IBV_WC_SEND));
+        }
+    }
+    for (i, &(_, qp, cq)) in server.iter().enumerate() {
+        let wcs = poll_n(cq, SENDS);
+        for (k, wc) in wcs.iter().enumerate() {
+            assert_eq!(
+                (wc.status, wc.opcode, wc.byte_len, wc.qp_num),
+                (IBV_WC_SUCCESS, IBV_WC_RECV, 100, unsafe { (*qp).qp_num }),
+                "QP {i} Send {k}"
+            );
+            let slot = (wc.wr_id - 300) as usize;
+            assert_eq!(
+                &sbuf[slot * 256..][..100],
+                &[fill(i, k); 100],
+                "QP {i} Send {k}"
+            );
+        }
+    }
+
+    for (child, qp, cq) in server {
+        assert_eq!(unsafe { rdma_destroy_id(child) }, 0);
+        assert_eq!(unsafe { ibv_destroy_qp(qp) }, 0);
+        assert_eq!(unsafe { ibv_destroy_cq(cq) }, 0);
+    }
+    assert_eq!(unsafe { ibv_destroy_srq(srq) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(smr) }, 0);
+    for c in clients {
+        assert_eq!(unsafe { ibv_dereg_mr(c.mr) }, 0);
+        unsafe { rdma_destroy_qp(c.id) };
+        assert_eq!(unsafe { ibv_destroy_cq(c.cq) }, 0);
+        assert_eq!(unsafe { ibv_dealloc_pd(c.pd) }, 0);
+        assert_eq!(unsafe { rdma_destroy_id(c.id) }, 0);
+    }
+    assert_eq!(unsafe { rdma_destroy_id(listen) }, 0);
+    unsafe { rdma_destroy_event_channel(ch) };
+    let _ = std::fs::remove_dir_all(dir);
 }

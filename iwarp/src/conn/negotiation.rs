@@ -8,8 +8,8 @@ use super::connection::{
 };
 use super::inbound::Inbound;
 use super::outbound::Sender;
+use super::receive::RxContext;
 use super::rtr::rtr_message;
-use crate::mem::MemoryTable;
 use crate::mpa::{
     Event as MpaEvent, Framer, MarkerSpacing, MpaError, Negotiated, Receiver, ReceiverConfig,
     Recovery, Role,
@@ -19,11 +19,11 @@ use crate::wire::mpa::{fpdu_len, MARKER_LEN};
 
 impl Connection {
     /// Stream octets in order during negotiation.
-    pub(super) fn negotiate_input<M: MemoryTable + ?Sized>(
+    pub(super) fn negotiate_input<C: RxContext + ?Sized>(
         &mut self,
         seq: u32,
         data: &[u8],
-        mem: &mut M,
+        cx: &mut C,
     ) {
         let Phase::Negotiating(n) = &mut self.phase else {
             return;
@@ -69,9 +69,9 @@ impl Connection {
             self.end_negotiation(ConnState::Rejected);
             self.llp.push_back(LlpRequest::Close);
         } else if let Some(neg) = established {
-            self.enter_fpdu_mode(neg, mem);
+            self.enter_fpdu_mode(neg, cx);
             if !rest.is_empty() {
-                self.receive_in_order(frame_end, rest, mem);
+                self.receive_in_order(frame_end, rest, cx);
             }
         } else if n.rx_start.is_some() && !rest.is_empty() {
             n.early = Some((frame_end, rest.to_vec()));
@@ -155,7 +155,7 @@ impl Connection {
     }
 
     /// Sets up the receive side and the engine once the parameters are known.
-    pub(super) fn enter_fpdu_mode<M: MemoryTable + ?Sized>(&mut self, n: Negotiated, mem: &mut M) {
+    pub(super) fn enter_fpdu_mode<C: RxContext + ?Sized>(&mut self, n: Negotiated, cx: &mut C) {
         let Phase::Negotiating(neg) = &mut self.phase else {
             return;
         };
@@ -205,7 +205,7 @@ impl Connection {
         });
         self.setup_tx();
         if let Some((seq, bytes)) = early {
-            self.receive_in_order(seq, &bytes, mem);
+            self.receive_in_order(seq, &bytes, cx);
         }
     }
 

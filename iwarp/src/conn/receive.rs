@@ -6,16 +6,45 @@ use tcp::{Instant, SegmentSink};
 
 use super::connection::{Connection, Phase};
 use super::inbound::RxGate;
+use crate::ddp::untagged::RecvSupply;
 use crate::ddp::SegmentPos;
-use crate::mem::{HasMemoryTable, MemoryTable};
+use crate::mem::{HasMemoryTable, StreamId};
 use crate::mpa::{Delivery, MpaError, Receiver};
-use crate::rdmap::{Handled, StreamState};
+use crate::rdmap::{Engine, Handled, StreamState};
+
+/// What the receive path is lent for one call: the memory table it places through and the
+/// shared receive queue (if any) its stream takes buffers from.
+pub(super) trait RxContext: HasMemoryTable + RecvSupply {}
+
+impl<C: HasMemoryTable + RecvSupply + ?Sized> RxContext for C {}
+
+/// Hands `segment` to `engine`, after taking from `cx` the receive buffers it needs and the
+/// engine lacks (a stream on a shared receive queue takes one per message, when the message
+/// arrives: VERBS-00 §6.3.5). Without them the engine Terminates the stream ("no buffer").
+fn hand_in<C: RxContext + ?Sized>(
+    engine: &mut Engine,
+    cx: &mut C,
+    stream: StreamId,
+    now: Instant,
+    pos: SegmentPos,
+    segment: &[u8],
+) -> Handled {
+    for _ in 0..engine.recv_buffers_wanted(segment) {
+        let Some(b) = cx.take_recv(stream) else {
+            break;
+        };
+        if engine.post_recv(b).is_err() {
+            break;
+        }
+    }
+    engine.handle_ddp_segment(now, pos, segment, cx.table_mut())
+}
 use crate::wire::mpa::{fpdu_len, MARKER_LEN, ULPDU_LENGTH_LEN};
 
 impl Connection {
     /// Delivers the segments held behind a peer-to-peer RTR once the consumer has polled
     /// `Established` (it moves its QP to RTS before pumping or handing in more input).
-    pub(super) fn release_rx_gate<M: MemoryTable + ?Sized>(&mut self, mem: &mut M) {
+    pub(super) fn release_rx_gate<C: RxContext + ?Sized>(&mut self, cx: &mut C) {
         let Phase::Fpdu(f) = &mut self.phase else {
             return;
         };
@@ -26,13 +55,15 @@ impl Connection {
             return;
         };
         let mut deferred = false;
+        let stream = self.cfg.stream;
         for (pos, seg) in &gate.segments {
-            if f.engine.handle_ddp_segment(self.now, *pos, seg, mem) == Handled::Deferred {
+            if hand_in(&mut f.engine, cx, stream, self.now, *pos, seg) == Handled::Deferred {
                 deferred = true;
             }
         }
         if let Some(pos) = gate.position {
-            f.engine.handle_in_order_position(self.now, pos, mem);
+            f.engine
+                .handle_in_order_position(self.now, pos, cx.table_mut());
         }
         if deferred {
             let e = self.early_segments_held();
@@ -48,22 +79,22 @@ impl Connection {
     }
 
     /// In-order stream octets in FPDU mode.
-    pub(super) fn receive_in_order<M: MemoryTable + ?Sized>(
+    pub(super) fn receive_in_order<C: RxContext + ?Sized>(
         &mut self,
         seq: u32,
         data: &[u8],
-        mem: &mut M,
+        cx: &mut C,
     ) {
-        let r = self.with_receiver(mem, |rx, deliver| rx.handle_in_order(seq, data, deliver));
+        let r = self.with_receiver(cx, |rx, deliver| rx.handle_in_order(seq, data, deliver));
         if let Some(Err(e)) = r {
             self.mpa_error(e);
         }
     }
 
     /// Runs `f` with the receiver and a delivery closure that hands ULPDUs to the engine.
-    fn with_receiver<M: MemoryTable + ?Sized, R>(
+    fn with_receiver<C: RxContext + ?Sized, R>(
         &mut self,
-        mem: &mut M,
+        cx: &mut C,
         f: impl FnOnce(&mut Receiver, &mut dyn FnMut(Delivery<'_>)) -> R,
     ) -> Option<R> {
         let Connection {
@@ -79,6 +110,7 @@ impl Connection {
             return None;
         };
         let now = *now;
+        let stream = cfg.stream;
         let inbound = &mut fpdu.inbound;
         let engine = &mut fpdu.engine;
         let spacing = inbound.spacing;
@@ -134,7 +166,7 @@ impl Connection {
                 }
                 return;
             }
-            if engine.handle_ddp_segment(now, pos, d.ulpdu, mem) == Handled::Deferred {
+            if hand_in(engine, cx, stream, now, pos, d.ulpdu) == Handled::Deferred {
                 deferred = true;
             }
         };
@@ -233,7 +265,7 @@ impl Connection {
     }
 }
 
-impl<C: HasMemoryTable + ?Sized> SegmentSink<C> for Connection {
+impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
     fn on_segment(
         &mut self,
         cx: &mut C,
@@ -243,24 +275,23 @@ impl<C: HasMemoryTable + ?Sized> SegmentSink<C> for Connection {
         in_order: bool,
         _rcv_nxt: u32,
     ) -> tcp::Consumed {
-        let mem = cx.table_mut();
         self.advance_time(now);
-        self.release_rx_gate(mem);
+        self.release_rx_gate(cx);
         let all = tcp::Consumed::all(payload.len());
         self.note_rx_end(seq, payload.len());
         let out = match &self.phase {
             Phase::Negotiating(_) if in_order => {
-                self.negotiate_input(seq, payload, mem);
+                self.negotiate_input(seq, payload, cx);
                 all
             }
             Phase::Negotiating(_) => tcp::Consumed::none(),
             Phase::Closed(_) => all,
             Phase::Fpdu(_) if in_order => {
-                self.receive_in_order(seq, payload, mem);
+                self.receive_in_order(seq, payload, cx);
                 all
             }
             Phase::Fpdu(_) => {
-                let r = self.with_receiver(mem, |rx, deliver| {
+                let r = self.with_receiver(cx, |rx, deliver| {
                     rx.handle_segment(seq, payload, false, deliver)
                 });
                 match r {
@@ -280,21 +311,20 @@ impl<C: HasMemoryTable + ?Sized> SegmentSink<C> for Connection {
                 }
             }
         };
-        self.pump_and_fill(mem);
+        self.pump_and_fill(cx.table());
         out
     }
 
     fn on_in_order(&mut self, cx: &mut C, now: Instant, seq: u32, bytes: &[u8]) {
-        let mem = cx.table_mut();
         self.advance_time(now);
-        self.release_rx_gate(mem);
+        self.release_rx_gate(cx);
         self.note_rx_end(seq, bytes.len());
         match &self.phase {
-            Phase::Negotiating(_) => self.negotiate_input(seq, bytes, mem),
-            Phase::Fpdu(_) => self.receive_in_order(seq, bytes, mem),
+            Phase::Negotiating(_) => self.negotiate_input(seq, bytes, cx),
+            Phase::Fpdu(_) => self.receive_in_order(seq, bytes, cx),
             Phase::Closed(_) => {}
         }
-        self.pump_and_fill(mem);
+        self.pump_and_fill(cx.table());
     }
 
     fn on_advance(&mut self, cx: &mut C, now: Instant, rcv_nxt: u32) {

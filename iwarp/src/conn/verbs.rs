@@ -11,7 +11,8 @@ use crate::verbs::{QpAction, QpId, Rnic};
 
 impl Connection {
     /// Moves work between the verbs QP `qp` of `rnic` and this connection's engine: posted
-    /// WRs in (once the QP is in RTS), engine completions and stream events out, with their
+    /// WRs in (once the QP is in RTS; a QP on an S-RQ takes its receive WQEs when messages
+    /// arrive instead, [`crate::ddp::untagged::RecvSupply`]), engine completions and stream events out, with their
     /// automatic QP transitions (VERBS-00 §6.2, §8.2). The poll core calls it after creating
     /// the connection and after each activity that gave it something to move
     /// ([`Connection::verbs_pending`], [`Rnic::has_pending_wrs`]), lending the RNIC it owns.
@@ -25,7 +26,7 @@ impl Connection {
         self.forward_verbs_events(rnic, qp);
         if matches!(self.phase, Phase::Fpdu(_) | Phase::Negotiating(_)) {
             loop {
-                while let Some(wr) = rnic.next_recv_wr(qp) {
+                while let Some(wr) = rnic.next_rq_wr(qp) {
                     if self.post_recv(wr).is_err() {
                         break;
                     }
@@ -35,8 +36,9 @@ impl Connection {
                         break;
                     }
                 }
-                // The QP's receives are posted: what followed a peer-to-peer RTR can go in.
-                self.release_rx_gate(rnic.memory_mut());
+                // The QP's receives are posted (or, on an S-RQ, the RNIC lends them): what
+                // followed a peer-to-peer RTR can go in.
+                self.release_rx_gate(rnic);
                 // Completions of what was just posted may lift the Local Fence holding the
                 // rest of the SQ: post again then, in this same pump.
                 if !(self.forward_completions(rnic, qp) && rnic.sq_fenced(qp)) {

@@ -10,6 +10,21 @@ use std::collections::VecDeque;
 use super::error::DdpError;
 use crate::mem::{Access, MemoryTable, PdId, Resolved, Sge, StreamId};
 
+/// Where the receive buffers of a stream on a shared receive queue come from: the receive
+/// path takes one when a message on queue 0 needs it, not ahead (VERBS-00 §6.3.5).
+pub trait RecvSupply {
+    /// A buffer for the next message of `stream`'s queue 0 that has none, or `None` (the
+    /// stream takes none on demand, or none is available).
+    fn take_recv(&mut self, stream: StreamId) -> Option<RecvBuffer>;
+}
+
+/// A bare memory table has no shared receive queue: its streams' buffers are all posted.
+impl<T: MemoryTable + ?Sized> RecvSupply for T {
+    fn take_recv(&mut self, _stream: StreamId) -> Option<RecvBuffer> {
+        None
+    }
+}
+
 /// How far beyond the posted buffers an MSN may be before it is "out of range" instead of
 /// "no buffer" (SPEC-DIGEST D15).
 const NO_BUFFER_SLACK: u32 = 1 << 16;
@@ -145,6 +160,17 @@ impl UntaggedQueues {
             _ => return Err(DdpError::InvalidQn),
         };
         Ok(Slot { qn, index })
+    }
+
+    /// How many receive buffers queue 0 lacks for a message with `msn`: one for it and one
+    /// for each earlier MSN without a buffer (VERBS-00 §6.3.5 "sequential ordering"); 0 when
+    /// it has one or when `msn` is out of range (RFC 5041 §7.1 check 5).
+    pub fn recv_missing(&self, msn: u32) -> u32 {
+        let avail = self.recv.len() as u32;
+        match window(self.recv_base, avail, msn, true) {
+            Err(DdpError::NoBuffer) => msn.wrapping_sub(self.recv_base) - avail + 1,
+            _ => 0,
+        }
     }
 
     /// Validates MO/length for queue 0 (checks U3, U4) and places `payload` into the

@@ -67,6 +67,32 @@ impl Engine {
         Handled::Accepted
     }
 
+    /// How many receive buffers must be posted before [`Engine::handle_ddp_segment`] can
+    /// place `segment`: for a Send or Immediate Data on queue 0 whose MSN has no buffer yet,
+    /// one for it and one for each earlier MSN without one (VERBS-00 §6.3.5); 0 for every
+    /// other segment. A stream on a shared receive queue takes them right before handing
+    /// the segment in.
+    pub fn recv_buffers_wanted(&self, segment: &[u8]) -> u32 {
+        if !matches!(self.state, StreamState::Active | StreamState::Closing) {
+            return 0;
+        }
+        let Ok(seg) = Segment::new_checked(segment) else {
+            return 0;
+        };
+        if seg.tagged() || seg.version() != DDP_VERSION || seg.qn() != 0 {
+            return 0;
+        }
+        let ctrl = seg.rsvd_ulp();
+        let send = RdmapControl::raw_version(ctrl) == self.cfg.rdmap_version
+            && Opcode::from_u4(ctrl & 0x0F).is_some_and(|op| {
+                op.queue() == Some(0) && (!op.is_extension() || self.cfg.extensions)
+            });
+        if !send {
+            return 0;
+        }
+        self.queues.recv_missing(seg.msn())
+    }
+
     /// The LLP reports that every DDP segment starting before `position` has been handed in
     /// (its in-order point moved, e.g. MPA's RCV.NXT in stream offsets). Needed only when the
     /// positions have holes between consecutive segments; held segments before `position`

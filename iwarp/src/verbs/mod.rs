@@ -6,9 +6,10 @@
 //! return the draft's Immediate status codes ([`VerbError`]); completions carry its
 //! [`CompletionStatus`] codes; asynchronous events are queued ([`AsyncEvent`]).
 //!
-//! The poll core drives the protocol side: [`Rnic::next_send_wr`] / [`Rnic::next_recv_wr`]
-//! feed each QP's RDMAP engine, [`Rnic::handle_completion`] takes its completions, the
-//! [`MemoryModel`] is the engine's [`crate::mem::MemoryTable`], and [`Rnic::poll_action`]
+//! The poll core drives the protocol side: [`Rnic::next_send_wr`] / [`Rnic::next_rq_wr`]
+//! feed each QP's RDMAP engine (a QP on an S-RQ takes a WQE through the RNIC's
+//! [`crate::ddp::untagged::RecvSupply`] when a message arrives), [`Rnic::handle_completion`]
+//! takes its completions, the [`MemoryModel`] is the engine's [`crate::mem::MemoryTable`], and [`Rnic::poll_action`]
 //! tells the data plane what to do with LLP streams. Applications on other threads reach
 //! the poll core through the lock-free rings of [`channel`].
 //!

@@ -11,7 +11,8 @@ use super::rnic::Rnic;
 use super::status::{CompletionStatus, VerbError};
 use super::wc::{WcOpcode, WorkCompletion};
 use super::wr::{RecvWr, SendWr, SqOp};
-use crate::mem::{Access, Sge};
+use crate::ddp::untagged::RecvSupply;
+use crate::mem::{Access, Sge, StreamId};
 use crate::rdmap;
 use crate::wire::terminate::TerminateCause;
 
@@ -283,12 +284,12 @@ impl Rnic {
         }
     }
 
-    /// Whether `qp` has WRs waiting for [`Rnic::next_send_wr`] or [`Rnic::next_recv_wr`]
-    /// (a QP on an S-RQ, or one not found, always may).
+    /// Whether `qp` has WRs waiting for [`Rnic::next_send_wr`] or [`Rnic::next_rq_wr`] (one
+    /// not found always may; S-RQ WQEs wait for messages, not for a pump).
     pub fn has_pending_wrs(&self, qp: QpId) -> bool {
         self.qps
             .get(&qp)
-            .is_none_or(|q| q.srq.is_some() || !q.sq_pending.is_empty() || !q.rq_pending.is_empty())
+            .is_none_or(|q| !q.sq_pending.is_empty() || !q.rq_pending.is_empty())
     }
 
     /// Whether the head of the QP's SQ is a Local Fence WR (it waits for every earlier WR's
@@ -315,9 +316,20 @@ impl Rnic {
         self.release_sq(qp);
     }
 
-    /// The next receive WQE for the QP's engine (from its RQ or its S-RQ), in RTS only.
-    /// Its `wr_id` is the RI's work number. Raises the QP RQ Limit event when the number of
-    /// messages in progress exceeds the armed limit (VERBS-00 §6.3.8).
+    /// The next WQE of the QP's own RQ for its engine, which takes them ahead of the
+    /// messages; `None` for a QP on an S-RQ, which takes one when a message needs it
+    /// ([`RecvSupply`], VERBS-00 §6.3.5). See [`Rnic::next_recv_wr`].
+    pub fn next_rq_wr(&mut self, qp: QpId) -> Option<RecvWr> {
+        if self.qps.get(&qp)?.srq.is_some() {
+            return None;
+        }
+        self.next_recv_wr(qp)
+    }
+
+    /// Takes the next receive WQE for the QP's engine now (from its RQ or its S-RQ), in RTS
+    /// only. Its `wr_id` is the RI's work number. Raises the QP RQ Limit event when the
+    /// number of messages in progress exceeds the armed limit (VERBS-00 §6.3.8); a QP that
+    /// finds its S-RQ empty joins the S-RQ's waiters.
     pub fn next_recv_wr(&mut self, qp: QpId) -> Option<RecvWr> {
         let q = self.qps.get_mut(&qp)?;
         if q.state != QpState::Rts {
@@ -478,6 +490,17 @@ impl Rnic {
                 return;
             }
         }
+    }
+}
+
+/// The connections of an RNIC take S-RQ WQEs through it, one when a message on queue 0 of a
+/// QP on an S-RQ needs one (VERBS-00 §6.3.5): a QP holds only WQEs of messages that arrived,
+/// so every QP on the S-RQ can consume what it holds. A QP's own RQ is never drawn on here.
+impl RecvSupply for Rnic {
+    fn take_recv(&mut self, stream: StreamId) -> Option<RecvWr> {
+        let qp = QpId(stream.0);
+        self.qps.get(&qp)?.srq?;
+        self.next_recv_wr(qp)
     }
 }
 

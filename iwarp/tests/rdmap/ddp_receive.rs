@@ -196,3 +196,34 @@ fn b14_nothing_placed_after_first_error() {
     );
     assert!(matches!(s.events()[0], Event::TerminateSent(_)));
 }
+
+// VERBS-00 §6.3.5 "sequential ordering": a stream on a shared receive queue takes, for a
+// Send whose MSN has no buffer yet, one buffer for it and one for each earlier MSN still
+// without one (a segment of a later message may arrive first); segments that need none
+// (tagged, another queue, a message holding its buffer, an old or out-of-range MSN) ask for
+// none.
+#[test]
+fn srq_buffers_wanted_follow_the_msn() {
+    let (mut s, stag) = sink();
+    let send = |msn, mo| untagged_seg(OP_SEND, true, 0, 0, msn, mo, b"x");
+    let wanted = |s: &Side, seg: &[u8]| s.engine.recv_buffers_wanted(seg);
+    assert_eq!(wanted(&s, &send(1, 0)), 1);
+    assert_eq!(
+        wanted(&s, &send(1, 50)),
+        1,
+        "not the message's first segment"
+    );
+    assert_eq!(wanted(&s, &send(3, 0)), 3, "MSNs 1 and 2 have none either");
+    s.post_recv(1, stag, 0, 100);
+    assert_eq!(wanted(&s, &send(1, 0)), 0);
+    assert_eq!(wanted(&s, &send(3, 0)), 2);
+    let write = tagged_seg(OP_WRITE, true, stag.0, 0, b"x");
+    assert_eq!(wanted(&s, &write), 0);
+    let read_request = untagged_seg(0x1, true, 0, 1, 1, 0, &[0; 28]);
+    assert_eq!(wanted(&s, &read_request), 0);
+    assert_eq!(wanted(&s, &send(0x9000_0000, 0)), 0, "out of range");
+    assert_eq!(s.receive(&send(1, 0)), Handled::Accepted);
+    assert_eq!(s.completions()[0].status, CompletionStatus::Success);
+    assert_eq!(wanted(&s, &send(1, 0)), 0, "already delivered");
+    assert_eq!(wanted(&s, &send(2, 0)), 1);
+}
