@@ -167,6 +167,10 @@ extern "C" fn run_job(arg: *mut c_void) {
 /// peer's connect or disconnect, an alarm or a link event waits at most.
 pub(crate) const TURN: Duration = Duration::from_millis(2);
 
+/// How many times the interrupt thread spins on a burst in progress before it yields its
+/// core instead (about 10 µs).
+const BURST_SPINS: u32 = 1 << 12;
+
 /// The bit of a gate's burst count the interrupt thread holds during its turn.
 const INTR_TURN: u32 = 1 << 31;
 
@@ -325,8 +329,17 @@ extern "C" fn gate_turn(_arg: *mut c_void) {
         g.list.clone()
     };
     for gate in &held {
+        let mut spins = 0u32;
         while gate.bursts.load(Ordering::Acquire) & !INTR_TURN != 0 {
-            std::hint::spin_loop();
+            // A burst takes microseconds; one that takes longer belongs to a poller this
+            // thread preempted on a core they share (no core outside the lcores): spinning
+            // would hold that core until the scheduler takes it back, so give it up.
+            if spins < BURST_SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
 }
