@@ -25,7 +25,6 @@ use rdma_dataplane::cm::objects::id_obj;
 use rdma_dataplane::cm::qp::*;
 use rdma_dataplane::runtime::runtime;
 use rdma_dataplane::verbs::cq::*;
-use rdma_dataplane::verbs::events::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::objects::{obj, Qp, Srq};
 use rdma_dataplane::verbs::qp::*;
@@ -47,19 +46,6 @@ fn configure() -> std::path::PathBuf {
 /// The lane `qp` lives on.
 fn lane_of(qp: *mut ibv_qp) -> usize {
     unsafe { obj::<ibv_qp, Qp>(qp) }.unwrap().shared.lane
-}
-
-/// The next async event of `ctx` within 5 s (its `async_fd` made non-blocking).
-fn next_async_event(ctx: *mut ibv_context) -> ibv_async_event {
-    nonblocking(unsafe { (*ctx).async_fd });
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut ev = ibv_async_event::default();
-    while unsafe { ibv_get_async_event(ctx, &mut ev) } != 0 {
-        assert!(Instant::now() < deadline, "no async event within 5 s");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    unsafe { ibv_ack_async_event(&mut ev) };
-    ev
 }
 
 #[test]

@@ -23,7 +23,6 @@ use rdma_dataplane::cm::id::*;
 use rdma_dataplane::cm::qp::*;
 use rdma_dataplane::verbs::cq::*;
 use rdma_dataplane::verbs::device::*;
-use rdma_dataplane::verbs::events::*;
 use rdma_dataplane::verbs::memory::*;
 use rdma_dataplane::verbs::qp::*;
 use rdma_dataplane::verbs::srq::*;
@@ -348,19 +347,6 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     assert_eq!((wc.wr_id, wc.status), (201, IBV_WC_WR_FLUSH_ERR));
 
     teardown(c, &dir);
-}
-
-/// The next async event of `ctx` within 5 s (its `async_fd` made non-blocking).
-fn next_async_event(ctx: *mut ibv_context) -> ibv_async_event {
-    nonblocking(unsafe { (*ctx).async_fd });
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut ev = ibv_async_event::default();
-    while unsafe { ibv_get_async_event(ctx, &mut ev) } != 0 {
-        assert!(Instant::now() < deadline, "no async event within 5 s");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    unsafe { ibv_ack_async_event(&mut ev) };
-    ev
 }
 
 // The data plane's handler takes the RNIC's async events and keeps them for the libraries,

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use rdma_dataplane::abi::*;
 use rdma_dataplane::cm::events::*;
 use rdma_dataplane::cm::id::*;
+use rdma_dataplane::verbs::events::{ibv_ack_async_event, ibv_get_async_event};
 use rdma_dataplane::verbs::memory::ibv_reg_mr;
 use rdma_dataplane::verbs::qp::*;
 
@@ -377,4 +378,17 @@ pub fn sge(buf: &[u8], offset: usize, len: u32, mr: *mut ibv_mr) -> ibv_sge {
         length: len,
         lkey: unsafe { (*mr).lkey },
     }
+}
+
+/// The next async event of `ctx` within 5 s (its `async_fd` made non-blocking).
+pub fn next_async_event(ctx: *mut ibv_context) -> ibv_async_event {
+    nonblocking(unsafe { (*ctx).async_fd });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut ev = ibv_async_event::default();
+    while unsafe { ibv_get_async_event(ctx, &mut ev) } != 0 {
+        assert!(Instant::now() < deadline, "no async event within 5 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    unsafe { ibv_ack_async_event(&mut ev) };
+    ev
 }
