@@ -48,6 +48,18 @@ fn lane_of(qp: *mut ibv_qp) -> usize {
     unsafe { obj::<ibv_qp, Qp>(qp) }.unwrap().shared.lane
 }
 
+/// Resolves `client`'s address and route to the server (device a) at `port`.
+fn resolve(ch: *mut rdma_event_channel, client: *mut rdma_cm_id, port: u16) {
+    let mut dst = sockaddr([10, 78, 0, 1], port);
+    assert_eq!(
+        unsafe { rdma_resolve_addr(client, null_mut(), common::sa(&mut dst), 2000) },
+        0
+    );
+    unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ADDR_RESOLVED)) };
+    assert_eq!(unsafe { rdma_resolve_route(client, 2000) }, 0);
+    unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) };
+}
+
 #[test]
 fn connections_spread_over_two_lanes_share_cqs_and_registrations() {
     let dir = configure();
@@ -72,14 +84,7 @@ fn connections_spread_over_two_lanes_share_cqs_and_registrations() {
     let (mut cpd, mut ccq) = (null_mut(), null_mut());
     for k in 0..CONNS {
         let client = new_id(ch, k as *mut c_void);
-        let mut dst = sockaddr([10, 78, 0, 1], PORT);
-        assert_eq!(
-            unsafe { rdma_resolve_addr(client, null_mut(), common::sa(&mut dst), 2000) },
-            0
-        );
-        unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ADDR_RESOLVED)) };
-        assert_eq!(unsafe { rdma_resolve_route(client, 2000) }, 0);
-        unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) };
+        resolve(ch, client, PORT);
         if k == 0 {
             // Client (device b): one PD and one CQ for every QP.
             let cctx = unsafe { (*client).verbs };
@@ -302,14 +307,7 @@ fn an_srq_keeps_its_qps_on_its_lane() {
     let (mut cpd, mut ccq) = (null_mut(), null_mut());
     for k in 0..2 {
         let client = new_id(ch, null_mut());
-        let mut dst = sockaddr([10, 78, 0, 1], PORT + 1);
-        assert_eq!(
-            unsafe { rdma_resolve_addr(client, null_mut(), common::sa(&mut dst), 2000) },
-            0
-        );
-        unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ADDR_RESOLVED)) };
-        assert_eq!(unsafe { rdma_resolve_route(client, 2000) }, 0);
-        unsafe { rdma_ack_cm_event(expect_ok(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) };
+        resolve(ch, client, PORT + 1);
         if k == 0 {
             let cctx = unsafe { (*client).verbs };
             cpd = unsafe { ibv_alloc_pd(cctx) };
