@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use smoltcp::wire::TcpControl;
-use tcp::{CloseReason, Config, Event, Instant, State, StreamSocket};
+use tcp::{CloseReason, Config, ConnId, Event, Instant, State, StreamSocket};
 
 fn sim() -> Sim<StreamSocket> {
     Sim::streams(
@@ -681,17 +681,22 @@ fn syn_flood_bounded_by_backlog() {
     p.handshake();
 }
 
-// RFC 9293 §3.10.4: close in SYN-SENT deletes the TCB; abort sends RST and the peer
-// reports a reset.
-#[test]
-fn abort_sends_rst() {
-    let mut s = sim();
+/// Connects A (port 0) to B's listener and waits for B to accept; A's and B's connections.
+fn connect_and_accept(s: &mut Sim<StreamSocket>) -> (ConnId, ConnId) {
     let a =
         s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100))
             .unwrap();
     let limit = s.now + Duration::from_millis(10);
     assert!(s.run_until(limit, |s| !s.accepted(Side::B).is_empty()));
-    let b = s.accepted(Side::B)[0];
+    (a, s.accepted(Side::B)[0])
+}
+
+// RFC 9293 §3.10.4: close in SYN-SENT deletes the TCB; abort sends RST and the peer
+// reports a reset.
+#[test]
+fn abort_sends_rst() {
+    let mut s = sim();
+    let (a, b) = connect_and_accept(&mut s);
     s.a.abort(a).unwrap();
     assert_eq!(s.a.state(a), None);
     let limit = s.now + Duration::from_millis(10);
@@ -715,12 +720,7 @@ fn abort_sends_rst() {
 #[test]
 fn abort_resets_are_counted_apart_from_answers() {
     let mut s = sim();
-    let a =
-        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(100, 100))
-            .unwrap();
-    let limit = s.now + Duration::from_millis(10);
-    assert!(s.run_until(limit, |s| !s.accepted(Side::B).is_empty()));
-    let b = s.accepted(Side::B)[0];
+    let (a, b) = connect_and_accept(&mut s);
     s.a.abort(a).unwrap();
     let limit = s.now + Duration::from_millis(10);
     assert!(s.run_until(limit, |s| s.closed_reason(Side::B, b).is_some()));
