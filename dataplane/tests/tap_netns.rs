@@ -294,3 +294,189 @@ print("echoed", len(got), "identical" if bytes(got) == data else "DIFFERENT")
         "{err}"
     );
 }
+
+/// RFC 7323 §5.3/§5.5 against the Linux kernel's PAWS test: our TSval ticks in microseconds,
+/// so after an idle period of more than 2^31 µs (35.8 minutes) a peer that kept TS.Recent
+/// (Linux before 6.7 for 24 days; this kernel until 35.8 real minutes have passed) drops our
+/// next segments as old duplicates, unless the idle connection kept the peer's TS.Recent
+/// fresh. The engine's clock is an input (sans-IO): here it is advanced 10 s per poll
+/// iteration through 40 idle minutes while the kernel's clock moves a few real seconds, then
+/// 1000 octets must reach the kernel's socket at once, with its `TcpExtPAWSEstab` still 0.
+#[test]
+fn linux_accepts_data_after_forty_idle_minutes_of_the_engines_clock() {
+    use dataplane::config::Ipv4Cidr;
+    use dataplane::lcore::{PollLoop, PortAddr};
+    use dataplane::port::tap::TapPort;
+    use dataplane::port::PortInfo;
+    use dataplane::tcp_handler::{TcpHandler, TcpService};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use tcp::{Engine, StreamSocket};
+
+    struct Quiet;
+    type Loop = PollLoop<TapPort, TcpHandler<StreamSocket, (), Quiet>>;
+    impl TcpService<StreamSocket, ()> for Quiet {
+        fn work(&mut self, tcp: &mut Engine<StreamSocket>, _: &mut (), _: tcp::Instant) {
+            while tcp.poll_event().is_some() {}
+        }
+    }
+
+    let pid = std::process::id();
+    let tap = format!("dpw{}", pid % 1_000_000);
+    let netns = format!("dppaws{pid}");
+    let _guard = Cleanup {
+        netns: netns.clone(),
+        child: None,
+    };
+    let info = PortInfo {
+        name: "tap0".into(),
+        mac: [0x02, 0, 0, 0, 0x0d, 0x01],
+        mtu: 1500,
+    };
+    let port = TapPort::open(&tap, info).expect("open the TAP (needs root)");
+    sh(&["ip", "netns", "add", &netns]);
+    sh(&["ip", "link", "set", &tap, "netns", &netns]);
+    sh(&[
+        "ip",
+        "-n",
+        &netns,
+        "addr",
+        "add",
+        "10.99.13.2/24",
+        "dev",
+        &tap,
+    ]);
+    sh(&["ip", "-n", &netns, "link", "set", &tap, "up"]);
+    // The kernel's server: prints the octets received so far after every read.
+    let server = r#"
+import socket
+l = socket.socket()
+l.bind(("10.99.13.2", 7000))
+l.listen(1)
+print("listening", flush=True)
+c, _ = l.accept()
+total = 0
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    total += len(b)
+    print("got", total, flush=True)
+"#;
+    let mut kernel = Command::new("ip")
+        .args(["netns", "exec", &netns, "python3", "-u", "-c", server])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = kernel.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |want: &str, secs: u64| -> Result<(), String> {
+        let end = Instant::now() + Duration::from_secs(secs);
+        let mut seen = Vec::new();
+        loop {
+            match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+                Ok(l) if l == want => return Ok(()),
+                Ok(l) => seen.push(l),
+                Err(_) => return Err(format!("no {want:?} from the kernel's server: {seen:?}")),
+            }
+        }
+    };
+    let result = (|| -> Result<u64, String> {
+        wait_for("listening", 10)?;
+        let local = Ipv4Addr::new(10, 99, 13, 1);
+        let mut engine: Engine<StreamSocket> = Engine::new(tcp::Config::default());
+        let t0 = Instant::now();
+        let mut skipped = Duration::ZERO;
+        let clock = |skipped: Duration| {
+            tcp::Instant::from_nanos((t0.elapsed() + skipped).as_nanos() as u64 + 1)
+        };
+        let conn = engine
+            .connect(
+                clock(skipped),
+                SocketAddrV4::new(local, 0),
+                SocketAddrV4::new(Ipv4Addr::new(10, 99, 13, 2), 7000),
+                StreamSocket::new(1 << 16, 1 << 16),
+            )
+            .map_err(|e| e.to_string())?;
+        let mut poll = PollLoop::new(TcpHandler::new(engine, (), Quiet), 32);
+        poll.add_port(
+            port,
+            PortAddr::on_subnet(Ipv4Cidr {
+                addr: local,
+                prefix: 24,
+            }),
+        );
+        let write = |poll: &mut Loop, data: &[u8]| {
+            let (tcp, _, _) = poll.handler_mut().parts();
+            tcp.ulp_mut(conn).map(|s| s.write(data))
+        };
+        // Connected and 5 octets through, on the real clock.
+        let mut sent = 0;
+        let end = Instant::now() + Duration::from_secs(10);
+        while sent < 5 && Instant::now() < end {
+            poll.poll_once(clock(skipped));
+            if poll.handler().tcp().state(conn) == Some(tcp::State::Established) {
+                sent += write(&mut poll, &b"hello"[sent..]).unwrap_or(0);
+            }
+        }
+        let settle = |poll: &mut Loop, skipped: Duration, real: Duration| {
+            let end = Instant::now() + real;
+            while Instant::now() < end {
+                poll.poll_once(clock(skipped));
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        };
+        settle(&mut poll, skipped, Duration::from_millis(300));
+        wait_for("got 5", 5)?;
+        // Forty idle minutes of the engine's clock, 10 s per iteration, a little real time
+        // for each so that what the engine sends meanwhile reaches the kernel.
+        for _ in 0..240 {
+            skipped += Duration::from_secs(10);
+            settle(&mut poll, skipped, Duration::from_millis(10));
+        }
+        let tcp_info = poll.handler().tcp().info(conn).ok_or("connection gone")?;
+        if tcp_info.state != tcp::State::Established {
+            return Err(format!("after the idle period: {:?}", tcp_info.state));
+        }
+        let data = [0x5a; 1000];
+        if write(&mut poll, &data) != Some(1000) {
+            return Err("write after the idle period".into());
+        }
+        let end = Instant::now() + Duration::from_secs(3);
+        let mut delivered = false;
+        while !delivered && Instant::now() < end {
+            settle(&mut poll, skipped, Duration::from_millis(20));
+            while let Ok(l) = rx.try_recv() {
+                delivered |= l == "got 1005";
+            }
+        }
+        if !delivered {
+            return Err(
+                "the kernel did not take the 1000 octets sent after the idle period".into(),
+            );
+        }
+        Ok(0)
+    })();
+    let nstat = Command::new("ip")
+        .args(["netns", "exec", &netns, "nstat", "-az", "TcpExtPAWSEstab"])
+        .output()
+        .unwrap();
+    let _ = kernel.kill();
+    let _ = kernel.wait();
+    let nstat = String::from_utf8_lossy(&nstat.stdout).to_string();
+    let paws: u64 = nstat
+        .lines()
+        .find_map(|l| l.strip_prefix("TcpExtPAWSEstab"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    result.unwrap_or_else(|e| panic!("{e} (kernel: {nstat})"));
+    assert_eq!(
+        paws, 0,
+        "segments the kernel dropped as PAWS failures: {nstat}"
+    );
+}

@@ -251,6 +251,77 @@ fn keepalive_probes_and_timeout() {
     assert_eq!(s.closed_reason(Side::A, a), Some(CloseReason::TimedOut));
 }
 
+// RFC 7323 §5.3/§5.5: our TSval ticks in microseconds and passes 2^31 ticks after 35.8
+// minutes, while a peer may keep TS.Recent for 24 days of idleness (Linux before 6.7). An idle
+// connection therefore sends a pure ACK with the current TSval at least every 15 minutes, so
+// that no two consecutive segments are 2^31 ticks apart, and data after a long idle period is
+// in order for the peer's PAWS test.
+#[test]
+fn idle_connection_refreshes_the_peers_ts_recent() {
+    let mut s = Sim::streams(
+        22,
+        LinkConfig::default(),
+        test_config(),
+        test_config(),
+        4096,
+    );
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096))
+            .unwrap();
+    let limit = s.now + Duration::from_millis(5);
+    assert!(s.run_until(limit, |s| s.connected(Side::A, a)));
+    let sent = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = sent.clone();
+    s.set_filter(move |now, side, seg| {
+        if side == Side::A {
+            log.borrow_mut().push((now, seg.clone()));
+        }
+        true
+    });
+    let idle_from = s.now;
+    let limit = s.now + Duration::from_secs(70 * 60);
+    s.run_until(limit, |_| false);
+    let refreshes: Vec<_> = sent
+        .borrow()
+        .iter()
+        .filter(|(_, g)| g.payload.is_empty() && g.control == TcpControl::None)
+        .cloned()
+        .collect();
+    assert!(
+        refreshes.len() >= 4,
+        "one ACK per 15 idle minutes over 70: {}",
+        refreshes.len()
+    );
+    let mut prev_ts = None;
+    let mut prev_at = idle_from;
+    for (at, g) in &refreshes {
+        let (tsval, _) = g.ts.expect("timestamps negotiated");
+        assert!(
+            at.saturating_since(prev_at) <= Duration::from_secs(15 * 60),
+            "ACKs at most 15 minutes apart"
+        );
+        if let Some(p) = prev_ts {
+            let gap = tsval.wrapping_sub(p);
+            assert!(gap < 1 << 31, "TSval in order for PAWS: {p} then {tsval}");
+        }
+        // A pure ACK at SND.NXT, not a keepalive probe below SND.UNA (keepalive is off).
+        assert_eq!(g.seq, s.a.info(a).unwrap().snd_nxt);
+        prev_ts = Some(tsval);
+        prev_at = *at;
+    }
+    // The connection carries data after the idle hour, with no PAWS drop at B.
+    s.a.ulp_mut(a).unwrap().write(b"after an idle hour");
+    let b = s.accepted(Side::B)[0];
+    let mut got = Vec::new();
+    let limit = s.now + Duration::from_millis(50);
+    assert!(s.run_until(limit, |s| {
+        got.extend(s.b.ulp_mut(b).unwrap().read_all());
+        got.len() == 18
+    }));
+    assert_eq!(got, b"after an idle hour");
+    assert_eq!(s.b.info(b).unwrap().paws_drops, 0);
+}
+
 // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: ACK every second full segment, delay a lone one by the
 // delayed-ACK timeout, and ACK an out-of-order segment at once with a SACK block (RFC 2018).
 #[test]

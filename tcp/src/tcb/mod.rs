@@ -25,6 +25,14 @@ use crate::seq;
 use crate::time::Instant;
 use crate::tx::SendQueue;
 
+/// Longest a connection with timestamps goes without sending one. Our TSval ticks in
+/// microseconds, so it passes 2^31 ticks after 35.8 minutes; a peer that holds TS.Recent
+/// for longer (RFC 7323 §5.5 lets a receiver invalidate it only after 24 days of idleness,
+/// as Linux before 6.7 does) would then take every later segment for an old duplicate and
+/// drop it (PAWS, RFC 7323 §5.3). An idle connection therefore sends an ACK with the
+/// current TSval well before that (the peer's TS.Recent follows, RFC 7323 §4.3).
+pub(crate) const TS_REFRESH: Duration = Duration::from_secs(15 * 60);
+
 pub(crate) use holding::Holding;
 
 /// Connection states of RFC 9293 §3.3.2 (LISTEN lives in the listener table).
@@ -240,6 +248,9 @@ pub(crate) struct Tcb {
     persist_backoff: u32,
     keepalive_deadline: Option<Instant>,
     ka_probes: u32,
+    /// When an ACK goes out just to carry a current TSval ([`TS_REFRESH`] after the last
+    /// segment sent with one).
+    ts_refresh_deadline: Option<Instant>,
     timewait_deadline: Option<Instant>,
     finwait2_deadline: Option<Instant>,
 
@@ -383,6 +394,7 @@ impl Tcb {
             persist_deadline: None,
             persist_backoff: 0,
             keepalive_deadline: None,
+            ts_refresh_deadline: None,
             ka_probes: 0,
             timewait_deadline: None,
             finwait2_deadline: None,

@@ -15,8 +15,11 @@ impl Tcb {
                 earliest(self.persist_deadline, self.keepalive_deadline),
             ),
             earliest(
-                earliest(self.timewait_deadline, self.finwait2_deadline),
-                earliest(self.rack_deadline, self.tlp_deadline),
+                earliest(
+                    earliest(self.timewait_deadline, self.finwait2_deadline),
+                    earliest(self.rack_deadline, self.tlp_deadline),
+                ),
+                self.ts_refresh_deadline,
             ),
         )
     }
@@ -36,6 +39,7 @@ impl Tcb {
         self.rtx_deadline = None;
         self.persist_deadline = None;
         self.keepalive_deadline = None;
+        self.ts_refresh_deadline = None;
         self.finwait2_deadline = None;
         self.delack_deadline = None;
         self.rack_deadline = None;
@@ -124,6 +128,14 @@ impl Tcb {
                 .saturating_mul(1 << self.persist_backoff.min(10))
                 .min(cfg.rto_max);
             self.persist_deadline = Some(now + d);
+        }
+        if due(self.ts_refresh_deadline) {
+            // Nothing sent for TS_REFRESH: an ACK carries the current TSval, so that the
+            // peer's TS.Recent keeps within 2^31 ticks of it (the one sent next re-arms).
+            self.ts_refresh_deadline = None;
+            if self.synchronized() && self.state != State::TimeWait {
+                self.ack_now = true;
+            }
         }
         if due(self.keepalive_deadline) {
             if let Some(ka) = cfg.keepalive {
