@@ -480,3 +480,135 @@ while True:
         "segments the kernel dropped as PAWS failures: {nstat}"
     );
 }
+
+/// RFC 6056 §3.3.1 / RFC 6191 against the Linux kernel: four `dataplane tcp client` processes
+/// in a row connect to a kernel echo server that closes first, so the kernel holds each
+/// connection in TIME-WAIT. Every process picks its first ephemeral port from its own secret,
+/// so none reuses the 4-tuple its predecessor left in TIME-WAIT (a reused one is taken by
+/// the kernel only with a larger ISN or TSval; with per-process secrets half of the others
+/// were refused, `TcpExtPAWSTimewait`, and the connection waited 2 s).
+#[test]
+fn processes_in_a_row_do_not_reuse_a_kernel_time_wait_4_tuple() {
+    let pid = std::process::id();
+    let tap = format!("dpr{}", pid % 1_000_000);
+    let netns = format!("dpreuse{pid}");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tap.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[ports]]\nname = \"tap0\"\nbackend = \"tap\"\ndevice = \"{tap}\"\n\
+             mac = \"02:00:00:00:0e:01\"\nipv4 = \"10.99.14.1/24\"\n"
+        ),
+    )
+    .unwrap();
+    let _guard = Cleanup {
+        netns: netns.clone(),
+        child: None,
+    };
+    sh(&["ip", "netns", "add", &netns]);
+    // The kernel's echo server: echoes 4000 octets per connection, then closes first.
+    let server = r#"
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7000))
+s.listen(8)
+while True:
+    c, _ = s.accept()
+    n = 0
+    while n < 4000:
+        b = c.recv(65536)
+        if not b:
+            break
+        n += len(b)
+        c.sendall(b)
+    c.shutdown(socket.SHUT_WR)
+    c.recv(1)
+    c.close()
+"#;
+    let mut kernel = Command::new("ip")
+        .args(["netns", "exec", &netns, "python3", "-c", server])
+        .spawn()
+        .unwrap();
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        let start = Instant::now();
+        let child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+            .args([
+                "tcp",
+                "client",
+                "--connect",
+                "10.99.14.2:7000",
+                "--bytes",
+                "4000",
+            ])
+            .args(["--duration", "20", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        while Command::new("ip")
+            .args(["link", "show", &tap])
+            .output()
+            .is_ok_and(|o| !o.status.success())
+        {
+            assert!(start.elapsed() < Duration::from_secs(10), "no TAP {tap}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sh(&["ip", "link", "set", &tap, "netns", &netns]);
+        // Each process makes a new interface; the kernel's address goes on it each time.
+        sh(&[
+            "ip",
+            "-n",
+            &netns,
+            "addr",
+            "add",
+            "10.99.14.2/24",
+            "dev",
+            &tap,
+        ]);
+        sh(&["ip", "-n", &netns, "link", "set", &tap, "up"]);
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success() && said.contains("received 4000 bytes"),
+            "run {i}: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        runs.push(start.elapsed());
+    }
+    let tw = Command::new("ip")
+        .args(["netns", "exec", &netns, "ss", "-Htan", "state", "time-wait"])
+        .output()
+        .unwrap();
+    let nstat = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &netns,
+            "nstat",
+            "-az",
+            "TcpExtPAWSTimewait",
+        ])
+        .output()
+        .unwrap();
+    let _ = kernel.kill();
+    let _ = kernel.wait();
+    let tw = String::from_utf8_lossy(&tw.stdout).to_string();
+    let mut peers: Vec<&str> = tw
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .collect();
+    peers.sort_unstable();
+    peers.dedup();
+    assert_eq!(peers.len(), 4, "four distinct 4-tuples in TIME-WAIT: {tw}");
+    let nstat = String::from_utf8_lossy(&nstat.stdout).to_string();
+    let refused = nstat
+        .lines()
+        .find_map(|l| l.strip_prefix("TcpExtPAWSTimewait"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok());
+    assert_eq!(refused, Some(0), "{nstat}; runs took {runs:?}");
+}

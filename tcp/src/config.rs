@@ -112,6 +112,19 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Where the search for a free ephemeral port starts: a point of the range chosen by
+    /// the secret (RFC 6056 §3.3.1), so that a new process (a new secret) does not begin
+    /// with the 4-tuple its predecessor used last. A peer still holding that 4-tuple in
+    /// TIME-WAIT takes a new SYN only with a larger sequence number or timestamp
+    /// (RFC 6191), which a new secret gives half the time each; Linux refused the others
+    /// for 2 s (`TcpExtPAWSTimewait`).
+    pub fn ephemeral_start(&self) -> u16 {
+        let (lo, hi) = self.ephemeral_ports;
+        let span = u64::from(hi.saturating_sub(lo)) + 1;
+        let at = crate::isn::IsnGenerator::new(self.isn_secret).port_offset() % span;
+        lo + at as u16
+    }
+
     /// Our MSS toward addresses of `ip`'s family: the MTU less the IP header (20 octets for
     /// IPv4, 40 for IPv6) and the TCP base header (RFC 9293 §3.7.1, RFC 8200 §8.3).
     pub fn local_mss(&self, ip: IpAddr) -> u16 {

@@ -264,7 +264,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// An engine with no connections.
     pub fn new(cfg: Config) -> Self {
         let isn = IsnGenerator::new(cfg.isn_secret);
-        let next_port = cfg.ephemeral_ports.0;
+        let next_port = cfg.ephemeral_start();
         Engine {
             cfg,
             isn,

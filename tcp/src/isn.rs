@@ -53,6 +53,12 @@ impl IsnGenerator {
         m.wrapping_add(self.keyed(0, local, remote) as u32)
     }
 
+    /// A secret-dependent offset into the ephemeral port range (RFC 6056 §3.3.1).
+    pub fn port_offset(&self) -> u64 {
+        let none = SocketAddr::from(([0, 0, 0, 0], 0));
+        self.keyed(2, none, none)
+    }
+
     /// A per-connection offset for the TSval clock (RFC 7323 §5.4 recommends one).
     pub fn ts_offset(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
         self.keyed(1, local, remote) as u32

@@ -1071,3 +1071,40 @@ fn next_ready_connection_can_be_deferred() {
     );
     assert_eq!(s.a.next_remote(), None);
 }
+
+// RFC 6056 §3.3.1: the search for an ephemeral port starts at a point the secret chooses, so
+// that a new process (a new secret) does not begin with its predecessor's 4-tuple, which the
+// peer may still hold in TIME-WAIT (RFC 6191). Within the configured range, and consecutive
+// connections still take consecutive free ports.
+#[test]
+fn first_ephemeral_port_follows_the_secret() {
+    let mut firsts = Vec::new();
+    for k in 0u8..8 {
+        let cfg = Config {
+            isn_secret: [k; 16],
+            ephemeral_ports: (40000, 40999),
+            ..Config::default()
+        };
+        let start = cfg.ephemeral_start();
+        assert!((40000..=40999).contains(&start));
+        let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(cfg);
+        let mut ports = Vec::new();
+        for _ in 0..2 {
+            let c = e
+                .connect(
+                    Instant::ZERO,
+                    a_addr(0),
+                    b_addr(),
+                    StreamSocket::new(64, 64),
+                )
+                .unwrap();
+            ports.push(e.tuple(c).unwrap().local.port());
+        }
+        assert_eq!(ports[0], start);
+        assert_eq!(ports[1], if start == 40999 { 40000 } else { start + 1 });
+        firsts.push(start);
+    }
+    firsts.sort_unstable();
+    firsts.dedup();
+    assert!(firsts.len() >= 7, "eight secrets, starts {firsts:?}");
+}

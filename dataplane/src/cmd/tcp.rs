@@ -423,6 +423,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             ..tcp::Config::default()
         };
         let ephemeral = tcp_cfg.ephemeral_ports;
+        let first_port = tcp_cfg.ephemeral_start();
         let mut engine: Engine<StreamSocket> = Engine::new(tcp_cfg);
         if let Some(p) = args.listen.filter(|_| listen) {
             engine
@@ -455,8 +456,10 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             };
             let port = match n_lanes {
                 1 => 0,
-                _ => steered_port(local, remote, lane, ephemeral.0..=ephemeral.1, |_| true)
-                    .unwrap_or(0),
+                _ => {
+                    let ports = (first_port..=ephemeral.1).chain(ephemeral.0..first_port);
+                    steered_port(local, remote, lane, ports, |_| true).unwrap_or(0)
+                }
             };
             let id = engine
                 .connect(

@@ -276,7 +276,7 @@ impl RdmaHandler {
     pub fn set_lane(&mut self, lane: Lane) {
         let cm = self.parts().2;
         cm.lane = lane;
-        cm.next_port = cm.cfg.tcp.ephemeral_ports.0;
+        cm.next_port = cm.cfg.tcp.ephemeral_start();
     }
 
     /// Shares memory registrations with the other lanes through `regs`, this lane's copies
