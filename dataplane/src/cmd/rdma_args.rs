@@ -229,8 +229,12 @@ pub struct LaneReport {
     pub established: u64,
     /// Connections accepted whose 4-tuple hashes to another lane.
     pub foreign: u64,
-    /// TCP resets sent for segments of no connection (a segment on the wrong lane).
+    /// TCP resets sent for segments of no connection (a segment on the wrong lane, or a
+    /// late one of a connection already gone).
     pub resets: u64,
+    /// Connections this lane aborted (a reset of its own: an application's abort, an
+    /// iWARP error or timeout).
+    pub aborts: u64,
     /// FPDUs sent and received.
     pub fpdus: (u64, u64),
     /// FPDUs whose CRC did not match.
@@ -255,7 +259,9 @@ impl LaneReport {
             r.frames.1 += c.tx;
             r.established += rdma.established;
             r.foreign += h.foreign_connections();
-            r.resets += h.tcp().stats().resets_sent;
+            let tcp = h.tcp().stats();
+            r.resets += tcp.resets_sent - tcp.aborts_sent;
+            r.aborts += tcp.aborts_sent;
             r.fpdus.0 += rdma.fpdus_sent;
             r.fpdus.1 += rdma.fpdus_received;
             r.crc_errors += rdma.crc_errors;
@@ -271,6 +277,7 @@ impl LaneReport {
         self.established += o.established;
         self.foreign += o.foreign;
         self.resets += o.resets;
+        self.aborts += o.aborts;
         self.fpdus.0 += o.fpdus.0;
         self.fpdus.1 += o.fpdus.1;
         self.crc_errors += o.crc_errors;
@@ -280,12 +287,13 @@ impl LaneReport {
     /// One line of `key value` pairs (stable names, parsed by tests).
     pub fn line(&self) -> String {
         format!(
-            "rx-frames {} tx-frames {} established {} foreign {} resets-sent {} fpdus-sent {} fpdus-received {} crc-errors {} tcp-retransmits {}",
+            "rx-frames {} tx-frames {} established {} foreign {} resets-sent {} aborts-sent {} fpdus-sent {} fpdus-received {} crc-errors {} tcp-retransmits {}",
             self.frames.0,
             self.frames.1,
             self.established,
             self.foreign,
             self.resets,
+            self.aborts,
             self.fpdus.0,
             self.fpdus.1,
             self.crc_errors,
