@@ -659,19 +659,53 @@ struct Held<B> {
     since: Instant,
 }
 
-/// Per-port state of the loop.
+/// What a [`PortContext`] lends of a port's state: its addressing, neighbours, spare and
+/// held buffers, and counters.
 #[derive(Debug)]
-struct PortSlot<B> {
-    classifier: Classifier,
+struct PortLink<B> {
     addr: PortAddr,
     l2: L2Out,
     nb: Neighbours,
     spare: Option<B>,
     held: Option<Held<B>>,
+    counters: LoopCounters,
+}
+
+impl<B> PortLink<B> {
+    /// The context a handler gets for port `index` (`port`, whose buffers are `B`), with
+    /// the loop's transmit queue `tx`, `backlog` frames waiting in the port's backlog.
+    fn context<'a, P: Port<Buf = B>>(
+        &'a mut self,
+        index: usize,
+        port: &'a mut P,
+        tx: &'a mut Vec<B>,
+        backlog: usize,
+        now: Instant,
+    ) -> PortContext<'a, P> {
+        PortContext {
+            index,
+            port,
+            tx,
+            nb: &mut self.nb,
+            addr: self.addr,
+            l2: self.l2,
+            spare: &mut self.spare,
+            held: &mut self.held,
+            counters: &mut self.counters,
+            backlog,
+            now,
+        }
+    }
+}
+
+/// Per-port state of the loop.
+#[derive(Debug)]
+struct PortSlot<B> {
+    classifier: Classifier,
+    link: PortLink<B>,
     /// Frames the port refused, offered again first on the next iteration (and, between
     /// an iteration's receive and transmit halves, those the receive half queued).
     backlog: Vec<B>,
-    counters: LoopCounters,
     /// This iteration's stage times are taken (set by the receive half).
     timed: bool,
 }
@@ -745,13 +779,21 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .with("mtu", info.mtu)
                 .with(
                     "ipv4",
-                    slot.addr.ipv4.map(|c| c.to_string()).unwrap_or_default(),
+                    slot.link
+                        .addr
+                        .ipv4
+                        .map(|c| c.to_string())
+                        .unwrap_or_default(),
                 )
                 .with(
                     "ipv6",
-                    slot.addr.ipv6.map(|c| c.to_string()).unwrap_or_default(),
+                    slot.link
+                        .addr
+                        .ipv6
+                        .map(|c| c.to_string())
+                        .unwrap_or_default(),
                 )
-                .with("vlan", slot.addr.vlan.map_or(0, |v| u32::from(v.id)));
+                .with("vlan", slot.link.addr.vlan.map_or(0, |v| u32::from(v.id)));
             port.describe(&mut d);
             for (k, v) in [
                 ("rx_packets", st.rx_packets),
@@ -765,8 +807,9 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 d.put(k, v);
             }
             snap.section("ports").dict(&info.name, d);
-            let c = &slot.counters;
+            let c = &slot.link.counters;
             let news = slot
+                .link
                 .nb
                 .share
                 .as_ref()
@@ -789,15 +832,15 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .with("alloc_failures", c.alloc_failures)
                 .with("unresolved", c.unresolved)
                 .with("arp_failures", c.arp_failures)
-                .with("arp_cache", slot.nb.arp.len())
-                .with("arp_evicted", slot.nb.arp.evicted())
-                .with("arp_pending", slot.nb.arp.pending())
-                .with("arp_suppressed", slot.nb.arp.suppressed())
-                .with("nd_cache", slot.nb.nd.len())
-                .with("nd_evicted", slot.nb.nd.evicted())
-                .with("nd_pending", slot.nb.nd.pending())
-                .with("nd_suppressed", slot.nb.nd.suppressed())
-                .with("arp_held", slot.held.is_some())
+                .with("arp_cache", slot.link.nb.arp.len())
+                .with("arp_evicted", slot.link.nb.arp.evicted())
+                .with("arp_pending", slot.link.nb.arp.pending())
+                .with("arp_suppressed", slot.link.nb.arp.suppressed())
+                .with("nd_cache", slot.link.nb.nd.len())
+                .with("nd_evicted", slot.link.nb.nd.evicted())
+                .with("nd_pending", slot.link.nb.nd.pending())
+                .with("nd_suppressed", slot.link.nb.nd.suppressed())
+                .with("arp_held", slot.link.held.is_some())
                 .with("neighbour_news_sent", news.0)
                 .with("neighbour_news_received", news.1)
                 .with("neighbour_news_dropped", news.2)
@@ -849,16 +892,18 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         self.ports.push(port);
         self.slots.push(PortSlot {
             classifier,
-            addr,
-            l2,
-            nb: Neighbours {
-                own6,
-                ..Neighbours::default()
+            link: PortLink {
+                addr,
+                l2,
+                nb: Neighbours {
+                    own6,
+                    ..Neighbours::default()
+                },
+                spare: None,
+                held: None,
+                counters: LoopCounters::default(),
             },
-            spare: None,
-            held: None,
             backlog: Vec::new(),
-            counters: LoopCounters::default(),
             timed: false,
         });
         self.ports.len() - 1
@@ -868,7 +913,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
     /// ends of `share`: what this lane learns about neighbours (answers it receives) and
     /// the addresses it asks for go to them, and theirs come here, once per iteration.
     pub fn share_neighbours(&mut self, i: usize, share: NeighbourShare) {
-        let nb = &mut self.slots[i].nb;
+        let nb = &mut self.slots[i].link.nb;
         nb.arp.record_news();
         nb.nd.record_news();
         nb.share = Some(share);
@@ -878,6 +923,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
     /// ([`PollLoop::share_neighbours`]).
     pub fn neighbour_news(&self, i: usize) -> (u64, u64) {
         self.slots[i]
+            .link
             .nb
             .share
             .as_ref()
@@ -891,7 +937,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
 
     /// The loop counters of port `i`.
     pub fn counters(&self, i: usize) -> LoopCounters {
-        self.slots[i].counters
+        self.slots[i].link.counters
     }
 
     /// The handler.
@@ -971,33 +1017,23 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         let slot = &mut self.slots[i];
         // `now` was taken just before the first port's turn: one clock read less per idle
         // poll of a one-port loop. Stage times are taken on a sample of busy iterations.
-        let due = slot.counters.busy_polls.is_multiple_of(TIMING_SAMPLE);
+        let due = slot.link.counters.busy_polls.is_multiple_of(TIMING_SAMPLE);
         let t0 = if i == 0 || !due { now } else { clock::now() };
         let n = port.rx_burst(&mut self.rx, self.burst);
         slot.timed = due && n > 0;
         let mut t1 = t0;
         if n > 0 {
-            slot.counters.busy_polls += 1;
-            slot.counters.rx += n as u64;
+            slot.link.counters.busy_polls += 1;
+            slot.link.counters.rx += n as u64;
         }
         if slot.timed {
             t1 = clock::now();
-            slot.counters.rx_ns += (t1 - t0).as_nanos() as u64 * TIMING_SAMPLE;
+            slot.link.counters.rx_ns += (t1 - t0).as_nanos() as u64 * TIMING_SAMPLE;
         }
-        slot.nb.take_news(now);
-        let mut ctx = PortContext {
-            index: i,
-            port: &mut *port,
-            tx: &mut self.tx,
-            nb: &mut slot.nb,
-            addr: slot.addr,
-            l2: slot.l2,
-            spare: &mut slot.spare,
-            held: &mut slot.held,
-            counters: &mut slot.counters,
-            backlog: slot.backlog.len(),
-            now,
-        };
+        slot.link.nb.take_news(now);
+        let mut ctx = slot
+            .link
+            .context(i, port, &mut self.tx, slot.backlog.len(), now);
         ctx.run_dad();
         for frame in self.rx.drain(..) {
             let meta = slot.classifier.classify_offloaded(
@@ -1032,7 +1068,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             slot.backlog.append(&mut self.tx);
         }
         if slot.timed {
-            slot.counters.process_ns += clock::elapsed(t1).as_nanos() as u64 * TIMING_SAMPLE;
+            slot.link.counters.process_ns += clock::elapsed(t1).as_nanos() as u64 * TIMING_SAMPLE;
         }
         n
     }
@@ -1044,19 +1080,9 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         let slot = &mut self.slots[i];
         let timed = slot.timed;
         let mut t1 = if timed { clock::now() } else { now };
-        let mut ctx = PortContext {
-            index: i,
-            port: &mut *port,
-            tx: &mut self.tx,
-            nb: &mut slot.nb,
-            addr: slot.addr,
-            l2: slot.l2,
-            spare: &mut slot.spare,
-            held: &mut slot.held,
-            counters: &mut slot.counters,
-            backlog: slot.backlog.len(),
-            now,
-        };
+        let mut ctx = slot
+            .link
+            .context(i, port, &mut self.tx, slot.backlog.len(), now);
         self.handler.poll(&mut ctx, now);
         // Before the requests go out: another lane may receive their answers.
         ctx.nb.give_news();
@@ -1080,7 +1106,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                     break;
                 }
             }
-            let c = &mut slot.counters;
+            let c = &mut slot.link.counters;
             c.tx_deferred += slot.backlog.len() as u64;
             if slot.backlog.len() > MAX_TX_BACKLOG {
                 c.tx_dropped += (slot.backlog.len() - MAX_TX_BACKLOG) as u64;
