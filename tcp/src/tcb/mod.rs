@@ -29,8 +29,9 @@ use crate::tx::SendQueue;
 /// microseconds, so it passes 2^31 ticks after 35.8 minutes; a peer that holds TS.Recent
 /// for longer (RFC 7323 §5.5 lets a receiver invalidate it only after 24 days of idleness,
 /// as Linux before 6.7 does) would then take every later segment for an old duplicate and
-/// drop it (PAWS, RFC 7323 §5.3). An idle connection therefore sends an ACK with the
-/// current TSval well before that (the peer's TS.Recent follows, RFC 7323 §4.3).
+/// drop it (PAWS, RFC 7323 §5.3). A connection that received nothing for this long
+/// therefore sends an ACK with the current TSval (the peer's TS.Recent follows, RFC 7323
+/// §4.3); one that receives something answers with its own segments anyway.
 pub(crate) const TS_REFRESH: Duration = Duration::from_secs(15 * 60);
 
 pub(crate) use holding::Holding;
@@ -248,9 +249,8 @@ pub(crate) struct Tcb {
     persist_backoff: u32,
     keepalive_deadline: Option<Instant>,
     ka_probes: u32,
-    /// When an ACK goes out just to carry a current TSval ([`TS_REFRESH`] after the last
-    /// segment sent with one).
-    ts_refresh_deadline: Option<Instant>,
+    /// When the last segment arrived (keepalive idle time, [`TS_REFRESH`]).
+    idle_since: Instant,
     timewait_deadline: Option<Instant>,
     finwait2_deadline: Option<Instant>,
 
@@ -394,7 +394,7 @@ impl Tcb {
             persist_deadline: None,
             persist_backoff: 0,
             keepalive_deadline: None,
-            ts_refresh_deadline: None,
+            idle_since: now,
             ka_probes: 0,
             timewait_deadline: None,
             finwait2_deadline: None,

@@ -3,7 +3,7 @@
 
 use smoltcp::wire::TcpControl;
 
-use super::{CloseReason, State, Tcb, TcbEvent, TlpProbe, TS_REFRESH};
+use super::{CloseReason, State, Tcb, TcbEvent, TlpProbe};
 use crate::config::Config;
 use crate::seq;
 use crate::time::Instant;
@@ -83,9 +83,6 @@ impl Tcb {
             self.opts.timestamps
         };
         let timestamp = ts_on.then(|| (self.tsval(now), self.ts_recent));
-        if ts_on {
-            self.ts_refresh_deadline = Some(now + TS_REFRESH);
-        }
         let mut sack = [None; 3];
         if self.opts.sack && !syn {
             // RFC 2883 §4: a D-SACK block first, in one ACK only.

@@ -1,12 +1,15 @@
 //! Timers: retransmission timeout (RFC 6298), delayed ACK, persist, keepalive, FIN-WAIT-2
 //! and TIME-WAIT deadlines.
 
-use super::{CloseReason, RtoUndo, State, Tcb, TcbEvent};
+use super::{CloseReason, RtoUndo, State, Tcb, TcbEvent, TS_REFRESH};
+use core::time::Duration;
+
 use crate::config::Config;
 use crate::time::Instant;
 
 impl Tcb {
     /// Earliest pending timer.
+    #[inline]
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let earliest = Instant::earliest;
         earliest(
@@ -15,21 +18,35 @@ impl Tcb {
                 earliest(self.persist_deadline, self.keepalive_deadline),
             ),
             earliest(
-                earliest(
-                    earliest(self.timewait_deadline, self.finwait2_deadline),
-                    earliest(self.rack_deadline, self.tlp_deadline),
-                ),
-                self.ts_refresh_deadline,
+                earliest(self.timewait_deadline, self.finwait2_deadline),
+                earliest(self.rack_deadline, self.tlp_deadline),
             ),
         )
     }
 
+    /// A segment arrived: the connection is not idle. The idle timer is re-armed lazily
+    /// (when it runs out, from the time of the last segment), so the per-segment cost is a
+    /// store; an answer to keepalive probes arms it afresh.
     pub(super) fn restart_keepalive(&mut self, now: Instant, cfg: &Config) {
-        if let Some(ka) = cfg.keepalive {
-            if matches!(self.state, State::Established | State::CloseWait) {
-                self.keepalive_deadline = Some(now + ka.idle);
-                self.ka_probes = 0;
-            }
+        self.idle_since = now;
+        if self.keepalive_deadline.is_none() || self.ka_probes != 0 {
+            self.ka_probes = 0;
+            self.keepalive_deadline = self.idle_timeout(cfg).map(|d| now + d);
+        }
+    }
+
+    /// How long the connection may receive nothing before the idle timer acts: the
+    /// keepalive idle time, or [`TS_REFRESH`] with timestamps, whichever is shorter; none
+    /// outside ESTABLISHED and CLOSE-WAIT.
+    fn idle_timeout(&self, cfg: &Config) -> Option<Duration> {
+        if !matches!(self.state, State::Established | State::CloseWait) {
+            return None;
+        }
+        match (cfg.keepalive, self.opts.timestamps) {
+            (Some(ka), true) => Some(ka.idle.min(TS_REFRESH)),
+            (Some(ka), false) => Some(ka.idle),
+            (None, true) => Some(TS_REFRESH),
+            (None, false) => None,
         }
     }
 
@@ -39,7 +56,6 @@ impl Tcb {
         self.rtx_deadline = None;
         self.persist_deadline = None;
         self.keepalive_deadline = None;
-        self.ts_refresh_deadline = None;
         self.finwait2_deadline = None;
         self.delack_deadline = None;
         self.rack_deadline = None;
@@ -129,16 +145,25 @@ impl Tcb {
                 .min(cfg.rto_max);
             self.persist_deadline = Some(now + d);
         }
-        if due(self.ts_refresh_deadline) {
-            // Nothing sent for TS_REFRESH: an ACK carries the current TSval, so that the
-            // peer's TS.Recent keeps within 2^31 ticks of it (the one sent next re-arms).
-            self.ts_refresh_deadline = None;
-            if self.synchronized() && self.state != State::TimeWait {
-                self.ack_now = true;
+        if due(self.keepalive_deadline) {
+            match self.idle_timeout(cfg) {
+                None => self.keepalive_deadline = None,
+                // A segment arrived since the timer was armed.
+                Some(first) if self.ka_probes == 0 && now < self.idle_since + first => {
+                    self.keepalive_deadline = Some(self.idle_since + first);
+                }
+                Some(_) => self.on_idle(now, cfg, ev),
             }
         }
-        if due(self.keepalive_deadline) {
-            if let Some(ka) = cfg.keepalive {
+    }
+
+    /// The connection received nothing for its idle timeout: a keepalive probe (RFC 9293
+    /// §3.8.4) once the keepalive idle time has passed, else an ACK with the current TSval
+    /// ([`TS_REFRESH`]).
+    fn on_idle(&mut self, now: Instant, cfg: &Config, ev: &mut Vec<TcbEvent>) {
+        let idle = now.saturating_since(self.idle_since);
+        match cfg.keepalive {
+            Some(ka) if idle >= ka.idle => {
                 if self.ka_probes >= ka.count {
                     self.abort_with(CloseReason::TimedOut, ev);
                     return;
@@ -146,9 +171,17 @@ impl Tcb {
                 self.ka_probes += 1;
                 self.send_probe = true;
                 self.keepalive_deadline = Some(now + ka.interval);
-            } else {
-                self.keepalive_deadline = None;
             }
+            _ if self.opts.timestamps => {
+                // The peer's TS.Recent stays within 2^31 ticks of our TSval.
+                self.ack_now = true;
+                let next = now + TS_REFRESH;
+                self.keepalive_deadline = Some(match cfg.keepalive {
+                    Some(ka) => next.min(self.idle_since + ka.idle),
+                    None => next,
+                });
+            }
+            _ => self.keepalive_deadline = None,
         }
     }
 
