@@ -1117,6 +1117,7 @@ impl ConnManager {
                 graceful = false;
             }
             self.closed.add(&s);
+            c.release_tx_buffers(rnic.tx_pool_mut());
         }
         let Some(entry) = self.conns.remove(&conn) else {
             return;
