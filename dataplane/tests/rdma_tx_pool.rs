@@ -123,7 +123,13 @@ fn acknowledged_units_come_back_to_the_rnic_pool() {
         settle(&mut ls, &mut lc, 200);
         let pool = lc.handler().rnic().tx_pool();
         let stats = pool.stats();
-        let allocated = lc.handler().counters().tx_buffers_allocated;
+        let counters = lc.handler().counters();
+        assert_eq!(
+            (counters.tx_pool_reused, counters.tx_pool_freed),
+            (stats.reused, stats.freed),
+            "the summary's pool counters are the RNIC pool's"
+        );
+        let allocated = counters.tx_buffers_allocated;
         assert!(
             pool.len() as u64 + stats.freed >= allocated,
             "round {round}: {} buffers in the pool and {} freed at its bound, but the \
