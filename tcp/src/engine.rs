@@ -652,9 +652,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let Some(slot) = self.slots.get_mut(id.index as usize) else {
             return;
         };
-        let Some(c) = slot.take_if(|c| c.generation == id.generation) else {
+        let Some(mut c) = slot.take_if(|c| c.generation == id.generation) else {
             return;
         };
+        if let Some(ulp) = c.ulp.as_mut() {
+            c.tcb.drain_unit_buffers(|b| ulp.reclaim(b));
+        }
         self.generations[id.index as usize] = c.generation.wrapping_add(1);
         self.free.push(id.index);
         self.live -= 1;

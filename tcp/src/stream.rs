@@ -233,7 +233,7 @@ impl<C: ?Sized> SegmentSource<C> for StreamSocket {
         self.tx.len() > 0
     }
 
-    fn recycle(&mut self, buffer: Vec<u8>) {
+    fn recycle(&mut self, _cx: &mut C, buffer: Vec<u8>) {
         self.tx.recycle(buffer);
     }
 }
@@ -277,7 +277,7 @@ mod tests {
         let first = s.take_unit(1448).unwrap().payload;
         assert_eq!(first, &data[..1448]);
         let at = first.as_ptr();
-        SegmentSource::<()>::recycle(&mut s, first);
+        SegmentSource::<()>::recycle(&mut s, &mut (), first);
         assert_eq!(s.write(&data[2 * 1448..]), 1448);
         assert_eq!(s.take_unit(1448).unwrap().payload, &data[1448..2 * 1448]);
         let third = s.take_unit(1448).unwrap().payload;
@@ -369,9 +369,9 @@ mod tests {
     fn spare_pool_is_bounded() {
         let mut s = StreamSocket::new(100, 2 * 1448);
         for _ in 0..10 {
-            SegmentSource::<()>::recycle(&mut s, Vec::with_capacity(1448));
+            SegmentSource::<()>::recycle(&mut s, &mut (), Vec::with_capacity(1448));
         }
-        SegmentSource::<()>::recycle(&mut s, Vec::new());
+        SegmentSource::<()>::recycle(&mut s, &mut (), Vec::new());
         assert_eq!(s.tx.spare.len(), 2);
     }
 }

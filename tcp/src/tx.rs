@@ -47,7 +47,12 @@ pub trait SegmentSource<C: ?Sized = ()> {
 
     /// The payload buffer of a unit the peer acknowledged, for reuse by later units (the
     /// default drops it).
-    fn recycle(&mut self, _buffer: Vec<u8>) {}
+    fn recycle(&mut self, _cx: &mut C, _buffer: Vec<u8>) {}
+
+    /// The payload buffer of a unit never acknowledged, handed back as the engine removes
+    /// the connection (reset, abort, timeout; no context is lent then), before the source
+    /// comes back in [`crate::Event::Closed`] (the default drops it).
+    fn reclaim(&mut self, _buffer: Vec<u8>) {}
 }
 
 /// A unit's payload while the engine keeps it: its own buffer, or shared with the ports
@@ -172,6 +177,20 @@ pub(crate) struct SendQueue {
 impl SendQueue {
     pub(crate) fn is_empty(&self) -> bool {
         self.units.is_empty()
+    }
+
+    /// Empties the queue (the connection goes away), handing each unit's payload buffer
+    /// that no port still holds to `reclaim`.
+    pub(crate) fn drain_buffers(&mut self, mut reclaim: impl FnMut(Vec<u8>)) {
+        self.pipe = 0;
+        self.lost_count = 0;
+        self.sacked_count = 0;
+        self.rtx_count = 0;
+        for u in self.units.drain(..) {
+            if let Some(buffer) = u.data.into_owned() {
+                reclaim(buffer);
+            }
+        }
     }
 
     pub(crate) fn pipe(&self) -> usize {

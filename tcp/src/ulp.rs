@@ -68,6 +68,6 @@ impl<U: Ulp<C> + ?Sized, C: ?Sized> Upper for Bound<'_, U, C> {
         self.ulp.pending()
     }
     fn recycle(&mut self, buffer: Vec<u8>) {
-        self.ulp.recycle(buffer)
+        self.ulp.recycle(self.cx, buffer)
     }
 }

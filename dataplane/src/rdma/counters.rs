@@ -12,8 +12,13 @@ pub struct RdmaCounters {
     /// Units of one FPDU sent from the buffer their payload was read into (no copy into
     /// a unit buffer).
     pub units_in_place: u64,
-    /// Send buffers allocated because the connections' pools were empty.
+    /// Send buffers allocated because the pool was empty (the RNIC's, shared by its
+    /// connections).
     pub tx_buffers_allocated: u64,
+    /// Send buffers taken from the RNIC's pool (reused: not allocated).
+    pub tx_pool_reused: u64,
+    /// Send buffers freed because the RNIC's pool was at its bound.
+    pub tx_pool_freed: u64,
     /// FPDUs received and handed to DDP/RDMAP.
     pub fpdus_received: u64,
     /// FPDUs found ahead of RCV.NXT and placed at once (out-of-order placement).
@@ -82,10 +87,12 @@ impl RdmaCounters {
     /// `key: value` lines for the end-of-run summary (stable names, parsed by tests).
     pub fn summary(&self) -> String {
         format!(
-            "rdma-fpdus-sent: {}\nrdma-units-in-place: {}\nrdma-tx-buffers-allocated: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}\ntcp-spurious-timeouts: {}\ntcp-recoveries: {}\ntcp-spurious-recoveries: {}",
+            "rdma-fpdus-sent: {}\nrdma-units-in-place: {}\nrdma-tx-buffers-allocated: {}\nrdma-tx-pool-reused: {}\nrdma-tx-pool-freed: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}\ntcp-spurious-timeouts: {}\ntcp-recoveries: {}\ntcp-spurious-recoveries: {}",
             self.fpdus_sent,
             self.units_in_place,
             self.tx_buffers_allocated,
+            self.tx_pool_reused,
+            self.tx_pool_freed,
             self.fpdus_received,
             self.fpdus_placed_ahead,
             self.bytes_placed_ahead,

@@ -604,9 +604,9 @@ impl RdmaHandler {
         Ok(())
     }
 
-    /// Counters over every connection, live and closed.
+    /// Counters over every connection, live and closed, and the RNIC's send-buffer pool.
     pub fn counters(&self) -> RdmaCounters {
-        self.service().totals(self.tcp())
+        self.service().totals(self.tcp(), self.rnic())
     }
 
     /// Connections alive.
@@ -688,9 +688,12 @@ impl ConnManager {
         }
     }
 
-    /// Counters over every connection, live and closed.
-    fn totals(&self, engine: &RdmaEngine) -> RdmaCounters {
+    /// Counters over every connection, live and closed, and the RNIC's send-buffer pool.
+    fn totals(&self, engine: &RdmaEngine, rnic: &Rnic) -> RdmaCounters {
         let mut c = self.closed;
+        let pool = rnic.tx_pool().stats();
+        c.tx_pool_reused = pool.reused;
+        c.tx_pool_freed = pool.freed;
         for id in &self.order {
             if let Some(conn) = engine.ulp(*id) {
                 c.add(&conn.stats());
@@ -1117,6 +1120,7 @@ impl ConnManager {
                 graceful = false;
             }
             self.closed.add(&s);
+            c.release_tx_buffers(rnic.tx_pool_mut());
         }
         let Some(entry) = self.conns.remove(&conn) else {
             return;
@@ -1258,7 +1262,7 @@ impl TcpService<Connection, Rnic> for ConnManager {
 
     /// QPs, memory, event queues and totals (see [`super::observe`]).
     fn observe(&self, engine: &RdmaEngine, rnic: &Rnic, snap: &mut Snapshot) {
-        let totals = self.totals(engine);
+        let totals = self.totals(engine, rnic);
         self.observe_into(engine, rnic, &totals, &self.cm_counters(), snap);
     }
 }

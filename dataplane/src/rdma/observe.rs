@@ -205,6 +205,8 @@ impl ConnManager {
             ("fpdus_sent", totals.fpdus_sent),
             ("units_in_place", totals.units_in_place),
             ("tx_buffers_allocated", totals.tx_buffers_allocated),
+            ("tx_pool_reused", totals.tx_pool_reused),
+            ("tx_pool_freed", totals.tx_pool_freed),
             ("fpdus_received", totals.fpdus_received),
             ("ooo_placed", totals.fpdus_placed_ahead),
             ("ooo_placed_bytes", totals.bytes_placed_ahead),

@@ -9,7 +9,7 @@ use super::config::ConnConfig;
 use super::inbound::Inbound;
 use super::outbound::Sender;
 use super::stats::{ConnStats, OpCounters};
-use crate::mem::{MemoryTable, PdId, StreamId};
+use crate::mem::{BufferPool, MemoryTable, PdId, StreamId};
 use crate::mpa::{
     mulpdu, ConnectRequest, Event as MpaEvent, MpaError, Negotiated, Negotiator, Recovery, Role,
 };
@@ -365,7 +365,7 @@ impl Connection {
                 if let Some(n) = self.negotiator.negotiated().cloned() {
                     self.enter_fpdu_mode(n, mem);
                 }
-                self.pump_and_fill(mem);
+                self.pump_and_fill(mem, None);
                 Ok(())
             }
             Err(e @ MpaError::NoMatchingRtr(_)) => {
@@ -393,6 +393,18 @@ impl Connection {
         mem: &M,
         wr: SendWr,
     ) -> Result<(), PostError> {
+        self.post_send_with(now, mem, None, wr)
+    }
+
+    /// [`Connection::post_send`], reading ahead into buffers of `pool` (the RNIC's shared
+    /// one) instead of the connection's own.
+    pub(super) fn post_send_with<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mem: &M,
+        pool: Option<&mut BufferPool>,
+        wr: SendWr,
+    ) -> Result<(), PostError> {
         self.advance_time(now);
         match &mut self.phase {
             Phase::Negotiating(n) => n.pre_sq.push(wr),
@@ -401,7 +413,7 @@ impl Connection {
                 None => return Err(PostError::NotActive),
             },
         }
-        self.pump_and_fill(mem);
+        self.pump_and_fill(mem, pool);
         Ok(())
     }
 
@@ -457,7 +469,7 @@ impl Connection {
                 }
             }
         }
-        self.pump_and_fill(mem);
+        self.pump_and_fill(mem, None);
     }
 
     /// Local graceful close (RFC 5040 §6.2, RFC 5041 §6): new work is refused, queued work
@@ -469,7 +481,7 @@ impl Connection {
             e.close();
         }
         self.llp.push_back(LlpRequest::Close);
-        self.pump_and_fill(mem);
+        self.pump_and_fill(mem, None);
     }
 
     /// Whether nothing is left to send.
@@ -496,7 +508,7 @@ impl Connection {
                 }
             }
         }
-        self.pump_and_fill(mem);
+        self.pump_and_fill(mem, None);
     }
 
     /// When [`Connection::handle_timeout`] must run: the MPA negotiation or RTR deadline,
@@ -530,7 +542,7 @@ impl Connection {
             }
         }
         self.check_stall(now);
-        self.pump_and_fill(mem);
+        self.pump_and_fill(mem, None);
     }
 
     // ------------------------------------------------------------------ bookkeeping
@@ -551,9 +563,13 @@ impl Connection {
     }
 
     /// [`Connection::pump`], then DDP segments from the engine up to the budget.
-    pub(super) fn pump_and_fill<M: MemoryTable + ?Sized>(&mut self, mem: &M) {
+    pub(super) fn pump_and_fill<M: MemoryTable + ?Sized>(
+        &mut self,
+        mem: &M,
+        pool: Option<&mut BufferPool>,
+    ) {
         self.pump();
-        self.fill_tx(mem);
+        self.fill_tx(mem, pool);
     }
 
     /// Moves queued frames out and forwards the negotiator's and the engine's events.

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use tcp::Instant;
 
 use super::stats::OpCounters;
-use crate::mem::MemoryTable;
+use crate::mem::{BufferPool, MemoryTable};
 use crate::mpa::{Framer, MarkerSpacing};
 use crate::rdmap::{DdpSegmentOut, Engine};
 use crate::wire::ddp::UNTAGGED_HEADER_LEN;
@@ -18,11 +18,12 @@ pub(super) const MIN_MULPDU: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_LEN;
 /// FPDUs of one unit gathered on the stack (more, e.g. many tiny Sends, take a Vec).
 const UNIT_PARTS: usize = 8;
 
-/// Buffers kept for the next DDP segments and units: unit buffers given back by TCP once
-/// acknowledged, and those of segments copied into a unit. A DDP segment's payload is read
-/// into one of them and, when the FPDU is a unit of its own, goes to TCP in it; ACKs arrive
-/// in bursts that free many units at once, hence the depth.
-pub(super) const SPARE_UNITS: usize = 256;
+/// Octets of buffers a connection keeps for itself ([`Sender`]'s own pool, 256 buffers of
+/// a 1,536-octet unit): unit buffers given back by TCP once acknowledged, and those of
+/// segments copied into a unit, when its context lends no shared pool
+/// ([`crate::mem::HasMemoryTable::table_and_pool`]); ACKs arrive in bursts that free many
+/// units at once, hence the depth. With a shared pool it only passes buffers on to it.
+pub(super) const SPARE_BYTES: usize = 256 * 1536;
 
 /// One DDP segment waiting to be framed.
 #[derive(Debug)]
@@ -61,7 +62,7 @@ pub(super) struct FramedUnit {
 }
 
 /// The framer and the DDP segments waiting for it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Sender {
     /// Frames FPDUs once our first FPDU's sequence number is known.
     pub(super) framer: Option<Framer>,
@@ -72,8 +73,23 @@ pub(super) struct Sender {
     pub(super) hold_until: Option<Instant>,
     queue: VecDeque<TxSeg>,
     bytes: usize,
-    /// Buffers for the next DDP segments and units ([`SPARE_UNITS`]).
-    spare: Vec<Vec<u8>>,
+    /// Buffers for the next DDP segments and units when the context lends no shared pool
+    /// ([`SPARE_BYTES`]); with one, those freed without it (a flush, a teardown), passed
+    /// on at the next call that lends it.
+    spare: BufferPool,
+}
+
+impl Default for Sender {
+    fn default() -> Self {
+        Sender {
+            framer: None,
+            terminate_framing: None,
+            hold_until: None,
+            queue: VecDeque::new(),
+            bytes: 0,
+            spare: BufferPool::new(SPARE_BYTES),
+        }
+    }
 }
 
 impl Sender {
@@ -103,16 +119,53 @@ impl Sender {
         self.queue.push_front(TxSeg::Raw(segment));
     }
 
-    /// Drops the engine's queued segments (flushed work after a Terminate was queued).
+    /// Drops the engine's queued segments (flushed work after a Terminate was queued),
+    /// keeping their buffers.
     pub(super) fn drop_engine_segments(&mut self) {
-        self.queue.retain(|s| matches!(s, TxSeg::Raw(_)));
+        let mut kept = VecDeque::with_capacity(self.queue.len());
+        for s in self.queue.drain(..) {
+            match s {
+                TxSeg::Engine(s) => self.spare.give(s.into_buffer()),
+                raw => kept.push_back(raw),
+            }
+        }
+        self.queue = kept;
         self.bytes = self.queue.iter().map(TxSeg::len).sum();
     }
 
-    /// Drops everything queued.
+    /// Drops everything queued, keeping the buffers.
     pub(super) fn clear(&mut self) {
-        self.queue.clear();
+        for s in self.queue.drain(..) {
+            if let TxSeg::Engine(s) = s {
+                self.spare.give(s.into_buffer());
+            }
+        }
         self.bytes = 0;
+    }
+
+    /// Gives every buffer it holds (queued segments', its own pool's) to `pool`: the
+    /// connection is going away.
+    pub(super) fn release(&mut self, pool: &mut BufferPool) {
+        self.clear();
+        pool.give_all(&mut self.spare);
+    }
+
+    /// The pool to take buffers from and give them to: the shared one when lent (after
+    /// passing on what this sender kept meanwhile), else its own.
+    #[inline]
+    fn pool<'a>(
+        spare: &'a mut BufferPool,
+        shared: Option<&'a mut BufferPool>,
+    ) -> &'a mut BufferPool {
+        match shared {
+            Some(p) => {
+                if !spare.is_empty() {
+                    p.give_all(spare);
+                }
+                p
+            }
+            None => spare,
+        }
     }
 
     /// Whether no segment waits.
@@ -134,22 +187,29 @@ impl Sender {
             && self.hold_until.is_none_or(|t| now >= t)
     }
 
-    /// Takes DDP segments from `engine` until `budget` octets wait, counting them in
-    /// `ops`; returns how many buffers it had to allocate.
+    /// Takes DDP segments from `engine` until `budget` octets wait, their buffers from
+    /// `shared` (or its own pool), counting them in `ops`; returns how many buffers it had
+    /// to allocate.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn fill<M: MemoryTable + ?Sized>(
         &mut self,
         engine: &mut Engine,
         mem: &M,
+        shared: Option<&mut BufferPool>,
         now: Instant,
         mulpdu: usize,
         budget: usize,
         ops: &mut OpCounters,
     ) -> u64 {
+        if self.bytes >= budget {
+            return 0;
+        }
+        let pool = Self::pool(&mut self.spare, shared);
         let mut allocated = 0;
         let mut buffer = Vec::new();
         while self.bytes < budget {
             if buffer.capacity() == 0 {
-                buffer = self.spare.pop().unwrap_or_default();
+                buffer = pool.take();
             }
             let fresh = buffer.capacity() == 0;
             match engine.poll_segment_into(now, mulpdu, mem, &mut buffer) {
@@ -166,18 +226,22 @@ impl Sender {
                 None => break,
             }
         }
-        // A buffer nothing was read into stays a spare.
-        if buffer.capacity() > 0 {
-            self.recycle(buffer);
-        }
+        // A buffer nothing was read into goes back.
+        pool.give(buffer);
         allocated
     }
 
     /// Frames the queued segments that fit `max_len` octets from `seq` (at least one, so
     /// that a unit too small is refused as such) into a unit. A unit of one FPDU without markers is the DDP segment's own buffer,
     /// finished in place (the payload read from registered memory is not copied again);
-    /// others are built in a spare buffer, and the segments' buffers become spares.
-    pub(super) fn frame_unit(&mut self, seq: u32, max_len: usize) -> Option<FramedUnit> {
+    /// others are built in a buffer of `shared` (or its own pool), and the segments'
+    /// buffers go back there.
+    pub(super) fn frame_unit(
+        &mut self,
+        seq: u32,
+        max_len: usize,
+        shared: Option<&mut BufferPool>,
+    ) -> Option<FramedUnit> {
         let framer = self.framer?;
         let mut fit = 0;
         let (mut end, mut len) = (seq, 0);
@@ -208,10 +272,9 @@ impl Sender {
                 allocated: false,
             });
         }
-        let (mut out, allocated) = match self.spare.pop() {
-            Some(b) => (b, false),
-            None => (Vec::new(), true),
-        };
+        let pool = Self::pool(&mut self.spare, shared);
+        let mut out = pool.take();
+        let allocated = out.capacity() == 0;
         out.clear();
         out.reserve(max_len);
         let info = if fit <= UNIT_PARTS {
@@ -225,15 +288,13 @@ impl Sender {
             framer.build_unit(seq, max_len, &parts, &mut out)
         };
         let Ok(info) = info else {
-            self.recycle(out);
+            pool.give(out);
             return None;
         };
         for s in self.queue.drain(..info.fpdus) {
             self.bytes -= s.len();
             if let TxSeg::Engine(s) = s {
-                if self.spare.len() < SPARE_UNITS {
-                    self.spare.push(s.into_buffer());
-                }
+                pool.give(s.into_buffer());
             }
         }
         Some(FramedUnit {
@@ -244,10 +305,16 @@ impl Sender {
         })
     }
 
-    /// Keeps `buffer` (an acknowledged unit's) for the next segments, up to [`SPARE_UNITS`].
-    pub(super) fn recycle(&mut self, buffer: Vec<u8>) {
-        if self.spare.len() < SPARE_UNITS {
-            self.spare.push(buffer);
-        }
+    /// Gives `buffer` (an acknowledged unit's) back to `shared`, or keeps it in its own
+    /// pool for the next segments.
+    #[inline]
+    pub(super) fn recycle(&mut self, buffer: Vec<u8>, shared: Option<&mut BufferPool>) {
+        Self::pool(&mut self.spare, shared).give(buffer);
+    }
+
+    /// Keeps `buffer` (an unacknowledged unit's, its connection being removed) until
+    /// [`Sender::release`].
+    pub(super) fn reclaim(&mut self, buffer: Vec<u8>) {
+        self.spare.give(buffer);
     }
 }

@@ -311,7 +311,8 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
                 }
             }
         };
-        self.pump_and_fill(cx.table());
+        let (mem, pool) = cx.table_and_pool();
+        self.pump_and_fill(mem, pool);
         out
     }
 
@@ -324,7 +325,8 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
             Phase::Fpdu(_) => self.receive_in_order(seq, bytes, cx),
             Phase::Closed(_) => {}
         }
-        self.pump_and_fill(cx.table());
+        let (mem, pool) = cx.table_and_pool();
+        self.pump_and_fill(mem, pool);
     }
 
     fn on_advance(&mut self, cx: &mut C, now: Instant, rcv_nxt: u32) {
@@ -344,7 +346,8 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
                 None => f.engine.handle_in_order_position(self.now, pos, mem),
             }
         }
-        self.pump_and_fill(mem);
+        let (mem, pool) = cx.table_and_pool();
+        self.pump_and_fill(mem, pool);
     }
 
     fn rx_window(&self) -> usize {

@@ -6,7 +6,7 @@ use tcp::{Instant, SegmentSource, Unit};
 
 use super::connection::Connection;
 use super::outbound::{Sender, MIN_MULPDU};
-use crate::mem::{HasMemoryTable, MemoryTable};
+use crate::mem::{BufferPool, HasMemoryTable, MemoryTable};
 
 impl Connection {
     /// Whether FPDUs may go out now.
@@ -16,8 +16,13 @@ impl Connection {
             .is_some_and(|s| s.may_send(self.now, established))
     }
 
-    /// Takes DDP segments from the engine up to the budget.
-    pub(super) fn fill_tx<M: MemoryTable + ?Sized>(&mut self, mem: &M) {
+    /// Takes DDP segments from the engine up to the budget, into buffers of `pool` (the
+    /// context's shared one) or of the connection's own.
+    pub(super) fn fill_tx<M: MemoryTable + ?Sized>(
+        &mut self,
+        mem: &M,
+        pool: Option<&mut BufferPool>,
+    ) {
         if !self.may_send() {
             return;
         }
@@ -30,17 +35,26 @@ impl Connection {
             return;
         };
         self.stats.tx_buffers_allocated +=
-            sender.fill(engine, mem, now, mulpdu, budget, &mut self.ops);
+            sender.fill(engine, mem, pool, now, mulpdu, budget, &mut self.ops);
     }
 
     fn sender_mut(&mut self) -> Option<&mut Sender> {
         self.phase.stream_mut().map(|(_, s)| s)
     }
+
+    /// Gives every send buffer the connection holds (queued DDP segments', its own pool's,
+    /// unacknowledged units' TCP handed back when it removed the connection) to `pool`:
+    /// the connection is closed and about to be dropped.
+    pub fn release_tx_buffers(&mut self, pool: &mut BufferPool) {
+        if let Some(s) = self.sender_mut() {
+            s.release(pool);
+        }
+    }
 }
 
 impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
     fn next_unit(&mut self, cx: &mut C, now: Instant, seq: u32, max_len: usize) -> Option<Unit> {
-        let mem = cx.table();
+        let (mem, mut pool) = cx.table_and_pool();
         self.advance_time(now);
         if self.cfg.emss.is_none() && max_len > self.emss {
             self.emss = max_len;
@@ -54,22 +68,24 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
             self.stats.units_sent += 1;
             self.tx_start = Some(seq.wrapping_add(f.len() as u32));
             self.setup_tx();
-            self.fill_tx(mem);
+            self.fill_tx(mem, pool);
             return Some(Unit::new(f));
         }
         if !self.may_send() {
             return None;
         }
-        self.fill_tx(mem);
+        self.fill_tx(mem, pool.as_deref_mut());
         if self.sender().is_none_or(Sender::is_empty) {
             return None;
         }
-        let unit = self.sender_mut()?.frame_unit(seq, max_len)?;
+        let unit = self
+            .sender_mut()?
+            .frame_unit(seq, max_len, pool.as_deref_mut())?;
         self.stats.units_sent += 1;
         self.stats.fpdus_sent += unit.fpdus as u64;
         self.stats.units_in_place += u64::from(unit.in_place);
         self.stats.tx_buffers_allocated += u64::from(unit.allocated);
-        self.fill_tx(mem);
+        self.fill_tx(mem, pool);
         Some(Unit::new(unit.bytes))
     }
 
@@ -77,9 +93,18 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
         !self.frames.is_empty() || (self.may_send() && !self.sender().is_none_or(Sender::is_empty))
     }
 
-    fn recycle(&mut self, buffer: Vec<u8>) {
+    fn recycle(&mut self, cx: &mut C, buffer: Vec<u8>) {
+        let (_, pool) = cx.table_and_pool();
+        match (self.sender_mut(), pool) {
+            (Some(s), pool) => s.recycle(buffer, pool),
+            (None, Some(pool)) => pool.give(buffer),
+            (None, None) => {}
+        }
+    }
+
+    fn reclaim(&mut self, buffer: Vec<u8>) {
         if let Some(s) = self.sender_mut() {
-            s.recycle(buffer);
+            s.reclaim(buffer);
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use tcp::Instant;
 
 use super::connection::{Connection, LlpRequest, Phase};
-use crate::mem::MemoryTable;
+use crate::mem::{HasMemoryTable, MemoryTable};
 use crate::verbs::{QpAction, QpId, Rnic};
 
 impl Connection {
@@ -32,7 +32,8 @@ impl Connection {
                     }
                 }
                 while let Some(wr) = rnic.next_send_wr(qp) {
-                    if self.post_send(now, rnic.memory(), wr).is_err() {
+                    let (mem, pool) = rnic.table_and_pool();
+                    if self.post_send_with(now, mem, pool, wr).is_err() {
                         break;
                     }
                 }

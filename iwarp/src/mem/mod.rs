@@ -2,11 +2,13 @@
 //! every tagged access, and a simple heap-backed table for tests and fuzzing.
 
 mod backend;
+mod pool;
 mod simple;
 mod stag;
 mod table;
 
 pub use backend::{Arena, HeapBackend, MemoryBackend};
+pub use pool::{BufferPool, PoolStats, DEFAULT_POOL_BYTES};
 pub use simple::{RegionSpec, SimpleMemory};
 pub use stag::{Access, PdId, STag, Sge, StreamId};
 pub use table::{AccessError, HasMemoryTable, MemoryTable, Resolved};

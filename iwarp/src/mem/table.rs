@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 
+use super::pool::BufferPool;
 use super::stag::{Access, PdId, STag, StreamId};
 use crate::wire::terminate::TerminateCause;
 
@@ -130,6 +131,11 @@ pub trait HasMemoryTable {
     fn table(&self) -> &Self::Table;
     /// The table, for placement.
     fn table_mut(&mut self) -> &mut Self::Table;
+    /// The table, for reads, and the send buffers the connections share, if the context
+    /// has them (an RNIC has; a bare table has none, and each connection keeps its own).
+    fn table_and_pool(&mut self) -> (&Self::Table, Option<&mut BufferPool>) {
+        (self.table(), None)
+    }
 }
 
 impl<T: MemoryTable + ?Sized> HasMemoryTable for T {

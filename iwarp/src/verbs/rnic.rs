@@ -13,7 +13,7 @@ use super::handle::{CompletionHandlerId, CqHandle, QpId, SrqHandle, UlpId};
 use super::memory::{MemoryBackend, MemoryModel};
 use super::queues::{Cq, LlpStreamHandle, Qp, Srq};
 use super::status::VerbError;
-use crate::mem::{HasMemoryTable, PdId};
+use crate::mem::{BufferPool, HasMemoryTable, PdId};
 use crate::wire::terminate::TerminateCause;
 
 /// Physical buffer addressing mode chosen at Open RNIC (VERBS-00 §7.6.2).
@@ -212,6 +212,7 @@ impl RnicDevice {
             actions: VecDeque::new(),
             touched: Vec::new(),
             ulp_qps: FxHashMap::default(),
+            tx_pool: BufferPool::default(),
         })
     }
 }
@@ -280,6 +281,8 @@ pub struct Rnic {
     /// Each ULP's QPs and the sum of their IRDs (its quota's use), kept as QPs come, go
     /// and change IRD, so creating a QP costs the same with 10,000 QPs as with one.
     pub(super) ulp_qps: FxHashMap<UlpId, (u32, u32)>,
+    /// Send buffers shared by the RNIC's connections ([`HasMemoryTable::table_and_pool`]).
+    tx_pool: BufferPool,
 }
 
 impl std::fmt::Debug for Rnic {
@@ -409,6 +412,16 @@ impl Rnic {
         &self.memory
     }
 
+    /// The send buffers the RNIC's connections share.
+    pub fn tx_pool(&self) -> &BufferPool {
+        &self.tx_pool
+    }
+
+    /// The send buffers the RNIC's connections share, e.g. for a closed connection's.
+    pub fn tx_pool_mut(&mut self) -> &mut BufferPool {
+        &mut self.tx_pool
+    }
+
     /// Mutable access to the memory model, for the protocol engines.
     pub fn memory_mut(&mut self) -> &mut MemoryModel {
         &mut self.memory
@@ -436,6 +449,9 @@ impl HasMemoryTable for Rnic {
     }
     fn table_mut(&mut self) -> &mut MemoryModel {
         &mut self.memory
+    }
+    fn table_and_pool(&mut self) -> (&MemoryModel, Option<&mut BufferPool>) {
+        (&self.memory, Some(&mut self.tx_pool))
     }
 }
 

@@ -480,6 +480,12 @@ impl Tcb {
         }
     }
 
+    /// Empties the send queue (the connection goes away), handing the units' payload
+    /// buffers to `reclaim`.
+    pub(crate) fn drain_unit_buffers(&mut self, reclaim: impl FnMut(Vec<u8>)) {
+        self.txq.drain_buffers(reclaim);
+    }
+
     /// Retransmissions, timeouts, recoveries and the spurious ones so far.
     pub(crate) fn loss_counters(&self) -> LossCounters {
         LossCounters {
