@@ -518,6 +518,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
+    /// Whether a connection's ULP ran since the last [`Engine::take_active`] (a service's
+    /// idle pass asks this first).
+    pub fn has_active(&self) -> bool {
+        !self.active.is_empty()
+    }
+
     /// Moves the connections whose ULP the engine called (segment input, timers, a
     /// transmitted segment, attach) since the last call into `out`, each once: a service on top
     /// visits those instead of every connection. Closed ones may be among them.
@@ -681,6 +687,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 });
             }
         }
+    }
+
+    /// Whether events wait for [`Engine::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
     }
 
     /// Next application event.
