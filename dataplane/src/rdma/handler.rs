@@ -811,7 +811,25 @@ impl ConnManager {
             return;
         };
         let qp = entry.qp;
+        let closing = entry.closing && !entry.tcp_close_sent;
         let now = self.now;
+        // A connection visited for its TCP activity alone (an ACK, a placed Write) with
+        // nothing for the verbs layer, no WRs waiting, no events and no LLP requests: only
+        // its drain (when closing) and its timer are looked at. TCP already polls it for
+        // whatever that activity has it send.
+        let quiet = match engine.ulp(id) {
+            None => return,
+            Some(c) => {
+                !c.has_news() && qp.is_none_or(|qp| !c.verbs_pending() && !rnic.has_pending_wrs(qp))
+            }
+        };
+        if quiet {
+            if closing && engine.ulp(id).is_some_and(Connection::is_drained) {
+                self.close_tcp(engine, id);
+            }
+            self.arm_timer(engine, id);
+            return;
+        }
         let mut llp = Vec::new();
         let mut evs = Vec::new();
         let drained;
@@ -819,8 +837,6 @@ impl ConnManager {
             let Some(c) = engine.ulp_mut(id) else {
                 return;
             };
-            // A connection visited for its TCP activity alone (an ACK, a placed Write) with
-            // nothing for the verbs layer and no WRs waiting skips the pump.
             if let Some(qp) = qp.filter(|&qp| c.verbs_pending() || rnic.has_pending_wrs(qp)) {
                 c.pump_verbs(now, rnic, qp);
             }
