@@ -1158,7 +1158,17 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.turn = 0;
             }
             if let Some((len, local, remote)) = sent {
-                if self.conn(id).is_some() {
+                // A connection that certainly has nothing more to send now leaves the ready
+                // list (the next call would only find that out); a later wake brings it back.
+                let more = slot_mut(&mut self.slots, id).map(|c| {
+                    let more = c
+                        .ulp
+                        .as_ref()
+                        .is_none_or(|u| c.tcb.may_send_more(&self.cfg, u.pending(), u.rx_window()));
+                    c.queued = more;
+                    more
+                });
+                if more == Some(true) {
                     self.turn += 1;
                     if self.turn < TX_QUANTUM {
                         self.ready.push_front(id);
