@@ -817,13 +817,14 @@ impl ConnManager {
         // nothing for the verbs layer, no WRs waiting, no events and no LLP requests: only
         // its drain (when closing) and its timer are looked at. TCP already polls it for
         // whatever that activity has it send.
-        let quiet = match engine.ulp(id) {
+        let (pump, news) = match engine.ulp(id) {
             None => return,
-            Some(c) => {
-                !c.has_news() && qp.is_none_or(|qp| !c.verbs_pending() && !rnic.has_pending_wrs(qp))
-            }
+            Some(c) => (
+                qp.filter(|&qp| c.verbs_pending() || rnic.has_pending_wrs(qp)),
+                c.has_news(),
+            ),
         };
-        if quiet {
+        if pump.is_none() && !news {
             if closing && engine.ulp(id).is_some_and(Connection::is_drained) {
                 self.close_tcp(engine, id);
             }
@@ -837,7 +838,7 @@ impl ConnManager {
             let Some(c) = engine.ulp_mut(id) else {
                 return;
             };
-            if let Some(qp) = qp.filter(|&qp| c.verbs_pending() || rnic.has_pending_wrs(qp)) {
+            if let Some(qp) = pump {
                 c.pump_verbs(now, rnic, qp);
             }
             while let Some(e) = c.poll_event() {
