@@ -1199,19 +1199,10 @@ impl ConnManager {
     /// RNIC's QP actions and the TCP events that raised.
     /// An idle pass (nothing due, no TCP activity, no QP touched, no QP action, no TCP
     /// event) returns after those checks.
+    #[inline]
     fn service_due(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         if !self.due.is_empty() || engine.has_active() || rnic.has_touched_qps() {
-            let mut due = std::mem::take(&mut self.due);
-            engine.take_active(&mut due);
-            rnic.take_touched_qps(&mut self.touched);
-            due.extend(self.touched.drain(..).filter_map(|qp| self.by_qp.get(&qp)));
-            due.sort_unstable();
-            due.dedup();
-            for &id in &due {
-                self.service(engine, rnic, id);
-            }
-            due.clear();
-            self.due = due;
+            self.service_listed(engine, rnic);
         }
         if rnic.has_actions() {
             self.qp_actions(engine, rnic);
@@ -1219,10 +1210,30 @@ impl ConnManager {
         self.tcp_events(engine, rnic);
     }
 
-    fn tcp_events(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
-        if !engine.has_events() {
-            return;
+    /// The connections of [`ConnManager::service_due`]'s lists, each serviced once.
+    fn service_listed(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
+        let mut due = std::mem::take(&mut self.due);
+        engine.take_active(&mut due);
+        rnic.take_touched_qps(&mut self.touched);
+        due.extend(self.touched.drain(..).filter_map(|qp| self.by_qp.get(&qp)));
+        due.sort_unstable();
+        due.dedup();
+        for &id in &due {
+            self.service(engine, rnic, id);
         }
+        due.clear();
+        self.due = due;
+    }
+
+    /// The TCP engine's events (an idle pass: one check).
+    #[inline]
+    fn tcp_events(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
+        if engine.has_events() {
+            self.take_tcp_events(engine, rnic);
+        }
+    }
+
+    fn take_tcp_events(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         while let Some(ev) = engine.poll_event() {
             match ev {
                 Event::Accepted { conn, tuple } => self.accepted(engine, rnic, conn, tuple),
