@@ -205,6 +205,8 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
                     self.resolving_since.get_or_insert(now);
                     break;
                 }
+                // Nothing left queued: the engine is not asked once more.
+                Some(_) if engine.ready_len() == 0 && !engine.rsts_pending() => break,
                 Some(_) => {}
             }
         }

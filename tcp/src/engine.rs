@@ -518,6 +518,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
+    /// Whether a connection's ULP ran since the last [`Engine::take_active`] (a service's
+    /// idle pass asks this first).
+    pub fn has_active(&self) -> bool {
+        !self.active.is_empty()
+    }
+
     /// Moves the connections whose ULP the engine called (segment input, timers, a
     /// transmitted segment, attach) since the last call into `out`, each once: a service on top
     /// visits those instead of every connection. Closed ones may be among them.
@@ -684,6 +690,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 });
             }
         }
+    }
+
+    /// Whether events wait for [`Engine::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
     }
 
     /// Next application event.
@@ -1150,7 +1161,17 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.turn = 0;
             }
             if let Some((len, local, remote)) = sent {
-                if self.conn(id).is_some() {
+                // A connection that certainly has nothing more to send now leaves the ready
+                // list (the next call would only find that out); a later wake brings it back.
+                let more = slot_mut(&mut self.slots, id).map(|c| {
+                    let more = c
+                        .ulp
+                        .as_ref()
+                        .is_none_or(|u| c.tcb.may_send_more(&self.cfg, u.pending(), u.rx_window()));
+                    c.queued = more;
+                    more
+                });
+                if more == Some(true) {
                     self.turn += 1;
                     if self.turn < TX_QUANTUM {
                         self.ready.push_front(id);

@@ -1108,3 +1108,36 @@ fn first_ephemeral_port_follows_the_secret() {
     firsts.dedup();
     assert!(firsts.len() >= 7, "eight secrets, starts {firsts:?}");
 }
+
+// After its segment, a connection with nothing more to send leaves the ready list (the
+// engine is not polled once more to find that out); one with more data stays on it until
+// its last segment, and writing again brings it back.
+#[test]
+fn a_connection_with_nothing_more_to_send_leaves_the_ready_list() {
+    let mut s = sim();
+    let a =
+        s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(8192, 8192))
+            .unwrap();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| s.connected(Side::A, a)
+        && !s.accepted(Side::B).is_empty()));
+    let mut buf = vec![0u8; 1500];
+    assert_eq!(s.a.ulp_mut(a).unwrap().write(b"ping"), 4);
+    assert_eq!(s.a.ready_len(), 1);
+    assert!(s.a.poll_transmit(s.now, &mut (), &mut buf).is_some());
+    assert_eq!(
+        s.a.ready_len(),
+        0,
+        "nothing more to send: off the ready list"
+    );
+    assert!(s.a.poll_transmit(s.now, &mut (), &mut buf).is_none());
+    assert_eq!(s.a.ulp_mut(a).unwrap().write(&[7; 3000]), 3000);
+    assert!(s.a.poll_transmit(s.now, &mut (), &mut buf).is_some());
+    assert_eq!(s.a.ready_len(), 1, "more data queued: still ready");
+    let mut segments = 1;
+    while s.a.poll_transmit(s.now, &mut (), &mut buf).is_some() {
+        segments += 1;
+    }
+    assert!(segments >= 3, "3000 octets in {segments} segments");
+    assert_eq!(s.a.ready_len(), 0);
+}

@@ -814,7 +814,26 @@ impl ConnManager {
             return;
         };
         let qp = entry.qp;
+        let closing = entry.closing && !entry.tcp_close_sent;
         let now = self.now;
+        // A connection visited for its TCP activity alone (an ACK, a placed Write) with
+        // nothing for the verbs layer, no WRs waiting, no events and no LLP requests: only
+        // its drain (when closing) and its timer are looked at. TCP already polls it for
+        // whatever that activity has it send.
+        let (pump, news) = match engine.ulp(id) {
+            None => return,
+            Some(c) => (
+                qp.filter(|&qp| c.verbs_pending() || rnic.has_pending_wrs(qp)),
+                c.has_news(),
+            ),
+        };
+        if pump.is_none() && !news {
+            if closing && engine.ulp(id).is_some_and(Connection::is_drained) {
+                self.close_tcp(engine, id);
+            }
+            self.arm_timer(engine, id);
+            return;
+        }
         let mut llp = Vec::new();
         let mut evs = Vec::new();
         let drained;
@@ -822,9 +841,7 @@ impl ConnManager {
             let Some(c) = engine.ulp_mut(id) else {
                 return;
             };
-            // A connection visited for its TCP activity alone (an ACK, a placed Write) with
-            // nothing for the verbs layer and no WRs waiting skips the pump.
-            if let Some(qp) = qp.filter(|&qp| c.verbs_pending() || rnic.has_pending_wrs(qp)) {
+            if let Some(qp) = pump {
                 c.pump_verbs(now, rnic, qp);
             }
             while let Some(e) = c.poll_event() {
@@ -1184,7 +1201,21 @@ impl ConnManager {
 
     /// Services the connections TCP was active on and those whose QP got work, then the
     /// RNIC's QP actions and the TCP events that raised.
+    /// An idle pass (nothing due, no TCP activity, no QP touched, no QP action, no TCP
+    /// event) returns after those checks.
+    #[inline]
     fn service_due(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
+        if !self.due.is_empty() || engine.has_active() || rnic.has_touched_qps() {
+            self.service_listed(engine, rnic);
+        }
+        if rnic.has_actions() {
+            self.qp_actions(engine, rnic);
+        }
+        self.tcp_events(engine, rnic);
+    }
+
+    /// The connections of [`ConnManager::service_due`]'s lists, each serviced once.
+    fn service_listed(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         let mut due = std::mem::take(&mut self.due);
         engine.take_active(&mut due);
         rnic.take_touched_qps(&mut self.touched);
@@ -1196,11 +1227,17 @@ impl ConnManager {
         }
         due.clear();
         self.due = due;
-        self.qp_actions(engine, rnic);
-        self.tcp_events(engine, rnic);
     }
 
+    /// The TCP engine's events (an idle pass: one check).
+    #[inline]
     fn tcp_events(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
+        if engine.has_events() {
+            self.take_tcp_events(engine, rnic);
+        }
+    }
+
+    fn take_tcp_events(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         while let Some(ev) = engine.poll_event() {
             match ev {
                 Event::Accepted { conn, tuple } => self.accepted(engine, rnic, conn, tuple),

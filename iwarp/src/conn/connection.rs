@@ -451,6 +451,12 @@ impl Connection {
         e
     }
 
+    /// Whether events or LLP requests wait for [`Connection::poll_event`] and
+    /// [`Connection::poll_llp_request`].
+    pub fn has_news(&self) -> bool {
+        !self.events.is_empty() || !self.llp.is_empty()
+    }
+
     /// Next thing the driver must do with the TCP connection.
     pub fn poll_llp_request(&mut self) -> Option<LlpRequest> {
         self.llp.pop_front()

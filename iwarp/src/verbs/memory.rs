@@ -973,11 +973,16 @@ impl MemoryModel {
     /// Checks a resolved range is still accessible (the STag was not invalidated,
     /// deallocated or re-keyed since it was resolved, VERBS-00 §7.9, §7.10.4.1) and returns
     /// the mapping it lives in.
-    fn live_mapping(&self, r: &Resolved) -> Result<Option<&Mapping>, AccessError> {
+    /// `entry` is the resolved STag's entry, looked up by the caller.
+    fn live_mapping_in<'a>(
+        &'a self,
+        r: &Resolved,
+        entry: Option<&'a Entry>,
+    ) -> Result<Option<&'a Mapping>, AccessError> {
         if r.region == STAG0_REGION && r.stag.0 == 0 {
             return Ok(None);
         }
-        match self.entries.get(&r.stag.index()) {
+        match entry {
             Some(Entry::Mr(mr)) if mr.key == r.stag.key() && mr.valid => mr
                 .mapping
                 .as_ref()
@@ -1001,11 +1006,22 @@ impl MemoryModel {
     /// Backend byte ranges covering `len` octets at `off` of a resolved range, page by page,
     /// all checked before any is used.
     fn chunks(&self, r: &Resolved, off: u64, len: usize) -> Result<Chunks, AccessError> {
+        self.chunks_in(r, self.entries.get(&r.stag.index()), off, len)
+    }
+
+    /// [`MemoryModel::chunks`] with the resolved STag's entry already looked up.
+    fn chunks_in(
+        &self,
+        r: &Resolved,
+        entry: Option<&Entry>,
+        off: u64,
+        len: usize,
+    ) -> Result<Chunks, AccessError> {
         match off.checked_add(len as u64) {
             Some(end) if end <= r.len => {}
             _ => return Err(AccessError::BaseBounds),
         }
-        match self.live_mapping(r)? {
+        match self.live_mapping_in(r, entry)? {
             None => {
                 let start = usize::try_from(r.offset + off).map_err(|_| AccessError::BaseBounds)?;
                 if !self.backend.contains(start as u64, len as u64) {
@@ -1251,8 +1267,10 @@ impl MemoryTable for MemoryModel {
         if out.is_empty() {
             return Ok(());
         }
+        // One look-up of the STag serves the inline check and the mapping.
+        let entry = self.entries.get(&r.stag.index());
         if r.stag.0 != 0 {
-            if let Some(Entry::Inline { data, .. }) = self.entries.get(&r.stag.index()) {
+            if let Some(Entry::Inline { data, .. }) = entry {
                 let start = r.offset.checked_add(off).ok_or(AccessError::BaseBounds)?;
                 let src = usize::try_from(start)
                     .ok()
@@ -1262,7 +1280,7 @@ impl MemoryTable for MemoryModel {
                 return Ok(());
             }
         }
-        let chunks = self.chunks(r, off, out.len())?;
+        let chunks = self.chunks_in(r, entry, off, out.len())?;
         for (backend, part) in chunks.with_parts() {
             if !self.backend.read(backend.start as u64, &mut out[part]) {
                 return Err(AccessError::BaseBounds);

@@ -377,6 +377,26 @@ impl Rnic {
         let mut status = status_from_engine(c.status, remote_term);
         match c.queue {
             rdmap::WorkQueue::Send => {
+                // The oldest WR done, successful and unsignaled (a Write's or Send's usual
+                // end): it leaves the SQ at once, with no WC built and no second look-up
+                // (what `release_sq` does with it); later WRs done before it follow.
+                let retire = status.is_success()
+                    && q.sq_active.front().is_some_and(|a| {
+                        a.work == c.wr_id
+                            && a.done.is_none()
+                            && !a.wr.signaled
+                            && !matches!(a.wr.op, SqOp::ReadInvalidate(_))
+                    });
+                if retire {
+                    let a = q.sq_active.pop_front().expect("front exists");
+                    q.sq_slots = q.sq_slots.saturating_sub(1);
+                    let more = q.sq_active.front().is_some_and(|a| a.done.is_some());
+                    self.free_inline_of(&a.wr);
+                    if more {
+                        self.release_sq(qp);
+                    }
+                    return Ok(());
+                }
                 let ctx = q.local_context();
                 let Some(pos) = q.awaiting_sq(c.wr_id) else {
                     return Ok(());

@@ -303,6 +303,19 @@ impl Rnic {
         &self.attrs
     }
 
+    /// Whether a QP was touched since the last [`Rnic::take_touched_qps`] (a poll loop's
+    /// idle pass asks this first).
+    #[inline]
+    pub fn has_touched_qps(&self) -> bool {
+        !self.touched.is_empty()
+    }
+
+    /// Whether QP actions wait for [`Rnic::poll_action`].
+    #[inline]
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
     /// Moves the QPs given new work (posted WRs, their own or their S-RQ's, or a Modify
     /// QP) since the last call into `out`, each once: the poll core moves work for those
     /// instead of visiting every QP. Destroyed QPs may be among them.

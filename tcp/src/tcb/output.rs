@@ -202,6 +202,22 @@ impl Tcb {
         write_packet(buf, cfg, local, remote, &hdr, u.data.as_slice())
     }
 
+    /// After a segment went out: whether [`Tcb::poll_transmit`] may find more to send now.
+    /// False only when it certainly finds nothing: a synchronized connection with no
+    /// SACK-only ACK, lost unit, loss probe, window probe, ACK, window update or close
+    /// pending, and nothing more from the ULP (`ulp_pending`, its window `sink_wnd`).
+    pub(crate) fn may_send_more(&self, cfg: &Config, ulp_pending: bool, sink_wnd: usize) -> bool {
+        !matches!(self.state, State::Established | State::CloseWait)
+            || ulp_pending
+            || self.sack_ack
+            || self.txq.lost_count() > 0
+            || self.send_tlp
+            || self.send_probe
+            || self.close_requested
+            || self.ack_now
+            || (!self.fin_received && self.window_update_due(cfg, sink_wnd))
+    }
+
     /// Produce at most one segment into `buf` (a whole IPv4 packet, or its headers when
     /// `gather` takes the payload). Priority: SYN/SYN-ACK, retransmissions (RFC 6675
     /// NextSeg), new units, FIN, probes, pure ACKs.
