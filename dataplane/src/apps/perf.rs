@@ -618,6 +618,55 @@ pub fn latency_result(bytes: usize, mut s: Vec<f64>) -> PerfResult {
     }
 }
 
+/// How evenly a bandwidth run's QPs shared the link: octets each QP's completed WRs
+/// carried.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QpShares {
+    /// Message size of the run.
+    pub bytes: usize,
+    /// QPs.
+    pub qps: usize,
+    /// Octets of the QP that moved least.
+    pub min: u64,
+    /// Octets of the QP that moved most.
+    pub max: u64,
+    /// Jain's fairness index over the QPs' octets: 1 when all are equal, 1/n when one QP
+    /// moved everything.
+    pub jain: f64,
+}
+
+impl QpShares {
+    /// The summary of per-QP octet counts (`None` without QPs).
+    pub fn of(bytes: usize, per_qp: &[u64]) -> Option<QpShares> {
+        Some(QpShares {
+            bytes,
+            qps: per_qp.len(),
+            min: *per_qp.iter().min()?,
+            max: *per_qp.iter().max()?,
+            jain: jain_index(per_qp),
+        })
+    }
+
+    /// The `key: value` line `dataplane perf` prints.
+    pub fn line(&self) -> String {
+        format!(
+            "perf-qp-share: {} B, {} QPs, min {} max {} octets, jain {:.4}",
+            self.bytes, self.qps, self.min, self.max, self.jain
+        )
+    }
+}
+
+/// Jain's fairness index (sum x)^2 / (n * sum x^2): 1 for equal shares, 1/n when one
+/// share holds everything; 1 for no shares or all zero.
+pub fn jain_index(xs: &[u64]) -> f64 {
+    let sum: f64 = xs.iter().map(|&x| x as f64).sum();
+    let squares: f64 = xs.iter().map(|&x| (x as f64) * (x as f64)).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (xs.len() as f64 * squares)
+}
+
 /// Receives each result as soon as it is known.
 pub type ResultSink = Box<dyn FnMut(&PerfResult) + Send>;
 
@@ -684,6 +733,8 @@ pub struct PerfClient {
     last_progress: Option<Instant>,
     /// Results, one per size.
     pub results: Vec<PerfResult>,
+    /// Bandwidth runs: how the QPs shared each size's octets, one per size.
+    pub shares: Vec<QpShares>,
     /// Print a progress line every second on stderr.
     pub progress: bool,
     /// Called with each result as it is ready.
@@ -752,6 +803,7 @@ impl PerfClient {
             lat_seq: 0,
             last_progress: None,
             results: Vec::new(),
+            shares: Vec::new(),
             progress: false,
             on_result: None,
         };
@@ -1095,6 +1147,10 @@ impl PerfClient {
             f(&r);
         }
         self.results.push(r);
+        if self.params.mode == PerfMode::Bw {
+            let per_qp: Vec<u64> = self.qps.iter().map(|q| q.completed * size as u64).collect();
+            self.shares.extend(QpShares::of(size, &per_qp));
+        }
         self.phase = Phase::Disconnecting;
         for q in &self.qps {
             let _ = h.disconnect(q.id);
