@@ -10,7 +10,7 @@ use dataplane::apps::perf::{
     jain_index, PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer, QpShares,
 };
 use dataplane::apps::run_pair;
-use dataplane::port::fault::FaultConfig;
+use dataplane::port::fault::{FaultConfig, Rate};
 use iwarp::mpa::MpaConfig;
 use rdma_common::*;
 
@@ -40,7 +40,12 @@ fn perf_held(params: PerfParams, hold: Duration) -> Vec<PerfResult> {
 
 /// The client after a run with `params`, its first FPDUs held for `hold`.
 fn perf_client(params: PerfParams, hold: Duration) -> PerfClient {
-    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    perf_client_over(params, hold, FaultConfig::default())
+}
+
+/// [`perf_client`] over a link with `faults`.
+fn perf_client_over(params: PerfParams, hold: Duration, faults: FaultConfig) -> PerfClient {
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, faults);
     lc.handler_mut().set_first_fpdu_delay(hold);
     let addr = SocketAddrV4::new(SERVER_IP, 18515);
     let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
@@ -123,6 +128,31 @@ fn write_bw_qps_share_the_link_evenly() {
         panic!("one size, one share summary: {:?}", c.shares);
     };
     assert_eq!(s.qps, 8);
+    assert!(s.min > 0, "a QP moved nothing: {s:?}");
+    assert!(s.jain >= 0.95, "uneven shares: {s:?}");
+}
+
+// The same over a link that drops 1 % of the frames each way: losses hit the QPs at
+// random, and each still gets about its share.
+#[test]
+fn write_bw_qps_share_a_lossy_link_evenly() {
+    let faults = FaultConfig {
+        drop: Rate::from_percent(1.0).expect("rate"),
+        ..FaultConfig::default()
+    };
+    let c = perf_client_over(
+        PerfParams {
+            qps: 8,
+            duration: Some(Duration::from_secs(2)),
+            ..params(PerfOp::Write, PerfMode::Bw, vec![65536], 0)
+        },
+        Duration::ZERO,
+        faults,
+    );
+    let [s] = c.shares[..] else {
+        panic!("one size, one share summary: {:?}", c.shares);
+    };
+    eprintln!("{}", s.line());
     assert!(s.min > 0, "a QP moved nothing: {s:?}");
     assert!(s.jain >= 0.95, "uneven shares: {s:?}");
 }
