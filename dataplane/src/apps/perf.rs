@@ -1319,6 +1319,8 @@ impl PerfClient {
                     }
                     self.phase = Phase::Running;
                     self.start = Some(now);
+                    self.last_done = (0, now);
+                    self.last_dump = None;
                     self.window = (now, 0);
                     self.peak = 0.0;
                     self.last_progress = None;
