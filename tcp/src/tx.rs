@@ -229,6 +229,7 @@ impl SendQueue {
         mut recycle: impl FnMut(Vec<u8>),
     ) -> Acked {
         let mut out = Acked::default();
+        let mut repaired = false;
         while let Some(u) = self.units.front() {
             if !seq::le(u.end(), ack) {
                 break;
@@ -255,6 +256,7 @@ impl SendQueue {
             }
             if u.retransmitted {
                 self.rtx_count -= 1;
+                repaired = true;
             }
             out.bytes += u.seq_len() as usize;
             out.fin_acked |= u.fin;
@@ -262,6 +264,12 @@ impl SendQueue {
                 Some(buffer) => recycle(buffer),
                 None => out.still_shared += 1,
             }
+        }
+        // An ACK that covers a retransmission may have waited for it: the units above were
+        // delivered earlier, whether a SACK said so or not (the SACK carrying them can be
+        // lost, or have had no room for their block). No sample then.
+        if repaired {
+            out.rtt_sample_sent_at = None;
         }
         out
     }
@@ -446,6 +454,20 @@ mod tests {
         assert_eq!(q.sacked_count(), 3);
         // 1200..1300 was neither SACKed nor retransmitted: its delivery is a sample.
         let a = q.ack(1300, now, &mut rack, drop);
+        assert_eq!(a.rtt_sample_sent_at, Some(Instant::ZERO));
+    }
+
+    // RFC 6298 §3 (Karn): an ACK that covers a retransmission gives no RTT sample, not even
+    // from the units above it that no SACK reported (they may have waited for the repair).
+    #[test]
+    fn ack_covering_a_retransmission_gives_no_sample() {
+        let mut q = q();
+        let mut rack = Rack::default();
+        q.retransmitted(0, Instant::from_micros(50));
+        let a = q.ack(1300, Instant::from_micros(100), &mut rack, drop);
+        assert_eq!(a.bytes, 300);
+        assert_eq!(a.rtt_sample_sent_at, None);
+        let a = q.ack(1400, Instant::from_micros(150), &mut rack, drop);
         assert_eq!(a.rtt_sample_sent_at, Some(Instant::ZERO));
     }
 
