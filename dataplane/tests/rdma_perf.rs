@@ -6,9 +6,11 @@ mod rdma_common;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use dataplane::apps::perf::{PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer};
+use dataplane::apps::perf::{
+    jain_index, PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer, QpShares,
+};
 use dataplane::apps::run_pair;
-use dataplane::port::fault::FaultConfig;
+use dataplane::port::fault::{FaultConfig, Rate};
 use iwarp::mpa::MpaConfig;
 use rdma_common::*;
 
@@ -33,7 +35,17 @@ fn perf(params: PerfParams) -> Vec<PerfResult> {
 
 /// [`perf`] with the client holding its first FPDUs for `hold` after each MPA Reply.
 fn perf_held(params: PerfParams, hold: Duration) -> Vec<PerfResult> {
-    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, FaultConfig::default());
+    perf_client(params, hold).results
+}
+
+/// The client after a run with `params`, its first FPDUs held for `hold`.
+fn perf_client(params: PerfParams, hold: Duration) -> PerfClient {
+    perf_client_over(params, hold, FaultConfig::default())
+}
+
+/// [`perf_client`] over a link with `faults`.
+fn perf_client_over(params: PerfParams, hold: Duration, faults: FaultConfig) -> PerfClient {
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 32 << 20, faults);
     lc.handler_mut().set_first_fpdu_delay(hold);
     let addr = SocketAddrV4::new(SERVER_IP, 18515);
     let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
@@ -41,7 +53,7 @@ fn perf_held(params: PerfParams, hold: Duration) -> Vec<PerfResult> {
     let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(60));
     rc.expect("client");
     rs.expect("server");
-    c.results
+    c
 }
 
 fn bw_iters(r: &PerfResult) -> u64 {
@@ -87,6 +99,62 @@ fn write_bw_sizes_and_qps() {
         r.iter().map(bw_iters).collect::<Vec<_>>(),
         vec![300, 300, 300]
     );
+}
+
+// Jain's index: 1 for equal shares, 1/n when one of n has everything.
+#[test]
+fn jain_index_bounds() {
+    assert_eq!(jain_index(&[5, 5, 5, 5]), 1.0);
+    assert_eq!(jain_index(&[8, 0, 0, 0]), 0.25);
+    assert!((jain_index(&[1, 2]) - 0.9).abs() < 1e-12);
+    let s = QpShares::of(4096, &[4096, 8192]).unwrap();
+    assert_eq!((s.qps, s.min, s.max), (2, 4096, 8192));
+    assert!(QpShares::of(4096, &[]).is_none());
+}
+
+// Long-lived bulk connections to one peer through one link (issue #17): a timed run of
+// eight QPs, each with Writes always posted, moves about the same octets on each.
+#[test]
+fn write_bw_qps_share_the_link_evenly() {
+    let c = perf_client(
+        PerfParams {
+            qps: 8,
+            duration: Some(Duration::from_secs(2)),
+            ..params(PerfOp::Write, PerfMode::Bw, vec![65536], 0)
+        },
+        Duration::ZERO,
+    );
+    let [s] = c.shares[..] else {
+        panic!("one size, one share summary: {:?}", c.shares);
+    };
+    assert_eq!(s.qps, 8);
+    assert!(s.min > 0, "a QP moved nothing: {s:?}");
+    assert!(s.jain >= 0.95, "uneven shares: {s:?}");
+}
+
+// The same over a link that drops 1 % of the frames each way: losses hit the QPs at
+// random, and each still gets about its share.
+#[test]
+fn write_bw_qps_share_a_lossy_link_evenly() {
+    let faults = FaultConfig {
+        drop: Rate::from_percent(1.0).expect("rate"),
+        ..FaultConfig::default()
+    };
+    let c = perf_client_over(
+        PerfParams {
+            qps: 8,
+            duration: Some(Duration::from_secs(2)),
+            ..params(PerfOp::Write, PerfMode::Bw, vec![65536], 0)
+        },
+        Duration::ZERO,
+        faults,
+    );
+    let [s] = c.shares[..] else {
+        panic!("one size, one share summary: {:?}", c.shares);
+    };
+    eprintln!("{}", s.line());
+    assert!(s.min > 0, "a QP moved nothing: {s:?}");
+    assert!(s.jain >= 0.95, "uneven shares: {s:?}");
 }
 
 // RFC 5040 §5.2: RDMA Read bandwidth with several Reads outstanding.

@@ -600,6 +600,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.visible(conn).map(|c| c.tcb.info())
     }
 
+    /// Where a live connection stands with the engine's scheduling (diagnostics of a
+    /// connection that makes no progress): on the ready list, and when its timer is due.
+    pub fn schedule_state(&self, conn: ConnId) -> Option<(bool, Option<Instant>)> {
+        self.visible(conn).map(|c| (c.queued, c.timer_at))
+    }
+
     /// The connection's addresses.
     pub fn tuple(&self, conn: ConnId) -> Option<FourTuple> {
         self.visible(conn).map(|c| FourTuple {

@@ -156,6 +156,8 @@ pub(crate) struct Acked {
     pub(crate) bytes: usize,
     /// Units whose buffer a port still held (not handed back for reuse).
     pub(crate) still_shared: usize,
+    /// When the highest unit delivered by this ACK (not SACKed before) was sent, unless it
+    /// was retransmitted: the RTT sample.
     pub(crate) rtt_sample_sent_at: Option<Instant>,
     pub(crate) fin_acked: bool,
 }
@@ -246,6 +248,7 @@ impl SendQueue {
         mut recycle: impl FnMut(Vec<u8>),
     ) -> Acked {
         let mut out = Acked::default();
+        let mut repaired = false;
         while let Some(u) = self.units.front() {
             if !seq::le(u.end(), ack) {
                 break;
@@ -261,22 +264,31 @@ impl SendQueue {
                 self.sacked_count -= 1;
             } else {
                 rack.on_delivered(now, u.sent_at, u.end(), u.retransmitted);
+                // Karn's algorithm (RFC 6298 §3): no samples from retransmitted units. A
+                // unit SACKed before was delivered then, not now (this ACK may come
+                // seconds later, once a hole below it was repaired): no sample either.
+                out.rtt_sample_sent_at = if u.retransmitted {
+                    None
+                } else {
+                    Some(u.sent_at)
+                };
             }
             if u.retransmitted {
                 self.rtx_count -= 1;
+                repaired = true;
             }
             out.bytes += u.seq_len() as usize;
             out.fin_acked |= u.fin;
-            // Karn's algorithm (RFC 6298 §3): no samples from retransmitted units.
-            out.rtt_sample_sent_at = if u.retransmitted {
-                None
-            } else {
-                Some(u.sent_at)
-            };
             match u.data.into_owned() {
                 Some(buffer) => recycle(buffer),
                 None => out.still_shared += 1,
             }
+        }
+        // An ACK that covers a retransmission may have waited for it: the units above were
+        // delivered earlier, whether a SACK said so or not (the SACK carrying them can be
+        // lost, or have had no room for their block). No sample then.
+        if repaired {
+            out.rtt_sample_sent_at = None;
         }
         out
     }
@@ -454,11 +466,28 @@ mod tests {
         let a = q.ack(1200, now, &mut rack, drop);
         assert_eq!(a.bytes, 200);
         assert!(
-            a.rtt_sample_sent_at.is_some(),
-            "last acked unit was not retransmitted"
+            a.rtt_sample_sent_at.is_none(),
+            "the unit delivered now was retransmitted, the other one SACKed before"
         );
         assert_eq!(q.next_lost(), Some(0));
         assert_eq!(q.sacked_count(), 3);
+        // 1200..1300 was neither SACKed nor retransmitted: its delivery is a sample.
+        let a = q.ack(1300, now, &mut rack, drop);
+        assert_eq!(a.rtt_sample_sent_at, Some(Instant::ZERO));
+    }
+
+    // RFC 6298 §3 (Karn): an ACK that covers a retransmission gives no RTT sample, not even
+    // from the units above it that no SACK reported (they may have waited for the repair).
+    #[test]
+    fn ack_covering_a_retransmission_gives_no_sample() {
+        let mut q = q();
+        let mut rack = Rack::default();
+        q.retransmitted(0, Instant::from_micros(50));
+        let a = q.ack(1300, Instant::from_micros(100), &mut rack, drop);
+        assert_eq!(a.bytes, 300);
+        assert_eq!(a.rtt_sample_sent_at, None);
+        let a = q.ack(1400, Instant::from_micros(150), &mut rack, drop);
+        assert_eq!(a.rtt_sample_sent_at, Some(Instant::ZERO));
     }
 
     // RFC 8985 §6.2: a hole is not lost before RTT + reo_wnd have passed since it was

@@ -926,3 +926,32 @@ fn sack_blocks_a_full_sized_segment_has_no_room_for_follow_in_a_pure_ack() {
         .filter(|s| s.payload.is_empty())
         .all(|s| s.sack.is_empty() && s.ack == Some(start + 15)));
 }
+
+// RFC 6298 §2-3: an RTT sample measures one round trip. Units SACKed at once above a lost
+// one reach SND.UNA only when the hole is repaired, here after timeouts with backoff; they
+// were delivered long before that ACK and give no sample. Taking one made the repair time
+// (seconds) the SRTT, so every later loss on the connection waited an RTO of up to 60 s
+// (1,000 in-process QPs sat 48-91 s on their last Writes, issue #17).
+#[test]
+fn units_sacked_before_a_repair_give_no_rtt_sample() {
+    let (mut p, segs) = rtt_measured(false);
+    let c = p.conn.unwrap();
+    // segs[2] is lost; 100 µs later the peer SACKs everything above it.
+    p.now = p.now + Duration::from_micros(100);
+    let end = end_of(&segs[9]);
+    p.send(&ack_for(&p, segs[2].seq, &[(segs[3].seq, end)]));
+    // Its retransmissions are lost too, for a second and a half (RACK, then RTOs).
+    let start = p.now;
+    while p.now - start < Duration::from_millis(1500) {
+        p.advance(Duration::from_millis(1));
+    }
+    assert!(p.e.info(c).unwrap().timeouts > 0);
+    // The last retransmission arrives: everything is acknowledged.
+    p.now = p.now + Duration::from_micros(100);
+    p.send(&ack_for(&p, end, &[]));
+    let info = p.e.info(c).unwrap();
+    assert_eq!(info.snd_una, end);
+    let srtt = info.srtt.expect("sampled");
+    assert!(srtt < Duration::from_millis(1), "SRTT {srtt:?}: {info:?}");
+    assert!(info.rto <= Duration::from_millis(5), "RTO {:?}", info.rto);
+}

@@ -90,6 +90,13 @@ const SERVER_BACKLOG: usize = 16384;
 /// `tx_depth` each with more than 64 QPs at the default depth of 128.
 pub const MAX_IN_FLIGHT: u32 = 8192;
 
+/// With debug logging, a bandwidth run whose completions stood still this long logs the
+/// state of the QPs that still wait (at most [`STALL_DUMP_QPS`] of them), and again every
+/// such interval while it lasts.
+pub const STALL_DUMP: Duration = Duration::from_secs(1);
+/// QPs a stall dump describes at most.
+pub const STALL_DUMP_QPS: usize = 8;
+
 /// The client's test description (MPA Request private data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
@@ -618,6 +625,55 @@ pub fn latency_result(bytes: usize, mut s: Vec<f64>) -> PerfResult {
     }
 }
 
+/// How evenly a bandwidth run's QPs shared the link: octets each QP's completed WRs
+/// carried.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QpShares {
+    /// Message size of the run.
+    pub bytes: usize,
+    /// QPs.
+    pub qps: usize,
+    /// Octets of the QP that moved least.
+    pub min: u64,
+    /// Octets of the QP that moved most.
+    pub max: u64,
+    /// Jain's fairness index over the QPs' octets: 1 when all are equal, 1/n when one QP
+    /// moved everything.
+    pub jain: f64,
+}
+
+impl QpShares {
+    /// The summary of per-QP octet counts (`None` without QPs).
+    pub fn of(bytes: usize, per_qp: &[u64]) -> Option<QpShares> {
+        Some(QpShares {
+            bytes,
+            qps: per_qp.len(),
+            min: *per_qp.iter().min()?,
+            max: *per_qp.iter().max()?,
+            jain: jain_index(per_qp),
+        })
+    }
+
+    /// The `key: value` line `dataplane perf` prints.
+    pub fn line(&self) -> String {
+        format!(
+            "perf-qp-share: {} B, {} QPs, min {} max {} octets, jain {:.4}",
+            self.bytes, self.qps, self.min, self.max, self.jain
+        )
+    }
+}
+
+/// Jain's fairness index (sum x)^2 / (n * sum x^2): 1 for equal shares, 1/n when one
+/// share holds everything; 1 for no shares or all zero.
+pub fn jain_index(xs: &[u64]) -> f64 {
+    let sum: f64 = xs.iter().map(|&x| x as f64).sum();
+    let squares: f64 = xs.iter().map(|&x| (x as f64) * (x as f64)).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (xs.len() as f64 * squares)
+}
+
 /// Receives each result as soon as it is known.
 pub type ResultSink = Box<dyn FnMut(&PerfResult) + Send>;
 
@@ -682,8 +738,14 @@ pub struct PerfClient {
     lat_sent: Option<Instant>,
     lat_seq: u8,
     last_progress: Option<Instant>,
+    /// Completions at the last change of `done`, and when it changed ([`STALL_DUMP`]).
+    last_done: (u64, Instant),
+    /// When the last stall dump was logged.
+    last_dump: Option<Instant>,
     /// Results, one per size.
     pub results: Vec<PerfResult>,
+    /// Bandwidth runs: how the QPs shared each size's octets, one per size.
+    pub shares: Vec<QpShares>,
     /// Print a progress line every second on stderr.
     pub progress: bool,
     /// Called with each result as it is ready.
@@ -751,7 +813,10 @@ impl PerfClient {
             lat_sent: None,
             lat_seq: 0,
             last_progress: None,
+            last_done: (0, now),
+            last_dump: None,
             results: Vec::new(),
+            shares: Vec::new(),
             progress: false,
             on_result: None,
         };
@@ -1095,9 +1160,74 @@ impl PerfClient {
             f(&r);
         }
         self.results.push(r);
+        if self.params.mode == PerfMode::Bw {
+            let per_qp: Vec<u64> = self.qps.iter().map(|q| q.completed * size as u64).collect();
+            self.shares.extend(QpShares::of(size, &per_qp));
+        }
         self.phase = Phase::Disconnecting;
         for q in &self.qps {
             let _ = h.disconnect(q.id);
+        }
+    }
+
+    /// [`STALL_DUMP`]: the waiting QPs' WRs, refill state, QP and connection state, TCP
+    /// state (cwnd, SND.UNA/NXT, the peer's window, RTO with backoff, timeouts) and the
+    /// handler's timers.
+    fn stall_dump(&mut self, h: &mut RdmaHandler, now: Instant) {
+        if self.done != self.last_done.0 {
+            self.last_done = (self.done, now);
+            self.last_dump = None;
+            return;
+        }
+        let quiet = now.saturating_since(self.last_done.1);
+        let due = self
+            .last_dump
+            .is_none_or(|t| now.saturating_since(t) >= STALL_DUMP);
+        if quiet < STALL_DUMP || !due || !log::log_enabled!(log::Level::Debug) {
+            return;
+        }
+        self.last_dump = Some(now);
+        let target = self.target();
+        let n = self.qps.len() as u64;
+        let waiting: Vec<usize> = (0..self.qps.len())
+            .filter(|&i| {
+                let q = &self.qps[i];
+                let share = target / n + u64::from((i as u64) < target % n);
+                q.completed < q.posted || q.posted < share
+            })
+            .collect();
+        log::debug!(
+            "perf: no completion for {quiet:?}: {} of {} done, {} in flight, {} QPs waiting, \
+             {} to refill, TCP ready list {}, handler's next timer in {:?}",
+            self.done,
+            self.target(),
+            self.in_flight,
+            waiting.len(),
+            self.refill.len(),
+            h.tcp().ready_len(),
+            h.next_timeout().map(|t| t.saturating_since(now)),
+        );
+        for &i in waiting.iter().take(STALL_DUMP_QPS) {
+            let q = &self.qps[i];
+            let conn = h.conn(q.id);
+            log::debug!(
+                "perf: qp {:?} conn {:?}: posted {} completed {} queued {}; \
+                 qp {:?}; conn {:?} drained {:?} timer in {:?}; tcp ready/timer {:?} {:?}",
+                q.qp,
+                q.id,
+                q.posted,
+                q.completed,
+                q.queued,
+                h.rnic().query_qp(q.qp).map(|a| a.state),
+                conn.map(|c| c.state()),
+                conn.map(|c| c.is_drained()),
+                conn.and_then(|c| c.poll_timeout())
+                    .map(|t| t.saturating_since(now)),
+                h.tcp()
+                    .schedule_state(q.id)
+                    .map(|(ready, t)| (ready, t.map(|t| t.saturating_since(now)))),
+                h.tcp().info(q.id),
+            );
         }
     }
 
@@ -1189,6 +1319,8 @@ impl PerfClient {
                     }
                     self.phase = Phase::Running;
                     self.start = Some(now);
+                    self.last_done = (0, now);
+                    self.last_dump = None;
                     self.window = (now, 0);
                     self.peak = 0.0;
                     self.last_progress = None;
@@ -1206,6 +1338,7 @@ impl PerfClient {
                 } else if !time_up {
                     if self.params.mode == PerfMode::Bw {
                         self.post_bw(h)?;
+                        self.stall_dump(h, now);
                     } else {
                         if self.params.op == PerfOp::Write {
                             let size = self.size();

@@ -184,6 +184,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             &mut client,
             rdma.time_limit.unwrap_or(Duration::from_secs(3600)),
         );
+        for s in &client.shares {
+            say!("{}", s.line());
+        }
         say!("{}", pair.server.0.handler().counters().summary());
         if args.verify {
             say!("{}", verify_summary(&server));
@@ -234,6 +237,9 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             let r = s.run(&mut app, rdma.time_limit);
             // Connection set-up: how many QPs were up at once, and how long the first
             // size's took to all reach RTS.
+            for s in &app.shares {
+                say!("{}", s.line());
+            }
             say!("perf-qps-connected: {}", app.connected);
             if let Some(t) = app.connect_times.first() {
                 say!("perf-connect-ms: {}", t.as_millis());
