@@ -10,8 +10,14 @@ static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
 
 /// The current time: nanoseconds of the monotonic clock since the process first asked.
 pub fn now() -> Instant {
-    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
-    Instant::from_nanos(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    let since = EPOCH.get_or_init(std::time::Instant::now).elapsed();
+    // Seconds and nanoseconds apart: no 128-bit arithmetic on every poll iteration.
+    Instant::from_nanos(
+        since
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(since.subsec_nanos())),
+    )
 }
 
 /// Time passed since `earlier`.

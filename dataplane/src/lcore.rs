@@ -262,7 +262,15 @@ struct Neighbours {
 
 impl Neighbours {
     /// Takes in what the other lanes learned and asked for.
+    #[inline]
     fn take_news(&mut self, now: Instant) {
+        if self.share.is_some() {
+            self.take_shared_news(now);
+        }
+    }
+
+    /// [`Neighbours::take_news`] with a share.
+    fn take_shared_news(&mut self, now: Instant) {
         let Some(share) = &mut self.share else {
             return;
         };
@@ -277,7 +285,15 @@ impl Neighbours {
     }
 
     /// Tells the other lanes what this lane learned and asked for since the last call.
+    #[inline]
     fn give_news(&mut self) {
+        if self.share.is_some() {
+            self.give_shared_news();
+        }
+    }
+
+    /// [`Neighbours::give_news`] with a share.
+    fn give_shared_news(&mut self) {
         let Some(share) = &mut self.share else {
             return;
         };
@@ -486,7 +502,15 @@ impl<P: Port> PortContext<'_, P> {
     /// does not wait for the sender's next retransmission. After [`ARP_ATTEMPTS`]
     /// unanswered requests the packet is dropped (counted; logged once per port): the
     /// neighbour is gone, and the sender's own retransmission starts a new resolution.
+    #[inline]
     fn flush_held(&mut self) {
+        if self.held.is_some() {
+            self.flush_held_packet();
+        }
+    }
+
+    /// [`PortContext::flush_held`] with a packet held.
+    fn flush_held_packet(&mut self) {
         let Some((hop, since)) = self.held.as_ref().map(|h| (h.hop, h.since)) else {
             return;
         };
@@ -591,7 +615,15 @@ impl<P: Port> PortContext<'_, P> {
 
     /// Sends the duplicate address detection probes that are due, and takes the
     /// addresses whose probes went unanswered into use.
+    #[inline]
     fn run_dad(&mut self) {
+        if self.nb.own6.as_ref().is_some_and(|o| o.detecting()) {
+            self.solicit_own();
+        }
+    }
+
+    /// Duplicate address detection's solicitations that are due (RFC 4862 §5.4.2).
+    fn solicit_own(&mut self) {
         let Some(own) = self.nb.own6.as_mut().filter(|o| o.detecting()) else {
             return;
         };

@@ -277,7 +277,9 @@ where
 {
     scratch.clear();
     let n = port.rx_burst(scratch, max);
-    out.extend(scratch.drain(..).map(Into::into));
+    if !scratch.is_empty() {
+        out.extend(scratch.drain(..).map(Into::into));
+    }
     n
 }
 

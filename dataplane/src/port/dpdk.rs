@@ -362,6 +362,9 @@ impl Port for DpdkPort {
             let want = (max - total).min(MAX_BURST);
             let base = out.len();
             let n = self.dev.rx_burst(out, want as u16);
+            if n == 0 {
+                break;
+            }
             self.account_rx(out, base);
             total += out.len() - base;
             if n < want {
