@@ -204,6 +204,24 @@ pub(super) struct StreamRights {
     pub(super) inbound_atomic: bool,
 }
 
+/// Where an access goes in the backend.
+enum Span {
+    /// One range from this backend address (the usual access).
+    One(u64),
+    /// Several ranges (pages not adjacent in the backend).
+    Pages(Chunks),
+}
+
+/// Where a resolved range lives, found with one lookup per access.
+enum Live<'a> {
+    /// STag 0: backend addresses.
+    Physical,
+    /// The pages of a region (of a window's region).
+    Mapped(&'a Mapping),
+    /// An inline buffer (local reads only).
+    Inline(&'a [u8]),
+}
+
 #[derive(Debug, Clone)]
 struct Mapping {
     pages: Arc<Vec<u64>>,
@@ -859,15 +877,34 @@ impl MemoryModel {
         privileged: bool,
         qp_allows: bool,
     ) -> Result<Resolved, AccessError> {
+        self.check_access_live(stag, pd, qp, to, len, need, privileged, qp_allows)
+            .map(|(r, _)| r)
+    }
+
+    /// [`MemoryModel::check_access`], also giving where the range lives (none for a
+    /// zero-length access).
+    #[allow(clippy::too_many_arguments)]
+    fn check_access_live(
+        &self,
+        stag: STag,
+        pd: PdId,
+        qp: QpId,
+        to: u64,
+        len: u64,
+        need: Access,
+        privileged: bool,
+        qp_allows: bool,
+    ) -> Result<(Resolved, Option<Live<'_>>), AccessError> {
         if len == 0 {
             // VERBS-00 §7.6.3: zero-length accesses are not checked and touch nothing.
-            return Ok(Resolved {
+            let r = Resolved {
                 stag,
                 region: u32::MAX,
                 offset: 0,
                 len: 0,
                 addr: 0,
-            });
+            };
+            return Ok((r, None));
         }
         let remote = need.any_remote();
         if stag.0 == 0 {
@@ -882,13 +919,14 @@ impl MemoryModel {
             if !self.backend.contains(to, len) {
                 return Err(AccessError::BaseBounds);
             }
-            return Ok(Resolved {
+            let r = Resolved {
                 stag,
                 region: STAG0_REGION,
                 offset: to,
                 len,
                 addr: to,
-            });
+            };
+            return Ok((r, Some(Live::Physical)));
         }
         match self.entries.get(&stag.index()) {
             Some(Entry::Mr(mr)) if mr.key == stag.key() => {
@@ -901,7 +939,8 @@ impl MemoryModel {
                 if !mr.access.contains(need) || !qp_allows {
                     return Err(AccessError::AccessRights);
                 }
-                self.resolved_in_mr(stag, stag.index(), mr, to, len)
+                let r = self.resolved_in_mr(stag, stag.index(), mr, to, len)?;
+                Ok((r, mr.mapping.as_ref().map(Live::Mapped)))
             }
             Some(Entry::Mw(mw)) if remote && mw.key == stag.key() => {
                 let b = mw.binding.ok_or(AccessError::Invalidated)?;
@@ -917,13 +956,14 @@ impl MemoryModel {
                 };
                 let map = mr.mapping.as_ref().ok_or(AccessError::Invalidated)?;
                 let offset = b.mr_offset + rel;
-                Ok(Resolved {
+                let r = Resolved {
                     stag,
                     region: b.mr,
                     offset,
                     len,
                     addr: Self::translate(map, offset),
-                })
+                };
+                Ok((r, Some(Live::Mapped(map))))
             }
             Some(Entry::Inline { pd: owner, data }) if !remote && stag.key() == 0 => {
                 if *owner != pd {
@@ -933,15 +973,48 @@ impl MemoryModel {
                     return Err(AccessError::AccessRights);
                 }
                 let rel = check_range(0, data.len() as u64, to, len)?;
-                Ok(Resolved {
+                let r = Resolved {
                     stag,
                     region: stag.index(),
                     offset: rel,
                     len,
                     addr: rel,
-                })
+                };
+                Ok((r, Some(Live::Inline(data))))
             }
             _ => Err(AccessError::InvalidStag),
+        }
+    }
+
+    /// [`MemoryTable::resolve`], also giving where the range lives (none for a zero-length
+    /// access).
+    fn resolve_live(
+        &self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<(Resolved, Option<Live<'_>>), AccessError> {
+        let qp = QpId(stream.0);
+        let rights = self.streams.get(&qp);
+        let qp_allows = rights.is_some_and(|s| {
+            (!need.contains(Access::REMOTE_READ) || s.inbound_read)
+                && (!need.contains(Access::REMOTE_WRITE) || s.inbound_write)
+                && (!need.contains(Access::REMOTE_ATOMIC) || s.inbound_atomic)
+        });
+        let privileged = rights.is_some_and(|s| s.privileged);
+        let result = self.check_access_live(stag, pd, qp, to, len, need, privileged, qp_allows);
+        // Local writes of an S-RQ QP are receive placements into S-RQ WQEs, whose SGEs
+        // are checked against the S-RQ's PD (VERBS-00 §6.3.5).
+        match (result, rights.and_then(|s| s.srq_pd)) {
+            (Err(AccessError::PdMismatch), Some(srq_pd))
+                if need == Access::LOCAL_WRITE && srq_pd != pd =>
+            {
+                self.check_access_live(stag, srq_pd, qp, to, len, need, privileged, qp_allows)
+            }
+            (result, _) => result,
         }
     }
 
@@ -966,22 +1039,25 @@ impl MemoryModel {
 
     fn translate(map: &Mapping, rel: u64) -> u64 {
         let pos = map.fbo + rel;
-        let page = (pos / map.page_size) as usize;
-        map.pages.get(page).copied().unwrap_or(0) + pos % map.page_size
+        // Page sizes are powers of two (`check_pbl`).
+        let page = (pos >> map.page_size.trailing_zeros()) as usize;
+        map.pages.get(page).copied().unwrap_or(0) + (pos & (map.page_size - 1))
     }
 
     /// Checks a resolved range is still accessible (the STag was not invalidated,
     /// deallocated or re-keyed since it was resolved, VERBS-00 §7.9, §7.10.4.1) and returns
-    /// the mapping it lives in.
-    fn live_mapping(&self, r: &Resolved) -> Result<Option<&Mapping>, AccessError> {
+    /// where it lives; an inline buffer is returned as such, whatever its key (one lookup
+    /// per access).
+    fn live(&self, r: &Resolved) -> Result<Live<'_>, AccessError> {
         if r.region == STAG0_REGION && r.stag.0 == 0 {
-            return Ok(None);
+            return Ok(Live::Physical);
         }
         match self.entries.get(&r.stag.index()) {
+            Some(Entry::Inline { data, .. }) => Ok(Live::Inline(data)),
             Some(Entry::Mr(mr)) if mr.key == r.stag.key() && mr.valid => mr
                 .mapping
                 .as_ref()
-                .map(Some)
+                .map(Live::Mapped)
                 .ok_or(AccessError::Invalidated),
             Some(Entry::Mw(mw)) if mw.key == r.stag.key() => {
                 let b = mw.binding.ok_or(AccessError::Invalidated)?;
@@ -989,7 +1065,7 @@ impl MemoryModel {
                     Some(Entry::Mr(mr)) if b.mr == r.region => mr
                         .mapping
                         .as_ref()
-                        .map(Some)
+                        .map(Live::Mapped)
                         .ok_or(AccessError::Invalidated),
                     _ => Err(AccessError::Invalidated),
                 }
@@ -998,32 +1074,53 @@ impl MemoryModel {
         }
     }
 
-    /// Backend byte ranges covering `len` octets at `off` of a resolved range, page by page,
-    /// all checked before any is used.
-    fn chunks(&self, r: &Resolved, off: u64, len: usize) -> Result<Chunks, AccessError> {
+    /// The backend range(s) holding `len` (> 0) octets at `off` of a resolved range that
+    /// lives at `live`: page by page, physically adjacent pages as one range, all checked
+    /// before any is used.
+    fn span(
+        &self,
+        r: &Resolved,
+        off: u64,
+        len: usize,
+        live: Result<Live<'_>, AccessError>,
+    ) -> Result<Span, AccessError> {
         match off.checked_add(len as u64) {
             Some(end) if end <= r.len => {}
             _ => return Err(AccessError::BaseBounds),
         }
-        match self.live_mapping(r)? {
-            None => {
+        match live? {
+            Live::Inline(_) => Err(AccessError::Invalidated),
+            Live::Physical => {
                 let start = usize::try_from(r.offset + off).map_err(|_| AccessError::BaseBounds)?;
                 if !self.backend.contains(start as u64, len as u64) {
                     return Err(AccessError::BaseBounds);
                 }
-                let mut out = Chunks::default();
-                out.push(start, len);
-                Ok(out)
+                Ok(Span::One(start as u64))
             }
-            Some(map) => {
-                let mut out = Chunks::default();
+            Live::Mapped(map) => {
+                // Page sizes are powers of two (`check_pbl`).
+                let shift = map.page_size.trailing_zeros();
+                let mask = map.page_size - 1;
                 let mut pos = map.fbo + r.offset + off;
+                let first = (pos >> shift) as usize;
+                let last = ((pos + len as u64 - 1) >> shift) as usize;
+                let pages = map.pages.get(first..=last).ok_or(AccessError::BaseBounds)?;
+                if pages
+                    .windows(2)
+                    .all(|w| w[1].wrapping_sub(w[0]) == map.page_size)
+                {
+                    // One backend range: checked as a whole, as its pages would be.
+                    let start = pages[0] + (pos & mask);
+                    if !self.backend.contains(start, len as u64) {
+                        return Err(AccessError::BaseBounds);
+                    }
+                    return Ok(Span::One(start));
+                }
+                let mut out = Chunks::default();
                 let mut left = len as u64;
-                while left > 0 {
-                    let page = (pos / map.page_size) as usize;
-                    let in_page = pos % map.page_size;
+                for &base in pages {
+                    let in_page = pos & mask;
                     let n = left.min(map.page_size - in_page);
-                    let base = *map.pages.get(page).ok_or(AccessError::BaseBounds)?;
                     let start = (base + in_page) as usize;
                     if !self.backend.contains(start as u64, n) {
                         return Err(AccessError::BaseBounds);
@@ -1032,9 +1129,20 @@ impl MemoryModel {
                     pos += n;
                     left -= n;
                 }
-                Ok(out)
+                Ok(Span::Pages(out))
             }
         }
+    }
+
+    /// Copies `data` into a checked span.
+    fn write_span(&mut self, span: Span, data: &[u8]) -> Result<(), AccessError> {
+        let written = match span {
+            Span::One(start) => self.backend.write(start, data),
+            Span::Pages(chunks) => chunks
+                .with_parts()
+                .all(|(backend, part)| self.backend.write(backend.start as u64, &data[part])),
+        };
+        written.then_some(()).ok_or(AccessError::BaseBounds)
     }
 
     /// Executes a Bind MW work request posted on `ctx.qp` (VERBS-00 §7.10.2, checks of
@@ -1207,68 +1315,61 @@ impl MemoryTable for MemoryModel {
         len: u64,
         need: Access,
     ) -> Result<Resolved, AccessError> {
-        let qp = QpId(stream.0);
-        let rights = self.streams.get(&qp);
-        let qp_allows = rights.is_some_and(|s| {
-            (!need.contains(Access::REMOTE_READ) || s.inbound_read)
-                && (!need.contains(Access::REMOTE_WRITE) || s.inbound_write)
-                && (!need.contains(Access::REMOTE_ATOMIC) || s.inbound_atomic)
-        });
-        let privileged = rights.is_some_and(|s| s.privileged);
-        let result = self.check_access(stag, pd, qp, to, len, need, privileged, qp_allows);
-        // Local writes of an S-RQ QP are receive placements into S-RQ WQEs, whose SGEs
-        // are checked against the S-RQ's PD (VERBS-00 §6.3.5).
-        match (result, rights.and_then(|s| s.srq_pd)) {
-            (Err(AccessError::PdMismatch), Some(srq_pd))
-                if need == Access::LOCAL_WRITE && srq_pd != pd =>
-            {
-                self.check_access(stag, srq_pd, qp, to, len, need, privileged, qp_allows)
-            }
-            (result, _) => result,
-        }
+        self.resolve_live(stag, pd, stream, to, len, need)
+            .map(|(r, _)| r)
+    }
+
+    /// [`MemoryTable::resolve`] then [`MemoryTable::write`] with the one lookup of the STag
+    /// both need (nothing can change the table between them).
+    fn place(
+        &mut self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        data: &[u8],
+        need: Access,
+    ) -> Result<(), AccessError> {
+        let span = match self.resolve_live(stag, pd, stream, to, data.len() as u64, need)? {
+            (_, None) => return Ok(()),
+            (_, Some(Live::Inline(_))) => return Err(AccessError::AccessRights),
+            (r, Some(live)) => self.span(&r, 0, data.len(), Ok(live))?,
+        };
+        self.write_span(span, data)
     }
 
     fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError> {
         if data.is_empty() {
             return Ok(());
         }
-        if matches!(
-            self.entries.get(&r.stag.index()),
-            Some(Entry::Inline { .. })
-        ) {
-            return Err(AccessError::AccessRights);
-        }
-        let chunks = self.chunks(r, off, data.len())?;
-        for (backend, part) in chunks.with_parts() {
-            if !self.backend.write(backend.start as u64, &data[part]) {
-                return Err(AccessError::BaseBounds);
-            }
-        }
-        Ok(())
+        let span = match self.live(r) {
+            Ok(Live::Inline(_)) => return Err(AccessError::AccessRights),
+            live => self.span(r, off, data.len(), live)?,
+        };
+        self.write_span(span, data)
     }
 
     fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError> {
         if out.is_empty() {
             return Ok(());
         }
-        if r.stag.0 != 0 {
-            if let Some(Entry::Inline { data, .. }) = self.entries.get(&r.stag.index()) {
-                let start = r.offset.checked_add(off).ok_or(AccessError::BaseBounds)?;
-                let src = usize::try_from(start)
-                    .ok()
-                    .and_then(|st| data.get(st..st.checked_add(out.len())?))
-                    .ok_or(AccessError::BaseBounds)?;
-                out.copy_from_slice(src);
-                return Ok(());
-            }
+        let live = self.live(r);
+        if let Ok(Live::Inline(data)) = live {
+            let start = r.offset.checked_add(off).ok_or(AccessError::BaseBounds)?;
+            let src = usize::try_from(start)
+                .ok()
+                .and_then(|st| data.get(st..st.checked_add(out.len())?))
+                .ok_or(AccessError::BaseBounds)?;
+            out.copy_from_slice(src);
+            return Ok(());
         }
-        let chunks = self.chunks(r, off, out.len())?;
-        for (backend, part) in chunks.with_parts() {
-            if !self.backend.read(backend.start as u64, &mut out[part]) {
-                return Err(AccessError::BaseBounds);
-            }
-        }
-        Ok(())
+        let read = match self.span(r, off, out.len(), live)? {
+            Span::One(start) => self.backend.read(start, out),
+            Span::Pages(chunks) => chunks
+                .with_parts()
+                .all(|(backend, part)| self.backend.read(backend.start as u64, &mut out[part])),
+        };
+        read.then_some(()).ok_or(AccessError::BaseBounds)
     }
 
     fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {
