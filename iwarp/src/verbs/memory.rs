@@ -282,13 +282,82 @@ const STAG0_REGION: u32 = 0;
 /// ([`super::Rnic::reserve_lane_stags`]) never picks such an index itself.
 pub const LANE_STAG_BIT: u32 = 1 << 23;
 
+/// The STag entries, counting every change (a [`Grant`] holds while none happened). The
+/// map is reachable only through these methods, so no change goes uncounted.
+#[derive(Default)]
+struct Entries {
+    map: FxHashMap<u32, Entry>,
+    changes: u64,
+}
+
+impl Entries {
+    fn get(&self, index: &u32) -> Option<&Entry> {
+        self.map.get(index)
+    }
+
+    fn contains_key(&self, index: &u32) -> bool {
+        self.map.contains_key(index)
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.map.values()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&u32, &Entry)> {
+        self.map.iter()
+    }
+
+    fn get_mut(&mut self, index: &u32) -> Option<&mut Entry> {
+        self.changes += 1;
+        self.map.get_mut(index)
+    }
+
+    fn insert(&mut self, index: u32, e: Entry) -> Option<Entry> {
+        self.changes += 1;
+        self.map.insert(index, e)
+    }
+
+    fn remove(&mut self, index: &u32) -> Option<Entry> {
+        self.changes += 1;
+        self.map.remove(index)
+    }
+}
+
+/// What a successful remote access check of one STag found, for the same check of the
+/// next segments of a Write: while the table's generation is unchanged, the same STag,
+/// PD, stream and rights pass every check of [`MemoryModel::check_access`] but the range
+/// check (wrap, then bounds of `[base, base + size)`), which is made for every segment.
+struct Grant {
+    generation: u64,
+    stag: STag,
+    pd: PdId,
+    stream: StreamId,
+    need: Access,
+    /// The TO range the STag covers.
+    base: u64,
+    size: u64,
+    /// The region the range lives in, and the offset of `base` in it.
+    region: u32,
+    mr_offset: u64,
+    map: Mapping,
+}
+
 /// All MRs and MWs of an RNIC over one memory backend.
 pub struct MemoryModel {
     backend: Box<dyn MemoryBackend + Send>,
     read_only: Vec<(u64, u64)>,
     /// Keyed by STag indices this RNIC chose (unkeyed fast hash: the network cannot insert).
-    entries: FxHashMap<u32, Entry>,
+    entries: Entries,
     streams: FxHashMap<QpId, StreamRights>,
+    /// Changes of `streams` (with the entries' changes: the table's generation).
+    stream_changes: u64,
+    /// What the last tagged placement's STag check found, for the next segments of the
+    /// same Write.
+    grant: Option<Grant>,
     rng: u64,
     /// Indices with [`LANE_STAG_BIT`] are left to [`MemoryModel::register_at`].
     lane_stags: bool,
@@ -410,8 +479,10 @@ impl MemoryModel {
         MemoryModel {
             backend,
             read_only: Vec::new(),
-            entries: FxHashMap::default(),
+            entries: Entries::default(),
             streams: FxHashMap::default(),
+            stream_changes: 0,
+            grant: None,
             rng: seed | 1,
             lane_stags: false,
             page_sizes: vec![4096],
@@ -541,11 +612,50 @@ impl MemoryModel {
     }
 
     pub(super) fn set_stream(&mut self, qp: QpId, rights: StreamRights) {
+        self.stream_changes += 1;
         self.streams.insert(qp, rights);
     }
 
     pub(super) fn remove_stream(&mut self, qp: QpId) {
+        self.stream_changes += 1;
         self.streams.remove(&qp);
+    }
+
+    /// Grows with every change of the entries or the streams' rights: a [`Grant`] of the
+    /// same generation still describes the table.
+    fn generation(&self) -> u64 {
+        self.entries.changes + self.stream_changes
+    }
+
+    /// The grant a successful remote check of `stag` found (a region's or a bound window's
+    /// TO range and the region's pages); `None` for STag 0 and inline data.
+    fn grant_for(&self, stag: STag, pd: PdId, stream: StreamId, need: Access) -> Option<Grant> {
+        let (base, size, region, mr_offset, map) = match self.entries.get(&stag.index())? {
+            Entry::Mr(mr) => {
+                let map = mr.mapping.as_ref()?;
+                (mr.base_to, map.len, stag.index(), 0, map)
+            }
+            Entry::Mw(mw) => {
+                let b = mw.binding?;
+                let Entry::Mr(mr) = self.entries.get(&b.mr)? else {
+                    return None;
+                };
+                (b.base_to, b.len, b.mr, b.mr_offset, mr.mapping.as_ref()?)
+            }
+            Entry::Inline { .. } => return None,
+        };
+        Some(Grant {
+            generation: self.generation(),
+            stag,
+            pd,
+            stream,
+            need,
+            base,
+            size,
+            region,
+            mr_offset,
+            map: map.clone(),
+        })
     }
 
     /// A fresh sparse non-zero index (xorshift64*, RFC 5040 §8.1.1 item 8).
@@ -1320,7 +1430,10 @@ impl MemoryTable for MemoryModel {
     }
 
     /// [`MemoryTable::resolve`] then [`MemoryTable::write`] with the one lookup of the STag
-    /// both need (nothing can change the table between them).
+    /// both need (nothing can change the table between them). The consecutive segments of
+    /// one Write skip the lookups: the checks that depend only on the table (STag, state,
+    /// PD, rights, association) passed for the previous segment and the table has not
+    /// changed since; the range check is made for every segment (RFC 5041 §7.2, §8.1).
     fn place(
         &mut self,
         stag: STag,
@@ -1330,10 +1443,40 @@ impl MemoryTable for MemoryModel {
         data: &[u8],
         need: Access,
     ) -> Result<(), AccessError> {
-        let span = match self.resolve_live(stag, pd, stream, to, data.len() as u64, need)? {
-            (_, None) => return Ok(()),
-            (_, Some(Live::Inline(_))) => return Err(AccessError::AccessRights),
-            (r, Some(live)) => self.span(&r, 0, data.len(), Ok(live))?,
+        if data.is_empty() {
+            return Ok(());
+        }
+        let len = data.len() as u64;
+        let generation = self.generation();
+        let granted = self.grant.as_ref().filter(|g| {
+            g.generation == generation
+                && g.stag == stag
+                && g.pd == pd
+                && g.stream == stream
+                && g.need == need
+        });
+        let span = match granted {
+            Some(g) => {
+                let rel = check_range(g.base, g.size, to, len)?;
+                let offset = g.mr_offset + rel;
+                let r = Resolved {
+                    stag,
+                    region: g.region,
+                    offset,
+                    len,
+                    addr: Self::translate(&g.map, offset),
+                };
+                self.span(&r, 0, data.len(), Ok(Live::Mapped(&g.map)))?
+            }
+            None => {
+                let span = match self.resolve_live(stag, pd, stream, to, len, need)? {
+                    (_, None) => return Ok(()),
+                    (_, Some(Live::Inline(_))) => return Err(AccessError::AccessRights),
+                    (r, Some(live)) => self.span(&r, 0, data.len(), Ok(live))?,
+                };
+                self.grant = self.grant_for(stag, pd, stream, need);
+                span
+            }
         };
         self.write_span(span, data)
     }
