@@ -8,7 +8,7 @@ use super::connection::{Connection, Phase};
 use super::inbound::RxGate;
 use crate::ddp::untagged::RecvSupply;
 use crate::ddp::SegmentPos;
-use crate::mem::{HasMemoryTable, StreamId};
+use crate::mem::{HasMemoryTable, MemoryTable, StreamId};
 use crate::mpa::{Delivery, MpaError, Receiver};
 use crate::rdmap::{Engine, Handled, StreamState};
 
@@ -181,6 +181,15 @@ impl Connection {
         Some(r)
     }
 
+    /// What `pump_and_fill` does after a segment, with the fill left out when the engine
+    /// has nothing to give (the receiving side's usual case: the fill would only find that).
+    fn pump_after_segment<M: MemoryTable + ?Sized>(&mut self, mem: &M) {
+        self.pump();
+        if self.phase.stream().is_some_and(|(e, _)| e.has_tx_work()) {
+            self.fill_tx(mem);
+        }
+    }
+
     /// Counts octets of a segment ahead of RCV.NXT that MPA left to TCP.
     fn count_left(&mut self, seq: u32, payload: &[u8], range: std::ops::Range<usize>) {
         if range.is_empty() {
@@ -311,7 +320,7 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
                 }
             }
         };
-        self.pump_and_fill(cx.table());
+        self.pump_after_segment(cx.table());
         out
     }
 
