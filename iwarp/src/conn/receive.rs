@@ -8,7 +8,7 @@ use super::connection::{Connection, Phase};
 use super::inbound::RxGate;
 use crate::ddp::untagged::RecvSupply;
 use crate::ddp::SegmentPos;
-use crate::mem::{HasMemoryTable, StreamId};
+use crate::mem::{BufferPool, HasMemoryTable, MemoryTable, StreamId};
 use crate::mpa::{Delivery, MpaError, Receiver};
 use crate::rdmap::{Engine, Handled, StreamState};
 
@@ -181,6 +181,19 @@ impl Connection {
         Some(r)
     }
 
+    /// What `pump_and_fill` does after a segment, with the fill left out when the engine
+    /// has nothing to give (the receiving side's usual case: the fill would only find that).
+    fn pump_after_segment<M: MemoryTable + ?Sized>(
+        &mut self,
+        mem: &M,
+        pool: Option<&mut BufferPool>,
+    ) {
+        self.pump();
+        if self.phase.stream().is_some_and(|(e, _)| e.has_tx_work()) {
+            self.fill_tx(mem, pool);
+        }
+    }
+
     /// Counts octets of a segment ahead of RCV.NXT that MPA left to TCP.
     fn count_left(&mut self, seq: u32, payload: &[u8], range: std::ops::Range<usize>) {
         if range.is_empty() {
@@ -312,7 +325,7 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
             }
         };
         let (mem, pool) = cx.table_and_pool();
-        self.pump_and_fill(mem, pool);
+        self.pump_after_segment(mem, pool);
         out
     }
 

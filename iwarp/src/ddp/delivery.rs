@@ -69,7 +69,7 @@ impl<T> DeliveryOrder<T> {
 
     /// Whether `pos` was already delivered or is held.
     pub fn is_duplicate(&self, pos: SegmentPos) -> bool {
-        pos.start < self.next || self.held.contains_key(&pos.start)
+        pos.start < self.next || (!self.held.is_empty() && self.held.contains_key(&pos.start))
     }
 
     /// Offers a record for `pos`.
@@ -96,6 +96,10 @@ impl<T> DeliveryOrder<T> {
 
     /// The next record in order, if it has arrived.
     pub fn pop_ready(&mut self) -> Option<T> {
+        if self.held.is_empty() {
+            // The usual case, in order: no call into the map.
+            return None;
+        }
         let (end, rec) = self.held.remove(&self.next)?;
         self.next = end;
         Some(rec)

@@ -19,15 +19,6 @@ pub fn place<M: MemoryTable + ?Sized>(
     if payload.is_empty() {
         return Ok(());
     }
-    let resolved = mem
-        .resolve(
-            STag(hdr.stag),
-            pd,
-            stream,
-            hdr.to,
-            payload.len() as u64,
-            need,
-        )
-        .map_err(DdpError::Tagged)?;
-    mem.write(&resolved, 0, payload).map_err(DdpError::Tagged)
+    mem.place(STag(hdr.stag), pd, stream, hdr.to, payload, need)
+        .map_err(DdpError::Tagged)
 }

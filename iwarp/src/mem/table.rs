@@ -111,6 +111,22 @@ pub trait MemoryTable {
     /// Writes `data` at octet `off` of a resolved range (`off + data.len() <= r.len`).
     fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError>;
 
+    /// Validates an access of `data.len()` octets at `to` as [`MemoryTable::resolve`] does
+    /// and writes `data` there (tagged placement, once per segment); nothing is written
+    /// when the access is refused.
+    fn place(
+        &mut self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        data: &[u8],
+        need: Access,
+    ) -> Result<(), AccessError> {
+        let r = self.resolve(stag, pd, stream, to, data.len() as u64, need)?;
+        self.write(&r, 0, data)
+    }
+
     /// Reads `out.len()` octets at octet `off` of a resolved range.
     fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError>;
 

@@ -311,7 +311,7 @@ impl Receiver {
                     self.pos = self.skip_until;
                     continue;
                 }
-                if let Some(end) = self.delivered.remove(&self.pos) {
+                if let Some(end) = self.take_delivered() {
                     self.skip_until = end;
                     continue;
                 }
@@ -380,7 +380,7 @@ impl Receiver {
                         data = &data[n..];
                         continue;
                     }
-                    if let Some(end) = self.delivered.remove(&self.pos) {
+                    if let Some(end) = self.take_delivered() {
                         self.skip_until = end;
                         continue;
                     }
@@ -503,9 +503,21 @@ impl Receiver {
         Ok(())
     }
 
+    /// The end of the FPDU handed up out of order that starts at the receiver's position,
+    /// forgotten now that the in-order stream reached it.
+    #[inline]
+    fn take_delivered(&mut self) -> Option<u64> {
+        if self.delivered.is_empty() {
+            // The usual case, in order: no call into the map.
+            return None;
+        }
+        self.delivered.remove(&self.pos)
+    }
+
     /// An FPDU found in order must not overlap one handed up out of order at another start.
+    #[inline]
     fn check_overlap(&mut self, boundary: u64, end: u64) -> Result<(), MpaError> {
-        if self.delivered.range(boundary..end).next().is_some() {
+        if !self.delivered.is_empty() && self.delivered.range(boundary..end).next().is_some() {
             return Err(MpaError::Framing(
                 "an FPDU placed out of order disagrees with the in-order stream",
             ));
@@ -821,6 +833,7 @@ impl Receiver {
 
 /// The ULPDU of a whole FPDU (`fpdu` starts at its ULPDU_Length field at `first_seq`):
 /// borrowed when no marker falls inside it, else copied into `scratch` without markers.
+#[inline]
 fn ulpdu_of<'a>(
     spacing: Option<MarkerSpacing>,
     first_seq: u32,

@@ -176,6 +176,19 @@ impl Engine {
         self.poll_segment_into(now, mulpdu, mem, &mut buffer)
     }
 
+    /// Whether [`Engine::poll_segment_into`] may give a segment now: false exactly when it
+    /// would answer `None` at once, touching nothing (no Terminate to send; not active, or
+    /// no message under way and none waiting).
+    pub fn has_tx_work(&self) -> bool {
+        if self.terminate.is_some() {
+            return !self.terminate_sent;
+        }
+        matches!(self.state, StreamState::Active | StreamState::Closing)
+            && (self.current.is_some()
+                || !self.responses.is_empty()
+                || self.sq_started < self.sq.len())
+    }
+
     /// Like [`Engine::poll_segment_reusing`], taking `buffer` only for a segment it returns:
     /// when there is nothing to send the buffer stays with the caller.
     pub fn poll_segment_into<M: MemoryTable + ?Sized>(

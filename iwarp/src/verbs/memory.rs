@@ -204,6 +204,24 @@ pub(super) struct StreamRights {
     pub(super) inbound_atomic: bool,
 }
 
+/// Where an access goes in the backend.
+enum Span {
+    /// One range from this backend address (the usual access).
+    One(u64),
+    /// Several ranges (pages not adjacent in the backend).
+    Pages(Chunks),
+}
+
+/// Where a resolved range lives, found with one lookup per access.
+enum Live<'a> {
+    /// STag 0: backend addresses.
+    Physical,
+    /// The pages of a region (of a window's region).
+    Mapped(&'a Mapping),
+    /// An inline buffer (local reads only).
+    Inline(&'a [u8]),
+}
+
 #[derive(Debug, Clone)]
 struct Mapping {
     pages: Arc<Vec<u64>>,
@@ -264,13 +282,82 @@ const STAG0_REGION: u32 = 0;
 /// ([`super::Rnic::reserve_lane_stags`]) never picks such an index itself.
 pub const LANE_STAG_BIT: u32 = 1 << 23;
 
+/// The STag entries, counting every change (a [`Grant`] holds while none happened). The
+/// map is reachable only through these methods, so no change goes uncounted.
+#[derive(Default)]
+struct Entries {
+    map: FxHashMap<u32, Entry>,
+    changes: u64,
+}
+
+impl Entries {
+    fn get(&self, index: &u32) -> Option<&Entry> {
+        self.map.get(index)
+    }
+
+    fn contains_key(&self, index: &u32) -> bool {
+        self.map.contains_key(index)
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.map.values()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&u32, &Entry)> {
+        self.map.iter()
+    }
+
+    fn get_mut(&mut self, index: &u32) -> Option<&mut Entry> {
+        self.changes += 1;
+        self.map.get_mut(index)
+    }
+
+    fn insert(&mut self, index: u32, e: Entry) -> Option<Entry> {
+        self.changes += 1;
+        self.map.insert(index, e)
+    }
+
+    fn remove(&mut self, index: &u32) -> Option<Entry> {
+        self.changes += 1;
+        self.map.remove(index)
+    }
+}
+
+/// What a successful remote access check of one STag found, for the same check of the
+/// next segments of a Write: while the table's generation is unchanged, the same STag,
+/// PD, stream and rights pass every check of [`MemoryModel::check_access`] but the range
+/// check (wrap, then bounds of `[base, base + size)`), which is made for every segment.
+struct Grant {
+    generation: u64,
+    stag: STag,
+    pd: PdId,
+    stream: StreamId,
+    need: Access,
+    /// The TO range the STag covers.
+    base: u64,
+    size: u64,
+    /// The region the range lives in, and the offset of `base` in it.
+    region: u32,
+    mr_offset: u64,
+    map: Mapping,
+}
+
 /// All MRs and MWs of an RNIC over one memory backend.
 pub struct MemoryModel {
     backend: Box<dyn MemoryBackend + Send>,
     read_only: Vec<(u64, u64)>,
     /// Keyed by STag indices this RNIC chose (unkeyed fast hash: the network cannot insert).
-    entries: FxHashMap<u32, Entry>,
+    entries: Entries,
     streams: FxHashMap<QpId, StreamRights>,
+    /// Changes of `streams` (with the entries' changes: the table's generation).
+    stream_changes: u64,
+    /// What the last tagged placement's STag check found, for the next segments of the
+    /// same Write.
+    grant: Option<Grant>,
     rng: u64,
     /// Indices with [`LANE_STAG_BIT`] are left to [`MemoryModel::register_at`].
     lane_stags: bool,
@@ -392,8 +479,10 @@ impl MemoryModel {
         MemoryModel {
             backend,
             read_only: Vec::new(),
-            entries: FxHashMap::default(),
+            entries: Entries::default(),
             streams: FxHashMap::default(),
+            stream_changes: 0,
+            grant: None,
             rng: seed | 1,
             lane_stags: false,
             page_sizes: vec![4096],
@@ -523,11 +612,50 @@ impl MemoryModel {
     }
 
     pub(super) fn set_stream(&mut self, qp: QpId, rights: StreamRights) {
+        self.stream_changes += 1;
         self.streams.insert(qp, rights);
     }
 
     pub(super) fn remove_stream(&mut self, qp: QpId) {
+        self.stream_changes += 1;
         self.streams.remove(&qp);
+    }
+
+    /// Grows with every change of the entries or the streams' rights: a [`Grant`] of the
+    /// same generation still describes the table.
+    fn generation(&self) -> u64 {
+        self.entries.changes + self.stream_changes
+    }
+
+    /// The grant a successful remote check of `stag` found (a region's or a bound window's
+    /// TO range and the region's pages); `None` for STag 0 and inline data.
+    fn grant_for(&self, stag: STag, pd: PdId, stream: StreamId, need: Access) -> Option<Grant> {
+        let (base, size, region, mr_offset, map) = match self.entries.get(&stag.index())? {
+            Entry::Mr(mr) => {
+                let map = mr.mapping.as_ref()?;
+                (mr.base_to, map.len, stag.index(), 0, map)
+            }
+            Entry::Mw(mw) => {
+                let b = mw.binding?;
+                let Entry::Mr(mr) = self.entries.get(&b.mr)? else {
+                    return None;
+                };
+                (b.base_to, b.len, b.mr, b.mr_offset, mr.mapping.as_ref()?)
+            }
+            Entry::Inline { .. } => return None,
+        };
+        Some(Grant {
+            generation: self.generation(),
+            stag,
+            pd,
+            stream,
+            need,
+            base,
+            size,
+            region,
+            mr_offset,
+            map: map.clone(),
+        })
     }
 
     /// A fresh sparse non-zero index (xorshift64*, RFC 5040 §8.1.1 item 8).
@@ -859,15 +987,34 @@ impl MemoryModel {
         privileged: bool,
         qp_allows: bool,
     ) -> Result<Resolved, AccessError> {
+        self.check_access_live(stag, pd, qp, to, len, need, privileged, qp_allows)
+            .map(|(r, _)| r)
+    }
+
+    /// [`MemoryModel::check_access`], also giving where the range lives (none for a
+    /// zero-length access).
+    #[allow(clippy::too_many_arguments)]
+    fn check_access_live(
+        &self,
+        stag: STag,
+        pd: PdId,
+        qp: QpId,
+        to: u64,
+        len: u64,
+        need: Access,
+        privileged: bool,
+        qp_allows: bool,
+    ) -> Result<(Resolved, Option<Live<'_>>), AccessError> {
         if len == 0 {
             // VERBS-00 §7.6.3: zero-length accesses are not checked and touch nothing.
-            return Ok(Resolved {
+            let r = Resolved {
                 stag,
                 region: u32::MAX,
                 offset: 0,
                 len: 0,
                 addr: 0,
-            });
+            };
+            return Ok((r, None));
         }
         let remote = need.any_remote();
         if stag.0 == 0 {
@@ -882,13 +1029,14 @@ impl MemoryModel {
             if !self.backend.contains(to, len) {
                 return Err(AccessError::BaseBounds);
             }
-            return Ok(Resolved {
+            let r = Resolved {
                 stag,
                 region: STAG0_REGION,
                 offset: to,
                 len,
                 addr: to,
-            });
+            };
+            return Ok((r, Some(Live::Physical)));
         }
         match self.entries.get(&stag.index()) {
             Some(Entry::Mr(mr)) if mr.key == stag.key() => {
@@ -901,7 +1049,8 @@ impl MemoryModel {
                 if !mr.access.contains(need) || !qp_allows {
                     return Err(AccessError::AccessRights);
                 }
-                self.resolved_in_mr(stag, stag.index(), mr, to, len)
+                let r = self.resolved_in_mr(stag, stag.index(), mr, to, len)?;
+                Ok((r, mr.mapping.as_ref().map(Live::Mapped)))
             }
             Some(Entry::Mw(mw)) if remote && mw.key == stag.key() => {
                 let b = mw.binding.ok_or(AccessError::Invalidated)?;
@@ -917,13 +1066,14 @@ impl MemoryModel {
                 };
                 let map = mr.mapping.as_ref().ok_or(AccessError::Invalidated)?;
                 let offset = b.mr_offset + rel;
-                Ok(Resolved {
+                let r = Resolved {
                     stag,
                     region: b.mr,
                     offset,
                     len,
                     addr: Self::translate(map, offset),
-                })
+                };
+                Ok((r, Some(Live::Mapped(map))))
             }
             Some(Entry::Inline { pd: owner, data }) if !remote && stag.key() == 0 => {
                 if *owner != pd {
@@ -933,15 +1083,48 @@ impl MemoryModel {
                     return Err(AccessError::AccessRights);
                 }
                 let rel = check_range(0, data.len() as u64, to, len)?;
-                Ok(Resolved {
+                let r = Resolved {
                     stag,
                     region: stag.index(),
                     offset: rel,
                     len,
                     addr: rel,
-                })
+                };
+                Ok((r, Some(Live::Inline(data))))
             }
             _ => Err(AccessError::InvalidStag),
+        }
+    }
+
+    /// [`MemoryTable::resolve`], also giving where the range lives (none for a zero-length
+    /// access).
+    fn resolve_live(
+        &self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<(Resolved, Option<Live<'_>>), AccessError> {
+        let qp = QpId(stream.0);
+        let rights = self.streams.get(&qp);
+        let qp_allows = rights.is_some_and(|s| {
+            (!need.contains(Access::REMOTE_READ) || s.inbound_read)
+                && (!need.contains(Access::REMOTE_WRITE) || s.inbound_write)
+                && (!need.contains(Access::REMOTE_ATOMIC) || s.inbound_atomic)
+        });
+        let privileged = rights.is_some_and(|s| s.privileged);
+        let result = self.check_access_live(stag, pd, qp, to, len, need, privileged, qp_allows);
+        // Local writes of an S-RQ QP are receive placements into S-RQ WQEs, whose SGEs
+        // are checked against the S-RQ's PD (VERBS-00 §6.3.5).
+        match (result, rights.and_then(|s| s.srq_pd)) {
+            (Err(AccessError::PdMismatch), Some(srq_pd))
+                if need == Access::LOCAL_WRITE && srq_pd != pd =>
+            {
+                self.check_access_live(stag, srq_pd, qp, to, len, need, privileged, qp_allows)
+            }
+            (result, _) => result,
         }
     }
 
@@ -966,27 +1149,25 @@ impl MemoryModel {
 
     fn translate(map: &Mapping, rel: u64) -> u64 {
         let pos = map.fbo + rel;
-        let page = (pos / map.page_size) as usize;
-        map.pages.get(page).copied().unwrap_or(0) + pos % map.page_size
+        // Page sizes are powers of two (`check_pbl`).
+        let page = (pos >> map.page_size.trailing_zeros()) as usize;
+        map.pages.get(page).copied().unwrap_or(0) + (pos & (map.page_size - 1))
     }
 
     /// Checks a resolved range is still accessible (the STag was not invalidated,
     /// deallocated or re-keyed since it was resolved, VERBS-00 §7.9, §7.10.4.1) and returns
-    /// the mapping it lives in.
-    /// `entry` is the resolved STag's entry, looked up by the caller.
-    fn live_mapping_in<'a>(
-        &'a self,
-        r: &Resolved,
-        entry: Option<&'a Entry>,
-    ) -> Result<Option<&'a Mapping>, AccessError> {
+    /// where it lives; an inline buffer is returned as such, whatever its key (one lookup
+    /// per access).
+    fn live(&self, r: &Resolved) -> Result<Live<'_>, AccessError> {
         if r.region == STAG0_REGION && r.stag.0 == 0 {
-            return Ok(None);
+            return Ok(Live::Physical);
         }
-        match entry {
+        match self.entries.get(&r.stag.index()) {
+            Some(Entry::Inline { data, .. }) => Ok(Live::Inline(data)),
             Some(Entry::Mr(mr)) if mr.key == r.stag.key() && mr.valid => mr
                 .mapping
                 .as_ref()
-                .map(Some)
+                .map(Live::Mapped)
                 .ok_or(AccessError::Invalidated),
             Some(Entry::Mw(mw)) if mw.key == r.stag.key() => {
                 let b = mw.binding.ok_or(AccessError::Invalidated)?;
@@ -994,7 +1175,7 @@ impl MemoryModel {
                     Some(Entry::Mr(mr)) if b.mr == r.region => mr
                         .mapping
                         .as_ref()
-                        .map(Some)
+                        .map(Live::Mapped)
                         .ok_or(AccessError::Invalidated),
                     _ => Err(AccessError::Invalidated),
                 }
@@ -1003,43 +1184,53 @@ impl MemoryModel {
         }
     }
 
-    /// Backend byte ranges covering `len` octets at `off` of a resolved range, page by page,
-    /// all checked before any is used.
-    fn chunks(&self, r: &Resolved, off: u64, len: usize) -> Result<Chunks, AccessError> {
-        self.chunks_in(r, self.entries.get(&r.stag.index()), off, len)
-    }
-
-    /// [`MemoryModel::chunks`] with the resolved STag's entry already looked up.
-    fn chunks_in(
+    /// The backend range(s) holding `len` (> 0) octets at `off` of a resolved range that
+    /// lives at `live`: page by page, physically adjacent pages as one range, all checked
+    /// before any is used.
+    fn span(
         &self,
         r: &Resolved,
-        entry: Option<&Entry>,
         off: u64,
         len: usize,
-    ) -> Result<Chunks, AccessError> {
+        live: Result<Live<'_>, AccessError>,
+    ) -> Result<Span, AccessError> {
         match off.checked_add(len as u64) {
             Some(end) if end <= r.len => {}
             _ => return Err(AccessError::BaseBounds),
         }
-        match self.live_mapping_in(r, entry)? {
-            None => {
+        match live? {
+            Live::Inline(_) => Err(AccessError::Invalidated),
+            Live::Physical => {
                 let start = usize::try_from(r.offset + off).map_err(|_| AccessError::BaseBounds)?;
                 if !self.backend.contains(start as u64, len as u64) {
                     return Err(AccessError::BaseBounds);
                 }
-                let mut out = Chunks::default();
-                out.push(start, len);
-                Ok(out)
+                Ok(Span::One(start as u64))
             }
-            Some(map) => {
-                let mut out = Chunks::default();
+            Live::Mapped(map) => {
+                // Page sizes are powers of two (`check_pbl`).
+                let shift = map.page_size.trailing_zeros();
+                let mask = map.page_size - 1;
                 let mut pos = map.fbo + r.offset + off;
+                let first = (pos >> shift) as usize;
+                let last = ((pos + len as u64 - 1) >> shift) as usize;
+                let pages = map.pages.get(first..=last).ok_or(AccessError::BaseBounds)?;
+                if pages
+                    .windows(2)
+                    .all(|w| w[1].wrapping_sub(w[0]) == map.page_size)
+                {
+                    // One backend range: checked as a whole, as its pages would be.
+                    let start = pages[0] + (pos & mask);
+                    if !self.backend.contains(start, len as u64) {
+                        return Err(AccessError::BaseBounds);
+                    }
+                    return Ok(Span::One(start));
+                }
+                let mut out = Chunks::default();
                 let mut left = len as u64;
-                while left > 0 {
-                    let page = (pos / map.page_size) as usize;
-                    let in_page = pos % map.page_size;
+                for &base in pages {
+                    let in_page = pos & mask;
                     let n = left.min(map.page_size - in_page);
-                    let base = *map.pages.get(page).ok_or(AccessError::BaseBounds)?;
                     let start = (base + in_page) as usize;
                     if !self.backend.contains(start as u64, n) {
                         return Err(AccessError::BaseBounds);
@@ -1048,9 +1239,20 @@ impl MemoryModel {
                     pos += n;
                     left -= n;
                 }
-                Ok(out)
+                Ok(Span::Pages(out))
             }
         }
+    }
+
+    /// Copies `data` into a checked span.
+    fn write_span(&mut self, span: Span, data: &[u8]) -> Result<(), AccessError> {
+        let written = match span {
+            Span::One(start) => self.backend.write(start, data),
+            Span::Pages(chunks) => chunks
+                .with_parts()
+                .all(|(backend, part)| self.backend.write(backend.start as u64, &data[part])),
+        };
+        written.then_some(()).ok_or(AccessError::BaseBounds)
     }
 
     /// Executes a Bind MW work request posted on `ctx.qp` (VERBS-00 §7.10.2, checks of
@@ -1223,70 +1425,94 @@ impl MemoryTable for MemoryModel {
         len: u64,
         need: Access,
     ) -> Result<Resolved, AccessError> {
-        let qp = QpId(stream.0);
-        let rights = self.streams.get(&qp);
-        let qp_allows = rights.is_some_and(|s| {
-            (!need.contains(Access::REMOTE_READ) || s.inbound_read)
-                && (!need.contains(Access::REMOTE_WRITE) || s.inbound_write)
-                && (!need.contains(Access::REMOTE_ATOMIC) || s.inbound_atomic)
-        });
-        let privileged = rights.is_some_and(|s| s.privileged);
-        let result = self.check_access(stag, pd, qp, to, len, need, privileged, qp_allows);
-        // Local writes of an S-RQ QP are receive placements into S-RQ WQEs, whose SGEs
-        // are checked against the S-RQ's PD (VERBS-00 §6.3.5).
-        match (result, rights.and_then(|s| s.srq_pd)) {
-            (Err(AccessError::PdMismatch), Some(srq_pd))
-                if need == Access::LOCAL_WRITE && srq_pd != pd =>
-            {
-                self.check_access(stag, srq_pd, qp, to, len, need, privileged, qp_allows)
-            }
-            (result, _) => result,
+        self.resolve_live(stag, pd, stream, to, len, need)
+            .map(|(r, _)| r)
+    }
+
+    /// [`MemoryTable::resolve`] then [`MemoryTable::write`] with the one lookup of the STag
+    /// both need (nothing can change the table between them). The consecutive segments of
+    /// one Write skip the lookups: the checks that depend only on the table (STag, state,
+    /// PD, rights, association) passed for the previous segment and the table has not
+    /// changed since; the range check is made for every segment (RFC 5041 §7.2, §8.1).
+    fn place(
+        &mut self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        data: &[u8],
+        need: Access,
+    ) -> Result<(), AccessError> {
+        if data.is_empty() {
+            return Ok(());
         }
+        let len = data.len() as u64;
+        let generation = self.generation();
+        let granted = self.grant.as_ref().filter(|g| {
+            g.generation == generation
+                && g.stag == stag
+                && g.pd == pd
+                && g.stream == stream
+                && g.need == need
+        });
+        let span = match granted {
+            Some(g) => {
+                let rel = check_range(g.base, g.size, to, len)?;
+                let offset = g.mr_offset + rel;
+                let r = Resolved {
+                    stag,
+                    region: g.region,
+                    offset,
+                    len,
+                    addr: Self::translate(&g.map, offset),
+                };
+                self.span(&r, 0, data.len(), Ok(Live::Mapped(&g.map)))?
+            }
+            None => {
+                let span = match self.resolve_live(stag, pd, stream, to, len, need)? {
+                    (_, None) => return Ok(()),
+                    (_, Some(Live::Inline(_))) => return Err(AccessError::AccessRights),
+                    (r, Some(live)) => self.span(&r, 0, data.len(), Ok(live))?,
+                };
+                self.grant = self.grant_for(stag, pd, stream, need);
+                span
+            }
+        };
+        self.write_span(span, data)
     }
 
     fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError> {
         if data.is_empty() {
             return Ok(());
         }
-        if matches!(
-            self.entries.get(&r.stag.index()),
-            Some(Entry::Inline { .. })
-        ) {
-            return Err(AccessError::AccessRights);
-        }
-        let chunks = self.chunks(r, off, data.len())?;
-        for (backend, part) in chunks.with_parts() {
-            if !self.backend.write(backend.start as u64, &data[part]) {
-                return Err(AccessError::BaseBounds);
-            }
-        }
-        Ok(())
+        let span = match self.live(r) {
+            Ok(Live::Inline(_)) => return Err(AccessError::AccessRights),
+            live => self.span(r, off, data.len(), live)?,
+        };
+        self.write_span(span, data)
     }
 
     fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError> {
         if out.is_empty() {
             return Ok(());
         }
-        // One look-up of the STag serves the inline check and the mapping.
-        let entry = self.entries.get(&r.stag.index());
-        if r.stag.0 != 0 {
-            if let Some(Entry::Inline { data, .. }) = entry {
-                let start = r.offset.checked_add(off).ok_or(AccessError::BaseBounds)?;
-                let src = usize::try_from(start)
-                    .ok()
-                    .and_then(|st| data.get(st..st.checked_add(out.len())?))
-                    .ok_or(AccessError::BaseBounds)?;
-                out.copy_from_slice(src);
-                return Ok(());
-            }
+        let live = self.live(r);
+        if let Ok(Live::Inline(data)) = live {
+            let start = r.offset.checked_add(off).ok_or(AccessError::BaseBounds)?;
+            let src = usize::try_from(start)
+                .ok()
+                .and_then(|st| data.get(st..st.checked_add(out.len())?))
+                .ok_or(AccessError::BaseBounds)?;
+            out.copy_from_slice(src);
+            return Ok(());
         }
-        let chunks = self.chunks_in(r, entry, off, out.len())?;
-        for (backend, part) in chunks.with_parts() {
-            if !self.backend.read(backend.start as u64, &mut out[part]) {
-                return Err(AccessError::BaseBounds);
-            }
-        }
-        Ok(())
+        let read = match self.span(r, off, out.len(), live)? {
+            Span::One(start) => self.backend.read(start, out),
+            Span::Pages(chunks) => chunks
+                .with_parts()
+                .all(|(backend, part)| self.backend.read(backend.start as u64, &mut out[part])),
+        };
+        read.then_some(()).ok_or(AccessError::BaseBounds)
     }
 
     fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {

@@ -154,6 +154,7 @@ impl<T: AsRef<[u8]>> Segment<T> {
     }
 
     /// The octets after the DDP header.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }

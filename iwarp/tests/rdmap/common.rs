@@ -73,7 +73,12 @@ impl Side {
     /// Every segment the engine wants to send now.
     pub fn drain_tx(&mut self, mulpdu: usize) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        while let Some(s) = self.engine.poll_segment(now(), mulpdu, &self.mem) {
+        loop {
+            let work = self.engine.has_tx_work();
+            let Some(s) = self.engine.poll_segment(now(), mulpdu, &self.mem) else {
+                break;
+            };
+            assert!(work, "a segment although has_tx_work() said none");
             assert!(s.len() <= mulpdu, "segment larger than MULPDU");
             out.push(s.to_vec());
         }

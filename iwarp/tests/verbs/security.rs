@@ -703,6 +703,41 @@ fn sec21_nothing_placed_unless_the_whole_segment_is_valid() {
 }
 
 #[test]
+fn consecutive_segments_through_one_stag_are_each_checked() {
+    // RFC 5041 §7.2, §8.1: every segment's range, and the STag as the table holds it now,
+    // also when the segment before passed through the same STag.
+    let (mut fx, mr) = setup();
+    peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA, b"a").unwrap();
+    peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 1, b"b").unwrap();
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + PAGE - 1, b"ab"),
+        Err(T::DDP_BASE_BOUNDS)
+    );
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA - 1, b"ab"),
+        Err(T::DDP_BASE_BOUNDS)
+    );
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, u64::MAX - 15, &[0; 32]),
+        Err(T::DDP_TO_WRAP)
+    );
+    let other_pd = fx.rnic.alloc_pd(fx.ulp).unwrap();
+    assert_eq!(
+        peer_write(&mut fx.rnic, other_pd, fx.qp, mr, VA + 2, b"x"),
+        Err(T::DDP_STAG_NOT_ASSOCIATED)
+    );
+    peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 2, b"c").unwrap();
+    fx.rnic.dealloc_stag(mr).unwrap();
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 3, b"x"),
+        Err(T::DDP_INVALID_STAG)
+    );
+    let b = fx.rnic.memory().bytes();
+    assert_eq!(&b[(8 * PAGE) as usize..(8 * PAGE + 3) as usize], b"abc");
+    assert_eq!(touched(&fx.rnic, GUARD), 3);
+}
+
+#[test]
 fn sec22_pd_and_stream_association_both_supported() {
     // RFC 5041 §8.2
     let (mut fx, mr) = setup();
