@@ -73,11 +73,24 @@ impl Side {
     /// Every segment the engine wants to send now.
     pub fn drain_tx(&mut self, mulpdu: usize) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        while let Some(s) = self.engine.poll_segment(now(), mulpdu, &self.mem) {
+        loop {
+            // `has_segment` tells the connection's `pending` what `poll_segment` would do
+            // (the connection reads nothing ahead of TCP).
+            let predicted = self.engine.has_segment(mulpdu);
+            let Some(s) = self.engine.poll_segment(now(), mulpdu, &self.mem) else {
+                assert!(
+                    !self.engine.has_segment(mulpdu),
+                    "has_segment after poll_segment produced nothing"
+                );
+                return out;
+            };
+            assert!(
+                predicted,
+                "poll_segment produced a segment has_segment denied"
+            );
             assert!(s.len() <= mulpdu, "segment larger than MULPDU");
             out.push(s.to_vec());
         }
-        out
     }
 
     /// Hands one segment in order.
