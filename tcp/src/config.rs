@@ -54,6 +54,13 @@ pub struct Config {
     pub congestion: CongestionAlgorithm,
     /// Initial window in segments (RFC 6928).
     pub initial_window: usize,
+    /// Octets all connections of the engine keep in flight together ("TCP small queues"
+    /// across connections; `None`: no bound). Beyond it a connection with new data waits
+    /// its turn: the engine wakes waiting connections oldest first as acknowledgments free
+    /// room, each for one turn (up to `TX_QUANTUM` segments, so the peer acknowledges at
+    /// once, every second full segment, RFC 5681 §4.2). Many connections then keep about
+    /// what one would, each still within its own congestion and peer windows.
+    pub max_flight: Option<usize>,
     /// Tail loss probes (RFC 8985 §7) with SACK: two SRTTs after the last send or ACK with
     /// data outstanding, one segment (new, or the last one again) elicits the ACK that lets
     /// RACK find a loss at the tail of a flight, long before the RTO.
@@ -99,6 +106,7 @@ impl Default for Config {
             keepalive: None,
             congestion: CongestionAlgorithm::Cubic,
             initial_window: 10,
+            max_flight: None,
             tail_loss_probe: true,
             max_connections: 65_536,
             isn_secret: [0x5a; 16],

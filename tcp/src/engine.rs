@@ -189,6 +189,13 @@ struct Conn<U> {
     active: bool,
     timer_at: Option<Instant>,
     listen_port: Option<u16>,
+    /// Its octets in flight as counted in [`Engine`]'s total.
+    flight: usize,
+    /// In [`Engine`]'s list of connections waiting for room under `Config::max_flight`.
+    waiting: bool,
+    /// Woken from that list: may send new data for one turn though others wait, within
+    /// these octets it reserved of the bound (0: not woken).
+    admitted: usize,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -234,6 +241,13 @@ pub struct Engine<U, C: ?Sized = ()> {
     turn: u32,
     /// Connections whose ULP ran since the last [`Engine::take_active`].
     active: Vec<ConnId>,
+    /// Octets in flight over all connections (`Config::max_flight`).
+    flight: usize,
+    /// Connections waiting for room under `Config::max_flight`, oldest first.
+    waiters: VecDeque<ConnId>,
+    /// Octets of the bound reserved for the connections woken from `waiters` whose turn
+    /// has not ended yet.
+    reserved: usize,
     timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
     events: VecDeque<Event<U>>,
     rsts: VecDeque<Rst>,
@@ -278,6 +292,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             ready: VecDeque::new(),
             turn: 0,
             active: Vec::new(),
+            flight: 0,
+            waiters: VecDeque::new(),
+            reserved: 0,
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
             rsts: VecDeque::new(),
@@ -444,6 +461,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             active: false,
             timer_at: None,
             listen_port,
+            flight: 0,
+            waiting: false,
+            admitted: 0,
         });
         self.live += 1;
         let id = ConnId { index, generation };
@@ -673,6 +693,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.generations[id.index as usize] = c.generation.wrapping_add(1);
         self.free.push(id.index);
         self.live -= 1;
+        self.flight -= c.flight;
+        self.reserved -= c.admitted;
         self.stats.add_loss(c.tcb.loss_counters());
         let tuple = FourTuple {
             local: c.tcb.local,
@@ -821,11 +843,49 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     l.half_open = l.half_open.saturating_sub(1);
                 }
             }
+            count_flight(&mut self.flight, c);
         }
         self.mark_active(id);
         self.apply_events(id, &mut evs);
         self.scratch = evs;
         self.after_activity(id);
+        self.release_waiters();
+    }
+
+    /// Whether `c` may send new data under `Config::max_flight`: it was woken from the
+    /// waiting list for room (its turn), or room is left and nobody waits for it.
+    fn flight_open(&self, c: &Conn<U>) -> bool {
+        self.cfg.max_flight.is_none_or(|cap| {
+            c.admitted > 0 || (self.flight + self.reserved < cap && self.waiters.is_empty())
+        })
+    }
+
+    /// Ends the turn a connection was woken for.
+    fn end_admission(reserved: &mut usize, c: &mut Conn<U>) {
+        *reserved -= c.admitted;
+        c.admitted = 0;
+    }
+
+    /// Wakes the oldest waiting connections while the room under `Config::max_flight`
+    /// lasts, reserving a turn's worth of it for each.
+    fn release_waiters(&mut self) {
+        let Some(cap) = self.cfg.max_flight else {
+            return;
+        };
+        while self.flight + self.reserved < cap {
+            let Some(id) = self.waiters.pop_front() else {
+                return;
+            };
+            let Some(c) = slot_mut(&mut self.slots, id) else {
+                continue;
+            };
+            c.waiting = false;
+            if c.admitted == 0 {
+                c.admitted = (TX_QUANTUM as usize * c.tcb.eff_mss()).max(1);
+                self.reserved += c.admitted;
+            }
+            self.wake(id);
+        }
     }
 
     /// Starts a receive burst: the segments handed in until [`Engine::end_burst`] arrived
@@ -1051,11 +1111,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             }
             c.timer_at = None;
             c.tcb.handle_timeout(now, &self.cfg, &mut evs);
+            count_flight(&mut self.flight, c);
             self.mark_active(id);
             self.apply_events(id, &mut evs);
             self.scratch = evs;
             self.after_activity(id);
         }
+        self.release_waiters();
     }
 
     // ------------------------------------------------------------------ output
@@ -1118,12 +1180,15 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let cap = self.holding_window();
         while let Some(id) = self.ready.pop_front() {
             let mut evs = std::mem::take(&mut self.scratch);
+            let open = self.conn(id).is_some_and(|c| self.flight_open(c));
             let sent = {
                 let Some(c) = slot_mut(&mut self.slots, id) else {
                     self.scratch = evs;
                     self.turn = 0;
                     continue;
                 };
+                c.tcb.flight_open = open;
+                c.tcb.flight_held = false;
                 let Conn {
                     tcb,
                     ulp,
@@ -1150,8 +1215,14 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     }
                 };
                 let (local, remote) = (tcb.local, tcb.remote);
+                count_flight(&mut self.flight, c);
                 if r.is_none() {
                     c.queued = false;
+                    Self::end_admission(&mut self.reserved, c);
+                    if c.tcb.flight_held && !c.waiting {
+                        c.waiting = true;
+                        self.waiters.push_back(id);
+                    }
                 }
                 r.map(|len| (len, local, remote))
             };
@@ -1184,6 +1255,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     } else {
                         self.turn = 0;
                         self.ready.push_back(id);
+                        if let Some(c) = slot_mut(&mut self.slots, id) {
+                            Self::end_admission(&mut self.reserved, c);
+                        }
                     }
                 } else {
                     self.turn = 0;
@@ -1198,9 +1272,20 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             if !self.rsts.is_empty() {
                 return self.transmit(now, cx, buf, gather);
             }
+            if self.ready.is_empty() && !self.waiters.is_empty() {
+                // Room may have been left by connections admitted with nothing to send.
+                self.release_waiters();
+            }
         }
         None
     }
+}
+
+/// Brings `c`'s share of the engine's octets in flight (`total`) up to date.
+fn count_flight<U>(total: &mut usize, c: &mut Conn<U>) {
+    let f = c.tcb.flight_size();
+    *total = *total - c.flight + f;
+    c.flight = f;
 }
 
 fn slot_mut<U>(slots: &mut [Option<Conn<U>>], id: ConnId) -> Option<&mut Conn<U>> {

@@ -86,6 +86,11 @@ impl<P: Port> RdmaStack<P> {
         let mut rdma = cfg.rdma;
         // The device fills the checksums of the TCP frames the port sends.
         rdma.tcp.fill_checksums &= !port.offloads().tx_checksum;
+        // All connections together keep in flight what one may (the receive window a peer
+        // of ours offers), unless the caller chose a bound: with many QPs the copied
+        // payload in flight stays cache-sized and a burst of initial windows cannot flood
+        // the port (issue #17).
+        rdma.tcp.max_flight.get_or_insert(rdma.rx_window);
         let mut handler = RdmaHandler::with_rnic(rdma, rnic);
         handler.set_tx_per_poll(cfg.tx_per_poll);
         handler.set_first_fpdu_delay(cfg.first_fpdu_delay);

@@ -23,6 +23,17 @@ impl Connection {
         mem: &M,
         pool: Option<&mut BufferPool>,
     ) {
+        self.fill_tx_up_to(mem, pool, self.cfg.tx_budget);
+    }
+
+    /// Takes DDP segments from the engine until `budget` octets wait (at most the budget,
+    /// at least enough for one unit when the budget allows it: a full MULPDU).
+    fn fill_tx_up_to<M: MemoryTable + ?Sized>(
+        &mut self,
+        mem: &M,
+        pool: Option<&mut BufferPool>,
+        budget: usize,
+    ) {
         if !self.may_send() {
             return;
         }
@@ -30,7 +41,7 @@ impl Connection {
         if mulpdu < MIN_MULPDU {
             return;
         }
-        let (now, budget) = (self.now, self.cfg.tx_budget);
+        let now = self.now;
         let Some((engine, sender)) = self.phase.stream_mut() else {
             return;
         };
@@ -68,29 +79,43 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
             self.stats.units_sent += 1;
             self.tx_start = Some(seq.wrapping_add(f.len() as u32));
             self.setup_tx();
-            self.fill_tx(mem, pool);
             return Some(Unit::new(f));
         }
         if !self.may_send() {
             return None;
         }
-        self.fill_tx(mem, pool.as_deref_mut());
+        // What TCP can send now: one unit's worth (a full MULPDU, or the budget if less).
+        let budget = self.cfg.tx_budget.min(self.mulpdu());
+        self.fill_tx_up_to(mem, pool.as_deref_mut(), budget);
         if self.sender().is_none_or(Sender::is_empty) {
             return None;
         }
-        let unit = self
-            .sender_mut()?
-            .frame_unit(seq, max_len, pool.as_deref_mut())?;
+        let unit = self.sender_mut()?.frame_unit(seq, max_len, pool)?;
         self.stats.units_sent += 1;
         self.stats.fpdus_sent += unit.fpdus as u64;
         self.stats.units_in_place += u64::from(unit.in_place);
         self.stats.tx_buffers_allocated += u64::from(unit.allocated);
-        self.fill_tx(mem, pool);
         Some(Unit::new(unit.bytes))
     }
 
+    /// Frames waiting, or FPDUs that may go out: DDP segments already read, or ones the
+    /// engine would produce now. Nothing is read ahead of TCP after a unit, so that a
+    /// connection whose window closed holds no segment copied (and cold by its next turn).
     fn pending(&self) -> bool {
-        !self.frames.is_empty() || (self.may_send() && !self.sender().is_none_or(Sender::is_empty))
+        if !self.frames.is_empty() {
+            return true;
+        }
+        if !self.may_send() {
+            return false;
+        }
+        let Some((engine, sender)) = self.phase.stream() else {
+            return false;
+        };
+        if !sender.is_empty() {
+            return true;
+        }
+        let mulpdu = self.mulpdu();
+        mulpdu >= MIN_MULPDU && engine.has_segment(mulpdu)
     }
 
     fn recycle(&mut self, cx: &mut C, buffer: Vec<u8>) {

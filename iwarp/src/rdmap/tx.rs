@@ -251,6 +251,39 @@ impl Engine {
         }
     }
 
+    /// Whether [`Engine::poll_segment_into`] would produce a DDP segment of at most `mulpdu`
+    /// octets now, without building it: a Terminate not sent yet, a message under way that
+    /// fits, a response waiting, or a send-queue WR its fences and ORD let start.
+    pub fn has_segment(&self, mulpdu: usize) -> bool {
+        if self.terminate.is_some() {
+            return !self.terminate_sent;
+        }
+        if !matches!(self.state, StreamState::Active | StreamState::Closing) {
+            return false;
+        }
+        if let Some(cur) = &self.current {
+            return match &cur.payload {
+                TxPayload::Inline { len, .. } => mulpdu >= cur.seg.header_len() + len,
+                _ => true,
+            };
+        }
+        if !self.responses.is_empty() {
+            return true;
+        }
+        let idx = self.sq_started;
+        let Some(entry) = self.sq.get(idx) else {
+            return false;
+        };
+        if entry.wr.local_fence && idx != 0 {
+            return false;
+        }
+        if entry.wr.read_fence && (!self.reads.is_empty() || !self.atomics.is_empty()) {
+            return false;
+        }
+        let is_request = matches!(entry.wr.op, SendOp::Read { .. } | SendOp::Atomic { .. });
+        !is_request || self.cfg.ord == 0 || self.outstanding_requests() < self.cfg.ord as usize
+    }
+
     fn next_from_current<M: MemoryTable + ?Sized>(
         &mut self,
         mulpdu: usize,

@@ -8,6 +8,7 @@ mod fuzz;
 mod markers;
 mod negotiate;
 mod ops;
+mod read_ahead;
 mod send_in_place;
 mod siw_replay;
 mod stall;

@@ -74,15 +74,26 @@ impl Side {
     pub fn drain_tx(&mut self, mulpdu: usize) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         loop {
+            // `has_segment` tells the connection's `pending` what `poll_segment` would do
+            // (the connection reads nothing ahead of TCP); `has_tx_work` is false only when
+            // there is nothing to send at all.
+            let predicted = self.engine.has_segment(mulpdu);
             let work = self.engine.has_tx_work();
             let Some(s) = self.engine.poll_segment(now(), mulpdu, &self.mem) else {
-                break;
+                assert!(
+                    !self.engine.has_segment(mulpdu),
+                    "has_segment after poll_segment produced nothing"
+                );
+                return out;
             };
+            assert!(
+                predicted,
+                "poll_segment produced a segment has_segment denied"
+            );
             assert!(work, "a segment although has_tx_work() said none");
             assert!(s.len() <= mulpdu, "segment larger than MULPDU");
             out.push(s.to_vec());
         }
-        out
     }
 
     /// Hands one segment in order.

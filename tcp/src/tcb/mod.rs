@@ -204,6 +204,12 @@ pub(crate) struct Tcb {
     pub(crate) burst: u64,
     /// RCV.NXT advanced and the ULP was not told yet (only while `defer_advance`).
     pub(crate) advance_pending: bool,
+    /// Set by the engine before each transmit call: whether its bound on the octets all
+    /// connections keep in flight ([`Config::max_flight`]) lets this connection send new
+    /// data (always true without a bound).
+    pub(crate) flight_open: bool,
+    /// A new unit waited for the engine's bound alone (not for this connection's windows).
+    pub(crate) flight_held: bool,
     /// The acknowledgment fields of the last segment of the current run whose ACK was
     /// processed: a next one of the run with the same fields changes nothing but SND.WL1.
     run_ack: Option<RunAck>,
@@ -367,6 +373,8 @@ impl Tcb {
             defer_advance: false,
             burst: 0,
             advance_pending: false,
+            flight_open: true,
+            flight_held: false,
             run_ack: None,
             sack_rep: SackReporter::default(),
             peer_fin: None,
@@ -543,7 +551,11 @@ impl Tcb {
     }
 
     /// RFC 5681 FlightSize: bytes sent and not yet cumulatively acknowledged.
-    fn flight_size(&self) -> usize {
+    pub(crate) fn eff_mss(&self) -> usize {
+        self.eff_mss
+    }
+
+    pub(crate) fn flight_size(&self) -> usize {
         seq::diff(self.snd_nxt, self.snd_una).max(0) as usize
     }
 

@@ -301,12 +301,19 @@ impl Tcb {
                 let sws_ok = max_len == self.eff_mss
                     || (max_len > 0 && self.txq.is_empty())
                     || (max_len > 0 && max_len >= self.max_snd_wnd as usize / 2);
-                if sws_ok && self.pipe() < self.cc.cwnd() {
+                let own_ok = sws_ok && self.pipe() < self.cc.cwnd();
+                // The engine's bound on octets in flight over all connections
+                // (`Config::max_flight`) comes on top of the connection's own windows.
+                let shared_ok = self.flight_open;
+                if own_ok && shared_ok {
                     if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
                         return self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, gather, ev);
                     }
                 }
-                if self.txq.is_empty() && self.persist_deadline.is_none() {
+                if own_ok && !shared_ok {
+                    // Its window is open: no probing, the engine wakes it.
+                    self.flight_held = true;
+                } else if self.txq.is_empty() && self.persist_deadline.is_none() {
                     self.persist_deadline = Some(now + self.rtt.rto());
                 }
             } else if self.close_requested {
