@@ -46,6 +46,29 @@ fn sh(args: &[&str]) -> Output {
     o
 }
 
+/// Moves the kernel side of the TAP `tap` into the namespace `netns`, gives it `cidr` and
+/// brings it up.
+fn kernel_side(tap: &str, netns: &str, cidr: &str) {
+    sh(&["ip", "link", "set", tap, "netns", netns]);
+    sh(&["ip", "-n", netns, "addr", "add", cidr, "dev", tap]);
+    sh(&["ip", "-n", netns, "link", "set", tap, "up"]);
+}
+
+/// The kernel's counter `name` in the namespace `netns` (`nstat -az`), and nstat's output.
+fn kernel_counter(netns: &str, name: &str) -> (Option<u64>, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", netns, "nstat", "-az", name])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok());
+    (value, text)
+}
+
 /// Runs `dataplane run` on `config` (whose port `tap0` at 10.99.7.1, MAC 02:00:00:00:07:01,
 /// makes the kernel interface `tap`), pings it 3 times from a new namespace `netns`, stops it
 /// with Ctrl-C and checks the summary. `running` is the start line to wait for; `row` the
@@ -87,18 +110,7 @@ fn ping_dataplane(config: &str, tap: &str, netns: &str, running: &str, row: usiz
     }
 
     sh(&["ip", "netns", "add", &netns]);
-    sh(&["ip", "link", "set", &tap, "netns", &netns]);
-    sh(&[
-        "ip",
-        "-n",
-        &netns,
-        "addr",
-        "add",
-        "10.99.7.2/24",
-        "dev",
-        &tap,
-    ]);
-    sh(&["ip", "-n", &netns, "link", "set", &tap, "up"]);
+    kernel_side(&tap, &netns, "10.99.7.2/24");
     let ping = Command::new("ip")
         .args([
             "netns", "exec", &netns, "ping", "-c", "3", "-i", "0.2", "-W", "2",
@@ -245,18 +257,7 @@ fn kernel_tcp_through_a_dpdk_port_with_offloads_over_net_tap() {
         }
     }
     sh(&["ip", "netns", "add", &netns]);
-    sh(&["ip", "link", "set", &tap, "netns", &netns]);
-    sh(&[
-        "ip",
-        "-n",
-        &netns,
-        "addr",
-        "add",
-        "10.99.8.2/24",
-        "dev",
-        &tap,
-    ]);
-    sh(&["ip", "-n", &netns, "link", "set", &tap, "up"]);
+    kernel_side(&tap, &netns, "10.99.8.2/24");
     // The kernel's client: 4 MB of a pattern out, all of it back, compared.
     let client = r#"
 import socket, threading
@@ -334,18 +335,7 @@ fn linux_accepts_data_after_forty_idle_minutes_of_the_engines_clock() {
     };
     let port = TapPort::open(&tap, info).expect("open the TAP (needs root)");
     sh(&["ip", "netns", "add", &netns]);
-    sh(&["ip", "link", "set", &tap, "netns", &netns]);
-    sh(&[
-        "ip",
-        "-n",
-        &netns,
-        "addr",
-        "add",
-        "10.99.13.2/24",
-        "dev",
-        &tap,
-    ]);
-    sh(&["ip", "-n", &netns, "link", "set", &tap, "up"]);
+    kernel_side(&tap, &netns, "10.99.13.2/24");
     // The kernel's server: prints the octets received so far after every read.
     let server = r#"
 import socket
@@ -461,22 +451,13 @@ while True:
         }
         Ok(0)
     })();
-    let nstat = Command::new("ip")
-        .args(["netns", "exec", &netns, "nstat", "-az", "TcpExtPAWSEstab"])
-        .output()
-        .unwrap();
+    let (paws, nstat) = kernel_counter(&netns, "TcpExtPAWSEstab");
     let _ = kernel.kill();
     let _ = kernel.wait();
-    let nstat = String::from_utf8_lossy(&nstat.stdout).to_string();
-    let paws: u64 = nstat
-        .lines()
-        .find_map(|l| l.strip_prefix("TcpExtPAWSEstab"))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(u64::MAX);
     result.unwrap_or_else(|e| panic!("{e} (kernel: {nstat})"));
     assert_eq!(
-        paws, 0,
+        paws,
+        Some(0),
         "segments the kernel dropped as PAWS failures: {nstat}"
     );
 }
@@ -557,19 +538,8 @@ while True:
             assert!(start.elapsed() < Duration::from_secs(10), "no TAP {tap}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        sh(&["ip", "link", "set", &tap, "netns", &netns]);
         // Each process makes a new interface; the kernel's address goes on it each time.
-        sh(&[
-            "ip",
-            "-n",
-            &netns,
-            "addr",
-            "add",
-            "10.99.14.2/24",
-            "dev",
-            &tap,
-        ]);
-        sh(&["ip", "-n", &netns, "link", "set", &tap, "up"]);
+        kernel_side(&tap, &netns, "10.99.14.2/24");
         let out = child.wait_with_output().unwrap();
         let said = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(
@@ -583,17 +553,7 @@ while True:
         .args(["netns", "exec", &netns, "ss", "-Htan", "state", "time-wait"])
         .output()
         .unwrap();
-    let nstat = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &netns,
-            "nstat",
-            "-az",
-            "TcpExtPAWSTimewait",
-        ])
-        .output()
-        .unwrap();
+    let (refused, nstat) = kernel_counter(&netns, "TcpExtPAWSTimewait");
     let _ = kernel.kill();
     let _ = kernel.wait();
     let tw = String::from_utf8_lossy(&tw.stdout).to_string();
@@ -604,11 +564,5 @@ while True:
     peers.sort_unstable();
     peers.dedup();
     assert_eq!(peers.len(), 4, "four distinct 4-tuples in TIME-WAIT: {tw}");
-    let nstat = String::from_utf8_lossy(&nstat.stdout).to_string();
-    let refused = nstat
-        .lines()
-        .find_map(|l| l.strip_prefix("TcpExtPAWSTimewait"))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok());
     assert_eq!(refused, Some(0), "{nstat}; runs took {runs:?}");
 }
