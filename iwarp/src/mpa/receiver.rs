@@ -700,12 +700,12 @@ impl Receiver {
     /// With markers the chain starts at the boundary the first marker of the segment points
     /// to, or at the segment's start when a chain from there is confirmed: FPDU-aligned
     /// senders (RFC 5044 §6.1) start every segment with an FPDU, and the FPDUs in front of
-    /// the first marker (short ones carry none) are then placed too. The start is
-    /// confirmed when its chain runs into the marker-located boundary, or, in a segment
-    /// without a marker, by the CRC or by a boundary already known: an FPDU handed up ahead
-    /// ends right at the segment's start, or begins right where the chain ends (FPDUs are
-    /// back to back in the stream, RFC 5044 §4). Without CRC, a marker-less segment with
-    /// neither (its neighbours not yet seen) is left to TCP.
+    /// the first marker (short ones carry none) are then placed too. With CRC the start is
+    /// confirmed by the CRCs of its chain (and, in a segment with a marker, by the chain
+    /// running into the marker-located boundary); without CRC only by a boundary known
+    /// exactly: an FPDU handed up ahead ends right at the segment's start (FPDUs are back
+    /// to back in the stream, RFC 5044 §4). Otherwise the octets in front of the first
+    /// marker-located boundary are left to TCP.
     ///
     /// What cannot be placed and is left to TCP: octets of an FPDU whose ULPDU_Length is
     /// in another segment (a segment starting inside an FPDU, from a sender that is not
@@ -725,16 +725,18 @@ impl Receiver {
         if self.spacing.is_some() && marked != Some(s) && s >= floor && !after_marker {
             let (found, b) = self.chain(s, payload, s);
             let confirmed = !found.is_empty()
-                && match marked {
-                    Some(m) => b == m || found.iter().any(|f| f.0 == m),
-                    // Without a marker in the segment only the CRC or a known boundary can
-                    // confirm the start: with markers on the sender need not align FPDUs
-                    // with segments, and plausible-looking FPDUs that happen to tile the
-                    // rest of a segment starting inside an FPDU would be placed at the
-                    // wrong boundary.
-                    None => {
-                        self.cfg.crc || self.ends_delivered(s) || self.delivered.contains_key(&b)
-                    }
+                && if self.cfg.crc {
+                    // Each FPDU of the chain passed its CRC; with a marker in the segment
+                    // the chain must also agree with the boundary the marker points to.
+                    marked.is_none_or(|m| b == m || found.iter().any(|f| f.0 == m))
+                } else {
+                    // Without a CRC nothing checks an FPDU read from a guessed start: the
+                    // sender need not align FPDUs with segments, and octets inside an FPDU
+                    // can read as a plausible FPDU that ends on a real boundary, after which
+                    // the chain follows the real ones into the marker's boundary or a known
+                    // one. Only a boundary known exactly confirms the start: an FPDU handed
+                    // up ahead ends right there.
+                    self.ends_delivered(s)
                 };
             if confirmed {
                 return Some((s, found, b));
@@ -1041,13 +1043,14 @@ mod tests {
         assert!(rx.is_at_boundary());
     }
 
-    // Issue #18: with markers and without CRC, a short FPDU in a segment ahead of RCV.NXT
-    // that holds no marker is confirmed by the boundaries around it: placed when an FPDU
-    // handed up ahead ends at its start, or begins where its chain ends; left to TCP while
-    // neither neighbour was seen. Stream: marker, FPDU0 (200 octets, kept back), FPDU1
-    // (400, spans the marker at 512), FPDU2 (50, no marker), FPDU3 (400, spans 1024).
+    // RFC 5044 §4, §5: with markers and without CRC, a short FPDU in a segment ahead of
+    // RCV.NXT that holds no marker is placed only when its start is a boundary known exactly
+    // (an FPDU handed up ahead ends there); a chain that merely ends on a known boundary
+    // does not confirm it (see `octets_inside_an_fpdu_that_read_as_one_are_not_placed`).
+    // Stream: marker, FPDU0 (200 octets, kept back), FPDU1 (400, spans the marker at 512),
+    // FPDU2 (50, no marker), FPDU3 (400, spans 1024).
     #[test]
-    fn short_fpdu_ahead_is_confirmed_by_known_boundaries_without_crc() {
+    fn short_fpdu_ahead_is_confirmed_only_by_an_exact_boundary_without_crc() {
         let f = Framer::new(false, Some(MarkerSpacing::new(START)));
         let mut stream = Vec::new();
         let mut ulpdus = Vec::new();
@@ -1079,11 +1082,15 @@ mod tests {
             "no marker, no known neighbour"
         );
         assert!(placed(&mut rx, 3, &mut got), "marker-located");
-        assert!(placed(&mut rx, 2, &mut got), "runs into FPDU3's boundary");
+        assert!(
+            !placed(&mut rx, 2, &mut got),
+            "its chain ends on FPDU3's boundary: not enough without CRC"
+        );
         assert!(placed(&mut rx, 1, &mut got), "marker-located");
+        assert!(placed(&mut rx, 2, &mut got), "starts where FPDU1 ended");
         assert_eq!(
             got,
-            vec![ulpdus[3].clone(), ulpdus[2].clone(), ulpdus[1].clone()]
+            vec![ulpdus[3].clone(), ulpdus[1].clone(), ulpdus[2].clone()]
         );
 
         // The other neighbour: FPDU1 handed up ahead ends where FPDU2's segment starts.
@@ -1105,5 +1112,63 @@ mod tests {
         );
         assert!(rx.is_at_boundary());
         assert_eq!(rx.pending_out_of_order(), 0);
+    }
+
+    // RFC 5044 §5, §8 (found by the `mpa_receiver` fuzz target): without CRC, octets inside an
+    // FPDU can read as a whole FPDU (ULPDU_Length, DDP version 1, zero pad and CRC field)
+    // that ends on the real next boundary, so a chain from the start of a segment cut inside
+    // FPDU0 runs into the boundary FPDU1's marker points to. Nothing of that guess may be
+    // handed up: the marker-located FPDU1 is placed ahead, the rest of FPDU0 stays with TCP
+    // and every ULPDU comes out once, byte-exact. Stream: marker, FPDU0 (200 octets, 212 in
+    // all), FPDU1 (400, spans the marker at 512); the segment ahead starts at octet 108.
+    #[test]
+    fn octets_inside_an_fpdu_that_read_as_one_are_not_placed() {
+        let f = Framer::new(false, Some(MarkerSpacing::new(START)));
+        let mut u0 = vec![0xc1u8, 0x41];
+        u0.resize(200, 7);
+        // Octet 108 of the stream is octet 102 of FPDU0's ULPDU: a ULPDU_Length of 98 there
+        // gives a 104-octet FPDU ending at 212, on FPDU0's zero CRC field.
+        u0[102..105].copy_from_slice(&[0, 98, 0x41]);
+        let mut u1 = vec![0xc1u8, 0x41];
+        u1.resize(400, 9);
+        let mut stream = Vec::new();
+        f.emit_fpdu(START, &[&u0[..]], &mut stream).unwrap();
+        let second = START + stream.len() as u32;
+        f.emit_fpdu(second, &[&u1[..]], &mut stream).unwrap();
+        assert_eq!(stream.len(), 624);
+        let cut = 108;
+        for crc_errors in [CrcErrorPolicy::Fail, CrcErrorPolicy::Deliver] {
+            let mut rx = Receiver::new(ReceiverConfig {
+                crc: false,
+                markers: true,
+                crc_errors,
+                ..config()
+            });
+            let mut got = Vec::new();
+            let c = rx
+                .handle_segment(START + cut as u32, &stream[cut..], false, |d| {
+                    got.push((d.seq, d.ulpdu.to_vec()))
+                })
+                .unwrap();
+            assert_eq!(
+                (c.start, c.end),
+                (212 - cut, 624 - cut),
+                "only FPDU1 placed"
+            );
+            assert_eq!(got, vec![(START + 212, u1.clone())]);
+            rx.handle_segment(START, &stream[..cut], true, |d| {
+                got.push((d.seq, d.ulpdu.to_vec()))
+            })
+            .unwrap();
+            rx.handle_in_order(START + cut as u32, &stream[cut..212], |d| {
+                got.push((d.seq, d.ulpdu.to_vec()))
+            })
+            .unwrap();
+            rx.handle_rcv_nxt(START + 624).unwrap();
+            assert_eq!(got[1], (START + 4, u0.clone()), "FPDU0 whole, in order");
+            assert_eq!(got.len(), 2);
+            assert!(rx.is_at_boundary());
+            assert_eq!(rx.pending_out_of_order(), 0);
+        }
     }
 }
