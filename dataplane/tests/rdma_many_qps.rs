@@ -5,16 +5,15 @@
 
 mod rdma_common;
 
-use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
 use dataplane::apps::{all_rights, Resources};
 use dataplane::clock;
 use dataplane::port::fault::FaultConfig;
-use dataplane::rdma::{CmEvent, Region};
+use dataplane::rdma::Region;
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::{CompletionStatus, QpId, RecvWr, RemoteBuf, STag, SendOp, SendWr, WcOpcode};
+use iwarp::verbs::{CompletionStatus, RecvWr, RemoteBuf, STag, SendOp, SendWr, WcOpcode};
 use rdma_common::*;
 
 const QPS: usize = 1000;
@@ -55,62 +54,19 @@ fn thousand_qps_connect_and_carry_checked_data() {
     }
 
     let start = clock::now();
-    let mut client_qps = HashMap::new();
-    for i in 0..QPS {
-        let (id, qp) = lc
-            .handler_mut()
-            .connect(CLIENT_IP, addr, cres.init, &(i as u32).to_be_bytes())
+    let up = connect_qps(&mut ls, &mut lc, addr, cres.init, QPS, |h, qp, slot| {
+        h.rnic_mut()
+            .post_rq(
+                qp,
+                vec![RecvWr {
+                    wr_id: slot as u64,
+                    sgl: vec![recv_area.sge(slot * LEN, LEN)],
+                }],
+            )
             .unwrap();
-        client_qps.insert(id, (i, qp));
-    }
-    // The server's QP of each slot, and the client's established QPs.
-    let mut server_slots: HashMap<QpId, usize> = HashMap::new();
-    let mut client_up = Vec::new();
-    let mut server_up = 0;
+    });
+    let (client_up, server_slots) = (up.client, up.server);
     let end = start + Duration::from_secs(30);
-    while client_up.len() < QPS || server_up < QPS {
-        assert!(
-            clock::now() < end,
-            "{} of {QPS} client QPs and {server_up} server QPs up; server {:?}",
-            client_up.len(),
-            ls.handler().cm_counters()
-        );
-        let now = clock::now();
-        ls.poll_once(now);
-        lc.poll_once(now);
-        while let Some(e) = ls.handler_mut().poll_cm_event() {
-            match e {
-                CmEvent::ConnectRequest {
-                    id,
-                    qp,
-                    private_data,
-                    ..
-                } => {
-                    let slot = u32::from_be_bytes(private_data[..4].try_into().unwrap()) as usize;
-                    assert!(slot < QPS && server_slots.insert(qp, slot).is_none());
-                    let h = ls.handler_mut();
-                    h.rnic_mut()
-                        .post_rq(
-                            qp,
-                            vec![RecvWr {
-                                wr_id: slot as u64,
-                                sgl: vec![recv_area.sge(slot * LEN, LEN)],
-                            }],
-                        )
-                        .unwrap();
-                    h.accept(id, &[]).unwrap();
-                }
-                CmEvent::Established { .. } => server_up += 1,
-                e => panic!("server: {e:?}"),
-            }
-        }
-        while let Some(e) = lc.handler_mut().poll_cm_event() {
-            match e {
-                CmEvent::Established { id, .. } => client_up.push(client_qps[&id]),
-                e => panic!("client: {e:?}"),
-            }
-        }
-    }
     let connected = clock::now().saturating_since(start);
     assert_eq!(lc.handler().live(), QPS);
     assert_eq!(ls.handler().live(), QPS);
@@ -125,7 +81,7 @@ fn thousand_qps_connect_and_carry_checked_data() {
 
     // Every QP: a Write into its slot of the write area, then a Send into its slot of the
     // server's receive area (placed in order: once the Send is received, so is the Write).
-    for &(i, qp) in &client_up {
+    for &(i, _, qp) in &client_up {
         let wrs = vec![
             SendWr::message(
                 i as u64,

@@ -8,16 +8,15 @@
 
 mod rdma_common;
 
-use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
 use dataplane::apps::{all_rights, Resources};
 use dataplane::clock;
 use dataplane::port::fault::{FaultConfig, Rate};
-use dataplane::rdma::{CmEvent, RdmaCounters, Region};
+use dataplane::rdma::{RdmaCounters, Region};
 use iwarp::mpa::MpaConfig;
-use iwarp::verbs::{CompletionStatus, QpId, QpInit, RecvWr, SendOp, SendWr, WcOpcode};
+use iwarp::verbs::{CompletionStatus, RecvWr, SendOp, SendWr, WcOpcode};
 use rdma_common::*;
 
 const QPS: usize = 4;
@@ -31,62 +30,6 @@ fn pattern(i: usize, k: usize) -> Vec<u8> {
     (0..LEN)
         .map(|j| (i.wrapping_mul(53) + k.wrapping_mul(17) + j * 3) as u8)
         .collect()
-}
-
-/// Connects `n` client QPs of `lc` to the listener of `ls` at `addr` (client QP `i` sends
-/// `i` as private data) and accepts them; the client's established QPs with their index,
-/// and the index of each server QP.
-fn connect_qps(
-    ls: &mut Loop,
-    lc: &mut Loop,
-    addr: SocketAddrV4,
-    init: QpInit,
-    n: usize,
-) -> (Vec<(usize, QpId)>, HashMap<QpId, usize>) {
-    let mut client_qps = HashMap::new();
-    for i in 0..n {
-        let (id, qp) = lc
-            .handler_mut()
-            .connect(CLIENT_IP, addr, init, &(i as u32).to_be_bytes())
-            .unwrap();
-        client_qps.insert(id, (i, qp));
-    }
-    let mut server_qps: HashMap<QpId, usize> = HashMap::new();
-    let (mut client_up, mut server_up) = (Vec::new(), 0);
-    let end = clock::now() + Duration::from_secs(30);
-    while client_up.len() < n || server_up < n {
-        assert!(
-            clock::now() < end,
-            "{} and {server_up} QPs up",
-            client_up.len()
-        );
-        let now = clock::now();
-        ls.poll_once(now);
-        lc.poll_once(now);
-        while let Some(e) = ls.handler_mut().poll_cm_event() {
-            match e {
-                CmEvent::ConnectRequest {
-                    id,
-                    qp,
-                    private_data,
-                    ..
-                } => {
-                    let i = u32::from_be_bytes(private_data[..4].try_into().unwrap()) as usize;
-                    assert!(i < n && server_qps.insert(qp, i).is_none());
-                    ls.handler_mut().accept(id, &[]).unwrap();
-                }
-                CmEvent::Established { .. } => server_up += 1,
-                e => panic!("server: {e:?}"),
-            }
-        }
-        while let Some(e) = lc.handler_mut().poll_cm_event() {
-            match e {
-                CmEvent::Established { id, .. } => client_up.push(client_qps[&id]),
-                e => panic!("client: {e:?}"),
-            }
-        }
-    }
-    (client_up, server_qps)
 }
 
 /// Runs the exchange; the server's and the client's counters.
@@ -125,11 +68,12 @@ fn sends_on_qps_sharing_an_srq(faults: FaultConfig) -> (RdmaCounters, RdmaCounte
     }
 
     let end = clock::now() + Duration::from_secs(30);
-    let (client_up, server_qps) = connect_qps(&mut ls, &mut lc, addr, cres.init, QPS);
+    let up = connect_qps(&mut ls, &mut lc, addr, cres.init, QPS, |_, _, _| ());
+    let (client_up, server_qps) = (up.client, up.server);
     let attrs = ls.handler().rnic().query_srq(srq).unwrap();
     assert_eq!(attrs.available, total as u32, "no QP took a WQE ahead");
 
-    for &(i, qp) in &client_up {
+    for &(i, _, qp) in &client_up {
         let wrs = (0..SENDS)
             .map(|k| {
                 let send = SendOp::Send {
@@ -267,8 +211,9 @@ fn sends_on_qps_sharing_an_srq_reposted_as_they_complete() {
         }
     }
     let end = clock::now() + Duration::from_secs(30);
-    let (client_up, server_qps) = connect_qps(&mut ls, &mut lc, addr, cres.init, Q);
-    for &(i, qp) in &client_up {
+    let up = connect_qps(&mut ls, &mut lc, addr, cres.init, Q, |_, _, _| ());
+    let (client_up, server_qps) = (up.client, up.server);
+    for &(i, _, qp) in &client_up {
         let wrs = (0..REPOST_SENDS)
             .map(|k| {
                 let send = SendOp::Send {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use dataplane::apps::{all_rights, Resources};
 use dataplane::clock;
 use dataplane::port::fault::FaultConfig;
-use dataplane::rdma::{CmEvent, Region};
+use dataplane::rdma::Region;
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr};
 use rdma_common::*;
@@ -27,44 +27,7 @@ fn connect(
     let addr = SocketAddrV4::new(SERVER_IP, 7100);
     ls.handler_mut().set_listen_backlog(n);
     ls.handler_mut().listen(addr, sres.init).unwrap();
-    let mut ids = HashMap::new();
-    for i in 0..n {
-        let (id, qp) = lc
-            .handler_mut()
-            .connect(CLIENT_IP, addr, cres.init, &[])
-            .unwrap();
-        ids.insert(id, (i, qp));
-    }
-    let mut up = vec![None; n];
-    let (mut client_up, mut server_up) = (0, 0);
-    let end = clock::now() + Duration::from_secs(30);
-    while client_up < n || server_up < n {
-        assert!(
-            clock::now() < end,
-            "{client_up} and {server_up} of {n} QPs up"
-        );
-        let now = clock::now();
-        ls.poll_once(now);
-        lc.poll_once(now);
-        while let Some(e) = ls.handler_mut().poll_cm_event() {
-            match e {
-                CmEvent::ConnectRequest { id, .. } => ls.handler_mut().accept(id, &[]).unwrap(),
-                CmEvent::Established { .. } => server_up += 1,
-                e => panic!("server: {e:?}"),
-            }
-        }
-        while let Some(e) = lc.handler_mut().poll_cm_event() {
-            match e {
-                CmEvent::Established { id, .. } => {
-                    let (i, qp) = ids[&id];
-                    up[i] = Some(qp);
-                    client_up += 1;
-                }
-                e => panic!("client: {e:?}"),
-            }
-        }
-    }
-    up.into_iter().map(Option::unwrap).collect()
+    connect_qps(ls, lc, addr, cres.init, n, |_, _, _| ()).client_by_index()
 }
 
 /// A Write of `len` octets from the start of `src` to `dst` at `offset`.

@@ -4,14 +4,13 @@
 
 mod rdma_common;
 
-use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
 use dataplane::apps::{all_rights, Resources};
 use dataplane::clock;
 use dataplane::port::fault::FaultConfig;
-use dataplane::rdma::{CmEvent, Region};
+use dataplane::rdma::Region;
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::{CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr};
 use rdma_common::*;
@@ -27,41 +26,8 @@ fn connect(
 ) -> Vec<(ConnId, QpId)> {
     let addr = SocketAddrV4::new(SERVER_IP, 7200);
     ls.handler_mut().listen(addr, sres.init).unwrap();
-    let mut ids = HashMap::new();
-    for _ in 0..n {
-        let (id, qp) = lc
-            .handler_mut()
-            .connect(CLIENT_IP, addr, cres.init, &[])
-            .unwrap();
-        ids.insert(id, qp);
-    }
-    let mut up = Vec::new();
-    let mut server_up = 0;
-    let end = clock::now() + Duration::from_secs(10);
-    while up.len() < n || server_up < n {
-        assert!(
-            clock::now() < end,
-            "{} and {server_up} of {n} QPs up",
-            up.len()
-        );
-        let now = clock::now();
-        ls.poll_once(now);
-        lc.poll_once(now);
-        while let Some(e) = ls.handler_mut().poll_cm_event() {
-            match e {
-                CmEvent::ConnectRequest { id, .. } => ls.handler_mut().accept(id, &[]).unwrap(),
-                CmEvent::Established { .. } => server_up += 1,
-                e => panic!("server: {e:?}"),
-            }
-        }
-        while let Some(e) = lc.handler_mut().poll_cm_event() {
-            match e {
-                CmEvent::Established { id, .. } => up.push((id, ids[&id])),
-                e => panic!("client: {e:?}"),
-            }
-        }
-    }
-    up
+    let up = connect_qps(ls, lc, addr, cres.init, n, |_, _, _| ());
+    up.client.into_iter().map(|(_, id, qp)| (id, qp)).collect()
 }
 
 /// A Write of `len` octets from the start of `src` to `dst` at `offset`.
