@@ -4,12 +4,15 @@
 mod rdma_common;
 
 use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dataplane::apps::perf::{
-    jain_index, PerfClient, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer, QpShares,
+    jain_index, PerfClient, PerfError, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer,
+    QpShares,
 };
-use dataplane::apps::run_pair;
+use dataplane::apps::{run_pair, AppError, STOP_GRACE};
+use dataplane::clock;
 use dataplane::port::fault::{FaultConfig, Rate};
 use iwarp::mpa::MpaConfig;
 use rdma_common::*;
@@ -50,7 +53,14 @@ fn perf_client_over(params: PerfParams, hold: Duration, faults: FaultConfig) -> 
     let addr = SocketAddrV4::new(SERVER_IP, 18515);
     let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
     let mut c = PerfClient::new(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
-    let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(60));
+    let (rs, rc) = run_pair(
+        &mut ls,
+        &mut s,
+        &mut lc,
+        &mut c,
+        Duration::from_secs(60),
+        &NO_STOP,
+    );
     rc.expect("client");
     rs.expect("server");
     c
@@ -215,5 +225,77 @@ fn latency_excludes_first_fpdu_hold() {
         };
         let limit = hold.as_secs_f64() * 1e6 / 4.0;
         assert!(max < limit, "{op:?}: a sample of {max} µs spans the hold");
+    }
+}
+
+// `perf --loopback`: a client that cannot connect (nothing listens on its port: the
+// server's TCP resets the SYN) fails, and its in-process server, waiting for connections
+// that will not come, is ended a grace period later instead of keeping the run alive
+// until the time limit (it used to: 200 QPs over a lossy link sat in `perf` for good).
+#[test]
+fn a_failed_client_ends_its_in_process_server() {
+    let (mut ls, mut lc) = pair(MpaConfig::default(), 8 << 20, FaultConfig::default());
+    let mut s = PerfServer::new(ls.handler_mut(), SocketAddrV4::new(SERVER_IP, 18515)).unwrap();
+    let elsewhere = SocketAddrV4::new(SERVER_IP, 18516);
+    let p = params(PerfOp::Write, PerfMode::Bw, vec![4096], 10);
+    let mut c = PerfClient::new(lc.handler_mut(), CLIENT_IP, elsewhere, p).unwrap();
+    let start = clock::now();
+    let (rs, rc) = run_pair(
+        &mut ls,
+        &mut s,
+        &mut lc,
+        &mut c,
+        Duration::from_secs(60),
+        &NO_STOP,
+    );
+    let took = clock::now().saturating_since(start);
+    assert!(rc.is_err(), "the client connected to nobody: {rc:?}");
+    assert_eq!(rs, Err(PerfError::App(AppError::PeerFailed)));
+    assert!(
+        took >= STOP_GRACE && took < STOP_GRACE * 4,
+        "ended after {took:?}"
+    );
+    assert_eq!(ls.handler().live() + lc.handler().live(), 0);
+}
+
+// Ctrl-C in `perf --loopback` (the stop flag set while the QP streams): both ends stop
+// at once and their connections are closed; the time limit closes them too.
+#[test]
+fn the_stop_flag_and_the_time_limit_end_both_ends_of_a_pair() {
+    let addr = SocketAddrV4::new(SERVER_IP, 18515);
+    let mut p = params(PerfOp::Write, PerfMode::Bw, vec![4096], 1);
+    p.duration = Some(Duration::from_secs(3600));
+    for by_signal in [true, false] {
+        let (mut ls, mut lc) = pair(MpaConfig::default(), 8 << 20, FaultConfig::default());
+        let mut s = PerfServer::new(ls.handler_mut(), addr).unwrap();
+        let mut c = PerfClient::new(lc.handler_mut(), CLIENT_IP, addr, p.clone()).unwrap();
+        let stop = AtomicBool::new(false);
+        let limit = Duration::from_secs(if by_signal { 60 } else { 1 });
+        let start = clock::now();
+        let (rs, rc) = std::thread::scope(|t| {
+            if by_signal {
+                t.spawn(|| {
+                    std::thread::sleep(Duration::from_secs(1));
+                    stop.store(true, Ordering::Relaxed);
+                });
+            }
+            run_pair(&mut ls, &mut s, &mut lc, &mut c, limit, &stop)
+        });
+        let took = clock::now().saturating_since(start);
+        let want = PerfError::App(if by_signal {
+            AppError::Stopped
+        } else {
+            AppError::TimeLimit
+        });
+        assert_eq!(rc.unwrap_err(), want);
+        assert_eq!(rs.unwrap_err(), want);
+        assert!(took < Duration::from_secs(1) + STOP_GRACE, "took {took:?}");
+        let received = ls.handler().counters().fpdus_received;
+        assert!(received > 100, "the QP streamed first: {received} FPDUs");
+        assert_eq!(
+            ls.handler().live() + lc.handler().live(),
+            0,
+            "connections closed"
+        );
     }
 }

@@ -30,7 +30,14 @@ fn run_held(
     let params = PerftestParams::new(test, size, iters);
     let mut s = PerftestSession::server(ls.handler_mut(), addr, params.clone()).expect("server");
     let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
-    let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(60));
+    let (rs, rc) = run_pair(
+        &mut ls,
+        &mut s,
+        &mut lc,
+        &mut c,
+        Duration::from_secs(60),
+        &NO_STOP,
+    );
     assert!(rc.is_ok() && rs.is_ok(), "client {rc:?}, server {rs:?}");
     assert_eq!(c.peer_version(), Some("6.06"));
     assert_eq!(s.peer_version(), Some("6.06"));
@@ -86,7 +93,14 @@ fn send_bw_with_credit_writes() {
     let addr = SocketAddrV4::new(SERVER_IP, 18515);
     let mut s = PerftestSession::server(ls.handler_mut(), addr, p.clone()).expect("server");
     let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, p).expect("client");
-    let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(60));
+    let (rs, rc) = run_pair(
+        &mut ls,
+        &mut s,
+        &mut lc,
+        &mut c,
+        Duration::from_secs(60),
+        &NO_STOP,
+    );
     rc.expect("client");
     rs.expect("server");
     // The server measures its own receives (perftest's ib_send_bw server does too).
@@ -171,7 +185,14 @@ fn client_against_plain_perf_server_fails_cleanly() {
     let mut s = PerfServer::new(ls.handler_mut(), addr).expect("server");
     let params = PerftestParams::new(Test::WriteBw, 64, 10);
     let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
-    let (_, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(3));
+    let (_, rc) = run_pair(
+        &mut ls,
+        &mut s,
+        &mut lc,
+        &mut c,
+        Duration::from_secs(3),
+        &NO_STOP,
+    );
     assert_eq!(
         rc.map_err(|e| e.to_string()),
         Err("control connection: rejected".to_string())
@@ -248,7 +269,14 @@ fn against_bad_peer(reply: &[u8]) -> String {
     };
     let params = PerftestParams::new(Test::WriteBw, 64, 10);
     let mut c = PerftestSession::client(lc.handler_mut(), CLIENT_IP, addr, params).expect("client");
-    let (_, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(10));
+    let (_, rc) = run_pair(
+        &mut ls,
+        &mut s,
+        &mut lc,
+        &mut c,
+        Duration::from_secs(10),
+        &NO_STOP,
+    );
     assert!(s.qp.is_some(), "the bad peer accepted");
     rc.expect_err("the client must fail").to_string()
 }

@@ -24,7 +24,14 @@ fn rping(mpa: MpaConfig, faults: FaultConfig, size: usize, count: u32) -> (u32, 
     let addr = SocketAddrV4::new(SERVER_IP, 7174);
     let mut s = Rping::server(ls.handler_mut(), addr, opts.clone()).expect("server");
     let mut c = Rping::client(lc.handler_mut(), CLIENT_IP, addr, opts).expect("client");
-    let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(20));
+    let (rs, rc) = run_pair(
+        &mut ls,
+        &mut s,
+        &mut lc,
+        &mut c,
+        Duration::from_secs(20),
+        &NO_STOP,
+    );
     rc.expect("client");
     rs.expect("server");
     (s.pings, c.pings)
@@ -77,7 +84,14 @@ fn rping_time_excludes_first_fpdu_hold() {
     let mut s = Rping::server(ls.handler_mut(), addr, opts.clone()).expect("server");
     let mut c = Rping::client(lc.handler_mut(), CLIENT_IP, addr, opts).expect("client");
     let t0 = clock::now();
-    let (rs, rc) = run_pair(&mut ls, &mut s, &mut lc, &mut c, Duration::from_secs(20));
+    let (rs, rc) = run_pair(
+        &mut ls,
+        &mut s,
+        &mut lc,
+        &mut c,
+        Duration::from_secs(20),
+        &NO_STOP,
+    );
     rc.expect("client");
     rs.expect("server");
     assert_eq!(c.pings, 10);

@@ -13,7 +13,7 @@ use dataplane::apps::soak::{SoakClient, SoakError, SoakParams, SoakServer};
 use dataplane::apps::{run_pair, App, Step};
 use dataplane::port::fault::{CorruptMode, Direction, FaultConfig, FaultCounters, Rate};
 use iwarp::mpa::MpaConfig;
-use rdma_common::{pair, Loop, CLIENT_IP, SERVER_IP};
+use rdma_common::{pair, Loop, CLIENT_IP, NO_STOP, SERVER_IP};
 
 /// Issue 8's mix: 1 % loss, 1 % reordering, 0.1 % duplication, 0.01 % bit flips, on the
 /// frames each side receives.
@@ -58,6 +58,7 @@ fn soak(crc: bool, faults_cfg: FaultConfig, params: SoakParams) -> Outcome {
         &mut lc,
         &mut cli,
         Duration::from_secs(120),
+        &NO_STOP,
     );
     Outcome {
         server,

@@ -49,6 +49,10 @@ pub enum AppError {
     /// The deadline passed before the application was done.
     #[error("time limit reached")]
     TimeLimit,
+    /// The other application of an in-process pair failed and this one did not finish
+    /// within the grace period after it.
+    #[error("stopped: the other end failed")]
+    PeerFailed,
 }
 
 impl AppError {

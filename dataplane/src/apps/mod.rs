@@ -233,21 +233,42 @@ pub fn stop_connections<P: Port>(
 }
 
 /// Runs two applications on two loops in one thread (the in-process software pair) until
-/// both are done; returns both results.
+/// both are done, `stop` is set (Ctrl-C: both fail with [`AppError::Stopped`]) or `limit`
+/// passes (the unfinished ones fail with [`AppError::TimeLimit`]); returns both results.
+/// When one fails, the other gets [`STOP_GRACE`] to finish on its own and then fails with
+/// [`AppError::PeerFailed`]: a server whose in-process client gave up would otherwise wait
+/// for it forever. An application ended this way has its connections closed as
+/// [`stop_connections`] does, on both loops at once (each is the other's peer).
 pub fn run_pair<P: Port, A: App, B: App>(
     la: &mut PollLoop<P, RdmaHandler>,
     a: &mut A,
     lb: &mut PollLoop<P, RdmaHandler>,
     b: &mut B,
     limit: Duration,
+    stop: &AtomicBool,
 ) -> (Result<(), A::Error>, Result<(), B::Error>) {
     let end = clock::now() + limit;
-    let mut ra = None;
-    let mut rb = None;
-    while ra.is_none() || rb.is_none() {
+    let mut ra: Option<Result<(), A::Error>> = None;
+    let mut rb: Option<Result<(), B::Error>> = None;
+    let mut peer_failed_at = None;
+    let cut = loop {
+        if ra.is_some() && rb.is_some() {
+            break None;
+        }
         let now = clock::now();
+        if stop.load(Ordering::Relaxed) {
+            break Some(AppError::Stopped);
+        }
         if now >= end {
-            break;
+            break Some(AppError::TimeLimit);
+        }
+        if peer_failed_at.is_none()
+            && (ra.as_ref().is_some_and(Result::is_err) || rb.as_ref().is_some_and(Result::is_err))
+        {
+            peer_failed_at = Some(now);
+        }
+        if peer_failed_at.is_some_and(|t| now.saturating_since(t) >= STOP_GRACE) {
+            break Some(AppError::PeerFailed);
         }
         // Each application steps between its loop's receive and transmit halves: a
         // ping-pong's request and its reply cross the link in one iteration.
@@ -265,6 +286,9 @@ pub fn run_pair<P: Port, A: App, B: App>(
                 }
             }
         });
+    };
+    if cut.is_some() {
+        close_pair(la, lb, STOP_GRACE);
     }
     // Flush what is still in flight (FIN, ACKs).
     for _ in 0..200 {
@@ -272,8 +296,38 @@ pub fn run_pair<P: Port, A: App, B: App>(
         la.poll_once(now);
         lb.poll_once(now);
     }
+    let cut = cut.unwrap_or(AppError::TimeLimit);
     (
-        ra.unwrap_or_else(|| Err(AppError::TimeLimit.into())),
-        rb.unwrap_or_else(|| Err(AppError::TimeLimit.into())),
+        ra.unwrap_or_else(|| Err(cut.clone().into())),
+        rb.unwrap_or_else(|| Err(cut.into())),
     )
+}
+
+/// [`stop_connections`] for the two loops of the in-process pair, polled together.
+fn close_pair<P: Port>(
+    la: &mut PollLoop<P, RdmaHandler>,
+    lb: &mut PollLoop<P, RdmaHandler>,
+    grace: Duration,
+) {
+    la.handler_mut().close_all();
+    lb.handler_mut().close_all();
+    let end = clock::now() + grace;
+    while (la.handler().live() > 0 || lb.handler().live() > 0) && clock::now() < end {
+        let now = clock::now();
+        la.poll_once(now);
+        lb.poll_once(now);
+    }
+    for l in [&mut *la, &mut *lb] {
+        if l.handler().live() > 0 {
+            l.handler_mut().abort_all();
+        }
+    }
+    let flush = clock::now() + Duration::from_millis(20);
+    while clock::now() < flush {
+        let now = clock::now();
+        la.poll_once(now);
+        lb.poll_once(now);
+    }
+    la.handler_mut().drain_cqs();
+    lb.handler_mut().drain_cqs();
 }

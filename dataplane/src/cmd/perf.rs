@@ -183,6 +183,7 @@ pub fn run(args: Args) -> Result<(), CmdError> {
             &mut pair.client.0,
             &mut client,
             rdma.time_limit.unwrap_or(Duration::from_secs(3600)),
+            &*stop_flag()?,
         );
         for s in &client.shares {
             say!("{}", s.line());
@@ -484,6 +485,7 @@ fn loopback_lanes(
         if rdma.crc { "on" } else { "off" },
     );
     let limit = rdma.time_limit.unwrap_or(Duration::from_secs(3600));
+    let stop = stop_flag()?;
     type LaneOut = Result<(Vec<PerfResult>, (u64, u32)), CmdError>;
     let jobs: Vec<LaneJob<'_, LaneOut>> = pairs
         .iter_mut()
@@ -491,6 +493,7 @@ fn loopback_lanes(
         .map(|(k, pair)| {
             let params = lane_params(&params, n, k);
             let (port, verify) = (args.port, args.verify);
+            let stop = &*stop;
             Box::new(move || -> LaneOut {
                 let addr = SocketAddr::new(pair.server.1, port);
                 let mut server = PerfServer::new(pair.server.0.handler_mut(), addr)?;
@@ -503,6 +506,7 @@ fn loopback_lanes(
                     &mut pair.client.0,
                     &mut client,
                     limit,
+                    stop,
                 );
                 rc?;
                 rs?;
@@ -600,6 +604,7 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
             &mut pair.client.0,
             &mut client,
             rdma.time_limit.unwrap_or(Duration::from_secs(3600)),
+            &*stop_flag()?,
         );
         rc?;
         return Ok(rs?);

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use dataplane::clock;
@@ -22,6 +23,9 @@ pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 
 pub type Loop = PollLoop<FaultPort<SoftPort>, RdmaHandler>;
+
+/// A stop flag nobody sets, for `run_pair`.
+pub static NO_STOP: AtomicBool = AtomicBool::new(false);
 
 pub fn rdma_config(mpa: MpaConfig, secret: u8) -> RdmaConfig {
     RdmaConfig {
