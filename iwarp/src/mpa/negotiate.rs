@@ -99,15 +99,21 @@ pub struct MpaConfig {
     /// ULP private data of our Request (initiator only; the responder passes its own to
     /// `accept`/`reject`).
     pub private_data: Vec<u8>,
-    /// How long to wait for the peer's frame (and, as responder in peer-to-peer mode, its RTR).
+    /// How long a responder waits for the Request (from the connection's creation) and, in
+    /// peer-to-peer mode, for the RTR after its Reply.
     pub timeout: Duration,
+    /// How long an initiator waits for the Reply after its Request reached the stream. Longer
+    /// than `timeout` (as in Linux siw, 10 s against 5 s): the wait spans the Request's and
+    /// the Reply's transfers, each possibly retransmitted at an RTO of 3 s when the handshake
+    /// lost a SYN (RFC 6298 §5.7), and the responder's decision.
+    pub reply_timeout: Duration,
     /// Treatment of reserved bits in received frames.
     pub reserved_bits: ReservedBits,
 }
 
 impl Default for MpaConfig {
     /// Revision 2, CRC on request only, no markers (refused, as Linux siw), IRD/ORD 16, no
-    /// peer-to-peer, 5 s timeout (as Linux siw).
+    /// peer-to-peer, 5 s for the Request and 10 s for the Reply (as Linux siw).
     fn default() -> Self {
         MpaConfig {
             revision: 2,
@@ -119,6 +125,7 @@ impl Default for MpaConfig {
             p2p: None,
             private_data: Vec::new(),
             timeout: Duration::from_secs(5),
+            reply_timeout: Duration::from_secs(10),
             reserved_bits: ReservedBits::Reject,
         }
     }
@@ -244,7 +251,12 @@ impl Negotiator {
     }
 
     fn new(role: Role, cfg: MpaConfig, state: State, now: Instant) -> Self {
-        let deadline = Some(now + cfg.timeout);
+        let deadline = Some(
+            now + match role {
+                Role::Initiator => cfg.reply_timeout,
+                Role::Responder => cfg.timeout,
+            },
+        );
         Negotiator {
             role,
             cfg,
@@ -318,7 +330,7 @@ impl Negotiator {
     /// connect (SYN retransmissions under load, say) is not counted against the peer.
     pub fn frame_sent(&mut self, now: Instant) {
         if self.state == State::AwaitReply {
-            self.deadline = Some(now + self.cfg.timeout);
+            self.deadline = Some(now + self.cfg.reply_timeout);
         }
     }
 

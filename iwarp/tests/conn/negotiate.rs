@@ -362,7 +362,7 @@ fn negotiation_timeout_resets() {
         ..MpaConfig::default()
     };
     let a = MpaConfig {
-        timeout: Duration::from_secs(2),
+        reply_timeout: Duration::from_secs(2),
         ..MpaConfig::default()
     };
     let (mut s, _, _) = sim(a, b, Decision::Ignore, 8);
@@ -518,7 +518,7 @@ fn initiator_timer_starts_when_the_request_goes_out() {
     let (mut mem, _) = memory(MEM);
     let t0 = tcp::Instant::from_millis(1);
     let cfg = conn_config(MpaConfig {
-        timeout: Duration::from_secs(5),
+        reply_timeout: Duration::from_secs(5),
         ..MpaConfig::default()
     });
     let mut c = Connection::initiator(cfg, t0).unwrap();

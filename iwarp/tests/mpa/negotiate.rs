@@ -264,14 +264,18 @@ fn reject_with_private_data_reaches_initiator() {
 fn timeout_driven_by_now() {
     // RFC 5044 §7.1: a peer that never completes the exchange is timed out.
     let t0 = NOW;
+    // The initiator waits `reply_timeout` for the Reply, the responder `timeout` for the
+    // Request (Linux siw: 10 s and 5 s).
     let cfg = MpaConfig {
         timeout: Duration::from_secs(5),
+        reply_timeout: Duration::from_secs(7),
         ..MpaConfig::default()
     };
-    for mut n in [initiator(cfg.clone()), responder(cfg.clone())] {
-        assert_eq!(n.poll_timeout(), Some(t0 + Duration::from_secs(5)));
-        n.handle_timeout(t0 + Duration::from_millis(4999)).unwrap();
-        let e = n.handle_timeout(t0 + Duration::from_secs(5)).unwrap_err();
+    for (mut n, secs) in [(initiator(cfg.clone()), 7), (responder(cfg.clone()), 5)] {
+        let limit = t0 + Duration::from_secs(secs);
+        assert_eq!(n.poll_timeout(), Some(limit));
+        n.handle_timeout(limit - Duration::from_millis(1)).unwrap();
+        let e = n.handle_timeout(limit).unwrap_err();
         assert_eq!(e, MpaError::Timeout);
         assert_eq!(e.recovery(), Recovery::Reset);
         assert_eq!(n.poll_timeout(), None);
