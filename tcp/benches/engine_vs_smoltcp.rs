@@ -7,6 +7,12 @@
 //! the thread's CPU time (what the work costs, robust to other processes taking the CPU
 //! away); the wall-clock figures are printed alongside.
 //!
+//! Each side's applications use the best API their stack offers: they write the pattern
+//! straight into the socket's send buffer (`StreamSocket::write_with`, smoltcp's
+//! `Socket::send` closure) and check the received bytes where they lie in the socket's
+//! receive buffer (`StreamSocket::read_with`, smoltcp's `Socket::recv` closure), without
+//! a copy through a buffer of their own.
+//!
 //! Both run the same round loop over the same in-memory wire: each round the simulated
 //! clock advances 10 µs, the applications write and read, then each endpoint takes the
 //! packets sent to it in the previous round and sends what it has. Packet buffers are
@@ -38,7 +44,7 @@ const MTU: usize = 1500;
 /// The pattern's period: it divides no power of two, so a misplaced chunk does not compare
 /// equal by accident.
 const PERIOD: usize = 251;
-/// The applications write and read in chunks of this size.
+/// The applications write and check at most this many bytes at a time.
 const CHUNK: usize = 1 << 16;
 /// Simulated time per round (the one-way delay of the wire).
 const ROUND: Duration = Duration::from_micros(10);
@@ -68,13 +74,15 @@ struct Checker {
 }
 
 impl Checker {
-    fn take(&mut self, pattern: &Pattern, bytes: &[u8]) {
+    /// Checks `bytes`, the next received ones, in place; returns how many (all).
+    fn take(&mut self, pattern: &Pattern, bytes: &[u8]) -> usize {
         for piece in bytes.chunks(CHUNK) {
             if piece != pattern.at(self.received, piece.len()) {
                 self.mismatches += 1;
             }
             self.received += piece.len() as u64;
         }
+        bytes.len()
     }
 }
 
@@ -199,14 +207,17 @@ fn run_engine(total: usize, buf: usize, pattern: &Pattern) -> Run {
     let mut accepted = None;
     let mut written = 0usize;
     let mut check = Checker::default();
-    let mut chunk = vec![0u8; CHUNK];
     let mut progress = Progress::new();
     let start = Clocks::start();
     while check.received < total as u64 && progress.moving(check.received) {
         now = now + ROUND;
         if let Some(s) = a.ulp_mut(conn) {
             while written < total {
-                let n = s.write(pattern.at(written as u64, CHUNK.min(total - written)));
+                let n = s.write_with(|room| {
+                    let n = room.len().min(total - written);
+                    room[..n].copy_from_slice(pattern.at(written as u64, n));
+                    n
+                });
                 if n == 0 {
                     break;
                 }
@@ -222,13 +233,7 @@ fn run_engine(total: usize, buf: usize, pattern: &Pattern) -> Run {
         transmit(&mut a, now, &mut pa);
 
         if let Some(s) = accepted.and_then(|c| b.ulp_mut(c)) {
-            loop {
-                let n = s.read(&mut chunk);
-                if n == 0 {
-                    break;
-                }
-                check.take(pattern, &chunk[..n]);
-            }
+            while s.read_with(|bytes| check.take(pattern, bytes)) > 0 {}
         }
         for (pkt, len) in pb.inbox.drain(..) {
             let _ = b.handle_packet(now, &mut (), &pkt[..len]);
@@ -374,7 +379,6 @@ fn run_smoltcp(total: usize, buf: usize, pattern: &Pattern) -> Run {
     let mut now = Duration::ZERO;
     let mut written = 0usize;
     let mut check = Checker::default();
-    let mut chunk = vec![0u8; CHUNK];
     let mut progress = Progress::new();
     let start = Clocks::start();
     while check.received < total as u64 && progress.moving(check.received) {
@@ -384,7 +388,12 @@ fn run_smoltcp(total: usize, buf: usize, pattern: &Pattern) -> Run {
         let s = a_set.get_mut::<SmolSocket>(a_h);
         if s.may_send() {
             while written < total {
-                match s.send_slice(pattern.at(written as u64, CHUNK.min(total - written))) {
+                let sent = s.send(|room| {
+                    let n = room.len().min(total - written).min(CHUNK);
+                    room[..n].copy_from_slice(pattern.at(written as u64, n));
+                    (n, n)
+                });
+                match sent {
                     Ok(n) if n > 0 => written += n,
                     _ => break,
                 }
@@ -393,11 +402,13 @@ fn run_smoltcp(total: usize, buf: usize, pattern: &Pattern) -> Run {
         a_if.poll(t, &mut pa, &mut a_set);
 
         let s = b_set.get_mut::<SmolSocket>(b_h);
-        while let Ok(n) = s.recv_slice(&mut chunk) {
+        while let Ok(n) = s.recv(|bytes| {
+            let n = check.take(pattern, bytes);
+            (n, n)
+        }) {
             if n == 0 {
                 break;
             }
-            check.take(pattern, &chunk[..n]);
         }
         b_if.poll(t, &mut pb, &mut b_set);
         exchange(&mut pa, &mut pb);

@@ -18,6 +18,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
 use std::time::{Duration, Instant as WallClock};
 
+use tcp::checksum::{self, PayloadSum};
 use tcp::sim::{Link, LinkConfig, Side};
 use tcp::{
     Config, Consumed, Engine, Event, Instant, SegmentSink, SegmentSource, StreamSocket, Unit,
@@ -42,6 +43,11 @@ struct Placer {
     expect: Vec<u8>,
     received: u64,
     mismatches: u64,
+    /// Stream offset of the end of everything placed so far.
+    placed_end: u64,
+    /// A payload already copied to its place while its checksum was summed
+    /// ([`SegmentSink::stage`]): its sequence number and length.
+    staged: Option<(u32, usize)>,
 }
 
 impl Placer {
@@ -53,7 +59,19 @@ impl Placer {
             expect: (0..(PERIOD + (1 << 16)) as u64).map(pattern_byte).collect(),
             received: 0,
             mismatches: 0,
+            placed_end: 0,
+            staged: None,
         }
+    }
+
+    /// The stream offset of sequence number `seq`.
+    fn offset(&self, base: u32, seq: u32) -> u64 {
+        let low = u64::from(seq.wrapping_sub(base));
+        let mut off = (self.received & !0xffff_ffff) | low;
+        if off + (1 << 31) < self.received {
+            off += 1 << 32;
+        }
+        off
     }
 
     /// Copy `bytes` (starting at sequence `seq`) to their offset in the destination ring and
@@ -61,13 +79,22 @@ impl Placer {
     fn place(&mut self, seq: u32, bytes: &[u8]) {
         // Bytes that arrived before `attach` come first, through `on_in_order`.
         let base = *self.base.get_or_insert(seq);
-        let off = u64::from(seq.wrapping_sub(base));
+        let off = self.offset(base, seq);
         let start = (off % PERIOD as u64) as usize;
         for (i, piece) in bytes.chunks(1 << 16).enumerate() {
             let s = (start + i * (1 << 16)) % PERIOD;
             if piece != &self.expect[s..s + piece.len()] {
                 self.mismatches += 1;
             }
+        }
+        self.placed_end = self.placed_end.max(off + bytes.len() as u64);
+        if self
+            .staged
+            .take()
+            .is_some_and(|(s, len)| s == seq && bytes.len() <= len)
+        {
+            // Already where it belongs.
+            return;
         }
         let cap = self.dest.len();
         let at = (off % cap as u64) as usize;
@@ -115,6 +142,23 @@ impl SegmentSink for Placer {
     fn rx_window(&self) -> usize {
         // The application drains the ring as fast as it is filled.
         self.dest.len()
+    }
+
+    // Placement and checksum in one pass: a payload that starts where nothing was placed
+    // yet beyond it (so a bad one overwrites nothing received) is copied to its place while
+    // summed, and the engine verifies with that sum.
+    fn stage(&mut self, _cx: &mut (), seq: u32, payload: &[u8]) -> Option<PayloadSum> {
+        self.staged = None;
+        let base = self.base?;
+        let off = self.offset(base, seq);
+        let cap = self.dest.len();
+        let at = (off % cap as u64) as usize;
+        if off < self.placed_end || payload.len() > cap - at {
+            return None;
+        }
+        let sum = checksum::copy_payload(&mut self.dest[at..at + payload.len()], payload);
+        self.staged = Some((seq, payload.len()));
+        Some(sum)
     }
 }
 
@@ -202,9 +246,13 @@ fn run(total: usize, loss: f64, hook: bool) -> Run {
         while a.poll_event().is_some() {}
         if let Some(s) = a.ulp_mut(conn) {
             while written < total {
-                let at = written % PERIOD;
-                let n = (1 << 16).min(total - written);
-                let n = s.write(&pattern[at..at + n]);
+                // Written straight into the socket's send buffer.
+                let n = s.write_with(|room| {
+                    let at = written % PERIOD;
+                    let n = room.len().min(total - written);
+                    room[..n].copy_from_slice(&pattern[at..at + n]);
+                    n
+                });
                 if n == 0 {
                     break;
                 }

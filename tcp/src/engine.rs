@@ -766,13 +766,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         if !is_unicast(src) || !is_unicast(dst) || src.is_ipv4() != dst.is_ipv4() {
             return Err(self.malformed(PacketError::NotUnicast));
         }
-        // The TCP checksum is verified here (crate::checksum), not by the parser.
-        if self.cfg.verify_checksums && !crate::checksum::tcp_checksum_ok(src, dst, segment) {
-            return Err(self.malformed(PacketError::BadTcp));
-        }
         let repr =
             parse_segment(src, dst, segment).ok_or_else(|| self.malformed(PacketError::BadTcp))?;
-        self.stats.segments_in += 1;
         let tuple = FourTuple {
             local: SocketAddr::new(dst, repr.dst_port),
             remote: SocketAddr::new(src, repr.src_port),
@@ -787,6 +782,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 found
             }
         };
+        // The TCP checksum is verified here (crate::checksum), not by the parser, before
+        // the segment touches any state.
+        if self.cfg.verify_checksums && !self.checksum_ok(cx, found, src, dst, segment, &repr) {
+            return Err(self.malformed(PacketError::BadTcp));
+        }
+        self.stats.segments_in += 1;
         match found {
             Some(id)
                 if self
@@ -800,6 +801,36 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             None => self.segment_to_listener(now, tuple, &repr),
         }
         Ok(())
+    }
+
+    /// Whether `segment` carries a correct TCP checksum. Its payload is first offered to the
+    /// connection's ULP ([`crate::SegmentSink::stage`]): when the ULP copies it and returns
+    /// its sum, only the header is summed here (one pass over the payload, not two).
+    fn checksum_ok(
+        &mut self,
+        cx: &mut C,
+        found: Option<ConnId>,
+        src: IpAddr,
+        dst: IpAddr,
+        segment: &[u8],
+        repr: &TcpRepr,
+    ) -> bool {
+        let payload = repr.payload;
+        debug_assert_eq!(
+            payload.as_ptr_range().end,
+            segment.as_ptr_range().end,
+            "the payload is the segment's tail"
+        );
+        let header = &segment[..segment.len() - payload.len()];
+        if !payload.is_empty() && header.len().is_multiple_of(2) {
+            let ulp = found
+                .and_then(|id| slot_mut(&mut self.slots, id))
+                .and_then(|c| c.ulp.as_mut());
+            if let Some(sum) = ulp.and_then(|u| u.stage(cx, repr.seq_number.0 as u32, payload)) {
+                return crate::checksum::tcp_checksum_split_ok(src, dst, header, sum);
+            }
+        }
+        crate::checksum::tcp_checksum_ok(src, dst, segment)
     }
 
     fn segment_to_conn(&mut self, now: Instant, cx: &mut C, id: ConnId, repr: &TcpRepr) {

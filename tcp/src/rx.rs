@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use crate::checksum::PayloadSum;
 use crate::time::Instant;
 
 /// Maximum number of ranges a sink can report per segment.
@@ -136,6 +137,18 @@ pub trait SegmentSink<C: ?Sized = ()> {
 
     /// How many bytes beyond RCV.NXT the sink is prepared to receive: the advertised window.
     fn rx_window(&self) -> usize;
+
+    /// Offered the payload of an arriving segment starting at `seq` before its checksum is
+    /// verified (when the engine verifies checksums): a sink may copy it to where it would
+    /// go, without making it visible, and return its sum ([`crate::checksum::copy_payload`]).
+    /// The engine then verifies the segment with that sum instead of reading the payload
+    /// again; a bad segment goes no further, and of a good one the sink is handed the staged
+    /// bytes as usual (`on_segment`, `on_in_order`), which it then commits without a copy.
+    /// Each call replaces the previous staging. The default stages nothing (`None`): the
+    /// engine sums the whole segment itself.
+    fn stage(&mut self, _cx: &mut C, _seq: u32, _payload: &[u8]) -> Option<PayloadSum> {
+        None
+    }
 }
 
 /// Out-of-order state beyond RCV.NXT, in 64-bit stream offsets (no wrap-around): which

@@ -159,6 +159,16 @@ impl TcpApp {
         }
     }
 
+    /// Takes every readable byte where it lies in the socket's receive buffer (no copy
+    /// into a buffer of ours, no allocation).
+    fn read_in_place(&mut self, sock: &mut StreamSocket) {
+        while sock.read_with(|bytes| {
+            self.take_received(bytes);
+            bytes.len()
+        }) > 0
+        {}
+    }
+
     fn handle_events(&mut self, engine: &mut Engine<StreamSocket>, now: Instant) {
         while let Some(ev) = engine.poll_event() {
             match ev {
@@ -195,9 +205,8 @@ impl TcpApp {
                 }
                 Event::Closed { conn, reason, ulp } => {
                     if let Some(mut sock) = ulp {
-                        let rest = sock.read_all();
                         if matches!(self.mode, Mode::Sink | Mode::Client) {
-                            self.take_received(&rest);
+                            self.read_in_place(&mut sock);
                         }
                     }
                     self.conns.retain(|c| c.id != conn);
@@ -261,8 +270,7 @@ impl TcpApp {
                         let Some(sock) = engine.ulp_mut(id) else {
                             continue;
                         };
-                        let bytes = sock.read_all();
-                        self.take_received(&bytes);
+                        self.read_in_place(sock);
                     }
                     let c = &mut self.conns[i];
                     if c.peer_closed && !c.close_sent {
@@ -274,8 +282,7 @@ impl TcpApp {
             }
             if self.mode == Mode::Client && readable > 0 {
                 if let Some(sock) = engine.ulp_mut(id) {
-                    let bytes = sock.read_all();
-                    self.take_received(&bytes);
+                    self.read_in_place(sock);
                 }
             }
             if can_write {
