@@ -444,26 +444,39 @@ impl<P: Port> PortContext<'_, P> {
         {
             self.close_tso();
         }
-        let Some((mut buf, mut tso)) = self.tso.take() else {
+        if self.tso.is_none() {
             let Some(mut buf) = self.port.alloc_tso() else {
                 return self.send_ip_with_payload(|b| write(b).map(|(dst, len)| (dst, len, None)));
             };
             let (dst, len) = write(&mut buf.as_mut()[l2..l2 + mtu])?;
             return Some(self.route_in_place(buf, dst, len, room));
+        }
+        // The open frame stays in place (a move per packet would copy the builder).
+        let Some((buf, tso)) = self.tso.as_mut() else {
+            return None;
         };
         let (at, h) = (tso.next_packet(), tso.packet_headers());
         let mut saved = [0u8; MAX_PACKET_HEADERS];
         saved[..h].copy_from_slice(&buf.as_ref()[at..at + h]);
         let written = write(&mut buf.as_mut()[at..at + mtu]);
         let joined = written.is_some_and(|(_, len)| tso.join(buf.as_ref(), len));
+        // A packet that does not continue the frame is copied out (into a buffer for the
+        // next frame when there is one) before the payload its headers cover is put back.
         let moved = match written {
             Some((dst, len)) if !joined => {
-                Some((dst, len, self.copy_packet(&buf.as_ref()[at..at + len])))
+                let copy = match self.port.alloc_tso() {
+                    Some(b) => Some(b),
+                    None => self.port.alloc_tx(l2 + mtu),
+                };
+                let copy = copy.map(|mut c| {
+                    c.as_mut()[l2..l2 + len].copy_from_slice(&buf.as_ref()[at..at + len]);
+                    c
+                });
+                Some((dst, len, copy))
             }
             _ => None,
         };
         buf.as_mut()[at..at + h].copy_from_slice(&saved[..h]);
-        self.tso = Some((buf, tso));
         match (written, moved) {
             (None, _) => None,
             (Some(_), None) => {
@@ -472,21 +485,13 @@ impl<P: Port> PortContext<'_, P> {
             }
             (Some(_), Some((dst, len, copy))) => {
                 self.close_tso();
-                Some(self.route_in_place(copy?, dst, len, room))
+                let Some(copy) = copy else {
+                    self.counters.alloc_failures += 1;
+                    return None;
+                };
+                Some(self.route_in_place(copy, dst, len, room))
             }
         }
-    }
-
-    /// A buffer holding the IP `packet` after the layer-2 header: one for a TSO frame when
-    /// there is one, else a whole-frame one; `None` when the pool is exhausted (counted).
-    fn copy_packet(&mut self, packet: &[u8]) -> Option<P::Buf> {
-        let l2 = self.l2.header_len();
-        let mut buf = match self.port.alloc_tso() {
-            Some(b) => b,
-            None => self.alloc(l2 + self.port.info().mtu)?,
-        };
-        buf.as_mut()[l2..l2 + packet.len()].copy_from_slice(packet);
-        Some(buf)
     }
 
     /// Sends the IP packet of `len` octets in `buf` (after the layer-2 header) to `dst`; a

@@ -20,11 +20,27 @@ pub const TSO_MAX_SEGS: u16 = 64;
 /// written in place overwrites of the payload before it.
 pub const MAX_PACKET_HEADERS: usize = 100;
 
+/// Header octets compared at once: [`MAX_PACKET_HEADERS`] in whole words.
+const HEADER_WORDS: usize = MAX_PACKET_HEADERS.div_ceil(8);
+
+/// `bytes` (at least `HEADER_WORDS * 8` long) as words.
+fn words(bytes: &[u8]) -> [u64; HEADER_WORDS] {
+    let mut w = [0u64; HEADER_WORDS];
+    for (i, c) in bytes.chunks_exact(8).take(HEADER_WORDS).enumerate() {
+        w[i] = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+    }
+    w
+}
+
 /// The TSO frame being built in one buffer: the layout of its first segment and what has
 /// joined it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InPlaceTso {
     t: TcpFrame,
+    /// The first segment's IP and TCP headers, and which of their bits the next segments'
+    /// must equal (all but lengths, IPv4 identification, checksums, sequence number).
+    headers: [u64; HEADER_WORDS],
+    mask: [u64; HEADER_WORDS],
     /// Payload octets per segment: the first segment's.
     segsz: usize,
     payload: usize,
@@ -41,11 +57,27 @@ impl InPlaceTso {
     pub fn open(frame: &[u8], tag_offloaded: Option<u16>) -> Option<InPlaceTso> {
         let t = parse_tcp(frame, tag_offloaded)?;
         let p = t.payload_len();
-        if p == 0 || p > TSO_MAX_PAYLOAD || t.l3_len + t.l4_len > MAX_PACKET_HEADERS {
+        let h = t.l3_len + t.l4_len;
+        if p == 0 || p > TSO_MAX_PAYLOAD || h > MAX_PACKET_HEADERS {
             return None;
+        }
+        let mut first = [0u8; HEADER_WORDS * 8];
+        first[..h].copy_from_slice(&frame[t.l3..t.l3 + h]);
+        let mut mask = [0u8; HEADER_WORDS * 8];
+        mask[..h].fill(0xff);
+        let l4 = t.l3_len;
+        let varying: &[std::ops::Range<usize>] = if t.ipv4 {
+            &[2..6, 10..12, l4 + 4..l4 + 8, l4 + 16..l4 + 18]
+        } else {
+            &[4..6, l4 + 4..l4 + 8, l4 + 16..l4 + 18]
+        };
+        for r in varying {
+            mask[r.clone()].fill(0);
         }
         Some(InPlaceTso {
             t,
+            headers: words(&first),
+            mask: words(&mask),
             segsz: p,
             payload: p,
             segs: 1,
@@ -92,10 +124,14 @@ impl InPlaceTso {
     /// octets they covered).
     pub fn join(&mut self, frame: &[u8], len: usize) -> bool {
         let (at, h) = (self.next_packet(), self.packet_headers());
-        let (Some(first), Some(next)) = (frame.get(self.t.l3..), frame.get(at..at + len)) else {
+        // The header words are read from the buffer, which has room for an MTU's packet
+        // there; the mask leaves out what lies beyond the headers.
+        let Some(next) = frame.get(at..at + (HEADER_WORDS * 8).max(len)) else {
             return false;
         };
-        if len <= h || !self.t.same_packet_headers(first, next) {
+        let w = words(next);
+        let differ = (0..HEADER_WORDS).any(|i| (w[i] ^ self.headers[i]) & self.mask[i] != 0);
+        if len <= h || differ {
             return false;
         }
         let ip_len = if self.t.ipv4 {
