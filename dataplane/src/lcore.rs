@@ -452,9 +452,7 @@ impl<P: Port> PortContext<'_, P> {
             return Some(self.route_in_place(buf, dst, len, room));
         }
         // The open frame stays in place (a move per packet would copy the builder).
-        let Some((buf, tso)) = self.tso.as_mut() else {
-            return None;
-        };
+        let (buf, tso) = self.tso.as_mut()?;
         let (at, h) = (tso.next_packet(), tso.packet_headers());
         let mut saved = [0u8; MAX_PACKET_HEADERS];
         saved[..h].copy_from_slice(&buf.as_ref()[at..at + h]);
