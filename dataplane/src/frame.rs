@@ -144,6 +144,100 @@ pub fn parse_l2(frame: &[u8], stripped: Option<u16>) -> Option<L2View> {
     })
 }
 
+/// Where the headers of a TCP frame are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpFrame {
+    /// Start of the IP header.
+    pub l3: usize,
+    /// IP header octets.
+    pub l3_len: usize,
+    /// TCP header octets.
+    pub l4_len: usize,
+    /// TCP header and payload octets.
+    pub tcp_len: usize,
+    /// IPv4 (else IPv6).
+    pub ipv4: bool,
+}
+
+impl TcpFrame {
+    /// All headers' length: where the payload starts.
+    pub fn header_len(&self) -> usize {
+        self.l3 + self.l3_len + self.l4_len
+    }
+
+    /// Payload octets.
+    pub fn payload_len(&self) -> usize {
+        self.tcp_len - self.l4_len
+    }
+
+    /// Whether the headers of frames `a` and `b` (both laid out as `self`) are equal but
+    /// for what differs between the segments of one TSO frame: IP length, identification
+    /// and checksum, TCP sequence number and checksum.
+    pub fn same_headers(&self, a: &[u8], b: &[u8]) -> bool {
+        a[..self.l3] == b[..self.l3] && self.same_packet_headers(&a[self.l3..], &b[self.l3..])
+    }
+
+    /// [`TcpFrame::same_headers`] for the IP packets `a` and `b` (starting at their IP
+    /// headers).
+    pub fn same_packet_headers(&self, a: &[u8], b: &[u8]) -> bool {
+        let (l4, end) = (self.l3_len, self.l3_len + self.l4_len);
+        if a.len() < end || b.len() < end {
+            return false;
+        }
+        let same = |r: std::ops::Range<usize>| a[r.clone()] == b[r];
+        let ip = if self.ipv4 {
+            same(0..2) && same(6..10) && same(12..l4)
+        } else {
+            same(0..4) && same(6..l4)
+        };
+        ip && same(l4..l4 + 4) && same(l4 + 8..l4 + 16) && same(l4 + 18..end)
+    }
+
+    /// The TCP sequence number of `frame`.
+    pub fn seq(&self, frame: &[u8]) -> u32 {
+        let at = self.l3 + self.l3_len + 4;
+        u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]])
+    }
+}
+
+/// Parses an unfragmented TCP segment over IPv4 or IPv6 without extension headers.
+pub fn parse_tcp(frame: &[u8], tag_offloaded: Option<u16>) -> Option<TcpFrame> {
+    let l2 = parse_l2(frame, tag_offloaded)?;
+    let l3 = l2.l3_offset;
+    let ip = frame.get(l3..)?;
+    let (l3_len, tcp_len, ipv4) = match u16::from(l2.ethertype) {
+        0x0800 => {
+            let ihl = usize::from(*ip.first()? & 0x0f) * 4;
+            let total = usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]));
+            let fragment = u16::from_be_bytes([*ip.get(6)?, *ip.get(7)?]) & 0x3fff != 0;
+            if ip[0] >> 4 != 4 || ihl < 20 || *ip.get(9)? != 6 || fragment || total < ihl {
+                return None;
+            }
+            (ihl, total - ihl, true)
+        }
+        0x86dd => {
+            if *ip.get(6)? != 6 {
+                return None;
+            }
+            let payload = usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?]));
+            (IPV6_HLEN, payload, false)
+        }
+        _ => return None,
+    };
+    let l4 = l3 + l3_len;
+    let l4_len = usize::from(*frame.get(l4 + 12)? >> 4) * 4;
+    if l4_len < 20 || tcp_len < l4_len || frame.len() < l4 + tcp_len {
+        return None;
+    }
+    Some(TcpFrame {
+        l3,
+        l3_len,
+        l4_len,
+        tcp_len,
+        ipv4,
+    })
+}
+
 /// Length of a frame carrying `payload_len` octets of IPv4 payload (no padding, no tag).
 pub fn ipv4_frame_len(payload_len: usize) -> usize {
     ETH_HLEN + IPV4_HLEN + payload_len

@@ -37,6 +37,7 @@ use crate::ndp::{self, NdCache, NdOutcome, OwnAddrs};
 use crate::neighbour::{NeighbourNews, NeighbourShare, REQUEST_INTERVAL};
 use crate::port::{PacketBuf, Port, PortInfo};
 use crate::telemetry::{self, Dict, Snapshot};
+use crate::tso::{InPlaceTso, MAX_PACKET_HEADERS};
 
 /// A port's layer-2 and layer-3 identity in the poll loop.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -322,6 +323,15 @@ pub struct PortContext<'a, P: Port> {
     counters: &'a mut LoopCounters,
     backlog: usize,
     now: Instant,
+    /// The TSO frame being built in place ([`Port::tso_room`]), queued when a packet does
+    /// not continue it, before any other frame, and when the context ends.
+    tso: Option<(P::Buf, InPlaceTso)>,
+}
+
+impl<P: Port> Drop for PortContext<'_, P> {
+    fn drop(&mut self) {
+        self.close_tso();
+    }
 }
 
 impl<P: Port> PortContext<'_, P> {
@@ -400,13 +410,132 @@ impl<P: Port> PortContext<'_, P> {
     /// discovery). Returns `None` when nothing was written or no buffer was available
     /// (counted), else what became of the packet.
     ///
+    /// On a port that takes TSO frames built in place ([`Port::tso_room`]), `write` gets
+    /// room in such a frame: a TCP segment that continues the one before (same connection
+    /// and headers, the next sequence number) joins it ([`InPlaceTso`]).
+    ///
     /// Typical use, draining an engine's output:
     /// `while ctx.send_ip(|b| engine.poll_transmit(now, b).map(|t| (t.dst, t.len))).is_some() {}`
     pub fn send_ip(
         &mut self,
         write: impl FnOnce(&mut [u8]) -> Option<(IpAddr, usize)>,
     ) -> Option<SendOutcome> {
+        let room = self.port.tso_room();
+        if room > 0 {
+            return self.send_ip_in_place(room, write);
+        }
         self.send_ip_with_payload(|b| write(b).map(|(dst, len)| (dst, len, None)))
+    }
+
+    /// [`PortContext::send_ip`] into TSO frames built in place in buffers of `room` octets:
+    /// the packet is written where the open frame's payload ends (the octets its headers
+    /// cover saved and put back); one that does not continue the frame is copied out, the
+    /// frame queued, and the packet sent on its own or as the start of the next frame.
+    fn send_ip_in_place(
+        &mut self,
+        room: usize,
+        write: impl FnOnce(&mut [u8]) -> Option<(IpAddr, usize)>,
+    ) -> Option<SendOutcome> {
+        let (l2, mtu) = (self.l2.header_len(), self.port.info().mtu);
+        if self
+            .tso
+            .as_ref()
+            .is_some_and(|(_, t)| !t.takes_more(mtu, room))
+        {
+            self.close_tso();
+        }
+        if self.tso.is_none() {
+            let Some(mut buf) = self.port.alloc_tso() else {
+                return self.send_ip_with_payload(|b| write(b).map(|(dst, len)| (dst, len, None)));
+            };
+            let (dst, len) = write(&mut buf.as_mut()[l2..l2 + mtu])?;
+            return Some(self.route_in_place(buf, dst, len, room));
+        }
+        // The open frame stays in place (a move per packet would copy the builder).
+        let (buf, tso) = self.tso.as_mut()?;
+        let (at, h) = (tso.next_packet(), tso.packet_headers());
+        let mut saved = [0u8; MAX_PACKET_HEADERS];
+        saved[..h].copy_from_slice(&buf.as_ref()[at..at + h]);
+        let written = write(&mut buf.as_mut()[at..at + mtu]);
+        let joined = written.is_some_and(|(_, len)| tso.join(buf.as_ref(), len));
+        // A packet that does not continue the frame is copied out (into a buffer for the
+        // next frame when there is one) before the payload its headers cover is put back.
+        let moved = match written {
+            Some((dst, len)) if !joined => {
+                let copy = match self.port.alloc_tso() {
+                    Some(b) => Some(b),
+                    None => self.port.alloc_tx(l2 + mtu),
+                };
+                let copy = copy.map(|mut c| {
+                    c.as_mut()[l2..l2 + len].copy_from_slice(&buf.as_ref()[at..at + len]);
+                    c
+                });
+                Some((dst, len, copy))
+            }
+            _ => None,
+        };
+        buf.as_mut()[at..at + h].copy_from_slice(&saved[..h]);
+        match (written, moved) {
+            (None, _) => None,
+            (Some(_), None) => {
+                self.counters.tx += 1;
+                Some(SendOutcome::Sent)
+            }
+            (Some(_), Some((dst, len, copy))) => {
+                self.close_tso();
+                let Some(copy) = copy else {
+                    self.counters.alloc_failures += 1;
+                    return None;
+                };
+                Some(self.route_in_place(copy, dst, len, room))
+            }
+        }
+    }
+
+    /// Sends the IP packet of `len` octets in `buf` (after the layer-2 header) to `dst`; a
+    /// TCP segment with payload in a buffer of `room` octets whose next hop is known opens
+    /// a TSO frame built in place.
+    fn route_in_place(
+        &mut self,
+        mut buf: P::Buf,
+        dst: IpAddr,
+        len: usize,
+        room: usize,
+    ) -> SendOutcome {
+        let Some(hop) = self.next_hop(dst) else {
+            self.counters.unresolved += 1;
+            return SendOutcome::NoRoute;
+        };
+        write_l2(
+            buf.as_mut(),
+            [0; 6],
+            self.l2.mac,
+            self.l2.in_frame(),
+            ethertype_of(dst),
+        );
+        self.l2.finish(&mut buf);
+        if buf.len() >= room {
+            if let Some(mac) = self.lookup(hop) {
+                buf.as_mut()[0..6].copy_from_slice(&mac);
+                if let Some(t) = InPlaceTso::open(buf.as_ref(), buf.offloaded_vlan()) {
+                    self.close_tso();
+                    self.counters.tx += 1;
+                    self.tso = Some((buf, t));
+                    return SendOutcome::Sent;
+                }
+            }
+        }
+        buf.truncate(self.l2.header_len() + len);
+        self.deliver(buf, hop)
+    }
+
+    /// Queues the TSO frame built in place, readied for the device.
+    fn close_tso(&mut self) {
+        if let Some((mut buf, tso)) = self.tso.take() {
+            buf.truncate(tso.len());
+            self.port.finish_tso(&mut buf, &tso);
+            self.tx.push(buf);
+        }
     }
 
     /// Whether the port sends a payload given to [`PortContext::send_ip_with_payload`]
@@ -439,16 +568,12 @@ impl<P: Port> PortContext<'_, P> {
             self.counters.unresolved += 1;
             return Some(SendOutcome::NoRoute);
         };
-        let ethertype = match dst {
-            IpAddr::V4(_) => EthernetProtocol::Ipv4,
-            IpAddr::V6(_) => EthernetProtocol::Ipv6,
-        };
         write_l2(
             buf.as_mut(),
             [0; 6],
             self.l2.mac,
             self.l2.in_frame(),
-            ethertype,
+            ethertype_of(dst),
         );
         match payload {
             None => buf.truncate(l2 + len.min(mtu)),
@@ -467,6 +592,12 @@ impl<P: Port> PortContext<'_, P> {
             }
         }
         self.l2.finish(&mut buf);
+        Some(self.deliver(buf, hop))
+    }
+
+    /// Sends `buf` to next hop `hop`: its destination MAC filled in, or held while it is
+    /// resolved.
+    fn deliver(&mut self, mut buf: P::Buf, hop: IpAddr) -> SendOutcome {
         let mac = match hop {
             IpAddr::V4(h) if h.is_broadcast() => Some([0xff; 6]),
             IpAddr::V6(h) if h.is_multicast() => Some(ndp::multicast_mac(h)),
@@ -481,11 +612,11 @@ impl<P: Port> PortContext<'_, P> {
                 _ => self.now,
             };
             *self.held = Some(Held { hop, buf, since });
-            return Some(SendOutcome::Unresolved);
+            return SendOutcome::Unresolved;
         };
         buf.as_mut()[0..6].copy_from_slice(&mac);
         self.send(buf);
-        Some(SendOutcome::Sent)
+        SendOutcome::Sent
     }
 
     /// The MAC of neighbour `ip` if known.
@@ -553,11 +684,12 @@ impl<P: Port> PortContext<'_, P> {
     /// in this iteration. A handler producing bulk traffic stops while this is high, so
     /// that its packets wait in its own queues (TCP: unsent data) rather than here.
     pub fn tx_pending(&self) -> usize {
-        self.backlog + self.tx.len()
+        self.backlog + self.tx.len() + usize::from(self.tso.is_some())
     }
 
     /// Queues `frame` for the transmit burst at the end of this iteration.
     pub fn send(&mut self, frame: P::Buf) {
+        self.close_tso();
         self.counters.tx += 1;
         self.tx.push(frame);
     }
@@ -726,6 +858,7 @@ impl<B> PortLink<B> {
             counters: &mut self.counters,
             backlog,
             now,
+            tso: None,
         }
     }
 }
@@ -1094,6 +1227,8 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         }
         ctx.flush_held();
         self.handler.settle(&mut ctx, now);
+        // Queues a TSO frame still being built.
+        drop(ctx);
         // What this half queued (ARP and echo replies, a held packet) waits with the
         // port's own frames: the transmit halves of other ports may come first.
         if !self.tx.is_empty() {
@@ -1118,9 +1253,11 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         self.handler.poll(&mut ctx, now);
         // Before the requests go out: another lane may receive their answers.
         ctx.nb.give_news();
+        // Queues a TSO frame still being built.
+        drop(ctx);
         if timed {
             let t2 = clock::now();
-            ctx.counters.process_ns += (t2 - t1).as_nanos() as u64 * TIMING_SAMPLE;
+            slot.link.counters.process_ns += (t2 - t1).as_nanos() as u64 * TIMING_SAMPLE;
             t1 = t2;
         }
         if !self.tx.is_empty() || !slot.backlog.is_empty() {
@@ -1148,6 +1285,14 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 c.tx_ns += clock::elapsed(t1).as_nanos() as u64 * TIMING_SAMPLE;
             }
         }
+    }
+}
+
+/// The ethertype of an IP packet to `dst`.
+fn ethertype_of(dst: IpAddr) -> EthernetProtocol {
+    match dst {
+        IpAddr::V4(_) => EthernetProtocol::Ipv4,
+        IpAddr::V6(_) => EthernetProtocol::Ipv6,
     }
 }
 
@@ -1502,6 +1647,195 @@ mod tests {
         assert_eq!(l.handler().seen, 2);
         assert_eq!(l.handler().polls, 2);
         assert_eq!(l.counters(0).handled, 2);
+    }
+
+    /// A soft port that takes TSO frames built in place and cuts them as a device with TSO
+    /// would (IPv4, no options: the lengths and sequence numbers written per segment, the
+    /// checksums left to the device); records each one's segment size (0: one segment, no
+    /// TSO) in the order they came.
+    struct TsoSoft {
+        inner: SoftPort,
+        finished: Vec<usize>,
+        /// Segment sizes of the frames finished but not yet sent.
+        pending: std::collections::VecDeque<usize>,
+    }
+
+    /// `frame` (IPv4 and TCP without options) cut every `segsz` payload octets.
+    fn cut_tso_frame(frame: &[u8], segsz: usize) -> Vec<Vec<u8>> {
+        let seq0 = u32::from_be_bytes(frame[38..42].try_into().unwrap());
+        frame[54..]
+            .chunks(segsz)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut s = frame[..54].to_vec();
+                s.extend_from_slice(chunk);
+                let seq = seq0 + (i * segsz) as u32;
+                s[38..42].copy_from_slice(&seq.to_be_bytes());
+                let total = (s.len() - 14) as u16;
+                s[16..18].copy_from_slice(&total.to_be_bytes());
+                s
+            })
+            .collect()
+    }
+
+    impl Port for TsoSoft {
+        type Buf = HeapBuf;
+
+        fn info(&self) -> &PortInfo {
+            self.inner.info()
+        }
+
+        fn rx_burst(&mut self, out: &mut Vec<HeapBuf>, max: usize) -> usize {
+            self.inner.rx_burst(out, max)
+        }
+
+        fn alloc_tx(&mut self, len: usize) -> Option<HeapBuf> {
+            self.inner.alloc_tx(len)
+        }
+
+        fn tx_burst(&mut self, bufs: &mut Vec<HeapBuf>) -> usize {
+            let mut cut = Vec::new();
+            for b in bufs.drain(..) {
+                match self.pending.pop_front() {
+                    Some(segsz) if segsz > 0 => cut.extend(
+                        cut_tso_frame(b.as_ref(), segsz)
+                            .into_iter()
+                            .map(HeapBuf::unpooled),
+                    ),
+                    _ => cut.push(b),
+                }
+            }
+            *bufs = cut;
+            self.inner.tx_burst(bufs)
+        }
+
+        fn stats(&self) -> crate::port::PortStats {
+            self.inner.stats()
+        }
+
+        fn tso_room(&self) -> usize {
+            65535
+        }
+
+        fn alloc_tso(&mut self) -> Option<HeapBuf> {
+            Some(HeapBuf::unpooled(vec![0; 65535]))
+        }
+
+        fn finish_tso(&mut self, _buf: &mut HeapBuf, tso: &InPlaceTso) {
+            self.finished.push(tso.segsz());
+            self.pending.push_back(tso.segsz());
+        }
+    }
+
+    /// A handler that sends its queued IP packets to the peer, in one poll.
+    struct Packets(Vec<Vec<u8>>);
+
+    impl<P: Port> Handler<P> for Packets {
+        fn handle(
+            &mut self,
+            _ctx: &mut PortContext<'_, P>,
+            _now: Instant,
+            _frame: P::Buf,
+            _meta: &Classified,
+        ) -> Handled {
+            Handled::Ignored
+        }
+
+        fn poll(&mut self, ctx: &mut PortContext<'_, P>, _now: Instant) {
+            for p in self.0.drain(..) {
+                let out = ctx.send_ip(|b| {
+                    b[..p.len()].copy_from_slice(&p);
+                    Some((PEER_IP.into(), p.len()))
+                });
+                assert_eq!(out, Some(SendOutcome::Sent));
+            }
+        }
+    }
+
+    /// Sends `packets` through a loop over `port` (the other end: `peer`) once the peer's
+    /// MAC is known; returns the frames the peer got.
+    fn sent_through<P: Port>(
+        port: P,
+        mut peer: SoftPort,
+        packets: Vec<Vec<u8>>,
+    ) -> (Vec<Vec<u8>>, P) {
+        let mut l = PollLoop::new(Packets(Vec::new()), 32);
+        l.add_port(
+            port,
+            PortAddr {
+                ipv4: Some(Ipv4Cidr {
+                    addr: OUR_IP,
+                    prefix: 24,
+                }),
+                ..PortAddr::default()
+            },
+        );
+        send(&mut peer, &arp_request());
+        l.poll_once(clock::now());
+        assert_eq!(recv(&mut peer).len(), 1, "the ARP reply");
+        l.handler_mut().0 = packets;
+        l.poll_once(clock::now());
+        let out = recv(&mut peer);
+        let port = l.ports.pop().unwrap();
+        (out, port)
+    }
+
+    // TCP segments sent on a port that takes TSO frames built in place leave as TSO frames:
+    // a run of one connection's segments (up to a shorter one, which ends it) as one frame
+    // of the first one's headers and all the payload, a lone segment as itself; cut by the
+    // segment size as a device does, they give back exactly the frames a port without TSO
+    // sends (but for the lengths and sequence numbers the device writes).
+    #[test]
+    fn segments_sent_in_place_leave_as_tso_frames_that_cut_back_into_them() {
+        let out = Ends {
+            src_mac: OUR_MAC,
+            dst_mac: PEER_MAC,
+            src_ip: IpAddr::V4(OUR_IP),
+            dst_ip: IpAddr::V4(PEER_IP),
+            vlan: None,
+        };
+        // (source port, sequence number, payload octets)
+        let segs = [
+            (4000, 1000, 1448),
+            (4000, 2448, 1448),
+            (4000, 3896, 1448),
+            (4000, 5344, 500),
+            (4000, 5844, 1448),
+            (4001, 1000, 1448),
+            (4001, 2448, 1448),
+        ];
+        let packets: Vec<Vec<u8>> = segs
+            .iter()
+            .map(|&(port, seq, len)| {
+                let payload: Vec<u8> = (0..len).map(|i| (seq as usize + i) as u8).collect();
+                let mut f = test_frames::tcp_frame(out, &payload);
+                f[34..36].copy_from_slice(&u16::to_be_bytes(port));
+                f[38..42].copy_from_slice(&u32::to_be_bytes(seq));
+                // The checksums are the device's.
+                f[24..26].fill(0);
+                f[50..52].fill(0);
+                f[14..].to_vec()
+            })
+            .collect();
+        let info = |n: &str, mac| PortInfo {
+            name: n.into(),
+            mac,
+            mtu: 1500,
+        };
+        let (dp, peer) = soft_pair(info("dp", OUR_MAC), info("peer", PEER_MAC), 64);
+        let (plain, _) = sent_through(dp, peer, packets.clone());
+        assert_eq!(plain.len(), segs.len());
+        let (dp, peer) = soft_pair(info("dp", OUR_MAC), info("peer", PEER_MAC), 64);
+        let tso = TsoSoft {
+            inner: dp,
+            finished: Vec::new(),
+            pending: Default::default(),
+        };
+        let (cut, tso) = sent_through(tso, peer, packets);
+        // Four segments up to the short one; the next alone (the other connection's does
+        // not continue it); the other connection's two.
+        assert_eq!(tso.finished, [1448, 0, 1448]);
+        assert_eq!(cut, plain);
     }
 
     /// A test handler that only sends, from each poll; what it receives is ignored.

@@ -29,3 +29,4 @@ pub mod tcp_handler;
 pub mod telemetry;
 #[cfg(test)]
 mod test_frames;
+pub mod tso;

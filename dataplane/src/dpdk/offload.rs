@@ -14,13 +14,8 @@
 use std::fmt;
 
 use super::mbuf::{Mbuf, TxOffload};
-use crate::frame::{parse_l2, Checked, RxChecksum, IPV6_HLEN};
-
-/// Most payload octets in one TSO frame: its IP packet stays within 64000 octets, so that
-/// a peer that takes it whole (virtio's large receive) fits it in one mbuf.
-pub const TSO_MAX_PAYLOAD: usize = 64000 - 60 - 60;
-/// Most segments (mbufs) in one TSO frame's chain.
-const TSO_MAX_SEGS: u16 = 64;
+use crate::frame::{parse_tcp, Checked, RxChecksum, TcpFrame};
+use crate::tso::{InPlaceTso, TSO_MAX_PAYLOAD, TSO_MAX_SEGS};
 
 /// Offload bit `which` (0 IPv4 checksum, 1 TCP checksum, 2 TSO / LRO, 3 multi-segment /
 /// scatter) of transmit (`tx`) or receive.
@@ -151,87 +146,6 @@ impl fmt::Display for Offloads {
             f.write_str(&parts.join(", "))
         }
     }
-}
-
-/// Where the headers of a TCP frame are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct TcpFrame {
-    /// Start of the IP header.
-    l3: usize,
-    l3_len: usize,
-    l4_len: usize,
-    /// TCP header and payload octets.
-    tcp_len: usize,
-    ipv4: bool,
-}
-
-impl TcpFrame {
-    /// All headers' length: where the payload starts.
-    fn header_len(&self) -> usize {
-        self.l3 + self.l3_len + self.l4_len
-    }
-
-    fn payload_len(&self) -> usize {
-        self.tcp_len - self.l4_len
-    }
-
-    /// Whether the headers of frames `a` and `b` (both laid out as `self`) are equal but
-    /// for what differs between the segments of one TSO frame: IP length, identification
-    /// and checksum, TCP sequence number and checksum.
-    fn same_headers(&self, a: &[u8], b: &[u8]) -> bool {
-        let (l3, l4, end) = (self.l3, self.l3 + self.l3_len, self.header_len());
-        let same = |r: std::ops::Range<usize>| a[r.clone()] == b[r];
-        let ip = if self.ipv4 {
-            same(0..l3 + 2) && same(l3 + 6..l3 + 10) && same(l3 + 12..l4)
-        } else {
-            same(0..l3 + 4) && same(l3 + 6..l4)
-        };
-        ip && same(l4..l4 + 4) && same(l4 + 8..l4 + 16) && same(l4 + 18..end)
-    }
-
-    /// The TCP sequence number of `frame`.
-    fn seq(&self, frame: &[u8]) -> u32 {
-        let at = self.l3 + self.l3_len + 4;
-        u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]])
-    }
-}
-
-/// Parses an unfragmented TCP segment over IPv4 or IPv6 without extension headers.
-fn parse_tcp(frame: &[u8], tag_offloaded: Option<u16>) -> Option<TcpFrame> {
-    let l2 = parse_l2(frame, tag_offloaded)?;
-    let l3 = l2.l3_offset;
-    let ip = frame.get(l3..)?;
-    let (l3_len, tcp_len, ipv4) = match u16::from(l2.ethertype) {
-        0x0800 => {
-            let ihl = usize::from(*ip.first()? & 0x0f) * 4;
-            let total = usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]));
-            let fragment = u16::from_be_bytes([*ip.get(6)?, *ip.get(7)?]) & 0x3fff != 0;
-            if ip[0] >> 4 != 4 || ihl < 20 || *ip.get(9)? != 6 || fragment || total < ihl {
-                return None;
-            }
-            (ihl, total - ihl, true)
-        }
-        0x86dd => {
-            if *ip.get(6)? != 6 {
-                return None;
-            }
-            let payload = usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?]));
-            (IPV6_HLEN, payload, false)
-        }
-        _ => return None,
-    };
-    let l4 = l3 + l3_len;
-    let l4_len = usize::from(*frame.get(l4 + 12)? >> 4) * 4;
-    if l4_len < 20 || tcp_len < l4_len || frame.len() < l4 + tcp_len {
-        return None;
-    }
-    Some(TcpFrame {
-        l3,
-        l3_len,
-        l4_len,
-        tcp_len,
-        ipv4,
-    })
 }
 
 /// Writes the checksum fields of a TCP frame `t` for the device: the pseudo-header sum
@@ -420,6 +334,19 @@ fn finish(o: &Offloads, bufs: &mut Vec<Mbuf>, g: &Group) -> u64 {
     head.set_tx_offload(&off);
     bufs.push(head);
     u64::from(g.segs > 1)
+}
+
+/// Readies a frame built in place ([`InPlaceTso`], the buffer truncated to its length) for
+/// a device with the offloads `o`: one TSO frame of its segments (a frame of one segment
+/// gets the plain checksum offload).
+pub fn finish_in_place(o: &Offloads, frame: &mut [u8], tso: &InPlaceTso) -> TxOffload {
+    finish_headers(
+        frame,
+        tso.layout(),
+        tso.payload(),
+        tso.segsz(),
+        o.tx_ipv4_cksum,
+    )
 }
 
 /// The headers of a TSO frame of `payload` octets cut every `segsz` (0: one segment)
@@ -644,6 +571,43 @@ mod tests {
         assert_eq!(off.tso_segsz as usize, mss);
         assert_ne!(off.flags & dpdk_sys::RTE_MBUF_F_TX_TCP_SEG, 0);
         assert_eq!(device_cuts(&tso, &off), segs);
+    }
+
+    // The same segments written in place into one buffer ([`InPlaceTso`]) make the same TSO
+    // frame: cut by the device, it gives back exactly the engine's segments.
+    #[test]
+    fn tso_frame_built_in_place_cuts_back_into_the_engine_segments() {
+        let mss = 1448;
+        let mut seq = 1000u32;
+        let segs: Vec<Vec<u8>> = [mss, mss, mss, mss, 100]
+            .iter()
+            .map(|&len| {
+                let s = segment(seq, len);
+                seq += len as u32;
+                s
+            })
+            .collect();
+        let mut buf = vec![0u8; 65535];
+        buf[..segs[0].len()].copy_from_slice(&segs[0]);
+        let mut t = InPlaceTso::open(&buf, None).unwrap();
+        for s in &segs[1..] {
+            let (at, h) = (t.next_packet(), t.packet_headers());
+            let saved = buf[at..at + h].to_vec();
+            buf[at..at + s.len() - 14].copy_from_slice(&s[14..]);
+            assert!(t.join(&buf, s.len() - 14));
+            buf[at..at + h].copy_from_slice(&saved);
+        }
+        buf.truncate(t.len());
+        let o = Offloads {
+            tx_ipv4_cksum: true,
+            tx_tcp_cksum: true,
+            tso: true,
+            ..Offloads::default()
+        };
+        let off = finish_in_place(&o, &mut buf, &t);
+        assert_eq!((off.tso_segsz as usize, t.segments()), (mss, 5));
+        assert_ne!(off.flags & dpdk_sys::RTE_MBUF_F_TX_TCP_SEG, 0);
+        assert_eq!(device_cuts(&buf, &off), segs);
     }
 
     // A gap in the sequence, a larger payload or another header (the ACK moved) starts a

@@ -15,6 +15,7 @@ use super::soft_pair::SoftPort;
 use super::tap::TapPort;
 use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
+use crate::tso::InPlaceTso;
 
 #[cfg(feature = "dpdk")]
 use super::dpdk::DpdkPort;
@@ -358,6 +359,31 @@ impl Port for AnyPort {
             Backend::Dpdk(p) => tx_via(p, &mut self.mbuf_scratch, bufs, drops),
             Backend::Fault(p) => p.tx_burst(bufs),
             Backend::Capture(p) => p.tx_burst(bufs),
+        }
+    }
+
+    fn tso_room(&self) -> usize {
+        match &self.backend {
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.tso_room(),
+            _ => 0,
+        }
+    }
+
+    fn alloc_tso(&mut self) -> Option<AnyBuf> {
+        match &mut self.backend {
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.alloc_tso().map(AnyBuf::Mbuf),
+            _ => None,
+        }
+    }
+
+    #[cfg_attr(not(feature = "dpdk"), allow(unused_variables))]
+    fn finish_tso(&mut self, buf: &mut AnyBuf, tso: &InPlaceTso) {
+        match (&mut self.backend, buf) {
+            #[cfg(feature = "dpdk")]
+            (Backend::Dpdk(p), AnyBuf::Mbuf(m)) => p.finish_tso(m, tso),
+            _ => {}
         }
     }
 

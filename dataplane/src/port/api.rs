@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
+use crate::tso::InPlaceTso;
 
 /// A frame buffer owned by a port backend (a DPDK mbuf, or a heap buffer for software ports).
 ///
@@ -173,6 +174,23 @@ pub trait Port {
     ) -> bool {
         false
     }
+
+    /// Octets of a buffer from [`Port::alloc_tso`]: the TCP segments of one connection
+    /// written one after another into one such buffer ([`InPlaceTso`]) go to the device as
+    /// one frame it cuts (TSO); 0 (the default): the port takes no such frames.
+    fn tso_room(&self) -> usize {
+        0
+    }
+
+    /// A buffer of [`Port::tso_room`] octets for a TSO frame built in place, or `None`
+    /// (none free, or no TSO).
+    fn alloc_tso(&mut self) -> Option<Self::Buf> {
+        None
+    }
+
+    /// Readies a frame built in place in a buffer of [`Port::alloc_tso`] (truncated to its
+    /// length) for the device: one TSO frame of `tso`'s segments.
+    fn finish_tso(&mut self, _buf: &mut Self::Buf, _tso: &InPlaceTso) {}
 
     /// The checksum and segment offloads enabled on the port (none by default).
     fn offloads(&self) -> PortOffloads {

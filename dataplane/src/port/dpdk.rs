@@ -11,6 +11,7 @@ use super::api::{
 use crate::dpdk::{offload, DpdkError, Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
 use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
+use crate::tso::InPlaceTso;
 
 pub use crate::dpdk::available_devices;
 
@@ -22,6 +23,11 @@ const MAX_BURST: usize = 512;
 
 /// Mbufs of 64 KiB per queue for received large segments (a burst's worth).
 const LARGE_POOL: u32 = 63;
+
+/// Mbufs of 64 KiB per queue for TSO frames built in place: a virtio ring's worth (256
+/// descriptors) and the loop's backlog; when none is free, segments go out one mbuf each
+/// and are joined at the port.
+const TSO_POOL: u32 = 383;
 
 /// Ethernet header plus VLAN tag and FCS, on top of the IP MTU, for sizing mbufs.
 const L2_OVERHEAD: usize = 14 + 4 + 4;
@@ -110,6 +116,8 @@ pub struct DpdkPort {
     /// Mbufs of 64 KiB for received large segments (a peer's TSO frames, LRO) that came
     /// in chained mbufs; with offloads, on devices that hand such frames over.
     large_pool: Option<Mempool>,
+    /// Mbufs of 64 KiB for TSO frames built in place ([`Port::alloc_tso`]); with TSO.
+    tso_pool: Option<Mempool>,
     /// Frame octets a whole-frame mbuf holds.
     frame_room: usize,
     /// TCP payloads go out of the engine's buffers ([`Port::attach_payload`]).
@@ -242,8 +250,18 @@ impl DpdkPort {
                     &d.offloads(),
                 )
             });
+        let tso = devs.first().is_some_and(|d| d.offloads().tso) && !external_payloads;
         devs.into_iter()
             .map(|dev| {
+                let tso_pool = if tso {
+                    let name = format!("dp{port_id}_{}t", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+                    let pool =
+                        Mempool::new(&name, TSO_POOL, 0, u16::MAX, EthDev::socket_of(port_id))
+                            .map_err(|e| setup_err(format!("{}: {e}", cfg.device)))?;
+                    Some(pool)
+                } else {
+                    None
+                };
                 let large_pool = if large {
                     let name = format!("dp{port_id}_{}l", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
                     let pool =
@@ -272,6 +290,7 @@ impl DpdkPort {
                     tx_lens: Vec::new(),
                     tx_scratch: Vec::new(),
                     large_pool,
+                    tso_pool,
                     frame_room,
                     external_payloads,
                 })
@@ -421,6 +440,10 @@ impl Port for DpdkPort {
             out.put("frame_pool_size", p.size());
             out.put("frame_pool_free", p.available());
         }
+        if let Some(p) = &self.tso_pool {
+            out.put("tso_pool_size", p.size());
+            out.put("tso_pool_free", p.available());
+        }
         out.put("rx_chained", self.sw.rx_chained);
         out.put("rx_large", self.sw.rx_large);
         out.put("tx_tso", self.sw.tx_tso);
@@ -457,6 +480,23 @@ impl Port for DpdkPort {
         buf.chain_all([tail]);
         self.sw.tx_external += 1;
         true
+    }
+
+    fn tso_room(&self) -> usize {
+        self.tso_pool
+            .as_ref()
+            .map_or(0, |_| usize::from(u16::MAX - Mempool::headroom()))
+    }
+
+    fn alloc_tso(&mut self) -> Option<Mbuf> {
+        let room = self.tso_room();
+        Mbuf::alloc(self.tso_pool.as_ref()?, room)
+    }
+
+    fn finish_tso(&mut self, buf: &mut Mbuf, tso: &InPlaceTso) {
+        let off = offload::finish_in_place(&self.dev.offloads(), buf.as_mut(), tso);
+        buf.set_tx_offload(&off);
+        self.sw.tx_tso += u64::from(tso.segments() > 1);
     }
 
     fn offloads(&self) -> PortOffloads {
