@@ -13,14 +13,6 @@ use super::memory::{open_rnic, MemoryKind};
 use crate::lcore::{PollLoop, PortAddr};
 use crate::port::Port;
 
-/// Octets all connections of a stack keep in flight together unless the caller chose a
-/// bound (`tcp::Config::max_flight`), and at most the receive window: what one connection
-/// needs at 80 Gbit/s over a 100 µs round trip. Beyond it the data waits in TCP's queues
-/// instead of a full transmit ring and peer receive ring (a memif ring of 1,024 frames holds
-/// 1.4 MiB), and the payload copied for it stays cache-sized: over the in-process link, 1,000
-/// QPs moved 23 % more octets per CPU-second than with the 4 MiB bound (one QP the same).
-pub const DEFAULT_MAX_FLIGHT: usize = 1 << 20;
-
 /// Everything an iWARP stack on one port is built from.
 #[derive(Debug, Clone)]
 pub struct StackConfig {
@@ -94,13 +86,11 @@ impl<P: Port> RdmaStack<P> {
         let mut rdma = cfg.rdma;
         // The device fills the checksums of the TCP frames the port sends.
         rdma.tcp.fill_checksums &= !port.offloads().tx_checksum;
-        // All connections together keep in flight at most DEFAULT_MAX_FLIGHT (or what one
-        // may, the receive window a peer of ours offers, if less), unless the caller chose
-        // a bound: with many QPs the copied payload in flight stays cache-sized and a burst
-        // of initial windows cannot flood the port (issue #17).
-        rdma.tcp
-            .max_flight
-            .get_or_insert(rdma.rx_window.min(DEFAULT_MAX_FLIGHT));
+        // All connections together keep in flight what one may (the receive window a peer
+        // of ours offers), unless the caller chose a bound: with many QPs the copied
+        // payload in flight stays cache-sized and a burst of initial windows cannot flood
+        // the port (issue #17).
+        rdma.tcp.max_flight.get_or_insert(rdma.rx_window);
         let mut handler = RdmaHandler::with_rnic(rdma, rnic);
         handler.set_tx_per_poll(cfg.tx_per_poll);
         handler.set_first_fpdu_delay(cfg.first_fpdu_delay);
@@ -124,35 +114,4 @@ pub enum StackError {
     /// The RNIC did not open.
     #[error("RNIC: {0}")]
     Rnic(#[from] VerbError),
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Ipv4Cidr;
-    use crate::port::soft_pair::test_pair;
-
-    fn bound(cfg: StackConfig) -> Option<usize> {
-        let (port, _peer) = test_pair(64);
-        let addr = PortAddr::on_subnet(Ipv4Cidr {
-            addr: std::net::Ipv4Addr::new(10, 9, 0, 1),
-            prefix: 24,
-        });
-        let stack = RdmaStack::new(port, addr, cfg).expect("stack");
-        stack.poll.handler().tcp().config().max_flight
-    }
-
-    // The engine's bound on octets in flight: DEFAULT_MAX_FLIGHT, the receive window when
-    // that is smaller, the caller's own choice when it made one.
-    #[test]
-    fn octets_in_flight_are_bounded_unless_the_caller_chose() {
-        let cfg = StackConfig::new(MpaConfig::default(), tcp::Config::default());
-        assert_eq!(bound(cfg.clone()), Some(DEFAULT_MAX_FLIGHT));
-        let mut small = cfg.clone();
-        small.rdma.rx_window = 256 << 10;
-        assert_eq!(bound(small), Some(256 << 10));
-        let mut own = cfg;
-        own.rdma.tcp.max_flight = Some(8 << 20);
-        assert_eq!(bound(own), Some(8 << 20));
-    }
 }
