@@ -321,17 +321,10 @@ pub struct PortContext<'a, P: Port> {
     held: &'a mut Option<Held<P::Buf>>,
     counters: &'a mut LoopCounters,
     backlog: usize,
-    rx_full: bool,
     now: Instant,
 }
 
 impl<P: Port> PortContext<'_, P> {
-    /// The receive burst being handled filled the loop's burst size: more frames probably
-    /// wait in the port's ring and come in the next iteration (false in the transmit half).
-    pub fn rx_backlogged(&self) -> bool {
-        self.rx_full
-    }
-
     /// Index of the port in the loop.
     pub fn index(&self) -> usize {
         self.index
@@ -712,15 +705,13 @@ struct PortLink<B> {
 
 impl<B> PortLink<B> {
     /// The context a handler gets for port `index` (`port`, whose buffers are `B`), with
-    /// the loop's transmit queue `tx`, `backlog` frames waiting in the port's backlog,
-    /// `rx_full` when the receive burst filled the loop's burst size.
+    /// the loop's transmit queue `tx`, `backlog` frames waiting in the port's backlog.
     fn context<'a, P: Port<Buf = B>>(
         &'a mut self,
         index: usize,
         port: &'a mut P,
         tx: &'a mut Vec<B>,
         backlog: usize,
-        rx_full: bool,
         now: Instant,
     ) -> PortContext<'a, P> {
         PortContext {
@@ -734,7 +725,6 @@ impl<B> PortLink<B> {
             held: &mut self.held,
             counters: &mut self.counters,
             backlog,
-            rx_full,
             now,
         }
     }
@@ -1073,10 +1063,9 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             slot.link.counters.rx_ns += (t1 - t0).as_nanos() as u64 * TIMING_SAMPLE;
         }
         slot.link.nb.take_news(now);
-        let full = n >= self.burst;
         let mut ctx = slot
             .link
-            .context(i, port, &mut self.tx, slot.backlog.len(), full, now);
+            .context(i, port, &mut self.tx, slot.backlog.len(), now);
         ctx.run_dad();
         for frame in self.rx.drain(..) {
             let meta = slot.classifier.classify_offloaded(
@@ -1125,7 +1114,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         let mut t1 = if timed { clock::now() } else { now };
         let mut ctx = slot
             .link
-            .context(i, port, &mut self.tx, slot.backlog.len(), false, now);
+            .context(i, port, &mut self.tx, slot.backlog.len(), now);
         self.handler.poll(&mut ctx, now);
         // Before the requests go out: another lane may receive their answers.
         ctx.nb.give_news();

@@ -135,7 +135,7 @@ impl<U: Ulp<C>, C, S: TcpService<U, C>> TcpHandler<U, C, S> {
 impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C, S> {
     fn handle(
         &mut self,
-        ctx: &mut PortContext<'_, P>,
+        _ctx: &mut PortContext<'_, P>,
         now: Instant,
         frame: P::Buf,
         meta: &Classified,
@@ -144,14 +144,9 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
             return Handled::Ignored;
         }
         let segment = meta.l4(frame.as_ref());
-        // The frames of one receive burst form one engine burst, ended by `settle`; with
-        // more frames waiting in the ring, in-order runs' ACKs may wait for them.
+        // The frames of one receive burst form one engine burst, ended by `poll`.
         if !self.engine.in_burst() {
-            if ctx.rx_backlogged() {
-                self.engine.begin_burst_before_more();
-            } else {
-                self.engine.begin_burst();
-            }
+            self.engine.begin_burst();
         }
         match self
             .engine
@@ -165,14 +160,8 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         }
     }
 
-    /// Ends the receive burst and runs the engine's timers and the service's work; once a
-    /// receive burst no longer fills the loop's burst size (the ring's backlog is gone),
-    /// the ACKs the engine held for the next bursts go out in this iteration.
-    fn settle(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
+    fn settle(&mut self, _ctx: &mut PortContext<'_, P>, now: Instant) {
         self.work(now);
-        if !ctx.rx_backlogged() && self.engine.holds_acks() {
-            self.engine.release_acks();
-        }
     }
 
     fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {

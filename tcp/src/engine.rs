@@ -260,10 +260,6 @@ pub struct Engine<U, C: ?Sized = ()> {
     bursts: u64,
     /// Connections whose ULP waits for `on_advance` until the burst ends.
     deferred: Vec<ConnId>,
-    /// More segments wait behind the open burst ([`Engine::begin_burst_before_more`]).
-    more_waiting: bool,
-    /// Connections holding an ACK until the backlog is gone ([`Engine::release_acks`]).
-    held_acks: Vec<ConnId>,
     stats: Stats,
     context: PhantomData<fn(&mut C)>,
 }
@@ -308,8 +304,6 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             burst: false,
             bursts: 0,
             deferred: Vec::new(),
-            more_waiting: false,
-            held_acks: Vec::new(),
             stats: Stats::default(),
             context: PhantomData,
         }
@@ -827,18 +821,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 Some(ulp) => {
                     let mut u = Bound { ulp, cx, now };
                     let pending = tcb.advance_pending;
-                    let held = tcb.ack_held;
                     tcb.defer_advance = self.burst;
-                    tcb.hold_ack = self.burst && self.more_waiting;
                     tcb.burst = self.bursts;
                     tcb.handle_segment(now, &self.cfg, repr, &mut u, &mut evs);
                     tcb.defer_advance = false;
-                    tcb.hold_ack = false;
                     if tcb.advance_pending && !pending {
                         self.deferred.push(id);
-                    }
-                    if tcb.ack_held && !held {
-                        self.held_acks.push(id);
                     }
                 }
                 None => {
@@ -911,38 +899,6 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     pub fn begin_burst(&mut self) {
         self.burst = true;
         self.bursts += 1;
-        self.more_waiting = false;
-    }
-
-    /// [`Engine::begin_burst`] for a burst behind which more segments are known to wait
-    /// (the port's receive ring held more than one burst). An in-order run's ACK, due
-    /// every second full segment (RFC 5681 §4.2), then waits for the next bursts, up to 16
-    /// full segments (one turn of a sender like this engine, [`TX_QUANTUM`]), until
-    /// [`Engine::release_acks`] (the caller found the backlog gone) or the delayed-ACK timer
-    /// (`Config::delayed_ack`): with many connections a burst holds pieces of several
-    /// connections' runs, and a run split over two bursts is acknowledged once instead of
-    /// twice. Out-of-order data, a filled gap or anything else that is acknowledged at once
-    /// still is.
-    pub fn begin_burst_before_more(&mut self) {
-        self.begin_burst();
-        self.more_waiting = true;
-    }
-
-    /// Whether ACKs are held for [`Engine::release_acks`].
-    pub fn holds_acks(&self) -> bool {
-        !self.held_acks.is_empty()
-    }
-
-    /// The backlog behind the receive bursts is gone: the ACKs held since
-    /// [`Engine::begin_burst_before_more`] are due now (their connections are made ready).
-    pub fn release_acks(&mut self) {
-        let mut held = std::mem::take(&mut self.held_acks);
-        for id in held.drain(..) {
-            if slot_mut(&mut self.slots, id).is_some_and(|c| c.tcb.release_held_ack()) {
-                self.wake(id);
-            }
-        }
-        self.held_acks = held;
     }
 
     /// Ends a receive burst: the ULPs whose RCV.NXT advance waited are told now.

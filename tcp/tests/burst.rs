@@ -8,9 +8,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use common::*;
-use tcp::{
-    Config, ConnId, Consumed, Instant, SegmentSink, SegmentSource, StreamSocket, Unit, TX_QUANTUM,
-};
+use tcp::{ConnId, Consumed, Instant, SegmentSink, SegmentSource, StreamSocket, Unit};
 
 /// What the engine called on a ULP, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,10 +29,6 @@ enum Call {
 struct Rec {
     sock: StreamSocket,
     log: Rc<RefCell<Vec<Call>>>,
-    /// Reads what arrives at once (into `read`), so that the window stays whole, as with a
-    /// ULP that places data where it belongs (iWARP).
-    drain: bool,
-    read: Vec<u8>,
 }
 
 impl Rec {
@@ -42,31 +36,6 @@ impl Rec {
         Rec {
             sock: StreamSocket::new(1 << 20, 1 << 20),
             log: log.clone(),
-            drain: false,
-            read: Vec::new(),
-        }
-    }
-
-    /// [`Rec::new`] reading what arrives at once.
-    fn draining(log: &Rc<RefCell<Vec<Call>>>) -> Self {
-        Rec {
-            drain: true,
-            ..Rec::new(log)
-        }
-    }
-
-    /// Everything received so far, in order.
-    fn received(&mut self) -> Vec<u8> {
-        let mut all = std::mem::take(&mut self.read);
-        all.extend(self.sock.read_all());
-        all
-    }
-
-    fn store(&mut self, cx: &mut (), now: Instant, seq: u32, bytes: &[u8]) {
-        self.sock.on_in_order(cx, now, seq, bytes);
-        if self.drain {
-            let got = self.sock.read_all();
-            self.read.extend(got);
         }
     }
 }
@@ -89,7 +58,7 @@ impl SegmentSink for Rec {
         if !in_order {
             return Consumed::none();
         }
-        self.store(cx, now, seq, payload);
+        self.sock.on_in_order(cx, now, seq, payload);
         Consumed::all(payload.len())
     }
 
@@ -98,7 +67,7 @@ impl SegmentSink for Rec {
             seq,
             len: bytes.len(),
         });
-        self.store(cx, now, seq, bytes);
+        self.sock.on_in_order(cx, now, seq, bytes);
     }
 
     fn on_advance(&mut self, _cx: &mut (), _now: Instant, rcv_nxt: u32) {
@@ -128,13 +97,8 @@ type Log = Rc<RefCell<Vec<Call>>>;
 /// much first and A received it: A's segments acknowledge it (the first one advances B's
 /// SND.UNA, the others repeat its ACK).
 fn setup_with(data: &[u8], b_data: usize) -> (Sim<Rec>, ConnId, Log, Vec<Vec<u8>>) {
-    setup_cfg(data, b_data, test_config())
-}
-
-/// [`setup_with`] with A's configuration `cfg_a`.
-fn setup_cfg(data: &[u8], b_data: usize, cfg_a: Config) -> (Sim<Rec>, ConnId, Log, Vec<Vec<u8>>) {
     let log = Rc::new(RefCell::new(Vec::new()));
-    let mut sim: Sim<Rec> = Sim::new(7, LinkConfig::default(), cfg_a, test_config());
+    let mut sim: Sim<Rec> = Sim::new(7, LinkConfig::default(), test_config(), test_config());
     sim.b
         .listen(
             std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, B_PORT),
@@ -299,236 +263,4 @@ fn a_segment_ahead_ends_the_run_first() {
     assert_eq!(advances(&log.borrow()).last(), Some(&end));
     let got = sim.b.ulp_mut(b).expect("B's ULP").sock.read_all();
     assert_eq!(got, data);
-}
-
-/// A's configuration with an initial window of `segments` (the stage for a run of that many
-/// segments at once; the product keeps RFC 6928's 10).
-fn wide_config(segments: usize) -> Config {
-    Config {
-        initial_window: segments,
-        ..test_config()
-    }
-}
-
-/// B's segments handed in as bursts of the given sizes; each burst but the last is one
-/// behind which more wait when `more` says so. The ACK numbers B sends after each burst.
-fn acks_per_burst(
-    sim: &mut Sim<Rec>,
-    frames: &[Vec<u8>],
-    sizes: &[usize],
-    more: bool,
-) -> Vec<Vec<u32>> {
-    let now = sim.now;
-    let mut at = 0;
-    let mut out = Vec::new();
-    for (i, &n) in sizes.iter().enumerate() {
-        if more && i + 1 < sizes.len() {
-            sim.b.begin_burst_before_more();
-        } else {
-            sim.b.begin_burst();
-        }
-        for f in &frames[at..at + n] {
-            sim.b.handle_packet(now, &mut (), f).expect("accepted");
-        }
-        at += n;
-        sim.b.end_burst(now, &mut ());
-        if !(more && i + 1 < sizes.len()) && sim.b.holds_acks() {
-            sim.b.release_acks();
-        }
-        out.push(acks(sim));
-    }
-    out
-}
-
-// A run of 16 full segments split over two bursts (6 + 10): acknowledged after each burst
-// when nothing is known to wait behind it, once (all 16) when the first burst had more
-// behind it. The octets and B's state end up the same.
-#[test]
-fn a_run_split_over_bursts_is_acknowledged_once_while_more_wait() {
-    let data = payload(16 * 1448, 5);
-    let mut got = Vec::new();
-    for more in [false, true] {
-        let (mut sim, b, _log, frames) = setup_cfg(&data, 0, wide_config(16));
-        assert_eq!(frames.len(), 16);
-        let first = Seg::parse(&frames[0]).expect("valid").seq;
-        let seq_after = |n: usize| first.wrapping_add((n * 1448) as u32);
-        let acked = acks_per_burst(&mut sim, &frames, &[6, 10], more);
-        if more {
-            assert_eq!(acked, vec![vec![], vec![seq_after(16)]]);
-        } else {
-            assert_eq!(acked, vec![vec![seq_after(6)], vec![seq_after(16)]]);
-        }
-        assert_eq!(
-            sim.b.ulp_mut(b).expect("B's ULP").sock.read_all(),
-            data,
-            "more {more}"
-        );
-        got.push(format!("{:?}", sim.b.info(b).expect("B's connection")));
-    }
-    assert_eq!(got[0], got[1]);
-}
-
-// While more segments wait, B acknowledges at the latest every 16 full segments (one turn
-// of TX_QUANTUM), even when no burst ended without a backlog: 24 segments in three bursts
-// of 8, all with more behind them, give one ACK after 16 and, once the backlog is gone
-// (release_acks), one for the rest.
-#[test]
-fn held_acks_go_every_sixteen_segments_and_when_the_backlog_is_gone() {
-    assert_eq!(TX_QUANTUM, 16);
-    let data = payload(24 * 1448, 6);
-    let (mut sim, _b, _log, frames) = setup_cfg(&data, 0, wide_config(24));
-    assert_eq!(frames.len(), 24);
-    let first = Seg::parse(&frames[0]).expect("valid").seq;
-    let seq_after = |n: usize| first.wrapping_add((n * 1448) as u32);
-    let now = sim.now;
-    let mut per_burst = Vec::new();
-    for chunk in frames.chunks(8) {
-        sim.b.begin_burst_before_more();
-        for f in chunk {
-            sim.b.handle_packet(now, &mut (), f).expect("accepted");
-        }
-        sim.b.end_burst(now, &mut ());
-        per_burst.push(acks(&mut sim));
-    }
-    assert_eq!(per_burst, vec![vec![], vec![seq_after(16)], vec![]]);
-    assert!(sim.b.holds_acks());
-    sim.b.release_acks();
-    assert_eq!(acks(&mut sim), vec![seq_after(24)]);
-    assert!(!sim.b.holds_acks());
-    // Released once: nothing more is owed.
-    sim.b.release_acks();
-    assert!(acks(&mut sim).is_empty());
-}
-
-// A held ACK that nothing releases goes out when the delayed-ACK timer fires.
-#[test]
-fn a_held_ack_goes_at_the_delayed_ack_timer() {
-    let data = payload(4 * 1448, 7);
-    let (mut sim, _b, _log, frames) = setup(&data);
-    let first = Seg::parse(&frames[0]).expect("valid").seq;
-    let now = sim.now;
-    sim.b.begin_burst_before_more();
-    for f in &frames[..4] {
-        sim.b.handle_packet(now, &mut (), f).expect("accepted");
-    }
-    sim.b.end_burst(now, &mut ());
-    assert!(acks(&mut sim).is_empty());
-    let due = sim.b.poll_timeout().expect("the delayed-ACK timer");
-    assert!(due <= now + test_config().delayed_ack);
-    sim.now = due;
-    sim.b.handle_timeout(due);
-    assert_eq!(acks(&mut sim), vec![first.wrapping_add(4 * 1448)]);
-}
-
-// Out-of-order data is acknowledged at once (a duplicate ACK with SACK) even while more
-// segments wait behind the burst.
-#[test]
-fn out_of_order_data_is_acknowledged_at_once_while_more_wait() {
-    let data = payload(6 * 1448, 8);
-    let (mut sim, _b, _log, frames) = setup(&data);
-    let first = Seg::parse(&frames[0]).expect("valid").seq;
-    let now = sim.now;
-    sim.b.begin_burst_before_more();
-    for f in [&frames[0], &frames[2]] {
-        sim.b.handle_packet(now, &mut (), f).expect("accepted");
-    }
-    sim.b.end_burst(now, &mut ());
-    assert_eq!(acks(&mut sim), vec![first.wrapping_add(1448)]);
-}
-
-// Many connections, their runs interleaved as a sender's engine sends them (TX_QUANTUM
-// segments per turn) and cut into receive bursts of 32 frames, every burst but the last with
-// more behind it: B acknowledges each run once, where bursts that end a run's first piece
-// each cost an ACK of their own before.
-#[test]
-fn many_connections_runs_across_bursts_are_acknowledged_once_each() {
-    for drain in [false, true] {
-        many_connections_runs(drain);
-    }
-}
-
-/// [`many_connections_runs_across_bursts_are_acknowledged_once_each`] with B's sinks
-/// reading what arrives at once (`drain`: the window stays whole, and a window update is due
-/// every two segments) or keeping it.
-fn many_connections_runs(drain: bool) {
-    const CONNS: u16 = 8;
-    const RUNS: usize = 2;
-    let mut counts = Vec::new();
-    for more in [false, true] {
-        let log = Rc::new(RefCell::new(Vec::new()));
-        let cfg_a = wide_config(RUNS * TX_QUANTUM as usize);
-        let mut sim: Sim<Rec> = Sim::new(9, LinkConfig::default(), cfg_a, test_config());
-        sim.b
-            .listen(
-                std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, B_PORT),
-                64,
-            )
-            .expect("listen");
-        let b_log = log.clone();
-        sim.accept[1] = Some(Box::new(move || {
-            if drain {
-                Rec::draining(&b_log)
-            } else {
-                Rec::new(&b_log)
-            }
-        }));
-        let conns: Vec<ConnId> = (0..CONNS)
-            .map(|i| {
-                sim.a
-                    .connect(sim.now, a_addr(i), b_addr(), Rec::new(&log))
-                    .expect("connect")
-            })
-            .collect();
-        let limit = sim.now + std::time::Duration::from_secs(1);
-        assert!(
-            sim.run_until(limit, |s| conns.iter().all(|&c| s.connected(Side::A, c))
-                && s.accepted(Side::B).len() == CONNS as usize)
-        );
-        sim.run_until(limit, |_| false);
-        let data = payload(RUNS * TX_QUANTUM as usize * 1448, 10);
-        for &c in &conns {
-            let n = sim.a.ulp_mut(c).expect("A's ULP").sock.write(&data);
-            assert_eq!(n, data.len());
-        }
-        let now = sim.now;
-        let mut buf = vec![0u8; 1600];
-        let mut frames = Vec::new();
-        while let Some(t) = sim.a.poll_transmit(now, &mut (), &mut buf) {
-            frames.push(buf[..t.len].to_vec());
-        }
-        let segs = CONNS as usize * RUNS * TX_QUANTUM as usize;
-        assert_eq!(frames.len(), segs);
-        // Runs of TX_QUANTUM segments of one connection each.
-        let ports: Vec<u16> = frames
-            .iter()
-            .map(|f| Seg::parse(f).expect("valid").sport)
-            .collect();
-        assert!(ports
-            .chunks(TX_QUANTUM as usize)
-            .all(|run| run.iter().all(|&p| p == run[0])));
-        // Bursts of 32 starting mid-run: 8, then 32s, then the rest.
-        let mut sizes = vec![8];
-        let mut left = segs - 8;
-        while left > 0 {
-            sizes.push(left.min(32));
-            left -= left.min(32);
-        }
-        let acked = acks_per_burst(&mut sim, &frames, &sizes, more);
-        let n: usize = acked.iter().map(Vec::len).sum();
-        counts.push(n);
-        for c in sim.accepted(Side::B) {
-            let got = sim.b.ulp_mut(c).expect("B's ULP").received();
-            assert_eq!(got, data);
-        }
-    }
-    let runs = CONNS as usize * RUNS;
-    assert_eq!(
-        counts[1], runs,
-        "one ACK per run with more waiting (drain {drain})"
-    );
-    assert!(
-        counts[0] > runs,
-        "without: {} ACKs for {runs} runs (drain {drain})",
-        counts[0]
-    );
 }

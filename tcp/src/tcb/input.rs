@@ -5,7 +5,7 @@ use core::time::Duration;
 
 use smoltcp::wire::{TcpControl, TcpRepr};
 
-use super::{CloseReason, RecoveryUndo, RunAck, State, Tcb, TcbEvent, ACK_RUN};
+use super::{CloseReason, RecoveryUndo, RunAck, State, Tcb, TcbEvent};
 use crate::config::Config;
 use crate::rx::Consumed;
 use crate::seq;
@@ -670,29 +670,12 @@ impl Tcb {
             self.ack_now = true;
         } else {
             self.segs_unacked += 1;
-            // Every second segment is acknowledged at the end of the burst, unless more
-            // segments wait behind it: then up to ACK_RUN, or until the backlog is gone
-            // (`release_held_ack`) or the delayed-ACK timer fires.
-            let hold = self.hold_ack && self.segs_unacked < ACK_RUN;
-            if self.segs_unacked >= 2 && !hold {
+            if self.segs_unacked >= 2 {
                 self.ack_now = true;
-            } else {
-                self.ack_held |= self.segs_unacked >= 2;
-                if self.delack_deadline.is_none() {
-                    self.delack_deadline = Some(now + cfg.delayed_ack);
-                }
+            } else if self.delack_deadline.is_none() {
+                self.delack_deadline = Some(now + cfg.delayed_ack);
             }
         }
-    }
-
-    /// The backlog behind the receive bursts is gone: an ACK held under `hold_ack` is due
-    /// now. Whether one is owed (the caller then polls the connection).
-    pub(crate) fn release_held_ack(&mut self) -> bool {
-        if !std::mem::take(&mut self.ack_held) || self.segs_unacked < 2 {
-            return false;
-        }
-        self.ack_now = true;
-        true
     }
 
     /// Whether `repr` (at `seg_seq`) continues a run of in-order data segments: plain data

@@ -34,12 +34,6 @@ use crate::tx::SendQueue;
 /// §4.3); one that receives something answers with its own segments anyway.
 pub(crate) const TS_REFRESH: Duration = Duration::from_secs(15 * 60);
 
-/// Most in-order full segments whose ACK waits while more segments are known to wait
-/// behind the receive burst (`hold_ack`): a sender's run (this engine's `TX_QUANTUM`) split
-/// over two bursts is then acknowledged once, not once per burst. The delayed-ACK timer
-/// still bounds the wait.
-pub(crate) const ACK_RUN: u32 = 16;
-
 pub(crate) use holding::Holding;
 
 /// Connection states of RFC 9293 §3.3.2 (LISTEN lives in the listener table).
@@ -210,13 +204,6 @@ pub(crate) struct Tcb {
     pub(crate) burst: u64,
     /// RCV.NXT advanced and the ULP was not told yet (only while `defer_advance`).
     pub(crate) advance_pending: bool,
-    /// Set by the engine during a receive burst behind which more segments wait: an
-    /// in-order run's ACK may wait for up to [`ACK_RUN`] full segments or the end of the
-    /// backlog ([`Tcb::release_held_ack`]) instead of going out at the end of this burst.
-    pub(crate) hold_ack: bool,
-    /// An ACK owed under the every-second-segment rule is held (`hold_ack`); the engine
-    /// lists the connection for [`Tcb::release_held_ack`].
-    pub(crate) ack_held: bool,
     /// Set by the engine before each transmit call: whether its bound on the octets all
     /// connections keep in flight ([`Config::max_flight`]) lets this connection send new
     /// data (always true without a bound).
@@ -386,8 +373,6 @@ impl Tcb {
             defer_advance: false,
             burst: 0,
             advance_pending: false,
-            hold_ack: false,
-            ack_held: false,
             flight_open: true,
             flight_held: false,
             run_ack: None,
