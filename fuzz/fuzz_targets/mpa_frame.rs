@@ -32,6 +32,7 @@ fn config(bits: u8, ird: u8) -> MpaConfig {
         }),
         private_data: vec![0xab; usize::from(ird >> 5)],
         timeout: Duration::from_secs(5),
+        reply_timeout: Duration::from_secs(10),
         reserved_bits: if bits & 0x20 != 0 {
             ReservedBits::Ignore
         } else {
