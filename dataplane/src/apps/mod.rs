@@ -208,28 +208,45 @@ pub fn stop_connections<P: Port>(
     poll: &mut PollLoop<P, RdmaHandler>,
     grace: Duration,
 ) -> StopReport {
-    let counts = poll.handler_mut().close_all();
+    let [report] = stop_loops([poll], grace);
+    report
+}
+
+/// [`stop_connections`] for several loops at once, polled together: the two loops of the
+/// in-process pair are each other's peer, and one polled alone would wait for the other's
+/// FINs until its grace period ran out.
+fn stop_loops<P: Port, const N: usize>(
+    mut loops: [&mut PollLoop<P, RdmaHandler>; N],
+    grace: Duration,
+) -> [StopReport; N] {
+    let counts = loops.each_mut().map(|l| l.handler_mut().close_all());
     let end = clock::now() + grace;
-    while poll.handler().live() > 0 && clock::now() < end {
-        poll.poll_once(clock::now());
-        poll.publish_if_asked();
+    while loops.iter().any(|l| l.handler().live() > 0) && clock::now() < end {
+        for l in loops.iter_mut() {
+            l.poll_once(clock::now());
+            l.publish_if_asked();
+        }
     }
-    let aborted = if poll.handler().live() > 0 {
-        poll.handler_mut().abort_all()
-    } else {
-        0
-    };
+    let aborted = loops.each_mut().map(|l| {
+        if l.handler().live() > 0 {
+            l.handler_mut().abort_all()
+        } else {
+            0
+        }
+    });
     // Let the last Terminates, resets and acknowledgements out.
     let flush = clock::now() + Duration::from_millis(20);
     while clock::now() < flush {
-        poll.poll_once(clock::now());
+        for l in loops.iter_mut() {
+            l.poll_once(clock::now());
+        }
     }
-    let drained = poll.handler_mut().drain_cqs();
-    StopReport {
-        counts,
-        aborted,
-        drained,
-    }
+    let drained = loops.each_mut().map(|l| l.handler_mut().drain_cqs());
+    std::array::from_fn(|i| StopReport {
+        counts: counts[i],
+        aborted: aborted[i],
+        drained: drained[i],
+    })
 }
 
 /// Runs two applications on two loops in one thread (the in-process software pair) until
@@ -288,7 +305,7 @@ pub fn run_pair<P: Port, A: App, B: App>(
         });
     };
     if cut.is_some() {
-        close_pair(la, lb, STOP_GRACE);
+        stop_loops([la, lb], STOP_GRACE);
     }
     // Flush what is still in flight (FIN, ACKs).
     for _ in 0..200 {
@@ -301,33 +318,4 @@ pub fn run_pair<P: Port, A: App, B: App>(
         ra.unwrap_or_else(|| Err(cut.clone().into())),
         rb.unwrap_or_else(|| Err(cut.into())),
     )
-}
-
-/// [`stop_connections`] for the two loops of the in-process pair, polled together.
-fn close_pair<P: Port>(
-    la: &mut PollLoop<P, RdmaHandler>,
-    lb: &mut PollLoop<P, RdmaHandler>,
-    grace: Duration,
-) {
-    la.handler_mut().close_all();
-    lb.handler_mut().close_all();
-    let end = clock::now() + grace;
-    while (la.handler().live() > 0 || lb.handler().live() > 0) && clock::now() < end {
-        let now = clock::now();
-        la.poll_once(now);
-        lb.poll_once(now);
-    }
-    for l in [&mut *la, &mut *lb] {
-        if l.handler().live() > 0 {
-            l.handler_mut().abort_all();
-        }
-    }
-    let flush = clock::now() + Duration::from_millis(20);
-    while clock::now() < flush {
-        let now = clock::now();
-        la.poll_once(now);
-        lb.poll_once(now);
-    }
-    la.handler_mut().drain_cqs();
-    lb.handler_mut().drain_cqs();
 }
