@@ -11,7 +11,7 @@ use dataplane::apps::perf::{
     jain_index, PerfClient, PerfError, PerfMode, PerfOp, PerfParams, PerfResult, PerfServer,
     QpShares,
 };
-use dataplane::apps::{run_pair, AppError, STOP_GRACE};
+use dataplane::apps::{run_pair, AppError, PEER_GRACE, STOP_GRACE};
 use dataplane::clock;
 use dataplane::port::fault::{FaultConfig, Rate};
 use iwarp::mpa::MpaConfig;
@@ -230,7 +230,7 @@ fn latency_excludes_first_fpdu_hold() {
 
 // `perf --loopback`: a client that cannot connect (nothing listens on its port: the
 // server's TCP resets the SYN) fails, and its in-process server, waiting for connections
-// that will not come, is ended a grace period later instead of keeping the run alive
+// that will not come, is ended `PEER_GRACE` later instead of keeping the run alive
 // until the time limit (it used to: 200 QPs over a lossy link sat in `perf` for good).
 #[test]
 fn a_failed_client_ends_its_in_process_server() {
@@ -252,7 +252,7 @@ fn a_failed_client_ends_its_in_process_server() {
     assert!(rc.is_err(), "the client connected to nobody: {rc:?}");
     assert_eq!(rs, Err(PerfError::App(AppError::PeerFailed)));
     assert!(
-        took >= STOP_GRACE && took < STOP_GRACE * 4,
+        took >= PEER_GRACE && took < PEER_GRACE + STOP_GRACE * 2,
         "ended after {took:?}"
     );
     assert_eq!(ls.handler().live() + lc.handler().live(), 0);

@@ -174,6 +174,12 @@ const LAST_FRAMES_MAX: Duration = Duration::from_secs(1);
 /// aborted ([`stop_connections`]).
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
+/// How long [`run_pair`] lets one application finish on its own after the other failed.
+/// Longer than an application's own wait after a failure (the soak server gives its
+/// verdicts 2 s to reach the client before it stops), so that its own error, not
+/// [`AppError::PeerFailed`], is what it reports.
+pub const PEER_GRACE: Duration = Duration::from_secs(5);
+
 /// What [`stop_connections`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StopReport {
@@ -252,7 +258,7 @@ fn stop_loops<P: Port, const N: usize>(
 /// Runs two applications on two loops in one thread (the in-process software pair) until
 /// both are done, `stop` is set (Ctrl-C: both fail with [`AppError::Stopped`]) or `limit`
 /// passes (the unfinished ones fail with [`AppError::TimeLimit`]); returns both results.
-/// When one fails, the other gets [`STOP_GRACE`] to finish on its own and then fails with
+/// When one fails, the other gets [`PEER_GRACE`] to finish on its own and then fails with
 /// [`AppError::PeerFailed`]: a server whose in-process client gave up would otherwise wait
 /// for it forever. An application ended this way has its connections closed as
 /// [`stop_connections`] does, on both loops at once (each is the other's peer).
@@ -284,7 +290,7 @@ pub fn run_pair<P: Port, A: App, B: App>(
         {
             peer_failed_at = Some(now);
         }
-        if peer_failed_at.is_some_and(|t| now.saturating_since(t) >= STOP_GRACE) {
+        if peer_failed_at.is_some_and(|t| now.saturating_since(t) >= PEER_GRACE) {
             break Some(AppError::PeerFailed);
         }
         // Each application steps between its loop's receive and transmit halves: a
