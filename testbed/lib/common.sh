@@ -50,6 +50,21 @@ tb_dataplane() {
   tb_build_dataplane "$2"
 }
 
+# tb_core_to_core: the one-way cache-line transfer time between CPUs 0 and 1 in ns
+# (`dataplane cores`; $DATAPLANE's, else the tree's release build), or nothing. Every rate
+# between two pinned processes follows it: on the development VM the host moves the two
+# vCPUs between placements of about 25, 45 and 180 ns (README "Performance").
+tb_core_to_core() {
+  local bin v
+  for bin in "${DATAPLANE:-}" "$ROOT/target/release/dataplane"; do
+    if [ -z "$bin" ] || [ ! -x "$bin" ]; then continue; fi
+    v=$("$bin" cores --cpus 0,1 --round-trips 50000 2>/dev/null |
+      sed -nE 's/^core-to-core-ns: ([0-9]+).*/\1/p') || true
+    if [ -n "$v" ]; then echo "$v"; return 0; fi
+  done
+  return 0
+}
+
 # tb_workdir NAME [PREFIX]: WORK (a fresh /tmp/NAME.XXXXXX), PREFIX (none without DPDK)
 # and an empty PIDS.
 tb_workdir() {

@@ -3,6 +3,7 @@
 //! in [`dispatch`].
 
 mod common;
+mod cores;
 mod exec;
 mod fwd;
 mod inspect;
@@ -51,6 +52,8 @@ pub enum Command {
     Soak(soak::Args),
     /// Run an unmodified rdma-core program (rping, perftest, ...) on the data plane.
     Exec(exec::Args),
+    /// Measure how long a cache line takes between two CPUs (which lcores share a cache).
+    Cores(cores::Args),
     /// Show a running data plane's ports, loops, TCP connections, QPs and event queues
     /// (through its DPDK telemetry socket).
     #[cfg(feature = "dpdk")]
@@ -69,6 +72,7 @@ pub fn dispatch(cmd: Command) -> Result<(), CmdError> {
         Command::Perf(a) => perf::run(a),
         Command::Soak(a) => soak::run(a),
         Command::Exec(a) => exec::run(a),
+        Command::Cores(a) => cores::run(a),
         #[cfg(feature = "dpdk")]
         Command::Stats(a) => stats::run(a),
     }
