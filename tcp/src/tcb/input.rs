@@ -327,6 +327,13 @@ impl Tcb {
         ack: u32,
         ulp: &mut impl Upper,
     ) {
+        // Nothing outstanding, nothing acknowledged and no SACK block (a D-SACK included):
+        // no unit to deliver, count or deem lost, so only the send window may move. The
+        // receiving end of a one-way transfer takes this path for every data segment.
+        if ack == self.snd_una && self.txq.is_empty() && repr.sack_ranges[0].is_none() {
+            self.update_send_window(repr, seg_seq, ack);
+            return;
+        }
         let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         let mut sack_changed = false;
         let echoed = repr
