@@ -556,15 +556,21 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
+    #[inline]
     fn mark_active(&mut self, id: ConnId) {
-        if let Some(c) = slot_mut(&mut self.slots, id) {
-            if !c.active && c.ulp.is_some() {
-                c.active = true;
-                self.active.push(id);
-            }
+        let Some(c) = slot_mut(&mut self.slots, id) else {
+            return;
+        };
+        if !c.active && c.ulp.is_some() {
+            c.active = true;
+            self.active.push(id);
+            self.bound_active();
         }
-        // Nobody may be taking the list: closed connections' entries leave it in batches,
-        // so it stays within twice the table.
+    }
+
+    /// Nobody may be taking the list: closed connections' entries leave it in batches, so
+    /// it stays within twice the table (checked as it grows).
+    fn bound_active(&mut self) {
         if self.active.len() > 2 * self.live + 64 {
             let slots = &self.slots;
             self.active.retain(|id| {
@@ -1050,7 +1056,15 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
+    /// Acts on what a TCB asked for; most segments ask for nothing.
+    #[inline]
     fn apply_events(&mut self, id: ConnId, evs: &mut Vec<TcbEvent>) {
+        if !evs.is_empty() {
+            self.apply_pending_events(id, evs);
+        }
+    }
+
+    fn apply_pending_events(&mut self, id: ConnId, evs: &mut Vec<TcbEvent>) {
         for ev in evs.drain(..) {
             match ev {
                 TcbEvent::Connected => self.events.push_back(Event::Connected(id)),
