@@ -83,14 +83,16 @@ impl Tcb {
         {
             return;
         }
-        let Some(srtt) = self.rtt.srtt() else {
+        // In nanoseconds, as `Instant` counts (saturating as its `Duration` arithmetic
+        // does): this runs for every unit sent.
+        let Some(srtt_us) = self.rtt.srtt_micros() else {
             return;
         };
-        let mut pto = srtt * 2;
+        let mut pto = srtt_us.saturating_mul(2_000);
         if self.txq.len() == 1 {
-            pto += cfg.delayed_ack;
+            pto = pto.saturating_add(u64::try_from(cfg.delayed_ack.as_nanos()).unwrap_or(u64::MAX));
         }
-        let at = now + pto;
+        let at = Instant::from_nanos(now.as_nanos().saturating_add(pto));
         if self.rtx_deadline.is_none_or(|r| at < r) {
             self.tlp_deadline = Some(at);
         }
