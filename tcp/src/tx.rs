@@ -170,36 +170,35 @@ pub(crate) struct Acked {
 /// change nothing.
 #[derive(Default)]
 struct DeliveredRun {
-    /// The most recently sent unit of the run after its first (send time, end).
-    latest: Option<(Instant, u32)>,
-    /// The run's last unit after its first (send time, end).
-    last: Option<(Instant, u32)>,
+    /// Units in the run so far.
+    units: usize,
+    /// Its most recently sent unit (send time, end).
+    latest: (Instant, u32),
+    /// Its last unit (send time, end).
+    last: (Instant, u32),
 }
 
 impl DeliveredRun {
     /// A unit never retransmitted, ending at `end` and sent at `sent_at`, was delivered.
     fn add(&mut self, now: Instant, sent_at: Instant, end: u32, rack: &mut Rack) {
-        if self.last.is_none() && self.latest.is_none() {
-            // The run's first unit goes to RACK at once; `latest` marks the run as started.
+        if self.units == 0 {
+            // The run's first unit goes to RACK at once.
             rack.on_delivered(now, sent_at, end, false);
-            self.latest = Some((sent_at, end));
-            return;
+            self.latest = (sent_at, end);
+        } else if sent_at >= self.latest.0 {
+            self.latest = (sent_at, end);
         }
-        if self.latest.is_none_or(|(t, _)| sent_at >= t) {
-            self.latest = Some((sent_at, end));
-        }
-        self.last = Some((sent_at, end));
+        self.last = (sent_at, end);
+        self.units += 1;
     }
 
     /// Tells RACK of the run's most recently sent and last units; a new run starts.
     fn flush(&mut self, now: Instant, rack: &mut Rack) {
-        if let Some((sent_at, end)) = self.last.take() {
-            if let Some((t, e)) = self.latest {
-                rack.on_delivered(now, t, e, false);
-            }
-            rack.on_delivered(now, sent_at, end, false);
+        if self.units > 1 {
+            rack.on_delivered(now, self.latest.0, self.latest.1, false);
+            rack.on_delivered(now, self.last.0, self.last.1, false);
         }
-        self.latest = None;
+        self.units = 0;
     }
 }
 
@@ -292,40 +291,50 @@ impl SendQueue {
         let mut repaired = false;
         let mut run = DeliveredRun::default();
         while let Some(u) = self.units.front() {
-            if !seq::le(u.end(), ack) {
+            let len = u.seq_len();
+            let end = u.seq.wrapping_add(len);
+            if !seq::le(end, ack) {
                 break;
             }
             let u = self.units.pop_front().expect("front exists");
-            if u.in_pipe {
-                self.pipe -= u.seq_len() as usize;
-            }
-            if u.lost {
-                self.lost_count -= 1;
-            }
-            if u.sacked {
-                self.sacked_count -= 1;
-            } else {
-                if u.retransmitted {
-                    run.flush(now, rack);
-                    rack.on_delivered(now, u.sent_at, u.end(), true);
-                } else {
-                    run.add(now, u.sent_at, u.end(), rack);
-                }
-                // Karn's algorithm (RFC 6298 §3): no samples from retransmitted units. A
-                // unit SACKed before was delivered then, not now (this ACK may come
-                // seconds later, once a hole below it was repaired): no sample either.
-                out.rtt_sample_sent_at = if u.retransmitted {
-                    None
-                } else {
-                    Some(u.sent_at)
-                };
-            }
-            if u.retransmitted {
-                self.rtx_count -= 1;
-                repaired = true;
-            }
-            out.bytes += u.seq_len() as usize;
+            let len = len as usize;
+            out.bytes += len;
             out.fin_acked |= u.fin;
+            if u.in_pipe && !(u.lost | u.sacked | u.retransmitted) {
+                // The usual unit: sent once, still in the pipe, delivered now.
+                self.pipe -= len;
+                run.add(now, u.sent_at, end, rack);
+                out.rtt_sample_sent_at = Some(u.sent_at);
+            } else {
+                if u.in_pipe {
+                    self.pipe -= len;
+                }
+                if u.lost {
+                    self.lost_count -= 1;
+                }
+                if u.sacked {
+                    self.sacked_count -= 1;
+                } else {
+                    if u.retransmitted {
+                        run.flush(now, rack);
+                        rack.on_delivered(now, u.sent_at, end, true);
+                    } else {
+                        run.add(now, u.sent_at, end, rack);
+                    }
+                    // Karn's algorithm (RFC 6298 §3): no samples from retransmitted units. A
+                    // unit SACKed before was delivered then, not now (this ACK may come
+                    // seconds later, once a hole below it was repaired): no sample either.
+                    out.rtt_sample_sent_at = if u.retransmitted {
+                        None
+                    } else {
+                        Some(u.sent_at)
+                    };
+                }
+                if u.retransmitted {
+                    self.rtx_count -= 1;
+                    repaired = true;
+                }
+            }
             match u.data.into_owned() {
                 Some(buffer) => recycle(buffer),
                 None => out.still_shared += 1,

@@ -319,6 +319,7 @@ impl Tcb {
     /// (RFC 2883), RACK loss detection (RFC 8985) or, without SACK, fast retransmit
     /// (RFC 5681 §3.2), NewReno recovery (RFC 6582), and the undo of recoveries and
     /// timeouts found spurious (RFC 3522, RFC 3708, RFC 4015).
+    #[inline]
     fn process_ack(
         &mut self,
         now: Instant,
@@ -332,8 +333,20 @@ impl Tcb {
         // receiving end of a one-way transfer takes this path for every data segment.
         if ack == self.snd_una && self.txq.is_empty() && repr.sack_ranges[0].is_none() {
             self.update_send_window(repr, seg_seq, ack);
-            return;
+        } else {
+            self.process_new_ack(now, repr, seg_seq, ack, ulp);
         }
+    }
+
+    /// [`Tcb::process_ack`] of an ACK with something to process.
+    fn process_new_ack(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        seg_seq: u32,
+        ack: u32,
+        ulp: &mut impl Upper,
+    ) {
         let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
         let mut sack_changed = false;
         let echoed = repr
