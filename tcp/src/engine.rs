@@ -1116,6 +1116,18 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
 
     fn schedule(&mut self, id: ConnId) {
         let Some(c) = self.conn_mut(id) else { return };
+        // The heap's entry for the connection (at `timer_at`) was due no later than each of
+        // its deadlines; only one armed since can be earlier.
+        let armed = c.tcb.take_armed();
+        if c.timer_at.is_some_and(|t| armed >= t.as_nanos()) {
+            debug_assert!(
+                c.tcb
+                    .next_deadline()
+                    .is_none_or(|d| c.timer_at.is_some_and(|t| t <= d)),
+                "a deadline earlier than the engine's timer was armed unnoticed"
+            );
+            return;
+        }
         let Some(d) = c.tcb.next_deadline() else {
             return;
         };

@@ -194,7 +194,7 @@ impl Tcb {
         match self.state {
             State::FinWait1 if fin_acked => {
                 self.state = State::FinWait2;
-                self.finwait2_deadline = Some(now + cfg.fin_wait2_timeout);
+                self.finwait2_deadline = self.arm(now + cfg.fin_wait2_timeout);
             }
             State::Closing if fin_acked => {
                 self.enter_time_wait(now, cfg, ev);
@@ -290,7 +290,7 @@ impl Tcb {
                     && now.saturating_since(self.opened_at) < cfg.refused_retry =>
             {
                 self.resend_refused_syn = true;
-                self.rtx_deadline = Some(now + REFUSED_SYN_RESEND);
+                self.rtx_deadline = self.arm(now + REFUSED_SYN_RESEND);
             }
             TcpControl::Rst if seg_ack.is_some() => {
                 ev.push(TcbEvent::Closed(CloseReason::Refused));
@@ -423,7 +423,7 @@ impl Tcb {
             self.rtx_deadline = if self.txq.is_empty() {
                 None
             } else {
-                Some(now + self.rtt.rto())
+                self.arm(now + self.rtt.rto())
             };
         } else if ack == self.snd_una
             && outstanding
@@ -476,7 +476,7 @@ impl Tcb {
             self.rtt.srtt(),
         );
         let (marked, next) = self.txq.rack_detect_loss(now, &self.rack, wnd);
-        self.rack_deadline = next;
+        self.rack_deadline = next.and_then(|t| self.arm(t));
         marked
     }
 
@@ -693,7 +693,7 @@ impl Tcb {
             if self.segs_unacked >= 2 {
                 self.ack_now = true;
             } else if self.delack_deadline.is_none() {
-                self.delack_deadline = Some(now + cfg.delayed_ack);
+                self.delack_deadline = self.arm(now + cfg.delayed_ack);
             }
         }
     }
