@@ -611,6 +611,19 @@ impl Tcb {
         in_run: bool,
         ulp: &mut impl Upper,
     ) {
+        let before = self.rcv_nxt;
+        if seg_seq == before && self.rx.is_empty() && payload.len() <= self.rcv_wnd() as usize {
+            // The next bytes in order, nothing held out of order, all within the window:
+            // the whole payload is the one new piece, no reassembly to consult.
+            let consumed = ulp.on_segment(seg_seq, payload, true, before);
+            for_each_unconsumed(&consumed, payload.len(), |a, b| {
+                ulp.on_in_order(seg_seq.wrapping_add(a as u32), &payload[a..b]);
+            });
+            self.rcv_off += payload.len() as u64;
+            self.rcv_nxt = before.wrapping_add(payload.len() as u32);
+            self.delivered(now, cfg, before, true, false, in_run, ulp);
+            return;
+        }
         let mut seq0 = seg_seq;
         let mut p = payload;
         let front = seq::diff(self.rcv_nxt, seq0);
@@ -652,7 +665,6 @@ impl Tcb {
             self.pieces = pieces;
             return;
         }
-        let before = self.rcv_nxt;
         for &(ps, pe) in &pieces {
             let slice = &p[(ps - s) as usize..(pe - s) as usize];
             let pseq = self.seq_of(ps);
@@ -677,15 +689,34 @@ impl Tcb {
             }
         }
         self.pieces = pieces;
+        self.delivered(now, cfg, before, seq0 == before, had_gaps, in_run, ulp);
+    }
+
+    /// After a payload's new pieces went to the sink (RCV.NXT was `before`; the payload
+    /// started there when `at_rcv_nxt`; out-of-order data was held when `had_gaps`): the ULP
+    /// learns that RCV.NXT advanced (or, in a run, later), and the ACK is decided: at once
+    /// for out-of-order data or a filled gap, else every second segment or when the delayed
+    /// ACK runs out.
+    #[allow(clippy::too_many_arguments)]
+    fn delivered(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        before: u32,
+        at_rcv_nxt: bool,
+        had_gaps: bool,
+        in_run: bool,
+        ulp: &mut impl Upper,
+    ) {
         if self.rcv_nxt != before {
-            if in_run && seq0 == before && self.rx.is_empty() {
+            if in_run && at_rcv_nxt && self.rx.is_empty() {
                 self.advance_pending = true;
             } else {
                 self.advance_pending = false;
                 ulp.on_advance(self.rcv_nxt);
             }
         }
-        if seq0 != before || had_gaps {
+        if !at_rcv_nxt || had_gaps {
             // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: out-of-order data or a filled gap.
             self.ack_now = true;
         } else {
