@@ -1224,10 +1224,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             }
         }
         let cap = self.holding_window();
-        while let Some(id) = self.ready.pop_front() {
+        // The connection at the front stays there while its turn lasts (it leaves the list
+        // on every other path).
+        while let Some(&id) = self.ready.front() {
             let mut evs = std::mem::take(&mut self.scratch);
             let sent = {
                 let Some(c) = slot_mut(&mut self.slots, id) else {
+                    self.ready.pop_front();
                     self.scratch = evs;
                     self.turn = 0;
                     continue;
@@ -1288,12 +1291,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     }
                     if !more {
                         self.turn = 0;
+                        self.ready.pop_front();
                     } else if turn_over {
                         self.turn = 0;
+                        self.ready.pop_front();
                         self.ready.push_back(id);
                     } else {
                         self.turn += 1;
-                        self.ready.push_front(id);
                     }
                     self.stats.segments_out += 1;
                     return Some(Transmit {
@@ -1302,6 +1306,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         dst: remote,
                     });
                 }
+                self.ready.pop_front();
                 if r.is_none() {
                     c.queued = false;
                     Self::end_admission(&mut self.reserved, c);
