@@ -556,15 +556,19 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
+    #[inline]
     fn mark_active(&mut self, id: ConnId) {
-        if let Some(c) = slot_mut(&mut self.slots, id) {
-            if !c.active && c.ulp.is_some() {
-                c.active = true;
-                self.active.push(id);
-            }
+        let Some(c) = slot_mut(&mut self.slots, id) else {
+            return;
+        };
+        if list_active(&mut self.active, c, id) {
+            self.bound_active();
         }
-        // Nobody may be taking the list: closed connections' entries leave it in batches,
-        // so it stays within twice the table.
+    }
+
+    /// Nobody may be taking the list: closed connections' entries leave it in batches, so
+    /// it stays within twice the table (checked as it grows).
+    fn bound_active(&mut self) {
         if self.active.len() > 2 * self.live + 64 {
             let slots = &self.slots;
             self.active.retain(|id| {
@@ -875,20 +879,28 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 }
             }
             count_flight(&mut self.flight, c);
+            if evs.is_empty() {
+                // The usual segment asks nothing of the engine: the connection in hand is
+                // listed active, woken and scheduled without being looked up again.
+                let listed = list_active(&mut self.active, c, id);
+                if !c.queued {
+                    c.queued = true;
+                    self.ready.push_back(id);
+                }
+                schedule_conn(&mut self.timers, c, id);
+                self.scratch = evs;
+                if listed {
+                    self.bound_active();
+                }
+                self.release_waiters();
+                return;
+            }
         }
         self.mark_active(id);
         self.apply_events(id, &mut evs);
         self.scratch = evs;
         self.after_activity(id);
         self.release_waiters();
-    }
-
-    /// Whether `c` may send new data under `Config::max_flight`: it was woken from the
-    /// waiting list for room (its turn), or room is left and nobody waits for it.
-    fn flight_open(&self, c: &Conn<U>) -> bool {
-        self.cfg.max_flight.is_none_or(|cap| {
-            c.admitted > 0 || (self.flight + self.reserved < cap && self.waiters.is_empty())
-        })
     }
 
     /// Ends the turn a connection was woken for.
@@ -1050,7 +1062,15 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
+    /// Acts on what a TCB asked for; most segments ask for nothing.
+    #[inline]
     fn apply_events(&mut self, id: ConnId, evs: &mut Vec<TcbEvent>) {
+        if !evs.is_empty() {
+            self.apply_pending_events(id, evs);
+        }
+    }
+
+    fn apply_pending_events(&mut self, id: ConnId, evs: &mut Vec<TcbEvent>) {
         for ev in evs.drain(..) {
             match ev {
                 TcbEvent::Connected => self.events.push_back(Event::Connected(id)),
@@ -1101,13 +1121,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     }
 
     fn schedule(&mut self, id: ConnId) {
-        let Some(c) = self.conn_mut(id) else { return };
-        let Some(d) = c.tcb.next_deadline() else {
-            return;
-        };
-        if c.timer_at.is_none_or(|t| d < t) {
-            c.timer_at = Some(d);
-            self.timers.push(Reverse((d, id)));
+        if let Some(c) = slot_mut(&mut self.slots, id) {
+            schedule_conn(&mut self.timers, c, id);
         }
     }
 
@@ -1209,15 +1224,23 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             }
         }
         let cap = self.holding_window();
-        while let Some(id) = self.ready.pop_front() {
+        // The connection at the front stays there while its turn lasts (it leaves the list
+        // on every other path).
+        while let Some(&id) = self.ready.front() {
             let mut evs = std::mem::take(&mut self.scratch);
-            let open = self.conn(id).is_some_and(|c| self.flight_open(c));
             let sent = {
                 let Some(c) = slot_mut(&mut self.slots, id) else {
+                    self.ready.pop_front();
                     self.scratch = evs;
                     self.turn = 0;
                     continue;
                 };
+                let open = flight_open(
+                    self.cfg.max_flight,
+                    self.flight + self.reserved,
+                    self.waiters.is_empty(),
+                    c,
+                );
                 c.tcb.flight_open = open;
                 c.tcb.flight_held = false;
                 let Conn {
@@ -1245,8 +1268,45 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         tcb.poll_transmit(now, &self.cfg, &mut h, buf, gather, &mut evs)
                     }
                 };
-                let (local, remote) = (tcb.local, tcb.remote);
+                let (local, remote) = (tcb.local.ip(), tcb.remote.ip());
                 count_flight(&mut self.flight, c);
+                if let (Some(len), true) = (r, evs.is_empty()) {
+                    // A segment went out and the TCB asks nothing of the engine: the
+                    // connection in hand is listed active, scheduled and asked whether it
+                    // has more without being looked up again.
+                    let listed = list_active(&mut self.active, c, id);
+                    schedule_conn(&mut self.timers, c, id);
+                    let more = c
+                        .ulp
+                        .as_ref()
+                        .is_none_or(|u| c.tcb.may_send_more(&self.cfg, u.pending(), u.rx_window()));
+                    c.queued = more;
+                    let turn_over = more && self.turn + 1 >= TX_QUANTUM;
+                    if turn_over {
+                        Self::end_admission(&mut self.reserved, c);
+                    }
+                    self.scratch = evs;
+                    if listed {
+                        self.bound_active();
+                    }
+                    if !more {
+                        self.turn = 0;
+                        self.ready.pop_front();
+                    } else if turn_over {
+                        self.turn = 0;
+                        self.ready.pop_front();
+                        self.ready.push_back(id);
+                    } else {
+                        self.turn += 1;
+                    }
+                    self.stats.segments_out += 1;
+                    return Some(Transmit {
+                        len,
+                        src: local,
+                        dst: remote,
+                    });
+                }
+                self.ready.pop_front();
                 if r.is_none() {
                     c.queued = false;
                     Self::end_admission(&mut self.reserved, c);
@@ -1296,8 +1356,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.stats.segments_out += 1;
                 return Some(Transmit {
                     len,
-                    src: local.ip(),
-                    dst: remote.ip(),
+                    src: local,
+                    dst: remote,
                 });
             }
             if !self.rsts.is_empty() {
@@ -1309,6 +1369,55 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             }
         }
         None
+    }
+}
+
+/// Whether `c` may send new data under `Config::max_flight` (`cap`), with `taken` octets
+/// of it in flight or reserved: it was woken from the waiting list for room (its turn), or
+/// room is left and nobody waits (`none_waiting`).
+#[inline]
+fn flight_open<U>(cap: Option<usize>, taken: usize, none_waiting: bool, c: &Conn<U>) -> bool {
+    cap.is_none_or(|cap| c.admitted > 0 || (taken < cap && none_waiting))
+}
+
+/// Lists `c` (of `id`) among the connections whose ULP ran, unless it is listed or has no
+/// ULP; returns whether it was added.
+#[inline]
+fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool {
+    if c.active || c.ulp.is_none() {
+        return false;
+    }
+    c.active = true;
+    active.push(id);
+    true
+}
+
+/// Makes the engine's timer heap hold an entry for `c` (of `id`) due no later than its
+/// earliest deadline.
+#[inline]
+fn schedule_conn<U>(
+    timers: &mut BinaryHeap<Reverse<(Instant, ConnId)>>,
+    c: &mut Conn<U>,
+    id: ConnId,
+) {
+    // The heap's entry for the connection (at `timer_at`) was due no later than each of
+    // its deadlines; only one armed since can be earlier.
+    let armed = c.tcb.take_armed();
+    if c.timer_at.is_some_and(|t| armed >= t.as_nanos()) {
+        debug_assert!(
+            c.tcb
+                .next_deadline()
+                .is_none_or(|d| c.timer_at.is_some_and(|t| t <= d)),
+            "a deadline earlier than the engine's timer was armed unnoticed"
+        );
+        return;
+    }
+    let Some(d) = c.tcb.next_deadline() else {
+        return;
+    };
+    if c.timer_at.is_none_or(|t| d < t) {
+        c.timer_at = Some(d);
+        timers.push(Reverse((d, id)));
     }
 }
 

@@ -75,6 +75,12 @@ impl RttEstimator {
         self.srtt_us.map(Duration::from_micros)
     }
 
+    /// The smoothed RTT in microseconds, if any sample was taken (no `Duration` on the
+    /// per-segment path).
+    pub fn srtt_micros(&self) -> Option<u64> {
+        self.srtt_us
+    }
+
     /// The RTT variation estimate.
     pub fn rttvar(&self) -> Duration {
         Duration::from_micros(self.rttvar_us)

@@ -58,6 +58,15 @@ impl SendBuffer {
         self.len
     }
 
+    /// Octets from the end of the buffered data to the next unit boundary counted from
+    /// the front (0 on a boundary): one division.
+    fn to_boundary(&self) -> usize {
+        match self.len % self.unit_len {
+            0 => 0,
+            r => self.unit_len - r,
+        }
+    }
+
     /// An empty buffer: a recycled one or a new one of `unit_len` capacity.
     fn fresh(&mut self) -> Vec<u8> {
         match self.spare.pop() {
@@ -73,8 +82,8 @@ impl SendBuffer {
         // The next unit starts at the front: fill the last buffer up to a unit boundary
         // counted from there (which realigns the buffers after a unit of another length),
         // then whole units.
+        let to_boundary = self.to_boundary();
         if let Some(back) = self.queue.back_mut() {
-            let to_boundary = (self.unit_len - self.len % self.unit_len) % self.unit_len;
             let n = to_boundary.min(bytes.len());
             back.extend_from_slice(&bytes[..n]);
             self.len += n;
@@ -97,7 +106,7 @@ impl SendBuffer {
         if limit == 0 {
             return 0;
         }
-        let to_boundary = (self.unit_len - self.len % self.unit_len) % self.unit_len;
+        let to_boundary = self.to_boundary();
         let (mut buffer, start) = match self.queue.pop_back() {
             Some(back) if to_boundary > 0 => {
                 let start = back.len();

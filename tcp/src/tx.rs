@@ -162,6 +162,46 @@ pub(crate) struct Acked {
     pub(crate) fin_acked: bool,
 }
 
+/// Units never retransmitted that one cumulative ACK delivers in a row, told to
+/// [`Rack::on_delivered`] as three: the first, the most recently sent and the last. Their
+/// ends rise, so the first and the last give RACK.fack and reordering_seen what all of them
+/// would; the most recently sent (the latest send time, the later end on a tie) gives
+/// RACK.xmit_ts, RACK.rtt and the minimum RTT what all of them would. The others would
+/// change nothing.
+#[derive(Default)]
+struct DeliveredRun {
+    /// Units in the run so far.
+    units: usize,
+    /// Its most recently sent unit (send time, end).
+    latest: (Instant, u32),
+    /// Its last unit (send time, end).
+    last: (Instant, u32),
+}
+
+impl DeliveredRun {
+    /// A unit never retransmitted, ending at `end` and sent at `sent_at`, was delivered.
+    fn add(&mut self, now: Instant, sent_at: Instant, end: u32, rack: &mut Rack) {
+        if self.units == 0 {
+            // The run's first unit goes to RACK at once.
+            rack.on_delivered(now, sent_at, end, false);
+            self.latest = (sent_at, end);
+        } else if sent_at >= self.latest.0 {
+            self.latest = (sent_at, end);
+        }
+        self.last = (sent_at, end);
+        self.units += 1;
+    }
+
+    /// Tells RACK of the run's most recently sent and last units; a new run starts.
+    fn flush(&mut self, now: Instant, rack: &mut Rack) {
+        if self.units > 1 {
+            rack.on_delivered(now, self.latest.0, self.latest.1, false);
+            rack.on_delivered(now, self.last.0, self.last.1, false);
+        }
+        self.units = 0;
+    }
+}
+
 /// Units sent and not yet cumulatively acknowledged, in sequence order.
 #[derive(Debug, Default)]
 pub(crate) struct SendQueue {
@@ -249,41 +289,58 @@ impl SendQueue {
     ) -> Acked {
         let mut out = Acked::default();
         let mut repaired = false;
+        let mut run = DeliveredRun::default();
         while let Some(u) = self.units.front() {
-            if !seq::le(u.end(), ack) {
+            let len = u.seq_len();
+            let end = u.seq.wrapping_add(len);
+            if !seq::le(end, ack) {
                 break;
             }
             let u = self.units.pop_front().expect("front exists");
-            if u.in_pipe {
-                self.pipe -= u.seq_len() as usize;
-            }
-            if u.lost {
-                self.lost_count -= 1;
-            }
-            if u.sacked {
-                self.sacked_count -= 1;
-            } else {
-                rack.on_delivered(now, u.sent_at, u.end(), u.retransmitted);
-                // Karn's algorithm (RFC 6298 §3): no samples from retransmitted units. A
-                // unit SACKed before was delivered then, not now (this ACK may come
-                // seconds later, once a hole below it was repaired): no sample either.
-                out.rtt_sample_sent_at = if u.retransmitted {
-                    None
-                } else {
-                    Some(u.sent_at)
-                };
-            }
-            if u.retransmitted {
-                self.rtx_count -= 1;
-                repaired = true;
-            }
-            out.bytes += u.seq_len() as usize;
+            let len = len as usize;
+            out.bytes += len;
             out.fin_acked |= u.fin;
+            if u.in_pipe && !(u.lost | u.sacked | u.retransmitted) {
+                // The usual unit: sent once, still in the pipe, delivered now.
+                self.pipe -= len;
+                run.add(now, u.sent_at, end, rack);
+                out.rtt_sample_sent_at = Some(u.sent_at);
+            } else {
+                if u.in_pipe {
+                    self.pipe -= len;
+                }
+                if u.lost {
+                    self.lost_count -= 1;
+                }
+                if u.sacked {
+                    self.sacked_count -= 1;
+                } else {
+                    if u.retransmitted {
+                        run.flush(now, rack);
+                        rack.on_delivered(now, u.sent_at, end, true);
+                    } else {
+                        run.add(now, u.sent_at, end, rack);
+                    }
+                    // Karn's algorithm (RFC 6298 §3): no samples from retransmitted units. A
+                    // unit SACKed before was delivered then, not now (this ACK may come
+                    // seconds later, once a hole below it was repaired): no sample either.
+                    out.rtt_sample_sent_at = if u.retransmitted {
+                        None
+                    } else {
+                        Some(u.sent_at)
+                    };
+                }
+                if u.retransmitted {
+                    self.rtx_count -= 1;
+                    repaired = true;
+                }
+            }
             match u.data.into_owned() {
                 Some(buffer) => recycle(buffer),
                 None => out.still_shared += 1,
             }
         }
+        run.flush(now, rack);
         // An ACK that covers a retransmission may have waited for it: the units above were
         // delivered earlier, whether a SACK said so or not (the SACK carrying them can be
         // lost, or have had no room for their block). No sample then.
@@ -549,5 +606,95 @@ mod tests {
         let mut rack = Rack::default();
         let a = q.ack(1100, Instant::from_millis(6), &mut rack, drop);
         assert!(a.rtt_sample_sent_at.is_none());
+    }
+
+    /// A unit of [`acked_units_tell_rack_what_each_would`]: its length, when it was sent
+    /// (first or last), whether it was retransmitted then, whether a SACK covered it.
+    type UnitCase = (u32, u64, bool, bool);
+
+    /// RACK's state after the units below `ack` were delivered, as the queue tells it.
+    fn rack_after_ack(units: &[UnitCase], before: &[(u64, u32, bool)], ack: u32) -> String {
+        let mut rack = Rack::default();
+        for &(t, end, r) in before {
+            rack.on_delivered(Instant::from_micros(500), Instant::from_micros(t), end, r);
+        }
+        let mut q = SendQueue::default();
+        let mut seq = u32::MAX - 3000;
+        for (i, &(len, t, rtx, sacked)) in units.iter().enumerate() {
+            q.push(seq, vec![0; len as usize], false, Instant::from_micros(t));
+            if rtx {
+                q.retransmitted(i, Instant::from_micros(t));
+            }
+            if sacked {
+                q.sack(
+                    seq,
+                    seq.wrapping_add(len),
+                    Instant::from_micros(400),
+                    &mut rack,
+                );
+            }
+            seq = seq.wrapping_add(len);
+        }
+        q.ack(ack, Instant::from_micros(450), &mut rack, drop);
+        format!("{rack:?}")
+    }
+
+    /// The same, telling RACK of each unit in turn (RFC 8985 §6.2 per segment).
+    fn rack_after_each(units: &[UnitCase], before: &[(u64, u32, bool)], ack: u32) -> String {
+        let mut rack = Rack::default();
+        for &(t, end, r) in before {
+            rack.on_delivered(Instant::from_micros(500), Instant::from_micros(t), end, r);
+        }
+        let mut seq = u32::MAX - 3000;
+        for &(len, t, rtx, sacked) in units {
+            let end = seq.wrapping_add(len);
+            if sacked {
+                rack.on_delivered(Instant::from_micros(400), Instant::from_micros(t), end, rtx);
+            }
+            seq = end;
+        }
+        let mut seq = u32::MAX - 3000;
+        for &(len, t, rtx, sacked) in units {
+            let end = seq.wrapping_add(len);
+            if !seq::le(end, ack) {
+                break;
+            }
+            if !sacked {
+                rack.on_delivered(Instant::from_micros(450), Instant::from_micros(t), end, rtx);
+            }
+            seq = end;
+        }
+        format!("{rack:?}")
+    }
+
+    proptest::proptest! {
+        /// A cumulative ACK tells RACK of runs of units in three calls, not one a unit:
+        /// RACK ends as it would after one call a unit, whatever the send times (out of
+        /// order too), retransmissions, SACKs and RACK's state before.
+        #[test]
+        fn acked_units_tell_rack_what_each_would(
+            units in proptest::collection::vec(
+                (1u32..200, 0u64..400, proptest::bool::weighted(0.2), proptest::bool::weighted(0.2)),
+                1..40,
+            ),
+            before in proptest::collection::vec(
+                (0u64..400, 0u32..8000, proptest::bool::ANY),
+                0..3,
+            ),
+            upto in 0usize..40,
+        ) {
+            let before: Vec<(u64, u32, bool)> = before
+                .into_iter()
+                .map(|(t, end, r)| (t, (u32::MAX - 4000).wrapping_add(end), r))
+                .collect();
+            let upto = upto.min(units.len());
+            let ack = units[..upto]
+                .iter()
+                .fold(u32::MAX - 3000, |s, u| s.wrapping_add(u.0));
+            proptest::prop_assert_eq!(
+                rack_after_ack(&units, &before, ack),
+                rack_after_each(&units, &before, ack)
+            );
+        }
     }
 }

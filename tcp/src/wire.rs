@@ -280,7 +280,7 @@ fn emit_common(
             ip[12..16].copy_from_slice(&s.octets());
             ip[16..20].copy_from_slice(&d.octets());
             if cfg.fill_checksums {
-                let sum = !crate::checksum::sum(ip);
+                let sum = !ipv4_header_sum(total as u16, s.octets(), d.octets());
                 ip[10..12].copy_from_slice(&sum.to_be_bytes());
             }
             IPV4_HEADER_LEN
@@ -321,8 +321,28 @@ fn emit_common(
     Some(ip_len + tcp_header_len)
 }
 
+/// The RFC 1071 sum (not complemented) of the IPv4 header [`emit_common`] writes, from its
+/// fields rather than read back from the buffer: version and header length 0x45, total
+/// length, Don't Fragment, [`HOP_LIMIT`] and TCP, the addresses.
+fn ipv4_header_sum(total: u16, s: [u8; 4], d: [u8; 4]) -> u16 {
+    let fixed =
+        0x4500 + 0x4000 + (u32::from(HOP_LIMIT) << 8 | u32::from(u8::from(IpProtocol::Tcp)));
+    let word = |hi: u8, lo: u8| u32::from(u16::from_be_bytes([hi, lo]));
+    let mut acc = fixed
+        + u32::from(total)
+        + word(s[0], s[1])
+        + word(s[2], s[3])
+        + word(d[0], d[1])
+        + word(d[2], d[3]);
+    acc = (acc & 0xffff) + (acc >> 16);
+    acc = (acc & 0xffff) + (acc >> 16);
+    acc as u16
+}
+
 /// TCP header length without options.
 const TCP_HEADER_LEN: usize = 20;
+/// TCP header length with the Timestamps option (and two octets of padding or NOPs).
+const TCP_TIMESTAMP_HEADER_LEN: usize = TCP_HEADER_LEN + TIMESTAMP_OPTION_LEN;
 /// NOP, NOP, Timestamps kind 8 length 10: the option layout of data segments with
 /// timestamps (RFC 7323 Appendix A), which Linux sends.
 const NOP_NOP_TIMESTAMP: [u8; 4] = [1, 1, 8, 10];
@@ -350,26 +370,41 @@ pub(crate) fn parse_segment(src: IpAddr, dst: IpAddr, segment: &[u8]) -> Option<
 
 /// The common case of [`parse_segment`], or `None` to leave the segment to smoltcp.
 fn parse_common(s: &[u8]) -> Option<TcpRepr<'_>> {
-    let word = |at: usize| u32::from_be_bytes([s[at], s[at + 1], s[at + 2], s[at + 3]]);
-    if s.len() < TCP_HEADER_LEN {
-        return None;
-    }
-    let header_len = usize::from(s[12] >> 4) * 4;
-    let flags = s[13];
+    // The fixed header and the options of the usual shape as arrays: one length check
+    // each, the fields then read without further bounds checks.
+    let h: &[u8; TCP_HEADER_LEN] = s.get(..TCP_HEADER_LEN)?.try_into().ok()?;
+    let word = |b: [u8; 4]| u32::from_be_bytes(b);
+    let header_len = usize::from(h[12] >> 4) * 4;
+    let flags = h[13];
     // FIN 0x01, SYN 0x02, RST 0x04 take smoltcp's path; URG, ECE and CWR are ignored there.
     if flags & 0x07 != 0 || s.len() < header_len {
         return None;
     }
     let timestamp = match header_len {
         TCP_HEADER_LEN => None,
-        32 if s[20..24] == NOP_NOP_TIMESTAMP => Some(TcpTimestampRepr::new(word(24), word(28))),
-        32 if s[20..22] == TIMESTAMP_FIRST && (s[30] == 0 || (s[30] == 1 && s[31] <= 1)) => {
-            Some(TcpTimestampRepr::new(word(22), word(26)))
+        TCP_TIMESTAMP_HEADER_LEN => {
+            let o: &[u8; TIMESTAMP_OPTION_LEN] = s
+                .get(TCP_HEADER_LEN..TCP_TIMESTAMP_HEADER_LEN)?
+                .try_into()
+                .ok()?;
+            if o[..4] == NOP_NOP_TIMESTAMP {
+                Some(TcpTimestampRepr::new(
+                    word([o[4], o[5], o[6], o[7]]),
+                    word([o[8], o[9], o[10], o[11]]),
+                ))
+            } else if o[..2] == TIMESTAMP_FIRST && (o[10] == 0 || (o[10] == 1 && o[11] <= 1)) {
+                Some(TcpTimestampRepr::new(
+                    word([o[2], o[3], o[4], o[5]]),
+                    word([o[6], o[7], o[8], o[9]]),
+                ))
+            } else {
+                return None;
+            }
         }
         _ => return None,
     };
-    let src_port = u16::from_be_bytes([s[0], s[1]]);
-    let dst_port = u16::from_be_bytes([s[2], s[3]]);
+    let src_port = u16::from_be_bytes([h[0], h[1]]);
+    let dst_port = u16::from_be_bytes([h[2], h[3]]);
     if src_port == 0 || dst_port == 0 {
         return None;
     }
@@ -381,9 +416,10 @@ fn parse_common(s: &[u8]) -> Option<TcpRepr<'_>> {
         } else {
             TcpControl::None
         },
-        seq_number: TcpSeqNumber(word(4) as i32),
-        ack_number: (flags & 0x10 != 0).then(|| TcpSeqNumber(word(8) as i32)),
-        window_len: u16::from_be_bytes([s[14], s[15]]),
+        seq_number: TcpSeqNumber(word([h[4], h[5], h[6], h[7]]) as i32),
+        ack_number: (flags & 0x10 != 0)
+            .then(|| TcpSeqNumber(word([h[8], h[9], h[10], h[11]]) as i32)),
+        window_len: u16::from_be_bytes([h[14], h[15]]),
         window_scale: None,
         max_seg_size: None,
         sack_permitted: false,

@@ -194,7 +194,7 @@ impl Tcb {
         match self.state {
             State::FinWait1 if fin_acked => {
                 self.state = State::FinWait2;
-                self.finwait2_deadline = Some(now + cfg.fin_wait2_timeout);
+                self.finwait2_deadline = self.arm(now + cfg.fin_wait2_timeout);
             }
             State::Closing if fin_acked => {
                 self.enter_time_wait(now, cfg, ev);
@@ -290,7 +290,7 @@ impl Tcb {
                     && now.saturating_since(self.opened_at) < cfg.refused_retry =>
             {
                 self.resend_refused_syn = true;
-                self.rtx_deadline = Some(now + REFUSED_SYN_RESEND);
+                self.rtx_deadline = self.arm(now + REFUSED_SYN_RESEND);
             }
             TcpControl::Rst if seg_ack.is_some() => {
                 ev.push(TcbEvent::Closed(CloseReason::Refused));
@@ -319,7 +319,27 @@ impl Tcb {
     /// (RFC 2883), RACK loss detection (RFC 8985) or, without SACK, fast retransmit
     /// (RFC 5681 §3.2), NewReno recovery (RFC 6582), and the undo of recoveries and
     /// timeouts found spurious (RFC 3522, RFC 3708, RFC 4015).
+    #[inline]
     fn process_ack(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        seg_seq: u32,
+        ack: u32,
+        ulp: &mut impl Upper,
+    ) {
+        // Nothing outstanding, nothing acknowledged and no SACK block (a D-SACK included):
+        // no unit to deliver, count or deem lost, so only the send window may move. The
+        // receiving end of a one-way transfer takes this path for every data segment.
+        if ack == self.snd_una && self.txq.is_empty() && repr.sack_ranges[0].is_none() {
+            self.update_send_window(repr, seg_seq, ack);
+        } else {
+            self.process_new_ack(now, repr, seg_seq, ack, ulp);
+        }
+    }
+
+    /// [`Tcb::process_ack`] of an ACK with something to process.
+    fn process_new_ack(
         &mut self,
         now: Instant,
         repr: &TcpRepr,
@@ -403,7 +423,7 @@ impl Tcb {
             self.rtx_deadline = if self.txq.is_empty() {
                 None
             } else {
-                Some(now + self.rtt.rto())
+                self.arm(now + self.rtt.rto())
             };
         } else if ack == self.snd_una
             && outstanding
@@ -456,7 +476,7 @@ impl Tcb {
             self.rtt.srtt(),
         );
         let (marked, next) = self.txq.rack_detect_loss(now, &self.rack, wnd);
-        self.rack_deadline = next;
+        self.rack_deadline = next.and_then(|t| self.arm(t));
         marked
     }
 
@@ -591,6 +611,19 @@ impl Tcb {
         in_run: bool,
         ulp: &mut impl Upper,
     ) {
+        let before = self.rcv_nxt;
+        if seg_seq == before && self.rx.is_empty() && payload.len() <= self.rcv_wnd() as usize {
+            // The next bytes in order, nothing held out of order, all within the window:
+            // the whole payload is the one new piece, no reassembly to consult.
+            let consumed = ulp.on_segment(seg_seq, payload, true, before);
+            for_each_unconsumed(&consumed, payload.len(), |a, b| {
+                ulp.on_in_order(seg_seq.wrapping_add(a as u32), &payload[a..b]);
+            });
+            self.rcv_off += payload.len() as u64;
+            self.rcv_nxt = before.wrapping_add(payload.len() as u32);
+            self.delivered(now, cfg, before, true, false, in_run, ulp);
+            return;
+        }
         let mut seq0 = seg_seq;
         let mut p = payload;
         let front = seq::diff(self.rcv_nxt, seq0);
@@ -632,7 +665,6 @@ impl Tcb {
             self.pieces = pieces;
             return;
         }
-        let before = self.rcv_nxt;
         for &(ps, pe) in &pieces {
             let slice = &p[(ps - s) as usize..(pe - s) as usize];
             let pseq = self.seq_of(ps);
@@ -657,15 +689,34 @@ impl Tcb {
             }
         }
         self.pieces = pieces;
+        self.delivered(now, cfg, before, seq0 == before, had_gaps, in_run, ulp);
+    }
+
+    /// After a payload's new pieces went to the sink (RCV.NXT was `before`; the payload
+    /// started there when `at_rcv_nxt`; out-of-order data was held when `had_gaps`): the ULP
+    /// learns that RCV.NXT advanced (or, in a run, later), and the ACK is decided: at once
+    /// for out-of-order data or a filled gap, else every second segment or when the delayed
+    /// ACK runs out.
+    #[allow(clippy::too_many_arguments)]
+    fn delivered(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        before: u32,
+        at_rcv_nxt: bool,
+        had_gaps: bool,
+        in_run: bool,
+        ulp: &mut impl Upper,
+    ) {
         if self.rcv_nxt != before {
-            if in_run && seq0 == before && self.rx.is_empty() {
+            if in_run && at_rcv_nxt && self.rx.is_empty() {
                 self.advance_pending = true;
             } else {
                 self.advance_pending = false;
                 ulp.on_advance(self.rcv_nxt);
             }
         }
-        if seq0 != before || had_gaps {
+        if !at_rcv_nxt || had_gaps {
             // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: out-of-order data or a filled gap.
             self.ack_now = true;
         } else {
@@ -673,7 +724,7 @@ impl Tcb {
             if self.segs_unacked >= 2 {
                 self.ack_now = true;
             } else if self.delack_deadline.is_none() {
-                self.delack_deadline = Some(now + cfg.delayed_ack);
+                self.delack_deadline = self.arm(now + cfg.delayed_ack);
             }
         }
     }

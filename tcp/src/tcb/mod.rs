@@ -281,6 +281,9 @@ pub(crate) struct Tcb {
     rto_undo: Option<RtoUndo>,
     /// Since the last fast recovery began: how to undo it should it prove spurious.
     rec_undo: Option<RecoveryUndo>,
+    /// The earliest deadline armed since the engine last scheduled the connection's
+    /// timer, in nanoseconds (`u64::MAX`: none); see [`Tcb::take_armed`].
+    armed: u64,
 }
 
 /// What a retransmission timeout changed, kept until the next ACK shows whether it was
@@ -423,6 +426,7 @@ impl Tcb {
             paws_drops: 0,
             rto_undo: None,
             rec_undo: None,
+            armed: u64::MAX,
         }
     }
 

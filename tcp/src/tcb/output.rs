@@ -243,7 +243,7 @@ impl Tcb {
                         self.retransmits += 1;
                     }
                     self.syn_emitted = true;
-                    self.rtx_deadline = Some(now + self.rtt.rto());
+                    self.rtx_deadline = self.arm(now + self.rtt.rto());
                     return self.send_empty(now, cfg, sink_wnd, TcpControl::Syn, self.iss, buf);
                 }
                 if self.ack_now && self.state == State::SynReceived {
@@ -314,7 +314,7 @@ impl Tcb {
                     // Its window is open: no probing, the engine wakes it.
                     self.flight_held = true;
                 } else if self.txq.is_empty() && self.persist_deadline.is_none() {
-                    self.persist_deadline = Some(now + self.rtt.rto());
+                    self.persist_deadline = self.arm(now + self.rtt.rto());
                 }
             } else if self.close_requested {
                 // RFC 9293 §3.10.4: FIN after all data.
@@ -393,7 +393,7 @@ impl Tcb {
             retransmit_ts,
         });
         self.tlp_deadline = None;
-        self.rtx_deadline = Some(now + self.rtt.rto());
+        self.rtx_deadline = self.arm(now + self.rtt.rto());
         out
     }
 

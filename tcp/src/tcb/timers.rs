@@ -24,6 +24,22 @@ impl Tcb {
         )
     }
 
+    /// `at` as a deadline being armed (the value to store): the engine's timer for the
+    /// connection must come due by then ([`Tcb::take_armed`]).
+    #[inline]
+    pub(super) fn arm(&mut self, at: Instant) -> Option<Instant> {
+        self.armed = self.armed.min(at.as_nanos());
+        Some(at)
+    }
+
+    /// The earliest deadline armed since the last call, in nanoseconds (`u64::MAX`: none).
+    /// A timer armed for no later than that is due no later than every pending deadline
+    /// if it was before: deadlines only move earlier by being armed.
+    #[inline]
+    pub(crate) fn take_armed(&mut self) -> u64 {
+        core::mem::replace(&mut self.armed, u64::MAX)
+    }
+
     /// A segment arrived: the connection is not idle. The idle timer is re-armed lazily
     /// (when it runs out, from the time of the last segment), so the per-segment cost is a
     /// store; an answer to keepalive probes arms it afresh.
@@ -31,7 +47,7 @@ impl Tcb {
         self.idle_since = now;
         if self.keepalive_deadline.is_none() || self.ka_probes != 0 {
             self.ka_probes = 0;
-            self.keepalive_deadline = self.idle_timeout(cfg).map(|d| now + d);
+            self.keepalive_deadline = self.idle_timeout(cfg).and_then(|d| self.arm(now + d));
         }
     }
 
@@ -65,7 +81,7 @@ impl Tcb {
 
     /// Arm, or restart, the 2 MSL TIME-WAIT timer (RFC 9293 §3.10.7.4).
     pub(super) fn restart_time_wait(&mut self, now: Instant, cfg: &Config) {
-        self.timewait_deadline = Some(now + 2 * cfg.msl);
+        self.timewait_deadline = self.arm(now + 2 * cfg.msl);
     }
 
     /// Arm the tail loss probe timer (RFC 8985 §7.2): two SRTTs from now, plus the delayed
@@ -83,22 +99,24 @@ impl Tcb {
         {
             return;
         }
-        let Some(srtt) = self.rtt.srtt() else {
+        // In nanoseconds, as `Instant` counts (saturating as its `Duration` arithmetic
+        // does): this runs for every unit sent.
+        let Some(srtt_us) = self.rtt.srtt_micros() else {
             return;
         };
-        let mut pto = srtt * 2;
+        let mut pto = srtt_us.saturating_mul(2_000);
         if self.txq.len() == 1 {
-            pto += cfg.delayed_ack;
+            pto = pto.saturating_add(u64::try_from(cfg.delayed_ack.as_nanos()).unwrap_or(u64::MAX));
         }
-        let at = now + pto;
+        let at = Instant::from_nanos(now.as_nanos().saturating_add(pto));
         if self.rtx_deadline.is_none_or(|r| at < r) {
-            self.tlp_deadline = Some(at);
+            self.tlp_deadline = self.arm(at);
         }
     }
 
     pub(super) fn arm_rtx(&mut self, now: Instant) {
         if self.rtx_deadline.is_none() {
-            self.rtx_deadline = Some(now + self.rtt.rto());
+            self.rtx_deadline = self.arm(now + self.rtt.rto());
         }
     }
 
@@ -143,14 +161,14 @@ impl Tcb {
                 .rto()
                 .saturating_mul(1 << self.persist_backoff.min(10))
                 .min(cfg.rto_max);
-            self.persist_deadline = Some(now + d);
+            self.persist_deadline = self.arm(now + d);
         }
         if due(self.keepalive_deadline) {
             match self.idle_timeout(cfg) {
                 None => self.keepalive_deadline = None,
                 // A segment arrived since the timer was armed.
                 Some(first) if self.ka_probes == 0 && now < self.idle_since + first => {
-                    self.keepalive_deadline = Some(self.idle_since + first);
+                    self.keepalive_deadline = self.arm(self.idle_since + first);
                 }
                 Some(_) => self.on_idle(now, cfg, ev),
             }
@@ -170,16 +188,17 @@ impl Tcb {
                 }
                 self.ka_probes += 1;
                 self.send_probe = true;
-                self.keepalive_deadline = Some(now + ka.interval);
+                self.keepalive_deadline = self.arm(now + ka.interval);
             }
             _ if self.opts.timestamps => {
                 // The peer's TS.Recent stays within 2^31 ticks of our TSval.
                 self.ack_now = true;
                 let next = now + TS_REFRESH;
-                self.keepalive_deadline = Some(match cfg.keepalive {
+                let at = match cfg.keepalive {
                     Some(ka) => next.min(self.idle_since + ka.idle),
                     None => next,
-                });
+                };
+                self.keepalive_deadline = self.arm(at);
             }
             _ => self.keepalive_deadline = None,
         }
@@ -241,7 +260,7 @@ impl Tcb {
                 self.rto_point = Some(self.snd_nxt);
                 self.dupacks = 0;
                 self.fast_rtx = true;
-                self.rtx_deadline = Some(now + self.rtt.rto());
+                self.rtx_deadline = self.arm(now + self.rtt.rto());
             }
         }
     }
