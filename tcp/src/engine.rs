@@ -1141,6 +1141,14 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 continue;
             }
             c.timer_at = None;
+            if c.tcb.next_deadline().is_none_or(|t| t > now) {
+                // The deadline it was queued for moved later (an ACK restarted the RTO
+                // or the probe timer): nothing is due, so the TCB, its ULP and the
+                // service on top are not visited; only the entry is queued again.
+                self.scratch = evs;
+                self.schedule(id);
+                continue;
+            }
             c.tcb.handle_timeout(now, &self.cfg, &mut evs);
             count_flight(&mut self.flight, c);
             self.mark_active(id);
