@@ -2,6 +2,7 @@
 //! `handle_*` / `poll_*` API the data plane drives.
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
@@ -1143,19 +1144,46 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// Run every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.release_held_syns(now);
-        while let Some(&Reverse((d, id))) = self.timers.peek() {
-            if d > now {
-                break;
-            }
-            self.timers.pop();
-            let mut evs = std::mem::take(&mut self.scratch);
+        loop {
+            let id = {
+                let Some(mut top) = self.timers.peek_mut() else {
+                    break;
+                };
+                let Reverse((d, id)) = *top;
+                if d > now {
+                    break;
+                }
+                let Some(c) = slot_mut(&mut self.slots, id).filter(|c| c.timer_at == Some(d))
+                else {
+                    PeekMut::pop(top);
+                    continue;
+                };
+                match c.tcb.next_deadline() {
+                    // The deadline it was queued for moved later (an ACK restarted the RTO
+                    // or the probe timer): nothing is due, so the TCB, its ULP and the
+                    // service on top are not visited; the entry moves to the new deadline
+                    // in place (one sift instead of a pop and a push).
+                    Some(t) if t > now => {
+                        c.timer_at = Some(t);
+                        *top = Reverse((t, id));
+                        continue;
+                    }
+                    None => {
+                        c.timer_at = None;
+                        PeekMut::pop(top);
+                        continue;
+                    }
+                    Some(_) => {
+                        c.timer_at = None;
+                        PeekMut::pop(top);
+                        id
+                    }
+                }
+            };
             let Some(c) = slot_mut(&mut self.slots, id) else {
                 continue;
             };
-            if c.timer_at != Some(d) {
-                continue;
-            }
-            c.timer_at = None;
+            let mut evs = std::mem::take(&mut self.scratch);
             c.tcb.handle_timeout(now, &self.cfg, &mut evs);
             count_flight(&mut self.flight, c);
             self.mark_active(id);

@@ -1141,3 +1141,47 @@ fn a_connection_with_nothing_more_to_send_leaves_the_ready_list() {
     assert!(segments >= 3, "3000 octets in {segments} segments");
     assert_eq!(s.a.ready_len(), 0);
 }
+
+// A connection's queued timer whose deadline moved later (an ACK restarted the RTO) comes
+// due without anything due in the TCB: the connection is not run (not listed active, sends
+// nothing), and the timer it has now still fires (the unacknowledged segment goes again).
+#[test]
+fn timer_whose_deadline_moved_later_does_not_run_the_connection() {
+    let mut p = RawPeer::new(test_config());
+    let conn = p.handshake_with(Some(7), true, false, 1 << 20);
+    let mut active = Vec::new();
+    p.e.take_active(&mut active);
+    assert_eq!(p.e.ulp_mut(conn).unwrap().write(&[7u8; 2000]), 2000);
+    let out = p.output();
+    assert_eq!(out.len(), 2, "two segments of data");
+    let queued = p.e.poll_timeout().expect("RTO armed");
+    // Half way to it, the first segment is acknowledged: the RTO restarts from now.
+    p.now = p.now + (queued - p.now) / 2;
+    p.rcv = out[0].seq.wrapping_add(out[0].payload.len() as u32);
+    if let Some(v) = p.tsval.as_mut() {
+        *v += 1;
+    }
+    let ack = p.seg(TcpControl::None, &[]);
+    assert!(p.send(&ack).is_empty());
+    let moved = p.e.info(conn).map(|i| i.rto).expect("info");
+    active.clear();
+    p.e.take_active(&mut active);
+    // The queued instant passes: nothing is due.
+    p.now = queued;
+    p.e.handle_timeout(p.now);
+    active.clear();
+    p.e.take_active(&mut active);
+    assert!(active.is_empty(), "not run: {active:?}");
+    assert!(p.output().is_empty());
+    let next = p.e.poll_timeout().expect("RTO still armed");
+    assert!(next > queued, "{next:?} after {queued:?}");
+    assert!(next <= queued + moved);
+    // At the RTO the second segment goes again.
+    p.now = next;
+    p.e.handle_timeout(p.now);
+    let again = p.output();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].seq, out[1].seq);
+    p.e.take_active(&mut active);
+    assert_eq!(active, [conn]);
+}

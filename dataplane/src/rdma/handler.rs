@@ -29,6 +29,7 @@ use tcp::{CloseReason, ConnId, Engine, Event, FourTuple};
 use super::counters::{CmCounters, RdmaCounters};
 use super::events::{EventCounters, EventLog};
 use super::shared::{LaneRegistrations, ShareError};
+use super::table::ConnTable;
 use crate::clock::Instant;
 use crate::steer::{steered_port, Lane};
 use crate::tcp_handler::{TcpHandler, TcpService};
@@ -161,8 +162,8 @@ impl From<VerbError> for CmError {
 pub(super) struct Entry {
     /// The connection's QP; none yet for a Request to a pending listener.
     pub(super) qp: Option<QpId>,
-    pub(super) local: SocketAddr,
-    pub(super) remote: SocketAddr,
+    /// Its addresses (boxed: read for events and reports only, not on a visit).
+    pub(super) addrs: Box<Addrs>,
     pub(super) established: bool,
     /// Disconnect asked: close TCP once the connection drained.
     closing: bool,
@@ -175,6 +176,13 @@ pub(super) struct Entry {
     timer_at: Option<Instant>,
 }
 
+/// A connection's local and remote addresses.
+#[derive(Debug)]
+pub(super) struct Addrs {
+    pub(super) local: SocketAddr,
+    pub(super) remote: SocketAddr,
+}
+
 /// The connection manager: the rdma_cm side of the iWARP connections (listeners, the
 /// connections' QPs and their CM events), the service on top of the TCP engine.
 pub struct ConnManager {
@@ -182,7 +190,8 @@ pub struct ConnManager {
     /// Keyed by local ports and engine-assigned ids: a fast unkeyed hash. A listener makes
     /// each accepted connection's QP from its template, or leaves it to the application.
     listeners: FxHashMap<u16, Option<QpInit>>,
-    pub(super) conns: FxHashMap<ConnId, Entry>,
+    /// By the engine's slot index: one indexed load per visit.
+    pub(super) conns: ConnTable<Entry>,
     /// The connections in the order they were tracked; closed ones are dropped lazily
     /// (see [`ConnManager::ids`]).
     order: Vec<ConnId>,
@@ -227,7 +236,7 @@ impl RdmaHandler {
         let cm = ConnManager {
             cfg,
             listeners: FxHashMap::default(),
-            conns: FxHashMap::default(),
+            conns: ConnTable::default(),
             order: Vec::new(),
             order_dead: 0,
             by_qp: FxHashMap::default(),
@@ -792,8 +801,7 @@ impl ConnManager {
             id,
             Entry {
                 qp,
-                local,
-                remote,
+                addrs: Box::new(Addrs { local, remote }),
                 established: false,
                 closing: false,
                 tcp_close_sent: false,
@@ -891,7 +899,7 @@ impl ConnManager {
         let Some(entry) = self.conns.get_mut(&id) else {
             return;
         };
-        let (qp, local, remote) = (entry.qp, entry.local, entry.remote);
+        let (qp, local, remote) = (entry.qp, entry.addrs.local, entry.addrs.remote);
         match e {
             ConnEvent::ConnectRequest(req) => {
                 entry.announced = true;

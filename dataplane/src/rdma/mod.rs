@@ -22,6 +22,7 @@ mod observe;
 mod shared;
 mod stack;
 mod stop;
+mod table;
 
 pub use arena::{Arena, ArenaError, Region, REGION_VA_BASE};
 pub use counters::{CmCounters, RdmaCounters};

@@ -85,7 +85,7 @@ impl ConnManager {
             let mut compact = Dict::new()
                 .with("qp", qp.0)
                 .with("conn", id.index())
-                .with("remote", entry.remote.to_string())
+                .with("remote", entry.addrs.remote.to_string())
                 .with(
                     "state",
                     attrs.map_or("gone".to_string(), |a| format!("{:?}", a.state)),

@@ -152,9 +152,13 @@ impl Rnic {
             }
             QpState::Closing => {
                 q.sq_pending.push_back((work, wr));
+                self.pending_wrs += 1;
                 self.reset_and_enter_error(qp, Some(AsyncEventKind::BadClose), true);
             }
-            _ => q.sq_pending.push_back((work, wr)),
+            _ => {
+                q.sq_pending.push_back((work, wr));
+                self.pending_wrs += 1;
+            }
         }
         Ok(())
     }
@@ -186,6 +190,7 @@ impl Rnic {
                 self.flush(qp);
             } else {
                 q.rq_pending.push_back((work, wr));
+                self.pending_wrs += 1;
             }
             posted += 1;
         }
@@ -221,6 +226,7 @@ impl Rnic {
             }
             let ctx = q.local_context();
             let (work, mut wr) = q.sq_pending.pop_front()?;
+            self.pending_wrs -= 1;
             let result = match &wr.op {
                 SqOp::Bind(spec) => Some(self.memory.bind(&ctx, spec)),
                 SqOp::FastRegister(spec) => Some(self.memory.fast_register(&ctx, spec)),
@@ -284,9 +290,14 @@ impl Rnic {
         }
     }
 
-    /// Whether `qp` has WRs waiting for [`Rnic::next_send_wr`] or [`Rnic::next_rq_wr`] (one
-    /// not found always may; S-RQ WQEs wait for messages, not for a pump).
+    /// Whether `qp` has WRs waiting for [`Rnic::next_send_wr`] or [`Rnic::next_rq_wr`] (S-RQ
+    /// WQEs wait for messages, not for a pump). While no QP has any, the answer is no
+    /// without looking `qp` up (a connection's visit then reads nothing of its QP); else a
+    /// QP not found always may.
     pub fn has_pending_wrs(&self, qp: QpId) -> bool {
+        if self.pending_wrs == 0 {
+            return false;
+        }
         self.qps
             .get(&qp)
             .is_none_or(|q| !q.sq_pending.is_empty() || !q.rq_pending.is_empty())
@@ -339,7 +350,11 @@ impl Rnic {
             return None;
         }
         let wr = match q.srq {
-            None => q.rq_pending.pop_front().map(|(_, wr)| wr)?,
+            None => {
+                let (_, wr) = q.rq_pending.pop_front()?;
+                self.pending_wrs -= 1;
+                wr
+            }
             Some(srq) => match self.take_srq_wqe(srq) {
                 Some(wr) => wr,
                 None => {

@@ -378,6 +378,7 @@ impl Rnic {
         }
         let attached = q.llp.is_some() && !matches!(q.state, QpState::Idle | QpState::Error);
         let q = self.qps.remove(&qp).expect("QP exists");
+        self.pending_wrs -= q.sq_pending.len() + q.rq_pending.len();
         if let Some(u) = self.ulp_qps.get_mut(&q.ulp) {
             *u = (u.0.saturating_sub(1), u.1.saturating_sub(q.init.ird));
         }
@@ -462,6 +463,7 @@ impl Rnic {
                 q.sq_slots = q.sq_slots.saturating_sub(1);
             }
         }
+        self.pending_wrs -= q.sq_pending.len() + q.rq_pending.len();
         for (_, wr) in q.sq_pending.drain(..) {
             let wc = WorkCompletion::new(id, wr.wr_id, wr.opcode(), CompletionStatus::Flushed);
             flushed.push((wc, WqKind::Sq));
@@ -501,6 +503,7 @@ impl Rnic {
             return;
         };
         let id = q.id;
+        self.pending_wrs -= q.rq_pending.len();
         let rq: Vec<_> = q.rq_pending.drain(..).map(|(_, wr)| wr).collect();
         for wr in rq {
             let wc =

@@ -213,6 +213,7 @@ impl RnicDevice {
             touched: Vec::new(),
             ulp_qps: FxHashMap::default(),
             tx_pool: BufferPool::default(),
+            pending_wrs: 0,
         })
     }
 }
@@ -283,6 +284,9 @@ pub struct Rnic {
     pub(super) ulp_qps: FxHashMap<UlpId, (u32, u32)>,
     /// Send buffers shared by the RNIC's connections ([`HasMemoryTable::table_and_pool`]).
     tx_pool: BufferPool,
+    /// WRs waiting in the QPs' `sq_pending` and `rq_pending`, over all QPs: while none
+    /// wait, [`Rnic::has_pending_wrs`] answers without looking the QP up.
+    pub(super) pending_wrs: usize,
 }
 
 impl std::fmt::Debug for Rnic {

@@ -755,3 +755,54 @@ fn srq_post_wakes_one_waiting_qp_per_wr_oldest_first() {
     assert_eq!(take(&mut fx.rnic), [qps[11]]);
     assert!(fx.rnic.next_recv_wr(qps[11]).is_some());
 }
+
+// The RNIC counts the WRs waiting over all its QPs so that `has_pending_wrs` can answer
+// without looking a QP up while none wait: the answer follows each QP's queues through
+// posts, takes, a flush into Error and Destroy QP. A QP not found has WRs waiting only
+// while some QP has (the lookup is made then), so asking for one shows the count at 0.
+#[test]
+fn pending_wrs_follow_posts_takes_flushes_and_destroy() {
+    let mut fx = fixture();
+    let (qp1, cq, pd) = (fx.qp, fx.cq, fx.pd);
+    let (qp2, _) = fx.rnic.create_qp(QpInit::new(pd, cq, cq)).unwrap();
+    let r = &mut fx.rnic;
+    let gone = QpId(u32::MAX);
+    assert!(!r.has_pending_wrs(qp1) && !r.has_pending_wrs(qp2));
+    assert!(!r.has_pending_wrs(gone));
+    r.post_sq(qp1, vec![send(1, vec![]), send(2, vec![])])
+        .unwrap();
+    r.post_rq(qp2, vec![recv(3, vec![])]).unwrap();
+    assert!(r.has_pending_wrs(qp1) && r.has_pending_wrs(qp2));
+    assert!(r.has_pending_wrs(gone), "looked up while WRs wait");
+    to_rts(r, qp1);
+    assert!(r.next_send_wr(qp1).is_some());
+    assert!(r.has_pending_wrs(qp1), "one of two taken");
+    assert!(r.next_send_wr(qp1).is_some());
+    assert!(!r.has_pending_wrs(qp1));
+    assert!(r.has_pending_wrs(qp2));
+    to_rts(r, qp2);
+    assert!(r.next_rq_wr(qp2).is_some());
+    assert!(!r.has_pending_wrs(qp2));
+    assert!(!r.has_pending_wrs(gone), "none waits anywhere");
+    // Flushed by the entry to Error.
+    r.post_sq(qp1, vec![send(4, vec![])]).unwrap();
+    r.post_rq(qp1, vec![recv(5, vec![])]).unwrap();
+    assert!(r.has_pending_wrs(qp1));
+    r.modify_qp(qp1, ModifyQp::to(QpState::Error)).unwrap();
+    assert!(!r.has_pending_wrs(qp1));
+    assert!(!r.has_pending_wrs(gone));
+    // Destroyed with WRs waiting.
+    r.post_rq(qp2, vec![recv(6, vec![]), recv(7, vec![])])
+        .unwrap();
+    r.post_sq(qp2, vec![send(8, vec![])]).unwrap();
+    assert!(r.has_pending_wrs(qp2));
+    r.destroy_qp(qp2).unwrap();
+    assert!(!r.has_pending_wrs(qp2) && !r.has_pending_wrs(gone));
+    let (qp3, _) = r.create_qp(QpInit::new(pd, cq, cq)).unwrap();
+    assert!(!r.has_pending_wrs(qp3));
+    r.post_sq(qp3, vec![send(9, vec![])]).unwrap();
+    assert!(r.has_pending_wrs(qp3));
+    to_rts(r, qp3);
+    assert!(r.next_send_wr(qp3).is_some());
+    assert!(!r.has_pending_wrs(qp3) && !r.has_pending_wrs(gone));
+}
