@@ -2,7 +2,8 @@
 //! (`wire::crcsum`) against the two separate passes (crc-fast's CRC32c, then
 //! `tcp::checksum::payload_sum`), on 1448 and 9000 octets, L1-hot (the same range again and
 //! again) and cold (ranges spread over 256 MiB, out of every cache). Rounds alternate between
-//! them (and each separate pass alone); each figure is the median over the rounds of the mean
+//! them (and each separate pass alone, and the send side's copy into the frame with and
+//! without its sum); each figure is the median over the rounds of the mean
 //! time per range. Run pinned: `taskset -c 1 cargo bench -p iwarp --bench crc_sum`.
 
 use std::hint::black_box;
@@ -10,7 +11,7 @@ use std::time::Instant;
 
 use iwarp::wire::crc::crc32c;
 use iwarp::wire::crcsum::{crc32c_and_sum, one_pass};
-use tcp::checksum::payload_sum;
+use tcp::checksum::{copy_payload, payload_sum};
 
 const ROUNDS: usize = 21;
 const COLD_BYTES: usize = 256 << 20;
@@ -22,10 +23,15 @@ enum Work {
     Separate,
     CrcOnly,
     SumOnly,
+    /// The send side's copy into the frame with the sum (`tcp::checksum::copy_payload`).
+    CopySum,
+    /// The same copy alone.
+    Copy,
 }
 
 /// Mean nanoseconds per range of one round of `iters` ranges taken by `offset`.
 fn round(buf: &[u8], len: usize, iters: usize, offset: impl Fn(usize) -> usize, work: Work) -> f64 {
+    let mut frame = vec![0u8; len];
     let t = Instant::now();
     for i in 0..iters {
         let data = black_box(&buf[offset(i)..offset(i) + len]);
@@ -34,7 +40,10 @@ fn round(buf: &[u8], len: usize, iters: usize, offset: impl Fn(usize) -> usize, 
             Work::Separate => drop(black_box((crc32c(data), payload_sum(data)))),
             Work::CrcOnly => drop(black_box(crc32c(data))),
             Work::SumOnly => drop(black_box(payload_sum(data))),
+            Work::CopySum => drop(black_box(copy_payload(&mut frame, data))),
+            Work::Copy => frame.copy_from_slice(data),
         }
+        black_box(&mut frame);
     }
     t.elapsed().as_nanos() as f64 / iters as f64
 }
@@ -61,17 +70,24 @@ fn main() {
                     0
                 }
             };
-            let works = [Work::OnePass, Work::Separate, Work::CrcOnly, Work::SumOnly];
-            let mut times = [const { Vec::new() }; 4];
+            let works = [
+                Work::OnePass,
+                Work::Separate,
+                Work::CrcOnly,
+                Work::SumOnly,
+                Work::CopySum,
+                Work::Copy,
+            ];
+            let mut times = [const { Vec::new() }; 6];
             for _ in 0..ROUNDS {
                 for (t, &w) in times.iter_mut().zip(&works) {
                     t.push(round(&buf, len, iters, offset, w));
                 }
             }
-            let [a, b, c, s] = times.map(median);
+            let [a, b, c, s, cs, cp] = times.map(median);
             println!(
                 "{len:5} octets {name:6}: one pass {a:6.1} ns, separate {b:6.1} ns ({:.2}x; \
-                 CRC32c alone {c:.1}, sum alone {s:.1})",
+                 CRC32c alone {c:.1}, sum alone {s:.1}; copy with sum {cs:.1}, copy {cp:.1})",
                 b / a
             );
         }
