@@ -339,7 +339,8 @@ impl<P: Port> PortContext<'_, P> {
     /// bad checksum: it counts as the classifier would have counted it.
     pub fn count_bad_tcp_checksum(&mut self) {
         let classified = &mut self.counters.classified;
-        classified[FrameClass::Tcp.index()] -= 1;
+        let tcp = &mut classified[FrameClass::Tcp.index()];
+        *tcp = tcp.saturating_sub(1);
         classified[FrameClass::Malformed(Malformed::TcpChecksum).index()] += 1;
     }
 

@@ -149,18 +149,16 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
             self.engine.begin_burst();
         }
         let (src, dst) = (meta.src_ip, meta.dst_ip);
-        let r = if meta.tcp_unverified {
-            self.engine
-                .handle_tcp_unverified(now, &mut self.cx, src, dst, segment)
-        } else {
-            self.engine.handle_tcp(now, &mut self.cx, src, dst, segment)
-        };
-        match r {
+        let unverified = meta.tcp_unverified;
+        match self
+            .engine
+            .handle_tcp_checking(now, &mut self.cx, src, dst, segment, unverified)
+        {
             Ok(()) => Handled::Consumed,
             Err(e) => {
                 // Refused segments are rare: which of them had a bad checksum is found out
                 // here, to count them as the classifier does.
-                if meta.tcp_unverified && !tcp::checksum::tcp_checksum_ok(src, dst, segment) {
+                if unverified && !tcp::checksum::tcp_checksum_ok(src, dst, segment) {
                     ctx.count_bad_tcp_checksum();
                 }
                 log::debug!("tcp: {e}");

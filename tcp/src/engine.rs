@@ -768,20 +768,23 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.input_tcp(now, cx, src.into(), dst.into(), segment, verify)
     }
 
-    /// Handle one TCP segment as [`Engine::handle_tcp`] does, verifying its checksum
-    /// whatever `Config::verify_checksums` says: for a data plane whose classifier left the
-    /// checksum of this segment to the engine (no device verdict), so that the
-    /// connection's sink can take the payload's sum in a pass of its own
-    /// ([`crate::SegmentSink::stage`]). A bad checksum counts in [`Stats::bad_checksums`].
-    pub fn handle_tcp_unverified(
+    /// Handle one TCP segment as [`Engine::handle_tcp`] does; when `unverified`, its
+    /// checksum is verified whatever `Config::verify_checksums` says: for a data plane
+    /// whose classifier left the checksum of this segment to the engine (no device
+    /// verdict), so that the connection's sink can take the payload's sum in a pass of its
+    /// own ([`crate::SegmentSink::stage`]). A bad checksum counts in
+    /// [`Stats::bad_checksums`].
+    pub fn handle_tcp_checking(
         &mut self,
         now: Instant,
         cx: &mut C,
         src: impl Into<IpAddr>,
         dst: impl Into<IpAddr>,
         segment: &[u8],
+        unverified: bool,
     ) -> Result<(), PacketError> {
-        self.input_tcp(now, cx, src.into(), dst.into(), segment, true)
+        let verify = unverified || self.cfg.verify_checksums;
+        self.input_tcp(now, cx, src.into(), dst.into(), segment, verify)
     }
 
     fn input_tcp(
