@@ -201,6 +201,9 @@ pub struct Classified {
     pub dst_ip: IpAddr,
     /// IPv6 hop limit (IPv4 TTL is not kept): neighbour discovery checks it.
     pub hop_limit: u8,
+    /// A TCP segment whose checksum is still to be verified, by the handler
+    /// ([`Classifier::defer_tcp_checksum`]).
+    pub tcp_unverified: bool,
 }
 
 impl Classified {
@@ -213,6 +216,7 @@ impl Classified {
             src_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             dst_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             hop_limit: 0,
+            tcp_unverified: false,
         }
     }
 
@@ -246,6 +250,12 @@ pub struct Classifier {
     pub promiscuous: bool,
     /// Verify IPv4/TCP/UDP checksums (off when the NIC verified them).
     pub verify_checksums: bool,
+    /// Leave the checksum of a TCP segment the device gave no verdict on to the handler,
+    /// which verifies it before the segment touches any state
+    /// ([`crate::lcore::Handler::verifies_tcp_checksums`]): the segment is
+    /// [`FrameClass::Tcp`] with [`Classified::tcp_unverified`] set. Device verdicts are
+    /// taken as ever.
+    pub defer_tcp_checksum: bool,
 }
 
 impl Classifier {
@@ -259,6 +269,7 @@ impl Classifier {
             vlan: None,
             promiscuous: false,
             verify_checksums: true,
+            defer_tcp_checksum: false,
         }
     }
 
@@ -357,6 +368,7 @@ impl Classifier {
             src_ip: IpAddr::V4(src_ip),
             dst_ip: IpAddr::V4(dst_ip),
             hop_limit: 0,
+            tcp_unverified: false,
         };
         if Some(dst_ip) != self.ipv4 && !dst_ip.is_broadcast() {
             c.class = FrameClass::NotForUs;
@@ -369,7 +381,11 @@ impl Classifier {
         let payload = ip.payload();
         let (src, dst) = (IpAddress::Ipv4(src_ip), IpAddress::Ipv4(dst_ip));
         c.class = match ip.next_header() {
-            IpProtocol::Tcp => self.tcp_class(src_ip, dst_ip, payload, csum.l4),
+            IpProtocol::Tcp => {
+                let (class, unverified) = self.tcp_class(src_ip, dst_ip, payload, csum.l4);
+                c.tcp_unverified = unverified;
+                class
+            }
             IpProtocol::Udp => match UdpPacket::new_checked(payload) {
                 Err(_) => FrameClass::Malformed(Malformed::Udp),
                 Ok(u) if !self.passes(csum.l4, || u.verify_checksum(&src, &dst)) => {
@@ -385,20 +401,24 @@ impl Classifier {
     }
 
     /// The class of a TCP segment between `src` and `dst` (either family): malformed, a bad
-    /// checksum (the device's verdict `l4`, else checked when checksums are), or TCP.
+    /// checksum (the device's verdict `l4`, else checked when checksums are), or TCP; and
+    /// whether its checksum is left to the handler ([`Classifier::defer_tcp_checksum`]).
     fn tcp_class<A: tcp::checksum::PseudoHeader>(
         &self,
         src: A,
         dst: A,
         payload: &[u8],
         l4: Checked,
-    ) -> FrameClass {
+    ) -> (FrameClass, bool) {
         match TcpPacket::new_checked(payload) {
-            Err(_) => FrameClass::Malformed(Malformed::Tcp),
-            Ok(_) if !self.passes(l4, || tcp::checksum::tcp_checksum_ok(src, dst, payload)) => {
-                FrameClass::Malformed(Malformed::TcpChecksum)
+            Err(_) => (FrameClass::Malformed(Malformed::Tcp), false),
+            Ok(_) if l4 == Checked::Unknown && self.verify_checksums && self.defer_tcp_checksum => {
+                (FrameClass::Tcp, true)
             }
-            Ok(_) => FrameClass::Tcp,
+            Ok(_) if !self.passes(l4, || tcp::checksum::tcp_checksum_ok(src, dst, payload)) => {
+                (FrameClass::Malformed(Malformed::TcpChecksum), false)
+            }
+            Ok(_) => (FrameClass::Tcp, false),
         }
     }
 
@@ -430,6 +450,7 @@ impl Classifier {
             src_ip: IpAddr::V6(src_ip),
             dst_ip: IpAddr::V6(dst_ip),
             hop_limit: ip.hop_limit(),
+            tcp_unverified: false,
         };
         if !self.ipv6_dst_ok(dst_ip) || src_ip.is_multicast() {
             c.class = FrameClass::NotForUs;
@@ -445,7 +466,11 @@ impl Classifier {
             IpProtocol::Icmpv6 => FrameClass::Icmpv6,
             // Only neighbour discovery and echo go to groups here.
             _ if multicast => FrameClass::NotForUs,
-            IpProtocol::Tcp => self.tcp_class(src_ip, dst_ip, payload, l4),
+            IpProtocol::Tcp => {
+                let (class, unverified) = self.tcp_class(src_ip, dst_ip, payload, l4);
+                c.tcp_unverified = unverified;
+                class
+            }
             IpProtocol::Udp => match UdpPacket::new_checked(payload) {
                 Err(_) => FrameClass::Malformed(Malformed::Udp),
                 // RFC 8200 §8.1: a zero UDP checksum is invalid over IPv6.
@@ -567,6 +592,62 @@ mod tests {
         assert_eq!(
             class(&ttl, verdict(Checked::Good, Checked::Good)),
             FrameClass::Tcp
+        );
+    }
+
+    // A classifier that leaves TCP checksums to the handler does so only for segments the
+    // device gave no verdict on: those are TCP, marked unverified, good or bad; a device's
+    // good or bad verdict is taken as without it; the IPv4 header checksum and UDP are
+    // checked as ever; without checksum verification nothing is marked.
+    #[test]
+    fn deferred_tcp_checksums_keep_the_device_verdicts() {
+        let mut c = classifier();
+        c.defer_tcp_checksum = true;
+        let good = tcp_frame(b"deferred");
+        let mut bad = good.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x01;
+        let verdict = |ip, l4| RxChecksum { ip, l4 };
+        let class = |c: &Classifier, f: &[u8], v| {
+            let m = c.classify_offloaded(f, None, v);
+            (m.class, m.tcp_unverified)
+        };
+        let tcp_bad = FrameClass::Malformed(Malformed::TcpChecksum);
+        for f in [&good, &bad] {
+            assert_eq!(class(&c, f, RxChecksum::default()), (FrameClass::Tcp, true));
+            assert_eq!(
+                class(&c, f, verdict(Checked::Good, Checked::Good)),
+                (FrameClass::Tcp, false)
+            );
+            assert_eq!(
+                class(&c, f, verdict(Checked::Good, Checked::Bad)),
+                (tcp_bad, false)
+            );
+        }
+        let mut ttl = good.clone();
+        ttl[ETH_HLEN + 8] ^= 1;
+        assert_eq!(
+            class(&c, &ttl, RxChecksum::default()),
+            (FrameClass::Malformed(Malformed::Ipv4Checksum), false)
+        );
+        let mut udp = udp_frame(OUR_MAC, OUR_IP, b"hello");
+        let last = udp.len() - 1;
+        udp[last] ^= 0x40;
+        assert_eq!(
+            class(&c, &udp, RxChecksum::default()),
+            (FrameClass::Malformed(Malformed::UdpChecksum), false)
+        );
+        c.verify_checksums = false;
+        assert_eq!(
+            class(&c, &bad, RxChecksum::default()),
+            (FrameClass::Tcp, false)
+        );
+        c.verify_checksums = true;
+        c.defer_tcp_checksum = false;
+        assert_eq!(class(&c, &bad, RxChecksum::default()), (tcp_bad, false));
+        assert_eq!(
+            class(&c, &good, RxChecksum::default()),
+            (FrameClass::Tcp, false)
         );
     }
 

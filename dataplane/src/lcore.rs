@@ -29,7 +29,7 @@ use smoltcp::wire::EthernetProtocol;
 use crate::clock::{self, Instant};
 
 use crate::arp::{self, ArpCache, ArpOutcome};
-use crate::classify::{Classified, Classifier, FrameClass};
+use crate::classify::{Classified, Classifier, FrameClass, Malformed};
 use crate::config::{Ipv4Cidr, Ipv6Cidr, PortConfig};
 use crate::frame::{l2_len, write_l2, Vlan};
 use crate::icmp;
@@ -335,6 +335,15 @@ impl<P: Port> Drop for PortContext<'_, P> {
 }
 
 impl<P: Port> PortContext<'_, P> {
+    /// A TCP segment the classifier left unverified ([`Classified::tcp_unverified`]) had a
+    /// bad checksum: it counts as the classifier would have counted it.
+    pub fn count_bad_tcp_checksum(&mut self) {
+        let classified = &mut self.counters.classified;
+        let tcp = &mut classified[FrameClass::Tcp.index()];
+        *tcp = tcp.saturating_sub(1);
+        classified[FrameClass::Malformed(Malformed::TcpChecksum).index()] += 1;
+    }
+
     /// Index of the port in the loop.
     pub fn index(&self) -> usize {
         self.index
@@ -796,6 +805,15 @@ pub trait Handler<P: Port> {
     /// Adds what the handler shows in telemetry (connections, QPs, ...) to `snap`; the
     /// default adds nothing.
     fn observe(&self, _snap: &mut Snapshot) {}
+
+    /// Whether [`Handler::handle`] verifies the TCP checksum of segments the classifier
+    /// left unverified ([`Classified::tcp_unverified`]), counting a bad one with
+    /// [`PortContext::count_bad_tcp_checksum`]. When it does, the loop's classifiers leave
+    /// the checksums of segments without a device verdict to it
+    /// ([`crate::classify::Classifier::defer_tcp_checksum`]). The default: it does not.
+    fn verifies_tcp_checksums(&self) -> bool {
+        false
+    }
 }
 
 /// The handler of a loop without upper protocols: ignores TCP and UDP.
@@ -1043,6 +1061,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
     pub fn add_port(&mut self, port: P, addr: PortAddr) -> usize {
         let mac = port.info().mac;
         let mut classifier = Classifier::new(mac, addr.ipv4.map(|c| c.addr));
+        classifier.defer_tcp_checksum = self.handler.verifies_tcp_checksums();
         classifier.promiscuous = addr.promiscuous;
         classifier.set_vlan(addr.vlan.map(|v| v.id));
         let own6 = addr.ipv6.map(|c| OwnAddrs::new(mac, c.addr));

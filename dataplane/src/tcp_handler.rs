@@ -135,7 +135,7 @@ impl<U: Ulp<C>, C, S: TcpService<U, C>> TcpHandler<U, C, S> {
 impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C, S> {
     fn handle(
         &mut self,
-        _ctx: &mut PortContext<'_, P>,
+        ctx: &mut PortContext<'_, P>,
         now: Instant,
         frame: P::Buf,
         meta: &Classified,
@@ -148,16 +148,30 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         if !self.engine.in_burst() {
             self.engine.begin_burst();
         }
+        let (src, dst) = (meta.src_ip, meta.dst_ip);
+        let unverified = meta.tcp_unverified;
         match self
             .engine
-            .handle_tcp(now, &mut self.cx, meta.src_ip, meta.dst_ip, segment)
+            .handle_tcp_checking(now, &mut self.cx, src, dst, segment, unverified)
         {
             Ok(()) => Handled::Consumed,
             Err(e) => {
+                // Refused segments are rare: which of them had a bad checksum is found out
+                // here, to count them as the classifier does.
+                if unverified && !tcp::checksum::tcp_checksum_ok(src, dst, segment) {
+                    ctx.count_bad_tcp_checksum();
+                }
                 log::debug!("tcp: {e}");
                 Handled::Ignored
             }
         }
+    }
+
+    /// The engine verifies the checksums the classifier leaves: with the payload's sum
+    /// taken by the connection's ULP where it reads the payload anyway
+    /// ([`tcp::SegmentSink::stage`]: the MPA CRCs, a byte stream's copy).
+    fn verifies_tcp_checksums(&self) -> bool {
+        true
     }
 
     fn settle(&mut self, _ctx: &mut PortContext<'_, P>, now: Instant) {

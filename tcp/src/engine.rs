@@ -133,6 +133,8 @@ pub struct Stats {
     pub segments_out: u64,
     /// Packets rejected by parsing or checksum.
     pub malformed: u64,
+    /// Of [`Stats::malformed`], TCP segments refused for their checksum.
+    pub bad_checksums: u64,
     /// SYNs dropped because a listener's backlog of half-open connections was full.
     pub syn_backlog_drops: u64,
     /// SYNs dropped because the connection table was full (`Config::max_connections`).
@@ -767,7 +769,38 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         dst: impl Into<IpAddr>,
         segment: &[u8],
     ) -> Result<(), PacketError> {
-        let (src, dst) = (src.into(), dst.into());
+        let verify = self.cfg.verify_checksums;
+        self.input_tcp(now, cx, src.into(), dst.into(), segment, verify)
+    }
+
+    /// Handle one TCP segment as [`Engine::handle_tcp`] does; when `unverified`, its
+    /// checksum is verified whatever `Config::verify_checksums` says: for a data plane
+    /// whose classifier left the checksum of this segment to the engine (no device
+    /// verdict), so that the connection's sink can take the payload's sum in a pass of its
+    /// own ([`crate::SegmentSink::stage`]). A bad checksum counts in
+    /// [`Stats::bad_checksums`].
+    pub fn handle_tcp_checking(
+        &mut self,
+        now: Instant,
+        cx: &mut C,
+        src: impl Into<IpAddr>,
+        dst: impl Into<IpAddr>,
+        segment: &[u8],
+        unverified: bool,
+    ) -> Result<(), PacketError> {
+        let verify = unverified || self.cfg.verify_checksums;
+        self.input_tcp(now, cx, src.into(), dst.into(), segment, verify)
+    }
+
+    fn input_tcp(
+        &mut self,
+        now: Instant,
+        cx: &mut C,
+        src: IpAddr,
+        dst: IpAddr,
+        segment: &[u8],
+        verify: bool,
+    ) -> Result<(), PacketError> {
         if !is_unicast(src) || !is_unicast(dst) || src.is_ipv4() != dst.is_ipv4() {
             return Err(self.malformed(PacketError::NotUnicast));
         }
@@ -789,8 +822,17 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         };
         // The TCP checksum is verified here (crate::checksum), not by the parser, before
         // the segment touches any state.
-        if self.cfg.verify_checksums && !self.checksum_ok(cx, found, src, dst, segment, &repr) {
-            return Err(self.malformed(PacketError::BadTcp));
+        let mut staged = false;
+        if verify {
+            let (ok, by_sink) = self.checksum_ok(cx, found, src, dst, segment, &repr);
+            staged = by_sink;
+            if !ok {
+                if staged {
+                    self.unstage(cx, found);
+                }
+                self.stats.bad_checksums += 1;
+                return Err(self.malformed(PacketError::BadTcp));
+            }
         }
         self.stats.segments_in += 1;
         match found {
@@ -805,12 +847,26 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             Some(id) => self.segment_to_conn(now, cx, id, &repr),
             None => self.segment_to_listener(now, tuple, &repr),
         }
+        if staged {
+            self.unstage(cx, found);
+        }
         Ok(())
     }
 
-    /// Whether `segment` carries a correct TCP checksum. Its payload is first offered to the
-    /// connection's ULP ([`crate::SegmentSink::stage`]): when the ULP copies it and returns
-    /// its sum, only the header is summed here (one pass over the payload, not two).
+    /// Tells the sink of connection `found` that the segment it staged is done with.
+    fn unstage(&mut self, cx: &mut C, found: Option<ConnId>) {
+        let ulp = found
+            .and_then(|id| slot_mut(&mut self.slots, id))
+            .and_then(|c| c.ulp.as_mut());
+        if let Some(u) = ulp {
+            u.unstage(cx);
+        }
+    }
+
+    /// Whether `segment` carries a correct TCP checksum, and whether the connection's ULP
+    /// staged its payload. The payload is first offered to the ULP
+    /// ([`crate::SegmentSink::stage`]): when the ULP takes it and returns its sum, only the
+    /// header is summed here (one pass over the payload, not two).
     fn checksum_ok(
         &mut self,
         cx: &mut C,
@@ -819,7 +875,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         dst: IpAddr,
         segment: &[u8],
         repr: &TcpRepr,
-    ) -> bool {
+    ) -> (bool, bool) {
         let payload = repr.payload;
         debug_assert_eq!(
             payload.as_ptr_range().end,
@@ -832,10 +888,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 .and_then(|id| slot_mut(&mut self.slots, id))
                 .and_then(|c| c.ulp.as_mut());
             if let Some(sum) = ulp.and_then(|u| u.stage(cx, repr.seq_number.0 as u32, payload)) {
-                return crate::checksum::tcp_checksum_split_ok(src, dst, header, sum);
+                let ok = crate::checksum::tcp_checksum_split_ok(src, dst, header, sum);
+                return (ok, true);
             }
         }
-        crate::checksum::tcp_checksum_ok(src, dst, segment)
+        (crate::checksum::tcp_checksum_ok(src, dst, segment), false)
     }
 
     fn segment_to_conn(&mut self, now: Instant, cx: &mut C, id: ConnId, repr: &TcpRepr) {

@@ -149,6 +149,12 @@ pub trait SegmentSink<C: ?Sized = ()> {
     fn stage(&mut self, _cx: &mut C, _seq: u32, _payload: &[u8]) -> Option<PayloadSum> {
         None
     }
+
+    /// The engine is done with the segment whose payload [`SegmentSink::stage`] took
+    /// (refused for its checksum, or handled): its staging must not apply to any later
+    /// segment, which may arrive without a stage call (a checksum a device verified) in the
+    /// same buffer. The default does nothing.
+    fn unstage(&mut self, _cx: &mut C) {}
 }
 
 /// Out-of-order state beyond RCV.NXT, in 64-bit stream offsets (no wrap-around): which

@@ -435,6 +435,10 @@ impl<C: ?Sized> SegmentSink<C> for StreamSocket {
     fn stage(&mut self, _cx: &mut C, seq: u32, payload: &[u8]) -> Option<PayloadSum> {
         self.stage_payload(seq, payload)
     }
+
+    fn unstage(&mut self, _cx: &mut C) {
+        self.staged = None;
+    }
 }
 
 impl<C: ?Sized> SegmentSource<C> for StreamSocket {

@@ -22,12 +22,31 @@ use crate::time::Instant;
 pub struct Unit {
     /// The segment payload, sent and retransmitted unchanged.
     pub payload: Vec<u8>,
+    /// The payload's checksum sum, when the source took it.
+    sum: Option<PayloadSum>,
 }
 
 impl Unit {
     /// A unit carrying `payload`.
     pub fn new(payload: Vec<u8>) -> Self {
-        Unit { payload }
+        Unit { payload, sum: None }
+    }
+
+    /// A unit carrying `payload` whose checksum sum `sum` the source took in a pass over
+    /// the octets it made anyway (the MPA sender, with the FPDU's CRC): the engine copies
+    /// the payload into frames without summing it again. `sum` must be the payload's
+    /// ([`crate::checksum::payload_sum`]).
+    pub fn with_sum(payload: Vec<u8>, sum: PayloadSum) -> Self {
+        debug_assert_eq!(sum.octets(), payload.len(), "the sum of another payload");
+        Unit {
+            payload,
+            sum: Some(sum),
+        }
+    }
+
+    /// The payload's checksum sum, when the source took it ([`Unit::with_sum`]).
+    pub fn sum(&self) -> Option<PayloadSum> {
+        self.sum
     }
 }
 

@@ -104,11 +104,36 @@ pub(crate) fn write_packet(
     hdr: &Header,
     payload: &[u8],
 ) -> Option<usize> {
+    write_packet_summed(buf, cfg, src, dst, hdr, payload, None)
+}
+
+/// [`write_packet`] for a payload whose checksum sum is known when `known` holds it (taken
+/// by the unit's source): the payload is then copied without summing it again.
+pub(crate) fn write_packet_summed(
+    buf: &mut [u8],
+    cfg: &Config,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+    payload: &[u8],
+    known: Option<crate::checksum::PayloadSum>,
+) -> Option<usize> {
     let data_at = emit(buf, cfg, src, dst, hdr, payload.len())?;
     let total = data_at + payload.len();
     let (head, data) = buf[..total].split_at_mut(data_at);
     if cfg.fill_checksums {
-        let payload_sum = crate::checksum::copy_payload(data, payload);
+        let payload_sum = match known {
+            Some(sum) => {
+                debug_assert_eq!(
+                    sum.folded(),
+                    crate::checksum::payload_sum(payload).folded(),
+                    "a unit's sum is its payload's"
+                );
+                data.copy_from_slice(payload);
+                sum
+            }
+            None => crate::checksum::copy_payload(data, payload),
+        };
         set_tcp_checksum(head, src, dst, payload_sum);
     } else {
         data.copy_from_slice(payload);
@@ -576,6 +601,26 @@ mod tests {
             }
             prop_assert_eq!(len, Some(total));
             prop_assert_eq!(&direct[..], &smol[..]);
+        }
+
+        // A payload whose sum its source took is written as one summed while copied.
+        #[test]
+        fn known_sum_writes_the_same_packet(
+            hdr in common_header(),
+            (src, dst) in endpoints(),
+            payload in proptest::collection::vec(any::<u8>(), 0..2000),
+        ) {
+            let cfg = Config::default();
+            let (mut copied, mut known) = ([0u8; 2200], [0u8; 2200]);
+            let sum = crate::checksum::PayloadSum::from_folded(
+                crate::checksum::sum(&payload),
+                payload.len(),
+            );
+            let a = write_packet(&mut copied, &cfg, src, dst, &hdr, &payload);
+            let b = write_packet_summed(&mut known, &cfg, src, dst, &hdr, &payload, Some(sum));
+            prop_assert!(a.is_some());
+            prop_assert_eq!(a, b);
+            prop_assert_eq!(&copied[..], &known[..]);
         }
     }
 

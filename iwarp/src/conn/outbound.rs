@@ -53,6 +53,8 @@ impl TxSeg {
 pub(super) struct FramedUnit {
     /// The unit's octets.
     pub(super) bytes: Vec<u8>,
+    /// Their TCP checksum sum, when the CRC's pass took it.
+    pub(super) sum: Option<tcp::checksum::PayloadSum>,
     /// FPDUs in it.
     pub(super) fpdus: usize,
     /// Finished in its DDP segment's own buffer.
@@ -264,9 +266,10 @@ impl Sender {
             };
             self.bytes -= s.len();
             let mut bytes = s.into_ulpdu_buffer();
-            framer.frame_in_place(&mut bytes).ok()?;
+            let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
             return Some(FramedUnit {
                 bytes,
+                sum,
                 fpdus: 1,
                 in_place: true,
                 allocated: false,
@@ -299,6 +302,7 @@ impl Sender {
         }
         Some(FramedUnit {
             bytes: out,
+            sum: None,
             fpdus: info.fpdus,
             in_place: false,
             allocated,

@@ -366,4 +366,22 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
     fn rx_window(&self) -> usize {
         self.cfg.rx_window
     }
+
+    fn stage(
+        &mut self,
+        _cx: &mut C,
+        seq: u32,
+        payload: &[u8],
+    ) -> Option<tcp::checksum::PayloadSum> {
+        match &mut self.phase {
+            Phase::Fpdu(f) => f.inbound.receiver.stage(seq, payload),
+            _ => None,
+        }
+    }
+
+    fn unstage(&mut self, _cx: &mut C) {
+        if let Phase::Fpdu(f) = &mut self.phase {
+            f.inbound.receiver.unstage();
+        }
+    }
 }

@@ -6,8 +6,10 @@
 use crate::mpa::error::MpaError;
 use crate::mpa::markers::{MarkedWriter, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
-use crate::wire::crc::{crc32c, to_wire};
+use crate::wire::crc::to_wire;
+use crate::wire::crcsum::crc32c_and_sum;
 use crate::wire::mpa::{fpdu_len, pad_len, ULPDU_LENGTH_LEN};
+use tcp::checksum::{payload_sum, PayloadSum};
 
 /// What `Framer::build_unit` put into a unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +96,12 @@ impl Framer {
     /// octets of room followed by the ULPDU (as `DdpSegmentOut::into_ulpdu_buffer` gives
     /// it); the ULPDU_Length field, the pad and the CRC are written around it, so the
     /// ULPDU is not copied. Only without markers (their positions would move the ULPDU);
-    /// returns the FPDU's length.
-    pub fn frame_in_place(&self, buf: &mut Vec<u8>) -> Result<usize, MpaError> {
+    /// returns the FPDU's length and, with CRCs on, the TCP checksum sum of the whole FPDU,
+    /// taken in the CRC's pass ([`crate::wire::crcsum`]), for a unit of this FPDU alone.
+    pub fn frame_in_place(
+        &self,
+        buf: &mut Vec<u8>,
+    ) -> Result<(usize, Option<PayloadSum>), MpaError> {
         if self.markers.is_some() {
             return Err(MpaError::Framing("in-place framing with markers"));
         }
@@ -107,10 +113,16 @@ impl Framer {
             .map_err(|_| MpaError::Framing("DDP segment longer than 65535 octets"))?;
         buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
         buf.resize(buf.len() + pad_len(ulpdu_len), 0);
-        let crc = if self.crc { crc32c(buf) } else { 0 };
-        buf.extend_from_slice(&to_wire(crc));
+        let (crc, sum) = if self.crc {
+            let one = crc32c_and_sum(buf);
+            (one.crc, Some(one.sum))
+        } else {
+            (0, None)
+        };
+        let crc = to_wire(crc);
+        buf.extend_from_slice(&crc);
         debug_assert_eq!(buf.len(), fpdu_len(ulpdu_len));
-        Ok(buf.len())
+        Ok((buf.len(), sum.map(|s| s.then(payload_sum(&crc)))))
     }
 
     /// Appends a unit starting at `seq` made of as many whole FPDUs from the front of
@@ -183,8 +195,13 @@ mod tests {
                 let mut buf = vec![0xee; ULPDU_LENGTH_LEN];
                 buf.extend_from_slice(&header);
                 buf.extend_from_slice(&payload);
-                assert_eq!(f.frame_in_place(&mut buf).unwrap(), copied.len());
+                let (len, sum) = f.frame_in_place(&mut buf).unwrap();
+                assert_eq!(len, copied.len());
                 assert_eq!(buf, copied, "crc {crc}, {n} octets");
+                // With the CRC comes the FPDU's TCP checksum sum.
+                let want = crc.then(|| payload_sum(&copied).folded());
+                assert_eq!(sum.map(|s| s.folded()), want);
+                assert!(sum.is_none_or(|s| s.octets() == copied.len()));
             }
         }
         let marked = Framer::new(true, Some(MarkerSpacing::new(0)));

@@ -20,8 +20,10 @@ use crate::mpa::error::MpaError;
 use crate::mpa::markers::{self, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
 use crate::wire::crc::{crc32c, Crc32c};
+use crate::wire::crcsum::{crc32c_and_sum, one_pass};
 use crate::wire::ddp::TAGGED_HEADER_LEN;
 use crate::wire::mpa::{fpdu_len, pad_len, Marker, CRC_LEN, MARKER_LEN, ULPDU_LENGTH_LEN};
+use tcp::checksum::{payload_sum, PayloadSum};
 
 /// Receiver parameters for one direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +195,21 @@ pub struct Receiver {
     delivered: BTreeMap<u64, u64>,
     scratch: Vec<u8>,
     stopped: bool,
+    /// CRCs computed for the segment last staged ([`Receiver::stage`]).
+    staged: Vec<StagedCrc>,
+    /// Whether staging pays: the CPU runs the one-pass CRC and sum ([`one_pass`]).
+    stages: bool,
+}
+
+/// The CRC of a whole FPDU of a staged segment, computed in the pass that took the TCP
+/// payload sum: the FPDU whose ULPDU_Length is at relative position `first`, `span` octets
+/// (CRC included) at address `at` of the segment's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StagedCrc {
+    first: u64,
+    at: usize,
+    span: usize,
+    crc: u32,
 }
 
 impl Receiver {
@@ -208,7 +225,68 @@ impl Receiver {
             delivered: BTreeMap::new(),
             scratch: Vec::new(),
             stopped: false,
+            staged: Vec::new(),
+            stages: cfg.crc && !cfg.markers && one_pass(),
         }
+    }
+
+    /// Offered a TCP segment at `seq` before TCP verified its checksum: when it is the next
+    /// in-order segment and starts at an FPDU boundary (CRCs on, no markers, nothing handed
+    /// up ahead of it), computes the CRCs of the whole FPDUs it holds and the TCP payload sum
+    /// in one pass over the payload, and returns the sum. The CRCs are kept for the in-order
+    /// pass over the same octets ([`Receiver::handle_in_order`]), which checks them as it
+    /// would have computed them, until [`Receiver::unstage`]. `None`: nothing staged.
+    pub fn stage(&mut self, seq: u32, payload: &[u8]) -> Option<PayloadSum> {
+        self.staged.clear();
+        if !self.stages
+            || self.stopped
+            || !self.delivered.is_empty()
+            || !self.is_at_boundary()
+            || self.rel(seq) != Some(self.pos)
+        {
+            return None;
+        }
+        let mut sum = payload_sum(&[]);
+        let mut rest = payload;
+        while let [a, b, ..] = *rest {
+            let len = u16::from_be_bytes([a, b]);
+            if len < self.cfg.min_ulpdu_len || len > self.cfg.max_ulpdu_len {
+                break;
+            }
+            let span = fpdu_len(usize::from(len));
+            let Some((fpdu, tail)) = rest.split_at_checked(span) else {
+                break;
+            };
+            let (covered, crc) = fpdu.split_at(span - CRC_LEN);
+            let one = crc32c_and_sum(covered);
+            sum = sum.then(one.sum).then(payload_sum(crc));
+            self.staged.push(StagedCrc {
+                first: self.pos + (payload.len() - rest.len()) as u64,
+                at: fpdu.as_ptr() as usize,
+                span,
+                crc: one.crc,
+            });
+            rest = tail;
+        }
+        if self.staged.is_empty() {
+            return None;
+        }
+        Some(sum.then(payload_sum(rest)))
+    }
+
+    /// Forgets the CRCs of the segment last staged.
+    pub fn unstage(&mut self) {
+        self.staged.clear();
+    }
+
+    /// The staged CRC of the FPDU of `span` octets at relative position `first` whose
+    /// octets are `s` (the same octets, at the same address, that were staged).
+    #[inline]
+    fn staged_crc(&self, first: u64, span: usize, s: &[u8]) -> Option<u32> {
+        self.staged
+            .iter()
+            .find(|c| c.first == first && c.span == span && c.at == s.as_ptr() as usize)
+            .map(|c| c.crc)
     }
 
     /// Parameters in use.
@@ -600,6 +678,8 @@ impl Receiver {
                 c.update(lead);
                 c.update(&s[..span - CRC_LEN]);
                 c.value()
+            } else if let Some(crc) = self.staged_crc(first, span, s) {
+                crc
             } else {
                 crc32c(&s[..span - CRC_LEN])
             };
@@ -894,6 +974,145 @@ mod tests {
             max_ulpdu_len: u16::MAX,
             crc_errors: CrcErrorPolicy::Fail,
         }
+    }
+
+    /// FPDUs (CRCs on, no markers) of the given ULPDU lengths from `seq` on, back to back.
+    fn fpdus(seq: u32, lens: &[usize]) -> Vec<u8> {
+        let f = Framer::new(true, None);
+        let mut out = Vec::new();
+        for (i, &len) in lens.iter().enumerate() {
+            let ulpdu: Vec<u8> = (0..len).map(|j| (j * 7 + i * 13) as u8 | 0x80).collect();
+            let at = seq.wrapping_add(out.len() as u32);
+            f.emit_fpdu(at, &[&ulpdu[..]], &mut out).unwrap();
+        }
+        out
+    }
+
+    /// What a receiver handed up, the sums its staging returned, and how it ended.
+    #[derive(Debug)]
+    struct Run {
+        got: Vec<(u32, Vec<u8>, CrcCheck)>,
+        sums: Vec<Option<PayloadSum>>,
+        end: Result<(), MpaError>,
+    }
+
+    /// What a receiver hands up for `segments` (each staged first when `stage`).
+    fn run(cfg: ReceiverConfig, segments: &[(u32, &[u8])], stage: bool) -> Run {
+        let mut rx = Receiver::new(cfg);
+        let mut r = Run {
+            got: Vec::new(),
+            sums: Vec::new(),
+            end: Ok(()),
+        };
+        for &(seq, payload) in segments {
+            if stage {
+                r.sums.push(rx.stage(seq, payload));
+            }
+            let got = &mut r.got;
+            let end = rx.handle_segment(seq, payload, true, |d| {
+                got.push((d.seq, d.ulpdu.to_vec(), d.crc));
+            });
+            rx.unstage();
+            if let Err(e) = end {
+                r.end = Err(e);
+                break;
+            }
+        }
+        r
+    }
+
+    // The one-pass staging of in-order, FPDU-aligned segments: the sum it returns is the
+    // payload's TCP sum (whole FPDUs, several per segment, and a partial one at the end
+    // alike), and the receiver hands up exactly what it hands up without staging.
+    #[test]
+    fn staged_segments_give_the_payload_sum_and_the_same_deliveries() {
+        let stream = fpdus(START, &[1000, 14, 300, 1440, 500, 700]);
+        // FPDU spans: 1008, 20 (2 + 14 + CRC), 308, 1448, 508, 708.
+        let cuts = [
+            0,
+            1008 + 20 + 308,
+            1008 + 20 + 308 + 1448,
+            stream.len() - 300,
+        ];
+        let mut segments = Vec::new();
+        for w in cuts.windows(2).chain([&[cuts[3], stream.len()][..]]) {
+            segments.push((START.wrapping_add(w[0] as u32), &stream[w[0]..w[1]]));
+        }
+        let plain = run(config(), &segments, false);
+        let staged = run(config(), &segments, true);
+        assert_eq!(plain.end, Ok(()));
+        assert_eq!(plain.got.len(), 6);
+        assert_eq!(staged.got, plain.got);
+        assert_eq!(staged.end, Ok(()));
+        let one_pass = crate::wire::crcsum::one_pass();
+        for (&(_, payload), sum) in segments.iter().zip(&staged.sums) {
+            // The last segment starts inside an FPDU: not staged.
+            let aligned = payload.as_ptr() != segments[3].1.as_ptr();
+            let want = (one_pass && aligned).then(|| payload_sum(payload).folded());
+            assert_eq!(sum.map(|s| s.folded()), want);
+        }
+    }
+
+    // A CRC error in a staged segment is the same error, with the same values, as without
+    // staging (RFC 5044 §8: Terminate 2/0/02), and the policy that delivers it marks it the
+    // same way.
+    #[test]
+    fn staged_crc_errors_are_reported_as_before() {
+        let mut stream = fpdus(START, &[400, 600]);
+        stream[408 + 100] ^= 0x20;
+        let segments = [(START, &stream[..])];
+        let plain = run(config(), &segments, false);
+        let staged = run(config(), &segments, true);
+        assert!(
+            matches!(plain.end, Err(MpaError::CrcMismatch { .. })),
+            "{plain:?}"
+        );
+        assert_eq!(staged.end, plain.end);
+        assert_eq!(staged.got, plain.got);
+        assert_eq!(staged.got.len(), 1);
+        let deliver = ReceiverConfig {
+            crc_errors: CrcErrorPolicy::Deliver,
+            ..config()
+        };
+        let plain = run(deliver, &segments, false);
+        let staged = run(deliver, &segments, true);
+        assert!(matches!(plain.got[1].2, CrcCheck::Bad { .. }));
+        assert_eq!((staged.got, staged.end), (plain.got, plain.end));
+    }
+
+    // Staged CRCs belong to the octets staged: the same FPDU at another address (the
+    // in-order pass over a copy, or over a later segment in a buffer of its own) is checked
+    // anew, so a damaged copy fails; after `unstage` nothing is left; and nothing is staged
+    // ahead of the in-order position, inside an FPDU, with markers or without CRCs.
+    #[test]
+    fn staging_applies_only_to_the_staged_octets() {
+        let stream = fpdus(START, &[400]);
+        let mut rx = Receiver::new(config());
+        if rx.stage(START, &stream).is_none() {
+            assert!(!crate::wire::crcsum::one_pass());
+            return;
+        }
+        let mut copy = stream.clone();
+        copy[50] ^= 1;
+        let r = rx.handle_segment(START, &copy, true, |_| panic!("nothing delivered"));
+        assert!(matches!(r, Err(MpaError::CrcMismatch { .. })), "{r:?}");
+
+        let mut rx = Receiver::new(config());
+        assert!(rx.stage(START, &stream).is_some());
+        rx.unstage();
+        assert!(rx.staged.is_empty());
+        assert_eq!(rx.stage(START + 4, &stream[4..]), None, "inside an FPDU");
+        assert_eq!(rx.stage(START + 408, &stream), None, "ahead of RCV.NXT");
+        let markers = ReceiverConfig {
+            markers: true,
+            ..config()
+        };
+        assert_eq!(Receiver::new(markers).stage(START, &stream), None);
+        let no_crc = ReceiverConfig {
+            crc: false,
+            ..config()
+        };
+        assert_eq!(Receiver::new(no_crc).stage(START, &stream), None);
     }
 
     // RFC 5044 §4.1 (MULPDU from EMSS), RFC 5041 §5.2 (no DDP segment above MULPDU),

@@ -3,6 +3,7 @@
 pub mod atomic;
 mod be;
 pub mod crc;
+pub mod crcsum;
 pub mod ddp;
 pub mod mpa;
 pub mod rdmap;

@@ -9,7 +9,7 @@ use crate::seq;
 use crate::time::Instant;
 use crate::tx::{Gather, Unit};
 use crate::ulp::Upper;
-use crate::wire::{write_headers, write_packet, Header, SynOptions};
+use crate::wire::{write_headers, write_packet, write_packet_summed, Header, SynOptions};
 
 impl Tcb {
     /// The window we would advertise now: the sink's window capped by configuration and
@@ -199,7 +199,7 @@ impl Tcb {
             gather.payload = Some(u.data.share());
             return Some(at);
         }
-        write_packet(buf, cfg, local, remote, &hdr, u.data.as_slice())
+        write_packet_summed(buf, cfg, local, remote, &hdr, u.data.as_slice(), u.sum)
     }
 
     /// After a segment went out: whether [`Tcb::poll_transmit`] may find more to send now.
@@ -419,11 +419,14 @@ impl Tcb {
             return None;
         }
         let useq = self.snd_nxt;
+        let sum = unit.sum();
         self.txq.push(useq, unit.payload, false, now);
         self.snd_nxt = useq.wrapping_add(len as u32);
         self.persist_deadline = None;
         self.persist_backoff = 0;
         let i = self.txq.len() - 1;
+        // A sum the source took is kept for every transmission, as one taken here would be.
+        self.txq.unit_mut(i).sum = sum;
         let out = self.send_unit(now, cfg, sink_wnd, i, buf, gather);
         self.arm_tlp(now, cfg);
         out

@@ -1,0 +1,95 @@
+//! CRC32c and the TCP payload sum of one FPDU-sized range: the one-pass kernel
+//! (`wire::crcsum`) against the two separate passes (crc-fast's CRC32c, then
+//! `tcp::checksum::payload_sum`), on 1448 and 9000 octets, L1-hot (the same range again and
+//! again) and cold (ranges spread over 256 MiB, out of every cache). Rounds alternate between
+//! them (and each separate pass alone, and the send side's copy into the frame with and
+//! without its sum); each figure is the median over the rounds of the mean
+//! time per range. Run pinned: `taskset -c 1 cargo bench -p iwarp --bench crc_sum`.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use iwarp::wire::crc::crc32c;
+use iwarp::wire::crcsum::{crc32c_and_sum, one_pass};
+use tcp::checksum::{copy_payload, payload_sum};
+
+const ROUNDS: usize = 21;
+const COLD_BYTES: usize = 256 << 20;
+
+/// What a round computes.
+#[derive(Clone, Copy)]
+enum Work {
+    OnePass,
+    Separate,
+    CrcOnly,
+    SumOnly,
+    /// The send side's copy into the frame with the sum (`tcp::checksum::copy_payload`).
+    CopySum,
+    /// The same copy alone.
+    Copy,
+}
+
+/// Mean nanoseconds per range of one round of `iters` ranges taken by `offset`.
+fn round(buf: &[u8], len: usize, iters: usize, offset: impl Fn(usize) -> usize, work: Work) -> f64 {
+    let mut frame = vec![0u8; len];
+    let t = Instant::now();
+    for i in 0..iters {
+        let data = black_box(&buf[offset(i)..offset(i) + len]);
+        match work {
+            Work::OnePass => drop(black_box(crc32c_and_sum(data))),
+            Work::Separate => drop(black_box((crc32c(data), payload_sum(data)))),
+            Work::CrcOnly => drop(black_box(crc32c(data))),
+            Work::SumOnly => drop(black_box(payload_sum(data))),
+            Work::CopySum => drop(black_box(copy_payload(&mut frame, data))),
+            Work::Copy => frame.copy_from_slice(data),
+        }
+        black_box(&mut frame);
+    }
+    t.elapsed().as_nanos() as f64 / iters as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    println!("one-pass kernel on this CPU: {}", one_pass());
+    let buf: Vec<u8> = (0..COLD_BYTES as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    for len in [1448usize, 9000] {
+        let stride = len.next_multiple_of(4096) + 64;
+        let ranges = (COLD_BYTES - len) / stride;
+        for (name, cold) in [("L1-hot", false), ("cold", true)] {
+            let iters = if cold { ranges } else { 200_000 };
+            let offset = |i: usize| {
+                if cold {
+                    (i * 7919 % ranges) * stride
+                } else {
+                    0
+                }
+            };
+            let works = [
+                Work::OnePass,
+                Work::Separate,
+                Work::CrcOnly,
+                Work::SumOnly,
+                Work::CopySum,
+                Work::Copy,
+            ];
+            let mut times = [const { Vec::new() }; 6];
+            for _ in 0..ROUNDS {
+                for (t, &w) in times.iter_mut().zip(&works) {
+                    t.push(round(&buf, len, iters, offset, w));
+                }
+            }
+            let [a, b, c, s, cs, cp] = times.map(median);
+            println!(
+                "{len:5} octets {name:6}: one pass {a:6.1} ns, separate {b:6.1} ns ({:.2}x; \
+                 CRC32c alone {c:.1}, sum alone {s:.1}; copy with sum {cs:.1}, copy {cp:.1})",
+                b / a
+            );
+        }
+    }
+}

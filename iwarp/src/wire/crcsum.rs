@@ -1,0 +1,368 @@
+//! The MPA CRC ([`super::crc`], CRC32c) and the Internet checksum's sum (RFC 1071, TCP's
+//! payload sum, [`tcp::checksum`]) of the same octets in one pass over them.
+//!
+//! Where the CPU has AVX-512 and VPCLMULQDQ, each 64-octet block is loaded once into a
+//! 512-bit register; the register is folded into the CRC (carry-less multiplication, four
+//! 128-bit lanes, four registers in flight) and added into the one's complement sum from the
+//! same register. The 512-bit remainder is reduced to 128 bits by folding its lanes, and the
+//! last 128 bits and the tail of the data go through the SSE4.2 `crc32` instruction.
+//! Elsewhere it is the two separate passes (crc-fast's CRC32c and [`tcp::checksum::sum`]).
+//!
+//! The folding constants are x^n mod P for the reflected CRC32c polynomial, computed at
+//! compile time below; the tests check the results against crc-fast and the scalar sum.
+
+use tcp::checksum::PayloadSum;
+
+/// The CRC32c and the one's complement sum of one range of octets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrcSum {
+    /// CRC32c of the range, as [`super::crc::crc32c`] gives it.
+    pub crc: u32,
+    /// Partial TCP checksum sum of the range.
+    pub sum: PayloadSum,
+}
+
+/// CRC32c and one's complement sum of `data`, in one pass where the CPU allows it.
+pub fn crc32c_and_sum(data: &[u8]) -> CrcSum {
+    let (crc, folded) = crc_and_folded_sum(data);
+    CrcSum {
+        crc,
+        sum: PayloadSum::from_folded(folded, data.len()),
+    }
+}
+
+/// Whether this CPU takes the one-pass kernel (AVX-512 and VPCLMULQDQ) rather than the two
+/// separate passes.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2"
+))]
+pub fn one_pass() -> bool {
+    multiversion::target::match_target! {
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => true,
+        _ => false,
+    }
+}
+
+/// The CRC32c of `data` and its one's complement sum (as [`tcp::checksum::sum`] gives it).
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2"
+))]
+fn crc_and_folded_sum(data: &[u8]) -> (u32, u16) {
+    multiversion::target::match_target! {
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(data),
+        _ => (super::crc::crc32c(data), tcp::checksum::sum(data)),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use core::arch::x86_64::{
+        __m128i, __m512i, _mm512_add_epi64, _mm512_and_si512, _mm512_clmulepi64_epi128,
+        _mm512_extracti32x4_epi32, _mm512_reduce_add_epi64, _mm512_set1_epi64, _mm512_set_epi64,
+        _mm512_srli_epi64, _mm512_ternarylogic_epi64, _mm512_xor_si512, _mm_crc32_u64,
+        _mm_crc32_u8, _mm_cvtsi128_si64, _mm_extract_epi64, _mm_xor_si128,
+    };
+
+    /// CRC32c's generator polynomial without its x^32 term, bit k the coefficient of x^k.
+    const POLY: u32 = 0x1EDC_6F41;
+
+    /// x^n mod P.
+    const fn x_pow_mod_p(n: u32) -> u32 {
+        let mut r: u32 = 1;
+        let mut i = 0;
+        while i < n {
+            let carry = r & 0x8000_0000 != 0;
+            r <<= 1;
+            if carry {
+                r ^= POLY;
+            }
+            i += 1;
+        }
+        r
+    }
+
+    /// x^n mod P as a reflected 64-bit operand (coefficient of x^k at bit 63 − k).
+    const fn reflected(n: u32) -> u64 {
+        (x_pow_mod_p(n).reverse_bits() as u64) << 32
+    }
+
+    /// The multipliers that move a 128-bit lane `d` bits further along the data: the low
+    /// quadword (the lane's higher powers) by x^(d+64), the high one by x^d, each less one
+    /// power for the product of two reflected operands, which carries one extra.
+    const fn fold_by(d: u32) -> (i64, i64) {
+        (reflected(d + 63) as i64, reflected(d - 1) as i64)
+    }
+
+    const BLOCK: usize = 64;
+
+    /// Multipliers for one block (512 bits), two, three and four blocks, and for the lanes of
+    /// the last register (384, 256 and 128 bits), evaluated at compile time.
+    const K1: (i64, i64) = fold_by(512);
+    const K2: (i64, i64) = fold_by(2 * 512);
+    const K3: (i64, i64) = fold_by(3 * 512);
+    const K4: (i64, i64) = fold_by(4 * 512);
+    const L0: (i64, i64) = fold_by(384);
+    const L1: (i64, i64) = fold_by(256);
+    const L2: (i64, i64) = fold_by(128);
+
+    /// The 64 octets of `b` in one register (one unaligned load).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load(b: &[u8]) -> __m512i {
+        let q = |i: usize| {
+            let w: [u8; 8] = b[i * 8..i * 8 + 8].try_into().expect("8 octets");
+            i64::from_le_bytes(w)
+        };
+        _mm512_set_epi64(q(7), q(6), q(5), q(4), q(3), q(2), q(1), q(0))
+    }
+
+    /// The same multipliers in every lane.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn splat((lo, hi): (i64, i64)) -> __m512i {
+        _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo)
+    }
+
+    /// `acc` moved along by the multipliers `k`, plus `x`.
+    #[inline]
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn fold(acc: __m512i, k: __m512i, x: __m512i) -> __m512i {
+        let lo = _mm512_clmulepi64_epi128::<0x00>(acc, k);
+        let hi = _mm512_clmulepi64_epi128::<0x11>(acc, k);
+        _mm512_ternarylogic_epi64::<0x96>(lo, hi, x)
+    }
+
+    /// The native 32-bit words of a block, added into two sets of 64-bit lanes.
+    struct Sum {
+        lo: __m512i,
+        hi: __m512i,
+        mask: __m512i,
+    }
+
+    impl Sum {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn new() -> Sum {
+            Sum {
+                lo: _mm512_set1_epi64(0),
+                hi: _mm512_set1_epi64(0),
+                mask: _mm512_set1_epi64(0xffff_ffff),
+            }
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn add(&mut self, x: __m512i) {
+            self.lo = _mm512_add_epi64(self.lo, _mm512_and_si512(x, self.mask));
+            self.hi = _mm512_add_epi64(self.hi, _mm512_srli_epi64::<32>(x));
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn total(&self) -> u64 {
+            _mm512_reduce_add_epi64(_mm512_add_epi64(self.lo, self.hi)) as u64
+        }
+    }
+
+    /// The low and high quadwords of a 128-bit value.
+    #[inline]
+    #[target_feature(enable = "sse4.1")]
+    fn quadwords(v: __m128i) -> (u64, u64) {
+        (
+            _mm_cvtsi128_si64(v) as u64,
+            _mm_extract_epi64::<1>(v) as u64,
+        )
+    }
+
+    /// CRC32c and folded one's complement sum of `data`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
+    pub(super) fn crc_sum(data: &[u8]) -> (u32, u16) {
+        let mut state: u32 = !0;
+        let mut sum = Sum::new();
+        let mut blocks = data.chunks_exact(BLOCK);
+        if data.len() >= BLOCK {
+            let mut next = || {
+                let x = load(blocks.next().expect("a block"));
+                sum.add(x);
+                x
+            };
+            // The initial register goes into the first four octets.
+            let init = _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, i64::from(state));
+            let mut acc = _mm512_xor_si512(next(), init);
+            let mut whole = data.len() / BLOCK - 1;
+            if whole >= 3 {
+                // Four registers in flight, each moved along by four blocks.
+                let (mut a1, mut a2, mut a3) = (next(), next(), next());
+                whole -= 3;
+                let k4 = splat(K4);
+                while whole >= 4 {
+                    acc = fold(acc, k4, next());
+                    a1 = fold(a1, k4, next());
+                    a2 = fold(a2, k4, next());
+                    a3 = fold(a3, k4, next());
+                    whole -= 4;
+                }
+                let t = fold(a2, splat(K1), a3);
+                let t = fold(a1, splat(K2), t);
+                acc = fold(acc, splat(K3), t);
+            }
+            let k1 = splat(K1);
+            for _ in 0..whole {
+                acc = fold(acc, k1, next());
+            }
+            // Lanes 0, 1 and 2 moved to lane 3's place; lane 3 kept.
+            let k = _mm512_set_epi64(0, 0, L2.1, L2.0, L1.1, L1.0, L0.1, L0.0);
+            let t = fold(acc, k, _mm512_set1_epi64(0));
+            let r = _mm_xor_si128(
+                _mm_xor_si128(
+                    _mm512_extracti32x4_epi32::<0>(t),
+                    _mm512_extracti32x4_epi32::<1>(t),
+                ),
+                _mm_xor_si128(
+                    _mm512_extracti32x4_epi32::<2>(t),
+                    _mm512_extracti32x4_epi32::<3>(acc),
+                ),
+            );
+            // Its remainder: the CRC of its 16 octets from a zero register.
+            let (lo, hi) = quadwords(r);
+            state = _mm_crc32_u64(_mm_crc32_u64(0, lo), hi) as u32;
+        }
+        let tail = blocks.remainder();
+        let mut words = tail.chunks_exact(8);
+        let mut tail_sum: u64 = 0;
+        for w in &mut words {
+            let v = u64::from_le_bytes(w.try_into().expect("8 octets"));
+            state = _mm_crc32_u64(u64::from(state), v) as u32;
+            tail_sum += (v & 0xffff_ffff) + (v >> 32);
+        }
+        let rest = words.remainder();
+        for &b in rest {
+            state = _mm_crc32_u8(state, b);
+        }
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        let v = u64::from_le_bytes(last);
+        tail_sum += (v & 0xffff_ffff) + (v >> 32);
+        (!state, fold16(sum.total() + tail_sum))
+    }
+
+    /// A wide sum of native (little-endian) 32-bit words folded to 16 bits, network order.
+    fn fold16(acc: u64) -> u16 {
+        let mut x = (acc >> 32) + (acc & 0xffff_ffff);
+        x = (x >> 32) + (x & 0xffff_ffff);
+        x = (x >> 16) + (x & 0xffff);
+        x = (x >> 16) + (x & 0xffff);
+        u16::from_be(x as u16)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::crc::crc32c;
+
+    /// RFC 1071 the plain way: 16-bit big-endian words, an odd last octet padded, carries
+    /// added back after every word.
+    fn scalar_sum(data: &[u8]) -> u16 {
+        let mut acc: u32 = 0;
+        for pair in data.chunks(2) {
+            acc += u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc as u16
+    }
+
+    /// 0 and 0xffff are the same one's complement value.
+    fn same_sum(a: u16, b: u16) -> bool {
+        a == b || (a | b == 0xffff && a & b == 0)
+    }
+
+    // RFC 3720 §B.4 vectors, and longer inputs of the same kind through the folding path.
+    #[test]
+    fn rfc3720_vectors() {
+        let asc: Vec<u8> = (0u8..32).collect();
+        let desc: Vec<u8> = (0u8..32).rev().collect();
+        let cases: [(&[u8], u32); 5] = [
+            (&[0u8; 32], 0x8A91_36AA),
+            (&[0xffu8; 32], 0x62A8_AB43),
+            (&asc, 0x46DD_794E),
+            (&desc, 0x113F_DB5C),
+            (b"123456789", 0xE306_9283),
+        ];
+        for (data, value) in cases {
+            assert_eq!(crc32c_and_sum(data).crc, value);
+        }
+        for len in [64, 128, 256, 320, 1448, 9000] {
+            for fill in [0x00, 0xff] {
+                let data = vec![fill; len];
+                assert_eq!(crc32c_and_sum(&data).crc, crc32c(&data), "len {len}");
+            }
+        }
+    }
+
+    // Every length up to 2048 at every offset within 64 octets: the CRC is crc-fast's and the
+    // sum the scalar RFC 1071 sum, with data that carries (all 0xff) and mixed data.
+    #[test]
+    fn matches_the_separate_passes_everywhere() {
+        let mut buf = vec![0u8; 2048 + 64];
+        for fill in [0x5a_u8, 0xff] {
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = if fill == 0xff {
+                    0xff
+                } else {
+                    (i as u8).wrapping_mul(167).wrapping_add(fill) ^ (i >> 8) as u8
+                };
+            }
+            for off in 0..64 {
+                let mut want_sum: u32 = 0;
+                for len in 0..=2048 {
+                    if len > 0 {
+                        let b = u32::from(buf[off + len - 1]);
+                        want_sum += if (len - 1) % 2 == 0 { b << 8 } else { b };
+                        want_sum = (want_sum & 0xffff) + (want_sum >> 16);
+                    }
+                    let data = &buf[off..off + len];
+                    if len % 512 == 0 {
+                        assert_eq!(want_sum as u16, scalar_sum(data), "the running sum");
+                    }
+                    let got = crc32c_and_sum(data);
+                    assert_eq!(got.crc, crc32c(data), "crc, len {len} offset {off}");
+                    assert_eq!(got.sum.octets(), len);
+                    let folded = tcp::checksum::sum(data);
+                    assert!(
+                        same_sum(folded, want_sum as u16),
+                        "reference sum, len {len} offset {off}"
+                    );
+                    assert_eq!(
+                        got.sum,
+                        PayloadSum::from_folded(folded, len),
+                        "sum, len {len} offset {off}"
+                    );
+                }
+            }
+        }
+    }
+
+    // Long inputs (jumbo frames and beyond) and any single flipped bit changes the CRC.
+    #[test]
+    fn long_inputs_and_flipped_bits() {
+        let data: Vec<u8> = (0..20_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for len in [4095, 4096, 8999, 9000, 9001, 20_000] {
+            let got = crc32c_and_sum(&data[..len]);
+            assert_eq!(got.crc, crc32c(&data[..len]), "len {len}");
+            assert_eq!(
+                got.sum,
+                PayloadSum::from_folded(tcp::checksum::sum(&data[..len]), len)
+            );
+        }
+        let mut d = data[..1448].to_vec();
+        let good = crc32c_and_sum(&d).crc;
+        for at in [0, 1, 3, 4, 63, 64, 700, 1447] {
+            d[at] ^= 0x10;
+            assert_ne!(crc32c_and_sum(&d).crc, good, "flip at {at}");
+            d[at] ^= 0x10;
+        }
+    }
+}
