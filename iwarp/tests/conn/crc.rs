@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use iwarp::conn::{ConnEvent, ConnState};
-use iwarp::mem::Sge;
+use iwarp::mem::{STag, Sge};
 use iwarp::mpa::MpaConfig;
 use iwarp::rdmap::{Event, RemoteBuf, SendOp, SendWr, StreamState};
 use iwarp::wire::terminate::TerminateCause;
@@ -75,20 +75,7 @@ fn crc_corruption_with_good_tcp_checksum_terminates_2_0_02() {
             }
             true
         });
-        let wr = SendWr::new(
-            1,
-            SendOp::Write {
-                sgl: vec![Sge {
-                    stag: sa,
-                    to: 0,
-                    len: 1 << 20,
-                }],
-                remote: RemoteBuf {
-                    stag: sb,
-                    to: DST as u64,
-                },
-            },
-        );
+        let wr = mib_write(sa, sb);
         s.with_conn(Side::A, |c, m, now| c.post_send(now, m, wr))
             .unwrap();
         let ok = s.run_until(Duration::from_secs(10), |s| {
@@ -127,6 +114,24 @@ struct Damaged {
     resent: bool,
     /// ACKs from B past the bad segment's start before its good copy was sent.
     acked_past: usize,
+}
+
+/// A 1 MiB RDMA Write from offset 0 of `sa` to offset `DST` of `sb`.
+fn mib_write(sa: STag, sb: STag) -> SendWr {
+    SendWr::new(
+        1,
+        SendOp::Write {
+            sgl: vec![Sge {
+                stag: sa,
+                to: 0,
+                len: 1 << 20,
+            }],
+            remote: RemoteBuf {
+                stag: sb,
+                to: DST as u64,
+            },
+        },
+    )
 }
 
 /// `a` is after `b` in sequence space.
@@ -194,20 +199,7 @@ fn a_bad_tcp_checksum_places_nothing_and_is_not_acked() {
         }
         true
     });
-    let wr = SendWr::new(
-        1,
-        SendOp::Write {
-            sgl: vec![Sge {
-                stag: sa,
-                to: 0,
-                len: 1 << 20,
-            }],
-            remote: RemoteBuf {
-                stag: sb,
-                to: DST as u64,
-            },
-        },
-    );
+    let wr = mib_write(sa, sb);
     s.with_conn(Side::A, |c, m, now| c.post_send(now, m, wr))
         .unwrap();
     let done = s.run_until(Duration::from_secs(10), |s| {
