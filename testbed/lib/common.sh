@@ -65,6 +65,16 @@ tb_core_to_core() {
   return 0
 }
 
+# tb_mode_of A B: the machine's mode over a measurement from the core-to-core latencies (ns)
+# before and after it: f (both under 100 ns: the two vCPUs share a cache), s (both 100 or
+# more: they do not) or m (it changed, or unknown).
+tb_mode_of() {
+  if [ -z "$1" ] || [ -z "$2" ]; then echo m
+  elif [ "$1" -lt 100 ] && [ "$2" -lt 100 ]; then echo f
+  elif [ "$1" -ge 100 ] && [ "$2" -ge 100 ]; then echo s
+  else echo m; fi
+}
+
 # tb_workdir NAME [PREFIX]: WORK (a fresh /tmp/NAME.XXXXXX), PREFIX (none without DPDK)
 # and an empty PIDS.
 tb_workdir() {
