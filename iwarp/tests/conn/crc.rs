@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use iwarp::conn::{ConnEvent, ConnState};
-use iwarp::mem::{STag, Sge};
+use iwarp::mem::Sge;
 use iwarp::mpa::MpaConfig;
 use iwarp::rdmap::{Event, RemoteBuf, SendOp, SendWr, StreamState};
 use iwarp::wire::terminate::TerminateCause;
@@ -31,20 +31,7 @@ fn crc_corruption_with_good_tcp_checksum_terminates_2_0_02() {
             accept_markers: markers,
             ..MpaConfig::default()
         };
-        let (ma, sa) = memory(MEM);
-        let (mb, sb) = memory(MEM);
-        let mut s = Sim::new(
-            seed,
-            clean_link(),
-            (conn_config(mpa.clone()), ma),
-            (conn_config(mpa), mb),
-            Decision::Accept(Vec::new()),
-        );
-        assert!(s.run_until(Duration::from_secs(2), |s| {
-            s.established(Side::A) && s.established(Side::B)
-        }));
-        let src = pattern(1 << 20, 9);
-        s.mem_mut(Side::A).bytes_mut()[..1 << 20].copy_from_slice(&src);
+        let (mut s, wr, src) = established_with_mib(seed, mpa, 9);
         let hit = Rc::new(RefCell::new(Hit::default()));
         let h = hit.clone();
         s.link.set_rewrite(move |_, from, p: &mut Vec<u8>| {
@@ -75,7 +62,6 @@ fn crc_corruption_with_good_tcp_checksum_terminates_2_0_02() {
             }
             true
         });
-        let wr = mib_write(sa, sb);
         s.with_conn(Side::A, |c, m, now| c.post_send(now, m, wr))
             .unwrap();
         let ok = s.run_until(Duration::from_secs(10), |s| {
@@ -116,9 +102,25 @@ struct Damaged {
     acked_past: usize,
 }
 
-/// A 1 MiB RDMA Write from offset 0 of `sa` to offset `DST` of `sb`.
-fn mib_write(sa: STag, sb: STag) -> SendWr {
-    SendWr::new(
+/// A connected pair with `mpa`'s settings over a clean link (`seed` for the simulation),
+/// 1 MiB of pattern `pattern_seed` at offset 0 of A's memory: the simulation, a Write of
+/// that MiB to offset `DST` of B's memory, and the pattern.
+fn established_with_mib(seed: u64, mpa: MpaConfig, pattern_seed: u64) -> (Sim, SendWr, Vec<u8>) {
+    let (ma, sa) = memory(MEM);
+    let (mb, sb) = memory(MEM);
+    let mut s = Sim::new(
+        seed,
+        clean_link(),
+        (conn_config(mpa.clone()), ma),
+        (conn_config(mpa), mb),
+        Decision::Accept(Vec::new()),
+    );
+    assert!(s.run_until(Duration::from_secs(2), |s| {
+        s.established(Side::A) && s.established(Side::B)
+    }));
+    let src = pattern(1 << 20, pattern_seed);
+    s.mem_mut(Side::A).bytes_mut()[..1 << 20].copy_from_slice(&src);
+    let wr = SendWr::new(
         1,
         SendOp::Write {
             sgl: vec![Sge {
@@ -131,7 +133,8 @@ fn mib_write(sa: STag, sb: STag) -> SendWr {
                 to: DST as u64,
             },
         },
-    )
+    );
+    (s, wr, src)
 }
 
 /// `a` is after `b` in sequence space.
@@ -150,20 +153,7 @@ fn a_bad_tcp_checksum_places_nothing_and_is_not_acked() {
         require_crc: true,
         ..MpaConfig::default()
     };
-    let (ma, sa) = memory(MEM);
-    let (mb, sb) = memory(MEM);
-    let mut s = Sim::new(
-        3,
-        clean_link(),
-        (conn_config(mpa.clone()), ma),
-        (conn_config(mpa), mb),
-        Decision::Accept(Vec::new()),
-    );
-    assert!(s.run_until(Duration::from_secs(2), |s| {
-        s.established(Side::A) && s.established(Side::B)
-    }));
-    let src = pattern(1 << 20, 11);
-    s.mem_mut(Side::A).bytes_mut()[..1 << 20].copy_from_slice(&src);
+    let (mut s, wr, src) = established_with_mib(3, mpa, 11);
     let seen = Rc::new(RefCell::new(Damaged::default()));
     let h = seen.clone();
     s.link.set_rewrite(move |_, from, p: &mut Vec<u8>| {
@@ -199,7 +189,6 @@ fn a_bad_tcp_checksum_places_nothing_and_is_not_acked() {
         }
         true
     });
-    let wr = mib_write(sa, sb);
     s.with_conn(Side::A, |c, m, now| c.post_send(now, m, wr))
         .unwrap();
     let done = s.run_until(Duration::from_secs(10), |s| {
