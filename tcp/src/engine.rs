@@ -769,8 +769,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         dst: impl Into<IpAddr>,
         segment: &[u8],
     ) -> Result<(), PacketError> {
-        let verify = self.cfg.verify_checksums;
-        self.input_tcp(now, cx, src.into(), dst.into(), segment, verify)
+        self.handle_tcp_checking(now, cx, src, dst, segment, false)
     }
 
     /// Handle one TCP segment as [`Engine::handle_tcp`] does; when `unverified`, its
