@@ -75,6 +75,29 @@ tb_mode_of() {
   else echo m; fi
 }
 
+# tb_mode_ratios NAME UNIT LEFT [RATIO MODE ...]: the line for ratios each taken within one
+# mode (MODE f or s, `tb_mode_of`): "NAME: X.XX (spread A-B over K UNIT; fast X.XX over I,
+# slow Y.YY over J; LEFT left out: mode changed)", the median over all and in each mode; or
+# "NAME: n/a" (with the LEFT left out, if any) when there is none.
+tb_mode_ratios() {
+  local name=$1 unit=$2 left=$3
+  shift 3
+  if [ $# -eq 0 ]; then
+    if [ "$left" -gt 0 ]; then echo "$name: n/a ($left left out: mode changed)"; else echo "$name: n/a"; fi
+    return
+  fi
+  printf '%s\n' "$@" | sort -g | awk -v n="$name" -v unit="$unit" -v left="$left" '
+    { v[NR] = $1; by[$2, ++c[$2]] = $1 }
+    END {
+      printf "%s: %.2f (spread %.2f-%.2f over %d %s", n, v[int((NR + 1) / 2)], v[1], v[NR], NR, unit
+      sep = "; "
+      if (c["f"] > 0) { printf "%sfast %.2f over %d", sep, by["f", int((c["f"] + 1) / 2)], c["f"]; sep = ", " }
+      if (c["s"] > 0) { printf "%sslow %.2f over %d", sep, by["s", int((c["s"] + 1) / 2)], c["s"] }
+      if (left > 0) printf "; %d left out: mode changed", left
+      print ")"
+    }'
+}
+
 # tb_workdir NAME [PREFIX]: WORK (a fresh /tmp/NAME.XXXXXX), PREFIX (none without DPDK)
 # and an empty PIDS.
 tb_workdir() {
