@@ -2,13 +2,15 @@
 //! (`wire::crcsum`) against the two separate passes (crc-fast's CRC32c, then
 //! `tcp::checksum::payload_sum`), on 1448 and 9000 octets, L1-hot (the same range again and
 //! again) and cold (ranges spread over 256 MiB, out of every cache). Rounds alternate between
-//! them (and each separate pass alone, and the send side's copy into the frame with and
-//! without its sum); each figure is the median over the rounds of the mean
-//! time per range. Run pinned: `taskset -c 1 cargo bench -p iwarp --bench crc_sum`.
+//! them (and each separate pass alone, the project's own CRC32c (`wire::crc::crc32c`, the
+//! kernel without its sum where the CPU has one), and the send side's copy into the frame
+//! with and without its sum); each figure is the median over the rounds of the mean time per
+//! range. Run pinned: `taskset -c 1 cargo bench -p iwarp --bench crc_sum`.
 
 use std::hint::black_box;
 use std::time::Instant;
 
+use crc_fast::crc32_iscsi;
 use iwarp::wire::crc::crc32c;
 use iwarp::wire::crcsum::{crc32c_and_sum, one_pass};
 use tcp::checksum::{copy_payload, payload_sum};
@@ -22,6 +24,8 @@ enum Work {
     OnePass,
     Separate,
     CrcOnly,
+    /// `wire::crc::crc32c`.
+    OwnCrc,
     SumOnly,
     /// The send side's copy into the frame with the sum (`tcp::checksum::copy_payload`).
     CopySum,
@@ -37,8 +41,9 @@ fn round(buf: &[u8], len: usize, iters: usize, offset: impl Fn(usize) -> usize, 
         let data = black_box(&buf[offset(i)..offset(i) + len]);
         match work {
             Work::OnePass => drop(black_box(crc32c_and_sum(data))),
-            Work::Separate => drop(black_box((crc32c(data), payload_sum(data)))),
-            Work::CrcOnly => drop(black_box(crc32c(data))),
+            Work::Separate => drop(black_box((crc32_iscsi(data), payload_sum(data)))),
+            Work::CrcOnly => drop(black_box(crc32_iscsi(data))),
+            Work::OwnCrc => drop(black_box(crc32c(data))),
             Work::SumOnly => drop(black_box(payload_sum(data))),
             Work::CopySum => drop(black_box(copy_payload(&mut frame, data))),
             Work::Copy => frame.copy_from_slice(data),
@@ -74,20 +79,22 @@ fn main() {
                 Work::OnePass,
                 Work::Separate,
                 Work::CrcOnly,
+                Work::OwnCrc,
                 Work::SumOnly,
                 Work::CopySum,
                 Work::Copy,
             ];
-            let mut times = [const { Vec::new() }; 6];
+            let mut times = [const { Vec::new() }; 7];
             for _ in 0..ROUNDS {
                 for (t, &w) in times.iter_mut().zip(&works) {
                     t.push(round(&buf, len, iters, offset, w));
                 }
             }
-            let [a, b, c, s, cs, cp] = times.map(median);
+            let [a, b, c, o, s, cs, cp] = times.map(median);
             println!(
                 "{len:5} octets {name:6}: one pass {a:6.1} ns, separate {b:6.1} ns ({:.2}x; \
-                 CRC32c alone {c:.1}, sum alone {s:.1}; copy with sum {cs:.1}, copy {cp:.1})",
+                 crc-fast's CRC32c alone {c:.1}, own CRC32c {o:.1}, sum alone {s:.1}; \
+                 copy with sum {cs:.1}, copy {cp:.1})",
                 b / a
             );
         }

@@ -5,8 +5,10 @@
 //! 512-bit register; the register is folded into the CRC (carry-less multiplication, four
 //! 128-bit lanes, four registers in flight) and added into the one's complement sum from the
 //! same register. The 512-bit remainder is reduced to 128 bits by folding its lanes, and the
-//! last 128 bits and the tail of the data go through the SSE4.2 `crc32` instruction.
-//! Elsewhere it is the two separate passes (crc-fast's CRC32c and [`tcp::checksum::sum`]).
+//! last 128 bits and the tail of the data go through the SSE4.2 `crc32` instruction. Where it
+//! has VPCLMULQDQ with AVX2 only (AMD Zen 3, Intel Alder Lake), the same in 256-bit registers
+//! (32-octet blocks, two lanes each). Elsewhere it is the two separate passes (crc-fast's
+//! CRC32c and [`tcp::checksum::sum`]).
 //!
 //! The folding constants are x^n mod P for the reflected CRC32c polynomial, computed at
 //! compile time below; the tests check the results against crc-fast and the scalar sum.
@@ -31,36 +33,62 @@ pub fn crc32c_and_sum(data: &[u8]) -> CrcSum {
     }
 }
 
-/// Whether this CPU takes the one-pass kernel (AVX-512 and VPCLMULQDQ) rather than the two
-/// separate passes.
+/// Whether this CPU takes a one-pass kernel (VPCLMULQDQ with AVX-512 or AVX2) rather than the
+/// two separate passes.
 #[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2"
+    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
+    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
 ))]
 pub fn one_pass() -> bool {
     multiversion::target::match_target! {
         "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => true,
+        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => true,
         _ => false,
     }
 }
 
 /// The CRC32c of `data` and its one's complement sum (as [`tcp::checksum::sum`] gives it).
 #[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2"
+    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
+    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
 ))]
 fn crc_and_folded_sum(data: &[u8]) -> (u32, u16) {
     multiversion::target::match_target! {
-        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(data),
-        _ => (super::crc::crc32c(data), tcp::checksum::sum(data)),
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!0, data),
+        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!0, data),
+        _ => (crc_fast::crc32_iscsi(data), tcp::checksum::sum(data)),
     }
 }
 
+/// The CRC32c of what gave `crc` followed by `data` (`crc` 0 for nothing before): the
+/// one-pass kernel where the CPU has one (its sum unused; on CPUs whose `crc32` instruction
+/// is slow, AMD's, it is several times faster than crc-fast's CRC), crc-fast elsewhere.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
+    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
+))]
+pub(super) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
+    multiversion::target::match_target! {
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!crc, data).0,
+        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!crc, data).0,
+        _ => if crc == 0 {
+            crc_fast::crc32_iscsi(data)
+        } else {
+            let mut d = crc_fast::Digest::new_with_init_state(
+                crc_fast::CrcAlgorithm::Crc32Iscsi,
+                u64::from(!crc),
+            );
+            d.update(data);
+            d.finalize() as u32
+        },
+    }
+}
+
+/// What both widths share: the folding constants, the final 128 bits and the tail.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+mod fold {
     use core::arch::x86_64::{
-        __m128i, __m512i, _mm512_add_epi64, _mm512_and_si512, _mm512_clmulepi64_epi128,
-        _mm512_extracti32x4_epi32, _mm512_reduce_add_epi64, _mm512_set1_epi64, _mm512_set_epi64,
-        _mm512_srli_epi64, _mm512_ternarylogic_epi64, _mm512_xor_si512, _mm_crc32_u64,
-        _mm_crc32_u8, _mm_cvtsi128_si64, _mm_extract_epi64, _mm_xor_si128,
+        __m128i, _mm_crc32_u64, _mm_crc32_u8, _mm_cvtsi128_si64, _mm_extract_epi64,
     };
 
     /// CRC32c's generator polynomial without its x^32 term, bit k the coefficient of x^k.
@@ -89,9 +117,64 @@ mod avx512 {
     /// The multipliers that move a 128-bit lane `d` bits further along the data: the low
     /// quadword (the lane's higher powers) by x^(d+64), the high one by x^d, each less one
     /// power for the product of two reflected operands, which carries one extra.
-    const fn fold_by(d: u32) -> (i64, i64) {
+    pub(super) const fn fold_by(d: u32) -> (i64, i64) {
         (reflected(d + 63) as i64, reflected(d - 1) as i64)
     }
+
+    /// The CRC register after the folded 128 bits `r` (the remainder of everything before
+    /// them, as the CRC of these 16 octets from a zero register).
+    #[inline]
+    #[target_feature(enable = "sse4.2")]
+    pub(super) fn remainder(r: __m128i) -> u32 {
+        let (lo, hi) = (
+            _mm_cvtsi128_si64(r) as u64,
+            _mm_extract_epi64::<1>(r) as u64,
+        );
+        _mm_crc32_u64(_mm_crc32_u64(0, lo), hi) as u32
+    }
+
+    /// The CRC32c and the folded sum of `data` once the whole blocks before `tail` left
+    /// the CRC register `state` and the wide sum `sum` (native 32-bit words in 64 bits).
+    #[inline]
+    #[target_feature(enable = "sse4.2")]
+    pub(super) fn finish(mut state: u32, tail: &[u8], sum: u64) -> (u32, u16) {
+        let mut words = tail.chunks_exact(8);
+        let mut tail_sum: u64 = 0;
+        for w in &mut words {
+            let v = u64::from_le_bytes(w.try_into().expect("8 octets"));
+            state = _mm_crc32_u64(u64::from(state), v) as u32;
+            tail_sum += (v & 0xffff_ffff) + (v >> 32);
+        }
+        let rest = words.remainder();
+        for &b in rest {
+            state = _mm_crc32_u8(state, b);
+        }
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        let v = u64::from_le_bytes(last);
+        tail_sum += (v & 0xffff_ffff) + (v >> 32);
+        (!state, fold16(sum + tail_sum))
+    }
+
+    /// A wide sum of native (little-endian) 32-bit words folded to 16 bits, network order.
+    fn fold16(acc: u64) -> u16 {
+        let mut x = (acc >> 32) + (acc & 0xffff_ffff);
+        x = (x >> 32) + (x & 0xffff_ffff);
+        x = (x >> 16) + (x & 0xffff);
+        x = (x >> 16) + (x & 0xffff);
+        u16::from_be(x as u16)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use core::arch::x86_64::{
+        __m512i, _mm512_add_epi64, _mm512_and_si512, _mm512_clmulepi64_epi128,
+        _mm512_extracti32x4_epi32, _mm512_reduce_add_epi64, _mm512_set1_epi64, _mm512_set_epi64,
+        _mm512_srli_epi64, _mm512_ternarylogic_epi64, _mm512_xor_si512, _mm_xor_si128,
+    };
+
+    use super::fold::{finish, fold_by, remainder};
 
     const BLOCK: usize = 64;
 
@@ -164,20 +247,11 @@ mod avx512 {
         }
     }
 
-    /// The low and high quadwords of a 128-bit value.
-    #[inline]
-    #[target_feature(enable = "sse4.1")]
-    fn quadwords(v: __m128i) -> (u64, u64) {
-        (
-            _mm_cvtsi128_si64(v) as u64,
-            _mm_extract_epi64::<1>(v) as u64,
-        )
-    }
-
-    /// CRC32c and folded one's complement sum of `data`.
+    /// CRC32c of `data` from the CRC register `init` (`!0` for a fresh CRC) and folded
+    /// one's complement sum of `data`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
-    pub(super) fn crc_sum(data: &[u8]) -> (u32, u16) {
-        let mut state: u32 = !0;
+    pub(super) fn crc_sum(init: u32, data: &[u8]) -> (u32, u16) {
+        let mut state = init;
         let mut sum = Sum::new();
         let mut blocks = data.chunks_exact(BLOCK);
         if data.len() >= BLOCK {
@@ -223,43 +297,205 @@ mod avx512 {
                     _mm512_extracti32x4_epi32::<3>(acc),
                 ),
             );
-            // Its remainder: the CRC of its 16 octets from a zero register.
-            let (lo, hi) = quadwords(r);
-            state = _mm_crc32_u64(_mm_crc32_u64(0, lo), hi) as u32;
+            state = remainder(r);
         }
-        let tail = blocks.remainder();
-        let mut words = tail.chunks_exact(8);
-        let mut tail_sum: u64 = 0;
-        for w in &mut words {
-            let v = u64::from_le_bytes(w.try_into().expect("8 octets"));
-            state = _mm_crc32_u64(u64::from(state), v) as u32;
-            tail_sum += (v & 0xffff_ffff) + (v >> 32);
-        }
-        let rest = words.remainder();
-        for &b in rest {
-            state = _mm_crc32_u8(state, b);
-        }
-        let mut last = [0u8; 8];
-        last[..rest.len()].copy_from_slice(rest);
-        let v = u64::from_le_bytes(last);
-        tail_sum += (v & 0xffff_ffff) + (v >> 32);
-        (!state, fold16(sum.total() + tail_sum))
-    }
-
-    /// A wide sum of native (little-endian) 32-bit words folded to 16 bits, network order.
-    fn fold16(acc: u64) -> u16 {
-        let mut x = (acc >> 32) + (acc & 0xffff_ffff);
-        x = (x >> 32) + (x & 0xffff_ffff);
-        x = (x >> 16) + (x & 0xffff);
-        x = (x >> 16) + (x & 0xffff);
-        u16::from_be(x as u16)
+        finish(state, blocks.remainder(), sum.total())
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use core::arch::x86_64::{
+        __m256i, _mm256_add_epi64, _mm256_and_si256, _mm256_clmulepi64_epi128,
+        _mm256_extract_epi64, _mm256_extracti128_si256, _mm256_set1_epi64x, _mm256_set_epi64x,
+        _mm256_setzero_si256, _mm256_srli_epi64, _mm256_xor_si256, _mm_xor_si128,
+    };
+
+    use super::fold::{finish, fold_by, remainder};
+
+    const BLOCK: usize = 32;
+
+    /// Multipliers for one block (256 bits), two, three and four blocks, and for the first
+    /// lane of the last register (128 bits), evaluated at compile time.
+    const K1: (i64, i64) = fold_by(256);
+    const K2: (i64, i64) = fold_by(2 * 256);
+    const K3: (i64, i64) = fold_by(3 * 256);
+    const K4: (i64, i64) = fold_by(4 * 256);
+    const L0: (i64, i64) = fold_by(128);
+
+    /// The 32 octets of `b` in one register (one unaligned load).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load(b: &[u8]) -> __m256i {
+        let q = |i: usize| {
+            let w: [u8; 8] = b[i * 8..i * 8 + 8].try_into().expect("8 octets");
+            i64::from_le_bytes(w)
+        };
+        _mm256_set_epi64x(q(3), q(2), q(1), q(0))
+    }
+
+    /// The same multipliers in both lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn splat((lo, hi): (i64, i64)) -> __m256i {
+        _mm256_set_epi64x(hi, lo, hi, lo)
+    }
+
+    /// `acc` moved along by the multipliers `k`, plus `x`.
+    #[inline]
+    #[target_feature(enable = "avx2,vpclmulqdq")]
+    fn fold(acc: __m256i, k: __m256i, x: __m256i) -> __m256i {
+        let lo = _mm256_clmulepi64_epi128::<0x00>(acc, k);
+        let hi = _mm256_clmulepi64_epi128::<0x11>(acc, k);
+        _mm256_xor_si256(_mm256_xor_si256(lo, hi), x)
+    }
+
+    /// The native 32-bit words of a block, added into two sets of 64-bit lanes.
+    struct Sum {
+        lo: __m256i,
+        hi: __m256i,
+        mask: __m256i,
+    }
+
+    impl Sum {
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn new() -> Sum {
+            Sum {
+                lo: _mm256_setzero_si256(),
+                hi: _mm256_setzero_si256(),
+                mask: _mm256_set1_epi64x(0xffff_ffff),
+            }
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn add(&mut self, x: __m256i) {
+            self.lo = _mm256_add_epi64(self.lo, _mm256_and_si256(x, self.mask));
+            self.hi = _mm256_add_epi64(self.hi, _mm256_srli_epi64::<32>(x));
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn total(&self) -> u64 {
+            let t = _mm256_add_epi64(self.lo, self.hi);
+            [
+                _mm256_extract_epi64::<0>(t),
+                _mm256_extract_epi64::<1>(t),
+                _mm256_extract_epi64::<2>(t),
+                _mm256_extract_epi64::<3>(t),
+            ]
+            .iter()
+            .map(|&q| q as u64)
+            .sum()
+        }
+    }
+
+    /// CRC32c of `data` from the CRC register `init` (`!0` for a fresh CRC) and folded
+    /// one's complement sum of `data`.
+    #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
+    pub(super) fn crc_sum(init: u32, data: &[u8]) -> (u32, u16) {
+        let mut state = init;
+        let mut sum = Sum::new();
+        let mut blocks = data.chunks_exact(BLOCK);
+        if data.len() >= BLOCK {
+            let mut next = || {
+                let x = load(blocks.next().expect("a block"));
+                sum.add(x);
+                x
+            };
+            // The initial register goes into the first four octets.
+            let init = _mm256_set_epi64x(0, 0, 0, i64::from(state));
+            let mut acc = _mm256_xor_si256(next(), init);
+            let mut whole = data.len() / BLOCK - 1;
+            if whole >= 3 {
+                // Four registers in flight, each moved along by four blocks.
+                let (mut a1, mut a2, mut a3) = (next(), next(), next());
+                whole -= 3;
+                let k4 = splat(K4);
+                while whole >= 4 {
+                    acc = fold(acc, k4, next());
+                    a1 = fold(a1, k4, next());
+                    a2 = fold(a2, k4, next());
+                    a3 = fold(a3, k4, next());
+                    whole -= 4;
+                }
+                let t = fold(a2, splat(K1), a3);
+                let t = fold(a1, splat(K2), t);
+                acc = fold(acc, splat(K3), t);
+            }
+            let k1 = splat(K1);
+            for _ in 0..whole {
+                acc = fold(acc, k1, next());
+            }
+            // Lane 0 moved to lane 1's place; lane 1 kept.
+            let k = _mm256_set_epi64x(0, 0, L0.1, L0.0);
+            let t = fold(acc, k, _mm256_setzero_si256());
+            let r = _mm_xor_si128(
+                _mm256_extracti128_si256::<0>(t),
+                _mm256_extracti128_si256::<1>(acc),
+            );
+            state = remainder(r);
+        }
+        finish(state, blocks.remainder(), sum.total())
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::crc::crc32c;
+    use crc_fast::crc32_iscsi as crc32c;
+
+    /// The 512-bit kernel, where this CPU runs it.
+    #[allow(unused_variables)] // the copy without the features does not read `data`
+    #[multiversion::multiversion(targets(
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2"
+    ))]
+    fn avx512_kernel(data: &[u8]) -> Option<(u32, u16)> {
+        multiversion::target::match_target! {
+            "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" =>
+                Some(avx512::crc_sum(!0, data)),
+            _ => None,
+        }
+    }
+
+    /// The 256-bit kernel, where this CPU runs it (an AVX-512 CPU runs it too).
+    #[allow(unused_variables)] // the copy without the features does not read `data`
+    #[multiversion::multiversion(targets("x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"))]
+    fn avx2_kernel(data: &[u8]) -> Option<(u32, u16)> {
+        multiversion::target::match_target! {
+            "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => Some(avx2::crc_sum(!0, data)),
+            _ => None,
+        }
+    }
+
+    type Way = (&'static str, fn(&[u8]) -> CrcSum);
+
+    /// Every way this CPU has of computing both: the dispatched entry point and each kernel
+    /// it can run, so that a CPU with AVX-512 checks the 256-bit kernel as well.
+    fn ways() -> Vec<Way> {
+        fn with(k: fn(&[u8]) -> Option<(u32, u16)>, data: &[u8]) -> CrcSum {
+            let (crc, folded) = k(data).expect("checked available");
+            CrcSum {
+                crc,
+                sum: PayloadSum::from_folded(folded, data.len()),
+            }
+        }
+        let mut ways: Vec<Way> = vec![("dispatched", crc32c_and_sum)];
+        if avx512_kernel(&[]).is_some() {
+            ways.push(("avx512", |d| with(avx512_kernel, d)));
+        }
+        if avx2_kernel(&[]).is_some() {
+            ways.push(("avx2", |d| with(avx2_kernel, d)));
+        }
+        ways
+    }
+
+    // The dispatched entry point takes a one-pass kernel exactly when the CPU has one.
+    #[test]
+    fn one_pass_where_a_kernel_runs() {
+        let kernels = ways().len() - 1;
+        assert_eq!(one_pass(), kernels > 0, "{kernels} kernels");
+    }
 
     /// RFC 1071 the plain way: 16-bit big-endian words, an odd last octet padded, carries
     /// added back after every word.
@@ -289,13 +525,15 @@ mod tests {
             (&desc, 0x113F_DB5C),
             (b"123456789", 0xE306_9283),
         ];
-        for (data, value) in cases {
-            assert_eq!(crc32c_and_sum(data).crc, value);
-        }
-        for len in [64, 128, 256, 320, 1448, 9000] {
-            for fill in [0x00, 0xff] {
-                let data = vec![fill; len];
-                assert_eq!(crc32c_and_sum(&data).crc, crc32c(&data), "len {len}");
+        for (way, f) in ways() {
+            for (data, value) in cases {
+                assert_eq!(f(data).crc, value, "{way}");
+            }
+            for len in [64, 128, 256, 320, 1448, 9000] {
+                for fill in [0x00, 0xff] {
+                    let data = vec![fill; len];
+                    assert_eq!(f(&data).crc, crc32c(&data), "{way}, len {len}");
+                }
             }
         }
     }
@@ -304,6 +542,7 @@ mod tests {
     // sum the scalar RFC 1071 sum, with data that carries (all 0xff) and mixed data.
     #[test]
     fn matches_the_separate_passes_everywhere() {
+        let ways = ways();
         let mut buf = vec![0u8; 2048 + 64];
         for fill in [0x5a_u8, 0xff] {
             for (i, b) in buf.iter_mut().enumerate() {
@@ -325,19 +564,22 @@ mod tests {
                     if len % 512 == 0 {
                         assert_eq!(want_sum as u16, scalar_sum(data), "the running sum");
                     }
-                    let got = crc32c_and_sum(data);
-                    assert_eq!(got.crc, crc32c(data), "crc, len {len} offset {off}");
-                    assert_eq!(got.sum.octets(), len);
                     let folded = tcp::checksum::sum(data);
                     assert!(
                         same_sum(folded, want_sum as u16),
                         "reference sum, len {len} offset {off}"
                     );
-                    assert_eq!(
-                        got.sum,
-                        PayloadSum::from_folded(folded, len),
-                        "sum, len {len} offset {off}"
-                    );
+                    let crc = crc32c(data);
+                    for (way, f) in &ways {
+                        let got = f(data);
+                        assert_eq!(got.crc, crc, "{way}: crc, len {len} offset {off}");
+                        assert_eq!(got.sum.octets(), len);
+                        assert_eq!(
+                            got.sum,
+                            PayloadSum::from_folded(folded, len),
+                            "{way}: sum, len {len} offset {off}"
+                        );
+                    }
                 }
             }
         }
@@ -349,20 +591,23 @@ mod tests {
         let data: Vec<u8> = (0..20_000u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
-        for len in [4095, 4096, 8999, 9000, 9001, 20_000] {
-            let got = crc32c_and_sum(&data[..len]);
-            assert_eq!(got.crc, crc32c(&data[..len]), "len {len}");
-            assert_eq!(
-                got.sum,
-                PayloadSum::from_folded(tcp::checksum::sum(&data[..len]), len)
-            );
-        }
-        let mut d = data[..1448].to_vec();
-        let good = crc32c_and_sum(&d).crc;
-        for at in [0, 1, 3, 4, 63, 64, 700, 1447] {
-            d[at] ^= 0x10;
-            assert_ne!(crc32c_and_sum(&d).crc, good, "flip at {at}");
-            d[at] ^= 0x10;
+        for (way, f) in ways() {
+            for len in [4095, 4096, 8999, 9000, 9001, 20_000] {
+                let got = f(&data[..len]);
+                assert_eq!(got.crc, crc32c(&data[..len]), "{way}, len {len}");
+                assert_eq!(
+                    got.sum,
+                    PayloadSum::from_folded(tcp::checksum::sum(&data[..len]), len),
+                    "{way}, len {len}"
+                );
+            }
+            let mut d = data[..1448].to_vec();
+            let good = f(&d).crc;
+            for at in [0, 1, 3, 4, 31, 32, 63, 64, 700, 1447] {
+                d[at] ^= 0x10;
+                assert_ne!(f(&d).crc, good, "{way}, flip at {at}");
+                d[at] ^= 0x10;
+            }
         }
     }
 }
