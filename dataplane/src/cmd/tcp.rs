@@ -137,6 +137,22 @@ struct TcpApp {
     connections: u64,
 }
 
+/// Bounds of [`time_wait_linger`].
+const LINGER_MIN: Duration = Duration::from_millis(20);
+const LINGER_MAX: Duration = Duration::from_secs(1);
+
+/// How long a lane keeps running after a transfer that this side closed first (source,
+/// client) and that ended well, i.e. with its connection in TIME-WAIT: the ACK of the peer's
+/// FIN is the last frame the process sends, and a link that goes away with the process
+/// (memif) loses what the peer has not read yet, which would leave the peer in LAST-ACK
+/// retransmitting its FIN to nobody. One retransmission timeout (`rto`, at least 20 ms, at
+/// most 1 s) lets the ACK be read and a retransmitted FIN be answered again (RFC 9293
+/// §3.10.7.4). Nothing for the side that closed second or a transfer that failed.
+fn time_wait_linger(mode: Mode, ended_well: bool, rto: Option<Duration>) -> Option<Duration> {
+    let closed_first = matches!(mode, Mode::Source | Mode::Client);
+    (closed_first && ended_well).then(|| rto.unwrap_or(LINGER_MIN).clamp(LINGER_MIN, LINGER_MAX))
+}
+
 impl TcpApp {
     fn finish(&mut self, now: Instant, outcome: Result<(), TransferError>) {
         if let Some(out) = self.output.as_mut() {
@@ -147,6 +163,15 @@ impl TcpApp {
         self.finished.get_or_insert(now);
         self.outcome.get_or_insert(outcome);
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// How long this lane keeps running after its transfer: see [`time_wait_linger`].
+    fn time_wait_linger(&self) -> Option<Duration> {
+        time_wait_linger(
+            self.mode,
+            matches!(self.outcome, Some(Ok(()))),
+            self.last_info.map(|i| i.rto),
+        )
     }
 
     fn take_received(&mut self, bytes: &[u8]) {
@@ -513,6 +538,11 @@ pub fn run(args: Args) -> Result<(), CmdError> {
         let (stop, limit) = (Arc::clone(&stop), deadline(args.duration));
         jobs.push(Box::new(move || {
             poll.run(&stop, limit, |_, _| {});
+            if let Some(linger) = poll.handler().service().time_wait_linger() {
+                let until = clock::now() + linger;
+                let until = limit.map_or(until, |l| l.min(until));
+                poll.run(&AtomicBool::new(false), Some(until), |_, _| {});
+            }
             LaneOutcome::of(&poll)
         }));
     }
@@ -635,5 +665,33 @@ impl LaneOutcome {
             };
         }
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The side that closed first lingers one RTO (bounded) after a transfer that ended well;
+    // the side that closed second, or a failed transfer, ends at once.
+    #[test]
+    fn only_the_first_closer_lingers_after_success() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            time_wait_linger(Mode::Client, true, Some(ms(230))),
+            Some(ms(230))
+        );
+        assert_eq!(
+            time_wait_linger(Mode::Source, true, Some(ms(5))),
+            Some(LINGER_MIN)
+        );
+        assert_eq!(time_wait_linger(Mode::Source, true, None), Some(LINGER_MIN));
+        assert_eq!(
+            time_wait_linger(Mode::Client, true, Some(Duration::from_secs(34))),
+            Some(LINGER_MAX)
+        );
+        assert_eq!(time_wait_linger(Mode::Client, false, Some(ms(230))), None);
+        assert_eq!(time_wait_linger(Mode::Echo, true, Some(ms(230))), None);
+        assert_eq!(time_wait_linger(Mode::Sink, true, Some(ms(230))), None);
     }
 }
