@@ -803,8 +803,14 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         if !is_unicast(src) || !is_unicast(dst) || src.is_ipv4() != dst.is_ipv4() {
             return Err(self.malformed(PacketError::NotUnicast));
         }
-        let repr =
-            parse_segment(src, dst, segment).ok_or_else(|| self.malformed(PacketError::BadTcp))?;
+        let Some(repr) = parse_segment(src, dst, segment) else {
+            // A damaged header usually fails its checksum too: counted as such, like a
+            // damaged payload, where the checksum is ours to verify.
+            if verify && !crate::checksum::tcp_checksum_ok(src, dst, segment) {
+                self.stats.bad_checksums += 1;
+            }
+            return Err(self.malformed(PacketError::BadTcp));
+        };
         let tuple = FourTuple {
             local: SocketAddr::new(dst, repr.dst_port),
             remote: SocketAddr::new(src, repr.src_port),

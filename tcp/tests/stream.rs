@@ -71,6 +71,36 @@ fn a_bad_segment_leaves_no_trace() {
     assert_eq!(p.e.ulp(conn).unwrap().received_total(), 2448);
 }
 
+// A damaged header that no longer parses (data offset under five words, RFC 9293 §3.1) is
+// refused like any damaged segment. Its checksum fails too, so it counts as a bad checksum,
+// as a damaged payload does (the loops count such frames the same way); a header malformed
+// under a correct checksum counts as malformed only.
+#[test]
+fn an_unparseable_header_counts_by_its_checksum() {
+    let (mut p, conn) = peer(1 << 16);
+    let before = trace(&p, conn);
+    let (bad_sums, malformed) = (p.e.stats().bad_checksums, p.e.stats().malformed);
+    let mut pkt = p.seg(TcpControl::Psh, &data(100, 3)).emit();
+    let tcp_at = 20; // an IPv4 header without options
+    pkt[tcp_at + 12] = 0x30 | (pkt[tcp_at + 12] & 0x0f);
+    let refused = p.e.handle_packet(p.now, &mut (), &pkt);
+    assert_eq!(refused, Err(PacketError::BadTcp));
+    assert_eq!(p.e.stats().bad_checksums, bad_sums + 1);
+
+    let addr = |at: usize| std::net::Ipv4Addr::from(<[u8; 4]>::try_from(&pkt[at..at + 4]).unwrap());
+    let (src, dst) = (addr(12), addr(16));
+    pkt[tcp_at + 16..tcp_at + 18].fill(0);
+    let sum = tcp::checksum::tcp_checksum(src, dst, &pkt[tcp_at..]);
+    pkt[tcp_at + 16..tcp_at + 18].copy_from_slice(&sum.to_be_bytes());
+    assert!(tcp::checksum::tcp_checksum_ok(src, dst, &pkt[tcp_at..]));
+    let refused = p.e.handle_packet(p.now, &mut (), &pkt);
+    assert_eq!(refused, Err(PacketError::BadTcp));
+    assert_eq!(p.e.stats().bad_checksums, bad_sums + 1);
+    assert_eq!(p.e.stats().malformed, malformed + 2);
+    assert!(p.output().is_empty(), "no ACK for either");
+    assert_eq!(trace(&p, conn), before);
+}
+
 // A ring that wraps: payloads that do not fit at its tail in one piece are verified in a
 // pass of their own and copied in two pieces; bad ones still leave no trace, including a
 // bad one staged at the tail before a good copy of the same octets that does not fit there.
