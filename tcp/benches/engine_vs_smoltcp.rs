@@ -7,14 +7,17 @@
 //! the thread's CPU time (what the work costs, robust to other processes taking the CPU
 //! away); the wall-clock figures are printed alongside.
 //!
-//! Each side's applications use the best API their stack offers. The senders write the
-//! pattern straight into the socket's send buffer (`StreamSocket::write_with`, smoltcp's
-//! `Socket::send` closure). smoltcp's receiver checks the received bytes where they lie in
-//! the socket's receive buffer (`Socket::recv` closure); the engine's receiver is the
-//! connection's segment sink (`SegmentSink`, the hook the iWARP receive path places
-//! from): it checks each arriving in-order payload where it lies in the packet, summing it
-//! for the engine's checksum verification (`SegmentSink::stage`), and counts the bytes
-//! only once the engine accepted the segment (checksums right, in order, in the window).
+//! Each side's applications use the best API their stack offers. smoltcp's sender writes
+//! the pattern straight into the socket's send buffer (`Socket::send` closure) and its
+//! receiver checks the received bytes where they lie in the socket's receive buffer
+//! (`Socket::recv` closure). The engine's applications are the connection's segment source
+//! and sink (`SegmentSource`, `SegmentSink`: the hooks the iWARP path sends and places
+//! through): the sender writes the pattern into a unit's buffer when the engine asks for
+//! the next segment, summing it as it writes (`checksum::copy_payload`, `Unit::with_sum`),
+//! so the engine copies it into the frame without summing it again; the receiver checks
+//! each arriving in-order payload where it lies in the packet, summing it for the engine's
+//! checksum verification (`SegmentSink::stage`), and counts the bytes only once the engine
+//! accepted the segment (checksums right, in order, in the window).
 //!
 //! Both run the same round loop over the same in-memory wire: each round the simulated
 //! clock advances 10 µs, the applications write and read, then each endpoint takes the
@@ -41,10 +44,8 @@ use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
 use smoltcp::socket::tcp::{Socket as SmolSocket, SocketBuffer};
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr};
-use tcp::checksum::{payload_sum, PayloadSum};
-use tcp::{
-    Config, Consumed, Engine, Event, Instant, SegmentSink, SegmentSource, StreamSocket, Unit,
-};
+use tcp::checksum::{copy_payload, payload_sum, PayloadSum};
+use tcp::{Config, Consumed, Engine, Event, Instant, SegmentSink, SegmentSource, Unit};
 
 /// The MTU of both implementations.
 const MTU: usize = 1500;
@@ -106,10 +107,16 @@ struct Staged {
     matched: bool,
 }
 
-/// The engine's endpoints' upper layer: a [`StreamSocket`] that sends, and the receiving
-/// application as the segment sink, checking payloads in the packets they arrived in.
+/// The engine's endpoints' upper layer: the sending application as the segment source,
+/// writing the pattern into a unit's buffer when the engine asks for the next segment, and
+/// the receiving application as the segment sink, checking payloads in the packets they
+/// arrived in.
 struct Endpoint {
-    tx: StreamSocket,
+    /// Bytes to send in all, and sent so far.
+    total: usize,
+    written: usize,
+    /// Buffers of acknowledged units, for the next ones.
+    spare: Vec<Vec<u8>>,
     pattern: Rc<Pattern>,
     check: Checker,
     /// The sequence number of the next in-order byte, once one arrived.
@@ -119,9 +126,12 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    fn new(buf: usize, pattern: &Rc<Pattern>) -> Self {
+    /// An endpoint that sends `total` bytes of the pattern and takes a window of `buf`.
+    fn new(total: usize, buf: usize, pattern: &Rc<Pattern>) -> Self {
         Endpoint {
-            tx: StreamSocket::new(0, buf),
+            total,
+            written: 0,
+            spare: Vec::new(),
             pattern: Rc::clone(pattern),
             check: Checker::default(),
             next_seq: None,
@@ -194,16 +204,36 @@ impl SegmentSink for Endpoint {
 }
 
 impl SegmentSource for Endpoint {
-    fn next_unit(&mut self, cx: &mut (), now: Instant, seq: u32, max_len: usize) -> Option<Unit> {
-        self.tx.next_unit(cx, now, seq, max_len)
+    /// The next `max_len` bytes of the pattern, written into a spare buffer and summed in
+    /// the same pass (the engine then copies them into the frame without summing again).
+    fn next_unit(
+        &mut self,
+        _cx: &mut (),
+        _now: Instant,
+        _seq: u32,
+        max_len: usize,
+    ) -> Option<Unit> {
+        let n = max_len.min(self.total - self.written);
+        if n == 0 {
+            return None;
+        }
+        let mut payload = self.spare.pop().unwrap_or_default();
+        // A spare buffer's old bytes are overwritten below, not zeroed first.
+        if payload.len() < n {
+            payload.resize(n, 0);
+        }
+        payload.truncate(n);
+        let sum = copy_payload(&mut payload, self.pattern.at(self.written as u64, n));
+        self.written += n;
+        Some(Unit::with_sum(payload, sum))
     }
 
     fn pending(&self) -> bool {
-        SegmentSource::<()>::pending(&self.tx)
+        self.written < self.total
     }
 
-    fn recycle(&mut self, cx: &mut (), buffer: Vec<u8>) {
-        self.tx.recycle(cx, buffer);
+    fn recycle(&mut self, _cx: &mut (), buffer: Vec<u8>) {
+        self.spare.push(buffer);
     }
 }
 
@@ -316,17 +346,15 @@ fn run_engine(total: usize, buf: usize, pattern: &Rc<Pattern>) -> Run {
     let b_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
     b.listen(b_addr, 16).expect("listen");
     let mut now = Instant::ZERO;
-    let conn = a
-        .connect(
-            now,
-            SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 49152),
-            b_addr,
-            Endpoint::new(buf, pattern),
-        )
-        .expect("connect");
+    a.connect(
+        now,
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 49152),
+        b_addr,
+        Endpoint::new(total, buf, pattern),
+    )
+    .expect("connect");
     let (mut pa, mut pb) = (Port::default(), Port::default());
     let mut accepted = None;
-    let mut written = 0usize;
     let mut progress = Progress::new();
     let received = |b: &Engine<Endpoint>, c: Option<_>| {
         c.and_then(|c| b.ulp(c))
@@ -335,19 +363,7 @@ fn run_engine(total: usize, buf: usize, pattern: &Rc<Pattern>) -> Run {
     let start = Clocks::start();
     while received(&b, accepted) < total as u64 && progress.moving(received(&b, accepted)) {
         now = now + ROUND;
-        if let Some(s) = a.ulp_mut(conn).map(|e| &mut e.tx) {
-            while written < total {
-                let n = s.write_with(|room| {
-                    let n = room.len().min(total - written);
-                    room[..n].copy_from_slice(pattern.at(written as u64, n));
-                    n
-                });
-                if n == 0 {
-                    break;
-                }
-                written += n;
-            }
-        }
+        // a's application writes when the engine asks for segments (`Endpoint`'s source).
         for (pkt, len) in pa.inbox.drain(..) {
             let _ = a.handle_packet(now, &mut (), &pkt[..len]);
             pa.used.push(pkt);
@@ -364,7 +380,7 @@ fn run_engine(total: usize, buf: usize, pattern: &Rc<Pattern>) -> Run {
         b.handle_timeout(now);
         while let Some(ev) = b.poll_event() {
             if let Event::Accepted { conn, .. } = ev {
-                b.attach(now, &mut (), conn, Endpoint::new(buf, pattern))
+                b.attach(now, &mut (), conn, Endpoint::new(0, buf, pattern))
                     .expect("attach");
                 accepted = Some(conn);
             }
