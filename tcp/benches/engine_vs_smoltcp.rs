@@ -7,11 +7,17 @@
 //! the thread's CPU time (what the work costs, robust to other processes taking the CPU
 //! away); the wall-clock figures are printed alongside.
 //!
-//! Each side's applications use the best API their stack offers: they write the pattern
-//! straight into the socket's send buffer (`StreamSocket::write_with`, smoltcp's
-//! `Socket::send` closure) and check the received bytes where they lie in the socket's
-//! receive buffer (`StreamSocket::read_with`, smoltcp's `Socket::recv` closure), without
-//! a copy through a buffer of their own.
+//! Each side's applications use the best API their stack offers. smoltcp's sender writes
+//! the pattern straight into the socket's send buffer (`Socket::send` closure) and its
+//! receiver checks the received bytes where they lie in the socket's receive buffer
+//! (`Socket::recv` closure). The engine's applications are the connection's segment source
+//! and sink (`SegmentSource`, `SegmentSink`: the hooks the iWARP path sends and places
+//! through): the sender writes the pattern into a unit's buffer when the engine asks for
+//! the next segment, summing it as it writes (`checksum::copy_payload`, `Unit::with_sum`),
+//! so the engine copies it into the frame without summing it again; the receiver checks
+//! each arriving in-order payload where it lies in the packet, summing it for the engine's
+//! checksum verification (`SegmentSink::stage`), and counts the bytes only once the engine
+//! accepted the segment (checksums right, in order, in the window).
 //!
 //! Both run the same round loop over the same in-memory wire: each round the simulated
 //! clock advances 10 µs, the applications write and read, then each endpoint takes the
@@ -29,6 +35,7 @@
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant as WallClock};
 
@@ -37,7 +44,8 @@ use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
 use smoltcp::socket::tcp::{Socket as SmolSocket, SocketBuffer};
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr};
-use tcp::{Config, Engine, Event, Instant, StreamSocket};
+use tcp::checksum::{copy_payload, payload_sum, PayloadSum};
+use tcp::{Config, Consumed, Engine, Event, Instant, SegmentSink, SegmentSource, Unit};
 
 /// The MTU of both implementations.
 const MTU: usize = 1500;
@@ -77,12 +85,155 @@ impl Checker {
     /// Checks `bytes`, the next received ones, in place; returns how many (all).
     fn take(&mut self, pattern: &Pattern, bytes: &[u8]) -> usize {
         for piece in bytes.chunks(CHUNK) {
-            if piece != pattern.at(self.received, piece.len()) {
+            if !self.matches(pattern, piece) {
                 self.mismatches += 1;
             }
             self.received += piece.len() as u64;
         }
         bytes.len()
+    }
+
+    /// Whether `piece` (at most [`CHUNK`] bytes) is the pattern at the next offset.
+    fn matches(&self, pattern: &Pattern, piece: &[u8]) -> bool {
+        piece == pattern.at(self.received, piece.len())
+    }
+}
+
+/// The verdict on a payload offered before its checksum was verified.
+#[derive(Clone, Copy)]
+struct Staged {
+    seq: u32,
+    len: usize,
+    matched: bool,
+}
+
+/// The engine's endpoints' upper layer: the sending application as the segment source,
+/// writing the pattern into a unit's buffer when the engine asks for the next segment, and
+/// the receiving application as the segment sink, checking payloads in the packets they
+/// arrived in.
+struct Endpoint {
+    /// Bytes to send in all, and sent so far.
+    total: usize,
+    written: usize,
+    /// Buffers of acknowledged units, for the next ones.
+    spare: Vec<Vec<u8>>,
+    pattern: Rc<Pattern>,
+    check: Checker,
+    /// The sequence number of the next in-order byte, once one arrived.
+    next_seq: Option<u32>,
+    staged: Option<Staged>,
+    window: usize,
+}
+
+impl Endpoint {
+    /// An endpoint that sends `total` bytes of the pattern and takes a window of `buf`.
+    fn new(total: usize, buf: usize, pattern: &Rc<Pattern>) -> Self {
+        Endpoint {
+            total,
+            written: 0,
+            spare: Vec::new(),
+            pattern: Rc::clone(pattern),
+            check: Checker::default(),
+            next_seq: None,
+            staged: None,
+            window: buf,
+        }
+    }
+
+    /// Counts in-order `bytes` at `seq`, checked now or, when staged, before.
+    fn deliver(&mut self, seq: u32, bytes: &[u8]) {
+        match self.staged.take() {
+            Some(s) if s.seq == seq && s.len == bytes.len() => {
+                self.check.mismatches += u64::from(!s.matched);
+                self.check.received += bytes.len() as u64;
+            }
+            _ => {
+                self.check.take(&self.pattern, bytes);
+            }
+        }
+        self.next_seq = Some(seq.wrapping_add(bytes.len() as u32));
+    }
+}
+
+impl SegmentSink for Endpoint {
+    fn on_segment(
+        &mut self,
+        _cx: &mut (),
+        _now: Instant,
+        seq: u32,
+        payload: &[u8],
+        in_order: bool,
+        _rcv_nxt: u32,
+    ) -> Consumed {
+        if !in_order {
+            // Out of order: the engine keeps it and hands it over in order.
+            return Consumed::none();
+        }
+        self.deliver(seq, payload);
+        Consumed::all(payload.len())
+    }
+
+    fn on_in_order(&mut self, _cx: &mut (), _now: Instant, seq: u32, bytes: &[u8]) {
+        self.deliver(seq, bytes);
+    }
+
+    fn rx_window(&self) -> usize {
+        // Every byte is consumed as it arrives.
+        self.window
+    }
+
+    /// The next in-order payload is checked and summed where it lies; its verdict counts
+    /// only if the engine hands the same bytes over (checksum verified, in the window).
+    fn stage(&mut self, _cx: &mut (), seq: u32, payload: &[u8]) -> Option<PayloadSum> {
+        self.staged = None;
+        if self.next_seq.is_some_and(|next| next != seq) || payload.len() > CHUNK {
+            return None;
+        }
+        let sum = payload_sum(payload);
+        self.staged = Some(Staged {
+            seq,
+            len: payload.len(),
+            matched: self.check.matches(&self.pattern, payload),
+        });
+        Some(sum)
+    }
+
+    fn unstage(&mut self, _cx: &mut ()) {
+        self.staged = None;
+    }
+}
+
+impl SegmentSource for Endpoint {
+    /// The next `max_len` bytes of the pattern, written into a spare buffer and summed in
+    /// the same pass (the engine then copies them into the frame without summing again).
+    fn next_unit(
+        &mut self,
+        _cx: &mut (),
+        _now: Instant,
+        _seq: u32,
+        max_len: usize,
+    ) -> Option<Unit> {
+        let n = max_len.min(self.total - self.written);
+        if n == 0 {
+            return None;
+        }
+        let mut payload = self.spare.pop().unwrap_or_default();
+        // A spare buffer's old bytes are overwritten below, not zeroed first.
+        if payload.len() < n {
+            payload.resize(n, 0);
+        }
+        payload.truncate(n);
+        let sum = copy_payload(&mut payload, self.pattern.at(self.written as u64, n));
+        self.written += n;
+        Some(Unit::with_sum(payload, sum))
+    }
+
+    fn pending(&self) -> bool {
+        self.written < self.total
+    }
+
+    fn recycle(&mut self, _cx: &mut (), buffer: Vec<u8>) {
+        self.spare.push(buffer);
     }
 }
 
@@ -181,8 +332,8 @@ impl Progress {
     }
 }
 
-/// The engine: `Engine<StreamSocket>` on both sides.
-fn run_engine(total: usize, buf: usize, pattern: &Pattern) -> Run {
+/// The engine: `Engine<Endpoint>` on both sides.
+fn run_engine(total: usize, buf: usize, pattern: &Rc<Pattern>) -> Run {
     let cfg = Config {
         mtu: MTU,
         max_rx_window: buf,
@@ -190,40 +341,29 @@ fn run_engine(total: usize, buf: usize, pattern: &Pattern) -> Run {
         verify_checksums: true,
         ..Config::default()
     };
-    let mut a: Engine<StreamSocket> = Engine::new(cfg.clone());
-    let mut b: Engine<StreamSocket> = Engine::new(cfg);
+    let mut a: Engine<Endpoint> = Engine::new(cfg.clone());
+    let mut b: Engine<Endpoint> = Engine::new(cfg);
     let b_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
     b.listen(b_addr, 16).expect("listen");
     let mut now = Instant::ZERO;
-    let conn = a
-        .connect(
-            now,
-            SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 49152),
-            b_addr,
-            StreamSocket::new(buf, buf),
-        )
-        .expect("connect");
+    a.connect(
+        now,
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 49152),
+        b_addr,
+        Endpoint::new(total, buf, pattern),
+    )
+    .expect("connect");
     let (mut pa, mut pb) = (Port::default(), Port::default());
     let mut accepted = None;
-    let mut written = 0usize;
-    let mut check = Checker::default();
     let mut progress = Progress::new();
+    let received = |b: &Engine<Endpoint>, c: Option<_>| {
+        c.and_then(|c| b.ulp(c))
+            .map_or(0, |e: &Endpoint| e.check.received)
+    };
     let start = Clocks::start();
-    while check.received < total as u64 && progress.moving(check.received) {
+    while received(&b, accepted) < total as u64 && progress.moving(received(&b, accepted)) {
         now = now + ROUND;
-        if let Some(s) = a.ulp_mut(conn) {
-            while written < total {
-                let n = s.write_with(|room| {
-                    let n = room.len().min(total - written);
-                    room[..n].copy_from_slice(pattern.at(written as u64, n));
-                    n
-                });
-                if n == 0 {
-                    break;
-                }
-                written += n;
-            }
-        }
+        // a's application writes when the engine asks for segments (`Endpoint`'s source).
         for (pkt, len) in pa.inbox.drain(..) {
             let _ = a.handle_packet(now, &mut (), &pkt[..len]);
             pa.used.push(pkt);
@@ -232,9 +372,7 @@ fn run_engine(total: usize, buf: usize, pattern: &Pattern) -> Run {
         while a.poll_event().is_some() {}
         transmit(&mut a, now, &mut pa);
 
-        if let Some(s) = accepted.and_then(|c| b.ulp_mut(c)) {
-            while s.read_with(|bytes| check.take(pattern, bytes)) > 0 {}
-        }
+        // b's application checks what arrives as it arrives (`Endpoint`'s sink).
         for (pkt, len) in pb.inbox.drain(..) {
             let _ = b.handle_packet(now, &mut (), &pkt[..len]);
             pb.used.push(pkt);
@@ -242,7 +380,7 @@ fn run_engine(total: usize, buf: usize, pattern: &Pattern) -> Run {
         b.handle_timeout(now);
         while let Some(ev) = b.poll_event() {
             if let Event::Accepted { conn, .. } = ev {
-                b.attach(now, &mut (), conn, StreamSocket::new(buf, buf))
+                b.attach(now, &mut (), conn, Endpoint::new(0, buf, pattern))
                     .expect("attach");
                 accepted = Some(conn);
             }
@@ -250,11 +388,17 @@ fn run_engine(total: usize, buf: usize, pattern: &Pattern) -> Run {
         transmit(&mut b, now, &mut pb);
         exchange(&mut pa, &mut pb);
     }
+    let check = accepted
+        .and_then(|c| b.ulp(c))
+        .map_or_else(Checker::default, |e| Checker {
+            received: e.check.received,
+            mismatches: e.check.mismatches,
+        });
     start.finish(&check, total)
 }
 
 /// Every packet `engine` has to send now, into `port`'s outbox.
-fn transmit(engine: &mut Engine<StreamSocket>, now: Instant, port: &mut Port) {
+fn transmit(engine: &mut Engine<Endpoint>, now: Instant, port: &mut Port) {
     loop {
         let mut pkt = Port::buffer(&mut port.free);
         match engine.poll_transmit(now, &mut (), &mut pkt) {
@@ -364,7 +508,7 @@ fn smol_endpoint(ip: IpAddress, port: &mut Port, buf: usize) -> (Interface, Sock
 }
 
 /// smoltcp: `socket::tcp::Socket` + `iface::Interface` on both sides.
-fn run_smoltcp(total: usize, buf: usize, pattern: &Pattern) -> Run {
+fn run_smoltcp(total: usize, buf: usize, pattern: &Rc<Pattern>) -> Run {
     let (mut pa, mut pb) = (Port::default(), Port::default());
     let (a_ip, b_ip) = (IpAddress::v4(10, 0, 0, 1), IpAddress::v4(10, 0, 0, 2));
     let (mut a_if, mut a_set) = smol_endpoint(a_ip, &mut pa, buf);
@@ -459,7 +603,7 @@ fn main() -> ExitCode {
         buf >> 10,
         pinned.map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}"))
     );
-    let pattern = Pattern::new();
+    let pattern = Rc::new(Pattern::new());
     if let Ok(only) = std::env::var("BENCH_ONLY") {
         let run = match only.as_str() {
             "engine" => run_engine,

@@ -73,6 +73,17 @@ fn copy_wide_sum(dst: &mut [u8], src: &[u8]) -> u64 {
     lanes.iter().sum::<u64>() + small_sum(s)
 }
 
+/// The unfolded sum of a header's octets (up to a few dozen), as the payload sums are
+/// kept: for sums of constant words taken once ([`crate::template`]).
+pub(crate) fn header_sum(header: &[u8]) -> u64 {
+    wide_sum(header)
+}
+
+/// The checksum field value for an unfolded sum of everything the checksum covers.
+pub(crate) fn complement(acc: u64) -> u16 {
+    !fold(acc)
+}
+
 /// Folds a wide native-order sum to 16 bits in network order.
 fn fold(acc: u64) -> u16 {
     let mut x = (acc >> 32) + (acc & 0xffff_ffff);
@@ -221,6 +232,11 @@ impl PayloadSum {
     /// The octets summed.
     pub fn octets(&self) -> usize {
         self.len
+    }
+
+    /// The unfolded sum, to add to the sums of the headers ([`complement`]).
+    pub(crate) fn wide(&self) -> u64 {
+        self.acc
     }
 }
 

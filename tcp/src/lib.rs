@@ -42,6 +42,7 @@ pub mod sim;
 mod stream;
 mod syn_hold;
 mod tcb;
+mod template;
 mod time;
 pub mod tx;
 mod ulp;

@@ -11,6 +11,7 @@ use smoltcp::wire::{
 
 use crate::config::Config;
 use crate::ip::{ip_header_len, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
+use crate::template::Template;
 
 /// Hop limit (TTL) of the packets the engine emits.
 const HOP_LIMIT: u8 = 64;
@@ -141,6 +142,96 @@ pub(crate) fn write_packet_summed(
     Some(total)
 }
 
+/// [`write_packet_summed`] through a connection's header template (`template`, from `src`
+/// to `dst`): built on first use, and again when the Timestamps option comes or goes; a
+/// header the template does not fit (SYN, SACK blocks) takes [`write_packet_summed`]. The
+/// same octets either way.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_segment(
+    buf: &mut [u8],
+    cfg: &Config,
+    template: &mut Option<Template>,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+    payload: &[u8],
+    known: Option<crate::checksum::PayloadSum>,
+) -> Option<usize> {
+    let Some(t) = template_for(template, cfg, src, dst, hdr) else {
+        return write_packet_summed(buf, cfg, src, dst, hdr, payload, known);
+    };
+    let (data_at, headers) = t.write(buf, hdr, payload.len())?;
+    let total = data_at + payload.len();
+    let data = &mut buf[data_at..total];
+    match (headers, known) {
+        (Some(headers), Some(sum)) => {
+            debug_assert_eq!(
+                sum.folded(),
+                crate::checksum::payload_sum(payload).folded(),
+                "a unit's sum is its payload's"
+            );
+            data.copy_from_slice(payload);
+            t.set_checksum(buf, headers, sum);
+        }
+        (Some(headers), None) => {
+            let sum = crate::checksum::copy_payload(data, payload);
+            t.set_checksum(buf, headers, sum);
+        }
+        (None, _) => data.copy_from_slice(payload),
+    }
+    Some(total)
+}
+
+/// [`write_headers`] through a connection's header template, as [`write_segment`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_segment_headers(
+    buf: &mut [u8],
+    cfg: &Config,
+    template: &mut Option<Template>,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+    payload_len: usize,
+    payload_sum: Option<crate::checksum::PayloadSum>,
+) -> Option<usize> {
+    let Some(t) = template_for(template, cfg, src, dst, hdr) else {
+        return write_headers(buf, cfg, src, dst, hdr, payload_len, payload_sum);
+    };
+    let (data_at, headers) = t.write(buf, hdr, payload_len)?;
+    if let (Some(headers), Some(sum)) = (headers, payload_sum) {
+        t.set_checksum(buf, headers, sum);
+    }
+    Some(data_at)
+}
+
+/// The template for `hdr` in `template` (made or remade for its shape), or `None` when the
+/// header is not of a template's shape.
+fn template_for<'a>(
+    template: &'a mut Option<Template>,
+    cfg: &Config,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+) -> Option<&'a Template> {
+    if !common_shape(hdr) {
+        return None;
+    }
+    let timestamps = hdr.timestamp.is_some();
+    if template
+        .as_ref()
+        .is_none_or(|t| t.has_timestamps() != timestamps)
+    {
+        *template = Template::new(cfg, src, dst, timestamps);
+    }
+    template.as_ref()
+}
+
+/// Whether `hdr` is of the shape [`emit_common`] writes (and a template): a segment of a
+/// transfer, no SYN and no SACK blocks.
+pub(crate) fn common_shape(hdr: &Header) -> bool {
+    hdr.control != TcpControl::Syn && hdr.syn.is_none() && hdr.sack.iter().all(Option::is_none)
+}
+
 /// Writes the IP and TCP headers of a segment whose payload (`payload_len` octets, summed
 /// in `payload_sum` when checksums are filled) is sent from its own buffer, not copied
 /// after them. Returns the headers' length, or `None` when `buf` is too small.
@@ -250,9 +341,22 @@ fn emit_headers(
 
 /// TCP flag bits (RFC 9293 §3.1).
 const FIN: u8 = 0x01;
+const SYN: u8 = 0x02;
 const RST: u8 = 0x04;
 const PSH: u8 = 0x08;
-const ACK: u8 = 0x10;
+/// The ACK flag bit.
+pub(crate) const TCP_FLAG_ACK: u8 = 0x10;
+
+/// The flag bits of `control` (ACK aside).
+pub(crate) fn control_flags(control: TcpControl) -> u8 {
+    match control {
+        TcpControl::None => 0,
+        TcpControl::Psh => PSH,
+        TcpControl::Fin => FIN,
+        TcpControl::Rst => RST,
+        TcpControl::Syn => SYN,
+    }
+}
 /// The Timestamps option as smoltcp lays it out: kind, length, TSval, TSecr, End of Option
 /// List and one octet of padding (zero here).
 const TIMESTAMP_OPTION_LEN: usize = 12;
@@ -262,7 +366,7 @@ const TIMESTAMP_OPTION_LEN: usize = 12;
 /// write, except that the padding octet after End of Option List is zero rather than left
 /// as it was (tested against smoltcp). Returns where the payload starts, or `None` to leave
 /// the segment to [`emit_headers`] (which also reports a `buf` too small).
-fn emit_common(
+pub(crate) fn emit_common(
     buf: &mut [u8],
     cfg: &Config,
     src: SocketAddr,
@@ -270,14 +374,7 @@ fn emit_common(
     hdr: &Header,
     payload_len: usize,
 ) -> Option<usize> {
-    let flags = match hdr.control {
-        TcpControl::None => 0,
-        TcpControl::Psh => PSH,
-        TcpControl::Fin => FIN,
-        TcpControl::Rst => RST,
-        TcpControl::Syn => return None,
-    };
-    if hdr.syn.is_some() || hdr.sack.iter().any(Option::is_some) {
+    if !common_shape(hdr) {
         return None;
     }
     let tcp_header_len = TCP_HEADER_LEN
@@ -333,7 +430,7 @@ fn emit_common(
     tcp[4..8].copy_from_slice(&hdr.seq.to_be_bytes());
     tcp[8..12].copy_from_slice(&hdr.ack.unwrap_or(0).to_be_bytes());
     tcp[12] = ((tcp_header_len / 4) as u8) << 4;
-    tcp[13] = flags | if hdr.ack.is_some() { ACK } else { 0 };
+    tcp[13] = control_flags(hdr.control) | if hdr.ack.is_some() { TCP_FLAG_ACK } else { 0 };
     tcp[14..16].copy_from_slice(&hdr.window.to_be_bytes());
     // Checksum (filled by the caller) and urgent pointer.
     tcp[16..20].fill(0);
@@ -365,7 +462,7 @@ fn ipv4_header_sum(total: u16, s: [u8; 4], d: [u8; 4]) -> u16 {
 }
 
 /// TCP header length without options.
-const TCP_HEADER_LEN: usize = 20;
+pub(crate) const TCP_HEADER_LEN: usize = 20;
 /// TCP header length with the Timestamps option (and two octets of padding or NOPs).
 const TCP_TIMESTAMP_HEADER_LEN: usize = TCP_HEADER_LEN + TIMESTAMP_OPTION_LEN;
 /// NOP, NOP, Timestamps kind 8 length 10: the option layout of data segments with
@@ -622,6 +719,115 @@ mod tests {
             prop_assert_eq!(a, b);
             prop_assert_eq!(&copied[..], &known[..]);
         }
+    }
+
+    /// What smoltcp makes of a packet from `src` to `dst`: both checksums verified, the
+    /// TCP header parsed.
+    fn smoltcp_verifies(pkt: &[u8], src: SocketAddr, dst: SocketAddr) -> bool {
+        let (s, d) = (IpAddress::from(src.ip()), IpAddress::from(dst.ip()));
+        let ip_len = ip_header_len(src.ip());
+        let ip_ok = match src.ip() {
+            IpAddr::V4(_) => Ipv4Packet::new_checked(pkt).is_ok_and(|p| p.verify_checksum()),
+            IpAddr::V6(_) => Ipv6Packet::new_checked(pkt).is_ok(),
+        };
+        ip_ok
+            && TcpPacket::new_checked(&pkt[ip_len..]).is_ok_and(|t| {
+                t.verify_checksum(&s, &d)
+                    && TcpRepr::parse(&t, &s, &d, &ChecksumCapabilities::default()).is_ok()
+            })
+    }
+
+    proptest! {
+        // RFC 9293 §3.1, RFC 1071, RFC 1624: a connection's header template writes the
+        // octets the field-by-field emitter writes (so smoltcp's, per the test above),
+        // both checksums included, for a run of segments through the one template (nothing
+        // of one segment stays in it for the next), with the payload's sum taken while
+        // copying or known beforehand, and for the headers of a gathered payload.
+        #[test]
+        fn template_writes_the_emitters_octets(
+            hdrs in proptest::collection::vec(common_header(), 1..6),
+            (src, dst) in endpoints(),
+            payloads in proptest::collection::vec(
+                proptest::collection::vec(any::<u8>(), 0..1600), 6),
+            fill in any::<bool>(),
+            known in any::<bool>(),
+        ) {
+            let cfg = Config { fill_checksums: fill, ..Config::default() };
+            let mut template = None;
+            for (hdr, payload) in hdrs.iter().zip(&payloads) {
+                let sum = known.then(|| crate::checksum::payload_sum(payload));
+                let (mut direct, mut fresh) = ([0u8; 1800], [0u8; 1800]);
+                let ours = write_segment(
+                    &mut direct, &cfg, &mut template, src, dst, hdr, payload, sum,
+                );
+                let theirs = write_packet_summed(&mut fresh, &cfg, src, dst, hdr, payload, sum);
+                prop_assert!(ours.is_some());
+                prop_assert_eq!(ours, theirs);
+                prop_assert_eq!(&direct[..], &fresh[..]);
+                prop_assert_eq!(
+                    template.as_ref().map(Template::has_timestamps),
+                    Some(hdr.timestamp.is_some()),
+                    "a template of the header's shape"
+                );
+                if fill {
+                    prop_assert!(smoltcp_verifies(&direct[..ours.unwrap()], src, dst));
+                }
+                let (mut head, mut fresh_head) = ([0u8; 80], [0u8; 80]);
+                let sum = fill.then(|| crate::checksum::payload_sum(payload));
+                let at = write_segment_headers(
+                    &mut head, &cfg, &mut template, src, dst, hdr, payload.len(), sum,
+                );
+                let fresh_at =
+                    write_headers(&mut fresh_head, &cfg, src, dst, hdr, payload.len(), sum);
+                prop_assert_eq!(at, fresh_at);
+                prop_assert_eq!(&head[..], &fresh_head[..]);
+            }
+        }
+    }
+
+    // A header a template does not fit (SYN options, SACK blocks) takes the general
+    // emitters and leaves the template as it was; a buffer too small is refused.
+    #[test]
+    fn template_leaves_other_shapes_to_the_emitters() {
+        let cfg = Config::default();
+        let (src, dst): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:4000".parse().unwrap(),
+            "10.0.0.2:5000".parse().unwrap(),
+        );
+        let mut hdr = Header {
+            control: TcpControl::Psh,
+            seq: 7,
+            ack: Some(9),
+            window: 100,
+            syn: None,
+            sack: [None; 3],
+            timestamp: Some((11, 13)),
+        };
+        let mut template = None;
+        let (mut a, mut b) = ([0u8; 128], [0u8; 128]);
+        write_segment(&mut a, &cfg, &mut template, src, dst, &hdr, b"ddp", None).unwrap();
+        let made = template.clone().expect("made on first use");
+        hdr.sack = [Some((1, 2)), None, None];
+        let len = write_segment(&mut a, &cfg, &mut template, src, dst, &hdr, b"ddp", None);
+        assert_eq!(len, write_packet(&mut b, &cfg, src, dst, &hdr, b"ddp"));
+        assert_eq!(a, b, "SACK blocks: smoltcp's emitter");
+        assert_eq!(
+            format!("{template:?}"),
+            format!("{:?}", Some(made)),
+            "the template stays"
+        );
+        hdr.sack = [None; 3];
+        assert!(write_segment(
+            &mut a[..40],
+            &cfg,
+            &mut template,
+            src,
+            dst,
+            &hdr,
+            &[0; 10],
+            None
+        )
+        .is_none());
     }
 
     // SYN options and SACK blocks go through smoltcp's emitters.

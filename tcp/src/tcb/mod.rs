@@ -22,6 +22,7 @@ use crate::rto::RttEstimator;
 use crate::rx::Reassembly;
 use crate::sack::SackReporter;
 use crate::seq;
+use crate::template::Template;
 use crate::time::Instant;
 use crate::tx::SendQueue;
 
@@ -171,6 +172,8 @@ pub(crate) struct Tcb {
     pub(crate) state: State,
     pub(crate) local: SocketAddr,
     pub(crate) remote: SocketAddr,
+    /// The headers of this connection's data segments and ACKs, prebuilt on first use.
+    template: Option<Template>,
     /// Created by a listener (a reset in SYN-RECEIVED returns silently to LISTEN).
     pub(crate) passive: bool,
     pub(crate) reported_closed: bool,
@@ -352,6 +355,7 @@ impl Tcb {
             state: State::SynSent,
             local,
             remote,
+            template: None,
             passive: false,
             reported_closed: false,
             offer,

@@ -9,7 +9,7 @@ use crate::seq;
 use crate::time::Instant;
 use crate::tx::{Gather, Unit};
 use crate::ulp::Upper;
-use crate::wire::{write_headers, write_packet, write_packet_summed, Header, SynOptions};
+use crate::wire::{write_segment, write_segment_headers, Header, SynOptions};
 
 impl Tcb {
     /// The window we would advertise now: the sink's window capped by configuration and
@@ -137,7 +137,8 @@ impl Tcb {
         buf: &mut [u8],
     ) -> Option<usize> {
         let hdr = self.header(now, cfg, sink_wnd, control, seq_no);
-        write_packet(buf, cfg, self.local, self.remote, &hdr, &[])
+        let (local, remote) = (self.local, self.remote);
+        write_segment(buf, cfg, &mut self.template, local, remote, &hdr, &[], None)
     }
 
     /// A pure ACK (sequence number SND.NXT) into `buf`.
@@ -190,16 +191,18 @@ impl Tcb {
             }
         }
         let u = self.txq.unit_mut(i);
+        let template = &mut self.template;
         if gather.wants(len) {
             let sum = cfg.fill_checksums.then(|| {
                 *u.sum
                     .get_or_insert_with(|| crate::checksum::payload_sum(u.data.as_slice()))
             });
-            let at = write_headers(buf, cfg, local, remote, &hdr, len, sum)?;
+            let at = write_segment_headers(buf, cfg, template, local, remote, &hdr, len, sum)?;
             gather.payload = Some(u.data.share());
             return Some(at);
         }
-        write_packet_summed(buf, cfg, local, remote, &hdr, u.data.as_slice(), u.sum)
+        let payload = u.data.as_slice();
+        write_segment(buf, cfg, template, local, remote, &hdr, payload, u.sum)
     }
 
     /// After a segment went out: whether [`Tcb::poll_transmit`] may find more to send now.
