@@ -1215,39 +1215,41 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             slot.link.counters.rx_ns += (t1 - t0).as_nanos() as u64 * TIMING_SAMPLE;
         }
         slot.link.nb.take_news(now);
-        let mut ctx = slot
-            .link
-            .context(i, port, &mut self.tx, slot.backlog.len(), now);
-        ctx.run_dad();
-        for frame in self.rx.drain(..) {
-            let meta = slot.classifier.classify_offloaded(
-                frame.as_ref(),
-                frame.offloaded_vlan(),
-                frame.rx_checksum(),
-            );
-            ctx.counters.classified[meta.class.index()] += 1;
-            match meta.class {
-                FrameClass::Tcp | FrameClass::Udp => {
-                    match self.handler.handle(&mut ctx, now, frame, &meta) {
-                        Handled::Consumed => ctx.counters.handled += 1,
-                        Handled::Ignored => ctx.counters.unhandled += 1,
+        // The context is dropped in place at the block's end (`drop(ctx)` copied it first,
+        // a memcpy per half iteration), queueing a TSO frame still being built.
+        {
+            let mut ctx = slot
+                .link
+                .context(i, port, &mut self.tx, slot.backlog.len(), now);
+            ctx.run_dad();
+            for frame in self.rx.drain(..) {
+                let meta = slot.classifier.classify_offloaded(
+                    frame.as_ref(),
+                    frame.offloaded_vlan(),
+                    frame.rx_checksum(),
+                );
+                ctx.counters.classified[meta.class.index()] += 1;
+                match meta.class {
+                    FrameClass::Tcp | FrameClass::Udp => {
+                        match self.handler.handle(&mut ctx, now, frame, &meta) {
+                            Handled::Consumed => ctx.counters.handled += 1,
+                            Handled::Ignored => ctx.counters.unhandled += 1,
+                        }
                     }
+                    FrameClass::Arp => handle_arp(&mut ctx, frame, &meta),
+                    FrameClass::Icmp => handle_echo(&mut ctx, frame),
+                    FrameClass::Icmpv6 => handle_icmpv6(&mut ctx, frame, &meta),
+                    _ => {}
                 }
-                FrameClass::Arp => handle_arp(&mut ctx, frame, &meta),
-                FrameClass::Icmp => handle_echo(&mut ctx, frame),
-                FrameClass::Icmpv6 => handle_icmpv6(&mut ctx, frame, &meta),
-                _ => {}
             }
-        }
-        if std::mem::take(&mut ctx.nb.own6_changed) {
-            if let Some(own) = &ctx.nb.own6 {
-                slot.classifier.set_ipv6(own.usable());
+            if std::mem::take(&mut ctx.nb.own6_changed) {
+                if let Some(own) = &ctx.nb.own6 {
+                    slot.classifier.set_ipv6(own.usable());
+                }
             }
+            ctx.flush_held();
+            self.handler.settle(&mut ctx, now);
         }
-        ctx.flush_held();
-        self.handler.settle(&mut ctx, now);
-        // Queues a TSO frame still being built.
-        drop(ctx);
         // What this half queued (ARP and echo replies, a held packet) waits with the
         // port's own frames: the transmit halves of other ports may come first.
         if !self.tx.is_empty() {
@@ -1266,14 +1268,15 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         let slot = &mut self.slots[i];
         let timed = slot.timed;
         let mut t1 = if timed { clock::now() } else { now };
-        let mut ctx = slot
-            .link
-            .context(i, port, &mut self.tx, slot.backlog.len(), now);
-        self.handler.poll(&mut ctx, now);
-        // Before the requests go out: another lane may receive their answers.
-        ctx.nb.give_news();
-        // Queues a TSO frame still being built.
-        drop(ctx);
+        // Dropped in place at the block's end, queueing a TSO frame still being built.
+        {
+            let mut ctx = slot
+                .link
+                .context(i, port, &mut self.tx, slot.backlog.len(), now);
+            self.handler.poll(&mut ctx, now);
+            // Before the requests go out: another lane may receive their answers.
+            ctx.nb.give_news();
+        }
         if timed {
             let t2 = clock::now();
             slot.link.counters.process_ns += (t2 - t1).as_nanos() as u64 * TIMING_SAMPLE;
