@@ -316,7 +316,7 @@ pub struct PortContext<'a, P: Port> {
     port: &'a mut P,
     tx: &'a mut Vec<P::Buf>,
     nb: &'a mut Neighbours,
-    addr: PortAddr,
+    addr: &'a PortAddr,
     l2: L2Out,
     spare: &'a mut Option<P::Buf>,
     held: &'a mut Option<Held<P::Buf>>,
@@ -366,7 +366,7 @@ impl<P: Port> PortContext<'_, P> {
 
     /// The port's addressing.
     pub fn addr(&self) -> PortAddr {
-        self.addr
+        *self.addr
     }
 
     /// A packet waits for its next hop's MAC ([`SendOutcome::Unresolved`]); another
@@ -878,7 +878,8 @@ impl<B> PortLink<B> {
             port,
             tx,
             nb: &mut self.nb,
-            addr: self.addr,
+            // Borrowed, not copied: a context is built twice per poll iteration.
+            addr: &self.addr,
             l2: self.l2,
             spare: &mut self.spare,
             held: &mut self.held,
