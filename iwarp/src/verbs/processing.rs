@@ -279,7 +279,7 @@ impl Rnic {
                 read_fence: wr.read_fence,
                 local_fence: false,
             };
-            let q = self.qps.get_mut(&qp).expect("QP exists");
+            // The QP looked up at the top (the checks above borrow only the memory model).
             q.sq_active.push_back(ActiveSq {
                 work,
                 wr,
