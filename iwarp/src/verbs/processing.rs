@@ -279,7 +279,7 @@ impl Rnic {
                 read_fence: wr.read_fence,
                 local_fence: false,
             };
-            let q = self.qps.get_mut(&qp).expect("QP exists");
+            // The QP looked up at the top (the checks above borrow only the memory model).
             q.sq_active.push_back(ActiveSq {
                 work,
                 wr,
@@ -331,7 +331,9 @@ impl Rnic {
     /// messages; `None` for a QP on an S-RQ, which takes one when a message needs it
     /// ([`RecvSupply`], VERBS-00 §6.3.5). See [`Rnic::next_recv_wr`].
     pub fn next_rq_wr(&mut self, qp: QpId) -> Option<RecvWr> {
-        if self.qps.get(&qp)?.srq.is_some() {
+        // An empty RQ (every pump of a QP that only sends) costs one look-up.
+        let q = self.qps.get(&qp)?;
+        if q.srq.is_some() || q.rq_pending.is_empty() {
             return None;
         }
         self.next_recv_wr(qp)
