@@ -1,9 +1,7 @@
 //! The sans-IO engine: connection table (hashed 4-tuple lookup), listeners, timers and the
 //! `handle_*` / `poll_*` API the data plane drives.
 
-use std::cmp::Reverse;
-use std::collections::binary_heap::PeekMut;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -17,6 +15,7 @@ use crate::isn::IsnGenerator;
 use crate::syn_hold::HeldSyns;
 use crate::tcb::{CloseReason, ConnInfo, Holding, LossCounters, State, Tcb, TcbEvent};
 use crate::time::Instant;
+use crate::timer_heap::TimerHeap;
 use crate::tx::Gather;
 use crate::ulp::{Bound, Ulp};
 use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
@@ -251,7 +250,7 @@ pub struct Engine<U, C: ?Sized = ()> {
     /// Octets of the bound reserved for the connections woken from `waiters` whose turn
     /// has not ended yet.
     reserved: usize,
-    timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
+    timers: TimerHeap<(Instant, ConnId)>,
     events: VecDeque<Event<U>>,
     rsts: VecDeque<Rst>,
     held_syns: HeldSyns,
@@ -298,7 +297,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             flight: 0,
             waiters: VecDeque::new(),
             reserved: 0,
-            timers: BinaryHeap::new(),
+            timers: TimerHeap::new(),
             events: VecDeque::new(),
             rsts: VecDeque::new(),
             held_syns: HeldSyns::default(),
@@ -1188,7 +1187,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         let held = self.held_syns.next_due();
-        while let Some(&Reverse((d, id))) = self.timers.peek() {
+        while let Some((d, id)) = self.timers.peek() {
             if self.conn(id).is_some_and(|c| c.timer_at == Some(d)) {
                 return Instant::earliest(Some(d), held);
             }
@@ -1202,16 +1201,15 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.release_held_syns(now);
         loop {
             let id = {
-                let Some(mut top) = self.timers.peek_mut() else {
+                let Some((d, id)) = self.timers.peek() else {
                     break;
                 };
-                let Reverse((d, id)) = *top;
                 if d > now {
                     break;
                 }
                 let Some(c) = slot_mut(&mut self.slots, id).filter(|c| c.timer_at == Some(d))
                 else {
-                    PeekMut::pop(top);
+                    self.timers.pop();
                     continue;
                 };
                 match c.tcb.next_deadline() {
@@ -1221,17 +1219,17 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     // in place (one sift instead of a pop and a push).
                     Some(t) if t > now => {
                         c.timer_at = Some(t);
-                        *top = Reverse((t, id));
+                        self.timers.replace_top((t, id));
                         continue;
                     }
                     None => {
                         c.timer_at = None;
-                        PeekMut::pop(top);
+                        self.timers.pop();
                         continue;
                     }
                     Some(_) => {
                         c.timer_at = None;
-                        PeekMut::pop(top);
+                        self.timers.pop();
                         id
                     }
                 }
@@ -1480,7 +1478,7 @@ fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool
 /// earliest deadline.
 #[inline]
 fn schedule_conn<U>(
-    timers: &mut BinaryHeap<Reverse<(Instant, ConnId)>>,
+    timers: &mut TimerHeap<(Instant, ConnId)>,
     c: &mut Conn<U>,
     id: ConnId,
 ) {
@@ -1501,7 +1499,7 @@ fn schedule_conn<U>(
     };
     if c.timer_at.is_none_or(|t| d < t) {
         c.timer_at = Some(d);
-        timers.push(Reverse((d, id)));
+        timers.push((d, id));
     }
 }
 

@@ -43,6 +43,7 @@ mod stream;
 mod syn_hold;
 mod tcb;
 mod time;
+mod timer_heap;
 pub mod tx;
 mod ulp;
 mod wire;
