@@ -1,7 +1,9 @@
 //! The sans-IO engine: connection table (hashed 4-tuple lookup), listeners, timers and the
 //! `handle_*` / `poll_*` API the data plane drives.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -15,7 +17,6 @@ use crate::isn::IsnGenerator;
 use crate::syn_hold::HeldSyns;
 use crate::tcb::{CloseReason, ConnInfo, Holding, LossCounters, State, Tcb, TcbEvent};
 use crate::time::Instant;
-use crate::timer_heap::TimerHeap;
 use crate::tx::Gather;
 use crate::ulp::{Bound, Ulp};
 use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
@@ -256,7 +257,7 @@ pub struct Engine<U, C: ?Sized = ()> {
     /// Octets of the bound reserved for the connections woken from `waiters` whose turn
     /// has not ended yet.
     reserved: usize,
-    timers: TimerHeap<(Instant, ConnId)>,
+    timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
     events: VecDeque<Event<U>>,
     rsts: VecDeque<Rst>,
     held_syns: HeldSyns,
@@ -304,7 +305,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             flight: 0,
             waiters: VecDeque::new(),
             reserved: 0,
-            timers: TimerHeap::new(),
+            timers: BinaryHeap::new(),
             events: VecDeque::new(),
             rsts: VecDeque::new(),
             held_syns: HeldSyns::default(),
@@ -1202,7 +1203,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         let held = self.held_syns.next_due();
-        while let Some((d, id)) = self.timers.peek() {
+        while let Some(&Reverse((d, id))) = self.timers.peek() {
             if self.conn(id).is_some_and(|c| c.timer_at == Some(d)) {
                 return Instant::earliest(Some(d), held);
             }
@@ -1216,15 +1217,16 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.release_held_syns(now);
         loop {
             let id = {
-                let Some((d, id)) = self.timers.peek() else {
+                let Some(mut top) = self.timers.peek_mut() else {
                     break;
                 };
+                let Reverse((d, id)) = *top;
                 if d > now {
                     break;
                 }
                 let Some(c) = slot_mut(&mut self.slots, id).filter(|c| c.timer_at == Some(d))
                 else {
-                    self.timers.pop();
+                    PeekMut::pop(top);
                     continue;
                 };
                 match c.tcb.next_deadline() {
@@ -1234,17 +1236,17 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     // in place (one sift instead of a pop and a push).
                     Some(t) if t > now => {
                         c.timer_at = Some(t);
-                        self.timers.replace_top((t, id));
+                        *top = Reverse((t, id));
                         continue;
                     }
                     None => {
                         c.timer_at = None;
-                        self.timers.pop();
+                        PeekMut::pop(top);
                         continue;
                     }
                     Some(_) => {
                         c.timer_at = None;
-                        self.timers.pop();
+                        PeekMut::pop(top);
                         id
                     }
                 }
@@ -1493,7 +1495,7 @@ fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool
 /// earliest deadline.
 #[inline]
 fn schedule_conn<U>(
-    timers: &mut TimerHeap<(Instant, ConnId)>,
+    timers: &mut BinaryHeap<Reverse<(Instant, ConnId)>>,
     c: &mut Conn<U>,
     id: ConnId,
 ) {
@@ -1514,7 +1516,7 @@ fn schedule_conn<U>(
     };
     if c.timer_at.is_none_or(|t| d < t) {
         c.timer_at = Some(d);
-        timers.push((d, id));
+        timers.push(Reverse((d, id)));
     }
 }
 

@@ -43,7 +43,6 @@ mod stream;
 mod syn_hold;
 mod tcb;
 mod time;
-mod timer_heap;
 pub mod tx;
 mod ulp;
 mod wire;
