@@ -228,14 +228,8 @@ pub const MAX_PENDING_RSTS: usize = 1024;
 pub struct Engine<U, C: ?Sized = ()> {
     cfg: Config,
     isn: IsnGenerator,
-    /// The connections, boxed: whether a slot is taken is a pointer in this dense table,
-    /// and a lookup reads nothing of a cold connection it does not use.
-    slots: Vec<Option<Box<Conn<U>>>>,
-    /// Per slot: the generation of its connection (of the next one while free).
+    slots: Vec<Option<Conn<U>>>,
     generations: Vec<u32>,
-    /// Per slot: a connection not reported closed yet (what the application may reach),
-    /// kept beside the generations so that [`Engine::ulp`] finds it without reading the TCB.
-    shown: Vec<bool>,
     free: Vec<u32>,
     live: usize,
     /// Keyed by what the network sends: SipHash with a per-process random key (std's
@@ -293,7 +287,6 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             isn,
             slots: Vec::new(),
             generations: Vec::new(),
-            shown: Vec::new(),
             free: Vec::new(),
             live: 0,
             by_tuple: HashMap::new(),
@@ -457,13 +450,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             None => {
                 self.slots.push(None);
                 self.generations.push(0);
-                self.shown.push(false);
                 (self.slots.len() - 1) as u32
             }
         };
         let generation = self.generations[index as usize];
-        self.shown[index as usize] = true;
-        self.slots[index as usize] = Some(Box::new(Conn {
+        self.slots[index as usize] = Some(Conn {
             generation,
             tcb,
             ulp,
@@ -476,7 +467,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             flight: 0,
             waiting: false,
             admitted: 0,
-        }));
+        });
         self.live += 1;
         let id = ConnId { index, generation };
         if self.by_tuple.insert(tuple, id).is_some() {
@@ -486,11 +477,10 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     }
 
     fn conn(&self, id: ConnId) -> Option<&Conn<U>> {
-        let i = id.index as usize;
-        if self.generations.get(i) != Some(&id.generation) {
-            return None;
-        }
-        self.slots[i].as_deref()
+        self.slots
+            .get(id.index as usize)?
+            .as_ref()
+            .filter(|c| c.generation == id.generation)
     }
 
     fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn<U>> {
@@ -498,10 +488,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     }
 
     fn visible(&self, id: ConnId) -> Option<&Conn<U>> {
-        let c = self.conn(id)?;
-        let shown = self.shown[id.index as usize];
-        debug_assert_eq!(shown, !c.tcb.reported_closed, "the shown table is out of step");
-        shown.then_some(c)
+        self.conn(id).filter(|c| !c.tcb.reported_closed)
     }
 
     /// Attach the ULP of an accepted connection. Bytes that arrived in the meantime are
@@ -707,7 +694,6 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let Some(mut c) = slot.take_if(|c| c.generation == id.generation) else {
             return;
         };
-        self.shown[id.index as usize] = false;
         if let Some(ulp) = c.ulp.as_mut() {
             c.tcb.drain_unit_buffers(|b| ulp.reclaim(b));
         }
@@ -1157,10 +1143,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     }
                 }
                 TcbEvent::Closed(reason) => {
-                    if let Some(c) = slot_mut(&mut self.slots, id) {
+                    if let Some(c) = self.conn_mut(id) {
                         if !c.tcb.reported_closed {
                             c.tcb.reported_closed = true;
-                            self.shown[id.index as usize] = false;
                             let ulp = c.ulp.take();
                             self.events.push_back(Event::Closed {
                                 conn: id,
@@ -1527,10 +1512,10 @@ fn count_flight<U>(total: &mut usize, c: &mut Conn<U>) {
     c.flight = f;
 }
 
-fn slot_mut<U>(slots: &mut [Option<Box<Conn<U>>>], id: ConnId) -> Option<&mut Conn<U>> {
+fn slot_mut<U>(slots: &mut [Option<Conn<U>>], id: ConnId) -> Option<&mut Conn<U>> {
     slots
         .get_mut(id.index as usize)?
-        .as_deref_mut()
+        .as_mut()
         .filter(|c| c.generation == id.generation)
 }
 
