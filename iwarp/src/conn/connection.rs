@@ -205,6 +205,10 @@ pub struct Connection {
     /// The latest time any call brought.
     pub(super) now: Instant,
     pub(super) negotiator: Negotiator,
+    /// The negotiator reached its final state, Established, and handed over its frames
+    /// and events: the data path no longer reads it (its state lies lines away from the
+    /// fields each visit reads).
+    pub(super) negotiator_done: bool,
     pub(super) phase: Phase,
     /// MPA frames (Request, Reply) waiting for TCP.
     pub(super) frames: VecDeque<Vec<u8>>,
@@ -243,6 +247,7 @@ impl Connection {
             cfg,
             now,
             negotiator,
+            negotiator_done: false,
             phase: Phase::Negotiating(Negotiating::default()),
             frames: VecDeque::new(),
             tx_start: None,
@@ -580,16 +585,8 @@ impl Connection {
 
     /// Moves queued frames out and forwards the negotiator's and the engine's events.
     pub(super) fn pump(&mut self) {
-        while let Some(f) = self.negotiator.poll_transmit() {
-            self.frames.push_back(f);
-        }
-        while let Some(ev) = self.negotiator.poll_event() {
-            // Events outside input handling: a responder's Established after accept or RTR.
-            self.events.push_back(match ev {
-                MpaEvent::Established(n) => ConnEvent::Established(n),
-                MpaEvent::ConnectRequest(r) => ConnEvent::ConnectRequest(r),
-                MpaEvent::Rejected { private_data } => ConnEvent::Rejected { private_data },
-            });
+        if !self.negotiator_done {
+            self.pump_negotiator();
         }
         let Some((engine, sender)) = self.phase.stream_mut() else {
             return;
@@ -617,5 +614,22 @@ impl Connection {
             self.events.push_back(ConnEvent::Stream(ev));
         }
         self.track_partial_fpdu();
+    }
+
+    /// Moves the negotiator's frames and events out; notes when it has nothing more to
+    /// give (Established is final: nothing reaches it afterwards).
+    fn pump_negotiator(&mut self) {
+        while let Some(f) = self.negotiator.poll_transmit() {
+            self.frames.push_back(f);
+        }
+        while let Some(ev) = self.negotiator.poll_event() {
+            // Events outside input handling: a responder's Established after accept or RTR.
+            self.events.push_back(match ev {
+                MpaEvent::Established(n) => ConnEvent::Established(n),
+                MpaEvent::ConnectRequest(r) => ConnEvent::ConnectRequest(r),
+                MpaEvent::Rejected { private_data } => ConnEvent::Rejected { private_data },
+            });
+        }
+        self.negotiator_done = self.negotiator.may_send_fpdus();
     }
 }

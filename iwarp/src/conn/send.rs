@@ -11,7 +11,8 @@ use crate::mem::{BufferPool, HasMemoryTable, MemoryTable};
 impl Connection {
     /// Whether FPDUs may go out now.
     fn may_send(&self) -> bool {
-        let established = self.negotiator.may_send_fpdus();
+        debug_assert!(!self.negotiator_done || self.negotiator.may_send_fpdus());
+        let established = self.negotiator_done || self.negotiator.may_send_fpdus();
         self.sender()
             .is_some_and(|s| s.may_send(self.now, established))
     }
