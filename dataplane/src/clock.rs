@@ -114,7 +114,8 @@ pub fn elapsed(earlier: Instant) -> Duration {
     now().saturating_since(earlier)
 }
 
-#[cfg(target_arch = "x86_64")]
+/// The TSC where it is read through the DPDK layer (x86-64 with the `dpdk` feature).
+#[cfg(all(target_arch = "x86_64", feature = "dpdk"))]
 mod tsc {
     use std::arch::x86_64::__cpuid;
 
@@ -154,7 +155,8 @@ mod tsc {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+/// No TSC path: the monotonic clock only.
+#[cfg(not(all(target_arch = "x86_64", feature = "dpdk")))]
 mod tsc {
     pub(super) fn ticks() -> u64 {
         0
