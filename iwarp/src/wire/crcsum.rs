@@ -84,6 +84,45 @@ pub(super) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
     }
 }
 
+/// The whole blocks of `data` (at least one) folded into one register, four registers in
+/// flight, each block also added into `sum`; the register holding the first block is
+/// `xor`ed with `init`. Expands inside each width's kernel, whose `BLOCK`, `load`, `splat`,
+/// `fold` and multipliers `K1`..`K4` it uses, so that the intrinsics stay in functions
+/// compiled with their target features (a shared generic function would not be).
+#[cfg(target_arch = "x86_64")]
+macro_rules! fold_blocks {
+    ($data:ident, $blocks:ident, $sum:ident, $xor:ident, $init:ident) => {{
+        let mut next = || {
+            let x = load($blocks.next().expect("a block"));
+            $sum.add(x);
+            x
+        };
+        let mut acc = $xor(next(), $init);
+        let mut whole = $data.len() / BLOCK - 1;
+        if whole >= 3 {
+            // Four registers in flight, each moved along by four blocks.
+            let (mut a1, mut a2, mut a3) = (next(), next(), next());
+            whole -= 3;
+            let k4 = splat(K4);
+            while whole >= 4 {
+                acc = fold(acc, k4, next());
+                a1 = fold(a1, k4, next());
+                a2 = fold(a2, k4, next());
+                a3 = fold(a3, k4, next());
+                whole -= 4;
+            }
+            let t = fold(a2, splat(K1), a3);
+            let t = fold(a1, splat(K2), t);
+            acc = fold(acc, splat(K3), t);
+        }
+        let k1 = splat(K1);
+        for _ in 0..whole {
+            acc = fold(acc, k1, next());
+        }
+        acc
+    }};
+}
+
 /// What both widths share: the folding constants, the final 128 bits and the tail.
 #[cfg(target_arch = "x86_64")]
 mod fold {
@@ -255,35 +294,9 @@ mod avx512 {
         let mut sum = Sum::new();
         let mut blocks = data.chunks_exact(BLOCK);
         if data.len() >= BLOCK {
-            let mut next = || {
-                let x = load(blocks.next().expect("a block"));
-                sum.add(x);
-                x
-            };
             // The initial register goes into the first four octets.
             let init = _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, i64::from(state));
-            let mut acc = _mm512_xor_si512(next(), init);
-            let mut whole = data.len() / BLOCK - 1;
-            if whole >= 3 {
-                // Four registers in flight, each moved along by four blocks.
-                let (mut a1, mut a2, mut a3) = (next(), next(), next());
-                whole -= 3;
-                let k4 = splat(K4);
-                while whole >= 4 {
-                    acc = fold(acc, k4, next());
-                    a1 = fold(a1, k4, next());
-                    a2 = fold(a2, k4, next());
-                    a3 = fold(a3, k4, next());
-                    whole -= 4;
-                }
-                let t = fold(a2, splat(K1), a3);
-                let t = fold(a1, splat(K2), t);
-                acc = fold(acc, splat(K3), t);
-            }
-            let k1 = splat(K1);
-            for _ in 0..whole {
-                acc = fold(acc, k1, next());
-            }
+            let acc = fold_blocks!(data, blocks, sum, _mm512_xor_si512, init);
             // Lanes 0, 1 and 2 moved to lane 3's place; lane 3 kept.
             let k = _mm512_set_epi64(0, 0, L2.1, L2.0, L1.1, L1.0, L0.1, L0.0);
             let t = fold(acc, k, _mm512_set1_epi64(0));
@@ -399,35 +412,9 @@ mod avx2 {
         let mut sum = Sum::new();
         let mut blocks = data.chunks_exact(BLOCK);
         if data.len() >= BLOCK {
-            let mut next = || {
-                let x = load(blocks.next().expect("a block"));
-                sum.add(x);
-                x
-            };
             // The initial register goes into the first four octets.
             let init = _mm256_set_epi64x(0, 0, 0, i64::from(state));
-            let mut acc = _mm256_xor_si256(next(), init);
-            let mut whole = data.len() / BLOCK - 1;
-            if whole >= 3 {
-                // Four registers in flight, each moved along by four blocks.
-                let (mut a1, mut a2, mut a3) = (next(), next(), next());
-                whole -= 3;
-                let k4 = splat(K4);
-                while whole >= 4 {
-                    acc = fold(acc, k4, next());
-                    a1 = fold(a1, k4, next());
-                    a2 = fold(a2, k4, next());
-                    a3 = fold(a3, k4, next());
-                    whole -= 4;
-                }
-                let t = fold(a2, splat(K1), a3);
-                let t = fold(a1, splat(K2), t);
-                acc = fold(acc, splat(K3), t);
-            }
-            let k1 = splat(K1);
-            for _ in 0..whole {
-                acc = fold(acc, k1, next());
-            }
+            let acc = fold_blocks!(data, blocks, sum, _mm256_xor_si256, init);
             // Lane 0 moved to lane 1's place; lane 1 kept.
             let k = _mm256_set_epi64x(0, 0, L0.1, L0.0);
             let t = fold(acc, k, _mm256_setzero_si256());
