@@ -785,16 +785,10 @@ mod tests {
         }
     }
 
-    // A header a template does not fit (SYN options, SACK blocks) takes the general
-    // emitters and leaves the template as it was; a buffer too small is refused.
-    #[test]
-    fn template_leaves_other_shapes_to_the_emitters() {
-        let cfg = Config::default();
-        let (src, dst): (SocketAddr, SocketAddr) = (
-            "10.0.0.1:4000".parse().unwrap(),
-            "10.0.0.2:5000".parse().unwrap(),
-        );
-        let mut hdr = Header {
+    /// The endpoints and header of a data segment (Timestamps, no SACK block) the tests below
+    /// write.
+    fn data_segment() -> (SocketAddr, SocketAddr, Header) {
+        let hdr = Header {
             control: TcpControl::Psh,
             seq: 7,
             ack: Some(9),
@@ -803,6 +797,19 @@ mod tests {
             sack: [None; 3],
             timestamp: Some((11, 13)),
         };
+        (
+            "10.0.0.1:4000".parse().unwrap(),
+            "10.0.0.2:5000".parse().unwrap(),
+            hdr,
+        )
+    }
+
+    // A header a template does not fit (SYN options, SACK blocks) takes the general
+    // emitters and leaves the template as it was; a buffer too small is refused.
+    #[test]
+    fn template_leaves_other_shapes_to_the_emitters() {
+        let cfg = Config::default();
+        let (src, dst, mut hdr) = data_segment();
         let mut template = None;
         let (mut a, mut b) = ([0u8; 128], [0u8; 128]);
         write_segment(&mut a, &cfg, &mut template, src, dst, &hdr, b"ddp", None).unwrap();
@@ -834,19 +841,8 @@ mod tests {
     #[test]
     fn syn_and_sack_take_smoltcps_emitter() {
         let cfg = Config::default();
-        let (src, dst): (SocketAddr, SocketAddr) = (
-            "10.0.0.1:4000".parse().unwrap(),
-            "10.0.0.2:5000".parse().unwrap(),
-        );
-        let mut hdr = Header {
-            control: TcpControl::Psh,
-            seq: 7,
-            ack: Some(9),
-            window: 100,
-            syn: None,
-            sack: [Some((1, 2)), None, None],
-            timestamp: Some((11, 13)),
-        };
+        let (src, dst, mut hdr) = data_segment();
+        hdr.sack = [Some((1, 2)), None, None];
         let mut buf = [0u8; 128];
         assert!(emit_common(&mut buf, &cfg, src, dst, &hdr, 0).is_none());
         hdr.sack = [None; 3];
@@ -862,19 +858,7 @@ mod tests {
     #[test]
     fn own_data_segment_takes_the_direct_path() {
         let cfg = Config::default();
-        let (src, dst): (SocketAddr, SocketAddr) = (
-            "10.0.0.1:4000".parse().unwrap(),
-            "10.0.0.2:5000".parse().unwrap(),
-        );
-        let hdr = Header {
-            control: TcpControl::Psh,
-            seq: 7,
-            ack: Some(9),
-            window: 100,
-            syn: None,
-            sack: [None; 3],
-            timestamp: Some((11, 13)),
-        };
+        let (src, dst, hdr) = data_segment();
         let mut buf = [0u8; 128];
         let len = write_packet(&mut buf, &cfg, src, dst, &hdr, b"ddp").expect("fits");
         let seg = &buf[crate::ip::IPV4_HEADER_LEN..len];
