@@ -118,12 +118,21 @@ fn signal(child: &Child, sig: &str) {
 }
 
 fn wait(child: &mut Child, secs: u64) -> ExitStatus {
+    wait_or(child, secs, String::new)
+}
+
+/// [`wait`], with `what()` (the process's output) in the failure message.
+fn wait_or(child: &mut Child, secs: u64, what: impl Fn() -> String) -> ExitStatus {
     let end = Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(s) = child.try_wait().unwrap() {
             return s;
         }
-        assert!(Instant::now() < end, "still running after {secs} s");
+        assert!(
+            Instant::now() < end,
+            "still running after {secs} s: {}",
+            what()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -177,8 +186,26 @@ fn sigterm_mid_transfer(
     } else {
         "client"
     };
-    let ostatus = wait(&mut other_child.0, 15);
+    let ostatus = wait_or(&mut other_child.0, 15, || {
+        format!(
+            "{other}: {}\n{}\n{victim}: {out}\n{err}",
+            read(&link, other, "out"),
+            read(&link, other, "err")
+        )
+    });
     assert!(ostatus.code().is_some(), "{other} killed: {ostatus}");
+    // RFC 5040 §6.2.1: a terminated connection closes its stream gracefully after the
+    // Terminate, so the Terminate reaches the peer (one aborted after the grace period
+    // may lose it).
+    let terminated = counter(&out, "stop-connections-terminated");
+    if terminated > 0 && counter(&out, "stop-connections-aborted") == 0 {
+        let oout = read(&link, other, "out");
+        assert_eq!(
+            counter(&oout, "rdma-terminates-received"),
+            terminated,
+            "{other}: {oout}"
+        );
+    }
     assert_nothing_left(&link.file_prefix(victim), victim_child.0.id());
     assert_nothing_left(&link.file_prefix(other), other_child.0.id());
     out

@@ -596,7 +596,27 @@ impl RdmaHandler {
         Ok(())
     }
 
-    /// Abortive disconnect: a Terminate is sent, TCP reset, the QP flushed.
+    /// ULP-initiated termination (VERBS-00 §6.2.2.2, Modify RTS → Terminate): the QP's
+    /// outstanding work is flushed, a Terminate sent and TCP closed gracefully after it,
+    /// so that the Terminate reaches the peer (RFC 5040 §6.2.1); the connection ends once
+    /// the peer closed its half too. A QP not in RTS is aborted ([`RdmaHandler::abort`]).
+    pub fn terminate(&mut self, id: ConnId) -> Result<(), CmError> {
+        let (engine, rnic, cm) = self.parts();
+        let e = cm.conns.get_mut(&id).ok_or(CmError::NoConnection)?;
+        let qp = e.qp;
+        let moved =
+            qp.is_some_and(|qp| rnic.modify_qp(qp, ModifyQp::to(QpState::Terminate)).is_ok());
+        if !moved {
+            return self.abort(id);
+        }
+        e.closing = true;
+        cm.qp_actions(engine, rnic);
+        cm.service(engine, rnic, id);
+        Ok(())
+    }
+
+    /// Abortive disconnect: a Terminate is queued, TCP reset at once (the Terminate may
+    /// not get out), the QP flushed.
     pub fn abort(&mut self, id: ConnId) -> Result<(), CmError> {
         let (engine, rnic, cm) = self.parts();
         let e = cm.conns.get_mut(&id).ok_or(CmError::NoConnection)?;

@@ -3,8 +3,9 @@
 //! way its state calls for, so the peers learn that it ended and nothing waits forever.
 //!
 //! A QP in RTS with work requests outstanding (sends not completed, receives posted) is
-//! terminated (RDMAP §6.2.1: a Terminate, then the stream reset; its work requests
-//! flushed). An idle one closes gracefully (RDMAP §6.2: FIN). Connections still negotiating
+//! terminated (RDMAP §6.2.1: its work requests flushed, a Terminate, then TCP closed
+//! gracefully after it so that the Terminate gets through; see
+//! [`RdmaHandler::terminate`]). An idle one closes gracefully (RDMAP §6.2: FIN). Connections still negotiating
 //! MPA, where no Terminate can be sent, close their TCP stream. What has not closed when
 //! the caller's grace period ends is aborted ([`RdmaHandler::abort_all`]).
 
@@ -54,7 +55,7 @@ impl RdmaHandler {
             });
             let r = if established && rts && busy {
                 counts.terminated += 1;
-                self.abort(id)
+                self.terminate(id)
             } else {
                 counts.graceful += 1;
                 self.disconnect(id)
