@@ -179,6 +179,42 @@ fn abort_flushes_and_reports() {
     assert_eq!((wc.wr_id, wc.status), (5, CompletionStatus::Flushed));
 }
 
+// RFC 5040 §6.2.1 and VERBS-00 §6.2.2.2 (Modify RTS → Terminate): the posted receive is
+// flushed, the Terminate reaches the peer (TCP closes gracefully behind it instead of
+// resetting it away) and both sides report an abnormal disconnect; both ends close.
+#[test]
+fn terminate_reaches_the_peer_then_both_close() {
+    let mut cm = Cm::new();
+    let (id, qp, mut res) = connect(&mut cm);
+    let buf = res.buffer(cm.lc.handler_mut(), 4096, all_rights()).unwrap();
+    cm.lc
+        .handler_mut()
+        .rnic_mut()
+        .post_rq(qp, vec![buf.recv_wr(7, 0, 64)])
+        .unwrap();
+    cm.run(
+        |l, e| {
+            if let CmEvent::ConnectRequest { id, .. } = e {
+                l.handler_mut().accept(*id, &[]).unwrap();
+            }
+        },
+        |cm| established(&cm.server) && established(&cm.client),
+    );
+    cm.lc.handler_mut().terminate(id).unwrap();
+    cm.run_until_disconnected();
+    assert_eq!(disconnected(&cm.server), Some(false), "{:?}", cm.server);
+    assert_eq!(disconnected(&cm.client), Some(false), "{:?}", cm.client);
+    let wc = res.poll_cq(cm.lc.handler_mut()).expect("flushed receive");
+    assert_eq!((wc.wr_id, wc.status), (7, CompletionStatus::Flushed));
+    let sent = cm.lc.handler().counters().terminates_sent;
+    let received = cm.ls.handler().counters().terminates_received;
+    assert_eq!((sent, received), (1, 1));
+    cm.run(
+        |_, _| {},
+        |cm| cm.ls.handler().live() + cm.lc.handler().live() == 0,
+    );
+}
+
 /// Listens without a QP template, as librdmacm does: each Request arrives without a QP.
 fn listen_pending(cm: &mut Cm, port: u16) -> (SocketAddrV4, Resources) {
     let sres = Resources::new(cm.ls.handler_mut(), 16, 8, 8, 4).unwrap();

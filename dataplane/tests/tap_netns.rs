@@ -512,6 +512,20 @@ while True:
         .args(["netns", "exec", &netns, "python3", "-c", server])
         .spawn()
         .unwrap();
+    // The first client must not reach the namespace before the server listens (it was
+    // refused when python started slowly under load).
+    let start = Instant::now();
+    while !Command::new("ip")
+        .args(["netns", "exec", &netns, "ss", "-Hltn", "sport = :7000"])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty())
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no kernel listener"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut runs = Vec::new();
     for i in 0..4 {
         let start = Instant::now();

@@ -1383,7 +1383,7 @@ impl App for PerfClient {
             Ok(Some(())) => Step::Done(Ok(())),
             Err(e) => {
                 for q in &self.qps {
-                    let _ = h.abort(q.id);
+                    let _ = h.terminate(q.id);
                 }
                 Step::Done(Err(e))
             }

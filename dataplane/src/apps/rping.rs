@@ -480,7 +480,7 @@ impl App for Rping {
                 Ok(false) => break,
                 Err(e) => {
                     if let Some((id, _)) = self.conn {
-                        let _ = h.abort(id);
+                        let _ = h.terminate(id);
                     }
                     return Step::Done(Err(e));
                 }

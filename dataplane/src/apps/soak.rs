@@ -1048,7 +1048,7 @@ impl App for SoakServer {
             // Give the verdict time to reach the client, then stop.
             if now.saturating_since(at) > Duration::from_secs(2) {
                 for id in self.qps.values().filter(|q| !q.gone).filter_map(|q| q.id) {
-                    let _ = h.abort(id);
+                    let _ = h.terminate(id);
                 }
                 return Step::Done(Err(why.clone()));
             }
@@ -1559,7 +1559,7 @@ impl App for SoakClient {
             Err(e) => {
                 for q in &self.qps {
                     if q.phase != QpPhase::Gone {
-                        let _ = h.abort(q.id);
+                        let _ = h.terminate(q.id);
                     }
                 }
                 Step::Done(Err(e))

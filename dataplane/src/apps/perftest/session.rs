@@ -1256,7 +1256,7 @@ impl App for PerftestSession {
             Ok(true) => Step::Done(Ok(())),
             Err(e) => {
                 for c in [self.ctrl, self.data].into_iter().flatten() {
-                    let _ = h.abort(c.id);
+                    let _ = h.terminate(c.id);
                 }
                 Step::Done(Err(e))
             }
