@@ -151,10 +151,10 @@ fn reject_with_private_data() {
     assert!(!established(&cm.client));
 }
 
-// RFC 5040 §6.2.1: abortive close; posted receives are flushed, both sides report an
-// abnormal disconnect.
-#[test]
-fn abort_flushes_and_reports() {
+/// An established connection whose client QP has one receive posted (`wr_id` 5), ended
+/// by `end` on the client; returns once both sides reported the abnormal disconnect, with
+/// that receive's completion checked as flushed.
+fn ended_with_a_receive_posted(end: impl FnOnce(&mut Loop, tcp::ConnId)) -> Cm {
     let mut cm = Cm::new();
     let (id, qp, mut res) = connect(&mut cm);
     let buf = res.buffer(cm.lc.handler_mut(), 4096, all_rights()).unwrap();
@@ -171,12 +171,20 @@ fn abort_flushes_and_reports() {
         },
         |cm| established(&cm.server) && established(&cm.client),
     );
-    cm.lc.handler_mut().abort(id).unwrap();
+    end(&mut cm.lc, id);
     cm.run_until_disconnected();
     assert_eq!(disconnected(&cm.server), Some(false), "{:?}", cm.server);
     assert_eq!(disconnected(&cm.client), Some(false), "{:?}", cm.client);
     let wc = res.poll_cq(cm.lc.handler_mut()).expect("flushed receive");
     assert_eq!((wc.wr_id, wc.status), (5, CompletionStatus::Flushed));
+    cm
+}
+
+// RFC 5040 §6.2.1: abortive close; posted receives are flushed, both sides report an
+// abnormal disconnect.
+#[test]
+fn abort_flushes_and_reports() {
+    ended_with_a_receive_posted(|l, id| l.handler_mut().abort(id).unwrap());
 }
 
 // RFC 5040 §6.2.1 and VERBS-00 §6.2.2.2 (Modify RTS → Terminate): the posted receive is
@@ -184,28 +192,7 @@ fn abort_flushes_and_reports() {
 // resetting it away) and both sides report an abnormal disconnect; both ends close.
 #[test]
 fn terminate_reaches_the_peer_then_both_close() {
-    let mut cm = Cm::new();
-    let (id, qp, mut res) = connect(&mut cm);
-    let buf = res.buffer(cm.lc.handler_mut(), 4096, all_rights()).unwrap();
-    cm.lc
-        .handler_mut()
-        .rnic_mut()
-        .post_rq(qp, vec![buf.recv_wr(7, 0, 64)])
-        .unwrap();
-    cm.run(
-        |l, e| {
-            if let CmEvent::ConnectRequest { id, .. } = e {
-                l.handler_mut().accept(*id, &[]).unwrap();
-            }
-        },
-        |cm| established(&cm.server) && established(&cm.client),
-    );
-    cm.lc.handler_mut().terminate(id).unwrap();
-    cm.run_until_disconnected();
-    assert_eq!(disconnected(&cm.server), Some(false), "{:?}", cm.server);
-    assert_eq!(disconnected(&cm.client), Some(false), "{:?}", cm.client);
-    let wc = res.poll_cq(cm.lc.handler_mut()).expect("flushed receive");
-    assert_eq!((wc.wr_id, wc.status), (7, CompletionStatus::Flushed));
+    let mut cm = ended_with_a_receive_posted(|l, id| l.handler_mut().terminate(id).unwrap());
     let sent = cm.lc.handler().counters().terminates_sent;
     let received = cm.ls.handler().counters().terminates_received;
     assert_eq!((sent, received), (1, 1));
