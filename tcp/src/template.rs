@@ -5,12 +5,18 @@
 //! own fields (lengths, sequence and acknowledgment numbers, flags, window, timestamps);
 //! the checksums are the constant sums plus the patched words (RFC 1624's incremental
 //! update, taken from a zero field), so no header octet is read back to be summed.
+//!
+//! [`write_segment`] and [`write_segment_headers`] write a connection's segments through
+//! its template, and through [`crate::wire`]'s emitters the shapes a template does not fit.
 
 use std::net::{IpAddr, SocketAddr};
 
 use crate::checksum::{complement, header_sum, PayloadSum, PseudoHeader};
 use crate::config::Config;
-use crate::wire::{common_shape, control_flags, emit_common, Header, TCP_FLAG_ACK};
+use crate::wire::{
+    common_shape, control_flags, emit_common, write_headers, write_packet_summed, Header,
+    TCP_FLAG_ACK,
+};
 
 /// The longest template: an IPv6 header and a TCP header with the Timestamps option.
 const MAX_LEN: usize = 72;
@@ -170,5 +176,178 @@ impl Template {
     pub(crate) fn set_checksum(&self, buf: &mut [u8], headers: u64, payload: PayloadSum) {
         let at = usize::from(self.ip_len) + CHECKSUM;
         buf[at..at + 2].copy_from_slice(&complement(headers + payload.wide()).to_be_bytes());
+    }
+}
+
+/// [`write_packet_summed`] through a connection's header template (`template`, from `src`
+/// to `dst`): built on first use, and again when the Timestamps option comes or goes; a
+/// header the template does not fit (SYN, SACK blocks) takes [`write_packet_summed`]. The
+/// same octets either way.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_segment(
+    buf: &mut [u8],
+    cfg: &Config,
+    template: &mut Option<Template>,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+    payload: &[u8],
+    known: Option<crate::checksum::PayloadSum>,
+) -> Option<usize> {
+    let Some(t) = template_for(template, cfg, src, dst, hdr) else {
+        return write_packet_summed(buf, cfg, src, dst, hdr, payload, known);
+    };
+    let (data_at, headers) = t.write(buf, hdr, payload.len())?;
+    let total = data_at + payload.len();
+    let data = &mut buf[data_at..total];
+    match (headers, known) {
+        (Some(headers), Some(sum)) => {
+            debug_assert_eq!(
+                sum.folded(),
+                crate::checksum::payload_sum(payload).folded(),
+                "a unit's sum is its payload's"
+            );
+            data.copy_from_slice(payload);
+            t.set_checksum(buf, headers, sum);
+        }
+        (Some(headers), None) => {
+            let sum = crate::checksum::copy_payload(data, payload);
+            t.set_checksum(buf, headers, sum);
+        }
+        (None, _) => data.copy_from_slice(payload),
+    }
+    Some(total)
+}
+
+/// [`write_headers`] through a connection's header template, as [`write_segment`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_segment_headers(
+    buf: &mut [u8],
+    cfg: &Config,
+    template: &mut Option<Template>,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+    payload_len: usize,
+    payload_sum: Option<crate::checksum::PayloadSum>,
+) -> Option<usize> {
+    let Some(t) = template_for(template, cfg, src, dst, hdr) else {
+        return write_headers(buf, cfg, src, dst, hdr, payload_len, payload_sum);
+    };
+    let (data_at, headers) = t.write(buf, hdr, payload_len)?;
+    if let (Some(headers), Some(sum)) = (headers, payload_sum) {
+        t.set_checksum(buf, headers, sum);
+    }
+    Some(data_at)
+}
+
+/// The template for `hdr` in `template` (made or remade for its shape), or `None` when the
+/// header is not of a template's shape.
+fn template_for<'a>(
+    template: &'a mut Option<Template>,
+    cfg: &Config,
+    src: SocketAddr,
+    dst: SocketAddr,
+    hdr: &Header,
+) -> Option<&'a Template> {
+    if !common_shape(hdr) {
+        return None;
+    }
+    let timestamps = hdr.timestamp.is_some();
+    if template
+        .as_ref()
+        .is_none_or(|t| t.has_timestamps() != timestamps)
+    {
+        *template = Template::new(cfg, src, dst, timestamps);
+    }
+    template.as_ref()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::tests::{common_header, data_segment, endpoints, smoltcp_verifies};
+    use crate::wire::write_packet;
+    use proptest::prelude::*;
+
+    proptest! {
+        // RFC 9293 §3.1, RFC 1071, RFC 1624: a connection's header template writes the
+        // octets the field-by-field emitter writes (so smoltcp's, per the test above),
+        // both checksums included, for a run of segments through the one template (nothing
+        // of one segment stays in it for the next), with the payload's sum taken while
+        // copying or known beforehand, and for the headers of a gathered payload.
+        #[test]
+        fn template_writes_the_emitters_octets(
+            hdrs in proptest::collection::vec(common_header(), 1..6),
+            (src, dst) in endpoints(),
+            payloads in proptest::collection::vec(
+                proptest::collection::vec(any::<u8>(), 0..1600), 6),
+            fill in any::<bool>(),
+            known in any::<bool>(),
+        ) {
+            let cfg = Config { fill_checksums: fill, ..Config::default() };
+            let mut template = None;
+            for (hdr, payload) in hdrs.iter().zip(&payloads) {
+                let sum = known.then(|| crate::checksum::payload_sum(payload));
+                let (mut direct, mut fresh) = ([0u8; 1800], [0u8; 1800]);
+                let ours = write_segment(
+                    &mut direct, &cfg, &mut template, src, dst, hdr, payload, sum,
+                );
+                let theirs = write_packet_summed(&mut fresh, &cfg, src, dst, hdr, payload, sum);
+                prop_assert!(ours.is_some());
+                prop_assert_eq!(ours, theirs);
+                prop_assert_eq!(&direct[..], &fresh[..]);
+                prop_assert_eq!(
+                    template.as_ref().map(Template::has_timestamps),
+                    Some(hdr.timestamp.is_some()),
+                    "a template of the header's shape"
+                );
+                if fill {
+                    prop_assert!(smoltcp_verifies(&direct[..ours.unwrap()], src, dst));
+                }
+                let (mut head, mut fresh_head) = ([0u8; 80], [0u8; 80]);
+                let sum = fill.then(|| crate::checksum::payload_sum(payload));
+                let at = write_segment_headers(
+                    &mut head, &cfg, &mut template, src, dst, hdr, payload.len(), sum,
+                );
+                let fresh_at =
+                    write_headers(&mut fresh_head, &cfg, src, dst, hdr, payload.len(), sum);
+                prop_assert_eq!(at, fresh_at);
+                prop_assert_eq!(&head[..], &fresh_head[..]);
+            }
+        }
+    }
+
+    // A header a template does not fit (SYN options, SACK blocks) takes the general
+    // emitters and leaves the template as it was; a buffer too small is refused.
+    #[test]
+    fn template_leaves_other_shapes_to_the_emitters() {
+        let cfg = Config::default();
+        let (src, dst, mut hdr) = data_segment();
+        let mut template = None;
+        let (mut a, mut b) = ([0u8; 128], [0u8; 128]);
+        write_segment(&mut a, &cfg, &mut template, src, dst, &hdr, b"ddp", None).unwrap();
+        let made = template.clone().expect("made on first use");
+        hdr.sack = [Some((1, 2)), None, None];
+        let len = write_segment(&mut a, &cfg, &mut template, src, dst, &hdr, b"ddp", None);
+        assert_eq!(len, write_packet(&mut b, &cfg, src, dst, &hdr, b"ddp"));
+        assert_eq!(a, b, "SACK blocks: smoltcp's emitter");
+        assert_eq!(
+            format!("{template:?}"),
+            format!("{:?}", Some(made)),
+            "the template stays"
+        );
+        hdr.sack = [None; 3];
+        assert!(write_segment(
+            &mut a[..40],
+            &cfg,
+            &mut template,
+            src,
+            dst,
+            &hdr,
+            &[0; 10],
+            None
+        )
+        .is_none());
     }
 }

@@ -6,10 +6,11 @@ use smoltcp::wire::TcpControl;
 use super::{CloseReason, State, Tcb, TcbEvent, TlpProbe};
 use crate::config::Config;
 use crate::seq;
+use crate::template::{write_segment, write_segment_headers};
 use crate::time::Instant;
 use crate::tx::{Gather, Unit};
 use crate::ulp::Upper;
-use crate::wire::{write_segment, write_segment_headers, Header, SynOptions};
+use crate::wire::{Header, SynOptions};
 
 impl Tcb {
     /// The window we would advertise now: the sink's window capped by configuration and
