@@ -1,5 +1,5 @@
 //! Hugepage memory for registered regions: a file on a hugetlbfs mount, mapped shared, that
-//! the verbs layer uses as its [`MemoryBackend`], so DDP placement writes land in pinned
+//! the verbs layer uses as its [`MemoryBackend`](iwarp::verbs::MemoryBackend), so DDP placement writes land in pinned
 //! memory a NIC could DMA to; [`SharedMemory`] is one mapping that several lanes' RNICs
 //! place into. The mapping and the shared views' copies are the only unsafe code here.
 

@@ -12,7 +12,8 @@ use std::collections::VecDeque;
 use iwarp::verbs::channel::{CoreEnd, Notice};
 use iwarp::verbs::{AsyncEvent, Rnic};
 
-/// Asynchronous events kept for monitoring ([`EventLog::recent`]), the oldest dropped.
+/// Asynchronous events kept for monitoring ([`crate::rdma::RdmaHandler::recent_events`]), the
+/// oldest dropped.
 pub const RECENT_EVENTS: usize = 32;
 
 /// The usual bound on the asynchronous events kept for an embedder that polls them

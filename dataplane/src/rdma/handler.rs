@@ -1325,7 +1325,8 @@ impl TcpService<Connection, Rnic> for ConnManager {
         self.tcp_events(engine, rnic);
     }
 
-    /// QPs, memory, event queues and totals (see [`super::observe`]).
+    /// QPs, memory, event queues and totals (the telemetry entries `qps`, `qp`, `mrs`,
+    /// `events` and `rdma`).
     fn observe(&self, engine: &RdmaEngine, rnic: &Rnic, snap: &mut Snapshot) {
         let totals = self.totals(engine, rnic);
         self.observe_into(engine, rnic, &totals, &self.cm_counters(), snap);
