@@ -180,7 +180,6 @@ impl CmTable {
         self.by_qp.get(&(dev, qp)).copied()
     }
 
-    /// Resets every connection of `dev` (process exit).
     /// Closes every connection of device `dev` in order (RDMAP §6.2: queued work drains,
     /// then TCP sends its FIN), as Linux siw's socket close does when a program exits.
     pub fn close_all(&mut self, dev: usize, h: &mut RdmaHandler) {

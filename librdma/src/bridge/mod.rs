@@ -466,8 +466,9 @@ impl Bridge {
         }
     }
 
-    /// At process exit: every connection is reset (the peer learns at once), and the resets
-    /// are given a moment to leave.
+    /// At process exit: every connection closes gracefully (what the program sent is
+    /// delivered first) for up to 300 ms; what is still open then is reset, and the
+    /// resets are given a moment to leave.
     pub fn shutdown(&mut self) {
         // What the program sent is delivered first (Linux closes the sockets of an exiting
         // program's QPs in order): a graceful close, as long as the peers answer in time.
