@@ -944,7 +944,7 @@ mod tests {
             ..FaultConfig::default()
         };
         let mut f = FaultPort::new(a, cfg);
-        let mut numbered = |f: &mut FaultPort<SoftPort>, r: std::ops::Range<u32>| -> Vec<HeapBuf> {
+        fn numbered(f: &mut FaultPort<SoftPort>, r: std::ops::Range<u32>) -> Vec<HeapBuf> {
             r.map(|i| {
                 let mut buf = f.alloc_tx(64).unwrap();
                 buf.as_mut().fill(0);
@@ -952,15 +952,27 @@ mod tests {
                 buf
             })
             .collect()
-        };
+        }
         let mut first = numbered(&mut f, 0..12);
-        assert_eq!(f.tx_burst(&mut first), 12, "the ring took 8, 4 wait in the stage");
+        assert_eq!(
+            f.tx_burst(&mut first),
+            12,
+            "the ring took 8, 4 wait in the stage"
+        );
         let mut second = numbered(&mut f, 12..16);
-        assert_eq!(f.tx_burst(&mut second), 0, "the stage's backlog not yet sent");
+        assert_eq!(
+            f.tx_burst(&mut second),
+            0,
+            "the stage's backlog not yet sent"
+        );
         assert_eq!(second.len(), 4, "left with the caller");
         let mut got = Vec::new();
         b.rx_burst(&mut got, 64);
-        assert_eq!(f.tx_burst(&mut second), 4, "the backlog went out, then these");
+        assert_eq!(
+            f.tx_burst(&mut second),
+            4,
+            "the backlog went out, then these"
+        );
         while f.in_flight() > 0 || f.inner().rx_pending() > 0 || got.len() < 16 {
             b.rx_burst(&mut got, 64);
             f.tx_burst(&mut Vec::new());
