@@ -408,6 +408,12 @@ impl SendQueue {
     /// neither SACKed nor already marked that was sent before the most recently sent
     /// delivered unit and is older than `rack`'s RTT plus `reo_wnd`. Returns whether a unit
     /// was newly marked, and when the next unit would be (the reordering timer).
+    ///
+    /// Each unit was first sent after every unit before it in sequence order, and sent
+    /// again only later: once a unit never retransmitted was sent after RACK's reference,
+    /// so was every unit beyond it, and the walk stops there (Linux walks its send-time
+    /// ordered queue and stops the same way). A hole at the front of a long flight then
+    /// costs an ACK a walk over the hole, not over the whole flight.
     pub(crate) fn rack_detect_loss(
         &mut self,
         now: Instant,
@@ -420,7 +426,10 @@ impl SendQueue {
         let mut lost_count = self.lost_count;
         for u in self.units.iter_mut().filter(|u| !u.sacked && !u.lost) {
             let Some(at) = rack.lost_at(u.sent_at, u.end(), reo_wnd) else {
-                continue;
+                if u.retransmitted {
+                    continue;
+                }
+                break;
             };
             if at <= now {
                 u.lost = true;
@@ -686,6 +695,71 @@ mod tests {
         format!("{rack:?}")
     }
 
+    /// A unit of [`rack_walk_stops_early_with_the_same_outcome`]: microseconds after the
+    /// previous unit's first send, a retransmission that many microseconds after its own
+    /// first send (before later units' first sends, or after), SACKed, marked lost.
+    type WalkUnit = (u64, Option<u64>, bool, bool);
+
+    /// A queue of 100-octet units as `units` describe them.
+    fn walk_queue(units: &[WalkUnit]) -> SendQueue {
+        let mut q = SendQueue::default();
+        let mut t = 0;
+        for (i, &(gap, _, _, _)) in units.iter().enumerate() {
+            t += gap;
+            q.push(
+                1000 + i as u32 * 100,
+                vec![0; 100],
+                false,
+                Instant::from_micros(t),
+            );
+        }
+        for (i, &(_, rtx, sacked, lost)) in units.iter().enumerate() {
+            if let Some(after) = rtx {
+                let first = q.units[i].sent_at;
+                q.retransmitted(i, first + core::time::Duration::from_micros(after));
+            }
+            if sacked {
+                let s = 1000 + i as u32 * 100;
+                q.sack(s, s + 100, Instant::from_micros(t), &mut Rack::default());
+            } else if lost {
+                q.units[i].lost = true;
+                q.lost_count += 1;
+                if q.units[i].in_pipe {
+                    q.units[i].in_pipe = false;
+                    q.pipe -= 100;
+                }
+            }
+        }
+        q
+    }
+
+    /// RACK_detect_loss over every unit (RFC 8985 §6.2 step 5 as written).
+    fn detect_over_all(
+        q: &mut SendQueue,
+        now: Instant,
+        rack: &Rack,
+        wnd: core::time::Duration,
+    ) -> (bool, Option<Instant>) {
+        let (mut marked, mut next) = (false, None::<Instant>);
+        for u in q.units.iter_mut().filter(|u| !u.sacked && !u.lost) {
+            let Some(at) = rack.lost_at(u.sent_at, u.end(), wnd) else {
+                continue;
+            };
+            if at <= now {
+                u.lost = true;
+                q.lost_count += 1;
+                marked = true;
+                if u.in_pipe {
+                    u.in_pipe = false;
+                    q.pipe -= u.seq_len() as usize;
+                }
+            } else {
+                next = Some(next.map_or(at, |n| n.max(at)));
+            }
+        }
+        (marked, next)
+    }
+
     proptest::proptest! {
         /// A cumulative ACK tells RACK of runs of units in three calls, not one a unit:
         /// RACK ends as it would after one call a unit, whatever the send times (out of
@@ -714,6 +788,45 @@ mod tests {
                 rack_after_ack(&units, &before, ack),
                 rack_after_each(&units, &before, ack)
             );
+        }
+
+        /// RFC 8985 §6.2 step 5: the walk that stops past the units sent after RACK's
+        /// reference marks the same units lost, and arms the same reordering timer, as a
+        /// walk over every unit, whatever the send times, retransmissions, SACKs and
+        /// earlier marks.
+        #[test]
+        fn rack_walk_stops_early_with_the_same_outcome(
+            units in proptest::collection::vec(
+                (
+                    0u64..4,
+                    proptest::option::weighted(0.1, 0u64..30),
+                    proptest::bool::weighted(0.2),
+                    proptest::bool::weighted(0.1),
+                ),
+                1..60,
+            ),
+            reference in (0u64..300, 0u32..8000),
+            wait in 0u64..60,
+            wnd in 0u64..20,
+        ) {
+            let last = units.iter().map(|u| u.0).sum::<u64>();
+            let now = Instant::from_micros(last + 30 + wait);
+            let mut rack = Rack::default();
+            rack.on_delivered(
+                Instant::from_micros(last + 30),
+                Instant::from_micros(reference.0),
+                1000 + reference.1,
+                false,
+            );
+            let wnd = core::time::Duration::from_micros(wnd);
+            let mut q = walk_queue(&units);
+            let mut all = walk_queue(&units);
+            let got = q.rack_detect_loss(now, &rack, wnd);
+            let want = detect_over_all(&mut all, now, &rack, wnd);
+            proptest::prop_assert_eq!(got, want);
+            let lost = |q: &SendQueue| q.units.iter().map(|u| u.lost).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(lost(&q), lost(&all));
+            proptest::prop_assert_eq!((q.pipe, q.lost_count), (all.pipe, all.lost_count));
         }
     }
 }

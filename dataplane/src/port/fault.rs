@@ -577,9 +577,6 @@ pub fn corrupt_tcp_payload(frame: &mut [u8], r: u64) -> bool {
     true
 }
 
-/// Most frames a fault port keeps waiting for the inner port's transmit ring.
-const TX_BACKLOG_MAX: usize = 4096;
-
 /// A port wrapper injecting faults into the frames of `P`.
 pub struct FaultPort<P: Port> {
     inner: P,
@@ -589,7 +586,6 @@ pub struct FaultPort<P: Port> {
     rx_ready: VecDeque<P::Buf>,
     tx_ready: VecDeque<P::Buf>,
     scratch: Vec<P::Buf>,
-    tx_dropped: u64,
 }
 
 impl<P: Port> FaultPort<P> {
@@ -603,7 +599,6 @@ impl<P: Port> FaultPort<P> {
             rx_ready: VecDeque::new(),
             tx_ready: VecDeque::new(),
             scratch: Vec::new(),
-            tx_dropped: 0,
         }
     }
 
@@ -641,7 +636,8 @@ impl<P: Port> FaultPort<P> {
         matches!(self.cfg.direction, Direction::Tx | Direction::Both)
     }
 
-    /// Releases due transmit frames and offers the transmit backlog to the inner port.
+    /// Releases due transmit frames and offers the transmit backlog (at most one call's
+    /// frames and the held ones released, see [`FaultPort::tx_burst`]) to the inner port.
     fn flush_tx(&mut self, now: Instant) {
         self.tx.release(&self.cfg, now, &mut self.tx_ready);
         if self.tx_ready.is_empty() {
@@ -651,10 +647,6 @@ impl<P: Port> FaultPort<P> {
         self.scratch.extend(self.tx_ready.drain(..));
         self.inner.tx_burst(&mut self.scratch);
         self.tx_ready.extend(self.scratch.drain(..));
-        while self.tx_ready.len() > TX_BACKLOG_MAX {
-            self.tx_ready.pop_back();
-            self.tx_dropped += 1;
-        }
     }
 }
 
@@ -692,17 +684,20 @@ impl<P: Port> Port for FaultPort<P> {
         self.inner.alloc_tx(len)
     }
 
+    /// Takes frames only while the inner port keeps up: while frames of an earlier call
+    /// still wait for its ring, none, and they stay in `bufs` as the inner port would have
+    /// left them. The caller then sees the back-pressure it would see without the fault
+    /// stage (a sender's data waits in its own queues, not here), and the backlog offered
+    /// again on each call stays one call's frames long.
     fn tx_burst(&mut self, bufs: &mut Vec<P::Buf>) -> usize {
         if !self.applies_tx() {
             return self.inner.tx_burst(bufs);
         }
-        if self.tx_ready.len() >= TX_BACKLOG_MAX {
-            self.flush_tx(Instant::now());
-            if self.tx_ready.len() >= TX_BACKLOG_MAX {
-                return 0;
-            }
-        }
         let now = Instant::now();
+        self.flush_tx(now);
+        if !self.tx_ready.is_empty() {
+            return 0;
+        }
         let n = bufs.len();
         let inner = &mut self.inner;
         for buf in bufs.drain(..) {
@@ -716,9 +711,7 @@ impl<P: Port> Port for FaultPort<P> {
     }
 
     fn stats(&self) -> PortStats {
-        let mut s = self.inner.stats();
-        s.tx_dropped += self.tx_dropped;
-        s
+        self.inner.stats()
     }
 
     /// The inner port's facts, then the faults injected each way.
@@ -937,6 +930,57 @@ mod tests {
             .unwrap();
         let pos = seqs.iter().position(|&x| x == first_held).unwrap();
         assert!(pos >= first_held as usize + 3, "held back by 3, at {pos}");
+    }
+
+    // With the inner ring full the fault stage pushes back as the inner port would: the
+    // frames of a call it took wait in it, a later call takes none (they stay with the
+    // caller) until the ring took those, and nothing is dropped or reordered.
+    #[test]
+    fn full_inner_ring_pushes_back_through_the_stage() {
+        let (a, mut b) = test_pair(8);
+        let cfg = FaultConfig {
+            // Active (the stage runs) but no frame of this test is hit.
+            reorder: Rate::from_ppm(1).unwrap(),
+            ..FaultConfig::default()
+        };
+        let mut f = FaultPort::new(a, cfg);
+        fn numbered(f: &mut FaultPort<SoftPort>, r: std::ops::Range<u32>) -> Vec<HeapBuf> {
+            r.map(|i| {
+                let mut buf = f.alloc_tx(64).unwrap();
+                buf.as_mut().fill(0);
+                buf.as_mut()[..4].copy_from_slice(&i.to_be_bytes());
+                buf
+            })
+            .collect()
+        }
+        let mut first = numbered(&mut f, 0..12);
+        assert_eq!(
+            f.tx_burst(&mut first),
+            12,
+            "the ring took 8, 4 wait in the stage"
+        );
+        let mut second = numbered(&mut f, 12..16);
+        assert_eq!(
+            f.tx_burst(&mut second),
+            0,
+            "the stage's backlog not yet sent"
+        );
+        assert_eq!(second.len(), 4, "left with the caller");
+        let mut got = Vec::new();
+        b.rx_burst(&mut got, 64);
+        assert_eq!(
+            f.tx_burst(&mut second),
+            4,
+            "the backlog went out, then these"
+        );
+        while f.in_flight() > 0 || f.inner().rx_pending() > 0 || got.len() < 16 {
+            b.rx_burst(&mut got, 64);
+            f.tx_burst(&mut Vec::new());
+        }
+        let seqs: Vec<u32> = got.iter().map(|f| seq(f.as_ref())).collect();
+        assert_eq!(seqs, (0..16).collect::<Vec<_>>());
+        assert_eq!(f.counters().1.seen, 16, "each frame through the stage once");
+        assert_eq!(f.stats().tx_packets, 16, "each frame sent once");
     }
 
     #[test]
