@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 
 use smoltcp::wire::{TcpControl, TcpRepr};
 
-use crate::cc::CongestionControl;
+use crate::cc::Controller;
 use crate::config::Config;
 use crate::options::{Negotiated, Offer};
 use crate::rack::Rack;
@@ -221,7 +221,7 @@ pub(crate) struct Tcb {
     fin_received: bool,
 
     rtt: RttEstimator,
-    cc: Box<dyn CongestionControl>,
+    cc: Controller,
     recovery: Option<u32>,
     dupacks: u32,
     fast_rtx: bool,
@@ -296,7 +296,7 @@ struct RtoUndo {
     /// TSval of the first retransmission (RFC 3522 RetransmitTS).
     retransmit_ts: u32,
     /// The congestion controller before the timeout.
-    cc: Box<dyn CongestionControl>,
+    cc: Controller,
 }
 
 /// A tail loss probe in flight (RFC 8985 §7.3 TLP.end_seq and TLP.is_retrans).
@@ -315,7 +315,7 @@ struct TlpProbe {
 #[derive(Debug)]
 struct RecoveryUndo {
     /// The congestion controller before the recovery.
-    cc: Box<dyn CongestionControl>,
+    cc: Controller,
     /// SND.UNA and SND.NXT when it began: D-SACKs inside count.
     start: u32,
     end: u32,
