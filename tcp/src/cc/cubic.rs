@@ -115,10 +115,6 @@ impl CongestionControl for Cubic {
         self.sync_bytes();
     }
 
-    fn snapshot(&self) -> Box<dyn CongestionControl> {
-        Box::new(self.clone())
-    }
-
     fn on_rto(&mut self, _now: Instant, _flight: usize, mss: usize) {
         self.mss = mss.max(1);
         self.reduce();

@@ -27,9 +27,64 @@ pub trait CongestionControl: Debug + Send {
     fn on_congestion_event(&mut self, now: Instant, flight: usize, mss: usize);
     /// The retransmission timer expired.
     fn on_rto(&mut self, now: Instant, flight: usize, mss: usize);
-    /// A copy of the controller's whole state, restored when a timeout proves spurious
-    /// (RFC 4015).
-    fn snapshot(&self) -> Box<dyn CongestionControl>;
+}
+
+/// A connection's controller, held inline in its TCB: the send path asks for the window on
+/// every segment and each ACK updates it, so it sits with the connection's state instead of
+/// behind a pointer to a heap object of its own, and calls dispatch by a match.
+#[derive(Clone, Debug)]
+pub enum Controller {
+    /// RFC 5681 / RFC 6582.
+    NewReno(NewReno),
+    /// RFC 8312.
+    Cubic(Cubic),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $c:ident => $e:expr) => {
+        match $self {
+            Controller::NewReno($c) => $e,
+            Controller::Cubic($c) => $e,
+        }
+    };
+}
+
+impl Controller {
+    /// Congestion window in bytes.
+    #[inline]
+    pub fn cwnd(&self) -> usize {
+        dispatch!(self, c => c.cwnd())
+    }
+
+    /// Slow-start threshold in bytes.
+    #[inline]
+    pub fn ssthresh(&self) -> usize {
+        dispatch!(self, c => c.ssthresh())
+    }
+
+    /// `acked` new bytes were cumulatively acknowledged outside loss recovery.
+    #[inline]
+    pub fn on_ack(&mut self, now: Instant, acked: usize, srtt: Option<Duration>, mss: usize) {
+        dispatch!(self, c => c.on_ack(now, acked, srtt, mss))
+    }
+
+    /// Loss detected (RACK, duplicate ACKs, or a tail loss probe that repaired one).
+    #[inline]
+    pub fn on_congestion_event(&mut self, now: Instant, flight: usize, mss: usize) {
+        dispatch!(self, c => c.on_congestion_event(now, flight, mss))
+    }
+
+    /// The retransmission timer expired.
+    #[inline]
+    pub fn on_rto(&mut self, now: Instant, flight: usize, mss: usize) {
+        dispatch!(self, c => c.on_rto(now, flight, mss))
+    }
+
+    /// A copy of the controller's whole state, restored when a timeout or a recovery
+    /// proves spurious (RFC 4015).
+    pub fn snapshot(&self) -> Controller {
+        self.clone()
+    }
 }
 
 /// Which congestion controller a connection uses.
@@ -44,11 +99,11 @@ pub enum CongestionAlgorithm {
 
 impl CongestionAlgorithm {
     /// A controller with an initial window of `initial_segments` segments of `mss` bytes.
-    pub fn build(self, mss: usize, initial_segments: usize) -> Box<dyn CongestionControl> {
+    pub fn build(self, mss: usize, initial_segments: usize) -> Controller {
         let iw = mss * initial_segments.max(1);
         match self {
-            CongestionAlgorithm::NewReno => Box::new(NewReno::new(iw)),
-            CongestionAlgorithm::Cubic => Box::new(Cubic::new(iw, mss)),
+            CongestionAlgorithm::NewReno => Controller::NewReno(NewReno::new(iw)),
+            CongestionAlgorithm::Cubic => Controller::Cubic(Cubic::new(iw, mss)),
         }
     }
 }

@@ -55,10 +55,6 @@ impl CongestionControl for NewReno {
         self.bytes_acked = 0;
     }
 
-    fn snapshot(&self) -> Box<dyn CongestionControl> {
-        Box::new(self.clone())
-    }
-
     fn on_rto(&mut self, _now: Instant, flight: usize, mss: usize) {
         // RFC 5681 §3.1: ssthresh per eq. (4), cwnd = loss window = 1 SMSS.
         self.ssthresh = (flight / 2).max(2 * mss);

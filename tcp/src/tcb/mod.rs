@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 
 use smoltcp::wire::{TcpControl, TcpRepr};
 
-use crate::cc::CongestionControl;
+use crate::cc::Controller;
 use crate::config::Config;
 use crate::options::{Negotiated, Offer};
 use crate::rack::Rack;
@@ -167,8 +167,26 @@ pub(crate) struct RunAck {
 }
 
 /// A transmission control block.
+///
+/// Aligned to a cache line, its eight deadlines declared first: the compiler lays them out
+/// first, so they fill the block's first two lines whichever slot holds it, and the timer
+/// heap's check of a connection it reaches cold (`next_deadline`) reads two lines, not three.
 #[derive(Debug)]
+#[repr(align(64))]
 pub(crate) struct Tcb {
+    /// The RACK reordering timer (RFC 8985 §6.2 step 5).
+    rack_deadline: Option<Instant>,
+    /// The tail loss probe timer (RFC 8985 §7.2).
+    tlp_deadline: Option<Instant>,
+    rtx_deadline: Option<Instant>,
+    delack_deadline: Option<Instant>,
+    persist_deadline: Option<Instant>,
+    keepalive_deadline: Option<Instant>,
+    timewait_deadline: Option<Instant>,
+    finwait2_deadline: Option<Instant>,
+    /// The earliest deadline armed since the engine last scheduled the connection's
+    /// timer, in nanoseconds (`u64::MAX`: none); see [`Tcb::take_armed`].
+    armed: u64,
     pub(crate) state: State,
     pub(crate) local: SocketAddr,
     pub(crate) remote: SocketAddr,
@@ -221,14 +239,12 @@ pub(crate) struct Tcb {
     fin_received: bool,
 
     rtt: RttEstimator,
-    cc: Box<dyn CongestionControl>,
+    cc: Controller,
     recovery: Option<u32>,
     dupacks: u32,
     fast_rtx: bool,
     /// RACK loss detection (RFC 8985), used when SACK is on.
     rack: Rack,
-    /// The RACK reordering timer (RFC 8985 §6.2 step 5).
-    rack_deadline: Option<Instant>,
     /// SND.NXT at the last retransmission timeout, until acknowledged: no fast recovery
     /// begins before (RFC 6582 §3.2 step 1, RFC 6675 §5.1).
     rto_point: Option<u32>,
@@ -237,8 +253,6 @@ pub(crate) struct Tcb {
     /// A data segment went out without the SACK blocks it should have carried (no room
     /// beside a full-sized payload): a pure ACK with them follows (RFC 2018 §4).
     sack_ack: bool,
-    /// The tail loss probe timer (RFC 8985 §7.2).
-    tlp_deadline: Option<Instant>,
     /// A tail loss probe is due: the next `poll_transmit` sends it.
     send_tlp: bool,
     /// The probe in flight, until acknowledged or a timeout (one at a time).
@@ -252,16 +266,10 @@ pub(crate) struct Tcb {
     resend_refused_syn: bool,
     syn_retries: u32,
     rtx_count: u32,
-    rtx_deadline: Option<Instant>,
-    delack_deadline: Option<Instant>,
-    persist_deadline: Option<Instant>,
     persist_backoff: u32,
-    keepalive_deadline: Option<Instant>,
     ka_probes: u32,
     /// When the last segment arrived (keepalive idle time, [`TS_REFRESH`]).
     idle_since: Instant,
-    timewait_deadline: Option<Instant>,
-    finwait2_deadline: Option<Instant>,
 
     send_syn: bool,
     syn_emitted: bool,
@@ -284,9 +292,6 @@ pub(crate) struct Tcb {
     rto_undo: Option<RtoUndo>,
     /// Since the last fast recovery began: how to undo it should it prove spurious.
     rec_undo: Option<RecoveryUndo>,
-    /// The earliest deadline armed since the engine last scheduled the connection's
-    /// timer, in nanoseconds (`u64::MAX`: none); see [`Tcb::take_armed`].
-    armed: u64,
 }
 
 /// What a retransmission timeout changed, kept until the next ACK shows whether it was
@@ -296,7 +301,7 @@ struct RtoUndo {
     /// TSval of the first retransmission (RFC 3522 RetransmitTS).
     retransmit_ts: u32,
     /// The congestion controller before the timeout.
-    cc: Box<dyn CongestionControl>,
+    cc: Controller,
 }
 
 /// A tail loss probe in flight (RFC 8985 §7.3 TLP.end_seq and TLP.is_retrans).
@@ -315,7 +320,7 @@ struct TlpProbe {
 #[derive(Debug)]
 struct RecoveryUndo {
     /// The congestion controller before the recovery.
-    cc: Box<dyn CongestionControl>,
+    cc: Controller,
     /// SND.UNA and SND.NXT when it began: D-SACKs inside count.
     start: u32,
     end: u32,
@@ -581,5 +586,30 @@ impl Tcb {
         });
         ev.push(TcbEvent::Closed(reason));
         ev.push(TcbEvent::Remove);
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use super::{Instant, Tcb};
+    use core::mem::{align_of, offset_of, size_of};
+
+    /// The timer heap's check of a cold connection reads every deadline: they must fill
+    /// the block's first two cache lines (see [`Tcb`]).
+    #[test]
+    fn deadlines_fill_the_first_two_cache_lines() {
+        assert_eq!(align_of::<Tcb>(), 64);
+        let ends = [
+            offset_of!(Tcb, rack_deadline),
+            offset_of!(Tcb, tlp_deadline),
+            offset_of!(Tcb, rtx_deadline),
+            offset_of!(Tcb, delack_deadline),
+            offset_of!(Tcb, persist_deadline),
+            offset_of!(Tcb, keepalive_deadline),
+            offset_of!(Tcb, timewait_deadline),
+            offset_of!(Tcb, finwait2_deadline),
+        ]
+        .map(|o| o + size_of::<Option<Instant>>());
+        assert!(ends.iter().all(|&e| e <= 128), "deadlines end at {ends:?}");
     }
 }
