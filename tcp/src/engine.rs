@@ -161,6 +161,15 @@ pub struct Stats {
     pub recoveries: u64,
     /// Of those, episodes found spurious (reordering, not loss) and undone.
     pub spurious_recoveries: u64,
+    /// Of [`Stats::retransmits`], SYNs and SYN-ACKs sent again.
+    pub syn_retransmits: u64,
+    /// Tail loss probes sent (RFC 8985 §7.3), with new data or a retransmission.
+    pub loss_probes: u64,
+    /// Segments sent without data, SYN or FIN (ACKs and window updates), RSTs not
+    /// included.
+    pub pure_acks: u64,
+    /// Delayed-ACK timers that ran out with an ACK owed (RFC 9293 §3.8.6.3).
+    pub delayed_acks: u64,
 }
 
 impl Stats {
@@ -170,6 +179,10 @@ impl Stats {
         self.spurious_timeouts += l.spurious_timeouts;
         self.recoveries += l.recoveries;
         self.spurious_recoveries += l.spurious_recoveries;
+        self.syn_retransmits += l.syn_retransmits;
+        self.loss_probes += l.loss_probes;
+        self.pure_acks += l.pure_acks;
+        self.delayed_acks += l.delayed_acks;
     }
 }
 

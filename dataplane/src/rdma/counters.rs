@@ -45,6 +45,14 @@ pub struct RdmaCounters {
     pub tcp_recoveries: u64,
     /// Of those, episodes found spurious and undone (reordering, not loss).
     pub tcp_spurious_recoveries: u64,
+    /// Of the retransmissions, SYNs and SYN-ACKs.
+    pub tcp_syn_retransmits: u64,
+    /// TCP tail loss probes sent.
+    pub tcp_loss_probes: u64,
+    /// TCP segments sent without data, SYN or FIN (ACKs, window updates).
+    pub tcp_pure_acks: u64,
+    /// Delayed-ACK timers that ran out with an ACK owed.
+    pub tcp_delayed_acks: u64,
 }
 
 impl RdmaCounters {
@@ -87,7 +95,7 @@ impl RdmaCounters {
     /// `key: value` lines for the end-of-run summary (stable names, parsed by tests).
     pub fn summary(&self) -> String {
         format!(
-            "rdma-fpdus-sent: {}\nrdma-units-in-place: {}\nrdma-tx-buffers-allocated: {}\nrdma-tx-pool-reused: {}\nrdma-tx-pool-freed: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}\ntcp-spurious-timeouts: {}\ntcp-recoveries: {}\ntcp-spurious-recoveries: {}",
+            "rdma-fpdus-sent: {}\nrdma-units-in-place: {}\nrdma-tx-buffers-allocated: {}\nrdma-tx-pool-reused: {}\nrdma-tx-pool-freed: {}\nrdma-fpdus-received: {}\nrdma-ooo-placed: {}\nrdma-ooo-placed-bytes: {}\nrdma-held-bytes: {}\nrdma-held-tagged-bytes: {}\nrdma-crc-errors: {}\nrdma-terminates-sent: {}\nrdma-terminates-received: {}\ntcp-retransmits: {}\ntcp-timeouts: {}\ntcp-spurious-timeouts: {}\ntcp-recoveries: {}\ntcp-spurious-recoveries: {}\ntcp-syn-retransmits: {}\ntcp-loss-probes: {}\ntcp-pure-acks: {}\ntcp-delayed-acks: {}",
             self.fpdus_sent,
             self.units_in_place,
             self.tx_buffers_allocated,
@@ -105,7 +113,11 @@ impl RdmaCounters {
             self.tcp_timeouts,
             self.tcp_spurious_timeouts,
             self.tcp_recoveries,
-            self.tcp_spurious_recoveries
+            self.tcp_spurious_recoveries,
+            self.tcp_syn_retransmits,
+            self.tcp_loss_probes,
+            self.tcp_pure_acks,
+            self.tcp_delayed_acks
         )
     }
 }

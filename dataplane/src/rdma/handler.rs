@@ -736,6 +736,10 @@ impl ConnManager {
         c.tcp_spurious_timeouts = tcp.spurious_timeouts;
         c.tcp_recoveries = tcp.recoveries;
         c.tcp_spurious_recoveries = tcp.spurious_recoveries;
+        c.tcp_syn_retransmits = tcp.syn_retransmits;
+        c.tcp_loss_probes = tcp.loss_probes;
+        c.tcp_pure_acks = tcp.pure_acks;
+        c.tcp_delayed_acks = tcp.delayed_acks;
         c
     }
 

@@ -151,6 +151,10 @@ pub(crate) struct LossCounters {
     pub(crate) spurious_timeouts: u64,
     pub(crate) recoveries: u64,
     pub(crate) spurious_recoveries: u64,
+    pub(crate) syn_retransmits: u64,
+    pub(crate) loss_probes: u64,
+    pub(crate) pure_acks: u64,
+    pub(crate) delayed_acks: u64,
 }
 
 /// What a segment's acknowledgment processing depends on besides the sender's own state,
@@ -287,6 +291,14 @@ pub(crate) struct Tcb {
     spurious_timeouts: u64,
     recoveries: u64,
     spurious_recoveries: u64,
+    /// Of `retransmits`, SYNs and SYN-ACKs sent again.
+    syn_retransmits: u64,
+    /// Tail loss probes sent (RFC 8985 §7.3), new data or a retransmission.
+    loss_probes: u64,
+    /// Segments sent with neither data nor SYN/FIN (ACKs and window updates).
+    pure_acks: u64,
+    /// Times the delayed-ACK timer ran out with an ACK owed (RFC 9293 §3.8.6.3).
+    delayed_acks: u64,
     paws_drops: u64,
     /// Since a timeout: how to undo it should it prove spurious.
     rto_undo: Option<RtoUndo>,
@@ -432,6 +444,10 @@ impl Tcb {
             spurious_timeouts: 0,
             recoveries: 0,
             spurious_recoveries: 0,
+            syn_retransmits: 0,
+            loss_probes: 0,
+            pure_acks: 0,
+            delayed_acks: 0,
             paws_drops: 0,
             rto_undo: None,
             rec_undo: None,
@@ -507,7 +523,8 @@ impl Tcb {
         self.txq.drain_buffers(reclaim);
     }
 
-    /// Retransmissions, timeouts, recoveries and the spurious ones so far.
+    /// Retransmissions, timeouts, recoveries and the spurious ones, loss probes and pure
+    /// ACKs so far.
     pub(crate) fn loss_counters(&self) -> LossCounters {
         LossCounters {
             retransmits: self.retransmits,
@@ -515,6 +532,10 @@ impl Tcb {
             spurious_timeouts: self.spurious_timeouts,
             recoveries: self.recoveries,
             spurious_recoveries: self.spurious_recoveries,
+            syn_retransmits: self.syn_retransmits,
+            loss_probes: self.loss_probes,
+            pure_acks: self.pure_acks,
+            delayed_acks: self.delayed_acks,
         }
     }
 

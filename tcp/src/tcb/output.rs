@@ -150,6 +150,7 @@ impl Tcb {
         sink_wnd: usize,
         buf: &mut [u8],
     ) -> Option<usize> {
+        self.pure_acks += 1;
         self.send_empty(now, cfg, sink_wnd, TcpControl::None, self.snd_nxt, buf)
     }
 
@@ -245,6 +246,7 @@ impl Tcb {
                     // Every SYN or SYN-ACK after the first carries the same ISS again.
                     if self.syn_emitted {
                         self.retransmits += 1;
+                        self.syn_retransmits += 1;
                     }
                     self.syn_emitted = true;
                     self.rtx_deadline = self.arm(now + self.rtt.rto());
@@ -392,6 +394,7 @@ impl Tcb {
             retransmit_ts = Some(self.tsval(now));
             out = self.send_unit(now, cfg, sink_wnd, i, buf, gather);
         }
+        self.loss_probes += 1;
         self.tlp = Some(TlpProbe {
             end: self.snd_nxt,
             retransmit_ts,

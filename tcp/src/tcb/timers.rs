@@ -151,6 +151,7 @@ impl Tcb {
         if due(self.delack_deadline) {
             self.delack_deadline = None;
             self.ack_now = true;
+            self.delayed_acks += 1;
         }
         if due(self.persist_deadline) {
             // RFC 9293 §3.8.6.1: zero-window probe, exponential backoff.
