@@ -328,6 +328,7 @@ fn idle_connection_refreshes_the_peers_ts_recent() {
 fn delayed_ack_and_quick_ack_on_reordering() {
     let mut p = RawPeer::new(test_config());
     p.handshake();
+    let before = p.e.stats();
     // Attaching a 1 MiB socket opens the window beyond the pre-attach 64 KiB: an update.
     assert_eq!(p.output().len(), 1);
     assert!(
@@ -349,6 +350,16 @@ fn delayed_ack_and_quick_ack_on_reordering() {
     assert_eq!(
         out[0].sack,
         vec![(hole.wrapping_add(500), hole.wrapping_add(800))]
+    );
+    // Counted: four pure ACKs (the window update, the second segment's, the delayed one, the
+    // quick one), one of them sent because the delayed-ACK timer ran out.
+    let st = p.e.stats();
+    assert_eq!(
+        (
+            st.pure_acks - before.pure_acks,
+            st.delayed_acks - before.delayed_acks
+        ),
+        (4, 1)
     );
 }
 
@@ -815,6 +826,7 @@ fn tail_loss_probe_repairs_a_lost_last_segment() {
     p.send(&a);
     let info = p.e.info(c).unwrap();
     assert_eq!((info.timeouts, info.retransmits), (0, 1));
+    assert_eq!(p.e.stats().loss_probes, 1);
     assert!(info.cwnd < cwnd, "congestion response to the repaired loss");
 }
 
@@ -862,6 +874,9 @@ fn tail_loss_probe_sends_new_data_and_spares_the_window() {
     };
     assert_eq!(probe.seq, end_of(&last), "a new segment");
     assert_eq!(p.e.info(c).unwrap().retransmits, 1);
+    // Both probes counted, the one with new data not as a retransmission.
+    let st = p.e.stats();
+    assert_eq!((st.loss_probes, st.retransmits), (2, 1));
 }
 
 // Payloads sent from the engine's own buffers (`poll_transmit_gather`): over a lossy,
