@@ -211,5 +211,11 @@ fn perf_observed_with_dpdk_telemetry_py_and_dataplane_stats() {
     assert!(u(&second["rdma"], &["fpdus_received"]) <= counter(&stext, "rdma-fpdus-received"));
     assert!(u(&cq, &["tx_msgs"]) <= iterations);
     assert!(u(&second["rdma"], &["tcp_retransmits"]) <= counter(&stext, "tcp-retransmits"));
+    // The server acknowledges the Writes: pure ACKs counted while they ran, never more
+    // than the summary's total at exit.
+    let acks = u(&second["rdma"], &["tcp_pure_acks"]);
+    assert!(acks > 0, "no pure ACKs in telemetry: {second}");
+    assert!(acks <= counter(&stext, "tcp-pure-acks"));
+    assert!(u(&second["rdma"], &["tcp_loss_probes"]) <= counter(&stext, "tcp-loss-probes"));
     assert_eq!(counter(&stext, "rdma-terminates-received"), 0);
 }

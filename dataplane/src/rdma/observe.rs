@@ -220,6 +220,10 @@ impl ConnManager {
             ("tcp_spurious_timeouts", totals.tcp_spurious_timeouts),
             ("tcp_recoveries", totals.tcp_recoveries),
             ("tcp_spurious_recoveries", totals.tcp_spurious_recoveries),
+            ("tcp_syn_retransmits", totals.tcp_syn_retransmits),
+            ("tcp_loss_probes", totals.tcp_loss_probes),
+            ("tcp_pure_acks", totals.tcp_pure_acks),
+            ("tcp_delayed_acks", totals.tcp_delayed_acks),
         ] {
             r.scalar(k, v);
         }
