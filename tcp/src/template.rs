@@ -110,7 +110,6 @@ impl Template {
     /// checksums filled, the unfolded sum of the TCP pseudo-header and header for
     /// [`Template::set_checksum`]; `None` when `buf` or the packet's length field is too
     /// small.
-    #[inline]
     pub(crate) fn write(
         &self,
         buf: &mut [u8],
@@ -244,7 +243,6 @@ pub(crate) fn write_segment_headers(
 
 /// The template for `hdr` in `template` (made or remade for its shape), or `None` when the
 /// header is not of a template's shape.
-#[inline]
 fn template_for<'a>(
     template: &'a mut Option<Template>,
     cfg: &Config,

@@ -47,7 +47,6 @@ impl Tcb {
         new > cur && (new - cur >= (2 * mss).min(cfg.max_rx_window / 2) || cur < mss)
     }
 
-    #[inline]
     fn header(
         &mut self,
         now: Instant,
