@@ -110,6 +110,7 @@ impl Template {
     /// checksums filled, the unfolded sum of the TCP pseudo-header and header for
     /// [`Template::set_checksum`]; `None` when `buf` or the packet's length field is too
     /// small.
+    #[inline(always)]
     pub(crate) fn write(
         &self,
         buf: &mut [u8],

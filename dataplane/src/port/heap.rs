@@ -26,7 +26,9 @@ impl BufPool {
     }
 
     /// Takes a buffer of exactly `len` bytes (contents unspecified) from the free list, or
-    /// allocates one when the free list is empty.
+    /// allocates one when the free list is empty. A recycled buffer keeps its last frame's
+    /// octets (only those beyond its last length are zeroed), so a frame of the same size
+    /// costs no clearing pass.
     pub fn take(self: &Arc<Self>, len: usize) -> HeapBuf {
         let mut data = self
             .free
@@ -58,8 +60,7 @@ impl BufPool {
         self.free.len()
     }
 
-    fn give_back(&self, mut data: Vec<u8>) {
-        data.clear();
+    fn give_back(&self, data: Vec<u8>) {
         // A full free list means enough buffers are idle already: let this one go.
         let _ = self.free.push(data);
     }
@@ -132,6 +133,24 @@ mod tests {
         assert_eq!(b.as_ref().as_ptr(), ptr, "the idle allocation is reused");
         assert_eq!(b.len(), 100);
         assert_eq!(pool.idle(), 0);
+    }
+
+    // A recycled buffer is cut or grown to exactly the length asked for; octets past its
+    // last length are zeroed, those within it are whatever the last frame left.
+    #[test]
+    fn recycled_buffers_take_the_length_asked_for() {
+        let pool = BufPool::new(1, 2048);
+        let mut a = pool.take(100);
+        a.as_mut().fill(0xab);
+        a.truncate(80);
+        drop(a);
+        let b = pool.take(60);
+        assert_eq!(b.len(), 60);
+        assert!(b.as_ref().iter().all(|&o| o == 0xab));
+        drop(b);
+        let c = pool.take(120);
+        assert_eq!(c.len(), 120);
+        assert!(c.as_ref()[60..].iter().all(|&o| o == 0));
     }
 
     #[test]

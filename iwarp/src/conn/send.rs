@@ -35,9 +35,18 @@ impl Connection {
         pool: Option<&mut BufferPool>,
         budget: usize,
     ) {
-        if !self.may_send() {
-            return;
+        if self.may_send() {
+            self.fill_tx_sendable(mem, pool, budget);
         }
+    }
+
+    /// [`Connection::fill_tx_up_to`] once [`Connection::may_send`] said yes.
+    fn fill_tx_sendable<M: MemoryTable + ?Sized>(
+        &mut self,
+        mem: &M,
+        pool: Option<&mut BufferPool>,
+        budget: usize,
+    ) {
         let mulpdu = self.mulpdu();
         if mulpdu < MIN_MULPDU {
             return;
@@ -87,7 +96,7 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
         }
         // What TCP can send now: one unit's worth (a full MULPDU, or the budget if less).
         let budget = self.cfg.tx_budget.min(self.mulpdu());
-        self.fill_tx_up_to(mem, pool.as_deref_mut(), budget);
+        self.fill_tx_sendable(mem, pool.as_deref_mut(), budget);
         if self.sender().is_none_or(Sender::is_empty) {
             return None;
         }

@@ -98,6 +98,7 @@ impl Framer {
     /// ULPDU is not copied. Only without markers (their positions would move the ULPDU);
     /// returns the FPDU's length and, with CRCs on, the TCP checksum sum of the whole FPDU,
     /// taken in the CRC's pass ([`crate::wire::crcsum`]), for a unit of this FPDU alone.
+    #[inline]
     pub fn frame_in_place(
         &self,
         buf: &mut Vec<u8>,

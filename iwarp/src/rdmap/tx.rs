@@ -75,6 +75,7 @@ impl DdpSegmentOut {
     /// The segment as the MPA framer finishes it in place: `ULPDU_LENGTH_LEN` octets of
     /// room (zero) followed by the ULPDU (header, payload), in the payload's own buffer when
     /// there is one, with room for the pad and the CRC.
+    #[inline]
     pub fn into_ulpdu_buffer(mut self) -> Vec<u8> {
         let lead = ULPDU_LENGTH_LEN + self.header_len;
         if self.buf.len() < lead {
@@ -90,6 +91,7 @@ impl DdpSegmentOut {
     /// The buffer laid out for a payload of `len` octets after the header, returning the
     /// payload's place. A reused buffer is only cut or grown to size (what it held is
     /// overwritten by the caller), so reuse costs no clearing pass.
+    #[inline]
     fn payload_room(&mut self, len: usize) -> &mut [u8] {
         let lead = ULPDU_LENGTH_LEN + self.header_len;
         let need = lead + len;

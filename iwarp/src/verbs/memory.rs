@@ -1187,6 +1187,7 @@ impl MemoryModel {
     /// The backend range(s) holding `len` (> 0) octets at `off` of a resolved range that
     /// lives at `live`: page by page, physically adjacent pages as one range, all checked
     /// before any is used.
+    #[inline(always)]
     fn span(
         &self,
         r: &Resolved,
