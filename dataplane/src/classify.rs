@@ -355,7 +355,9 @@ impl Classifier {
             return malformed(Malformed::Ipv4);
         }
         let hlen = ip.header_len() as usize;
-        if !self.passes(csum.ip, || bytes.get(..hlen).is_some_and(ipv4_header_sum_ok)) {
+        if !self.passes(csum.ip, || {
+            bytes.get(..hlen).is_some_and(ipv4_header_sum_ok)
+        }) {
             return malformed(Malformed::Ipv4Checksum);
         }
         let total = ip.total_len() as usize;

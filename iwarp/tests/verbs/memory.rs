@@ -625,7 +625,10 @@ fn page_list_segments_after_the_first_land_through_the_grant() {
     }
     let bytes = fx.rnic.memory().bytes();
     let first = (PAGE - 4000) as usize;
-    assert_eq!(&bytes[(5 * PAGE + 4000) as usize..(6 * PAGE) as usize], &data[..first]);
+    assert_eq!(
+        &bytes[(5 * PAGE + 4000) as usize..(6 * PAGE) as usize],
+        &data[..first]
+    );
     assert_eq!(
         &bytes[(2 * PAGE) as usize..(3 * PAGE) as usize],
         &data[first..first + PAGE as usize]
@@ -635,7 +638,14 @@ fn page_list_segments_after_the_first_land_through_the_grant() {
         &data[first + PAGE as usize..]
     );
     assert_eq!(
-        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 4000 + 2 * PAGE - 10, &[9; 11]),
+        peer_write(
+            &mut fx.rnic,
+            fx.pd,
+            fx.qp,
+            mr,
+            VA + 4000 + 2 * PAGE - 10,
+            &[9; 11]
+        ),
         Err(TerminateCause::DDP_BASE_BOUNDS)
     );
     assert_eq!(touched(&fx.rnic, 0), 2 * PAGE as usize);
