@@ -653,6 +653,8 @@ fn page_list_segments_after_the_first_land_through_the_grant() {
     // A window over region octets 100..400 of a second page-list region.
     let mut fx = fixture();
     to_rts(&mut fx.rnic, fx.qp);
+    // The region starts 200 octets before the end of its first page (VA + FBO).
+    let base = VA + PAGE - 200;
     let spec = MrSpec {
         pbl: PageList {
             page_size: PAGE,
@@ -660,7 +662,7 @@ fn page_list_segments_after_the_first_land_through_the_grant() {
             fbo: PAGE - 200,
             len: 600,
         },
-        base: TaggedBase::Va(VA),
+        base: TaggedBase::Va(base),
         pd: fx.pd,
         key: 1,
         remote_access: true,
@@ -668,14 +670,14 @@ fn page_list_segments_after_the_first_land_through_the_grant() {
     };
     let mr = fx.rnic.register_mr(&spec).unwrap();
     let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
-    let b = bind_spec(mw, 1, mr, VA + 100, 300, Access::REMOTE_WRITE);
+    let b = bind_spec(mw, 1, mr, base + 100, 300, Access::REMOTE_WRITE);
     assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
     let mw = STag::new(mw.index(), 1);
     fill(&mut fx.rnic, 0);
     let data: Vec<u8> = (1..=300).map(|i| (i % 251) as u8 + 1).collect();
     for part in data.chunks(70) {
         let at = (part.as_ptr() as usize - data.as_ptr() as usize) as u64;
-        peer_write(&mut fx.rnic, fx.pd, fx.qp, mw, VA + 100 + at, part).unwrap();
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mw, base + 100 + at, part).unwrap();
     }
     let bytes = fx.rnic.memory().bytes();
     // Region octet r lives at page 3 for r < 200, else at page 1 + (r - 200).
@@ -685,7 +687,7 @@ fn page_list_segments_after_the_first_land_through_the_grant() {
     );
     assert_eq!(&bytes[PAGE as usize..(PAGE + 200) as usize], &data[100..]);
     assert_eq!(
-        peer_write(&mut fx.rnic, fx.pd, fx.qp, mw, VA + 390, &[9; 11]),
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mw, base + 390, &[9; 11]),
         Err(TerminateCause::DDP_BASE_BOUNDS)
     );
     assert_eq!(touched(&fx.rnic, 0), 300);
