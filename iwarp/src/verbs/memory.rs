@@ -1211,7 +1211,7 @@ impl MemoryModel {
 
     /// The backend range(s) holding `len` (> 0) octets at `offset` of the region mapped by
     /// `map`, checked as [`MemoryModel::span`] checks them.
-    #[inline]
+    #[inline(always)]
     fn mapped_span(&self, map: &Mapping, offset: u64, len: usize) -> Result<Span, AccessError> {
         // Page sizes are powers of two (`check_pbl`).
         let shift = map.page_size.trailing_zeros();
@@ -1248,7 +1248,7 @@ impl MemoryModel {
     }
 
     /// Copies `data` into a checked span.
-    #[inline]
+    #[inline(always)]
     fn write_span(&mut self, span: Span, data: &[u8]) -> Result<(), AccessError> {
         let written = match span {
             Span::One(start) => self.backend.write(start, data),
