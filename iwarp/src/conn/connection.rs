@@ -584,10 +584,21 @@ impl Connection {
     }
 
     /// Moves queued frames out and forwards the negotiator's and the engine's events.
+    /// Inline: after a segment the engine usually has no event to forward.
+    #[inline]
     pub(super) fn pump(&mut self) {
         if !self.negotiator_done {
             self.pump_negotiator();
         }
+        match self.phase.stream() {
+            Some((engine, _)) if engine.has_events() => self.pump_events(),
+            Some(_) => self.track_partial_fpdu(),
+            None => {}
+        }
+    }
+
+    /// [`Connection::pump`] with events to forward.
+    fn pump_events(&mut self) {
         let Some((engine, sender)) = self.phase.stream_mut() else {
             return;
         };

@@ -21,6 +21,7 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> RxContext for C {}
 /// Hands `segment` to `engine`, after taking from `cx` the receive buffers it needs and the
 /// engine lacks (a stream on a shared receive queue takes one per message, when the message
 /// arrives: VERBS-00 §6.3.5). Without them the engine Terminates the stream ("no buffer").
+#[inline]
 fn hand_in<C: RxContext + ?Sized>(
     engine: &mut Engine,
     cx: &mut C,
@@ -41,16 +42,62 @@ fn hand_in<C: RxContext + ?Sized>(
 }
 use crate::wire::mpa::{fpdu_len, MARKER_LEN, ULPDU_LENGTH_LEN};
 
+/// A call into the receiver with the delivery closure of [`Connection::with_receiver`]:
+/// generic over the closure, so that each FPDU reaches the engine by a direct call (a
+/// `dyn FnMut` made one indirect call, and a frame of its own, per FPDU).
+trait ReceiverCall {
+    /// What the receiver answers.
+    type Out;
+    /// Runs the call on `rx`, handing its ULPDUs to `deliver`.
+    fn run<F: FnMut(Delivery<'_>)>(self, rx: &mut Receiver, deliver: F) -> Self::Out;
+}
+
+/// [`Receiver::handle_in_order`].
+struct InOrder<'d> {
+    seq: u32,
+    data: &'d [u8],
+}
+
+impl ReceiverCall for InOrder<'_> {
+    type Out = Result<(), MpaError>;
+    fn run<F: FnMut(Delivery<'_>)>(self, rx: &mut Receiver, deliver: F) -> Self::Out {
+        rx.handle_in_order(self.seq, self.data, deliver)
+    }
+}
+
+/// [`Receiver::handle_segment`] for a segment ahead of RCV.NXT.
+struct Ahead<'d> {
+    seq: u32,
+    payload: &'d [u8],
+}
+
+impl ReceiverCall for Ahead<'_> {
+    type Out = Result<crate::mpa::Consumed, MpaError>;
+    fn run<F: FnMut(Delivery<'_>)>(self, rx: &mut Receiver, deliver: F) -> Self::Out {
+        rx.handle_segment(self.seq, self.payload, false, deliver)
+    }
+}
+
 impl Connection {
     /// Delivers the segments held behind a peer-to-peer RTR once the consumer has polled
     /// `Established` (it moves its QP to RTS before pumping or handing in more input).
+    /// Inline, called for every segment: the gate is almost always gone.
+    #[inline]
     pub(super) fn release_rx_gate<C: RxContext + ?Sized>(&mut self, cx: &mut C) {
+        let Phase::Fpdu(f) = &self.phase else {
+            return;
+        };
+        if f.inbound.gate.as_ref().is_some_and(|g| g.open) {
+            self.release_open_rx_gate(cx);
+        }
+    }
+
+    /// [`Connection::release_rx_gate`] once the gate is open.
+    #[inline(never)]
+    fn release_open_rx_gate<C: RxContext + ?Sized>(&mut self, cx: &mut C) {
         let Phase::Fpdu(f) = &mut self.phase else {
             return;
         };
-        if !f.inbound.gate.as_ref().is_some_and(|g| g.open) {
-            return;
-        }
         let Some(gate) = f.inbound.gate.take() else {
             return;
         };
@@ -85,18 +132,18 @@ impl Connection {
         data: &[u8],
         cx: &mut C,
     ) {
-        let r = self.with_receiver(cx, |rx, deliver| rx.handle_in_order(seq, data, deliver));
+        let r = self.with_receiver(cx, InOrder { seq, data });
         if let Some(Err(e)) = r {
             self.mpa_error(e);
         }
     }
 
-    /// Runs `f` with the receiver and a delivery closure that hands ULPDUs to the engine.
-    fn with_receiver<C: RxContext + ?Sized, R>(
+    /// Runs `call` with the receiver and a delivery closure that hands ULPDUs to the engine.
+    fn with_receiver<C: RxContext + ?Sized, K: ReceiverCall>(
         &mut self,
         cx: &mut C,
-        f: impl FnOnce(&mut Receiver, &mut dyn FnMut(Delivery<'_>)) -> R,
-    ) -> Option<R> {
+        call: K,
+    ) -> Option<K::Out> {
         let Connection {
             phase: Phase::Fpdu(fpdu),
             negotiator,
@@ -170,7 +217,7 @@ impl Connection {
                 deferred = true;
             }
         };
-        let r = f(&mut inbound.receiver, &mut deliver);
+        let r = call.run(&mut inbound.receiver, &mut deliver);
         if deferred {
             let e = self.early_segments_held();
             failure.get_or_insert(e);
@@ -304,9 +351,7 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
                 all
             }
             Phase::Fpdu(_) => {
-                let r = self.with_receiver(cx, |rx, deliver| {
-                    rx.handle_segment(seq, payload, false, deliver)
-                });
+                let r = self.with_receiver(cx, Ahead { seq, payload });
                 match r {
                     Some(Ok(c)) => {
                         self.count_left(seq, payload, 0..c.start.min(payload.len()));

@@ -267,6 +267,11 @@ impl Engine {
         !self.completions.is_empty()
     }
 
+    /// Whether [`Engine::poll_event`] has an event to give.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Next asynchronous event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()

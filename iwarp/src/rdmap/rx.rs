@@ -110,7 +110,16 @@ impl Engine {
         self.deliver_ready(mem, Some(position));
     }
 
+    /// Delivers the held records that are next in order (and, with a `watermark`, those
+    /// before it). Inline: in order nothing is held, and the check is all there is to do.
+    #[inline]
     fn deliver_ready<M: MemoryTable + ?Sized>(&mut self, mem: &mut M, watermark: Option<u64>) {
+        if watermark.is_some() || self.order.held() > 0 {
+            self.deliver_held(mem, watermark);
+        }
+    }
+
+    fn deliver_held<M: MemoryTable + ?Sized>(&mut self, mem: &mut M, watermark: Option<u64>) {
         while matches!(self.state, StreamState::Active | StreamState::Closing) {
             let next = match self.order.pop_ready() {
                 Some(r) => Some(r),

@@ -340,8 +340,7 @@ struct Grant {
     /// The TO range the STag covers.
     base: u64,
     size: u64,
-    /// The region the range lives in, and the offset of `base` in it.
-    region: u32,
+    /// The offset of `base` in the region the range lives in.
     mr_offset: u64,
     map: Mapping,
 }
@@ -630,17 +629,17 @@ impl MemoryModel {
     /// The grant a successful remote check of `stag` found (a region's or a bound window's
     /// TO range and the region's pages); `None` for STag 0 and inline data.
     fn grant_for(&self, stag: STag, pd: PdId, stream: StreamId, need: Access) -> Option<Grant> {
-        let (base, size, region, mr_offset, map) = match self.entries.get(&stag.index())? {
+        let (base, size, mr_offset, map) = match self.entries.get(&stag.index())? {
             Entry::Mr(mr) => {
                 let map = mr.mapping.as_ref()?;
-                (mr.base_to, map.len, stag.index(), 0, map)
+                (mr.base_to, map.len, 0, map)
             }
             Entry::Mw(mw) => {
                 let b = mw.binding?;
                 let Entry::Mr(mr) = self.entries.get(&b.mr)? else {
                     return None;
                 };
-                (b.base_to, b.len, b.mr, b.mr_offset, mr.mapping.as_ref()?)
+                (b.base_to, b.len, b.mr_offset, mr.mapping.as_ref()?)
             }
             Entry::Inline { .. } => return None,
         };
@@ -652,7 +651,6 @@ impl MemoryModel {
             need,
             base,
             size,
-            region,
             mr_offset,
             map: map.clone(),
         })
@@ -1208,44 +1206,50 @@ impl MemoryModel {
                 }
                 Ok(Span::One(start as u64))
             }
-            Live::Mapped(map) => {
-                // Page sizes are powers of two (`check_pbl`).
-                let shift = map.page_size.trailing_zeros();
-                let mask = map.page_size - 1;
-                let mut pos = map.fbo + r.offset + off;
-                let first = (pos >> shift) as usize;
-                let last = ((pos + len as u64 - 1) >> shift) as usize;
-                let pages = map.pages.get(first..=last).ok_or(AccessError::BaseBounds)?;
-                if pages
-                    .windows(2)
-                    .all(|w| w[1].wrapping_sub(w[0]) == map.page_size)
-                {
-                    // One backend range: checked as a whole, as its pages would be.
-                    let start = pages[0] + (pos & mask);
-                    if !self.backend.contains(start, len as u64) {
-                        return Err(AccessError::BaseBounds);
-                    }
-                    return Ok(Span::One(start));
-                }
-                let mut out = Chunks::default();
-                let mut left = len as u64;
-                for &base in pages {
-                    let in_page = pos & mask;
-                    let n = left.min(map.page_size - in_page);
-                    let start = (base + in_page) as usize;
-                    if !self.backend.contains(start as u64, n) {
-                        return Err(AccessError::BaseBounds);
-                    }
-                    out.push(start, n as usize);
-                    pos += n;
-                    left -= n;
-                }
-                Ok(Span::Pages(out))
-            }
+            Live::Mapped(map) => self.mapped_span(map, r.offset + off, len),
         }
     }
 
+    /// The backend range(s) holding `len` (> 0) octets at `offset` of the region mapped by
+    /// `map`, checked as [`MemoryModel::span`] checks them.
+    #[inline(always)]
+    fn mapped_span(&self, map: &Mapping, offset: u64, len: usize) -> Result<Span, AccessError> {
+        // Page sizes are powers of two (`check_pbl`).
+        let shift = map.page_size.trailing_zeros();
+        let mask = map.page_size - 1;
+        let mut pos = map.fbo + offset;
+        let first = (pos >> shift) as usize;
+        let last = ((pos + len as u64 - 1) >> shift) as usize;
+        let pages = map.pages.get(first..=last).ok_or(AccessError::BaseBounds)?;
+        if pages
+            .windows(2)
+            .all(|w| w[1].wrapping_sub(w[0]) == map.page_size)
+        {
+            // One backend range: checked as a whole, as its pages would be.
+            let start = pages[0] + (pos & mask);
+            if !self.backend.contains(start, len as u64) {
+                return Err(AccessError::BaseBounds);
+            }
+            return Ok(Span::One(start));
+        }
+        let mut out = Chunks::default();
+        let mut left = len as u64;
+        for &base in pages {
+            let in_page = pos & mask;
+            let n = left.min(map.page_size - in_page);
+            let start = (base + in_page) as usize;
+            if !self.backend.contains(start as u64, n) {
+                return Err(AccessError::BaseBounds);
+            }
+            out.push(start, n as usize);
+            pos += n;
+            left -= n;
+        }
+        Ok(Span::Pages(out))
+    }
+
     /// Copies `data` into a checked span.
+    #[inline(always)]
     fn write_span(&mut self, span: Span, data: &[u8]) -> Result<(), AccessError> {
         let written = match span {
             Span::One(start) => self.backend.write(start, data),
@@ -1459,15 +1463,7 @@ impl MemoryTable for MemoryModel {
         let span = match granted {
             Some(g) => {
                 let rel = check_range(g.base, g.size, to, len)?;
-                let offset = g.mr_offset + rel;
-                let r = Resolved {
-                    stag,
-                    region: g.region,
-                    offset,
-                    len,
-                    addr: Self::translate(&g.map, offset),
-                };
-                self.span(&r, 0, data.len(), Ok(Live::Mapped(&g.map)))?
+                self.mapped_span(&g.map, g.mr_offset + rel, data.len())?
             }
             None => {
                 let span = match self.resolve_live(stag, pd, stream, to, len, need)? {

@@ -608,6 +608,91 @@ fn page_list_scatters_across_non_contiguous_pages() {
     );
 }
 
+// RFC 5041 §7.2, §8.1: the segments of one Write after the first are placed through the
+// grant the first one's STag check left, and land where a first segment would put them:
+// across non-contiguous pages of a region, and through a window bound at an offset into
+// one; a segment past the end is refused whole (base and bounds), nothing written.
+#[test]
+fn page_list_segments_after_the_first_land_through_the_grant() {
+    let mut fx = fixture();
+    to_rts(&mut fx.rnic, fx.qp);
+    let mr = page_list_mr(&mut fx, vec![5 * PAGE, 2 * PAGE, 7 * PAGE], 4000, 2 * PAGE);
+    fill(&mut fx.rnic, 0);
+    let data: Vec<u8> = (0..2 * PAGE).map(|i| (i % 253) as u8 + 1).collect();
+    for part in data.chunks(1448) {
+        let at = (part.as_ptr() as usize - data.as_ptr() as usize) as u64;
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 4000 + at, part).unwrap();
+    }
+    let bytes = fx.rnic.memory().bytes();
+    let first = (PAGE - 4000) as usize;
+    assert_eq!(
+        &bytes[(5 * PAGE + 4000) as usize..(6 * PAGE) as usize],
+        &data[..first]
+    );
+    assert_eq!(
+        &bytes[(2 * PAGE) as usize..(3 * PAGE) as usize],
+        &data[first..first + PAGE as usize]
+    );
+    assert_eq!(
+        &bytes[(7 * PAGE) as usize..(8 * PAGE) as usize - first],
+        &data[first + PAGE as usize..]
+    );
+    assert_eq!(
+        peer_write(
+            &mut fx.rnic,
+            fx.pd,
+            fx.qp,
+            mr,
+            VA + 4000 + 2 * PAGE - 10,
+            &[9; 11]
+        ),
+        Err(TerminateCause::DDP_BASE_BOUNDS)
+    );
+    assert_eq!(touched(&fx.rnic, 0), 2 * PAGE as usize);
+
+    // A window over region octets 100..400 of a second page-list region.
+    let mut fx = fixture();
+    to_rts(&mut fx.rnic, fx.qp);
+    // The region starts 200 octets before the end of its first page (VA + FBO).
+    let base = VA + PAGE - 200;
+    let spec = MrSpec {
+        pbl: PageList {
+            page_size: PAGE,
+            pages: vec![3 * PAGE, PAGE],
+            fbo: PAGE - 200,
+            len: 600,
+        },
+        base: TaggedBase::Va(base),
+        pd: fx.pd,
+        key: 1,
+        remote_access: true,
+        access: all_rights() | Access::BIND,
+    };
+    let mr = fx.rnic.register_mr(&spec).unwrap();
+    let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
+    let b = bind_spec(mw, 1, mr, base + 100, 300, Access::REMOTE_WRITE);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
+    let mw = STag::new(mw.index(), 1);
+    fill(&mut fx.rnic, 0);
+    let data: Vec<u8> = (1..=300).map(|i| (i % 251) as u8 + 1).collect();
+    for part in data.chunks(70) {
+        let at = (part.as_ptr() as usize - data.as_ptr() as usize) as u64;
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mw, base + 100 + at, part).unwrap();
+    }
+    let bytes = fx.rnic.memory().bytes();
+    // Region octet r lives at page 3 for r < 200, else at page 1 + (r - 200).
+    assert_eq!(
+        &bytes[(3 * PAGE + PAGE - 100) as usize..(4 * PAGE) as usize],
+        &data[..100]
+    );
+    assert_eq!(&bytes[PAGE as usize..(PAGE + 200) as usize], &data[100..]);
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mw, base + 390, &[9; 11]),
+        Err(TerminateCause::DDP_BASE_BOUNDS)
+    );
+    assert_eq!(touched(&fx.rnic, 0), 300);
+}
+
 #[test]
 fn page_list_merges_adjacent_pages_and_takes_many_ranges() {
     // VERBS-00 §7.6.2.1: pages in list order, whatever their physical order. Pages 3-4-5 and

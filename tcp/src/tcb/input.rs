@@ -757,10 +757,17 @@ impl Tcb {
         }
     }
 
+    /// Takes the peer's FIN once RCV.NXT reached it (inline: every segment asks).
+    #[inline]
     fn consume_fin(&mut self, now: Instant, cfg: &Config, ev: &mut Vec<TcbEvent>) {
-        if self.fin_received || self.peer_fin != Some(self.rcv_nxt) {
-            return;
+        if !self.fin_received && self.peer_fin == Some(self.rcv_nxt) {
+            self.take_fin(now, cfg, ev);
         }
+    }
+
+    /// [`Tcb::consume_fin`] when the FIN is next: RCV.NXT passes it and the state moves
+    /// (RFC 9293 §3.10.7.4, eighth check).
+    fn take_fin(&mut self, now: Instant, cfg: &Config, ev: &mut Vec<TcbEvent>) {
         self.fin_received = true;
         self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
         self.ack_now = true;
