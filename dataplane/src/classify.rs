@@ -356,7 +356,7 @@ impl Classifier {
         }
         let hlen = ip.header_len() as usize;
         if !self.passes(csum.ip, || {
-            bytes.get(..hlen).is_some_and(ipv4_header_sum_ok)
+            bytes.get(..hlen).is_some_and(tcp::checksum::header_sum_ok)
         }) {
             return malformed(Malformed::Ipv4Checksum);
         }
@@ -490,26 +490,6 @@ impl Classifier {
         };
         c
     }
-}
-
-/// Whether an IPv4 header's one's complement sum (its checksum field included) is all
-/// ones (RFC 791 §3.1, RFC 1071). Summed in 32-bit words (the header is IHL of them) into
-/// a 64-bit accumulator and folded once: the 20-octet header of the data path is five
-/// loads and adds, where smoltcp's 16-bit loop is an out-of-line call of about 70
-/// instructions.
-#[inline]
-fn ipv4_header_sum_ok(header: &[u8]) -> bool {
-    let word = |w: &[u8]| u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
-    let acc: u64 = match <&[u8; 20]>::try_from(header) {
-        Ok(h) => h.chunks_exact(4).map(word).sum(),
-        Err(_) => header.chunks_exact(4).map(word).sum(),
-    };
-    let mut x = (acc >> 32) + (acc & 0xffff_ffff);
-    x = (x >> 32) + (x & 0xffff_ffff);
-    x = (x >> 16) + (x & 0xffff);
-    x = (x >> 16) + (x & 0xffff);
-    // All ones in either byte order.
-    x == 0xffff
 }
 
 #[cfg(test)]
