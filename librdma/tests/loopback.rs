@@ -2,7 +2,8 @@
 //! devices (`a` and `b`, no DPDK): devices and queries, rdma_cm connection setup with
 //! private data, RDMA Write, Send and RDMA Read between buffers of this process's heap,
 //! completions through channels, disconnect with flushed receives, teardown; async events
-//! of a Write to an invalid STag on both sides; two connections sharing one S-RQ.
+//! of a Write to an invalid STag on both sides; a Send that still arrives when its QP and
+//! id are destroyed right after its completion; two connections sharing one S-RQ.
 //!
 //! The test calls the exported C functions as an application would, so it is unsafe code.
 #![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
@@ -389,6 +390,57 @@ fn a_write_to_an_invalid_stag_is_an_async_event_on_both_sides() {
     assert_eq!(poll_one(c.ccq).wr_id, 1);
 
     teardown(c, &dir);
+}
+
+// perftest's last handshake with `-R`: a Send whose completion the sender polls, then its
+// QP and id destroyed at once, without rdma_disconnect, and the process exits. Linux siw
+// releases the QP's socket (tcp_close: what was written still goes out, then a FIN), and
+// the peer relies on that to receive the Send. VERBS-00 §6.1.4: Destroy QP disassociates
+// the LLP and "may" reset it; the library releases it the way Linux does: the peer's
+// receive completes, it sees DISCONNECTED and its connection closed gracefully, without
+// the fatal async event a reset brings (VERBS-00 §6.2.4).
+#[test]
+fn a_send_completed_just_before_its_qp_and_id_are_destroyed_still_arrives() {
+    let dir = configure();
+    let c = connect(PORT + 3);
+    let sctx = unsafe { (*c.child).verbs };
+    let mut cbuf = c.cbuf;
+    cbuf[..64].copy_from_slice(&[0x5a; 64]);
+    let mut ssge = sge(&cbuf, 0, 64, c.cmr);
+    let mut swr = send_wr(7, &mut ssge, IBV_WR_SEND);
+    post_send(c.cqp, &mut swr);
+    let wc = poll_one(c.ccq);
+    assert_eq!((wc.wr_id, wc.status), (7, IBV_WC_SUCCESS));
+    unsafe { rdma_destroy_qp(c.client) };
+    assert_eq!(unsafe { rdma_destroy_id(c.client) }, 0);
+
+    let wc = poll_one(c.s_recv_cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
+        (200, IBV_WC_SUCCESS, IBV_WC_RECV, 64)
+    );
+    assert_eq!(&c.sbuf[3072..3136], &[0x5a; 64]);
+    let ev = expect_ok(c.ch, RDMA_CM_EVENT_DISCONNECTED);
+    assert_eq!(unsafe { (*ev).id }, c.child);
+    unsafe { rdma_ack_cm_event(ev) };
+    // A graceful close flushes the receive still posted (VERBS-00 §6.2.5) and raises no
+    // async event; a reset would have raised IBV_EVENT_QP_FATAL.
+    let wc = poll_one(c.s_recv_cq);
+    assert_eq!((wc.wr_id, wc.status), (201, IBV_WC_WR_FLUSH_ERR));
+    if let Some(ev) = try_async_event(sctx, Duration::from_millis(300)) {
+        panic!("async event {} on the peer", ev.event_type);
+    }
+
+    assert_eq!(unsafe { rdma_destroy_id(c.child) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(c.smr) }, 0);
+    assert_eq!(unsafe { ibv_destroy_qp(c.sqp) }, 0);
+    assert_eq!(unsafe { ibv_dereg_mr(c.cmr) }, 0);
+    assert_eq!(unsafe { ibv_destroy_cq(c.ccq) }, 0);
+    assert_eq!(unsafe { ibv_destroy_comp_channel(c.cch) }, 0);
+    assert_eq!(unsafe { ibv_dealloc_pd(c.cpd) }, 0);
+    assert_eq!(unsafe { rdma_destroy_id(c.listen) }, 0);
+    unsafe { rdma_destroy_event_channel(c.ch) };
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// One client on b: its id (routed toward `port` on a), PD, CQ, QP, registered buffer.

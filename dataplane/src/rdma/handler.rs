@@ -615,6 +615,31 @@ impl RdmaHandler {
         Ok(())
     }
 
+    /// The application let go of connection `id` without a disconnect (it destroyed its
+    /// rdma_cm id): as Linux's iw_cm does, its QP moves to Error (its work requests are
+    /// flushed) and is no longer the connection's, the stream stops without a Terminate,
+    /// and TCP sends what it was already given, then closes gracefully (a socket closed by
+    /// its owner). The connection ends by itself; its events reach no one.
+    pub fn release(&mut self, id: ConnId) -> Result<(), CmError> {
+        let (engine, rnic, cm) = self.parts();
+        let e = cm.conns.get_mut(&id).ok_or(CmError::NoConnection)?;
+        e.closing = true;
+        let qp = e.qp.take();
+        if let Some(qp) = qp {
+            cm.by_qp.remove(&qp);
+        }
+        if let Some(c) = engine.ulp_mut(id) {
+            c.release(cm.now, rnic.memory());
+        }
+        if let Some(qp) = qp {
+            // Its LLP action (a reset) finds no connection any more: ignored.
+            let _ = rnic.modify_qp(qp, ModifyQp::to(QpState::Error));
+        }
+        cm.qp_actions(engine, rnic);
+        cm.service(engine, rnic, id);
+        Ok(())
+    }
+
     /// Abortive disconnect: a Terminate is queued, TCP reset at once (the Terminate may
     /// not get out), the QP flushed.
     pub fn abort(&mut self, id: ConnId) -> Result<(), CmError> {
@@ -1023,16 +1048,25 @@ impl ConnManager {
                 | QpAction::SendTerminate { qp, .. }
                 | QpAction::CloseLlp { qp }
                 | QpAction::ResetLlp { qp }
+                | QpAction::ReleaseLlp { qp }
                 | QpAction::Destroyed { qp } => *qp,
             };
             let Some(&id) = self.by_qp.get(&qp) else {
                 continue;
             };
             let now = self.now;
+            let released = matches!(a, QpAction::ReleaseLlp { .. });
             let req = engine
                 .ulp_mut(id)
                 .and_then(|c| c.apply_qp_action(now, rnic.memory(), &a));
             match req {
+                // The stream was released: TCP closes once what was built is handed over.
+                None if released => {
+                    if let Some(e) = self.conns.get_mut(&id) {
+                        e.closing = true;
+                    }
+                    self.service(engine, rnic, id);
+                }
                 Some(LlpRequest::Close) => {
                     if let Some(e) = self.conns.get_mut(&id) {
                         e.closing = true;

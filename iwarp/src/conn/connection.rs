@@ -495,6 +495,26 @@ impl Connection {
         self.pump_and_fill(mem, None);
     }
 
+    /// The QP was destroyed while the connection was up ([`Engine::release`]): the stream
+    /// stops without a Terminate, the frames already built are still sent and the LLP is
+    /// closed gracefully after them. Before FPDU mode the TCP connection is reset.
+    pub fn release<M: MemoryTable + ?Sized>(&mut self, now: Instant, mem: &M) {
+        self.advance_time(now);
+        match self.engine_mut() {
+            Some(e) => {
+                e.release();
+                self.llp.push_back(LlpRequest::Close);
+            }
+            None => {
+                if matches!(self.phase, Phase::Negotiating(_)) {
+                    self.end_negotiation(ConnState::Failed);
+                    self.llp.push_back(LlpRequest::Reset);
+                }
+            }
+        }
+        self.pump_and_fill(mem, None);
+    }
+
     /// Whether nothing is left to send.
     pub fn is_drained(&self) -> bool {
         self.frames.is_empty()

@@ -100,6 +100,10 @@ impl Connection {
                 self.close(now, mem);
                 Some(LlpRequest::Close)
             }
+            QpAction::ReleaseLlp { .. } => {
+                self.release(now, mem);
+                None
+            }
             QpAction::ResetLlp { .. } => Some(LlpRequest::Reset),
             QpAction::Attach { .. } | QpAction::Destroyed { .. } => None,
         }

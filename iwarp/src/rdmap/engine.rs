@@ -299,6 +299,19 @@ impl Engine {
         self.fail(Failure::bare(cause, Culprit::None));
     }
 
+    /// The QP that owns the stream was destroyed (VERBS-00 §6.1.4): nothing more is built,
+    /// placed or delivered, no Terminate is sent (one already queued still goes out), and
+    /// the pending work is dropped without completions, which no one could poll any more.
+    /// What was built before stays with the LLP, which the caller closes gracefully, as
+    /// Linux closes the socket of a QP its owner let go of.
+    pub fn release(&mut self) {
+        if matches!(self.state, StreamState::Active | StreamState::Closing) {
+            self.state = StreamState::Closed;
+        }
+        self.flush(Culprit::None);
+        self.completions.clear();
+    }
+
     /// The LLP closed: `graceful` for a peer FIN, otherwise reset or loss.
     pub fn handle_llp_closed(&mut self, graceful: bool) {
         match self.state {

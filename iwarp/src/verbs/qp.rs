@@ -410,7 +410,7 @@ impl Rnic {
         }
         self.memory.remove_stream(qp);
         if attached {
-            self.actions.push_back(QpAction::ResetLlp { qp });
+            self.actions.push_back(QpAction::ReleaseLlp { qp });
         }
         self.actions.push_back(QpAction::Destroyed { qp });
         log::debug!("QP {qp:?} destroyed");

@@ -249,6 +249,13 @@ pub enum QpAction {
         /// The QP.
         qp: QpId,
     },
+    /// The QP was destroyed with its stream up: stop the stream without a Terminate, send
+    /// what was already built and close the LLP gracefully (a TCP FIN after it), as Linux
+    /// does with the socket of a destroyed QP. Completed sends may still be on their way.
+    ReleaseLlp {
+        /// The QP.
+        qp: QpId,
+    },
     /// The QP was destroyed: drop its engine.
     Destroyed {
         /// The QP.

@@ -2,7 +2,7 @@
 //! WRs posted with PostSQ/PostRQ and Work Completions polled from the CQs (VERBS-00 §8.2),
 //! the wire in between being the connections' TCP units.
 
-use iwarp::conn::{ConnConfig, ConnEvent, Connection};
+use iwarp::conn::{ConnConfig, ConnEvent, Connection, LlpRequest};
 use iwarp::mem::HeapBackend;
 use iwarp::mpa::MpaConfig;
 use iwarp::verbs::*;
@@ -278,6 +278,134 @@ fn a_send_placed_before_a_reset_completes_before_the_flush() {
     );
     assert_eq!(wb[0].byte_len, 80);
     assert_eq!(&b.rnic.memory().bytes()[8192..8192 + 80], &[0x5c; 80]);
+}
+
+/// A Send of `len` octets from the start of `s`'s buffer.
+fn send_of(s: &Side, wr_id: u64, len: u32) -> SendWr {
+    SendWr::message(
+        wr_id,
+        SendOp::Send {
+            sgl: vec![Sge {
+                stag: s.mr,
+                to: 0x10_0000,
+                len,
+            }],
+            solicited: false,
+            invalidate: None,
+        },
+    )
+}
+
+// VERBS-00 §6.1.4: a QP destroyed with its stream up releases the LLP. The Sends that
+// completed (their FPDUs built, waiting for TCP) still reach the peer; the Write under way
+// behind them stops where it is (the rest of it is never read from memory); no Terminate
+// is built; the driver is asked for a graceful close (FIN after what is queued); segments
+// arriving afterwards are dropped without an answer.
+#[test]
+fn a_destroyed_qp_releases_its_stream_and_what_was_built_still_arrives() {
+    const WRITE: u32 = 200 << 10;
+    const WRITE_AT: u64 = 16 << 10;
+    let mut a = side(true, 31);
+    let mut b = side(false, 32);
+    run(&mut a, &mut b);
+    a.rnic.memory_mut().bytes_mut()[..WRITE as usize].fill(0x6d);
+    b.rnic
+        .post_rq(b.qp, vec![recv_wr(&b, 7, 8192), recv_wr(&b, 8, 12288)])
+        .unwrap();
+    poll(&mut b);
+    let write = SendWr::message(
+        3,
+        SendOp::Write {
+            sgl: vec![Sge {
+                stag: a.mr,
+                to: 0x10_0000,
+                len: WRITE,
+            }],
+            remote: RemoteBuf {
+                stag: b.mr,
+                to: 0x10_0000 + WRITE_AT,
+            },
+        },
+    );
+    a.rnic
+        .post_sq(a.qp, vec![send_of(&a, 1, 80), send_of(&a, 2, 2000), write])
+        .unwrap();
+    poll(&mut a);
+    // TCP takes the first unit; the connection builds ahead up to its budget: both Sends
+    // complete, the Write does not.
+    let held = a
+        .conn
+        .next_unit(&mut a.rnic, now(), a.tx_seq, MSS)
+        .expect("the first Send's FPDU");
+    poll(&mut a);
+    assert_eq!(
+        wcs(&mut a)
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, CompletionStatus::Success),
+            (2, CompletionStatus::Success)
+        ]
+    );
+
+    a.rnic.destroy_qp(a.qp).unwrap();
+    let mut llp = Vec::new();
+    while let Some(act) = a.rnic.poll_action() {
+        llp.extend(a.conn.apply_qp_action(now(), a.rnic.memory(), &act));
+    }
+    while let Some(r) = a.conn.poll_llp_request() {
+        llp.push(r);
+    }
+    assert_eq!(llp, vec![LlpRequest::Close]);
+
+    // What was built goes out, then nothing more.
+    let seq = a.tx_seq;
+    b.conn
+        .on_segment(&mut b.rnic, now(), seq, &held.payload, true, seq);
+    a.tx_seq = seq.wrapping_add(held.payload.len() as u32);
+    b.conn.on_advance(&mut b.rnic, now(), a.tx_seq);
+    let before = a.tx_seq;
+    assert!(carry(&mut a, &mut b), "the queued FPDUs follow");
+    let sent = a.tx_seq.wrapping_sub(seq) as usize;
+    assert!(
+        a.tx_seq != before && sent < WRITE as usize,
+        "{sent} octets sent"
+    );
+    assert!(a.conn.is_drained());
+    assert!(a
+        .conn
+        .next_unit(&mut a.rnic, now(), a.tx_seq, MSS)
+        .is_none());
+    poll(&mut b);
+    assert_eq!(
+        wcs(&mut b)
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.byte_len))
+            .collect::<Vec<_>>(),
+        vec![
+            (7, CompletionStatus::Success, 80),
+            (8, CompletionStatus::Success, 2000)
+        ]
+    );
+    let bmem = b.rnic.memory().bytes();
+    assert_eq!(&bmem[8192..8192 + 80], &[0x6d; 80]);
+    let write_end = (WRITE_AT + u64::from(WRITE)) as usize;
+    assert!(
+        bmem[write_end - 4096..write_end].iter().all(|&x| x == 0),
+        "the Write's tail was never sent"
+    );
+
+    // B's Send to the released stream is dropped: no Terminate comes back.
+    a.rnic.memory_mut().bytes_mut()[..80].fill(0);
+    b.rnic.post_sq(b.qp, vec![send_of(&b, 4, 80)]).unwrap();
+    poll(&mut b);
+    assert!(carry(&mut b, &mut a));
+    assert!(a
+        .conn
+        .next_unit(&mut a.rnic, now(), a.tx_seq, MSS)
+        .is_none());
+    assert!(a.rnic.memory().bytes()[..80].iter().all(|&x| x == 0));
 }
 
 /// One RNIC whose two QPs take their receives from one S-RQ, each QP with its own CQ and

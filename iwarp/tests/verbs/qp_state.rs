@@ -564,6 +564,39 @@ fn modify_rts_to_terminate_sends_local_catastrophic_without_error_event() {
 }
 
 #[test]
+fn destroy_in_rts_releases_the_llp_instead_of_resetting_it() {
+    // VERBS-00 §6.1.4 (Destroy QP disassociates the LLP and may reset it): released, as
+    // Linux siw releases a destroyed QP's socket, so that sends already completed arrive.
+    let (mut fx, qp) = quiet_rts();
+    fx.rnic.post_rq(qp, vec![recv(5, vec![])]).unwrap();
+    fx.rnic.destroy_qp(qp).unwrap();
+    assert_eq!(
+        actions(&mut fx.rnic),
+        vec![QpAction::ReleaseLlp { qp }, QpAction::Destroyed { qp }]
+    );
+    assert!(
+        drain(&mut fx.rnic, fx.cq).is_empty(),
+        "no CQE after Destroy"
+    );
+}
+
+#[test]
+fn destroy_in_idle_or_error_has_no_llp_to_release() {
+    // VERBS-00 §6.1.4: nothing is attached in Idle, and Error already reset the LLP.
+    for s in [QpState::Idle, QpState::Error] {
+        let mut fx = qp_in(s);
+        let qp = fx.qp;
+        actions(&mut fx.rnic);
+        fx.rnic.destroy_qp(qp).unwrap();
+        assert_eq!(
+            actions(&mut fx.rnic),
+            vec![QpAction::Destroyed { qp }],
+            "{s:?}"
+        );
+    }
+}
+
+#[test]
 fn modify_rts_to_error_resets_without_terminate() {
     // VERBS-00 §6.2.2.4; digest G06
     let (mut fx, qp) = quiet_rts();

@@ -30,6 +30,8 @@ pub struct CmTable {
     listeners: FxHashMap<(usize, u16), Arc<CmIdShared>>,
     conns: FxHashMap<(usize, ConnId), ConnTrack>,
     by_qp: FxHashMap<(usize, QpId), ConnId>,
+    /// Connections whose id was destroyed while they were open, closing by themselves.
+    released: Vec<(usize, ConnId)>,
     next_port: u16,
 }
 
@@ -154,16 +156,18 @@ impl CmTable {
         }
     }
 
-    /// The id of `conn` is destroyed: a live connection is reset, a pending request
+    /// The id of `conn` is destroyed: a live connection is released (what it sent still
+    /// arrives, then TCP closes gracefully: [`RdmaHandler::release`]), a pending request
     /// rejected, and its events are no longer routed.
     pub fn forget(&mut self, dev: usize, h: &mut RdmaHandler, conn: ConnId) {
         if let Some(t) = self.conns.remove(&(dev, conn)) {
             if let Some(qp) = t.qp {
                 self.by_qp.remove(&(dev, qp));
                 if h.tcp().state(conn).is_some() {
-                    log::debug!("id of {conn:?} destroyed with its connection open: reset");
+                    log::debug!("id of {conn:?} destroyed with its connection open: released");
+                    self.released.push((dev, conn));
                 }
-                let _ = h.abort(conn);
+                let _ = h.release(conn);
             } else {
                 let _ = h.reject(conn, &[]);
             }
@@ -183,15 +187,15 @@ impl CmTable {
     /// Closes every connection of device `dev` in order (RDMAP §6.2: queued work drains,
     /// then TCP sends its FIN), as Linux siw's socket close does when a program exits.
     pub fn close_all(&mut self, dev: usize, h: &mut RdmaHandler) {
-        for c in self.conns_of(dev) {
+        for c in self.conns_of(dev, h) {
             let _ = h.disconnect(c);
         }
     }
 
     /// Whether every connection of device `dev` delivered what it had to send: gone, or its
     /// FIN acknowledged.
-    pub fn all_closed(&self, dev: usize, h: &RdmaHandler) -> bool {
-        self.conns_of(dev).into_iter().all(|c| {
+    pub fn all_closed(&mut self, dev: usize, h: &RdmaHandler) -> bool {
+        self.conns_of(dev, h).into_iter().all(|c| {
             matches!(
                 h.tcp().state(c),
                 None | Some(State::FinWait2 | State::TimeWait)
@@ -199,9 +203,13 @@ impl CmTable {
         })
     }
 
-    fn conns_of(&self, dev: usize) -> Vec<ConnId> {
+    /// The connections of device `dev`: those of live ids and those released and not
+    /// closed yet (which the process still waits for at its exit).
+    fn conns_of(&mut self, dev: usize, h: &RdmaHandler) -> Vec<ConnId> {
+        self.released.retain(|&(_, c)| h.tcp().state(c).is_some());
         self.conns
             .keys()
+            .chain(self.released.iter())
             .filter(|(d, _)| *d == dev)
             .map(|(_, c)| *c)
             .collect()
@@ -209,7 +217,7 @@ impl CmTable {
 
     /// Aborts every connection of device `dev` (a Terminate and a reset).
     pub fn abort_all(&mut self, dev: usize, h: &mut RdmaHandler) {
-        for c in self.conns_of(dev) {
+        for c in self.conns_of(dev, h) {
             let _ = h.abort(c);
         }
     }

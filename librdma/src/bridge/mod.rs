@@ -75,9 +75,11 @@ pub struct LaneCounters {
     /// TCP resets sent other than aborts: for segments of no connection (a segment on
     /// the wrong lane) and by connections (RFC 9293's reset cases).
     pub resets_sent: u64,
-    /// TCP resets of connections the program reset (an id or QP destroyed, a QP moved to
-    /// ERR while its connection was up).
+    /// TCP resets of connections the program reset (a QP moved to ERR while its
+    /// connection was up).
     pub aborts: u64,
+    /// Connections open now (a destroyed id's or QP's until its graceful close ends).
+    pub live: u64,
     /// FPDUs sent and received.
     pub fpdus: (u64, u64),
 }
@@ -86,13 +88,14 @@ impl LaneCounters {
     /// One line of `key value` pairs (the keys of `dataplane perf`'s lane lines).
     pub fn line(&self) -> String {
         format!(
-            "rx-frames {} tx-frames {} established {} foreign {} resets-sent {} aborts {} fpdus-sent {} fpdus-received {}",
+            "rx-frames {} tx-frames {} established {} foreign {} resets-sent {} aborts {} live {} fpdus-sent {} fpdus-received {}",
             self.frames.0,
             self.frames.1,
             self.established,
             self.foreign,
             self.resets_sent,
             self.aborts,
+            self.live,
             self.fpdus.0,
             self.fpdus.1
         )
@@ -211,6 +214,7 @@ impl Bridge {
             let tcp = h.tcp().stats();
             c.resets_sent += tcp.resets_sent - tcp.aborts_sent;
             c.aborts += tcp.aborts_sent;
+            c.live += h.live() as u64;
             c.fpdus.0 += rdma.fpdus_sent;
             c.fpdus.1 += rdma.fpdus_received;
         }
@@ -281,7 +285,7 @@ impl Bridge {
         self.drain_cqs();
         if let Some(conn) = self.cm.conn_of(qp.dev, qp.id) {
             log::debug!(
-                "lane {}: QP {:?} destroyed with its connection {conn:?} (reset if open)",
+                "lane {}: QP {:?} destroyed with its connection {conn:?} (released if open)",
                 self.lane,
                 qp.id
             );

@@ -124,8 +124,9 @@ pub unsafe extern "C" fn rdma_create_id(
     })
 }
 
-/// `rdma_destroy_id`: stops listening, resets a live connection (rejects a request not
-/// accepted), drops events still queued for the id, and waits until the events already
+/// `rdma_destroy_id`: stops listening, releases a live connection (its QP flushed, what
+/// it sent still delivered, then a graceful TCP close, as Linux's iw_cm and siw do; a
+/// request not accepted is rejected), drops events still queued for the id, and waits until the events already
 /// handed out for it are acknowledged.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {

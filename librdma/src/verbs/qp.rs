@@ -289,7 +289,8 @@ pub unsafe extern "C" fn ibv_query_qp(
     })
 }
 
-/// `ibv_destroy_qp`: in any state; a connection it carries is reset.
+/// `ibv_destroy_qp`: in any state. A connection it carries is released as Linux siw
+/// releases the socket: what was already sent still arrives, then TCP closes gracefully.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     errno_call("ibv_destroy_qp", || {
