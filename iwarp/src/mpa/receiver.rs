@@ -289,6 +289,39 @@ impl Receiver {
             .map(|c| c.crc)
     }
 
+    /// The in-order fast path's look at `s`, in-order octets at `seq`: when they are the
+    /// next ones and start at an FPDU boundary (no markers, nothing handed up ahead, no
+    /// partial FPDU held) with a whole FPDU whose ULPDU_Length is within bounds and whose
+    /// CRC matches (RFC 5044 §6.5, §8; the staged CRC where [`Receiver::stage`] took it),
+    /// its ULPDU and its span, else `None`. Nothing changes: once the ULPDU is handed up,
+    /// [`Receiver::pass_fpdu`] moves past it; without that call the same octets go to
+    /// [`Receiver::handle_in_order`] as before, which reports what `None` declined.
+    #[inline]
+    pub fn whole_fpdu_at<'s>(&self, seq: u32, s: &'s [u8]) -> Option<(&'s [u8], usize)> {
+        if self.stopped
+            || self.spacing.is_some()
+            || !self.delivered.is_empty()
+            || !self.is_at_boundary()
+            || seq != self.next_seq()
+        {
+            return None;
+        }
+        match self.examine(self.pos, self.pos, &[0; MARKER_LEN], s) {
+            Ok(Examined::Whole { span, ulpdu_len }) => {
+                let ulpdu = s.get(ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + ulpdu_len)?;
+                Some((ulpdu, span))
+            }
+            _ => None,
+        }
+    }
+
+    /// Moves the in-order position past the FPDU of `span` octets that
+    /// [`Receiver::whole_fpdu_at`] found at it, once its ULPDU was handed up.
+    #[inline]
+    pub fn pass_fpdu(&mut self, span: usize) {
+        self.pos += span as u64;
+    }
+
     /// Parameters in use.
     pub fn config(&self) -> &ReceiverConfig {
         &self.cfg
