@@ -135,10 +135,20 @@ impl Connection {
         cx: &mut C,
     ) {
         let done = self.place_write_run(seq, data, cx);
-        if done == data.len() {
-            return;
+        if done < data.len() {
+            self.receive_in_order_general(seq.wrapping_add(done as u32), &data[done..], cx);
         }
-        let (seq, data) = (seq.wrapping_add(done as u32), &data[done..]);
+    }
+
+    /// In-order stream octets through the receiver (out of line: the fast path's frame
+    /// stays small).
+    #[inline(never)]
+    fn receive_in_order_general<C: RxContext + ?Sized>(
+        &mut self,
+        seq: u32,
+        data: &[u8],
+        cx: &mut C,
+    ) {
         let r = self.with_receiver(cx, InOrder { seq, data });
         if let Some(Err(e)) = r {
             self.mpa_error(e);
@@ -363,8 +373,20 @@ impl Connection {
         }
     }
 
-    /// Restarts the stall clock whenever the partial FPDU changed.
+    /// Restarts the stall clock whenever the partial FPDU changed. Inline, called after
+    /// every segment: with no partial FPDU held and no clock running nothing changes.
+    #[inline]
     pub(super) fn track_partial_fpdu(&mut self) {
+        let Phase::Fpdu(f) = &self.phase else {
+            return;
+        };
+        if f.inbound.stall.is_some() || f.inbound.receiver.holds_partial_fpdu() {
+            self.track_held_fpdu();
+        }
+    }
+
+    /// [`Connection::track_partial_fpdu`] with a partial FPDU held or the clock running.
+    fn track_held_fpdu(&mut self) {
         let now = self.now;
         let Phase::Fpdu(f) = &mut self.phase else {
             return;
