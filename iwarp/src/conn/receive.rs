@@ -301,6 +301,13 @@ impl Connection {
         mem: &M,
         pool: Option<&mut BufferPool>,
     ) {
+        if let Phase::Fpdu(f) = &self.phase {
+            // FPDU mode with nothing to forward or send: only the stall clock to look at.
+            if self.negotiator_done && !f.engine.has_events() && !f.engine.has_tx_work() {
+                self.track_partial_fpdu();
+                return;
+            }
+        }
         self.pump();
         if self.phase.stream().is_some_and(|(e, _)| e.has_tx_work()) {
             self.fill_tx(mem, pool);
