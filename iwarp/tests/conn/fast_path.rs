@@ -165,7 +165,11 @@ fn whole_write_fpdus_take_the_fast_path_and_land_exactly() {
         let segs: Vec<_> = (i..i + n).map(|k| good(&st, k)).collect();
         let payload = fpdus(seq, &segs);
         let c = feed(&mut s, seq, &payload, true);
-        assert_eq!(c.total(), payload.len(), "an in-order segment is taken whole");
+        assert_eq!(
+            c.total(),
+            payload.len(),
+            "an in-order segment is taken whole"
+        );
         seq = seq.wrapping_add(payload.len() as u32);
         i += n;
     }
@@ -173,7 +177,10 @@ fn whole_write_fpdus_take_the_fast_path_and_land_exactly() {
         assert_eq!(landed(&s, k), &chunk(k)[..], "chunk {k}");
     }
     let mem = s.mem(Side::B).bytes();
-    assert!(mem[..DST as usize].iter().all(|&b| b == 0), "nothing in front");
+    assert!(
+        mem[..DST as usize].iter().all(|&b| b == 0),
+        "nothing in front"
+    );
     let end = DST as usize + i * CHUNK;
     assert!(mem[end..].iter().all(|&b| b == 0), "nothing behind");
     let st = stats(&mut s);
@@ -403,7 +410,11 @@ fn checks_failing_mid_write_give_the_general_paths_terminate() {
         // The three good FPDUs in front went the fast way, the refused one did not.
         assert_eq!(st_fast.fpdus_fast, 3, "{}", case.name);
         assert_eq!(st_gen.fpdus_fast, 0, "{}", case.name);
-        assert_eq!(st_fast.fpdus_received, st_gen.fpdus_received, "{}", case.name);
+        assert_eq!(
+            st_fast.fpdus_received, st_gen.fpdus_received,
+            "{}",
+            case.name
+        );
         assert_eq!(st_fast.crc_errors, st_gen.crc_errors, "{}", case.name);
         // The same octets landed: the first three chunks, nothing of the refused FPDU or
         // of the one behind it (RFC 5041 §8.1: nothing outside the checked range).
@@ -469,7 +480,10 @@ fn writes_over_tcp_take_the_fast_path_with_crcs_on_or_off() {
         let mut s = sim_write(mpa(crc, false), true, len);
         let st = stats(&mut s);
         // Every FPDU of the Write: one per TCP segment at most, all in order and whole.
-        assert!(st.fpdus_received >= (len / 1460) as u64, "crc {crc}: {st:?}");
+        assert!(
+            st.fpdus_received >= (len / 1460) as u64,
+            "crc {crc}: {st:?}"
+        );
         assert_eq!(st.fpdus_fast, st.fpdus_received, "crc {crc}: {st:?}");
     }
 }

@@ -37,14 +37,14 @@ fn stags() -> (STag, STag, STag) {
 fn offer(side: &mut Side, seg: &[u8]) -> bool {
     let pos = SegmentPos::index(side.rx_pos);
     let before = side.mem.bytes().to_vec();
-    if side
-        .engine
-        .place_next_write(now(), pos, seg, &mut side.mem)
-    {
+    if side.engine.place_next_write(now(), pos, seg, &mut side.mem) {
         side.rx_pos += 1;
         return true;
     }
-    assert!(side.mem.bytes() == &before[..], "a declined segment placed octets");
+    assert!(
+        side.mem.bytes() == &before[..],
+        "a declined segment placed octets"
+    );
     side.receive(seg);
     false
 }
@@ -94,7 +94,10 @@ fn every_header_bit_flipped_mid_write_ends_as_through_the_general_path() {
     }
     // Flips of L, the reserved bits and TO bits inside the region are taken; the rest
     // (T, DV, RV, opcode, STag, TO outside) declined.
-    assert!(taken > 0 && declined > 0, "taken {taken}, declined {declined}");
+    assert!(
+        taken > 0 && declined > 0,
+        "taken {taken}, declined {declined}"
+    );
 }
 
 #[test]
@@ -104,16 +107,61 @@ fn refused_placements_mid_write_are_declined_with_the_general_terminate() {
     let (_, target) = sink();
     let (read_only, other_pd) = (stags().1, stags().2);
     let cases = [
-        ("past the end", target, 8192 - 50, false, 100, T::DDP_BASE_BOUNDS),
-        ("TO wraps", target, u64::MAX - 10, false, 100, T::DDP_TO_WRAP),
-        ("unknown STag", STag(target.0 ^ 0x100), 0, false, 100, T::DDP_INVALID_STAG),
-        ("no Remote Write", read_only, 0, false, 100, T::DDP_INVALID_STAG),
-        ("another PD", other_pd, 0, false, 100, T::DDP_STAG_NOT_ASSOCIATED),
-        ("last, past the end", target, 8192, true, 1, T::DDP_BASE_BOUNDS),
+        (
+            "past the end",
+            target,
+            8192 - 50,
+            false,
+            100,
+            T::DDP_BASE_BOUNDS,
+        ),
+        (
+            "TO wraps",
+            target,
+            u64::MAX - 10,
+            false,
+            100,
+            T::DDP_TO_WRAP,
+        ),
+        (
+            "unknown STag",
+            STag(target.0 ^ 0x100),
+            0,
+            false,
+            100,
+            T::DDP_INVALID_STAG,
+        ),
+        (
+            "no Remote Write",
+            read_only,
+            0,
+            false,
+            100,
+            T::DDP_INVALID_STAG,
+        ),
+        (
+            "another PD",
+            other_pd,
+            0,
+            false,
+            100,
+            T::DDP_STAG_NOT_ASSOCIATED,
+        ),
+        (
+            "last, past the end",
+            target,
+            8192,
+            true,
+            1,
+            T::DDP_BASE_BOUNDS,
+        ),
     ];
     for (name, stag, to, last, len, cause) in cases {
         let (mut s, target) = sink();
-        assert!(offer(&mut s, &tagged_seg(OP_WRITE, false, target.0, 0, &[7; 100])));
+        assert!(offer(
+            &mut s,
+            &tagged_seg(OP_WRITE, false, target.0, 0, &[7; 100])
+        ));
         assert_eq!(s.bytes(4096, 100), &[7; 100], "{name}");
         let before = s.mem.bytes().to_vec();
         let bad = tagged_seg(OP_WRITE, last, stag.0, to, &vec![1; len]);
