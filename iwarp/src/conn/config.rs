@@ -35,6 +35,10 @@ pub struct ConnConfig {
     /// missing around it before the stream ends with Terminate 2/0/03 (an FPDU-aligned
     /// sender never leaves half an FPDU outstanding, RFC 5044 §4.1).
     pub partial_fpdu_timeout: Duration,
+    /// The FPDUs of RDMA Writes received in order at an FPDU boundary are placed by the
+    /// fast path (`Engine::place_next_write`); off, every FPDU goes through the general
+    /// receiver (same placement, checks and Terminates: for comparisons).
+    pub rx_fast_path: bool,
 }
 
 impl ConnConfig {
@@ -52,6 +56,7 @@ impl ConnConfig {
             emss: None,
             first_fpdu_delay: Duration::ZERO,
             partial_fpdu_timeout: Duration::from_secs(3),
+            rx_fast_path: true,
         }
     }
 }

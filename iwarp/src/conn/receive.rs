@@ -125,8 +125,25 @@ impl Connection {
         MpaError::Framing("too many early segments held")
     }
 
-    /// In-order stream octets in FPDU mode.
+    /// In-order stream octets in FPDU mode: the whole FPDUs of RDMA Writes at their start
+    /// through the fast path ([`Connection::place_write_run`]), the rest through the
+    /// receiver.
     pub(super) fn receive_in_order<C: RxContext + ?Sized>(
+        &mut self,
+        seq: u32,
+        data: &[u8],
+        cx: &mut C,
+    ) {
+        let done = self.place_write_run(seq, data, cx);
+        if done < data.len() {
+            self.receive_in_order_general(seq.wrapping_add(done as u32), &data[done..], cx);
+        }
+    }
+
+    /// In-order stream octets through the receiver (out of line: the fast path's frame
+    /// stays small).
+    #[inline(never)]
+    fn receive_in_order_general<C: RxContext + ?Sized>(
         &mut self,
         seq: u32,
         data: &[u8],
@@ -136,6 +153,55 @@ impl Connection {
         if let Some(Err(e)) = r {
             self.mpa_error(e);
         }
+    }
+
+    /// The in-order fast path: while `data` (in-order octets at `seq`) starts with a whole
+    /// FPDU at the receiver's boundary whose CRC matches and whose ULPDU is the next
+    /// segment of an RDMA Write that places ([`Receiver::whole_fpdu_at`],
+    /// [`Engine::place_next_write`]), hands it up as the delivery closure of
+    /// [`Connection::with_receiver`] would, and moves on. Returns the octets taken: whole
+    /// FPDUs from the start, after which the receiver is at a boundary again. Whatever it
+    /// declines (another message, an FPDU cut by the segment's end, markers, the RTR gate,
+    /// a check that fails) goes the general way, which reports errors as before.
+    ///
+    /// [`Receiver::whole_fpdu_at`]: crate::mpa::Receiver::whole_fpdu_at
+    #[inline]
+    fn place_write_run<C: RxContext + ?Sized>(
+        &mut self,
+        seq: u32,
+        data: &[u8],
+        cx: &mut C,
+    ) -> usize {
+        let Phase::Fpdu(f) = &mut self.phase else {
+            return 0;
+        };
+        let inbound = &mut f.inbound;
+        if !self.cfg.rx_fast_path || inbound.awaiting_rtr || inbound.gate.is_some() {
+            return 0;
+        }
+        let mem = cx.table_mut();
+        let mut done = 0;
+        while let Some(rest) = data.get(done..).filter(|r| !r.is_empty()) {
+            let at = seq.wrapping_add(done as u32);
+            let Some((ulpdu, span)) = inbound.receiver.whole_fpdu_at(at, rest) else {
+                break;
+            };
+            // No markers: the FPDU's stream offsets are its own (see `with_receiver`).
+            let start = inbound.offsets.offset(at);
+            let pos = SegmentPos {
+                start,
+                end: start + span as u64,
+            };
+            if !f.engine.place_next_write(self.now, pos, ulpdu, mem) {
+                break;
+            }
+            inbound.receiver.pass_fpdu(span);
+            self.stats.fpdus_received += 1;
+            self.stats.fpdus_fast += 1;
+            self.ops.received(ulpdu);
+            done += span;
+        }
+        done
     }
 
     /// Runs `call` with the receiver and a delivery closure that hands ULPDUs to the engine.
@@ -235,6 +301,13 @@ impl Connection {
         mem: &M,
         pool: Option<&mut BufferPool>,
     ) {
+        if let Phase::Fpdu(f) = &self.phase {
+            // FPDU mode with nothing to forward or send: only the stall clock to look at.
+            if self.negotiator_done && !f.engine.has_events() && !f.engine.has_tx_work() {
+                self.track_partial_fpdu();
+                return;
+            }
+        }
         self.pump();
         if self.phase.stream().is_some_and(|(e, _)| e.has_tx_work()) {
             self.fill_tx(mem, pool);
@@ -307,8 +380,20 @@ impl Connection {
         }
     }
 
-    /// Restarts the stall clock whenever the partial FPDU changed.
+    /// Restarts the stall clock whenever the partial FPDU changed. Inline, called after
+    /// every segment: with no partial FPDU held and no clock running nothing changes.
+    #[inline]
     pub(super) fn track_partial_fpdu(&mut self) {
+        let Phase::Fpdu(f) = &self.phase else {
+            return;
+        };
+        if f.inbound.stall.is_some() || f.inbound.receiver.holds_partial_fpdu() {
+            self.track_held_fpdu();
+        }
+    }
+
+    /// [`Connection::track_partial_fpdu`] with a partial FPDU held or the clock running.
+    fn track_held_fpdu(&mut self) {
         let now = self.now;
         let Phase::Fpdu(f) = &mut self.phase else {
             return;

@@ -17,6 +17,9 @@ pub struct ConnStats {
     pub tx_buffers_allocated: u64,
     /// FPDUs received and handed to the engine (in order and ahead).
     pub fpdus_received: u64,
+    /// Of those, FPDUs of RDMA Writes received in order that the fast path placed
+    /// (`Engine::place_next_write`), past the general receiver's state machine.
+    pub fpdus_fast: u64,
     /// FPDUs found in segments ahead of RCV.NXT and placed at once.
     pub fpdus_placed_ahead: u64,
     /// ULPDU octets of those FPDUs.

@@ -236,10 +236,19 @@ impl Receiver {
     /// in one pass over the payload, and returns the sum. The CRCs are kept for the in-order
     /// pass over the same octets ([`Receiver::handle_in_order`]), which checks them as it
     /// would have computed them, until [`Receiver::unstage`]. `None`: nothing staged.
+    #[inline]
     pub fn stage(&mut self, seq: u32, payload: &[u8]) -> Option<PayloadSum> {
+        if !self.stages {
+            // Nothing was ever staged: no CRCs to forget.
+            return None;
+        }
+        self.stage_segment(seq, payload)
+    }
+
+    /// [`Receiver::stage`] where staging pays.
+    fn stage_segment(&mut self, seq: u32, payload: &[u8]) -> Option<PayloadSum> {
         self.staged.clear();
-        if !self.stages
-            || self.stopped
+        if self.stopped
             || !self.delivered.is_empty()
             || !self.is_at_boundary()
             || self.rel(seq) != Some(self.pos)
@@ -287,6 +296,61 @@ impl Receiver {
             .iter()
             .find(|c| c.first == first && c.span == span && c.at == s.as_ptr() as usize)
             .map(|c| c.crc)
+    }
+
+    /// The in-order fast path's look at `s`, in-order octets at `seq`: when they are the
+    /// next ones and start at an FPDU boundary (no markers, nothing handed up ahead, no
+    /// partial FPDU held) with a whole FPDU whose ULPDU_Length is within bounds and whose
+    /// CRC matches (RFC 5044 §6.5, §8; the staged CRC where [`Receiver::stage`] took it),
+    /// its ULPDU and its span, else `None`. Nothing changes: once the ULPDU is handed up,
+    /// [`Receiver::pass_fpdu`] moves past it; without that call the same octets go to
+    /// [`Receiver::handle_in_order`] as before, which reports what `None` declined.
+    #[inline]
+    pub fn whole_fpdu_at<'s>(&self, seq: u32, s: &'s [u8]) -> Option<(&'s [u8], usize)> {
+        if self.stopped
+            || self.spacing.is_some()
+            || !self.delivered.is_empty()
+            || !self.is_at_boundary()
+            || seq != self.next_seq()
+        {
+            return None;
+        }
+        // `examine`'s checks for an FPDU at a boundary without markers, inline.
+        let [a, b, ..] = *s else {
+            return None;
+        };
+        let len = u16::from_be_bytes([a, b]);
+        if len < self.cfg.min_ulpdu_len || len > self.cfg.max_ulpdu_len {
+            return None;
+        }
+        let span = fpdu_len(usize::from(len));
+        let fpdu = s.get(..span)?;
+        let (covered, crc) = fpdu.split_at(span - CRC_LEN);
+        if self.cfg.crc {
+            let computed = match self.staged_crc(self.pos, span, s) {
+                Some(c) => c,
+                None => crc32c(covered),
+            };
+            if computed != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+                return None;
+            }
+        }
+        let ulpdu = &covered[ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + usize::from(len)];
+        Some((ulpdu, span))
+    }
+
+    /// Whether the in-order pass holds part of an FPDU ([`Receiver::pending_fpdu`] is
+    /// `Some`).
+    #[inline]
+    pub fn holds_partial_fpdu(&self) -> bool {
+        matches!(self.state, InState::Body { .. }) && !self.partial.is_empty()
+    }
+
+    /// Moves the in-order position past the FPDU of `span` octets that
+    /// [`Receiver::whole_fpdu_at`] found at it, once its ULPDU was handed up.
+    #[inline]
+    pub fn pass_fpdu(&mut self, span: usize) {
+        self.pos += span as u64;
     }
 
     /// Parameters in use.

@@ -67,6 +67,55 @@ impl Engine {
         Handled::Accepted
     }
 
+    /// The in-order fast path for a segment of an RDMA Write: when `segment` is the next in
+    /// order with nothing held early, a tagged segment (DV 01b, RFC 5041 §4.1) of an RDMA
+    /// Write (the stream's RDMAP version, RFC 5040 §4.1) with a payload, and its placement
+    /// passes every check of RFC 5041 §7.2 and §8.1 (`mem` makes them: through its grant
+    /// for the segments of one Write after the first, plus the range check of each), places
+    /// it and moves the delivery order past it, which is all [`Engine::handle_ddp_segment`]
+    /// does with such a segment (a Write completes nothing at its target). Anything else,
+    /// a refused placement included, changes nothing and gives false: the caller then hands
+    /// the segment to [`Engine::handle_ddp_segment`], which reports it as it always did
+    /// (the Terminate of the check that failed).
+    #[inline]
+    pub fn place_next_write<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        pos: SegmentPos,
+        segment: &[u8],
+        mem: &mut M,
+    ) -> bool {
+        if !matches!(self.state, StreamState::Active | StreamState::Closing)
+            || !self.order.is_next(pos)
+            || pos.end <= pos.start
+            || self.order.held() > 0
+        {
+            return false;
+        }
+        let Ok(seg) = Segment::new_checked(segment) else {
+            return false;
+        };
+        let ctrl = seg.rsvd_ulp();
+        let write = seg.tagged()
+            && seg.version() == DDP_VERSION
+            && RdmapControl::raw_version(ctrl) == self.cfg.rdmap_version
+            && Opcode::from_u4(ctrl) == Some(Opcode::Write);
+        let payload = seg.payload();
+        if !write || payload.is_empty() {
+            return false;
+        }
+        let (pd, stream) = (self.cfg.pd, self.cfg.stream);
+        let need = Access::REMOTE_WRITE;
+        if mem
+            .place(STag(seg.stag()), pd, stream, seg.to(), payload, need)
+            .is_err()
+        {
+            return false;
+        }
+        self.last_rx = Some(now);
+        self.order.advance(pos)
+    }
+
     /// How many receive buffers must be posted before [`Engine::handle_ddp_segment`] can
     /// place `segment`: for a Send or Immediate Data on queue 0 whose MSN has no buffer yet,
     /// one for it and one for each earlier MSN without one (VERBS-00 §6.3.5); 0 for every

@@ -4,6 +4,7 @@
 mod common;
 
 mod crc;
+mod fast_path;
 mod fuzz;
 mod markers;
 mod negotiate;

@@ -11,6 +11,7 @@ mod ddp_siw_interop;
 mod engine_backtoback;
 mod engine_fuzz;
 mod engine_mpa;
+mod fast_write;
 mod security;
 mod semantics;
 mod terminate;
