@@ -253,21 +253,6 @@ impl PayloadSum {
     pub(crate) fn wide(&self) -> u64 {
         self.acc
     }
-
-    /// The sum in 32 bits (folded once: 2^32 is 1 modulo 0xffff, and a sum that is not
-    /// zero stays so), for [`PayloadSum::from_narrow`] with the same length.
-    pub(crate) fn narrow(&self) -> u32 {
-        let x = (self.acc >> 32) + (self.acc & 0xffff_ffff);
-        ((x >> 32) + (x & 0xffff_ffff)) as u32
-    }
-
-    /// The sum [`PayloadSum::narrow`] kept, of `len` octets.
-    pub(crate) fn from_narrow(acc: u32, len: usize) -> PayloadSum {
-        PayloadSum {
-            acc: u64::from(acc),
-            len,
-        }
-    }
 }
 
 /// The checksum field value of a segment made of `header` (TCP header with options, its

@@ -144,17 +144,14 @@ impl Gather {
     }
 }
 
-/// A unit in flight. Kept small (48 octets on x86-64): a connection among many writes
-/// each unit's entry into a slot of its send queue that is cold (last written a round of
-/// all connections ago), so every octet of it is a cache-line share fetched per unit.
+/// A unit in flight.
 #[derive(Clone, Debug)]
 pub(crate) struct TxUnit {
     pub(crate) seq: u32,
     pub(crate) data: UnitData,
-    /// The payload's checksum sum once taken ([`PayloadSum::narrow`]; `summed`): a unit
-    /// sent from its own buffer is summed once, its retransmissions reuse the sum.
-    sum: u32,
-    summed: bool,
+    /// The payload's checksum sum, once taken (a unit sent from its own buffer is summed
+    /// once, its retransmissions reuse the sum).
+    pub(crate) sum: Option<PayloadSum>,
     pub(crate) fin: bool,
     pub(crate) sent_at: Instant,
     pub(crate) retransmitted: bool,
@@ -164,20 +161,6 @@ pub(crate) struct TxUnit {
 }
 
 impl TxUnit {
-    /// The payload's checksum sum, once taken.
-    #[inline]
-    pub(crate) fn sum(&self) -> Option<PayloadSum> {
-        self.summed
-            .then(|| PayloadSum::from_narrow(self.sum, self.data.len()))
-    }
-
-    /// Keeps `sum` (the payload's, or none).
-    #[inline]
-    pub(crate) fn set_sum(&mut self, sum: Option<PayloadSum>) {
-        self.summed = sum.is_some();
-        self.sum = sum.map_or(0, |s| s.narrow());
-    }
-
     pub(crate) fn seq_len(&self) -> u32 {
         self.data.len() as u32 + u32::from(self.fin)
     }
@@ -302,8 +285,7 @@ impl SendQueue {
         let u = TxUnit {
             seq,
             data: UnitData::Owned(data),
-            sum: 0,
-            summed: false,
+            sum: None,
             fin,
             sent_at: now,
             retransmitted: false,
@@ -538,50 +520,6 @@ impl SendQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    // A send-queue entry fills no more than three quarters of a cache line.
-    #[test]
-    #[cfg(target_pointer_width = "64")]
-    fn a_unit_in_flight_takes_48_octets() {
-        assert_eq!(core::mem::size_of::<TxUnit>(), 48);
-    }
-
-    // RFC 1071 §2: the sum kept in 32 bits gives every checksum the full sum gives.
-    #[test]
-    fn a_narrow_sum_checksums_as_the_full_one() {
-        for n in [0usize, 1, 2, 3, 1447, 1448, 9000] {
-            for fill in [0x00u8, 0x5a, 0xff] {
-                let payload: Vec<u8> = (0..n).map(|i| fill ^ (i as u8)).collect();
-                let mut u = TxUnit {
-                    seq: 0,
-                    data: UnitData::Owned(payload.clone()),
-                    sum: 0,
-                    summed: false,
-                    fin: false,
-                    sent_at: Instant::ZERO,
-                    retransmitted: false,
-                    sacked: false,
-                    lost: false,
-                    in_pipe: true,
-                };
-                assert_eq!(u.sum(), None);
-                let full = crate::checksum::payload_sum(&payload);
-                u.set_sum(Some(full));
-                let kept = u.sum().expect("kept");
-                assert_eq!(kept.octets(), n);
-                assert_eq!(kept.folded(), full.folded(), "{n} octets of {fill:#x}");
-                let header = [0x45u8, 0, 0, 40, 0xab, 0xcd, 0x40, 0, 0x40, 6, 0, 0];
-                let (a, b) = (
-                    core::net::Ipv4Addr::new(10, 0, 0, 1),
-                    core::net::Ipv4Addr::new(10, 0, 0, 2),
-                );
-                assert_eq!(
-                    crate::checksum::tcp_checksum_split(a, b, &header, kept),
-                    crate::checksum::tcp_checksum_split(a, b, &header, full)
-                );
-            }
-        }
-    }
 
     fn q() -> SendQueue {
         let mut q = SendQueue::default();

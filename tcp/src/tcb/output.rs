@@ -195,20 +195,16 @@ impl Tcb {
         let u = self.txq.unit_mut(i);
         let template = &mut self.template;
         if gather.wants(len) {
-            let sum = cfg.fill_checksums.then(|| match u.sum() {
-                Some(sum) => sum,
-                None => {
-                    let sum = crate::checksum::payload_sum(u.data.as_slice());
-                    u.set_sum(Some(sum));
-                    sum
-                }
+            let sum = cfg.fill_checksums.then(|| {
+                *u.sum
+                    .get_or_insert_with(|| crate::checksum::payload_sum(u.data.as_slice()))
             });
             let at = write_segment_headers(buf, cfg, template, local, remote, &hdr, len, sum)?;
             gather.payload = Some(u.data.share());
             return Some(at);
         }
         let payload = u.data.as_slice();
-        write_segment(buf, cfg, template, local, remote, &hdr, payload, u.sum())
+        write_segment(buf, cfg, template, local, remote, &hdr, payload, u.sum)
     }
 
     /// After a segment went out: whether [`Tcb::poll_transmit`] may find more to send now.
@@ -437,7 +433,7 @@ impl Tcb {
         self.persist_backoff = 0;
         let i = self.txq.len() - 1;
         // A sum the source took is kept for every transmission, as one taken here would be.
-        self.txq.unit_mut(i).set_sum(sum);
+        self.txq.unit_mut(i).sum = sum;
         let out = self.send_unit(now, cfg, sink_wnd, i, buf, gather);
         self.arm_tlp(now, cfg);
         out
