@@ -233,6 +233,58 @@ impl Sender {
         allocated
     }
 
+    /// The usual unit in one step: with nothing queued and no markers, the engine's next
+    /// DDP segment, when it is a whole unit's worth (`budget` octets or more) and fits
+    /// `max_len`, finished in place as [`Sender::frame_unit`] would finish it, without
+    /// passing through the queue. Otherwise `None`, with the segment read (if any) queued:
+    /// [`Sender::fill`] and [`Sender::frame_unit`] go on from there and build the same unit.
+    /// Counts the segment in `ops` and a buffer allocated for it in `allocated`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(super) fn direct_unit<M: MemoryTable + ?Sized>(
+        &mut self,
+        engine: &mut Engine,
+        mem: &M,
+        shared: Option<&mut BufferPool>,
+        now: Instant,
+        mulpdu: usize,
+        budget: usize,
+        seq: u32,
+        max_len: usize,
+        ops: &mut OpCounters,
+        allocated: &mut u64,
+    ) -> Option<FramedUnit> {
+        let framer = self.framer?;
+        if budget == 0 || !self.queue.is_empty() || framer.markers().is_some() {
+            return None;
+        }
+        let pool = Self::pool(&mut self.spare, shared);
+        let mut buffer = pool.take();
+        let fresh = buffer.capacity() == 0;
+        let Some(s) = engine.poll_segment_into(now, mulpdu, mem, &mut buffer) else {
+            pool.give(buffer);
+            return None;
+        };
+        if let [a, b, ..] = *s.header() {
+            OpCounters::count(&mut ops.sent, [a, b], s.len());
+        }
+        *allocated += u64::from(fresh);
+        if s.len() < budget || framer.wire_len(seq, s.len()) > max_len {
+            self.bytes += s.len();
+            self.queue.push_back(TxSeg::Engine(s));
+            return None;
+        }
+        let mut bytes = s.into_ulpdu_buffer();
+        let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
+        Some(FramedUnit {
+            bytes,
+            sum,
+            fpdus: 1,
+            in_place: true,
+            allocated: false,
+        })
+    }
+
     /// Frames the queued segments that fit `max_len` octets from `seq` (at least one, so
     /// that a unit too small is refused as such) into a unit. A unit of one FPDU without markers is the DDP segment's own buffer,
     /// finished in place (the payload read from registered memory is not copied again);

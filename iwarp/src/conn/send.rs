@@ -95,12 +95,34 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
             return None;
         }
         // What TCP can send now: one unit's worth (a full MULPDU, or the budget if less).
-        let budget = self.cfg.tx_budget.min(self.mulpdu());
-        self.fill_tx_sendable(mem, pool.as_deref_mut(), budget);
-        if self.sender().is_none_or(Sender::is_empty) {
-            return None;
-        }
-        let unit = self.sender_mut()?.frame_unit(seq, max_len, pool)?;
+        let mulpdu = self.mulpdu();
+        let budget = self.cfg.tx_budget.min(mulpdu);
+        let now = self.now;
+        let direct = match self.phase.stream_mut() {
+            Some((engine, sender)) if mulpdu >= MIN_MULPDU => sender.direct_unit(
+                engine,
+                mem,
+                pool.as_deref_mut(),
+                now,
+                mulpdu,
+                budget,
+                seq,
+                max_len,
+                &mut self.ops,
+                &mut self.stats.tx_buffers_allocated,
+            ),
+            _ => None,
+        };
+        let unit = match direct {
+            Some(unit) => unit,
+            None => {
+                self.fill_tx_sendable(mem, pool.as_deref_mut(), budget);
+                if self.sender().is_none_or(Sender::is_empty) {
+                    return None;
+                }
+                self.sender_mut()?.frame_unit(seq, max_len, pool)?
+            }
+        };
         self.stats.units_sent += 1;
         self.stats.fpdus_sent += unit.fpdus as u64;
         self.stats.units_in_place += u64::from(unit.in_place);

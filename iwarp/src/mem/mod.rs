@@ -11,4 +11,4 @@ pub use backend::{Arena, HeapBackend, MemoryBackend};
 pub use pool::{BufferPool, PoolStats, DEFAULT_POOL_BYTES};
 pub use simple::{RegionSpec, SimpleMemory};
 pub use stag::{Access, PdId, STag, Sge, StreamId};
-pub use table::{AccessError, HasMemoryTable, MemoryTable, Resolved};
+pub use table::{AccessError, HasMemoryTable, MemoryTable, ReadGrant, Resolved};

@@ -93,6 +93,40 @@ pub struct Resolved {
     pub addr: u64,
 }
 
+/// What the first read of a resolved range found, held for the next reads of the same range
+/// (the segments of one outgoing message): while the table is unchanged (no STag
+/// registered, invalidated, deallocated or re-keyed, no stream's rights changed), a read
+/// needs only its range compared against the resolved length (RFC 5041 §7.2's checks on
+/// the local source made once, when the message started). Opaque to its holder; a fresh
+/// (default) grant holds nothing, and one grant belongs to one [`Resolved`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadGrant {
+    /// The table's generation at the check, and the backend address of the range's first
+    /// octet when the range is one backend range (`None`: it is not, reads take the
+    /// checked path).
+    held: Option<(u64, Option<u64>)>,
+}
+
+impl ReadGrant {
+    /// A grant of a table at `generation` for a range that starts at backend address
+    /// `start` when it is one backend range.
+    pub fn new(generation: u64, start: Option<u64>) -> Self {
+        ReadGrant {
+            held: Some((generation, start)),
+        }
+    }
+
+    /// What the grant holds for a table now at `generation`: `Some(start)` for one backend
+    /// range, `Some(None)` for a range checked as not one backend range, `None` when the
+    /// table changed since (or nothing is held).
+    #[inline]
+    pub fn held(&self, generation: u64) -> Option<Option<u64>> {
+        self.held
+            .filter(|&(g, _)| g == generation)
+            .map(|(_, start)| start)
+    }
+}
+
 /// Memory lookup and access, implemented by the verbs layer (full resource model) and by
 /// [`super::SimpleMemory`].
 pub trait MemoryTable {
@@ -129,6 +163,24 @@ pub trait MemoryTable {
 
     /// Reads `out.len()` octets at octet `off` of a resolved range.
     fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError>;
+
+    /// [`MemoryTable::read`] for the consecutive reads of one resolved range (a message's
+    /// segments): `grant` (a default one before the first read of `r`, then the same one
+    /// for every later read of `r`) keeps what the first read's check found, so that the
+    /// next reads skip the STag lookup while the table is unchanged; a change since sends
+    /// the read through [`MemoryTable::read`]'s checks again, so an STag invalidated or
+    /// deregistered mid-message fails the next read. By default every read is checked.
+    #[inline]
+    fn read_granted(
+        &self,
+        r: &Resolved,
+        grant: &mut ReadGrant,
+        off: u64,
+        out: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let _ = grant;
+        self.read(r, off, out)
+    }
 
     /// Atomically replaces the 8 octets at the start of `r` (host byte order) by
     /// `f(original)` and returns the original value.

@@ -8,7 +8,7 @@
 use super::completion::CompletionStatus;
 use super::wr::SendWr;
 use crate::ddp::segmenter::Segmenter;
-use crate::mem::Resolved;
+use crate::mem::{ReadGrant, Resolved};
 use crate::wire::atomic::AtomicResponseRepr;
 use crate::wire::ddp::UntaggedRepr;
 use crate::wire::rdmap::{Opcode, ReadRequestRepr, READ_REQUEST_LEN};
@@ -172,10 +172,34 @@ pub(super) enum TxDone {
     ReleaseIrd,
 }
 
+/// What the last read of the payload's registered memory found, for the next segments:
+/// the piece of the gather list it read (0 for a source) and its grant.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct PieceGrant {
+    pub piece: usize,
+    pub grant: ReadGrant,
+}
+
+impl PieceGrant {
+    /// The grant for piece `piece`: the one held, or a fresh one when another piece held it.
+    #[inline]
+    pub fn for_piece(&mut self, piece: usize) -> &mut ReadGrant {
+        if self.piece != piece {
+            *self = PieceGrant {
+                piece,
+                grant: ReadGrant::default(),
+            };
+        }
+        &mut self.grant
+    }
+}
+
 /// The message currently being segmented.
 #[derive(Debug, Clone)]
 pub(super) struct TxMessage {
     pub seg: Segmenter,
     pub payload: TxPayload,
     pub done: TxDone,
+    /// Reads of `payload` after the first skip the STag lookup ([`ReadGrant`]).
+    pub grant: PieceGrant,
 }

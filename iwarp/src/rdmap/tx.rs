@@ -6,8 +6,8 @@ use tcp::Instant;
 use super::completion::CompletionStatus;
 use super::engine::{Engine, StreamState};
 use super::state::{
-    Culprit, Failure, OutstandingAtomic, OutstandingRead, Response, TxDone, TxMessage, TxPayload,
-    INLINE_MAX,
+    Culprit, Failure, OutstandingAtomic, OutstandingRead, PieceGrant, Response, TxDone, TxMessage,
+    TxPayload, INLINE_MAX,
 };
 use super::wr::SendOp;
 use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
@@ -129,8 +129,11 @@ fn inline<const N: usize>(src: &[u8; N]) -> TxPayload {
     TxPayload::Inline { bytes, len: N }
 }
 
+/// Reads `out.len()` octets at `offset` of the message's gather list, through the grant of
+/// the piece read last (`grant`).
 fn gather<M: MemoryTable + ?Sized>(
     pieces: &[(Option<Resolved>, u32)],
+    grant: &mut PieceGrant,
     mem: &M,
     offset: u32,
     out: &mut [u8],
@@ -138,13 +141,14 @@ fn gather<M: MemoryTable + ?Sized>(
     let mut at = 0u64;
     let want_lo = u64::from(offset);
     let want_hi = want_lo + out.len() as u64;
-    for (r, len) in pieces {
+    for (i, (r, len)) in pieces.iter().enumerate() {
         let lo = at.max(want_lo);
         let hi = (at + u64::from(*len)).min(want_hi);
         if lo < hi {
             let r = r.as_ref().ok_or(AccessError::InvalidStag)?;
-            mem.read(
+            mem.read_granted(
                 r,
+                grant.for_piece(i),
                 lo - at,
                 &mut out[(lo - want_lo) as usize..(hi - want_lo) as usize],
             )?;
@@ -295,6 +299,7 @@ impl Engine {
         let Some(cur) = self.current.as_mut() else {
             return Ok(None);
         };
+        let grant = &mut cur.grant;
         if let TxPayload::Inline { len, .. } = &cur.payload {
             // Control messages are never split (SPEC-DIGEST D19).
             if mulpdu < cur.seg.header_len() + len {
@@ -322,7 +327,7 @@ impl Engine {
             }
             TxPayload::Gather(pieces) => {
                 let payload = out.payload_room(plan.len as usize);
-                if let Err(_e) = gather(pieces, mem, plan.offset, payload) {
+                if let Err(_e) = gather(pieces, grant, mem, plan.offset, payload) {
                     let culprit = match cur.done {
                         TxDone::Complete(seq) => {
                             Culprit::Send(seq, CompletionStatus::LocalProtection)
@@ -341,7 +346,9 @@ impl Engine {
                 } else {
                     let payload = out.payload_room(plan.len as usize);
                     let res = match src {
-                        Some(r) => mem.read(r, u64::from(plan.offset), payload),
+                        Some(r) => {
+                            mem.read_granted(r, grant.for_piece(0), u64::from(plan.offset), payload)
+                        }
                         None => Err(AccessError::InvalidStag),
                     };
                     if let Err(e) = res {
@@ -456,6 +463,7 @@ impl Engine {
                     copy,
                     segment_len,
                 },
+                grant: PieceGrant::default(),
             },
             Response::Atomic(r) => {
                 let mut b = [0u8; 12];
@@ -465,6 +473,7 @@ impl Engine {
                     seg: self.untagged_message(3, Opcode::AtomicResponse, 0, 12),
                     payload: inline(&b),
                     done: TxDone::ReleaseIrd,
+                    grant: PieceGrant::default(),
                 }
             }
         })
@@ -551,6 +560,7 @@ impl Engine {
                         ),
                         payload: TxPayload::Gather(pieces),
                         done: TxDone::Complete(seq),
+                        grant: PieceGrant::default(),
                     }
                 }
                 SendOp::Write { sgl, remote } => {
@@ -564,6 +574,7 @@ impl Engine {
                         seg: self.tagged_message(Opcode::Write, remote.stag.0, remote.to, len),
                         payload: TxPayload::Gather(pieces),
                         done: TxDone::Complete(seq),
+                        grant: PieceGrant::default(),
                     }
                 }
                 SendOp::Read { sink, remote, len } => {
@@ -583,6 +594,7 @@ impl Engine {
                         seg: self.untagged_message(1, Opcode::ReadRequest, 0, 28),
                         payload: inline(&req.to_bytes()),
                         done: TxDone::AwaitResponse,
+                        grant: PieceGrant::default(),
                     }
                 }
                 SendOp::Immediate { data, solicited } => {
@@ -598,6 +610,7 @@ impl Engine {
                         seg: self.untagged_message(0, opcode, 0, 8),
                         payload: inline(&b),
                         done: TxDone::Complete(seq),
+                        grant: PieceGrant::default(),
                     }
                 }
                 SendOp::Atomic {
@@ -645,6 +658,7 @@ impl Engine {
                         ),
                         payload: inline(&b),
                         done: TxDone::AwaitResponse,
+                        grant: PieceGrant::default(),
                     }
                 }
             };

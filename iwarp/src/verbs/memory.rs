@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 pub use crate::mem::MemoryBackend;
-use crate::mem::{AccessError, MemoryTable, Resolved};
+use crate::mem::{AccessError, MemoryTable, ReadGrant, Resolved};
 
 use super::handle::QpId;
 use super::status::{CompletionStatus, VerbError};
@@ -1182,6 +1182,35 @@ impl MemoryModel {
         }
     }
 
+    /// The backend address of a resolved range's first octet when the whole range is one
+    /// backend range that the backend holds (physical, or pages adjacent in the backend);
+    /// `None` otherwise (pages apart, inline data, no longer live).
+    fn one_range(&self, r: &Resolved) -> Option<u64> {
+        if r.len == 0 {
+            return None;
+        }
+        let start = match self.live(r).ok()? {
+            Live::Inline(_) => return None,
+            Live::Physical => r.offset,
+            Live::Mapped(map) => {
+                let shift = map.page_size.trailing_zeros();
+                let pos = map.fbo.checked_add(r.offset)?;
+                let last_pos = pos.checked_add(r.len - 1)?;
+                let pages = map
+                    .pages
+                    .get((pos >> shift) as usize..=(last_pos >> shift) as usize)?;
+                if !pages
+                    .windows(2)
+                    .all(|w| w[1].wrapping_sub(w[0]) == map.page_size)
+                {
+                    return None;
+                }
+                pages[0] + (pos & (map.page_size - 1))
+            }
+        };
+        self.backend.contains(start, r.len).then_some(start)
+    }
+
     /// The backend range(s) holding `len` (> 0) octets at `off` of a resolved range that
     /// lives at `live`: page by page, physically adjacent pages as one range, all checked
     /// before any is used.
@@ -1510,6 +1539,40 @@ impl MemoryTable for MemoryModel {
                 .all(|(backend, part)| self.backend.read(backend.start as u64, &mut out[part])),
         };
         read.then_some(()).ok_or(AccessError::BaseBounds)
+    }
+
+    /// A grant holds the backend address of a range that is one backend range (the usual
+    /// registration: contiguous pages), so the next reads are a length compare and a copy.
+    #[inline]
+    fn read_granted(
+        &self,
+        r: &Resolved,
+        grant: &mut ReadGrant,
+        off: u64,
+        out: &mut [u8],
+    ) -> Result<(), AccessError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let generation = self.generation();
+        match grant.held(generation) {
+            Some(Some(start)) => {
+                match off.checked_add(out.len() as u64) {
+                    Some(end) if end <= r.len => {}
+                    _ => return Err(AccessError::BaseBounds),
+                }
+                return self
+                    .backend
+                    .read(start + off, out)
+                    .then_some(())
+                    .ok_or(AccessError::BaseBounds);
+            }
+            Some(None) => return self.read(r, off, out),
+            None => {}
+        }
+        self.read(r, off, out)?;
+        *grant = ReadGrant::new(generation, self.one_range(r));
+        Ok(())
     }
 
     fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {

@@ -608,3 +608,200 @@ fn srq_receive_buffers_are_checked_against_the_srq_pd() {
         }
     }
 }
+
+/// What happens to the source of a message under way, between its segments.
+#[derive(Clone, Copy, Debug)]
+enum SourceChange {
+    /// Nothing.
+    None,
+    /// Another STag is registered (the table changes, the source does not).
+    OtherRegistered,
+    /// The source STag is invalidated (as a Send with Invalidate does).
+    Invalidated,
+    /// The source STag is deregistered.
+    Deregistered,
+}
+
+impl SourceChange {
+    const ALL: [SourceChange; 4] = [
+        SourceChange::None,
+        SourceChange::OtherRegistered,
+        SourceChange::Invalidated,
+        SourceChange::Deregistered,
+    ];
+
+    fn apply(self, n: &mut Node, stag: STag) {
+        match self {
+            SourceChange::None => {}
+            SourceChange::OtherRegistered => {
+                n.reg(60 * 1024, 4096, all_rights());
+            }
+            SourceChange::Invalidated => {
+                let (pd, stream) = (n.fx.pd, n.fx.qp.stream());
+                iwarp::mem::MemoryTable::invalidate(n.fx.rnic.memory_mut(), stag, pd, stream)
+                    .unwrap();
+            }
+            SourceChange::Deregistered => n.fx.rnic.dealloc_stag(stag).unwrap(),
+        }
+    }
+
+    fn fails(self) -> bool {
+        matches!(self, SourceChange::Invalidated | SourceChange::Deregistered)
+    }
+}
+
+/// The first `n` segments `node` sends.
+fn tx_some(node: &mut Node, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map_while(|_| {
+            node.engine
+                .poll_segment(Instant::from_millis(1_000), MULPDU, node.fx.rnic.memory())
+                .map(|s| s.parts().concat())
+        })
+        .collect()
+}
+
+#[test]
+fn write_source_changed_mid_message() {
+    // RFC 5041 §7.2 (the checks of the local source), RFC 5040 §7.1 case 1: a Write's
+    // source is checked when the message starts and its later segments read through that
+    // check while the table is unchanged; an STag invalidated or deregistered after the
+    // first segments fails the next read (a Terminate instead of the rest, the WR failed),
+    // a change elsewhere in the table does not.
+    for change in SourceChange::ALL {
+        let (mut a, mut b) = pair();
+        let src = a.reg(0, 8192, all_rights());
+        let dst = b.reg(16384, 8192, all_rights());
+        let payload: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 5) as u8).collect();
+        a.fx.rnic.memory_mut().bytes_mut()[..4096].copy_from_slice(&payload);
+        a.post_send(write(1, vec![sge(src, VA, 4096)], dst, VA + 16384));
+        a.service();
+        let first = tx_some(&mut a, 3);
+        assert_eq!(first.len(), 3);
+        for s in &first {
+            b.rx(s);
+        }
+        change.apply(&mut a, src);
+        pump(&mut a, &mut b);
+        let placed = b.fx.rnic.memory().bytes()[16384..16384 + 4096].to_vec();
+        let wa = a.wcs();
+        assert_eq!(wa.len(), 1, "{change:?}");
+        if change.fails() {
+            assert_eq!(
+                a.terminates_sent,
+                vec![T::RDMAP_LOCAL_CATASTROPHIC],
+                "{change:?}"
+            );
+            assert_eq!(
+                (wa[0].wr_id, wa[0].status),
+                (1, CompletionStatus::InvalidStag)
+            );
+            assert_eq!(a.state(), QpState::Terminate);
+            // The segments sent before the change carried the source's octets.
+            let sent = placed
+                .iter()
+                .zip(&payload)
+                .take_while(|(p, q)| p == q)
+                .count();
+            assert!((3 * 400..4096).contains(&sent), "{change:?}: {sent}");
+        } else {
+            assert!(a.terminates_sent.is_empty(), "{change:?}");
+            assert_eq!((wa[0].wr_id, wa[0].status), (1, CompletionStatus::Success));
+            assert_eq!(placed, payload, "{change:?}");
+        }
+    }
+}
+
+#[test]
+fn read_response_source_changed_mid_message() {
+    // RFC 5040 §4.8, §7.2 item 4: the responder checks the Read's source when the Read
+    // Request arrives; its Read Response segments read through that check while the table
+    // is unchanged; a source invalidated or deregistered mid-response ends it with a
+    // Terminate (Invalid STag) carrying the Read Request advanced by what was sent.
+    for change in SourceChange::ALL {
+        let (mut a, mut b) = pair();
+        let sink = a.reg(0, 8192, all_rights());
+        let source = b.reg(16384, 8192, all_rights());
+        let payload: Vec<u8> = (0..4096u32).map(|i| (i * 29 + 1) as u8).collect();
+        b.fx.rnic.memory_mut().bytes_mut()[16384..16384 + 4096].copy_from_slice(&payload);
+        a.post_send(read(1, sink, VA, source, VA + 16384, 4096));
+        a.service();
+        for s in a.tx() {
+            b.rx(&s);
+        }
+        b.service();
+        let first = tx_some(&mut b, 3);
+        assert_eq!(first.len(), 3);
+        for s in &first {
+            a.rx(s);
+        }
+        change.apply(&mut b, source);
+        pump(&mut a, &mut b);
+        let placed = a.fx.rnic.memory().bytes()[..4096].to_vec();
+        if change.fails() {
+            assert_eq!(b.terminates_sent, vec![T::RDMAP_INVALID_STAG], "{change:?}");
+            assert_eq!(a.terminates_received, vec![T::RDMAP_INVALID_STAG]);
+            let sent = placed
+                .iter()
+                .zip(&payload)
+                .take_while(|(p, q)| p == q)
+                .count();
+            assert!((3 * 400..4096).contains(&sent), "{change:?}: {sent}");
+        } else {
+            assert!(b.terminates_sent.is_empty(), "{change:?}");
+            let wa = a.wcs();
+            assert_eq!((wa[0].wr_id, wa[0].status), (1, CompletionStatus::Success));
+            assert_eq!(placed, payload, "{change:?}");
+        }
+    }
+}
+
+#[test]
+fn write_from_pages_apart_in_the_backend() {
+    // RFC 5041 §7.2: a source whose pages are not adjacent in the backend (page list in
+    // reverse order) is read page by page, segment after segment, with every octet where
+    // the page list puts it.
+    let (mut a, mut b) = pair();
+    let pbl = PageList {
+        page_size: PAGE,
+        pages: vec![3 * PAGE, 2 * PAGE, PAGE],
+        fbo: 100,
+        len: 3 * PAGE - 100,
+    };
+    let src =
+        a.fx.rnic
+            .register_mr(&MrSpec {
+                pbl,
+                base: TaggedBase::Va(VA + 100),
+                pd: a.fx.pd,
+                key: 0x5A,
+                remote_access: true,
+                access: all_rights(),
+            })
+            .unwrap();
+    let dst = b.reg(16384, 3 * PAGE, all_rights());
+    let len = 3 * PAGE as usize - 300;
+    let payload: Vec<u8> = (0..len as u32).map(|i| (i * 7 + 3) as u8).collect();
+    // Octet k of the region lives in page k / PAGE of the list, at FBO 100 from its start.
+    {
+        let mem = a.fx.rnic.memory_mut().bytes_mut();
+        for (k, &x) in payload.iter().enumerate() {
+            let pos = k as u64 + 100;
+            let page = [3 * PAGE, 2 * PAGE, PAGE][(pos / PAGE) as usize];
+            mem[(page + pos % PAGE) as usize] = x;
+        }
+    }
+    a.post_send(write(
+        1,
+        vec![sge(src, VA + 100, len as u32)],
+        dst,
+        VA + 16384,
+    ));
+    pump(&mut a, &mut b);
+    let wa = a.wcs();
+    assert_eq!((wa[0].wr_id, wa[0].status), (1, CompletionStatus::Success));
+    assert_eq!(
+        &b.fx.rnic.memory().bytes()[16384..16384 + len],
+        &payload[..]
+    );
+}
