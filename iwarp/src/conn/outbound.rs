@@ -216,9 +216,7 @@ impl Sender {
             let fresh = buffer.capacity() == 0;
             match engine.poll_segment_into(now, mulpdu, mem, &mut buffer) {
                 Some(s) => {
-                    if let [a, b, ..] = *s.header() {
-                        OpCounters::count(&mut ops.sent, [a, b], s.len());
-                    }
+                    count_sent(ops, &s);
                     if fresh {
                         allocated += 1;
                     }
@@ -265,9 +263,7 @@ impl Sender {
             pool.give(buffer);
             return None;
         };
-        if let [a, b, ..] = *s.header() {
-            OpCounters::count(&mut ops.sent, [a, b], s.len());
-        }
+        count_sent(ops, &s);
         *allocated += u64::from(fresh);
         if s.len() < budget || framer.wire_len(seq, s.len()) > max_len {
             self.bytes += s.len();
@@ -372,5 +368,13 @@ impl Sender {
     /// [`Sender::release`].
     pub(super) fn reclaim(&mut self, buffer: Vec<u8>) {
         self.spare.give(buffer);
+    }
+}
+
+/// Counts a segment the engine gave in the sent operations of `ops`.
+#[inline]
+fn count_sent(ops: &mut OpCounters, s: &DdpSegmentOut) {
+    if let [a, b, ..] = *s.header() {
+        OpCounters::count(&mut ops.sent, [a, b], s.len());
     }
 }

@@ -259,7 +259,7 @@ impl Receiver {
         let mut rest = payload;
         while let [a, b, ..] = *rest {
             let len = u16::from_be_bytes([a, b]);
-            if len < self.cfg.min_ulpdu_len || len > self.cfg.max_ulpdu_len {
+            if !self.length_ok(len) {
                 break;
             }
             let span = fpdu_len(usize::from(len));
@@ -286,6 +286,20 @@ impl Receiver {
     /// Forgets the CRCs of the segment last staged.
     pub fn unstage(&mut self) {
         self.staged.clear();
+    }
+
+    /// Whether a ULPDU_Length is within the negotiated bounds (RFC 5044 §6.5, §8).
+    #[inline]
+    fn length_ok(&self, len: u16) -> bool {
+        (self.cfg.min_ulpdu_len..=self.cfg.max_ulpdu_len).contains(&len)
+    }
+
+    /// The CRC of the FPDU of `span` octets at relative position `first` without markers
+    /// whose octets are `s`: the staged one ([`Receiver::stage`]) or computed now.
+    #[inline]
+    fn fpdu_crc(&self, first: u64, span: usize, s: &[u8]) -> u32 {
+        self.staged_crc(first, span, s)
+            .unwrap_or_else(|| crc32c(&s[..span - CRC_LEN]))
     }
 
     /// The staged CRC of the FPDU of `span` octets at relative position `first` whose
@@ -320,17 +334,14 @@ impl Receiver {
             return None;
         };
         let len = u16::from_be_bytes([a, b]);
-        if len < self.cfg.min_ulpdu_len || len > self.cfg.max_ulpdu_len {
+        if !self.length_ok(len) {
             return None;
         }
         let span = fpdu_len(usize::from(len));
         let fpdu = s.get(..span)?;
         let (covered, crc) = fpdu.split_at(span - CRC_LEN);
         if self.cfg.crc {
-            let computed = match self.staged_crc(self.pos, span, s) {
-                Some(c) => c,
-                None => crc32c(covered),
-            };
+            let computed = self.fpdu_crc(self.pos, span, s);
             if computed != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
                 return None;
             }
@@ -708,7 +719,7 @@ impl Receiver {
             return Ok(Examined::Incomplete(ULPDU_LENGTH_LEN));
         }
         let len = u16::from_be_bytes([s[0], s[1]]);
-        if len < self.cfg.min_ulpdu_len || len > self.cfg.max_ulpdu_len {
+        if !self.length_ok(len) {
             return Err(Fault::Length(len));
         }
         let flen = fpdu_len(len as usize);
@@ -742,10 +753,8 @@ impl Receiver {
                 c.update(lead);
                 c.update(&s[..span - CRC_LEN]);
                 c.value()
-            } else if let Some(crc) = self.staged_crc(first, span, s) {
-                crc
             } else {
-                crc32c(&s[..span - CRC_LEN])
+                self.fpdu_crc(first, span, s)
             };
             let b = &s[span - CRC_LEN..span];
             let received = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
