@@ -84,6 +84,10 @@ pub struct Config {
     /// up just after this side was told to connect (the other side of `syn_hold`, for
     /// peers that refuse at once). Zero: refused at once (RFC 9293 §3.10.7.3).
     pub refused_retry: Duration,
+    /// Take the in-order data segments of a receive run (after the first of the run in a
+    /// burst) through the run's narrow entry (on by default); off, every segment goes
+    /// through the general input, for comparisons. The result is the same either way.
+    pub rx_run_entry: bool,
 }
 
 impl Default for Config {
@@ -115,6 +119,7 @@ impl Default for Config {
             fill_checksums: true,
             syn_hold: Duration::ZERO,
             refused_retry: Duration::ZERO,
+            rx_run_entry: true,
         }
     }
 }

@@ -21,6 +21,8 @@ use crate::tx::Gather;
 use crate::ulp::{Bound, Ulp};
 use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
 
+mod run;
+
 /// Handle of one connection. Stale handles (of closed connections) are detected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId {
@@ -129,6 +131,9 @@ pub enum Error {
 pub struct Stats {
     /// Segments handed to a TCB or listener.
     pub segments_in: u64,
+    /// Of [`Stats::segments_in`], the in-order data segments a receive run's entry took
+    /// (`Config::rx_run_entry`).
+    pub run_segments: u64,
     /// Packets written by `poll_transmit`.
     pub segments_out: u64,
     /// Packets rejected by parsing or checksum.
@@ -250,6 +255,8 @@ pub struct Engine<U, C: ?Sized = ()> {
     by_tuple: HashMap<FourTuple, ConnId>,
     /// The last `by_tuple` hit: a burst of one connection's segments hashes once.
     last_hit: Option<(FourTuple, ConnId)>,
+    /// The connection of the last segment handed to one, for the next segment of its run.
+    run_key: Option<run::RunKey>,
     /// Keyed by our own listening ports: a fast unkeyed hash.
     listeners: FxHashMap<u16, Listener>,
     ready: VecDeque<ConnId>,
@@ -304,6 +311,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             live: 0,
             by_tuple: HashMap::new(),
             last_hit: None,
+            run_key: None,
             listeners: FxHashMap::default(),
             ready: VecDeque::new(),
             turn: 0,
@@ -813,6 +821,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         segment: &[u8],
         verify: bool,
     ) -> Result<(), PacketError> {
+        if let Some(done) = self.input_run(now, cx, src, dst, segment, verify) {
+            return done;
+        }
         if !is_unicast(src) || !is_unicast(dst) || src.is_ipv4() != dst.is_ipv4() {
             return Err(self.malformed(PacketError::NotUnicast));
         }
@@ -842,7 +853,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         // the segment touches any state.
         let mut staged = false;
         if verify {
-            let (ok, by_sink) = self.checksum_ok(cx, found, src, dst, segment, &repr);
+            let seq = repr.seq_number.0 as u32;
+            let (ok, by_sink) = self.checksum_ok(cx, found, src, dst, segment, seq, repr.payload);
             staged = by_sink;
             if !ok {
                 if staged {
@@ -862,7 +874,10 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.remove(id, None);
                 self.segment_to_listener(now, tuple, &repr);
             }
-            Some(id) => self.segment_to_conn(now, cx, id, &repr),
+            Some(id) => {
+                self.segment_to_conn(now, cx, id, &repr);
+                self.run_key = Some(run::RunKey::new(src, dst, &repr, id));
+            }
             None => self.segment_to_listener(now, tuple, &repr),
         }
         if staged {
@@ -882,9 +897,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     }
 
     /// Whether `segment` carries a correct TCP checksum, and whether the connection's ULP
-    /// staged its payload. The payload is first offered to the ULP
-    /// ([`crate::SegmentSink::stage`]): when the ULP takes it and returns its sum, only the
-    /// header is summed here (one pass over the payload, not two).
+    /// staged its payload ([`checksum_staging`]).
+    #[allow(clippy::too_many_arguments)]
     fn checksum_ok(
         &mut self,
         cx: &mut C,
@@ -892,25 +906,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         src: IpAddr,
         dst: IpAddr,
         segment: &[u8],
-        repr: &TcpRepr,
+        seq: u32,
+        payload: &[u8],
     ) -> (bool, bool) {
-        let payload = repr.payload;
-        debug_assert_eq!(
-            payload.as_ptr_range().end,
-            segment.as_ptr_range().end,
-            "the payload is the segment's tail"
-        );
-        let header = &segment[..segment.len() - payload.len()];
-        if !payload.is_empty() && header.len().is_multiple_of(2) {
-            let ulp = found
-                .and_then(|id| slot_mut(&mut self.slots, id))
-                .and_then(|c| c.ulp.as_mut());
-            if let Some(sum) = ulp.and_then(|u| u.stage(cx, repr.seq_number.0 as u32, payload)) {
-                let ok = crate::checksum::tcp_checksum_split_ok(src, dst, header, sum);
-                return (ok, true);
-            }
-        }
-        (crate::checksum::tcp_checksum_ok(src, dst, segment), false)
+        let ulp = found
+            .and_then(|id| slot_mut(&mut self.slots, id))
+            .and_then(|c| c.ulp.as_mut());
+        checksum_staging(ulp, cx, src, dst, segment, seq, payload)
     }
 
     fn segment_to_conn(&mut self, now: Instant, cx: &mut C, id: ConnId, repr: &TcpRepr) {
@@ -1538,6 +1540,35 @@ fn count_flight<U>(total: &mut usize, c: &mut Conn<U>) {
     let f = c.tcb.flight_size();
     *total = *total - c.flight + f;
     c.flight = f;
+}
+
+/// Whether `segment` (its `payload` at `seq`) carries a correct TCP checksum, and whether
+/// the connection's `ulp` staged the payload. The payload is first offered to the ULP
+/// ([`crate::SegmentSink::stage`]): when the ULP takes it and returns its sum, only the
+/// header is summed here (one pass over the payload, not two).
+#[allow(clippy::too_many_arguments)]
+fn checksum_staging<U: Ulp<C>, C: ?Sized>(
+    ulp: Option<&mut U>,
+    cx: &mut C,
+    src: IpAddr,
+    dst: IpAddr,
+    segment: &[u8],
+    seq: u32,
+    payload: &[u8],
+) -> (bool, bool) {
+    debug_assert_eq!(
+        payload.as_ptr_range().end,
+        segment.as_ptr_range().end,
+        "the payload is the segment's tail"
+    );
+    let header = &segment[..segment.len() - payload.len()];
+    if !payload.is_empty() && header.len().is_multiple_of(2) {
+        if let Some(sum) = ulp.and_then(|u| u.stage(cx, seq, payload)) {
+            let ok = crate::checksum::tcp_checksum_split_ok(src, dst, header, sum);
+            return (ok, true);
+        }
+    }
+    (crate::checksum::tcp_checksum_ok(src, dst, segment), false)
 }
 
 fn slot_mut<U>(slots: &mut [Option<Conn<U>>], id: ConnId) -> Option<&mut Conn<U>> {

@@ -417,29 +417,7 @@ fn parse_common(s: &[u8]) -> Option<TcpRepr<'_>> {
     if flags & 0x07 != 0 || s.len() < header_len {
         return None;
     }
-    let timestamp = match header_len {
-        TCP_HEADER_LEN => None,
-        TCP_TIMESTAMP_HEADER_LEN => {
-            let o: &[u8; TIMESTAMP_OPTION_LEN] = s
-                .get(TCP_HEADER_LEN..TCP_TIMESTAMP_HEADER_LEN)?
-                .try_into()
-                .ok()?;
-            if o[..4] == NOP_NOP_TIMESTAMP {
-                Some(TcpTimestampRepr::new(
-                    word([o[4], o[5], o[6], o[7]]),
-                    word([o[8], o[9], o[10], o[11]]),
-                ))
-            } else if o[..2] == TIMESTAMP_FIRST && (o[10] == 0 || (o[10] == 1 && o[11] <= 1)) {
-                Some(TcpTimestampRepr::new(
-                    word([o[2], o[3], o[4], o[5]]),
-                    word([o[6], o[7], o[8], o[9]]),
-                ))
-            } else {
-                return None;
-            }
-        }
-        _ => return None,
-    };
+    let timestamp = common_options(s, header_len)?;
     let src_port = u16::from_be_bytes([h[0], h[1]]);
     let dst_port = u16::from_be_bytes([h[2], h[3]]);
     if src_port == 0 || dst_port == 0 {
@@ -461,6 +439,76 @@ fn parse_common(s: &[u8]) -> Option<TcpRepr<'_>> {
         max_seg_size: None,
         sack_permitted: false,
         sack_ranges: [None; 3],
+        timestamp,
+        payload: &s[header_len..],
+    })
+}
+
+/// The options of a header `header_len` octets long in the usual shapes: none (`Some(None)`),
+/// or NOP, NOP, Timestamps, or Timestamps and two octets of padding (the timestamp); `None`
+/// for anything else (left to smoltcp's parser).
+#[inline]
+fn common_options(s: &[u8], header_len: usize) -> Option<Option<TcpTimestampRepr>> {
+    let word = |b: [u8; 4]| u32::from_be_bytes(b);
+    match header_len {
+        TCP_HEADER_LEN => Some(None),
+        TCP_TIMESTAMP_HEADER_LEN => {
+            let o: &[u8; TIMESTAMP_OPTION_LEN] = s
+                .get(TCP_HEADER_LEN..TCP_TIMESTAMP_HEADER_LEN)?
+                .try_into()
+                .ok()?;
+            if o[..4] == NOP_NOP_TIMESTAMP {
+                Some(Some(TcpTimestampRepr::new(
+                    word([o[4], o[5], o[6], o[7]]),
+                    word([o[8], o[9], o[10], o[11]]),
+                )))
+            } else if o[..2] == TIMESTAMP_FIRST && (o[10] == 0 || (o[10] == 1 && o[11] <= 1)) {
+                Some(Some(TcpTimestampRepr::new(
+                    word([o[2], o[3], o[4], o[5]]),
+                    word([o[6], o[7], o[8], o[9]]),
+                )))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The fields of a plain data segment: ACK, perhaps PSH and no other flag, options none or
+/// Timestamps alone (as [`parse_segment`] reads them directly), and a payload. What a
+/// receive run takes ([`crate::tcb::Tcb::takes_run_segment`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DataSegment<'a> {
+    /// Source and destination port, as the header's first four octets.
+    pub(crate) ports: [u8; 4],
+    pub(crate) seq: u32,
+    pub(crate) ack: u32,
+    pub(crate) window: u16,
+    pub(crate) timestamp: Option<TcpTimestampRepr>,
+    pub(crate) payload: &'a [u8],
+}
+
+/// Reads `s` as a [`DataSegment`], or `None` when it is anything else (another flag, other
+/// options, no payload, a port 0): the fields are those [`parse_segment`] gives (tested).
+#[inline]
+pub(crate) fn parse_data(s: &[u8]) -> Option<DataSegment<'_>> {
+    let h: &[u8; TCP_HEADER_LEN] = s.get(..TCP_HEADER_LEN)?.try_into().ok()?;
+    // ACK, perhaps PSH; URG, ECE and CWR too are left to the general path.
+    if h[13] & !PSH != TCP_FLAG_ACK {
+        return None;
+    }
+    let header_len = usize::from(h[12] >> 4) * 4;
+    if s.len() <= header_len || h[0..2] == [0, 0] || h[2..4] == [0, 0] {
+        return None;
+    }
+    let timestamp = common_options(s, header_len)?;
+    let word = |b: [u8; 4]| u32::from_be_bytes(b);
+    Some(DataSegment {
+        ports: [h[0], h[1], h[2], h[3]],
+        seq: word([h[4], h[5], h[6], h[7]]),
+        ack: word([h[8], h[9], h[10], h[11]]),
+        window: u16::from_be_bytes([h[14], h[15]]),
         timestamp,
         payload: &s[header_len..],
     })
@@ -524,6 +572,33 @@ pub(crate) mod tests {
             seg.extend_from_slice(&payload);
             let ours = parse_segment(A, A, &seg);
             prop_assert_eq!(ours, smoltcp_parse(&seg));
+            // RFC 9293 §3.1: a plain data segment's fields, read for a receive run, are
+            // smoltcp's; whatever else it is, it is left to the general path.
+            let plain = smoltcp_parse(&seg).filter(|r| {
+                matches!(r.control, TcpControl::None | TcpControl::Psh)
+                    && r.ack_number.is_some()
+                    && !r.payload.is_empty()
+                    && seg[13] & 0xe0 == 0
+            });
+            match (parse_data(&seg), plain) {
+                (Some(d), Some(r)) => {
+                    prop_assert_eq!(d.ports, [seg[0], seg[1], seg[2], seg[3]]);
+                    prop_assert_eq!(Some(TcpSeqNumber(d.seq as i32)), Some(r.seq_number));
+                    prop_assert_eq!(Some(TcpSeqNumber(d.ack as i32)), r.ack_number);
+                    prop_assert_eq!(d.window, r.window_len);
+                    prop_assert_eq!(d.timestamp, r.timestamp);
+                    prop_assert_eq!(d.payload, r.payload);
+                    prop_assert!(r.sack_ranges.iter().all(Option::is_none));
+                }
+                (Some(d), None) => prop_assert!(false, "{:?} is no plain data segment", d),
+                // Those with other options (SACK, MSS, ...) take the general path.
+                (None, Some(r)) => prop_assert!(
+                    r.sack_ranges.iter().any(Option::is_some)
+                        || parse_common(&seg).is_none(),
+                    "{:?} left out", r
+                ),
+                (None, None) => {}
+            }
         }
     }
 

@@ -183,7 +183,7 @@ impl Tcb {
             now,
         });
         if run_ack.is_some() && run_ack == self.run_ack {
-            self.update_send_window(repr, seg_seq, ack);
+            self.update_send_window(repr.window_len, seg_seq, ack);
         } else {
             self.process_ack(now, repr, seg_seq, ack, ulp);
             self.arm_tlp(now, cfg);
@@ -332,7 +332,7 @@ impl Tcb {
         // no unit to deliver, count or deem lost, so only the send window may move. The
         // receiving end of a one-way transfer takes this path for every data segment.
         if ack == self.snd_una && self.txq.is_empty() && repr.sack_ranges[0].is_none() {
-            self.update_send_window(repr, seg_seq, ack);
+            self.update_send_window(repr.window_len, seg_seq, ack);
         } else {
             self.process_new_ack(now, repr, seg_seq, ack, ulp);
         }
@@ -444,12 +444,12 @@ impl Tcb {
             self.dupacks >= 3
         };
         self.on_losses(now, lost);
-        self.update_send_window(repr, seg_seq, ack);
+        self.update_send_window(repr.window_len, seg_seq, ack);
     }
 
-    /// RFC 9293 §3.10.7.4: send window update.
-    fn update_send_window(&mut self, repr: &TcpRepr, seg_seq: u32, ack: u32) {
-        let new_wnd = u32::from(repr.window_len) << self.opts.snd_shift;
+    /// RFC 9293 §3.10.7.4: send window update, from a segment's window field.
+    pub(super) fn update_send_window(&mut self, window: u16, seg_seq: u32, ack: u32) {
+        let new_wnd = u32::from(window) << self.opts.snd_shift;
         if seq::lt(self.snd_wl1, seg_seq) || (self.snd_wl1 == seg_seq && seq::le(self.snd_wl2, ack))
         {
             self.snd_wnd = new_wnd;
@@ -613,15 +613,7 @@ impl Tcb {
     ) {
         let before = self.rcv_nxt;
         if seg_seq == before && self.rx.is_empty() && payload.len() <= self.rcv_wnd() as usize {
-            // The next bytes in order, nothing held out of order, all within the window:
-            // the whole payload is the one new piece, no reassembly to consult.
-            let consumed = ulp.on_segment(seg_seq, payload, true, before);
-            for_each_unconsumed(&consumed, payload.len(), |a, b| {
-                ulp.on_in_order(seg_seq.wrapping_add(a as u32), &payload[a..b]);
-            });
-            self.rcv_off += payload.len() as u64;
-            self.rcv_nxt = before.wrapping_add(payload.len() as u32);
-            self.delivered(now, cfg, before, true, false, in_run, ulp);
+            self.take_in_order(now, cfg, payload, in_run, ulp);
             return;
         }
         let mut seq0 = seg_seq;
@@ -690,6 +682,27 @@ impl Tcb {
         }
         self.pieces = pieces;
         self.delivered(now, cfg, before, seq0 == before, had_gaps, in_run, ulp);
+    }
+
+    /// [`Tcb::process_payload`] of the next bytes in order, nothing held out of order, all
+    /// within the window: the whole payload is the one new piece, no reassembly to consult.
+    #[inline]
+    pub(super) fn take_in_order(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        payload: &[u8],
+        in_run: bool,
+        ulp: &mut impl Upper,
+    ) {
+        let before = self.rcv_nxt;
+        let consumed = ulp.on_segment(before, payload, true, before);
+        for_each_unconsumed(&consumed, payload.len(), |a, b| {
+            ulp.on_in_order(before.wrapping_add(a as u32), &payload[a..b]);
+        });
+        self.rcv_off += payload.len() as u64;
+        self.rcv_nxt = before.wrapping_add(payload.len() as u32);
+        self.delivered(now, cfg, before, true, false, in_run, ulp);
     }
 
     /// After a payload's new pieces went to the sink (RCV.NXT was `before`; the payload

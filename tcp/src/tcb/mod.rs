@@ -2,11 +2,13 @@
 //!
 //! Split by concern the way Linux splits `tcp_input.c` / `tcp_output.c` / `tcp_timer.c`:
 //! this module holds the state, its construction and accessors; [`input`] processes
-//! arriving segments, [`output`] builds outgoing ones and [`timers`] runs the deadlines.
+//! arriving segments ([`run`] the in-order data segments of a receive run), [`output`]
+//! builds outgoing ones and [`timers`] runs the deadlines.
 
 mod holding;
 mod input;
 mod output;
+mod run;
 mod timers;
 
 use core::time::Duration;

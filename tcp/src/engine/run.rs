@@ -1,0 +1,119 @@
+//! The engine's entry for the in-order data segments of a receive run: a segment to the
+//! connection of the segment before, a plain data segment that continues that connection's
+//! run ([`crate::tcb::Tcb::takes_run_segment`]), is read without building the general
+//! representation, found without hashing its 4-tuple and handled without the general
+//! input's checks, which it would pass. Anything else goes the general way, unchanged.
+
+use std::net::IpAddr;
+
+use smoltcp::wire::TcpRepr;
+
+use super::{checksum_staging, list_active, schedule_conn, slot_mut, Conn, ConnId, Engine};
+use crate::ip::PacketError;
+use crate::time::Instant;
+use crate::ulp::{Bound, Ulp};
+use crate::wire::parse_data;
+
+/// The addresses and ports of the last segment the general input handed to a connection,
+/// and that connection: a segment with the same ones goes to it (the table maps each
+/// 4-tuple to one connection; a stale handle finds none).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RunKey {
+    src: IpAddr,
+    dst: IpAddr,
+    /// Source and destination port as the TCP header's first four octets.
+    ports: [u8; 4],
+    id: ConnId,
+}
+
+impl RunKey {
+    /// The key of `repr`, from `src` to `dst`, handed to `id`.
+    pub(super) fn new(src: IpAddr, dst: IpAddr, repr: &TcpRepr, id: ConnId) -> RunKey {
+        let [a, b] = repr.src_port.to_be_bytes();
+        let [c, d] = repr.dst_port.to_be_bytes();
+        RunKey {
+            src,
+            dst,
+            ports: [a, b, c, d],
+            id,
+        }
+    }
+}
+
+impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
+    /// Handles `segment` (from `src` to `dst`, its checksum verified when `verify`) as the
+    /// general input would when it continues its connection's run in the open burst;
+    /// `None` (nothing done) when it does not. The addresses were found unicast and of one
+    /// family with the key's segment.
+    #[inline]
+    pub(super) fn input_run(
+        &mut self,
+        now: Instant,
+        cx: &mut C,
+        src: IpAddr,
+        dst: IpAddr,
+        segment: &[u8],
+        verify: bool,
+    ) -> Option<Result<(), PacketError>> {
+        if !self.burst || !self.cfg.rx_run_entry {
+            return None;
+        }
+        let key = self.run_key?;
+        let seg = parse_data(segment)?;
+        if seg.ports != key.ports || src != key.src || dst != key.dst {
+            return None;
+        }
+        let id = key.id;
+        let bursts = self.bursts;
+        let c = slot_mut(&mut self.slots, id)?;
+        let Conn {
+            tcb,
+            ulp: Some(ulp),
+            ..
+        } = c
+        else {
+            return None;
+        };
+        if !tcb.takes_run_segment(&seg, bursts, now) {
+            return None;
+        }
+        // As the general input: the checksum before the segment touches any state.
+        let mut staged = false;
+        if verify {
+            let (ok, by_sink) =
+                checksum_staging(Some(&mut *ulp), cx, src, dst, segment, seg.seq, seg.payload);
+            if !ok {
+                if by_sink {
+                    ulp.unstage(cx);
+                }
+                self.stats.bad_checksums += 1;
+                self.stats.malformed += 1;
+                return Some(Err(PacketError::BadTcp));
+            }
+            staged = by_sink;
+        }
+        self.stats.segments_in += 1;
+        self.stats.run_segments += 1;
+        let pending = tcb.advance_pending;
+        tcb.take_run_segment(now, &self.cfg, &seg, &mut Bound { ulp, cx, now });
+        if tcb.advance_pending && !pending {
+            self.deferred.push(id);
+        }
+        if staged {
+            ulp.unstage(cx);
+        }
+        // What the general input does after a segment that raised no event; the octets in
+        // flight did not change (SND.UNA and SND.NXT did not move).
+        let listed = list_active(&mut self.active, c, id);
+        if !c.queued {
+            c.queued = true;
+            self.ready.push_back(id);
+        }
+        schedule_conn(&mut self.timers, c, id);
+        if listed {
+            self.bound_active();
+        }
+        self.release_waiters();
+        Some(Ok(()))
+    }
+}

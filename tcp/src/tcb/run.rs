@@ -1,0 +1,71 @@
+//! The in-order data segments of a receive run, past the general input: a segment that
+//! continues the connection's run (RCV.NXT, nothing held, no flag but ACK and PSH, the
+//! acknowledgment fields of the run's last processed segment, a timestamp PAWS accepts)
+//! is taken by the few steps of [`Tcb::handle_segment`] that apply to it.
+
+use super::{RunAck, State, Tcb};
+use crate::config::Config;
+use crate::seq;
+use crate::time::Instant;
+use crate::ulp::Upper;
+use crate::wire::DataSegment;
+
+impl Tcb {
+    /// Whether `seg`, arriving at `now` in receive burst `burst`, continues this
+    /// connection's run so that [`Tcb::handle_segment`] would do nothing with it but what
+    /// [`Tcb::take_run_segment`] does: ESTABLISHED, at RCV.NXT within the window with
+    /// nothing held out of order and no FIN seen ahead; its ACK, window, echoed timestamp
+    /// and time those of the run's last segment whose ACK was processed (in this burst, so
+    /// SND.NXT did not move since: the ACK is acceptable and finds nothing new, RFC 9293
+    /// §3.10.7.4); its timestamp, if any, not older than TS.Recent (RFC 7323 §5.3 R1: the
+    /// PAWS test passes). Changes nothing.
+    #[inline]
+    pub(crate) fn takes_run_segment(&self, seg: &DataSegment, burst: u64, now: Instant) -> bool {
+        let run = RunAck {
+            burst,
+            ack: seg.ack,
+            window: seg.window,
+            tsecr: seg.timestamp.map(|t| t.tsecr),
+            now,
+        };
+        self.run_ack == Some(run)
+            && self.state == State::Established
+            && seg.seq == self.rcv_nxt
+            && self.rx.is_empty()
+            && self.peer_fin.is_none()
+            && seg.payload.len() <= self.rcv_wnd() as usize
+            && !(self.opts.timestamps
+                && self.ts_recent_at.is_some()
+                && seg
+                    .timestamp
+                    .is_some_and(|ts| seq::lt(ts.tsval, self.ts_recent)))
+    }
+
+    /// Takes `seg`, which [`Tcb::takes_run_segment`] accepted and whose checksum was
+    /// verified, as [`Tcb::handle_segment`] would during a burst: TS.Recent (RFC 7323
+    /// §4.3), SND.WL1 (the rest of the ACK processing would find nothing new), the idle
+    /// time, the payload to the ULP with RCV.NXT advanced (the ULP told at the run's end)
+    /// and the ACK decision (RFC 9293 §3.8.6.3: every second segment, else the delayed
+    /// ACK).
+    #[inline]
+    pub(crate) fn take_run_segment(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        seg: &DataSegment,
+        ulp: &mut impl Upper,
+    ) {
+        if self.opts.timestamps {
+            if let Some(ts) = seg.timestamp {
+                // Not older than TS.Recent (checked): only the segment's place counts.
+                if seq::le(seg.seq, self.last_ack_sent) {
+                    self.ts_recent = ts.tsval;
+                    self.ts_recent_at = Some(now);
+                }
+            }
+        }
+        self.update_send_window(seg.window, seg.seq, seg.ack);
+        self.restart_keepalive(now, cfg);
+        self.take_in_order(now, cfg, seg.payload, true, ulp);
+    }
+}
