@@ -295,6 +295,39 @@ pub fn tcp_checksum_split_ok<A: PseudoHeader>(
     fold(pseudo_header(src, dst, len) + wide_sum(header) + payload.acc) == 0xffff
 }
 
+/// The sum of the pseudo-header of the segments between two addresses without their
+/// length: for the segments of a run ([`AddressSum::segment_ok`]), summed once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AddressSum(u64);
+
+impl AddressSum {
+    /// The pseudo-header's sum for segments from `src` to `dst`, but their length.
+    pub(crate) fn new<A: PseudoHeader>(src: A, dst: A) -> AddressSum {
+        AddressSum(pseudo_header(src, dst, 0))
+    }
+
+    /// The pseudo-header's sum with the TCP length `tcp_len`: its two 16-bit halves, the
+    /// words of both families (RFC 9293 §3.1: 16 bits; RFC 8200 §8.1: 32 bits).
+    #[inline]
+    fn with_len(self, tcp_len: usize) -> u64 {
+        self.0 + be_words([(tcp_len & 0xffff) as u16, (tcp_len >> 16) as u16])
+    }
+
+    /// [`tcp_checksum_ok`] of `segment` between these addresses; with `staged`, as
+    /// [`tcp_checksum_split_ok`] of its header (an even number of octets) and the payload
+    /// summed there.
+    #[inline]
+    pub(crate) fn segment_ok(self, segment: &[u8], staged: Option<(&[u8], PayloadSum)>) -> bool {
+        let acc = match staged {
+            Some((header, payload)) => {
+                self.with_len(header.len() + payload.len) + wide_sum(header) + payload.acc
+            }
+            None => self.with_len(segment.len()) + wide_sum(segment),
+        };
+        fold(acc) == 0xffff
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -553,6 +586,41 @@ mod tests {
                 assert_eq!(joined.octets(), data.len());
                 assert_eq!(joined.folded(), sum(&data), "split {a} {b}");
             }
+        }
+    }
+
+    proptest! {
+        // RFC 9293 §3.1, RFC 8200 §8.1: the addresses summed once and the length added per
+        // segment verify as the whole pseudo-header, for both families, any length (an
+        // IPv6 jumbogram's too), the payload staged or not, good or with a bit flipped.
+        #[test]
+        fn address_sum_verifies_as_the_whole(
+            len in prop_oneof![20usize..3000, 65_530usize..65_560],
+            seed: u8,
+            s: u128,
+            d: u128,
+            v6 in any::<bool>(),
+            flip in proptest::option::of(any::<prop::sample::Index>()),
+        ) {
+            let (src, dst) = if v6 {
+                (IpAddr::from(s.to_be_bytes()), IpAddr::from(d.to_be_bytes()))
+            } else {
+                (IpAddr::from((s as u32).to_be_bytes()), IpAddr::from((d as u32).to_be_bytes()))
+            };
+            let mut seg = segment(len, seed);
+            seg[16] = 0;
+            seg[17] = 0;
+            let c = tcp_checksum(src, dst, &seg);
+            seg[16..18].copy_from_slice(&c.to_be_bytes());
+            if let Some(at) = flip {
+                seg[at.index(len)] ^= 0x10;
+            }
+            let addresses = AddressSum::new(src, dst);
+            let whole = tcp_checksum_ok(src, dst, &seg);
+            prop_assert_eq!(addresses.segment_ok(&seg, None), whole);
+            let (header, payload) = seg.split_at(20);
+            let staged = Some((header, payload_sum(payload)));
+            prop_assert_eq!(addresses.segment_ok(&seg, staged), whole);
         }
     }
 

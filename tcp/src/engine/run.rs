@@ -8,7 +8,8 @@ use std::net::IpAddr;
 
 use smoltcp::wire::TcpRepr;
 
-use super::{checksum_staging, list_active, schedule_conn, slot_mut, Conn, ConnId, Engine};
+use super::{list_active, schedule_conn, slot_mut, Conn, ConnId, Engine};
+use crate::checksum::AddressSum;
 use crate::ip::PacketError;
 use crate::time::Instant;
 use crate::ulp::{Bound, Ulp};
@@ -24,6 +25,8 @@ pub(super) struct RunKey {
     /// Source and destination port as the TCP header's first four octets.
     ports: [u8; 4],
     id: ConnId,
+    /// The pseudo-header's addresses, summed once for the run's checksums.
+    addresses: AddressSum,
 }
 
 impl RunKey {
@@ -36,6 +39,7 @@ impl RunKey {
             dst,
             ports: [a, b, c, d],
             id,
+            addresses: AddressSum::new(src, dst),
         }
     }
 }
@@ -77,20 +81,23 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         if !tcb.takes_run_segment(&seg, bursts, now) {
             return None;
         }
-        // As the general input: the checksum before the segment touches any state.
+        // As the general input: the checksum before the segment touches any state, the
+        // payload first offered to the ULP to stage (`checksum_staging`; the header is a
+        // whole number of words).
         let mut staged = false;
         if verify {
-            let (ok, by_sink) =
-                checksum_staging(Some(&mut *ulp), cx, src, dst, segment, seg.seq, seg.payload);
-            if !ok {
-                if by_sink {
+            let header = &segment[..segment.len() - seg.payload.len()];
+            let sum = ulp.stage(cx, seg.seq, seg.payload);
+            staged = sum.is_some();
+            let split = sum.map(|sum| (header, sum));
+            if !key.addresses.segment_ok(segment, split) {
+                if staged {
                     ulp.unstage(cx);
                 }
                 self.stats.bad_checksums += 1;
                 self.stats.malformed += 1;
                 return Some(Err(PacketError::BadTcp));
             }
-            staged = by_sink;
         }
         self.stats.segments_in += 1;
         self.stats.run_segments += 1;

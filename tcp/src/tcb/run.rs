@@ -3,7 +3,7 @@
 //! acknowledgment fields of the run's last processed segment, a timestamp PAWS accepts)
 //! is taken by the few steps of [`Tcb::handle_segment`] that apply to it.
 
-use super::{RunAck, State, Tcb};
+use super::{State, Tcb};
 use crate::config::Config;
 use crate::seq;
 use crate::time::Instant;
@@ -21,16 +21,16 @@ impl Tcb {
     /// PAWS test passes). Changes nothing.
     #[inline]
     pub(crate) fn takes_run_segment(&self, seg: &DataSegment, burst: u64, now: Instant) -> bool {
-        let run = RunAck {
-            burst,
-            ack: seg.ack,
-            window: seg.window,
-            tsecr: seg.timestamp.map(|t| t.tsecr),
-            now,
+        let Some(run) = &self.run_ack else {
+            return false;
         };
-        self.run_ack == Some(run)
+        seg.seq == self.rcv_nxt
+            && run.ack == seg.ack
+            && run.window == seg.window
+            && run.tsecr == seg.timestamp.map(|t| t.tsecr)
+            && run.burst == burst
+            && run.now == now
             && self.state == State::Established
-            && seg.seq == self.rcv_nxt
             && self.rx.is_empty()
             && self.peer_fin.is_none()
             && seg.payload.len() <= self.rcv_wnd() as usize
