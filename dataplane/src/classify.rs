@@ -387,7 +387,12 @@ impl Classifier {
         {
             return None;
         }
-        if !self.passes(csum.ip, || tcp::checksum::header_sum_ok(&h[IP..TCP])) {
+        let ip_ok = match csum.ip {
+            Checked::Good => true,
+            Checked::Bad => false,
+            Checked::Unknown => !self.verify_checksums || tcp::checksum::header_sum_ok(&h[IP..TCP]),
+        };
+        if !ip_ok {
             return None;
         }
         let src = Ipv4Addr::new(h[IP + 12], h[IP + 13], h[IP + 14], h[IP + 15]);

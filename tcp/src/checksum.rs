@@ -313,18 +313,17 @@ impl AddressSum {
         self.0 + be_words([(tcp_len & 0xffff) as u16, (tcp_len >> 16) as u16])
     }
 
-    /// [`tcp_checksum_ok`] of `segment` between these addresses; with `staged`, as
-    /// [`tcp_checksum_split_ok`] of its header (an even number of octets) and the payload
-    /// summed there.
+    /// [`tcp_checksum_ok`] of `segment` between these addresses.
+    pub(crate) fn segment_ok(self, segment: &[u8]) -> bool {
+        fold(self.with_len(segment.len()) + wide_sum(segment)) == 0xffff
+    }
+
+    /// [`tcp_checksum_split_ok`] of a segment of `header` (an even number of octets) and
+    /// the payload summed in `payload`, between these addresses.
     #[inline]
-    pub(crate) fn segment_ok(self, segment: &[u8], staged: Option<(&[u8], PayloadSum)>) -> bool {
-        let acc = match staged {
-            Some((header, payload)) => {
-                self.with_len(header.len() + payload.len) + wide_sum(header) + payload.acc
-            }
-            None => self.with_len(segment.len()) + wide_sum(segment),
-        };
-        fold(acc) == 0xffff
+    pub(crate) fn split_ok(self, header: &[u8], payload: PayloadSum) -> bool {
+        let len = header.len() + payload.len;
+        fold(self.with_len(len) + wide_sum(header) + payload.acc) == 0xffff
     }
 }
 
@@ -617,10 +616,9 @@ mod tests {
             }
             let addresses = AddressSum::new(src, dst);
             let whole = tcp_checksum_ok(src, dst, &seg);
-            prop_assert_eq!(addresses.segment_ok(&seg, None), whole);
+            prop_assert_eq!(addresses.segment_ok(&seg), whole);
             let (header, payload) = seg.split_at(20);
-            let staged = Some((header, payload_sum(payload)));
-            prop_assert_eq!(addresses.segment_ok(&seg, staged), whole);
+            prop_assert_eq!(addresses.split_ok(header, payload_sum(payload)), whole);
         }
     }
 

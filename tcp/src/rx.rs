@@ -88,6 +88,12 @@ impl Consumed {
             .map(|&(s, e)| s as usize..e as usize)
     }
 
+    /// Whether this is [`Consumed::all`] of a `len`-byte payload (of more than zero bytes).
+    #[inline]
+    pub(crate) fn is_all(&self, len: usize) -> bool {
+        self.len == 1 && u32::try_from(len).is_ok_and(|len| self.ranges[0] == (0, len))
+    }
+
     /// Total consumed bytes.
     pub fn total(&self) -> usize {
         self.iter().map(|r| r.len()).sum()

@@ -89,8 +89,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             let header = &segment[..segment.len() - seg.payload.len()];
             let sum = ulp.stage(cx, seg.seq, seg.payload);
             staged = sum.is_some();
-            let split = sum.map(|sum| (header, sum));
-            if !key.addresses.segment_ok(segment, split) {
+            let ok = match sum {
+                Some(sum) => key.addresses.split_ok(header, sum),
+                None => key.addresses.segment_ok(segment),
+            };
+            if !ok {
                 if staged {
                     ulp.unstage(cx);
                 }

@@ -802,8 +802,17 @@ impl Tcb {
     }
 }
 
-/// Call `f(start, end)` for each byte range of a `len`-byte payload outside `consumed`.
-fn for_each_unconsumed(consumed: &Consumed, len: usize, mut f: impl FnMut(usize, usize)) {
+/// Call `f(start, end)` for each byte range of a `len`-byte payload outside `consumed`;
+/// inline, the usual payload (consumed whole) checked first.
+#[inline]
+fn for_each_unconsumed(consumed: &Consumed, len: usize, f: impl FnMut(usize, usize)) {
+    if !consumed.is_all(len) {
+        for_each_unconsumed_range(consumed, len, f);
+    }
+}
+
+/// [`for_each_unconsumed`] of a payload not consumed whole.
+fn for_each_unconsumed_range(consumed: &Consumed, len: usize, mut f: impl FnMut(usize, usize)) {
     let mut pos = 0;
     for r in consumed.iter() {
         let (a, b) = (r.start.min(len), r.end.min(len));
