@@ -130,8 +130,9 @@ fn with_edit(k: usize, edit: impl Fn(&RawPeer, &mut Seg) + 'static) -> Box<Frame
 
 // RFC 9293 §3.10.7.4: a run of in-order segments in one burst; after the first, each goes
 // through the entry, and every byte arrives in order with the ACKs of the general path:
-// one for every second segment (RFC 9293 §3.8.6.3), echoing the TSval of the run's first
-// segment, the one at the left edge of the last ACK (RFC 7323 §4.3).
+// one after the burst (every second segment owes one, RFC 9293 §3.8.6.3; the decision is
+// made once per burst), echoing the TSval of the run's first segment, the one at the left
+// edge of the last ACK sent (RFC 7323 §4.3).
 #[test]
 fn a_run_takes_the_entry_and_answers_as_the_general_path() {
     let o = both_ways(&|p| emit_all(&run_of(p, 8)));
