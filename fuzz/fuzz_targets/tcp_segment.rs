@@ -9,7 +9,8 @@
 //! delivered twice, everything below RCV.NXT delivered).
 //!
 //! Input: `[config][ops...]`; each op starts with a code byte (`code % 4`, see
-//! `iwarp_fuzz::format::tcp`).
+//! `iwarp_fuzz::format::tcp`); segments whose code byte has its top bit set arrive together
+//! in one receive burst (`Engine::begin_burst`), where in-order data takes the run entry.
 #![no_main]
 
 use std::cell::Cell;
@@ -535,7 +536,19 @@ fuzz_target!(|data: &[u8]| {
     POLICY.with(|p| p.set(0));
     let mut w = World::new(input.u8(), input.u16());
     while !input.is_empty() {
-        match input.u8() % COUNT {
+        let code = input.u8();
+        // A segment whose code has the top bit set joins a receive burst (the ground of the
+        // engine's run entry), begun if none is open; any other operation ends it first, and
+        // nothing is transmitted inside it.
+        let burst = code % COUNT == SEGMENT && code & 0x80 != 0;
+        if burst && !w.engine.in_burst() {
+            w.engine.begin_burst();
+        }
+        if !burst && w.engine.in_burst() {
+            w.engine.end_burst(w.now, &mut ());
+            w.output();
+        }
+        match code % COUNT {
             SEGMENT => w.segment(&mut input),
             RAW => {
                 let p = input.chunk(1600).to_vec();
@@ -553,6 +566,12 @@ fuzz_target!(|data: &[u8]| {
             }
             _ => w.app(&mut input),
         }
+        if !burst {
+            w.output();
+        }
+    }
+    if w.engine.in_burst() {
+        w.engine.end_burst(w.now, &mut ());
         w.output();
     }
     for _ in 0..4 {
