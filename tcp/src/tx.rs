@@ -282,10 +282,34 @@ impl SendQueue {
 
     /// Record a unit sent for the first time at `now`.
     pub(crate) fn push(&mut self, seq: u32, data: Vec<u8>, fin: bool, now: Instant) {
+        self.push_unit(seq, data, None, fin, now);
+    }
+
+    /// Record a data unit sent for the first time at `now`, with the payload's checksum
+    /// sum when the source took it (kept for every transmission).
+    pub(crate) fn push_summed(
+        &mut self,
+        seq: u32,
+        data: Vec<u8>,
+        sum: Option<PayloadSum>,
+        now: Instant,
+    ) {
+        self.push_unit(seq, data, sum, false, now);
+    }
+
+    #[inline(always)]
+    fn push_unit(
+        &mut self,
+        seq: u32,
+        data: Vec<u8>,
+        sum: Option<PayloadSum>,
+        fin: bool,
+        now: Instant,
+    ) {
         let u = TxUnit {
             seq,
             data: UnitData::Owned(data),
-            sum: None,
+            sum,
             fin,
             sent_at: now,
             retransmitted: false,

@@ -154,6 +154,62 @@ impl Tcb {
         self.send_empty(now, cfg, sink_wnd, TcpControl::None, self.snd_nxt, buf)
     }
 
+    /// The header of a data segment of `len` octets at `seq_no`, the retransmission timer
+    /// armed; SACK blocks it has no room for are left to a pure ACK right after it.
+    fn data_header(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        control: TcpControl,
+        seq_no: u32,
+        len: usize,
+    ) -> Header {
+        let dsack = self.dsack;
+        let hdr = self.header(now, cfg, sink_wnd, control, seq_no);
+        self.arm_rtx(now);
+        let blocks = hdr.sack.iter().filter(|b| b.is_some()).count();
+        if blocks > 0 {
+            let fit = crate::wire::sack_blocks_that_fit(cfg, self.local, self.remote, &hdr, len);
+            if fit < blocks {
+                // RFC 2018 §4: SACK options SHOULD be in every ACK that does not acknowledge
+                // the highest sequence number received. A full-sized segment has no room for
+                // them (its payload is a whole unit, which may be an FPDU that cannot be
+                // cut): they go in a pure ACK right after it, the D-SACK block included.
+                self.sack_ack = true;
+                if fit == 0 {
+                    self.dsack = dsack;
+                }
+            }
+        }
+        hdr
+    }
+
+    /// A new unit's first transmission (at `seq_no`) into `buf`, before it is queued.
+    fn send_new(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        seq_no: u32,
+        unit: &Unit,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let payload = unit.payload.as_slice();
+        let hdr = self.data_header(now, cfg, sink_wnd, TcpControl::Psh, seq_no, payload.len());
+        let (local, remote) = (self.local, self.remote);
+        write_segment(
+            buf,
+            cfg,
+            &mut self.template,
+            local,
+            remote,
+            &hdr,
+            payload,
+            unit.sum(),
+        )
+    }
+
     /// Unit `i` into `buf`, or only its headers when `gather` takes its payload.
     fn send_unit(
         &mut self,
@@ -173,25 +229,9 @@ impl Tcb {
         } else {
             TcpControl::Psh
         };
-        let dsack = self.dsack;
-        let hdr = self.header(now, cfg, sink_wnd, control, useq);
-        self.arm_rtx(now);
-        let (local, remote) = (self.local, self.remote);
         let len = self.txq.unit(i).data.as_slice().len();
-        let blocks = hdr.sack.iter().filter(|b| b.is_some()).count();
-        if blocks > 0 {
-            let fit = crate::wire::sack_blocks_that_fit(cfg, local, remote, &hdr, len);
-            if fit < blocks {
-                // RFC 2018 §4: SACK options SHOULD be in every ACK that does not acknowledge
-                // the highest sequence number received. A full-sized segment has no room for
-                // them (its payload is a whole unit, which may be an FPDU that cannot be
-                // cut): they go in a pure ACK right after it, the D-SACK block included.
-                self.sack_ack = true;
-                if fit == 0 {
-                    self.dsack = dsack;
-                }
-            }
-        }
+        let hdr = self.data_header(now, cfg, sink_wnd, control, useq, len);
+        let (local, remote) = (self.local, self.remote);
         let u = self.txq.unit_mut(i);
         let template = &mut self.template;
         if gather.wants(len) {
@@ -299,23 +339,26 @@ impl Tcb {
 
         // New units.
         if matches!(self.state, State::Established | State::CloseWait) && !self.fin_queued {
-            if ulp.pending() {
-                let in_flight = self.flight_size() as u32;
-                let wnd_avail = self.snd_wnd.saturating_sub(in_flight) as usize;
-                let max_len = self.eff_mss.min(wnd_avail);
-                // RFC 9293 §3.8.6.2.1 sender SWS avoidance.
-                let sws_ok = max_len == self.eff_mss
-                    || (max_len > 0 && self.txq.is_empty())
-                    || (max_len > 0 && max_len >= self.max_snd_wnd as usize / 2);
-                let own_ok = sws_ok && self.pipe() < self.cc.cwnd();
-                // The engine's bound on octets in flight over all connections
-                // (`Config::max_flight`) comes on top of the connection's own windows.
-                let shared_ok = self.flight_open;
-                if own_ok && shared_ok {
-                    if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
-                        return self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, gather, ev);
-                    }
+            let in_flight = self.flight_size() as u32;
+            let wnd_avail = self.snd_wnd.saturating_sub(in_flight) as usize;
+            let max_len = self.eff_mss.min(wnd_avail);
+            // RFC 9293 §3.8.6.2.1 sender SWS avoidance.
+            let sws_ok = max_len == self.eff_mss
+                || (max_len > 0 && self.txq.is_empty())
+                || (max_len > 0 && max_len >= self.max_snd_wnd as usize / 2);
+            let own_ok = sws_ok && self.pipe() < self.cc.cwnd();
+            // The engine's bound on octets in flight over all connections
+            // (`Config::max_flight`) comes on top of the connection's own windows.
+            let shared_ok = self.flight_open;
+            // The source is asked for a unit first and whether it holds data only when it
+            // gives none (it answers `None` when nothing is ready): one question per unit
+            // of a run, not two.
+            if own_ok && shared_ok {
+                if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
+                    return self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, gather, ev);
                 }
+            }
+            if ulp.pending() {
                 if own_ok && !shared_ok {
                     // Its window is open: no probing, the engine wakes it.
                     self.flight_held = true;
@@ -426,15 +469,24 @@ impl Tcb {
             return None;
         }
         let useq = self.snd_nxt;
-        let sum = unit.sum();
-        self.txq.push(useq, unit.payload, false, now);
         self.snd_nxt = useq.wrapping_add(len as u32);
         self.persist_deadline = None;
         self.persist_backoff = 0;
-        let i = self.txq.len() - 1;
-        // A sum the source took is kept for every transmission, as one taken here would be.
-        self.txq.unit_mut(i).sum = sum;
-        let out = self.send_unit(now, cfg, sink_wnd, i, buf, gather);
+        let out = if gather.wants(len) {
+            // A sum the source took is kept for every transmission, as one taken here
+            // would be.
+            let sum = unit.sum();
+            self.txq.push_summed(useq, unit.payload, sum, now);
+            let i = self.txq.len() - 1;
+            self.send_unit(now, cfg, sink_wnd, i, buf, gather)
+        } else {
+            // Written from the unit in hand, then queued: the send queue's entry is made
+            // once, not looked up again for the segment.
+            let out = self.send_new(now, cfg, sink_wnd, useq, &unit, buf);
+            let sum = unit.sum();
+            self.txq.push_summed(useq, unit.payload, sum, now);
+            out
+        };
         self.arm_tlp(now, cfg);
         out
     }
