@@ -91,3 +91,40 @@ fn a_window_closing_within_a_run_stops_it_at_the_right_octet() {
         at = at.wrapping_add(s.payload.len() as u32);
     }
 }
+
+// RFC 7323 §3 (TSval from the clock, TSecr the last TS.Recent, on every segment) and RFC
+// 9293 §3.10.7.4 (ACK and window from the receive state): a run of data segments at one
+// instant shares its acknowledgment, window and timestamps, and what arrives between runs
+// (the peer's data with a newer TSval, time passing) is in the next run's headers.
+#[test]
+fn a_runs_shared_header_follows_what_arrives_between_runs() {
+    let data = payload(60_000, 3);
+    let (mut p, _) = peer_with(&data, Some(7));
+    let first = p.output();
+    assert!(first.len() >= 5, "the initial window's run");
+    let (ack, window, ts) = (first[0].ack, first[0].window, first[0].ts);
+    assert_eq!(ack, Some(p.snd));
+    for s in &first {
+        assert_eq!((s.ack, s.window, s.ts), (ack, window, ts));
+        assert!(!s.payload.is_empty());
+    }
+    // The peer acknowledges the run with data of its own and a newer TSval, a millisecond
+    // later.
+    p.now = p.now + std::time::Duration::from_millis(1);
+    *p.tsval.as_mut().unwrap() += 5;
+    p.rcv = first
+        .last()
+        .map(|s| s.seq.wrapping_add(s.payload.len() as u32))
+        .unwrap();
+    let second = p.send_data(&[9; 100]);
+    let data_segs: Vec<&Seg> = second.iter().filter(|s| !s.payload.is_empty()).collect();
+    assert!(!data_segs.is_empty(), "the ACK opens the window for more");
+    let new_ts = data_segs[0].ts.unwrap();
+    assert_eq!(new_ts.1, p.tsval.unwrap(), "TSecr: the peer's newer TSval");
+    assert!(new_ts.0 > ts.unwrap().0, "TSval: a millisecond later");
+    for s in &data_segs {
+        assert_eq!(s.ack, Some(p.snd), "the peer's 100 octets acknowledged");
+        assert_eq!(s.ts, Some(new_ts));
+        assert_eq!(s.window, data_segs[0].window);
+    }
+}

@@ -196,6 +196,8 @@ pub(crate) struct Tcb {
     pub(crate) remote: SocketAddr,
     /// The headers of this connection's data segments and ACKs, prebuilt on first use.
     template: Option<Template>,
+    /// The header fields the data segments of a run share (see [`output::RunHeader`]).
+    run: Option<output::RunHeader>,
     /// Created by a listener (a reset in SYN-RECEIVED returns silently to LISTEN).
     pub(crate) passive: bool,
     pub(crate) reported_closed: bool,
@@ -373,6 +375,7 @@ impl Tcb {
             local,
             remote,
             template: None,
+            run: None,
             passive: false,
             reported_closed: false,
             offer,

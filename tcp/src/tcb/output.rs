@@ -12,7 +12,91 @@ use crate::tx::{Gather, Unit};
 use crate::ulp::Upper;
 use crate::wire::{Header, SynOptions};
 
+/// What [`Tcb::header`] gave a data segment without SACK blocks or SYN options, kept for
+/// the segments after it while nothing it reads changed: the same time (`now`: the TSval,
+/// RFC 7323 §3), nothing received (RCV.NXT, TS.Recent, the window's right edge RCV.ADV,
+/// which that header left where it was), the same window of the sink, no D-SACK block or
+/// out-of-order data to report (RFC 2018). With the same inputs `header` gives the same
+/// window and timestamps (the rest of what it reads is fixed once synchronized), so a run
+/// of segments takes them once and patches only its sequence numbers and flags.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RunHeader {
+    now: Instant,
+    rcv_nxt: u32,
+    rcv_adv: u32,
+    ts_recent: u32,
+    sink_wnd: usize,
+    window: u16,
+    timestamp: Option<(u32, u32)>,
+}
+
+impl RunHeader {
+    /// The run header of `hdr`, which `tcb` just built at `now` for the sink's window
+    /// `sink_wnd`; `None` when it carries SACK blocks or SYN options.
+    fn of(tcb: &Tcb, now: Instant, sink_wnd: usize, hdr: &Header) -> Option<RunHeader> {
+        let plain = hdr.syn.is_none() && hdr.sack == [None; 3] && hdr.ack == Some(tcb.rcv_nxt);
+        plain.then_some(RunHeader {
+            now,
+            rcv_nxt: tcb.rcv_nxt,
+            rcv_adv: tcb.rcv_adv,
+            ts_recent: tcb.ts_recent,
+            sink_wnd,
+            window: hdr.window,
+            timestamp: hdr.timestamp,
+        })
+    }
+}
+
 impl Tcb {
+    /// The header [`Tcb::header`] would give a data segment at `seq_no` now, from the run
+    /// header when it still holds (with the ACK bookkeeping `header` does), else `None`.
+    #[inline]
+    fn run_header(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        control: TcpControl,
+        seq_no: u32,
+    ) -> Option<Header> {
+        let r = self.run.as_ref()?;
+        let holds = r.now == now
+            && r.rcv_nxt == self.rcv_nxt
+            && r.rcv_adv == self.rcv_adv
+            && r.ts_recent == self.ts_recent
+            && r.sink_wnd == sink_wnd
+            && self.dsack.is_none()
+            && self.rx.is_empty();
+        if !holds {
+            return None;
+        }
+        let (window, timestamp) = (r.window, r.timestamp);
+        let shift = self.opts.rcv_shift;
+        debug_assert_eq!(
+            (window, timestamp),
+            (
+                (self.proposed_window(cfg, sink_wnd, shift) >> shift) as u16,
+                self.opts
+                    .timestamps
+                    .then(|| (self.tsval(now), self.ts_recent))
+            ),
+            "the run's header is the one built afresh"
+        );
+        self.ack_now = false;
+        self.delack_deadline = None;
+        self.segs_unacked = 0;
+        self.last_ack_sent = self.rcv_nxt;
+        Some(Header {
+            control,
+            seq: seq_no,
+            ack: Some(self.rcv_nxt),
+            window,
+            syn: None,
+            sack: [None; 3],
+            timestamp,
+        })
+    }
+
     /// The window we would advertise now: the sink's window capped by configuration and
     /// scaling, with receiver SWS avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only
     /// by a useful amount and never backward.
@@ -165,9 +249,19 @@ impl Tcb {
         seq_no: u32,
         len: usize,
     ) -> Header {
-        let dsack = self.dsack;
+        if let Some(hdr) = self.run_header(now, cfg, sink_wnd, control, seq_no) {
+            self.arm_rtx(now);
+            return hdr;
+        }
+        let (dsack, adv) = (self.dsack, self.rcv_adv);
         let hdr = self.header(now, cfg, sink_wnd, control, seq_no);
         self.arm_rtx(now);
+        // Kept when the window's edge stayed: the next header's inputs are then this one's.
+        self.run = if self.rcv_adv == adv {
+            RunHeader::of(self, now, sink_wnd, &hdr)
+        } else {
+            None
+        };
         let blocks = hdr.sack.iter().filter(|b| b.is_some()).count();
         if blocks > 0 {
             let fit = crate::wire::sack_blocks_that_fit(cfg, self.local, self.remote, &hdr, len);
