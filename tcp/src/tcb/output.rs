@@ -240,6 +240,7 @@ impl Tcb {
 
     /// The header of a data segment of `len` octets at `seq_no`, the retransmission timer
     /// armed; SACK blocks it has no room for are left to a pure ACK right after it.
+    #[inline(always)]
     fn data_header(
         &mut self,
         now: Instant,
