@@ -31,7 +31,7 @@ use crate::clock::{self, Instant};
 use crate::arp::{self, ArpCache, ArpOutcome};
 use crate::classify::{Classified, Classifier, FrameClass, Malformed};
 use crate::config::{Ipv4Cidr, Ipv6Cidr, PortConfig};
-use crate::frame::{l2_len, write_l2, Vlan, MAX_L2_HLEN};
+use crate::frame::{l2_len, write_l2, Vlan, ETH_HLEN, MAX_L2_HLEN};
 use crate::icmp;
 use crate::ndp::{self, NdCache, NdOutcome, OwnAddrs};
 use crate::neighbour::{NeighbourNews, NeighbourShare, REQUEST_INTERVAL};
@@ -343,6 +343,19 @@ struct Route {
     l2: [u8; MAX_L2_HLEN],
 }
 
+impl Route {
+    /// Writes the first `len` octets of the layer-2 header into `buf` (a copy of fixed
+    /// length for the usual untagged header, not a call).
+    #[inline(always)]
+    fn write(&self, buf: &mut [u8], len: usize) {
+        if len == ETH_HLEN {
+            buf[..ETH_HLEN].copy_from_slice(&self.l2[..ETH_HLEN]);
+        } else {
+            buf[..len].copy_from_slice(&self.l2[..len]);
+        }
+    }
+}
+
 impl<P: Port> Drop for PortContext<'_, P> {
     fn drop(&mut self) {
         self.close_tso();
@@ -600,7 +613,7 @@ impl<P: Port> PortContext<'_, P> {
         let route = self.route.filter(|r| r.dst == dst);
         let hop = match route {
             Some(r) => {
-                buf.as_mut()[..l2].copy_from_slice(&r.l2[..l2]);
+                r.write(buf.as_mut(), l2);
                 None
             }
             None => {
@@ -746,6 +759,7 @@ impl<P: Port> PortContext<'_, P> {
     }
 
     /// Queues `frame` for the transmit burst at the end of this iteration.
+    #[inline]
     pub fn send(&mut self, frame: P::Buf) {
         self.close_tso();
         self.counters.tx += 1;
