@@ -75,11 +75,14 @@ impl Connection {
 
 impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
     fn next_unit(&mut self, cx: &mut C, now: Instant, seq: u32, max_len: usize) -> Option<Unit> {
-        let (mem, mut pool) = cx.table_and_pool();
-        self.advance_time(now);
-        if self.cfg.emss.is_none() && max_len > self.emss {
+        // TCP asks for a unit before it asks `pending`: the effective MSS is learned from
+        // `max_len` only while data waits, as when `pending` was asked first (the receive
+        // side's ULPDU_Length bound, set as FPDU mode begins, depends on it).
+        if self.cfg.emss.is_none() && max_len > self.emss && SegmentSource::<C>::pending(self) {
             self.emss = max_len;
         }
+        let (mem, mut pool) = cx.table_and_pool();
+        self.advance_time(now);
         if let Some(f) = self.frames.front() {
             if f.len() > max_len {
                 return None;
