@@ -31,7 +31,7 @@ use crate::clock::{self, Instant};
 use crate::arp::{self, ArpCache, ArpOutcome};
 use crate::classify::{Classified, Classifier, FrameClass, Malformed};
 use crate::config::{Ipv4Cidr, Ipv6Cidr, PortConfig};
-use crate::frame::{l2_len, write_l2, Vlan};
+use crate::frame::{l2_len, write_l2, Vlan, ETH_HLEN, MAX_L2_HLEN};
 use crate::icmp;
 use crate::ndp::{self, NdCache, NdOutcome, OwnAddrs};
 use crate::neighbour::{NeighbourNews, NeighbourShare, REQUEST_INTERVAL};
@@ -326,6 +326,34 @@ pub struct PortContext<'a, P: Port> {
     /// The TSO frame being built in place ([`Port::tso_room`]), queued when a packet does
     /// not continue it, before any other frame, and when the context ends.
     tso: Option<(P::Buf, InPlaceTso)>,
+    /// The route of the last packet sent to a resolved neighbour, for the packets after
+    /// it to the same destination.
+    route: Option<Route>,
+}
+
+/// A destination's next hop and the layer-2 header of frames to it (the neighbour's MAC
+/// filled in), kept by a [`PortContext`] for the packets after the first of a run (a
+/// connection's segments): the next hop is looked up and the header written once per
+/// context, i.e. per half iteration, with one `now`. A neighbour's MAC learned or changed
+/// (ARP, neighbour discovery) in a later half iteration is used from then on; one learned
+/// within the context drops the route.
+#[derive(Clone, Copy, Debug)]
+struct Route {
+    dst: IpAddr,
+    l2: [u8; MAX_L2_HLEN],
+}
+
+impl Route {
+    /// Writes the first `len` octets of the layer-2 header into `buf` (a copy of fixed
+    /// length for the usual untagged header, not a call).
+    #[inline(always)]
+    fn write(&self, buf: &mut [u8], len: usize) {
+        if len == ETH_HLEN {
+            buf[..ETH_HLEN].copy_from_slice(&self.l2[..ETH_HLEN]);
+        } else {
+            buf[..len].copy_from_slice(&self.l2[..len]);
+        }
+    }
 }
 
 impl<P: Port> Drop for PortContext<'_, P> {
@@ -582,17 +610,27 @@ impl<P: Port> PortContext<'_, P> {
             *self.spare = Some(buf);
             return None;
         };
-        let Some(hop) = self.next_hop(dst) else {
-            self.counters.unresolved += 1;
-            return Some(SendOutcome::NoRoute);
+        let route = self.route.filter(|r| r.dst == dst);
+        let hop = match route {
+            Some(r) => {
+                r.write(buf.as_mut(), l2);
+                None
+            }
+            None => {
+                let Some(hop) = self.next_hop(dst) else {
+                    self.counters.unresolved += 1;
+                    return Some(SendOutcome::NoRoute);
+                };
+                write_l2(
+                    buf.as_mut(),
+                    [0; 6],
+                    self.l2.mac,
+                    self.l2.in_frame(),
+                    ethertype_of(dst),
+                );
+                Some(hop)
+            }
         };
-        write_l2(
-            buf.as_mut(),
-            [0; 6],
-            self.l2.mac,
-            self.l2.in_frame(),
-            ethertype_of(dst),
-        );
         match payload {
             None => buf.truncate(l2 + len.min(mtu)),
             Some(p) => {
@@ -610,7 +648,22 @@ impl<P: Port> PortContext<'_, P> {
             }
         }
         self.l2.finish(&mut buf);
-        Some(self.deliver(buf, hop))
+        let Some(hop) = hop else {
+            self.send(buf);
+            return Some(SendOutcome::Sent);
+        };
+        let outcome = self.deliver(buf, hop);
+        if outcome == SendOutcome::Sent && l2 <= MAX_L2_HLEN {
+            if let Some(sent) = self.tx.last() {
+                let mut r = Route {
+                    dst,
+                    l2: [0; MAX_L2_HLEN],
+                };
+                r.l2[..l2].copy_from_slice(&sent.as_ref()[..l2]);
+                self.route = Some(r);
+            }
+        }
+        Some(outcome)
     }
 
     /// Sends `buf` to next hop `hop`: its destination MAC filled in, or held while it is
@@ -706,6 +759,7 @@ impl<P: Port> PortContext<'_, P> {
     }
 
     /// Queues `frame` for the transmit burst at the end of this iteration.
+    #[inline]
     pub fn send(&mut self, frame: P::Buf) {
         self.close_tso();
         self.counters.tx += 1;
@@ -887,6 +941,7 @@ impl<B> PortLink<B> {
             backlog,
             now,
             tso: None,
+            route: None,
         }
     }
 }
@@ -1340,6 +1395,7 @@ fn mac_text(mac: &[u8; 6]) -> String {
 fn handle_arp<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf, meta: &Classified) {
     let mac = ctx.l2.mac;
     let ipv4 = ctx.ipv4();
+    ctx.route = None;
     let outcome = ctx
         .nb
         .arp
@@ -1397,6 +1453,7 @@ fn handle_icmpv6<P: Port>(ctx: &mut PortContext<'_, P>, frame: P::Buf, meta: &Cl
     let Some(own) = ctx.nb.own6.as_mut() else {
         return;
     };
+    ctx.route = None;
     let outcome = ctx
         .nb
         .nd
@@ -1989,6 +2046,55 @@ mod tests {
             assert_eq!(&f[12..14], &[0x08, 0x00]);
         }
         assert_eq!(&out[2][30..34], &off_link.octets());
+    }
+
+    // RFC 826 (a neighbour's new hardware address replaces the old one), RFC 4861 §7.2.5
+    // alike: packets to one destination in a poll are routed once (the next hop and the
+    // layer-2 header kept for the rest of the run) and carry the octets routing each one
+    // gives; a MAC changed by ARP between polls is used by every packet of the next poll.
+    #[test]
+    fn a_run_to_one_destination_is_routed_once_and_a_new_mac_is_used_next_poll() {
+        let off_link = Ipv4Addr::new(192, 0, 2, 9);
+        let dsts: Vec<IpAddr> = vec![
+            PEER_IP.into(),
+            PEER_IP.into(),
+            PEER_IP.into(),
+            off_link.into(),
+            off_link.into(),
+            PEER_IP.into(),
+        ];
+        let (mut l, mut peer) = setup(Sender {
+            dsts: dsts.clone(),
+            ..Sender::default()
+        });
+        l.poll_once(clock::now());
+        recv(&mut peer);
+        let gw_mac = [2, 0, 0, 0, 0, 0xfe];
+        send(&mut peer, &arp_reply_from(PEER_IP, PEER_MAC));
+        send(&mut peer, &arp_reply_from(GW_IP, gw_mac));
+        l.poll_once(clock::now());
+        let first = recv(&mut peer);
+        // The packet held in the first poll, then this poll's.
+        assert_eq!(first.len(), 1 + dsts.len());
+        let new_mac = [2, 0, 0, 0, 0, 0x22];
+        send(&mut peer, &arp_reply_from(PEER_IP, new_mac));
+        l.poll_once(clock::now());
+        let second = recv(&mut peer);
+        assert_eq!(second.len(), dsts.len());
+        assert!(l.handler().outcomes[dsts.len()..]
+            .iter()
+            .all(|o| *o == Some(SendOutcome::Sent)));
+        for (frames, peer_mac) in [(&first[1..], PEER_MAC), (&second[..], new_mac)] {
+            for (f, dst) in frames.iter().zip(&dsts) {
+                let IpAddr::V4(d) = dst else { unreachable!() };
+                let mac = if *d == PEER_IP { peer_mac } else { gw_mac };
+                let mut want = vec![0u8; 14 + 20];
+                write_l2(&mut want, mac, OUR_MAC, None, EthernetProtocol::Ipv4);
+                want[14..].copy_from_slice(&f[14..]);
+                assert_eq!(f, &want, "to {d}");
+                assert_eq!(&f[30..34], &d.octets());
+            }
+        }
     }
 
     /// A loop whose handler sent one packet to the (unresolved) peer at the returned time,

@@ -1383,6 +1383,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     }
                 };
                 let (local, remote) = (tcb.local.ip(), tcb.remote.ip());
+                // Only a unit queued by this call tells; the ULP is not asked again then.
+                let source_more = tcb.source_more.take();
                 count_flight(&mut self.flight, c);
                 if let (Some(len), true) = (r, evs.is_empty()) {
                     // A segment went out and the TCB asks nothing of the engine: the
@@ -1390,10 +1392,10 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     // has more without being looked up again.
                     let listed = list_active(&mut self.active, c, id);
                     schedule_conn(&mut self.timers, c, id);
-                    let more = c
-                        .ulp
-                        .as_ref()
-                        .is_none_or(|u| c.tcb.may_send_more(&self.cfg, u.pending(), u.rx_window()));
+                    let more = c.ulp.as_ref().is_none_or(|u| {
+                        let pending = source_more.unwrap_or_else(|| u.pending());
+                        c.tcb.may_send_more(&self.cfg, pending, u.rx_window())
+                    });
                     c.queued = more;
                     let turn_over = more && self.turn + 1 >= TX_QUANTUM;
                     if turn_over {

@@ -244,6 +244,7 @@ pub(crate) fn write_segment_headers(
 
 /// The template for `hdr` in `template` (made or remade for its shape), or `None` when the
 /// header is not of a template's shape.
+#[inline(always)]
 fn template_for<'a>(
     template: &'a mut Option<Template>,
     cfg: &Config,

@@ -24,12 +24,18 @@ pub struct Unit {
     pub payload: Vec<u8>,
     /// The payload's checksum sum, when the source took it.
     sum: Option<PayloadSum>,
+    /// What [`SegmentSource::pending`] answers after this unit, when the source said.
+    more: Option<bool>,
 }
 
 impl Unit {
     /// A unit carrying `payload`.
     pub fn new(payload: Vec<u8>) -> Self {
-        Unit { payload, sum: None }
+        Unit {
+            payload,
+            sum: None,
+            more: None,
+        }
     }
 
     /// A unit carrying `payload` whose checksum sum `sum` the source took in a pass over
@@ -41,7 +47,20 @@ impl Unit {
         Unit {
             payload,
             sum: Some(sum),
+            more: None,
         }
+    }
+
+    /// The unit, with what [`SegmentSource::pending`] would answer right after it (the
+    /// source knows it cheaply while it makes the unit): the engine then does not ask.
+    pub fn with_more(mut self, more: bool) -> Self {
+        self.more = Some(more);
+        self
+    }
+
+    /// What the source said `pending` answers after this unit ([`Unit::with_more`]).
+    pub fn more(&self) -> Option<bool> {
+        self.more
     }
 
     /// The payload's checksum sum, when the source took it ([`Unit::with_sum`]).
@@ -282,10 +301,34 @@ impl SendQueue {
 
     /// Record a unit sent for the first time at `now`.
     pub(crate) fn push(&mut self, seq: u32, data: Vec<u8>, fin: bool, now: Instant) {
+        self.push_unit(seq, data, None, fin, now);
+    }
+
+    /// Record a data unit sent for the first time at `now`, with the payload's checksum
+    /// sum when the source took it (kept for every transmission).
+    pub(crate) fn push_summed(
+        &mut self,
+        seq: u32,
+        data: Vec<u8>,
+        sum: Option<PayloadSum>,
+        now: Instant,
+    ) {
+        self.push_unit(seq, data, sum, false, now);
+    }
+
+    #[inline(always)]
+    fn push_unit(
+        &mut self,
+        seq: u32,
+        data: Vec<u8>,
+        sum: Option<PayloadSum>,
+        fin: bool,
+        now: Instant,
+    ) {
         let u = TxUnit {
             seq,
             data: UnitData::Owned(data),
-            sum: None,
+            sum,
             fin,
             sent_at: now,
             retransmitted: false,

@@ -75,11 +75,14 @@ impl Connection {
 
 impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
     fn next_unit(&mut self, cx: &mut C, now: Instant, seq: u32, max_len: usize) -> Option<Unit> {
-        let (mem, mut pool) = cx.table_and_pool();
-        self.advance_time(now);
-        if self.cfg.emss.is_none() && max_len > self.emss {
+        // TCP asks for a unit before it asks `pending`: the effective MSS is learned from
+        // `max_len` only while data waits, as when `pending` was asked first (the receive
+        // side's ULPDU_Length bound, set as FPDU mode begins, depends on it).
+        if self.cfg.emss.is_none() && max_len > self.emss && SegmentSource::<C>::pending(self) {
             self.emss = max_len;
         }
+        let (mem, mut pool) = cx.table_and_pool();
+        self.advance_time(now);
         if let Some(f) = self.frames.front() {
             if f.len() > max_len {
                 return None;
@@ -127,10 +130,21 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
         self.stats.fpdus_sent += unit.fpdus as u64;
         self.stats.units_in_place += u64::from(unit.in_place);
         self.stats.tx_buffers_allocated += u64::from(unit.allocated);
-        Some(match unit.sum {
+        // What `pending` answers now, from what is known here: no frames wait and FPDUs
+        // may go out (neither changes with an FPDU).
+        let more = self.phase.stream().is_some_and(|(engine, sender)| {
+            !sender.is_empty() || (mulpdu >= MIN_MULPDU && engine.has_segment(mulpdu))
+        });
+        debug_assert_eq!(
+            more,
+            SegmentSource::<C>::pending(self),
+            "pending after a unit"
+        );
+        let out = match unit.sum {
             Some(sum) => Unit::with_sum(unit.bytes, sum),
             None => Unit::new(unit.bytes),
-        })
+        };
+        Some(out.with_more(more))
     }
 
     /// Frames waiting, or FPDUs that may go out: DDP segments already read, or ones the

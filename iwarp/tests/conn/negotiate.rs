@@ -537,3 +537,25 @@ fn initiator_timer_starts_when_the_request_goes_out() {
     c.handle_timeout(t1 + Duration::from_secs(5), &mem);
     assert_eq!(c.state(), ConnState::Failed);
 }
+
+// RFC 5044 §4.1 (MULPDU follows the EMSS) and the receive side's ULPDU_Length bound, set
+// from it as FPDU mode begins: TCP asks a connection for a unit before it asks whether
+// data waits. An idle connection asked so learns no MSS from it (the bound stays as it
+// was when TCP asked `pending` first); one with its Request waiting learns it.
+#[test]
+fn only_a_connection_with_data_waiting_learns_the_mss_from_tcp() {
+    use iwarp::conn::{ConnConfig, Connection};
+    use tcp::SegmentSource;
+    let (mut mem, _) = memory(MEM);
+    let t0 = tcp::Instant::from_millis(1);
+    let mut idle = Connection::responder(ConnConfig::new(MpaConfig::default()), t0).unwrap();
+    let before = idle.mulpdu();
+    assert!(idle.next_unit(&mut mem, t0, 1, 1448).is_none());
+    assert_eq!(idle.mulpdu(), before, "nothing waited: no MSS learned");
+    let mut init = Connection::initiator(ConnConfig::new(MpaConfig::default()), t0).unwrap();
+    assert!(
+        init.next_unit(&mut mem, t0, 1, 1448).is_some(),
+        "the Request"
+    );
+    assert_ne!(init.mulpdu(), before, "the MSS learned with the Request");
+}

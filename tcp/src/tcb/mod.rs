@@ -198,6 +198,8 @@ pub(crate) struct Tcb {
     pub(crate) remote: SocketAddr,
     /// The headers of this connection's data segments and ACKs, prebuilt on first use.
     template: Option<Template>,
+    /// The header fields the data segments of a run share (see [`output::RunHeader`]).
+    run: Option<output::RunHeader>,
     /// Created by a listener (a reset in SYN-RECEIVED returns silently to LISTEN).
     pub(crate) passive: bool,
     pub(crate) reported_closed: bool,
@@ -237,6 +239,8 @@ pub(crate) struct Tcb {
     pub(crate) flight_open: bool,
     /// A new unit waited for the engine's bound alone (not for this connection's windows).
     pub(crate) flight_held: bool,
+    /// What the source said it holds after the unit this call queued ([`crate::Unit::more`]).
+    pub(crate) source_more: Option<bool>,
     /// The acknowledgment fields of the last segment of the current run whose ACK was
     /// processed: a next one of the run with the same fields changes nothing but SND.WL1.
     run_ack: Option<RunAck>,
@@ -375,6 +379,7 @@ impl Tcb {
             local,
             remote,
             template: None,
+            run: None,
             passive: false,
             reported_closed: false,
             offer,
@@ -401,6 +406,7 @@ impl Tcb {
             advance_pending: false,
             flight_open: true,
             flight_held: false,
+            source_more: None,
             run_ack: None,
             sack_rep: SackReporter::default(),
             peer_fin: None,

@@ -12,7 +12,91 @@ use crate::tx::{Gather, Unit};
 use crate::ulp::Upper;
 use crate::wire::{Header, SynOptions};
 
+/// What [`Tcb::header`] gave a data segment without SACK blocks or SYN options, kept for
+/// the segments after it while nothing it reads changed: the same time (`now`: the TSval,
+/// RFC 7323 §3), nothing received (RCV.NXT, TS.Recent, the window's right edge RCV.ADV,
+/// which that header left where it was), the same window of the sink, no D-SACK block or
+/// out-of-order data to report (RFC 2018). With the same inputs `header` gives the same
+/// window and timestamps (the rest of what it reads is fixed once synchronized), so a run
+/// of segments takes them once and patches only its sequence numbers and flags.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RunHeader {
+    now: Instant,
+    rcv_nxt: u32,
+    rcv_adv: u32,
+    ts_recent: u32,
+    sink_wnd: usize,
+    window: u16,
+    timestamp: Option<(u32, u32)>,
+}
+
+impl RunHeader {
+    /// The run header of `hdr`, which `tcb` just built at `now` for the sink's window
+    /// `sink_wnd`; `None` when it carries SACK blocks or SYN options.
+    fn of(tcb: &Tcb, now: Instant, sink_wnd: usize, hdr: &Header) -> Option<RunHeader> {
+        let plain = hdr.syn.is_none() && hdr.sack == [None; 3] && hdr.ack == Some(tcb.rcv_nxt);
+        plain.then_some(RunHeader {
+            now,
+            rcv_nxt: tcb.rcv_nxt,
+            rcv_adv: tcb.rcv_adv,
+            ts_recent: tcb.ts_recent,
+            sink_wnd,
+            window: hdr.window,
+            timestamp: hdr.timestamp,
+        })
+    }
+}
+
 impl Tcb {
+    /// The header [`Tcb::header`] would give a data segment at `seq_no` now, from the run
+    /// header when it still holds (with the ACK bookkeeping `header` does), else `None`.
+    #[inline]
+    fn run_header(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        control: TcpControl,
+        seq_no: u32,
+    ) -> Option<Header> {
+        let r = self.run.as_ref()?;
+        let holds = r.now == now
+            && r.rcv_nxt == self.rcv_nxt
+            && r.rcv_adv == self.rcv_adv
+            && r.ts_recent == self.ts_recent
+            && r.sink_wnd == sink_wnd
+            && self.dsack.is_none()
+            && self.rx.is_empty();
+        if !holds {
+            return None;
+        }
+        let (window, timestamp) = (r.window, r.timestamp);
+        let shift = self.opts.rcv_shift;
+        debug_assert_eq!(
+            (window, timestamp),
+            (
+                (self.proposed_window(cfg, sink_wnd, shift) >> shift) as u16,
+                self.opts
+                    .timestamps
+                    .then(|| (self.tsval(now), self.ts_recent))
+            ),
+            "the run's header is the one built afresh"
+        );
+        self.ack_now = false;
+        self.delack_deadline = None;
+        self.segs_unacked = 0;
+        self.last_ack_sent = self.rcv_nxt;
+        Some(Header {
+            control,
+            seq: seq_no,
+            ack: Some(self.rcv_nxt),
+            window,
+            syn: None,
+            sack: [None; 3],
+            timestamp,
+        })
+    }
+
     /// The window we would advertise now: the sink's window capped by configuration and
     /// scaling, with receiver SWS avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only
     /// by a useful amount and never backward.
@@ -154,6 +238,73 @@ impl Tcb {
         self.send_empty(now, cfg, sink_wnd, TcpControl::None, self.snd_nxt, buf)
     }
 
+    /// The header of a data segment of `len` octets at `seq_no`, the retransmission timer
+    /// armed; SACK blocks it has no room for are left to a pure ACK right after it.
+    #[inline(always)]
+    fn data_header(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        control: TcpControl,
+        seq_no: u32,
+        len: usize,
+    ) -> Header {
+        if let Some(hdr) = self.run_header(now, cfg, sink_wnd, control, seq_no) {
+            self.arm_rtx(now);
+            return hdr;
+        }
+        let (dsack, adv) = (self.dsack, self.rcv_adv);
+        let hdr = self.header(now, cfg, sink_wnd, control, seq_no);
+        self.arm_rtx(now);
+        // Kept when the window's edge stayed: the next header's inputs are then this one's.
+        self.run = if self.rcv_adv == adv {
+            RunHeader::of(self, now, sink_wnd, &hdr)
+        } else {
+            None
+        };
+        let blocks = hdr.sack.iter().filter(|b| b.is_some()).count();
+        if blocks > 0 {
+            let fit = crate::wire::sack_blocks_that_fit(cfg, self.local, self.remote, &hdr, len);
+            if fit < blocks {
+                // RFC 2018 §4: SACK options SHOULD be in every ACK that does not acknowledge
+                // the highest sequence number received. A full-sized segment has no room for
+                // them (its payload is a whole unit, which may be an FPDU that cannot be
+                // cut): they go in a pure ACK right after it, the D-SACK block included.
+                self.sack_ack = true;
+                if fit == 0 {
+                    self.dsack = dsack;
+                }
+            }
+        }
+        hdr
+    }
+
+    /// A new unit's first transmission (at `seq_no`) into `buf`, before it is queued.
+    fn send_new(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        sink_wnd: usize,
+        seq_no: u32,
+        unit: &Unit,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let payload = unit.payload.as_slice();
+        let hdr = self.data_header(now, cfg, sink_wnd, TcpControl::Psh, seq_no, payload.len());
+        let (local, remote) = (self.local, self.remote);
+        write_segment(
+            buf,
+            cfg,
+            &mut self.template,
+            local,
+            remote,
+            &hdr,
+            payload,
+            unit.sum(),
+        )
+    }
+
     /// Unit `i` into `buf`, or only its headers when `gather` takes its payload.
     fn send_unit(
         &mut self,
@@ -173,25 +324,9 @@ impl Tcb {
         } else {
             TcpControl::Psh
         };
-        let dsack = self.dsack;
-        let hdr = self.header(now, cfg, sink_wnd, control, useq);
-        self.arm_rtx(now);
-        let (local, remote) = (self.local, self.remote);
         let len = self.txq.unit(i).data.as_slice().len();
-        let blocks = hdr.sack.iter().filter(|b| b.is_some()).count();
-        if blocks > 0 {
-            let fit = crate::wire::sack_blocks_that_fit(cfg, local, remote, &hdr, len);
-            if fit < blocks {
-                // RFC 2018 §4: SACK options SHOULD be in every ACK that does not acknowledge
-                // the highest sequence number received. A full-sized segment has no room for
-                // them (its payload is a whole unit, which may be an FPDU that cannot be
-                // cut): they go in a pure ACK right after it, the D-SACK block included.
-                self.sack_ack = true;
-                if fit == 0 {
-                    self.dsack = dsack;
-                }
-            }
-        }
+        let hdr = self.data_header(now, cfg, sink_wnd, control, useq, len);
+        let (local, remote) = (self.local, self.remote);
         let u = self.txq.unit_mut(i);
         let template = &mut self.template;
         if gather.wants(len) {
@@ -299,23 +434,26 @@ impl Tcb {
 
         // New units.
         if matches!(self.state, State::Established | State::CloseWait) && !self.fin_queued {
-            if ulp.pending() {
-                let in_flight = self.flight_size() as u32;
-                let wnd_avail = self.snd_wnd.saturating_sub(in_flight) as usize;
-                let max_len = self.eff_mss.min(wnd_avail);
-                // RFC 9293 §3.8.6.2.1 sender SWS avoidance.
-                let sws_ok = max_len == self.eff_mss
-                    || (max_len > 0 && self.txq.is_empty())
-                    || (max_len > 0 && max_len >= self.max_snd_wnd as usize / 2);
-                let own_ok = sws_ok && self.pipe() < self.cc.cwnd();
-                // The engine's bound on octets in flight over all connections
-                // (`Config::max_flight`) comes on top of the connection's own windows.
-                let shared_ok = self.flight_open;
-                if own_ok && shared_ok {
-                    if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
-                        return self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, gather, ev);
-                    }
+            let in_flight = self.flight_size() as u32;
+            let wnd_avail = self.snd_wnd.saturating_sub(in_flight) as usize;
+            let max_len = self.eff_mss.min(wnd_avail);
+            // RFC 9293 §3.8.6.2.1 sender SWS avoidance.
+            let sws_ok = max_len == self.eff_mss
+                || (max_len > 0 && self.txq.is_empty())
+                || (max_len > 0 && max_len >= self.max_snd_wnd as usize / 2);
+            let own_ok = sws_ok && self.pipe() < self.cc.cwnd();
+            // The engine's bound on octets in flight over all connections
+            // (`Config::max_flight`) comes on top of the connection's own windows.
+            let shared_ok = self.flight_open;
+            // The source is asked for a unit first and whether it holds data only when it
+            // gives none (it answers `None` when nothing is ready): one question per unit
+            // of a run, not two.
+            if own_ok && shared_ok {
+                if let Some(unit) = ulp.next_unit(self.snd_nxt, max_len) {
+                    return self.queue_unit(now, cfg, sink_wnd, unit, max_len, buf, gather, ev);
                 }
+            }
+            if ulp.pending() {
                 if own_ok && !shared_ok {
                     // Its window is open: no probing, the engine wakes it.
                     self.flight_held = true;
@@ -426,15 +564,25 @@ impl Tcb {
             return None;
         }
         let useq = self.snd_nxt;
-        let sum = unit.sum();
-        self.txq.push(useq, unit.payload, false, now);
+        self.source_more = unit.more();
         self.snd_nxt = useq.wrapping_add(len as u32);
         self.persist_deadline = None;
         self.persist_backoff = 0;
-        let i = self.txq.len() - 1;
-        // A sum the source took is kept for every transmission, as one taken here would be.
-        self.txq.unit_mut(i).sum = sum;
-        let out = self.send_unit(now, cfg, sink_wnd, i, buf, gather);
+        let out = if gather.wants(len) {
+            // A sum the source took is kept for every transmission, as one taken here
+            // would be.
+            let sum = unit.sum();
+            self.txq.push_summed(useq, unit.payload, sum, now);
+            let i = self.txq.len() - 1;
+            self.send_unit(now, cfg, sink_wnd, i, buf, gather)
+        } else {
+            // Written from the unit in hand, then queued: the send queue's entry is made
+            // once, not looked up again for the segment.
+            let out = self.send_new(now, cfg, sink_wnd, useq, &unit, buf);
+            let sum = unit.sum();
+            self.txq.push_summed(useq, unit.payload, sum, now);
+            out
+        };
         self.arm_tlp(now, cfg);
         out
     }
