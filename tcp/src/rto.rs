@@ -36,7 +36,12 @@ impl RttEstimator {
 
     /// Feed one RTT measurement (RFC 6298 §2.2 and §2.3, alpha = 1/8, beta = 1/4).
     pub fn sample(&mut self, rtt: Duration) {
-        let r = us(rtt).max(1);
+        self.sample_micros(us(rtt));
+    }
+
+    /// [`sample`](Self::sample) of an RTT in whole microseconds.
+    pub fn sample_micros(&mut self, rtt_us: u64) {
+        let r = rtt_us.max(1);
         match self.srtt_us {
             None => {
                 self.srtt_us = Some(r);
@@ -66,8 +71,13 @@ impl RttEstimator {
 
     /// The current RTO including backoff, at most the configured maximum.
     pub fn rto(&self) -> Duration {
+        Duration::from_micros(self.rto_micros())
+    }
+
+    /// [`rto`](Self::rto) in microseconds.
+    pub fn rto_micros(&self) -> u64 {
         let v = self.rto_us.saturating_mul(1u64 << self.backoff.min(30));
-        Duration::from_micros(v.min(self.max_us))
+        v.min(self.max_us)
     }
 
     /// The smoothed RTT, if any sample was taken.

@@ -50,6 +50,18 @@ impl Instant {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 
+    /// Whole microseconds elapsed from `earlier` to `self`, zero if `earlier` is later
+    /// (`saturating_since` without a `Duration`, for the per-ACK path).
+    pub const fn micros_since(self, earlier: Instant) -> u64 {
+        self.0.saturating_sub(earlier.0) / 1_000
+    }
+
+    /// `self` plus `us` microseconds, saturating at the end of the clock (`self + d`
+    /// without a `Duration`, for the per-ACK path).
+    pub const fn saturating_add_micros(self, us: u64) -> Instant {
+        Instant(self.0.saturating_add(us.saturating_mul(1_000)))
+    }
+
     /// The earlier of two optional deadlines (`None` when both are). Pairwise on purpose:
     /// poll loops ask for their next deadline after every segment, and folding an array of
     /// options compiles to far more code.

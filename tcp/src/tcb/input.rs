@@ -354,7 +354,8 @@ impl Tcb {
             .filter(|_| self.opts.timestamps)
             .map(|ts| ts.tsecr.wrapping_sub(self.ts_offset));
         self.rack.set_echoed(echoed);
-        if self.opts.sack {
+        // Most ACKs carry no SACK block: nothing to look at then.
+        if self.opts.sack && repr.sack_ranges.iter().any(Option::is_some) {
             // RFC 2883 §4: a first block below the cumulative ACK, or inside the second
             // block, reports a duplicate.
             let blocks = repr.sack_ranges;
@@ -395,7 +396,7 @@ impl Tcb {
             let acked = self.txq.ack(ack, now, &mut self.rack, |b| ulp.recycle(b));
             self.snd_una = ack;
             if let Some(sent) = acked.rtt_sample_sent_at {
-                self.rtt.sample(now.saturating_since(sent));
+                self.rtt.sample_micros(now.micros_since(sent));
             }
             self.rtt.reset_backoff();
             self.rtx_count = 0;
@@ -423,7 +424,7 @@ impl Tcb {
             self.rtx_deadline = if self.txq.is_empty() {
                 None
             } else {
-                self.arm(now + self.rtt.rto())
+                self.arm(now.saturating_add_micros(self.rtt.rto_micros()))
             };
         } else if ack == self.snd_una
             && outstanding
@@ -439,7 +440,7 @@ impl Tcb {
         }
         let lost = if self.opts.sack {
             // RFC 8985 §6.2: on each ACK that delivers data.
-            (advanced || sack_changed) && self.rack_detect(now)
+            (advanced || sack_changed) && self.rack_detect_if_may_lose(now)
         } else {
             self.dupacks >= 3
         };
@@ -461,6 +462,17 @@ impl Tcb {
                 self.persist_backoff = 0;
             }
         }
+    }
+
+    /// [`rack_detect`](Self::rack_detect) without its call when no unit can be lost (none
+    /// SACKed, none retransmitted: the usual ACK).
+    #[inline]
+    fn rack_detect_if_may_lose(&mut self, now: Instant) -> bool {
+        if !self.txq.rack_may_lose() {
+            self.rack_deadline = None;
+            return false;
+        }
+        self.rack_detect(now)
     }
 
     /// RACK loss detection now (RFC 8985 §6.2 step 5), arming the reordering timer for
