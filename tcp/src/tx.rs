@@ -352,13 +352,14 @@ impl SendQueue {
         let mut out = Acked::default();
         let mut repaired = false;
         let mut run = DeliveredRun::default();
-        while let Some(u) = self.units.front() {
+        // Each unit is moved out once: the first one the ACK does not cover goes back.
+        while let Some(u) = self.units.pop_front() {
             let len = u.seq_len();
             let end = u.seq.wrapping_add(len);
             if !seq::le(end, ack) {
+                self.units.push_front(u);
                 break;
             }
-            let u = self.units.pop_front().expect("front exists");
             let len = len as usize;
             out.bytes += len;
             out.fin_acked |= u.fin;
