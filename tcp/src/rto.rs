@@ -109,6 +109,27 @@ mod tests {
         )
     }
 
+    // RFC 6298 §2.2/§2.3 and §5.5: the microsecond forms (per-ACK path) give what the
+    // `Duration` ones do, backoff and clamping included.
+    #[test]
+    fn micros_forms_match_durations() {
+        let (mut a, mut b) = (est(), est());
+        for r in [0u64, 999, 10_000, 7_000, 90_000_000, 3] {
+            a.sample(Duration::from_nanos(r * 1_000 + 999));
+            b.sample_micros(r);
+            assert_eq!(
+                (a.srtt(), a.rttvar(), a.rto()),
+                (b.srtt(), b.rttvar(), b.rto())
+            );
+            assert_eq!(Duration::from_micros(b.rto_micros()), b.rto());
+        }
+        for _ in 0..40 {
+            b.backoff();
+            assert_eq!(Duration::from_micros(b.rto_micros()), b.rto());
+        }
+        assert_eq!(b.rto(), Duration::from_secs(60), "clamped to the maximum");
+    }
+
     // RFC 6298 §2.1: before any sample RTO is the initial value.
     #[test]
     fn initial_rto() {

@@ -106,6 +106,27 @@ impl Sub<Duration> for Instant {
 mod tests {
     use super::*;
 
+    // The microsecond forms the per-ACK path uses agree with the `Duration` ones,
+    // truncation and saturation included.
+    #[test]
+    fn micros_forms_match_durations() {
+        let sent = Instant::from_nanos(1_234_567);
+        for now in [0, 1_234_567, 1_235_566, 1_235_567, 9_999_999_999, u64::MAX] {
+            let now = Instant::from_nanos(now);
+            let d = now.saturating_since(sent);
+            assert_eq!(now.micros_since(sent), d.as_micros() as u64);
+        }
+        for us in [0, 1, 200_000, 60_000_000, u64::MAX / 1_000 + 1, u64::MAX] {
+            for at in [Instant::ZERO, sent, Instant::from_nanos(u64::MAX - 5)] {
+                assert_eq!(
+                    at.saturating_add_micros(us),
+                    at + Duration::from_micros(us),
+                    "{at:?} + {us} us"
+                );
+            }
+        }
+    }
+
     #[test]
     fn units_convert_and_saturate() {
         let t = Instant::from_micros(1_500);

@@ -640,6 +640,43 @@ mod tests {
         );
     }
 
+    // RFC 9293 §3.10.7.4, RFC 6298 §3, RFC 8985 §6.1: a partial ACK frees only the units
+    // wholly below it and leaves the first one it does not cover in place, state and all;
+    // a duplicate ACK frees nothing; a cumulative ACK over a retransmission frees the rest
+    // without an RTT sample and tells RACK of its newest unit.
+    #[test]
+    fn ack_sequence_frees_units_in_place() {
+        let mut q = q();
+        let mut rack = Rack::default();
+        q.sack(1400, 1500, Instant::from_micros(10), &mut rack);
+        q.mark_first_lost();
+        q.retransmitted(0, Instant::from_micros(20));
+        assert_eq!(q.pipe(), 500);
+        let a = q.ack(1050, Instant::from_micros(30), &mut rack, drop);
+        assert_eq!((a.bytes, q.len()), (0, 6), "inside the first unit");
+        assert!(q.unit(0).retransmitted && q.unit(0).in_pipe);
+        let a = q.ack(1050, Instant::from_micros(31), &mut rack, drop);
+        assert_eq!((a.bytes, q.len()), (0, 6), "a duplicate frees nothing");
+        let a = q.ack(1450, Instant::from_micros(40), &mut rack, drop);
+        assert_eq!(a.bytes, 400);
+        assert_eq!(a.rtt_sample_sent_at, None, "covers a retransmission");
+        assert_eq!(q.len(), 2);
+        assert_eq!((q.unit(0).seq, q.unit(0).sacked), (1400, true));
+        assert_eq!(q.unit(0).data.len(), 100);
+        assert_eq!((q.pipe(), q.sacked_count()), (100, 1));
+        let a = q.ack(1600, Instant::from_micros(50), &mut rack, drop);
+        assert_eq!(a.bytes, 200);
+        assert_eq!(a.rtt_sample_sent_at, Some(Instant::ZERO));
+        assert!(q.is_empty());
+        assert_eq!(
+            (q.pipe(), q.sacked_count(), q.rack_may_lose()),
+            (0, 0, false)
+        );
+        // RACK's newest delivered unit is the retransmission (sent at 20, delivered at 40).
+        let rack_rtt_end = rack.lost_at(Instant::ZERO, 1600, core::time::Duration::ZERO);
+        assert_eq!(rack_rtt_end, Some(Instant::from_micros(20)));
+    }
+
     // Acknowledged units hand their payload buffers back, in order, whole.
     #[test]
     fn ack_recycles_payload_buffers() {
