@@ -82,10 +82,7 @@ impl Tcb {
             ),
             "the run's header is the one built afresh"
         );
-        self.ack_now = false;
-        self.delack_deadline = None;
-        self.segs_unacked = 0;
-        self.last_ack_sent = self.rcv_nxt;
+        self.ack_sent();
         Some(Header {
             control,
             seq: seq_no,
@@ -95,6 +92,15 @@ impl Tcb {
             sack: [None; 3],
             timestamp,
         })
+    }
+
+    /// A segment acknowledging RCV.NXT is being sent: no ACK is owed any more.
+    #[inline]
+    fn ack_sent(&mut self) {
+        self.ack_now = false;
+        self.delack_deadline = None;
+        self.segs_unacked = 0;
+        self.last_ack_sent = self.rcv_nxt;
     }
 
     /// The window we would advertise now: the sink's window capped by configuration and
@@ -182,10 +188,7 @@ impl Tcb {
             }
         }
         if ack.is_some() {
-            self.ack_now = false;
-            self.delack_deadline = None;
-            self.segs_unacked = 0;
-            self.last_ack_sent = self.rcv_nxt;
+            self.ack_sent();
         }
         Header {
             control,
