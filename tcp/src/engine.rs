@@ -896,8 +896,10 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
-    /// Whether `segment` carries a correct TCP checksum, and whether the connection's ULP
-    /// staged its payload ([`checksum_staging`]).
+    /// Whether `segment` (its `payload` at `seq`) carries a correct TCP checksum, and
+    /// whether the connection's ULP staged its payload. The payload is first offered to the
+    /// ULP ([`crate::SegmentSink::stage`]): when the ULP takes it and returns its sum, only
+    /// the header is summed here (one pass over the payload, not two).
     #[allow(clippy::too_many_arguments)]
     fn checksum_ok(
         &mut self,
@@ -909,10 +911,22 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         seq: u32,
         payload: &[u8],
     ) -> (bool, bool) {
-        let ulp = found
-            .and_then(|id| slot_mut(&mut self.slots, id))
-            .and_then(|c| c.ulp.as_mut());
-        checksum_staging(ulp, cx, src, dst, segment, seq, payload)
+        debug_assert_eq!(
+            payload.as_ptr_range().end,
+            segment.as_ptr_range().end,
+            "the payload is the segment's tail"
+        );
+        let header = &segment[..segment.len() - payload.len()];
+        if !payload.is_empty() && header.len().is_multiple_of(2) {
+            let ulp = found
+                .and_then(|id| slot_mut(&mut self.slots, id))
+                .and_then(|c| c.ulp.as_mut());
+            if let Some(sum) = ulp.and_then(|u| u.stage(cx, seq, payload)) {
+                let ok = crate::checksum::tcp_checksum_split_ok(src, dst, header, sum);
+                return (ok, true);
+            }
+        }
+        (crate::checksum::tcp_checksum_ok(src, dst, segment), false)
     }
 
     fn segment_to_conn(&mut self, now: Instant, cx: &mut C, id: ConnId, repr: &TcpRepr) {
@@ -1383,8 +1397,6 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     }
                 };
                 let (local, remote) = (tcb.local.ip(), tcb.remote.ip());
-                // Only a unit queued by this call tells; the ULP is not asked again then.
-                let source_more = tcb.source_more.take();
                 count_flight(&mut self.flight, c);
                 if let (Some(len), true) = (r, evs.is_empty()) {
                     // A segment went out and the TCB asks nothing of the engine: the
@@ -1392,10 +1404,10 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     // has more without being looked up again.
                     let listed = list_active(&mut self.active, c, id);
                     schedule_conn(&mut self.timers, c, id);
-                    let more = c.ulp.as_ref().is_none_or(|u| {
-                        let pending = source_more.unwrap_or_else(|| u.pending());
-                        c.tcb.may_send_more(&self.cfg, pending, u.rx_window())
-                    });
+                    let more = c
+                        .ulp
+                        .as_ref()
+                        .is_none_or(|u| c.tcb.may_send_more(&self.cfg, u.pending(), u.rx_window()));
                     c.queued = more;
                     let turn_over = more && self.turn + 1 >= TX_QUANTUM;
                     if turn_over {
@@ -1542,35 +1554,6 @@ fn count_flight<U>(total: &mut usize, c: &mut Conn<U>) {
     let f = c.tcb.flight_size();
     *total = *total - c.flight + f;
     c.flight = f;
-}
-
-/// Whether `segment` (its `payload` at `seq`) carries a correct TCP checksum, and whether
-/// the connection's `ulp` staged the payload. The payload is first offered to the ULP
-/// ([`crate::SegmentSink::stage`]): when the ULP takes it and returns its sum, only the
-/// header is summed here (one pass over the payload, not two).
-#[allow(clippy::too_many_arguments)]
-fn checksum_staging<U: Ulp<C>, C: ?Sized>(
-    ulp: Option<&mut U>,
-    cx: &mut C,
-    src: IpAddr,
-    dst: IpAddr,
-    segment: &[u8],
-    seq: u32,
-    payload: &[u8],
-) -> (bool, bool) {
-    debug_assert_eq!(
-        payload.as_ptr_range().end,
-        segment.as_ptr_range().end,
-        "the payload is the segment's tail"
-    );
-    let header = &segment[..segment.len() - payload.len()];
-    if !payload.is_empty() && header.len().is_multiple_of(2) {
-        if let Some(sum) = ulp.and_then(|u| u.stage(cx, seq, payload)) {
-            let ok = crate::checksum::tcp_checksum_split_ok(src, dst, header, sum);
-            return (ok, true);
-        }
-    }
-    (crate::checksum::tcp_checksum_ok(src, dst, segment), false)
 }
 
 fn slot_mut<U>(slots: &mut [Option<Conn<U>>], id: ConnId) -> Option<&mut Conn<U>> {

@@ -24,18 +24,12 @@ pub struct Unit {
     pub payload: Vec<u8>,
     /// The payload's checksum sum, when the source took it.
     sum: Option<PayloadSum>,
-    /// What [`SegmentSource::pending`] answers after this unit, when the source said.
-    more: Option<bool>,
 }
 
 impl Unit {
     /// A unit carrying `payload`.
     pub fn new(payload: Vec<u8>) -> Self {
-        Unit {
-            payload,
-            sum: None,
-            more: None,
-        }
+        Unit { payload, sum: None }
     }
 
     /// A unit carrying `payload` whose checksum sum `sum` the source took in a pass over
@@ -47,20 +41,7 @@ impl Unit {
         Unit {
             payload,
             sum: Some(sum),
-            more: None,
         }
-    }
-
-    /// The unit, with what [`SegmentSource::pending`] would answer right after it (the
-    /// source knows it cheaply while it makes the unit): the engine then does not ask.
-    pub fn with_more(mut self, more: bool) -> Self {
-        self.more = Some(more);
-        self
-    }
-
-    /// What the source said `pending` answers after this unit ([`Unit::with_more`]).
-    pub fn more(&self) -> Option<bool> {
-        self.more
     }
 
     /// The payload's checksum sum, when the source took it ([`Unit::with_sum`]).

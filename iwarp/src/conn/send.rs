@@ -130,21 +130,10 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
         self.stats.fpdus_sent += unit.fpdus as u64;
         self.stats.units_in_place += u64::from(unit.in_place);
         self.stats.tx_buffers_allocated += u64::from(unit.allocated);
-        // What `pending` answers now, from what is known here: no frames wait and FPDUs
-        // may go out (neither changes with an FPDU).
-        let more = self.phase.stream().is_some_and(|(engine, sender)| {
-            !sender.is_empty() || (mulpdu >= MIN_MULPDU && engine.has_segment(mulpdu))
-        });
-        debug_assert_eq!(
-            more,
-            SegmentSource::<C>::pending(self),
-            "pending after a unit"
-        );
-        let out = match unit.sum {
+        Some(match unit.sum {
             Some(sum) => Unit::with_sum(unit.bytes, sum),
             None => Unit::new(unit.bytes),
-        };
-        Some(out.with_more(more))
+        })
     }
 
     /// Frames waiting, or FPDUs that may go out: DDP segments already read, or ones the

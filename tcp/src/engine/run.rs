@@ -82,7 +82,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             return None;
         }
         // As the general input: the checksum before the segment touches any state, the
-        // payload first offered to the ULP to stage (`checksum_staging`; the header is a
+        // payload first offered to the ULP to stage (`checksum_ok`; the header is a
         // whole number of words).
         let mut staged = false;
         if verify {
@@ -98,8 +98,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     ulp.unstage(cx);
                 }
                 self.stats.bad_checksums += 1;
-                self.stats.malformed += 1;
-                return Some(Err(PacketError::BadTcp));
+                return Some(Err(self.malformed(PacketError::BadTcp)));
             }
         }
         self.stats.segments_in += 1;

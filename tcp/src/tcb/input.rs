@@ -440,7 +440,7 @@ impl Tcb {
         }
         let lost = if self.opts.sack {
             // RFC 8985 §6.2: on each ACK that delivers data.
-            (advanced || sack_changed) && self.rack_detect_if_may_lose(now)
+            (advanced || sack_changed) && self.rack_detect(now)
         } else {
             self.dupacks >= 3
         };
@@ -464,24 +464,21 @@ impl Tcb {
         }
     }
 
-    /// [`rack_detect`](Self::rack_detect) without its call when no unit can be lost (none
-    /// SACKed, none retransmitted: the usual ACK).
-    #[inline]
-    fn rack_detect_if_may_lose(&mut self, now: Instant) -> bool {
-        if !self.txq.rack_may_lose() {
-            self.rack_deadline = None;
-            return false;
-        }
-        self.rack_detect(now)
-    }
-
     /// RACK loss detection now (RFC 8985 §6.2 step 5), arming the reordering timer for
     /// the units not yet due. Returns whether a unit was newly marked lost.
+    /// The check for a unit that may be lost is inline, so that the usual ACK (nothing
+    /// SACKed or retransmitted) makes no call.
+    #[inline]
     pub(super) fn rack_detect(&mut self, now: Instant) -> bool {
         if !self.txq.rack_may_lose() {
             self.rack_deadline = None;
             return false;
         }
+        self.rack_mark_lost(now)
+    }
+
+    /// [`Tcb::rack_detect`] when some unit may be lost.
+    fn rack_mark_lost(&mut self, now: Instant) -> bool {
         let wnd = self.rack.reo_wnd(
             self.recovery.is_some(),
             self.txq.sacked_count(),

@@ -239,8 +239,6 @@ pub(crate) struct Tcb {
     pub(crate) flight_open: bool,
     /// A new unit waited for the engine's bound alone (not for this connection's windows).
     pub(crate) flight_held: bool,
-    /// What the source said it holds after the unit this call queued ([`crate::Unit::more`]).
-    pub(crate) source_more: Option<bool>,
     /// The acknowledgment fields of the last segment of the current run whose ACK was
     /// processed: a next one of the run with the same fields changes nothing but SND.WL1.
     run_ack: Option<RunAck>,
@@ -406,7 +404,6 @@ impl Tcb {
             advance_pending: false,
             flight_open: true,
             flight_held: false,
-            source_more: None,
             run_ack: None,
             sack_rep: SackReporter::default(),
             peer_fin: None,

@@ -567,7 +567,6 @@ impl Tcb {
             return None;
         }
         let useq = self.snd_nxt;
-        self.source_more = unit.more();
         self.snd_nxt = useq.wrapping_add(len as u32);
         self.persist_deadline = None;
         self.persist_backoff = 0;
