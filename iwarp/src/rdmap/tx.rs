@@ -146,12 +146,14 @@ fn gather<M: MemoryTable + ?Sized>(
         let hi = (at + u64::from(*len)).min(want_hi);
         if lo < hi {
             let r = r.as_ref().ok_or(AccessError::InvalidStag)?;
-            mem.read_granted(
-                r,
-                grant.for_piece(i),
-                lo - at,
-                &mut out[(lo - want_lo) as usize..(hi - want_lo) as usize],
-            )?;
+            let out = &mut out[(lo - want_lo) as usize..(hi - want_lo) as usize];
+            if lo == at && hi == at + u64::from(*len) {
+                // The whole piece in one read (a small message's usual case): no later
+                // read of it follows, so no grant is worth building.
+                mem.read(r, 0, out)?;
+            } else {
+                mem.read_granted(r, grant.for_piece(i), lo - at, out)?;
+            }
         }
         at += u64::from(*len);
     }
