@@ -6,7 +6,7 @@
 use super::event::AsyncEventKind;
 use super::handle::QpId;
 use super::qp_state::QpState;
-use super::queues::{ActiveRq, ActiveSq, TerminateOrigin, WqKind};
+use super::queues::{ActiveRq, ActiveSq, Qp, TerminateOrigin, WqKind};
 use super::rnic::Rnic;
 use super::status::{CompletionStatus, VerbError};
 use super::wc::{WcOpcode, WorkCompletion};
@@ -47,7 +47,6 @@ impl Rnic {
     /// first Immediate Error stops the list. In Error the WRs are accepted and flushed; a
     /// WR posted while Closing is a "Bad Close" (§6.2.5).
     pub fn post_sq(&mut self, qp: QpId, wrs: Vec<SendWr>) -> Result<usize, PostError> {
-        self.touch(qp);
         let mut posted = 0;
         for wr in wrs {
             if let Err(error) = self.post_one_sq(qp, wr) {
@@ -60,13 +59,11 @@ impl Rnic {
 
     /// [`Rnic::post_sq`] of one WR, without a list to allocate.
     pub fn post_sq_one(&mut self, qp: QpId, wr: SendWr) -> Result<(), PostError> {
-        self.touch(qp);
         self.post_one_sq(qp, wr)
             .map_err(|error| PostError { posted: 0, error })
     }
 
-    fn check_sq_wr(&self, qp: QpId, wr: &SendWr) -> Result<(), VerbError> {
-        let q = self.qps.get(&qp).ok_or(VerbError::InvalidQpHandle)?;
+    fn check_sq_wr(&self, q: &Qp, wr: &SendWr) -> Result<(), VerbError> {
         if q.sq_slots >= q.init.sq_depth {
             return Err(VerbError::TooManyWorkRequests);
         }
@@ -109,8 +106,8 @@ impl Rnic {
     }
 
     fn post_one_sq(&mut self, qp: QpId, mut wr: SendWr) -> Result<(), VerbError> {
-        self.check_sq_wr(qp, &wr)?;
-        let q = self.qps.get(&qp).expect("checked");
+        let q = self.qps.get(&qp).ok_or(VerbError::InvalidQpHandle)?;
+        self.check_sq_wr(q, &wr)?;
         let (state, pd) = (q.state, q.pd);
         if let SqOp::Inline { op, data } = &wr.op {
             // Inline data is copied now, into RI-owned memory readable only by this QP's
@@ -139,6 +136,12 @@ impl Rnic {
         let q = self.qps.get_mut(&qp).expect("checked");
         q.sq_slots += 1;
         let work = q.next_work();
+        // Listed for the poll core's next service (what `Rnic::touch` does, through the
+        // QP at hand).
+        if !q.touched {
+            q.touched = true;
+            self.touched.push(qp);
+        }
         match state {
             QpState::Error => {
                 let wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode(), CompletionStatus::Flushed);
@@ -160,6 +163,7 @@ impl Rnic {
                 self.pending_wrs += 1;
             }
         }
+        self.bound_touched();
         Ok(())
     }
 

@@ -285,7 +285,7 @@ pub struct Rnic {
     event_counts: FxHashMap<AsyncEventKind, u64>,
     pub(super) actions: VecDeque<QpAction>,
     /// QPs given new work since the last [`Rnic::take_touched_qps`], each once.
-    touched: Vec<QpId>,
+    pub(super) touched: Vec<QpId>,
     /// Each ULP's QPs and the sum of their IRDs (its quota's use), kept as QPs come, go
     /// and change IRD, so creating a QP costs the same with 10,000 QPs as with one.
     pub(super) ulp_qps: FxHashMap<UlpId, (u32, u32)>,
@@ -347,8 +347,13 @@ impl Rnic {
                 self.touched.push(qp);
             }
         }
-        // Nobody may be taking the list: destroyed QPs' entries leave it in batches, so it
-        // stays within twice the QP table.
+        self.bound_touched();
+    }
+
+    /// Keeps the touched list within twice the QP table: nobody may be taking it, and
+    /// destroyed QPs' entries leave it in batches.
+    #[inline]
+    pub(super) fn bound_touched(&mut self) {
         if self.touched.len() > 2 * self.qps.len() + 64 {
             let qps = &self.qps;
             self.touched.retain(|qp| qps.contains_key(qp));
