@@ -607,7 +607,7 @@ impl PerfResult {
 
 /// Latency statistics over samples in µs.
 pub fn latency_result(bytes: usize, mut s: Vec<f64>) -> PerfResult {
-    s.sort_by(f64::total_cmp);
+    s.sort_unstable_by(f64::total_cmp);
     let n = s.len().max(1);
     let pct = |p: f64| s.get(((s.len() as f64 * p) as usize).min(s.len().saturating_sub(1)));
     let avg = s.iter().sum::<f64>() / n as f64;
