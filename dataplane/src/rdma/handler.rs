@@ -1041,6 +1041,7 @@ impl ConnManager {
         }
     }
 
+    #[inline(never)]
     fn qp_actions(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         while let Some(a) = rnic.poll_action() {
             let qp = match &a {
@@ -1280,7 +1281,9 @@ impl ConnManager {
         self.tcp_events(engine, rnic);
     }
 
-    /// The connections of [`ConnManager::service_due`]'s lists, each serviced once.
+    /// The connections of [`ConnManager::service_due`]'s lists, each serviced once (out of
+    /// line, as the other work behind the idle pass's checks: those checks then inline).
+    #[inline(never)]
     fn service_listed(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         let mut due = std::mem::take(&mut self.due);
         engine.take_active(&mut due);
@@ -1303,6 +1306,7 @@ impl ConnManager {
         }
     }
 
+    #[inline(never)]
     fn take_tcp_events(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         while let Some(ev) = engine.poll_event() {
             match ev {
