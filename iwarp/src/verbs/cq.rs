@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use super::event::{AsyncEvent, AsyncEventKind, EventResource};
-use super::handle::{CompletionHandlerId, CqHandle, UlpId};
+use super::handle::{CompletionHandlerId, CqHandle, QpId, UlpId};
 use super::queues::{Cq, NotifyType, WqKind};
 use super::rnic::Rnic;
 use super::status::VerbError;
@@ -128,12 +128,20 @@ impl Rnic {
 
     /// Poll CQ (VERBS-00 §9.3.2.1): the oldest WC, each returned once; `CqEmpty` when none.
     /// Polling frees the WQE slot of the completed WR.
+    /// An empty CQ (a poll loop's usual answer) costs the look-up and the check, inline.
+    #[inline]
     pub fn poll_cq(&mut self, cq: CqHandle) -> Result<WorkCompletion, VerbError> {
         let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCqHandle)?;
         let (wc, kind) = c.entries.pop_front().ok_or(VerbError::CqEmpty)?;
-        self.retire_slot(wc.qp, kind);
-        self.resume_flushing(cq);
+        self.polled(cq, wc.qp, kind);
         Ok(wc)
+    }
+
+    /// What polling a WC of `qp` off `cq` frees: its WQE slot, and room for flushing.
+    #[inline(never)]
+    fn polled(&mut self, cq: CqHandle, qp: QpId, kind: WqKind) {
+        self.retire_slot(qp, kind);
+        self.resume_flushing(cq);
     }
 
     /// Request Completion Notification (VERBS-00 §8.2.5, §9.3.2.2): one-shot; CQEs already

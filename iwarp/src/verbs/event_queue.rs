@@ -60,6 +60,11 @@ impl<T> BoundedQueue<T> {
         true
     }
 
+    /// Whether nothing waits.
+    pub(super) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
     /// The oldest item.
     pub(super) fn pop(&mut self) -> Option<T> {
         self.items.pop_front()

@@ -403,6 +403,13 @@ impl Rnic {
         Ok(())
     }
 
+    /// Whether [`Rnic::poll_async_event`] or [`Rnic::poll_completion_event`] has something
+    /// (a poll loop asks this before draining both).
+    #[inline]
+    pub fn has_queued_events(&self) -> bool {
+        !self.events.is_empty() || !self.cq_events.is_empty()
+    }
+
     /// The next asynchronous event, if any (VERBS-00 §8.3.3). At most
     /// [`RnicAttributes::max_async_events`] wait; later ones are lost until the consumer
     /// polls (counted in [`Rnic::event_queue_stats`]).
