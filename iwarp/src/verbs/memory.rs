@@ -230,6 +230,27 @@ struct Mapping {
     len: u64,
 }
 
+impl Mapping {
+    /// The backend address of `offset` when the `len` (> 0) octets there lie on physically
+    /// adjacent pages (one backend range); `None` otherwise.
+    fn one_range(&self, offset: u64, len: u64) -> Option<u64> {
+        // Page sizes are powers of two (`check_pbl`).
+        let shift = self.page_size.trailing_zeros();
+        let pos = self.fbo.checked_add(offset)?;
+        let last_pos = pos.checked_add(len.checked_sub(1)?)?;
+        let pages = self
+            .pages
+            .get((pos >> shift) as usize..=(last_pos >> shift) as usize)?;
+        if !pages
+            .windows(2)
+            .all(|w| w[1].wrapping_sub(w[0]) == self.page_size)
+        {
+            return None;
+        }
+        Some(pages[0] + (pos & (self.page_size - 1)))
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Mr {
     pd: PdId,
@@ -343,6 +364,10 @@ struct Grant {
     /// The offset of `base` in the region the range lives in.
     mr_offset: u64,
     map: Mapping,
+    /// The backend address of `base` when the whole range lies on physically adjacent
+    /// pages (one backend range): an access inside it needs no page arithmetic, and the
+    /// backend's write checks that it is backed, as `contains` would.
+    one: Option<u64>,
 }
 
 /// All MRs and MWs of an RNIC over one memory backend.
@@ -643,6 +668,9 @@ impl MemoryModel {
             }
             Entry::Inline { .. } => return None,
         };
+        let one = map
+            .one_range(mr_offset, size)
+            .filter(|&start| self.backend.contains(start, size));
         Some(Grant {
             generation: self.generation(),
             stag,
@@ -653,6 +681,7 @@ impl MemoryModel {
             size,
             mr_offset,
             map: map.clone(),
+            one,
         })
     }
 
@@ -1192,21 +1221,7 @@ impl MemoryModel {
         let start = match self.live(r).ok()? {
             Live::Inline(_) => return None,
             Live::Physical => r.offset,
-            Live::Mapped(map) => {
-                let shift = map.page_size.trailing_zeros();
-                let pos = map.fbo.checked_add(r.offset)?;
-                let last_pos = pos.checked_add(r.len - 1)?;
-                let pages = map
-                    .pages
-                    .get((pos >> shift) as usize..=(last_pos >> shift) as usize)?;
-                if !pages
-                    .windows(2)
-                    .all(|w| w[1].wrapping_sub(w[0]) == map.page_size)
-                {
-                    return None;
-                }
-                pages[0] + (pos & (map.page_size - 1))
-            }
+            Live::Mapped(map) => map.one_range(r.offset, r.len)?,
         };
         self.backend.contains(start, r.len).then_some(start)
     }
@@ -1492,6 +1507,14 @@ impl MemoryTable for MemoryModel {
         let span = match granted {
             Some(g) => {
                 let rel = check_range(g.base, g.size, to, len)?;
+                if let Some(start) = g.one {
+                    // One backend range: `write` refuses what `contains` would.
+                    return self
+                        .backend
+                        .write(start + rel, data)
+                        .then_some(())
+                        .ok_or(AccessError::BaseBounds);
+                }
                 self.mapped_span(&g.map, g.mr_offset + rel, data.len())?
             }
             None => {
