@@ -370,6 +370,19 @@ struct Grant {
     one: Option<u64>,
 }
 
+impl Grant {
+    /// Whether the grant answers for `stag` used by `stream` in `pd` for `need` while the
+    /// table's generation is `generation`.
+    #[inline]
+    fn holds(&self, generation: u64, stag: STag, pd: PdId, stream: StreamId, need: Access) -> bool {
+        self.generation == generation
+            && self.stag == stag
+            && self.pd == pd
+            && self.stream == stream
+            && self.need == need
+    }
+}
+
 /// All MRs and MWs of an RNIC over one memory backend.
 pub struct MemoryModel {
     backend: Box<dyn MemoryBackend + Send>,
@@ -649,6 +662,45 @@ impl MemoryModel {
     /// same generation still describes the table.
     fn generation(&self) -> u64 {
         self.entries.changes + self.stream_changes
+    }
+
+    /// [`MemoryTable::place`] past a grant over one backend range: the lookups, or the
+    /// grant's range page by page (out of line: the grant's path stays small).
+    #[inline(never)]
+    fn place_checked(
+        &mut self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        data: &[u8],
+        need: Access,
+    ) -> Result<(), AccessError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let len = data.len() as u64;
+        let generation = self.generation();
+        let granted = self
+            .grant
+            .as_ref()
+            .filter(|g| g.holds(generation, stag, pd, stream, need));
+        let span = match granted {
+            Some(g) => {
+                let rel = check_range(g.base, g.size, to, len)?;
+                self.mapped_span(&g.map, g.mr_offset + rel, data.len())?
+            }
+            None => {
+                let span = match self.resolve_live(stag, pd, stream, to, len, need)? {
+                    (_, None) => return Ok(()),
+                    (_, Some(Live::Inline(_))) => return Err(AccessError::AccessRights),
+                    (r, Some(live)) => self.span(&r, 0, data.len(), Ok(live))?,
+                };
+                self.grant = self.grant_for(stag, pd, stream, need);
+                span
+            }
+        };
+        self.write_span(span, data)
     }
 
     /// The grant a successful remote check of `stag` found (a region's or a bound window's
@@ -1492,22 +1544,10 @@ impl MemoryTable for MemoryModel {
         data: &[u8],
         need: Access,
     ) -> Result<(), AccessError> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        let len = data.len() as u64;
-        let generation = self.generation();
-        let granted = self.grant.as_ref().filter(|g| {
-            g.generation == generation
-                && g.stag == stag
-                && g.pd == pd
-                && g.stream == stream
-                && g.need == need
-        });
-        let span = match granted {
-            Some(g) => {
-                let rel = check_range(g.base, g.size, to, len)?;
-                if let Some(start) = g.one {
+        if let Some(g) = &self.grant {
+            if let Some(start) = g.one {
+                if g.holds(self.generation(), stag, pd, stream, need) && !data.is_empty() {
+                    let rel = check_range(g.base, g.size, to, data.len() as u64)?;
                     // One backend range: `write` refuses what `contains` would.
                     return self
                         .backend
@@ -1515,19 +1555,9 @@ impl MemoryTable for MemoryModel {
                         .then_some(())
                         .ok_or(AccessError::BaseBounds);
                 }
-                self.mapped_span(&g.map, g.mr_offset + rel, data.len())?
             }
-            None => {
-                let span = match self.resolve_live(stag, pd, stream, to, len, need)? {
-                    (_, None) => return Ok(()),
-                    (_, Some(Live::Inline(_))) => return Err(AccessError::AccessRights),
-                    (r, Some(live)) => self.span(&r, 0, data.len(), Ok(live))?,
-                };
-                self.grant = self.grant_for(stag, pd, stream, need);
-                span
-            }
-        };
-        self.write_span(span, data)
+        }
+        self.place_checked(stag, pd, stream, to, data, need)
     }
 
     fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError> {
