@@ -148,17 +148,21 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         if !self.engine.in_burst() {
             self.engine.begin_burst();
         }
-        let (src, dst) = (meta.src_ip, meta.dst_ip);
         let unverified = meta.tcp_unverified;
-        match self
-            .engine
-            .handle_tcp_checking(now, &mut self.cx, src, dst, segment, unverified)
-        {
+        match self.engine.handle_tcp_checking(
+            now,
+            &mut self.cx,
+            meta.src_ip,
+            meta.dst_ip,
+            segment,
+            unverified,
+        ) {
             Ok(()) => Handled::Consumed,
             Err(e) => {
                 // Refused segments are rare: which of them had a bad checksum is found out
                 // here, to count them as the classifier does.
-                if unverified && !tcp::checksum::tcp_checksum_ok(src, dst, segment) {
+                if unverified && !tcp::checksum::tcp_checksum_ok(meta.src_ip, meta.dst_ip, segment)
+                {
                     ctx.count_bad_tcp_checksum();
                 }
                 log::debug!("tcp: {e}");

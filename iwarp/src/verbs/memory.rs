@@ -230,6 +230,27 @@ struct Mapping {
     len: u64,
 }
 
+impl Mapping {
+    /// The backend address of `offset` when the `len` (> 0) octets there lie on physically
+    /// adjacent pages (one backend range); `None` otherwise.
+    fn one_range(&self, offset: u64, len: u64) -> Option<u64> {
+        // Page sizes are powers of two (`check_pbl`).
+        let shift = self.page_size.trailing_zeros();
+        let pos = self.fbo.checked_add(offset)?;
+        let last_pos = pos.checked_add(len.checked_sub(1)?)?;
+        let pages = self
+            .pages
+            .get((pos >> shift) as usize..=(last_pos >> shift) as usize)?;
+        if !pages
+            .windows(2)
+            .all(|w| w[1].wrapping_sub(w[0]) == self.page_size)
+        {
+            return None;
+        }
+        Some(pages[0] + (pos & (self.page_size - 1)))
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Mr {
     pd: PdId,
@@ -343,6 +364,23 @@ struct Grant {
     /// The offset of `base` in the region the range lives in.
     mr_offset: u64,
     map: Mapping,
+    /// The backend address of `base` when the whole range lies on physically adjacent
+    /// pages (one backend range): an access inside it needs no page arithmetic, and the
+    /// backend's write checks that it is backed, as `contains` would.
+    one: Option<u64>,
+}
+
+impl Grant {
+    /// Whether the grant answers for `stag` used by `stream` in `pd` for `need` while the
+    /// table's generation is `generation`.
+    #[inline]
+    fn holds(&self, generation: u64, stag: STag, pd: PdId, stream: StreamId, need: Access) -> bool {
+        self.generation == generation
+            && self.stag == stag
+            && self.pd == pd
+            && self.stream == stream
+            && self.need == need
+    }
 }
 
 /// All MRs and MWs of an RNIC over one memory backend.
@@ -626,6 +664,45 @@ impl MemoryModel {
         self.entries.changes + self.stream_changes
     }
 
+    /// [`MemoryTable::place`] past a grant over one backend range: the lookups, or the
+    /// grant's range page by page (out of line: the grant's path stays small).
+    #[inline(never)]
+    fn place_checked(
+        &mut self,
+        stag: STag,
+        pd: PdId,
+        stream: StreamId,
+        to: u64,
+        data: &[u8],
+        need: Access,
+    ) -> Result<(), AccessError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let len = data.len() as u64;
+        let generation = self.generation();
+        let granted = self
+            .grant
+            .as_ref()
+            .filter(|g| g.holds(generation, stag, pd, stream, need));
+        let span = match granted {
+            Some(g) => {
+                let rel = check_range(g.base, g.size, to, len)?;
+                self.mapped_span(&g.map, g.mr_offset + rel, data.len())?
+            }
+            None => {
+                let span = match self.resolve_live(stag, pd, stream, to, len, need)? {
+                    (_, None) => return Ok(()),
+                    (_, Some(Live::Inline(_))) => return Err(AccessError::AccessRights),
+                    (r, Some(live)) => self.span(&r, 0, data.len(), Ok(live))?,
+                };
+                self.grant = self.grant_for(stag, pd, stream, need);
+                span
+            }
+        };
+        self.write_span(span, data)
+    }
+
     /// The grant a successful remote check of `stag` found (a region's or a bound window's
     /// TO range and the region's pages); `None` for STag 0 and inline data.
     fn grant_for(&self, stag: STag, pd: PdId, stream: StreamId, need: Access) -> Option<Grant> {
@@ -643,6 +720,9 @@ impl MemoryModel {
             }
             Entry::Inline { .. } => return None,
         };
+        let one = map
+            .one_range(mr_offset, size)
+            .filter(|&start| self.backend.contains(start, size));
         Some(Grant {
             generation: self.generation(),
             stag,
@@ -653,6 +733,7 @@ impl MemoryModel {
             size,
             mr_offset,
             map: map.clone(),
+            one,
         })
     }
 
@@ -1192,21 +1273,7 @@ impl MemoryModel {
         let start = match self.live(r).ok()? {
             Live::Inline(_) => return None,
             Live::Physical => r.offset,
-            Live::Mapped(map) => {
-                let shift = map.page_size.trailing_zeros();
-                let pos = map.fbo.checked_add(r.offset)?;
-                let last_pos = pos.checked_add(r.len - 1)?;
-                let pages = map
-                    .pages
-                    .get((pos >> shift) as usize..=(last_pos >> shift) as usize)?;
-                if !pages
-                    .windows(2)
-                    .all(|w| w[1].wrapping_sub(w[0]) == map.page_size)
-                {
-                    return None;
-                }
-                pages[0] + (pos & (map.page_size - 1))
-            }
+            Live::Mapped(map) => map.one_range(r.offset, r.len)?,
         };
         self.backend.contains(start, r.len).then_some(start)
     }
@@ -1477,34 +1544,20 @@ impl MemoryTable for MemoryModel {
         data: &[u8],
         need: Access,
     ) -> Result<(), AccessError> {
-        if data.is_empty() {
-            return Ok(());
+        if let Some(g) = &self.grant {
+            if let Some(start) = g.one {
+                if g.holds(self.generation(), stag, pd, stream, need) && !data.is_empty() {
+                    let rel = check_range(g.base, g.size, to, data.len() as u64)?;
+                    // One backend range: `write` refuses what `contains` would.
+                    return self
+                        .backend
+                        .write(start + rel, data)
+                        .then_some(())
+                        .ok_or(AccessError::BaseBounds);
+                }
+            }
         }
-        let len = data.len() as u64;
-        let generation = self.generation();
-        let granted = self.grant.as_ref().filter(|g| {
-            g.generation == generation
-                && g.stag == stag
-                && g.pd == pd
-                && g.stream == stream
-                && g.need == need
-        });
-        let span = match granted {
-            Some(g) => {
-                let rel = check_range(g.base, g.size, to, len)?;
-                self.mapped_span(&g.map, g.mr_offset + rel, data.len())?
-            }
-            None => {
-                let span = match self.resolve_live(stag, pd, stream, to, len, need)? {
-                    (_, None) => return Ok(()),
-                    (_, Some(Live::Inline(_))) => return Err(AccessError::AccessRights),
-                    (r, Some(live)) => self.span(&r, 0, data.len(), Ok(live))?,
-                };
-                self.grant = self.grant_for(stag, pd, stream, need);
-                span
-            }
-        };
-        self.write_span(span, data)
+        self.place_checked(stag, pd, stream, to, data, need)
     }
 
     fn write(&mut self, r: &Resolved, off: u64, data: &[u8]) -> Result<(), AccessError> {

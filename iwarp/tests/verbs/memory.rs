@@ -568,6 +568,15 @@ fn shared_region_sees_the_same_bytes() {
 /// Registers `len` octets over `pages` (physical addresses, in list order) starting `fbo`
 /// into the first page, at VA + fbo, all rights, remote access.
 fn page_list_mr(fx: &mut Fx, pages: Vec<u64>, fbo: u64, len: u64) -> STag {
+    page_list_mr_access(fx, pages, fbo, len, all_rights())
+}
+
+/// [`page_list_mr`] with the right to bind windows too.
+fn page_list_mr_with(fx: &mut Fx, pages: Vec<u64>, fbo: u64, len: u64) -> STag {
+    page_list_mr_access(fx, pages, fbo, len, all_rights() | Access::BIND)
+}
+
+fn page_list_mr_access(fx: &mut Fx, pages: Vec<u64>, fbo: u64, len: u64, access: Access) -> STag {
     let spec = MrSpec {
         pbl: PageList {
             page_size: PAGE,
@@ -579,7 +588,7 @@ fn page_list_mr(fx: &mut Fx, pages: Vec<u64>, fbo: u64, len: u64) -> STag {
         pd: fx.pd,
         key: 1,
         remote_access: true,
-        access: all_rights(),
+        access,
     };
     fx.rnic.register_mr(&spec).unwrap()
 }
@@ -691,6 +700,64 @@ fn page_list_segments_after_the_first_land_through_the_grant() {
         Err(TerminateCause::DDP_BASE_BOUNDS)
     );
     assert_eq!(touched(&fx.rnic, 0), 300);
+}
+
+// RFC 5041 §7.2, §8.1: over physically adjacent pages the grant holds the range's backend
+// address, and a Write's later segments land by offset from it: the same octets as page
+// by page, the last octet of the range taken, a segment one octet past it refused whole
+// (base and bounds), nothing written.
+// A window at an offset into such a region: the same.
+#[test]
+fn adjacent_page_segments_land_through_the_grant_range() {
+    let mut fx = fixture();
+    to_rts(&mut fx.rnic, fx.qp);
+    let len = 3 * PAGE - 300;
+    let mr = page_list_mr(&mut fx, vec![10 * PAGE, 11 * PAGE, 12 * PAGE], 300, len);
+    fill(&mut fx.rnic, 0);
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+    for part in data.chunks(1448) {
+        let at = (part.as_ptr() as usize - data.as_ptr() as usize) as u64;
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 300 + at, part).unwrap();
+    }
+    let start = (10 * PAGE + 300) as usize;
+    assert_eq!(
+        &fx.rnic.memory().bytes()[start..start + len as usize],
+        &data[..]
+    );
+    assert_eq!(touched(&fx.rnic, 0), len as usize);
+    let end = VA + 300 + len;
+    peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, end - 1, &[0xAB]).unwrap();
+    assert_eq!(fx.rnic.memory().bytes()[start + len as usize - 1], 0xAB);
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, end - 10, &[9; 11]),
+        Err(TerminateCause::DDP_BASE_BOUNDS)
+    );
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mr, VA + 299, &[9; 2]),
+        Err(TerminateCause::DDP_BASE_BOUNDS)
+    );
+    assert_eq!(touched(&fx.rnic, 0), len as usize);
+
+    // A window over region octets 5000..8000 of it: the grant's range starts inside the
+    // region's second page.
+    let mr_all = page_list_mr_with(&mut fx, vec![10 * PAGE, 11 * PAGE, 12 * PAGE], 300, len);
+    let mw = fx.rnic.alloc_mw(fx.pd).unwrap();
+    let b = bind_spec(mw, 1, mr_all, VA + 300 + 5000, 3000, Access::REMOTE_WRITE);
+    assert_eq!(bind(&mut fx, 1, b), CompletionStatus::Success);
+    let mw = STag::new(mw.index(), 1);
+    fill(&mut fx.rnic, 0);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i % 249) as u8 + 1).collect();
+    for part in data.chunks(1448) {
+        let at = (part.as_ptr() as usize - data.as_ptr() as usize) as u64;
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mw, VA + 5300 + at, part).unwrap();
+    }
+    let start = (10 * PAGE + 5300) as usize;
+    assert_eq!(&fx.rnic.memory().bytes()[start..start + 3000], &data[..]);
+    assert_eq!(
+        peer_write(&mut fx.rnic, fx.pd, fx.qp, mw, VA + 8299, &[9; 2]),
+        Err(TerminateCause::DDP_BASE_BOUNDS)
+    );
+    assert_eq!(touched(&fx.rnic, 0), 3000);
 }
 
 #[test]

@@ -62,12 +62,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         if !self.burst || !self.cfg.rx_run_entry {
             return None;
         }
-        let key = self.run_key?;
+        let key = self.run_key.as_ref()?;
         let seg = parse_data(segment)?;
         if seg.ports != key.ports || src != key.src || dst != key.dst {
             return None;
         }
-        let id = key.id;
+        let (id, addresses) = (key.id, key.addresses);
         let bursts = self.bursts;
         let c = slot_mut(&mut self.slots, id)?;
         let Conn {
@@ -90,8 +90,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             let sum = ulp.stage(cx, seg.seq, seg.payload);
             staged = sum.is_some();
             let ok = match sum {
-                Some(sum) => key.addresses.split_ok(header, sum),
-                None => key.addresses.segment_ok(segment),
+                Some(sum) => addresses.split_ok(header, sum),
+                None => addresses.segment_ok(segment),
             };
             if !ok {
                 if staged {
