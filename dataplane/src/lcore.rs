@@ -865,6 +865,13 @@ pub trait Handler<P: Port> {
     /// retransmissions, acknowledgements, queued data.
     fn poll(&mut self, _ctx: &mut PortContext<'_, P>, _now: Instant) {}
 
+    /// Whether [`Handler::poll`] may have anything to do (frames to queue, work an
+    /// application posted to hand on). When it says no and the port's backlog is empty, the
+    /// transmit half skips the port's context and the call. The default: always.
+    fn has_transmit_work(&self) -> bool {
+        true
+    }
+
     /// Adds what the handler shows in telemetry (connections, QPs, ...) to `snap`; the
     /// default adds nothing.
     fn observe(&self, _snap: &mut Snapshot) {}
@@ -1334,6 +1341,11 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
     fn transmit_port(&mut self, i: usize, now: Instant) {
         let port = &mut self.ports[i];
         let slot = &mut self.slots[i];
+        // Nothing can be sent (an idle iteration): no context, no call.
+        if slot.backlog.is_empty() && !self.handler.has_transmit_work() {
+            slot.link.nb.give_news();
+            return;
+        }
         let timed = slot.timed;
         let mut t1 = if timed { clock::now() } else { now };
         // Dropped in place at the block's end, queueing a TSO frame still being built.
