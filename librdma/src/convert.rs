@@ -141,7 +141,6 @@ pub unsafe fn send_wr(
                 IBV_WR_SEND | IBV_WR_SEND_WITH_INV | IBV_WR_RDMA_WRITE
             ),
         local_fence: false,
-        checked: None,
     })
 }
 

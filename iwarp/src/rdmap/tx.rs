@@ -503,7 +503,7 @@ impl Engine {
     }
 
     /// The pieces of a Send's or Write's source SGL: the verbs layer's check of its one
-    /// SGE ([`super::SendWr::checked`]) while the table is unchanged since, else
+    /// SGE ([`CheckedSource`]) while the table is unchanged since, else
     /// [`Self::resolve_local`]'s.
     fn source_pieces<M: MemoryTable + ?Sized>(
         &mut self,
@@ -537,7 +537,7 @@ impl Engine {
             }
             // The engine keeps the entry for its kind only: the SGL moves into the message.
             let op = self.sq[idx].wr.op.hand_over();
-            let checked = self.sq[idx].wr.checked.take();
+            let checked = self.sq[idx].checked.take();
             let is_request = matches!(op, SendOp::Read { .. } | SendOp::Atomic { .. });
             if is_request {
                 if self.cfg.ord == 0 {

@@ -109,15 +109,13 @@ pub struct SendWr<Op = SendOp> {
     /// Local fence: start only when every earlier WR has completed (the verbs layer takes
     /// it on Invalidate Local STag only, VERBS-00 §8.2.2.2).
     pub local_fence: bool,
-    /// The source SGL's one piece as the verbs layer checked it, set on the WR it hands
-    /// the engine ([`crate::verbs::Rnic::next_send_wr`]; `None` on a posted WR): the
-    /// engine takes it instead of checking the SGE again while the table's generation is
-    /// the same.
-    pub checked: Option<CheckedSource>,
 }
 
 /// A one-SGE source SGL checked for local read (VERBS-00 §8.1.3.2) at a memory table's
-/// generation ([`crate::mem::MemoryTable::table_generation`]).
+/// generation ([`crate::mem::MemoryTable::table_generation`]), handed to the engine with
+/// its WR ([`crate::verbs::Rnic::next_checked_send_wr`],
+/// [`super::Engine::post_checked_send`]): the engine takes it instead of checking the SGE
+/// again while the generation is the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckedSource {
     /// The table's generation at the check.
@@ -135,7 +133,6 @@ impl<Op> SendWr<Op> {
             signaled: true,
             read_fence: false,
             local_fence: false,
-            checked: None,
         }
     }
 

@@ -219,6 +219,15 @@ impl Rnic {
     /// later WR (§8.2.2.1). The returned WR's `wr_id` is the RI's work number, which the
     /// engine's completion echoes to [`Rnic::handle_completion`].
     pub fn next_send_wr(&mut self, qp: QpId) -> Option<rdmap::SendWr> {
+        self.next_checked_send_wr(qp).map(|(wr, _)| wr)
+    }
+
+    /// [`Rnic::next_send_wr`] with the check of a message's one non-empty source SGE, for
+    /// [`rdmap::Engine::post_checked_send`].
+    pub fn next_checked_send_wr(
+        &mut self,
+        qp: QpId,
+    ) -> Option<(rdmap::SendWr, Option<rdmap::CheckedSource>)> {
         loop {
             let q = self.qps.get_mut(&qp)?;
             if q.state != QpState::Rts {
@@ -291,11 +300,11 @@ impl Rnic {
                 signaled: true,
                 read_fence: wr.read_fence,
                 local_fence: false,
-                checked: checked.and_then(|piece| {
-                    let generation = self.memory.table_generation()?;
-                    Some(rdmap::CheckedSource { generation, piece })
-                }),
             };
+            let checked = checked.and_then(|piece| {
+                let generation = self.memory.table_generation()?;
+                Some(rdmap::CheckedSource { generation, piece })
+            });
             // The QP looked up at the top (the checks above borrow only the memory model).
             q.sq_active.push_back(ActiveSq {
                 work,
@@ -303,7 +312,7 @@ impl Rnic {
                 done: None,
                 local: false,
             });
-            return Some(engine_wr);
+            return Some((engine_wr, checked));
         }
     }
 

@@ -821,9 +821,11 @@ fn write_source_changed_between_the_verbs_check_and_the_start() {
         a.fx.rnic.memory_mut().bytes_mut()[..1024].copy_from_slice(&payload);
         fill(&mut b.fx.rnic, GUARD);
         a.post_send(write(1, vec![sge(src, VA, 1024)], dst, VA + 16384));
-        let wr = a.fx.rnic.next_send_wr(a.fx.qp).expect("the Write");
-        assert!(wr.checked.is_some(), "the one SGE goes checked");
-        a.engine.post_send(wr).expect("engine accepts the WR");
+        let (wr, checked) = a.fx.rnic.next_checked_send_wr(a.fx.qp).expect("the Write");
+        assert!(checked.is_some(), "the one SGE goes checked");
+        a.engine
+            .post_checked_send(wr, checked)
+            .expect("engine accepts the WR");
         change.apply(&mut a, src);
         pump(&mut a, &mut b);
         let wa = a.wcs();
@@ -860,9 +862,11 @@ fn write_source_moved_to_another_pd_after_the_verbs_check() {
     let dst = b.reg(16384, 8192, all_rights());
     fill(&mut b.fx.rnic, GUARD);
     a.post_send(write(1, vec![sge(src, VA, 1024)], dst, VA + 16384));
-    let wr = a.fx.rnic.next_send_wr(a.fx.qp).expect("the Write");
-    assert!(wr.checked.is_some(), "the one SGE goes checked");
-    a.engine.post_send(wr).expect("engine accepts the WR");
+    let (wr, checked) = a.fx.rnic.next_checked_send_wr(a.fx.qp).expect("the Write");
+    assert!(checked.is_some(), "the one SGE goes checked");
+    a.engine
+        .post_checked_send(wr, checked)
+        .expect("engine accepts the WR");
     let other_pd = a.fx.rnic.alloc_pd(a.fx.ulp).unwrap();
     let moved =
         a.fx.rnic
@@ -890,8 +894,10 @@ fn only_a_messages_one_sge_goes_checked() {
         (vec![sge(src, VA, 8), sge(src, VA + 8, 8)], false),
     ] {
         a.post_send(write(1, sgl.clone(), src, VA));
-        let wr = a.fx.rnic.next_send_wr(a.fx.qp).expect("the Write");
-        assert_eq!(wr.checked.is_some(), carried, "{sgl:?}");
-        a.engine.post_send(wr).expect("engine accepts the WR");
+        let (wr, checked) = a.fx.rnic.next_checked_send_wr(a.fx.qp).expect("the Write");
+        assert_eq!(checked.is_some(), carried, "{sgl:?}");
+        a.engine
+            .post_checked_send(wr, checked)
+            .expect("engine accepts the WR");
     }
 }
