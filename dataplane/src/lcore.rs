@@ -1337,15 +1337,25 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
     }
 
     /// The transmit half of port `i`'s iteration: the handler's [`Handler::poll`], then
-    /// the frames queued (and those the port refused earlier) offered to the port.
+    /// the frames queued (and those the port refused earlier) offered to the port. When
+    /// nothing can be sent (an idle iteration) only the neighbour news go on: no context,
+    /// no call.
+    #[inline]
     fn transmit_port(&mut self, i: usize, now: Instant) {
-        let port = &mut self.ports[i];
         let slot = &mut self.slots[i];
-        // Nothing can be sent (an idle iteration): no context, no call.
         if slot.backlog.is_empty() && !self.handler.has_transmit_work() {
             slot.link.nb.give_news();
-            return;
+        } else {
+            self.transmit_port_work(i, now);
         }
+    }
+
+    /// [`PollLoop::transmit_port`] with something to send (out of line, so that the idle
+    /// check inlines into the loop).
+    #[inline(never)]
+    fn transmit_port_work(&mut self, i: usize, now: Instant) {
+        let port = &mut self.ports[i];
+        let slot = &mut self.slots[i];
         let timed = slot.timed;
         let mut t1 = if timed { clock::now() } else { now };
         // Dropped in place at the block's end, queueing a TSO frame still being built.
