@@ -865,6 +865,13 @@ pub trait Handler<P: Port> {
     /// retransmissions, acknowledgements, queued data.
     fn poll(&mut self, _ctx: &mut PortContext<'_, P>, _now: Instant) {}
 
+    /// Whether [`Handler::poll`] may have anything to do (frames to queue, work an
+    /// application posted to hand on). When it says no and the port's backlog is empty, the
+    /// transmit half skips the port's context and the call. The default: always.
+    fn has_transmit_work(&self) -> bool {
+        true
+    }
+
     /// Adds what the handler shows in telemetry (connections, QPs, ...) to `snap`; the
     /// default adds nothing.
     fn observe(&self, _snap: &mut Snapshot) {}
@@ -1330,8 +1337,23 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
     }
 
     /// The transmit half of port `i`'s iteration: the handler's [`Handler::poll`], then
-    /// the frames queued (and those the port refused earlier) offered to the port.
+    /// the frames queued (and those the port refused earlier) offered to the port. When
+    /// nothing can be sent (an idle iteration) only the neighbour news go on: no context,
+    /// no call.
+    #[inline]
     fn transmit_port(&mut self, i: usize, now: Instant) {
+        let slot = &mut self.slots[i];
+        if slot.backlog.is_empty() && !self.handler.has_transmit_work() {
+            slot.link.nb.give_news();
+        } else {
+            self.transmit_port_work(i, now);
+        }
+    }
+
+    /// [`PollLoop::transmit_port`] with something to send (out of line, so that the idle
+    /// check inlines into the loop).
+    #[inline(never)]
+    fn transmit_port_work(&mut self, i: usize, now: Instant) {
         let port = &mut self.ports[i];
         let slot = &mut self.slots[i];
         let timed = slot.timed;

@@ -54,6 +54,13 @@ pub trait TcpService<U, C> {
     /// posted, so that it leaves in this iteration (the default does nothing).
     fn flush(&mut self, _tcp: &mut Engine<U, C>, _cx: &mut C, _now: Instant) {}
 
+    /// Whether [`TcpService::flush`] may have anything to hand on; when it says no and the
+    /// engine has nothing queued and no event, the handler's transmit work is skipped
+    /// (the default: always).
+    fn has_flush_work(&self, _tcp: &Engine<U, C>, _cx: &C) -> bool {
+        true
+    }
+
     /// After the drain: events the transmission raised (the default does nothing).
     fn after_transmit(&mut self, _tcp: &mut Engine<U, C>, _cx: &mut C, _now: Instant) {}
 
@@ -180,6 +187,17 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
 
     fn settle(&mut self, _ctx: &mut PortContext<'_, P>, now: Instant) {
         self.work(now);
+    }
+
+    /// Something queued (a connection ready, an RST), an event to take, or work for the
+    /// service's flush.
+    #[inline]
+    fn has_transmit_work(&self) -> bool {
+        let e = &self.engine;
+        e.ready_len() > 0
+            || e.rsts_pending()
+            || e.has_events()
+            || self.service.has_flush_work(e, &self.cx)
     }
 
     fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {

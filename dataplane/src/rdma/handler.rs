@@ -1370,6 +1370,12 @@ impl TcpService<Connection, Rnic> for ConnManager {
         self.service_due(engine, rnic);
     }
 
+    /// The checks of [`ConnManager::service_due`] (the TCP events are the handler's).
+    #[inline]
+    fn has_flush_work(&self, engine: &RdmaEngine, rnic: &Rnic) -> bool {
+        !self.due.is_empty() || engine.has_active() || rnic.has_touched_qps() || rnic.has_actions()
+    }
+
     fn after_transmit(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic, _now: Instant) {
         self.tcp_events(engine, rnic);
     }

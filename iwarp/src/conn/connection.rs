@@ -14,7 +14,7 @@ use crate::mpa::{
     mulpdu, ConnectRequest, Event as MpaEvent, MpaError, Negotiated, Negotiator, Recovery, Role,
 };
 use crate::rdmap::{
-    self, Completion, Engine, EngineConfig, PostError, RecvWr, SendWr, StreamState,
+    self, CheckedSource, Completion, Engine, EngineConfig, PostError, RecvWr, SendWr, StreamState,
 };
 use crate::wire::terminate::TerminateCause;
 
@@ -398,7 +398,7 @@ impl Connection {
         mem: &M,
         wr: SendWr,
     ) -> Result<(), PostError> {
-        self.post_send_with(now, mem, None, wr)
+        self.post_send_with(now, mem, None, wr, None)
     }
 
     /// [`Connection::post_send`], reading ahead into buffers of `pool` (the RNIC's shared
@@ -409,12 +409,14 @@ impl Connection {
         mem: &M,
         pool: Option<&mut BufferPool>,
         wr: SendWr,
+        checked: Option<CheckedSource>,
     ) -> Result<(), PostError> {
         self.advance_time(now);
         match &mut self.phase {
+            // Posted after the negotiation without the check: the engine makes its own.
             Phase::Negotiating(n) => n.pre_sq.push(wr),
             phase => match phase.stream_mut() {
-                Some((e, _)) => e.post_send(wr)?,
+                Some((e, _)) => e.post_checked_send(wr, checked)?,
                 None => return Err(PostError::NotActive),
             },
         }

@@ -31,9 +31,9 @@ impl Connection {
                         break;
                     }
                 }
-                while let Some(wr) = rnic.next_send_wr(qp) {
+                while let Some((wr, checked)) = rnic.next_checked_send_wr(qp) {
                     let (mem, pool) = rnic.table_and_pool();
-                    if self.post_send_with(now, mem, pool, wr).is_err() {
+                    if self.post_send_with(now, mem, pool, wr, checked).is_err() {
                         break;
                     }
                 }

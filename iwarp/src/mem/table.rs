@@ -130,6 +130,14 @@ impl ReadGrant {
 /// Memory lookup and access, implemented by the verbs layer (full resource model) and by
 /// [`super::SimpleMemory`].
 pub trait MemoryTable {
+    /// A number that grows with every change of the table that can change a check's
+    /// outcome (an STag registered, invalidated, deallocated or re-keyed, a stream's
+    /// rights changed): a check made at the same generation still holds. `None` (the
+    /// default): not tracked, every access is checked.
+    fn table_generation(&self) -> Option<u64> {
+        None
+    }
+
     /// Validates an access of `len` octets at `to` through `stag` on a stream of `pd`,
     /// needing rights `need`. Check order: STag, state, association, rights, wrap, bounds.
     fn resolve(

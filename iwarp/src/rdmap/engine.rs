@@ -10,7 +10,7 @@ use super::completion::{Completion, CompletionOpcode, CompletionStatus, Event, W
 use super::state::{
     Culprit, Failure, OutstandingAtomic, OutstandingRead, Response, RxRecord, SqEntry, TxMessage,
 };
-use super::wr::{SendOp, SendWr};
+use super::wr::{CheckedSource, SendOp, SendWr};
 use crate::ddp::delivery::DeliveryOrder;
 use crate::ddp::segmenter::MsnCounters;
 use crate::ddp::untagged::{RecvBuffer, UntaggedQueues};
@@ -208,6 +208,15 @@ impl Engine {
     /// Posts a send-queue work request. Messages go to DDP in posting order and complete in
     /// posting order (RFC 5040 §5.5 rules 13, 15).
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        self.post_checked_send(wr, None)
+    }
+
+    /// [`Engine::post_send`] of a WR whose source SGL the verbs layer checked (`checked`).
+    pub fn post_checked_send(
+        &mut self,
+        wr: SendWr,
+        checked: Option<CheckedSource>,
+    ) -> Result<(), PostError> {
         if self.state != StreamState::Active {
             return Err(PostError::NotActive);
         }
@@ -231,6 +240,7 @@ impl Engine {
             done: None,
             byte_len: 0,
             atomic_original: None,
+            checked,
         });
         Ok(())
     }

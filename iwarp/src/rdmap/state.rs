@@ -6,7 +6,7 @@
 //! This module imports none of the three.
 
 use super::completion::CompletionStatus;
-use super::wr::SendWr;
+use super::wr::{CheckedSource, SendWr};
 use crate::ddp::segmenter::Segmenter;
 use crate::mem::{ReadGrant, Resolved};
 use crate::wire::atomic::AtomicResponseRepr;
@@ -55,6 +55,8 @@ pub(super) struct SqEntry {
     pub done: Option<CompletionStatus>,
     pub byte_len: u32,
     pub atomic_original: Option<u64>,
+    /// The verbs layer's check of the source SGL ([`super::Engine::post_checked_send`]).
+    pub checked: Option<CheckedSource>,
 }
 
 /// An RDMA Read Request sent and not yet fully answered.

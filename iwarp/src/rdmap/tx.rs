@@ -9,7 +9,7 @@ use super::state::{
     Culprit, Failure, OutstandingAtomic, OutstandingRead, PieceGrant, Response, TxDone, TxMessage,
     TxPayload, INLINE_MAX,
 };
-use super::wr::SendOp;
+use super::wr::{CheckedSource, SendOp};
 use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
 use crate::mem::{Access, AccessError, MemoryTable, Resolved, Sge};
 use crate::wire::atomic::{AtomicRequestRepr, ATOMIC_REQUEST_LEN};
@@ -502,6 +502,26 @@ impl Engine {
         Ok(pieces)
     }
 
+    /// The pieces of a Send's or Write's source SGL: the verbs layer's check of its one
+    /// SGE ([`CheckedSource`]) while the table is unchanged since, else
+    /// [`Self::resolve_local`]'s.
+    fn source_pieces<M: MemoryTable + ?Sized>(
+        &mut self,
+        mem: &M,
+        sgl: &[Sge],
+        checked: Option<CheckedSource>,
+    ) -> Result<Vec<(Option<Resolved>, u32)>, AccessError> {
+        if let (Some(c), [s]) = (checked, sgl) {
+            if s.len != 0 && mem.table_generation() == Some(c.generation) {
+                let mut pieces = core::mem::take(&mut self.spare_pieces);
+                pieces.clear();
+                pieces.push((Some(c.piece), s.len));
+                return Ok(pieces);
+            }
+        }
+        self.resolve_local(mem, sgl, Access::LOCAL_READ)
+    }
+
     /// Starts the next send-queue work request, honouring fences and ORD. A local error while
     /// building the message sends a Terminate instead (RFC 5040 §7.1 case 1).
     fn start_sq<M: MemoryTable + ?Sized>(&mut self, mem: &M) -> Option<TxMessage> {
@@ -517,6 +537,7 @@ impl Engine {
             }
             // The engine keeps the entry for its kind only: the SGL moves into the message.
             let op = self.sq[idx].wr.op.hand_over();
+            let checked = self.sq[idx].checked.take();
             let is_request = matches!(op, SendOp::Read { .. } | SendOp::Atomic { .. });
             if is_request {
                 if self.cfg.ord == 0 {
@@ -541,7 +562,7 @@ impl Engine {
                     solicited,
                     invalidate,
                 } => {
-                    let Ok(pieces) = self.resolve_local(mem, &sgl, Access::LOCAL_READ) else {
+                    let Ok(pieces) = self.source_pieces(mem, &sgl, checked) else {
                         self.fail(local_error);
                         return None;
                     };
@@ -566,7 +587,7 @@ impl Engine {
                     }
                 }
                 SendOp::Write { sgl, remote } => {
-                    let Ok(pieces) = self.resolve_local(mem, &sgl, Access::LOCAL_READ) else {
+                    let Ok(pieces) = self.source_pieces(mem, &sgl, checked) else {
                         self.fail(local_error);
                         return None;
                     };

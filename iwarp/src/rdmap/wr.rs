@@ -1,6 +1,6 @@
 //! Work requests the ULP (verbs layer) posts to an RDMAP stream.
 
-use crate::mem::{STag, Sge};
+use crate::mem::{Resolved, STag, Sge};
 use crate::wire::atomic::AtomicOp;
 
 /// A remote tagged buffer: STag and TO advertised by the peer.
@@ -109,6 +109,19 @@ pub struct SendWr<Op = SendOp> {
     /// Local fence: start only when every earlier WR has completed (the verbs layer takes
     /// it on Invalidate Local STag only, VERBS-00 §8.2.2.2).
     pub local_fence: bool,
+}
+
+/// A one-SGE source SGL checked for local read (VERBS-00 §8.1.3.2) at a memory table's
+/// generation ([`crate::mem::MemoryTable::table_generation`]), handed to the engine with
+/// its WR ([`crate::verbs::Rnic::next_checked_send_wr`],
+/// [`super::Engine::post_checked_send`]): the engine takes it instead of checking the SGE
+/// again while the generation is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedSource {
+    /// The table's generation at the check.
+    pub generation: u64,
+    /// What the check found.
+    pub piece: Resolved,
 }
 
 impl<Op> SendWr<Op> {

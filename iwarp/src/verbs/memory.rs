@@ -1513,6 +1513,10 @@ impl MemoryModel {
 }
 
 impl MemoryTable for MemoryModel {
+    fn table_generation(&self) -> Option<u64> {
+        Some(self.generation())
+    }
+
     /// Remote access check (VERBS-00 §7.4.2, §7.6.3, §7.10.6.2; RFC 5040 §8.1.1): STag 0
     /// is never usable remotely; all 32 STag bits are compared; the QP's inbound enables
     /// and the STag's rights must both allow the access (Fig. 21); MWs check only their own

@@ -12,7 +12,7 @@ use super::status::{CompletionStatus, VerbError};
 use super::wc::{WcOpcode, WorkCompletion};
 use super::wr::{RecvWr, SendWr, SqOp};
 use crate::ddp::untagged::RecvSupply;
-use crate::mem::{Access, Sge, StreamId};
+use crate::mem::{Access, MemoryTable, Sge, StreamId};
 use crate::rdmap;
 use crate::wire::terminate::TerminateCause;
 
@@ -219,6 +219,15 @@ impl Rnic {
     /// later WR (§8.2.2.1). The returned WR's `wr_id` is the RI's work number, which the
     /// engine's completion echoes to [`Rnic::handle_completion`].
     pub fn next_send_wr(&mut self, qp: QpId) -> Option<rdmap::SendWr> {
+        self.next_checked_send_wr(qp).map(|(wr, _)| wr)
+    }
+
+    /// [`Rnic::next_send_wr`] with the check of a message's one non-empty source SGE, for
+    /// [`rdmap::Engine::post_checked_send`].
+    pub fn next_checked_send_wr(
+        &mut self,
+        qp: QpId,
+    ) -> Option<(rdmap::SendWr, Option<rdmap::CheckedSource>)> {
         loop {
             let q = self.qps.get_mut(&qp)?;
             if q.state != QpState::Rts {
@@ -245,20 +254,26 @@ impl Rnic {
             // Check the source SGL here so a local protection error gets its precise
             // status (VERBS-00 Fig. 36) and a Local Catastrophic Terminate replaces the
             // message (RFC 5040 §7.1 case 1; digest G07).
+            // A message's one non-empty SGE goes to the engine checked (RFC 5040 §5: the
+            // same check, made once while the table is unchanged).
+            let mut checked = None;
             if let Some(sgl) = wr.source_sgl().or_else(|| inline_sgl(&wr)) {
                 let mut total = 0u64;
                 let mut status = CompletionStatus::Success;
                 for s in sgl {
                     total += u64::from(s.len);
-                    if let Err(e) = self.memory.resolve_local(
+                    match self.memory.resolve_local(
                         &ctx,
                         s.stag,
                         s.to,
                         u64::from(s.len),
                         Access::LOCAL_READ,
                     ) {
-                        status = e;
-                        break;
+                        Ok(piece) => checked = Some(piece).filter(|_| sgl.len() == 1 && s.len != 0),
+                        Err(e) => {
+                            status = e;
+                            break;
+                        }
                     }
                 }
                 if status.is_success() && total > u64::from(u32::MAX) {
@@ -273,7 +288,10 @@ impl Rnic {
             // from now on. An inline WR keeps its SGL (the RI frees its copy at completion).
             let op = match &mut wr.op {
                 SqOp::Message(op) => op.hand_over(),
-                SqOp::Inline { op, .. } | SqOp::ReadInvalidate(op) => op.clone(),
+                SqOp::Inline { op, .. } | SqOp::ReadInvalidate(op) => {
+                    checked = None;
+                    op.clone()
+                }
                 _ => unreachable!("memory operations handled above"),
             };
             let engine_wr = rdmap::SendWr {
@@ -283,6 +301,10 @@ impl Rnic {
                 read_fence: wr.read_fence,
                 local_fence: false,
             };
+            let checked = checked.and_then(|piece| {
+                let generation = self.memory.table_generation()?;
+                Some(rdmap::CheckedSource { generation, piece })
+            });
             // The QP looked up at the top (the checks above borrow only the memory model).
             q.sq_active.push_back(ActiveSq {
                 work,
@@ -290,7 +312,7 @@ impl Rnic {
                 done: None,
                 local: false,
             });
-            return Some(engine_wr);
+            return Some((engine_wr, checked));
         }
     }
 

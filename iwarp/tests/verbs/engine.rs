@@ -805,3 +805,99 @@ fn write_from_pages_apart_in_the_backend() {
         &payload[..]
     );
 }
+
+#[test]
+fn write_source_changed_between_the_verbs_check_and_the_start() {
+    // VERBS-00 §8.1.3.2, Fig. 36 (the source SGL checked when the WR is processed), RFC 5040
+    // §5 and §7.1 case 1: the verbs layer hands the engine a one-SGE Write with its check;
+    // the engine starts the message on that check while the table is unchanged, and checks
+    // again after any change: an STag invalidated or deregistered in between fails the WR
+    // with a Terminate and nothing sent of it; another STag registered changes nothing.
+    for change in SourceChange::ALL {
+        let (mut a, mut b) = pair();
+        let src = a.reg(0, 8192, all_rights());
+        let dst = b.reg(16384, 8192, all_rights());
+        let payload: Vec<u8> = (0..1024u32).map(|i| (i * 7 + 3) as u8).collect();
+        a.fx.rnic.memory_mut().bytes_mut()[..1024].copy_from_slice(&payload);
+        fill(&mut b.fx.rnic, GUARD);
+        a.post_send(write(1, vec![sge(src, VA, 1024)], dst, VA + 16384));
+        let (wr, checked) = a.fx.rnic.next_checked_send_wr(a.fx.qp).expect("the Write");
+        assert!(checked.is_some(), "the one SGE goes checked");
+        a.engine
+            .post_checked_send(wr, checked)
+            .expect("engine accepts the WR");
+        change.apply(&mut a, src);
+        pump(&mut a, &mut b);
+        let wa = a.wcs();
+        assert_eq!(wa.len(), 1, "{change:?}");
+        if change.fails() {
+            assert_eq!(
+                a.terminates_sent,
+                vec![T::RDMAP_LOCAL_CATASTROPHIC],
+                "{change:?}"
+            );
+            assert_eq!(
+                (wa[0].wr_id, wa[0].status),
+                (1, CompletionStatus::InvalidStag)
+            );
+            assert_eq!(touched(&b.fx.rnic, GUARD), 0, "{change:?}");
+        } else {
+            assert!(a.terminates_sent.is_empty(), "{change:?}");
+            assert_eq!((wa[0].wr_id, wa[0].status), (1, CompletionStatus::Success));
+            let placed = &b.fx.rnic.memory().bytes()[16384..16384 + 1024];
+            assert_eq!(placed, &payload[..], "{change:?}");
+        }
+    }
+}
+
+#[test]
+fn write_source_moved_to_another_pd_after_the_verbs_check() {
+    // VERBS-00 §7.3.2.3 (Reregister keeps the STag), §7.2.1 (the PD association), RFC 5040
+    // §7.1 case 1: the source MR reregistered into another PD between the verbs layer's
+    // check and the message's start stays live under the same STag, but no longer passes
+    // the check on this QP's PD: the engine's own check refuses it (a Terminate, the WR
+    // failed, nothing sent of it).
+    let (mut a, mut b) = pair();
+    let src = a.reg(0, 8192, all_rights());
+    let dst = b.reg(16384, 8192, all_rights());
+    fill(&mut b.fx.rnic, GUARD);
+    a.post_send(write(1, vec![sge(src, VA, 1024)], dst, VA + 16384));
+    let (wr, checked) = a.fx.rnic.next_checked_send_wr(a.fx.qp).expect("the Write");
+    assert!(checked.is_some(), "the one SGE goes checked");
+    a.engine
+        .post_checked_send(wr, checked)
+        .expect("engine accepts the WR");
+    let other_pd = a.fx.rnic.alloc_pd(a.fx.ulp).unwrap();
+    let moved =
+        a.fx.rnic
+            .reregister_mr(src, &mr_spec(other_pd, 0, 8192, VA, all_rights()))
+            .unwrap();
+    assert_eq!(moved, src, "the same STag");
+    pump(&mut a, &mut b);
+    assert_eq!(a.terminates_sent, vec![T::RDMAP_LOCAL_CATASTROPHIC]);
+    let wa = a.wcs();
+    assert_eq!(wa.len(), 1);
+    assert_eq!(wa[0].wr_id, 1);
+    assert!(!wa[0].status.is_success(), "{:?}", wa[0].status);
+    assert_eq!(touched(&b.fx.rnic, GUARD), 0);
+}
+
+#[test]
+fn only_a_messages_one_sge_goes_checked() {
+    // VERBS-00 §8.1.3.2: zero-length SGEs are not checked, so neither they nor a gather
+    // list of several SGEs carry a check to the engine (it checks those itself).
+    let (mut a, _b) = pair();
+    let src = a.reg(0, 8192, all_rights());
+    for (sgl, carried) in [
+        (vec![sge(src, VA, 8)], true),
+        (vec![sge(src, VA, 0)], false),
+        (vec![sge(src, VA, 8), sge(src, VA + 8, 8)], false),
+    ] {
+        a.post_send(write(1, sgl.clone(), src, VA));
+        let (wr, checked) = a.fx.rnic.next_checked_send_wr(a.fx.qp).expect("the Write");
+        assert_eq!(checked.is_some(), carried, "{sgl:?}");
+        a.engine
+            .post_checked_send(wr, checked)
+            .expect("engine accepts the WR");
+    }
+}
