@@ -84,6 +84,15 @@ impl PacketBuf for AnyBuf {
             AnyBuf::Mbuf(b) => PacketBuf::rx_checksum(b),
         }
     }
+
+    /// A burst of mbufs at once ([`Mbuf::free_bulk`]), heap buffers one by one.
+    #[cfg(feature = "dpdk")]
+    fn free_all(bufs: &mut Vec<AnyBuf>) {
+        Mbuf::free_bulk(bufs.drain(..).filter_map(|b| match b {
+            AnyBuf::Mbuf(m) => Some(m),
+            AnyBuf::Heap(_) => None,
+        }));
+    }
 }
 
 /// An owned [`AnyBuf`] back as the buffer of its own kind, or itself when of another kind.

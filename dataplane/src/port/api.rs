@@ -36,6 +36,14 @@ pub trait PacketBuf: AsRef<[u8]> + AsMut<[u8]> {
     fn rx_checksum(&self) -> RxChecksum {
         RxChecksum::default()
     }
+    /// Frees the buffers of `bufs`, leaving it empty: at once where the backend frees in
+    /// bulk (DPDK), one by one otherwise.
+    fn free_all(bufs: &mut Vec<Self>)
+    where
+        Self: Sized,
+    {
+        bufs.clear();
+    }
 }
 
 /// The checksum and segment offloads a port has enabled, for the stacks above it.

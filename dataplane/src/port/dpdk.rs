@@ -633,6 +633,11 @@ impl PacketBuf for Mbuf {
     fn rx_checksum(&self) -> RxChecksum {
         offload::rx_verdict(self.ol_flags())
     }
+
+    /// At once ([`Mbuf::free_vec`]).
+    fn free_all(bufs: &mut Vec<Mbuf>) {
+        Mbuf::free_vec(bufs);
+    }
 }
 
 impl std::fmt::Debug for DpdkPort {
