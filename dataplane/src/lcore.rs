@@ -365,11 +365,12 @@ impl<P: Port> Drop for PortContext<'_, P> {
 }
 
 impl<P: Port> PortContext<'_, P> {
-    /// Gives back a received frame nothing reads any more: the loop frees the burst's
-    /// frames together once it is handled ([`PacketBuf::free_all`]).
+    /// Gives back a received frame nothing reads any more ([`PacketBuf::retire`]): where
+    /// the backend frees in bulk, the loop frees the burst's frames together once it is
+    /// handled ([`PacketBuf::free_all`]).
     #[inline]
     pub fn retire(&mut self, frame: P::Buf) {
-        self.spent.push(frame);
+        frame.retire(self.spent);
     }
 
     /// A TCP segment the classifier left unverified ([`Classified::tcp_unverified`]) had a

@@ -85,6 +85,14 @@ impl PacketBuf for AnyBuf {
         }
     }
 
+    /// An mbuf into `spent`, a heap buffer back to its pool now.
+    #[cfg(feature = "dpdk")]
+    fn retire(self, spent: &mut Vec<AnyBuf>) {
+        if let AnyBuf::Mbuf(_) = self {
+            spent.push(self);
+        }
+    }
+
     /// A burst of mbufs at once ([`Mbuf::free_bulk`]), heap buffers one by one.
     #[cfg(feature = "dpdk")]
     fn free_all(bufs: &mut Vec<AnyBuf>) {

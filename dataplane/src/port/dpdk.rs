@@ -634,6 +634,10 @@ impl PacketBuf for Mbuf {
         offload::rx_verdict(self.ol_flags())
     }
 
+    fn retire(self, spent: &mut Vec<Mbuf>) {
+        spent.push(self);
+    }
+
     /// At once ([`Mbuf::free_vec`]).
     fn free_all(bufs: &mut Vec<Mbuf>) {
         Mbuf::free_vec(bufs);
