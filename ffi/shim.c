@@ -52,6 +52,27 @@ void dpdk_shim_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned int count)
 	rte_pktmbuf_free_bulk(mbufs, count);
 }
 
+void dpdk_shim_pktmbuf_free_burst(struct rte_mbuf **mbufs, unsigned int count)
+{
+	struct rte_mempool *pool;
+	unsigned int i;
+
+	if (count == 0)
+		return;
+	pool = mbufs[0]->pool;
+	for (i = 0; i < count; i++) {
+		const struct rte_mbuf *m = mbufs[i];
+
+		if (m->pool != pool || m->nb_segs != 1 || m->next != NULL ||
+		    !RTE_MBUF_DIRECT(m) || rte_mbuf_refcnt_read(m) != 1) {
+			rte_pktmbuf_free_bulk(mbufs, count);
+			return;
+		}
+	}
+	/* What rte_pktmbuf_prefree_seg would leave of each: already so. */
+	rte_mempool_put_bulk(pool, (void **)mbufs, count);
+}
+
 void *dpdk_shim_pktmbuf_mtod(struct rte_mbuf *m)
 {
 	return rte_pktmbuf_mtod(m, void *);

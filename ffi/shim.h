@@ -22,6 +22,10 @@ int dpdk_shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs
                                  unsigned int count);
 void dpdk_shim_pktmbuf_free(struct rte_mbuf *m);
 void dpdk_shim_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned int count);
+/* Frees `count` mbufs: one mempool put when every one is direct, unchained, of reference
+ * count 1 and of one pool (what rte_pktmbuf_free would do to each, without its per-mbuf
+ * checks and resets), rte_pktmbuf_free_bulk otherwise. */
+void dpdk_shim_pktmbuf_free_burst(struct rte_mbuf **mbufs, unsigned int count);
 
 /* mbuf data access */
 void *dpdk_shim_pktmbuf_mtod(struct rte_mbuf *m);

@@ -320,6 +320,8 @@ pub struct PortContext<'a, P: Port> {
     l2: L2Out,
     spare: &'a mut Option<P::Buf>,
     held: &'a mut Option<Held<P::Buf>>,
+    /// Received frames a handler is done with, freed together at the burst's end.
+    spent: &'a mut Vec<P::Buf>,
     counters: &'a mut LoopCounters,
     backlog: usize,
     now: Instant,
@@ -363,6 +365,14 @@ impl<P: Port> Drop for PortContext<'_, P> {
 }
 
 impl<P: Port> PortContext<'_, P> {
+    /// Gives back a received frame nothing reads any more ([`PacketBuf::retire`]): where
+    /// the backend frees in bulk, the loop frees the burst's frames together once it is
+    /// handled ([`PacketBuf::free_all`]).
+    #[inline]
+    pub fn retire(&mut self, frame: P::Buf) {
+        frame.retire(self.spent);
+    }
+
     /// A TCP segment the classifier left unverified ([`Classified::tcp_unverified`]) had a
     /// bad checksum: it counts as the classifier would have counted it.
     pub fn count_bad_tcp_checksum(&mut self) {
@@ -920,6 +930,7 @@ struct PortLink<B> {
     nb: Neighbours,
     spare: Option<B>,
     held: Option<Held<B>>,
+    spent: Vec<B>,
     counters: LoopCounters,
 }
 
@@ -944,6 +955,7 @@ impl<B> PortLink<B> {
             l2: self.l2,
             spare: &mut self.spare,
             held: &mut self.held,
+            spent: &mut self.spent,
             counters: &mut self.counters,
             backlog,
             now,
@@ -1157,6 +1169,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 },
                 spare: None,
                 held: None,
+                spent: Vec::new(),
                 counters: LoopCounters::default(),
             },
             backlog: Vec::new(),
@@ -1324,6 +1337,9 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             }
             ctx.flush_held();
             self.handler.settle(&mut ctx, now);
+        }
+        if !slot.link.spent.is_empty() {
+            PacketBuf::free_all(&mut slot.link.spent);
         }
         // What this half queued (ARP and echo replies, a held packet) waits with the
         // port's own frames: the transmit halves of other ports may come first.

@@ -156,7 +156,7 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
             self.engine.begin_burst();
         }
         let unverified = meta.tcp_unverified;
-        match self.engine.handle_tcp_checking(
+        let handled = match self.engine.handle_tcp_checking(
             now,
             &mut self.cx,
             meta.src_ip,
@@ -175,7 +175,10 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
                 log::debug!("tcp: {e}");
                 Handled::Ignored
             }
-        }
+        };
+        // The engine copied what it keeps: the frame is freed with its burst's.
+        ctx.retire(frame);
+        handled
     }
 
     /// The engine verifies the checksums the classifier leaves: with the payload's sum

@@ -4,9 +4,12 @@
 #[path = "dpdk_common/mod.rs"]
 mod dpdk_common;
 
+use std::sync::Arc;
+
 use dataplane::dpdk::{Eal, Mbuf};
+use dataplane::port::any::{AnyBuf, AnyPort, Backend};
 use dataplane::port::dpdk::{DpdkPort, DpdkPortConfig};
-use dataplane::port::{Port, PortStats};
+use dataplane::port::{PacketBuf, Port, PortStats};
 use dpdk_common::*;
 
 fn eal() -> &'static Eal {
@@ -23,6 +26,10 @@ fn eal() -> &'static Eal {
             "net_ring2",
             "--vdev",
             "net_ring3",
+            "--vdev",
+            "net_ring4",
+            "--vdev",
+            "net_ring5",
         ],
     )
 }
@@ -175,4 +182,72 @@ fn more_queues_than_the_device_has_is_a_setup_error() {
     );
     let port = DpdkPort::open(eal(), &DpdkPortConfig::new("one", "net_ring3")).unwrap();
     assert_eq!(port.queue(), (0, 1));
+}
+
+// A received burst freed at once (the poll loop's end of burst, `PacketBuf::free_all`) gives
+// every mbuf back to its pool, over more frames than one bulk call takes (64).
+#[test]
+fn a_burst_freed_in_bulk_gives_every_mbuf_back_to_its_pool() {
+    let port = DpdkPort::open(eal(), &DpdkPortConfig::new("bulk", "net_ring4")).unwrap();
+    let mut port = AnyPort::from(port);
+    let in_use = |port: &AnyPort| match port.backend() {
+        Backend::Dpdk(p) => p.pool().in_use(),
+        _ => unreachable!("a DPDK port"),
+    };
+    assert_eq!(in_use(&port), 0);
+    const N: u32 = 100;
+    let mut tx: Vec<AnyBuf> = (0..N)
+        .map(|i| {
+            let mut m = port.alloc_tx(frame_len(i)).expect("pool has mbufs");
+            fill_frame(i, m.as_mut());
+            m
+        })
+        .collect();
+    assert_eq!(port.tx_burst(&mut tx), N as usize);
+    let mut rx = Vec::new();
+    assert_eq!(port.rx_burst(&mut rx, 128), N as usize);
+    for (i, frame) in rx.iter().enumerate() {
+        check_frame(i as u32, frame.as_ref()).unwrap();
+    }
+    assert_eq!(in_use(&port), N, "the received frames hold their mbufs");
+    AnyBuf::free_all(&mut rx);
+    assert!(rx.is_empty());
+    assert_eq!(
+        in_use(&port),
+        0,
+        "every mbuf of the burst is back in its pool"
+    );
+}
+
+// A chained frame and one whose data are a lent payload (an external buffer, shared with
+// its owner) freed in bulk among plain ones: every segment goes back to the pool, and the
+// payload's reference is given back.
+#[test]
+fn chained_and_shared_mbufs_in_a_bulk_free_are_freed_right() {
+    let port = DpdkPort::open(eal(), &DpdkPortConfig::new("bulk2", "net_ring5")).unwrap();
+    let pool = port.pool();
+    let before = pool.in_use();
+    let mut head = Mbuf::alloc(pool, 100).unwrap();
+    let tail = Mbuf::alloc(pool, 50).unwrap();
+    head.chain_all([tail]);
+    assert_eq!((head.segments(), head.pkt_len()), (2, 150));
+    let payload = Arc::new(vec![0x5au8; 1000]);
+    let lent = Mbuf::external(pool, Arc::clone(&payload)).unwrap();
+    assert_eq!(Arc::strong_count(&payload), 2);
+    let plain = Mbuf::alloc(pool, 60).unwrap();
+    let plain2 = Mbuf::alloc(pool, 60).unwrap();
+    let mut burst = vec![plain, head, lent, plain2];
+    assert_eq!(pool.in_use(), before + 5);
+    Mbuf::free_all(&mut burst);
+    assert!(burst.is_empty());
+    assert_eq!(
+        pool.in_use(),
+        before,
+        "both segments of the chain are back too"
+    );
+    assert_eq!(
+        Arc::strong_count(&payload),
+        1,
+        "the external buffer's owner got its payload back"
+    );
 }

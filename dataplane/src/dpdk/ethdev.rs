@@ -693,6 +693,7 @@ impl EthDev {
 
     /// Receives up to `max` frames from this queue, appending them to `out`; returns how
     /// many were appended.
+    #[inline]
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: u16) -> usize {
         out.reserve(usize::from(max));
         let base = out.len();

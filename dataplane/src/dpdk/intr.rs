@@ -229,19 +229,33 @@ pub(crate) fn hold_gate() -> Option<GateHold> {
 impl GateHold {
     /// Waits for the end of the interrupt thread's turn, if it is in one, and marks a burst
     /// in progress until the returned guard drops.
+    /// One atomic add when the interrupt thread is not in its turn: the add and the
+    /// thread's setting of [`INTR_TURN`] are ordered on the one word, so either this burst
+    /// counts before the thread waits for the count, or it sees the turn and takes its add
+    /// back.
+    #[inline]
     pub(crate) fn burst(&self) -> Burst<'_> {
         let bursts = &self.0.bursts;
-        loop {
-            let s = bursts.load(Ordering::Acquire);
-            if s & INTR_TURN == 0
-                && bursts
-                    .compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return Burst(bursts);
-            }
+        if bursts.fetch_add(1, Ordering::AcqRel) & INTR_TURN != 0 {
+            wait_turn(bursts);
+        }
+        Burst(bursts)
+    }
+}
+
+/// Takes back a burst's count added during the interrupt thread's turn, waits for the
+/// turn's end and counts the burst again.
+#[cold]
+#[inline(never)]
+fn wait_turn(bursts: &AtomicU32) {
+    loop {
+        bursts.fetch_sub(1, Ordering::Release);
+        while bursts.load(Ordering::Acquire) & INTR_TURN != 0 {
             // The interrupt thread may share this core.
             std::thread::yield_now();
+        }
+        if bursts.fetch_add(1, Ordering::AcqRel) & INTR_TURN == 0 {
+            return;
         }
     }
 }
@@ -253,6 +267,7 @@ impl Drop for GateHold {
 }
 
 impl Drop for Burst<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Release);
     }

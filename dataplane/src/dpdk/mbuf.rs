@@ -141,6 +141,41 @@ impl Mbuf {
         true
     }
 
+    /// Frees `mbufs` with one call per 64 of them instead of a call each: one mempool put
+    /// when every one of them is direct, unchained, of reference count 1 and of one pool,
+    /// else DPDK's general bulk free (`rte_pktmbuf_free_bulk`: a chain's segments,
+    /// indirect and external-buffer mbufs and shared ones freed as `rte_pktmbuf_free`
+    /// frees them, each to its own pool).
+    pub fn free_bulk(mbufs: impl IntoIterator<Item = Mbuf>) {
+        let mut raw = [std::mem::MaybeUninit::<*mut dpdk_sys::rte_mbuf>::uninit(); FREE_CHUNK];
+        let mut n = 0;
+        for m in mbufs {
+            raw[n].write(m.into_raw());
+            n += 1;
+            if n == FREE_CHUNK {
+                // SAFETY: the first n slots were written above (pointers we gave up).
+                unsafe { free_raw(raw.as_mut_ptr().cast(), n) };
+                n = 0;
+            }
+        }
+        if n != 0 {
+            // SAFETY: as above.
+            unsafe { free_raw(raw.as_mut_ptr().cast(), n) };
+        }
+    }
+
+    /// Frees the mbufs of `mbufs` like [`Mbuf::free_bulk`], in place (their pointers are
+    /// the vector's elements), leaving it empty.
+    pub fn free_vec(mbufs: &mut Vec<Mbuf>) {
+        for chunk in mbufs.chunks_mut(FREE_CHUNK) {
+            // SAFETY: Mbuf is repr(transparent) over a non-null rte_mbuf pointer we own;
+            // the vector forgets them right after (set_len below), so nothing uses them.
+            unsafe { free_raw(chunk.as_mut_ptr().cast(), chunk.len()) };
+        }
+        // SAFETY: every element's mbuf was freed above; they are forgotten, not dropped.
+        unsafe { mbufs.set_len(0) };
+    }
+
     /// Gives up ownership, returning the raw mbuf (for burst calls).
     pub fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
         let p = self.0.as_ptr();
@@ -390,6 +425,18 @@ impl Mbuf {
         // SAFETY: data_off is within the mbuf's buffer (DPDK keeps data_off <= buf_len).
         unsafe { h.buf_addr.cast::<u8>().add(usize::from(h.data_off)) }
     }
+}
+
+/// Mbufs freed by one bulk call.
+const FREE_CHUNK: usize = 64;
+
+/// Frees the `n` (at most [`FREE_CHUNK`]) mbufs at `raw`.
+///
+/// # Safety
+/// Each is a live mbuf the caller owns and nothing uses after this.
+unsafe fn free_raw(raw: *mut *mut dpdk_sys::rte_mbuf, n: usize) {
+    // SAFETY: the caller's promise; n fits in u32.
+    unsafe { dpdk_sys::dpdk_shim_pktmbuf_free_burst(raw, n as u32) };
 }
 
 impl AsRef<[u8]> for Mbuf {

@@ -84,6 +84,23 @@ impl PacketBuf for AnyBuf {
             AnyBuf::Mbuf(b) => PacketBuf::rx_checksum(b),
         }
     }
+
+    /// An mbuf into `spent`, a heap buffer back to its pool now.
+    #[cfg(feature = "dpdk")]
+    fn retire(self, spent: &mut Vec<AnyBuf>) {
+        if let AnyBuf::Mbuf(_) = self {
+            spent.push(self);
+        }
+    }
+
+    /// A burst of mbufs at once ([`Mbuf::free_bulk`]), heap buffers one by one.
+    #[cfg(feature = "dpdk")]
+    fn free_all(bufs: &mut Vec<AnyBuf>) {
+        Mbuf::free_bulk(bufs.drain(..).filter_map(|b| match b {
+            AnyBuf::Mbuf(m) => Some(m),
+            AnyBuf::Heap(_) => None,
+        }));
+    }
 }
 
 /// An owned [`AnyBuf`] back as the buffer of its own kind, or itself when of another kind.
@@ -284,6 +301,13 @@ where
     n
 }
 
+/// Moves the frames of a DPDK burst from `scratch` to `out`.
+#[cfg(feature = "dpdk")]
+#[inline(never)]
+fn take_mbufs(scratch: &mut Vec<Mbuf>, out: &mut Vec<AnyBuf>) {
+    out.extend(scratch.drain(..).map(AnyBuf::Mbuf));
+}
+
 /// Transmits on a concrete port through `scratch`, copying frames of other buffer kinds
 /// into its own (counted in `drops` when it has no buffer); refused frames are put back in
 /// `bufs` in order.
@@ -314,6 +338,21 @@ where
     n
 }
 
+impl AnyPort {
+    /// [`Port::rx_burst`] of the backends other than DPDK.
+    #[inline(never)]
+    fn rx_other(&mut self, out: &mut Vec<AnyBuf>, max: usize) -> usize {
+        match &mut self.backend {
+            Backend::Soft(p) => rx_via(p, &mut self.heap_scratch, out, max),
+            Backend::Tap(p) => rx_via(p, &mut self.heap_scratch, out, max),
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => rx_via(p, &mut self.mbuf_scratch, out, max),
+            Backend::Fault(p) => p.rx_burst(out, max),
+            Backend::Capture(p) => p.rx_burst(out, max),
+        }
+    }
+}
+
 impl Port for AnyPort {
     type Buf = AnyBuf;
 
@@ -328,15 +367,19 @@ impl Port for AnyPort {
         }
     }
 
+    /// A DPDK port's burst inline in the caller (an empty poll: the device's burst and a
+    /// compare); the other backends out of line.
+    #[inline]
     fn rx_burst(&mut self, out: &mut Vec<AnyBuf>, max: usize) -> usize {
-        match &mut self.backend {
-            Backend::Soft(p) => rx_via(p, &mut self.heap_scratch, out, max),
-            Backend::Tap(p) => rx_via(p, &mut self.heap_scratch, out, max),
-            #[cfg(feature = "dpdk")]
-            Backend::Dpdk(p) => rx_via(p, &mut self.mbuf_scratch, out, max),
-            Backend::Fault(p) => p.rx_burst(out, max),
-            Backend::Capture(p) => p.rx_burst(out, max),
+        #[cfg(feature = "dpdk")]
+        if let Backend::Dpdk(p) = &mut self.backend {
+            let n = p.rx_burst(&mut self.mbuf_scratch, max);
+            if n != 0 {
+                take_mbufs(&mut self.mbuf_scratch, out);
+            }
+            return n;
         }
+        self.rx_other(out, max)
     }
 
     fn alloc_tx(&mut self, len: usize) -> Option<AnyBuf> {

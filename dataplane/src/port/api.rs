@@ -36,6 +36,23 @@ pub trait PacketBuf: AsRef<[u8]> + AsMut<[u8]> {
     fn rx_checksum(&self) -> RxChecksum {
         RxChecksum::default()
     }
+    /// Gives back this received buffer, which nothing reads any more: into `spent` where
+    /// the backend frees a burst at once ([`PacketBuf::free_all`], DPDK), freed here
+    /// otherwise.
+    fn retire(self, spent: &mut Vec<Self>)
+    where
+        Self: Sized,
+    {
+        let _ = spent;
+    }
+    /// Frees the buffers of `bufs`, leaving it empty: at once where the backend frees in
+    /// bulk (DPDK), one by one otherwise.
+    fn free_all(bufs: &mut Vec<Self>)
+    where
+        Self: Sized,
+    {
+        bufs.clear();
+    }
 }
 
 /// The checksum and segment offloads a port has enabled, for the stacks above it.
