@@ -22,14 +22,6 @@ fn transmit_work(l: &Loop) -> bool {
     <RdmaHandler as Handler<FaultPort<SoftPort>>>::has_transmit_work(l.handler())
 }
 
-fn settle(ls: &mut Loop, lc: &mut Loop, rounds: usize) {
-    for _ in 0..rounds {
-        let now = clock::now();
-        ls.poll_once(now);
-        lc.poll_once(now);
-    }
-}
-
 #[test]
 fn an_idle_handler_has_no_transmit_work_until_a_wr_is_posted() {
     let (mut ls, mut lc) = pair(MpaConfig::default(), 8 << 20, FaultConfig::default());

@@ -44,15 +44,6 @@ fn write(wr_id: u64, src: &Region, dst: &Region, offset: usize, len: usize) -> S
     )
 }
 
-/// Polls both loops for `rounds` iterations.
-fn settle(ls: &mut Loop, lc: &mut Loop, rounds: usize) {
-    for _ in 0..rounds {
-        let now = clock::now();
-        ls.poll_once(now);
-        lc.poll_once(now);
-    }
-}
-
 #[test]
 fn acknowledged_units_come_back_to_the_rnic_pool() {
     const QPS: usize = 4;

@@ -164,18 +164,6 @@ impl Mbuf {
         }
     }
 
-    /// Frees the mbufs of `mbufs` like [`Mbuf::free_bulk`], in place (their pointers are
-    /// the vector's elements), leaving it empty.
-    pub fn free_vec(mbufs: &mut Vec<Mbuf>) {
-        for chunk in mbufs.chunks_mut(FREE_CHUNK) {
-            // SAFETY: Mbuf is repr(transparent) over a non-null rte_mbuf pointer we own;
-            // the vector forgets them right after (set_len below), so nothing uses them.
-            unsafe { free_raw(chunk.as_mut_ptr().cast(), chunk.len()) };
-        }
-        // SAFETY: every element's mbuf was freed above; they are forgotten, not dropped.
-        unsafe { mbufs.set_len(0) };
-    }
-
     /// Gives up ownership, returning the raw mbuf (for burst calls).
     pub fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
         let p = self.0.as_ptr();

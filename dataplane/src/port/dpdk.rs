@@ -638,9 +638,9 @@ impl PacketBuf for Mbuf {
         spent.push(self);
     }
 
-    /// At once ([`Mbuf::free_vec`]).
+    /// At once ([`Mbuf::free_bulk`]).
     fn free_all(bufs: &mut Vec<Mbuf>) {
-        Mbuf::free_vec(bufs);
+        Mbuf::free_bulk(bufs.drain(..));
     }
 }
 

@@ -27,6 +27,15 @@ pub type Loop = PollLoop<FaultPort<SoftPort>, RdmaHandler>;
 /// A stop flag nobody sets, for `run_pair`.
 pub static NO_STOP: AtomicBool = AtomicBool::new(false);
 
+/// Polls both loops for `rounds` iterations, at one time per iteration.
+pub fn settle(ls: &mut Loop, lc: &mut Loop, rounds: usize) {
+    for _ in 0..rounds {
+        let now = clock::now();
+        ls.poll_once(now);
+        lc.poll_once(now);
+    }
+}
+
 pub fn rdma_config(mpa: MpaConfig, secret: u8) -> RdmaConfig {
     RdmaConfig {
         mpa,

@@ -7,7 +7,7 @@ use super::event::AsyncEventKind;
 use super::handle::QpId;
 use super::qp_state::QpState;
 use super::queues::{ActiveRq, ActiveSq, Qp, TerminateOrigin, WqKind};
-use super::rnic::Rnic;
+use super::rnic::{list_touched, Rnic};
 use super::status::{CompletionStatus, VerbError};
 use super::wc::{WcOpcode, WorkCompletion};
 use super::wr::{RecvWr, SendWr, SqOp};
@@ -136,12 +136,8 @@ impl Rnic {
         let q = self.qps.get_mut(&qp).expect("checked");
         q.sq_slots += 1;
         let work = q.next_work();
-        // Listed for the poll core's next service (what `Rnic::touch` does, through the
-        // QP at hand).
-        if !q.touched {
-            q.touched = true;
-            self.touched.push(qp);
-        }
+        // Listed for the poll core's next service (`Rnic::touch` through the QP at hand).
+        list_touched(&mut self.touched, qp, q);
         match state {
             QpState::Error => {
                 let wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode(), CompletionStatus::Flushed);

@@ -342,10 +342,7 @@ impl Rnic {
     /// Lists `qp` for [`Rnic::take_touched_qps`].
     pub(super) fn touch(&mut self, qp: QpId) {
         if let Some(q) = self.qps.get_mut(&qp) {
-            if !q.touched {
-                q.touched = true;
-                self.touched.push(qp);
-            }
+            list_touched(&mut self.touched, qp, q);
         }
         self.bound_touched();
     }
@@ -495,5 +492,15 @@ impl Drop for Rnic {
     fn drop(&mut self) {
         self.in_use.store(false, Ordering::Release);
         log::debug!("RNIC {} closed", self.name);
+    }
+}
+
+/// Lists `qp` (its entry `q`) in `touched` for [`Rnic::take_touched_qps`], once (callers
+/// holding the QP's entry list it through that entry; [`Rnic::bound_touched`] follows).
+#[inline]
+pub(super) fn list_touched(touched: &mut Vec<QpId>, qp: QpId, q: &mut Qp) {
+    if !q.touched {
+        q.touched = true;
+        touched.push(qp);
     }
 }
