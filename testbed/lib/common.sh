@@ -65,6 +65,29 @@ tb_core_to_core() {
   return 0
 }
 
+# tb_speed_probe: the time the machine takes per instruction now, as the typical half round
+# trip in µs of the in-process 8 B Write ping-pong (`perf write --loopback --lat -s 8 -n
+# 20000`, heap memory, one thread) pinned to CPU 0 and then to CPU 1, the larger of the two
+# ($DATAPLANE's, else the tree's release build), or nothing. The run executes the same
+# instructions every time (README "Where a small Write's time goes"), so its time moves only
+# with the speed the host gives the vCPUs; on the development VM that moves by 2x within
+# seconds, whatever the core-to-core mode (`tb_core_to_core`) is.
+tb_speed_probe() {
+  local bin cpu v worst=""
+  for bin in "${DATAPLANE:-}" "$ROOT/target/release/dataplane"; do
+    if [ -z "$bin" ] || [ ! -x "$bin" ]; then continue; fi
+    for cpu in 0 1; do
+      v=$(taskset -c "$cpu" "$bin" perf write --loopback --lat -s 8 -n 20000 --heap \
+        --config "$ROOT/configs/rdma-soft-pair.toml" 2>/dev/null |
+        awk '/t_typical/ { getline; print $5; exit }') || true
+      if [ -z "$v" ]; then worst=""; break; fi
+      worst=$(awk -v a="${worst:-0}" -v b="$v" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
+    done
+    if [ -n "$worst" ]; then echo "$worst"; return 0; fi
+  done
+  return 0
+}
+
 # tb_mode_of A B: the machine's mode over a measurement from the core-to-core latencies (ns)
 # before and after it: f (both under 100 ns: the two vCPUs share a cache), s (both 100 or
 # more: they do not) or m (it changed, or unknown).
@@ -75,10 +98,12 @@ tb_mode_of() {
   else echo m; fi
 }
 
-# tb_mode_ratios NAME UNIT LEFT [RATIO MODE ...]: the line for ratios each taken within one
-# mode (MODE f or s, `tb_mode_of`): "NAME: X.XX (spread A-B over K UNIT; fast X.XX over I,
-# slow Y.YY over J; LEFT left out: mode changed)", the median over all and in each mode; or
-# "NAME: n/a" (with the LEFT left out, if any) when there is none.
+# tb_mode_ratios NAME UNIT LEFT [RATIO MODE [FULL] ...]: the line for ratios each taken within
+# one mode (MODE f or s, `tb_mode_of`): "NAME: X.XX (spread A-B over K UNIT; fast X.XX over I,
+# slow Y.YY over J; full speed Z.ZZ over H; LEFT left out: mode changed)", the median over all,
+# in each mode and over the ratios marked FULL = 1 (both measurements at the run's full
+# instruction speed, `tb_speed_probe`); or "NAME: n/a" (with the LEFT left out, if any) when
+# there is none.
 tb_mode_ratios() {
   local name=$1 unit=$2 left=$3
   shift 3
@@ -87,12 +112,13 @@ tb_mode_ratios() {
     return
   fi
   printf '%s\n' "$@" | sort -g | awk -v n="$name" -v unit="$unit" -v left="$left" '
-    { v[NR] = $1; by[$2, ++c[$2]] = $1 }
+    { v[NR] = $1; by[$2, ++c[$2]] = $1; if ($3 == 1) full[++nf] = $1 }
     END {
       printf "%s: %.2f (spread %.2f-%.2f over %d %s", n, v[int((NR + 1) / 2)], v[1], v[NR], NR, unit
       sep = "; "
       if (c["f"] > 0) { printf "%sfast %.2f over %d", sep, by["f", int((c["f"] + 1) / 2)], c["f"]; sep = ", " }
       if (c["s"] > 0) { printf "%sslow %.2f over %d", sep, by["s", int((c["s"] + 1) / 2)], c["s"] }
+      if (nf > 0) printf "; full speed %.2f over %d", full[int((nf + 1) / 2)], nf
       if (left > 0) printf "; %d left out: mode changed", left
       print ")"
     }'
