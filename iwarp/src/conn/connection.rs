@@ -447,6 +447,12 @@ impl Connection {
         self.engine_mut()?.poll_completion()
     }
 
+    /// Unsignaled SQ WRs finished successfully since the last call
+    /// ([`Engine::take_retired`]).
+    pub fn take_retired(&mut self) -> u32 {
+        self.engine_mut().map_or(0, Engine::take_retired)
+    }
+
     /// Next event.
     pub fn poll_event(&mut self) -> Option<ConnEvent> {
         let e = self.events.pop_front();

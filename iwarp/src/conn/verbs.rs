@@ -7,6 +7,7 @@ use tcp::Instant;
 
 use super::connection::{Connection, LlpRequest, Phase};
 use crate::mem::{HasMemoryTable, MemoryTable};
+use crate::rdmap::WorkQueue;
 use crate::verbs::{QpAction, QpId, Rnic};
 
 impl Connection {
@@ -67,12 +68,21 @@ impl Connection {
         }
     }
 
-    /// Forwards the engine's completions to the RNIC; whether there were any.
+    /// Forwards the engine's completions and its unsignaled WRs' ends to the RNIC; whether
+    /// there were any. SQ WRs finish in order: the unsignaled WRs ahead of a send
+    /// completion's WR retire before it, the rest after the last completion.
     fn forward_completions(&mut self, rnic: &mut Rnic, qp: QpId) -> bool {
-        let mut any = false;
+        let mut retired = self.take_retired();
+        let mut any = retired != 0;
         while let Some(c) = self.poll_completion() {
             any = true;
+            if retired != 0 && c.queue == WorkQueue::Send {
+                retired = rnic.retire_unsignaled(qp, retired, Some(c.wr_id));
+            }
             let _ = rnic.handle_completion(qp, c);
+        }
+        if retired != 0 {
+            rnic.retire_unsignaled(qp, retired, None);
         }
         any
     }

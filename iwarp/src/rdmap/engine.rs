@@ -116,6 +116,9 @@ pub struct Engine {
     pub(super) order: DeliveryOrder<RxRecord>,
     pub(super) queues: UntaggedQueues,
     pub(super) completions: VecDeque<Completion>,
+    /// Unsignaled SQ WRs finished successfully since [`Engine::take_retired`] (no
+    /// [`Completion`] is built for them; their order is the SQ's).
+    pub(super) retired: u32,
     pub(super) events: VecDeque<Event>,
     pub(super) last_rx: Option<Instant>,
     pub(super) last_tx: Option<Instant>,
@@ -159,6 +162,7 @@ impl Engine {
             order: DeliveryOrder::new(start, cfg.max_held_segments),
             queues: UntaggedQueues::new(cfg.ird, cfg.extensions),
             completions: VecDeque::new(),
+            retired: 0,
             events: VecDeque::new(),
             last_rx: None,
             last_tx: None,
@@ -272,9 +276,17 @@ impl Engine {
         self.completions.pop_front()
     }
 
-    /// Whether a work completion waits for [`Engine::poll_completion`].
+    /// Whether a work completion waits for [`Engine::poll_completion`] or an unsignaled WR's
+    /// end for [`Engine::take_retired`].
     pub fn has_completions(&self) -> bool {
-        !self.completions.is_empty()
+        !self.completions.is_empty() || self.retired != 0
+    }
+
+    /// How many unsignaled SQ WRs finished successfully since the last call. They finish in
+    /// SQ order, interleaved with the completions [`Engine::poll_completion`] gives: one such
+    /// WR ends after every earlier SQ WR (RFC 5040 §5, §6).
+    pub fn take_retired(&mut self) -> u32 {
+        std::mem::take(&mut self.retired)
     }
 
     /// Whether [`Engine::poll_event`] has an event to give.
@@ -463,6 +475,8 @@ impl Engine {
                 c.byte_len = e.byte_len;
                 c.atomic_original = e.atomic_original;
                 self.completions.push_back(c);
+            } else {
+                self.retired += 1;
             }
         }
     }

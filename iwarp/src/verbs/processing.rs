@@ -5,6 +5,7 @@
 
 use super::event::AsyncEventKind;
 use super::handle::QpId;
+use super::memory::MemoryModel;
 use super::qp_state::QpState;
 use super::queues::{ActiveRq, ActiveSq, Qp, TerminateOrigin, WqKind};
 use super::rnic::{list_touched, Rnic};
@@ -25,6 +26,19 @@ pub struct PostError {
     pub posted: usize,
     /// The failing WR's Immediate Error.
     pub error: VerbError,
+}
+
+/// Frees the RI's copy of an inline WR's data.
+fn free_inline_copy(memory: &mut MemoryModel, wr: &SendWr) {
+    if let SqOp::Inline {
+        op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
+        ..
+    } = &wr.op
+    {
+        for s in sgl {
+            memory.free_inline(s.stag);
+        }
+    }
 }
 
 fn status_from_engine(s: rdmap::CompletionStatus, remote_term: bool) -> CompletionStatus {
@@ -198,15 +212,7 @@ impl Rnic {
     }
 
     fn free_inline_of(&mut self, wr: &SendWr) {
-        if let SqOp::Inline {
-            op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
-            ..
-        } = &wr.op
-        {
-            for s in sgl {
-                self.memory.free_inline(s.stag);
-            }
-        }
+        free_inline_copy(&mut self.memory, wr);
     }
 
     /// The next message WR for the QP's RDMAP engine, or `None` when the SQ is empty, the
@@ -290,10 +296,14 @@ impl Rnic {
                 }
                 _ => unreachable!("memory operations handled above"),
             };
+            // The engine completes an unsignaled WR's success with a count
+            // ([`Rnic::retire_unsignaled`]); a Read with Invalidate's still needs its
+            // completion here (VERBS-00 §8.2.2.1), and every error gets one.
+            let signaled = wr.signaled || matches!(wr.op, SqOp::ReadInvalidate(_));
             let engine_wr = rdmap::SendWr {
                 wr_id: work,
                 op,
-                signaled: true,
+                signaled,
                 read_fence: wr.read_fence,
                 local_fence: false,
             };
@@ -477,6 +487,43 @@ impl Rnic {
             }
         }
         Ok(())
+    }
+
+    /// Retires up to `n` unsignaled WRs the engine finished successfully
+    /// ([`rdmap::Engine::take_retired`]) from the head of the SQ: each leaves with no WC,
+    /// its slot freed, and the WRs done behind it are released in order (VERBS-00 §8.2.1).
+    /// Stops at the WR with work number `before` (the one whose engine completion comes
+    /// next: the unsignaled WRs ahead of it are the counted ones, RFC 5040 §5 order) or at
+    /// the first WR that is not an unsignaled one in flight; returns how many of `n` are
+    /// left for after it.
+    pub fn retire_unsignaled(&mut self, qp: QpId, mut n: u32, before: Option<u64>) -> u32 {
+        loop {
+            let Some(q) = self.qps.get_mut(&qp) else {
+                return 0;
+            };
+            let mut done_behind = false;
+            while n != 0
+                && q.sq_active.front().is_some_and(|a| {
+                    Some(a.work) != before
+                        && a.done.is_none()
+                        && !a.wr.signaled
+                        && !matches!(a.wr.op, SqOp::ReadInvalidate(_))
+                })
+            {
+                let a = q.sq_active.pop_front().expect("front exists");
+                q.sq_slots = q.sq_slots.saturating_sub(1);
+                n -= 1;
+                free_inline_copy(&mut self.memory, &a.wr);
+                done_behind = q.sq_active.front().is_some_and(|a| a.done.is_some());
+                if done_behind {
+                    break;
+                }
+            }
+            if !done_behind {
+                return n;
+            }
+            self.release_sq(qp);
+        }
     }
 
     /// Releases finished SQ WRs from the head of the active list as WCs.

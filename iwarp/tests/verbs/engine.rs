@@ -8,7 +8,7 @@ use tcp::Instant;
 
 use crate::common::*;
 use iwarp::ddp::SegmentPos;
-use iwarp::rdmap::{Engine, EngineConfig, Event};
+use iwarp::rdmap::{Engine, EngineConfig, Event, WorkQueue};
 use iwarp::verbs::*;
 use iwarp::wire::terminate::TerminateCause as T;
 
@@ -72,8 +72,15 @@ impl Node {
                 .post_recv(wr)
                 .expect("engine accepts the receive");
         }
+        let mut retired = self.engine.take_retired();
         while let Some(c) = self.engine.poll_completion() {
+            if retired != 0 && c.queue == WorkQueue::Send {
+                retired = self.fx.rnic.retire_unsignaled(qp, retired, Some(c.wr_id));
+            }
             self.fx.rnic.handle_completion(qp, c).unwrap();
+        }
+        if retired != 0 {
+            self.fx.rnic.retire_unsignaled(qp, retired, None);
         }
         while let Some(e) = self.engine.poll_event() {
             match &e {
@@ -900,4 +907,93 @@ fn only_a_messages_one_sge_goes_checked() {
             .post_checked_send(wr, checked)
             .expect("engine accepts the WR");
     }
+}
+
+#[test]
+fn unsignaled_writes_free_their_sq_slots_without_a_completion() {
+    // VERBS-00 §8.2.1, §8.2.2: an unsignaled WR that succeeds leaves the SQ with no WC and
+    // its slot is free again; the engine reports it with a count (RFC 5040 §5: it ends
+    // after every earlier WR), not a completion.
+    let (mut a, mut b) = (Node::new(|i| i.sq_depth = 4), Node::new(|_| {}));
+    let src = a.reg(0, 4096, all_rights());
+    let dst = b.reg(0, 4096, all_rights());
+    for round in 0..3u64 {
+        let wrs = (0..4)
+            .map(|i| write(round * 4 + i, vec![sge(src, VA, 8)], dst, VA).unsignaled())
+            .collect();
+        a.fx.post_sq(wrs);
+        assert_eq!(a.fx.rnic.wq_occupancy(a.fx.qp), Some((4, 0)));
+        pump(&mut a, &mut b);
+        assert_eq!(
+            a.fx.rnic.wq_occupancy(a.fx.qp),
+            Some((0, 0)),
+            "round {round}"
+        );
+        assert!(!a.engine.has_completions());
+        assert_eq!(a.engine.take_retired(), 0, "the service took every end");
+    }
+    assert!(a.wcs().is_empty());
+    assert_eq!(a.state(), QpState::Rts);
+}
+
+#[test]
+fn unsignaled_writes_retire_in_order_around_a_signaled_read() {
+    // VERBS-00 §8.2.2 (SQ WCs in posting order): a Write finished after a Read still in
+    // flight waits for the Read's WC; the Read's WC is the only one, the SQ empties.
+    let (mut a, mut b) = pair();
+    let local = a.reg(0, 4096, all_rights());
+    let remote = b.reg(0, 4096, all_rights());
+    b.fx.rnic.memory_mut().bytes_mut()[..8].copy_from_slice(b"READDATA");
+    a.fx.post_sq(vec![
+        write(1, vec![sge(local, VA + 64, 8)], remote, VA + 64).unsignaled(),
+        read(2, local, VA + 128, remote, VA, 8),
+        write(3, vec![sge(local, VA + 64, 8)], remote, VA + 64).unsignaled(),
+    ]);
+    // The three go out before any answer: the Writes are done, the Read is not.
+    a.service();
+    let out = a.tx();
+    a.service();
+    assert_eq!(
+        a.fx.rnic.wq_occupancy(a.fx.qp),
+        Some((2, 0)),
+        "the first Write retired"
+    );
+    for s in &out {
+        b.rx(s);
+    }
+    pump(&mut a, &mut b);
+    let wcs = a.wcs();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(got, vec![(2, CompletionStatus::Success)]);
+    assert_eq!(&a.fx.rnic.memory().bytes()[128..136], b"READDATA");
+    assert_eq!(a.fx.rnic.wq_occupancy(a.fx.qp), Some((0, 0)));
+}
+
+#[test]
+fn unsignaled_wrs_that_fail_still_complete_as_errors() {
+    // VERBS-00 §6.2.4, §8.2.2: an unsignaled WR's error gets a WC; the unsignaled success
+    // before it has none, nor has the Write behind it, sent and done before the peer's
+    // Terminate came (RFC 5040 §5.4 flushes what is not done). The engine counts both
+    // Writes: the count must not retire the failed Read ahead of its own completion.
+    let (mut a, mut b) = pair();
+    let local = a.reg(0, 4096, all_rights());
+    let remote = b.reg(0, 4096, all_rights());
+    a.fx.post_sq(vec![
+        write(1, vec![sge(local, VA, 8)], remote, VA).unsignaled(),
+        read(2, local, VA, STag(0x0055_5501), 0, 8).unsignaled(),
+        write(3, vec![sge(local, VA, 8)], remote, VA).unsignaled(),
+    ]);
+    pump(&mut a, &mut b);
+    // RFC 5040 §7.2: the Read Request names an invalid STag.
+    assert_eq!(b.terminates_sent, vec![T::RDMAP_INVALID_STAG]);
+    a.fx.rnic
+        .handle_llp_event(a.fx.qp, LlpEvent::Closed)
+        .unwrap();
+    let wcs = a.wcs();
+    let got: Vec<_> = wcs
+        .iter()
+        .map(|w| (w.wr_id, w.status.is_success()))
+        .collect();
+    assert_eq!(got, vec![(2, false)], "{wcs:?}");
+    assert_eq!(a.fx.rnic.wq_occupancy(a.fx.qp), Some((0, 0)));
 }
