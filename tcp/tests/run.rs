@@ -102,8 +102,13 @@ type Frames = dyn Fn(&RawPeer) -> Vec<Vec<u8>>;
 /// Runs `frames` against an engine with the entry and one without; asserts that both
 /// answer alike and returns the first's outcome.
 fn both_ways(frames: &Frames) -> Outcome {
-    let mut with = peer(true);
-    let mut without = peer(false);
+    both_ways_from(peer, frames)
+}
+
+/// [`both_ways`] with the engines `make` connects.
+fn both_ways_from(make: fn(bool) -> RawPeer, frames: &Frames) -> Outcome {
+    let mut with = make(true);
+    let mut without = make(false);
     let a = frames(&with);
     let b = frames(&without);
     assert_eq!(a, b, "both engines get the same frames");
@@ -399,4 +404,107 @@ fn interleaved_connections_go_the_general_way() {
         results.push(format!("{out:?}"));
     }
     assert_eq!(results[0], results[1]);
+}
+
+/// [`peer`], its runs acknowledging the `BACK` octets: from the first segment's ACK on,
+/// nothing the engine sent is outstanding.
+fn peer_acked(entry: bool) -> RawPeer {
+    let mut p = peer(entry);
+    p.rcv = p.rcv.wrapping_add(BACK as u32);
+    p
+}
+
+/// Three bursts of three in-order segments each (the peer's TSval ticking on, its echo the
+/// engine's latest) to an engine with the entry and one without, both made by `make`,
+/// `between` run on both after each burst (after the burst's ACKs and delayed ACK went
+/// out); asserts that both answer alike and returns which segments the entry took.
+fn bursts_both_ways(make: fn(bool) -> RawPeer, between: fn(&mut RawPeer)) -> Vec<Vec<bool>> {
+    let mut with = make(true);
+    let mut without = make(false);
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        let frames = emit_all(&run_of(&with, 3));
+        let same = emit_all(&run_of(&without, 3));
+        assert_eq!(frames, same, "both engines get the same frames");
+        let a = feed(&mut with, &frames);
+        let b = feed(&mut without, &frames);
+        assert_eq!((a.results, &a.seen), (b.results, &b.seen));
+        assert!(b.taken.iter().all(|t| !t), "the entry is off");
+        taken.push(a.taken);
+        for p in [&mut with, &mut without] {
+            p.snd = p.snd.wrapping_add((3 * MSS) as u32);
+            p.tsval = p.tsval.map(|v| v + 3);
+            between(p);
+        }
+    }
+    taken
+}
+
+// RFC 9293 §3.10.7.4 fifth check: with nothing the engine sent outstanding, an ACK of
+// SND.UNA finds nothing to process but the send window, whatever burst, time or echo it
+// comes with; so a run goes on through the entry across bursts, the pure ACKs sent in
+// between (RFC 9293 §3.8.6.3) and the peer's new echo of them (RFC 7323 §4.3) included,
+// and every byte, ACK, timer and counter is the general path's.
+#[test]
+fn a_run_continues_across_bursts_with_nothing_outstanding() {
+    let taken = bursts_both_ways(peer_acked, |_| {});
+    assert_eq!(
+        taken,
+        [[false, true, true], [true, true, true], [true, true, true]]
+    );
+}
+
+// With data sent between the bursts (outstanding, not acknowledged by the next burst's
+// segments), each burst's first segment goes the general way: its ACK processing has
+// units to look at (RFC 8985 §6.2: RACK, RFC 9293 §3.10.7.4); the run then goes on.
+#[test]
+fn data_sent_between_bursts_ends_the_run() {
+    let taken = bursts_both_ways(peer_acked, |p| {
+        let conn = p.conn.expect("connected");
+        let sock = p.e.ulp_mut(conn).expect("attached");
+        assert_eq!(sock.write(&payload(500, 3)), 500);
+        let out = p.output();
+        assert!(
+            out.iter().any(|s| s.payload.len() == 500),
+            "the data went out"
+        );
+    });
+    assert_eq!(
+        taken,
+        [
+            [false, true, true],
+            [false, true, true],
+            [false, true, true]
+        ]
+    );
+}
+
+// Data of the engine outstanding from the start (the ACKs do not cover it): every burst's
+// first segment goes the general way, as before.
+#[test]
+fn a_run_with_data_outstanding_begins_each_burst_the_general_way() {
+    let taken = bursts_both_ways(peer, |_| {});
+    assert_eq!(
+        taken,
+        [
+            [false, true, true],
+            [false, true, true],
+            [false, true, true]
+        ]
+    );
+}
+
+// RFC 7323 §4.3: with nothing outstanding, a new echo in the middle of a run (and the
+// older one after it) changes nothing the ACK processing would look at: the entry takes
+// them, answering as the general path.
+#[test]
+fn a_new_echo_with_nothing_outstanding_stays_in_the_run() {
+    let o = both_ways_from(
+        peer_acked,
+        &*with_edit(4, |_, s| {
+            s.ts = s.ts.map(|(v, e)| (v, e.wrapping_add(1)));
+        }),
+    );
+    assert_eq!(o.taken, [false, true, true, true, true, true, true, true]);
+    assert!(o.seen.contains("snd_una"), "{}", o.seen);
 }

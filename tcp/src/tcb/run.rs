@@ -1,7 +1,8 @@
 //! The in-order data segments of a receive run, past the general input: a segment that
 //! continues the connection's run (RCV.NXT, nothing held, no flag but ACK and PSH, the
-//! acknowledgment fields of the run's last processed segment, a timestamp PAWS accepts)
-//! is taken by the few steps of [`Tcb::handle_segment`] that apply to it.
+//! acknowledgment fields of the run's last processed segment or an ACK that finds nothing
+//! outstanding, a timestamp PAWS accepts) is taken by the few steps of
+//! [`Tcb::handle_segment`] that apply to it.
 
 use super::{State, Tcb};
 use crate::config::Config;
@@ -14,22 +15,27 @@ impl Tcb {
     /// Whether `seg`, arriving at `now` in receive burst `burst`, continues this
     /// connection's run so that [`Tcb::handle_segment`] would do nothing with it but what
     /// [`Tcb::take_run_segment`] does: ESTABLISHED, at RCV.NXT within the window with
-    /// nothing held out of order and no FIN seen ahead; its ACK, window, echoed timestamp
-    /// and time those of the run's last segment whose ACK was processed (in this burst, so
-    /// SND.NXT did not move since: the ACK is acceptable and finds nothing new, RFC 9293
-    /// §3.10.7.4); its timestamp, if any, not older than TS.Recent (RFC 7323 §5.3 R1: the
-    /// PAWS test passes). Changes nothing.
+    /// nothing held out of order and no FIN seen ahead, its timestamp, if any, not older
+    /// than TS.Recent (RFC 7323 §5.3 R1: the PAWS test passes); and its ACK finds nothing
+    /// new (RFC 9293 §3.10.7.4): either an ACK of SND.UNA with nothing the connection sent
+    /// outstanding and no loss probe armed (whatever it transmitted since the last ACK it
+    /// processed, in this burst or before, was no data: the ACK processing would only
+    /// update the send window, whatever the burst, time, window or echo), or the ACK,
+    /// window, echoed timestamp and time of the run's last segment whose ACK was processed
+    /// in this burst (so SND.NXT did not move since). Changes nothing.
     #[inline]
     pub(crate) fn takes_run_segment(&self, seg: &DataSegment, burst: u64, now: Instant) -> bool {
-        let Some(run) = &self.run_ack else {
-            return false;
-        };
-        seg.seq == self.rcv_nxt
-            && run.ack == seg.ack
-            && run.window == seg.window
-            && run.tsecr == seg.timestamp.map(|t| t.tsecr)
-            && run.burst == burst
-            && run.now == now
+        let acks_nothing_new =
+            (seg.ack == self.snd_una && self.txq.is_empty() && self.tlp_deadline.is_none())
+                || self.run_ack.as_ref().is_some_and(|run| {
+                    run.ack == seg.ack
+                        && run.window == seg.window
+                        && run.tsecr == seg.timestamp.map(|t| t.tsecr)
+                        && run.burst == burst
+                        && run.now == now
+                });
+        acks_nothing_new
+            && seg.seq == self.rcv_nxt
             && self.state == State::Established
             && self.rx.is_empty()
             && self.peer_fin.is_none()
