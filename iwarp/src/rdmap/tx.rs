@@ -27,29 +27,35 @@ const TRAILER_ROOM: usize = 3 + CRC_LEN;
 /// One DDP segment ready for the MPA framer: header octets (DDP header and, for control
 /// messages, the RDMAP header) followed by the payload.
 ///
-/// A payload gathered from registered memory is read once, into a buffer laid out as the
-/// FPDU will be (room for the ULPDU_Length field, the header, the payload), so that an FPDU
-/// without markers is finished in place ([`DdpSegmentOut::into_ulpdu_buffer`]) instead of
-/// being copied into the unit TCP sends.
-#[derive(Clone, PartialEq, Eq)]
+/// The segment is built in one buffer laid out as the FPDU will be (room for the
+/// ULPDU_Length field, the header, the payload read once out of registered memory), so
+/// that an FPDU without markers is finished in place ([`DdpSegmentOut::into_ulpdu_buffer`])
+/// instead of being copied into the unit TCP sends, and the segment itself is a buffer and
+/// a length, cheap to hand on.
+#[derive(Clone)]
 pub struct DdpSegmentOut {
-    header: [u8; HEADER_MAX],
     header_len: usize,
-    /// The ULPDU_Length room, the header and the payload, or empty (no payload).
+    /// The ULPDU_Length room, the header and the payload.
     buf: Vec<u8>,
 }
 
 impl DdpSegmentOut {
+    /// A segment to be built in `buf` (what it holds is overwritten).
+    #[inline]
+    fn in_buffer(buf: Vec<u8>) -> Self {
+        DdpSegmentOut { header_len: 0, buf }
+    }
+
     /// Header octets.
+    #[inline]
     pub fn header(&self) -> &[u8] {
-        &self.header[..self.header_len]
+        &self.buf[ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + self.header_len]
     }
 
     /// Payload octets.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
-        self.buf
-            .get(ULPDU_LENGTH_LEN + self.header_len..)
-            .unwrap_or_default()
+        &self.buf[ULPDU_LENGTH_LEN + self.header_len..]
     }
 
     /// Gather list for the framer.
@@ -58,8 +64,9 @@ impl DdpSegmentOut {
     }
 
     /// Total length (the MPA ULPDU_Length).
+    #[inline]
     pub fn len(&self) -> usize {
-        self.header_len + self.payload().len()
+        self.buf.len() - ULPDU_LENGTH_LEN
     }
 
     /// Whether the segment is empty (never: a segment always has a header).
@@ -73,46 +80,74 @@ impl DdpSegmentOut {
     }
 
     /// The segment as the MPA framer finishes it in place: `ULPDU_LENGTH_LEN` octets of
-    /// room (zero) followed by the ULPDU (header, payload), in the payload's own buffer when
-    /// there is one, with room for the pad and the CRC.
+    /// room (zero) followed by the ULPDU (header, payload), with room for the pad and the
+    /// CRC.
     #[inline]
     pub fn into_ulpdu_buffer(mut self) -> Vec<u8> {
-        let lead = ULPDU_LENGTH_LEN + self.header_len;
-        if self.buf.len() < lead {
-            self.buf.clear();
-            self.buf.reserve(lead + TRAILER_ROOM);
-            self.buf.resize(lead, 0);
-        }
         self.buf[..ULPDU_LENGTH_LEN].fill(0);
-        self.buf[ULPDU_LENGTH_LEN..lead].copy_from_slice(&self.header[..self.header_len]);
         self.buf
     }
 
+    /// Sets the buffer's length to `len`, with room for the trailer after it. A reused
+    /// buffer is only cut or grown to size (what it held is overwritten by the caller), so
+    /// reuse costs no clearing pass.
+    #[inline]
+    fn set_len(&mut self, len: usize) {
+        self.buf
+            .reserve((len + TRAILER_ROOM).saturating_sub(self.buf.len()));
+        if self.buf.len() >= len {
+            self.buf.truncate(len);
+        } else {
+            self.buf.resize(len, 0);
+        }
+    }
+
+    /// Room for a header of up to `HEADER_MAX` octets followed by `payload` octets (the
+    /// buffer grown once for both); [`DdpSegmentOut::end_header`] says how many header
+    /// octets were written. A longer buffer is not cut, so that the payload after the
+    /// header reuses what it held.
+    #[inline]
+    fn header_room(&mut self, payload: usize) -> &mut [u8] {
+        const ROOM: usize = ULPDU_LENGTH_LEN + HEADER_MAX;
+        if self.buf.len() < ROOM {
+            self.buf
+                .reserve((ROOM + payload + TRAILER_ROOM).saturating_sub(self.buf.len()));
+            self.buf.resize(ROOM, 0);
+        }
+        &mut self.buf[ULPDU_LENGTH_LEN..ROOM]
+    }
+
+    /// The header is the first `len` octets of [`DdpSegmentOut::header_room`]; no payload
+    /// (yet).
+    #[inline]
+    fn end_header(&mut self, len: usize) {
+        self.header_len = len;
+        self.buf.truncate(ULPDU_LENGTH_LEN + len);
+    }
+
     /// The buffer laid out for a payload of `len` octets after the header, returning the
-    /// payload's place. A reused buffer is only cut or grown to size (what it held is
-    /// overwritten by the caller), so reuse costs no clearing pass.
+    /// payload's place.
     #[inline]
     fn payload_room(&mut self, len: usize) -> &mut [u8] {
         let lead = ULPDU_LENGTH_LEN + self.header_len;
-        let need = lead + len;
-        self.buf
-            .reserve((need + TRAILER_ROOM).saturating_sub(self.buf.len()));
-        if self.buf.len() >= need {
-            self.buf.truncate(need);
-        } else {
-            self.buf.resize(need, 0);
-        }
+        self.set_len(lead + len);
         &mut self.buf[lead..]
     }
 
     /// The segment as one contiguous buffer.
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.len());
-        v.extend_from_slice(self.header());
-        v.extend_from_slice(self.payload());
-        v
+        self.buf[ULPDU_LENGTH_LEN..].to_vec()
     }
 }
+
+impl PartialEq for DdpSegmentOut {
+    /// The same header and payload (the ULPDU_Length room is not part of the segment).
+    fn eq(&self, other: &Self) -> bool {
+        self.header() == other.header() && self.payload() == other.payload()
+    }
+}
+
+impl Eq for DdpSegmentOut {}
 
 impl core::fmt::Debug for DdpSegmentOut {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -219,14 +254,11 @@ impl Engine {
                     msn: self.msn.take(2),
                     mo: 0,
                 });
-                let mut out = DdpSegmentOut {
-                    header: [0; HEADER_MAX],
-                    header_len: 0,
-                    buf: Vec::new(),
-                };
-                let n = hdr.emit(&mut out.header).ok()?;
-                let m = t.emit(&mut out.header[n..]).ok()?;
-                out.header_len = n + m;
+                let mut out = DdpSegmentOut::in_buffer(Vec::new());
+                let room = out.header_room(0);
+                let n = hdr.emit(room).ok()?;
+                let m = t.emit(&mut room[n..]).ok()?;
+                out.end_header(n + m);
                 self.terminate_sent = true;
                 self.last_tx = Some(now);
                 return Some(out);
@@ -311,21 +343,17 @@ impl Engine {
         let Some(plan) = cur.seg.next_segment(mulpdu) else {
             return Ok(None);
         };
-        let mut out = DdpSegmentOut {
-            header: [0; HEADER_MAX],
-            header_len: 0,
-            buf: core::mem::take(buffer),
-        };
+        let mut out = DdpSegmentOut::in_buffer(core::mem::take(buffer));
         let n = plan
             .header
-            .emit(&mut out.header)
+            .emit(out.header_room(plan.len as usize))
             .map_err(|_| Failure::bare(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, Culprit::None))?;
+        // The payload's room is laid out after the header, the buffer cut or grown then.
         out.header_len = n;
         match &cur.payload {
             TxPayload::Inline { bytes, len } => {
-                out.header[n..n + len].copy_from_slice(&bytes[..*len]);
-                out.header_len += len;
-                out.buf.clear();
+                out.header_room(0)[n..n + len].copy_from_slice(&bytes[..*len]);
+                out.end_header(n + len);
             }
             TxPayload::Gather(pieces) => {
                 let payload = out.payload_room(plan.len as usize);
@@ -344,7 +372,7 @@ impl Engine {
             }
             TxPayload::Source(src) => {
                 if plan.len == 0 {
-                    out.buf.clear();
+                    out.end_header(n);
                 } else {
                     let payload = out.payload_room(plan.len as usize);
                     let res = match src {

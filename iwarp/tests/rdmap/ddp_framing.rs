@@ -280,3 +280,41 @@ fn reused_payload_buffers_carry_no_stale_bytes() {
     });
     assert_eq!(total, fresh);
 }
+
+#[test]
+fn segments_built_in_buffers_of_any_length_are_the_same() {
+    // RFC 5041 §5.2 (each segment its own header and payload); RFC 5044 §7.1 (an FPDU
+    // finished in place is ULPDU_Length room, then the ULPDU). The segment is built in the
+    // buffer it is handed: fresh, shorter than a header, longer than an FPDU, each with
+    // stale octets; a Read Request (inline, no payload) between the Writes and Sends.
+    let wrs = |stag| {
+        vec![
+            send_wr(1, stag, 0, 3000),
+            write_wr(2, stag, 2500, 0),
+            read_wr(3, stag, 0, STag(0x99), 0, 4000),
+            send_wr(4, stag, 0, 0),
+            write_wr(5, stag, 10, 0),
+        ]
+    };
+    let (mut s, stag) = sender(3000);
+    for wr in wrs(stag) {
+        s.engine.post_send(wr).unwrap();
+    }
+    let lengths = [0usize, 7, 30, 5000];
+    let mut total = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(seg) = s.engine.poll_segment_reusing(now(), 1000, &s.mem, buf) {
+        let whole = seg.to_vec();
+        assert_eq!(whole, [seg.header(), seg.payload()].concat());
+        assert_eq!(seg.len(), whole.len());
+        let mut fpdu = vec![0, 0];
+        fpdu.extend_from_slice(&whole);
+        total.push(whole);
+        assert_eq!(seg.into_ulpdu_buffer(), fpdu);
+        buf = vec![0xAA; lengths[total.len() % lengths.len()]];
+    }
+    let fresh = sent(3000, 1000, wrs);
+    // 3000 octets in 982-octet Send segments, 2500 in 986-octet Write segments.
+    assert_eq!(total.len(), 4 + 3 + 1 + 1 + 1);
+    assert_eq!(total, fresh);
+}
