@@ -313,9 +313,10 @@ impl Receiver {
     }
 
     /// The in-order fast path's look at `s`, in-order octets at `seq`: when they are the
-    /// next ones and start at an FPDU boundary (no markers, nothing handed up ahead, no
-    /// partial FPDU held) with a whole FPDU whose ULPDU_Length is within bounds and whose
-    /// CRC matches (RFC 5044 §6.5, §8; the staged CRC where [`Receiver::stage`] took it),
+    /// next ones and start at an FPDU boundary (no markers, no partial FPDU held) with a
+    /// whole FPDU that no FPDU handed up ahead starts inside of (such a start or overlap
+    /// goes the general way, which skips or refuses it), whose ULPDU_Length is within
+    /// bounds and whose CRC matches (RFC 5044 §6.5, §8; the staged CRC where [`Receiver::stage`] took it),
     /// its ULPDU and its span, else `None`. Nothing changes: once the ULPDU is handed up,
     /// [`Receiver::pass_fpdu`] moves past it; without that call the same octets go to
     /// [`Receiver::handle_in_order`] as before, which reports what `None` declined.
@@ -323,7 +324,6 @@ impl Receiver {
     pub fn whole_fpdu_at<'s>(&self, seq: u32, s: &'s [u8]) -> Option<(&'s [u8], usize)> {
         if self.stopped
             || self.spacing.is_some()
-            || !self.delivered.is_empty()
             || !self.is_at_boundary()
             || seq != self.next_seq()
         {
@@ -339,6 +339,15 @@ impl Receiver {
         }
         let span = fpdu_len(usize::from(len));
         let fpdu = s.get(..span)?;
+        if !self.delivered.is_empty()
+            && self
+                .delivered
+                .range(self.pos..self.pos + span as u64)
+                .next()
+                .is_some()
+        {
+            return None;
+        }
         let (covered, crc) = fpdu.split_at(span - CRC_LEN);
         if self.cfg.crc {
             let computed = self.fpdu_crc(self.pos, span, s);

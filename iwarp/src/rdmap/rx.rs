@@ -68,12 +68,14 @@ impl Engine {
     }
 
     /// The in-order fast path for a segment of an RDMA Write: when `segment` is the next in
-    /// order with nothing held early, a tagged segment (DV 01b, RFC 5041 §4.1) of an RDMA
+    /// order, a tagged segment (DV 01b, RFC 5041 §4.1) of an RDMA
     /// Write (the stream's RDMAP version, RFC 5040 §4.1) with a payload, and its placement
     /// passes every check of RFC 5041 §7.2 and §8.1 (`mem` makes them: through its grant
     /// for the segments of one Write after the first, plus the range check of each), places
     /// it and moves the delivery order past it, which is all [`Engine::handle_ddp_segment`]
-    /// does with such a segment (a Write completes nothing at its target). Anything else,
+    /// does with such a segment (a Write completes nothing at its target), then delivers
+    /// the segments held early that are now next, as that does (the segment that fills a
+    /// hole left by reordering, RFC 5041 §7.2, takes this path too). Anything else,
     /// a refused placement included, changes nothing and gives false: the caller then hands
     /// the segment to [`Engine::handle_ddp_segment`], which reports it as it always did
     /// (the Terminate of the check that failed).
@@ -88,7 +90,6 @@ impl Engine {
         if !matches!(self.state, StreamState::Active | StreamState::Closing)
             || !self.order.is_next(pos)
             || pos.end <= pos.start
-            || self.order.held() > 0
         {
             return false;
         }
@@ -113,7 +114,11 @@ impl Engine {
             return false;
         }
         self.last_rx = Some(now);
-        self.order.advance(pos)
+        if !self.order.advance(pos) {
+            return false;
+        }
+        self.deliver_ready(mem, None);
+        true
     }
 
     /// How many receive buffers must be posted before [`Engine::handle_ddp_segment`] can

@@ -228,8 +228,9 @@ fn cut_fpdus_go_the_general_way_and_nothing_is_lost() {
 }
 
 #[test]
-fn fpdus_placed_ahead_keep_the_fast_path_out_until_passed() {
-    // RFC 5041 §5.3: placement may happen out of order, delivery stays in order.
+fn the_fpdu_filling_the_hole_takes_the_fast_path() {
+    // RFC 5041 §5.3: placement may happen out of order, delivery stays in order; the
+    // in-order segment that fills the hole is placed as any other in order (RFC 5041 §7.2).
     let (mut s, st) = established(mpa(true, false), true);
     let seq0 = rcv_nxt(&s);
     let segs: Vec<_> = (0..5).map(|k| good(&st, k)).collect();
@@ -242,14 +243,20 @@ fn fpdus_placed_ahead_keep_the_fast_path_out_until_passed() {
     assert_eq!(c.total(), span);
     assert_eq!(stats(&mut s).fpdus_placed_ahead, 1);
     assert_eq!(landed(&s, 2), &chunk(2)[..]);
-    // FPDU 1 in order: the receiver holds one ahead, so the general way takes it.
+    // FPDU 1 in order, with FPDU 2 held ahead behind it: the fast path takes it (it ends
+    // where the FPDU placed ahead starts) and delivery moves on past FPDU 2.
     feed(&mut s, at(1), &stream[span..2 * span], true);
-    assert_eq!(stats(&mut s).fpdus_fast, 1);
+    assert_eq!(stats(&mut s).fpdus_fast, 2);
+    assert_eq!(
+        stats(&mut s).fpdus_received,
+        3,
+        "FPDU 2 not handed up again"
+    );
     // TCP's RCV.NXT passes the FPDU taken ahead; FPDUs 3 and 4 take the fast path.
     advance(&mut s, at(3));
     feed(&mut s, at(3), &stream[3 * span..], true);
     let st_b = stats(&mut s);
-    assert_eq!(st_b.fpdus_fast, 3);
+    assert_eq!(st_b.fpdus_fast, 4);
     assert_eq!(st_b.fpdus_received, 5);
     for k in 0..5 {
         assert_eq!(landed(&s, k), &chunk(k)[..], "chunk {k}");

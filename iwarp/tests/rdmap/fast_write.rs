@@ -174,20 +174,26 @@ fn refused_placements_mid_write_are_declined_with_the_general_terminate() {
 }
 
 #[test]
-fn held_early_segments_and_other_messages_keep_the_fast_path_out() {
-    // RFC 5041 §5.3: a segment held early is delivered in order behind the gap.
+fn held_early_segments_are_delivered_behind_the_fast_path_and_other_messages_keep_it_out() {
+    // RFC 5041 §5.3: a segment held early is delivered in order behind the gap, also when
+    // the segments filling the gap take the fast path.
     let (mut s, stag) = sink();
     let seg = |i: u64| tagged_seg(OP_WRITE, false, stag.0, 100 * i, &pattern(100, i as u8));
     let early = s
         .engine
         .handle_ddp_segment(now(), SegmentPos::index(2), &seg(2), &mut s.mem);
     assert_eq!(early, Handled::Accepted);
+    assert!(offer(&mut s, &seg(0)), "next in order, 2 held: placed");
+    assert!(offer(&mut s, &seg(1)));
+    // The held segment 2 was delivered behind 1: 3 is next, not 2.
     assert!(!s
         .engine
-        .place_next_write(now(), SegmentPos::index(0), &seg(0), &mut s.mem));
-    assert_eq!(s.receive(&seg(0)), Handled::Accepted);
-    assert_eq!(s.receive(&seg(1)), Handled::Accepted);
-    // The held segment 2 was delivered behind 1: 3 is next, and the fast path's again.
+        .place_next_write(now(), SegmentPos::index(2), &seg(2), &mut s.mem));
+    assert_eq!(
+        s.engine
+            .handle_ddp_segment(now(), SegmentPos::index(2), &seg(2), &mut s.mem),
+        Handled::Duplicate
+    );
     s.rx_pos = 3;
     assert!(offer(&mut s, &seg(3)));
     // Not the next position: declined (the general path finds it a duplicate).
