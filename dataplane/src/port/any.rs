@@ -368,8 +368,8 @@ impl Port for AnyPort {
     }
 
     /// A DPDK port's burst inline in the caller (an empty poll: the device's burst and a
-    /// compare); the other backends out of line.
-    #[inline]
+    /// compare, without a frame of its own); the other backends out of line.
+    #[inline(always)]
     fn rx_burst(&mut self, out: &mut Vec<AnyBuf>, max: usize) -> usize {
         #[cfg(feature = "dpdk")]
         if let Backend::Dpdk(p) = &mut self.backend {
