@@ -164,6 +164,29 @@ impl Mbuf {
         }
     }
 
+    /// Frees the mbufs of `mbufs` with one call from the vector's own storage (as
+    /// [`Mbuf::free_bulk`] frees each chunk), leaving it empty with its capacity.
+    pub fn free_vec(mbufs: &mut Vec<Mbuf>) {
+        let n = mbufs.len();
+        if n == 0 {
+            return;
+        }
+        let raw = mbufs.as_mut_ptr().cast::<*mut dpdk_sys::rte_mbuf>();
+        // SAFETY: `Mbuf` is a transparent non-null `rte_mbuf*`, so the first n elements
+        // are n live mbuf pointers we own; the length is set to 0 first, so none of them
+        // is dropped or used again after DPDK frees it; each call frees at most
+        // `u32::MAX` of them, from within the n.
+        unsafe {
+            mbufs.set_len(0);
+            let mut at = 0;
+            while at < n {
+                let k = (n - at).min(u32::MAX as usize);
+                free_raw(raw.add(at), k);
+                at += k;
+            }
+        }
+    }
+
     /// Gives up ownership, returning the raw mbuf (for burst calls).
     pub fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
         let p = self.0.as_ptr();
@@ -418,7 +441,7 @@ impl Mbuf {
 /// Mbufs freed by one bulk call.
 const FREE_CHUNK: usize = 64;
 
-/// Frees the `n` (at most [`FREE_CHUNK`]) mbufs at `raw`.
+/// Frees the `n` (at most `u32::MAX`) mbufs at `raw`.
 ///
 /// # Safety
 /// Each is a live mbuf the caller owns and nothing uses after this.
