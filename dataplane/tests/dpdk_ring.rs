@@ -184,8 +184,9 @@ fn more_queues_than_the_device_has_is_a_setup_error() {
     assert_eq!(port.queue(), (0, 1));
 }
 
-// A received burst freed at once (the poll loop's end of burst, `PacketBuf::free_all`) gives
-// every mbuf back to its pool, over more frames than one bulk call takes (64).
+// A received burst retired and freed at once (the poll loop's end of burst,
+// `PacketBuf::free_all`: one call from the spent list's storage) gives every mbuf back to
+// its pool, over more frames than a receive burst holds (32).
 #[test]
 fn a_burst_freed_in_bulk_gives_every_mbuf_back_to_its_pool() {
     let port = DpdkPort::open(eal(), &DpdkPortConfig::new("bulk", "net_ring4")).unwrap();

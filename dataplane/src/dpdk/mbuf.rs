@@ -141,31 +141,12 @@ impl Mbuf {
         true
     }
 
-    /// Frees `mbufs` with one call per 64 of them instead of a call each: one mempool put
-    /// when every one of them is direct, unchained, of reference count 1 and of one pool,
-    /// else DPDK's general bulk free (`rte_pktmbuf_free_bulk`: a chain's segments,
-    /// indirect and external-buffer mbufs and shared ones freed as `rte_pktmbuf_free`
-    /// frees them, each to its own pool).
-    pub fn free_bulk(mbufs: impl IntoIterator<Item = Mbuf>) {
-        let mut raw = [std::mem::MaybeUninit::<*mut dpdk_sys::rte_mbuf>::uninit(); FREE_CHUNK];
-        let mut n = 0;
-        for m in mbufs {
-            raw[n].write(m.into_raw());
-            n += 1;
-            if n == FREE_CHUNK {
-                // SAFETY: the first n slots were written above (pointers we gave up).
-                unsafe { free_raw(raw.as_mut_ptr().cast(), n) };
-                n = 0;
-            }
-        }
-        if n != 0 {
-            // SAFETY: as above.
-            unsafe { free_raw(raw.as_mut_ptr().cast(), n) };
-        }
-    }
-
-    /// Frees the mbufs of `mbufs` with one call from the vector's own storage (as
-    /// [`Mbuf::free_bulk`] frees each chunk), leaving it empty with its capacity.
+    /// Frees the mbufs of `mbufs` with one call from the vector's own storage instead of a
+    /// call each, leaving it empty with its capacity: one mempool put when every one of
+    /// them is direct, unchained, of reference count 1 and of one pool, else DPDK's
+    /// general bulk free (`rte_pktmbuf_free_bulk`: a chain's segments, indirect and
+    /// external-buffer mbufs and shared ones freed as `rte_pktmbuf_free` frees them, each
+    /// to its own pool).
     pub fn free_vec(mbufs: &mut Vec<Mbuf>) {
         let n = mbufs.len();
         if n == 0 {
@@ -437,9 +418,6 @@ impl Mbuf {
         unsafe { h.buf_addr.cast::<u8>().add(usize::from(h.data_off)) }
     }
 }
-
-/// Mbufs freed by one bulk call.
-const FREE_CHUNK: usize = 64;
 
 /// Frees the `n` (at most `u32::MAX`) mbufs at `raw`.
 ///
