@@ -321,7 +321,7 @@ pub struct PortContext<'a, P: Port> {
     spare: &'a mut Option<P::Buf>,
     held: &'a mut Option<Held<P::Buf>>,
     /// Received frames a handler is done with, freed together at the burst's end.
-    spent: &'a mut Vec<P::Buf>,
+    spent: &'a mut Vec<<P::Buf as PacketBuf>::Spent>,
     counters: &'a mut LoopCounters,
     backlog: usize,
     now: Instant,
@@ -924,17 +924,17 @@ struct Held<B> {
 /// What a [`PortContext`] lends of a port's state: its addressing, neighbours, spare and
 /// held buffers, and counters.
 #[derive(Debug)]
-struct PortLink<B> {
+struct PortLink<B: PacketBuf> {
     addr: PortAddr,
     l2: L2Out,
     nb: Neighbours,
     spare: Option<B>,
     held: Option<Held<B>>,
-    spent: Vec<B>,
+    spent: Vec<B::Spent>,
     counters: LoopCounters,
 }
 
-impl<B> PortLink<B> {
+impl<B: PacketBuf> PortLink<B> {
     /// The context a handler gets for port `index` (`port`, whose buffers are `B`), with
     /// the loop's transmit queue `tx`, `backlog` frames waiting in the port's backlog.
     fn context<'a, P: Port<Buf = B>>(
@@ -967,7 +967,7 @@ impl<B> PortLink<B> {
 
 /// Per-port state of the loop.
 #[derive(Debug)]
-struct PortSlot<B> {
+struct PortSlot<B: PacketBuf> {
     classifier: Classifier,
     link: PortLink<B>,
     /// Frames the port refused, offered again first on the next iteration (and, between
@@ -1339,7 +1339,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             self.handler.settle(&mut ctx, now);
         }
         if !slot.link.spent.is_empty() {
-            PacketBuf::free_all(&mut slot.link.spent);
+            <P::Buf as PacketBuf>::free_all(&mut slot.link.spent);
         }
         // What this half queued (ARP and echo replies, a held packet) waits with the
         // port's own frames: the transmit halves of other ports may come first.

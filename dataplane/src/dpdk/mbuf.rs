@@ -141,26 +141,30 @@ impl Mbuf {
         true
     }
 
-    /// Frees `mbufs` with one call per 64 of them instead of a call each: one mempool put
-    /// when every one of them is direct, unchained, of reference count 1 and of one pool,
-    /// else DPDK's general bulk free (`rte_pktmbuf_free_bulk`: a chain's segments,
-    /// indirect and external-buffer mbufs and shared ones freed as `rte_pktmbuf_free`
-    /// frees them, each to its own pool).
-    pub fn free_bulk(mbufs: impl IntoIterator<Item = Mbuf>) {
-        let mut raw = [std::mem::MaybeUninit::<*mut dpdk_sys::rte_mbuf>::uninit(); FREE_CHUNK];
-        let mut n = 0;
-        for m in mbufs {
-            raw[n].write(m.into_raw());
-            n += 1;
-            if n == FREE_CHUNK {
-                // SAFETY: the first n slots were written above (pointers we gave up).
-                unsafe { free_raw(raw.as_mut_ptr().cast(), n) };
-                n = 0;
-            }
+    /// Frees the mbufs of `mbufs` with one call from the vector's own storage instead of a
+    /// call each, leaving it empty with its capacity: one mempool put when every one of
+    /// them is direct, unchained, of reference count 1 and of one pool, else DPDK's
+    /// general bulk free (`rte_pktmbuf_free_bulk`: a chain's segments, indirect and
+    /// external-buffer mbufs and shared ones freed as `rte_pktmbuf_free` frees them, each
+    /// to its own pool).
+    pub fn free_vec(mbufs: &mut Vec<Mbuf>) {
+        let n = mbufs.len();
+        if n == 0 {
+            return;
         }
-        if n != 0 {
-            // SAFETY: as above.
-            unsafe { free_raw(raw.as_mut_ptr().cast(), n) };
+        let raw = mbufs.as_mut_ptr().cast::<*mut dpdk_sys::rte_mbuf>();
+        // SAFETY: `Mbuf` is a transparent non-null `rte_mbuf*`, so the first n elements
+        // are n live mbuf pointers we own; the length is set to 0 first, so none of them
+        // is dropped or used again after DPDK frees it; each call frees at most
+        // `u32::MAX` of them, from within the n.
+        unsafe {
+            mbufs.set_len(0);
+            let mut at = 0;
+            while at < n {
+                let k = (n - at).min(u32::MAX as usize);
+                free_raw(raw.add(at), k);
+                at += k;
+            }
         }
     }
 
@@ -415,10 +419,7 @@ impl Mbuf {
     }
 }
 
-/// Mbufs freed by one bulk call.
-const FREE_CHUNK: usize = 64;
-
-/// Frees the `n` (at most [`FREE_CHUNK`]) mbufs at `raw`.
+/// Frees the `n` (at most `u32::MAX`) mbufs at `raw`.
 ///
 /// # Safety
 /// Each is a live mbuf the caller owns and nothing uses after this.

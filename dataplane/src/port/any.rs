@@ -53,6 +53,11 @@ impl AsMut<[u8]> for AnyBuf {
 }
 
 impl PacketBuf for AnyBuf {
+    #[cfg(feature = "dpdk")]
+    type Spent = Mbuf;
+    #[cfg(not(feature = "dpdk"))]
+    type Spent = HeapBuf;
+
     fn truncate(&mut self, len: usize) {
         match self {
             AnyBuf::Heap(b) => b.truncate(len),
@@ -85,21 +90,19 @@ impl PacketBuf for AnyBuf {
         }
     }
 
-    /// An mbuf into `spent`, a heap buffer back to its pool now.
+    /// An mbuf (without its enum) into `spent`, a heap buffer back to its pool now.
     #[cfg(feature = "dpdk")]
-    fn retire(self, spent: &mut Vec<AnyBuf>) {
-        if let AnyBuf::Mbuf(_) = self {
-            spent.push(self);
+    #[inline]
+    fn retire(self, spent: &mut Vec<Mbuf>) {
+        if let AnyBuf::Mbuf(m) = self {
+            spent.push(m);
         }
     }
 
-    /// A burst of mbufs at once ([`Mbuf::free_bulk`]), heap buffers one by one.
+    /// The spent mbufs at once ([`Mbuf::free_vec`]).
     #[cfg(feature = "dpdk")]
-    fn free_all(bufs: &mut Vec<AnyBuf>) {
-        Mbuf::free_bulk(bufs.drain(..).filter_map(|b| match b {
-            AnyBuf::Mbuf(m) => Some(m),
-            AnyBuf::Heap(_) => None,
-        }));
+    fn free_all(spent: &mut Vec<Mbuf>) {
+        Mbuf::free_vec(spent);
     }
 }
 
@@ -368,8 +371,8 @@ impl Port for AnyPort {
     }
 
     /// A DPDK port's burst inline in the caller (an empty poll: the device's burst and a
-    /// compare); the other backends out of line.
-    #[inline]
+    /// compare, without a frame of its own); the other backends out of line.
+    #[inline(always)]
     fn rx_burst(&mut self, out: &mut Vec<AnyBuf>, max: usize) -> usize {
         #[cfg(feature = "dpdk")]
         if let Backend::Dpdk(p) = &mut self.backend {
@@ -510,6 +513,23 @@ mod tests {
     fn ports_can_move_to_lcore_threads() {
         assert_send::<AnyPort>();
         assert_send::<AnyBuf>();
+    }
+
+    // A software port's heap buffer retired by the loop goes back to its pool there and
+    // then and leaves nothing in the spent list (which holds only mbufs), so `free_all`
+    // of the list has nothing of it to free.
+    #[test]
+    fn a_retired_heap_buffer_goes_back_to_its_pool_at_once() {
+        use super::super::heap::BufPool;
+        let pool = BufPool::new(4, 2048);
+        let frame = AnyBuf::from(pool.take(60));
+        let mut spent = Vec::new();
+        assert_eq!(pool.idle(), 0);
+        frame.retire(&mut spent);
+        assert!(spent.is_empty());
+        assert_eq!(pool.idle(), 1, "back in the pool before any free_all");
+        AnyBuf::free_all(&mut spent);
+        assert_eq!(pool.idle(), 1);
     }
 
     #[test]

@@ -13,6 +13,10 @@ use crate::tso::InPlaceTso;
 /// The buffer's length is the frame length; `as_mut` gives the frame bytes for in-place
 /// rewriting (e.g. MAC swap) before the buffer is handed to `tx_burst`.
 pub trait PacketBuf: AsRef<[u8]> + AsMut<[u8]> {
+    /// What a retired buffer leaves in the spent list until [`PacketBuf::free_all`]: the
+    /// mbuf itself for DPDK buffers (of every port kind that carries them), so the list
+    /// holds pointers rather than the enum of every buffer kind.
+    type Spent: std::fmt::Debug + Send;
     /// Frame length in bytes.
     fn len(&self) -> usize {
         self.as_ref().len()
@@ -39,19 +43,16 @@ pub trait PacketBuf: AsRef<[u8]> + AsMut<[u8]> {
     /// Gives back this received buffer, which nothing reads any more: into `spent` where
     /// the backend frees a burst at once ([`PacketBuf::free_all`], DPDK), freed here
     /// otherwise.
-    fn retire(self, spent: &mut Vec<Self>)
+    fn retire(self, spent: &mut Vec<Self::Spent>)
     where
         Self: Sized,
     {
         let _ = spent;
     }
-    /// Frees the buffers of `bufs`, leaving it empty: at once where the backend frees in
-    /// bulk (DPDK), one by one otherwise.
-    fn free_all(bufs: &mut Vec<Self>)
-    where
-        Self: Sized,
-    {
-        bufs.clear();
+    /// Frees the retired buffers of `spent`, leaving it empty: at once where the backend
+    /// frees in bulk (DPDK), one by one otherwise.
+    fn free_all(spent: &mut Vec<Self::Spent>) {
+        spent.clear();
     }
 }
 

@@ -614,6 +614,8 @@ fn port_stats(s: EthStats) -> PortStats {
 
 /// An mbuf is the frame buffer of DPDK ports.
 impl PacketBuf for Mbuf {
+    type Spent = Mbuf;
+
     fn len(&self) -> usize {
         Mbuf::len(self)
     }
@@ -638,9 +640,9 @@ impl PacketBuf for Mbuf {
         spent.push(self);
     }
 
-    /// At once ([`Mbuf::free_bulk`]).
-    fn free_all(bufs: &mut Vec<Mbuf>) {
-        Mbuf::free_bulk(bufs.drain(..));
+    /// At once, from the list's own storage ([`Mbuf::free_vec`]).
+    fn free_all(spent: &mut Vec<Mbuf>) {
+        Mbuf::free_vec(spent);
     }
 }
 

@@ -104,6 +104,8 @@ impl AsMut<[u8]> for HeapBuf {
 }
 
 impl PacketBuf for HeapBuf {
+    type Spent = HeapBuf;
+
     fn truncate(&mut self, len: usize) {
         self.data.truncate(len);
     }
