@@ -413,6 +413,18 @@ enum Fate {
     Hold,
 }
 
+/// Why [`Stage::process_burst`]'s pass-through stopped at a frame, with what was drawn
+/// for it.
+#[derive(Clone, Copy, Debug)]
+enum Stopped {
+    /// Dropped.
+    Dropped,
+    /// To be duplicated (its fate not drawn yet).
+    Copied,
+    /// Not duplicated, delayed or held back.
+    Placed(Fate),
+}
+
 /// The fault state of one direction.
 struct Stage<B> {
     rng: SplitMix64,
@@ -601,7 +613,7 @@ impl<B: PacketBuf> Stage<B> {
         alloc: &mut dyn FnMut(usize) -> Option<B>,
     ) {
         let mut at = from;
-        let mut pending = None;
+        let mut stopped = None;
         if self.pass_through && self.held.is_empty() && self.delayed.is_empty() && out.is_empty() {
             // Without drops, cuts, corruption or copies a frame's front decisions draw
             // nothing: only its fate is drawn.
@@ -616,31 +628,32 @@ impl<B: PacketBuf> Stage<B> {
                 } else {
                     self.decide_front(cfg, &mut bufs[at])
                 };
-                match front {
+                let stop = match front {
+                    None => Stopped::Dropped,
+                    Some(true) => Stopped::Copied,
                     Some(false) => match self.decide_fate(cfg) {
-                        Fate::Emit => at += 1,
-                        fate => {
-                            pending = Some(Some((false, Some(fate))));
-                            break;
+                        Fate::Emit => {
+                            at += 1;
+                            continue;
                         }
+                        fate => Stopped::Placed(fate),
                     },
-                    Some(true) => {
-                        pending = Some(Some((true, None)));
-                        break;
-                    }
-                    None => {
-                        pending = Some(None);
-                        break;
-                    }
-                }
+                };
+                stopped = Some(stop);
+                break;
             }
         }
         let mut rest = bufs.drain(at..);
-        if let Some(decided) = pending {
+        if let Some(stop) = stopped {
             // The frame decided above (a dropped one is freed here).
-            let buf = rest.next();
-            if let (Some(buf), Some((dup, fate))) = (buf, decided) {
-                self.finish(cfg, now, buf, dup, fate, out, alloc);
+            if let Some(buf) = rest.next() {
+                match stop {
+                    Stopped::Dropped => {}
+                    Stopped::Copied => self.finish(cfg, now, buf, true, None, out, alloc),
+                    Stopped::Placed(fate) => {
+                        self.finish(cfg, now, buf, false, Some(fate), out, alloc)
+                    }
+                }
             }
         }
         for buf in rest {

@@ -28,6 +28,23 @@ pub struct PostError {
     pub error: VerbError,
 }
 
+/// Whether `wr` ends with no WC when it succeeds: unsignaled, and not a Read with
+/// Invalidate (whose end the verbs layer completes itself, VERBS-00 §8.2.2.1).
+fn silent_on_success(wr: &SendWr) -> bool {
+    !wr.signaled && !matches!(wr.op, SqOp::ReadInvalidate(_))
+}
+
+/// Takes the QP's oldest SQ WR off as a success that leaves no WC: its slot and its inline
+/// copy freed. Returns whether WRs finished behind it wait for [`Rnic::release_sq`].
+fn retire_front(q: &mut Qp, memory: &mut MemoryModel) -> bool {
+    let Some(a) = q.sq_active.pop_front() else {
+        return false;
+    };
+    q.sq_slots = q.sq_slots.saturating_sub(1);
+    free_inline_copy(memory, &a.wr);
+    q.sq_active.front().is_some_and(|a| a.done.is_some())
+}
+
 /// Frees the RI's copy of an inline WR's data.
 fn free_inline_copy(memory: &mut MemoryModel, wr: &SendWr) {
     if let SqOp::Inline {
@@ -155,7 +172,7 @@ impl Rnic {
         match state {
             QpState::Error => {
                 let wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode(), CompletionStatus::Flushed);
-                self.free_inline_of(&wr);
+                free_inline_copy(&mut self.memory, &wr);
                 self.qps
                     .get_mut(&qp)
                     .expect("checked")
@@ -209,10 +226,6 @@ impl Rnic {
             posted += 1;
         }
         Ok(posted)
-    }
-
-    fn free_inline_of(&mut self, wr: &SendWr) {
-        free_inline_copy(&mut self.memory, wr);
     }
 
     /// The next message WR for the QP's RDMAP engine, or `None` when the SQ is empty, the
@@ -299,11 +312,10 @@ impl Rnic {
             // The engine completes an unsignaled WR's success with a count
             // ([`Rnic::retire_unsignaled`]); a Read with Invalidate's still needs its
             // completion here (VERBS-00 §8.2.2.1), and every error gets one.
-            let signaled = wr.signaled || matches!(wr.op, SqOp::ReadInvalidate(_));
             let engine_wr = rdmap::SendWr {
                 wr_id: work,
                 op,
-                signaled,
+                signaled: !silent_on_success(&wr),
                 read_fence: wr.read_fence,
                 local_fence: false,
             };
@@ -431,17 +443,10 @@ impl Rnic {
                 // (what `release_sq` does with it); later WRs done before it follow.
                 let retire = status.is_success()
                     && q.sq_active.front().is_some_and(|a| {
-                        a.work == c.wr_id
-                            && a.done.is_none()
-                            && !a.wr.signaled
-                            && !matches!(a.wr.op, SqOp::ReadInvalidate(_))
+                        a.work == c.wr_id && a.done.is_none() && silent_on_success(&a.wr)
                     });
                 if retire {
-                    let a = q.sq_active.pop_front().expect("front exists");
-                    q.sq_slots = q.sq_slots.saturating_sub(1);
-                    let more = q.sq_active.front().is_some_and(|a| a.done.is_some());
-                    self.free_inline_of(&a.wr);
-                    if more {
+                    if retire_front(q, &mut self.memory) {
                         self.release_sq(qp);
                     }
                     return Ok(());
@@ -504,17 +509,11 @@ impl Rnic {
             let mut done_behind = false;
             while n != 0
                 && q.sq_active.front().is_some_and(|a| {
-                    Some(a.work) != before
-                        && a.done.is_none()
-                        && !a.wr.signaled
-                        && !matches!(a.wr.op, SqOp::ReadInvalidate(_))
+                    Some(a.work) != before && a.done.is_none() && silent_on_success(&a.wr)
                 })
             {
-                let a = q.sq_active.pop_front().expect("front exists");
-                q.sq_slots = q.sq_slots.saturating_sub(1);
                 n -= 1;
-                free_inline_copy(&mut self.memory, &a.wr);
-                done_behind = q.sq_active.front().is_some_and(|a| a.done.is_some());
+                done_behind = retire_front(q, &mut self.memory);
                 if done_behind {
                     break;
                 }
@@ -542,7 +541,7 @@ impl Rnic {
             let wc = q.one_error(a.done.expect("checked"));
             let cq = q.sq_cq;
             let ok = wc.status.is_success();
-            self.free_inline_of(&a.wr);
+            free_inline_copy(&mut self.memory, &a.wr);
             if a.wr.signaled || !ok {
                 if !self.push_wc(cq, wc, WqKind::Sq) {
                     self.local_error(
