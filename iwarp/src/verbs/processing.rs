@@ -30,22 +30,26 @@ pub struct PostError {
 
 /// Whether `wr` ends with no WC when it succeeds: unsignaled, and not a Read with
 /// Invalidate (whose end the verbs layer completes itself, VERBS-00 §8.2.2.1).
+#[inline]
 fn silent_on_success(wr: &SendWr) -> bool {
     !wr.signaled && !matches!(wr.op, SqOp::ReadInvalidate(_))
 }
 
 /// Takes the QP's oldest SQ WR off as a success that leaves no WC: its slot and its inline
 /// copy freed. Returns whether WRs finished behind it wait for [`Rnic::release_sq`].
+#[inline]
 fn retire_front(q: &mut Qp, memory: &mut MemoryModel) -> bool {
-    let Some(a) = q.sq_active.pop_front() else {
+    let Some(a) = q.sq_active.front() else {
         return false;
     };
-    q.sq_slots = q.sq_slots.saturating_sub(1);
     free_inline_copy(memory, &a.wr);
+    q.sq_active.pop_front();
+    q.sq_slots = q.sq_slots.saturating_sub(1);
     q.sq_active.front().is_some_and(|a| a.done.is_some())
 }
 
 /// Frees the RI's copy of an inline WR's data.
+#[inline]
 fn free_inline_copy(memory: &mut MemoryModel, wr: &SendWr) {
     if let SqOp::Inline {
         op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },

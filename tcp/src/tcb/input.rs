@@ -331,19 +331,11 @@ impl Tcb {
         // Nothing outstanding, nothing acknowledged and no SACK block (a D-SACK included):
         // no unit to deliver, count or deem lost, so only the send window may move. The
         // receiving end of a one-way transfer takes this path for every data segment.
-        if self.acks_nothing_outstanding(ack) && repr.sack_ranges[0].is_none() {
+        if ack == self.snd_una && self.txq.is_empty() && repr.sack_ranges[0].is_none() {
             self.update_send_window(repr.window_len, seg_seq, ack);
         } else {
             self.process_new_ack(now, repr, seg_seq, ack, ulp);
         }
-    }
-
-    /// Whether `ack` is SND.UNA with nothing the connection sent outstanding: apart from a
-    /// SACK block, nothing for the ACK processing but the send window (RFC 9293
-    /// §3.10.7.4).
-    #[inline]
-    pub(super) fn acks_nothing_outstanding(&self, ack: u32) -> bool {
-        ack == self.snd_una && self.txq.is_empty()
     }
 
     /// [`Tcb::process_ack`] of an ACK with something to process.

@@ -25,15 +25,15 @@ impl Tcb {
     /// in this burst (so SND.NXT did not move since). Changes nothing.
     #[inline]
     pub(crate) fn takes_run_segment(&self, seg: &DataSegment, burst: u64, now: Instant) -> bool {
-        let acks_nothing_new = (self.acks_nothing_outstanding(seg.ack)
-            && self.tlp_deadline.is_none())
-            || self.run_ack.as_ref().is_some_and(|run| {
-                run.ack == seg.ack
-                    && run.window == seg.window
-                    && run.tsecr == seg.timestamp.map(|t| t.tsecr)
-                    && run.burst == burst
-                    && run.now == now
-            });
+        let acks_nothing_new =
+            (seg.ack == self.snd_una && self.txq.is_empty() && self.tlp_deadline.is_none())
+                || self.run_ack.as_ref().is_some_and(|run| {
+                    run.ack == seg.ack
+                        && run.window == seg.window
+                        && run.tsecr == seg.timestamp.map(|t| t.tsecr)
+                        && run.burst == burst
+                        && run.now == now
+                });
         acks_nothing_new
             && seg.seq == self.rcv_nxt
             && self.state == State::Established
