@@ -100,6 +100,30 @@ impl Consumed {
     }
 }
 
+/// Call `f(start, end)` for each byte range of a `len`-byte payload outside `consumed`;
+/// inline, the usual payload (consumed whole) checked first.
+#[inline]
+pub(crate) fn for_each_unconsumed(consumed: &Consumed, len: usize, f: impl FnMut(usize, usize)) {
+    if !consumed.is_all(len) {
+        for_each_unconsumed_range(consumed, len, f);
+    }
+}
+
+/// [`for_each_unconsumed`] of a payload not consumed whole.
+fn for_each_unconsumed_range(consumed: &Consumed, len: usize, mut f: impl FnMut(usize, usize)) {
+    let mut pos = 0;
+    for r in consumed.iter() {
+        let (a, b) = (r.start.min(len), r.end.min(len));
+        if a > pos {
+            f(pos, a);
+        }
+        pos = pos.max(b);
+    }
+    if pos < len {
+        f(pos, len);
+    }
+}
+
 /// Receives each arriving payload segment before reassembly (implemented by the MPA
 /// receiver and by [`crate::StreamSocket`]).
 ///
@@ -129,6 +153,19 @@ pub trait SegmentSink<C: ?Sized = ()> {
         } else {
             Consumed::none()
         }
+    }
+
+    /// An in-order segment of a receive run at `seq` (RCV.NXT), its checksum verified, in a
+    /// burst ([`crate::Engine::begin_burst`]; [`SegmentSink::on_advance`] follows at the
+    /// run's end), handed over by the engine's run entry: as [`SegmentSink::on_segment`]
+    /// with `in_order`, the bytes it leaves then handed to [`SegmentSink::on_in_order`] at
+    /// once (the default does just that). A sink that always takes such a segment whole
+    /// may take it here without building a [`Consumed`].
+    fn on_run_segment(&mut self, cx: &mut C, now: Instant, seq: u32, payload: &[u8]) {
+        let consumed = self.on_segment(cx, now, seq, payload, true, seq);
+        for_each_unconsumed(&consumed, payload.len(), |a, b| {
+            self.on_in_order(cx, now, seq.wrapping_add(a as u32), &payload[a..b]);
+        });
     }
 
     /// Bytes the sink did not consume, now in order, starting at sequence `seq`. The sink
@@ -300,6 +337,61 @@ impl Reassembly {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sink that places the ranges it is told to and logs what reaches `on_in_order`.
+    struct Partial {
+        take: Consumed,
+        in_order: Vec<(u32, Vec<u8>)>,
+    }
+
+    impl SegmentSink for Partial {
+        fn on_segment(
+            &mut self,
+            _cx: &mut (),
+            _now: Instant,
+            _seq: u32,
+            _payload: &[u8],
+            in_order: bool,
+            _rcv_nxt: u32,
+        ) -> Consumed {
+            assert!(in_order, "a run segment is in order");
+            self.take.clone()
+        }
+
+        fn on_in_order(&mut self, _cx: &mut (), _now: Instant, seq: u32, bytes: &[u8]) {
+            self.in_order.push((seq, bytes.to_vec()));
+        }
+
+        fn rx_window(&self) -> usize {
+            1 << 16
+        }
+    }
+
+    // RFC 9293 §3.10.7.4 (seventh): every octet of an in-order segment reaches the ULP
+    // once; through `on_run_segment` a sink's unconsumed octets come back in order at once.
+    #[test]
+    fn a_run_segment_hands_back_what_the_sink_leaves_in_order() {
+        let payload: Vec<u8> = (0..100).collect();
+        let mut take = Consumed::none();
+        take.push(10..20).unwrap();
+        take.push(50..60).unwrap();
+        let mut s = Partial {
+            take,
+            in_order: Vec::new(),
+        };
+        let seq = u32::MAX - 30;
+        s.on_run_segment(&mut (), Instant::ZERO, seq, &payload);
+        let want = [(0, 10), (20, 50), (60, 100)]
+            .map(|(a, b)| (seq.wrapping_add(a), payload[a as usize..b as usize].to_vec()));
+        assert_eq!(s.in_order, want);
+
+        let mut whole = Partial {
+            take: Consumed::all(payload.len()),
+            in_order: Vec::new(),
+        };
+        whole.on_run_segment(&mut (), Instant::ZERO, seq, &payload);
+        assert!(whole.in_order.is_empty(), "a segment taken whole comes back in no part");
+    }
 
     #[test]
     fn consumed_ranges_merge_and_reject_disorder() {

@@ -4,7 +4,7 @@
 //! state machine deals with neither. The TCB is generic over it (no dynamic dispatch on the
 //! per-segment path).
 
-use crate::rx::{Consumed, SegmentSink};
+use crate::rx::{for_each_unconsumed, Consumed, SegmentSink};
 use crate::time::Instant;
 use crate::tx::{SegmentSource, Unit};
 
@@ -25,6 +25,13 @@ pub(crate) trait Upper {
         } else {
             Consumed::none()
         }
+    }
+    /// See [`crate::SegmentSink::on_run_segment`].
+    fn on_run_segment(&mut self, seq: u32, payload: &[u8]) {
+        let consumed = self.on_segment(seq, payload, true, seq);
+        for_each_unconsumed(&consumed, payload.len(), |a, b| {
+            self.on_in_order(seq.wrapping_add(a as u32), &payload[a..b]);
+        });
     }
     /// See [`crate::SegmentSink::on_in_order`].
     fn on_in_order(&mut self, seq: u32, bytes: &[u8]);
@@ -51,6 +58,9 @@ impl<U: Ulp<C> + ?Sized, C: ?Sized> Upper for Bound<'_, U, C> {
     fn on_segment(&mut self, seq: u32, payload: &[u8], in_order: bool, rcv_nxt: u32) -> Consumed {
         self.ulp
             .on_segment(self.cx, self.now, seq, payload, in_order, rcv_nxt)
+    }
+    fn on_run_segment(&mut self, seq: u32, payload: &[u8]) {
+        self.ulp.on_run_segment(self.cx, self.now, seq, payload)
     }
     fn on_in_order(&mut self, seq: u32, bytes: &[u8]) {
         self.ulp.on_in_order(self.cx, self.now, seq, bytes)

@@ -459,6 +459,21 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
         out
     }
 
+    /// [`SegmentSink::on_segment`] of an in-order segment, which the connection always
+    /// takes whole, without the [`tcp::Consumed`] that says so.
+    fn on_run_segment(&mut self, cx: &mut C, now: Instant, seq: u32, payload: &[u8]) {
+        self.advance_time(now);
+        self.release_rx_gate(cx);
+        self.note_rx_end(seq, payload.len());
+        match &self.phase {
+            Phase::Negotiating(_) => self.negotiate_input(seq, payload, cx),
+            Phase::Fpdu(_) => self.receive_in_order(seq, payload, cx),
+            Phase::Closed(_) => {}
+        }
+        let (mem, pool) = cx.table_and_pool();
+        self.pump_after_segment(mem, pool);
+    }
+
     fn on_in_order(&mut self, cx: &mut C, now: Instant, seq: u32, bytes: &[u8]) {
         self.advance_time(now);
         self.release_rx_gate(cx);

@@ -7,7 +7,7 @@ use smoltcp::wire::{TcpControl, TcpRepr};
 
 use super::{CloseReason, RecoveryUndo, RunAck, State, Tcb, TcbEvent};
 use crate::config::Config;
-use crate::rx::Consumed;
+use crate::rx::for_each_unconsumed;
 use crate::seq;
 use crate::time::Instant;
 use crate::ulp::Upper;
@@ -714,6 +714,23 @@ impl Tcb {
         self.delivered(now, cfg, before, true, false, in_run, ulp);
     }
 
+    /// The payload of a run segment ([`Tcb::take_run_segment`]): as [`Tcb::take_in_order`]
+    /// in a run, the payload handed over through [`Upper::on_run_segment`].
+    #[inline]
+    pub(super) fn take_run_payload(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        payload: &[u8],
+        ulp: &mut impl Upper,
+    ) {
+        let before = self.rcv_nxt;
+        ulp.on_run_segment(before, payload);
+        self.rcv_off += payload.len() as u64;
+        self.rcv_nxt = before.wrapping_add(payload.len() as u32);
+        self.delivered(now, cfg, before, true, false, true, ulp);
+    }
+
     /// After a payload's new pieces went to the sink (RCV.NXT was `before`; the payload
     /// started there when `at_rcv_nxt`; out-of-order data was held when `had_gaps`): the ULP
     /// learns that RCV.NXT advanced (or, in a run, later), and the ACK is decided: at once
@@ -808,29 +825,5 @@ impl Tcb {
             State::FinWait2 => self.enter_time_wait(now, cfg, ev),
             _ => {}
         }
-    }
-}
-
-/// Call `f(start, end)` for each byte range of a `len`-byte payload outside `consumed`;
-/// inline, the usual payload (consumed whole) checked first.
-#[inline]
-fn for_each_unconsumed(consumed: &Consumed, len: usize, f: impl FnMut(usize, usize)) {
-    if !consumed.is_all(len) {
-        for_each_unconsumed_range(consumed, len, f);
-    }
-}
-
-/// [`for_each_unconsumed`] of a payload not consumed whole.
-fn for_each_unconsumed_range(consumed: &Consumed, len: usize, mut f: impl FnMut(usize, usize)) {
-    let mut pos = 0;
-    for r in consumed.iter() {
-        let (a, b) = (r.start.min(len), r.end.min(len));
-        if a > pos {
-            f(pos, a);
-        }
-        pos = pos.max(b);
-    }
-    if pos < len {
-        f(pos, len);
     }
 }

@@ -72,6 +72,6 @@ impl Tcb {
         }
         self.update_send_window(seg.window, seg.seq, seg.ack);
         self.restart_keepalive(now, cfg);
-        self.take_in_order(now, cfg, seg.payload, true, ulp);
+        self.take_run_payload(now, cfg, seg.payload, ulp);
     }
 }
