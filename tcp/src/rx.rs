@@ -381,8 +381,12 @@ mod tests {
         };
         let seq = u32::MAX - 30;
         s.on_run_segment(&mut (), Instant::ZERO, seq, &payload);
-        let want = [(0, 10), (20, 50), (60, 100)]
-            .map(|(a, b)| (seq.wrapping_add(a), payload[a as usize..b as usize].to_vec()));
+        let want = [(0, 10), (20, 50), (60, 100)].map(|(a, b)| {
+            (
+                seq.wrapping_add(a),
+                payload[a as usize..b as usize].to_vec(),
+            )
+        });
         assert_eq!(s.in_order, want);
 
         let mut whole = Partial {
@@ -390,7 +394,10 @@ mod tests {
             in_order: Vec::new(),
         };
         whole.on_run_segment(&mut (), Instant::ZERO, seq, &payload);
-        assert!(whole.in_order.is_empty(), "a segment taken whole comes back in no part");
+        assert!(
+            whole.in_order.is_empty(),
+            "a segment taken whole comes back in no part"
+        );
     }
 
     #[test]

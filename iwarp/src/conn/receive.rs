@@ -470,6 +470,14 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
             Phase::Fpdu(_) => self.receive_in_order(seq, payload, cx),
             Phase::Closed(_) => {}
         }
+        // `on_advance` follows at the run's end, in the same burst, and pumps, fills and
+        // tracks the partial FPDU: with nothing to forward or send, nothing is left to do
+        // now (`pump_after_segment` would only track the partial FPDU, at the same time).
+        if let Phase::Fpdu(f) = &self.phase {
+            if self.negotiator_done && !f.engine.has_events() && !f.engine.has_tx_work() {
+                return;
+            }
+        }
         let (mem, pool) = cx.table_and_pool();
         self.pump_after_segment(mem, pool);
     }

@@ -506,3 +506,106 @@ fn with_markers_or_the_fast_path_off_the_general_path_places_the_write() {
         assert_eq!(st.fpdus_fast, 0, "markers {markers}, fast {fast}");
     }
 }
+
+/// Feeds `segments` (whole TCP payloads, in order from RCV.NXT) to B's sink as a receive
+/// run (`on_run_segment` each, one `on_advance` at the end, as the engine's run entry does)
+/// or segment by segment (`on_segment` and `on_advance` each, as outside a burst); returns
+/// B's Terminate, stats, events and memory.
+fn feed_run(fast: bool, run: bool, segments: impl Fn(&Stags, u32) -> Vec<Vec<u8>>) -> String {
+    let (mut s, st) = established(mpa(true, false), fast);
+    let seq0 = rcv_nxt(&s);
+    let mut seq = seq0;
+    for payload in segments(&st, seq0) {
+        let now = s.now;
+        if run {
+            s.with_conn(Side::B, |c, m, _| {
+                <Conn as SegmentSink<SimpleMemory>>::on_run_segment(c, m, now, seq, &payload)
+            });
+        } else {
+            let c = feed(&mut s, seq, &payload, true);
+            assert_eq!(
+                c.total(),
+                payload.len(),
+                "an in-order segment is taken whole"
+            );
+        }
+        seq = seq.wrapping_add(payload.len() as u32);
+        if !run {
+            advance(&mut s, seq);
+        }
+    }
+    if run {
+        advance(&mut s, seq);
+    }
+    let t = local_terminate(&mut s);
+    let stats = stats(&mut s);
+    let c = s.conn(Side::B).unwrap();
+    let events: Vec<_> = std::iter::from_fn(|| c.poll_event()).collect();
+    let mem = s.mem(Side::B).bytes().to_vec();
+    format!("{t:?} {stats:?} {events:?} {:?}", mem)
+}
+
+#[test]
+fn a_run_handed_over_segment_by_segment_or_as_a_run_answers_alike() {
+    // RFC 5041 §5.3, §7.2 / RFC 5040 §7 / RFC 5044 §8: the same placements, Terminate
+    // (with the data in front placed and nothing behind), events and counters whether the
+    // run's segments come through `on_run_segment` with one `on_advance` at its end or
+    // through `on_segment` with `on_advance` after each.
+    let good_run = |st: &Stags, seq0: u32| {
+        let mut out = Vec::new();
+        let mut seq = seq0;
+        for k in 0..6 {
+            let p = fpdus(seq, &[good(st, k)]);
+            seq = seq.wrapping_add(p.len() as u32);
+            out.push(p);
+        }
+        out
+    };
+    // A Write ends (its last segment) and a new one starts mid-run.
+    let new_message = |st: &Stags, seq0: u32| {
+        let first = fpdus(
+            seq0,
+            &[
+                good(st, 0),
+                write_seg(st.target.0, DST + CHUNK as u64, true, &chunk(1)),
+            ],
+        );
+        let seq1 = seq0.wrapping_add(first.len() as u32);
+        let second = fpdus(seq1, &[write_seg(st.target.0, TO3, false, &chunk(3))]);
+        let seq2 = seq1.wrapping_add(second.len() as u32);
+        vec![first, second, fpdus(seq2, &[good(st, 4)])]
+    };
+    for fast in [true, false] {
+        for (name, make) in [
+            ("good", &good_run as &dyn Fn(&Stags, u32) -> Vec<Vec<u8>>),
+            ("new message", &new_message),
+        ] {
+            let a = feed_run(fast, false, make);
+            let b = feed_run(fast, true, make);
+            assert!(a == b, "{name} (fast path {fast}): {a:.300} vs {b:.300}");
+        }
+        for case in bad_cases() {
+            let make = |st: &Stags, seq0: u32| {
+                let first = fpdus(seq0, &(0..3).map(|k| good(st, k)).collect::<Vec<_>>());
+                let seq1 = seq0.wrapping_add(first.len() as u32);
+                let mut bad = fpdus(seq1, &[(case.segment)(st)]);
+                if case.bad_crc {
+                    let n = bad.len();
+                    bad[n - 1] ^= 0x01;
+                }
+                let seq2 = seq1.wrapping_add(bad.len() as u32);
+                let after = fpdus(seq2, &[good(st, 4)]);
+                let seq3 = seq2.wrapping_add(after.len() as u32);
+                vec![first, bad, after, fpdus(seq3, &[good(st, 5)])]
+            };
+            let a = feed_run(fast, false, make);
+            let b = feed_run(fast, true, make);
+            assert!(a.starts_with("Some("), "{}: a Terminate", case.name);
+            assert!(
+                a == b,
+                "{} (fast path {fast}): {a:.300} vs {b:.300}",
+                case.name
+            );
+        }
+    }
+}
