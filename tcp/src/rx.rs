@@ -355,7 +355,7 @@ mod tests {
             _rcv_nxt: u32,
         ) -> Consumed {
             assert!(in_order, "a run segment is in order");
-            self.take.clone()
+            self.take
         }
 
         fn on_in_order(&mut self, _cx: &mut (), _now: Instant, seq: u32, bytes: &[u8]) {
