@@ -580,6 +580,21 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
+    /// [`Engine::take_active`] keeping only the connections whose ULP `keep` accepts (and
+    /// those without one): a service on top skips those whose activity gave it nothing to
+    /// do, decided as the list is taken, where each one's slot is read anyway.
+    pub fn take_active_where(&mut self, out: &mut Vec<ConnId>, mut keep: impl FnMut(&U) -> bool) {
+        for id in self.active.drain(..) {
+            if let Some(c) = slot_mut(&mut self.slots, id) {
+                c.active = false;
+                if !c.ulp.as_ref().is_none_or(&mut keep) {
+                    continue;
+                }
+            }
+            out.push(id);
+        }
+    }
+
     #[inline]
     fn mark_active(&mut self, id: ConnId) {
         let Some(c) = slot_mut(&mut self.slots, id) else {

@@ -1185,3 +1185,54 @@ fn timer_whose_deadline_moved_later_does_not_run_the_connection() {
     p.e.take_active(&mut active);
     assert_eq!(active, [conn]);
 }
+
+// `take_active_where`: a connection whose ULP the filter turns down leaves the list all the
+// same (it is listed again when it next runs), and one it accepts is taken as before.
+#[test]
+fn active_list_taken_with_a_filter_drops_the_turned_down() {
+    let mut s = sim();
+    let conns: Vec<_> = (0..3)
+        .map(|_| {
+            s.a.connect(s.now, a_addr(0), b_addr(), StreamSocket::new(4096, 4096))
+                .unwrap()
+        })
+        .collect();
+    let limit = s.now + Duration::from_millis(10);
+    assert!(
+        s.run_until(limit, |s| conns.iter().all(|c| s.connected(Side::A, *c))
+            && s.accepted(Side::B).len() == 3)
+    );
+    let quiet = s.now + Duration::from_millis(500);
+    s.run_until(quiet, |_| false);
+    let mut active = Vec::new();
+    s.a.take_active(&mut active);
+    active.clear();
+    // Data on two connections, the filter turning every ULP down.
+    for &c in &conns[..2] {
+        assert_eq!(s.a.ulp_mut(c).unwrap().write(b"hello"), 5);
+    }
+    let limit = s.now + Duration::from_millis(10);
+    let peer = s.accepted(Side::B);
+    assert!(s.run_until(limit, |s| peer
+        .iter()
+        .filter(|b| s.b.ulp(**b).is_some_and(|u| u.readable() == 5))
+        .count()
+        == 2));
+    let mut asked = 0;
+    s.a.take_active_where(&mut active, |_| {
+        asked += 1;
+        false
+    });
+    assert_eq!(asked, 2, "the two that ran were asked");
+    assert!(active.is_empty(), "both turned down");
+    s.a.take_active(&mut active);
+    assert!(active.is_empty(), "turned down is taken, not left listed");
+    // The next activity lists a turned-down connection again.
+    assert_eq!(s.a.ulp_mut(conns[1]).unwrap().write(b"again"), 5);
+    let limit = s.now + Duration::from_millis(10);
+    assert!(s.run_until(limit, |s| peer
+        .iter()
+        .any(|b| s.b.ulp(*b).is_some_and(|u| u.readable() == 10))));
+    s.a.take_active_where(&mut active, |_| true);
+    assert_eq!(active, [conns[1]]);
+}

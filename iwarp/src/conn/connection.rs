@@ -470,6 +470,17 @@ impl Connection {
         !self.events.is_empty() || !self.llp.is_empty()
     }
 
+    /// Whether the driver's service has anything to do after TCP ran the connection: not
+    /// yet (or no longer) a plainly open RDMA stream (negotiating, closing, terminated),
+    /// events or LLP requests ([`Connection::has_news`]), completions or verbs events to
+    /// forward ([`Connection::verbs_pending`]), or a timer ([`Connection::poll_timeout`]).
+    /// An open stream whose segments placed data and freed room gives it none of these
+    /// (WRs still waiting in the QP are the driver's to check).
+    pub fn needs_service(&self) -> bool {
+        let open = matches!(&self.phase, Phase::Fpdu(f) if f.engine.state() == StreamState::Active);
+        !open || self.has_news() || self.verbs_pending() || self.poll_timeout().is_some()
+    }
+
     /// Next thing the driver must do with the TCP connection.
     pub fn poll_llp_request(&mut self) -> Option<LlpRequest> {
         self.llp.pop_front()
