@@ -580,21 +580,6 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
     }
 
-    /// [`Engine::take_active`] keeping only the connections whose ULP `keep` accepts (and
-    /// those without one): a service on top skips those whose activity gave it nothing to
-    /// do, decided as the list is taken, where each one's slot is read anyway.
-    pub fn take_active_where(&mut self, out: &mut Vec<ConnId>, mut keep: impl FnMut(&U) -> bool) {
-        for id in self.active.drain(..) {
-            if let Some(c) = slot_mut(&mut self.slots, id) {
-                c.active = false;
-                if !c.ulp.as_ref().is_none_or(&mut keep) {
-                    continue;
-                }
-            }
-            out.push(id);
-        }
-    }
-
     #[inline]
     fn mark_active(&mut self, id: ConnId) {
         let Some(c) = slot_mut(&mut self.slots, id) else {
@@ -1523,11 +1508,16 @@ fn flight_open<U>(cap: Option<usize>, taken: usize, none_waiting: bool, c: &Conn
     cap.is_none_or(|cap| c.admitted > 0 || (taken < cap && none_waiting))
 }
 
-/// Lists `c` (of `id`) among the connections whose ULP ran, unless it is listed or has no
-/// ULP; returns whether it was added.
+/// Lists `c` (of `id`) among the connections whose ULP ran, unless it is listed, has no
+/// ULP or its ULP needs no service for what ran ([`SegmentSource::needs_service`], asked
+/// while its state is in the cache); returns whether it was added.
 #[inline]
-fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool {
-    if c.active || c.ulp.is_none() {
+fn list_active<U: Ulp<C>, C: ?Sized>(
+    active: &mut Vec<ConnId>,
+    c: &mut Conn<U>,
+    id: ConnId,
+) -> bool {
+    if c.active || c.ulp.as_ref().is_none_or(|u| !u.needs_service()) {
         return false;
     }
     c.active = true;

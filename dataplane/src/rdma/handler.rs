@@ -1288,15 +1288,7 @@ impl ConnManager {
     #[inline(never)]
     fn service_listed(&mut self, engine: &mut RdmaEngine, rnic: &mut Rnic) {
         let mut due = std::mem::take(&mut self.due);
-        // A connection TCP ran whose activity gave the service nothing (an ACK that
-        // completed no WR, data placed by a Write: `Connection::needs_service`) is not
-        // visited while no QP has WRs waiting: the visit would find nothing to pump, no
-        // news and no timer to arm.
-        if rnic.has_any_pending_wrs() {
-            engine.take_active(&mut due);
-        } else {
-            engine.take_active_where(&mut due, Connection::needs_service);
-        }
+        engine.take_active(&mut due);
         rnic.take_touched_qps(&mut self.touched);
         due.extend(self.touched.drain(..).filter_map(|qp| self.by_qp.get(&qp)));
         due.sort_unstable();

@@ -351,12 +351,6 @@ impl Rnic {
             .is_none_or(|q| !q.sq_pending.is_empty() || !q.rq_pending.is_empty())
     }
 
-    /// Whether any QP has WRs waiting for [`Rnic::next_send_wr`] or [`Rnic::next_rq_wr`]
-    /// (while none do, [`Rnic::has_pending_wrs`] is no for every QP).
-    pub fn has_any_pending_wrs(&self) -> bool {
-        self.pending_wrs != 0
-    }
-
     /// Whether the head of the QP's SQ is a Local Fence WR (it waits for every earlier WR's
     /// completion before [`Rnic::next_send_wr`] hands anything out).
     pub fn sq_fenced(&self, qp: QpId) -> bool {

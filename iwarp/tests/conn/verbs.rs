@@ -758,10 +758,16 @@ fn a_send_right_behind_the_rtr_takes_an_srq_wqe_once_the_qp_is_in_rts() {
 fn a_placed_write_gives_the_sink_nothing_to_service() {
     let mut a = side(true, 21);
     let mut b = side(false, 22);
-    assert!(a.conn.needs_service() && b.conn.needs_service(), "negotiating");
+    assert!(
+        a.conn.needs_service() && b.conn.needs_service(),
+        "negotiating"
+    );
     run(&mut a, &mut b);
     assert!(a.conn.negotiated().is_some() && b.conn.negotiated().is_some());
-    assert!(!a.conn.needs_service() && !b.conn.needs_service(), "open and idle");
+    assert!(
+        !a.conn.needs_service() && !b.conn.needs_service(),
+        "open and idle"
+    );
 
     let write = SendWr::message(
         2,
@@ -780,7 +786,10 @@ fn a_placed_write_gives_the_sink_nothing_to_service() {
     a.rnic.post_sq(a.qp, vec![write]).unwrap();
     poll(&mut a);
     assert!(carry(&mut a, &mut b));
-    assert!(!b.conn.needs_service(), "a placed Write reports nothing at its sink");
+    assert!(
+        !b.conn.needs_service(),
+        "a placed Write reports nothing at its sink"
+    );
     // The whole Write fit the default read-ahead budget: it completed in the pump that
     // took it, which forwarded the completion.
     assert!(!a.conn.needs_service(), "nothing new at the source either");
@@ -796,7 +805,10 @@ fn a_placed_write_gives_the_sink_nothing_to_service() {
     assert!(b.conn.needs_service(), "a Send's receive completion");
     poll(&mut b);
     assert!(!b.conn.needs_service());
-    assert_eq!(wcs(&mut b).iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![5]);
+    assert_eq!(
+        wcs(&mut b).iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        vec![5]
+    );
 
     a.conn.close(now(), a.rnic.memory());
     assert!(a.conn.needs_service(), "closing");
