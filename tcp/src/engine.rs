@@ -1508,16 +1508,11 @@ fn flight_open<U>(cap: Option<usize>, taken: usize, none_waiting: bool, c: &Conn
     cap.is_none_or(|cap| c.admitted > 0 || (taken < cap && none_waiting))
 }
 
-/// Lists `c` (of `id`) among the connections whose ULP ran, unless it is listed, has no
-/// ULP or its ULP needs no service for what ran ([`SegmentSource::needs_service`], asked
-/// while its state is in the cache); returns whether it was added.
+/// Lists `c` (of `id`) among the connections whose ULP ran, unless it is listed or has no
+/// ULP; returns whether it was added.
 #[inline]
-fn list_active<U: Ulp<C>, C: ?Sized>(
-    active: &mut Vec<ConnId>,
-    c: &mut Conn<U>,
-    id: ConnId,
-) -> bool {
-    if c.active || c.ulp.as_ref().is_none_or(|u| !u.needs_service()) {
+fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool {
+    if c.active || c.ulp.is_none() {
         return false;
     }
     c.active = true;
