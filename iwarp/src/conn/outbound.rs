@@ -189,27 +189,6 @@ impl Sender {
             && self.hold_until.is_none_or(|t| now >= t)
     }
 
-    /// The engine's next DDP segment, read into `buffer`. When the framer computes CRCs
-    /// without markers, a segment longer than half a MULPDU (one no other FPDU joins in a
-    /// unit, so it is framed in place) is read by the copying kernel, taking the CRC and
-    /// the TCP sum in the copy's pass.
-    #[inline]
-    fn poll_with<M: MemoryTable + ?Sized>(
-        framer: Option<Framer>,
-        engine: &mut Engine,
-        mem: &M,
-        now: Instant,
-        mulpdu: usize,
-        buffer: &mut Vec<u8>,
-    ) -> Option<DdpSegmentOut> {
-        match framer {
-            Some(f) if f.crc() && f.markers().is_none() => {
-                engine.poll_segment_crc_into(now, mulpdu, mem, buffer, mulpdu / 2 + 1)
-            }
-            _ => engine.poll_segment_into(now, mulpdu, mem, buffer),
-        }
-    }
-
     /// Takes DDP segments from `engine` until `budget` octets wait, their buffers from
     /// `shared` (or its own pool), counting them in `ops`; returns how many buffers it had
     /// to allocate.
@@ -235,7 +214,7 @@ impl Sender {
                 buffer = pool.take();
             }
             let fresh = buffer.capacity() == 0;
-            match Self::poll_with(self.framer, engine, mem, now, mulpdu, &mut buffer) {
+            match engine.poll_segment_into(now, mulpdu, mem, &mut buffer) {
                 Some(s) => {
                     count_sent(ops, &s);
                     if fresh {
@@ -280,7 +259,7 @@ impl Sender {
         let pool = Self::pool(&mut self.spare, shared);
         let mut buffer = pool.take();
         let fresh = buffer.capacity() == 0;
-        let Some(s) = Self::poll_with(Some(framer), engine, mem, now, mulpdu, &mut buffer) else {
+        let Some(s) = engine.poll_segment_into(now, mulpdu, mem, &mut buffer) else {
             pool.give(buffer);
             return None;
         };
@@ -291,9 +270,8 @@ impl Sender {
             self.queue.push_back(TxSeg::Engine(s));
             return None;
         }
-        let so_far = s.crc_sum();
         let mut bytes = s.into_ulpdu_buffer();
-        let (_, sum) = framer.frame_in_place_after(&mut bytes, so_far).ok()?;
+        let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
         Some(FramedUnit {
             bytes,
             sum,
@@ -335,9 +313,8 @@ impl Sender {
                 return None;
             };
             self.bytes -= s.len();
-            let so_far = s.crc_sum();
             let mut bytes = s.into_ulpdu_buffer();
-            let (_, sum) = framer.frame_in_place_after(&mut bytes, so_far).ok()?;
+            let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
             return Some(FramedUnit {
                 bytes,
                 sum,

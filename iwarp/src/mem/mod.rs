@@ -7,7 +7,7 @@ mod simple;
 mod stag;
 mod table;
 
-pub use backend::{Arena, HeapBackend, MemoryBackend, ReadCopy};
+pub use backend::{Arena, HeapBackend, MemoryBackend};
 pub use pool::{BufferPool, PoolStats, DEFAULT_POOL_BYTES};
 pub use simple::{RegionSpec, SimpleMemory};
 pub use stag::{Access, PdId, STag, Sge, StreamId};

@@ -7,7 +7,7 @@ use crate::mpa::error::MpaError;
 use crate::mpa::markers::{MarkedWriter, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
 use crate::wire::crc::to_wire;
-use crate::wire::crcsum::{crc32c_and_sum, crc32c_and_sum_after, CrcSum};
+use crate::wire::crcsum::crc32c_and_sum;
 use crate::wire::mpa::{fpdu_len, pad_len, ULPDU_LENGTH_LEN};
 use tcp::checksum::{payload_sum, PayloadSum};
 
@@ -103,19 +103,6 @@ impl Framer {
         &self,
         buf: &mut Vec<u8>,
     ) -> Result<(usize, Option<PayloadSum>), MpaError> {
-        self.frame_in_place_after(buf, None)
-    }
-
-    /// [`Framer::frame_in_place`] for a buffer whose CRC32c and sum up to the pad
-    /// (ULPDU_Length and ULPDU) were taken as its payload was read (`so_far`, from
-    /// [`crate::rdmap::DdpSegmentOut::crc_sum`]): the CRC and the sum are finished over the
-    /// pad only. The same FPDU and sum as [`Framer::frame_in_place`] gives.
-    #[inline]
-    pub fn frame_in_place_after(
-        &self,
-        buf: &mut Vec<u8>,
-        so_far: Option<CrcSum>,
-    ) -> Result<(usize, Option<PayloadSum>), MpaError> {
         if self.markers.is_some() {
             return Err(MpaError::Framing("in-place framing with markers"));
         }
@@ -128,21 +115,7 @@ impl Framer {
         buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
         buf.resize(buf.len() + pad_len(ulpdu_len), 0);
         let (crc, sum) = if self.crc {
-            let one = match so_far {
-                Some(s) if s.sum.octets() == ULPDU_LENGTH_LEN + ulpdu_len => {
-                    let pad = &buf[ULPDU_LENGTH_LEN + ulpdu_len..];
-                    if pad.is_empty() {
-                        s
-                    } else {
-                        let p = crc32c_and_sum_after(s.crc, pad);
-                        CrcSum {
-                            crc: p.crc,
-                            sum: s.sum.then(p.sum),
-                        }
-                    }
-                }
-                _ => crc32c_and_sum(buf),
-            };
+            let one = crc32c_and_sum(buf);
             (one.crc, Some(one.sum))
         } else {
             (0, None)

@@ -11,39 +11,14 @@ use super::state::{
 };
 use super::wr::{CheckedSource, SendOp};
 use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
-use crate::mem::{Access, AccessError, MemoryTable, ReadCopy, Resolved, Sge};
+use crate::mem::{Access, AccessError, MemoryTable, Resolved, Sge};
 use crate::wire::atomic::{AtomicRequestRepr, ATOMIC_REQUEST_LEN};
-use crate::wire::crcsum::{copy_crc32c_and_sum, crc32c_and_sum, crc32c_and_sum_after, CrcSum};
 use crate::wire::ddp::{DdpRepr, UntaggedRepr, UNTAGGED_HEADER_LEN};
 use crate::wire::mpa::{CRC_LEN, ULPDU_LENGTH_LEN};
 use crate::wire::rdmap::{ImmediateDataRepr, Opcode, RdmapControl, ReadRequestRepr};
 use crate::wire::terminate::TerminateCause;
 
 const HEADER_MAX: usize = UNTAGGED_HEADER_LEN + INLINE_MAX;
-
-/// A payload's read out of registered memory that continues the CRC32c and TCP sum of the
-/// FPDU octets before it (`wire::crcsum`), in the copy's pass where the backend hands out
-/// its octets.
-struct CrcSumRead(CrcSum);
-
-impl ReadCopy for CrcSumRead {
-    #[inline]
-    fn copy(&mut self, dst: &mut [u8], src: &[u8]) {
-        let next = copy_crc32c_and_sum(self.0.crc, dst, src);
-        self.0 = CrcSum {
-            crc: next.crc,
-            sum: self.0.sum.then(next.sum),
-        };
-    }
-
-    fn copied(&mut self, data: &[u8]) {
-        let next = crc32c_and_sum_after(self.0.crc, data);
-        self.0 = CrcSum {
-            crc: next.crc,
-            sum: self.0.sum.then(next.sum),
-        };
-    }
-}
 
 /// Room a gathered segment's buffer keeps after the payload, so that the MPA framer can
 /// append pad and CRC without growing it.
@@ -62,41 +37,13 @@ pub struct DdpSegmentOut {
     header_len: usize,
     /// The ULPDU_Length room, the header and the payload.
     buf: Vec<u8>,
-    /// The CRC32c and TCP sum of the ULPDU_Length field (then written) and the ULPDU,
-    /// taken while the payload was read ([`Engine::poll_segment_crc_into`]).
-    crc_sum: Option<CrcSum>,
 }
 
 impl DdpSegmentOut {
     /// A segment to be built in `buf` (what it holds is overwritten).
     #[inline]
     fn in_buffer(buf: Vec<u8>) -> Self {
-        DdpSegmentOut {
-            header_len: 0,
-            buf,
-            crc_sum: None,
-        }
-    }
-
-    /// The CRC32c and the TCP checksum sum of the FPDU up to its pad (ULPDU_Length and
-    /// ULPDU), when they were taken as the payload was read out of registered memory
-    /// ([`Engine::poll_segment_crc_into`]); the MPA framer then finishes them over the pad
-    /// only.
-    #[inline]
-    pub fn crc_sum(&self) -> Option<CrcSum> {
-        self.crc_sum
-    }
-
-    /// Writes the ULPDU_Length field of a ULPDU of this header and `payload` octets and
-    /// returns the CRC32c and sum of the field and the header, for the payload's read to
-    /// continue; `None` when the ULPDU is too long for the field.
-    #[inline]
-    fn start_crc_sum(&mut self, payload: usize) -> Option<CrcSum> {
-        let len = u16::try_from(self.header_len + payload).ok()?;
-        self.buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
-        Some(crc32c_and_sum(
-            &self.buf[..ULPDU_LENGTH_LEN + self.header_len],
-        ))
+        DdpSegmentOut { header_len: 0, buf }
     }
 
     /// Header octets.
@@ -218,14 +165,13 @@ fn inline<const N: usize>(src: &[u8; N]) -> TxPayload {
 }
 
 /// Reads `out.len()` octets at `offset` of the message's gather list, through the grant of
-/// the piece read last (`grant`), each piece's octets moved by `how` when given.
+/// the piece read last (`grant`).
 fn gather<M: MemoryTable + ?Sized>(
     pieces: &[(Option<Resolved>, u32)],
     grant: &mut PieceGrant,
     mem: &M,
     offset: u32,
     out: &mut [u8],
-    how: &mut Option<CrcSumRead>,
 ) -> Result<(), AccessError> {
     let mut at = 0u64;
     let want_lo = u64::from(offset);
@@ -236,14 +182,12 @@ fn gather<M: MemoryTable + ?Sized>(
         if lo < hi {
             let r = r.as_ref().ok_or(AccessError::InvalidStag)?;
             let out = &mut out[(lo - want_lo) as usize..(hi - want_lo) as usize];
-            let whole = lo == at && hi == at + u64::from(*len);
-            match how {
+            if lo == at && hi == at + u64::from(*len) {
                 // The whole piece in one read (a small message's usual case): no later
                 // read of it follows, so no grant is worth building.
-                None if whole => mem.read(r, 0, out)?,
-                None => mem.read_granted(r, grant.for_piece(i), lo - at, out)?,
-                Some(how) if whole => mem.read_with(r, 0, out, how)?,
-                Some(how) => mem.read_granted_with(r, grant.for_piece(i), lo - at, out, how)?,
+                mem.read(r, 0, out)?;
+            } else {
+                mem.read_granted(r, grant.for_piece(i), lo - at, out)?;
             }
         }
         at += u64::from(*len);
@@ -297,36 +241,6 @@ impl Engine {
         mem: &M,
         buffer: &mut Vec<u8>,
     ) -> Option<DdpSegmentOut> {
-        self.poll_segment_with(now, mulpdu, mem, buffer, usize::MAX)
-    }
-
-    /// Like [`Engine::poll_segment_into`], for FPDUs with a CRC framed in place: the payload
-    /// of a segment of at least `crc_from` octets (one that goes alone into its unit) is
-    /// read out of registered memory by the copying kernel
-    /// (`wire::crcsum::copy_crc32c_and_sum`), which takes the CRC32c and TCP sum of the
-    /// FPDU so far in the copy's pass ([`DdpSegmentOut::crc_sum`]).
-    pub fn poll_segment_crc_into<M: MemoryTable + ?Sized>(
-        &mut self,
-        now: Instant,
-        mulpdu: usize,
-        mem: &M,
-        buffer: &mut Vec<u8>,
-        crc_from: usize,
-    ) -> Option<DdpSegmentOut> {
-        self.poll_segment_with(now, mulpdu, mem, buffer, crc_from)
-    }
-
-    /// [`Engine::poll_segment_into`], taking the CRC and sum as the payload is read for a
-    /// segment of at least `crc_from` octets.
-    #[inline]
-    fn poll_segment_with<M: MemoryTable + ?Sized>(
-        &mut self,
-        now: Instant,
-        mulpdu: usize,
-        mem: &M,
-        buffer: &mut Vec<u8>,
-        crc_from: usize,
-    ) -> Option<DdpSegmentOut> {
         loop {
             if let Some(t) = self.terminate {
                 if self.terminate_sent {
@@ -366,7 +280,7 @@ impl Engine {
                     return None;
                 }
             }
-            match self.next_from_current(mulpdu, mem, buffer, crc_from) {
+            match self.next_from_current(mulpdu, mem, buffer) {
                 Ok(Some(out)) => {
                     self.last_tx = Some(now);
                     return Some(out);
@@ -415,7 +329,6 @@ impl Engine {
         mulpdu: usize,
         mem: &M,
         buffer: &mut Vec<u8>,
-        crc_from: usize,
     ) -> Result<Option<DdpSegmentOut>, Failure> {
         let Some(cur) = self.current.as_mut() else {
             return Ok(None);
@@ -437,14 +350,6 @@ impl Engine {
             .map_err(|_| Failure::bare(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, Culprit::None))?;
         // The payload's room is laid out after the header, the buffer cut or grown then.
         out.header_len = n;
-        // A payload read out of registered memory continues the CRC and sum of the length
-        // field and the header as it is copied.
-        let reads = plan.len > 0 && !matches!(cur.payload, TxPayload::Inline { .. });
-        let mut crc_sum = if reads && n + plan.len as usize >= crc_from {
-            out.start_crc_sum(plan.len as usize).map(CrcSumRead)
-        } else {
-            None
-        };
         match &cur.payload {
             TxPayload::Inline { bytes, len } => {
                 out.header_room(0)[n..n + len].copy_from_slice(&bytes[..*len]);
@@ -452,7 +357,7 @@ impl Engine {
             }
             TxPayload::Gather(pieces) => {
                 let payload = out.payload_room(plan.len as usize);
-                if let Err(_e) = gather(pieces, grant, mem, plan.offset, payload, &mut crc_sum) {
+                if let Err(_e) = gather(pieces, grant, mem, plan.offset, payload) {
                     let culprit = match cur.done {
                         TxDone::Complete(seq) => {
                             Culprit::Send(seq, CompletionStatus::LocalProtection)
@@ -470,13 +375,11 @@ impl Engine {
                     out.end_header(n);
                 } else {
                     let payload = out.payload_room(plan.len as usize);
-                    let at = u64::from(plan.offset);
-                    let res = match (src, &mut crc_sum) {
-                        (Some(r), Some(how)) => {
-                            mem.read_granted_with(r, grant.for_piece(0), at, payload, how)
+                    let res = match src {
+                        Some(r) => {
+                            mem.read_granted(r, grant.for_piece(0), u64::from(plan.offset), payload)
                         }
-                        (Some(r), None) => mem.read_granted(r, grant.for_piece(0), at, payload),
-                        (None, _) => Err(AccessError::InvalidStag),
+                        None => Err(AccessError::InvalidStag),
                     };
                     if let Err(e) = res {
                         if let TxDone::ReadResponse {
@@ -507,7 +410,6 @@ impl Engine {
                 }
             }
         }
-        out.crc_sum = crc_sum.map(|c| c.0);
         if cur.seg.is_done() {
             if let Some(c) = self.current.take() {
                 if let TxPayload::Gather(mut pieces) = c.payload {

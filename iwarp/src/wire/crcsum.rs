@@ -60,24 +60,6 @@ fn crc_and_folded_sum(data: &[u8]) -> (u32, u16) {
     }
 }
 
-/// The CRC32c of what gave `crc` (0 for nothing before) followed by `data`, and the one's
-/// complement sum of `data`, in one pass where the CPU allows it.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
-    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
-))]
-pub fn crc32c_and_sum_after(crc: u32, data: &[u8]) -> CrcSum {
-    let (crc, folded) = multiversion::target::match_target! {
-        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!crc, data),
-        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!crc, data),
-        _ => (crc32c_after(crc, data), tcp::checksum::sum(data)),
-    };
-    CrcSum {
-        crc,
-        sum: PayloadSum::from_folded(folded, data.len()),
-    }
-}
-
 /// Copies `src` into `dst` (as long) and returns the CRC32c of what gave `crc` (0 for
 /// nothing before) followed by `src`, and the one's complement sum of `src` (as
 /// [`tcp::checksum::copy_payload`] gives it), in one pass where the CPU allows it: the
