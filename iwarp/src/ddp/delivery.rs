@@ -264,16 +264,28 @@ mod tests {
     #[test]
     fn held_records_come_out_in_order_behind_the_hole() {
         let mut q = DeliveryOrder::new(0, 8);
-        assert_eq!(q.offer(SegmentPos { start: 20, end: 30 }, 'c'), Offer::Accepted);
-        assert_eq!(q.offer(SegmentPos { start: 10, end: 20 }, 'b'), Offer::Accepted);
-        assert_eq!(q.offer(SegmentPos { start: 10, end: 20 }, 'x'), Offer::Duplicate);
+        assert_eq!(
+            q.offer(SegmentPos { start: 20, end: 30 }, 'c'),
+            Offer::Accepted
+        );
+        assert_eq!(
+            q.offer(SegmentPos { start: 10, end: 20 }, 'b'),
+            Offer::Accepted
+        );
+        assert_eq!(
+            q.offer(SegmentPos { start: 10, end: 20 }, 'x'),
+            Offer::Duplicate
+        );
         assert_eq!(q.pop_ready(), None);
         assert!(q.advance(SegmentPos { start: 0, end: 10 }));
         assert_eq!(q.pop_ready(), Some('b'));
         assert_eq!(q.pop_ready(), Some('c'));
         assert_eq!(q.pop_ready(), None);
         assert_eq!(q.next_position(), 30);
-        assert_eq!(q.offer(SegmentPos { start: 35, end: 40 }, 'd'), Offer::Accepted);
+        assert_eq!(
+            q.offer(SegmentPos { start: 35, end: 40 }, 'd'),
+            Offer::Accepted
+        );
         assert!(q.advance(SegmentPos { start: 30, end: 50 }));
         assert_eq!(q.pop_ready(), None);
         assert_eq!(q.held(), 1);
