@@ -1,6 +1,5 @@
 //! MPA (RFC 5044, RFC 6581): negotiation, FPDU framing, markers, CRC, receiver.
 
-mod ahead;
 pub mod error;
 pub mod framer;
 pub mod markers;

@@ -14,7 +14,8 @@
 //!
 //! The in-order pass skips FPDUs already handed up, so none is delivered twice.
 
-use crate::mpa::ahead::HandedUpAhead;
+use std::collections::BTreeMap;
+
 use crate::mpa::error::MpaError;
 use crate::mpa::markers::{self, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
@@ -191,7 +192,7 @@ pub struct Receiver {
     partial: Vec<u8>,
     skip_until: u64,
     /// FPDUs handed up ahead of `pos`: boundary → end (relative positions).
-    delivered: HandedUpAhead,
+    delivered: BTreeMap<u64, u64>,
     scratch: Vec<u8>,
     /// The FPDUs of a segment found ahead ([`Receiver::locate_chain`]), kept across
     /// segments so that finding them allocates nothing.
@@ -224,7 +225,7 @@ impl Receiver {
             state: InState::Boundary,
             partial: Vec::new(),
             skip_until: 0,
-            delivered: HandedUpAhead::default(),
+            delivered: BTreeMap::new(),
             scratch: Vec::new(),
             found: Vec::new(),
             stopped: false,
@@ -342,7 +343,12 @@ impl Receiver {
         }
         let span = fpdu_len(usize::from(len));
         let fpdu = s.get(..span)?;
-        if !self.delivered.is_empty() && self.delivered.starts_in(self.pos..self.pos + span as u64)
+        if !self.delivered.is_empty()
+            && self
+                .delivered
+                .range(self.pos..self.pos + span as u64)
+                .next()
+                .is_some()
         {
             return None;
         }
@@ -671,13 +677,13 @@ impl Receiver {
             // The usual case, in order: no call into the map.
             return None;
         }
-        self.delivered.remove(self.pos)
+        self.delivered.remove(&self.pos)
     }
 
     /// An FPDU found in order must not overlap one handed up out of order at another start.
     #[inline]
     fn check_overlap(&mut self, boundary: u64, end: u64) -> Result<(), MpaError> {
-        if !self.delivered.is_empty() && self.delivered.starts_in(boundary..end) {
+        if !self.delivered.is_empty() && self.delivered.range(boundary..end).next().is_some() {
             return Err(MpaError::Framing(
                 "an FPDU placed out of order disagrees with the in-order stream",
             ));
@@ -837,7 +843,7 @@ impl Receiver {
             return Consumed::NONE;
         }
         for &(boundary, first, fend, ulpdu_len) in found.iter() {
-            if self.delivered.contains(boundary) {
+            if self.delivered.contains_key(&boundary) {
                 continue;
             }
             let off = (first - s) as usize;
@@ -930,7 +936,10 @@ impl Receiver {
     /// Whether an FPDU handed up ahead ends at `pos` (which is then an FPDU boundary). They
     /// do not overlap, so it can only be the last one that starts before `pos`.
     fn ends_delivered(&self, pos: u64) -> bool {
-        self.delivered.ends_at(pos)
+        self.delivered
+            .range(..pos)
+            .next_back()
+            .is_some_and(|(_, &end)| end == pos)
     }
 
     /// Chains whole FPDUs of the segment at `s` from boundary `from` into `found` (cleared
