@@ -324,6 +324,8 @@ impl Reassembly {
             e = e.max(self.ranges[hi - 1].1);
             self.ranges.drain(lo + 1..hi);
             self.ranges[lo] = (s, e);
+        } else if lo == self.ranges.len() {
+            self.ranges.push_back((s, e));
         } else {
             self.ranges.insert(lo, (s, e));
         }

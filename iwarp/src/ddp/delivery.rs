@@ -99,7 +99,11 @@ impl<T> DeliveryOrder<T> {
         if !self.is_next(pos) && self.held.len() >= self.limit {
             return Offer::Full;
         }
-        self.held.insert(at, (pos.start, pos.end, record));
+        if at == self.held.len() {
+            self.held.push_back((pos.start, pos.end, record));
+        } else {
+            self.held.insert(at, (pos.start, pos.end, record));
+        }
         Offer::Accepted
     }
 
@@ -118,12 +122,14 @@ impl<T> DeliveryOrder<T> {
         // In order nothing is held; behind a hole the next one is usually at the front
         // (records before `next` stay only after a segment delivered directly ran past them).
         let &(first, _, _) = self.held.front()?;
-        let at = match first.cmp(&self.next) {
-            std::cmp::Ordering::Equal => 0,
+        let (_, end, rec) = match first.cmp(&self.next) {
+            std::cmp::Ordering::Equal => self.held.pop_front()?,
             std::cmp::Ordering::Greater => return None,
-            std::cmp::Ordering::Less => self.search(self.next).ok()?,
+            std::cmp::Ordering::Less => {
+                let at = self.search(self.next).ok()?;
+                self.held.remove(at)?
+            }
         };
-        let (_, end, rec) = self.held.remove(at)?;
         self.next = end;
         Some(rec)
     }
