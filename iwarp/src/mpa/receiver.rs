@@ -194,6 +194,9 @@ pub struct Receiver {
     /// FPDUs handed up ahead of `pos`: boundary → end (relative positions).
     delivered: BTreeMap<u64, u64>,
     scratch: Vec<u8>,
+    /// The FPDUs of a segment found ahead ([`Receiver::locate_chain`]), kept across
+    /// segments so that finding them allocates nothing.
+    found: Vec<Found>,
     stopped: bool,
     /// CRCs computed for the segment last staged ([`Receiver::stage`]).
     staged: Vec<StagedCrc>,
@@ -224,6 +227,7 @@ impl Receiver {
             skip_until: 0,
             delivered: BTreeMap::new(),
             scratch: Vec::new(),
+            found: Vec::new(),
             stopped: false,
             staged: Vec::new(),
             stages: cfg.crc && !cfg.markers && one_pass(),
@@ -789,6 +793,20 @@ impl Receiver {
         payload: &[u8],
         deliver: &mut F,
     ) -> Consumed {
+        let mut found = std::mem::take(&mut self.found);
+        let consumed = self.place_found_ahead(seq, payload, &mut found, deliver);
+        self.found = found;
+        consumed
+    }
+
+    /// [`Receiver::place_ahead`] with `found` to collect the segment's FPDUs in.
+    fn place_found_ahead<F: FnMut(Delivery<'_>)>(
+        &mut self,
+        seq: u32,
+        payload: &[u8],
+        found: &mut Vec<Found>,
+        deliver: &mut F,
+    ) -> Consumed {
         let Some(s) = self.rel(seq) else {
             return Consumed::NONE;
         };
@@ -811,7 +829,7 @@ impl Receiver {
                 _ => {}
             }
         }
-        let Some((first_boundary, found, b)) = self.locate_chain(s, payload, floor) else {
+        let Some((first_boundary, b)) = self.locate_chain(s, payload, floor, found) else {
             return Consumed::NONE;
         };
         if first_boundary < floor {
@@ -824,7 +842,7 @@ impl Receiver {
         if !self.cfg.crc && self.spacing.is_none() && b != end {
             return Consumed::NONE;
         }
-        for &(boundary, first, fend, ulpdu_len) in &found {
+        for &(boundary, first, fend, ulpdu_len) in found.iter() {
             if self.delivered.contains_key(&boundary) {
                 continue;
             }
@@ -856,8 +874,8 @@ impl Receiver {
         }
     }
 
-    /// The whole FPDUs of the segment at `s` and where their chain starts and ends (no
-    /// boundary below `floor`).
+    /// The whole FPDUs of the segment at `s` (into `found`) and where their chain starts and
+    /// ends (no boundary below `floor`).
     ///
     /// With markers the chain starts at the boundary the first marker of the segment points
     /// to, or at the segment's start when a chain from there is confirmed: FPDU-aligned
@@ -876,7 +894,13 @@ impl Receiver {
     /// header, but the CRC covers the whole FPDU and must match before any of it reaches
     /// DDP (RFC 5044 §6.5, §8), so the pieces would have to be held until complete either
     /// way: TCP's reassembly store does that.
-    fn locate_chain(&self, s: u64, payload: &[u8], floor: u64) -> Option<(u64, Vec<Found>, u64)> {
+    fn locate_chain(
+        &self,
+        s: u64,
+        payload: &[u8],
+        floor: u64,
+        found: &mut Vec<Found>,
+    ) -> Option<(u64, u64)> {
         let marked = self.locate(s, payload);
         // A segment that starts right behind a marker: an FPDU starting there owns that
         // marker (RFC 5044 §5), so its boundary lies in the previous segment, where the
@@ -885,7 +909,7 @@ impl Receiver {
             .spacing
             .is_some_and(|sp| sp.is_marker_at(self.seq(s).wrapping_sub(MARKER_LEN as u32)));
         if self.spacing.is_some() && marked != Some(s) && s >= floor && !after_marker {
-            let (found, b) = self.chain(s, payload, s);
+            let b = self.chain(s, payload, s, found);
             let confirmed = !found.is_empty()
                 && if self.cfg.crc {
                     // Each FPDU of the chain passed its CRC; with a marker in the segment
@@ -901,12 +925,12 @@ impl Receiver {
                     self.ends_delivered(s)
                 };
             if confirmed {
-                return Some((s, found, b));
+                return Some((s, b));
             }
         }
         let m = marked?;
-        let (found, b) = self.chain(s, payload, m);
-        Some((m, found, b))
+        let b = self.chain(s, payload, m, found);
+        Some((m, b))
     }
 
     /// Whether an FPDU handed up ahead ends at `pos` (which is then an FPDU boundary). They
@@ -918,11 +942,11 @@ impl Receiver {
             .is_some_and(|(_, &end)| end == pos)
     }
 
-    /// Chains whole FPDUs of the segment at `s` from boundary `from`; returns them and the
-    /// boundary after the last one.
-    fn chain(&self, s: u64, payload: &[u8], from: u64) -> (Vec<Found>, u64) {
+    /// Chains whole FPDUs of the segment at `s` from boundary `from` into `found` (cleared
+    /// first); returns the boundary after the last one.
+    fn chain(&self, s: u64, payload: &[u8], from: u64, found: &mut Vec<Found>) -> u64 {
         let end = s + payload.len() as u64;
-        let mut found = Vec::new();
+        found.clear();
         let mut b = from;
         while b < end {
             let mut first = b;
@@ -954,7 +978,7 @@ impl Receiver {
                 _ => break,
             }
         }
-        (found, b)
+        b
     }
 
     /// Boundary of the first FPDU that starts inside the segment at `s`.
