@@ -9,7 +9,7 @@
 //! delivered twice: a segment that overlaps data already received is cut into its new pieces
 //! before it is offered.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::checksum::PayloadSum;
@@ -205,10 +205,7 @@ pub trait SegmentSink<C: ?Sized = ()> {
 /// number of gaps is unbounded; stored bytes are bounded by the receive window.
 #[derive(Debug, Default)]
 pub(crate) struct Reassembly {
-    /// The received ranges `(start, end)`, ascending, disjoint and not touching. A sorted
-    /// `VecDeque`: behind a hole the segments ahead arrive in order and extend the last
-    /// range, and RCV.NXT takes ranges from the front; few are held at a time.
-    ranges: VecDeque<(u64, u64)>,
+    ranges: BTreeMap<u64, u64>,
     data: BTreeMap<u64, Vec<u8>>,
     stored: usize,
     /// Buffers of delivered chunks, for the next stored ones (no allocation per segment).
@@ -236,36 +233,25 @@ impl Reassembly {
 
     /// The received ranges, ascending.
     pub(crate) fn ranges(&self) -> impl DoubleEndedIterator<Item = (u64, u64)> + '_ {
-        self.ranges.iter().copied()
-    }
-
-    /// How many received ranges start at or before `off` (the index of the first one
-    /// after it): the last range first, where segments ahead usually go.
-    fn count_from(&self, off: u64) -> usize {
-        match self.ranges.back() {
-            Some(&(ls, _)) if ls <= off => self.ranges.len(),
-            _ => self.ranges.partition_point(|&(rs, _)| rs <= off),
-        }
+        self.ranges.iter().map(|(&s, &e)| (s, e))
     }
 
     /// The received range containing `off`, if any.
     pub(crate) fn range_containing(&self, off: u64) -> Option<(u64, u64)> {
-        let i = self.count_from(off);
-        let r = *self.ranges.get(i.checked_sub(1)?)?;
-        (r.1 > off).then_some(r)
+        self.ranges
+            .range(..=off)
+            .next_back()
+            .filter(|(_, &e)| e > off)
+            .map(|(&s, &e)| (s, e))
     }
 
     /// Sub-intervals of `[s, e)` not yet received, appended to `out`.
     pub(crate) fn uncovered(&self, s: u64, e: u64, out: &mut Vec<(u64, u64)>) {
         let mut cur = s;
-        let i = self.ranges.partition_point(|&(rs, _)| rs < s);
-        if i > 0 {
-            cur = cur.max(self.ranges[i - 1].1.min(e));
+        if let Some((_, &pe)) = self.ranges.range(..s).next_back() {
+            cur = cur.max(pe.min(e));
         }
-        for &(rs, re) in self.ranges.range(i..) {
-            if rs >= e {
-                break;
-            }
+        for (&rs, &re) in self.ranges.range(s..e) {
             if rs > cur {
                 out.push((cur, rs));
             }
@@ -305,39 +291,34 @@ impl Reassembly {
         }
         // The usual case behind a hole: the last range starting at or before `e` reaches
         // `s` from below (segments ahead of RCV.NXT arrive in order), so no other range
-        // meets `[s, e)`: its end grows in place.
-        let hi = self.count_from(e);
-        if let Some(last) = hi.checked_sub(1).and_then(|i| self.ranges.get_mut(i)) {
-            if last.0 <= s && last.1 >= s {
-                last.1 = last.1.max(e);
+        // meets `[s, e)`: its end grows in place, one search.
+        if let Some((&ls, le)) = self.ranges.range_mut(..=e).next_back() {
+            if ls <= s && *le >= s {
+                *le = (*le).max(e);
                 return;
             }
         }
-        // Ranges `lo..hi` meet `[s, e)`: the one starting at or before `s` if it reaches
-        // `s`, and those starting inside `[s, e]`.
-        let mut lo = self.ranges.partition_point(|&(rs, _)| rs < s);
-        if lo > 0 && self.ranges[lo - 1].1 >= s {
-            lo -= 1;
-            s = self.ranges[lo].0;
+        if let Some((&ps, &pe)) = self.ranges.range(..=s).next_back() {
+            if pe >= s {
+                s = ps;
+                e = e.max(pe);
+                self.ranges.remove(&ps);
+            }
         }
-        if hi > lo {
-            e = e.max(self.ranges[hi - 1].1);
-            self.ranges.drain(lo + 1..hi);
-            self.ranges[lo] = (s, e);
-        } else if lo == self.ranges.len() {
-            self.ranges.push_back((s, e));
-        } else {
-            self.ranges.insert(lo, (s, e));
+        while let Some((&ns, &ne)) = self.ranges.range(s..=e).next() {
+            self.ranges.remove(&ns);
+            e = e.max(ne);
         }
+        self.ranges.insert(s, e);
     }
 
     /// If a received range starts at or before `base`, remove it and return its end.
     pub(crate) fn pop_front_at(&mut self, base: u64) -> Option<u64> {
-        let &(s, e) = self.ranges.front()?;
+        let (&s, &e) = self.ranges.iter().next()?;
         if s > base {
             return None;
         }
-        self.ranges.pop_front();
+        self.ranges.remove(&s);
         Some(e.max(base))
     }
 
@@ -356,115 +337,6 @@ impl Reassembly {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The map the received ranges were kept in before: the reference for the sorted queue.
-    #[derive(Default)]
-    struct MapRanges(BTreeMap<u64, u64>);
-
-    impl MapRanges {
-        fn insert(&mut self, mut s: u64, mut e: u64) {
-            if s >= e {
-                return;
-            }
-            if let Some((&ps, &pe)) = self.0.range(..=s).next_back() {
-                if pe >= s {
-                    s = ps;
-                    e = e.max(pe);
-                    self.0.remove(&ps);
-                }
-            }
-            while let Some((&ns, &ne)) = self.0.range(s..=e).next() {
-                self.0.remove(&ns);
-                e = e.max(ne);
-            }
-            self.0.insert(s, e);
-        }
-
-        fn uncovered(&self, s: u64, e: u64) -> Vec<(u64, u64)> {
-            let mut out = Vec::new();
-            let mut cur = s;
-            if let Some((_, &pe)) = self.0.range(..s).next_back() {
-                cur = cur.max(pe.min(e));
-            }
-            for (&rs, &re) in self.0.range(s..e) {
-                if rs > cur {
-                    out.push((cur, rs));
-                }
-                cur = cur.max(re);
-            }
-            if cur < e {
-                out.push((cur, e));
-            }
-            out
-        }
-
-        fn range_containing(&self, off: u64) -> Option<(u64, u64)> {
-            let (&s, &e) = self.0.range(..=off).next_back()?;
-            (e > off).then_some((s, e))
-        }
-
-        fn pop_front_at(&mut self, base: u64) -> Option<u64> {
-            let (&s, &e) = self.0.iter().next()?;
-            if s > base {
-                return None;
-            }
-            self.0.remove(&s);
-            Some(e.max(base))
-        }
-    }
-
-    #[derive(Debug, Clone)]
-    enum RangeOp {
-        Insert(u64, u64),
-        Uncovered(u64, u64),
-        Containing(u64),
-        PopFrontAt(u64),
-    }
-
-    fn range_op() -> impl proptest::strategy::Strategy<Value = RangeOp> {
-        use proptest::prelude::*;
-        prop_oneof![
-            6 => (0u64..120, 0u64..24).prop_map(|(s, l)| RangeOp::Insert(s, s + l)),
-            2 => (0u64..120, 0u64..40).prop_map(|(s, l)| RangeOp::Uncovered(s, s + l)),
-            2 => (0u64..130).prop_map(RangeOp::Containing),
-            1 => (0u64..130).prop_map(RangeOp::PopFrontAt),
-        ]
-    }
-
-    proptest::proptest! {
-        /// RFC 9293 §3.10.7.4 (segments queued beyond RCV.NXT), RFC 2018 §4 (the ranges the
-        /// SACK blocks report): segments ahead in any arrival order, overlapping, touching
-        /// or duplicated leave the same received ranges, the same gaps and the same answers
-        /// as the map the ranges were kept in before.
-        #[test]
-        fn received_ranges_match_the_map(ops in proptest::collection::vec(range_op(), 0..150)) {
-            let mut r = Reassembly::default();
-            let mut m = MapRanges::default();
-            for op in ops {
-                match op {
-                    RangeOp::Insert(s, e) => {
-                        r.insert(s, e);
-                        m.insert(s, e);
-                    }
-                    RangeOp::Uncovered(s, e) => {
-                        let mut out = Vec::new();
-                        r.uncovered(s, e, &mut out);
-                        proptest::prop_assert_eq!(out, m.uncovered(s, e));
-                    }
-                    RangeOp::Containing(off) => {
-                        proptest::prop_assert_eq!(r.range_containing(off), m.range_containing(off))
-                    }
-                    RangeOp::PopFrontAt(b) => {
-                        proptest::prop_assert_eq!(r.pop_front_at(b), m.pop_front_at(b))
-                    }
-                }
-                let got: Vec<_> = r.ranges().collect();
-                let want: Vec<_> = m.0.iter().map(|(&s, &e)| (s, e)).collect();
-                proptest::prop_assert_eq!(got, want);
-                proptest::prop_assert_eq!(r.range_count(), m.0.len());
-            }
-        }
-    }
 
     /// A sink that places the ranges it is told to and logs what reaches `on_in_order`.
     struct Partial {
