@@ -501,10 +501,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     }
 
     fn conn(&self, id: ConnId) -> Option<&Conn<U>> {
-        self.slots
-            .get(id.index as usize)?
-            .as_ref()
-            .filter(|c| c.generation == id.generation)
+        slot_ref(&self.slots, id)
     }
 
     fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn<U>> {
@@ -1235,13 +1232,10 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         let held = self.held_syns.next_due();
-        while let Some((d, id)) = self.timers.peek() {
-            if self.conn(id).is_some_and(|c| c.timer_at == Some(d)) {
-                return Instant::earliest(Some(d), held);
-            }
-            self.timers.pop_earliest();
-        }
-        held
+        let slots = &self.slots;
+        let live = |d, id| slot_ref(slots, id).is_some_and(|c: &Conn<U>| c.timer_at == Some(d));
+        let next = self.timers.peek_where(live).map(|(d, _)| d);
+        Instant::earliest(next, held)
     }
 
     /// Run every timer due at `now`.
@@ -1516,11 +1510,7 @@ fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool
 /// Makes the engine's timer heap hold an entry for `c` (of `id`) due no later than its
 /// earliest deadline.
 #[inline]
-fn schedule_conn<U>(
-    timers: &mut TimerWheel<ConnId>,
-    c: &mut Conn<U>,
-    id: ConnId,
-) {
+fn schedule_conn<U>(timers: &mut TimerWheel<ConnId>, c: &mut Conn<U>, id: ConnId) {
     // The heap's entry for the connection (at `timer_at`) was due no later than each of
     // its deadlines; only one armed since can be earlier.
     let armed = c.tcb.take_armed();
@@ -1547,6 +1537,13 @@ fn count_flight<U>(total: &mut usize, c: &mut Conn<U>) {
     let f = c.tcb.flight_size();
     *total = *total - c.flight + f;
     c.flight = f;
+}
+
+fn slot_ref<U>(slots: &[Option<Conn<U>>], id: ConnId) -> Option<&Conn<U>> {
+    slots
+        .get(id.index as usize)?
+        .as_ref()
+        .filter(|c| c.generation == id.generation)
 }
 
 fn slot_mut<U>(slots: &mut [Option<Conn<U>>], id: ConnId) -> Option<&mut Conn<U>> {

@@ -1,10 +1,13 @@
 //! A hashed timing wheel: the engine's connection timers, filed by due time in O(1).
 //!
-//! Entries are `(due, key)` pairs filed in the slot of their tick (`due >> TICK_SHIFT`, about
-//! a millisecond) modulo [`SLOTS`]; an entry more than a turn of the wheel away waits in its
-//! slot and is passed over until its turn. [`TimerWheel::expire`] takes every entry due at
-//! `now`, exactly the entries a heap would pop at the same time; [`TimerWheel::peek`]
-//! names the earliest entry (cached between changes).
+//! Entries due within a turn of the wheel ([`SLOTS`] ticks of about a millisecond) are
+//! filed in the slot of their tick; later ones wait in an overflow heap and move to their
+//! slot as the wheel turns. [`TimerWheel::expire`] takes every entry due at `now`, exactly
+//! the entries a heap would pop at the same time; [`TimerWheel::peek_where`] names the
+//! earliest live entry (cached between changes), dropping dead ones on the way.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use crate::time::Instant;
 
@@ -24,25 +27,24 @@ fn slot_of(tick: u64) -> usize {
 /// The wheel; `K` names what is due (a connection).
 #[derive(Debug)]
 pub(crate) struct TimerWheel<K> {
+    /// Entries due within a turn from `swept`, by tick; entries due before `swept` are
+    /// filed in its slot.
     slots: Vec<Vec<(Instant, K)>>,
-    /// Every tick before this one has been swept: no entry is due before its start,
-    /// entries due earlier than that are filed in this tick's slot.
+    /// Entries due a turn or more from `swept`.
+    later: BinaryHeap<Reverse<(Instant, K)>>,
+    /// Every tick before this one has been swept.
     swept: u64,
-    len: usize,
-    /// The earliest entry and its slot, when known.
-    earliest: Option<(Instant, K, usize)>,
-    /// Whether `earliest` is up to date.
-    earliest_known: bool,
+    /// The earliest entry, when known (`None` inside: there is none).
+    earliest: Option<Option<(Instant, K)>>,
 }
 
 impl<K: Copy + Ord> Default for TimerWheel<K> {
     fn default() -> Self {
         TimerWheel {
             slots: (0..SLOTS).map(|_| Vec::new()).collect(),
+            later: BinaryHeap::new(),
             swept: 0,
-            len: 0,
-            earliest: None,
-            earliest_known: true,
+            earliest: Some(None),
         }
     }
 }
@@ -51,45 +53,41 @@ impl<K: Copy + Ord> TimerWheel<K> {
     /// Files `key` to come due at `at`.
     #[inline]
     pub(crate) fn push(&mut self, at: Instant, key: K) {
-        let slot = slot_of(tick(at).max(self.swept));
-        self.slots[slot].push((at, key));
-        self.len += 1;
-        if self.earliest_known && self.earliest.is_none_or(|(d, k, _)| (at, key) < (d, k)) {
-            self.earliest = Some((at, key, slot));
+        let t = tick(at).max(self.swept);
+        if t - self.swept < SLOTS as u64 {
+            self.slots[slot_of(t)].push((at, key));
+        } else {
+            self.later.push(Reverse((at, key)));
+        }
+        if let Some(e) = &mut self.earliest {
+            if e.is_none_or(|first| (at, key) < first) {
+                *e = Some((at, key));
+            }
         }
     }
 
-    /// The earliest entry (ties: the smallest key).
-    pub(crate) fn peek(&mut self) -> Option<(Instant, K)> {
-        if !self.earliest_known {
-            self.earliest = self.find_earliest();
-            self.earliest_known = true;
+    /// The earliest entry `live` keeps (ties: the smallest key); the entries it refuses
+    /// on the way are dropped.
+    pub(crate) fn peek_where(
+        &mut self,
+        mut live: impl FnMut(Instant, K) -> bool,
+    ) -> Option<(Instant, K)> {
+        if let Some(e) = self.earliest {
+            match e {
+                Some((d, k)) if !live(d, k) => {}
+                e => return e,
+            }
         }
-        self.earliest.map(|(d, k, _)| (d, k))
-    }
-
-    /// Removes the entry [`TimerWheel::peek`] named.
-    pub(crate) fn pop_earliest(&mut self) {
-        if self.peek().is_none() {
-            return;
-        }
-        let Some((d, k, slot)) = self.earliest.take() else {
-            return;
-        };
-        let entries = &mut self.slots[slot];
-        if let Some(i) = entries.iter().position(|&e| e == (d, k)) {
-            entries.swap_remove(i);
-            self.len -= 1;
-        }
-        self.earliest_known = false;
+        let found = self.find_earliest(&mut live);
+        self.earliest = Some(found);
+        found
     }
 
     /// Moves every entry due at `now` (due no later than it) to `due`, earliest first
     /// (ties: the smallest key first).
     pub(crate) fn expire(&mut self, now: Instant, due: &mut Vec<(Instant, K)>) {
         let now_tick = tick(now);
-        if self.len == 0 || now_tick < self.swept {
-            self.swept = self.swept.max(now_tick);
+        if now_tick < self.swept {
             return;
         }
         let first = due.len();
@@ -106,34 +104,45 @@ impl<K: Copy + Ord> TimerWheel<K> {
             }
         }
         self.swept = now_tick;
-        let taken = due.len() - first;
-        if taken > 0 {
-            self.len -= taken;
-            self.earliest_known = false;
+        // The turn moved on: entries of the overflow now within it go to their slots.
+        while let Some(&Reverse((d, k))) = self.later.peek() {
+            if tick(d) - self.swept.min(tick(d)) >= SLOTS as u64 {
+                break;
+            }
+            self.later.pop();
+            if d <= now {
+                due.push((d, k));
+            } else {
+                self.slots[slot_of(tick(d))].push((d, k));
+            }
+        }
+        if due.len() > first {
+            self.earliest = None;
             due[first..].sort_unstable();
         }
     }
 
-    /// The earliest entry, looked for slot by slot from the swept tick.
-    fn find_earliest(&self) -> Option<(Instant, K, usize)> {
-        if self.len == 0 {
-            return None;
-        }
-        let best = |slot: usize, upto: Option<u64>| {
-            self.slots[slot]
-                .iter()
-                .filter(|&&(d, _)| upto.is_none_or(|t| tick(d) <= t))
-                .min()
-                .map(|&(d, k)| (d, k, slot))
-        };
-        // Every entry's tick is at least `swept` (earlier ones are filed in its slot): the
-        // first tick with an entry of its own holds the earliest.
+    /// The earliest entry `live` keeps, looked for tick by tick from the swept one.
+    fn find_earliest(&mut self, live: &mut impl FnMut(Instant, K) -> bool) -> Option<(Instant, K)> {
         for t in self.swept..self.swept + SLOTS as u64 {
-            if let Some(e) = best(slot_of(t), Some(t)) {
+            let entries = &mut self.slots[slot_of(t)];
+            if entries.is_empty() {
+                continue;
+            }
+            entries.retain(|&(d, k)| live(d, k));
+            // Every entry of the slot is due in this tick (or before it, in the swept
+            // tick's slot): the slot's earliest is the wheel's.
+            if let Some(&e) = entries.iter().min() {
                 return Some(e);
             }
         }
-        (0..SLOTS).filter_map(|s| best(s, None)).min()
+        while let Some(&Reverse((d, k))) = self.later.peek() {
+            if live(d, k) {
+                return Some((d, k));
+            }
+            self.later.pop();
+        }
+        None
     }
 }
 
@@ -149,8 +158,8 @@ mod tests {
     /// whose deadline moved later re-filed (as `Engine::handle_timeout` does).
     trait Queue {
         fn push(&mut self, at: Instant, k: u32);
-        fn peek(&mut self) -> Option<(Instant, u32)>;
-        fn pop(&mut self);
+        /// The earliest entry `live` keeps; dead ones met on the way are dropped.
+        fn next_live(&mut self, live: &dyn Fn(Instant, u32) -> bool) -> Option<Instant>;
         fn expire(&mut self, now: Instant) -> Vec<(Instant, u32)>;
     }
 
@@ -158,11 +167,8 @@ mod tests {
         fn push(&mut self, at: Instant, k: u32) {
             TimerWheel::push(self, at, k)
         }
-        fn peek(&mut self) -> Option<(Instant, u32)> {
-            TimerWheel::peek(self)
-        }
-        fn pop(&mut self) {
-            self.pop_earliest()
+        fn next_live(&mut self, live: &dyn Fn(Instant, u32) -> bool) -> Option<Instant> {
+            self.peek_where(live).map(|(d, _)| d)
         }
         fn expire(&mut self, now: Instant) -> Vec<(Instant, u32)> {
             let mut due = Vec::new();
@@ -176,11 +182,14 @@ mod tests {
         fn push(&mut self, at: Instant, k: u32) {
             BinaryHeap::push(self, Reverse((at, k)))
         }
-        fn peek(&mut self) -> Option<(Instant, u32)> {
-            BinaryHeap::peek(self).map(|r| r.0)
-        }
-        fn pop(&mut self) {
-            BinaryHeap::pop(self);
+        fn next_live(&mut self, live: &dyn Fn(Instant, u32) -> bool) -> Option<Instant> {
+            while let Some(&Reverse((d, k))) = BinaryHeap::peek(self) {
+                if live(d, k) {
+                    return Some(d);
+                }
+                BinaryHeap::pop(self);
+            }
+            None
         }
         fn expire(&mut self, now: Instant) -> Vec<(Instant, u32)> {
             let mut due = Vec::new();
@@ -235,13 +244,8 @@ mod tests {
 
         /// `Engine::poll_timeout`: the earliest live entry.
         fn next(&mut self) -> Option<Instant> {
-            while let Some((d, k)) = self.q.peek() {
-                if self.conns[k as usize].1 == Some(d) {
-                    return Some(d);
-                }
-                self.q.pop();
-            }
-            None
+            let conns = &self.conns;
+            self.q.next_live(&|d, k| conns[k as usize].1 == Some(d))
         }
     }
 
@@ -325,11 +329,11 @@ mod tests {
         while now < far {
             w.expire(now, &mut due);
             assert!(due.is_empty(), "fired at {now:?}, due at {far:?}");
-            assert_eq!(w.peek(), Some((far, 1)));
+            assert_eq!(w.peek_where(|_, _| true), Some((far, 1)));
             now = now.saturating_add_micros(700);
         }
         w.expire(far, &mut due);
         assert_eq!(due, vec![(far, 1)]);
-        assert_eq!(w.peek(), None);
+        assert_eq!(w.peek_where(|_, _| true), None);
     }
 }
