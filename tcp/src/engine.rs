@@ -1,9 +1,7 @@
 //! The sans-IO engine: connection table (hashed 4-tuple lookup), listeners, timers and the
 //! `handle_*` / `poll_*` API the data plane drives.
 
-use std::cmp::Reverse;
-use std::collections::binary_heap::PeekMut;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -17,6 +15,7 @@ use crate::isn::IsnGenerator;
 use crate::syn_hold::HeldSyns;
 use crate::tcb::{CloseReason, ConnInfo, Holding, LossCounters, State, Tcb, TcbEvent};
 use crate::time::Instant;
+use crate::timer_wheel::TimerWheel;
 use crate::tx::Gather;
 use crate::ulp::{Bound, Ulp};
 use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
@@ -271,7 +270,10 @@ pub struct Engine<U, C: ?Sized = ()> {
     /// Octets of the bound reserved for the connections woken from `waiters` whose turn
     /// has not ended yet.
     reserved: usize,
-    timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
+    /// Each connection's earliest deadline (and stale entries: deadlines since moved).
+    timers: TimerWheel<ConnId>,
+    /// The entries [`Engine::handle_timeout`] took from `timers`, kept for its buffer.
+    due: Vec<(Instant, ConnId)>,
     events: VecDeque<Event<U>>,
     rsts: VecDeque<Rst>,
     held_syns: HeldSyns,
@@ -319,7 +321,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             flight: 0,
             waiters: VecDeque::new(),
             reserved: 0,
-            timers: BinaryHeap::new(),
+            timers: TimerWheel::default(),
+            due: Vec::new(),
             events: VecDeque::new(),
             rsts: VecDeque::new(),
             held_syns: HeldSyns::default(),
@@ -498,10 +501,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     }
 
     fn conn(&self, id: ConnId) -> Option<&Conn<U>> {
-        self.slots
-            .get(id.index as usize)?
-            .as_ref()
-            .filter(|c| c.generation == id.generation)
+        slot_ref(&self.slots, id)
     }
 
     fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn<U>> {
@@ -1232,65 +1232,52 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         let held = self.held_syns.next_due();
-        while let Some(&Reverse((d, id))) = self.timers.peek() {
-            if self.conn(id).is_some_and(|c| c.timer_at == Some(d)) {
-                return Instant::earliest(Some(d), held);
-            }
-            self.timers.pop();
-        }
-        held
+        let slots = &self.slots;
+        let live = |d, id| slot_ref(slots, id).is_some_and(|c: &Conn<U>| c.timer_at == Some(d));
+        let next = self.timers.peek_where(live).map(|(d, _)| d);
+        Instant::earliest(next, held)
     }
 
     /// Run every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.release_held_syns(now);
+        let mut due = std::mem::take(&mut self.due);
         loop {
-            let id = {
-                let Some(mut top) = self.timers.peek_mut() else {
-                    break;
-                };
-                let Reverse((d, id)) = *top;
-                if d > now {
-                    break;
-                }
+            self.timers.expire(now, &mut due);
+            if due.is_empty() {
+                break;
+            }
+            for (d, id) in due.drain(..) {
                 let Some(c) = slot_mut(&mut self.slots, id).filter(|c| c.timer_at == Some(d))
                 else {
-                    PeekMut::pop(top);
                     continue;
                 };
                 match c.tcb.next_deadline() {
                     // The deadline it was queued for moved later (an ACK restarted the RTO
                     // or the probe timer): nothing is due, so the TCB, its ULP and the
-                    // service on top are not visited; the entry moves to the new deadline
-                    // in place (one sift instead of a pop and a push).
+                    // service on top are not visited; the entry is filed at the new
+                    // deadline.
                     Some(t) if t > now => {
                         c.timer_at = Some(t);
-                        *top = Reverse((t, id));
+                        self.timers.push(t, id);
                         continue;
                     }
                     None => {
                         c.timer_at = None;
-                        PeekMut::pop(top);
                         continue;
                     }
-                    Some(_) => {
-                        c.timer_at = None;
-                        PeekMut::pop(top);
-                        id
-                    }
+                    Some(_) => c.timer_at = None,
                 }
-            };
-            let Some(c) = slot_mut(&mut self.slots, id) else {
-                continue;
-            };
-            let mut evs = std::mem::take(&mut self.scratch);
-            c.tcb.handle_timeout(now, &self.cfg, &mut evs);
-            count_flight(&mut self.flight, c);
-            self.mark_active(id);
-            self.apply_events(id, &mut evs);
-            self.scratch = evs;
-            self.after_activity(id);
+                let mut evs = std::mem::take(&mut self.scratch);
+                c.tcb.handle_timeout(now, &self.cfg, &mut evs);
+                count_flight(&mut self.flight, c);
+                self.mark_active(id);
+                self.apply_events(id, &mut evs);
+                self.scratch = evs;
+                self.after_activity(id);
+            }
         }
+        self.due = due;
         self.release_waiters();
     }
 
@@ -1523,11 +1510,7 @@ fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool
 /// Makes the engine's timer heap hold an entry for `c` (of `id`) due no later than its
 /// earliest deadline.
 #[inline]
-fn schedule_conn<U>(
-    timers: &mut BinaryHeap<Reverse<(Instant, ConnId)>>,
-    c: &mut Conn<U>,
-    id: ConnId,
-) {
+fn schedule_conn<U>(timers: &mut TimerWheel<ConnId>, c: &mut Conn<U>, id: ConnId) {
     // The heap's entry for the connection (at `timer_at`) was due no later than each of
     // its deadlines; only one armed since can be earlier.
     let armed = c.tcb.take_armed();
@@ -1545,7 +1528,7 @@ fn schedule_conn<U>(
     };
     if c.timer_at.is_none_or(|t| d < t) {
         c.timer_at = Some(d);
-        timers.push(Reverse((d, id)));
+        timers.push(d, id);
     }
 }
 
@@ -1554,6 +1537,13 @@ fn count_flight<U>(total: &mut usize, c: &mut Conn<U>) {
     let f = c.tcb.flight_size();
     *total = *total - c.flight + f;
     c.flight = f;
+}
+
+fn slot_ref<U>(slots: &[Option<Conn<U>>], id: ConnId) -> Option<&Conn<U>> {
+    slots
+        .get(id.index as usize)?
+        .as_ref()
+        .filter(|c| c.generation == id.generation)
 }
 
 fn slot_mut<U>(slots: &mut [Option<Conn<U>>], id: ConnId) -> Option<&mut Conn<U>> {

@@ -44,6 +44,7 @@ mod syn_hold;
 mod tcb;
 mod template;
 mod time;
+mod timer_wheel;
 pub mod tx;
 mod ulp;
 mod wire;
