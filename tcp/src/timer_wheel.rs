@@ -37,6 +37,10 @@ pub(crate) struct TimerWheel<K> {
     swept: u64,
     /// The earliest entry, when known (`None` inside: there is none).
     earliest: Option<Option<(Instant, K)>>,
+    /// The time of the last sweep: every entry due then was taken.
+    swept_at: Instant,
+    /// An entry due at or before `swept_at` was filed since that sweep.
+    filed_due: bool,
 }
 
 impl<K: Copy + Ord> Default for TimerWheel<K> {
@@ -46,6 +50,8 @@ impl<K: Copy + Ord> Default for TimerWheel<K> {
             later: BinaryHeap::new(),
             swept: 0,
             earliest: Some(None),
+            swept_at: Instant::ZERO,
+            filed_due: false,
         }
     }
 }
@@ -54,6 +60,7 @@ impl<K: Copy + Ord> TimerWheel<K> {
     /// Files `key` to come due at `at`.
     #[inline]
     pub(crate) fn push(&mut self, at: Instant, key: K) {
+        self.filed_due |= at <= self.swept_at;
         let t = tick(at).max(self.swept);
         if t - self.swept < SLOTS as u64 {
             self.slots[slot_of(t)].push((at, key));
@@ -87,10 +94,22 @@ impl<K: Copy + Ord> TimerWheel<K> {
     /// Moves every entry due at `now` (due no later than it) to `due`, earliest first
     /// (ties: the smallest key first).
     pub(crate) fn expire(&mut self, now: Instant, due: &mut Vec<(Instant, K)>) {
+        // Nothing is due: swept at this time with nothing due filed since, or the
+        // earliest entry known to be later.
+        if now == self.swept_at && !self.filed_due {
+            return;
+        }
+        if let Some(e) = self.earliest {
+            if e.is_none_or(|(d, _)| d > now) {
+                return;
+            }
+        }
         let now_tick = tick(now);
         if now_tick < self.swept {
             return;
         }
+        self.swept_at = now;
+        self.filed_due = false;
         let first = due.len();
         let span = (now_tick - self.swept).min(SLOTS as u64 - 1);
         for t in now_tick - span..=now_tick {
@@ -316,6 +335,39 @@ mod tests {
                 prop_assert_eq!(&wheel.conns, &heap.conns);
             }
         }
+    }
+
+    // A timer that fires can arm another one already due (the engine's `handle_timeout`
+    // sweeps again): an entry filed at or before the last sweep's time is taken by the
+    // next sweep at that same time, and a sweep before the earliest entry takes nothing.
+    #[test]
+    fn an_entry_filed_due_after_a_sweep_is_taken_at_the_same_time() {
+        let ms = |n: u64| Instant::from_nanos(n * 1_000_000);
+        let mut w = TimerWheel::default();
+        let mut due = Vec::new();
+        w.push(ms(5), 1u32);
+        w.push(ms(900), 9);
+        w.expire(ms(3), &mut due);
+        assert!(due.is_empty());
+        w.expire(ms(10), &mut due);
+        assert_eq!(due, [(ms(5), 1)]);
+        due.clear();
+        w.expire(ms(10), &mut due);
+        assert!(due.is_empty());
+        w.push(ms(7), 2);
+        w.push(ms(10), 3);
+        w.push(ms(11), 4);
+        w.expire(ms(10), &mut due);
+        assert_eq!(due, [(ms(7), 2), (ms(10), 3)]);
+        due.clear();
+        w.expire(ms(11), &mut due);
+        assert_eq!(due, [(ms(11), 4)]);
+        due.clear();
+        assert_eq!(w.peek_where(|_, _| true), Some((ms(900), 9)));
+        w.expire(ms(899), &mut due);
+        assert!(due.is_empty());
+        w.expire(ms(900), &mut due);
+        assert_eq!(due, [(ms(900), 9)]);
     }
 
     #[test]
