@@ -1507,11 +1507,11 @@ fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool
     true
 }
 
-/// Makes the engine's timer heap hold an entry for `c` (of `id`) due no later than its
+/// Makes the engine's timer wheel hold an entry for `c` (of `id`) due no later than its
 /// earliest deadline.
 #[inline]
 fn schedule_conn<U>(timers: &mut TimerWheel<ConnId>, c: &mut Conn<U>, id: ConnId) {
-    // The heap's entry for the connection (at `timer_at`) was due no later than each of
+    // The wheel's entry for the connection (at `timer_at`) was due no later than each of
     // its deadlines; only one armed since can be earlier.
     let armed = c.tcb.take_armed();
     if c.timer_at.is_some_and(|t| armed >= t.as_nanos()) {

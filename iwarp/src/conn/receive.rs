@@ -125,6 +125,27 @@ impl Connection {
         MpaError::Framing("too many early segments held")
     }
 
+    /// Octets at RCV.NXT, taken whole in every phase (the negotiation's, FPDUs, none once
+    /// closed): what [`SegmentSink::on_run_segment`] and [`SegmentSink::on_in_order`] share
+    /// before each pumps in its own way.
+    #[inline(always)]
+    fn take_in_order<C: RxContext + ?Sized>(
+        &mut self,
+        cx: &mut C,
+        now: Instant,
+        seq: u32,
+        bytes: &[u8],
+    ) {
+        self.advance_time(now);
+        self.release_rx_gate(cx);
+        self.note_rx_end(seq, bytes.len());
+        match &self.phase {
+            Phase::Negotiating(_) => self.negotiate_input(seq, bytes, cx),
+            Phase::Fpdu(_) => self.receive_in_order(seq, bytes, cx),
+            Phase::Closed(_) => {}
+        }
+    }
+
     /// In-order stream octets in FPDU mode: the whole FPDUs of RDMA Writes at their start
     /// through the fast path ([`Connection::place_write_run`]), the rest through the
     /// receiver.
@@ -462,14 +483,7 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
     /// [`SegmentSink::on_segment`] of an in-order segment, which the connection always
     /// takes whole, without the [`tcp::Consumed`] that says so.
     fn on_run_segment(&mut self, cx: &mut C, now: Instant, seq: u32, payload: &[u8]) {
-        self.advance_time(now);
-        self.release_rx_gate(cx);
-        self.note_rx_end(seq, payload.len());
-        match &self.phase {
-            Phase::Negotiating(_) => self.negotiate_input(seq, payload, cx),
-            Phase::Fpdu(_) => self.receive_in_order(seq, payload, cx),
-            Phase::Closed(_) => {}
-        }
+        self.take_in_order(cx, now, seq, payload);
         // `on_advance` follows at the run's end, in the same burst, and pumps, fills and
         // tracks the partial FPDU: with nothing to forward or send, nothing is left to do
         // now (`pump_after_segment` would only track the partial FPDU, at the same time).
@@ -483,14 +497,7 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
     }
 
     fn on_in_order(&mut self, cx: &mut C, now: Instant, seq: u32, bytes: &[u8]) {
-        self.advance_time(now);
-        self.release_rx_gate(cx);
-        self.note_rx_end(seq, bytes.len());
-        match &self.phase {
-            Phase::Negotiating(_) => self.negotiate_input(seq, bytes, cx),
-            Phase::Fpdu(_) => self.receive_in_order(seq, bytes, cx),
-            Phase::Closed(_) => {}
-        }
+        self.take_in_order(cx, now, seq, bytes);
         let (mem, pool) = cx.table_and_pool();
         self.pump_and_fill(mem, pool);
     }

@@ -132,6 +132,16 @@ fn feed(s: &mut Sim, seq: u32, payload: &[u8], in_order: bool) -> tcp::Consumed 
     })
 }
 
+/// Feeds an in-order `payload` at `seq` to B's sink, which must take it whole.
+fn feed_whole(s: &mut Sim, seq: u32, payload: &[u8]) {
+    let c = feed(s, seq, payload, true);
+    assert_eq!(
+        c.total(),
+        payload.len(),
+        "an in-order segment is taken whole"
+    );
+}
+
 /// Tells B's sink that RCV.NXT moved to `rcv_nxt` (over octets it took ahead).
 fn advance(s: &mut Sim, rcv_nxt: u32) {
     let now = s.now;
@@ -164,12 +174,7 @@ fn whole_write_fpdus_take_the_fast_path_and_land_exactly() {
     for n in [1, 3, 5, 2, 4, 1] {
         let segs: Vec<_> = (i..i + n).map(|k| good(&st, k)).collect();
         let payload = fpdus(seq, &segs);
-        let c = feed(&mut s, seq, &payload, true);
-        assert_eq!(
-            c.total(),
-            payload.len(),
-            "an in-order segment is taken whole"
-        );
+        feed_whole(&mut s, seq, &payload);
         seq = seq.wrapping_add(payload.len() as u32);
         i += n;
     }
@@ -522,12 +527,7 @@ fn feed_run(fast: bool, run: bool, segments: impl Fn(&Stags, u32) -> Vec<Vec<u8>
                 <Conn as SegmentSink<SimpleMemory>>::on_run_segment(c, m, now, seq, &payload)
             });
         } else {
-            let c = feed(&mut s, seq, &payload, true);
-            assert_eq!(
-                c.total(),
-                payload.len(),
-                "an in-order segment is taken whole"
-            );
+            feed_whole(&mut s, seq, &payload);
         }
         seq = seq.wrapping_add(payload.len() as u32);
         if !run {

@@ -176,7 +176,7 @@ pub(crate) struct RunAck {
 ///
 /// Aligned to a cache line, its eight deadlines declared first: the compiler lays them out
 /// first, so they fill the block's first two lines whichever slot holds it, and the timer
-/// heap's check of a connection it reaches cold (`next_deadline`) reads two lines, not three.
+/// wheel's check of a connection it reaches cold (`next_deadline`) reads two lines, not three.
 #[derive(Debug)]
 #[repr(align(64))]
 pub(crate) struct Tcb {
@@ -620,7 +620,7 @@ mod layout {
     use super::{Instant, Tcb};
     use core::mem::{align_of, offset_of, size_of};
 
-    /// The timer heap's check of a cold connection reads every deadline: they must fill
+    /// The timer wheel's check of a cold connection reads every deadline: they must fill
     /// the block's first two cache lines (see [`Tcb`]).
     #[test]
     fn deadlines_fill_the_first_two_cache_lines() {
