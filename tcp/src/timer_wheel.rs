@@ -16,9 +16,6 @@ const TICK_SHIFT: u32 = 22;
 /// Slots in the wheel (a turn of about 4.3 s: retransmission timeouts of a loaded
 /// connection stay within it).
 const SLOTS: usize = 1024;
-/// Entries each slot has room for from the start (a slot's first entries then file
-/// without an allocation; the engine's 16-octet entries: 64 KiB per engine).
-const SLOT_CAPACITY: usize = 4;
 
 fn tick(at: Instant) -> u64 {
     at.as_nanos() >> TICK_SHIFT
@@ -49,9 +46,7 @@ pub(crate) struct TimerWheel<K> {
 impl<K: Copy + Ord> Default for TimerWheel<K> {
     fn default() -> Self {
         TimerWheel {
-            slots: (0..SLOTS)
-                .map(|_| Vec::with_capacity(SLOT_CAPACITY))
-                .collect(),
+            slots: (0..SLOTS).map(|_| Vec::new()).collect(),
             later: BinaryHeap::new(),
             swept: 0,
             earliest: Some(None),
