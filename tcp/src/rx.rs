@@ -236,6 +236,22 @@ impl Reassembly {
         self.ranges.iter().map(|(&s, &e)| (s, e))
     }
 
+    /// The end of the last (highest) received range, if any.
+    #[inline]
+    pub(crate) fn last_end(&self) -> Option<u64> {
+        self.ranges.last_key_value().map(|(_, &e)| e)
+    }
+
+    /// Grows the last received range to end at `e` (beyond its end; nothing lies beyond
+    /// it): [`Reassembly::insert`] of a range that starts where the last one ends.
+    #[inline]
+    pub(crate) fn extend_last(&mut self, e: u64) {
+        if let Some(mut last) = self.ranges.last_entry() {
+            let end = last.get_mut();
+            *end = (*end).max(e);
+        }
+    }
+
     /// The received range containing `off`, if any.
     pub(crate) fn range_containing(&self, off: u64) -> Option<(u64, u64)> {
         self.ranges

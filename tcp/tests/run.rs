@@ -9,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use proptest::prelude::*;
 use smoltcp::wire::TcpControl;
 use tcp::{Config, PacketError, StreamSocket};
 
@@ -57,6 +58,8 @@ fn run_of(p: &RawPeer, n: usize) -> Vec<Seg> {
 struct Outcome {
     results: Vec<Result<(), PacketError>>,
     taken: Vec<bool>,
+    /// Per segment, whether the entry took it beyond a hole (out of order).
+    ooo: Vec<bool>,
     /// What the engine sent right after the burst.
     out: Vec<Seg>,
     /// Everything, compared as text: both engines must agree on all of it.
@@ -67,12 +70,15 @@ struct Outcome {
 fn feed(p: &mut RawPeer, frames: &[Vec<u8>]) -> Outcome {
     let mut results = Vec::new();
     let mut taken = Vec::new();
+    let mut ooo = Vec::new();
     let now = p.now;
     p.e.begin_burst();
     for f in frames {
-        let before = p.e.stats().run_segments;
+        let before = p.e.stats();
         results.push(p.e.handle_packet(now, &mut (), f));
-        taken.push(p.e.stats().run_segments > before);
+        let after = p.e.stats();
+        taken.push(after.run_segments > before.run_segments);
+        ooo.push(after.ooo_run_segments > before.ooo_run_segments);
     }
     p.e.end_burst(now, &mut ());
     let timeout = p.e.poll_timeout();
@@ -83,6 +89,7 @@ fn feed(p: &mut RawPeer, frames: &[Vec<u8>]) -> Outcome {
     let data = p.e.ulp_mut(conn).map(StreamSocket::read_all);
     let mut stats = p.e.stats();
     stats.run_segments = 0;
+    stats.ooo_run_segments = 0;
     let events: Vec<String> = p.events.iter().map(|e| format!("{e:?}")).collect();
     let seen = format!(
         "out {out:?}\nlater {later:?}\ntimeout {timeout:?}\ninfo {info:?}\n\
@@ -91,6 +98,7 @@ fn feed(p: &mut RawPeer, frames: &[Vec<u8>]) -> Outcome {
     Outcome {
         results,
         taken,
+        ooo,
         out,
         seen,
     }
@@ -117,6 +125,7 @@ fn both_ways_from(make: fn(bool) -> RawPeer, frames: &Frames) -> Outcome {
     assert_eq!(fast.results, general.results);
     assert_eq!(fast.seen, general.seen);
     assert!(general.taken.iter().all(|t| !t), "the entry is off");
+    assert!(general.ooo.iter().all(|t| !t), "the entry is off");
     fast
 }
 
@@ -430,6 +439,7 @@ fn bursts_both_ways(make: fn(bool) -> RawPeer, between: fn(&mut RawPeer)) -> Vec
         let b = feed(&mut without, &frames);
         assert_eq!((a.results, &a.seen), (b.results, &b.seen));
         assert!(b.taken.iter().all(|t| !t), "the entry is off");
+        assert!(b.ooo.iter().all(|t| !t), "the entry is off");
         taken.push(a.taken);
         for p in [&mut with, &mut without] {
             p.snd = p.snd.wrapping_add((3 * MSS) as u32);
@@ -507,4 +517,146 @@ fn a_new_echo_with_nothing_outstanding_stays_in_the_run() {
     );
     assert_eq!(o.taken, [false, true, true, true, true, true, true, true]);
     assert!(o.seen.contains("snd_una"), "{}", o.seen);
+}
+
+// RFC 9293 §3.10.7.4 (seventh check), RFC 2018 §4, RFC 5681 §4.2: with nothing the engine
+// sent outstanding, the segments beyond a hole that continue the last range held (6 and 7
+// behind 5) take the entry's out-of-order way; each is held, its arrival reported first in
+// the SACK blocks and acknowledged at once, as the general path does; the one that fills
+// the hole and the first beyond it go the general way.
+#[test]
+fn segments_beyond_a_hole_take_the_entry_and_answer_as_the_general_path() {
+    let o = both_ways_from(peer_acked, &|p| {
+        let segs = run_of(p, 8);
+        let order = [0, 1, 2, 3, 5, 6, 7, 4];
+        order.iter().map(|&i| segs[i].emit()).collect()
+    });
+    assert_eq!(
+        o.taken,
+        [false, true, true, true, false, false, false, false]
+    );
+    assert_eq!(
+        o.ooo,
+        [false, false, false, false, false, true, true, false]
+    );
+    assert!(o.results.iter().all(Result::is_ok));
+    let p = peer_acked(true);
+    let segs = run_of(&p, 8);
+    let sent: Vec<u8> = segs.iter().flat_map(|s| s.payload.clone()).collect();
+    assert!(o.seen.contains(&format!("data Some({sent:?})")));
+}
+
+/// The peer's segments of a case: `(start, length)` in units of 100 octets of one stream,
+/// each with a TSval that ticks every fourth unit (so some reordered segments carry an
+/// older one than a segment before them, RFC 7323 §5.3).
+fn pieces_of(p: &RawPeer, pieces: &[(usize, usize)]) -> Vec<Vec<u8>> {
+    const UNIT: usize = 100;
+    let data = payload(64 * UNIT, 11);
+    pieces
+        .iter()
+        .map(|&(start, len)| {
+            let mut s = p.seg(TcpControl::Psh, &data[start * UNIT..(start + len) * UNIT]);
+            s.seq = p.snd.wrapping_add((start * UNIT) as u32);
+            s.ts = p.tsval.map(|v| (v + (start / 4) as u32, p.peer_tsval));
+            s.emit()
+        })
+        .collect()
+}
+
+/// A stream of 48 units cut into in-order segments of `lens` units, then each segment
+/// moved as `moves` say (from, to: reordered), and `extras` (start, length, where) put in
+/// (duplicates, overlaps, segments across holes).
+fn shuffled(
+    lens: &[usize],
+    moves: &[(usize, usize)],
+    extras: &[(usize, usize, usize)],
+) -> Vec<(usize, usize)> {
+    let mut segs = Vec::new();
+    let mut at = 0;
+    for &l in lens {
+        if at >= 48 {
+            break;
+        }
+        let l = l.min(48 - at);
+        segs.push((at, l));
+        at += l;
+    }
+    for &(from, to) in moves {
+        let from = from % segs.len();
+        let s = segs.remove(from);
+        segs.insert(to % (segs.len() + 1), s);
+    }
+    for &(start, len, pos) in extras {
+        segs.insert(pos % (segs.len() + 1), (start, len));
+    }
+    segs
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    // RFC 9293 §3.10.7.4 (first and seventh checks), RFC 2018 §4 (SACK blocks), RFC 2883
+    // (D-SACK), RFC 5681 §4.2 (an ACK at once for out-of-order data): segments in random
+    // orders, with overlaps, duplicates and holes, over several bursts, to an engine with
+    // the entry and one without; with nothing outstanding, those beyond a hole that
+    // continue the last range held take the entry. Both answer alike after every burst:
+    // each segment's result, the ACKs with their SACK blocks, the delayed ACK, the bytes
+    // delivered in order, the state, timers and counters.
+    #[test]
+    fn out_of_order_segments_answer_as_the_general_path(
+        lens in proptest::collection::vec(1usize..5, 12..48),
+        moves in proptest::collection::vec((0usize..64, 0usize..64), 0..12),
+        extras in proptest::collection::vec((0usize..44, 1usize..5, 0usize..64), 0..5),
+        bursts in proptest::collection::vec(1usize..12, 1..8),
+    ) {
+        let order = shuffled(&lens, &moves, &extras);
+        let mut with = peer_acked(true);
+        let mut without = peer_acked(false);
+        let frames = pieces_of(&with, &order);
+        prop_assert_eq!(&frames, &pieces_of(&without, &order));
+        let mut rest = &frames[..];
+        let mut sizes = bursts.iter().cycle();
+        while !rest.is_empty() {
+            let n = (*sizes.next().expect("cycled")).min(rest.len());
+            let (burst, tail) = rest.split_at(n);
+            rest = tail;
+            let a = feed(&mut with, burst);
+            let b = feed(&mut without, burst);
+            prop_assert_eq!(&a.results, &b.results);
+            prop_assert_eq!(&a.seen, &b.seen);
+            prop_assert!(b.ooo.iter().all(|t| !t), "the entry is off");
+        }
+    }
+}
+
+// RFC 2018 §4: the first SACK block reports the range the most recent segment went into,
+// when that segment took the entry (6 continuing 5's range behind the segment 3, which
+// went into another range): the ACK after the burst reports 5..7 first, then 2..4.
+#[test]
+fn the_first_sack_block_is_of_the_segment_the_entry_took_last() {
+    let o = both_ways_from(peer_acked, &|p| {
+        let segs = run_of(p, 8);
+        [0, 2, 5, 3, 6].iter().map(|&i| segs[i].emit()).collect()
+    });
+    assert_eq!(o.ooo, [false, false, false, false, true]);
+    let p = peer_acked(true);
+    let at = |i: usize| p.snd.wrapping_add((i * MSS) as u32);
+    let ack = o.out.last().expect("an ACK");
+    assert_eq!(ack.sack, [(at(5), at(7)), (at(2), at(4))]);
+}
+
+// The case above takes the entry's out-of-order way: a stream cut in segments of two
+// units, the fourth segment moved to the end, a duplicate and an overlap beyond the hole.
+#[test]
+fn the_case_takes_the_out_of_order_way() {
+    let order = shuffled(&[2; 24], &[(3, 63)], &[(8, 2, 6), (9, 3, 9)]);
+    let mut with = peer_acked(true);
+    let mut without = peer_acked(false);
+    let frames = pieces_of(&with, &order);
+    let a = feed(&mut with, &frames);
+    let b = feed(&mut without, &frames);
+    assert_eq!((&a.results, &a.seen), (&b.results, &b.seen));
+    assert!(a.ooo.iter().filter(|&&t| t).count() >= 10, "{:?}", a.ooo);
+    let sent = payload(64 * 100, 11)[..4800].to_vec();
+    assert!(a.seen.contains(&format!("data Some({sent:?})")));
 }

@@ -2,7 +2,10 @@
 //! connection of the segment before, a plain data segment that continues that connection's
 //! run ([`crate::tcb::Tcb::takes_run_segment`]), is read without building the general
 //! representation, found without hashing its 4-tuple and handled without the general
-//! input's checks, which it would pass. Anything else goes the general way, unchanged.
+//! input's checks, which it would pass; so is a plain data segment beyond a hole that
+//! continues the last range held out of order
+//! ([`crate::tcb::Tcb::takes_ooo_run_segment`]). Anything else goes the general way,
+//! unchanged.
 
 use std::net::IpAddr;
 
@@ -78,7 +81,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         else {
             return None;
         };
-        if !tcb.takes_run_segment(&seg, bursts, now) {
+        // In order (the run), or beyond a hole continuing the last range held.
+        let in_order = tcb.takes_run_segment(&seg, bursts, now);
+        if !in_order && !tcb.takes_ooo_run_segment(&seg) {
             return None;
         }
         // As the general input: the checksum before the segment touches any state, the
@@ -102,11 +107,16 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             }
         }
         self.stats.segments_in += 1;
-        self.stats.run_segments += 1;
-        let pending = tcb.advance_pending;
-        tcb.take_run_segment(now, &self.cfg, &seg, &mut Bound { ulp, cx, now });
-        if tcb.advance_pending && !pending {
-            self.deferred.push(id);
+        if in_order {
+            self.stats.run_segments += 1;
+            let pending = tcb.advance_pending;
+            tcb.take_run_segment(now, &self.cfg, &seg, &mut Bound { ulp, cx, now });
+            if tcb.advance_pending && !pending {
+                self.deferred.push(id);
+            }
+        } else {
+            self.stats.ooo_run_segments += 1;
+            tcb.take_ooo_run_segment(now, &self.cfg, &seg, &mut Bound { ulp, cx, now });
         }
         if staged {
             ulp.unstage(cx);
