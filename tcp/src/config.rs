@@ -86,7 +86,7 @@ pub struct Config {
     pub refused_retry: Duration,
     /// Take the in-order data segments of a receive run (after the first of the run in a
     /// burst) through the run's narrow entry (on by default), and so the data segments
-    /// beyond a hole that continue the last range held out of order; off, every segment
+    /// ahead of RCV.NXT at or beyond the end of the last range held out of order; off, every segment
     /// goes through the general input, for comparisons. The result is the same either way.
     pub rx_run_entry: bool,
 }

@@ -133,8 +133,9 @@ pub struct Stats {
     /// Of [`Stats::segments_in`], the in-order data segments a receive run's entry took
     /// (`Config::rx_run_entry`).
     pub run_segments: u64,
-    /// Of [`Stats::segments_in`], the data segments beyond a hole, continuing the last
-    /// range held out of order, that the receive run's entry took (`Config::rx_run_entry`).
+    /// Of [`Stats::segments_in`], the data segments ahead of RCV.NXT, at or beyond the end
+    /// of the last range held out of order, that the receive run's entry took
+    /// (`Config::rx_run_entry`).
     pub ooo_run_segments: u64,
     /// Packets written by `poll_transmit`.
     pub segments_out: u64,

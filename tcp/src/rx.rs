@@ -242,14 +242,18 @@ impl Reassembly {
         self.ranges.last_key_value().map(|(_, &e)| e)
     }
 
-    /// Grows the last received range to end at `e` (beyond its end; nothing lies beyond
-    /// it): [`Reassembly::insert`] of a range that starts where the last one ends.
+    /// [`Reassembly::insert`] of `[s, e)` that starts where the last received range ends
+    /// or beyond it: that range grows, or `[s, e)` becomes the last.
     #[inline]
-    pub(crate) fn extend_last(&mut self, e: u64) {
+    pub(crate) fn push_last(&mut self, s: u64, e: u64) {
         if let Some(mut last) = self.ranges.last_entry() {
             let end = last.get_mut();
-            *end = (*end).max(e);
+            if *end == s {
+                *end = e;
+                return;
+            }
         }
+        self.ranges.insert(s, e);
     }
 
     /// The received range containing `off`, if any.

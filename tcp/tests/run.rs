@@ -520,10 +520,11 @@ fn a_new_echo_with_nothing_outstanding_stays_in_the_run() {
 }
 
 // RFC 9293 §3.10.7.4 (seventh check), RFC 2018 §4, RFC 5681 §4.2: with nothing the engine
-// sent outstanding, the segments beyond a hole that continue the last range held (6 and 7
-// behind 5) take the entry's out-of-order way; each is held, its arrival reported first in
-// the SACK blocks and acknowledged at once, as the general path does; the one that fills
-// the hole and the first beyond it go the general way.
+// sent outstanding, the segments ahead of RCV.NXT at or beyond the end of the last range
+// held (5 beyond the hole, 6 and 7 behind it) take the entry's out-of-order way; each is
+// held, its arrival reported first in the SACK blocks and acknowledged at once, as the
+// general path does; so does the one that fills the hole (4), which hands 4 to 7 over in
+// order.
 #[test]
 fn segments_beyond_a_hole_take_the_entry_and_answer_as_the_general_path() {
     let o = both_ways_from(peer_acked, &|p| {
@@ -535,10 +536,7 @@ fn segments_beyond_a_hole_take_the_entry_and_answer_as_the_general_path() {
         o.taken,
         [false, true, true, true, false, false, false, false]
     );
-    assert_eq!(
-        o.ooo,
-        [false, false, false, false, false, true, true, false]
-    );
+    assert_eq!(o.ooo, [false, false, false, false, true, true, true, true]);
     assert!(o.results.iter().all(Result::is_ok));
     let p = peer_acked(true);
     let segs = run_of(&p, 8);
@@ -546,30 +544,35 @@ fn segments_beyond_a_hole_take_the_entry_and_answer_as_the_general_path() {
     assert!(o.seen.contains(&format!("data Some({sent:?})")));
 }
 
-/// The peer's segments of a case: `(start, length)` in units of 100 octets of one stream,
-/// each with a TSval that ticks every fourth unit (so some reordered segments carry an
-/// older one than a segment before them, RFC 7323 §5.3).
+/// Octets in a unit of [`pieces_of`].
+const UNIT: usize = 100;
+
+/// The peer's segments of a case: `(start, end)` in octets of one stream, each with a
+/// TSval that ticks every fourth unit (so some reordered segments carry an older one than a
+/// segment before them, RFC 7323 §5.3).
 fn pieces_of(p: &RawPeer, pieces: &[(usize, usize)]) -> Vec<Vec<u8>> {
-    const UNIT: usize = 100;
     let data = payload(64 * UNIT, 11);
     pieces
         .iter()
-        .map(|&(start, len)| {
-            let mut s = p.seg(TcpControl::Psh, &data[start * UNIT..(start + len) * UNIT]);
-            s.seq = p.snd.wrapping_add((start * UNIT) as u32);
-            s.ts = p.tsval.map(|v| (v + (start / 4) as u32, p.peer_tsval));
+        .map(|&(start, end)| {
+            let mut s = p.seg(TcpControl::Psh, &data[start..end]);
+            s.seq = p.snd.wrapping_add(start as u32);
+            s.ts = p
+                .tsval
+                .map(|v| (v + (start / UNIT / 4) as u32, p.peer_tsval));
             s.emit()
         })
         .collect()
 }
 
 /// A stream of 48 units cut into in-order segments of `lens` units, then each segment
-/// moved as `moves` say (from, to: reordered), and `extras` (start, length, where) put in
-/// (duplicates, overlaps, segments across holes).
+/// moved as `moves` say (from, to: reordered), and `extras` (start in units, length in
+/// units, where, octets off the unit's start: 0 to 99) put in (duplicates, overlaps of
+/// any octet count, segments across holes). Octet ranges.
 fn shuffled(
     lens: &[usize],
     moves: &[(usize, usize)],
-    extras: &[(usize, usize, usize)],
+    extras: &[(usize, usize, usize, usize)],
 ) -> Vec<(usize, usize)> {
     let mut segs = Vec::new();
     let mut at = 0;
@@ -578,7 +581,7 @@ fn shuffled(
             break;
         }
         let l = l.min(48 - at);
-        segs.push((at, l));
+        segs.push((at * UNIT, (at + l) * UNIT));
         at += l;
     }
     for &(from, to) in moves {
@@ -586,8 +589,9 @@ fn shuffled(
         let s = segs.remove(from);
         segs.insert(to % (segs.len() + 1), s);
     }
-    for &(start, len, pos) in extras {
-        segs.insert(pos % (segs.len() + 1), (start, len));
+    for &(start, len, pos, off) in extras {
+        let s = (start * UNIT + off).saturating_sub(UNIT / 2);
+        segs.insert(pos % (segs.len() + 1), (s, s + len * UNIT));
     }
     segs
 }
@@ -606,7 +610,10 @@ proptest! {
     fn out_of_order_segments_answer_as_the_general_path(
         lens in proptest::collection::vec(1usize..5, 12..48),
         moves in proptest::collection::vec((0usize..64, 0usize..64), 0..12),
-        extras in proptest::collection::vec((0usize..44, 1usize..5, 0usize..64), 0..5),
+        extras in proptest::collection::vec(
+            (0usize..44, 1usize..5, 0usize..64, prop_oneof![49usize..52, 0usize..UNIT]),
+            0..5,
+        ),
         bursts in proptest::collection::vec(1usize..12, 1..8),
     ) {
         let order = shuffled(&lens, &moves, &extras);
@@ -631,14 +638,15 @@ proptest! {
 
 // RFC 2018 §4: the first SACK block reports the range the most recent segment went into,
 // when that segment took the entry (6 continuing 5's range behind the segment 3, which
-// went into another range): the ACK after the burst reports 5..7 first, then 2..4.
+// went the general way into the range before): the ACK after the burst reports 5..7
+// first, then 2..4.
 #[test]
 fn the_first_sack_block_is_of_the_segment_the_entry_took_last() {
     let o = both_ways_from(peer_acked, &|p| {
         let segs = run_of(p, 8);
         [0, 2, 5, 3, 6].iter().map(|&i| segs[i].emit()).collect()
     });
-    assert_eq!(o.ooo, [false, false, false, false, true]);
+    assert_eq!(o.ooo, [false, true, true, false, true]);
     let p = peer_acked(true);
     let at = |i: usize| p.snd.wrapping_add((i * MSS) as u32);
     let ack = o.out.last().expect("an ACK");
@@ -649,7 +657,7 @@ fn the_first_sack_block_is_of_the_segment_the_entry_took_last() {
 // units, the fourth segment moved to the end, a duplicate and an overlap beyond the hole.
 #[test]
 fn the_case_takes_the_out_of_order_way() {
-    let order = shuffled(&[2; 24], &[(3, 63)], &[(8, 2, 6), (9, 3, 9)]);
+    let order = shuffled(&[2; 24], &[(3, 63)], &[(8, 2, 6, 50), (9, 3, 9, 51)]);
     let mut with = peer_acked(true);
     let mut without = peer_acked(false);
     let frames = pieces_of(&with, &order);

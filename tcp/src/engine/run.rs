@@ -2,8 +2,8 @@
 //! connection of the segment before, a plain data segment that continues that connection's
 //! run ([`crate::tcb::Tcb::takes_run_segment`]), is read without building the general
 //! representation, found without hashing its 4-tuple and handled without the general
-//! input's checks, which it would pass; so is a plain data segment beyond a hole that
-//! continues the last range held out of order
+//! input's checks, which it would pass; so is a plain data segment ahead of RCV.NXT at or
+//! beyond the end of the last range held out of order
 //! ([`crate::tcb::Tcb::takes_ooo_run_segment`]). Anything else goes the general way,
 //! unchanged.
 
@@ -81,7 +81,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         else {
             return None;
         };
-        // In order (the run), or beyond a hole continuing the last range held.
+        // In order (the run), or ahead of RCV.NXT at or beyond the last range held.
         let in_order = tcb.takes_run_segment(&seg, bursts, now);
         if !in_order && !tcb.takes_ooo_run_segment(&seg) {
             return None;

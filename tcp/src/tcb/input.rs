@@ -611,7 +611,7 @@ impl Tcb {
 
     /// Offer new payload to the sink, then keep what it did not consume (RFC 9293
     /// §3.10.7.4 seventh check, with the placement hook).
-    fn process_payload(
+    pub(super) fn process_payload(
         &mut self,
         now: Instant,
         cfg: &Config,

@@ -77,11 +77,13 @@ impl Tcb {
         self.take_run_payload(now, cfg, seg.payload, ulp);
     }
 
-    /// Whether `seg`, arriving at `now`, is a data segment ahead of RCV.NXT that
+    /// Whether `seg`, arriving at `now`, is a data segment around a hole that
     /// [`Tcb::handle_segment`] would take as [`Tcb::take_ooo_run_segment`] does:
-    /// ESTABLISHED with data held out of order and no FIN seen ahead, the segment starting
-    /// where the last (highest) received range ends and ending within the window (RFC
-    /// 9293 §3.10.7.4 first check: acceptable, nothing to trim, all of it new), its
+    /// ESTABLISHED with no FIN seen ahead, the segment starting either at RCV.NXT with data
+    /// held out of order (it fills a hole) or beyond RCV.NXT, where the last (highest)
+    /// range held out of order ends or beyond it (nothing was received there), and ending
+    /// within the window (RFC 9293 §3.10.7.4 first check: acceptable,
+    /// nothing to trim, all of it new), its
     /// timestamp, if any, not older than TS.Recent (RFC 7323 §5.3 R1), and its ACK one of
     /// SND.UNA with nothing the connection sent outstanding and no loss probe armed (the
     /// ACK processing would only update the send window; the segment carries no SACK
@@ -97,12 +99,18 @@ impl Tcb {
         {
             return false;
         }
-        let Some(last_end) = self.rx.last_end() else {
-            return false;
-        };
         let rel = seq::diff(seg.seq, self.rcv_nxt);
-        rel > 0
-            && self.rcv_off + rel as u64 == last_end
+        let placed = if rel == 0 {
+            // At RCV.NXT with data held: the hole's filler, taken the general way.
+            !self.rx.is_empty()
+        } else {
+            rel > 0
+                && self
+                    .rx
+                    .last_end()
+                    .is_none_or(|end| self.rcv_off + rel as u64 >= end)
+        };
+        placed
             && rel as u64 + seg.payload.len() as u64 <= u64::from(self.rcv_wnd())
             && !(self.opts.timestamps
                 && self.ts_recent_at.is_some()
@@ -113,9 +121,10 @@ impl Tcb {
 
     /// Takes `seg`, which [`Tcb::takes_ooo_run_segment`] accepted and whose checksum was
     /// verified, as [`Tcb::handle_segment`] would: the ULP told first if a run left RCV.NXT's
-    /// advance pending, TS.Recent (RFC 7323 §4.3), SND.WL1, the idle time, then the payload
-    /// (all of it new) offered to the ULP out of order, what it leaves stored, the last
-    /// received range grown over it, the arrival noted for the SACK blocks (RFC 2018 §4)
+    /// advance pending, TS.Recent (RFC 7323 §4.3), SND.WL1, the idle time, then the payload:
+    /// a hole's filler as [`Tcb::handle_segment`] takes it; else (all of it new) offered to
+    /// the ULP out of order, what it leaves stored, the last
+    /// received range grown over it or a new range after it, the arrival noted for the SACK blocks (RFC 2018 §4)
     /// and an ACK at once (RFC 5681 §4.2, RFC 9293 §3.10.7.4).
     #[inline]
     pub(crate) fn take_ooo_run_segment(
@@ -137,13 +146,17 @@ impl Tcb {
         }
         self.update_send_window(seg.window, seg.seq, seg.ack);
         self.restart_keepalive(now, cfg);
+        if seg.seq == self.rcv_nxt {
+            self.process_payload(now, cfg, seg.seq, seg.payload, false, ulp);
+            return;
+        }
         let s = self.rcv_off + seq::diff(seg.seq, self.rcv_nxt) as u64;
         let payload = seg.payload;
         let consumed = ulp.on_segment(seg.seq, payload, false, self.rcv_nxt);
         for_each_unconsumed(&consumed, payload.len(), |a, b| {
             self.rx.store(s + a as u64, &payload[a..b]);
         });
-        self.rx.extend_last(s + payload.len() as u64);
+        self.rx.push_last(s, s + payload.len() as u64);
         self.sack_rep.record(s);
         self.ack_now = true;
     }
