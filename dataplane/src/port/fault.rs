@@ -598,37 +598,43 @@ impl<B: PacketBuf> Stage<B> {
         }
     }
 
-    /// Runs the frames `bufs[from..]` through the stage. While nothing is held, delayed or
-    /// waiting in `out`, frames that are neither dropped, duplicated, delayed nor held back
-    /// stay in `bufs` in order (cut or corrupted in place); from the first other frame on,
-    /// every frame takes the general path into `out`. The frames leave as `bufs[from..]`
-    /// then `out`, in the order the general path alone would give, with the same decisions.
+    /// Runs the frames `bufs[from..]` through the stage. While nothing is delayed or
+    /// waiting in `out` (and, unless only fates are drawn, nothing is held), frames that
+    /// are neither dropped, duplicated, delayed nor held back stay in `bufs` in order (cut
+    /// or corrupted in place); from the first other frame on, every frame takes the general
+    /// path into `out`. The frames leave as `bufs[from..]` then `out`, in the order the
+    /// general path alone would give, with the same decisions; `bufs[from..]` grows to at
+    /// most `limit` frames (the caller's burst size: what the general path would hand out
+    /// at once).
+    #[allow(clippy::too_many_arguments)]
     fn process_burst(
         &mut self,
         cfg: &FaultConfig,
         now: Instant,
         bufs: &mut Vec<B>,
         from: usize,
+        limit: usize,
         out: &mut Vec<B>,
         alloc: &mut dyn FnMut(usize) -> Option<B>,
     ) {
         let mut at = from;
         let mut stopped = None;
-        if self.pass_through && self.held.is_empty() && self.delayed.is_empty() && out.is_empty() {
-            // Without drops, cuts, corruption or copies a frame's front decisions draw
-            // nothing: only its fate is drawn.
-            let fate_only = !(cfg.drop.is_active()
-                || cfg.truncate.is_active()
-                || cfg.corrupt.is_active()
-                || cfg.duplicate.is_active());
+        // Without drops, cuts, corruption or copies a frame's front decisions draw nothing:
+        // only its fate is drawn.
+        let fate_only = !(cfg.drop.is_active()
+            || cfg.truncate.is_active()
+            || cfg.corrupt.is_active()
+            || cfg.duplicate.is_active());
+        if self.pass_through && fate_only && self.delayed.is_empty() && out.is_empty() {
+            let cap = from.saturating_add(limit);
+            stopped = self.pass_fates(cfg, now, bufs, &mut at, cap, out);
+        } else if self.pass_through
+            && self.held.is_empty()
+            && self.delayed.is_empty()
+            && out.is_empty()
+        {
             while at < bufs.len() {
-                let front = if fate_only {
-                    self.counters.seen += 1;
-                    Some(false)
-                } else {
-                    self.decide_front(cfg, &mut bufs[at])
-                };
-                let stop = match front {
+                let stop = match self.decide_front(cfg, &mut bufs[at]) {
                     None => Stopped::Dropped,
                     Some(true) => Stopped::Copied,
                     Some(false) => match self.decide_fate(cfg) {
@@ -659,6 +665,57 @@ impl<B: PacketBuf> Stage<B> {
         for buf in rest {
             self.process(cfg, now, buf, out, alloc);
         }
+    }
+
+    /// [`Stage::process_burst`]'s pass-through when only fates are drawn, from `bufs[*at]`:
+    /// a frame held back leaves `bufs` for the held queue, and a held frame its last
+    /// overtaking frame releases goes back into `bufs` right behind that frame, as
+    /// [`Stage::emit`] would put it, while `bufs` stays within `cap` frames; else it goes
+    /// to `out` with any released after it, and the frames from `*at` on take the general
+    /// path (`None`). Stops at a frame to delay, with its fate drawn.
+    fn pass_fates(
+        &mut self,
+        cfg: &FaultConfig,
+        now: Instant,
+        bufs: &mut Vec<B>,
+        at: &mut usize,
+        cap: usize,
+        out: &mut Vec<B>,
+    ) -> Option<Stopped> {
+        while *at < bufs.len() {
+            self.counters.seen += 1;
+            match self.decide_fate(cfg) {
+                Fate::Emit => {
+                    *at += 1;
+                    if self.held.is_empty() {
+                        continue;
+                    }
+                    for h in self.held.iter_mut() {
+                        h.remaining = h.remaining.saturating_sub(1);
+                    }
+                    while self.held.front().is_some_and(|h| h.remaining == 0) {
+                        let Some(h) = self.held.pop_front() else {
+                            break;
+                        };
+                        if out.is_empty() && bufs.len() < cap {
+                            bufs.insert(*at, h.buf);
+                            *at += 1;
+                        } else {
+                            out.push(h.buf);
+                        }
+                    }
+                    if !out.is_empty() {
+                        return None;
+                    }
+                }
+                Fate::Hold => {
+                    let buf = bufs.remove(*at);
+                    self.place(cfg, now, buf, Fate::Hold, out);
+                }
+                Fate::Delay => return Some(Stopped::Placed(Fate::Delay)),
+            }
+        }
+        None
     }
 }
 
@@ -804,10 +861,15 @@ impl<P: Port> Port for FaultPort<P> {
             let from = out.len();
             self.inner.rx_burst(out, max - n);
             let inner = &mut self.inner;
-            self.rx
-                .process_burst(&self.cfg, now, out, from, &mut self.rx_ready, &mut |len| {
-                    inner.alloc_tx(len)
-                });
+            self.rx.process_burst(
+                &self.cfg,
+                now,
+                out,
+                from,
+                max - n,
+                &mut self.rx_ready,
+                &mut |len| inner.alloc_tx(len),
+            );
             let room = max.saturating_sub(out.len() - start);
             let n = self.rx_ready.len().min(room);
             out.extend(self.rx_ready.drain(..n));
@@ -835,10 +897,15 @@ impl<P: Port> Port for FaultPort<P> {
         }
         let n = bufs.len();
         let inner = &mut self.inner;
-        self.tx
-            .process_burst(&self.cfg, now, bufs, 0, &mut self.tx_ready, &mut |len| {
-                inner.alloc_tx(len)
-            });
+        self.tx.process_burst(
+            &self.cfg,
+            now,
+            bufs,
+            0,
+            usize::MAX,
+            &mut self.tx_ready,
+            &mut |len| inner.alloc_tx(len),
+        );
         // The frames left in `bufs`, then the general path's, in one burst; what the ring
         // does not take waits in the stage.
         bufs.append(&mut self.tx_ready);
@@ -1001,7 +1068,7 @@ mod tests {
             let mut bufs = vec![frame(u32::MAX)];
             bufs.extend((next..next + n as u32).map(frame));
             next += n as u32;
-            stage.process_burst(cfg, now, &mut bufs, 1, &mut out, &mut alloc);
+            stage.process_burst(cfg, now, &mut bufs, 1, usize::MAX, &mut out, &mut alloc);
             assert_eq!(
                 seq(bufs[0].as_ref()),
                 u32::MAX,
@@ -1039,6 +1106,102 @@ mod tests {
         );
         assert!(fast.2 > 200, "most bursts stayed in place: {}", fast.2);
         assert_eq!(general.2, 0, "the general path moves every frame");
+    }
+
+    /// Receives `n` numbered frames on a fault port, sent in chunks of `chunk` between
+    /// receive calls of at most `maxes` frames (cycled), its receive stage on the
+    /// pass-through or the general path: each call's frames, then `u32::MAX` and the
+    /// frames left in the stage, and the counters.
+    fn rx_calls(
+        cfg: &FaultConfig,
+        pass_through: bool,
+        n: u32,
+        chunk: u32,
+        maxes: &[usize],
+    ) -> (Vec<Vec<u32>>, FaultCounters) {
+        let (mut f, mut b) = setup(cfg.clone());
+        f.rx.pass_through = pass_through;
+        let mut calls = Vec::new();
+        let mut sent = 0;
+        for &max in maxes.iter().cycle() {
+            if sent < n {
+                let mut bufs: Vec<HeapBuf> = (sent..(sent + chunk).min(n))
+                    .map(|i| {
+                        let mut buf = b.alloc_tx(64).unwrap();
+                        buf.as_mut().fill(0);
+                        buf.as_mut()[..4].copy_from_slice(&i.to_be_bytes());
+                        buf
+                    })
+                    .collect();
+                sent += bufs.len() as u32;
+                let k = bufs.len();
+                assert_eq!(b.tx_burst(&mut bufs), k);
+            }
+            let mut out = Vec::new();
+            f.rx_burst(&mut out, max);
+            assert!(out.len() <= max, "{} frames for {max}", out.len());
+            calls.push(out.iter().map(|b| seq(b.as_ref())).collect());
+            // Frames held back at the end stay there (no later frame overtakes them).
+            let idle = calls
+                .iter()
+                .rev()
+                .take_while(|c: &&Vec<u32>| c.is_empty())
+                .count();
+            if sent == n && (f.in_flight() == 0 && f.inner().rx_pending() == 0 || idle > 8) {
+                break;
+            }
+        }
+        calls.push(vec![u32::MAX, f.in_flight() as u32]);
+        (calls, f.counters().0)
+    }
+
+    // Reordering alone on a receive port, frames held across calls and released into full
+    // bursts: the pass-through path hands out the same frames in the same calls (burst
+    // sizes included) with the same counters as the general path.
+    #[test]
+    fn held_frames_pass_through_in_the_general_paths_bursts() {
+        for (seed, depth) in [(1, 1), (2, 3), (3, 5)] {
+            let cfg = FaultConfig {
+                seed,
+                reorder: "5%".parse().unwrap(),
+                reorder_depth: depth,
+                reorder_max_hold: Duration::from_secs(3600),
+                ..FaultConfig::default()
+            };
+            let fast = rx_calls(&cfg, true, 3000, 40, &[32, 7, 1, 16]);
+            let general = rx_calls(&cfg, false, 3000, 40, &[32, 7, 1, 16]);
+            assert_eq!(fast, general);
+            assert!(fast.1.reordered > 100, "reordered {}", fast.1.reordered);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Reordering (and delays) alone, frames held across receive calls of any size:
+        /// the pass-through path gives the general path's calls.
+        #[test]
+        fn held_frames_pass_through_as_the_general_path(
+            seed in proptest::prelude::any::<u64>(),
+            reorder in 0u32..200_000,
+            delay in proptest::prelude::any::<bool>(),
+            depth in 1usize..6,
+            chunk in 1u32..64,
+            maxes in proptest::collection::vec(1usize..40, 1..6),
+        ) {
+            let cfg = FaultConfig {
+                seed,
+                reorder: Rate::from_ppm(reorder).unwrap(),
+                reorder_depth: depth,
+                reorder_max_hold: Duration::from_secs(3600),
+                delay: Rate::from_ppm(if delay { 20_000 } else { 0 }).unwrap(),
+                delay_time: Duration::ZERO,
+                ..FaultConfig::default()
+            };
+            let fast = rx_calls(&cfg, true, 600, chunk, &maxes);
+            let general = rx_calls(&cfg, false, 600, chunk, &maxes);
+            proptest::prop_assert_eq!(fast, general);
+        }
     }
 
     proptest::proptest! {
