@@ -236,6 +236,12 @@ impl Reassembly {
         self.ranges.iter().map(|(&s, &e)| (s, e))
     }
 
+    /// The start of the first (lowest) received range, if any.
+    #[inline]
+    pub(crate) fn first_start(&self) -> Option<u64> {
+        self.ranges.first_key_value().map(|(&s, _)| s)
+    }
+
     /// The end of the last (highest) received range, if any.
     #[inline]
     pub(crate) fn last_end(&self) -> Option<u64> {

@@ -32,8 +32,8 @@ enum Call {
 }
 
 /// A byte stream that logs the engine's calls and, of a segment offered ahead of RCV.NXT,
-/// takes all, the first half, the middle third or none (by a hash of its sequence number), as a
-/// placing ULP would.
+/// takes all, the first half, the middle third or none (by a hash of its sequence number),
+/// as a placing ULP would; of one in order, the first half or all.
 struct Placer {
     sock: StreamSocket,
     log: Rc<RefCell<Vec<Call>>>,
@@ -55,13 +55,18 @@ impl SegmentSink for Placer {
             in_order,
             rcv_nxt,
         });
-        if in_order {
-            self.sock.on_in_order(cx, now, seq, payload);
-            return Consumed::all(payload.len());
-        }
         let n = payload.len();
         // Segments' sequence numbers differ by multiples of the MSS: hashed.
-        match seq.wrapping_mul(0x9e37_79b9) >> 30 {
+        let pick = seq.wrapping_mul(0x9e37_79b9) >> 30;
+        if in_order {
+            if pick == 1 {
+                // Half placed: the rest comes back through `on_in_order`.
+                return Consumed::prefix(n / 2);
+            }
+            self.sock.on_in_order(cx, now, seq, payload);
+            return Consumed::all(n);
+        }
+        match pick {
             0 => Consumed::all(n),
             1 => Consumed::prefix(n / 2),
             2 => {

@@ -737,7 +737,7 @@ impl Tcb {
     /// for out-of-order data or a filled gap, else every second segment or when the delayed
     /// ACK runs out.
     #[allow(clippy::too_many_arguments)]
-    fn delivered(
+    pub(super) fn delivered(
         &mut self,
         now: Instant,
         cfg: &Config,

@@ -147,7 +147,12 @@ impl Tcb {
         self.update_send_window(seg.window, seg.seq, seg.ack);
         self.restart_keepalive(now, cfg);
         if seg.seq == self.rcv_nxt {
-            self.process_payload(now, cfg, seg.seq, seg.payload, false, ulp);
+            let end = self.rcv_off + seg.payload.len() as u64;
+            if self.rx.first_start().is_some_and(|first| end <= first) {
+                self.take_filler(now, cfg, seg.payload, ulp);
+            } else {
+                self.process_payload(now, cfg, seg.seq, seg.payload, false, ulp);
+            }
             return;
         }
         let s = self.rcv_off + seq::diff(seg.seq, self.rcv_nxt) as u64;
@@ -159,5 +164,31 @@ impl Tcb {
         self.rx.push_last(s, s + payload.len() as u64);
         self.sack_rep.record(s);
         self.ack_now = true;
+    }
+
+    /// [`Tcb::process_payload`] of `payload` at RCV.NXT, with data held out of order that
+    /// it does not reach past (it ends at or before the first range held): offered to the
+    /// ULP in order, what it leaves stored, then RCV.NXT moved over it and over the first
+    /// range held if that starts where it ends, the stored octets before there handed to
+    /// the ULP in order (RFC 9293 §3.10.7.4, seventh check), and an ACK at once for the
+    /// filled gap (RFC 5681 §4.2).
+    fn take_filler(&mut self, now: Instant, cfg: &Config, payload: &[u8], ulp: &mut impl Upper) {
+        let before = self.rcv_nxt;
+        let start = self.rcv_off;
+        let consumed = ulp.on_segment(before, payload, true, before);
+        for_each_unconsumed(&consumed, payload.len(), |a, b| {
+            self.rx.store(start + a as u64, &payload[a..b]);
+        });
+        let mut end = start + payload.len() as u64;
+        if self.rx.first_start() == Some(end) {
+            end = self.rx.pop_front_at(end).unwrap_or(end);
+        }
+        while let Some((off, bytes)) = self.rx.pop_stored_before(end) {
+            ulp.on_in_order(self.seq_of(off), &bytes);
+            self.rx.recycle(bytes);
+        }
+        self.rcv_nxt = self.seq_of(end);
+        self.rcv_off = end;
+        self.delivered(now, cfg, before, true, true, false, ulp);
     }
 }
