@@ -682,40 +682,76 @@ impl<B: PacketBuf> Stage<B> {
         cap: usize,
         out: &mut Vec<B>,
     ) -> Option<Stopped> {
-        while *at < bufs.len() {
-            self.counters.seen += 1;
+        let (mut i, mut seen) = (*at, 0);
+        let stop = 'pass: loop {
+            if self.held.is_empty() {
+                // Nothing held: frames pass until one is held back or delayed.
+                let fate = loop {
+                    if i >= bufs.len() {
+                        break 'pass None;
+                    }
+                    seen += 1;
+                    match self.decide_fate(cfg) {
+                        Fate::Emit => i += 1,
+                        fate => break fate,
+                    }
+                };
+                if fate == Fate::Delay {
+                    break Some(Stopped::Placed(Fate::Delay));
+                }
+                let buf = bufs.remove(i);
+                self.place(cfg, now, buf, Fate::Hold, out);
+                continue;
+            }
+            if i >= bufs.len() {
+                break None;
+            }
+            seen += 1;
             match self.decide_fate(cfg) {
                 Fate::Emit => {
-                    *at += 1;
-                    if self.held.is_empty() {
-                        continue;
-                    }
-                    for h in self.held.iter_mut() {
-                        h.remaining = h.remaining.saturating_sub(1);
-                    }
-                    while self.held.front().is_some_and(|h| h.remaining == 0) {
-                        let Some(h) = self.held.pop_front() else {
-                            break;
-                        };
-                        if out.is_empty() && bufs.len() < cap {
-                            bufs.insert(*at, h.buf);
-                            *at += 1;
-                        } else {
-                            out.push(h.buf);
-                        }
-                    }
-                    if !out.is_empty() {
-                        return None;
+                    i += 1;
+                    if !self.release_behind(bufs, &mut i, cap, out) {
+                        break None;
                     }
                 }
                 Fate::Hold => {
-                    let buf = bufs.remove(*at);
+                    let buf = bufs.remove(i);
                     self.place(cfg, now, buf, Fate::Hold, out);
                 }
-                Fate::Delay => return Some(Stopped::Placed(Fate::Delay)),
+                Fate::Delay => break Some(Stopped::Placed(Fate::Delay)),
+            }
+        };
+        self.counters.seen += seen;
+        *at = i;
+        stop
+    }
+
+    /// [`Stage::emit`]'s count for a frame left in `bufs` before `*at`: the held frames it
+    /// releases go into `bufs` at `*at` while `bufs` stays within `cap` frames, else (and
+    /// any released after) to `out`; whether `bufs` can go on passing frames through.
+    #[inline(never)]
+    fn release_behind(
+        &mut self,
+        bufs: &mut Vec<B>,
+        at: &mut usize,
+        cap: usize,
+        out: &mut Vec<B>,
+    ) -> bool {
+        for h in self.held.iter_mut() {
+            h.remaining = h.remaining.saturating_sub(1);
+        }
+        while self.held.front().is_some_and(|h| h.remaining == 0) {
+            let Some(h) = self.held.pop_front() else {
+                break;
+            };
+            if out.is_empty() && bufs.len() < cap {
+                bufs.insert(*at, h.buf);
+                *at += 1;
+            } else {
+                out.push(h.buf);
             }
         }
-        None
+        out.is_empty()
     }
 }
 

@@ -89,7 +89,7 @@ impl Tcb {
     /// ACK processing would only update the send window; the segment carries no SACK
     /// block, [`crate::wire::parse_data`]). Changes nothing; O(log n) in the received
     /// ranges.
-    #[inline]
+    #[inline(never)]
     pub(crate) fn takes_ooo_run_segment(&self, seg: &DataSegment) -> bool {
         if !(seg.ack == self.snd_una
             && self.txq.is_empty()
@@ -126,7 +126,7 @@ impl Tcb {
     /// the ULP out of order, what it leaves stored, the last
     /// received range grown over it or a new range after it, the arrival noted for the SACK blocks (RFC 2018 §4)
     /// and an ACK at once (RFC 5681 §4.2, RFC 9293 §3.10.7.4).
-    #[inline]
+    #[inline(never)]
     pub(crate) fn take_ooo_run_segment(
         &mut self,
         now: Instant,
