@@ -1009,8 +1009,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             count_flight(&mut self.flight, c);
             if evs.is_empty() {
                 // The usual segment asks nothing of the engine: the connection in hand is
-                // listed active, woken and scheduled without being looked up again.
-                let listed = list_active(&mut self.active, c, id);
+                // listed active, woken and scheduled without being looked up again. A
+                // segment of an in-order run is not listed: the run's end
+                // (`end_burst`, or the connection's next other segment) lists the
+                // connection, asking its ULP once per run.
+                let listed = !c.tcb.advance_pending && list_active(&mut self.active, c, id);
                 if !c.queued {
                     c.queued = true;
                     self.ready.push_back(id);
@@ -1531,11 +1534,16 @@ fn flight_open<U>(cap: Option<usize>, taken: usize, none_waiting: bool, c: &Conn
     cap.is_none_or(|cap| c.admitted > 0 || (taken < cap && none_waiting))
 }
 
-/// Lists `c` (of `id`) among the connections whose ULP ran, unless it is listed or has no
-/// ULP; returns whether it was added.
+/// Lists `c` (of `id`) among the connections whose ULP ran, unless it is listed, has no
+/// ULP or its ULP needs no service for what ran ([`crate::SegmentSource::needs_service`], asked
+/// while its state is in the cache); returns whether it was added.
 #[inline]
-fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool {
-    if c.active || c.ulp.is_none() {
+fn list_active<U: Ulp<C>, C: ?Sized>(
+    active: &mut Vec<ConnId>,
+    c: &mut Conn<U>,
+    id: ConnId,
+) -> bool {
+    if c.active || c.ulp.as_ref().is_none_or(|u| !u.needs_service()) {
         return false;
     }
     c.active = true;

@@ -39,6 +39,8 @@ struct TestUlp {
     in_order_bytes: usize,
     cap: usize,
     unread: usize,
+    /// What [`SegmentSource::needs_service`] answers, negated.
+    quiet: bool,
 }
 
 impl TestUlp {
@@ -59,6 +61,7 @@ impl TestUlp {
             in_order_bytes: 0,
             cap: 1 << 20,
             unread: 0,
+            quiet: false,
         }
     }
 
@@ -139,6 +142,10 @@ impl SegmentSource for TestUlp {
 
     fn pending(&self) -> bool {
         self.to_send > 0
+    }
+
+    fn needs_service(&self) -> bool {
+        !self.quiet
     }
 }
 
@@ -364,4 +371,35 @@ fn more_than_100_gaps() {
     }
     assert_eq!(p.e.info(c).unwrap().rx_ranges, 0);
     assert_eq!(p.e.ulp_mut(c).unwrap().read_all(), stream);
+}
+
+// A ULP that needs no service for what ran (`SegmentSource::needs_service`: an iWARP
+// connection whose segments placed an RDMA Write, RFC 5040 §4.4) is not put on the engine's
+// active list while it receives; its peer, which says yes, is listed for the ACKs.
+#[test]
+fn a_ulp_needing_no_service_is_not_listed_active() {
+    let total = 64 * 1024;
+    let (mut s, a, b) = run_units(7, LinkConfig::default(), Placement::All, total, 1 << 20, 0);
+    let mut active = Vec::new();
+    s.b.take_active(&mut active);
+    assert_eq!(active, [b], "the receiver ran and said yes");
+    s.b.ulp_mut(b).unwrap().quiet = true;
+    s.a.ulp_mut(a).unwrap().to_send = total;
+    let mut a_active = Vec::new();
+    s.a.take_active(&mut a_active);
+    active.clear();
+    s.b.take_active(&mut active);
+    let limit = s.now + Duration::from_secs(5);
+    assert!(s.run_until(limit, |s| s.b.ulp(b).is_some_and(|u| u
+        .placed
+        .values()
+        .map(Vec::len)
+        .sum::<usize>()
+        == 2 * total)));
+    active.clear();
+    s.b.take_active(&mut active);
+    assert!(active.is_empty(), "the quiet receiver was not listed");
+    a_active.clear();
+    s.a.take_active(&mut a_active);
+    assert_eq!(a_active, [a], "the sender was, for its ACKs");
 }
