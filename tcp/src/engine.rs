@@ -1426,9 +1426,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 count_flight(&mut self.flight, c);
                 if let (Some(len), true) = (r, evs.is_empty()) {
                     // A segment went out and the TCB asks nothing of the engine: the
-                    // connection in hand is listed active, scheduled and asked whether it
-                    // has more without being looked up again.
-                    let listed = list_active(&mut self.active, c, id);
+                    // connection in hand is scheduled, asked whether it has more and, at
+                    // the end of its turn, listed active, without being looked up again.
+                    // Listed once per turn, not per segment: what the ULP leaves the
+                    // service (`SegmentSource::needs_service`) waits there until the
+                    // service takes it, so asking at the turn's end sees it all.
                     schedule_conn(&mut self.timers, c, id);
                     let more = c
                         .ulp
@@ -1436,6 +1438,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         .is_none_or(|u| c.tcb.may_send_more(&self.cfg, u.pending(), u.rx_window()));
                     c.queued = more;
                     let turn_over = more && self.turn + 1 >= TX_QUANTUM;
+                    let listed = (!more || turn_over) && list_active(&mut self.active, c, id);
                     if turn_over {
                         Self::end_admission(&mut self.reserved, c);
                     }
@@ -1472,8 +1475,10 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 r.map(|len| (len, local, remote))
             };
             // A ULP that only had nothing to send is not listed: the service that woke it
-            // would be called back for it on every poll.
-            if sent.is_some() {
+            // would be called back for it on every poll. One whose turn sent segments
+            // (`turn`, not listed yet: listing waits for the turn's end) is listed as the
+            // turn ends here.
+            if sent.is_some() || self.turn > 0 {
                 self.mark_active(id);
             }
             self.apply_events(id, &mut evs);

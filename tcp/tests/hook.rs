@@ -41,6 +41,8 @@ struct TestUlp {
     unread: usize,
     /// What [`SegmentSource::needs_service`] answers, negated.
     quiet: bool,
+    /// How often [`SegmentSource::needs_service`] was asked.
+    asked: std::cell::Cell<usize>,
 }
 
 impl TestUlp {
@@ -62,6 +64,7 @@ impl TestUlp {
             cap: 1 << 20,
             unread: 0,
             quiet: false,
+            asked: std::cell::Cell::new(0),
         }
     }
 
@@ -145,6 +148,7 @@ impl SegmentSource for TestUlp {
     }
 
     fn needs_service(&self) -> bool {
+        self.asked.set(self.asked.get() + 1);
         !self.quiet
     }
 }
@@ -402,4 +406,41 @@ fn a_ulp_needing_no_service_is_not_listed_active() {
     a_active.clear();
     s.a.take_active(&mut a_active);
     assert_eq!(a_active, [a], "the sender was, for its ACKs");
+}
+
+// A sending turn (up to `TX_QUANTUM` segments of one connection in a row) asks the ULP
+// whether a service on top has work once, as the turn ends, not after every segment it
+// sent; a ULP that says yes is listed then.
+#[test]
+fn a_sending_turn_asks_for_service_once_at_its_end() {
+    let total = 64 * 1024;
+    for quiet in [true, false] {
+        let (mut s, a, _b) = run_units(7, LinkConfig::default(), Placement::All, total, 1 << 20, 0);
+        let mut active = Vec::new();
+        s.a.take_active(&mut active);
+        let u = s.a.ulp_mut(a).unwrap();
+        u.quiet = quiet;
+        u.to_send = total;
+        u.asked.set(0);
+        let mut buf = vec![0u8; 2048];
+        let now = s.now;
+        let mut sent = 0usize;
+        while s.a.poll_transmit(now, &mut (), &mut buf).is_some() {
+            sent += 1;
+        }
+        assert!(sent >= 2, "{sent} segments sent");
+        let turns = sent.div_ceil(tcp::TX_QUANTUM as usize);
+        let asked = s.a.ulp(a).unwrap().asked.get();
+        assert!(
+            (1..=turns).contains(&asked),
+            "{sent} segments in {turns} turns, asked {asked} times"
+        );
+        active.clear();
+        s.a.take_active(&mut active);
+        if quiet {
+            assert!(active.is_empty());
+        } else {
+            assert_eq!(active, [a], "listed at its turn's end");
+        }
+    }
 }
