@@ -38,12 +38,48 @@ impl ConnId {
 }
 
 /// A connection's addresses (both of one family).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FourTuple {
     /// Our address and port.
     pub local: SocketAddr,
     /// The peer's address and port.
     pub remote: SocketAddr,
+}
+
+/// The addresses and ports go to the hasher in one `write` (12 octets for IPv4, 36 for
+/// IPv6): the engine's 4-tuple table hashes with keyed SipHash, which pays a buffering step
+/// per `write`, and the derived `Hash` made a dozen of them (discriminants, octets, ports).
+/// Tuples equal under `Eq` write the same octets (flow labels and scope ids, which `Eq`
+/// also compares, are left out).
+impl std::hash::Hash for FourTuple {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let ports = |a: &SocketAddr, b: &SocketAddr| {
+            let mut p = [0u8; 4];
+            p[..2].copy_from_slice(&a.port().to_ne_bytes());
+            p[2..].copy_from_slice(&b.port().to_ne_bytes());
+            p
+        };
+        match (self.local.ip(), self.remote.ip()) {
+            (IpAddr::V4(l), IpAddr::V4(r)) => {
+                let mut b = [0u8; 12];
+                b[..4].copy_from_slice(&l.octets());
+                b[4..8].copy_from_slice(&r.octets());
+                b[8..].copy_from_slice(&ports(&self.local, &self.remote));
+                state.write(&b);
+            }
+            (l, r) => {
+                let v6 = |a: IpAddr| match a {
+                    IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+                    IpAddr::V6(a) => a.octets(),
+                };
+                let mut b = [0u8; 36];
+                b[..16].copy_from_slice(&v6(l));
+                b[16..32].copy_from_slice(&v6(r));
+                b[32..].copy_from_slice(&ports(&self.local, &self.remote));
+                state.write(&b);
+            }
+        }
+    }
 }
 
 /// Something the application must learn about.
@@ -977,8 +1013,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             count_flight(&mut self.flight, c);
             if evs.is_empty() {
                 // The usual segment asks nothing of the engine: the connection in hand is
-                // listed active, woken and scheduled without being looked up again.
-                let listed = list_active(&mut self.active, c, id);
+                // listed active, woken and scheduled without being looked up again. A
+                // segment of an in-order run is not listed: the run's end
+                // (`end_burst`, or the connection's next other segment) lists the
+                // connection, asking its ULP once per run.
+                let listed = !c.tcb.advance_pending && list_active(&mut self.active, c, id);
                 if !c.queued {
                     c.queued = true;
                     self.ready.push_back(id);
@@ -1391,9 +1430,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 count_flight(&mut self.flight, c);
                 if let (Some(len), true) = (r, evs.is_empty()) {
                     // A segment went out and the TCB asks nothing of the engine: the
-                    // connection in hand is listed active, scheduled and asked whether it
-                    // has more without being looked up again.
-                    let listed = list_active(&mut self.active, c, id);
+                    // connection in hand is scheduled, asked whether it has more and, at
+                    // the end of its turn, listed active, without being looked up again.
+                    // Listed once per turn, not per segment: what the ULP leaves the
+                    // service (`SegmentSource::needs_service`) waits there until the
+                    // service takes it, so asking at the turn's end sees it all.
                     schedule_conn(&mut self.timers, c, id);
                     let more = c
                         .ulp
@@ -1401,6 +1442,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         .is_none_or(|u| c.tcb.may_send_more(&self.cfg, u.pending(), u.rx_window()));
                     c.queued = more;
                     let turn_over = more && self.turn + 1 >= TX_QUANTUM;
+                    let listed = (!more || turn_over) && list_active(&mut self.active, c, id);
                     if turn_over {
                         Self::end_admission(&mut self.reserved, c);
                     }
@@ -1437,8 +1479,10 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 r.map(|len| (len, local, remote))
             };
             // A ULP that only had nothing to send is not listed: the service that woke it
-            // would be called back for it on every poll.
-            if sent.is_some() {
+            // would be called back for it on every poll. One whose turn sent segments
+            // (`turn`, not listed yet: listing waits for the turn's end) is listed as the
+            // turn ends here.
+            if sent.is_some() || self.turn > 0 {
                 self.mark_active(id);
             }
             self.apply_events(id, &mut evs);
@@ -1499,11 +1543,16 @@ fn flight_open<U>(cap: Option<usize>, taken: usize, none_waiting: bool, c: &Conn
     cap.is_none_or(|cap| c.admitted > 0 || (taken < cap && none_waiting))
 }
 
-/// Lists `c` (of `id`) among the connections whose ULP ran, unless it is listed or has no
-/// ULP; returns whether it was added.
+/// Lists `c` (of `id`) among the connections whose ULP ran, unless it is listed, has no
+/// ULP or its ULP needs no service for what ran ([`crate::SegmentSource::needs_service`], asked
+/// while its state is in the cache); returns whether it was added.
 #[inline]
-fn list_active<U>(active: &mut Vec<ConnId>, c: &mut Conn<U>, id: ConnId) -> bool {
-    if c.active || c.ulp.is_none() {
+fn list_active<U: Ulp<C>, C: ?Sized>(
+    active: &mut Vec<ConnId>,
+    c: &mut Conn<U>,
+    id: ConnId,
+) -> bool {
+    if c.active || c.ulp.as_ref().is_none_or(|u| !u.needs_service()) {
         return false;
     }
     c.active = true;

@@ -72,6 +72,17 @@ pub trait SegmentSource<C: ?Sized = ()> {
     /// the connection (reset, abort, timeout; no context is lent then), before the source
     /// comes back in [`crate::Event::Closed`] (the default drops it).
     fn reclaim(&mut self, _buffer: Vec<u8>) {}
+
+    /// Whether a service on top has anything to do for this ULP after the engine ran it
+    /// (a run of in-order segments, units sent, an ACK, a timer): one that says no is not
+    /// put on the engine's active list ([`crate::Engine::take_active`]) for that activity,
+    /// and is asked again at the next. Asked once per in-order run, after
+    /// [`crate::SegmentSink::on_advance`], and once per sending turn, as it ends, not per
+    /// segment: what the ULP leaves the service must wait for it (a yes stays a yes until
+    /// the service took the work). The default always says yes.
+    fn needs_service(&self) -> bool {
+        true
+    }
 }
 
 /// A unit's payload while the engine keeps it: its own buffer, or shared with the ports

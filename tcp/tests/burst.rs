@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use common::*;
@@ -29,13 +29,27 @@ enum Call {
 struct Rec {
     sock: StreamSocket,
     log: Rc<RefCell<Vec<Call>>>,
+    service: Rc<Service>,
+}
+
+/// What a [`Rec`] answers to [`SegmentSource::needs_service`], and how often it was asked.
+#[derive(Default)]
+struct Service {
+    asked: Cell<usize>,
+    /// The answer (until `on_advance` sets it, with `yes_on_advance`).
+    yes: Cell<bool>,
+    /// `on_advance` makes the answer yes (it left the service something to do).
+    yes_on_advance: Cell<bool>,
 }
 
 impl Rec {
     fn new(log: &Rc<RefCell<Vec<Call>>>) -> Self {
+        let service = Service::default();
+        service.yes.set(true);
         Rec {
             sock: StreamSocket::new(1 << 20, 1 << 20),
             log: log.clone(),
+            service: Rc::new(service),
         }
     }
 }
@@ -72,6 +86,9 @@ impl SegmentSink for Rec {
 
     fn on_advance(&mut self, _cx: &mut (), _now: Instant, rcv_nxt: u32) {
         self.log.borrow_mut().push(Call::Advance(rcv_nxt));
+        if self.service.yes_on_advance.get() {
+            self.service.yes.set(true);
+        }
     }
 
     fn rx_window(&self) -> usize {
@@ -86,6 +103,11 @@ impl SegmentSource for Rec {
 
     fn pending(&self) -> bool {
         SegmentSource::<()>::pending(&self.sock)
+    }
+
+    fn needs_service(&self) -> bool {
+        self.service.asked.set(self.service.asked.get() + 1);
+        self.service.yes.get()
     }
 }
 
@@ -263,4 +285,42 @@ fn a_segment_ahead_ends_the_run_first() {
     assert_eq!(advances(&log.borrow()).last(), Some(&end));
     let got = sim.b.ulp_mut(b).expect("B's ULP").sock.read_all();
     assert_eq!(got, data);
+}
+
+// A run of in-order segments in one burst asks its ULP whether a service on top has work
+// (`SegmentSource::needs_service`) once, at the run's end, after `on_advance`: not per
+// segment. A ULP that says no there is not listed active; one whose `on_advance` left work
+// (say, a completion) is, so the service's visit is skipped only when it would find nothing.
+#[test]
+fn a_run_asks_for_service_once_at_its_end() {
+    let data = payload(8 * 1448, 5);
+    for work in [false, true] {
+        let (mut sim, b, log, frames) = setup(&data);
+        assert!(frames.len() >= 8, "{} segments sent", frames.len());
+        let service = sim.b.ulp(b).expect("B's ULP").service.clone();
+        let mut active = Vec::new();
+        sim.b.take_active(&mut active);
+        service.yes.set(false);
+        service.yes_on_advance.set(work);
+        service.asked.set(0);
+        let now = sim.now;
+        sim.b.begin_burst();
+        for f in &frames {
+            sim.b.handle_packet(now, &mut (), f).expect("accepted");
+        }
+        assert_eq!(service.asked.get(), 0, "not asked per segment of the run");
+        assert!(!sim.b.has_active(), "not listed during the run");
+        sim.b.end_burst(now, &mut ());
+        assert_eq!(advances(&log.borrow()).len(), 1);
+        assert_eq!(service.asked.get(), 1, "asked once, at the run's end");
+        active.clear();
+        sim.b.take_active(&mut active);
+        if work {
+            assert_eq!(active, [b], "the work left by the run is serviced");
+        } else {
+            assert!(active.is_empty(), "nothing to service: not listed");
+        }
+        let got = sim.b.ulp_mut(b).expect("B's ULP").sock.read_all();
+        assert_eq!(got, data);
+    }
 }

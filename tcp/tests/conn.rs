@@ -1185,3 +1185,81 @@ fn timer_whose_deadline_moved_later_does_not_run_the_connection() {
     p.e.take_active(&mut active);
     assert_eq!(active, [conn]);
 }
+
+/// Records what a `Hash` impl hands its hasher.
+#[derive(Default)]
+struct Recorder {
+    writes: Vec<Vec<u8>>,
+}
+
+impl std::hash::Hasher for Recorder {
+    fn finish(&self) -> u64 {
+        0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.writes.push(bytes.to_vec());
+    }
+}
+
+fn hashed(t: &tcp::FourTuple) -> Vec<Vec<u8>> {
+    let mut r = Recorder::default();
+    std::hash::Hash::hash(t, &mut r);
+    r.writes
+}
+
+// The 4-tuple table's key (keyed SipHash, which pays per `write`): the whole tuple goes to
+// the hasher in one write, and each address and port is in it (tuples that differ in any
+// one of them write different octets; equal tuples the same).
+#[test]
+fn a_four_tuple_hashes_in_one_write_of_all_its_fields() {
+    use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+    let sa = |ip: IpAddr, port| SocketAddr::new(ip, port);
+    let v4 = |a, b, c, d| IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+    let base = tcp::FourTuple {
+        local: sa(v4(10, 0, 0, 1), 4791),
+        remote: sa(v4(10, 0, 0, 2), 50_000),
+    };
+    let v6 = tcp::FourTuple {
+        local: sa(IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)), 4791),
+        remote: sa(
+            IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2)),
+            50_000,
+        ),
+    };
+    for t in [base, v6] {
+        let w = hashed(&t);
+        assert_eq!(w.len(), 1, "one write: {w:?}");
+        assert_eq!(hashed(&t.clone()), w, "equal tuples write the same");
+    }
+    let variants = [
+        tcp::FourTuple {
+            local: sa(v4(10, 0, 0, 3), 4791),
+            ..base
+        },
+        tcp::FourTuple {
+            remote: sa(v4(10, 0, 0, 3), 50_000),
+            ..base
+        },
+        tcp::FourTuple {
+            local: sa(v4(10, 0, 0, 1), 4792),
+            ..base
+        },
+        tcp::FourTuple {
+            remote: sa(v4(10, 0, 0, 2), 50_001),
+            ..base
+        },
+        // Local and remote swapped.
+        tcp::FourTuple {
+            local: base.remote,
+            remote: base.local,
+        },
+    ];
+    for v in variants {
+        assert_ne!(hashed(&v), hashed(&base), "{v:?}");
+    }
+    let v6_port = tcp::FourTuple {
+        remote: sa(v6.remote.ip(), 50_001),
+        ..v6
+    };
+    assert_ne!(hashed(&v6_port), hashed(&v6));
+}

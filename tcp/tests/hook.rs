@@ -39,6 +39,10 @@ struct TestUlp {
     in_order_bytes: usize,
     cap: usize,
     unread: usize,
+    /// What [`SegmentSource::needs_service`] answers, negated.
+    quiet: bool,
+    /// How often [`SegmentSource::needs_service`] was asked.
+    asked: std::cell::Cell<usize>,
 }
 
 impl TestUlp {
@@ -59,6 +63,8 @@ impl TestUlp {
             in_order_bytes: 0,
             cap: 1 << 20,
             unread: 0,
+            quiet: false,
+            asked: std::cell::Cell::new(0),
         }
     }
 
@@ -139,6 +145,11 @@ impl SegmentSource for TestUlp {
 
     fn pending(&self) -> bool {
         self.to_send > 0
+    }
+
+    fn needs_service(&self) -> bool {
+        self.asked.set(self.asked.get() + 1);
+        !self.quiet
     }
 }
 
@@ -364,4 +375,72 @@ fn more_than_100_gaps() {
     }
     assert_eq!(p.e.info(c).unwrap().rx_ranges, 0);
     assert_eq!(p.e.ulp_mut(c).unwrap().read_all(), stream);
+}
+
+// A ULP that needs no service for what ran (`SegmentSource::needs_service`: an iWARP
+// connection whose segments placed an RDMA Write, RFC 5040 §4.4) is not put on the engine's
+// active list while it receives; its peer, which says yes, is listed for the ACKs.
+#[test]
+fn a_ulp_needing_no_service_is_not_listed_active() {
+    let total = 64 * 1024;
+    let (mut s, a, b) = run_units(7, LinkConfig::default(), Placement::All, total, 1 << 20, 0);
+    let mut active = Vec::new();
+    s.b.take_active(&mut active);
+    assert_eq!(active, [b], "the receiver ran and said yes");
+    s.b.ulp_mut(b).unwrap().quiet = true;
+    s.a.ulp_mut(a).unwrap().to_send = total;
+    let mut a_active = Vec::new();
+    s.a.take_active(&mut a_active);
+    active.clear();
+    s.b.take_active(&mut active);
+    let limit = s.now + Duration::from_secs(5);
+    assert!(s.run_until(limit, |s| s.b.ulp(b).is_some_and(|u| u
+        .placed
+        .values()
+        .map(Vec::len)
+        .sum::<usize>()
+        == 2 * total)));
+    active.clear();
+    s.b.take_active(&mut active);
+    assert!(active.is_empty(), "the quiet receiver was not listed");
+    a_active.clear();
+    s.a.take_active(&mut a_active);
+    assert_eq!(a_active, [a], "the sender was, for its ACKs");
+}
+
+// A sending turn (up to `TX_QUANTUM` segments of one connection in a row) asks the ULP
+// whether a service on top has work once, as the turn ends, not after every segment it
+// sent; a ULP that says yes is listed then.
+#[test]
+fn a_sending_turn_asks_for_service_once_at_its_end() {
+    let total = 64 * 1024;
+    for quiet in [true, false] {
+        let (mut s, a, _b) = run_units(7, LinkConfig::default(), Placement::All, total, 1 << 20, 0);
+        let mut active = Vec::new();
+        s.a.take_active(&mut active);
+        let u = s.a.ulp_mut(a).unwrap();
+        u.quiet = quiet;
+        u.to_send = total;
+        u.asked.set(0);
+        let mut buf = vec![0u8; 2048];
+        let now = s.now;
+        let mut sent = 0usize;
+        while s.a.poll_transmit(now, &mut (), &mut buf).is_some() {
+            sent += 1;
+        }
+        assert!(sent >= 2, "{sent} segments sent");
+        let turns = sent.div_ceil(tcp::TX_QUANTUM as usize);
+        let asked = s.a.ulp(a).unwrap().asked.get();
+        assert!(
+            (1..=turns).contains(&asked),
+            "{sent} segments in {turns} turns, asked {asked} times"
+        );
+        active.clear();
+        s.a.take_active(&mut active);
+        if quiet {
+            assert!(active.is_empty());
+        } else {
+            assert_eq!(active, [a], "listed at its turn's end");
+        }
+    }
 }

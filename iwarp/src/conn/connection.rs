@@ -220,6 +220,8 @@ pub struct Connection {
     pub(super) llp: VecDeque<LlpRequest>,
     /// Stream events for the verbs layer (see [`Connection::pump_verbs`]), once enabled.
     pub(super) verbs_events: Option<VecDeque<rdmap::Event>>,
+    /// The last [`Connection::pump_verbs`] left WRs in its QP (they wait for room here).
+    pub(super) wrs_waiting: bool,
     /// End of the highest stream octets TCP handed in (in order or ahead of RCV.NXT).
     pub(super) rx_highest: Option<u32>,
     pub(super) stats: ConnStats,
@@ -254,6 +256,7 @@ impl Connection {
             events: VecDeque::new(),
             llp: VecDeque::new(),
             verbs_events: None,
+            wrs_waiting: false,
             rx_highest: None,
             stats: ConnStats::default(),
             ops: OpCounters::default(),
@@ -468,6 +471,30 @@ impl Connection {
     /// [`Connection::poll_llp_request`].
     pub fn has_news(&self) -> bool {
         !self.events.is_empty() || !self.llp.is_empty()
+    }
+
+    /// Whether the driver's service has anything to do after TCP ran the connection: not
+    /// yet (or no longer) a plainly open RDMA stream (negotiating, closing, terminated),
+    /// events or LLP requests ([`Connection::has_news`]), completions or verbs events to
+    /// forward ([`Connection::verbs_pending`]), a timer ([`Connection::poll_timeout`]: a
+    /// partial FPDU on record, a held first FPDU, an RTR awaited), or WRs the last
+    /// [`Connection::pump_verbs`] left in the QP. An open stream whose segments placed
+    /// data (a Write at its sink, RFC 5040 §4.4: nothing to report) or were acknowledged
+    /// without completing a WR gives it none of these. Cheap checks first: the TCP engine
+    /// asks after every activity that would list the connection.
+    pub fn needs_service(&self) -> bool {
+        let Phase::Fpdu(f) = &self.phase else {
+            return true;
+        };
+        f.engine.state() != StreamState::Active
+            || f.engine.has_completions()
+            || self.wrs_waiting
+            || self.has_news()
+            || self.verbs_events.as_ref().is_none_or(|e| !e.is_empty())
+            || f.inbound.awaiting_rtr
+            || f.inbound.stall.is_some()
+            || f.inbound.gate.is_some()
+            || f.sender.hold_until.is_some()
     }
 
     /// Next thing the driver must do with the TCP connection.

@@ -170,4 +170,8 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
             s.reclaim(buffer);
         }
     }
+
+    fn needs_service(&self) -> bool {
+        Connection::needs_service(self)
+    }
 }

@@ -51,6 +51,7 @@ impl Connection {
             self.forward_completions(rnic, qp);
         }
         self.forward_verbs_events(rnic, qp);
+        self.wrs_waiting = rnic.has_pending_wrs(qp);
     }
 
     /// Whether [`Connection::pump_verbs`] has something to move that no newly posted WR

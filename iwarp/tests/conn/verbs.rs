@@ -749,3 +749,67 @@ fn a_send_right_behind_the_rtr_takes_an_srq_wqe_once_the_qp_is_in_rts() {
     assert_received(&mut b, 1, 0x78, 1);
     assert_eq!(b.available(), 0);
 }
+
+// What the driver's service must see after TCP ran a connection (`needs_service`): an
+// RDMA Write placed at its data sink is not reported there (RFC 5040 §4.4, VERBS-00 §8.2:
+// no receive WQE, no completion), so the sink's visit would find nothing; a Send's receive
+// completion and a close (RFC 5040 §6.2) are the service's.
+#[test]
+fn a_placed_write_gives_the_sink_nothing_to_service() {
+    let mut a = side(true, 21);
+    let mut b = side(false, 22);
+    assert!(
+        a.conn.needs_service() && b.conn.needs_service(),
+        "negotiating"
+    );
+    run(&mut a, &mut b);
+    assert!(a.conn.negotiated().is_some() && b.conn.negotiated().is_some());
+    assert!(
+        !a.conn.needs_service() && !b.conn.needs_service(),
+        "open and idle"
+    );
+
+    let write = SendWr::message(
+        2,
+        SendOp::Write {
+            sgl: vec![Sge {
+                stag: a.mr,
+                to: 0x10_0000,
+                len: 6000,
+            }],
+            remote: RemoteBuf {
+                stag: b.mr,
+                to: 0x10_0000 + 65536,
+            },
+        },
+    );
+    a.rnic.post_sq(a.qp, vec![write]).unwrap();
+    poll(&mut a);
+    assert!(carry(&mut a, &mut b));
+    assert!(
+        !b.conn.needs_service(),
+        "a placed Write reports nothing at its sink"
+    );
+    // The whole Write fit the default read-ahead budget: it completed in the pump that
+    // took it, which forwarded the completion.
+    assert!(!a.conn.needs_service(), "nothing new at the source either");
+    let wa = wcs(&mut a);
+    assert_eq!((wa.len(), wa[0].wr_id), (1, 2));
+    assert_eq!(wa[0].status, CompletionStatus::Success);
+
+    b.rnic.post_rq(b.qp, vec![recv_wr(&b, 5, 8192)]).unwrap();
+    poll(&mut b);
+    a.rnic.post_sq(a.qp, vec![send_of(&a, 6, 100)]).unwrap();
+    poll(&mut a);
+    assert!(carry(&mut a, &mut b));
+    assert!(b.conn.needs_service(), "a Send's receive completion");
+    poll(&mut b);
+    assert!(!b.conn.needs_service());
+    assert_eq!(
+        wcs(&mut b).iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        vec![5]
+    );
+
+    a.conn.close(now(), a.rnic.memory());
+    assert!(a.conn.needs_service(), "closing");
+}

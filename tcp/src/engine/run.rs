@@ -122,8 +122,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             ulp.unstage(cx);
         }
         // What the general input does after a segment that raised no event; the octets in
-        // flight did not change (SND.UNA and SND.NXT did not move).
-        let listed = list_active(&mut self.active, c, id);
+        // flight did not change (SND.UNA and SND.NXT did not move). A segment whose advance
+        // waits for the run's end is listed there (once per run).
+        let listed = !c.tcb.advance_pending && list_active(&mut self.active, c, id);
         if !c.queued {
             c.queued = true;
             self.ready.push_back(id);
