@@ -1129,6 +1129,10 @@ impl PerfClient {
         if let Some(t) = self.lat_sent.take() {
             let us = now.saturating_since(t).as_secs_f64() * 1e6;
             let half = matches!(self.params.op, PerfOp::Write | PerfOp::Send);
+            if self.samples.capacity() == 0 {
+                // One allocation for a counted run's samples (a timed run grows from there).
+                self.samples.reserve(self.target().min(1 << 20) as usize);
+            }
             self.samples.push(if half { us / 2.0 } else { us });
             self.qps[0].completed += 1;
             self.done += 1;
