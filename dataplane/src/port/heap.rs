@@ -26,30 +26,33 @@ impl BufPool {
     }
 
     /// Takes a buffer of exactly `len` bytes (contents unspecified) from the free list, or
-    /// allocates one when the free list is empty. A recycled allocation keeps the octets of
-    /// the frames it held: only octets past the longest frame it ever held are zeroed, so a
-    /// frame no longer than that (a full-size transmit buffer cut to its frame, taken again)
+    /// allocates one when the free list is empty. A recycled buffer keeps its last frame's
+    /// octets (only those beyond its last length are zeroed), so a frame of the same size
     /// costs no clearing pass.
     pub fn take(self: &Arc<Self>, len: usize) -> HeapBuf {
         let mut data = self
             .free
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(self.capacity_hint.max(len)));
-        if data.len() < len {
-            data.resize(len, 0);
-        }
+        data.resize(len, 0);
         HeapBuf {
             data,
-            len,
             pool: Some(Arc::clone(self)),
         }
     }
 
     /// Takes a buffer holding a copy of `bytes`.
     pub fn take_copy(self: &Arc<Self>, bytes: &[u8]) -> HeapBuf {
-        let mut buf = self.take(bytes.len());
-        buf.as_mut().copy_from_slice(bytes);
-        buf
+        let mut data = self
+            .free
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.capacity_hint.max(bytes.len())));
+        data.clear();
+        data.extend_from_slice(bytes);
+        HeapBuf {
+            data,
+            pool: Some(Arc::clone(self)),
+        }
     }
 
     /// Number of idle buffers on the free list.
@@ -66,54 +69,37 @@ impl BufPool {
 /// A frame in heap memory (software ports). Returns to its pool when dropped.
 #[derive(Debug)]
 pub struct HeapBuf {
-    /// The allocation, at the length of the longest frame it held (octets past `len` are
-    /// left from earlier frames).
     data: Vec<u8>,
-    /// The frame's length (at most `data.len()`).
-    len: usize,
     pool: Option<Arc<BufPool>>,
 }
 
 impl HeapBuf {
     /// A buffer that belongs to no pool (freed normally on drop).
     pub fn unpooled(data: Vec<u8>) -> HeapBuf {
-        HeapBuf {
-            len: data.len(),
-            data,
-            pool: None,
-        }
+        HeapBuf { data, pool: None }
     }
 
     /// Moves the bytes out, detaching the buffer from its pool.
     pub fn into_vec(mut self) -> Vec<u8> {
         self.pool = None;
-        let mut data = std::mem::take(&mut self.data);
-        data.truncate(self.len);
-        data
+        std::mem::take(&mut self.data)
     }
 
     /// Resizes the frame to `len` bytes, zero-filling any new bytes.
     pub fn resize(&mut self, len: usize) {
-        if len > self.len {
-            let kept = self.data.len().min(len);
-            self.data[self.len..kept].fill(0);
-            if self.data.len() < len {
-                self.data.resize(len, 0);
-            }
-        }
-        self.len = len;
+        self.data.resize(len, 0);
     }
 }
 
 impl AsRef<[u8]> for HeapBuf {
     fn as_ref(&self) -> &[u8] {
-        &self.data[..self.len]
+        &self.data
     }
 }
 
 impl AsMut<[u8]> for HeapBuf {
     fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.data[..self.len]
+        &mut self.data
     }
 }
 
@@ -121,7 +107,7 @@ impl PacketBuf for HeapBuf {
     type Spent = HeapBuf;
 
     fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        self.data.truncate(len);
     }
 }
 
@@ -151,16 +137,14 @@ mod tests {
         assert_eq!(pool.idle(), 0);
     }
 
-    // A recycled buffer is cut or grown to exactly the length asked for; octets past the
-    // longest frame its allocation held are zeroed, those within it are whatever earlier
-    // frames left (no clearing pass for a frame that fits).
+    // A recycled buffer is cut or grown to exactly the length asked for; octets past its
+    // last length are zeroed, those within it are whatever the last frame left.
     #[test]
     fn recycled_buffers_take_the_length_asked_for() {
         let pool = BufPool::new(1, 2048);
         let mut a = pool.take(100);
         a.as_mut().fill(0xab);
         a.truncate(80);
-        assert_eq!(a.len(), 80);
         drop(a);
         let b = pool.take(60);
         assert_eq!(b.len(), 60);
@@ -168,46 +152,7 @@ mod tests {
         drop(b);
         let c = pool.take(120);
         assert_eq!(c.len(), 120);
-        assert!(c.as_ref()[..100].iter().all(|&o| o == 0xab));
-        assert!(c.as_ref()[100..].iter().all(|&o| o == 0));
-    }
-
-    // A transmit buffer taken at full size and cut to its frame is not cleared again the
-    // next time it is taken at full size: the allocation keeps its longest length.
-    #[test]
-    fn a_full_size_buffer_cut_to_its_frame_is_not_cleared_when_taken_again() {
-        let pool = BufPool::new(1, 2048);
-        let mut a = pool.take(1514);
-        a.as_mut().fill(0xcd);
-        a.truncate(80);
-        drop(a);
-        let b = pool.take(1514);
-        assert_eq!(b.len(), 1514);
-        assert!(b.as_ref().iter().all(|&o| o == 0xcd));
-    }
-
-    // Growing a buffer in place zero-fills the new octets even where the allocation kept
-    // an earlier frame's, and `into_vec` hands over the frame alone.
-    #[test]
-    fn resize_zeroes_the_new_octets_and_into_vec_keeps_the_frame() {
-        let pool = BufPool::new(1, 2048);
-        let mut a = pool.take(100);
-        a.as_mut().fill(0xee);
-        a.truncate(10);
-        a.resize(40);
-        assert_eq!(a.len(), 40);
-        assert!(a.as_ref()[..10].iter().all(|&o| o == 0xee));
-        assert!(a.as_ref()[10..].iter().all(|&o| o == 0));
-        a.resize(150);
-        assert!(a.as_ref()[40..].iter().all(|&o| o == 0));
-        a.truncate(20);
-        assert_eq!(
-            a.into_vec(),
-            vec![0xee; 10]
-                .into_iter()
-                .chain([0; 10])
-                .collect::<Vec<u8>>()
-        );
+        assert!(c.as_ref()[60..].iter().all(|&o| o == 0));
     }
 
     #[test]
