@@ -73,7 +73,10 @@ mod tests {
     #[test]
     fn hugetlb_is_added_to_the_tunables() {
         assert_eq!(tunables(None).as_deref(), Some("glibc.malloc.hugetlb=1"));
-        assert_eq!(tunables(Some("")).as_deref(), Some("glibc.malloc.hugetlb=1"));
+        assert_eq!(
+            tunables(Some("")).as_deref(),
+            Some("glibc.malloc.hugetlb=1")
+        );
         assert_eq!(
             tunables(Some("glibc.malloc.arena_max=2")).as_deref(),
             Some("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1")
