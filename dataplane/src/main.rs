@@ -6,6 +6,7 @@
 //! after stopping cleanly; a second signal exits at once.
 
 mod cmd;
+mod huge_heap;
 
 use std::process::ExitCode;
 
@@ -28,8 +29,9 @@ fn main() -> ExitCode {
         }
     };
     // Before any thread starts: the signal mask is inherited. Not for `exec`, whose program
-    // owns its signals (a blocked mask would survive the exec).
+    // owns its signals (a blocked mask would survive the exec), nor its tunables.
     if !matches!(cli.command, cmd::Command::Exec(_)) {
+        huge_heap::reexec();
         if let Err(e) = cmd::signals::install() {
             eprintln!("dataplane: error: {e}");
             return ExitCode::from(1);
