@@ -300,7 +300,12 @@ impl Connection {
                 }
                 return;
             }
-            if hand_in(engine, cx, stream, now, pos, d.ulpdu) == Handled::Deferred {
+            let early = match cfg.rx_fast_path && !d.in_order {
+                true => engine.place_early_write(now, pos, d.ulpdu, cx.table_mut()),
+                false => None,
+            };
+            let handled = early.unwrap_or_else(|| hand_in(engine, cx, stream, now, pos, d.ulpdu));
+            if handled == Handled::Deferred {
                 deferred = true;
             }
         };

@@ -121,6 +121,72 @@ impl Engine {
         true
     }
 
+    /// The out-of-order counterpart of [`Engine::place_next_write`]: when `segment` lies
+    /// ahead of the next in order (neither next nor a duplicate) and is a tagged segment of
+    /// an RDMA Write with a payload whose placement passes every check of RFC 5041 §7.2
+    /// and §8.1 (`mem` makes them), places it and holds its record, with the STag to check
+    /// again once it is reached in order (VERBS-00 §7.8), exactly as
+    /// [`Engine::handle_ddp_segment`] would, without the general classification. Returns
+    /// what that would have answered; `None` (nothing changed) for anything else, a
+    /// refused placement included: the caller then hands the segment to
+    /// [`Engine::handle_ddp_segment`], which holds it for a retry in order (and reports the
+    /// check that fails then).
+    pub fn place_early_write<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        pos: SegmentPos,
+        segment: &[u8],
+        mem: &mut M,
+    ) -> Option<Handled> {
+        if !matches!(self.state, StreamState::Active | StreamState::Closing)
+            || self.order.is_next(pos)
+            || pos.end <= pos.start
+            || self.order.is_duplicate(pos)
+        {
+            return None;
+        }
+        let seg = Segment::new_checked(segment).ok()?;
+        let ctrl = seg.rsvd_ulp();
+        let write = seg.tagged()
+            && seg.version() == DDP_VERSION
+            && RdmapControl::raw_version(ctrl) == self.cfg.rdmap_version
+            && Opcode::from_u4(ctrl) == Some(Opcode::Write);
+        let payload = seg.payload();
+        if !write || payload.is_empty() {
+            return None;
+        }
+        let copy = CopiedDdpHeader::from_segment(segment).ok()?;
+        let (pd, stream) = (self.cfg.pd, self.cfg.stream);
+        mem.place(
+            STag(seg.stag()),
+            pd,
+            stream,
+            seg.to(),
+            payload,
+            Access::REMOTE_WRITE,
+        )
+        .ok()?;
+        self.last_rx = Some(now);
+        let record = RxRecord::Tagged {
+            opcode: Opcode::Write,
+            last: seg.last(),
+            len: payload.len() as u32,
+            recheck: Some(EarlyTagged {
+                stag: seg.stag(),
+                to: seg.to(),
+                segment_len: seg_len(segment),
+                copy,
+            }),
+        };
+        match self.order.offer(pos, record) {
+            Offer::Accepted => {}
+            Offer::Duplicate => return Some(Handled::Duplicate),
+            Offer::Full => return Some(Handled::Deferred),
+        }
+        // Not next: nothing became ready (what was ready was delivered when it became so).
+        Some(Handled::Accepted)
+    }
+
     /// How many receive buffers must be posted before [`Engine::handle_ddp_segment`] can
     /// place `segment`: for a Send or Immediate Data on queue 0 whose MSN has no buffer yet,
     /// one for it and one for each earlier MSN without one (VERBS-00 §6.3.5); 0 for every
@@ -264,12 +330,12 @@ impl Engine {
                 )
                 .map_err(|e| fail(e.cause()))?;
                 let recheck = match early && len > 0 {
-                    true => Some(Box::new(EarlyTagged {
+                    true => Some(EarlyTagged {
                         stag: t.stag,
                         to: t.to,
                         segment_len,
                         copy: copy()?,
-                    })),
+                    }),
                     false => None,
                 };
                 Ok(RxRecord::Tagged {

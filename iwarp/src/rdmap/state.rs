@@ -132,7 +132,7 @@ pub(super) enum RxRecord {
         opcode: Opcode,
         last: bool,
         len: u32,
-        recheck: Option<Box<EarlyTagged>>,
+        recheck: Option<EarlyTagged>,
     },
     /// A placed / stored untagged segment.
     Untagged(Box<UntaggedRecord>),
@@ -204,4 +204,16 @@ pub(super) struct TxMessage {
     pub done: TxDone,
     /// Reads of `payload` after the first skip the STag lookup ([`ReadGrant`]).
     pub grant: PieceGrant,
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// An early tagged segment's recheck is held in the record itself, not boxed: the
+    /// record stays as large as a held failure makes it anyway.
+    #[test]
+    fn an_early_tagged_record_is_no_larger_than_a_failed_one() {
+        assert!(std::mem::size_of::<EarlyTagged>() <= std::mem::size_of::<Failure>());
+    }
 }
