@@ -609,3 +609,111 @@ fn a_run_handed_over_segment_by_segment_or_as_a_run_answers_alike() {
         }
     }
 }
+
+/// Feeds one FPDU per TCP segment, `fpdus_of` giving segment `k`'s DDP segment, to B's
+/// sink in `order`, as TCP would: a segment at RCV.NXT in order (then RCV.NXT moves past
+/// it and every segment taken ahead behind it, and `on_advance` tells so), any other
+/// ahead; octets the sink leaves of a segment taken ahead come again in order once RCV.NXT
+/// reaches them. Returns B's Terminate, stats (the fast path's count left out), events and
+/// memory.
+fn feed_ahead(fast: bool, order: &[usize], seg: &dyn Fn(&Stags, usize) -> Vec<u8>) -> String {
+    let (mut s, st) = established(mpa(true, false), fast);
+    let seq0 = rcv_nxt(&s);
+    let mut stream = Vec::new();
+    let mut starts = Vec::new();
+    for k in 0..order.len() {
+        starts.push(stream.len());
+        let at = seq0.wrapping_add(stream.len() as u32);
+        stream.extend(fpdus(at, &[seg(&st, k)]));
+    }
+    starts.push(stream.len());
+    let range = |k: usize| starts[k]..starts[k + 1];
+    // Per segment: not arrived, taken (the sink placed it), or left for the in-order pass.
+    let mut arrived = vec![false; order.len()];
+    let mut left = vec![false; order.len()];
+    let mut next = 0;
+    for &k in order {
+        let at = seq0.wrapping_add(starts[k] as u32);
+        arrived[k] = true;
+        if k == next {
+            feed_whole(&mut s, at, &stream[range(k)]);
+            next += 1;
+            while next < order.len() && arrived[next] {
+                if left[next] {
+                    let at = seq0.wrapping_add(starts[next] as u32);
+                    feed_whole(&mut s, at, &stream[range(next)]);
+                }
+                next += 1;
+            }
+            let end = seq0.wrapping_add(starts[next] as u32);
+            advance(&mut s, end);
+        } else {
+            let c = feed(&mut s, at, &stream[range(k)], false);
+            assert!(
+                c.total() == 0 || c.total() == range(k).len(),
+                "a single FPDU taken whole or not at all"
+            );
+            left[k] = c.total() == 0;
+        }
+    }
+    let t = local_terminate(&mut s);
+    let mut stats = stats(&mut s);
+    stats.fpdus_fast = 0;
+    let c = s.conn(Side::B).unwrap();
+    let events: Vec<_> = std::iter::from_fn(|| c.poll_event()).collect();
+    let mem = s.mem(Side::B).bytes().to_vec();
+    format!("{t:?} {stats:?} {events:?} {:?}", mem)
+}
+
+#[test]
+fn writes_placed_ahead_answer_as_the_general_path() {
+    // RFC 5041 §5.3, §7.2, §8.1 / RFC 5040 §7 / RFC 5044 §8: FPDUs of a Write placed
+    // ahead of RCV.NXT (`Engine::place_early_write` with the fast path on) land, count,
+    // report and Terminate as through `Engine::handle_ddp_segment` (fast path off), a
+    // refused one ahead as well as in order, whatever the arrival order.
+    let orders: [&[usize]; 4] = [
+        &[0, 3, 4, 1, 2, 5],
+        &[0, 5, 4, 3, 2, 1],
+        &[1, 2, 3, 4, 5, 0],
+        &[0, 1, 2, 3, 4, 5],
+    ];
+    let good_all = |st: &Stags, k: usize| good(st, k);
+    for order in orders {
+        let a = feed_ahead(true, order, &good_all);
+        let b = feed_ahead(false, order, &good_all);
+        assert!(a.starts_with("None"), "{order:?}: no Terminate: {a:.300}");
+        assert!(a == b, "{order:?}: {a:.300} vs {b:.300}");
+    }
+    for case in bad_cases() {
+        let seg = |st: &Stags, k: usize| match k {
+            3 => (case.segment)(st),
+            _ => good(st, k),
+        };
+        for order in orders {
+            let a = feed_ahead(true, order, &seg);
+            let b = feed_ahead(false, order, &seg);
+            if !case.bad_crc {
+                assert!(
+                    a.starts_with("Some("),
+                    "{} {order:?}: a Terminate: {a:.300}",
+                    case.name
+                );
+            }
+            assert!(a == b, "{} {order:?}: {a:.300} vs {b:.300}", case.name);
+        }
+    }
+    // The fast way is taken: the FPDUs placed ahead count as such, and land.
+    let (mut s, st) = established(mpa(true, false), true);
+    let seq0 = rcv_nxt(&s);
+    let stream = fpdus(seq0, &(0..3).map(|k| good(&st, k)).collect::<Vec<_>>());
+    let span = stream.len() / 3;
+    let c = feed(
+        &mut s,
+        seq0.wrapping_add(2 * span as u32),
+        &stream[2 * span..],
+        false,
+    );
+    assert_eq!(c.total(), span);
+    assert_eq!(landed(&s, 2), &chunk(2)[..]);
+    assert_eq!(stats(&mut s).fpdus_placed_ahead, 1);
+}
