@@ -1017,17 +1017,23 @@ mod tests {
         (FaultPort::new(a, cfg), b)
     }
 
-    /// Sends `n` numbered 64-byte frames from `b`; receives everything on the fault port.
-    fn pass_rx(cfg: FaultConfig, n: u32) -> (Vec<Vec<u8>>, FaultCounters) {
-        let (mut f, mut b) = setup(cfg);
-        let mut bufs: Vec<HeapBuf> = (0..n)
+    /// 64-byte frames of `port`, zeroed, each numbered by its index in `numbers` (big-endian,
+    /// first 4 octets).
+    fn numbered_frames<P: Port>(port: &mut P, numbers: std::ops::Range<u32>) -> Vec<P::Buf> {
+        numbers
             .map(|i| {
-                let mut buf = b.alloc_tx(64).unwrap();
+                let mut buf = port.alloc_tx(64).unwrap();
                 buf.as_mut().fill(0);
                 buf.as_mut()[..4].copy_from_slice(&i.to_be_bytes());
                 buf
             })
-            .collect();
+            .collect()
+    }
+
+    /// Sends `n` numbered 64-byte frames from `b`; receives everything on the fault port.
+    fn pass_rx(cfg: FaultConfig, n: u32) -> (Vec<Vec<u8>>, FaultCounters) {
+        let (mut f, mut b) = setup(cfg);
+        let mut bufs = numbered_frames(&mut b, 0..n);
         assert_eq!(b.tx_burst(&mut bufs), n as usize);
         let mut got = Vec::new();
         let deadline = Instant::now() + Duration::from_millis(500);
@@ -1161,14 +1167,7 @@ mod tests {
         let mut sent = 0;
         for &max in maxes.iter().cycle() {
             if sent < n {
-                let mut bufs: Vec<HeapBuf> = (sent..(sent + chunk).min(n))
-                    .map(|i| {
-                        let mut buf = b.alloc_tx(64).unwrap();
-                        buf.as_mut().fill(0);
-                        buf.as_mut()[..4].copy_from_slice(&i.to_be_bytes());
-                        buf
-                    })
-                    .collect();
+                let mut bufs = numbered_frames(&mut b, sent..(sent + chunk).min(n));
                 sent += bufs.len() as u32;
                 let k = bufs.len();
                 assert_eq!(b.tx_burst(&mut bufs), k);
@@ -1378,22 +1377,13 @@ mod tests {
             ..FaultConfig::default()
         };
         let mut f = FaultPort::new(a, cfg);
-        fn numbered(f: &mut FaultPort<SoftPort>, r: std::ops::Range<u32>) -> Vec<HeapBuf> {
-            r.map(|i| {
-                let mut buf = f.alloc_tx(64).unwrap();
-                buf.as_mut().fill(0);
-                buf.as_mut()[..4].copy_from_slice(&i.to_be_bytes());
-                buf
-            })
-            .collect()
-        }
-        let mut first = numbered(&mut f, 0..12);
+        let mut first = numbered_frames(&mut f, 0..12);
         assert_eq!(
             f.tx_burst(&mut first),
             12,
             "the ring took 8, 4 wait in the stage"
         );
-        let mut second = numbered(&mut f, 12..16);
+        let mut second = numbered_frames(&mut f, 12..16);
         assert_eq!(
             f.tx_burst(&mut second),
             0,

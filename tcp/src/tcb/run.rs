@@ -63,9 +63,17 @@ impl Tcb {
         seg: &DataSegment,
         ulp: &mut impl Upper,
     ) {
+        self.take_run_header(now, cfg, seg);
+        self.take_run_payload(now, cfg, seg.payload, ulp);
+    }
+
+    /// What a segment the run's entries accepted brings besides its payload: TS.Recent
+    /// (RFC 7323 §4.3; not older than TS.Recent, checked: only the segment's place counts),
+    /// SND.WL1 and the send window, and the idle time.
+    #[inline(always)]
+    fn take_run_header(&mut self, now: Instant, cfg: &Config, seg: &DataSegment) {
         if self.opts.timestamps {
             if let Some(ts) = seg.timestamp {
-                // Not older than TS.Recent (checked): only the segment's place counts.
                 if seq::le(seg.seq, self.last_ack_sent) {
                     self.ts_recent = ts.tsval;
                     self.ts_recent_at = Some(now);
@@ -74,7 +82,6 @@ impl Tcb {
         }
         self.update_send_window(seg.window, seg.seq, seg.ack);
         self.restart_keepalive(now, cfg);
-        self.take_run_payload(now, cfg, seg.payload, ulp);
     }
 
     /// Whether `seg`, arriving at `now`, is a data segment around a hole that
@@ -136,16 +143,7 @@ impl Tcb {
     ) {
         self.flush_advance(ulp);
         self.run_ack = None;
-        if self.opts.timestamps {
-            if let Some(ts) = seg.timestamp {
-                if seq::le(seg.seq, self.last_ack_sent) {
-                    self.ts_recent = ts.tsval;
-                    self.ts_recent_at = Some(now);
-                }
-            }
-        }
-        self.update_send_window(seg.window, seg.seq, seg.ack);
-        self.restart_keepalive(now, cfg);
+        self.take_run_header(now, cfg, seg);
         if seg.seq == self.rcv_nxt {
             let end = self.rcv_off + seg.payload.len() as u64;
             if self.rx.first_start().is_some_and(|first| end <= first) {
