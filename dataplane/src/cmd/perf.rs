@@ -571,8 +571,8 @@ fn run_perftest(args: &Args, op: PerfOp, mode: PerfMode, size: usize) -> Result<
     let mut params = PerftestParams::new(test, size, iters);
     params.tx_depth = params.tx_depth.min(args.tx_depth.max(1));
     let mut rdma = args.rdma.clone();
-    // The native protocol's peer is a dataplane server: no siw to wait for.
-    rdma.first_fpdu_delay_ms.get_or_insert(0);
+    // perftest's peer may be Linux siw: the first FPDUs keep siw's hold unless asked
+    // otherwise (`--first-fpdu-delay-ms`); the native protocol's runs above drop it.
     rdma.mem_mb = rdma.mem_mb.max((size * 3).div_ceil(1 << 20) * 2 + 8);
     let header = PerfResult::header(mode);
     let print = |who: &'static str| {
@@ -708,10 +708,11 @@ fn perftest_lanes(
             apps.push(Some(app));
             apps.resize_with(n, || None);
             say!(
-                "perf -R {} to {remote} (lane 0 of {n}, memory: {}, CRC {})",
+                "perf -R {} to {remote} (lane 0 of {n}, memory: {}, CRC {}, first FPDUs held {} ms)",
                 test.name(),
                 s.memory,
                 if rdma.crc { "on" } else { "off" },
+                rdma.first_fpdu_delay()
             );
         }
     }
