@@ -67,8 +67,15 @@ reps = [m for m in mpa if not m[5]]
 if not reqs or not reps:
     fail("tshark: no MPA %s in the capture" % ("Request" if not reqs else "Reply"))
 if "conns" in want and (len(reqs) != int(want["conns"]) or len(reps) != int(want["conns"])):
-    fail("tshark: %d MPA Request(s) and %d Reply(ies), expected %s each"
-         % (len(reqs), len(reps), want["conns"]))
+    # What the capture holds, so that a failure in CI can be read without it: the
+    # connections opened (SYNs) and the MPA frames tshark decoded.
+    syns = fields("tcp.flags.syn == 1 && tcp.flags.ack == 0", "frame.number", "tcp.srcport",
+                  "tcp.dstport")
+    fail("tshark: %d MPA Request(s) and %d Reply(ies), expected %s each (SYNs: %s; MPA: %s)"
+         % (len(reqs), len(reps), want["conns"],
+            ", ".join("frame %s %s->%s" % tuple(r[:3]) for r in syns) or "none",
+            ", ".join("frame %s %s %s->%s" % (m[0], "Request" if m[5] else "Reply", m[2], m[4])
+                      for m in mpa)))
 for m in mpa:
     kind = "Request" if m[5] else "Reply"
     where = "frame %s MPA %s %s:%s->%s:%s" % (m[0], kind, m[1], m[2], m[3], m[4])
