@@ -1,6 +1,6 @@
 //! Work requests the ULP (verbs layer) posts to an RDMAP stream.
 
-use crate::mem::{Resolved, STag, Sge};
+use crate::mem::{Resolved, STag, Sge, Sgl};
 use crate::wire::atomic::AtomicOp;
 
 /// A remote tagged buffer: STag and TO advertised by the peer.
@@ -19,7 +19,7 @@ pub enum SendOp {
     /// `solicited` the with-SE variants.
     Send {
         /// Gather list.
-        sgl: Vec<Sge>,
+        sgl: Sgl,
         /// Solicited Event.
         solicited: bool,
         /// STag to invalidate at the peer.
@@ -28,7 +28,7 @@ pub enum SendOp {
     /// RDMA Write (RFC 5040 §5.1).
     Write {
         /// Gather list.
-        sgl: Vec<Sge>,
+        sgl: Sgl,
         /// Sink buffer at the peer.
         remote: RemoteBuf,
     },

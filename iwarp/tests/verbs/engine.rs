@@ -153,7 +153,7 @@ fn write(wr_id: u64, sgl: Vec<Sge>, stag: STag, to: u64) -> SendWr {
     SendWr::message(
         wr_id,
         SendOp::Write {
-            sgl,
+            sgl: sgl.into(),
             remote: RemoteBuf { stag, to },
         },
     )
@@ -182,7 +182,7 @@ fn send_invalidate(a: &mut Node, b: &mut Node, victim: STag) {
     a.post_send(SendWr::message(
         1,
         SendOp::Send {
-            sgl: vec![],
+            sgl: iwarp::mem::Sgl::new(),
             solicited: false,
             invalidate: Some(victim),
         },
