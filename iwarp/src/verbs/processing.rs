@@ -255,6 +255,11 @@ impl Rnic {
         qp: QpId,
     ) -> Option<(rdmap::SendWr, Option<rdmap::CheckedSource>)> {
         loop {
+            // No WR waits in any QP (the pump's call after it took the last one): no
+            // look-up.
+            if self.pending_wrs == 0 {
+                return None;
+            }
             let q = self.qps.get_mut(&qp)?;
             if q.state != QpState::Rts {
                 return None;
@@ -361,10 +366,12 @@ impl Rnic {
     /// Whether the head of the QP's SQ is a Local Fence WR (it waits for every earlier WR's
     /// completion before [`Rnic::next_send_wr`] hands anything out).
     pub fn sq_fenced(&self, qp: QpId) -> bool {
-        self.qps
-            .get(&qp)
-            .and_then(|q| q.sq_pending.front())
-            .is_some_and(|(_, wr)| wr.local_fence)
+        self.pending_wrs != 0
+            && self
+                .qps
+                .get(&qp)
+                .and_then(|q| q.sq_pending.front())
+                .is_some_and(|(_, wr)| wr.local_fence)
     }
 
     /// Completes a WR the RI itself executed or rejected.
@@ -386,7 +393,11 @@ impl Rnic {
     /// messages; `None` for a QP on an S-RQ, which takes one when a message needs it
     /// ([`RecvSupply`], VERBS-00 §6.3.5). See [`Rnic::next_recv_wr`].
     pub fn next_rq_wr(&mut self, qp: QpId) -> Option<RecvWr> {
-        // An empty RQ (every pump of a QP that only sends) costs one look-up.
+        // No WR waits in any QP (every pump after the last WR was taken): no look-up. An
+        // empty RQ (every pump of a QP that only sends) costs one.
+        if self.pending_wrs == 0 {
+            return None;
+        }
         let q = self.qps.get(&qp)?;
         if q.srq.is_some() || q.rq_pending.is_empty() {
             return None;
