@@ -122,6 +122,10 @@ pub struct CheckedSource {
     pub generation: u64,
     /// What the check found.
     pub piece: Resolved,
+    /// The backend address of the range's first octet when it is one backend range (a
+    /// [`crate::mem::ReadGrant`] at `generation` for the message's reads); `None`: the
+    /// reads take the checked path.
+    pub start: Option<u64>,
 }
 
 impl<Op> SendWr<Op> {

@@ -293,7 +293,7 @@ impl Rnic {
                 let mut status = CompletionStatus::Success;
                 for s in sgl {
                     total += u64::from(s.len);
-                    match self.memory.resolve_local(
+                    match self.memory.resolve_local_start(
                         &ctx,
                         s.stag,
                         s.to,
@@ -335,9 +335,13 @@ impl Rnic {
                 read_fence: wr.read_fence,
                 local_fence: false,
             };
-            let checked = checked.and_then(|piece| {
+            let checked = checked.and_then(|(piece, start)| {
                 let generation = self.memory.table_generation()?;
-                Some(rdmap::CheckedSource { generation, piece })
+                Some(rdmap::CheckedSource {
+                    generation,
+                    piece,
+                    start,
+                })
             });
             // The QP looked up at the top (the checks above borrow only the memory model).
             q.sq_active.push_back(ActiveSq {
