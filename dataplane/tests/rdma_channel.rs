@@ -74,7 +74,7 @@ fn app_thread_posts_through_the_rings() {
             SendWr::message(
                 1,
                 SendOp::Write {
-                    sgl: vec![cbuf.sge(0, 100_000)],
+                    sgl: iwarp::mem::Sgl::one(cbuf.sge(0, 100_000)),
                     remote: sbuf.remote(4096),
                 },
             ),

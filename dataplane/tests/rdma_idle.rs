@@ -42,7 +42,7 @@ fn an_idle_handler_has_no_transmit_work_until_a_wr_is_posted() {
     let wr = SendWr::message(
         7,
         SendOp::Write {
-            sgl: vec![src.sge(0, 8)],
+            sgl: iwarp::mem::Sgl::one(src.sge(0, 8)),
             remote: RemoteBuf {
                 stag: STag(dst.stag.0),
                 to: dst.addr(0),

@@ -86,7 +86,7 @@ fn thousand_qps_connect_and_carry_checked_data() {
             SendWr::message(
                 i as u64,
                 SendOp::Write {
-                    sgl: vec![src.sge((i * 2 + 1) * LEN, LEN)],
+                    sgl: iwarp::mem::Sgl::one(src.sge((i * 2 + 1) * LEN, LEN)),
                     remote: RemoteBuf {
                         stag: STag(write_area.stag.0),
                         to: write_area.addr(i * LEN),
@@ -96,7 +96,7 @@ fn thousand_qps_connect_and_carry_checked_data() {
             SendWr::message(
                 i as u64,
                 SendOp::Send {
-                    sgl: vec![src.sge(i * 2 * LEN, LEN)],
+                    sgl: iwarp::mem::Sgl::one(src.sge(i * 2 * LEN, LEN)),
                     solicited: false,
                     invalidate: None,
                 },

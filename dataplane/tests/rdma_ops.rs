@@ -201,7 +201,7 @@ fn send(
     invalidate: Option<iwarp::verbs::STag>,
 ) -> SendOp {
     SendOp::Send {
-        sgl,
+        sgl: sgl.into(),
         solicited,
         invalidate,
     }
@@ -260,7 +260,7 @@ fn all_operations(mpa: MpaConfig, faults: FaultConfig) -> (RdmaCounters, RdmaCou
             SendWr::message(
                 2,
                 SendOp::Write {
-                    sgl: vec![d.c.buf.sge(half, size)],
+                    sgl: iwarp::mem::Sgl::one(d.c.buf.sge(half, size)),
                     remote: remote(&d.s.buf, half),
                 },
             ),
@@ -380,7 +380,7 @@ fn all_operations(mpa: MpaConfig, faults: FaultConfig) -> (RdmaCounters, RdmaCou
         SendWr::message(
             41,
             SendOp::Write {
-                sgl: vec![d.c.buf.sge(0, 64)],
+                sgl: iwarp::mem::Sgl::one(d.c.buf.sge(0, 64)),
                 remote: remote(&d.s.buf, 0),
             },
         ),

@@ -241,7 +241,7 @@ impl dataplane::apps::App for BadPeer {
                 let wr = SendWr::message(
                     1,
                     SendOp::Send {
-                        sgl: vec![self.buf.sge(64, self.reply.len())],
+                        sgl: iwarp::mem::Sgl::one(self.buf.sge(64, self.reply.len())),
                         solicited: false,
                         invalidate: None,
                     },

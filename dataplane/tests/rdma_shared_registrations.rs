@@ -96,7 +96,7 @@ impl Bed {
         let wr = SendWr::message(
             wr_id,
             SendOp::Write {
-                sgl: vec![self.cbuf.sge(0, data.len())],
+                sgl: iwarp::mem::Sgl::one(self.cbuf.sge(0, data.len())),
                 remote,
             },
         );

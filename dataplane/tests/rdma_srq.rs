@@ -77,7 +77,7 @@ fn sends_on_qps_sharing_an_srq(faults: FaultConfig) -> (RdmaCounters, RdmaCounte
         let wrs = (0..SENDS)
             .map(|k| {
                 let send = SendOp::Send {
-                    sgl: vec![src.sge((i * SENDS + k) * LEN, LEN)],
+                    sgl: iwarp::mem::Sgl::one(src.sge((i * SENDS + k) * LEN, LEN)),
                     solicited: false,
                     invalidate: None,
                 };
@@ -217,7 +217,7 @@ fn sends_on_qps_sharing_an_srq_reposted_as_they_complete() {
         let wrs = (0..REPOST_SENDS)
             .map(|k| {
                 let send = SendOp::Send {
-                    sgl: vec![src.sge((i * 4 + k % 4) * REPOST_LEN, REPOST_LEN)],
+                    sgl: iwarp::mem::Sgl::one(src.sge((i * 4 + k % 4) * REPOST_LEN, REPOST_LEN)),
                     solicited: false,
                     invalidate: None,
                 };

@@ -35,7 +35,7 @@ fn write(wr_id: u64, src: &Region, dst: &Region, offset: usize, len: usize) -> S
     SendWr::message(
         wr_id,
         SendOp::Write {
-            sgl: vec![src.sge(0, len)],
+            sgl: iwarp::mem::Sgl::one(src.sge(0, len)),
             remote: RemoteBuf {
                 stag: STag(dst.stag.0),
                 to: dst.addr(offset),

@@ -1,6 +1,7 @@
 //! Between rdma-core's work requests and completions and the verbs layer's.
 
 use iwarp::rdmap::{RemoteBuf, SendOp};
+use iwarp::verbs::Sgl;
 use iwarp::verbs::{
     CompletionStatus, RecvWr, STag, SendWr, Sge, SqOp, VerbError, WcOpcode, WorkCompletion,
 };
@@ -13,9 +14,9 @@ use crate::shared::verbs::Wc;
 ///
 /// # Safety
 /// `list` must point to `n` readable `ibv_sge` (or `n` is 0).
-unsafe fn sges(list: *const ibv_sge, n: i32) -> Vec<Sge> {
+unsafe fn sges<L: FromIterator<Sge>>(list: *const ibv_sge, n: i32) -> L {
     if n <= 0 || list.is_null() {
-        return Vec::new();
+        return core::iter::empty().collect();
     }
     // SAFETY: by the contract, `list[..n]` is readable.
     let s = unsafe { std::slice::from_raw_parts(list, n as usize) };
@@ -45,7 +46,7 @@ pub unsafe fn send_wr(
         return Err(libc::EINVAL);
     }
     // SAFETY: by the contract.
-    let sgl = unsafe { sges(wr.sg_list, wr.num_sge) };
+    let sgl: Sgl = unsafe { sges(wr.sg_list, wr.num_sge) };
     let flags = wr.send_flags;
     let solicited = flags & IBV_SEND_SOLICITED != 0;
     // SAFETY: reading plain-old-data union members of a readable struct.
@@ -155,7 +156,7 @@ fn inline(op: SendOp, max_inline: u32) -> Result<SqOp, i32> {
         } => (
             sgl,
             SendOp::Send {
-                sgl: Vec::new(),
+                sgl: Sgl::new(),
                 solicited,
                 invalidate,
             },
@@ -163,7 +164,7 @@ fn inline(op: SendOp, max_inline: u32) -> Result<SqOp, i32> {
         SendOp::Write { sgl, remote } => (
             sgl,
             SendOp::Write {
-                sgl: Vec::new(),
+                sgl: Sgl::new(),
                 remote,
             },
         ),

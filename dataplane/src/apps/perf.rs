@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::clock::{self, Instant};
 
+use iwarp::verbs::Sgl;
 use iwarp::verbs::{
     Access, CompletionStatus, QpId, RecvWr, RemoteBuf, STag, SendOp, SendWr, SqOp, WcOpcode,
     WorkCompletion,
@@ -410,9 +411,9 @@ impl PerfServer {
                 1,
                 SendOp::Send {
                     sgl: if len == 0 {
-                        Vec::new()
+                        Sgl::new()
                     } else {
-                        vec![c.buf.sge(0, len)]
+                        Sgl::one(c.buf.sge(0, len))
                     },
                     solicited: false,
                     invalidate: None,
@@ -440,7 +441,7 @@ impl PerfServer {
             let wr = SendWr::message(
                 1,
                 SendOp::Write {
-                    sgl: vec![c.buf.sge(0, size)],
+                    sgl: Sgl::one(c.buf.sge(0, size)),
                     remote: RemoteBuf {
                         stag: STag(c.hello.rkey),
                         to: c.hello.addr,
@@ -981,11 +982,11 @@ impl PerfClient {
         };
         let op = match self.params.op {
             PerfOp::Write => SendOp::Write {
-                sgl: vec![q.local.sge(0, size)],
+                sgl: Sgl::one(q.local.sge(0, size)),
                 remote: rb,
             },
             PerfOp::Send => SendOp::Send {
-                sgl: vec![q.local.sge(0, size)],
+                sgl: Sgl::one(q.local.sge(0, size)),
                 solicited: false,
                 invalidate: None,
             },
@@ -1014,7 +1015,7 @@ impl PerfClient {
             // The payload is copied at post time; the operation names no SGE.
             let op = match op {
                 SendOp::Write { remote, .. } => SendOp::Write {
-                    sgl: Vec::new(),
+                    sgl: Sgl::new(),
                     remote,
                 },
                 SendOp::Send {
@@ -1022,7 +1023,7 @@ impl PerfClient {
                     invalidate,
                     ..
                 } => SendOp::Send {
-                    sgl: Vec::new(),
+                    sgl: Sgl::new(),
                     solicited,
                     invalidate,
                 },

@@ -6,6 +6,7 @@
 use crate::clock::Instant;
 use std::net::{IpAddr, SocketAddr};
 
+use iwarp::verbs::Sgl;
 use iwarp::verbs::{Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode};
 use tcp::ConnId;
 
@@ -310,7 +311,7 @@ impl Rping {
                             SendWr::message(
                                 3,
                                 SendOp::Write {
-                                    sgl: vec![self.rdma_buf.sge(0, len)],
+                                    sgl: Sgl::one(self.rdma_buf.sge(0, len)),
                                     remote: RemoteBuf {
                                         stag: STag(info.rkey),
                                         to: info.addr,

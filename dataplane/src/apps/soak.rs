@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use crate::clock::{self, Instant};
 
+use iwarp::verbs::Sgl;
 use iwarp::verbs::{
     Access, CompletionStatus, QpId, RemoteBuf, STag, SendOp, SendWr, WcOpcode, WorkCompletion,
 };
@@ -1273,7 +1274,7 @@ impl SoakClient {
             wr(
                 0,
                 SendOp::Write {
-                    sgl: vec![q.src.sge(0, write_len)],
+                    sgl: Sgl::one(q.src.sge(0, write_len)),
                     remote: target,
                 },
             ),

@@ -1,5 +1,6 @@
 //! Carving application buffers out of the RNIC's memory and registering them.
 
+use iwarp::verbs::Sgl;
 use iwarp::verbs::{
     Access, MrSpec, PageList, PdId, RecvWr, RemoteBuf, Rnic, STag, SendOp, Sge, TaggedBase,
     VerbError,
@@ -57,7 +58,7 @@ impl Region {
     /// A Send of `len` octets from `off` (not solicited, invalidating nothing).
     pub fn send(&self, off: usize, len: usize) -> SendOp {
         SendOp::Send {
-            sgl: vec![self.sge(off, len)],
+            sgl: Sgl::one(self.sge(off, len)),
             solicited: false,
             invalidate: None,
         }

@@ -688,7 +688,14 @@ impl ConnManager {
 
     /// Queues the connection's timer when it is due earlier than the one queued.
     fn arm_timer(&mut self, engine: &RdmaEngine, id: ConnId) {
-        let Some(d) = engine.ulp(id).and_then(Connection::poll_timeout) else {
+        let deadline = engine.ulp(id).and_then(Connection::poll_timeout);
+        self.arm_deadline(id, deadline);
+    }
+
+    /// [`ConnManager::arm_timer`] with the connection's deadline at hand (read where the
+    /// connection was, after the last change to it): no look-up when it has none.
+    fn arm_deadline(&mut self, id: ConnId, deadline: Option<Instant>) {
+        let Some(d) = deadline else {
             return;
         };
         let Some(e) = self.conns.get_mut(&id) else {
@@ -879,23 +886,24 @@ impl ConnManager {
         // nothing for the verbs layer, no WRs waiting, no events and no LLP requests: only
         // its drain (when closing) and its timer are looked at. TCP already polls it for
         // whatever that activity has it send.
-        let (pump, news) = match engine.ulp(id) {
-            None => return,
-            Some(c) => (
-                qp.filter(|&qp| c.verbs_pending() || rnic.has_pending_wrs(qp)),
-                c.has_news(),
-            ),
+        let Some(c) = engine.ulp(id) else {
+            return;
         };
-        if pump.is_none() && !news {
-            if closing && engine.ulp(id).is_some_and(Connection::is_drained) {
+        let pump = qp.filter(|&qp| c.verbs_pending() || rnic.has_pending_wrs(qp));
+        if pump.is_none() && !c.has_news() {
+            if closing && c.is_drained() {
                 self.close_tcp(engine, id);
+                self.arm_timer(engine, id);
+            } else {
+                let deadline = c.poll_timeout();
+                self.arm_deadline(id, deadline);
             }
-            self.arm_timer(engine, id);
             return;
         }
         let mut llp = Vec::new();
         let mut evs = Vec::new();
         let drained;
+        let deadline;
         {
             let Some(c) = engine.ulp_mut(id) else {
                 return;
@@ -910,8 +918,11 @@ impl ConnManager {
                 llp.push(r);
             }
             drained = c.is_drained();
+            deadline = c.poll_timeout();
         }
         let had_events = !evs.is_empty();
+        // The deadline read above holds while nothing touched the connection since.
+        let mut changed = had_events || !llp.is_empty();
         for e in evs {
             self.conn_event(rnic, id, e);
         }
@@ -933,8 +944,13 @@ impl ConnManager {
         }
         if drained && self.conns.get(&id).is_some_and(|e| e.closing) {
             self.close_tcp(engine, id);
+            changed = true;
         }
-        self.arm_timer(engine, id);
+        if changed {
+            self.arm_timer(engine, id);
+        } else {
+            self.arm_deadline(id, deadline);
+        }
     }
 
     fn close_tcp(&mut self, engine: &mut RdmaEngine, id: ConnId) {

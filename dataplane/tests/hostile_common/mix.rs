@@ -452,7 +452,7 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                 wr(
                     0,
                     SendOp::Write {
-                        sgl: vec![q.src.sge(0, write_len)],
+                        sgl: iwarp::mem::Sgl::one(q.src.sge(0, write_len)),
                         remote: q.target.remote(0),
                     },
                 ),
@@ -468,9 +468,9 @@ pub fn run_mix(p: &MixParams) -> MixReport {
                     2,
                     SendOp::Send {
                         sgl: if send_len == 0 {
-                            Vec::new()
+                            iwarp::mem::Sgl::new()
                         } else {
-                            vec![q.src.sge(CHUNK, send_len)]
+                            iwarp::mem::Sgl::one(q.src.sge(CHUNK, send_len))
                         },
                         solicited: false,
                         invalidate: None,

@@ -655,7 +655,7 @@ impl Net {
         let write = SendWr::message(
             self.next_wr(),
             SendOp::Write {
-                sgl: vec![self.cli_region.sge(0, len)],
+                sgl: iwarp::mem::Sgl::one(self.cli_region.sge(0, len)),
                 remote: self.srv_region.remote(off),
             },
         );

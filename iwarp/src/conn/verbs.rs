@@ -71,8 +71,22 @@ impl Connection {
 
     /// Forwards the engine's completions and its unsignaled WRs' ends to the RNIC; whether
     /// there were any. SQ WRs finish in order: the unsignaled WRs ahead of a send
-    /// completion's WR retire before it, the rest after the last completion.
+    /// completion's WR retire before it, the rest after the last completion. (The check
+    /// for none is inline: the pump's first call usually finds none.)
+    #[inline]
     fn forward_completions(&mut self, rnic: &mut Rnic, qp: QpId) -> bool {
+        if !self
+            .phase
+            .stream()
+            .is_some_and(|(e, _)| e.has_completions())
+        {
+            return false;
+        }
+        self.forward_engine_completions(rnic, qp)
+    }
+
+    #[inline(never)]
+    fn forward_engine_completions(&mut self, rnic: &mut Rnic, qp: QpId) -> bool {
         let mut retired = self.take_retired();
         let mut any = retired != 0;
         while let Some(c) = self.poll_completion() {

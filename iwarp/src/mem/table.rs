@@ -116,6 +116,12 @@ impl ReadGrant {
         }
     }
 
+    /// Whether the grant holds a check (of some generation).
+    #[inline]
+    pub fn is_held(&self) -> bool {
+        self.held.is_some()
+    }
+
     /// What the grant holds for a table now at `generation`: `Some(start)` for one backend
     /// range, `Some(None)` for a range checked as not one backend range, `None` when the
     /// table changed since (or nothing is held).

@@ -11,7 +11,7 @@ use super::state::{
 };
 use super::wr::{CheckedSource, SendOp};
 use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
-use crate::mem::{Access, AccessError, MemoryTable, Resolved, Sge};
+use crate::mem::{Access, AccessError, MemoryTable, ReadGrant, Resolved, Sge};
 use crate::wire::atomic::{AtomicRequestRepr, ATOMIC_REQUEST_LEN};
 use crate::wire::ddp::{DdpRepr, UntaggedRepr, UNTAGGED_HEADER_LEN};
 use crate::wire::mpa::{CRC_LEN, ULPDU_LENGTH_LEN};
@@ -158,6 +158,9 @@ impl core::fmt::Debug for DdpSegmentOut {
     }
 }
 
+/// A message's gather list: each piece's check (none for a zero-length one) and length.
+type GatherPieces = Vec<(Option<Resolved>, u32)>;
+
 fn inline<const N: usize>(src: &[u8; N]) -> TxPayload {
     let mut bytes = [0u8; INLINE_MAX];
     bytes[..N].copy_from_slice(src);
@@ -182,9 +185,13 @@ fn gather<M: MemoryTable + ?Sized>(
         if lo < hi {
             let r = r.as_ref().ok_or(AccessError::InvalidStag)?;
             let out = &mut out[(lo - want_lo) as usize..(hi - want_lo) as usize];
-            if lo == at && hi == at + u64::from(*len) {
+            if lo == at
+                && hi == at + u64::from(*len)
+                && !(grant.piece == i && grant.grant.is_held())
+            {
                 // The whole piece in one read (a small message's usual case): no later
-                // read of it follows, so no grant is worth building.
+                // read of it follows, so no grant is worth building (one that came with
+                // the verbs layer's check is used).
                 mem.read(r, 0, out)?;
             } else {
                 mem.read_granted(r, grant.for_piece(i), lo - at, out)?;
@@ -533,21 +540,32 @@ impl Engine {
     /// The pieces of a Send's or Write's source SGL: the verbs layer's check of its one
     /// SGE ([`CheckedSource`]) while the table is unchanged since, else
     /// [`Self::resolve_local`]'s.
+    /// With the check comes the grant for the piece's reads: its first read skips the
+    /// STag look-up too.
+    #[inline]
     fn source_pieces<M: MemoryTable + ?Sized>(
         &mut self,
         mem: &M,
         sgl: &[Sge],
         checked: Option<CheckedSource>,
-    ) -> Result<Vec<(Option<Resolved>, u32)>, AccessError> {
+    ) -> Result<(GatherPieces, PieceGrant), AccessError> {
         if let (Some(c), [s]) = (checked, sgl) {
             if s.len != 0 && mem.table_generation() == Some(c.generation) {
                 let mut pieces = core::mem::take(&mut self.spare_pieces);
                 pieces.clear();
                 pieces.push((Some(c.piece), s.len));
-                return Ok(pieces);
+                let grant = PieceGrant {
+                    piece: 0,
+                    grant: c
+                        .start
+                        .map(|start| ReadGrant::new(c.generation, Some(start)))
+                        .unwrap_or_default(),
+                };
+                return Ok((pieces, grant));
             }
         }
-        self.resolve_local(mem, sgl, Access::LOCAL_READ)
+        let pieces = self.resolve_local(mem, sgl, Access::LOCAL_READ)?;
+        Ok((pieces, PieceGrant::default()))
     }
 
     /// Starts the next send-queue work request, honouring fences and ORD. A local error while
@@ -590,7 +608,7 @@ impl Engine {
                     solicited,
                     invalidate,
                 } => {
-                    let Ok(pieces) = self.source_pieces(mem, &sgl, checked) else {
+                    let Ok((pieces, grant)) = self.source_pieces(mem, &sgl, checked) else {
                         self.fail(local_error);
                         return None;
                     };
@@ -611,11 +629,11 @@ impl Engine {
                         ),
                         payload: TxPayload::Gather(pieces),
                         done: TxDone::Complete(seq),
-                        grant: PieceGrant::default(),
+                        grant,
                     }
                 }
                 SendOp::Write { sgl, remote } => {
-                    let Ok(pieces) = self.source_pieces(mem, &sgl, checked) else {
+                    let Ok((pieces, grant)) = self.source_pieces(mem, &sgl, checked) else {
                         self.fail(local_error);
                         return None;
                     };
@@ -625,7 +643,7 @@ impl Engine {
                         seg: self.tagged_message(Opcode::Write, remote.stag.0, remote.to, len),
                         payload: TxPayload::Gather(pieces),
                         done: TxDone::Complete(seq),
-                        grant: PieceGrant::default(),
+                        grant,
                     }
                 }
                 SendOp::Read { sink, remote, len } => {

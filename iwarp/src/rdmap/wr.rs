@@ -1,6 +1,6 @@
 //! Work requests the ULP (verbs layer) posts to an RDMAP stream.
 
-use crate::mem::{Resolved, STag, Sge};
+use crate::mem::{Resolved, STag, Sge, Sgl};
 use crate::wire::atomic::AtomicOp;
 
 /// A remote tagged buffer: STag and TO advertised by the peer.
@@ -19,7 +19,7 @@ pub enum SendOp {
     /// `solicited` the with-SE variants.
     Send {
         /// Gather list.
-        sgl: Vec<Sge>,
+        sgl: Sgl,
         /// Solicited Event.
         solicited: bool,
         /// STag to invalidate at the peer.
@@ -28,7 +28,7 @@ pub enum SendOp {
     /// RDMA Write (RFC 5040 §5.1).
     Write {
         /// Gather list.
-        sgl: Vec<Sge>,
+        sgl: Sgl,
         /// Sink buffer at the peer.
         remote: RemoteBuf,
     },
@@ -122,6 +122,10 @@ pub struct CheckedSource {
     pub generation: u64,
     /// What the check found.
     pub piece: Resolved,
+    /// The backend address of the range's first octet when it is one backend range (a
+    /// [`crate::mem::ReadGrant`] at `generation` for the message's reads); `None`: the
+    /// reads take the checked path.
+    pub start: Option<u64>,
 }
 
 impl<Op> SendWr<Op> {

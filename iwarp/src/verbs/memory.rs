@@ -1053,6 +1053,30 @@ impl MemoryModel {
             .map_err(local_status)
     }
 
+    /// [`MemoryModel::resolve_local`], also giving the backend address of the range's first
+    /// octet when the whole range is one backend range (as [`MemoryTable::read_granted`]'s
+    /// grant holds it), found from the entry the check read: no second look-up.
+    #[inline]
+    pub fn resolve_local_start(
+        &self,
+        ctx: &LocalContext,
+        stag: STag,
+        to: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<(Resolved, Option<u64>), CompletionStatus> {
+        let (r, live) = self
+            .check_access_live(stag, ctx.pd, ctx.qp, to, len, need, ctx.privileged, true)
+            .map_err(local_status)?;
+        let start = match live {
+            Some(Live::Physical) => Some(r.offset),
+            Some(Live::Mapped(map)) => map.one_range(r.offset, r.len),
+            Some(Live::Inline(_)) | None => None,
+        }
+        .filter(|&start| r.len != 0 && self.backend.contains(start, r.len));
+        Ok((r, start))
+    }
+
     /// The one access check behind every local and remote access.
     #[allow(clippy::too_many_arguments)]
     fn check_access(

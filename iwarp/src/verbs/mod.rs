@@ -64,7 +64,7 @@ mod status;
 mod wc;
 mod wr;
 
-pub use crate::mem::{Access, PdId, STag, Sge, StreamId};
+pub use crate::mem::{Access, PdId, STag, Sge, Sgl, StreamId};
 pub use crate::rdmap::{RemoteBuf, SendOp};
 pub use cq::CqAttributes;
 pub use event::{AsyncEvent, AsyncEventKind, EventResource};

@@ -7,13 +7,13 @@ use super::event::AsyncEventKind;
 use super::handle::QpId;
 use super::memory::MemoryModel;
 use super::qp_state::QpState;
-use super::queues::{ActiveRq, ActiveSq, Qp, TerminateOrigin, WqKind};
+use super::queues::{ActiveRq, ActiveSq, Qp, StartedWr, TerminateOrigin, WqKind};
 use super::rnic::{list_touched, Rnic};
 use super::status::{CompletionStatus, VerbError};
 use super::wc::{WcOpcode, WorkCompletion};
 use super::wr::{RecvWr, SendWr, SqOp};
 use crate::ddp::untagged::RecvSupply;
-use crate::mem::{Access, MemoryTable, Sge, StreamId};
+use crate::mem::{Access, MemoryTable, Sge, Sgl, StreamId};
 use crate::rdmap;
 use crate::wire::terminate::TerminateCause;
 
@@ -39,13 +39,20 @@ fn silent_on_success(wr: &SendWr) -> bool {
 /// copy freed. Returns whether WRs finished behind it wait for [`Rnic::release_sq`].
 #[inline]
 fn retire_front(q: &mut Qp, memory: &mut MemoryModel) -> bool {
-    let Some(a) = q.sq_active.front() else {
+    let Some(a) = q.sq_active.pop_front() else {
         return false;
     };
-    free_inline_copy(memory, &a.wr);
-    q.sq_active.pop_front();
+    free_started_copy(memory, &a.wr);
     q.sq_slots = q.sq_slots.saturating_sub(1);
     q.sq_active.front().is_some_and(|a| a.done.is_some())
+}
+
+/// Frees the RI's copy of a started inline WR's data.
+#[inline]
+fn free_started_copy(memory: &mut MemoryModel, wr: &StartedWr) {
+    if let Some(stag) = wr.inline_copy {
+        memory.free_inline(stag);
+    }
 }
 
 /// Frees the RI's copy of an inline WR's data.
@@ -149,7 +156,7 @@ impl Rnic {
             // PD; the SGE the engine gathers from names that copy.
             let len = data.len() as u32;
             let stag = self.memory.store_inline(pd, data.clone());
-            let sgl = vec![Sge { stag, to: 0, len }];
+            let sgl = Sgl::one(Sge { stag, to: 0, len });
             let op = match op.clone() {
                 rdmap::SendOp::Send {
                     solicited,
@@ -248,6 +255,11 @@ impl Rnic {
         qp: QpId,
     ) -> Option<(rdmap::SendWr, Option<rdmap::CheckedSource>)> {
         loop {
+            // No WR waits in any QP (the pump's call after it took the last one): no
+            // look-up.
+            if self.pending_wrs == 0 {
+                return None;
+            }
             let q = self.qps.get_mut(&qp)?;
             if q.state != QpState::Rts {
                 return None;
@@ -281,7 +293,7 @@ impl Rnic {
                 let mut status = CompletionStatus::Success;
                 for s in sgl {
                     total += u64::from(s.len);
-                    match self.memory.resolve_local(
+                    match self.memory.resolve_local_start(
                         &ctx,
                         s.stag,
                         s.to,
@@ -323,14 +335,18 @@ impl Rnic {
                 read_fence: wr.read_fence,
                 local_fence: false,
             };
-            let checked = checked.and_then(|piece| {
+            let checked = checked.and_then(|(piece, start)| {
                 let generation = self.memory.table_generation()?;
-                Some(rdmap::CheckedSource { generation, piece })
+                Some(rdmap::CheckedSource {
+                    generation,
+                    piece,
+                    start,
+                })
             });
             // The QP looked up at the top (the checks above borrow only the memory model).
             q.sq_active.push_back(ActiveSq {
                 work,
-                wr,
+                wr: StartedWr::of(&wr),
                 done: None,
                 local: false,
             });
@@ -354,10 +370,12 @@ impl Rnic {
     /// Whether the head of the QP's SQ is a Local Fence WR (it waits for every earlier WR's
     /// completion before [`Rnic::next_send_wr`] hands anything out).
     pub fn sq_fenced(&self, qp: QpId) -> bool {
-        self.qps
-            .get(&qp)
-            .and_then(|q| q.sq_pending.front())
-            .is_some_and(|(_, wr)| wr.local_fence)
+        self.pending_wrs != 0
+            && self
+                .qps
+                .get(&qp)
+                .and_then(|q| q.sq_pending.front())
+                .is_some_and(|(_, wr)| wr.local_fence)
     }
 
     /// Completes a WR the RI itself executed or rejected.
@@ -368,7 +386,7 @@ impl Rnic {
         let wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode(), status);
         q.sq_active.push_back(ActiveSq {
             work,
-            wr,
+            wr: StartedWr::of(&wr),
             done: Some(wc),
             local: true,
         });
@@ -379,7 +397,11 @@ impl Rnic {
     /// messages; `None` for a QP on an S-RQ, which takes one when a message needs it
     /// ([`RecvSupply`], VERBS-00 §6.3.5). See [`Rnic::next_recv_wr`].
     pub fn next_rq_wr(&mut self, qp: QpId) -> Option<RecvWr> {
-        // An empty RQ (every pump of a QP that only sends) costs one look-up.
+        // No WR waits in any QP (every pump after the last WR was taken): no look-up. An
+        // empty RQ (every pump of a QP that only sends) costs one.
+        if self.pending_wrs == 0 {
+            return None;
+        }
         let q = self.qps.get(&qp)?;
         if q.srq.is_some() || q.rq_pending.is_empty() {
             return None;
@@ -446,9 +468,9 @@ impl Rnic {
                 // end): it leaves the SQ at once, with no WC built and no second look-up
                 // (what `release_sq` does with it); later WRs done before it follow.
                 let retire = status.is_success()
-                    && q.sq_active.front().is_some_and(|a| {
-                        a.work == c.wr_id && a.done.is_none() && silent_on_success(&a.wr)
-                    });
+                    && q.sq_active
+                        .front()
+                        .is_some_and(|a| a.work == c.wr_id && a.done.is_none() && a.wr.silent);
                 if retire {
                     if retire_front(q, &mut self.memory) {
                         self.release_sq(qp);
@@ -459,12 +481,8 @@ impl Rnic {
                 let Some(pos) = q.awaiting_sq(c.wr_id) else {
                     return Ok(());
                 };
-                let wr = &q.sq_active[pos].wr;
-                let (wr_id, opcode) = (wr.wr_id, wr.opcode());
-                let invalidate = match &wr.op {
-                    SqOp::ReadInvalidate(rdmap::SendOp::Read { sink, .. }) => Some(sink.stag),
-                    _ => None,
-                };
+                let wr = q.sq_active[pos].wr;
+                let (wr_id, opcode, invalidate) = (wr.wr_id, wr.opcode, wr.invalidate);
                 if let Some(stag) = invalidate.filter(|_| status.is_success()) {
                     // VERBS-00 §8.2.2.1: invalidate after the data landed, before the WC
                     // is retrievable.
@@ -512,9 +530,9 @@ impl Rnic {
             };
             let mut done_behind = false;
             while n != 0
-                && q.sq_active.front().is_some_and(|a| {
-                    Some(a.work) != before && a.done.is_none() && silent_on_success(&a.wr)
-                })
+                && q.sq_active
+                    .front()
+                    .is_some_and(|a| Some(a.work) != before && a.done.is_none() && a.wr.silent)
             {
                 n -= 1;
                 done_behind = retire_front(q, &mut self.memory);
@@ -545,7 +563,7 @@ impl Rnic {
             let wc = q.one_error(a.done.expect("checked"));
             let cq = q.sq_cq;
             let ok = wc.status.is_success();
-            free_inline_copy(&mut self.memory, &a.wr);
+            free_started_copy(&mut self.memory, &a.wr);
             if a.wr.signaled || !ok {
                 if !self.push_wc(cq, wc, WqKind::Sq) {
                     self.local_error(

@@ -455,7 +455,7 @@ impl Rnic {
         let mut flushed = Vec::new();
         for a in q.sq_active.drain(..) {
             let wc = a.done.unwrap_or_else(|| {
-                WorkCompletion::new(id, a.wr.wr_id, a.wr.opcode(), CompletionStatus::Flushed)
+                WorkCompletion::new(id, a.wr.wr_id, a.wr.opcode, CompletionStatus::Flushed)
             });
             if a.wr.signaled || !wc.status.is_success() {
                 flushed.push((wc, WqKind::Sq));

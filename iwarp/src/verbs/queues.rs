@@ -9,9 +9,10 @@ use super::handle::{CompletionHandlerId, CqHandle, QpId, SrqHandle, UlpId};
 use super::memory::{LocalContext, StreamRights};
 use super::qp_state::QpState;
 use super::status::CompletionStatus;
-use super::wc::WorkCompletion;
-use super::wr::{RecvWr, SendWr};
-use crate::mem::PdId;
+use super::wc::{WcOpcode, WorkCompletion};
+use super::wr::{RecvWr, SendWr, SqOp};
+use crate::mem::{PdId, STag};
+use crate::rdmap;
 use crate::wire::terminate::TerminateCause;
 
 /// Which completion the next notification waits for (VERBS-00 §8.2.5, §9.3.2.2).
@@ -140,11 +141,53 @@ pub enum TerminateOrigin {
     Remote,
 }
 
+/// What the RI keeps of an SQ WR once started (its operation and gather list handed to
+/// the engine, or executed): what the WR's WC and its release from the SQ need.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StartedWr {
+    /// The consumer's WR ID.
+    pub(super) wr_id: u64,
+    /// The WC opcode.
+    pub(super) opcode: WcOpcode,
+    /// Whether a success produces a WC.
+    pub(super) signaled: bool,
+    /// A success ends with no WC: unsignaled, and not a Read with Invalidate (whose end
+    /// the verbs layer completes itself, VERBS-00 §8.2.2.1).
+    pub(super) silent: bool,
+    /// A Read with Invalidate's local sink STag, invalidated once the Read completed.
+    pub(super) invalidate: Option<STag>,
+    /// The STag of the RI's copy of an inline WR's data, freed when the WR leaves the SQ.
+    pub(super) inline_copy: Option<STag>,
+}
+
+impl StartedWr {
+    /// What is kept of `wr`.
+    pub(super) fn of(wr: &SendWr) -> Self {
+        let (invalidate, inline_copy) = match &wr.op {
+            SqOp::ReadInvalidate(rdmap::SendOp::Read { sink, .. }) => (Some(sink.stag), None),
+            // The one SGE `Rnic::post_sq` made for the copy.
+            SqOp::Inline {
+                op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
+                ..
+            } => (None, sgl.first().map(|s| s.stag)),
+            _ => (None, None),
+        };
+        StartedWr {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode(),
+            signaled: wr.signaled,
+            silent: !wr.signaled && !matches!(wr.op, SqOp::ReadInvalidate(_)),
+            invalidate,
+            inline_copy,
+        }
+    }
+}
+
 /// An SQ WR started (handed to the engine or executed) and not yet released as a WC.
 #[derive(Debug, Clone)]
 pub(super) struct ActiveSq {
     pub(super) work: u64,
-    pub(super) wr: SendWr,
+    pub(super) wr: StartedWr,
     pub(super) done: Option<WorkCompletion>,
     /// The error was found by the RI itself (it sends the Terminate, not the engine).
     pub(super) local: bool,

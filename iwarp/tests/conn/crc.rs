@@ -123,11 +123,11 @@ fn established_with_mib(seed: u64, mpa: MpaConfig, pattern_seed: u64) -> (Sim, S
     let wr = SendWr::new(
         1,
         SendOp::Write {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: sa,
                 to: 0,
                 len: 1 << 20,
-            }],
+            }),
             remote: RemoteBuf {
                 stag: sb,
                 to: DST as u64,

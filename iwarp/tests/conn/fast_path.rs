@@ -457,11 +457,11 @@ fn sim_write(mpa: MpaConfig, fast: bool, len: usize) -> Sim {
     let wr = SendWr::new(
         1,
         SendOp::Write {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: st.a_whole,
                 to: 0,
                 len: len as u32,
-            }],
+            }),
             remote: RemoteBuf {
                 stag: st.target,
                 to: DST,

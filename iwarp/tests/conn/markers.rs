@@ -57,11 +57,11 @@ fn run(
         wrs.push(SendWr::new(
             1 + i as u64,
             SendOp::Write {
-                sgl: vec![Sge {
+                sgl: iwarp::mem::Sgl::one(Sge {
                     stag: sa,
                     to: u64::from(to),
                     len,
-                }],
+                }),
                 remote: RemoteBuf {
                     stag: sb,
                     to: (4 << 20) + u64::from(to),

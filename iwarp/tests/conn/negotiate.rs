@@ -55,7 +55,7 @@ fn exchange(s: &mut Sim, sa: STag, sb: STag) {
                 SendWr::new(
                     1,
                     SendOp::Send {
-                        sgl: vec![Sge { stag, to: 0, len }],
+                        sgl: iwarp::mem::Sgl::one(Sge { stag, to: 0, len }),
                         solicited: false,
                         invalidate: None,
                     },
@@ -68,7 +68,7 @@ fn exchange(s: &mut Sim, sa: STag, sb: STag) {
                 SendWr::new(
                     2,
                     SendOp::Write {
-                        sgl: vec![Sge { stag, to: 0, len }],
+                        sgl: iwarp::mem::Sgl::one(Sge { stag, to: 0, len }),
                         remote: RemoteBuf {
                             stag: peer,
                             to: 30_000,
@@ -250,11 +250,11 @@ fn reject_with_private_data() {
     let wr = SendWr::new(
         9,
         SendOp::Send {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: sa,
                 to: 0,
                 len: 64,
-            }],
+            }),
             solicited: false,
             invalidate: None,
         },
@@ -399,11 +399,11 @@ fn first_fpdu_delay_holds_initiator_fpdus() {
     let wr = SendWr::new(
         1,
         SendOp::Write {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: sa,
                 to: 0,
                 len: 64,
-            }],
+            }),
             remote: RemoteBuf { stag: sb, to: 0 },
         },
     );

@@ -103,7 +103,7 @@ fn all_operations(fx: &mut Fx) -> (Vec<Completion>, Vec<Completion>) {
         post(
             s,
             SendOp::Send {
-                sgl: sge(sa, 7 * i as u64, n),
+                sgl: sge(sa, 7 * i as u64, n).into(),
                 solicited: i % 2 == 1,
                 invalidate: None,
             },
@@ -115,7 +115,7 @@ fn all_operations(fx: &mut Fx) -> (Vec<Completion>, Vec<Completion>) {
         post(
             s,
             SendOp::Write {
-                sgl: sge(sa, 3, n),
+                sgl: sge(sa, 3, n).into(),
                 remote: RemoteBuf {
                     stag: sb,
                     to: write_at + off,
@@ -328,7 +328,7 @@ fn send_with_invalidate_then_write_to_invalidated_stag() {
         SendWr::new(
             1,
             SendOp::Write {
-                sgl: sge(sa, 0, 100),
+                sgl: sge(sa, 0, 100).into(),
                 remote: RemoteBuf {
                     stag: victim,
                     to: 0,
@@ -338,7 +338,7 @@ fn send_with_invalidate_then_write_to_invalidated_stag() {
         SendWr::new(
             2,
             SendOp::Send {
-                sgl: sge(sa, 0, 10),
+                sgl: sge(sa, 0, 10).into(),
                 solicited: true,
                 invalidate: Some(victim),
             },
@@ -346,7 +346,7 @@ fn send_with_invalidate_then_write_to_invalidated_stag() {
         SendWr::new(
             3,
             SendOp::Write {
-                sgl: sge(sa, 200, 100),
+                sgl: sge(sa, 200, 100).into(),
                 remote: RemoteBuf {
                     stag: victim,
                     to: 1000,

@@ -50,11 +50,11 @@ fn no_segment_waits_read_while_the_window_is_closed() {
         let wr = SendWr::new(
             1,
             SendOp::Write {
-                sgl: vec![Sge {
+                sgl: iwarp::mem::Sgl::one(Sge {
                     stag: sa,
                     to: 0,
                     len: LEN,
-                }],
+                }),
                 remote: RemoteBuf { stag: sb, to: 0 },
             },
         );

@@ -99,11 +99,11 @@ fn retransmitted_fpdus_are_identical_and_buffers_are_reused() {
                 let wr = SendWr::new(
                     u64::from(i),
                     SendOp::Write {
-                        sgl: vec![Sge {
+                        sgl: iwarp::mem::Sgl::one(Sge {
                             stag: sa,
                             to: u64::from(to),
                             len: WRITE,
-                        }],
+                        }),
                         remote: RemoteBuf {
                             stag: sb,
                             to: u64::from(to),

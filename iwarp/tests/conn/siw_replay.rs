@@ -209,11 +209,11 @@ fn replay(cap: Capture) -> Negotiated {
         SendWr::new(
             1,
             SendOp::Send {
-                sgl: vec![Sge {
+                sgl: iwarp::mem::Sgl::one(Sge {
                     stag: local,
                     to: 0,
                     len: 16,
-                }],
+                }),
                 solicited: false,
                 invalidate: None,
             },
@@ -404,11 +404,11 @@ fn replay_responder(cap: Capture) -> Negotiated {
             SendWr::new(
                 2,
                 SendOp::Send {
-                    sgl: vec![Sge {
+                    sgl: iwarp::mem::Sgl::one(Sge {
                         stag: local,
                         to: 256,
                         len: 16,
-                    }],
+                    }),
                     solicited: false,
                     invalidate: None,
                 },

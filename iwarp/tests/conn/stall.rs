@@ -81,11 +81,11 @@ impl Pair {
         let wr = SendWr::new(
             7,
             SendOp::Write {
-                sgl: vec![Sge {
+                sgl: iwarp::mem::Sgl::one(Sge {
                     stag: self.sa,
                     to: 0,
                     len: LEN as u32,
-                }],
+                }),
                 remote: RemoteBuf {
                     stag: self.sb,
                     to: DST,

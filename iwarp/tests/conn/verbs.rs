@@ -186,11 +186,11 @@ fn verbs_qps_over_connections() {
                 SendWr::message(
                     1,
                     SendOp::Send {
-                        sgl: vec![Sge {
+                        sgl: iwarp::mem::Sgl::one(Sge {
                             stag: a.mr,
                             to: 0x10_0000,
                             len: 6000,
-                        }],
+                        }),
                         solicited: false,
                         invalidate: None,
                     },
@@ -198,11 +198,11 @@ fn verbs_qps_over_connections() {
                 SendWr::message(
                     2,
                     SendOp::Write {
-                        sgl: vec![Sge {
+                        sgl: iwarp::mem::Sgl::one(Sge {
                             stag: a.mr,
                             to: 0x10_0000,
                             len: 6000,
-                        }],
+                        }),
                         remote: RemoteBuf {
                             stag: b.mr,
                             to: 0x10_0000 + 65536,
@@ -251,11 +251,11 @@ fn a_send_placed_before_a_reset_completes_before_the_flush() {
         .unwrap();
     poll(&mut b);
     let send = SendOp::Send {
-        sgl: vec![Sge {
+        sgl: iwarp::mem::Sgl::one(Sge {
             stag: a.mr,
             to: 0x10_0000,
             len: 80,
-        }],
+        }),
         solicited: false,
         invalidate: None,
     };
@@ -285,11 +285,11 @@ fn send_of(s: &Side, wr_id: u64, len: u32) -> SendWr {
     SendWr::message(
         wr_id,
         SendOp::Send {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: s.mr,
                 to: 0x10_0000,
                 len,
-            }],
+            }),
             solicited: false,
             invalidate: None,
         },
@@ -316,11 +316,11 @@ fn a_destroyed_qp_releases_its_stream_and_what_was_built_still_arrives() {
     let write = SendWr::message(
         3,
         SendOp::Write {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: a.mr,
                 to: 0x10_0000,
                 len: WRITE,
-            }],
+            }),
             remote: RemoteBuf {
                 stag: b.mr,
                 to: 0x10_0000 + WRITE_AT,
@@ -546,11 +546,11 @@ fn post_sends(s: &mut Side, fill: u8, n: u8) {
             let off = usize::from(k) * 128;
             s.rnic.memory_mut().bytes_mut()[off..off + 100].fill(fill + k);
             let send = SendOp::Send {
-                sgl: vec![Sge {
+                sgl: iwarp::mem::Sgl::one(Sge {
                     stag: s.mr,
                     to: 0x10_0000 + off as u64,
                     len: 100,
-                }],
+                }),
                 solicited: false,
                 invalidate: None,
             };
@@ -772,11 +772,11 @@ fn a_placed_write_gives_the_sink_nothing_to_service() {
     let write = SendWr::message(
         2,
         SendOp::Write {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: a.mr,
                 to: 0x10_0000,
                 len: 6000,
-            }],
+            }),
             remote: RemoteBuf {
                 stag: b.mr,
                 to: 0x10_0000 + 65536,

@@ -260,11 +260,11 @@ pub fn send_wr(id: u64, local: STag, to: u64, len: u32) -> SendWr {
     SendWr::new(
         id,
         SendOp::Send {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: local,
                 to,
                 len,
-            }],
+            }),
             solicited: false,
             invalidate: None,
         },

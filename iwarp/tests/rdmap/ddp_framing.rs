@@ -48,7 +48,7 @@ fn write_wr(id: u64, stag: STag, len: u32, to: u64) -> SendWr {
     SendWr::new(
         id,
         SendOp::Write {
-            sgl: vec![Sge { stag, to: 0, len }],
+            sgl: iwarp::mem::Sgl::one(Sge { stag, to: 0, len }),
             remote: RemoteBuf {
                 stag: STag(0x1234_5600),
                 to,

@@ -233,22 +233,22 @@ fn engine_replays_rping_server() {
                     // The Write sends back what the Read brought in: its payload comes from
                     // our placement of siw's Read Response.
                     Opcode::Write => SendOp::Write {
-                        sgl: vec![Sge {
+                        sgl: iwarp::mem::Sgl::one(Sge {
                             stag: STag(0xb07e_9d00),
                             to: 0x0000_55c4_1b3d_b550,
                             len: view.payload().len() as u32,
-                        }],
+                        }),
                         remote: RemoteBuf {
                             stag: STag(view.stag()),
                             to: view.to(),
                         },
                     },
                     Opcode::Send => SendOp::Send {
-                        sgl: vec![Sge {
+                        sgl: iwarp::mem::Sgl::one(Sge {
                             stag: local,
                             to: 0,
                             len: view.payload().len() as u32,
-                        }],
+                        }),
                         solicited: false,
                         invalidate: None,
                     },

@@ -81,11 +81,11 @@ fn send_every_size_and_variant() {
                 let wr = SendWr::new(
                     5,
                     SendOp::Send {
-                        sgl: vec![Sge {
+                        sgl: iwarp::mem::Sgl::one(Sge {
                             stag: s.a_src,
                             to: 0,
                             len: n as u32,
-                        }],
+                        }),
                         solicited,
                         invalidate: inval.then_some(victim),
                     },
@@ -120,7 +120,7 @@ fn write_every_size() {
             let wr = SendWr::new(
                 1,
                 SendOp::Write {
-                    sgl: vec![
+                    sgl: iwarp::mem::Sgl::from([
                         Sge {
                             stag: s.a_src,
                             to: 0,
@@ -131,7 +131,7 @@ fn write_every_size() {
                             to: 5000,
                             len: (n - n / 2) as u32,
                         },
-                    ],
+                    ]),
                     remote: RemoteBuf {
                         stag: s.b_dst,
                         to: 33,
@@ -281,20 +281,20 @@ fn mixed_workload_completes_in_posting_order() {
                     len: n,
                 },
                 1 => SendOp::Send {
-                    sgl: vec![Sge {
+                    sgl: iwarp::mem::Sgl::one(Sge {
                         stag: s.a_src,
                         to: 0,
                         len: n,
-                    }],
+                    }),
                     solicited: false,
                     invalidate: None,
                 },
                 2 => SendOp::Write {
-                    sgl: vec![Sge {
+                    sgl: iwarp::mem::Sgl::one(Sge {
                         stag: s.a_src,
                         to: 0,
                         len: n,
-                    }],
+                    }),
                     remote: RemoteBuf {
                         stag: s.b_dst,
                         to: 60_000,
@@ -376,7 +376,7 @@ mod random {
                         s.p.b.post_recv(500 + i64, s.b_dst, slot, 4096);
                         recv_expect.push((500 + i64, n, slot, None));
                         SendOp::Send {
-                            sgl: vec![Sge { stag: s.a_src, to: i64 * 3, len: n }],
+                            sgl: iwarp::mem::Sgl::one(Sge { stag: s.a_src, to: i64 * 3, len: n }),
                             solicited: i % 3 == 0,
                             invalidate: None,
                         }
@@ -387,7 +387,7 @@ mod random {
                         SendOp::Immediate { data: [v; 8], solicited: false }
                     }
                     Op::Write(n) => SendOp::Write {
-                        sgl: vec![Sge { stag: s.a_src, to: i64 * 3, len: n }],
+                        sgl: iwarp::mem::Sgl::one(Sge { stag: s.a_src, to: i64 * 3, len: n }),
                         remote: RemoteBuf { stag: s.b_dst, to: slot },
                     },
                     Op::Read(n) => SendOp::Read {

@@ -157,11 +157,11 @@ fn run(markers: bool, seed: u64) -> usize {
             .post_send(SendWr::new(
                 id,
                 SendOp::Send {
-                    sgl: vec![Sge {
+                    sgl: iwarp::mem::Sgl::one(Sge {
                         stag: a,
                         to: 0,
                         len: n,
-                    }],
+                    }),
                     solicited: false,
                     invalidate: None,
                 },
@@ -171,11 +171,11 @@ fn run(markers: bool, seed: u64) -> usize {
             .post_send(SendWr::new(
                 id + 1,
                 SendOp::Write {
-                    sgl: vec![Sge {
+                    sgl: iwarp::mem::Sgl::one(Sge {
                         stag: a,
                         to: 100,
                         len: n,
-                    }],
+                    }),
                     remote: RemoteBuf {
                         stag: b,
                         to: 40_000 + u64::from(n),

@@ -39,11 +39,11 @@ fn write_wr(id: u64, local: STag, to: u64, len: u32, dst: STag, dst_to: u64) -> 
     SendWr::new(
         id,
         SendOp::Write {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: local,
                 to,
                 len,
-            }],
+            }),
             remote: RemoteBuf {
                 stag: dst,
                 to: dst_to,
@@ -195,11 +195,11 @@ fn one_of_each() -> (Vec<Vec<u8>>, Expected) {
     let a = s.region(0, 8192, all(), 1);
     let ops = vec![
         SendOp::Write {
-            sgl: vec![Sge {
+            sgl: iwarp::mem::Sgl::one(Sge {
                 stag: a,
                 to: 0,
                 len: 5,
-            }],
+            }),
             remote: RemoteBuf {
                 stag: STag(0x100),
                 to: 0,
@@ -214,22 +214,22 @@ fn one_of_each() -> (Vec<Vec<u8>>, Expected) {
             len: 5,
         },
         SendOp::Send {
-            sgl: vec![],
+            sgl: iwarp::mem::Sgl::new(),
             solicited: false,
             invalidate: None,
         },
         SendOp::Send {
-            sgl: vec![],
+            sgl: iwarp::mem::Sgl::new(),
             solicited: false,
             invalidate: Some(inv),
         },
         SendOp::Send {
-            sgl: vec![],
+            sgl: iwarp::mem::Sgl::new(),
             solicited: true,
             invalidate: None,
         },
         SendOp::Send {
-            sgl: vec![],
+            sgl: iwarp::mem::Sgl::new(),
             solicited: true,
             invalidate: Some(inv),
         },

@@ -118,7 +118,7 @@ pub fn send(wr_id: u64, sgl: Vec<Sge>) -> SendWr {
     SendWr::message(
         wr_id,
         SendOp::Send {
-            sgl,
+            sgl: sgl.into(),
             solicited: false,
             invalidate: None,
         },

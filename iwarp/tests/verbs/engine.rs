@@ -153,7 +153,7 @@ fn write(wr_id: u64, sgl: Vec<Sge>, stag: STag, to: u64) -> SendWr {
     SendWr::message(
         wr_id,
         SendOp::Write {
-            sgl,
+            sgl: sgl.into(),
             remote: RemoteBuf { stag, to },
         },
     )
@@ -182,7 +182,7 @@ fn send_invalidate(a: &mut Node, b: &mut Node, victim: STag) {
     a.post_send(SendWr::message(
         1,
         SendOp::Send {
-            sgl: vec![],
+            sgl: iwarp::mem::Sgl::new(),
             solicited: false,
             invalidate: Some(victim),
         },
@@ -854,6 +854,45 @@ fn write_source_changed_between_the_verbs_check_and_the_start() {
             let placed = &b.fx.rnic.memory().bytes()[16384..16384 + 1024];
             assert_eq!(placed, &payload[..], "{change:?}");
         }
+    }
+}
+
+#[test]
+fn a_checked_write_source_is_read_where_the_check_found_it() {
+    // RFC 5040 §5 (the local source checked once, when the WR is processed), RFC 5041 §7.2:
+    // the verbs layer's check of a Write's one SGE also gives the backend address of the
+    // range, and the message's reads use it with no second look-up while the table is
+    // unchanged: the octets sent are exactly those of the SGE's range, at an offset into the
+    // MR and into a page, for a range within one page and one across pages.
+    for (off, len) in [(100u64, 200u32), (4000, 300)] {
+        let (mut a, mut b) = pair();
+        let src = a.reg(4096, 16384, all_rights());
+        let dst = b.reg(32768, 8192, all_rights());
+        fill(&mut a.fx.rnic, GUARD);
+        let payload: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+        let at = (4096 + off) as usize;
+        a.fx.rnic.memory_mut().bytes_mut()[at..at + len as usize].copy_from_slice(&payload);
+        fill(&mut b.fx.rnic, GUARD);
+        a.post_send(write(
+            1,
+            vec![sge(src, VA + 4096 + off, len)],
+            dst,
+            VA + 32768,
+        ));
+        let (wr, checked) = a.fx.rnic.next_checked_send_wr(a.fx.qp).expect("the Write");
+        let checked = checked.expect("the one SGE goes checked");
+        assert_eq!(checked.start, Some(4096 + off), "one backend range");
+        a.engine
+            .post_checked_send(wr, Some(checked))
+            .expect("engine accepts the WR");
+        pump(&mut a, &mut b);
+        let wa = a.wcs();
+        assert_eq!((wa[0].wr_id, wa[0].status), (1, CompletionStatus::Success));
+        let placed = &b.fx.rnic.memory().bytes()[32768..32768 + len as usize];
+        assert_eq!(placed, &payload[..]);
+        // Nothing else written.
+        let in_payload = payload.iter().filter(|&&x| x != GUARD).count();
+        assert_eq!(touched(&b.fx.rnic, GUARD), in_payload);
     }
 }
 

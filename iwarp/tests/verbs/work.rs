@@ -494,7 +494,7 @@ fn inline_send(wr_id: u64, data: Vec<u8>) -> SendWr {
         wr_id,
         SqOp::Inline {
             op: SendOp::Send {
-                sgl: vec![],
+                sgl: iwarp::mem::Sgl::new(),
                 solicited: false,
                 invalidate: None,
             },

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::clock::Instant;
 
+use iwarp::verbs::Sgl;
 use iwarp::verbs::{
     Access, CompletionStatus, QpId, RecvWr, RemoteBuf, STag, SendOp, SendWr, WcOpcode,
     WorkCompletion,
@@ -642,7 +643,7 @@ impl PerftestSession {
         let wr = SendWr::message(
             TAG_CTRL_SEND | slot as u64,
             SendOp::Send {
-                sgl: vec![self.ctrl_send.sge(off, bytes.len())],
+                sgl: Sgl::one(self.ctrl_send.sge(off, bytes.len())),
                 solicited: false,
                 invalidate: None,
             },
@@ -859,7 +860,7 @@ impl PerftestSession {
             let wr = SendWr::message(
                 TAG_CREDIT,
                 SendOp::Write {
-                    sgl: vec![self.credit.sge(0, 4)],
+                    sgl: Sgl::one(self.credit.sge(0, 4)),
                     remote: RemoteBuf {
                         stag: STag(peer.rkey),
                         to: peer.vaddr,
@@ -925,12 +926,12 @@ impl PerftestSession {
                     len: size as u32,
                 },
                 Test::SendBw => SendOp::Send {
-                    sgl: vec![self.buf.sge(0, size)],
+                    sgl: Sgl::one(self.buf.sge(0, size)),
                     solicited: false,
                     invalidate: None,
                 },
                 _ => SendOp::Write {
-                    sgl: vec![self.buf.sge(0, size)],
+                    sgl: Sgl::one(self.buf.sge(0, size)),
                     remote,
                 },
             };
@@ -984,10 +985,10 @@ impl PerftestSession {
             } else if d.posted < iters {
                 d.posted += 1;
                 let sgl = if size == 0 {
-                    Vec::new()
+                    Sgl::new()
                 } else {
                     self.buf.bytes_mut(rnic)[size - 1] = d.posted as u8;
-                    vec![self.buf.sge(0, size)]
+                    Sgl::one(self.buf.sge(0, size))
                 };
                 let op = if write {
                     SendOp::Write {
