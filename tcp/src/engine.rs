@@ -237,25 +237,31 @@ struct Listener {
     half_open: usize,
 }
 
+/// One connection's slot. Laid out in declaration order (`repr(C)`): the TCB, then the
+/// fields every visit reads (the generation check, the list flags, the timer entry, the
+/// flight count) in the line after it, where the ULP's own hot fields begin (see
+/// `iwarp::Connection`), so that a visit to a cold connection reads one line for them
+/// instead of a line at the slot's far end.
 #[derive(Debug)]
+#[repr(C)]
 struct Conn<U> {
-    generation: u32,
     tcb: Tcb,
-    ulp: Option<U>,
-    held: Vec<u8>,
-    held_start: Option<u32>,
+    generation: u32,
     queued: bool,
     /// In [`Engine::active`]'s list.
     active: bool,
-    timer_at: Option<Instant>,
-    listen_port: Option<u16>,
-    /// Its octets in flight as counted in [`Engine`]'s total.
-    flight: usize,
     /// In [`Engine`]'s list of connections waiting for room under `Config::max_flight`.
     waiting: bool,
+    listen_port: Option<u16>,
+    timer_at: Option<Instant>,
+    /// Its octets in flight as counted in [`Engine`]'s total.
+    flight: usize,
     /// Woken from that list: may send new data for one turn though others wait, within
     /// these octets it reserved of the bound (0: not woken).
     admitted: usize,
+    held_start: Option<u32>,
+    ulp: Option<U>,
+    held: Vec<u8>,
 }
 
 #[derive(Clone, Copy, Debug)]
