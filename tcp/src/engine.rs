@@ -252,15 +252,15 @@ struct Conn<U> {
     active: bool,
     /// In [`Engine`]'s list of connections waiting for room under `Config::max_flight`.
     waiting: bool,
-    listen_port: Option<u16>,
     timer_at: Option<Instant>,
     /// Its octets in flight as counted in [`Engine`]'s total.
     flight: usize,
     /// Woken from that list: may send new data for one turn though others wait, within
     /// these octets it reserved of the bound (0: not woken).
     admitted: usize,
-    held_start: Option<u32>,
     ulp: Option<U>,
+    listen_port: Option<u16>,
+    held_start: Option<u32>,
     held: Vec<u8>,
 }
 
@@ -1623,5 +1623,32 @@ fn is_unicast(a: IpAddr) -> bool {
     match a {
         IpAddr::V4(a) => !(a.is_broadcast() || a.is_multicast() || a.is_unspecified()),
         IpAddr::V6(a) => !(a.is_multicast() || a.is_unspecified()),
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use super::{Conn, Tcb};
+    use core::mem::{offset_of, size_of};
+
+    /// Every visit reads the slot's generation, list flags, timer entry and flight count:
+    /// they must share the line after the TCB, where the ULP begins (see [`Conn`]).
+    #[test]
+    fn the_visit_fields_share_the_line_after_the_tcb() {
+        let line = size_of::<Tcb>() / 64;
+        let starts = [
+            offset_of!(Conn<u64>, generation),
+            offset_of!(Conn<u64>, queued),
+            offset_of!(Conn<u64>, active),
+            offset_of!(Conn<u64>, waiting),
+            offset_of!(Conn<u64>, timer_at),
+            offset_of!(Conn<u64>, flight),
+            offset_of!(Conn<u64>, admitted),
+            offset_of!(Conn<u64>, ulp),
+        ];
+        assert!(
+            starts.iter().all(|&o| o / 64 == line),
+            "offsets {starts:?}, line {line}"
+        );
     }
 }

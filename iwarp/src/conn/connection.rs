@@ -226,6 +226,9 @@ pub struct Connection {
     pub(super) verbs_events: Option<VecDeque<rdmap::Event>>,
     /// MPA frames (Request, Reply) waiting for TCP.
     pub(super) frames: VecDeque<Vec<u8>>,
+    /// `cfg.rx_window`, read on every visit that may acknowledge (fixed at creation),
+    /// kept here with the other hot fields rather than in the configuration's lines.
+    pub(super) rx_window: usize,
     /// Sequence number of our first FPDU octet, once our frame went out.
     pub(super) tx_start: Option<u32>,
     /// End of the highest stream octets TCP handed in (in order or ahead of RCV.NXT).
@@ -255,6 +258,7 @@ impl Connection {
     fn with_negotiator(cfg: ConnConfig, now: Instant, negotiator: Negotiator) -> Self {
         let mut c = Connection {
             emss: cfg.emss.unwrap_or(0),
+            rx_window: cfg.rx_window,
             cfg,
             now,
             negotiator,

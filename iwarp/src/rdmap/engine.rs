@@ -105,6 +105,9 @@ pub struct Engine {
     pub(super) state: StreamState,
     pub(super) terminate_sent: bool,
     pub(super) prefer_response: bool,
+    /// Unsignaled SQ WRs finished successfully since [`Engine::take_retired`] (no
+    /// [`Completion`] is built for them; their order is the SQ's).
+    pub(super) retired: u32,
     pub(super) sq_started: usize,
     pub(super) completions: VecDeque<Completion>,
     pub(super) responses: VecDeque<Response>,
@@ -124,9 +127,6 @@ pub struct Engine {
     pub(super) reads: VecDeque<OutstandingRead>,
     pub(super) atomics: VecDeque<OutstandingAtomic>,
     pub(super) next_request_id: u32,
-    /// Unsignaled SQ WRs finished successfully since [`Engine::take_retired`] (no
-    /// [`Completion`] is built for them; their order is the SQ's).
-    pub(super) retired: u32,
 }
 
 fn op_completion_opcode(op: &SendOp) -> CompletionOpcode {
