@@ -237,25 +237,31 @@ struct Listener {
     half_open: usize,
 }
 
+/// One connection's slot. Laid out in declaration order (`repr(C)`): the TCB, then the
+/// fields every visit reads (the generation check, the list flags, the timer entry, the
+/// flight count) in the line after it, where the ULP's own hot fields begin (see
+/// `iwarp::Connection`), so that a visit to a cold connection reads one line for them
+/// instead of a line at the slot's far end.
 #[derive(Debug)]
+#[repr(C)]
 struct Conn<U> {
-    generation: u32,
     tcb: Tcb,
-    ulp: Option<U>,
-    held: Vec<u8>,
-    held_start: Option<u32>,
+    generation: u32,
     queued: bool,
     /// In [`Engine::active`]'s list.
     active: bool,
-    timer_at: Option<Instant>,
-    listen_port: Option<u16>,
-    /// Its octets in flight as counted in [`Engine`]'s total.
-    flight: usize,
     /// In [`Engine`]'s list of connections waiting for room under `Config::max_flight`.
     waiting: bool,
+    timer_at: Option<Instant>,
+    /// Its octets in flight as counted in [`Engine`]'s total.
+    flight: usize,
     /// Woken from that list: may send new data for one turn though others wait, within
     /// these octets it reserved of the bound (0: not woken).
     admitted: usize,
+    ulp: Option<U>,
+    listen_port: Option<u16>,
+    held_start: Option<u32>,
+    held: Vec<u8>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -1617,5 +1623,32 @@ fn is_unicast(a: IpAddr) -> bool {
     match a {
         IpAddr::V4(a) => !(a.is_broadcast() || a.is_multicast() || a.is_unspecified()),
         IpAddr::V6(a) => !(a.is_multicast() || a.is_unspecified()),
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use super::{Conn, Tcb};
+    use core::mem::{offset_of, size_of};
+
+    /// Every visit reads the slot's generation, list flags, timer entry and flight count:
+    /// they must share the line after the TCB, where the ULP begins (see [`Conn`]).
+    #[test]
+    fn the_visit_fields_share_the_line_after_the_tcb() {
+        let line = size_of::<Tcb>() / 64;
+        let starts = [
+            offset_of!(Conn<u64>, generation),
+            offset_of!(Conn<u64>, queued),
+            offset_of!(Conn<u64>, active),
+            offset_of!(Conn<u64>, waiting),
+            offset_of!(Conn<u64>, timer_at),
+            offset_of!(Conn<u64>, flight),
+            offset_of!(Conn<u64>, admitted),
+            offset_of!(Conn<u64>, ulp),
+        ];
+        assert!(
+            starts.iter().all(|&o| o / 64 == line),
+            "offsets {starts:?}, line {line}"
+        );
     }
 }

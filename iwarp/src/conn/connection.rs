@@ -119,17 +119,19 @@ impl Negotiating {
 }
 
 /// The RDMAP stream of FPDU mode: the engine, the MPA receiver in front of it and the
-/// framer behind it.
+/// framer behind it. In declaration order (`repr(C)`), the fields a visit reads first
+/// (see [`Connection`]).
 #[derive(Debug)]
+#[repr(C)]
 pub(super) struct Fpdu {
-    /// What MPA negotiated.
-    pub(super) negotiated: Negotiated,
-    /// The RDMAP/DDP engine.
-    pub(super) engine: Engine,
-    /// Receive side: MPA receiver, stream offsets, RTR and stall tracking.
-    pub(super) inbound: Inbound,
     /// Send side: framer and the DDP segments waiting to be framed.
     pub(super) sender: Sender,
+    /// What MPA negotiated.
+    pub(super) negotiated: Negotiated,
+    /// Receive side: MPA receiver, stream offsets, RTR and stall tracking.
+    pub(super) inbound: Inbound,
+    /// The RDMAP/DDP engine.
+    pub(super) engine: Engine,
 }
 
 /// Why the connection never reached (or left early) FPDU mode, and what is left of it.
@@ -199,31 +201,41 @@ impl Phase {
 /// its caller, and the TCP engine lends it (or the RNIC holding it: any
 /// [`crate::mem::HasMemoryTable`]) to the [`tcp::SegmentSink`] / [`tcp::SegmentSource`]
 /// calls.
+///
+/// Laid out in declaration order (`repr(C)`): what a visit of the TCP engine or the driver's
+/// service reads on a plainly open stream comes first (the queues and flags of
+/// [`Connection::needs_service`], the send side's checks, then the FPDU phase, itself hot
+/// first), so that a visit to a cold connection reads a few adjacent lines; the
+/// configuration, the negotiator and the counters follow.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Connection {
-    pub(super) cfg: ConnConfig,
     /// The latest time any call brought.
     pub(super) now: Instant,
-    pub(super) negotiator: Negotiator,
+    /// Effective send MSS.
+    pub(super) emss: usize,
     /// The negotiator reached its final state, Established, and handed over its frames
     /// and events: the data path no longer reads it (its state lies lines away from the
     /// fields each visit reads).
     pub(super) negotiator_done: bool,
-    pub(super) phase: Phase,
-    /// MPA frames (Request, Reply) waiting for TCP.
-    pub(super) frames: VecDeque<Vec<u8>>,
-    /// Sequence number of our first FPDU octet, once our frame went out.
-    pub(super) tx_start: Option<u32>,
-    /// Effective send MSS.
-    pub(super) emss: usize,
+    /// The last [`Connection::pump_verbs`] left WRs in its QP (they wait for room here).
+    pub(super) wrs_waiting: bool,
     pub(super) events: VecDeque<ConnEvent>,
     pub(super) llp: VecDeque<LlpRequest>,
     /// Stream events for the verbs layer (see [`Connection::pump_verbs`]), once enabled.
     pub(super) verbs_events: Option<VecDeque<rdmap::Event>>,
-    /// The last [`Connection::pump_verbs`] left WRs in its QP (they wait for room here).
-    pub(super) wrs_waiting: bool,
+    /// MPA frames (Request, Reply) waiting for TCP.
+    pub(super) frames: VecDeque<Vec<u8>>,
+    /// `cfg.rx_window`, read on every visit that may acknowledge (fixed at creation),
+    /// kept here with the other hot fields rather than in the configuration's lines.
+    pub(super) rx_window: usize,
+    /// Sequence number of our first FPDU octet, once our frame went out.
+    pub(super) tx_start: Option<u32>,
     /// End of the highest stream octets TCP handed in (in order or ahead of RCV.NXT).
     pub(super) rx_highest: Option<u32>,
+    pub(super) phase: Phase,
+    pub(super) cfg: ConnConfig,
+    pub(super) negotiator: Negotiator,
     pub(super) stats: ConnStats,
     /// Segments, messages and octets per RDMAP opcode, both ways.
     pub(super) ops: OpCounters,
@@ -246,6 +258,7 @@ impl Connection {
     fn with_negotiator(cfg: ConnConfig, now: Instant, negotiator: Negotiator) -> Self {
         let mut c = Connection {
             emss: cfg.emss.unwrap_or(0),
+            rx_window: cfg.rx_window,
             cfg,
             now,
             negotiator,

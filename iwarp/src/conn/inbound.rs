@@ -40,19 +40,21 @@ pub(super) struct RxGate {
     pub(super) open: bool,
 }
 
-/// The receive side of FPDU mode.
+/// The receive side of FPDU mode. In declaration order (`repr(C)`): the service's checks
+/// first, next to the sender's (see `Connection`).
 #[derive(Debug)]
+#[repr(C)]
 pub(super) struct Inbound {
-    pub(super) receiver: Receiver,
-    pub(super) spacing: Option<MarkerSpacing>,
-    pub(super) offsets: RxOffsets,
-    /// A peer-to-peer responder waits for the RTR, the first FPDU.
-    pub(super) awaiting_rtr: bool,
+    /// The partial FPDU the receiver holds (its seq and octets held) and since when.
+    pub(super) stall: Option<(u32, usize, Instant)>,
     /// Peer-to-peer responder: the FPDUs that followed the peer's RTR, held until the
     /// consumer has seen the establishment (and moved its QP to RTS).
     pub(super) gate: Option<RxGate>,
-    /// The partial FPDU the receiver holds (its seq and octets held) and since when.
-    pub(super) stall: Option<(u32, usize, Instant)>,
+    /// A peer-to-peer responder waits for the RTR, the first FPDU.
+    pub(super) awaiting_rtr: bool,
+    pub(super) offsets: RxOffsets,
+    pub(super) spacing: Option<MarkerSpacing>,
+    pub(super) receiver: Receiver,
 }
 
 impl Inbound {

@@ -63,18 +63,20 @@ pub(super) struct FramedUnit {
     pub(super) allocated: bool,
 }
 
-/// The framer and the DDP segments waiting for it.
+/// The framer and the DDP segments waiting for it. In declaration order (`repr(C)`): what
+/// the send checks read first, the spare buffers last.
 #[derive(Debug)]
+#[repr(C)]
 pub(super) struct Sender {
+    /// Initiator: no FPDU before this time (`ConnConfig::first_fpdu_delay`).
+    pub(super) hold_until: Option<Instant>,
+    queue: VecDeque<TxSeg>,
+    bytes: usize,
     /// Frames FPDUs once our first FPDU's sequence number is known.
     pub(super) framer: Option<Framer>,
     /// A sender that exists only for the Terminate of a failed negotiation: its CRC and
     /// marker settings (from the peer's Request) and no negotiated stream behind it.
     terminate_framing: Option<(bool, bool)>,
-    /// Initiator: no FPDU before this time (`ConnConfig::first_fpdu_delay`).
-    pub(super) hold_until: Option<Instant>,
-    queue: VecDeque<TxSeg>,
-    bytes: usize,
     /// Buffers for the next DDP segments and units when the context lends no shared pool
     /// ([`SPARE_BYTES`]); with one, those freed without it (a flush, a teardown), passed
     /// on at the next call that lends it.

@@ -529,7 +529,7 @@ impl<C: HasMemoryTable + RecvSupply + ?Sized> SegmentSink<C> for Connection {
     }
 
     fn rx_window(&self) -> usize {
-        self.cfg.rx_window
+        self.rx_window
     }
 
     fn stage(

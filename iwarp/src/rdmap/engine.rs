@@ -95,33 +95,38 @@ pub enum PostError {
 }
 
 /// The RDMAP (+ DDP) protocol engine of one stream, driven by `handle_*` / `poll_*` calls.
+///
+/// Laid out in declaration order (`repr(C)`): the fields a visit reads to learn there is
+/// nothing to send or report ([`Engine::has_segment`], the completions, the state) first,
+/// then what a received segment reads, the rest after.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Engine {
-    pub(super) cfg: EngineConfig,
     pub(super) state: StreamState,
-    pub(super) msn: MsnCounters,
-    pub(super) sq: VecDeque<SqEntry>,
-    pub(super) sq_started: usize,
-    pub(super) next_seq: u64,
-    pub(super) current: Option<TxMessage>,
-    /// The gather list of the last finished message, emptied, reused for the next one.
-    pub(super) spare_pieces: Vec<(Option<Resolved>, u32)>,
-    pub(super) responses: VecDeque<Response>,
-    pub(super) prefer_response: bool,
-    pub(super) reads: VecDeque<OutstandingRead>,
-    pub(super) atomics: VecDeque<OutstandingAtomic>,
-    pub(super) next_request_id: u32,
-    pub(super) terminate: Option<TerminateRepr>,
     pub(super) terminate_sent: bool,
-    pub(super) order: DeliveryOrder<RxRecord>,
-    pub(super) queues: UntaggedQueues,
-    pub(super) completions: VecDeque<Completion>,
+    pub(super) prefer_response: bool,
     /// Unsignaled SQ WRs finished successfully since [`Engine::take_retired`] (no
     /// [`Completion`] is built for them; their order is the SQ's).
     pub(super) retired: u32,
-    pub(super) events: VecDeque<Event>,
+    pub(super) sq_started: usize,
+    pub(super) completions: VecDeque<Completion>,
+    pub(super) responses: VecDeque<Response>,
+    pub(super) sq: VecDeque<SqEntry>,
+    pub(super) terminate: Option<TerminateRepr>,
+    pub(super) cfg: EngineConfig,
+    pub(super) msn: MsnCounters,
     pub(super) last_rx: Option<Instant>,
     pub(super) last_tx: Option<Instant>,
+    pub(super) events: VecDeque<Event>,
+    pub(super) current: Option<TxMessage>,
+    pub(super) next_seq: u64,
+    pub(super) order: DeliveryOrder<RxRecord>,
+    pub(super) queues: UntaggedQueues,
+    /// The gather list of the last finished message, emptied, reused for the next one.
+    pub(super) spare_pieces: Vec<(Option<Resolved>, u32)>,
+    pub(super) reads: VecDeque<OutstandingRead>,
+    pub(super) atomics: VecDeque<OutstandingAtomic>,
+    pub(super) next_request_id: u32,
 }
 
 fn op_completion_opcode(op: &SendOp) -> CompletionOpcode {

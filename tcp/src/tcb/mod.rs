@@ -174,11 +174,15 @@ pub(crate) struct RunAck {
 
 /// A transmission control block.
 ///
-/// Aligned to a cache line, its eight deadlines declared first: the compiler lays them out
-/// first, so they fill the block's first two lines whichever slot holds it, and the timer
-/// wheel's check of a connection it reaches cold (`next_deadline`) reads two lines, not three.
+/// Aligned to a cache line and laid out in declaration order (`repr(C)`): its eight
+/// deadlines fill the block's first two lines whichever slot holds it (the timer wheel's
+/// check of a connection it reaches cold, `next_deadline`, reads two lines, not three);
+/// then what a receive run and an ACK read on a cold connection (the sequence variables,
+/// the state and its flags in the third line, the run's other scalars in the fourth, the
+/// send queue's header in the fifth), the sender's congestion and RTT state and the
+/// headers' template after them, the handshake's fields and the counters last.
 #[derive(Debug)]
-#[repr(align(64))]
+#[repr(C, align(64))]
 pub(crate) struct Tcb {
     /// The RACK reordering timer (RFC 8985 §6.2 step 5).
     rack_deadline: Option<Instant>,
@@ -190,105 +194,107 @@ pub(crate) struct Tcb {
     keepalive_deadline: Option<Instant>,
     timewait_deadline: Option<Instant>,
     finwait2_deadline: Option<Instant>,
-    /// The earliest deadline armed since the engine last scheduled the connection's
-    /// timer, in nanoseconds (`u64::MAX`: none); see [`Tcb::take_armed`].
-    armed: u64,
-    pub(crate) state: State,
-    pub(crate) local: SocketAddr,
-    pub(crate) remote: SocketAddr,
-    /// The headers of this connection's data segments and ACKs, prebuilt on first use.
-    template: Option<Template>,
-    /// The header fields the data segments of a run share (see [`output::RunHeader`]).
-    run: Option<output::RunHeader>,
-    /// Created by a listener (a reset in SYN-RECEIVED returns silently to LISTEN).
-    pub(crate) passive: bool,
-    pub(crate) reported_closed: bool,
 
-    offer: Offer,
-    opts: Negotiated,
-    eff_mss: usize,
-
-    iss: u32,
     snd_una: u32,
     snd_nxt: u32,
     snd_wnd: u32,
     snd_wl1: u32,
     snd_wl2: u32,
     max_snd_wnd: u32,
-    txq: SendQueue,
-    fin_queued: bool,
-    close_requested: bool,
-
-    irs: u32,
     rcv_nxt: u32,
-    rcv_off: u64,
     rcv_adv: u32,
-    rx: Reassembly,
-    /// Scratch for the new pieces of an arriving segment (kept: no allocation per segment).
-    pieces: Vec<(u64, u64)>,
+    last_ack_sent: u32,
+    ts_recent: u32,
+    segs_unacked: u32,
+    ts_offset: u32,
+    opts: Negotiated,
+    pub(crate) state: State,
+    /// RCV.NXT advanced and the ULP was not told yet (only while `defer_advance`).
+    pub(crate) advance_pending: bool,
     /// Set by the engine during a receive burst: in-order segments leave the ULP's
     /// `on_advance` to the end of the connection's run ([`Tcb::flush_advance`]).
     pub(crate) defer_advance: bool,
-    /// Which receive burst the engine is in (meaningful while `defer_advance`).
-    pub(crate) burst: u64,
-    /// RCV.NXT advanced and the ULP was not told yet (only while `defer_advance`).
-    pub(crate) advance_pending: bool,
+    ack_now: bool,
     /// Set by the engine before each transmit call: whether its bound on the octets all
     /// connections keep in flight ([`Config::max_flight`]) lets this connection send new
     /// data (always true without a bound).
     pub(crate) flight_open: bool,
     /// A new unit waited for the engine's bound alone (not for this connection's windows).
     pub(crate) flight_held: bool,
+    fin_queued: bool,
+    close_requested: bool,
+    fin_received: bool,
+    pub(crate) reported_closed: bool,
+
+    rcv_off: u64,
+    /// Which receive burst the engine is in (meaningful while `defer_advance`).
+    pub(crate) burst: u64,
+    eff_mss: usize,
+    /// When the last segment arrived (keepalive idle time, [`TS_REFRESH`]).
+    idle_since: Instant,
+    /// The earliest deadline armed since the engine last scheduled the connection's
+    /// timer, in nanoseconds (`u64::MAX`: none); see [`Tcb::take_armed`].
+    armed: u64,
+    ts_recent_at: Option<Instant>,
+    peer_fin: Option<u32>,
+
+    txq: SendQueue,
+
+    rx: Reassembly,
     /// The acknowledgment fields of the last segment of the current run whose ACK was
     /// processed: a next one of the run with the same fields changes nothing but SND.WL1.
     run_ack: Option<RunAck>,
-    sack_rep: SackReporter,
-    peer_fin: Option<u32>,
-    fin_received: bool,
-
-    rtt: RttEstimator,
-    cc: Controller,
     recovery: Option<u32>,
     dupacks: u32,
     fast_rtx: bool,
-    /// RACK loss detection (RFC 8985), used when SACK is on.
-    rack: Rack,
-    /// SND.NXT at the last retransmission timeout, until acknowledged: no fast recovery
-    /// begins before (RFC 6582 §3.2 step 1, RFC 6675 §5.1).
-    rto_point: Option<u32>,
-    /// A D-SACK block (RFC 2883) for the next ACK: sequence range of a duplicate received.
-    dsack: Option<(u32, u32)>,
     /// A data segment went out without the SACK blocks it should have carried (no room
     /// beside a full-sized payload): a pure ACK with them follows (RFC 2018 §4).
     sack_ack: bool,
     /// A tail loss probe is due: the next `poll_transmit` sends it.
     send_tlp: bool,
+    send_probe: bool,
+
+    cc: Controller,
+    rtt: RttEstimator,
+    /// RACK loss detection (RFC 8985), used when SACK is on.
+    rack: Rack,
     /// The probe in flight, until acknowledged or a timeout (one at a time).
     tlp: Option<TlpProbe>,
+    /// A D-SACK block (RFC 2883) for the next ACK: sequence range of a duplicate received.
+    dsack: Option<(u32, u32)>,
+    /// SND.NXT at the last retransmission timeout, until acknowledged: no fast recovery
+    /// begins before (RFC 6582 §3.2 step 1, RFC 6675 §5.1).
+    rto_point: Option<u32>,
 
+    /// Segments sent with neither data nor SYN/FIN (ACKs and window updates).
+    pure_acks: u64,
+    pub(crate) local: SocketAddr,
+    pub(crate) remote: SocketAddr,
+    /// The headers of this connection's data segments and ACKs, prebuilt on first use.
+    template: Option<Template>,
+    /// The header fields the data segments of a run share (see [`output::RunHeader`]).
+    run: Option<output::RunHeader>,
+
+    sack_rep: SackReporter,
+    /// Scratch for the new pieces of an arriving segment (kept: no allocation per segment).
+    pieces: Vec<(u64, u64)>,
+    offer: Offer,
+    /// Created by a listener (a reset in SYN-RECEIVED returns silently to LISTEN).
+    pub(crate) passive: bool,
+    iss: u32,
+    irs: u32,
     syn_sent_at: Instant,
     /// When the active open began (for `Config::refused_retry`).
     opened_at: Instant,
     /// A refused SYN is to be sent again when the retransmission timer fires
     /// (`Config::refused_retry`), without counting as a SYN timeout.
     resend_refused_syn: bool,
+    send_syn: bool,
+    syn_emitted: bool,
     syn_retries: u32,
     rtx_count: u32,
     persist_backoff: u32,
     ka_probes: u32,
-    /// When the last segment arrived (keepalive idle time, [`TS_REFRESH`]).
-    idle_since: Instant,
-
-    send_syn: bool,
-    syn_emitted: bool,
-    ack_now: bool,
-    send_probe: bool,
-    segs_unacked: u32,
-    last_ack_sent: u32,
-
-    ts_recent: u32,
-    ts_recent_at: Option<Instant>,
-    ts_offset: u32,
 
     retransmits: u64,
     timeouts: u64,
@@ -299,8 +305,6 @@ pub(crate) struct Tcb {
     syn_retransmits: u64,
     /// Tail loss probes sent (RFC 8985 §7.3), new data or a retransmission.
     loss_probes: u64,
-    /// Segments sent with neither data nor SYN/FIN (ACKs and window updates).
-    pure_acks: u64,
     /// Times the delayed-ACK timer ran out with an ACK owed (RFC 9293 §3.8.6.3).
     delayed_acks: u64,
     paws_drops: u64,
@@ -637,5 +641,35 @@ mod layout {
         ]
         .map(|o| o + size_of::<Option<Instant>>());
         assert!(ends.iter().all(|&e| e <= 128), "deadlines end at {ends:?}");
+    }
+
+    /// A receive run's start on a cold connection (the run checks, the ACK decision, the
+    /// send-window update) reads the sequence variables, the state and its flags: they
+    /// must share the line after the deadlines, and the run's wider scalars the next one
+    /// (see [`Tcb`]).
+    #[test]
+    fn the_run_fields_fill_the_third_and_fourth_lines() {
+        fn size<F>(_: fn(&Tcb) -> &F) -> usize {
+            size_of::<F>()
+        }
+        macro_rules! in_line {
+            ($line:expr => $($field:ident),+) => {
+                $(
+                    let start = offset_of!(Tcb, $field);
+                    let end = start + size(|t| &t.$field) - 1;
+                    assert_eq!(
+                        (start / 64, end / 64),
+                        ($line, $line),
+                        concat!(stringify!($field), " is off its line")
+                    );
+                )+
+            };
+        }
+        in_line! { 2 =>
+            snd_una, snd_nxt, snd_wnd, snd_wl1, snd_wl2, max_snd_wnd, rcv_nxt, rcv_adv,
+            last_ack_sent, ts_recent, segs_unacked, opts, state, advance_pending,
+            defer_advance, ack_now, flight_open, fin_queued, fin_received, reported_closed
+        }
+        in_line! { 3 => rcv_off, burst, eff_mss, idle_since, ts_recent_at, peer_fin }
     }
 }
