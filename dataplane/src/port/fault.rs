@@ -398,6 +398,8 @@ impl SplitMix64 {
     /// The number of frames that pass before the next one `rate` hits when each is hit on
     /// its own with probability `rate`: geometric, drawn by inverting its distribution
     /// (`P(gap >= k) = (1 - rate)^k`) at one uniform draw in `(0, 1]`. `rate` is active.
+    #[cold]
+    #[inline(never)]
     fn gap(&mut self, rate: Rate) -> u64 {
         if rate.ppm() >= PPM {
             return 0;
@@ -430,6 +432,25 @@ impl Gaps {
         }
         self.left -= 1;
         self.left == 0
+    }
+
+    /// How many of the next frames `rate` surely does not hit (none while the next gap is
+    /// not drawn).
+    #[inline]
+    fn misses_ahead(self, rate: Rate) -> u64 {
+        if rate.is_active() {
+            self.left.saturating_sub(1)
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// Takes the steps of `n` frames it surely misses (`n <= misses_ahead`).
+    #[inline]
+    fn skip(&mut self, rate: Rate, n: u64) {
+        if rate.is_active() {
+            self.left -= n;
+        }
     }
 }
 
@@ -731,10 +752,21 @@ impl<B: PacketBuf> Stage<B> {
         let (mut i, mut seen) = (*at, 0);
         let stop = 'pass: loop {
             if self.held.is_empty() {
-                // Nothing held: frames pass until one is held back or delayed.
+                // Nothing held: frames pass until one is held back or delayed, those both
+                // processes surely miss at once.
                 let fate = loop {
                     if i >= bufs.len() {
                         break 'pass None;
+                    }
+                    let misses = self.delay_gaps.misses_ahead(cfg.delay);
+                    let misses = misses.min(self.reorder_gaps.misses_ahead(cfg.reorder));
+                    let n = misses.min((bufs.len() - i) as u64);
+                    if n > 0 {
+                        self.delay_gaps.skip(cfg.delay, n);
+                        self.reorder_gaps.skip(cfg.reorder, n);
+                        i += n as usize;
+                        seen += n;
+                        continue;
                     }
                     seen += 1;
                     match self.decide_fate(cfg) {
