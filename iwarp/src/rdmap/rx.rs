@@ -439,9 +439,9 @@ impl Engine {
                 recheck,
             } => {
                 // The placement's check still holds while the table is unchanged.
-                if let Some(e) = recheck.filter(|e| {
-                    e.generation.is_none() || e.generation != mem.table_generation()
-                }) {
+                if let Some(e) = recheck
+                    .filter(|e| e.generation.is_none() || e.generation != mem.table_generation())
+                {
                     self.resolve_on_stream(
                         mem,
                         STag(e.stag),

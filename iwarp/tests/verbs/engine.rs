@@ -1072,7 +1072,10 @@ fn write_placed_ahead_is_checked_again_after_a_table_change() {
                 let pos = SegmentPos::index(1);
                 let mem = b.fx.rnic.memory_mut();
                 if early {
-                    assert!(b.engine.place_early_write(now, pos, &segs[1], mem).is_some());
+                    assert!(b
+                        .engine
+                        .place_early_write(now, pos, &segs[1], mem)
+                        .is_some());
                 } else {
                     b.engine.handle_ddp_segment(now, pos, &segs[1], mem);
                 }
