@@ -394,6 +394,64 @@ impl SplitMix64 {
     fn hit(&mut self, rate: Rate) -> bool {
         rate.is_active() && self.below(PPM as u64) < rate.ppm() as u64
     }
+
+    /// The number of frames that pass before the next one `rate` hits when each is hit on
+    /// its own with probability `rate`: geometric, drawn by inverting its distribution
+    /// (`P(gap >= k) = (1 - rate)^k`) at one uniform draw in `(0, 1]`. `rate` is active.
+    #[cold]
+    #[inline(never)]
+    fn gap(&mut self, rate: Rate) -> u64 {
+        if rate.ppm() >= PPM {
+            return 0;
+        }
+        let u = ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64;
+        let p = f64::from(rate.ppm()) / f64::from(PPM);
+        // Both logarithms are at most 0: the quotient is at least 0 (`as` saturates).
+        (u.ln() / (-p).ln_1p()).floor() as u64
+    }
+}
+
+/// The frames a rate hits, drawn as the gaps between hits (one draw per hit, not per
+/// frame): the same Bernoulli process, frame by frame, as a draw for each frame.
+#[derive(Clone, Copy, Debug, Default)]
+struct Gaps {
+    /// Frames up to and including the next hit; 0 while the next gap is not drawn (at the
+    /// start and after each hit).
+    left: u64,
+}
+
+impl Gaps {
+    /// Whether `rate` hits the next frame.
+    #[inline]
+    fn step(&mut self, rate: Rate, rng: &mut SplitMix64) -> bool {
+        if !rate.is_active() {
+            return false;
+        }
+        if self.left == 0 {
+            self.left = rng.gap(rate).saturating_add(1);
+        }
+        self.left -= 1;
+        self.left == 0
+    }
+
+    /// How many of the next frames `rate` surely does not hit (none while the next gap is
+    /// not drawn).
+    #[inline]
+    fn misses_ahead(self, rate: Rate) -> u64 {
+        if rate.is_active() {
+            self.left.saturating_sub(1)
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// Takes the steps of `n` frames it surely misses (`n <= misses_ahead`).
+    #[inline]
+    fn skip(&mut self, rate: Rate, n: u64) {
+        if rate.is_active() {
+            self.left -= n;
+        }
+    }
 }
 
 struct Held<B> {
@@ -428,6 +486,10 @@ enum Stopped {
 /// The fault state of one direction.
 struct Stage<B> {
     rng: SplitMix64,
+    /// The frames (and copies) delayed.
+    delay_gaps: Gaps,
+    /// The frames (and copies) not delayed that are held back.
+    reorder_gaps: Gaps,
     held: VecDeque<Held<B>>,
     delayed: VecDeque<(Instant, B)>,
     counters: FaultCounters,
@@ -440,6 +502,8 @@ impl<B: PacketBuf> Stage<B> {
     fn new(seed: u64) -> Stage<B> {
         Stage {
             rng: SplitMix64(seed),
+            delay_gaps: Gaps::default(),
+            reorder_gaps: Gaps::default(),
             held: VecDeque::new(),
             delayed: VecDeque::new(),
             counters: FaultCounters::default(),
@@ -514,12 +578,15 @@ impl<B: PacketBuf> Stage<B> {
         Some(self.rng.hit(cfg.duplicate))
     }
 
-    /// Draws whether a frame (or its copy) is delayed, held back or sent on.
+    /// Draws whether a frame (or its copy) is delayed, held back or sent on: each rate's
+    /// process takes one step a frame (a hit of both is a delay), and draws only at a hit.
     #[inline]
     fn decide_fate(&mut self, cfg: &FaultConfig) -> Fate {
-        if self.rng.hit(cfg.delay) {
+        let delay = self.delay_gaps.step(cfg.delay, &mut self.rng);
+        let hold = self.reorder_gaps.step(cfg.reorder, &mut self.rng);
+        if delay {
             Fate::Delay
-        } else if self.rng.hit(cfg.reorder) {
+        } else if hold {
             Fate::Hold
         } else {
             Fate::Emit
@@ -685,10 +752,21 @@ impl<B: PacketBuf> Stage<B> {
         let (mut i, mut seen) = (*at, 0);
         let stop = 'pass: loop {
             if self.held.is_empty() {
-                // Nothing held: frames pass until one is held back or delayed.
+                // Nothing held: frames pass until one is held back or delayed, those both
+                // processes surely miss at once.
                 let fate = loop {
                     if i >= bufs.len() {
                         break 'pass None;
+                    }
+                    let misses = self.delay_gaps.misses_ahead(cfg.delay);
+                    let misses = misses.min(self.reorder_gaps.misses_ahead(cfg.reorder));
+                    let n = misses.min((bufs.len() - i) as u64);
+                    if n > 0 {
+                        self.delay_gaps.skip(cfg.delay, n);
+                        self.reorder_gaps.skip(cfg.reorder, n);
+                        i += n as usize;
+                        seen += n;
+                        continue;
                     }
                     seen += 1;
                     match self.decide_fate(cfg) {
@@ -1293,6 +1371,85 @@ mod tests {
         assert!(got.iter().enumerate().all(|(i, f)| seq(f) == i as u32));
         assert_eq!(c.seen, 100);
         assert_eq!(c.dropped + c.reordered + c.duplicated + c.corrupted, 0);
+    }
+
+    /// The fates `n` frames draw from a fresh stage of `cfg`.
+    fn fates(cfg: &FaultConfig, n: usize) -> Vec<Fate> {
+        let mut stage = Stage::<HeapBuf>::new(cfg.seed);
+        (0..n).map(|_| stage.decide_fate(cfg)).collect()
+    }
+
+    /// Checks that the frames of `fates` that are `fate` are a Bernoulli process of rate
+    /// `p`: their share within five standard deviations of `p`, and the gaps between
+    /// them geometric (their mean, and the share of gaps of at least `k` frames for `k`
+    /// about half, once and twice the mean, each within five standard deviations).
+    fn assert_bernoulli(fates: &[Fate], fate: Fate, p: f64) {
+        let n = fates.len() as f64;
+        let hits: Vec<usize> = (0..fates.len()).filter(|&i| fates[i] == fate).collect();
+        let sd = (n * p * (1.0 - p)).sqrt();
+        let dev = (hits.len() as f64 - n * p).abs();
+        assert!(dev <= 5.0 * sd, "{} of {n} at rate {p}", hits.len());
+        // The frames passed before each hit (the first counted from the start).
+        let gaps: Vec<f64> = std::iter::once(-1isize)
+            .chain(hits.iter().map(|&i| i as isize))
+            .collect::<Vec<_>>()
+            .windows(2)
+            .map(|w| (w[1] - w[0] - 1) as f64)
+            .collect();
+        let m = gaps.len() as f64;
+        let mean = (1.0 - p) / p;
+        let var = (1.0 - p) / (p * p);
+        let got = gaps.iter().sum::<f64>() / m;
+        assert!(
+            (got - mean).abs() <= 5.0 * (var / m).sqrt() + 1e-9,
+            "mean gap {got}, expected {mean} at rate {p}"
+        );
+        for k in [(mean / 2.0).ceil(), mean.round(), (2.0 * mean).round()] {
+            let tail = (1.0 - p).powf(k);
+            let share = gaps.iter().filter(|&&g| g >= k).count() as f64 / m;
+            let sd = (tail * (1.0 - tail) / m).sqrt();
+            assert!(
+                (share - tail).abs() <= 5.0 * sd + 1e-9,
+                "gaps of at least {k}: {share}, expected {tail} at rate {p}"
+            );
+        }
+    }
+
+    // The fates drawn as gaps between hits keep the configured rates: held back frames
+    // (and delayed ones) a Bernoulli process of the rate, frame by frame.
+    #[test]
+    fn fate_gaps_keep_the_rate_and_are_geometric() {
+        const N: usize = 4_000_000;
+        for (seed, rate) in [(1, "0.1%"), (2, "1%"), (3, "30%"), (4, "100%"), (5, "5ppm")] {
+            let cfg = FaultConfig {
+                seed,
+                reorder: rate.parse().unwrap(),
+                ..FaultConfig::default()
+            };
+            let p = f64::from(cfg.reorder.ppm()) / f64::from(PPM);
+            let fates = fates(&cfg, N);
+            assert!(!fates.contains(&Fate::Delay));
+            assert_bernoulli(&fates, Fate::Hold, p);
+        }
+        // Delays and reordering together: a frame both would hit is delayed, so the
+        // frames held back are the rate's share of those not delayed.
+        let cfg = FaultConfig {
+            seed: 6,
+            delay: "10%".parse().unwrap(),
+            reorder: "30%".parse().unwrap(),
+            ..FaultConfig::default()
+        };
+        let fates = fates(&cfg, N);
+        assert_bernoulli(&fates, Fate::Delay, 0.1);
+        assert_bernoulli(&fates, Fate::Hold, 0.9 * 0.3);
+    }
+
+    #[test]
+    fn zero_rates_never_hit_and_draw_nothing() {
+        let cfg = FaultConfig::default();
+        let mut stage = Stage::<HeapBuf>::new(cfg.seed);
+        assert!((0..1_000_000).all(|_| stage.decide_fate(&cfg) == Fate::Emit));
+        assert_eq!(stage.rng.0, cfg.seed, "no draw");
     }
 
     #[test]

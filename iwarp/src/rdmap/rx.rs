@@ -172,6 +172,7 @@ impl Engine {
             last: seg.last(),
             len: payload.len() as u32,
             recheck: Some(EarlyTagged {
+                generation: mem.table_generation(),
                 stag: seg.stag(),
                 to: seg.to(),
                 segment_len: seg_len(segment),
@@ -331,6 +332,7 @@ impl Engine {
                 .map_err(|e| fail(e.cause()))?;
                 let recheck = match early && len > 0 {
                     true => Some(EarlyTagged {
+                        generation: mem.table_generation(),
                         stag: t.stag,
                         to: t.to,
                         segment_len,
@@ -436,7 +438,10 @@ impl Engine {
                 len,
                 recheck,
             } => {
-                if let Some(e) = recheck {
+                // The placement's check still holds while the table is unchanged.
+                if let Some(e) = recheck
+                    .filter(|e| e.generation.is_none() || e.generation != mem.table_generation())
+                {
                     self.resolve_on_stream(
                         mem,
                         STag(e.stag),

@@ -144,9 +144,12 @@ pub(super) enum RxRecord {
 
 /// A tagged segment placed before every earlier segment arrived: its STag is checked again
 /// when it is reached in order, so an invalidation earlier in the stream still reports the
-/// error the in-order stream requires (VERBS-00 §7.8).
+/// error the in-order stream requires (VERBS-00 §7.8), unless the memory table did not
+/// change since the placement's check (the same generation: the check still holds).
 #[derive(Debug, Clone)]
 pub(super) struct EarlyTagged {
+    /// The memory table's generation at the placement's check (`None`: not tracked).
+    pub generation: Option<u64>,
     pub stag: u32,
     pub to: u64,
     pub segment_len: u16,

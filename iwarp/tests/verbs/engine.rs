@@ -1036,3 +1036,67 @@ fn unsignaled_wrs_that_fail_still_complete_as_errors() {
     assert_eq!(got, vec![(2, false)], "{wcs:?}");
     assert_eq!(a.fx.rnic.wq_occupancy(a.fx.qp), Some((0, 0)));
 }
+
+#[test]
+fn write_placed_ahead_is_checked_again_after_a_table_change() {
+    // VERBS-00 §7.8, RFC 5040 §5.3, RFC 5041 §7.2: a Write placed ahead of a Send (through
+    // `place_early_write` or `handle_ddp_segment`) is checked again when it is reached in
+    // order if the memory table changed since its placement: its STag invalidated by the
+    // Send (with Invalidate) or by the verbs in between, or deregistered, gives the
+    // in-order stream's Terminate; a change elsewhere in the table, or none, does not (the
+    // Write then lands).
+    for early in [true, false] {
+        for in_stream in [true, false] {
+            for change in SourceChange::ALL {
+                let (mut a, mut b) = pair();
+                let src = a.reg(0, 4096, all_rights());
+                a.fx.rnic.memory_mut().bytes_mut()[..16].copy_from_slice(b"placed ahead 16B");
+                let target = b.reg(0, 4096, all_rights());
+                let buf = b.reg(8192, 4096, all_rights());
+                b.post_recv(recv(5, vec![sge(buf, VA + 8192, 64)]));
+                b.service();
+                let invalidate = in_stream.then_some(target);
+                a.post_send(SendWr::message(
+                    1,
+                    SendOp::Send {
+                        sgl: iwarp::mem::Sgl::new(),
+                        solicited: false,
+                        invalidate,
+                    },
+                ));
+                a.post_send(write(2, vec![sge(src, VA, 16)], target, VA));
+                a.service();
+                let segs = a.tx();
+                assert_eq!(segs.len(), 2);
+                let now = Instant::from_millis(1_000);
+                let pos = SegmentPos::index(1);
+                let mem = b.fx.rnic.memory_mut();
+                if early {
+                    assert!(b
+                        .engine
+                        .place_early_write(now, pos, &segs[1], mem)
+                        .is_some());
+                } else {
+                    b.engine.handle_ddp_segment(now, pos, &segs[1], mem);
+                }
+                change.apply(&mut b, target);
+                b.rx(&segs[0]);
+                b.service();
+                // A Send invalidating a deregistered STag fails first (RFC 5040 §5.3).
+                let expect = match (in_stream, change) {
+                    (true, SourceChange::Deregistered) => vec![T::RDMAP_INVALID_STAG],
+                    _ if in_stream || change.fails() => vec![T::DDP_INVALID_STAG],
+                    _ => vec![],
+                };
+                assert_eq!(
+                    b.terminates_sent, expect,
+                    "early {early}, Send with Invalidate {in_stream}, {change:?}"
+                );
+                if expect.is_empty() {
+                    let at = b.fx.rnic.memory().bytes()[..16].to_vec();
+                    assert_eq!(at, a.fx.rnic.memory().bytes()[..16]);
+                }
+            }
+        }
+    }
+}
