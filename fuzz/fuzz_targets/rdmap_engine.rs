@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use iwarp::ddp::SegmentPos;
-use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, SimpleMemory, StreamId};
+use iwarp::mem::{Access, PdId, RegionSpec, STag, Sge, Sgl, SimpleMemory, StreamId};
 use iwarp::rdmap::{Engine, EngineConfig, RecvWr, RemoteBuf, SendOp, SendWr};
 use iwarp::wire::atomic::AtomicOp;
 use iwarp::wire::ddp::{DdpRepr, Segment};
@@ -238,12 +238,12 @@ impl World {
         let kind = input.u8();
         let op = match kind % 5 {
             0 => SendOp::Send {
-                sgl: vec![self.sge(input)],
+                sgl: Sgl::one(self.sge(input)),
                 solicited: kind & 0x10 != 0,
                 invalidate: (kind & 0x20 != 0).then(|| STag(input.u32())),
             },
             1 => SendOp::Write {
-                sgl: vec![self.sge(input), self.sge(input)],
+                sgl: Sgl::from([self.sge(input), self.sge(input)]),
                 remote: RemoteBuf {
                     stag: STag(input.u32()),
                     to: input.u64(),
