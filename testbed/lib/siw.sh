@@ -125,7 +125,13 @@ for f in fp:
         seq[tuple(sorted((a, b)))].append((a, op))
         n_fpdus += 1
 if "min_fpdus" in want and n_fpdus < int(want["min_fpdus"]):
-    fail("tshark: %d FPDUs decoded, expected at least %s" % (n_fpdus, want["min_fpdus"]))
+    # A segment the capture missed (the bridge's copy lost, not the wire's frame) shows as
+    # an ACK of an unseen segment, and its sender's retransmission is not decoded again.
+    unseen = fields("tcp.analysis.ack_lost_segment", "frame.number")
+    fail("tshark: %d FPDUs decoded, expected at least %s%s"
+         % (n_fpdus, want["min_fpdus"],
+            "; capture incomplete: %d ACK(s) of segments it never saw, first frame %s"
+            % (len(unseen), unseen[0][0]) if unseen else ""))
 for op in filter(None, want.get("opcodes", "").split(",")):
     if int(op, 16) not in ops:
         fail("tshark: no FPDU with RDMAP opcode %s (seen: %s)"
