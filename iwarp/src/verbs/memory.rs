@@ -1068,12 +1068,7 @@ impl MemoryModel {
         let (r, live) = self
             .check_access_live(stag, ctx.pd, ctx.qp, to, len, need, ctx.privileged, true)
             .map_err(local_status)?;
-        let start = match live {
-            Some(Live::Physical) => Some(r.offset),
-            Some(Live::Mapped(map)) => map.one_range(r.offset, r.len),
-            Some(Live::Inline(_)) | None => None,
-        }
-        .filter(|&start| r.len != 0 && self.backend.contains(start, r.len));
+        let start = live.and_then(|live| self.start_of(&r, live));
         Ok((r, start))
     }
 
@@ -1294,7 +1289,14 @@ impl MemoryModel {
         if r.len == 0 {
             return None;
         }
-        let start = match self.live(r).ok()? {
+        self.start_of(r, self.live(r).ok()?)
+    }
+
+    /// [`MemoryModel::one_range`] of a range of one octet or more, with where it lives
+    /// already found (a zero-length access has no `Live`).
+    #[inline(always)]
+    fn start_of(&self, r: &Resolved, live: Live<'_>) -> Option<u64> {
+        let start = match live {
             Live::Inline(_) => return None,
             Live::Physical => r.offset,
             Live::Mapped(map) => map.one_range(r.offset, r.len)?,

@@ -7,13 +7,15 @@ use super::event::AsyncEventKind;
 use super::handle::QpId;
 use super::memory::MemoryModel;
 use super::qp_state::QpState;
-use super::queues::{ActiveRq, ActiveSq, Qp, StartedWr, TerminateOrigin, WqKind};
+use super::queues::{
+    inline_copy, silent_on_success, ActiveRq, ActiveSq, Qp, StartedWr, TerminateOrigin, WqKind,
+};
 use super::rnic::{list_touched, Rnic};
 use super::status::{CompletionStatus, VerbError};
 use super::wc::{WcOpcode, WorkCompletion};
 use super::wr::{RecvWr, SendWr, SqOp};
 use crate::ddp::untagged::RecvSupply;
-use crate::mem::{Access, MemoryTable, Sge, Sgl, StreamId};
+use crate::mem::{Access, MemoryTable, STag, Sge, Sgl, StreamId};
 use crate::rdmap;
 use crate::wire::terminate::TerminateCause;
 
@@ -28,13 +30,6 @@ pub struct PostError {
     pub error: VerbError,
 }
 
-/// Whether `wr` ends with no WC when it succeeds: unsignaled, and not a Read with
-/// Invalidate (whose end the verbs layer completes itself, VERBS-00 §8.2.2.1).
-#[inline]
-fn silent_on_success(wr: &SendWr) -> bool {
-    !wr.signaled && !matches!(wr.op, SqOp::ReadInvalidate(_))
-}
-
 /// Takes the QP's oldest SQ WR off as a success that leaves no WC: its slot and its inline
 /// copy freed. Returns whether WRs finished behind it wait for [`Rnic::release_sq`].
 #[inline]
@@ -42,30 +37,16 @@ fn retire_front(q: &mut Qp, memory: &mut MemoryModel) -> bool {
     let Some(a) = q.sq_active.pop_front() else {
         return false;
     };
-    free_started_copy(memory, &a.wr);
+    free_copy(memory, a.wr.inline_copy);
     q.sq_slots = q.sq_slots.saturating_sub(1);
     q.sq_active.front().is_some_and(|a| a.done.is_some())
 }
 
-/// Frees the RI's copy of a started inline WR's data.
+/// Frees the RI's copy of an inline WR's data ([`StartedWr::inline_copy`], [`inline_copy`]).
 #[inline]
-fn free_started_copy(memory: &mut MemoryModel, wr: &StartedWr) {
-    if let Some(stag) = wr.inline_copy {
+fn free_copy(memory: &mut MemoryModel, copy: Option<STag>) {
+    if let Some(stag) = copy {
         memory.free_inline(stag);
-    }
-}
-
-/// Frees the RI's copy of an inline WR's data.
-#[inline]
-fn free_inline_copy(memory: &mut MemoryModel, wr: &SendWr) {
-    if let SqOp::Inline {
-        op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
-        ..
-    } = &wr.op
-    {
-        for s in sgl {
-            memory.free_inline(s.stag);
-        }
     }
 }
 
@@ -183,7 +164,7 @@ impl Rnic {
         match state {
             QpState::Error => {
                 let wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode(), CompletionStatus::Flushed);
-                free_inline_copy(&mut self.memory, &wr);
+                free_copy(&mut self.memory, inline_copy(&wr));
                 self.qps
                     .get_mut(&qp)
                     .expect("checked")
@@ -563,7 +544,7 @@ impl Rnic {
             let wc = q.one_error(a.done.expect("checked"));
             let cq = q.sq_cq;
             let ok = wc.status.is_success();
-            free_started_copy(&mut self.memory, &a.wr);
+            free_copy(&mut self.memory, a.wr.inline_copy);
             if a.wr.signaled || !ok {
                 if !self.push_wc(cq, wc, WqKind::Sq) {
                     self.local_error(

@@ -163,23 +163,38 @@ pub(super) struct StartedWr {
 impl StartedWr {
     /// What is kept of `wr`.
     pub(super) fn of(wr: &SendWr) -> Self {
-        let (invalidate, inline_copy) = match &wr.op {
-            SqOp::ReadInvalidate(rdmap::SendOp::Read { sink, .. }) => (Some(sink.stag), None),
-            // The one SGE `Rnic::post_sq` made for the copy.
-            SqOp::Inline {
-                op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
-                ..
-            } => (None, sgl.first().map(|s| s.stag)),
-            _ => (None, None),
+        let invalidate = match &wr.op {
+            SqOp::ReadInvalidate(rdmap::SendOp::Read { sink, .. }) => Some(sink.stag),
+            _ => None,
         };
         StartedWr {
             wr_id: wr.wr_id,
             opcode: wr.opcode(),
             signaled: wr.signaled,
-            silent: !wr.signaled && !matches!(wr.op, SqOp::ReadInvalidate(_)),
+            silent: silent_on_success(wr),
             invalidate,
-            inline_copy,
+            inline_copy: inline_copy(wr),
         }
+    }
+}
+
+/// Whether `wr` ends with no WC when it succeeds: unsignaled, and not a Read with
+/// Invalidate (whose end the verbs layer completes itself, VERBS-00 §8.2.2.1).
+#[inline]
+pub(super) fn silent_on_success(wr: &SendWr) -> bool {
+    !wr.signaled && !matches!(wr.op, SqOp::ReadInvalidate(_))
+}
+
+/// The STag of the RI's copy of an inline WR's data: the one SGE `Rnic::post_sq` made for
+/// it.
+#[inline]
+pub(super) fn inline_copy(wr: &SendWr) -> Option<STag> {
+    match &wr.op {
+        SqOp::Inline {
+            op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
+            ..
+        } => sgl.first().map(|s| s.stag),
+        _ => None,
     }
 }
 
