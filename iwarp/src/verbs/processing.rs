@@ -269,7 +269,7 @@ impl Rnic {
             // A message's one non-empty SGE goes to the engine checked (RFC 5040 §5: the
             // same check, made once while the table is unchanged).
             let mut checked = None;
-            if let Some(sgl) = wr.source_sgl().or_else(|| inline_sgl(&wr)) {
+            if let Some(sgl) = wr.source_sgl().or_else(|| wr.inline_sgl()) {
                 let mut total = 0u64;
                 let mut status = CompletionStatus::Success;
                 for s in sgl {
@@ -627,14 +627,4 @@ pub(super) fn check_recv_wr(
         return Err(VerbError::InvalidSglLength);
     }
     Ok(())
-}
-
-fn inline_sgl(wr: &SendWr) -> Option<&[Sge]> {
-    match &wr.op {
-        SqOp::Inline {
-            op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
-            ..
-        } => Some(sgl),
-        _ => None,
-    }
 }

@@ -189,13 +189,7 @@ pub(super) fn silent_on_success(wr: &SendWr) -> bool {
 /// it.
 #[inline]
 pub(super) fn inline_copy(wr: &SendWr) -> Option<STag> {
-    match &wr.op {
-        SqOp::Inline {
-            op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
-            ..
-        } => sgl.first().map(|s| s.stag),
-        _ => None,
-    }
+    wr.inline_sgl().and_then(<[_]>::first).map(|s| s.stag)
 }
 
 /// An SQ WR started (handed to the engine or executed) and not yet released as a WC.

@@ -64,6 +64,18 @@ impl SendWr {
             _ => None,
         }
     }
+
+    /// The SGL of an inline Send or Write: once `Rnic::post_sq` posted it, the one SGE
+    /// naming the RI's copy of its data.
+    pub(super) fn inline_sgl(&self) -> Option<&[Sge]> {
+        match &self.op {
+            SqOp::Inline {
+                op: rdmap::SendOp::Send { sgl, .. } | rdmap::SendOp::Write { sgl, .. },
+                ..
+            } => Some(sgl),
+            _ => None,
+        }
+    }
 }
 
 fn message_opcode(op: &rdmap::SendOp) -> WcOpcode {
