@@ -488,7 +488,12 @@ fn processes_in_a_row_do_not_reuse_a_kernel_time_wait_4_tuple() {
         child: None,
     };
     sh(&["ip", "netns", "add", &netns]);
-    // The kernel's echo server: echoes 4000 octets per connection, then closes first.
+    // The kernel's echo server: takes 4000 octets per connection, then echoes them and
+    // closes first. The client closes as soon as it has all 4000 back, so the last echoed
+    // octets must carry the kernel's FIN: corked, the tail that does not fill a segment waits
+    // for the shutdown, which puts the FIN on it. (Echoed as they came, the FIN followed the
+    // last data after python's next turn; under load the client's FIN came first and the
+    // kernel, closing second, left no TIME-WAIT.)
     let server = r#"
 import socket
 s = socket.socket()
@@ -497,13 +502,14 @@ s.bind(("0.0.0.0", 7000))
 s.listen(8)
 while True:
     c, _ = s.accept()
-    n = 0
-    while n < 4000:
+    data = b""
+    while len(data) < 4000:
         b = c.recv(65536)
         if not b:
             break
-        n += len(b)
-        c.sendall(b)
+        data += b
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+    c.sendall(data)
     c.shutdown(socket.SHUT_WR)
     c.recv(1)
     c.close()
