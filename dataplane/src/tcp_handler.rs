@@ -159,8 +159,8 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         let handled = match self.engine.handle_tcp_checking(
             now,
             &mut self.cx,
-            meta.src_ip,
-            meta.dst_ip,
+            &meta.src_ip,
+            &meta.dst_ip,
             segment,
             unverified,
         ) {

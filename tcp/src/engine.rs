@@ -836,7 +836,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         dst: impl Into<IpAddr>,
         segment: &[u8],
     ) -> Result<(), PacketError> {
-        self.handle_tcp_checking(now, cx, src, dst, segment, false)
+        self.handle_tcp_checking(now, cx, &src.into(), &dst.into(), segment, false)
     }
 
     /// Handle one TCP segment as [`Engine::handle_tcp`] does; when `unverified`, its
@@ -845,17 +845,24 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// verdict), so that the connection's sink can take the payload's sum in a pass of its
     /// own ([`crate::SegmentSink::stage`]). A bad checksum counts in
     /// [`Stats::bad_checksums`].
+    ///
+    /// The addresses are taken by reference: a data plane's classifier has just written
+    /// them field by field, and a copy of the whole `IpAddr` (one 16-octet load over those
+    /// narrower stores) waits for the stores to commit, as store forwarding fails.
     pub fn handle_tcp_checking(
         &mut self,
         now: Instant,
         cx: &mut C,
-        src: impl Into<IpAddr>,
-        dst: impl Into<IpAddr>,
+        src: &IpAddr,
+        dst: &IpAddr,
         segment: &[u8],
         unverified: bool,
     ) -> Result<(), PacketError> {
         let verify = unverified || self.cfg.verify_checksums;
-        self.input_tcp(now, cx, src.into(), dst.into(), segment, verify)
+        if let Some(done) = self.input_run(now, cx, src, dst, segment, verify) {
+            return done;
+        }
+        self.input_tcp(now, cx, *src, *dst, segment, verify)
     }
 
     fn input_tcp(
@@ -867,9 +874,6 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         segment: &[u8],
         verify: bool,
     ) -> Result<(), PacketError> {
-        if let Some(done) = self.input_run(now, cx, src, dst, segment, verify) {
-            return done;
-        }
         if !is_unicast(src) || !is_unicast(dst) || src.is_ipv4() != dst.is_ipv4() {
             return Err(self.malformed(PacketError::NotUnicast));
         }

@@ -184,13 +184,14 @@ mod fold {
             state = _mm_crc32_u64(u64::from(state), v) as u32;
             tail_sum += (v & 0xffff_ffff) + (v >> 32);
         }
-        let rest = words.remainder();
-        for &b in rest {
+        // The last 0 to 7 octets, as the low octets of a little-endian word for the sum:
+        // assembled in a register (a copy into a stack word took a call to `memcpy` and
+        // a load that waited for its narrower stores to commit).
+        let mut v: u64 = 0;
+        for (i, &b) in words.remainder().iter().enumerate() {
             state = _mm_crc32_u8(state, b);
+            v |= u64::from(b) << (8 * i);
         }
-        let mut last = [0u8; 8];
-        last[..rest.len()].copy_from_slice(rest);
-        let v = u64::from_le_bytes(last);
         tail_sum += (v & 0xffff_ffff) + (v >> 32);
         (!state, fold16(sum + tail_sum))
     }

@@ -57,8 +57,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         &mut self,
         now: Instant,
         cx: &mut C,
-        src: IpAddr,
-        dst: IpAddr,
+        src: &IpAddr,
+        dst: &IpAddr,
         segment: &[u8],
         verify: bool,
     ) -> Option<Result<(), PacketError>> {
@@ -67,7 +67,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         }
         let key = self.run_key.as_ref()?;
         let seg = parse_data(segment)?;
-        if seg.ports != key.ports || src != key.src || dst != key.dst {
+        if seg.ports != key.ports || *src != key.src || *dst != key.dst {
             return None;
         }
         let (id, addresses) = (key.id, key.addresses);
