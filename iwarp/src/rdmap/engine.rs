@@ -105,6 +105,12 @@ pub struct Engine {
     pub(super) state: StreamState,
     pub(super) terminate_sent: bool,
     pub(super) prefer_response: bool,
+    /// Nothing to start: no message under way, no response waiting and every SQ WR
+    /// started ([`Engine::nothing_to_start`], which it equals between calls). Read first
+    /// by [`Engine::has_segment`] and [`Engine::has_tx_work`], so that asking an idle
+    /// stream (a receiver's, after every run) reads this line and not the queues' and the
+    /// current message's.
+    pub(super) tx_idle: bool,
     /// Unsignaled SQ WRs finished successfully since [`Engine::take_retired`] (no
     /// [`Completion`] is built for them; their order is the SQ's).
     pub(super) retired: u32,
@@ -159,6 +165,7 @@ impl Engine {
             spare_pieces: Vec::new(),
             responses: VecDeque::new(),
             prefer_response: true,
+            tx_idle: true,
             reads: VecDeque::new(),
             atomics: VecDeque::new(),
             next_request_id: 1,
@@ -251,6 +258,7 @@ impl Engine {
             atomic_original: None,
             checked,
         });
+        self.tx_idle = false;
         Ok(())
     }
 
@@ -425,6 +433,7 @@ impl Engine {
         }
         self.sq_started = 0;
         self.drain_sq();
+        self.tx_idle = self.nothing_to_start();
         for (i, b) in self.queues.drain_recv().into_iter().enumerate() {
             let status = match culprit {
                 Culprit::Recv(idx, st) if idx as usize == i => st,
@@ -463,6 +472,19 @@ impl Engine {
 
     pub(super) fn sq_entry_mut(&mut self, seq: u64) -> Option<&mut SqEntry> {
         self.sq.iter_mut().find(|e| e.seq == seq)
+    }
+
+    /// Queues a response owed to the peer (a Read Response, an Atomic Response): the
+    /// stream has something to start.
+    pub(super) fn queue_response(&mut self, r: Response) {
+        self.responses.push_back(r);
+        self.tx_idle = false;
+    }
+
+    /// No message under way, no response waiting, every SQ WR started: what
+    /// [`Engine::tx_idle`] summarises.
+    pub(super) fn nothing_to_start(&self) -> bool {
+        self.current.is_none() && self.responses.is_empty() && self.sq_started >= self.sq.len()
     }
 
     fn drain_sq(&mut self) {

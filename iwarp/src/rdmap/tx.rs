@@ -230,18 +230,40 @@ impl Engine {
     /// would answer `None` at once, touching nothing (no Terminate to send; not active, or
     /// no message under way and none waiting).
     pub fn has_tx_work(&self) -> bool {
-        if self.terminate.is_some() {
-            return !self.terminate_sent;
+        if !self.tx_open() {
+            return self.terminate.is_some() && !self.terminate_sent;
         }
-        matches!(self.state, StreamState::Active | StreamState::Closing)
-            && (self.current.is_some()
-                || !self.responses.is_empty()
-                || self.sq_started < self.sq.len())
+        !self.tx_idle
+    }
+
+    /// Whether the stream is Active or Closing: then no Terminate is queued (one makes the
+    /// stream Terminated for good, [`Engine::fail`]), and [`Engine::tx_idle`] tells whether
+    /// anything waits to start. Checked first, with the summary in the same line.
+    fn tx_open(&self) -> bool {
+        debug_assert_eq!(self.tx_idle, self.nothing_to_start(), "tx_idle out of date");
+        let open = matches!(self.state, StreamState::Active | StreamState::Closing);
+        debug_assert!(
+            !open || self.terminate.is_none(),
+            "a Terminate on an open stream"
+        );
+        open
     }
 
     /// Like [`Engine::poll_segment_reusing`], taking `buffer` only for a segment it returns:
     /// when there is nothing to send the buffer stays with the caller.
     pub fn poll_segment_into<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mulpdu: usize,
+        mem: &M,
+        buffer: &mut Vec<u8>,
+    ) -> Option<DdpSegmentOut> {
+        let out = self.poll_segment_inner(now, mulpdu, mem, buffer);
+        self.tx_idle = self.nothing_to_start();
+        out
+    }
+
+    fn poll_segment_inner<M: MemoryTable + ?Sized>(
         &mut self,
         now: Instant,
         mulpdu: usize,
@@ -302,10 +324,10 @@ impl Engine {
     /// octets now, without building it: a Terminate not sent yet, a message under way that
     /// fits, a response waiting, or a send-queue WR its fences and ORD let start.
     pub fn has_segment(&self, mulpdu: usize) -> bool {
-        if self.terminate.is_some() {
-            return !self.terminate_sent;
+        if !self.tx_open() {
+            return self.terminate.is_some() && !self.terminate_sent;
         }
-        if !matches!(self.state, StreamState::Active | StreamState::Closing) {
+        if self.tx_idle {
             return false;
         }
         if let Some(cur) = &self.current {
