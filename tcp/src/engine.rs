@@ -1501,9 +1501,15 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         tcb.poll_transmit(now, &self.cfg, &mut h, buf, gather, &mut evs)
                     }
                 };
-                let (local, remote) = (tcb.local.ip(), tcb.remote.ip());
+                // The addresses of a packet sent, read back from the header just written
+                // (in the cache) rather than from the TCB's address line, which an ACK
+                // through the header template does not read otherwise.
+                let addresses = r.map(|_| {
+                    crate::ip::header_addresses(buf)
+                        .unwrap_or_else(|| (tcb.local.ip(), tcb.remote.ip()))
+                });
                 count_flight(&mut self.flight, c);
-                if let (Some(len), true) = (r, evs.is_empty()) {
+                if let (Some(len), Some((local, remote)), true) = (r, addresses, evs.is_empty()) {
                     // A segment went out and the TCB asks nothing of the engine: the
                     // connection in hand is scheduled, asked whether it has more and, at
                     // the end of its turn, listed active, without being looked up again.
@@ -1551,7 +1557,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         self.waiters.push_back(id);
                     }
                 }
-                r.map(|len| (len, local, remote))
+                r.zip(addresses).map(|(len, (local, remote))| (len, local, remote))
             };
             // A ULP that only had nothing to send is not listed: the service that woke it
             // would be called back for it on every poll. One whose turn sent segments
