@@ -96,9 +96,12 @@ pub enum PostError {
 
 /// The RDMAP (+ DDP) protocol engine of one stream, driven by `handle_*` / `poll_*` calls.
 ///
-/// Laid out in declaration order (`repr(C)`): the fields a visit reads to learn there is
-/// nothing to send or report ([`Engine::has_segment`], the completions, the state) first,
-/// then what a received segment reads, the rest after.
+/// Laid out in declaration order (`repr(C)`): the first line holds what an idle stream's
+/// check reads ([`Engine::has_segment`]: the state and the `tx_idle` summary) and what an
+/// in-order Write segment reads besides ([`Engine::place_next_write`]: the configuration,
+/// the time of the last segment); the next line the delivery order and the MSNs; then the
+/// completions and responses (the service's checks), the send queue and the message under
+/// way, the rest after.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Engine {
@@ -115,18 +118,18 @@ pub struct Engine {
     /// [`Completion`] is built for them; their order is the SQ's).
     pub(super) retired: u32,
     pub(super) sq_started: usize,
+    pub(super) cfg: EngineConfig,
+    pub(super) last_rx: Option<Instant>,
+    pub(super) order: DeliveryOrder<RxRecord>,
+    pub(super) msn: MsnCounters,
     pub(super) completions: VecDeque<Completion>,
     pub(super) responses: VecDeque<Response>,
     pub(super) sq: VecDeque<SqEntry>,
+    pub(super) current: Option<TxMessage>,
     pub(super) terminate: Option<TerminateRepr>,
-    pub(super) cfg: EngineConfig,
-    pub(super) msn: MsnCounters,
-    pub(super) last_rx: Option<Instant>,
     pub(super) last_tx: Option<Instant>,
     pub(super) events: VecDeque<Event>,
-    pub(super) current: Option<TxMessage>,
     pub(super) next_seq: u64,
-    pub(super) order: DeliveryOrder<RxRecord>,
     pub(super) queues: UntaggedQueues,
     /// The gather list of the last finished message, emptied, reused for the next one.
     pub(super) spare_pieces: Vec<(Option<Resolved>, u32)>,
@@ -506,5 +509,38 @@ impl Engine {
                 self.retired += 1;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use super::Engine;
+    use core::mem::{offset_of, size_of_val};
+
+    /// An idle stream's check and an in-order Write segment read the engine's first line
+    /// (the state, `tx_idle`, the configuration, `last_rx`), the Write's delivery order
+    /// and the MSNs the second (see [`Engine`]).
+    #[test]
+    fn the_idle_check_and_a_writes_fields_share_the_first_line() {
+        let e = Engine::new(super::EngineConfig::new(
+            crate::mem::PdId(1),
+            crate::mem::StreamId(1),
+            4,
+            4,
+        ));
+        let end = |o: usize, len: usize| (o + len - 1) / 64;
+        let first = [
+            end(offset_of!(Engine, state), size_of_val(&e.state)),
+            end(offset_of!(Engine, tx_idle), 1),
+            end(offset_of!(Engine, cfg), size_of_val(&e.cfg)),
+            end(offset_of!(Engine, last_rx), size_of_val(&e.last_rx)),
+        ];
+        assert_eq!(first, [0; 4]);
+        let second = [
+            offset_of!(Engine, order) / 64,
+            end(offset_of!(Engine, order), size_of_val(&e.order)),
+            end(offset_of!(Engine, msn), size_of_val(&e.msn)),
+        ];
+        assert_eq!(second, [1; 3]);
     }
 }
