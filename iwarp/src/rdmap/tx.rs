@@ -271,7 +271,10 @@ impl Engine {
         buffer: &mut Vec<u8>,
     ) -> Option<DdpSegmentOut> {
         loop {
-            if let Some(t) = self.terminate {
+            if !self.tx_open() {
+                // Only a queued Terminate may still go out (the state is checked first: an
+                // open stream has none, and its line is not read then).
+                let t = self.terminate?;
                 if self.terminate_sent {
                     return None;
                 }
@@ -292,13 +295,10 @@ impl Engine {
                 self.last_tx = Some(now);
                 return Some(out);
             }
-            if !matches!(self.state, StreamState::Active | StreamState::Closing) {
-                return None;
-            }
             if self.current.is_none() {
                 // Nothing to start (the receiving side's usual case, asked after every
-                // segment): answer without building a message.
-                if self.responses.is_empty() && self.sq_started >= self.sq.len() {
+                // segment): answer from the summary without building a message.
+                if self.tx_idle {
                     return None;
                 }
                 self.current = self.start_next(mem);
