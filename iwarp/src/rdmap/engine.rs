@@ -487,7 +487,15 @@ impl Engine {
     /// No message under way, no response waiting, every SQ WR started: what
     /// [`Engine::tx_idle`] summarises.
     pub(super) fn nothing_to_start(&self) -> bool {
-        self.current.is_none() && self.responses.is_empty() && self.sq_started >= self.sq.len()
+        self.current.is_none() && self.nothing_waiting()
+    }
+
+    /// No response waiting, every SQ WR started. Out of line so that asking a stream with
+    /// a message under way (after each of its segments) reads the message's line alone:
+    /// inline, the compiler reads the queues' lines too, to answer without a branch.
+    #[inline(never)]
+    fn nothing_waiting(&self) -> bool {
+        self.responses.is_empty() && self.sq_started >= self.sq.len()
     }
 
     fn drain_sq(&mut self) {
