@@ -1557,7 +1557,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         self.waiters.push_back(id);
                     }
                 }
-                r.zip(addresses).map(|(len, (local, remote))| (len, local, remote))
+                r.zip(addresses)
+                    .map(|(len, (local, remote))| (len, local, remote))
             };
             // A ULP that only had nothing to send is not listed: the service that woke it
             // would be called back for it on every poll. One whose turn sent segments
