@@ -253,15 +253,83 @@ struct Conn<U> {
     /// In [`Engine`]'s list of connections waiting for room under `Config::max_flight`.
     waiting: bool,
     timer_at: Option<Instant>,
-    /// Its octets in flight as counted in [`Engine`]'s total.
-    flight: usize,
+    /// Its octets in flight as counted in [`Engine`]'s total (a FlightSize: below 2^31).
+    flight: u32,
     /// Woken from that list: may send new data for one turn though others wait, within
-    /// these octets it reserved of the bound (0: not woken).
-    admitted: usize,
-    ulp: Option<U>,
+    /// these octets it reserved of the bound (0: not woken; a turn's worth of segments).
+    /// This and `flight` are 32 bits so that the ULP's marker ([`UlpSlot`]) and its first
+    /// fields still share this line.
+    admitted: u32,
+    ulp: UlpSlot<U>,
     listen_port: Option<u16>,
     held_start: Option<u32>,
     held: Vec<u8>,
+}
+
+/// A slot's ULP, if one is attached: an `Option<U>` whose tag lies in the slot's header
+/// line. A plain `Option<U>` keeps its tag in a niche the compiler picks inside `U` (for
+/// the iWARP connection, a field of its negotiator, lines away from what a visit reads),
+/// and every `Some(ulp)` match of the engine reads that line. Here the ULP follows a
+/// marker whose one valid value leaves a wider niche than any field of `U` offers, so the
+/// `Option` keeps its tag in the marker, the first word of the ULP's place.
+#[derive(Debug)]
+struct UlpSlot<U>(Option<Attached<U>>);
+
+/// An attached ULP behind its marker (`repr(C)`: the marker first).
+#[derive(Debug)]
+#[repr(C)]
+struct Attached<U> {
+    marker: Marker,
+    ulp: U,
+}
+
+/// The marker's one value: a whole word with one valid value, the widest niche there is
+/// in a word.
+#[derive(Clone, Copy, Debug)]
+#[repr(u64)]
+enum Marker {
+    Attached = 1,
+}
+
+impl<U> UlpSlot<U> {
+    fn new(ulp: Option<U>) -> Self {
+        UlpSlot(ulp.map(|ulp| Attached {
+            marker: Marker::Attached,
+            ulp,
+        }))
+    }
+
+    fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn as_ref(&self) -> Option<&U> {
+        match &self.0 {
+            Some(Attached {
+                marker: Marker::Attached,
+                ulp,
+            }) => Some(ulp),
+            None => None,
+        }
+    }
+
+    fn as_mut(&mut self) -> Option<&mut U> {
+        match &mut self.0 {
+            Some(Attached {
+                marker: Marker::Attached,
+                ulp,
+            }) => Some(ulp),
+            None => None,
+        }
+    }
+
+    fn take(&mut self) -> Option<U> {
+        self.0.take().map(|a| a.ulp)
+    }
+
+    fn into_inner(self) -> Option<U> {
+        self.0.map(|a| a.ulp)
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -527,7 +595,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.slots[index as usize] = Some(Conn {
             generation,
             tcb,
-            ulp,
+            ulp: UlpSlot::new(ulp),
             held: Vec::new(),
             held_start: None,
             queued: false,
@@ -579,7 +647,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             ulp.on_advance(cx, now, c.tcb.rcv_nxt());
         }
         c.held = Vec::new();
-        c.ulp = Some(ulp);
+        c.ulp = UlpSlot::new(Some(ulp));
         self.wake(conn);
         self.mark_active(conn);
         Ok(())
@@ -767,8 +835,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.generations[id.index as usize] = c.generation.wrapping_add(1);
         self.free.push(id.index);
         self.live -= 1;
-        self.flight -= c.flight;
-        self.reserved -= c.admitted;
+        self.flight -= c.flight as usize;
+        self.reserved -= c.admitted as usize;
         self.stats.add_loss(c.tcb.loss_counters());
         let tuple = FourTuple {
             local: c.tcb.local,
@@ -788,7 +856,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 self.events.push_back(Event::Closed {
                     conn: id,
                     reason,
-                    ulp: c.ulp,
+                    ulp: c.ulp.into_inner(),
                 });
             }
         }
@@ -994,7 +1062,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 held_start,
                 ..
             } = c;
-            match ulp {
+            match ulp.as_mut() {
                 Some(ulp) => {
                     let mut u = Bound { ulp, cx, now };
                     let pending = tcb.advance_pending;
@@ -1050,7 +1118,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
 
     /// Ends the turn a connection was woken for.
     fn end_admission(reserved: &mut usize, c: &mut Conn<U>) {
-        *reserved -= c.admitted;
+        *reserved -= c.admitted as usize;
         c.admitted = 0;
     }
 
@@ -1078,8 +1146,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             };
             c.waiting = false;
             if c.admitted == 0 {
-                c.admitted = (TX_QUANTUM as usize * c.tcb.eff_mss()).max(1);
-                self.reserved += c.admitted;
+                let mss = u32::try_from(c.tcb.eff_mss()).unwrap_or(u32::MAX);
+                c.admitted = TX_QUANTUM.saturating_mul(mss).max(1);
+                self.reserved += c.admitted as usize;
             }
             self.wake(id);
         }
@@ -1107,7 +1176,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 continue;
             };
             let Conn { tcb, ulp, .. } = c;
-            let Some(ulp) = ulp else {
+            let Some(ulp) = ulp.as_mut() else {
                 tcb.advance_pending = false;
                 continue;
             };
@@ -1418,7 +1487,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     held_start,
                     ..
                 } = c;
-                let r = match ulp {
+                let r = match ulp.as_mut() {
                     Some(ulp) => {
                         let mut u = Bound {
                             ulp,
@@ -1436,9 +1505,15 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         tcb.poll_transmit(now, &self.cfg, &mut h, buf, gather, &mut evs)
                     }
                 };
-                let (local, remote) = (tcb.local.ip(), tcb.remote.ip());
+                // The addresses of a packet sent, read back from the header just written
+                // (in the cache) rather than from the TCB's address line, which an ACK
+                // through the header template does not read otherwise.
+                let addresses = r.map(|_| {
+                    crate::ip::header_addresses(buf)
+                        .unwrap_or_else(|| (tcb.local.ip(), tcb.remote.ip()))
+                });
                 count_flight(&mut self.flight, c);
-                if let (Some(len), true) = (r, evs.is_empty()) {
+                if let (Some(len), Some((local, remote)), true) = (r, addresses, evs.is_empty()) {
                     // A segment went out and the TCB asks nothing of the engine: the
                     // connection in hand is scheduled, asked whether it has more and, at
                     // the end of its turn, listed active, without being looked up again.
@@ -1486,7 +1561,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         self.waiters.push_back(id);
                     }
                 }
-                r.map(|len| (len, local, remote))
+                r.zip(addresses)
+                    .map(|(len, (local, remote))| (len, local, remote))
             };
             // A ULP that only had nothing to send is not listed: the service that woke it
             // would be called back for it on every poll. One whose turn sent segments
@@ -1597,8 +1673,8 @@ fn schedule_conn<U>(timers: &mut TimerWheel<ConnId>, c: &mut Conn<U>, id: ConnId
 
 /// Brings `c`'s share of the engine's octets in flight (`total`) up to date.
 fn count_flight<U>(total: &mut usize, c: &mut Conn<U>) {
-    let f = c.tcb.flight_size();
-    *total = *total - c.flight + f;
+    let f = u32::try_from(c.tcb.flight_size()).unwrap_or(u32::MAX);
+    *total = *total - c.flight as usize + f as usize;
     c.flight = f;
 }
 
@@ -1632,7 +1708,7 @@ fn is_unicast(a: IpAddr) -> bool {
 
 #[cfg(test)]
 mod layout {
-    use super::{Conn, Tcb};
+    use super::{Attached, Conn, Tcb};
     use core::mem::{offset_of, size_of};
 
     /// Every visit reads the slot's generation, list flags, timer entry and flight count:
@@ -1654,5 +1730,16 @@ mod layout {
             starts.iter().all(|&o| o / 64 == line),
             "offsets {starts:?}, line {line}"
         );
+    }
+
+    /// The ULP's marker (the tag of its `Option`) and the ULP's first three words (the
+    /// iWARP connection's time, EMSS and flags) share that line too.
+    #[test]
+    fn the_ulp_marker_and_the_ulps_first_words_share_it() {
+        let line = size_of::<Tcb>() / 64;
+        let marker = offset_of!(Conn<u64>, ulp) + offset_of!(Attached<u64>, marker);
+        let ulp = offset_of!(Conn<u64>, ulp) + offset_of!(Attached<u64>, ulp);
+        assert_eq!(marker / 64, line, "marker at {marker}");
+        assert_eq!((ulp + 3 * 8 - 1) / 64, line, "ULP at {ulp}");
     }
 }

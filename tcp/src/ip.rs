@@ -19,6 +19,25 @@ pub fn ip_header_len(ip: IpAddr) -> usize {
     }
 }
 
+/// The source and destination of the IP header at the start of `packet`, one the engine
+/// wrote (no options or extension headers are needed: the addresses come first), by its
+/// version nibble; `None` for a packet too short or of another version.
+pub(crate) fn header_addresses(packet: &[u8]) -> Option<(IpAddr, IpAddr)> {
+    match packet.first()? >> 4 {
+        4 => {
+            let src: [u8; 4] = packet.get(12..16)?.try_into().ok()?;
+            let dst: [u8; 4] = packet.get(16..20)?.try_into().ok()?;
+            Some((IpAddr::from(src), IpAddr::from(dst)))
+        }
+        6 => {
+            let src: [u8; 16] = packet.get(8..24)?.try_into().ok()?;
+            let dst: [u8; 16] = packet.get(24..40)?.try_into().ok()?;
+            Some((IpAddr::from(src), IpAddr::from(dst)))
+        }
+        _ => None,
+    }
+}
+
 /// The addresses, protocol and payload of an IPv4 or IPv6 packet (by its version nibble).
 /// IPv4: a valid header (its checksum checked when `caps` says so), no fragment; IPv6:
 /// `next` is the first Next Header (an extension header is not skipped), the payload ends
@@ -161,6 +180,23 @@ mod tests {
     }
 
     proptest! {
+        // RFC 791 §3.1, RFC 8200 §3: the addresses read back from a header the engine
+        // wrote (what `Engine::poll_transmit` reports for the packet) are its endpoints'.
+        #[test]
+        fn header_addresses_are_the_written_packets(
+            (src, dst) in crate::wire::tests::endpoints(),
+            payload in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let (_, _, hdr) = crate::wire::tests::data_segment();
+            let mut buf = [0u8; 256];
+            let cfg = crate::Config::default();
+            let len = crate::wire::write_packet(&mut buf, &cfg, src, dst, &hdr, &payload);
+            prop_assert!(len.is_some());
+            prop_assert_eq!(header_addresses(&buf), Some((src.ip(), dst.ip())));
+            let short = ip_header_len(src.ip()) - 1;
+            prop_assert_eq!(header_addresses(&buf[..short]), None);
+        }
+
         // The direct reading and smoltcp's parser agree on every packet not of version 6.
         #[test]
         fn ipv4_same_as_smoltcp(p in packets(), verify in any::<bool>()) {

@@ -189,14 +189,14 @@ pub(crate) fn write_segment(
     buf: &mut [u8],
     cfg: &Config,
     template: &mut Option<Template>,
-    src: SocketAddr,
-    dst: SocketAddr,
+    src: &SocketAddr,
+    dst: &SocketAddr,
     hdr: &Header,
     payload: &[u8],
     known: Option<crate::checksum::PayloadSum>,
 ) -> Option<usize> {
     let Some(t) = template_for(template, cfg, src, dst, hdr) else {
-        return write_packet_summed(buf, cfg, src, dst, hdr, payload, known);
+        return write_packet_summed(buf, cfg, *src, *dst, hdr, payload, known);
     };
     let (data_at, headers) = t.write(buf, hdr, payload.len())?;
     let total = data_at + payload.len();
@@ -226,14 +226,14 @@ pub(crate) fn write_segment_headers(
     buf: &mut [u8],
     cfg: &Config,
     template: &mut Option<Template>,
-    src: SocketAddr,
-    dst: SocketAddr,
+    src: &SocketAddr,
+    dst: &SocketAddr,
     hdr: &Header,
     payload_len: usize,
     payload_sum: Option<crate::checksum::PayloadSum>,
 ) -> Option<usize> {
     let Some(t) = template_for(template, cfg, src, dst, hdr) else {
-        return write_headers(buf, cfg, src, dst, hdr, payload_len, payload_sum);
+        return write_headers(buf, cfg, *src, *dst, hdr, payload_len, payload_sum);
     };
     let (data_at, headers) = t.write(buf, hdr, payload_len)?;
     if let (Some(headers), Some(sum)) = (headers, payload_sum) {
@@ -248,8 +248,8 @@ pub(crate) fn write_segment_headers(
 fn template_for<'a>(
     template: &'a mut Option<Template>,
     cfg: &Config,
-    src: SocketAddr,
-    dst: SocketAddr,
+    src: &SocketAddr,
+    dst: &SocketAddr,
     hdr: &Header,
 ) -> Option<&'a Template> {
     if !common_shape(hdr) {
@@ -260,7 +260,7 @@ fn template_for<'a>(
         .as_ref()
         .is_none_or(|t| t.has_timestamps() != timestamps)
     {
-        *template = Template::new(cfg, src, dst, timestamps);
+        *template = Template::new(cfg, *src, *dst, timestamps);
     }
     template.as_ref()
 }
@@ -293,7 +293,7 @@ mod tests {
                 let sum = known.then(|| crate::checksum::payload_sum(payload));
                 let (mut direct, mut fresh) = ([0u8; 1800], [0u8; 1800]);
                 let ours = write_segment(
-                    &mut direct, &cfg, &mut template, src, dst, hdr, payload, sum,
+                    &mut direct, &cfg, &mut template, &src, &dst, hdr, payload, sum,
                 );
                 let theirs = write_packet_summed(&mut fresh, &cfg, src, dst, hdr, payload, sum);
                 prop_assert!(ours.is_some());
@@ -310,7 +310,7 @@ mod tests {
                 let (mut head, mut fresh_head) = ([0u8; 80], [0u8; 80]);
                 let sum = fill.then(|| crate::checksum::payload_sum(payload));
                 let at = write_segment_headers(
-                    &mut head, &cfg, &mut template, src, dst, hdr, payload.len(), sum,
+                    &mut head, &cfg, &mut template, &src, &dst, hdr, payload.len(), sum,
                 );
                 let fresh_at =
                     write_headers(&mut fresh_head, &cfg, src, dst, hdr, payload.len(), sum);
@@ -328,10 +328,10 @@ mod tests {
         let (src, dst, mut hdr) = data_segment();
         let mut template = None;
         let (mut a, mut b) = ([0u8; 128], [0u8; 128]);
-        write_segment(&mut a, &cfg, &mut template, src, dst, &hdr, b"ddp", None).unwrap();
+        write_segment(&mut a, &cfg, &mut template, &src, &dst, &hdr, b"ddp", None).unwrap();
         let made = template.clone().expect("made on first use");
         hdr.sack = [Some((1, 2)), None, None];
-        let len = write_segment(&mut a, &cfg, &mut template, src, dst, &hdr, b"ddp", None);
+        let len = write_segment(&mut a, &cfg, &mut template, &src, &dst, &hdr, b"ddp", None);
         assert_eq!(len, write_packet(&mut b, &cfg, src, dst, &hdr, b"ddp"));
         assert_eq!(a, b, "SACK blocks: smoltcp's emitter");
         assert_eq!(
@@ -344,8 +344,8 @@ mod tests {
             &mut a[..40],
             &cfg,
             &mut template,
-            src,
-            dst,
+            &src,
+            &dst,
             &hdr,
             &[0; 10],
             None

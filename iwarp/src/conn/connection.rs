@@ -220,6 +220,9 @@ pub struct Connection {
     pub(super) negotiator_done: bool,
     /// The last [`Connection::pump_verbs`] left WRs in its QP (they wait for room here).
     pub(super) wrs_waiting: bool,
+    /// `cfg.rx_fast_path`, read by every in-order run (fixed at creation), kept in this
+    /// line with the time the run also reads rather than in the configuration's last line.
+    pub(super) rx_fast_path: bool,
     pub(super) events: VecDeque<ConnEvent>,
     pub(super) llp: VecDeque<LlpRequest>,
     /// Stream events for the verbs layer (see [`Connection::pump_verbs`]), once enabled.
@@ -259,6 +262,7 @@ impl Connection {
         let mut c = Connection {
             emss: cfg.emss.unwrap_or(0),
             rx_window: cfg.rx_window,
+            rx_fast_path: cfg.rx_fast_path,
             cfg,
             now,
             negotiator,

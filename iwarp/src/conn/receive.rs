@@ -197,7 +197,7 @@ impl Connection {
             return 0;
         };
         let inbound = &mut f.inbound;
-        if !self.cfg.rx_fast_path || inbound.awaiting_rtr || inbound.gate.is_some() {
+        if !self.rx_fast_path || inbound.awaiting_rtr || inbound.gate.is_some() {
             return 0;
         }
         let mem = cx.table_mut();

@@ -96,31 +96,40 @@ pub enum PostError {
 
 /// The RDMAP (+ DDP) protocol engine of one stream, driven by `handle_*` / `poll_*` calls.
 ///
-/// Laid out in declaration order (`repr(C)`): the fields a visit reads to learn there is
-/// nothing to send or report ([`Engine::has_segment`], the completions, the state) first,
-/// then what a received segment reads, the rest after.
+/// Laid out in declaration order (`repr(C)`): the first line holds what an idle stream's
+/// check reads ([`Engine::has_segment`]: the state and the `tx_idle` summary) and what an
+/// in-order Write segment reads besides ([`Engine::place_next_write`]: the configuration,
+/// the time of the last segment); the next line the delivery order and the MSNs; then the
+/// completions and responses (the service's checks), the send queue and the message under
+/// way, the rest after.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Engine {
     pub(super) state: StreamState,
     pub(super) terminate_sent: bool,
     pub(super) prefer_response: bool,
+    /// Nothing to start: no message under way, no response waiting and every SQ WR
+    /// started ([`Engine::nothing_to_start`], which it equals between calls). Read first
+    /// by [`Engine::has_segment`] and [`Engine::has_tx_work`], so that asking an idle
+    /// stream (a receiver's, after every run) reads this line and not the queues' and the
+    /// current message's.
+    pub(super) tx_idle: bool,
     /// Unsignaled SQ WRs finished successfully since [`Engine::take_retired`] (no
     /// [`Completion`] is built for them; their order is the SQ's).
     pub(super) retired: u32,
     pub(super) sq_started: usize,
+    pub(super) cfg: EngineConfig,
+    pub(super) last_rx: Option<Instant>,
+    pub(super) order: DeliveryOrder<RxRecord>,
+    pub(super) msn: MsnCounters,
     pub(super) completions: VecDeque<Completion>,
     pub(super) responses: VecDeque<Response>,
     pub(super) sq: VecDeque<SqEntry>,
+    pub(super) current: Option<TxMessage>,
     pub(super) terminate: Option<TerminateRepr>,
-    pub(super) cfg: EngineConfig,
-    pub(super) msn: MsnCounters,
-    pub(super) last_rx: Option<Instant>,
     pub(super) last_tx: Option<Instant>,
     pub(super) events: VecDeque<Event>,
-    pub(super) current: Option<TxMessage>,
     pub(super) next_seq: u64,
-    pub(super) order: DeliveryOrder<RxRecord>,
     pub(super) queues: UntaggedQueues,
     /// The gather list of the last finished message, emptied, reused for the next one.
     pub(super) spare_pieces: Vec<(Option<Resolved>, u32)>,
@@ -159,6 +168,7 @@ impl Engine {
             spare_pieces: Vec::new(),
             responses: VecDeque::new(),
             prefer_response: true,
+            tx_idle: true,
             reads: VecDeque::new(),
             atomics: VecDeque::new(),
             next_request_id: 1,
@@ -251,6 +261,7 @@ impl Engine {
             atomic_original: None,
             checked,
         });
+        self.tx_idle = false;
         Ok(())
     }
 
@@ -425,6 +436,7 @@ impl Engine {
         }
         self.sq_started = 0;
         self.drain_sq();
+        self.tx_idle = self.nothing_to_start();
         for (i, b) in self.queues.drain_recv().into_iter().enumerate() {
             let status = match culprit {
                 Culprit::Recv(idx, st) if idx as usize == i => st,
@@ -465,6 +477,27 @@ impl Engine {
         self.sq.iter_mut().find(|e| e.seq == seq)
     }
 
+    /// Queues a response owed to the peer (a Read Response, an Atomic Response): the
+    /// stream has something to start.
+    pub(super) fn queue_response(&mut self, r: Response) {
+        self.responses.push_back(r);
+        self.tx_idle = false;
+    }
+
+    /// No message under way, no response waiting, every SQ WR started: what
+    /// [`Engine::tx_idle`] summarises.
+    pub(super) fn nothing_to_start(&self) -> bool {
+        self.current.is_none() && self.nothing_waiting()
+    }
+
+    /// No response waiting, every SQ WR started. Out of line so that asking a stream with
+    /// a message under way (after each of its segments) reads the message's line alone:
+    /// inline, the compiler reads the queues' lines too, to answer without a branch.
+    #[inline(never)]
+    fn nothing_waiting(&self) -> bool {
+        self.responses.is_empty() && self.sq_started >= self.sq.len()
+    }
+
     fn drain_sq(&mut self) {
         while self.sq.front().is_some_and(|f| f.done.is_some()) {
             let Some(e) = self.sq.pop_front() else { break };
@@ -484,5 +517,38 @@ impl Engine {
                 self.retired += 1;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use super::Engine;
+    use core::mem::{offset_of, size_of_val};
+
+    /// An idle stream's check and an in-order Write segment read the engine's first line
+    /// (the state, `tx_idle`, the configuration, `last_rx`), the Write's delivery order
+    /// and the MSNs the second (see [`Engine`]).
+    #[test]
+    fn the_idle_check_and_a_writes_fields_share_the_first_line() {
+        let e = Engine::new(super::EngineConfig::new(
+            crate::mem::PdId(1),
+            crate::mem::StreamId(1),
+            4,
+            4,
+        ));
+        let end = |o: usize, len: usize| (o + len - 1) / 64;
+        let first = [
+            end(offset_of!(Engine, state), size_of_val(&e.state)),
+            end(offset_of!(Engine, tx_idle), 1),
+            end(offset_of!(Engine, cfg), size_of_val(&e.cfg)),
+            end(offset_of!(Engine, last_rx), size_of_val(&e.last_rx)),
+        ];
+        assert_eq!(first, [0; 4]);
+        let second = [
+            offset_of!(Engine, order) / 64,
+            end(offset_of!(Engine, order), size_of_val(&e.order)),
+            end(offset_of!(Engine, msn), size_of_val(&e.msn)),
+        ];
+        assert_eq!(second, [1; 3]);
     }
 }

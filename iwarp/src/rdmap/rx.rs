@@ -631,7 +631,7 @@ impl Engine {
                 }
             }
         };
-        self.responses.push_back(Response::Read {
+        self.queue_response(Response::Read {
             src,
             req,
             copy: u.copy,
@@ -672,11 +672,10 @@ impl Engine {
         let original = mem
             .atomic(&r, &mut |orig| req.apply(orig))
             .map_err(|e| u.error(e.rdmap_cause()))?;
-        self.responses
-            .push_back(Response::Atomic(AtomicResponseRepr {
-                request_id: req.request_id,
-                original,
-            }));
+        self.queue_response(Response::Atomic(AtomicResponseRepr {
+            request_id: req.request_id,
+            original,
+        }));
         Ok(())
     }
 

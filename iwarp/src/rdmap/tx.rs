@@ -230,13 +230,23 @@ impl Engine {
     /// would answer `None` at once, touching nothing (no Terminate to send; not active, or
     /// no message under way and none waiting).
     pub fn has_tx_work(&self) -> bool {
-        if self.terminate.is_some() {
-            return !self.terminate_sent;
+        if !self.tx_open() {
+            return self.terminate.is_some() && !self.terminate_sent;
         }
-        matches!(self.state, StreamState::Active | StreamState::Closing)
-            && (self.current.is_some()
-                || !self.responses.is_empty()
-                || self.sq_started < self.sq.len())
+        !self.tx_idle
+    }
+
+    /// Whether the stream is Active or Closing: then no Terminate is queued (one makes the
+    /// stream Terminated for good, [`Engine::fail`]), and [`Engine::tx_idle`] tells whether
+    /// anything waits to start. Checked first, with the summary in the same line.
+    fn tx_open(&self) -> bool {
+        debug_assert_eq!(self.tx_idle, self.nothing_to_start(), "tx_idle out of date");
+        let open = matches!(self.state, StreamState::Active | StreamState::Closing);
+        debug_assert!(
+            !open || self.terminate.is_none(),
+            "a Terminate on an open stream"
+        );
+        open
     }
 
     /// Like [`Engine::poll_segment_reusing`], taking `buffer` only for a segment it returns:
@@ -248,8 +258,23 @@ impl Engine {
         mem: &M,
         buffer: &mut Vec<u8>,
     ) -> Option<DdpSegmentOut> {
+        let out = self.poll_segment_inner(now, mulpdu, mem, buffer);
+        self.tx_idle = self.nothing_to_start();
+        out
+    }
+
+    fn poll_segment_inner<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mulpdu: usize,
+        mem: &M,
+        buffer: &mut Vec<u8>,
+    ) -> Option<DdpSegmentOut> {
         loop {
-            if let Some(t) = self.terminate {
+            if !self.tx_open() {
+                // Only a queued Terminate may still go out (the state is checked first: an
+                // open stream has none, and its line is not read then).
+                let t = self.terminate?;
                 if self.terminate_sent {
                     return None;
                 }
@@ -270,13 +295,10 @@ impl Engine {
                 self.last_tx = Some(now);
                 return Some(out);
             }
-            if !matches!(self.state, StreamState::Active | StreamState::Closing) {
-                return None;
-            }
             if self.current.is_none() {
                 // Nothing to start (the receiving side's usual case, asked after every
-                // segment): answer without building a message.
-                if self.responses.is_empty() && self.sq_started >= self.sq.len() {
+                // segment): answer from the summary without building a message.
+                if self.tx_idle {
                     return None;
                 }
                 self.current = self.start_next(mem);
@@ -302,10 +324,10 @@ impl Engine {
     /// octets now, without building it: a Terminate not sent yet, a message under way that
     /// fits, a response waiting, or a send-queue WR its fences and ORD let start.
     pub fn has_segment(&self, mulpdu: usize) -> bool {
-        if self.terminate.is_some() {
-            return !self.terminate_sent;
+        if !self.tx_open() {
+            return self.terminate.is_some() && !self.terminate_sent;
         }
-        if !matches!(self.state, StreamState::Active | StreamState::Closing) {
+        if self.tx_idle {
             return false;
         }
         if let Some(cur) = &self.current {

@@ -8,6 +8,7 @@ use iwarp::rdmap::{
     Completion, CompletionOpcode, CompletionStatus, Event, RemoteBuf, SendOp, SendWr, WorkQueue,
 };
 use iwarp::wire::atomic::AtomicOp;
+use iwarp::wire::terminate::TerminateCause;
 
 const MULPDU: usize = 512;
 const SIZES: [usize; 8] = [0, 1, 100, 493, 494, 495, 512, 3 * 512 + 7];
@@ -425,4 +426,99 @@ mod random {
             prop_assert!(s.p.a.engine.is_drained() && s.p.b.engine.is_drained());
         }
     }
+}
+
+/// Whether `side` says it has something to send, both ways of asking: `has_tx_work` and
+/// `has_segment` (no fences or ORD limits in this test, so the two agree).
+fn says_work(side: &Side) -> bool {
+    let work = side.engine.has_tx_work();
+    assert_eq!(work, side.engine.has_segment(MULPDU), "has_segment");
+    work
+}
+
+/// Polls one segment of `side`'s, which must exist.
+fn poll_one(side: &mut Side) -> Vec<u8> {
+    let s = side.engine.poll_segment(now(), MULPDU, &side.mem);
+    s.expect("a segment").to_vec()
+}
+
+/// The engine answers "anything to send?" from a summary kept in its first line (nothing
+/// under way, no response owed, every SQ WR started). Each change of what waits to start
+/// must show in the answer: a posted WR, a message's segments until its last, a Read
+/// Response and an Atomic Response owed to the peer (RFC 5040 §5.2, RFC 7306 §5.1), a
+/// Terminate queued over pending work (RFC 5040 §5.4) and sent.
+#[test]
+fn the_idle_summary_follows_what_waits_to_start() {
+    let mut s = setup(true);
+    let (a, b) = (&mut s.p.a, &mut s.p.b);
+    assert!(!says_work(a) && !says_work(b), "fresh streams have nothing");
+
+    // A Write of two segments: work from the post until its last segment is taken.
+    let write = SendOp::Write {
+        sgl: iwarp::mem::Sgl::one(Sge {
+            stag: s.a_src,
+            to: 0,
+            len: MULPDU as u32,
+        }),
+        remote: RemoteBuf {
+            stag: s.b_dst,
+            to: 0,
+        },
+    };
+    a.engine.post_send(SendWr::new(1, write.clone())).unwrap();
+    assert!(says_work(a), "a posted Write");
+    let first = poll_one(a);
+    assert!(says_work(a), "the Write's second segment");
+    let second = poll_one(a);
+    assert!(!says_work(a), "the Write fully taken");
+    b.receive(&first);
+    b.receive(&second);
+    assert!(!says_work(b), "a placed Write owes nothing (RFC 5040 §4.4)");
+
+    // A Read: its Request from A, then the Response B owes.
+    let read = read_wr(2, s.a_dst, 0, s.b_src, 0, 100);
+    a.engine.post_send(read).unwrap();
+    assert!(says_work(a), "a posted Read");
+    let request = poll_one(a);
+    assert!(!says_work(a), "the Read Request taken");
+    b.receive(&request);
+    assert!(says_work(b), "a Read Response owed");
+    let response = poll_one(b);
+    assert!(!says_work(b), "the Read Response taken");
+    a.receive(&response);
+    assert!(!says_work(a), "the Read completed");
+
+    // An Atomic: the Atomic Response B owes.
+    let atomic = SendOp::Atomic {
+        op: AtomicOp::FetchAdd,
+        remote: RemoteBuf {
+            stag: s.b_dst,
+            to: 4096,
+        },
+        add_swap: 1,
+        add_swap_mask: 0,
+        compare: 0,
+        compare_mask: 0,
+        result: Sge {
+            stag: s.a_dst,
+            to: 4096,
+            len: 8,
+        },
+    };
+    a.engine.post_send(SendWr::new(3, atomic)).unwrap();
+    let request = poll_one(a);
+    assert!(!says_work(a), "the Atomic Request taken");
+    b.receive(&request);
+    assert!(says_work(b), "an Atomic Response owed");
+    let response = poll_one(b);
+    assert!(!says_work(b), "the Atomic Response taken");
+    a.receive(&response);
+
+    // A Terminate over a posted Write: the Terminate is the work until it is sent.
+    a.engine.post_send(SendWr::new(4, write)).unwrap();
+    a.engine.abort(TerminateCause::RDMAP_CATASTROPHIC_STREAM);
+    assert!(says_work(a), "a Terminate to send");
+    let terminate = poll_one(a);
+    assert_eq!(terminate[1] & 0x0F, 0x7, "the Terminate opcode");
+    assert!(!says_work(a), "the Terminate sent, the Write flushed");
 }

@@ -73,14 +73,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let (id, addresses) = (key.id, key.addresses);
         let bursts = self.bursts;
         let c = slot_mut(&mut self.slots, id)?;
-        let Conn {
-            tcb,
-            ulp: Some(ulp),
-            ..
-        } = c
-        else {
-            return None;
-        };
+        let Conn { tcb, ulp, .. } = c;
+        let ulp = ulp.as_mut()?;
         // In order (the run), or ahead of RCV.NXT at or beyond the last range held.
         let in_order = tcb.takes_run_segment(&seg, bursts, now);
         if !in_order && !tcb.takes_ooo_run_segment(&seg) {

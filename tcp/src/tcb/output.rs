@@ -225,7 +225,9 @@ impl Tcb {
         buf: &mut [u8],
     ) -> Option<usize> {
         let hdr = self.header(now, cfg, sink_wnd, control, seq_no);
-        let (local, remote) = (self.local, self.remote);
+        // The addresses by reference: read only to make the template (or for a header of
+        // another shape), so that an ACK through the template leaves their line alone.
+        let (local, remote) = (&self.local, &self.remote);
         write_segment(buf, cfg, &mut self.template, local, remote, &hdr, &[], None)
     }
 
@@ -295,7 +297,7 @@ impl Tcb {
     ) -> Option<usize> {
         let payload = unit.payload.as_slice();
         let hdr = self.data_header(now, cfg, sink_wnd, TcpControl::Psh, seq_no, payload.len());
-        let (local, remote) = (self.local, self.remote);
+        let (local, remote) = (&self.local, &self.remote);
         write_segment(
             buf,
             cfg,
@@ -329,7 +331,7 @@ impl Tcb {
         };
         let len = self.txq.unit(i).data.as_slice().len();
         let hdr = self.data_header(now, cfg, sink_wnd, control, useq, len);
-        let (local, remote) = (self.local, self.remote);
+        let (local, remote) = (&self.local, &self.remote);
         let u = self.txq.unit_mut(i);
         let template = &mut self.template;
         if gather.wants(len) {
