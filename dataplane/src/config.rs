@@ -152,6 +152,23 @@ pub struct EalConfig {
     /// The lcore list (`-l`), e.g. `"0"` or `"0-1"`.
     #[serde(default)]
     pub lcores: Option<String>,
+    /// Where EAL's control threads (interrupt, multi-process, telemetry) run.
+    #[serde(default)]
+    pub control_threads: ControlThreads,
+}
+
+/// Where EAL's control threads run (`[eal] control_threads`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ControlThreads {
+    /// DPDK's choice: the CPUs of the process's start-up affinity that no lcore uses (the
+    /// main lcore's when every CPU is an lcore's). Best when those CPUs are spare.
+    #[default]
+    Spare,
+    /// The main lcore's CPUs: for data planes that share a host with other busy-polling
+    /// processes (two processes on two CPUs), so that EAL's interrupt thread preempts its
+    /// own poller, not another process's.
+    MainLcore,
 }
 
 impl EalConfig {
@@ -835,6 +852,29 @@ device = "l0"
 "#;
 
     #[test]
+    fn control_threads_take_the_main_lcore_or_a_precise_error() {
+        let with = |v: &str| {
+            parse(&GOOD.replace(
+                "lcores = \"0\"",
+                &format!("lcores = \"0\"\ncontrol_threads = {v}"),
+            ))
+        };
+        assert_eq!(
+            with("\"main-lcore\"").unwrap().eal.control_threads,
+            ControlThreads::MainLcore
+        );
+        assert_eq!(
+            with("\"spare\"").unwrap().eal.control_threads,
+            ControlThreads::Spare
+        );
+        let e = with("\"lcore-1\"").unwrap_err();
+        assert!(
+            e.contains("unknown variant `lcore-1`") && e.contains("main-lcore"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn good_config_parses_with_defaults() {
         let c = parse(GOOD).unwrap();
         assert_eq!(
@@ -854,6 +894,7 @@ device = "l0"
                 .argv(&["--log-level=8".into(), "--no-telemetry".into()])[..2],
             ["-l", "0"]
         );
+        assert_eq!(c.eal.control_threads, ControlThreads::Spare);
         assert_eq!(c.poll.burst, 64);
         assert_eq!(c.capture.resolution, Resolution::Micros);
         assert_eq!(c.capture.snaplen, 65535);

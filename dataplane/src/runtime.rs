@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+#[cfg(feature = "dpdk")]
+use crate::config::ControlThreads;
 use crate::config::{Config, PortConfig};
 #[cfg(feature = "dpdk")]
 use crate::dpdk::{Eal, EalError, WorkerJob};
@@ -98,7 +100,11 @@ impl OpenedPorts {
         #[cfg(feature = "dpdk")]
         {
             let eal = if cfg.needs_eal() {
-                Some(Eal::init(&cfg.eal.argv(eal_args))?)
+                let eal = Eal::init(&cfg.eal.argv(eal_args))?;
+                if cfg.eal.control_threads == ControlThreads::MainLcore {
+                    eal.pin_control_threads()?;
+                }
+                Some(eal)
             } else {
                 None
             };

@@ -170,3 +170,84 @@ lcore = 1
         assert!(rx > 0, "{port} received nothing: {row}");
     }
 }
+
+/// The CPUs of EAL's interrupt thread in `dataplane run` on lcore 1 (one `net_null` port),
+/// with `[eal] control_threads` set to `mode`, read while the loop runs; and what the
+/// process printed.
+fn interrupt_thread_cpus(mode: &str) -> (String, BTreeMap<u32, (String, String)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = if hugepages_available() {
+        r#""-m", "128""#
+    } else {
+        r#""--no-huge", "-m", "128""#
+    };
+    let cfg = dir.path().join("lcore-1.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"[eal]
+lcores = "1"
+control_threads = "{mode}"
+args = [{memory}, "--no-pci", "--in-memory", "--vdev", "net_null0"]
+
+[[ports]]
+name = "null0"
+backend = "dpdk"
+device = "net_null0"
+"#
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .args(["--duration", "60", "--stats-interval", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let pid = child.0.id();
+    let started = Instant::now();
+    let seen = loop {
+        let seen = threads(pid);
+        if seen.values().any(|(comm, _)| comm.starts_with("lcore-"))
+            && seen.values().any(|(comm, _)| comm == "eal-intr-thread")
+        {
+            break seen;
+        }
+        if let Ok(Some(status)) = child.0.try_wait() {
+            panic!("dataplane run exited early ({status}); threads {seen:?}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no poll loop and eal-intr-thread after 30 s: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let cpus = cpus_of(&seen, "eal-intr-thread").concat();
+    (cpus, seen)
+}
+
+/// `[eal] control_threads`: DPDK's own choice ("spare") leaves EAL's interrupt thread off
+/// the lcore's CPU (on the start-up CPUs no lcore uses, here CPU 0, which another process
+/// may be polling); "main-lcore" moves it, and EAL's other control threads, onto CPU 1 with
+/// the loop.
+#[test]
+fn control_threads_follow_the_main_lcore_when_asked() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        if std::env::var_os(FEW_CPUS_ENV).is_some() {
+            eprintln!("skipped: {cpus} CPU available, lcore 1 needs two ({FEW_CPUS_ENV} set)");
+            return;
+        }
+        panic!("{cpus} CPU available: this test needs two (set {FEW_CPUS_ENV}=1 to skip it)");
+    }
+    let (spare, seen) = interrupt_thread_cpus("spare");
+    assert!(!spare.is_empty() && spare != "1", "threads: {seen:?}");
+    let (own, seen) = interrupt_thread_cpus("main-lcore");
+    assert_eq!(own, "1", "threads: {seen:?}");
+    // Every thread but EAL's idle workers (none here: one lcore) is on CPU 1.
+    for (comm, cpus) in seen.values() {
+        assert_eq!(cpus, "1", "{comm}: threads {seen:?}");
+    }
+}

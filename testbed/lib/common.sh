@@ -188,7 +188,8 @@ tb_hugepages() {
 
 # tb_config FILE LCORE FILE_PREFIX VDEV IPV4/LEN [KEY=VALUE ...]: the dataplane config of one
 # DPDK port, device VDEV (EAL args: MEM, --no-pci, -l LCORE, --file-prefix FILE_PREFIX,
-# --vdev VDEV), no periodic statistics; an empty IPV4/LEN gives the port no IPv4 address.
+# --vdev VDEV; EAL's control threads on LCORE's CPU, not on the other process's), no
+# periodic statistics; an empty IPV4/LEN gives the port no IPv4 address.
 # Keys:
 #   device=NAME  the device the port opens (default: VDEV's name)
 #   port=NAME    the port's name (default memif0)
@@ -221,6 +222,7 @@ tb_config() {
     cat <<EOF
 [eal]
 args = [${list%, }]
+control_threads = "main-lcore"
 [poll]
 stats_interval = 0
 [[ports]]

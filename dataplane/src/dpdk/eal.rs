@@ -24,6 +24,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use nix::sched::{sched_getaffinity, sched_setaffinity};
+use nix::unistd::Pid;
+
 use super::error::{rte_errno, strerror};
 use super::intr::park_interrupt_thread;
 
@@ -52,6 +55,9 @@ pub enum EalError {
         /// `rte_errno`.
         code: i32,
     },
+    /// EAL's control threads could not be moved onto the main lcore's CPUs.
+    #[error("cannot move EAL's control threads onto the main lcore's CPUs: {0}")]
+    ControlThreads(String),
 }
 
 /// Set by the first `Eal::init` that reaches `rte_eal_init`, never cleared.
@@ -129,6 +135,45 @@ impl Eal {
         Ok(Eal {
             handle: EalHandle(inner),
         })
+    }
+
+    /// Moves EAL's control threads (its interrupt thread, multi-process and telemetry
+    /// threads: every thread of the process but the calling one and EAL's idle workers
+    /// `rte-worker-N`) onto the calling thread's CPUs, i.e. the main lcore's when called
+    /// right after [`Eal::init`] on the thread that initialised EAL. DPDK puts them on the
+    /// CPUs of the process's start-up affinity that no lcore uses; where those CPUs busy-poll
+    /// for another process (two data planes on one host), the interrupt thread's turns
+    /// ([`super::intr`]) preempt that process's poller while this one waits for them.
+    /// Returns the names of the threads moved.
+    pub fn pin_control_threads(&self) -> Result<Vec<String>, EalError> {
+        let fail = |e: String| EalError::ControlThreads(e);
+        let me = nix::unistd::gettid();
+        let cpus = sched_getaffinity(me).map_err(|e| fail(format!("own affinity: {e}")))?;
+        let tasks = std::fs::read_dir("/proc/self/task")
+            .map_err(|e| fail(format!("/proc/self/task: {e}")))?;
+        let mut moved = Vec::new();
+        for task in tasks.flatten() {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let tid = Pid::from_raw(tid);
+            let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            let name = name.trim();
+            if tid == me || name.starts_with("rte-worker-") {
+                continue;
+            }
+            sched_setaffinity(tid, &cpus).map_err(|e| fail(format!("thread {name}: {e}")))?;
+            moved.push(name.to_string());
+        }
+        log::info!(
+            "EAL control threads on the main lcore's CPUs: {}",
+            moved.join(", ")
+        );
+        Ok(moved)
     }
 
     /// The arguments EAL was started with (defaults included).
