@@ -49,7 +49,8 @@ impl Drop for RuntimeDirs {
 
 /// Writes `dir/<name>.toml`, a one-port configuration on `lcore` with these extra EAL
 /// arguments (no PCI scan; no hugepages unless `eal` gives `-m`; no telemetry socket unless
-/// `eal` has `--telemetry`), port `m` on `device`, with `ipv4` (a /24, MTU 1500) if given; returns its path.
+/// `eal` has `--telemetry`; EAL's control threads on the lcore's CPU, not on the other
+/// process's), port `m` on `device`, with `ipv4` (a /24, MTU 1500) if given; returns its path.
 pub fn config(
     dir: &Path,
     name: &str,
@@ -70,7 +71,7 @@ pub fn config(
     args.extend(["-l".to_string(), lcore.to_string()]);
     let quoted: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
     let mut text = format!(
-        "[eal]\nargs = [{}]\n[poll]\nstats_interval = 0\n[[ports]]\nname = \"m\"\nbackend = \"dpdk\"\ndevice = \"{device}\"\n",
+        "[eal]\nargs = [{}]\ncontrol_threads = \"main-lcore\"\n[poll]\nstats_interval = 0\n[[ports]]\nname = \"m\"\nbackend = \"dpdk\"\ndevice = \"{device}\"\n",
         quoted.join(", ")
     );
     if let Some(ip) = ipv4 {
