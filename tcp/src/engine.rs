@@ -304,23 +304,11 @@ impl<U> UlpSlot<U> {
     }
 
     fn as_ref(&self) -> Option<&U> {
-        match &self.0 {
-            Some(Attached {
-                marker: Marker::Attached,
-                ulp,
-            }) => Some(ulp),
-            None => None,
-        }
+        self.0.as_ref().map(|a| &a.ulp)
     }
 
     fn as_mut(&mut self) -> Option<&mut U> {
-        match &mut self.0 {
-            Some(Attached {
-                marker: Marker::Attached,
-                ulp,
-            }) => Some(ulp),
-            None => None,
-        }
+        self.0.as_mut().map(|a| &mut a.ulp)
     }
 
     fn take(&mut self) -> Option<U> {
