@@ -9,6 +9,7 @@ mod dpdk_common;
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -49,22 +50,71 @@ fn cpus_of<'a>(threads: &'a BTreeMap<u32, (String, String)>, name: &str) -> Vec<
         .collect()
 }
 
+/// Whether this machine has the two CPUs a test of `what` needs: panics without them,
+/// unless [`FEW_CPUS_ENV`] is set (then `false`, with a message).
+fn two_cpus(what: &str) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus >= 2 {
+        return true;
+    }
+    if std::env::var_os(FEW_CPUS_ENV).is_some() {
+        eprintln!("skipped: {cpus} CPU available, {what} need two ({FEW_CPUS_ENV} set)");
+        return false;
+    }
+    panic!("{cpus} CPU available: this test needs two (set {FEW_CPUS_ENV}=1 to skip it)");
+}
+
+/// The EAL memory arguments of a test config (TOML list items): `-m MB`, without hugepages
+/// when none are reserved.
+fn eal_memory(mb: u32) -> String {
+    if hugepages_available() {
+        format!(r#""-m", "{mb}""#)
+    } else {
+        format!(r#""--no-huge", "-m", "{mb}""#)
+    }
+}
+
+/// Starts `dataplane run` with `cfg` (its output in pipes: little, it stays there until
+/// the process exits) and waits, at most 30 s, until its threads satisfy `ready`, named
+/// in the failure; returns the process and those threads.
+fn run_until(
+    cfg: &Path,
+    what: &str,
+    ready: impl Fn(&BTreeMap<u32, (String, String)>) -> bool,
+) -> (KillOnDrop, BTreeMap<u32, (String, String)>) {
+    let child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .args(["--duration", "60", "--stats-interval", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let pid = child.0.id();
+    let started = Instant::now();
+    loop {
+        let seen = threads(pid);
+        if ready(&seen) {
+            return (child, seen);
+        }
+        if let Ok(Some(status)) = child.0.try_wait() {
+            panic!("dataplane run exited early ({status}); threads {seen:?}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no {what} after 30 s: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn run_pins_each_poll_loop_to_its_lcores_cpu() {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cpus < 2 {
-        if std::env::var_os(FEW_CPUS_ENV).is_some() {
-            eprintln!("skipped: {cpus} CPU available, two lcores need two ({FEW_CPUS_ENV} set)");
-            return;
-        }
-        panic!("{cpus} CPU available: this test needs two (set {FEW_CPUS_ENV}=1 to skip it)");
+    if !two_cpus("two lcores") {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let memory = if hugepages_available() {
-        r#""-m", "256""#
-    } else {
-        r#""--no-huge", "-m", "256""#
-    };
+    let memory = eal_memory(256);
     let cfg = dir.path().join("two-lcores.toml");
     std::fs::write(
         &cfg,
@@ -88,36 +138,14 @@ lcore = 1
         ),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["run", "--config", cfg.to_str().unwrap()])
-        .args(["--duration", "60", "--stats-interval", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
+    // Both loops are up once both threads carry their names.
+    let (mut child, seen) = run_until(&cfg, "lcore-0 and lcore-1 threads", |seen| {
+        let named = |n| seen.values().any(|(comm, _)| comm == n);
+        named("lcore-0") && named("lcore-1")
+    });
     let pid = child.0.id();
-    // Little output: it stays in the pipes until the process has exited.
     let mut stdout_pipe = child.0.stdout.take().unwrap();
     let mut stderr_pipe = child.0.stderr.take().unwrap();
-
-    // Both loops are up once both threads carry their names.
-    let started = Instant::now();
-    let seen = loop {
-        let seen = threads(pid);
-        let named = |n| seen.values().any(|(comm, _)| comm == n);
-        if named("lcore-0") && named("lcore-1") {
-            break seen;
-        }
-        if let Ok(Some(status)) = child.0.try_wait() {
-            panic!("dataplane run exited early ({status}); threads {seen:?}");
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no lcore-0 and lcore-1 threads after 30 s: {seen:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
     assert_eq!(cpus_of(&seen, "lcore-0"), ["0"], "threads: {seen:?}");
     assert_eq!(cpus_of(&seen, "lcore-1"), ["1"], "threads: {seen:?}");
     // The loop of lcore 1 is EAL's worker of lcore 1: no idle worker holds CPU 1.
@@ -172,15 +200,11 @@ lcore = 1
 }
 
 /// The CPUs of EAL's interrupt thread in `dataplane run` on lcore 1 (one `net_null` port),
-/// with `[eal] control_threads` set to `mode`, read while the loop runs; and what the
-/// process printed.
+/// with `[eal] control_threads` set to `mode`, read while the loop runs; and every thread
+/// of the process with its CPUs.
 fn interrupt_thread_cpus(mode: &str) -> (String, BTreeMap<u32, (String, String)>) {
     let dir = tempfile::tempdir().unwrap();
-    let memory = if hugepages_available() {
-        r#""-m", "128""#
-    } else {
-        r#""--no-huge", "-m", "128""#
-    };
+    let memory = eal_memory(128);
     let cfg = dir.path().join("lcore-1.toml");
     std::fs::write(
         &cfg,
@@ -198,32 +222,10 @@ device = "net_null0"
         ),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["run", "--config", cfg.to_str().unwrap()])
-        .args(["--duration", "60", "--stats-interval", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    let pid = child.0.id();
-    let started = Instant::now();
-    let seen = loop {
-        let seen = threads(pid);
-        if seen.values().any(|(comm, _)| comm.starts_with("lcore-"))
-            && seen.values().any(|(comm, _)| comm == "eal-intr-thread")
-        {
-            break seen;
-        }
-        if let Ok(Some(status)) = child.0.try_wait() {
-            panic!("dataplane run exited early ({status}); threads {seen:?}");
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no poll loop and eal-intr-thread after 30 s: {seen:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (_child, seen) = run_until(&cfg, "poll loop and eal-intr-thread", |seen| {
+        let named = |p: &str| seen.values().any(|(comm, _)| comm.starts_with(p));
+        named("lcore-") && named("eal-intr-thread")
+    });
     let cpus = cpus_of(&seen, "eal-intr-thread").concat();
     (cpus, seen)
 }
@@ -234,13 +236,8 @@ device = "net_null0"
 /// the loop.
 #[test]
 fn control_threads_follow_the_main_lcore_when_asked() {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cpus < 2 {
-        if std::env::var_os(FEW_CPUS_ENV).is_some() {
-            eprintln!("skipped: {cpus} CPU available, lcore 1 needs two ({FEW_CPUS_ENV} set)");
-            return;
-        }
-        panic!("{cpus} CPU available: this test needs two (set {FEW_CPUS_ENV}=1 to skip it)");
+    if !two_cpus("lcore 1 and a spare CPU") {
+        return;
     }
     let (spare, seen) = interrupt_thread_cpus("spare");
     assert!(!spare.is_empty() && spare != "1", "threads: {seen:?}");

@@ -442,6 +442,18 @@ fn poll_one(side: &mut Side) -> Vec<u8> {
     s.expect("a segment").to_vec()
 }
 
+/// `a`'s posted request (`what`: Read, Atomic) goes to `b` and is answered: `a` has nothing
+/// left once it is taken, `b` owes the response until it is taken, then `a` receives it.
+fn request_answered(a: &mut Side, b: &mut Side, what: &str) {
+    let request = poll_one(a);
+    assert!(!says_work(a), "the {what} Request taken");
+    b.receive(&request);
+    assert!(says_work(b), "{what} Response owed");
+    let response = poll_one(b);
+    assert!(!says_work(b), "the {what} Response taken");
+    a.receive(&response);
+}
+
 /// The engine answers "anything to send?" from a summary kept in its first line (nothing
 /// under way, no response owed, every SQ WR started). Each change of what waits to start
 /// must show in the answer: a posted WR, a message's segments until its last, a Read
@@ -479,13 +491,7 @@ fn the_idle_summary_follows_what_waits_to_start() {
     let read = read_wr(2, s.a_dst, 0, s.b_src, 0, 100);
     a.engine.post_send(read).unwrap();
     assert!(says_work(a), "a posted Read");
-    let request = poll_one(a);
-    assert!(!says_work(a), "the Read Request taken");
-    b.receive(&request);
-    assert!(says_work(b), "a Read Response owed");
-    let response = poll_one(b);
-    assert!(!says_work(b), "the Read Response taken");
-    a.receive(&response);
+    request_answered(a, b, "Read");
     assert!(!says_work(a), "the Read completed");
 
     // An Atomic: the Atomic Response B owes.
@@ -506,13 +512,7 @@ fn the_idle_summary_follows_what_waits_to_start() {
         },
     };
     a.engine.post_send(SendWr::new(3, atomic)).unwrap();
-    let request = poll_one(a);
-    assert!(!says_work(a), "the Atomic Request taken");
-    b.receive(&request);
-    assert!(says_work(b), "an Atomic Response owed");
-    let response = poll_one(b);
-    assert!(!says_work(b), "the Atomic Response taken");
-    a.receive(&response);
+    request_answered(a, b, "Atomic");
 
     // A Terminate over a posted Write: the Terminate is the work until it is sent.
     a.engine.post_send(SendWr::new(4, write)).unwrap();
