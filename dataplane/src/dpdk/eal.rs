@@ -144,9 +144,8 @@ impl Eal {
     /// CPUs of the process's start-up affinity that no lcore uses; where those CPUs busy-poll
     /// for another process (two data planes on one host), the interrupt thread's turns
     /// ([`super::intr`]) preempt that process's poller while this one waits for them.
-    /// Returns the names of the threads moved.
-    pub fn pin_control_threads(&self) -> Result<Vec<String>, EalError> {
-        let fail = |e: String| EalError::ControlThreads(e);
+    pub fn pin_control_threads(&self) -> Result<(), EalError> {
+        let fail = EalError::ControlThreads;
         let me = nix::unistd::gettid();
         let cpus = sched_getaffinity(me).map_err(|e| fail(format!("own affinity: {e}")))?;
         let tasks = std::fs::read_dir("/proc/self/task")
@@ -173,7 +172,7 @@ impl Eal {
             "EAL control threads on the main lcore's CPUs: {}",
             moved.join(", ")
         );
-        Ok(moved)
+        Ok(())
     }
 
     /// The arguments EAL was started with (defaults included).
