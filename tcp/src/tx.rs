@@ -329,7 +329,22 @@ impl SendQueue {
             in_pipe: true,
         };
         self.pipe += u.seq_len() as usize;
-        self.units.push_back(u);
+        // With room known, `push_back` has no growing call to keep the unit across, so it
+        // is stored from registers into its slot: built on the stack (stores of its
+        // fields' widths) and copied in 16-octet loads, the copy's loads could not take
+        // the stores from the store buffer and waited for the frame's copy to commit.
+        if self.units.len() < self.units.capacity() {
+            self.units.push_back(u);
+        } else {
+            Self::push_growing(&mut self.units, u);
+        }
+    }
+
+    /// [`VecDeque::push_back`] when the queue is full (it grows).
+    #[cold]
+    #[inline(never)]
+    fn push_growing(units: &mut VecDeque<TxUnit>, u: TxUnit) {
+        units.push_back(u);
     }
 
     /// Remove units wholly below `ack` (RFC 9293 §3.10.7.4, SND.UNA advance), handing their
