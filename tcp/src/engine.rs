@@ -264,6 +264,10 @@ struct Conn<U> {
     listen_port: Option<u16>,
     held_start: Option<u32>,
     held: Vec<u8>,
+    /// The due time of the entry last filed for the connection a turn or more ahead of the
+    /// timer wheel (in its overflow), while that entry may still be there: filing the same
+    /// time again makes it live instead of adding one ([`file_timer`]).
+    far_at: Option<Instant>,
 }
 
 /// A slot's ULP, if one is attached: an `Option<U>` whose tag lies in the slot's header
@@ -589,6 +593,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             queued: false,
             active: false,
             timer_at: None,
+            far_at: None,
             listen_port,
             flight: 0,
             waiting: false,
@@ -754,6 +759,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// connection that makes no progress): on the ready list, and when its timer is due.
     pub fn schedule_state(&self, conn: ConnId) -> Option<(bool, Option<Instant>)> {
         self.visible(conn).map(|c| (c.queued, c.timer_at))
+    }
+
+    /// Entries in the engine's connection timers, live and superseded (diagnostics: what
+    /// the timers hold stays within a few entries per connection, however often connections
+    /// go idle and busy again).
+    pub fn timer_entries(&self) -> usize {
+        self.timers.len()
     }
 
     /// The connection's addresses.
@@ -1342,8 +1354,19 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         let held = self.held_syns.next_due();
-        let slots = &self.slots;
-        let live = |d, id| slot_ref(slots, id).is_some_and(|c: &Conn<U>| c.timer_at == Some(d));
+        let slots = &mut self.slots;
+        // An entry found superseded may be dropped: a far one no longer stands for its
+        // connection's next filing at that time.
+        let live = |d, id| match slot_mut(slots, id) {
+            Some(c) if c.timer_at == Some(d) => true,
+            Some(c) => {
+                if c.far_at == Some(d) {
+                    c.far_at = None;
+                }
+                false
+            }
+            None => false,
+        };
         let next = self.timers.peek_where(live).map(|(d, _)| d);
         Instant::earliest(next, held)
     }
@@ -1368,8 +1391,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     // service on top are not visited; the entry is filed at the new
                     // deadline.
                     Some(t) if t > now => {
-                        c.timer_at = Some(t);
-                        self.timers.push(t, id);
+                        file_timer(&mut self.timers, c, id, t);
                         continue;
                     }
                     None => {
@@ -1654,9 +1676,27 @@ fn schedule_conn<U>(timers: &mut TimerWheel<ConnId>, c: &mut Conn<U>, id: ConnId
         return;
     };
     if c.timer_at.is_none_or(|t| d < t) {
-        c.timer_at = Some(d);
-        timers.push(d, id);
+        file_timer(timers, c, id, d);
     }
+}
+
+/// Files `c`'s timer entry (of `id`) due at `at`. An entry a turn or more ahead waits in
+/// the wheel's overflow until the wheel comes near it; one filed there earlier at the same
+/// time and still there is made live again instead of a second one being added. An idle
+/// connection's far deadline (the idle or keepalive one, which stays put while the
+/// connection comes and goes) is filed again each time its retransmission deadline passes
+/// with nothing in flight: one copy each time, each kept until that deadline, would grow
+/// the overflow with every idle spell of every connection.
+#[inline]
+fn file_timer<U>(timers: &mut TimerWheel<ConnId>, c: &mut Conn<U>, id: ConnId, at: Instant) {
+    c.timer_at = Some(at);
+    if timers.is_far(at) {
+        if c.far_at == Some(at) {
+            return;
+        }
+        c.far_at = Some(at);
+    }
+    timers.push(at, id);
 }
 
 /// Brings `c`'s share of the engine's octets in flight (`total`) up to date.

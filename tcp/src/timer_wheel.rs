@@ -61,17 +61,29 @@ impl<K: Copy + Ord> TimerWheel<K> {
     #[inline]
     pub(crate) fn push(&mut self, at: Instant, key: K) {
         self.filed_due |= at <= self.swept_at;
-        let t = tick(at).max(self.swept);
-        if t - self.swept < SLOTS as u64 {
-            self.slots[slot_of(t)].push((at, key));
-        } else {
+        if self.is_far(at) {
             self.later.push(Reverse((at, key)));
+        } else {
+            self.slots[slot_of(tick(at).max(self.swept))].push((at, key));
         }
         if let Some(e) = &mut self.earliest {
             if e.is_none_or(|first| (at, key) < first) {
                 *e = Some((at, key));
             }
         }
+    }
+
+    /// Whether an entry due at `at`, filed now, waits in the overflow (a turn or more
+    /// ahead). Such an entry is neither taken nor moved to a slot while this holds for its
+    /// time: only [`TimerWheel::peek_where`] may drop it, when `live` refuses it.
+    #[inline]
+    pub(crate) fn is_far(&self, at: Instant) -> bool {
+        tick(at).max(self.swept) - self.swept >= SLOTS as u64
+    }
+
+    /// Entries filed and not taken or dropped yet, live or not.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.iter().map(Vec::len).sum::<usize>() + self.later.len()
     }
 
     /// The earliest entry `live` keeps (ties: the smallest key); the entries it refuses
