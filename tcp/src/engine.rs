@@ -238,7 +238,7 @@ struct Listener {
 }
 
 /// One connection's slot. Laid out in declaration order (`repr(C)`): the TCB, then the
-/// fields every visit reads (the generation check, the list flags, the timer entry, the
+/// fields every visit reads (the generation check, the list flags, the timer entries, the
 /// flight count) in the line after it, where the ULP's own hot fields begin (see
 /// `iwarp::Connection`), so that a visit to a cold connection reads one line for them
 /// instead of a line at the slot's far end.
@@ -252,7 +252,12 @@ struct Conn<U> {
     active: bool,
     /// In [`Engine`]'s list of connections waiting for room under `Config::max_flight`.
     waiting: bool,
-    timer_at: Option<Instant>,
+    /// When the timer wheel's entry for the connection comes due, if it has one.
+    timer_at: Due,
+    /// The due time of the entry last filed for the connection a turn or more ahead of the
+    /// timer wheel (in its overflow), while that entry may still be there: filing the same
+    /// time again makes it live instead of adding one ([`file_timer`]).
+    far_at: Due,
     /// Its octets in flight as counted in [`Engine`]'s total (a FlightSize: below 2^31).
     flight: u32,
     /// Woken from that list: may send new data for one turn though others wait, within
@@ -264,6 +269,26 @@ struct Conn<U> {
     listen_port: Option<u16>,
     held_start: Option<u32>,
     held: Vec<u8>,
+}
+
+/// A time a connection's timer entry is due, or none: an `Instant` in one word (an
+/// `Option<Instant>` takes two), so that the slot's header line holds two of them. No
+/// deadline lies at the last nanosecond of the clock (585 years on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Due(u64);
+
+impl Due {
+    const NONE: Due = Due(u64::MAX);
+
+    #[inline]
+    fn at(t: Instant) -> Due {
+        Due(t.as_nanos())
+    }
+
+    #[inline]
+    fn get(self) -> Option<Instant> {
+        (self != Due::NONE).then(|| Instant::from_nanos(self.0))
+    }
 }
 
 /// A slot's ULP, if one is attached: an `Option<U>` whose tag lies in the slot's header
@@ -588,7 +613,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             held_start: None,
             queued: false,
             active: false,
-            timer_at: None,
+            timer_at: Due::NONE,
+            far_at: Due::NONE,
             listen_port,
             flight: 0,
             waiting: false,
@@ -753,7 +779,14 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// Where a live connection stands with the engine's scheduling (diagnostics of a
     /// connection that makes no progress): on the ready list, and when its timer is due.
     pub fn schedule_state(&self, conn: ConnId) -> Option<(bool, Option<Instant>)> {
-        self.visible(conn).map(|c| (c.queued, c.timer_at))
+        self.visible(conn).map(|c| (c.queued, c.timer_at.get()))
+    }
+
+    /// Entries in the engine's connection timers, live and superseded (diagnostics: what
+    /// the timers hold stays within a few entries per connection, however often connections
+    /// go idle and busy again).
+    pub fn timer_entries(&self) -> usize {
+        self.timers.len()
     }
 
     /// The connection's addresses.
@@ -1342,8 +1375,19 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         let held = self.held_syns.next_due();
-        let slots = &self.slots;
-        let live = |d, id| slot_ref(slots, id).is_some_and(|c: &Conn<U>| c.timer_at == Some(d));
+        let slots = &mut self.slots;
+        // An entry found superseded may be dropped: a far one no longer stands for its
+        // connection's next filing at that time.
+        let live = |d, id| match slot_mut(slots, id) {
+            Some(c) if c.timer_at.get() == Some(d) => true,
+            Some(c) => {
+                if c.far_at.get() == Some(d) {
+                    c.far_at = Due::NONE;
+                }
+                false
+            }
+            None => false,
+        };
         let next = self.timers.peek_where(live).map(|(d, _)| d);
         Instant::earliest(next, held)
     }
@@ -1358,7 +1402,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 break;
             }
             for (d, id) in due.drain(..) {
-                let Some(c) = slot_mut(&mut self.slots, id).filter(|c| c.timer_at == Some(d))
+                let Some(c) = slot_mut(&mut self.slots, id).filter(|c| c.timer_at.get() == Some(d))
                 else {
                     continue;
                 };
@@ -1368,15 +1412,14 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     // service on top are not visited; the entry is filed at the new
                     // deadline.
                     Some(t) if t > now => {
-                        c.timer_at = Some(t);
-                        self.timers.push(t, id);
+                        file_timer(&mut self.timers, c, id, t);
                         continue;
                     }
                     None => {
-                        c.timer_at = None;
+                        c.timer_at = Due::NONE;
                         continue;
                     }
-                    Some(_) => c.timer_at = None,
+                    Some(_) => c.timer_at = Due::NONE,
                 }
                 let mut evs = std::mem::take(&mut self.scratch);
                 c.tcb.handle_timeout(now, &self.cfg, &mut evs);
@@ -1641,11 +1684,11 @@ fn schedule_conn<U>(timers: &mut TimerWheel<ConnId>, c: &mut Conn<U>, id: ConnId
     // The wheel's entry for the connection (at `timer_at`) was due no later than each of
     // its deadlines; only one armed since can be earlier.
     let armed = c.tcb.take_armed();
-    if c.timer_at.is_some_and(|t| armed >= t.as_nanos()) {
+    if c.timer_at.get().is_some_and(|t| armed >= t.as_nanos()) {
         debug_assert!(
             c.tcb
                 .next_deadline()
-                .is_none_or(|d| c.timer_at.is_some_and(|t| t <= d)),
+                .is_none_or(|d| c.timer_at.get().is_some_and(|t| t <= d)),
             "a deadline earlier than the engine's timer was armed unnoticed"
         );
         return;
@@ -1653,10 +1696,28 @@ fn schedule_conn<U>(timers: &mut TimerWheel<ConnId>, c: &mut Conn<U>, id: ConnId
     let Some(d) = c.tcb.next_deadline() else {
         return;
     };
-    if c.timer_at.is_none_or(|t| d < t) {
-        c.timer_at = Some(d);
-        timers.push(d, id);
+    if c.timer_at.get().is_none_or(|t| d < t) {
+        file_timer(timers, c, id, d);
     }
+}
+
+/// Files `c`'s timer entry (of `id`) due at `at`. An entry a turn or more ahead waits in
+/// the wheel's overflow until the wheel comes near it; one filed there earlier at the same
+/// time and still there is made live again instead of a second one being added. An idle
+/// connection's far deadline (the idle or keepalive one, which stays put while the
+/// connection comes and goes) is filed again each time its retransmission deadline passes
+/// with nothing in flight: one copy each time, each kept until that deadline, would grow
+/// the overflow with every idle spell of every connection.
+#[inline]
+fn file_timer<U>(timers: &mut TimerWheel<ConnId>, c: &mut Conn<U>, id: ConnId, at: Instant) {
+    c.timer_at = Due::at(at);
+    if timers.is_far(at) {
+        if c.far_at == Due::at(at) {
+            return;
+        }
+        c.far_at = Due::at(at);
+    }
+    timers.push(at, id);
 }
 
 /// Brings `c`'s share of the engine's octets in flight (`total`) up to date.
@@ -1710,6 +1771,7 @@ mod layout {
             offset_of!(Conn<u64>, active),
             offset_of!(Conn<u64>, waiting),
             offset_of!(Conn<u64>, timer_at),
+            offset_of!(Conn<u64>, far_at),
             offset_of!(Conn<u64>, flight),
             offset_of!(Conn<u64>, admitted),
             offset_of!(Conn<u64>, ulp),

@@ -41,6 +41,10 @@ pub(crate) struct TimerWheel<K> {
     swept_at: Instant,
     /// An entry due at or before `swept_at` was filed since that sweep.
     filed_due: bool,
+    /// Slots' buffers emptied by a sweep, for the next slot filed while it has none: the
+    /// few slots near the sweep reuse them turn after turn, rather than every slot of the
+    /// turn growing a buffer of its own (allocated as the wheel reaches it, and kept).
+    spare: Vec<Vec<(Instant, K)>>,
 }
 
 impl<K: Copy + Ord> Default for TimerWheel<K> {
@@ -52,6 +56,7 @@ impl<K: Copy + Ord> Default for TimerWheel<K> {
             earliest: Some(None),
             swept_at: Instant::ZERO,
             filed_due: false,
+            spare: Vec::new(),
         }
     }
 }
@@ -61,17 +66,41 @@ impl<K: Copy + Ord> TimerWheel<K> {
     #[inline]
     pub(crate) fn push(&mut self, at: Instant, key: K) {
         self.filed_due |= at <= self.swept_at;
-        let t = tick(at).max(self.swept);
-        if t - self.swept < SLOTS as u64 {
-            self.slots[slot_of(t)].push((at, key));
-        } else {
+        if self.is_far(at) {
             self.later.push(Reverse((at, key)));
+        } else {
+            self.file(slot_of(tick(at).max(self.swept)), (at, key));
         }
         if let Some(e) = &mut self.earliest {
             if e.is_none_or(|first| (at, key) < first) {
                 *e = Some((at, key));
             }
         }
+    }
+
+    /// Whether an entry due at `at`, filed now, waits in the overflow (a turn or more
+    /// ahead). Such an entry is neither taken nor moved to a slot while this holds for its
+    /// time: only [`TimerWheel::peek_where`] may drop it, when `live` refuses it.
+    #[inline]
+    pub(crate) fn is_far(&self, at: Instant) -> bool {
+        tick(at).max(self.swept) - self.swept >= SLOTS as u64
+    }
+
+    /// Puts `entry` in slot `slot`, giving the slot a spare buffer if it has none.
+    #[inline]
+    fn file(&mut self, slot: usize, entry: (Instant, K)) {
+        let entries = &mut self.slots[slot];
+        if entries.capacity() == 0 {
+            if let Some(b) = self.spare.pop() {
+                *entries = b;
+            }
+        }
+        entries.push(entry);
+    }
+
+    /// Entries filed and not taken or dropped yet, live or not.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.iter().map(Vec::len).sum::<usize>() + self.later.len()
     }
 
     /// The earliest entry `live` keeps (ties: the smallest key); the entries it refuses
@@ -122,6 +151,9 @@ impl<K: Copy + Ord> TimerWheel<K> {
                     i += 1;
                 }
             }
+            if entries.is_empty() && entries.capacity() > 0 {
+                self.spare.push(std::mem::take(entries));
+            }
         }
         self.swept = now_tick;
         // The turn moved on: entries of the overflow now within it go to their slots.
@@ -133,7 +165,7 @@ impl<K: Copy + Ord> TimerWheel<K> {
             if d <= now {
                 due.push((d, k));
             } else {
-                self.slots[slot_of(tick(d))].push((d, k));
+                self.file(slot_of(tick(d)), (d, k));
             }
         }
         if due.len() > first {
@@ -368,6 +400,31 @@ mod tests {
         assert!(due.is_empty());
         w.expire(ms(900), &mut due);
         assert_eq!(due, [(ms(900), 9)]);
+    }
+
+    // Connections whose timers run a few ticks ahead, turn after turn: the slots' buffers
+    // are those of the few slots in use, passed on as the sweep empties them, not one
+    // buffer grown per slot of the turn.
+    #[test]
+    fn swept_slots_pass_their_buffers_on() {
+        let mut w = TimerWheel::default();
+        let mut due = Vec::new();
+        let tick = 1u64 << TICK_SHIFT;
+        let mut now = Instant::from_nanos(1 << 40);
+        for step in 0..3 * SLOTS as u64 {
+            for k in 0..20u32 {
+                w.push(now.saturating_add_micros(20_000), k);
+            }
+            w.expire(now, &mut due);
+            assert_eq!(due.len(), if step < 5 { 0 } else { 20 }, "step {step}");
+            due.clear();
+            now = Instant::from_nanos(now.as_nanos() + tick);
+        }
+        let buffers = w.slots.iter().filter(|s| s.capacity() > 0).count() + w.spare.len();
+        assert!(
+            buffers <= 8,
+            "{buffers} slot buffers for entries 5 ticks ahead"
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! A pool of send buffers shared by the connections of one RNIC: DDP segments are read from
 //! registered memory into them and TCP sends them as units; acknowledged units come back.
 //! Last in, first out (the buffer given back last, the most recently written, is the
-//! likeliest to be in the cache) and bounded in octets (beyond the bound buffers are freed,
-//! so the working set of the send path stays cache-sized).
+//! likeliest to be in the cache) and bounded in octets (beyond the bound buffers are freed).
 
-/// Default bound of a [`BufferPool`]: 2 MiB of buffers (about 1,400 of one IPv4 MSS).
-pub const DEFAULT_POOL_BYTES: usize = 2 << 20;
+/// Default bound of a [`BufferPool`]: 8 MiB of buffers (about 5,600 of one IPv4 MSS),
+/// above the data plane's default bound on the octets in flight (4 MiB): buffers given back
+/// as the octets in flight fall are kept for their next rise, not freed and allocated
+/// again (with 2 MiB, 1,000 QPs over memif freed and allocated 82,000 buffers in 3 s).
+pub const DEFAULT_POOL_BYTES: usize = 8 << 20;
 
 /// What a [`BufferPool`] did so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
