@@ -151,7 +151,7 @@ impl<'a> SegmentRoom<'a> {
         &mut self.buf[lead..]
     }
 
-    /// The header's length: with the buffer taken, the segment.
+    /// The header's length: with the buffer it makes the [`DdpSegmentOut`].
     #[inline]
     fn header_len(&self) -> usize {
         self.header_len
