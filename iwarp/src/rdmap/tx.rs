@@ -40,12 +40,6 @@ pub struct DdpSegmentOut {
 }
 
 impl DdpSegmentOut {
-    /// A segment to be built in `buf` (what it holds is overwritten).
-    #[inline]
-    fn in_buffer(buf: Vec<u8>) -> Self {
-        DdpSegmentOut { header_len: 0, buf }
-    }
-
     /// Header octets.
     #[inline]
     pub fn header(&self) -> &[u8] {
@@ -88,6 +82,29 @@ impl DdpSegmentOut {
         self.buf
     }
 
+    /// The segment as one contiguous buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.buf[ULPDU_LENGTH_LEN..].to_vec()
+    }
+}
+
+/// A DDP segment being built in the caller's buffer (what it holds is overwritten), laid
+/// out as [`DdpSegmentOut`] keeps it. The caller turns it into a segment with the header
+/// length [`SegmentRoom::header_len`] gives, so that the segment is returned as a buffer
+/// and a length written whole, not merged with the failure's layout (a value read back
+/// from narrower stores waits for every store before them, the payload's copy too).
+struct SegmentRoom<'a> {
+    header_len: usize,
+    buf: &'a mut Vec<u8>,
+}
+
+impl<'a> SegmentRoom<'a> {
+    /// A segment to be built in `buf`.
+    #[inline]
+    fn new(buf: &'a mut Vec<u8>) -> Self {
+        SegmentRoom { header_len: 0, buf }
+    }
+
     /// Sets the buffer's length to `len`, with room for the trailer after it. A reused
     /// buffer is only cut or grown to size (what it held is overwritten by the caller), so
     /// reuse costs no clearing pass.
@@ -103,7 +120,7 @@ impl DdpSegmentOut {
     }
 
     /// Room for a header of up to `HEADER_MAX` octets followed by `payload` octets (the
-    /// buffer grown once for both); [`DdpSegmentOut::end_header`] says how many header
+    /// buffer grown once for both); [`SegmentRoom::end_header`] says how many header
     /// octets were written. A longer buffer is not cut, so that the payload after the
     /// header reuses what it held.
     #[inline]
@@ -117,7 +134,7 @@ impl DdpSegmentOut {
         &mut self.buf[ULPDU_LENGTH_LEN..ROOM]
     }
 
-    /// The header is the first `len` octets of [`DdpSegmentOut::header_room`]; no payload
+    /// The header is the first `len` octets of [`SegmentRoom::header_room`]; no payload
     /// (yet).
     #[inline]
     fn end_header(&mut self, len: usize) {
@@ -134,9 +151,10 @@ impl DdpSegmentOut {
         &mut self.buf[lead..]
     }
 
-    /// The segment as one contiguous buffer.
-    pub fn to_vec(&self) -> Vec<u8> {
-        self.buf[ULPDU_LENGTH_LEN..].to_vec()
+    /// The header's length: with the buffer it makes the [`DdpSegmentOut`].
+    #[inline]
+    fn header_len(&self) -> usize {
+        self.header_len
     }
 }
 
@@ -258,6 +276,13 @@ impl Engine {
         mem: &M,
         buffer: &mut Vec<u8>,
     ) -> Option<DdpSegmentOut> {
+        // Nothing to start (the receiving side's usual case, asked after every segment):
+        // answered before the loop, so that what the loop keeps at hand is set up only
+        // when a segment may be built.
+        if self.tx_open() && self.current.is_none() && self.tx_idle {
+            self.tx_idle = self.nothing_to_start();
+            return None;
+        }
         let out = self.poll_segment_inner(now, mulpdu, mem, buffer);
         self.tx_idle = self.nothing_to_start();
         out
@@ -286,14 +311,18 @@ impl Engine {
                     msn: self.msn.take(2),
                     mo: 0,
                 });
-                let mut out = DdpSegmentOut::in_buffer(Vec::new());
+                let mut buf = Vec::new();
+                let mut out = SegmentRoom::new(&mut buf);
                 let room = out.header_room(0);
                 let n = hdr.emit(room).ok()?;
                 let m = t.emit(&mut room[n..]).ok()?;
                 out.end_header(n + m);
                 self.terminate_sent = true;
                 self.last_tx = Some(now);
-                return Some(out);
+                return Some(DdpSegmentOut {
+                    header_len: n + m,
+                    buf,
+                });
             }
             if self.current.is_none() {
                 // Nothing to start (the receiving side's usual case, asked after every
@@ -310,9 +339,12 @@ impl Engine {
                 }
             }
             match self.next_from_current(mulpdu, mem, buffer) {
-                Ok(Some(out)) => {
+                Ok(Some(header_len)) => {
                     self.last_tx = Some(now);
-                    return Some(out);
+                    return Some(DdpSegmentOut {
+                        header_len,
+                        buf: core::mem::take(buffer),
+                    });
                 }
                 Ok(None) => return None,
                 Err(f) => self.fail(f),
@@ -353,12 +385,14 @@ impl Engine {
         !is_request || self.cfg.ord == 0 || self.outstanding_requests() < self.cfg.ord as usize
     }
 
+    /// Builds the current message's next segment in `buffer`, answering its header's
+    /// length (the segment is `buffer` then), or `None` when nothing fits.
     fn next_from_current<M: MemoryTable + ?Sized>(
         &mut self,
         mulpdu: usize,
         mem: &M,
         buffer: &mut Vec<u8>,
-    ) -> Result<Option<DdpSegmentOut>, Failure> {
+    ) -> Result<Option<usize>, Failure> {
         let Some(cur) = self.current.as_mut() else {
             return Ok(None);
         };
@@ -372,7 +406,7 @@ impl Engine {
         let Some(plan) = cur.seg.next_segment(mulpdu) else {
             return Ok(None);
         };
-        let mut out = DdpSegmentOut::in_buffer(core::mem::take(buffer));
+        let mut out = SegmentRoom::new(buffer);
         let n = plan
             .header
             .emit(out.header_room(plan.len as usize))
@@ -452,7 +486,7 @@ impl Engine {
                 }
             }
         }
-        Ok(Some(out))
+        Ok(Some(out.header_len()))
     }
 
     fn start_next<M: MemoryTable + ?Sized>(&mut self, mem: &M) -> Option<TxMessage> {
