@@ -277,10 +277,9 @@ impl Engine {
         buffer: &mut Vec<u8>,
     ) -> Option<DdpSegmentOut> {
         // Nothing to start (the receiving side's usual case, asked after every segment):
-        // answered before the loop, so that what the loop keeps at hand is set up only
-        // when a segment may be built.
+        // answered from the summary (up to date, as `tx_open` asserts) before the loop, so
+        // that what the loop keeps at hand is set up only when a segment may be built.
         if self.tx_open() && self.current.is_none() && self.tx_idle {
-            self.tx_idle = self.nothing_to_start();
             return None;
         }
         let out = self.poll_segment_inner(now, mulpdu, mem, buffer);
@@ -325,11 +324,6 @@ impl Engine {
                 });
             }
             if self.current.is_none() {
-                // Nothing to start (the receiving side's usual case, asked after every
-                // segment): answer from the summary without building a message.
-                if self.tx_idle {
-                    return None;
-                }
                 self.current = self.start_next(mem);
                 if self.current.is_none() {
                     if self.terminate.is_some() {
