@@ -9,7 +9,6 @@ use super::stats::OpCounters;
 use crate::mem::{BufferPool, MemoryTable};
 use crate::mpa::{Framer, MarkerSpacing};
 use crate::rdmap::{DdpSegmentOut, Engine};
-use crate::wire::crcsum::CrcShifts;
 use crate::wire::ddp::UNTAGGED_HEADER_LEN;
 use crate::wire::rdmap::READ_REQUEST_LEN;
 
@@ -65,7 +64,7 @@ pub(super) struct FramedUnit {
 }
 
 /// The framer and the DDP segments waiting for it. In declaration order (`repr(C)`): what
-/// the send checks read first, the spare buffers and the CRC joins last.
+/// the send checks read first, the spare buffers last.
 #[derive(Debug)]
 #[repr(C)]
 pub(super) struct Sender {
@@ -82,8 +81,6 @@ pub(super) struct Sender {
     /// ([`SPARE_BYTES`]); with one, those freed without it (a flush, a teardown), passed
     /// on at the next call that lends it.
     spare: BufferPool,
-    /// The CRC joins of the FPDUs framed in place after a copying read.
-    shifts: CrcShifts,
 }
 
 impl Default for Sender {
@@ -95,7 +92,6 @@ impl Default for Sender {
             queue: VecDeque::new(),
             bytes: 0,
             spare: BufferPool::new(SPARE_BYTES),
-            shifts: CrcShifts::default(),
         }
     }
 }
@@ -195,27 +191,6 @@ impl Sender {
             && self.hold_until.is_none_or(|t| now >= t)
     }
 
-    /// The engine's next DDP segment, read into `buffer`. When the framer computes CRCs
-    /// without markers, a segment longer than half a MULPDU (one no other FPDU joins in a
-    /// unit, so it is framed in place) is read by the copying kernel, taking the CRC and
-    /// the TCP sum in the copy's pass.
-    #[inline]
-    fn poll_with<M: MemoryTable + ?Sized>(
-        framer: Option<Framer>,
-        engine: &mut Engine,
-        mem: &M,
-        now: Instant,
-        mulpdu: usize,
-        buffer: &mut Vec<u8>,
-    ) -> Option<DdpSegmentOut> {
-        match framer {
-            Some(f) if f.crc() && f.markers().is_none() => {
-                engine.poll_segment_crc_into(now, mulpdu, mem, buffer, mulpdu / 2 + 1)
-            }
-            _ => engine.poll_segment_into(now, mulpdu, mem, buffer),
-        }
-    }
-
     /// Takes DDP segments from `engine` until `budget` octets wait, their buffers from
     /// `shared` (or its own pool), counting them in `ops`; returns how many buffers it had
     /// to allocate.
@@ -241,7 +216,7 @@ impl Sender {
                 buffer = pool.take();
             }
             let fresh = buffer.capacity() == 0;
-            match Self::poll_with(self.framer, engine, mem, now, mulpdu, &mut buffer) {
+            match engine.poll_segment_into(now, mulpdu, mem, &mut buffer) {
                 Some(s) => {
                     count_sent(ops, &s);
                     if fresh {
@@ -286,7 +261,7 @@ impl Sender {
         let pool = Self::pool(&mut self.spare, shared);
         let mut buffer = pool.take();
         let fresh = buffer.capacity() == 0;
-        let Some(s) = Self::poll_with(Some(framer), engine, mem, now, mulpdu, &mut buffer) else {
+        let Some(s) = engine.poll_segment_into(now, mulpdu, mem, &mut buffer) else {
             pool.give(buffer);
             return None;
         };
@@ -297,11 +272,8 @@ impl Sender {
             self.queue.push_back(TxSeg::Engine(s));
             return None;
         }
-        let so_far = s.crc_sum();
         let mut bytes = s.into_ulpdu_buffer();
-        let (_, sum) = framer
-            .frame_in_place_after(&mut bytes, so_far, &mut self.shifts)
-            .ok()?;
+        let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
         Some(FramedUnit {
             bytes,
             sum,
@@ -343,11 +315,8 @@ impl Sender {
                 return None;
             };
             self.bytes -= s.len();
-            let so_far = s.crc_sum();
             let mut bytes = s.into_ulpdu_buffer();
-            let (_, sum) = framer
-                .frame_in_place_after(&mut bytes, so_far, &mut self.shifts)
-                .ok()?;
+            let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
             return Some(FramedUnit {
                 bytes,
                 sum,

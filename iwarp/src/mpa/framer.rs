@@ -7,7 +7,7 @@ use crate::mpa::error::MpaError;
 use crate::mpa::markers::{MarkedWriter, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
 use crate::wire::crc::to_wire;
-use crate::wire::crcsum::{crc32c_and_sum, crc32c_and_sum_after, CrcShifts, CrcSum};
+use crate::wire::crcsum::crc32c_and_sum;
 use crate::wire::mpa::{fpdu_len, pad_len, ULPDU_LENGTH_LEN};
 use tcp::checksum::{payload_sum, PayloadSum};
 
@@ -103,23 +103,6 @@ impl Framer {
         &self,
         buf: &mut Vec<u8>,
     ) -> Result<(usize, Option<PayloadSum>), MpaError> {
-        self.frame_in_place_after(buf, None, &mut CrcShifts::default())
-    }
-
-    /// [`Framer::frame_in_place`] for a buffer whose payload's CRC32c (from a zero
-    /// register) and sum were taken as it was read, with the ULPDU_Length field written
-    /// before it (`payload`, from [`crate::rdmap::DdpSegmentOut::crc_sum`]): the CRC and
-    /// sum of the length field and the header are taken alone (octets stored before the
-    /// payload's copy, not over it) and joined with the payload's ([`crate::wire::crcsum::CrcShift`], from
-    /// `shifts`), the pad's zeros added from registers. The same FPDU and sum as
-    /// [`Framer::frame_in_place`] gives.
-    #[inline]
-    pub fn frame_in_place_after(
-        &self,
-        buf: &mut Vec<u8>,
-        payload: Option<CrcSum>,
-        shifts: &mut CrcShifts,
-    ) -> Result<(usize, Option<PayloadSum>), MpaError> {
         if self.markers.is_some() {
             return Err(MpaError::Framing("in-place framing with markers"));
         }
@@ -129,38 +112,10 @@ impl Framer {
             .ok_or(MpaError::Framing("no room for ULPDU_Length"))?;
         let len = u16::try_from(ulpdu_len)
             .map_err(|_| MpaError::Framing("DDP segment longer than 65535 octets"))?;
-        let pad = pad_len(ulpdu_len);
-        let joined = match payload {
-            Some(p) if self.crc && p.sum.octets() <= ulpdu_len => {
-                debug_assert_eq!(
-                    buf[..ULPDU_LENGTH_LEN],
-                    len.to_be_bytes(),
-                    "the length field written with the payload's CRC"
-                );
-                let head = crc32c_and_sum(&buf[..ULPDU_LENGTH_LEN + ulpdu_len - p.sum.octets()]);
-                let tail = if pad == 0 {
-                    p
-                } else {
-                    let z = crc32c_and_sum_after(p.crc, &[0u8; 3][..pad]);
-                    CrcSum {
-                        crc: z.crc,
-                        sum: p.sum.then(z.sum),
-                    }
-                };
-                let shift = shifts.get(p.sum.octets() + pad);
-                Some(CrcSum {
-                    crc: shift.join(head.crc, tail.crc),
-                    sum: head.sum.then(tail.sum),
-                })
-            }
-            _ => {
-                buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
-                None
-            }
-        };
-        buf.resize(buf.len() + pad, 0);
+        buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
+        buf.resize(buf.len() + pad_len(ulpdu_len), 0);
         let (crc, sum) = if self.crc {
-            let one = joined.unwrap_or_else(|| crc32c_and_sum(buf));
+            let one = crc32c_and_sum(buf);
             (one.crc, Some(one.sum))
         } else {
             (0, None)

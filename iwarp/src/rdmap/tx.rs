@@ -1,7 +1,6 @@
 //! Transmit path: choosing the next message (send queue work or responses to the peer's
 //! requests), segmenting it for the current MULPDU and generating Terminate.
 
-use tcp::checksum::PayloadSum;
 use tcp::Instant;
 
 use super::completion::CompletionStatus;
@@ -12,52 +11,14 @@ use super::state::{
 };
 use super::wr::{CheckedSource, SendOp};
 use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
-use crate::mem::{Access, AccessError, MemoryTable, ReadCopy, ReadGrant, Resolved, Sge};
+use crate::mem::{Access, AccessError, MemoryTable, ReadGrant, Resolved, Sge};
 use crate::wire::atomic::{AtomicRequestRepr, ATOMIC_REQUEST_LEN};
-use crate::wire::crcsum::{copy_crc32c_and_sum, crc32c_and_sum_after, CrcSum};
 use crate::wire::ddp::{DdpRepr, UntaggedRepr, UNTAGGED_HEADER_LEN};
 use crate::wire::mpa::{CRC_LEN, ULPDU_LENGTH_LEN};
 use crate::wire::rdmap::{ImmediateDataRepr, Opcode, RdmapControl, ReadRequestRepr};
 use crate::wire::terminate::TerminateCause;
 
 const HEADER_MAX: usize = UNTAGGED_HEADER_LEN + INLINE_MAX;
-
-/// A payload's read out of registered memory that continues the CRC32c and TCP sum of the
-/// FPDU octets before it (`wire::crcsum`), in the copy's pass where the backend hands out
-/// its octets.
-struct CrcSumRead(CrcSum);
-
-impl CrcSumRead {
-    /// Nothing read yet: the CRC register at zero (a CRC32c, as `wire::crc::crc32c` gives
-    /// it, of `!0`), so that the payload's CRC is combined with its header's after
-    /// (`wire::crcsum::CrcShift`).
-    #[inline]
-    fn start() -> Self {
-        CrcSumRead(CrcSum {
-            crc: !0,
-            sum: PayloadSum::from_folded(0, 0),
-        })
-    }
-}
-
-impl ReadCopy for CrcSumRead {
-    #[inline]
-    fn copy(&mut self, dst: &mut [u8], src: &[u8]) {
-        let next = copy_crc32c_and_sum(self.0.crc, dst, src);
-        self.0 = CrcSum {
-            crc: next.crc,
-            sum: self.0.sum.then(next.sum),
-        };
-    }
-
-    fn copied(&mut self, data: &[u8]) {
-        let next = crc32c_and_sum_after(self.0.crc, data);
-        self.0 = CrcSum {
-            crc: next.crc,
-            sum: self.0.sum.then(next.sum),
-        };
-    }
-}
 
 /// Room a gathered segment's buffer keeps after the payload, so that the MPA framer can
 /// append pad and CRC without growing it.
@@ -76,23 +37,9 @@ pub struct DdpSegmentOut {
     header_len: usize,
     /// The ULPDU_Length room, the header and the payload.
     buf: Vec<u8>,
-    /// The payload's CRC32c (from a zero register) and TCP sum, taken while it was read
-    /// ([`Engine::poll_segment_crc_into`], which wrote the ULPDU_Length field then).
-    crc_sum: Option<CrcSum>,
 }
 
 impl DdpSegmentOut {
-    /// The payload's CRC32c, taken from a zero register (as `wire::crc::crc32c` gives it
-    /// for a CRC of `!0` continued), and its TCP checksum sum, when they were taken as the
-    /// payload was read out of registered memory ([`Engine::poll_segment_crc_into`], which
-    /// also wrote the ULPDU_Length field before the payload); the MPA framer then takes the
-    /// CRC of the length field and the header alone and combines the two
-    /// ([`crate::mpa::Framer::frame_in_place_after`]).
-    #[inline]
-    pub fn crc_sum(&self) -> Option<CrcSum> {
-        self.crc_sum
-    }
-
     /// Header octets.
     #[inline]
     pub fn header(&self) -> &[u8] {
@@ -127,13 +74,11 @@ impl DdpSegmentOut {
     }
 
     /// The segment as the MPA framer finishes it in place: `ULPDU_LENGTH_LEN` octets of
-    /// room (zero; the ULPDU_Length field when [`DdpSegmentOut::crc_sum`] was taken)
-    /// followed by the ULPDU (header, payload), with room for the pad and the CRC.
+    /// room (zero) followed by the ULPDU (header, payload), with room for the pad and the
+    /// CRC.
     #[inline]
     pub fn into_ulpdu_buffer(mut self) -> Vec<u8> {
-        if self.crc_sum.is_none() {
-            self.buf[..ULPDU_LENGTH_LEN].fill(0);
-        }
+        self.buf[..ULPDU_LENGTH_LEN].fill(0);
         self.buf
     }
 
@@ -206,19 +151,6 @@ impl<'a> SegmentRoom<'a> {
         &mut self.buf[lead..]
     }
 
-    /// Writes the ULPDU_Length field of a ULPDU of this header and `payload` octets; false
-    /// (nothing written) when the ULPDU is too long for the field.
-    #[inline]
-    fn write_length(&mut self, payload: usize) -> bool {
-        match u16::try_from(self.header_len + payload) {
-            Ok(len) => {
-                self.buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
     /// The header's length: with the buffer it makes the [`DdpSegmentOut`].
     #[inline]
     fn header_len(&self) -> usize {
@@ -254,14 +186,13 @@ fn inline<const N: usize>(src: &[u8; N]) -> TxPayload {
 }
 
 /// Reads `out.len()` octets at `offset` of the message's gather list, through the grant of
-/// the piece read last (`grant`), each piece's octets moved by `how` when given.
+/// the piece read last (`grant`).
 fn gather<M: MemoryTable + ?Sized>(
     pieces: &[(Option<Resolved>, u32)],
     grant: &mut PieceGrant,
     mem: &M,
     offset: u32,
     out: &mut [u8],
-    how: &mut Option<CrcSumRead>,
 ) -> Result<(), AccessError> {
     let mut at = 0u64;
     let want_lo = u64::from(offset);
@@ -272,17 +203,16 @@ fn gather<M: MemoryTable + ?Sized>(
         if lo < hi {
             let r = r.as_ref().ok_or(AccessError::InvalidStag)?;
             let out = &mut out[(lo - want_lo) as usize..(hi - want_lo) as usize];
-            // The whole piece in one read (a small message's usual case): no later read
-            // of it follows, so no grant is worth building (one that came with the verbs
-            // layer's check is used).
-            let whole = lo == at
+            if lo == at
                 && hi == at + u64::from(*len)
-                && !(grant.piece == i && grant.grant.is_held());
-            match how {
-                None if whole => mem.read(r, 0, out)?,
-                None => mem.read_granted(r, grant.for_piece(i), lo - at, out)?,
-                Some(how) if whole => mem.read_with(r, 0, out, how)?,
-                Some(how) => mem.read_granted_with(r, grant.for_piece(i), lo - at, out, how)?,
+                && !(grant.piece == i && grant.grant.is_held())
+            {
+                // The whole piece in one read (a small message's usual case): no later
+                // read of it follows, so no grant is worth building (one that came with
+                // the verbs layer's check is used).
+                mem.read(r, 0, out)?;
+            } else {
+                mem.read_granted(r, grant.for_piece(i), lo - at, out)?;
             }
         }
         at += u64::from(*len);
@@ -346,44 +276,13 @@ impl Engine {
         mem: &M,
         buffer: &mut Vec<u8>,
     ) -> Option<DdpSegmentOut> {
-        self.poll_segment_with(now, mulpdu, mem, buffer, usize::MAX)
-    }
-
-    /// Like [`Engine::poll_segment_into`], for FPDUs with a CRC framed in place: the payload
-    /// of a segment of at least `crc_from` octets (one that goes alone into its unit) is
-    /// read out of registered memory by the copying kernel
-    /// (`wire::crcsum::copy_crc32c_and_sum`), which takes the payload's CRC32c and TCP sum
-    /// in the copy's pass ([`DdpSegmentOut::crc_sum`]); its ULPDU_Length field is written
-    /// before the payload.
-    pub fn poll_segment_crc_into<M: MemoryTable + ?Sized>(
-        &mut self,
-        now: Instant,
-        mulpdu: usize,
-        mem: &M,
-        buffer: &mut Vec<u8>,
-        crc_from: usize,
-    ) -> Option<DdpSegmentOut> {
-        self.poll_segment_with(now, mulpdu, mem, buffer, crc_from)
-    }
-
-    /// [`Engine::poll_segment_into`], taking the payload's CRC and sum as it is read for a
-    /// segment of at least `crc_from` octets.
-    #[inline]
-    fn poll_segment_with<M: MemoryTable + ?Sized>(
-        &mut self,
-        now: Instant,
-        mulpdu: usize,
-        mem: &M,
-        buffer: &mut Vec<u8>,
-        crc_from: usize,
-    ) -> Option<DdpSegmentOut> {
         // Nothing to start (the receiving side's usual case, asked after every segment):
         // answered from the summary (up to date, as `tx_open` asserts) before the loop, so
         // that what the loop keeps at hand is set up only when a segment may be built.
         if self.tx_open() && self.current.is_none() && self.tx_idle {
             return None;
         }
-        let out = self.poll_segment_inner(now, mulpdu, mem, buffer, crc_from);
+        let out = self.poll_segment_inner(now, mulpdu, mem, buffer);
         self.tx_idle = self.nothing_to_start();
         out
     }
@@ -394,7 +293,6 @@ impl Engine {
         mulpdu: usize,
         mem: &M,
         buffer: &mut Vec<u8>,
-        crc_from: usize,
     ) -> Option<DdpSegmentOut> {
         loop {
             if !self.tx_open() {
@@ -423,7 +321,6 @@ impl Engine {
                 return Some(DdpSegmentOut {
                     header_len: n + m,
                     buf,
-                    crc_sum: None,
                 });
             }
             if self.current.is_none() {
@@ -435,14 +332,12 @@ impl Engine {
                     return None;
                 }
             }
-            let mut crc_sum = None;
-            match self.next_from_current(mulpdu, mem, buffer, crc_from, &mut crc_sum) {
+            match self.next_from_current(mulpdu, mem, buffer) {
                 Ok(Some(header_len)) => {
                     self.last_tx = Some(now);
                     return Some(DdpSegmentOut {
                         header_len,
                         buf: core::mem::take(buffer),
-                        crc_sum,
                     });
                 }
                 Ok(None) => return None,
@@ -491,8 +386,6 @@ impl Engine {
         mulpdu: usize,
         mem: &M,
         buffer: &mut Vec<u8>,
-        crc_from: usize,
-        crc_sum_out: &mut Option<CrcSum>,
     ) -> Result<Option<usize>, Failure> {
         let Some(cur) = self.current.as_mut() else {
             return Ok(None);
@@ -514,15 +407,6 @@ impl Engine {
             .map_err(|_| Failure::bare(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, Culprit::None))?;
         // The payload's room is laid out after the header, the buffer cut or grown then.
         out.header_len = n;
-        // A payload read out of registered memory takes its CRC (from a zero register) and
-        // sum as it is copied; the length field is written first, so that the framer's
-        // CRC of field and header reads octets stored before the payload's copy.
-        let reads = plan.len > 0 && !matches!(cur.payload, TxPayload::Inline { .. });
-        let mut crc_sum = if reads && n + plan.len as usize >= crc_from {
-            out.write_length(plan.len as usize).then(CrcSumRead::start)
-        } else {
-            None
-        };
         match &cur.payload {
             TxPayload::Inline { bytes, len } => {
                 out.header_room(0)[n..n + len].copy_from_slice(&bytes[..*len]);
@@ -530,7 +414,7 @@ impl Engine {
             }
             TxPayload::Gather(pieces) => {
                 let payload = out.payload_room(plan.len as usize);
-                if let Err(_e) = gather(pieces, grant, mem, plan.offset, payload, &mut crc_sum) {
+                if let Err(_e) = gather(pieces, grant, mem, plan.offset, payload) {
                     let culprit = match cur.done {
                         TxDone::Complete(seq) => {
                             Culprit::Send(seq, CompletionStatus::LocalProtection)
@@ -548,13 +432,11 @@ impl Engine {
                     out.end_header(n);
                 } else {
                     let payload = out.payload_room(plan.len as usize);
-                    let at = u64::from(plan.offset);
-                    let res = match (src, &mut crc_sum) {
-                        (Some(r), Some(how)) => {
-                            mem.read_granted_with(r, grant.for_piece(0), at, payload, how)
+                    let res = match src {
+                        Some(r) => {
+                            mem.read_granted(r, grant.for_piece(0), u64::from(plan.offset), payload)
                         }
-                        (Some(r), None) => mem.read_granted(r, grant.for_piece(0), at, payload),
-                        (None, _) => Err(AccessError::InvalidStag),
+                        None => Err(AccessError::InvalidStag),
                     };
                     if let Err(e) = res {
                         if let TxDone::ReadResponse {
@@ -585,7 +467,6 @@ impl Engine {
                 }
             }
         }
-        *crc_sum_out = crc_sum.map(|c| c.0);
         if cur.seg.is_done() {
             if let Some(c) = self.current.take() {
                 if let TxPayload::Gather(mut pieces) = c.payload {
