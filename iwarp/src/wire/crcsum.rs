@@ -60,6 +60,24 @@ fn crc_and_folded_sum(data: &[u8]) -> (u32, u16) {
     }
 }
 
+/// The CRC32c of what gave `crc` (0 for nothing before) followed by `data`, and the one's
+/// complement sum of `data`, in one pass where the CPU allows it.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
+    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
+))]
+pub fn crc32c_and_sum_after(crc: u32, data: &[u8]) -> CrcSum {
+    let (crc, folded) = multiversion::target::match_target! {
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!crc, data),
+        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!crc, data),
+        _ => (crc32c_after(crc, data), tcp::checksum::sum(data)),
+    };
+    CrcSum {
+        crc,
+        sum: PayloadSum::from_folded(folded, data.len()),
+    }
+}
+
 /// Copies `src` into `dst` (as long) and returns the CRC32c of what gave `crc` (0 for
 /// nothing before) followed by `src`, and the one's complement sum of `src` (as
 /// [`tcp::checksum::copy_payload`] gives it), in one pass where the CPU allows it: the
@@ -102,7 +120,7 @@ fn copy_crc_and_folded_sum(crc: u32, dst: &mut [u8], src: &[u8]) -> (u32, u16) {
     "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
     "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
 ))]
-pub(super) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
+pub(crate) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
     multiversion::target::match_target! {
         "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!crc, data).0,
         "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!crc, data).0,
@@ -159,7 +177,8 @@ macro_rules! fold_blocks {
 #[cfg(target_arch = "x86_64")]
 mod fold {
     use core::arch::x86_64::{
-        __m128i, _mm_crc32_u64, _mm_crc32_u8, _mm_cvtsi128_si64, _mm_extract_epi64,
+        __m128i, _mm_clmulepi64_si128, _mm_crc32_u64, _mm_crc32_u8, _mm_cvtsi128_si64,
+        _mm_cvtsi64_si128, _mm_extract_epi64,
     };
 
     /// CRC32c's generator polynomial without its x^32 term, bit k the coefficient of x^k.
@@ -190,6 +209,20 @@ mod fold {
     /// power for the product of two reflected operands, which carries one extra.
     pub(super) const fn fold_by(d: u32) -> (i64, i64) {
         (reflected(d + 63) as i64, reflected(d - 1) as i64)
+    }
+
+    /// `crc`·`k`·x^33 mod P (reflected operands): the carry-less product of the two
+    /// (63 bits, coefficient of x^(62−i) at bit i) reduced by the `crc32` instruction,
+    /// which multiplies its 64-bit operand by x^32 (one power more: the product's bit 0
+    /// stands for x^62, the instruction's for x^63).
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse4.2")]
+    pub(super) fn shift(crc: u32, k: u32) -> u32 {
+        let p = _mm_clmulepi64_si128::<0>(
+            _mm_cvtsi64_si128(i64::from(crc)),
+            _mm_cvtsi64_si128(i64::from(k)),
+        );
+        _mm_crc32_u64(0, _mm_cvtsi128_si64(p) as u64) as u32
     }
 
     /// The CRC register after the folded 128 bits `r` (the remainder of everything before
@@ -566,6 +599,107 @@ mod avx2 {
         remainder(r)
     }
 }
+/// CRC32c's generator polynomial reflected (bit i the coefficient of x^(31−i)), as the CRC
+/// register holds it.
+const POLY_REFLECTED: u32 = 0x82F6_3B78;
+
+/// a·b mod P for reflected operands (bit i the coefficient of x^(31−i)), bit by bit.
+const fn mul_mod_p(a: u32, mut b: u32) -> u32 {
+    let mut p = 0;
+    let mut m = 1u32 << 31;
+    loop {
+        if a & m != 0 {
+            p ^= b;
+            if a & (m - 1) == 0 {
+                break;
+            }
+        }
+        m >>= 1;
+        if m == 0 {
+            break;
+        }
+        b = if b & 1 != 0 {
+            (b >> 1) ^ POLY_REFLECTED
+        } else {
+            b >> 1
+        };
+    }
+    p
+}
+
+/// x^e mod P, reflected, by squaring.
+const fn x_pow(mut e: u64) -> u32 {
+    let mut p = 1u32 << 31;
+    let mut base = 1u32 << 30;
+    while e != 0 {
+        if e & 1 != 0 {
+            p = mul_mod_p(p, base);
+        }
+        base = mul_mod_p(base, base);
+        e >>= 1;
+    }
+    p
+}
+
+/// x^33 mod P: what the carry-less product and the `crc32` reduction of a shift add to it.
+const X33: u32 = x_pow(33);
+
+/// `crc`·x^33·`k` mod P (`k` reflected): a carry-less multiplication whose 63-bit product
+/// the `crc32` instruction reduces, where the CPU has both; elsewhere bit by bit.
+#[multiversion::multiversion(targets("x86_64+pclmulqdq+sse4.2"))]
+fn shift_by(crc: u32, k: u32) -> u32 {
+    multiversion::target::match_target! {
+        "x86_64+pclmulqdq+sse4.2" => fold::shift(crc, k),
+        _ => mul_mod_p(mul_mod_p(crc, k), X33),
+    }
+}
+
+/// Joins two CRC32c values without reading their octets again: [`CrcShifts::combine`]
+/// gives the CRC of A followed by B from the CRC of A, the CRC of B and B's length n, as
+/// crc(A)·x^(8n) ⊕ crc(B) mod P (the initial and final inversions cancel out). The
+/// multiplier x^(8n) mod P is computed once per length; the two lengths used last are kept
+/// (a connection's full-sized FPDUs have one payload length, a message's last FPDU
+/// another).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CrcShifts {
+    /// (n, x^(8n−33) mod P), the last used first; n 0 for none.
+    slots: [(usize, u32); 2],
+}
+
+impl CrcShifts {
+    /// The CRC32c of A followed by B, from `a` (A's CRC), `b` (B's) and `n` (B's length).
+    #[inline]
+    pub fn combine(&mut self, a: u32, b: u32, n: usize) -> u32 {
+        if n < 5 {
+            // 8n < 33: too short for the multiplier's form (and never a payload here).
+            return mul_mod_p(a, x_pow(8 * n as u64)) ^ b;
+        }
+        shift_by(a, self.multiplier(n)) ^ b
+    }
+
+    /// x^(8n−33) mod P, from the kept ones or computed (and kept).
+    #[inline]
+    fn multiplier(&mut self, n: usize) -> u32 {
+        if self.slots[0].0 == n {
+            return self.slots[0].1;
+        }
+        self.multiplier_slow(n)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn multiplier_slow(&mut self, n: usize) -> u32 {
+        let k = if self.slots[1].0 == n {
+            self.slots[1].1
+        } else {
+            x_pow(8 * n as u64 - 33)
+        };
+        self.slots[1] = self.slots[0];
+        self.slots[0] = (n, k);
+        k
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -735,6 +869,36 @@ mod tests {
                 proptest::prop_assert_eq!(b.crc, whole.crc, "{}", way);
                 proptest::prop_assert_eq!(a.sum.then(b.sum).folded(), whole.sum.folded(), "{}", way);
             }
+        }
+    }
+
+    // The CRC of A followed by B from the two CRCs and B's length, for every split of short
+    // data, B's lengths around the MULPDU and jumbo ones, whatever order the lengths come
+    // in (the kept multipliers hit, miss and swap); the carry-less shift this CPU runs
+    // equals the bit-by-bit one.
+    #[test]
+    fn combined_crcs_equal_the_crc_of_the_whole() {
+        let data: Vec<u8> = (0..9100u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let mut shifts = CrcShifts::default();
+        for len in 0..=80 {
+            for cut in 0..=len {
+                let (a, b) = data[..len].split_at(cut);
+                let got = shifts.combine(crc32c(a), crc32c(b), b.len());
+                assert_eq!(got, crc32c(&data[..len]), "len {len} cut {cut}");
+            }
+        }
+        for head in [0usize, 16, 20, 31] {
+            for n in (1420..=1460).chain([1432, 4000, 1449, 8972, 9000, 1432]) {
+                let (a, b) = data[..head + n].split_at(head);
+                let got = shifts.combine(crc32c(a), crc32c(b), n);
+                assert_eq!(got, crc32c(&data[..head + n]), "head {head}, {n} octets");
+            }
+        }
+        for (i, n) in (5..2000u64).step_by(7).enumerate() {
+            let (crc, k) = (crc32c(&data[i..i + 9]), x_pow(8 * n - 33));
+            assert_eq!(shift_by(crc, k), mul_mod_p(mul_mod_p(crc, k), X33), "n {n}");
         }
     }
 
