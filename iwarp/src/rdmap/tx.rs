@@ -65,9 +65,11 @@ pub struct DdpSegmentOut {
     header_len: usize,
     /// The ULPDU_Length room, the header and the payload.
     buf: Vec<u8>,
-    /// The payload's CRC32c and TCP sum, when taken as it was read
-    /// ([`Engine::poll_segment_crc_into`]).
-    payload_crc_sum: Option<CrcSum>,
+    /// The payload's CRC32c (bits 0..32) and folded TCP sum (bits 32..48), bit 48 set, when
+    /// taken as it was read ([`Engine::poll_segment_crc_into`]); 0 when not. One word, so
+    /// that it is stored and read back whole (a wider load over its narrower stores would
+    /// wait for the payload's copy to commit).
+    payload_crc_sum: u64,
 }
 
 impl DdpSegmentOut {
@@ -77,7 +79,11 @@ impl DdpSegmentOut {
     /// ([`crate::mpa::Framer::frame_in_place_after`]).
     #[inline]
     pub fn payload_crc_sum(&self) -> Option<CrcSum> {
-        self.payload_crc_sum
+        let w = self.payload_crc_sum;
+        (w >> 48 != 0).then(|| CrcSum {
+            crc: w as u32,
+            sum: PayloadSum::from_folded((w >> 32) as u16, self.payload().len()),
+        })
     }
 
     /// Header octets.
@@ -119,7 +125,7 @@ impl DdpSegmentOut {
     /// CRC.
     #[inline]
     pub fn into_ulpdu_buffer(mut self) -> Vec<u8> {
-        if self.payload_crc_sum.is_none() {
+        if self.payload_crc_sum == 0 {
             self.buf[..ULPDU_LENGTH_LEN].fill(0);
         }
         self.buf
@@ -387,7 +393,7 @@ impl Engine {
                 return Some(DdpSegmentOut {
                     header_len: n + m,
                     buf,
-                    payload_crc_sum: None,
+                    payload_crc_sum: 0,
                 });
             }
             if self.current.is_none() {
@@ -406,7 +412,9 @@ impl Engine {
                     return Some(DdpSegmentOut {
                         header_len,
                         buf: core::mem::take(buffer),
-                        payload_crc_sum: crc_sum,
+                        payload_crc_sum: crc_sum.map_or(0, |c| {
+                            u64::from(c.crc) | u64::from(c.sum.folded()) << 32 | 1 << 48
+                        }),
                     });
                 }
                 Ok(None) => return None,
