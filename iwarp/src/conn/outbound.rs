@@ -9,7 +9,6 @@ use super::stats::OpCounters;
 use crate::mem::{BufferPool, MemoryTable};
 use crate::mpa::{Framer, MarkerSpacing};
 use crate::rdmap::{DdpSegmentOut, Engine};
-use crate::wire::crcsum::{self, CrcShifts};
 use crate::wire::ddp::UNTAGGED_HEADER_LEN;
 use crate::wire::rdmap::READ_REQUEST_LEN;
 
@@ -82,11 +81,6 @@ pub(super) struct Sender {
     /// ([`SPARE_BYTES`]); with one, those freed without it (a flush, a teardown), passed
     /// on at the next call that lends it.
     spare: BufferPool,
-    /// The CRC multipliers of the FPDUs framed from their payload's CRC.
-    crc_shifts: CrcShifts,
-    /// Whether a payload's CRC is taken as it is read ([`Sender::poll_with`]): where the
-    /// copying kernel is one pass ([`crcsum::one_pass`]).
-    crc_on_read: bool,
 }
 
 impl Default for Sender {
@@ -98,8 +92,6 @@ impl Default for Sender {
             queue: VecDeque::new(),
             bytes: 0,
             spare: BufferPool::new(SPARE_BYTES),
-            crc_shifts: CrcShifts::default(),
-            crc_on_read: crcsum::one_pass(),
         }
     }
 }
@@ -199,46 +191,6 @@ impl Sender {
             && self.hold_until.is_none_or(|t| now >= t)
     }
 
-    /// The engine's next DDP segment, read into `buffer`. When the framer computes CRCs
-    /// without markers and `crc_on_read`, a segment longer than half a MULPDU (one no
-    /// other FPDU joins in a unit, so it is framed in place) is read by the copying kernel,
-    /// taking the payload's CRC and TCP sum in the copy's pass.
-    #[inline]
-    fn poll_with<M: MemoryTable + ?Sized>(
-        crc_on_read: bool,
-        framer: Option<Framer>,
-        engine: &mut Engine,
-        mem: &M,
-        now: Instant,
-        mulpdu: usize,
-        buffer: &mut Vec<u8>,
-    ) -> Option<DdpSegmentOut> {
-        match framer {
-            Some(f) if crc_on_read && f.crc() && f.markers().is_none() => {
-                engine.poll_segment_crc_into(now, mulpdu, mem, buffer, mulpdu / 2 + 1)
-            }
-            _ => engine.poll_segment_into(now, mulpdu, mem, buffer),
-        }
-    }
-
-    /// A segment framed alone in its own buffer: from its payload's CRC and sum when they
-    /// were taken as it was read, otherwise in the framer's pass. The buffer and the unit's
-    /// TCP sum; `None` when the framer refuses it.
-    #[inline]
-    fn frame_in_place(
-        framer: Framer,
-        s: DdpSegmentOut,
-        shifts: &mut CrcShifts,
-    ) -> Option<(Vec<u8>, Option<tcp::checksum::PayloadSum>)> {
-        let payload = s.payload_crc_sum();
-        let mut bytes = s.into_ulpdu_buffer();
-        let (_, sum) = match payload {
-            Some(p) => framer.frame_in_place_after(&mut bytes, p, shifts).ok()?,
-            None => framer.frame_in_place(&mut bytes).ok()?,
-        };
-        Some((bytes, sum))
-    }
-
     /// Takes DDP segments from `engine` until `budget` octets wait, their buffers from
     /// `shared` (or its own pool), counting them in `ops`; returns how many buffers it had
     /// to allocate.
@@ -264,15 +216,7 @@ impl Sender {
                 buffer = pool.take();
             }
             let fresh = buffer.capacity() == 0;
-            match Self::poll_with(
-                self.crc_on_read,
-                self.framer,
-                engine,
-                mem,
-                now,
-                mulpdu,
-                &mut buffer,
-            ) {
+            match engine.poll_segment_into(now, mulpdu, mem, &mut buffer) {
                 Some(s) => {
                     count_sent(ops, &s);
                     if fresh {
@@ -317,15 +261,7 @@ impl Sender {
         let pool = Self::pool(&mut self.spare, shared);
         let mut buffer = pool.take();
         let fresh = buffer.capacity() == 0;
-        let Some(s) = Self::poll_with(
-            self.crc_on_read,
-            Some(framer),
-            engine,
-            mem,
-            now,
-            mulpdu,
-            &mut buffer,
-        ) else {
+        let Some(s) = engine.poll_segment_into(now, mulpdu, mem, &mut buffer) else {
             pool.give(buffer);
             return None;
         };
@@ -336,7 +272,8 @@ impl Sender {
             self.queue.push_back(TxSeg::Engine(s));
             return None;
         }
-        let (bytes, sum) = Self::frame_in_place(framer, s, &mut self.crc_shifts)?;
+        let mut bytes = s.into_ulpdu_buffer();
+        let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
         Some(FramedUnit {
             bytes,
             sum,
@@ -378,7 +315,8 @@ impl Sender {
                 return None;
             };
             self.bytes -= s.len();
-            let (bytes, sum) = Self::frame_in_place(framer, s, &mut self.crc_shifts)?;
+            let mut bytes = s.into_ulpdu_buffer();
+            let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
             return Some(FramedUnit {
                 bytes,
                 sum,

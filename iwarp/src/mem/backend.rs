@@ -6,16 +6,6 @@
 //! application's own memory instead: its addresses are the application's virtual addresses,
 //! and only the ranges the application registered are backed.
 
-/// How a read moves octets out of registered memory: a copy that may compute something
-/// over them in the same pass (the send side's CRC and checksum).
-pub trait ReadCopy {
-    /// Copies `src` into `dst` (as long).
-    fn copy(&mut self, dst: &mut [u8], src: &[u8]);
-
-    /// Takes in `data`, copied already (by a backend that has no slice to hand out).
-    fn copied(&mut self, data: &[u8]);
-}
-
 /// A physical address space that placement writes into and reads come from.
 pub trait MemoryBackend {
     /// Whether every octet of `[addr, addr + len)` is backed.
@@ -26,15 +16,6 @@ pub trait MemoryBackend {
 
     /// Copies the octets at `addr` into `out`; false (nothing read) when not backed.
     fn read(&self, addr: u64, out: &mut [u8]) -> bool;
-
-    /// [`MemoryBackend::read`] through `how`. By default the read, then `how` takes in
-    /// what it read.
-    fn read_with(&self, addr: u64, out: &mut [u8], how: &mut dyn ReadCopy) -> bool {
-        self.read(addr, out) && {
-            how.copied(out);
-            true
-        }
-    }
 
     /// Starts backing `[addr, addr + len)` (a backend that holds memory on request: an
     /// application's buffers as it registers them); false when the backend cannot (an
@@ -94,19 +75,6 @@ impl<A: Arena + ?Sized> MemoryBackend for A {
         {
             Some(src) => {
                 out.copy_from_slice(src);
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn read_with(&self, addr: u64, out: &mut [u8], how: &mut dyn ReadCopy) -> bool {
-        match usize::try_from(addr)
-            .ok()
-            .and_then(|a| self.bytes().get(a..a.checked_add(out.len())?))
-        {
-            Some(src) => {
-                how.copy(out, src);
                 true
             }
             None => false,

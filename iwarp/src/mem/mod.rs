@@ -8,7 +8,7 @@ mod simple;
 mod stag;
 mod table;
 
-pub use backend::{Arena, HeapBackend, MemoryBackend, ReadCopy};
+pub use backend::{Arena, HeapBackend, MemoryBackend};
 pub use pool::{BufferPool, PoolStats, DEFAULT_POOL_BYTES};
 pub use sgl::Sgl;
 pub use simple::{RegionSpec, SimpleMemory};

@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use super::backend::{Arena, HeapBackend, ReadCopy};
+use super::backend::{Arena, HeapBackend};
 use super::stag::{Access, PdId, STag, StreamId};
-use super::table::{check_sub_range, AccessError, MemoryTable, ReadGrant, Resolved};
+use super::table::{check_sub_range, AccessError, MemoryTable, Resolved};
 
 /// Parameters of a region registered in [`SimpleMemory`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,28 +254,6 @@ impl<B: Arena> MemoryTable for SimpleMemory<B> {
     fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError> {
         out.copy_from_slice(self.octets(r, off, out.len())?);
         Ok(())
-    }
-
-    fn read_with(
-        &self,
-        r: &Resolved,
-        off: u64,
-        out: &mut [u8],
-        how: &mut dyn ReadCopy,
-    ) -> Result<(), AccessError> {
-        how.copy(out, self.octets(r, off, out.len())?);
-        Ok(())
-    }
-
-    fn read_granted_with(
-        &self,
-        r: &Resolved,
-        _grant: &mut ReadGrant,
-        off: u64,
-        out: &mut [u8],
-        how: &mut dyn ReadCopy,
-    ) -> Result<(), AccessError> {
-        self.read_with(r, off, out, how)
     }
 
     fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {

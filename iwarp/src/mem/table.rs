@@ -2,7 +2,6 @@
 
 use thiserror::Error;
 
-use super::backend::ReadCopy;
 use super::pool::BufferPool;
 use super::stag::{Access, PdId, STag, StreamId};
 use crate::wire::terminate::TerminateCause;
@@ -195,37 +194,6 @@ pub trait MemoryTable {
     ) -> Result<(), AccessError> {
         let _ = grant;
         self.read(r, off, out)
-    }
-
-    /// [`MemoryTable::read`] through `how` (a copy that computes over the octets as it
-    /// moves them). By default the read, then `how` takes in what it read.
-    #[inline]
-    fn read_with(
-        &self,
-        r: &Resolved,
-        off: u64,
-        out: &mut [u8],
-        how: &mut dyn ReadCopy,
-    ) -> Result<(), AccessError> {
-        self.read(r, off, out)?;
-        how.copied(out);
-        Ok(())
-    }
-
-    /// [`MemoryTable::read_granted`] through `how` (a copy that computes over the octets
-    /// as it moves them). By default the read, then `how` takes in what it read.
-    #[inline]
-    fn read_granted_with(
-        &self,
-        r: &Resolved,
-        grant: &mut ReadGrant,
-        off: u64,
-        out: &mut [u8],
-        how: &mut dyn ReadCopy,
-    ) -> Result<(), AccessError> {
-        self.read_granted(r, grant, off, out)?;
-        how.copied(out);
-        Ok(())
     }
 
     /// Atomically replaces the 8 octets at the start of `r` (host byte order) by

@@ -7,7 +7,7 @@ use crate::mpa::error::MpaError;
 use crate::mpa::markers::{MarkedWriter, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
 use crate::wire::crc::to_wire;
-use crate::wire::crcsum::{crc32c_after, crc32c_and_sum, CrcShifts, CrcSum};
+use crate::wire::crcsum::crc32c_and_sum;
 use crate::wire::mpa::{fpdu_len, pad_len, ULPDU_LENGTH_LEN};
 use tcp::checksum::{payload_sum, PayloadSum};
 
@@ -126,50 +126,6 @@ impl Framer {
         Ok((buf.len(), sum.map(|s| s.then(payload_sum(&crc)))))
     }
 
-    /// [`Framer::frame_in_place`] for a buffer whose payload's CRC32c and TCP sum were
-    /// taken as it was read (`payload`, from [`crate::rdmap::DdpSegmentOut::payload_crc_sum`])
-    /// and whose ULPDU_Length field was written then: the CRC and sum of ULPDU_Length and
-    /// header are taken here (written before the payload's copy, their stores have
-    /// committed), the payload's CRC is carried over the pad (zeros, from a constant, not
-    /// from the octets just stored) and the two CRCs are joined by `shifts`. The same FPDU
-    /// and sum as [`Framer::frame_in_place`] gives; without CRCs, or when `payload` does
-    /// not fit the buffer, it is that.
-    #[inline]
-    pub fn frame_in_place_after(
-        &self,
-        buf: &mut Vec<u8>,
-        payload: CrcSum,
-        shifts: &mut CrcShifts,
-    ) -> Result<(usize, Option<PayloadSum>), MpaError> {
-        let paid = payload.sum.octets();
-        let head_len = match buf.len().checked_sub(paid) {
-            Some(h) if self.crc && self.markers.is_none() && h >= ULPDU_LENGTH_LEN => h,
-            _ => return self.frame_in_place(buf),
-        };
-        let ulpdu_len = buf.len() - ULPDU_LENGTH_LEN;
-        let len = u16::try_from(ulpdu_len)
-            .map_err(|_| MpaError::Framing("DDP segment longer than 65535 octets"))?
-            .to_be_bytes();
-        // Written by the engine before the payload's copy; rewritten only if it is not.
-        if buf[..ULPDU_LENGTH_LEN] != len {
-            buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len);
-        }
-        let head = crc32c_and_sum(&buf[..head_len]);
-        const ZEROS: [u8; 3] = [0; 3];
-        let pad = &ZEROS[..pad_len(ulpdu_len)];
-        let tail = if pad.is_empty() {
-            payload.crc
-        } else {
-            crc32c_after(payload.crc, pad)
-        };
-        let crc = to_wire(shifts.combine(head.crc, tail, paid + pad.len()));
-        let sum = head.sum.then(payload.sum).then(payload_sum(pad));
-        buf.extend_from_slice(pad);
-        buf.extend_from_slice(&crc);
-        debug_assert_eq!(buf.len(), fpdu_len(ulpdu_len));
-        Ok((buf.len(), Some(sum.then(payload_sum(&crc)))))
-    }
-
     /// Appends a unit starting at `seq` made of as many whole FPDUs from the front of
     /// `segments` as fit into `max_len` octets (markers included). Fails when not even the
     /// first FPDU fits; an empty list gives an empty unit.
@@ -251,53 +207,6 @@ mod tests {
         }
         let marked = Framer::new(true, Some(MarkerSpacing::new(0)));
         assert!(marked.frame_in_place(&mut vec![0; 10]).is_err());
-    }
-
-    // RFC 5044 §4.4: the CRC covers ULPDU_Length, ULPDU and pad. Framed from the payload's
-    // own CRC and sum (joined with the header's by the shift), the FPDU and its TCP sum are
-    // those of the whole-buffer pass, for every pad and payload lengths around the MULPDU
-    // (1448 − 16 on a 1500 MTU), with a tagged and an untagged header, the multipliers kept
-    // or recomputed as the lengths change.
-    #[test]
-    fn fpdu_framed_from_the_payloads_crc_equals_the_whole_pass() {
-        use crate::wire::crcsum::copy_crc32c_and_sum;
-        let f = Framer::new(true, None);
-        let mut shifts = CrcShifts::default();
-        let src: Vec<u8> = (0..9000u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
-            .collect();
-        let lens = (0..=40)
-            .chain(1400..=1450)
-            .chain([4000, 8970, 8971, 8972, 8973]);
-        for n in lens {
-            for header in [
-                &[0x41u8, 0x40, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12][..],
-                &[0x42; 18],
-            ] {
-                let mut plain = vec![0; ULPDU_LENGTH_LEN];
-                plain.extend_from_slice(header);
-                plain.extend_from_slice(&src[..n]);
-                let mut after = vec![0xee; ULPDU_LENGTH_LEN + header.len() + n];
-                let len = u16::try_from(header.len() + n).unwrap().to_be_bytes();
-                after[..ULPDU_LENGTH_LEN].copy_from_slice(&len);
-                after[ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + header.len()].copy_from_slice(header);
-                let at = ULPDU_LENGTH_LEN + header.len();
-                let payload = copy_crc32c_and_sum(0, &mut after[at..], &src[..n]);
-                let want = f.frame_in_place(&mut plain).unwrap();
-                let got = f
-                    .frame_in_place_after(&mut after, payload, &mut shifts)
-                    .unwrap();
-                assert_eq!(
-                    after,
-                    plain,
-                    "{n} octets after a {}-octet header",
-                    header.len()
-                );
-                assert_eq!(got.0, want.0);
-                let (got, want) = (got.1.unwrap(), want.1.unwrap());
-                assert_eq!((got.folded(), got.octets()), (want.folded(), want.octets()));
-            }
-        }
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! Transmit path: choosing the next message (send queue work or responses to the peer's
 //! requests), segmenting it for the current MULPDU and generating Terminate.
 
-use tcp::checksum::PayloadSum;
 use tcp::Instant;
 
 use super::completion::CompletionStatus;
@@ -12,9 +11,8 @@ use super::state::{
 };
 use super::wr::{CheckedSource, SendOp};
 use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
-use crate::mem::{Access, AccessError, MemoryTable, ReadCopy, ReadGrant, Resolved, Sge};
+use crate::mem::{Access, AccessError, MemoryTable, ReadGrant, Resolved, Sge};
 use crate::wire::atomic::{AtomicRequestRepr, ATOMIC_REQUEST_LEN};
-use crate::wire::crcsum::{copy_crc32c_and_sum, crc32c_and_sum_after, CrcSum};
 use crate::wire::ddp::{DdpRepr, UntaggedRepr, UNTAGGED_HEADER_LEN};
 use crate::wire::mpa::{CRC_LEN, ULPDU_LENGTH_LEN};
 use crate::wire::rdmap::{ImmediateDataRepr, Opcode, RdmapControl, ReadRequestRepr};
@@ -25,32 +23,6 @@ const HEADER_MAX: usize = UNTAGGED_HEADER_LEN + INLINE_MAX;
 /// Room a gathered segment's buffer keeps after the payload, so that the MPA framer can
 /// append pad and CRC without growing it.
 const TRAILER_ROOM: usize = 3 + CRC_LEN;
-
-/// A payload's read out of registered memory that takes its CRC32c and TCP sum (from
-/// nothing before: the payload's own, `wire::crcsum`), in the copy's pass where the backend
-/// hands out its octets. The octets before the payload (ULPDU_Length, header) are left to
-/// the framer, which combines their CRC with this one: they were just written, and a load
-/// over stores that have not committed yet waits for them.
-struct CrcSumRead<'a>(&'a mut CrcSum);
-
-impl ReadCopy for CrcSumRead<'_> {
-    #[inline]
-    fn copy(&mut self, dst: &mut [u8], src: &[u8]) {
-        let next = copy_crc32c_and_sum(self.0.crc, dst, src);
-        *self.0 = CrcSum {
-            crc: next.crc,
-            sum: self.0.sum.then(next.sum),
-        };
-    }
-
-    fn copied(&mut self, data: &[u8]) {
-        let next = crc32c_and_sum_after(self.0.crc, data);
-        *self.0 = CrcSum {
-            crc: next.crc,
-            sum: self.0.sum.then(next.sum),
-        };
-    }
-}
 
 /// One DDP segment ready for the MPA framer: header octets (DDP header and, for control
 /// messages, the RDMAP header) followed by the payload.
@@ -65,27 +37,9 @@ pub struct DdpSegmentOut {
     header_len: usize,
     /// The ULPDU_Length room, the header and the payload.
     buf: Vec<u8>,
-    /// The payload's CRC32c (bits 0..32) and folded TCP sum (bits 32..48), bit 48 set, when
-    /// taken as it was read ([`Engine::poll_segment_crc_into`]); 0 when not. One word, so
-    /// that it is stored and read back whole (a wider load over its narrower stores would
-    /// wait for the payload's copy to commit).
-    payload_crc_sum: u64,
 }
 
 impl DdpSegmentOut {
-    /// The CRC32c and the TCP checksum sum of the payload alone, when they were taken as
-    /// it was read out of registered memory ([`Engine::poll_segment_crc_into`]); the MPA
-    /// framer then takes those of ULPDU_Length and header and combines them
-    /// ([`crate::mpa::Framer::frame_in_place_after`]).
-    #[inline]
-    pub fn payload_crc_sum(&self) -> Option<CrcSum> {
-        let w = self.payload_crc_sum;
-        (w >> 48 != 0).then(|| CrcSum {
-            crc: w as u32,
-            sum: PayloadSum::from_folded((w >> 32) as u16, self.payload().len()),
-        })
-    }
-
     /// Header octets.
     #[inline]
     pub fn header(&self) -> &[u8] {
@@ -120,14 +74,11 @@ impl DdpSegmentOut {
     }
 
     /// The segment as the MPA framer finishes it in place: `ULPDU_LENGTH_LEN` octets of
-    /// room (zero, or the ULPDU_Length field when the payload's CRC was taken as it was
-    /// read) followed by the ULPDU (header, payload), with room for the pad and the
+    /// room (zero) followed by the ULPDU (header, payload), with room for the pad and the
     /// CRC.
     #[inline]
     pub fn into_ulpdu_buffer(mut self) -> Vec<u8> {
-        if self.payload_crc_sum == 0 {
-            self.buf[..ULPDU_LENGTH_LEN].fill(0);
-        }
+        self.buf[..ULPDU_LENGTH_LEN].fill(0);
         self.buf
     }
 
@@ -242,7 +193,6 @@ fn gather<M: MemoryTable + ?Sized>(
     mem: &M,
     offset: u32,
     out: &mut [u8],
-    how: &mut Option<CrcSumRead<'_>>,
 ) -> Result<(), AccessError> {
     let mut at = 0u64;
     let want_lo = u64::from(offset);
@@ -253,17 +203,16 @@ fn gather<M: MemoryTable + ?Sized>(
         if lo < hi {
             let r = r.as_ref().ok_or(AccessError::InvalidStag)?;
             let out = &mut out[(lo - want_lo) as usize..(hi - want_lo) as usize];
-            // The whole piece in one read (a small message's usual case): no later read of
-            // it follows, so no grant is worth building (one that came with the verbs
-            // layer's check is used).
-            let whole = lo == at
+            if lo == at
                 && hi == at + u64::from(*len)
-                && !(grant.piece == i && grant.grant.is_held());
-            match how {
-                None if whole => mem.read(r, 0, out)?,
-                None => mem.read_granted(r, grant.for_piece(i), lo - at, out)?,
-                Some(how) if whole => mem.read_with(r, 0, out, how)?,
-                Some(how) => mem.read_granted_with(r, grant.for_piece(i), lo - at, out, how)?,
+                && !(grant.piece == i && grant.grant.is_held())
+            {
+                // The whole piece in one read (a small message's usual case): no later
+                // read of it follows, so no grant is worth building (one that came with
+                // the verbs layer's check is used).
+                mem.read(r, 0, out)?;
+            } else {
+                mem.read_granted(r, grant.for_piece(i), lo - at, out)?;
             }
         }
         at += u64::from(*len);
@@ -330,30 +279,10 @@ impl Engine {
         // Nothing to start (the receiving side's usual case, asked after every segment):
         // answered from the summary (up to date, as `tx_open` asserts) before the loop, so
         // that what the loop keeps at hand is set up only when a segment may be built.
-        self.poll_segment_crc_into(now, mulpdu, mem, buffer, usize::MAX)
-    }
-
-    /// Like [`Engine::poll_segment_into`], for FPDUs with a CRC framed in place: the payload
-    /// of a segment of at least `crc_from` octets (one that goes alone into its unit) is
-    /// read out of registered memory by the copying kernel
-    /// (`wire::crcsum::copy_crc32c_and_sum`), which takes its CRC32c and TCP sum in the
-    /// copy's pass ([`DdpSegmentOut::payload_crc_sum`]).
-    #[inline]
-    pub fn poll_segment_crc_into<M: MemoryTable + ?Sized>(
-        &mut self,
-        now: Instant,
-        mulpdu: usize,
-        mem: &M,
-        buffer: &mut Vec<u8>,
-        crc_from: usize,
-    ) -> Option<DdpSegmentOut> {
-        // Nothing to start (the receiving side's usual case, asked after every segment):
-        // answered from the summary (up to date, as `tx_open` asserts) before the loop, so
-        // that what the loop keeps at hand is set up only when a segment may be built.
         if self.tx_open() && self.current.is_none() && self.tx_idle {
             return None;
         }
-        let out = self.poll_segment_inner(now, mulpdu, mem, buffer, crc_from);
+        let out = self.poll_segment_inner(now, mulpdu, mem, buffer);
         self.tx_idle = self.nothing_to_start();
         out
     }
@@ -364,7 +293,6 @@ impl Engine {
         mulpdu: usize,
         mem: &M,
         buffer: &mut Vec<u8>,
-        crc_from: usize,
     ) -> Option<DdpSegmentOut> {
         loop {
             if !self.tx_open() {
@@ -393,7 +321,6 @@ impl Engine {
                 return Some(DdpSegmentOut {
                     header_len: n + m,
                     buf,
-                    payload_crc_sum: 0,
                 });
             }
             if self.current.is_none() {
@@ -405,16 +332,12 @@ impl Engine {
                     return None;
                 }
             }
-            let mut crc_sum = None;
-            match self.next_from_current(mulpdu, mem, buffer, crc_from, &mut crc_sum) {
+            match self.next_from_current(mulpdu, mem, buffer) {
                 Ok(Some(header_len)) => {
                     self.last_tx = Some(now);
                     return Some(DdpSegmentOut {
                         header_len,
                         buf: core::mem::take(buffer),
-                        payload_crc_sum: crc_sum.map_or(0, |c| {
-                            u64::from(c.crc) | u64::from(c.sum.folded()) << 32 | 1 << 48
-                        }),
                     });
                 }
                 Ok(None) => return None,
@@ -457,16 +380,12 @@ impl Engine {
     }
 
     /// Builds the current message's next segment in `buffer`, answering its header's
-    /// length (the segment is `buffer` then), or `None` when nothing fits. A payload read
-    /// out of registered memory for a segment of at least `crc_from` octets leaves its CRC
-    /// and sum in `crc_sum`.
+    /// length (the segment is `buffer` then), or `None` when nothing fits.
     fn next_from_current<M: MemoryTable + ?Sized>(
         &mut self,
         mulpdu: usize,
         mem: &M,
         buffer: &mut Vec<u8>,
-        crc_from: usize,
-        crc_sum: &mut Option<CrcSum>,
     ) -> Result<Option<usize>, Failure> {
         let Some(cur) = self.current.as_mut() else {
             return Ok(None);
@@ -488,20 +407,6 @@ impl Engine {
             .map_err(|_| Failure::bare(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, Culprit::None))?;
         // The payload's room is laid out after the header, the buffer cut or grown then.
         out.header_len = n;
-        let reads = plan.len > 0 && !matches!(cur.payload, TxPayload::Inline { .. });
-        let mut how = if reads && n + plan.len as usize >= crc_from {
-            u16::try_from(n + plan.len as usize).ok().map(|len| {
-                // ULPDU_Length, written before the payload's copy so that the framer's
-                // CRC of it and the header loads stores that have committed.
-                out.buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
-                CrcSumRead(crc_sum.insert(CrcSum {
-                    crc: 0,
-                    sum: PayloadSum::from_folded(0, 0),
-                }))
-            })
-        } else {
-            None
-        };
         match &cur.payload {
             TxPayload::Inline { bytes, len } => {
                 out.header_room(0)[n..n + len].copy_from_slice(&bytes[..*len]);
@@ -509,7 +414,7 @@ impl Engine {
             }
             TxPayload::Gather(pieces) => {
                 let payload = out.payload_room(plan.len as usize);
-                if let Err(_e) = gather(pieces, grant, mem, plan.offset, payload, &mut how) {
+                if let Err(_e) = gather(pieces, grant, mem, plan.offset, payload) {
                     let culprit = match cur.done {
                         TxDone::Complete(seq) => {
                             Culprit::Send(seq, CompletionStatus::LocalProtection)
@@ -527,13 +432,11 @@ impl Engine {
                     out.end_header(n);
                 } else {
                     let payload = out.payload_room(plan.len as usize);
-                    let at = u64::from(plan.offset);
-                    let res = match (src, &mut how) {
-                        (Some(r), Some(how)) => {
-                            mem.read_granted_with(r, grant.for_piece(0), at, payload, how)
+                    let res = match src {
+                        Some(r) => {
+                            mem.read_granted(r, grant.for_piece(0), u64::from(plan.offset), payload)
                         }
-                        (Some(r), None) => mem.read_granted(r, grant.for_piece(0), at, payload),
-                        (None, _) => Err(AccessError::InvalidStag),
+                        None => Err(AccessError::InvalidStag),
                     };
                     if let Err(e) = res {
                         if let TxDone::ReadResponse {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 pub use crate::mem::MemoryBackend;
-use crate::mem::{AccessError, MemoryTable, ReadCopy, ReadGrant, Resolved};
+use crate::mem::{AccessError, MemoryTable, ReadGrant, Resolved};
 
 use super::handle::QpId;
 use super::status::{CompletionStatus, VerbError};
@@ -1538,91 +1538,6 @@ impl MemoryModel {
     }
 }
 
-/// Reads, each backend range's octets copied plainly (`how` `None`) or by `how`.
-impl MemoryModel {
-    /// The octets at backend address `addr` into `out`, through `how` when given.
-    #[inline]
-    fn backend_read(&self, addr: u64, out: &mut [u8], how: &mut Option<&mut dyn ReadCopy>) -> bool {
-        match how {
-            Some(how) => self.backend.read_with(addr, out, &mut **how),
-            None => self.backend.read(addr, out),
-        }
-    }
-
-    /// [`MemoryTable::read`] through `how`.
-    fn read_through(
-        &self,
-        r: &Resolved,
-        off: u64,
-        out: &mut [u8],
-        mut how: Option<&mut dyn ReadCopy>,
-    ) -> Result<(), AccessError> {
-        if out.is_empty() {
-            return Ok(());
-        }
-        let live = self.live(r);
-        if let Ok(Live::Inline(data)) = live {
-            let start = r.offset.checked_add(off).ok_or(AccessError::BaseBounds)?;
-            let src = usize::try_from(start)
-                .ok()
-                .and_then(|st| data.get(st..st.checked_add(out.len())?))
-                .ok_or(AccessError::BaseBounds)?;
-            match how {
-                Some(how) => how.copy(out, src),
-                None => out.copy_from_slice(src),
-            }
-            return Ok(());
-        }
-        let read = match self.span(r, off, out.len(), live)? {
-            Span::One(start) => self.backend_read(start, out, &mut how),
-            Span::Pages(chunks) => {
-                let mut read = true;
-                for (backend, part) in chunks.with_parts() {
-                    read = self.backend_read(backend.start as u64, &mut out[part], &mut how);
-                    if !read {
-                        break;
-                    }
-                }
-                read
-            }
-        };
-        read.then_some(()).ok_or(AccessError::BaseBounds)
-    }
-
-    /// [`MemoryTable::read_granted`] through `how`.
-    #[inline]
-    fn read_granted_through(
-        &self,
-        r: &Resolved,
-        grant: &mut ReadGrant,
-        off: u64,
-        out: &mut [u8],
-        mut how: Option<&mut dyn ReadCopy>,
-    ) -> Result<(), AccessError> {
-        if out.is_empty() {
-            return Ok(());
-        }
-        let generation = self.generation();
-        match grant.held(generation) {
-            Some(Some(start)) => {
-                match off.checked_add(out.len() as u64) {
-                    Some(end) if end <= r.len => {}
-                    _ => return Err(AccessError::BaseBounds),
-                }
-                return self
-                    .backend_read(start + off, out, &mut how)
-                    .then_some(())
-                    .ok_or(AccessError::BaseBounds);
-            }
-            Some(None) => return self.read_through(r, off, out, how),
-            None => {}
-        }
-        self.read_through(r, off, out, how)?;
-        *grant = ReadGrant::new(generation, self.one_range(r));
-        Ok(())
-    }
-}
-
 impl MemoryTable for MemoryModel {
     fn table_generation(&self) -> Option<u64> {
         Some(self.generation())
@@ -1687,7 +1602,26 @@ impl MemoryTable for MemoryModel {
     }
 
     fn read(&self, r: &Resolved, off: u64, out: &mut [u8]) -> Result<(), AccessError> {
-        self.read_through(r, off, out, None)
+        if out.is_empty() {
+            return Ok(());
+        }
+        let live = self.live(r);
+        if let Ok(Live::Inline(data)) = live {
+            let start = r.offset.checked_add(off).ok_or(AccessError::BaseBounds)?;
+            let src = usize::try_from(start)
+                .ok()
+                .and_then(|st| data.get(st..st.checked_add(out.len())?))
+                .ok_or(AccessError::BaseBounds)?;
+            out.copy_from_slice(src);
+            return Ok(());
+        }
+        let read = match self.span(r, off, out.len(), live)? {
+            Span::One(start) => self.backend.read(start, out),
+            Span::Pages(chunks) => chunks
+                .with_parts()
+                .all(|(backend, part)| self.backend.read(backend.start as u64, &mut out[part])),
+        };
+        read.then_some(()).ok_or(AccessError::BaseBounds)
     }
 
     /// A grant holds the backend address of a range that is one backend range (the usual
@@ -1700,31 +1634,28 @@ impl MemoryTable for MemoryModel {
         off: u64,
         out: &mut [u8],
     ) -> Result<(), AccessError> {
-        self.read_granted_through(r, grant, off, out, None)
-    }
-
-    /// [`MemoryTable::read`], each backend range's octets moved by `how`.
-    fn read_with(
-        &self,
-        r: &Resolved,
-        off: u64,
-        out: &mut [u8],
-        how: &mut dyn ReadCopy,
-    ) -> Result<(), AccessError> {
-        self.read_through(r, off, out, Some(how))
-    }
-
-    /// [`MemoryTable::read_granted`], each backend range's octets moved by `how`.
-    #[inline]
-    fn read_granted_with(
-        &self,
-        r: &Resolved,
-        grant: &mut ReadGrant,
-        off: u64,
-        out: &mut [u8],
-        how: &mut dyn ReadCopy,
-    ) -> Result<(), AccessError> {
-        self.read_granted_through(r, grant, off, out, Some(how))
+        if out.is_empty() {
+            return Ok(());
+        }
+        let generation = self.generation();
+        match grant.held(generation) {
+            Some(Some(start)) => {
+                match off.checked_add(out.len() as u64) {
+                    Some(end) if end <= r.len => {}
+                    _ => return Err(AccessError::BaseBounds),
+                }
+                return self
+                    .backend
+                    .read(start + off, out)
+                    .then_some(())
+                    .ok_or(AccessError::BaseBounds);
+            }
+            Some(None) => return self.read(r, off, out),
+            None => {}
+        }
+        self.read(r, off, out)?;
+        *grant = ReadGrant::new(generation, self.one_range(r));
+        Ok(())
     }
 
     fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {

@@ -60,59 +60,6 @@ fn crc_and_folded_sum(data: &[u8]) -> (u32, u16) {
     }
 }
 
-/// The CRC32c of what gave `crc` (0 for nothing before) followed by `data`, and the one's
-/// complement sum of `data`, in one pass where the CPU allows it.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
-    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
-))]
-pub fn crc32c_and_sum_after(crc: u32, data: &[u8]) -> CrcSum {
-    let (crc, folded) = multiversion::target::match_target! {
-        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!crc, data),
-        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!crc, data),
-        _ => (crc32c_after(crc, data), tcp::checksum::sum(data)),
-    };
-    CrcSum {
-        crc,
-        sum: PayloadSum::from_folded(folded, data.len()),
-    }
-}
-
-/// Copies `src` into `dst` (as long) and returns the CRC32c of what gave `crc` (0 for
-/// nothing before) followed by `src`, and the one's complement sum of `src` (as
-/// [`tcp::checksum::copy_payload`] gives it), in one pass where the CPU allows it: the
-/// send side's read of a payload out of registered memory.
-///
-/// # Panics
-/// When `dst` and `src` differ in length.
-pub fn copy_crc32c_and_sum(crc: u32, dst: &mut [u8], src: &[u8]) -> CrcSum {
-    assert_eq!(dst.len(), src.len(), "copy_crc32c_and_sum: lengths differ");
-    let (crc, folded) = copy_crc_and_folded_sum(crc, dst, src);
-    CrcSum {
-        crc,
-        sum: PayloadSum::from_folded(folded, src.len()),
-    }
-}
-
-/// [`copy_crc32c_and_sum`]'s kernels: the copying one-pass kernel, or the copy with its
-/// sum (`tcp::checksum::copy_payload`) then the CRC of the copy.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
-    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
-))]
-fn copy_crc_and_folded_sum(crc: u32, dst: &mut [u8], src: &[u8]) -> (u32, u16) {
-    multiversion::target::match_target! {
-        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => {
-            avx512::copy_crc_sum(!crc, dst, src)
-        }
-        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::copy_crc_sum(!crc, dst, src),
-        _ => {
-            let sum = tcp::checksum::copy_payload(dst, src);
-            (crc32c_after(crc, dst), sum.folded())
-        }
-    }
-}
-
 /// The CRC32c of what gave `crc` followed by `data` (`crc` 0 for nothing before): the
 /// one-pass kernel where the CPU has one (its sum unused; on CPUs whose `crc32` instruction
 /// is slow, AMD's, it is several times faster than crc-fast's CRC), crc-fast elsewhere.
@@ -120,7 +67,7 @@ fn copy_crc_and_folded_sum(crc: u32, dst: &mut [u8], src: &[u8]) -> (u32, u16) {
     "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
     "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
 ))]
-pub(crate) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
+pub(super) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
     multiversion::target::match_target! {
         "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!crc, data).0,
         "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!crc, data).0,
@@ -138,17 +85,20 @@ pub(crate) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
 }
 
 /// The whole blocks of `data` (at least one) folded into one register, four registers in
-/// flight, each block given by `next` (which loads it, adds it into the sum and, for a
-/// copy, stores it); the register holding the first block is `xor`ed with `init`. Expands
-/// inside each width's kernel, whose `BLOCK`, `splat`, `fold` and multipliers `K1`..`K4`
-/// it uses, so that the intrinsics stay in functions compiled with their target features
-/// (a shared generic function would not be).
+/// flight, each block also added into `sum`; the register holding the first block is
+/// `xor`ed with `init`. Expands inside each width's kernel, whose `BLOCK`, `load`, `splat`,
+/// `fold` and multipliers `K1`..`K4` it uses, so that the intrinsics stay in functions
+/// compiled with their target features (a shared generic function would not be).
 #[cfg(target_arch = "x86_64")]
 macro_rules! fold_blocks {
-    ($len:expr, $next:ident, $xor:ident, $init:ident) => {{
-        let mut next = $next;
+    ($data:ident, $blocks:ident, $sum:ident, $xor:ident, $init:ident) => {{
+        let mut next = || {
+            let x = load($blocks.next().expect("a block"));
+            $sum.add(x);
+            x
+        };
         let mut acc = $xor(next(), $init);
-        let mut whole = $len / BLOCK - 1;
+        let mut whole = $data.len() / BLOCK - 1;
         if whole >= 3 {
             // Four registers in flight, each moved along by four blocks.
             let (mut a1, mut a2, mut a3) = (next(), next(), next());
@@ -177,8 +127,7 @@ macro_rules! fold_blocks {
 #[cfg(target_arch = "x86_64")]
 mod fold {
     use core::arch::x86_64::{
-        __m128i, _mm_clmulepi64_si128, _mm_crc32_u64, _mm_crc32_u8, _mm_cvtsi128_si64,
-        _mm_cvtsi64_si128, _mm_extract_epi64,
+        __m128i, _mm_crc32_u64, _mm_crc32_u8, _mm_cvtsi128_si64, _mm_extract_epi64,
     };
 
     /// CRC32c's generator polynomial without its x^32 term, bit k the coefficient of x^k.
@@ -209,20 +158,6 @@ mod fold {
     /// power for the product of two reflected operands, which carries one extra.
     pub(super) const fn fold_by(d: u32) -> (i64, i64) {
         (reflected(d + 63) as i64, reflected(d - 1) as i64)
-    }
-
-    /// `crc`·`k`·x^33 mod P (reflected operands): the carry-less product of the two
-    /// (63 bits, coefficient of x^(62−i) at bit i) reduced by the `crc32` instruction,
-    /// which multiplies its 64-bit operand by x^32 (one power more: the product's bit 0
-    /// stands for x^62, the instruction's for x^63).
-    #[inline]
-    #[target_feature(enable = "pclmulqdq,sse4.2")]
-    pub(super) fn shift(crc: u32, k: u32) -> u32 {
-        let p = _mm_clmulepi64_si128::<0>(
-            _mm_cvtsi64_si128(i64::from(crc)),
-            _mm_cvtsi64_si128(i64::from(k)),
-        );
-        _mm_crc32_u64(0, _mm_cvtsi128_si64(p) as u64) as u32
     }
 
     /// The CRC register after the folded 128 bits `r` (the remainder of everything before
@@ -276,8 +211,7 @@ mod avx512 {
     use core::arch::x86_64::{
         __m512i, _mm512_add_epi64, _mm512_and_si512, _mm512_clmulepi64_epi128,
         _mm512_extracti32x4_epi32, _mm512_reduce_add_epi64, _mm512_set1_epi64, _mm512_set_epi64,
-        _mm512_srli_epi64, _mm512_ternarylogic_epi64, _mm512_xor_si512, _mm_cvtsi128_si64,
-        _mm_extract_epi64, _mm_xor_si128,
+        _mm512_srli_epi64, _mm512_ternarylogic_epi64, _mm512_xor_si512, _mm_xor_si128,
     };
 
     use super::fold::{finish, fold_by, remainder};
@@ -303,22 +237,6 @@ mod avx512 {
             i64::from_le_bytes(w)
         };
         _mm512_set_epi64(q(7), q(6), q(5), q(4), q(3), q(2), q(1), q(0))
-    }
-
-    /// `x` into the 64 octets of `b` (the extracted quadwords merge into one store).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn store(b: &mut [u8], x: __m512i) {
-        let lanes = [
-            _mm512_extracti32x4_epi32::<0>(x),
-            _mm512_extracti32x4_epi32::<1>(x),
-            _mm512_extracti32x4_epi32::<2>(x),
-            _mm512_extracti32x4_epi32::<3>(x),
-        ];
-        for (w, l) in b.chunks_exact_mut(16).zip(lanes) {
-            w[..8].copy_from_slice(&_mm_cvtsi128_si64(l).to_le_bytes());
-            w[8..].copy_from_slice(&_mm_extract_epi64::<1>(l).to_le_bytes());
-        }
     }
 
     /// The same multipliers in every lane.
@@ -377,62 +295,25 @@ mod avx512 {
         let mut sum = Sum::new();
         let mut blocks = data.chunks_exact(BLOCK);
         if data.len() >= BLOCK {
-            let next = || {
-                let x = load(blocks.next().expect("a block"));
-                sum.add(x);
-                x
-            };
-            state = fold_all(state, data.len(), next);
+            // The initial register goes into the first four octets.
+            let init = _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, i64::from(state));
+            let acc = fold_blocks!(data, blocks, sum, _mm512_xor_si512, init);
+            // Lanes 0, 1 and 2 moved to lane 3's place; lane 3 kept.
+            let k = _mm512_set_epi64(0, 0, L2.1, L2.0, L1.1, L1.0, L0.1, L0.0);
+            let t = fold(acc, k, _mm512_set1_epi64(0));
+            let r = _mm_xor_si128(
+                _mm_xor_si128(
+                    _mm512_extracti32x4_epi32::<0>(t),
+                    _mm512_extracti32x4_epi32::<1>(t),
+                ),
+                _mm_xor_si128(
+                    _mm512_extracti32x4_epi32::<2>(t),
+                    _mm512_extracti32x4_epi32::<3>(acc),
+                ),
+            );
+            state = remainder(r);
         }
         finish(state, blocks.remainder(), sum.total())
-    }
-
-    /// [`crc_sum`] of `src`, copying `src` into `dst` (as long) in the same pass: each
-    /// block is stored from the register it was loaded into.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
-    pub(super) fn copy_crc_sum(init: u32, dst: &mut [u8], src: &[u8]) -> (u32, u16) {
-        let mut state = init;
-        let mut sum = Sum::new();
-        let whole = src.len() / BLOCK * BLOCK;
-        let (dst, dst_tail) = dst.split_at_mut(whole);
-        let (src, tail) = src.split_at(whole);
-        if !src.is_empty() {
-            let mut blocks = src.chunks_exact(BLOCK).zip(dst.chunks_exact_mut(BLOCK));
-            let next = || {
-                let (s, d) = blocks.next().expect("a block");
-                let x = load(s);
-                store(d, x);
-                sum.add(x);
-                x
-            };
-            state = fold_all(state, whole, next);
-        }
-        dst_tail.copy_from_slice(tail);
-        finish(state, tail, sum.total())
-    }
-
-    /// The CRC register after the `len` octets of whole blocks `next` gives (at least
-    /// one), from the register `state`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
-    fn fold_all(state: u32, len: usize, next: impl FnMut() -> __m512i) -> u32 {
-        // The initial register goes into the first four octets.
-        let init = _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, i64::from(state));
-        let acc = fold_blocks!(len, next, _mm512_xor_si512, init);
-        // Lanes 0, 1 and 2 moved to lane 3's place; lane 3 kept.
-        let k = _mm512_set_epi64(0, 0, L2.1, L2.0, L1.1, L1.0, L0.1, L0.0);
-        let t = fold(acc, k, _mm512_set1_epi64(0));
-        let r = _mm_xor_si128(
-            _mm_xor_si128(
-                _mm512_extracti32x4_epi32::<0>(t),
-                _mm512_extracti32x4_epi32::<1>(t),
-            ),
-            _mm_xor_si128(
-                _mm512_extracti32x4_epi32::<2>(t),
-                _mm512_extracti32x4_epi32::<3>(acc),
-            ),
-        );
-        remainder(r)
     }
 }
 
@@ -465,21 +346,6 @@ mod avx2 {
             i64::from_le_bytes(w)
         };
         _mm256_set_epi64x(q(3), q(2), q(1), q(0))
-    }
-
-    /// `x` into the 32 octets of `b` (the extracted quadwords merge into one store).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn store(b: &mut [u8], x: __m256i) {
-        let q = [
-            _mm256_extract_epi64::<0>(x),
-            _mm256_extract_epi64::<1>(x),
-            _mm256_extract_epi64::<2>(x),
-            _mm256_extract_epi64::<3>(x),
-        ];
-        for (w, q) in b.chunks_exact_mut(8).zip(q) {
-            w.copy_from_slice(&q.to_le_bytes());
-        }
     }
 
     /// The same multipliers in both lanes.
@@ -547,159 +413,21 @@ mod avx2 {
         let mut sum = Sum::new();
         let mut blocks = data.chunks_exact(BLOCK);
         if data.len() >= BLOCK {
-            let next = || {
-                let x = load(blocks.next().expect("a block"));
-                sum.add(x);
-                x
-            };
-            state = fold_all(state, data.len(), next);
+            // The initial register goes into the first four octets.
+            let init = _mm256_set_epi64x(0, 0, 0, i64::from(state));
+            let acc = fold_blocks!(data, blocks, sum, _mm256_xor_si256, init);
+            // Lane 0 moved to lane 1's place; lane 1 kept.
+            let k = _mm256_set_epi64x(0, 0, L0.1, L0.0);
+            let t = fold(acc, k, _mm256_setzero_si256());
+            let r = _mm_xor_si128(
+                _mm256_extracti128_si256::<0>(t),
+                _mm256_extracti128_si256::<1>(acc),
+            );
+            state = remainder(r);
         }
         finish(state, blocks.remainder(), sum.total())
     }
-
-    /// [`crc_sum`] of `src`, copying `src` into `dst` (as long) in the same pass: each
-    /// block is stored from the register it was loaded into.
-    #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
-    pub(super) fn copy_crc_sum(init: u32, dst: &mut [u8], src: &[u8]) -> (u32, u16) {
-        let mut state = init;
-        let mut sum = Sum::new();
-        let whole = src.len() / BLOCK * BLOCK;
-        let (dst, dst_tail) = dst.split_at_mut(whole);
-        let (src, tail) = src.split_at(whole);
-        if !src.is_empty() {
-            let mut blocks = src.chunks_exact(BLOCK).zip(dst.chunks_exact_mut(BLOCK));
-            let next = || {
-                let (s, d) = blocks.next().expect("a block");
-                let x = load(s);
-                store(d, x);
-                sum.add(x);
-                x
-            };
-            state = fold_all(state, whole, next);
-        }
-        dst_tail.copy_from_slice(tail);
-        finish(state, tail, sum.total())
-    }
-
-    /// The CRC register after the `len` octets of whole blocks `next` gives (at least
-    /// one), from the register `state`.
-    #[inline]
-    #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
-    fn fold_all(state: u32, len: usize, next: impl FnMut() -> __m256i) -> u32 {
-        // The initial register goes into the first four octets.
-        let init = _mm256_set_epi64x(0, 0, 0, i64::from(state));
-        let acc = fold_blocks!(len, next, _mm256_xor_si256, init);
-        // Lane 0 moved to lane 1's place; lane 1 kept.
-        let k = _mm256_set_epi64x(0, 0, L0.1, L0.0);
-        let t = fold(acc, k, _mm256_setzero_si256());
-        let r = _mm_xor_si128(
-            _mm256_extracti128_si256::<0>(t),
-            _mm256_extracti128_si256::<1>(acc),
-        );
-        remainder(r)
-    }
 }
-/// CRC32c's generator polynomial reflected (bit i the coefficient of x^(31−i)), as the CRC
-/// register holds it.
-const POLY_REFLECTED: u32 = 0x82F6_3B78;
-
-/// a·b mod P for reflected operands (bit i the coefficient of x^(31−i)), bit by bit.
-const fn mul_mod_p(a: u32, mut b: u32) -> u32 {
-    let mut p = 0;
-    let mut m = 1u32 << 31;
-    loop {
-        if a & m != 0 {
-            p ^= b;
-            if a & (m - 1) == 0 {
-                break;
-            }
-        }
-        m >>= 1;
-        if m == 0 {
-            break;
-        }
-        b = if b & 1 != 0 {
-            (b >> 1) ^ POLY_REFLECTED
-        } else {
-            b >> 1
-        };
-    }
-    p
-}
-
-/// x^e mod P, reflected, by squaring.
-const fn x_pow(mut e: u64) -> u32 {
-    let mut p = 1u32 << 31;
-    let mut base = 1u32 << 30;
-    while e != 0 {
-        if e & 1 != 0 {
-            p = mul_mod_p(p, base);
-        }
-        base = mul_mod_p(base, base);
-        e >>= 1;
-    }
-    p
-}
-
-/// x^33 mod P: what the carry-less product and the `crc32` reduction of a shift add to it.
-const X33: u32 = x_pow(33);
-
-/// `crc`·x^33·`k` mod P (`k` reflected): a carry-less multiplication whose 63-bit product
-/// the `crc32` instruction reduces, where the CPU has both; elsewhere bit by bit.
-#[multiversion::multiversion(targets("x86_64+pclmulqdq+sse4.2"))]
-fn shift_by(crc: u32, k: u32) -> u32 {
-    multiversion::target::match_target! {
-        "x86_64+pclmulqdq+sse4.2" => fold::shift(crc, k),
-        _ => mul_mod_p(mul_mod_p(crc, k), X33),
-    }
-}
-
-/// Joins two CRC32c values without reading their octets again: [`CrcShifts::combine`]
-/// gives the CRC of A followed by B from the CRC of A, the CRC of B and B's length n, as
-/// crc(A)·x^(8n) ⊕ crc(B) mod P (the initial and final inversions cancel out). The
-/// multiplier x^(8n) mod P is computed once per length; the two lengths used last are kept
-/// (a connection's full-sized FPDUs have one payload length, a message's last FPDU
-/// another).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CrcShifts {
-    /// (n, x^(8n−33) mod P), the last used first; n 0 for none.
-    slots: [(usize, u32); 2],
-}
-
-impl CrcShifts {
-    /// The CRC32c of A followed by B, from `a` (A's CRC), `b` (B's) and `n` (B's length).
-    #[inline]
-    pub fn combine(&mut self, a: u32, b: u32, n: usize) -> u32 {
-        if n < 5 {
-            // 8n < 33: too short for the multiplier's form (and never a payload here).
-            return mul_mod_p(a, x_pow(8 * n as u64)) ^ b;
-        }
-        shift_by(a, self.multiplier(n)) ^ b
-    }
-
-    /// x^(8n−33) mod P, from the kept ones or computed (and kept).
-    #[inline]
-    fn multiplier(&mut self, n: usize) -> u32 {
-        if self.slots[0].0 == n {
-            return self.slots[0].1;
-        }
-        self.multiplier_slow(n)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn multiplier_slow(&mut self, n: usize) -> u32 {
-        let k = if self.slots[1].0 == n {
-            self.slots[1].1
-        } else {
-            x_pow(8 * n as u64 - 33)
-        };
-        self.slots[1] = self.slots[0];
-        self.slots[0] = (n, k);
-        k
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -725,180 +453,6 @@ mod tests {
         multiversion::target::match_target! {
             "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => Some(avx2::crc_sum(!0, data)),
             _ => None,
-        }
-    }
-
-    /// The copying 512-bit kernel, where this CPU runs it.
-    #[allow(unused_variables)] // the copy without the features does not read its arguments
-    #[multiversion::multiversion(targets(
-        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2"
-    ))]
-    fn avx512_copy_kernel(crc: u32, dst: &mut [u8], src: &[u8]) -> Option<(u32, u16)> {
-        multiversion::target::match_target! {
-            "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" =>
-                Some(avx512::copy_crc_sum(!crc, dst, src)),
-            _ => None,
-        }
-    }
-
-    /// The copying 256-bit kernel, where this CPU runs it.
-    #[allow(unused_variables)] // the copy without the features does not read its arguments
-    #[multiversion::multiversion(targets("x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"))]
-    fn avx2_copy_kernel(crc: u32, dst: &mut [u8], src: &[u8]) -> Option<(u32, u16)> {
-        multiversion::target::match_target! {
-            "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" =>
-                Some(avx2::copy_crc_sum(!crc, dst, src)),
-            _ => None,
-        }
-    }
-
-    type CopyWay = (&'static str, fn(u32, &mut [u8], &[u8]) -> CrcSum);
-
-    /// A copying kernel as the tests call it: `None` where this CPU does not run it.
-    type CopyKernel = fn(u32, &mut [u8], &[u8]) -> Option<(u32, u16)>;
-
-    /// Every way this CPU has of copying while computing both: the dispatched entry point,
-    /// the fallback (copy with sum, then CRC) and each copying kernel it can run.
-    fn copy_ways() -> Vec<CopyWay> {
-        fn with(k: CopyKernel, crc: u32, dst: &mut [u8], src: &[u8]) -> CrcSum {
-            let (crc, folded) = k(crc, dst, src).expect("checked available");
-            CrcSum {
-                crc,
-                sum: PayloadSum::from_folded(folded, src.len()),
-            }
-        }
-        let mut ways: Vec<CopyWay> = vec![
-            ("dispatched", copy_crc32c_and_sum),
-            ("fallback", |crc, dst, src| {
-                let sum = tcp::checksum::copy_payload(dst, src);
-                let mut d = crc_fast::Digest::new_with_init_state(
-                    crc_fast::CrcAlgorithm::Crc32Iscsi,
-                    u64::from(!crc),
-                );
-                d.update(dst);
-                CrcSum {
-                    crc: d.finalize() as u32,
-                    sum: PayloadSum::from_folded(sum.folded(), src.len()),
-                }
-            }),
-        ];
-        if avx512_copy_kernel(0, &mut [], &[]).is_some() {
-            ways.push(("avx512", |c, d, s| with(avx512_copy_kernel, c, d, s)));
-        }
-        if avx2_copy_kernel(0, &mut [], &[]).is_some() {
-            ways.push(("avx2", |c, d, s| with(avx2_copy_kernel, c, d, s)));
-        }
-        ways
-    }
-
-    /// The CRC32c of `prefix` followed by `data`, the scalar way (bit by bit, reflected).
-    fn scalar_crc(prefix: &[u8], data: &[u8]) -> u32 {
-        let mut r = !0u32;
-        for &b in prefix.iter().chain(data) {
-            r ^= u32::from(b);
-            for _ in 0..8 {
-                r = (r >> 1) ^ (0x82F6_3B78 & (r & 1).wrapping_neg());
-            }
-        }
-        !r
-    }
-
-    // Every length up to 1100 (and a few jumbo ones) at every source and destination offset
-    // within 64 octets, after a prefix of every kind (none, odd, even): the copy is exact, no
-    // octet around it is touched, the CRC continues the prefix's as crc-fast and the scalar
-    // CRC give it, and the sum is the separate pass's.
-    #[test]
-    fn copying_kernels_copy_exactly_and_match_the_separate_passes() {
-        let ways = copy_ways();
-        let src: Vec<u8> = (0..9200u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 9) as u8)
-            .collect();
-        let ones = vec![0xffu8; 9200];
-        let mut dst = vec![0u8; 9200 + 128];
-        let lens = (0..=1100).chain([1448, 4096, 8999, 9000]);
-        for len in lens {
-            for off in 0..64 {
-                let (soff, doff) = (off, (off * 7 + len) % 64);
-                for (data, prefix) in [
-                    (&src[soff..soff + len], &b""[..]),
-                    (&ones[soff..soff + len], &b"\x00\x10ddp-hdr"[..]),
-                    (&src[soff..soff + len], &b"\x05\xa0x"[..]),
-                ] {
-                    if off > 3 && len > 300 && len % 97 != 0 {
-                        // Offsets 0..4 for every length; all 64 for a sample of the long.
-                        continue;
-                    }
-                    let seed = crc32c(prefix);
-                    let want_crc = crc32c(&[prefix, data].concat());
-                    let want_sum = PayloadSum::from_folded(tcp::checksum::sum(data), len);
-                    for (way, f) in &ways {
-                        dst.fill(0xa5);
-                        let got = f(seed, &mut dst[doff..doff + len], data);
-                        assert_eq!(&dst[doff..doff + len], data, "{way}: copy, len {len}");
-                        assert!(dst[..doff].iter().all(|&b| b == 0xa5), "{way}: before");
-                        assert!(dst[doff + len..].iter().all(|&b| b == 0xa5), "{way}: after");
-                        assert_eq!(got.crc, want_crc, "{way}: crc, len {len} offsets {off}");
-                        assert_eq!(got.sum, want_sum, "{way}: sum, len {len} offsets {off}");
-                    }
-                    if len % 64 == 0 && off == 0 {
-                        assert_eq!(want_crc, scalar_crc(prefix, data), "the reference CRC");
-                    }
-                }
-            }
-        }
-    }
-
-    proptest::proptest! {
-        // Any payload, split anywhere: the copies chained over the two parts (the CRC of the
-        // first seeding the second's, the sums joined by `then`) equal the one-pass kernel's
-        // CRC and sum of the whole, and the destination holds the payload.
-        #[test]
-        fn copies_chain_like_one_pass(
-            data in proptest::collection::vec(proptest::num::u8::ANY, 0..3000),
-            cut in 0usize..3000,
-            doff in 0usize..64,
-        ) {
-            let cut = cut.min(data.len());
-            let whole = crc32c_and_sum(&data);
-            for (way, f) in copy_ways() {
-                let mut dst = vec![0u8; data.len() + doff];
-                let (d1, d2) = dst[doff..].split_at_mut(cut);
-                let a = f(0, d1, &data[..cut]);
-                let b = f(a.crc, d2, &data[cut..]);
-                proptest::prop_assert_eq!(&dst[doff..], &data[..], "{}", way);
-                proptest::prop_assert_eq!(b.crc, whole.crc, "{}", way);
-                proptest::prop_assert_eq!(a.sum.then(b.sum).folded(), whole.sum.folded(), "{}", way);
-            }
-        }
-    }
-
-    // The CRC of A followed by B from the two CRCs and B's length, for every split of short
-    // data, B's lengths around the MULPDU and jumbo ones, whatever order the lengths come
-    // in (the kept multipliers hit, miss and swap); the carry-less shift this CPU runs
-    // equals the bit-by-bit one.
-    #[test]
-    fn combined_crcs_equal_the_crc_of_the_whole() {
-        let data: Vec<u8> = (0..9100u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-            .collect();
-        let mut shifts = CrcShifts::default();
-        for len in 0..=80 {
-            for cut in 0..=len {
-                let (a, b) = data[..len].split_at(cut);
-                let got = shifts.combine(crc32c(a), crc32c(b), b.len());
-                assert_eq!(got, crc32c(&data[..len]), "len {len} cut {cut}");
-            }
-        }
-        for head in [0usize, 16, 20, 31] {
-            for n in (1420..=1460).chain([1432, 4000, 1449, 8972, 9000, 1432]) {
-                let (a, b) = data[..head + n].split_at(head);
-                let got = shifts.combine(crc32c(a), crc32c(b), n);
-                assert_eq!(got, crc32c(&data[..head + n]), "head {head}, {n} octets");
-            }
-        }
-        for (i, n) in (5..2000u64).step_by(7).enumerate() {
-            let (crc, k) = (crc32c(&data[i..i + 9]), x_pow(8 * n - 33));
-            assert_eq!(shift_by(crc, k), mul_mod_p(mul_mod_p(crc, k), X33), "n {n}");
         }
     }
 

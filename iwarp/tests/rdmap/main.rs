@@ -5,7 +5,6 @@
 mod common;
 
 mod atomic;
-mod crc_on_read;
 mod ddp_framing;
 mod ddp_receive;
 mod ddp_siw_interop;

@@ -4,7 +4,6 @@
 //! invalidation).
 
 use crate::common::*;
-use iwarp::mem::{MemoryTable, ReadCopy, ReadGrant};
 use iwarp::verbs::*;
 use iwarp::wire::terminate::TerminateCause;
 
@@ -880,86 +879,4 @@ fn a_region_registered_at_a_lane_index_is_shared_and_its_index_is_reserved() {
         peer_write(&mut fx.rnic, fx.pd, fx.qp, stag, VA + 3, b"x"),
         Err(TerminateCause::DDP_INVALID_STAG)
     );
-}
-
-/// A read's copy that records what it moved and how: handed the source (`copy`) or
-/// shown octets the backend copied itself (`copied`).
-#[derive(Default)]
-struct Recorder {
-    seen: Vec<u8>,
-    copies: usize,
-    copied: usize,
-}
-
-impl ReadCopy for Recorder {
-    fn copy(&mut self, dst: &mut [u8], src: &[u8]) {
-        dst.copy_from_slice(src);
-        self.seen.extend_from_slice(src);
-        self.copies += 1;
-    }
-
-    fn copied(&mut self, data: &[u8]) {
-        self.seen.extend_from_slice(data);
-        self.copied += 1;
-    }
-}
-
-// RFC 5040 §7.2 item 4 (a Read Response's source), VERBS-00 §7.6.2.1: a read through a
-// copy of the send side's (`read_with`, `read_granted_with`) gives the octets a plain read
-// gives, hands the copy every backend range in order out of the arena (never octets
-// copied already), over non-adjacent pages (one range per page) and adjacent ones (one
-// range, through the grant on the later reads), and refuses what a plain read refuses.
-#[test]
-fn reads_through_a_copy_see_every_range_in_order() {
-    let mut fx = fixture();
-    to_rts(&mut fx.rnic, fx.qp);
-    let len = 3 * PAGE - 300;
-    let scattered = page_list_mr(&mut fx, vec![7 * PAGE, 3 * PAGE, 5 * PAGE], 300, len);
-    let adjacent = page_list_mr(&mut fx, vec![10 * PAGE, 11 * PAGE, 12 * PAGE], 300, len);
-    let bytes = fx.rnic.memory_mut().bytes_mut();
-    for (i, b) in bytes.iter_mut().enumerate() {
-        *b = (i.wrapping_mul(131) >> 3) as u8;
-    }
-    let mem = fx.rnic.memory();
-    for (stag, ranges_per_read) in [(scattered, None), (adjacent, Some(1))] {
-        let r = mem
-            .resolve(
-                stag,
-                fx.pd,
-                fx.qp.stream(),
-                VA + 300,
-                len,
-                Access::REMOTE_READ,
-            )
-            .unwrap();
-        let mut grant = ReadGrant::default();
-        for (off, n) in [(0u64, 1448usize), (1448, 1448), (3700, 5000), (len - 7, 7)] {
-            let mut want = vec![0; n];
-            mem.read(&r, off, &mut want).unwrap();
-            let mut got = vec![0; n];
-            let mut rec = Recorder::default();
-            mem.read_with(&r, off, &mut got, &mut rec).unwrap();
-            assert_eq!(got, want, "read_with at {off}");
-            assert_eq!(rec.seen, want, "read_with's copy at {off}");
-            assert_eq!(rec.copied, 0, "an arena hands out its octets");
-            if let Some(k) = ranges_per_read {
-                assert_eq!(rec.copies, k, "one backend range");
-            }
-            let mut got = vec![0; n];
-            let mut rec = Recorder::default();
-            mem.read_granted_with(&r, &mut grant, off, &mut got, &mut rec)
-                .unwrap();
-            assert_eq!(got, want, "read_granted_with at {off}");
-            assert_eq!(rec.seen, want, "read_granted_with's copy at {off}");
-            assert_eq!(rec.copied, 0);
-        }
-        // Past the end: refused as the plain read refuses it, nothing handed to the copy.
-        let mut out = vec![0; 8];
-        let mut rec = Recorder::default();
-        assert_eq!(
-            mem.read_granted_with(&r, &mut grant, len - 7, &mut out, &mut rec),
-            mem.read(&r, len - 7, &mut out)
-        );
-        assert!(rec.seen.is_empty());
-    }
 }
