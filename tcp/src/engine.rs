@@ -358,7 +358,7 @@ struct Rst {
 /// Segments a connection sends in a row before the next ready connection's turn: with
 /// many connections sending, each visit amortizes the connection's state coming into the
 /// cache, and the peer gets runs of one connection's segments (one ACK for several).
-pub const TX_QUANTUM: u32 = 16;
+pub const TX_QUANTUM: u32 = 32;
 
 /// Bound on queued RSTs for unknown connections (excess is dropped and counted in
 /// [`Stats::resets_dropped`], RFC 5961 §7 spirit).

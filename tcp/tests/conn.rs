@@ -984,8 +984,9 @@ fn active_lists_only_connections_that_ran() {
 // turns go round.
 #[test]
 fn ready_connections_take_turns_of_a_quantum() {
+    let q = tcp::TX_QUANTUM as usize;
     let cfg = Config {
-        initial_window: 64,
+        initial_window: 4 * q,
         ..test_config()
     };
     let mut s = Sim::streams(11, LinkConfig::default(), cfg.clone(), cfg, 1 << 20);
@@ -1008,15 +1009,17 @@ fn ready_connections_take_turns_of_a_quantum() {
     let quiet = s.now + Duration::from_millis(500);
     s.run_until(quiet, |_| false);
     for c in &conns {
-        assert_eq!(s.a.ulp_mut(*c).unwrap().write(&[7; 40 * 1448]), 40 * 1448);
+        assert_eq!(
+            s.a.ulp_mut(*c).unwrap().write(&vec![7; 3 * q * 1448]),
+            3 * q * 1448
+        );
     }
     let segs: Vec<_> = drain(&mut s.a, s.now)
         .into_iter()
         .filter(|g| !g.payload.is_empty())
         .collect();
-    assert_eq!(segs.len(), 80);
+    assert_eq!(segs.len(), 6 * q);
     let port = |i: usize| segs[i].sport;
-    let q = tcp::TX_QUANTUM as usize;
     // Runs of a quantum, alternating, then the rest.
     for (i, g) in segs.iter().enumerate().take(4 * q) {
         assert_eq!(g.sport, port((i / q) % 2 * q), "segment {i}");

@@ -115,9 +115,9 @@ fn many_connections_keep_what_the_bound_allows_and_share_it_fairly() {
     );
     // Without the bound, each connection's initial window alone is in flight at once.
     assert!(free.max_flight >= N * 10 * mss, "{}", free.max_flight);
-    // With it: the bound, and a turn (16 segments) for the last connection woken.
+    // With it: the bound, and a turn (`TX_QUANTUM` segments) for the last connection woken.
     assert!(
-        bound.max_flight <= CAP + 16 * mss,
+        bound.max_flight <= CAP + tcp::TX_QUANTUM as usize * mss,
         "{} octets in flight",
         bound.max_flight
     );
@@ -154,7 +154,7 @@ fn one_connection_runs_as_without_the_bound() {
 
 #[test]
 fn a_bound_below_one_segment_stalls_nobody() {
-    // One octet: the connections send one at a time, a turn each (up to 16 segments, the
+    // One octet: the connections send one at a time, a turn each (up to `TX_QUANTUM` segments, the
     // peer ACKs every second one at once).
     const N: usize = 8;
     let r = run(N, 256 << 10, Some(1), Duration::from_secs(5));
@@ -163,5 +163,9 @@ fn a_bound_below_one_segment_stalls_nobody() {
         "every connection finished: {:?}",
         r.done_at
     );
-    assert!(r.max_flight <= 16 * 1448 + 1, "{}", r.max_flight);
+    assert!(
+        r.max_flight <= tcp::TX_QUANTUM as usize * 1448 + 1,
+        "{}",
+        r.max_flight
+    );
 }
