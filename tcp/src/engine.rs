@@ -47,8 +47,8 @@ pub struct FourTuple {
 }
 
 /// The addresses and ports go to the hasher in one `write` (12 octets for IPv4, 36 for
-/// IPv6): the engine's 4-tuple table hashes with keyed SipHash, which pays a buffering step
-/// per `write`, and the derived `Hash` made a dozen of them (discriminants, octets, ports).
+/// IPv6): the engine's 4-tuple table hashes with a keyed hash whose every `write` pays a
+/// step, and the derived `Hash` made a dozen of them (discriminants, octets, ports).
 /// Tuples equal under `Eq` write the same octets (flow labels and scope ids, which `Eq`
 /// also compares, are left out).
 impl std::hash::Hash for FourTuple {
@@ -376,9 +376,11 @@ pub struct Engine<U, C: ?Sized = ()> {
     generations: Vec<u32>,
     free: Vec<u32>,
     live: usize,
-    /// Keyed by what the network sends: SipHash with a per-process random key (std's
-    /// `RandomState`), so crafted 4-tuples cannot flood one bucket.
-    by_tuple: HashMap<FourTuple, ConnId>,
+    /// Keyed by what the network sends: foldhash with a random seed per table (from a
+    /// per-process random secret), so a peer that cannot see the hashes cannot craft
+    /// 4-tuples that flood one bucket; entries are only the engine's own connections
+    /// (bounded by `Config::max_connections`), a lookup never inserts.
+    by_tuple: HashMap<FourTuple, ConnId, foldhash::quality::RandomState>,
     /// The last `by_tuple` hit: a burst of one connection's segments hashes once.
     last_hit: Option<(FourTuple, ConnId)>,
     /// The connection of the last segment handed to one, for the next segment of its run.
@@ -438,7 +440,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             generations: Vec::new(),
             free: Vec::new(),
             live: 0,
-            by_tuple: HashMap::new(),
+            by_tuple: HashMap::default(),
             last_hit: None,
             run_key: None,
             listeners: FxHashMap::default(),
@@ -1791,5 +1793,38 @@ mod layout {
         let ulp = offset_of!(Conn<u64>, ulp) + offset_of!(Attached<u64>, ulp);
         assert_eq!(marker / 64, line, "marker at {marker}");
         assert_eq!((ulp + 3 * 8 - 1) / 64, line, "ULP at {ulp}");
+    }
+}
+
+#[cfg(test)]
+mod tuple_hash {
+    use super::{Engine, FourTuple};
+    use crate::{Config, StreamSocket};
+    use std::hash::BuildHasher;
+
+    /// The 4-tuple table hashes what the network sends: its hasher is keyed at random per
+    /// table, so no tuple hashes alike in two engines (a fixed key would let a peer craft
+    /// tuples that share a bucket everywhere). Four tuples, any one of which hashing alike
+    /// under two random keys happens once in 2^64.
+    #[test]
+    fn the_tuple_table_is_keyed_per_engine() {
+        let a = Engine::<StreamSocket>::new(Config::default());
+        let b = Engine::<StreamSocket>::new(Config::default());
+        for (local, remote) in [
+            ("10.0.0.1:4791", "10.0.0.2:40000"),
+            ("10.0.0.1:4791", "10.0.0.2:40001"),
+            ("[fd00::1]:4791", "[fd00::2]:40000"),
+            ("0.0.0.0:0", "0.0.0.0:0"),
+        ] {
+            let t = FourTuple {
+                local: local.parse().unwrap(),
+                remote: remote.parse().unwrap(),
+            };
+            assert_ne!(
+                a.by_tuple.hasher().hash_one(t),
+                b.by_tuple.hasher().hash_one(t),
+                "{t:?}"
+            );
+        }
     }
 }
