@@ -135,7 +135,8 @@ struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m)
 }
 
 /* The shared info of one external buffer, with the caller's release callback; a record of
- * its slab, on the slab's free list while no mbuf holds it. */
+ * its slab, on the slab's free list while no mbuf holds it, on its list of records to reap
+ * between DPDK's free callback and the release. */
 struct dpdk_shim_ext {
 	struct rte_mbuf_ext_shared_info shinfo;
 	struct dpdk_shim_ext_slab *slab;
@@ -146,6 +147,7 @@ struct dpdk_shim_ext {
 struct dpdk_shim_ext_slab {
 	void (*release)(void *opaque);
 	struct dpdk_shim_ext *free;
+	struct dpdk_shim_ext *to_reap;
 	uint32_t outstanding;
 	int closed;
 	uint64_t returned;
@@ -173,30 +175,59 @@ struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n, void (*release)(vo
 	return s;
 }
 
-/* DPDK's free callback: the caller's release, then the record back on its slab's free list
- * (last in, first out, so the records in use stay few and cache-hot). */
+/* The caller's release, then the record back on its slab's free list (last in, first out,
+ * so the records in use stay few and cache-hot). */
+static void dpdk_shim_ext_release(struct dpdk_shim_ext_slab *s, struct dpdk_shim_ext *e)
+{
+	s->release(e->opaque);
+	e->next_free = s->free;
+	s->free = e;
+	s->outstanding--;
+}
+
+/* DPDK's free callback: the record goes on the list to reap (the release, which may write
+ * shared memory with a locked instruction, runs later, not right behind the PMD's stores
+ * of the frame it copied); released at once when the slab was closed. */
 static void dpdk_shim_ext_free(void *addr, void *opaque)
 {
 	struct dpdk_shim_ext *e = opaque;
 	struct dpdk_shim_ext_slab *s = e->slab;
 
 	(void)addr;
-	s->release(e->opaque);
-	e->next_free = s->free;
-	s->free = e;
-	s->outstanding--;
 	s->returned++;
-	if (s->closed && s->outstanding == 0)
-		free(s);
+	if (s->closed) {
+		dpdk_shim_ext_release(s, e);
+		if (s->outstanding == 0)
+			free(s);
+		return;
+	}
+	e->next_free = s->to_reap;
+	s->to_reap = e;
+}
+
+void dpdk_shim_ext_slab_reap(struct dpdk_shim_ext_slab *s)
+{
+	struct dpdk_shim_ext *e = s->to_reap;
+
+	s->to_reap = NULL;
+	while (e != NULL) {
+		struct dpdk_shim_ext *next = e->next_free;
+
+		dpdk_shim_ext_release(s, e);
+		e = next;
+	}
 }
 
 struct rte_mbuf *dpdk_shim_pktmbuf_external(struct rte_mempool *mp,
                                             struct dpdk_shim_ext_slab *s, void *addr,
                                             uint16_t len, void *opaque)
 {
-	struct dpdk_shim_ext *e = s->free;
+	struct dpdk_shim_ext *e;
 	struct rte_mbuf *m;
 
+	if (s->free == NULL)
+		dpdk_shim_ext_slab_reap(s);
+	e = s->free;
 	if (e == NULL) {
 		s->exhausted++;
 		return NULL;
@@ -226,6 +257,7 @@ void dpdk_shim_ext_slab_counts(const struct dpdk_shim_ext_slab *s, uint64_t *ret
 
 void dpdk_shim_ext_slab_close(struct dpdk_shim_ext_slab *s)
 {
+	dpdk_shim_ext_slab_reap(s);
 	if (s->outstanding == 0)
 		free(s);
 	else

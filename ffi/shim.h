@@ -41,8 +41,9 @@ char *dpdk_shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int dpdk_shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
 struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m);
 /* A slab of `n` shared-info records for external buffers, each given back by DPDK's free
- * callback after `release(opaque)` ran; not thread-safe: the mbufs attached from one slab
- * are freed on the thread that attached them. NULL when `n` is 0 or no memory is left. */
+ * callback and reused once reaped (`release(opaque)` run, by `dpdk_shim_ext_slab_reap` or
+ * when the slab runs out); not thread-safe: the mbufs attached from one slab are freed on
+ * the thread that attached them. NULL when `n` is 0 or no memory is left. */
 struct dpdk_shim_ext_slab;
 struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n, void (*release)(void *opaque));
 /* An mbuf of `mp` whose data are the `len` octets at `addr`, memory outside DPDK's
@@ -53,7 +54,10 @@ struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n, void (*release)(vo
 struct rte_mbuf *dpdk_shim_pktmbuf_external(struct rte_mempool *mp,
                                             struct dpdk_shim_ext_slab *s, void *addr,
                                             uint16_t len, void *opaque);
-/* Records given back so far, attachments refused for want of a record, records in use. */
+/* Releases the payloads of the records DPDK gave back since the last reap. */
+void dpdk_shim_ext_slab_reap(struct dpdk_shim_ext_slab *s);
+/* Records given back so far, attachments refused for want of a record, records in use
+ * (attached, or given back and not yet reaped). */
 void dpdk_shim_ext_slab_counts(const struct dpdk_shim_ext_slab *s, uint64_t *returned,
                                uint64_t *exhausted, uint32_t *outstanding);
 /* Frees the slab now, or once its last record in use comes back. */

@@ -262,6 +262,7 @@ fn chained_and_shared_mbufs_in_a_bulk_free_are_freed_right() {
         before,
         "both segments of the chain are back too"
     );
+    slab.reap();
     assert_eq!(
         Arc::strong_count(&payload),
         1,
@@ -271,7 +272,8 @@ fn chained_and_shared_mbufs_in_a_bulk_free_are_freed_right() {
 
 // The shared-info records of lent payloads come from a bounded slab and are reused: a slab
 // of two lends two payloads, refuses the third (handing its reference back, counted), and
-// lends again once a frame that held one was freed; every reference comes back.
+// lends again once a frame that held one was freed; the references of freed frames are
+// dropped when the slab is reaped (or runs out of records), and every one comes back.
 #[test]
 fn lent_payload_records_are_reused_and_bounded() {
     let port = DpdkPort::open(eal(), &DpdkPortConfig::new("slab", "net_ring6")).unwrap();
@@ -304,14 +306,22 @@ fn lent_payload_records_are_reused_and_bounded() {
         "a refused attachment takes no mbuf"
     );
     drop(a);
+    assert_eq!(Arc::strong_count(&payload), 3, "released only when reaped");
+    assert_eq!(slab.counts().returned, 1);
+    slab.reap();
     assert_eq!(Arc::strong_count(&payload), 2);
     let c = slab.attach(pool, Arc::clone(&payload)).unwrap();
-    let mut burst = vec![b, c];
+    drop(b);
+    // No free record: the attachment reaps the one just given back.
+    let e = slab.attach(pool, Arc::clone(&payload)).unwrap();
+    assert_eq!(Arc::strong_count(&payload), 3);
+    let mut burst = vec![c, e];
     Mbuf::free_all(&mut burst);
+    slab.reap();
     assert_eq!(
         slab.counts(),
         ExtSlabCounts {
-            returned: 3,
+            returned: 4,
             exhausted: 1,
             outstanding: 0
         }

@@ -26,7 +26,7 @@ pub struct ExtSlabCounts {
     pub returned: u64,
     /// Attachments refused because every record was in use (the caller copied instead).
     pub exhausted: u64,
-    /// Records in use now (payloads still held by mbufs).
+    /// Records in use now (payloads still held by mbufs, or given back and not yet reaped).
     pub outstanding: u32,
 }
 
@@ -68,6 +68,16 @@ impl ExtSlab {
             // SAFETY: not attached: the reference taken above is still ours.
             None => Err(unsafe { Arc::from_raw(opaque.cast_const().cast::<Vec<u8>>()) }),
         }
+    }
+
+    /// Releases the payloads (drops the references) of the records the mbufs gave back
+    /// since the last call, and makes the records free for reuse. DPDK's free callback only
+    /// lists them: dropping a reference there, right after a PMD copied the frame, waits
+    /// for the PMD's stores (a locked instruction); a port calls this before its transmit
+    /// burst instead. An attachment finding no free record reaps too.
+    pub fn reap(&mut self) {
+        // SAFETY: a live slab, on its owning thread.
+        unsafe { dpdk_sys::dpdk_shim_ext_slab_reap(self.0.as_ptr()) }
     }
 
     /// The slab's counters.

@@ -408,6 +408,9 @@ impl Port for DpdkPort {
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
+        if let Some(slab) = self.ext_slab.as_mut() {
+            slab.reap();
+        }
         self.dev.tx_prepare(bufs);
         self.sw.tx_tso += self.dev.prepare_offloads(bufs, &mut self.tx_scratch);
         if bufs.is_empty() {
