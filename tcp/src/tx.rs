@@ -131,17 +131,23 @@ impl UnitData {
 
     /// The buffer back, unless a port still holds it; the emptied holder of a shared one
     /// goes to `shells` while they are fewer than [`MAX_SHELLS`].
+    #[inline(always)]
     fn into_owned(self, shells: &mut Vec<Arc<Vec<u8>>>) -> Option<Vec<u8>> {
         match self {
             UnitData::Owned(v) => Some(v),
-            UnitData::Shared(mut a) => {
-                let buffer = core::mem::take(Arc::get_mut(&mut a)?);
-                if shells.len() < MAX_SHELLS {
-                    shells.push(a);
-                }
-                Some(buffer)
-            }
+            UnitData::Shared(a) => Self::unshare(a, shells),
         }
+    }
+
+    /// [`UnitData::into_owned`] of a shared buffer (out of line: the copying path's ACKs
+    /// keep their instructions).
+    #[inline(never)]
+    fn unshare(mut a: Arc<Vec<u8>>, shells: &mut Vec<Arc<Vec<u8>>>) -> Option<Vec<u8>> {
+        let buffer = core::mem::take(Arc::get_mut(&mut a)?);
+        if shells.len() < MAX_SHELLS {
+            shells.push(a);
+        }
+        Some(buffer)
     }
 }
 
