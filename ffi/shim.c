@@ -134,44 +134,134 @@ struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m)
 	return m->pool;
 }
 
-/* The shared info of one external buffer, with the caller's release callback. */
+/* The shared info of one external buffer, with the caller's release callback; a record of
+ * its slab, on the slab's free list while no mbuf holds it, on its list of records to reap
+ * between DPDK's free callback and the release. */
 struct dpdk_shim_ext {
 	struct rte_mbuf_ext_shared_info shinfo;
-	void (*release)(void *opaque);
+	struct dpdk_shim_ext_slab *slab;
 	void *opaque;
+	struct dpdk_shim_ext *next_free;
 };
 
+struct dpdk_shim_ext_slab {
+	void (*release)(void *opaque);
+	struct dpdk_shim_ext *free;
+	struct dpdk_shim_ext *to_reap;
+	uint32_t outstanding;
+	int closed;
+	uint64_t returned;
+	uint64_t exhausted;
+	struct dpdk_shim_ext recs[];
+};
+
+struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n, void (*release)(void *opaque))
+{
+	struct dpdk_shim_ext_slab *s;
+	uint32_t i;
+
+	if (n == 0)
+		return NULL;
+	s = calloc(1, sizeof(*s) + (size_t)n * sizeof(struct dpdk_shim_ext));
+	if (s == NULL)
+		return NULL;
+	s->release = release;
+	/* Linked so that the first record is handed out first. */
+	for (i = n; i > 0; i--) {
+		s->recs[i - 1].slab = s;
+		s->recs[i - 1].next_free = s->free;
+		s->free = &s->recs[i - 1];
+	}
+	return s;
+}
+
+/* The caller's release, then the record back on its slab's free list (last in, first out,
+ * so the records in use stay few and cache-hot). */
+static void dpdk_shim_ext_release(struct dpdk_shim_ext_slab *s, struct dpdk_shim_ext *e)
+{
+	s->release(e->opaque);
+	e->next_free = s->free;
+	s->free = e;
+	s->outstanding--;
+}
+
+/* DPDK's free callback: the record goes on the list to reap (the release, which may write
+ * shared memory with a locked instruction, runs later, not right behind the PMD's stores
+ * of the frame it copied); released at once when the slab was closed. */
 static void dpdk_shim_ext_free(void *addr, void *opaque)
 {
 	struct dpdk_shim_ext *e = opaque;
+	struct dpdk_shim_ext_slab *s = e->slab;
 
 	(void)addr;
-	e->release(e->opaque);
-	free(e);
+	s->returned++;
+	if (s->closed) {
+		dpdk_shim_ext_release(s, e);
+		if (s->outstanding == 0)
+			free(s);
+		return;
+	}
+	e->next_free = s->to_reap;
+	s->to_reap = e;
 }
 
-struct rte_mbuf *dpdk_shim_pktmbuf_external(struct rte_mempool *mp, void *addr, uint16_t len,
-                                            void (*release)(void *opaque), void *opaque)
+void dpdk_shim_ext_slab_reap(struct dpdk_shim_ext_slab *s)
 {
-	struct rte_mbuf *m = rte_pktmbuf_alloc(mp);
-	struct dpdk_shim_ext *e;
+	struct dpdk_shim_ext *e = s->to_reap;
 
-	if (m == NULL)
-		return NULL;
-	e = malloc(sizeof(*e));
+	s->to_reap = NULL;
+	while (e != NULL) {
+		struct dpdk_shim_ext *next = e->next_free;
+
+		dpdk_shim_ext_release(s, e);
+		e = next;
+	}
+}
+
+struct rte_mbuf *dpdk_shim_pktmbuf_external(struct rte_mempool *mp,
+                                            struct dpdk_shim_ext_slab *s, void *addr,
+                                            uint16_t len, void *opaque)
+{
+	struct dpdk_shim_ext *e;
+	struct rte_mbuf *m;
+
+	if (s->free == NULL)
+		dpdk_shim_ext_slab_reap(s);
+	e = s->free;
 	if (e == NULL) {
-		rte_pktmbuf_free(m);
+		s->exhausted++;
 		return NULL;
 	}
+	m = rte_pktmbuf_alloc(mp);
+	if (m == NULL)
+		return NULL;
+	s->free = e->next_free;
+	s->outstanding++;
 	e->shinfo.free_cb = dpdk_shim_ext_free;
 	e->shinfo.fcb_opaque = e;
 	rte_mbuf_ext_refcnt_set(&e->shinfo, 1);
-	e->release = release;
 	e->opaque = opaque;
 	rte_pktmbuf_attach_extbuf(m, addr, (rte_iova_t)(uintptr_t)addr, len, &e->shinfo);
 	m->data_len = len;
 	m->pkt_len = len;
 	return m;
+}
+
+void dpdk_shim_ext_slab_counts(const struct dpdk_shim_ext_slab *s, uint64_t *returned,
+                               uint64_t *exhausted, uint32_t *outstanding)
+{
+	*returned = s->returned;
+	*exhausted = s->exhausted;
+	*outstanding = s->outstanding;
+}
+
+void dpdk_shim_ext_slab_close(struct dpdk_shim_ext_slab *s)
+{
+	dpdk_shim_ext_slab_reap(s);
+	if (s->outstanding == 0)
+		free(s);
+	else
+		s->closed = 1;
 }
 
 uint64_t dpdk_shim_rx_offload_vlan_strip(void)

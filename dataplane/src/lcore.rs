@@ -645,7 +645,7 @@ impl<P: Port> PortContext<'_, P> {
             None => buf.truncate(l2 + len.min(mtu)),
             Some(p) => {
                 let at = l2 + len;
-                if !self.port.attach_payload(&mut buf, at, &p) {
+                if let Err(p) = self.port.attach_payload(&mut buf, at, p) {
                     let Some(room) = buf.as_mut().get_mut(at..at + p.len()) else {
                         // Longer than the buffer (an MTU's worth): dropped, like a
                         // transmit buffer the pool could not give.

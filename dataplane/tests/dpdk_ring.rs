@@ -6,6 +6,7 @@ mod dpdk_common;
 
 use std::sync::Arc;
 
+use dataplane::dpdk::mbuf::{ExtSlab, ExtSlabCounts};
 use dataplane::dpdk::{Eal, Mbuf};
 use dataplane::port::any::{AnyBuf, AnyPort, Backend};
 use dataplane::port::dpdk::{DpdkPort, DpdkPortConfig};
@@ -30,6 +31,8 @@ fn eal() -> &'static Eal {
             "net_ring4",
             "--vdev",
             "net_ring5",
+            "--vdev",
+            "net_ring6",
         ],
     )
 }
@@ -245,7 +248,8 @@ fn chained_and_shared_mbufs_in_a_bulk_free_are_freed_right() {
     head.chain_all([tail]);
     assert_eq!((head.segments(), head.pkt_len()), (2, 150));
     let payload = Arc::new(vec![0x5au8; 1000]);
-    let lent = Mbuf::external(pool, Arc::clone(&payload)).unwrap();
+    let mut slab = ExtSlab::new(4).unwrap();
+    let lent = slab.attach(pool, Arc::clone(&payload)).unwrap();
     assert_eq!(Arc::strong_count(&payload), 2);
     let plain = Mbuf::alloc(pool, 60).unwrap();
     let plain2 = Mbuf::alloc(pool, 60).unwrap();
@@ -258,9 +262,75 @@ fn chained_and_shared_mbufs_in_a_bulk_free_are_freed_right() {
         before,
         "both segments of the chain are back too"
     );
+    slab.reap();
     assert_eq!(
         Arc::strong_count(&payload),
         1,
         "the external buffer's owner got its payload back"
     );
+}
+
+// The shared-info records of lent payloads come from a bounded slab and are reused: a slab
+// of two lends two payloads, refuses the third (handing its reference back, counted), and
+// lends again once a frame that held one was freed; the references of freed frames are
+// dropped when the slab is reaped (or runs out of records), and every one comes back.
+#[test]
+fn lent_payload_records_are_reused_and_bounded() {
+    let port = DpdkPort::open(eal(), &DpdkPortConfig::new("slab", "net_ring6")).unwrap();
+    let pool = port.pool();
+    let before = pool.in_use();
+    let payload = Arc::new(vec![0xa5u8; 1448]);
+    let mut slab = ExtSlab::new(2).unwrap();
+    let a = slab.attach(pool, Arc::clone(&payload)).unwrap();
+    let b = slab.attach(pool, Arc::clone(&payload)).unwrap();
+    assert_eq!(
+        a.as_ref(),
+        &payload[..],
+        "the mbuf's data are the payload's octets"
+    );
+    let refused = slab.attach(pool, Arc::clone(&payload)).unwrap_err();
+    assert!(Arc::ptr_eq(&refused, &payload), "the reference comes back");
+    drop(refused);
+    assert_eq!(Arc::strong_count(&payload), 3);
+    assert_eq!(
+        slab.counts(),
+        ExtSlabCounts {
+            returned: 0,
+            exhausted: 1,
+            outstanding: 2
+        }
+    );
+    assert_eq!(
+        pool.in_use(),
+        before + 2,
+        "a refused attachment takes no mbuf"
+    );
+    drop(a);
+    assert_eq!(Arc::strong_count(&payload), 3, "released only when reaped");
+    assert_eq!(slab.counts().returned, 1);
+    slab.reap();
+    assert_eq!(Arc::strong_count(&payload), 2);
+    let c = slab.attach(pool, Arc::clone(&payload)).unwrap();
+    drop(b);
+    // No free record: the attachment reaps the one just given back.
+    let e = slab.attach(pool, Arc::clone(&payload)).unwrap();
+    assert_eq!(Arc::strong_count(&payload), 3);
+    let mut burst = vec![c, e];
+    Mbuf::free_all(&mut burst);
+    slab.reap();
+    assert_eq!(
+        slab.counts(),
+        ExtSlabCounts {
+            returned: 4,
+            exhausted: 1,
+            outstanding: 0
+        }
+    );
+    assert_eq!(Arc::strong_count(&payload), 1);
+    assert_eq!(pool.in_use(), before);
+    // Closed with a frame still holding a record: the slab lives until it comes back.
+    let d = slab.attach(pool, Arc::clone(&payload)).unwrap();
+    drop(slab);
+    drop(d);
+    assert_eq!(Arc::strong_count(&payload), 1);
 }

@@ -566,10 +566,6 @@ impl Session {
         say!("{}", self.poll.handler().queue_summary());
         let loop_counters = self.poll.counters(0);
         let port = self.poll.ports()[0].stats();
-        #[cfg(feature = "dpdk")]
-        let (lent, returned) = dataplane::dpdk::mbuf::external_payloads();
-        #[cfg(not(feature = "dpdk"))]
-        let (lent, returned) = (0, 0);
         say!(
             "loop-rx-frames: {}\nloop-busy-polls: {}\nloop-tx-frames: {}\nloop-busy-ns: rx {} process {} tx {}\n\
              port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}\n\
@@ -595,8 +591,8 @@ impl Session {
             port.rx_large,
             port.tx_tso,
             port.tx_external,
-            lent,
-            returned,
+            port.tx_external,
+            port.tx_external_returned,
             [
                 Malformed::Ipv4Checksum,
                 Malformed::TcpChecksum,

@@ -2,31 +2,114 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::mempool::Mempool;
 
-/// Payloads lent to mbufs as external buffers ([`Mbuf::external`]) and given back, in this
-/// process.
-static EXTERNAL_LENT: AtomicU64 = AtomicU64::new(0);
-static EXTERNAL_RETURNED: AtomicU64 = AtomicU64::new(0);
-
-/// Payloads lent to mbufs as external buffers so far, and how many of them the mbufs gave
-/// back (equal once every frame that carried one was sent or dropped).
-pub fn external_payloads() -> (u64, u64) {
-    (
-        EXTERNAL_LENT.load(Ordering::Relaxed),
-        EXTERNAL_RETURNED.load(Ordering::Relaxed),
-    )
-}
-
 /// Called by DPDK once the last mbuf attached to a lent payload was freed.
 unsafe extern "C" fn return_payload(opaque: *mut c_void) {
-    // SAFETY: `opaque` is the `Arc::into_raw` of `Mbuf::external`, released exactly once
+    // SAFETY: `opaque` is the `Arc::into_raw` of `ExtSlab::attach`, released exactly once
     // (the buffer's shared info counts its mbufs).
     drop(unsafe { Arc::from_raw(opaque.cast_const().cast::<Vec<u8>>()) });
-    EXTERNAL_RETURNED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The shared-info records of the payloads a port lends to its mbufs as external buffers
+/// ([`ExtSlab::attach`]): a fixed number, reused (no allocation per frame), each given back
+/// by DPDK's free callback. Not thread-safe: the mbufs attached from a slab must be freed
+/// on the thread that owns it (a port's transmit burst frees them there).
+pub struct ExtSlab(NonNull<dpdk_sys::dpdk_shim_ext_slab>);
+
+/// What an [`ExtSlab`] counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExtSlabCounts {
+    /// Payloads given back by the mbufs that carried them.
+    pub returned: u64,
+    /// Attachments refused because every record was in use (the caller copied instead).
+    pub exhausted: u64,
+    /// Records in use now (payloads still held by mbufs, or given back and not yet reaped).
+    pub outstanding: u32,
+}
+
+// SAFETY: the slab moves with the port that owns it; the mbufs attached from it are freed
+// by that port's transmit bursts (or dropped by its poll loop), which run on one thread at
+// a time, the one that owns the port.
+unsafe impl Send for ExtSlab {}
+
+impl ExtSlab {
+    /// A slab of `records` records; `None` when `records` is 0 or no memory is left.
+    pub fn new(records: u32) -> Option<ExtSlab> {
+        // SAFETY: plain allocation; `return_payload` matches the callback's signature.
+        NonNull::new(unsafe { dpdk_sys::dpdk_shim_ext_slab_new(records, Some(return_payload)) })
+            .map(ExtSlab)
+    }
+
+    /// An mbuf of `pool` whose data are `payload`'s octets themselves, not a copy: the
+    /// mbuf holds the reference until DPDK frees it (after the device sent the frame, or
+    /// with it when it is dropped), which gives the record back to this slab. The
+    /// buffer's IOVA is its address, so only for devices that read frames by virtual
+    /// address. The reference back when the pool is empty, every record is in use, or the
+    /// payload is empty or longer than an mbuf can describe.
+    pub fn attach(&mut self, pool: &Mempool, payload: Arc<Vec<u8>>) -> Result<Mbuf, Arc<Vec<u8>>> {
+        let Some(len) = u16::try_from(payload.len()).ok().filter(|&l| l > 0) else {
+            return Err(payload);
+        };
+        let addr = payload.as_ptr().cast_mut().cast::<c_void>();
+        let opaque = Arc::into_raw(payload).cast_mut().cast::<c_void>();
+        // SAFETY: pool is a live pktmbuf pool and the slab live (freed only once its last
+        // record came back); `addr` points at `len` octets that stay valid and unchanged
+        // while the reference `opaque` is held (the TCP engine never writes a shared
+        // payload), which `return_payload` releases when DPDK frees the last mbuf attached
+        // to it, on the thread owning this slab.
+        let raw = unsafe {
+            dpdk_sys::dpdk_shim_pktmbuf_external(pool.as_ptr(), self.0.as_ptr(), addr, len, opaque)
+        };
+        match NonNull::new(raw) {
+            Some(m) => Ok(Mbuf(m)),
+            // SAFETY: not attached: the reference taken above is still ours.
+            None => Err(unsafe { Arc::from_raw(opaque.cast_const().cast::<Vec<u8>>()) }),
+        }
+    }
+
+    /// Releases the payloads (drops the references) of the records the mbufs gave back
+    /// since the last call, and makes the records free for reuse. DPDK's free callback only
+    /// lists them: dropping a reference there, right after a PMD copied the frame, waits
+    /// for the PMD's stores (a locked instruction); a port calls this before its transmit
+    /// burst instead. An attachment finding no free record reaps too.
+    pub fn reap(&mut self) {
+        // SAFETY: a live slab, on its owning thread.
+        unsafe { dpdk_sys::dpdk_shim_ext_slab_reap(self.0.as_ptr()) }
+    }
+
+    /// The slab's counters.
+    pub fn counts(&self) -> ExtSlabCounts {
+        let mut c = ExtSlabCounts::default();
+        // SAFETY: a live slab; the three pointers are valid for writes.
+        unsafe {
+            dpdk_sys::dpdk_shim_ext_slab_counts(
+                self.0.as_ptr(),
+                &mut c.returned,
+                &mut c.exhausted,
+                &mut c.outstanding,
+            )
+        };
+        c
+    }
+}
+
+impl Drop for ExtSlab {
+    fn drop(&mut self) {
+        // SAFETY: a live slab, closed once: freed now, or by the free callback of its last
+        // record in use.
+        unsafe { dpdk_sys::dpdk_shim_ext_slab_close(self.0.as_ptr()) }
+    }
+}
+
+impl std::fmt::Debug for ExtSlab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtSlab")
+            .field("counts", &self.counts())
+            .finish()
+    }
 }
 
 /// An mbuf operation that does not fit the buffer.
@@ -67,41 +150,6 @@ impl Mbuf {
             m.append(len).ok()?;
         }
         Some(m)
-    }
-
-    /// An mbuf of `pool` whose data are `payload`'s octets themselves, not a copy: the
-    /// mbuf holds a reference to the payload until DPDK frees it (after the device sent the
-    /// frame, or with it when it is dropped). The buffer's IOVA is its address, so only for
-    /// devices that read frames by virtual address. `None` when the pool is empty, no
-    /// memory is left, or the payload is empty or longer than an mbuf can describe.
-    pub fn external(pool: &Mempool, payload: Arc<Vec<u8>>) -> Option<Mbuf> {
-        let len = u16::try_from(payload.len()).ok().filter(|&l| l > 0)?;
-        let addr = payload.as_ptr().cast_mut().cast::<c_void>();
-        let opaque = Arc::into_raw(payload).cast_mut().cast::<c_void>();
-        // SAFETY: pool is a live pktmbuf pool; `addr` points at `len` octets that stay
-        // valid and unchanged while the reference `opaque` is held (the TCP engine never
-        // writes a shared payload), which `return_payload` releases when DPDK frees the
-        // last mbuf attached to it.
-        let raw = unsafe {
-            dpdk_sys::dpdk_shim_pktmbuf_external(
-                pool.as_ptr(),
-                addr,
-                len,
-                Some(return_payload),
-                opaque,
-            )
-        };
-        match NonNull::new(raw) {
-            Some(m) => {
-                EXTERNAL_LENT.fetch_add(1, Ordering::Relaxed);
-                Some(Mbuf(m))
-            }
-            None => {
-                // SAFETY: not attached: the reference taken above is still ours.
-                drop(unsafe { Arc::from_raw(opaque.cast_const().cast::<Vec<u8>>()) });
-                None
-            }
-        }
     }
 
     /// Appends `n` mbufs of `len` bytes each (contents unspecified) from `pool` to `out`

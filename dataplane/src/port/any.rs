@@ -479,12 +479,17 @@ impl Port for AnyPort {
         }
     }
 
-    fn attach_payload(&mut self, buf: &mut AnyBuf, at: usize, payload: &Arc<Vec<u8>>) -> bool {
+    fn attach_payload(
+        &mut self,
+        buf: &mut AnyBuf,
+        at: usize,
+        payload: Arc<Vec<u8>>,
+    ) -> Result<(), Arc<Vec<u8>>> {
         match (&mut self.backend, buf) {
             #[cfg(feature = "dpdk")]
             (Backend::Dpdk(p), AnyBuf::Mbuf(m)) => p.attach_payload(m, at, payload),
             (Backend::Fault(p), b) => p.attach_payload(b, at, payload),
-            _ => false,
+            _ => Err(payload),
         }
     }
 

@@ -116,6 +116,9 @@ pub struct PortStats {
     /// Frames whose payload went out of the TCP engine's own buffer, attached behind the
     /// headers instead of copied ([`Port::attach_payload`]).
     pub tx_external: u64,
+    /// Of [`PortStats::tx_external`], the payloads the sent or dropped frames gave back
+    /// (equal once every such frame is gone).
+    pub tx_external_returned: u64,
 }
 
 /// A failure of a port backend.
@@ -182,15 +185,15 @@ pub trait Port {
     }
 
     /// Shortens `buf` to its first `at` octets (the headers) and puts `payload` behind them
-    /// without copying it; the port holds a reference until the frame is sent or dropped.
-    /// False (and `buf` untouched) when it cannot: the caller copies the payload.
+    /// without copying it; the port keeps the reference until the frame is sent or dropped.
+    /// The reference back (and `buf` untouched) when it cannot: the caller copies the payload.
     fn attach_payload(
         &mut self,
         _buf: &mut Self::Buf,
         _at: usize,
-        _payload: &Arc<Vec<u8>>,
-    ) -> bool {
-        false
+        payload: Arc<Vec<u8>>,
+    ) -> Result<(), Arc<Vec<u8>>> {
+        Err(payload)
     }
 
     /// Octets of a buffer from [`Port::alloc_tso`]: the TCP segments of one connection

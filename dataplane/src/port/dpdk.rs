@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::api::{
     lane_name, PacketBuf, Port, PortError, PortInfo, PortOffloads, PortStats, VlanOffload,
 };
+use crate::dpdk::mbuf::ExtSlab;
 use crate::dpdk::{offload, DpdkError, Eal, EthDev, EthDevSetup, EthStats, Mbuf, Mempool};
 use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
@@ -20,6 +21,13 @@ static POOL_SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// Largest burst handed to one `rte_eth_rx_burst` call.
 const MAX_BURST: usize = 512;
+
+/// Shared-info records of a port's slab for lent payloads ([`ExtSlab`]): room for a full
+/// transmit ring twice over and a backlog of frames the ring refused; beyond that payloads
+/// are copied (`external_slab_exhausted` in the port's description).
+fn ext_records(cfg: &DpdkPortConfig) -> u32 {
+    u32::from(cfg.tx_desc) * 2 + 4 * MAX_BURST as u32
+}
 
 /// Mbufs of 64 KiB per queue for received large segments (a burst's worth).
 const LARGE_POOL: u32 = 63;
@@ -120,8 +128,9 @@ pub struct DpdkPort {
     tso_pool: Option<Mempool>,
     /// Frame octets a whole-frame mbuf holds.
     frame_room: usize,
-    /// TCP payloads go out of the engine's buffers ([`Port::attach_payload`]).
-    external_payloads: bool,
+    /// With `tx_zero_copy` where the device allows it: TCP payloads go out of the engine's
+    /// buffers ([`Port::attach_payload`]), their shared info from this slab.
+    ext_slab: Option<ExtSlab>,
 }
 
 impl DpdkPort {
@@ -292,7 +301,13 @@ impl DpdkPort {
                     large_pool,
                     tso_pool,
                     frame_room,
-                    external_payloads,
+                    ext_slab: if external_payloads {
+                        Some(ExtSlab::new(ext_records(cfg)).ok_or_else(|| {
+                            setup_err(format!("{}: no memory for the slab", cfg.device))
+                        })?)
+                    } else {
+                        None
+                    },
                 })
             })
             .collect()
@@ -393,6 +408,9 @@ impl Port for DpdkPort {
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
+        if let Some(slab) = self.ext_slab.as_mut() {
+            slab.reap();
+        }
         self.dev.tx_prepare(bufs);
         self.sw.tx_tso += self.dev.prepare_offloads(bufs, &mut self.tx_scratch);
         if bufs.is_empty() {
@@ -442,11 +460,16 @@ impl Port for DpdkPort {
         out.put("rx_chained", self.sw.rx_chained);
         out.put("rx_large", self.sw.rx_large);
         out.put("tx_tso", self.sw.tx_tso);
-        out.put("tx_external_payloads", self.external_payloads);
+        out.put("tx_external_payloads", self.ext_slab.is_some());
         out.put("tx_external", self.sw.tx_external);
-        let (lent, returned) = crate::dpdk::mbuf::external_payloads();
-        out.put("external_payloads_lent", lent);
-        out.put("external_payloads_returned", returned);
+        let c = self
+            .ext_slab
+            .as_ref()
+            .map(ExtSlab::counts)
+            .unwrap_or_default();
+        out.put("external_payloads_returned", c.returned);
+        out.put("external_payloads_held", c.outstanding);
+        out.put("external_slab_exhausted", c.exhausted);
     }
 
     /// Packets and bytes counted by this port object; drops and errors from the PMD.
@@ -456,25 +479,33 @@ impl Port for DpdkPort {
             rx_dropped: self.sw.rx_dropped + hw.rx_dropped,
             tx_dropped: hw.tx_dropped + self.dev.tx_unprepared(),
             rx_errors: self.sw.rx_errors + hw.rx_errors,
+            tx_external_returned: self.ext_slab.as_ref().map_or(0, |s| s.counts().returned),
             ..self.sw
         }
     }
 
     fn sends_payloads_in_place(&self) -> bool {
-        self.external_payloads
+        self.ext_slab.is_some()
     }
 
-    fn attach_payload(&mut self, buf: &mut Mbuf, at: usize, payload: &Arc<Vec<u8>>) -> bool {
-        if !self.external_payloads || at > buf.len() || buf.segments() != 1 {
-            return false;
-        }
-        let Some(tail) = Mbuf::external(self.pool(), Arc::clone(payload)) else {
-            return false;
+    fn attach_payload(
+        &mut self,
+        buf: &mut Mbuf,
+        at: usize,
+        payload: Arc<Vec<u8>>,
+    ) -> Result<(), Arc<Vec<u8>>> {
+        let Some(slab) = self.ext_slab.as_mut() else {
+            return Err(payload);
         };
+        if at > buf.len() || buf.segments() != 1 {
+            return Err(payload);
+        }
+        let pool = self.frame_pool.as_ref().unwrap_or(self.dev.pool());
+        let tail = slab.attach(pool, payload)?;
         buf.truncate(at);
         buf.chain_all([tail]);
         self.sw.tx_external += 1;
-        true
+        Ok(())
     }
 
     fn tso_room(&self) -> usize {

@@ -1066,8 +1066,16 @@ impl<P: Port> Port for FaultPort<P> {
         !rewrites_tx && self.inner.sends_payloads_in_place()
     }
 
-    fn attach_payload(&mut self, buf: &mut P::Buf, at: usize, payload: &Arc<Vec<u8>>) -> bool {
-        self.sends_payloads_in_place() && self.inner.attach_payload(buf, at, payload)
+    fn attach_payload(
+        &mut self,
+        buf: &mut P::Buf,
+        at: usize,
+        payload: Arc<Vec<u8>>,
+    ) -> Result<(), Arc<Vec<u8>>> {
+        if !self.sends_payloads_in_place() {
+            return Err(payload);
+        }
+        self.inner.attach_payload(buf, at, payload)
     }
 }
 
