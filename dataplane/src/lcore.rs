@@ -324,6 +324,9 @@ pub struct PortContext<'a, P: Port> {
     spent: &'a mut Vec<<P::Buf as PacketBuf>::Spent>,
     counters: &'a mut LoopCounters,
     backlog: usize,
+    /// The receive burst being handled filled the loop's burst size (false in the
+    /// transmit half).
+    rx_full: bool,
     now: Instant,
     /// The TSO frame being built in place ([`Port::tso_room`]), queued when a packet does
     /// not continue it, before any other frame, and when the context ends.
@@ -365,6 +368,13 @@ impl<P: Port> Drop for PortContext<'_, P> {
 }
 
 impl<P: Port> PortContext<'_, P> {
+    /// The receive burst being handled filled the loop's burst size: more frames probably
+    /// wait in the port's ring and come in the next iteration (false in the transmit half).
+    #[inline]
+    pub fn rx_backlogged(&self) -> bool {
+        self.rx_full
+    }
+
     /// Gives back a received frame nothing reads any more ([`PacketBuf::retire`]): where
     /// the backend frees in bulk, the loop frees the burst's frames together once it is
     /// handled ([`PacketBuf::free_all`]).
@@ -936,13 +946,15 @@ struct PortLink<B: PacketBuf> {
 
 impl<B: PacketBuf> PortLink<B> {
     /// The context a handler gets for port `index` (`port`, whose buffers are `B`), with
-    /// the loop's transmit queue `tx`, `backlog` frames waiting in the port's backlog.
+    /// the loop's transmit queue `tx`, `backlog` frames waiting in the port's backlog,
+    /// `rx_full` when the receive burst being handled filled the loop's burst size.
     fn context<'a, P: Port<Buf = B>>(
         &'a mut self,
         index: usize,
         port: &'a mut P,
         tx: &'a mut Vec<B>,
         backlog: usize,
+        rx_full: bool,
         now: Instant,
     ) -> PortContext<'a, P> {
         PortContext {
@@ -958,6 +970,7 @@ impl<B: PacketBuf> PortLink<B> {
             spent: &mut self.spent,
             counters: &mut self.counters,
             backlog,
+            rx_full,
             now,
             tso: None,
             route: None,
@@ -1303,9 +1316,10 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         // The context is dropped in place at the block's end (`drop(ctx)` copied it first,
         // a memcpy per half iteration), queueing a TSO frame still being built.
         {
+            let full = n >= self.burst;
             let mut ctx = slot
                 .link
-                .context(i, port, &mut self.tx, slot.backlog.len(), now);
+                .context(i, port, &mut self.tx, slot.backlog.len(), full, now);
             ctx.run_dad();
             // An idle poll skips the (out-of-line) drop of an empty drain.
             if !self.rx.is_empty() {
@@ -1378,7 +1392,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
         {
             let mut ctx = slot
                 .link
-                .context(i, port, &mut self.tx, slot.backlog.len(), now);
+                .context(i, port, &mut self.tx, slot.backlog.len(), false, now);
             self.handler.poll(&mut ctx, now);
             // Before the requests go out: another lane may receive their answers.
             ctx.nb.give_news();

@@ -151,9 +151,14 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
             return Handled::Ignored;
         }
         let segment = meta.l4(frame.as_ref());
-        // The frames of one receive burst form one engine burst, ended by `poll`.
+        // The frames of one receive burst form one engine burst, ended by `settle`; with
+        // more frames waiting in the ring, in-order runs' ACKs may wait for them.
         if !self.engine.in_burst() {
-            self.engine.begin_burst();
+            if ctx.rx_backlogged() {
+                self.engine.begin_burst_before_more();
+            } else {
+                self.engine.begin_burst();
+            }
         }
         let unverified = meta.tcp_unverified;
         let handled = match self.engine.handle_tcp_checking(
@@ -188,8 +193,14 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         true
     }
 
-    fn settle(&mut self, _ctx: &mut PortContext<'_, P>, now: Instant) {
+    /// Ends the receive burst and runs the engine's timers and the service's work; once a
+    /// receive burst no longer fills the loop's burst size (the ring's backlog is gone),
+    /// the ACKs the engine held for the next bursts are due in this iteration.
+    fn settle(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
         self.work(now);
+        if !ctx.rx_backlogged() && self.engine.holds_acks() {
+            self.engine.release_acks();
+        }
     }
 
     /// Something queued (a connection ready, an RST), an event to take, or work for the

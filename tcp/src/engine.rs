@@ -252,6 +252,9 @@ struct Conn<U> {
     active: bool,
     /// In [`Engine`]'s list of connections waiting for room under `Config::max_flight`.
     waiting: bool,
+    /// In [`Engine`]'s list of connections that held an ACK for [`Engine::release_acks`]
+    /// (listed once however often it holds one: the list stays below the connections).
+    ack_listed: bool,
     /// When the timer wheel's entry for the connection comes due, if it has one.
     timer_at: Due,
     /// The due time of the entry last filed for the connection a turn or more ahead of the
@@ -412,6 +415,10 @@ pub struct Engine<U, C: ?Sized = ()> {
     bursts: u64,
     /// Connections whose ULP waits for `on_advance` until the burst ends.
     deferred: Vec<ConnId>,
+    /// More segments wait behind the open burst ([`Engine::begin_burst_before_more`]).
+    more_waiting: bool,
+    /// Connections holding an ACK until the backlog is gone ([`Engine::release_acks`]).
+    held_acks: Vec<ConnId>,
     stats: Stats,
     context: PhantomData<fn(&mut C)>,
 }
@@ -458,6 +465,8 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             burst: false,
             bursts: 0,
             deferred: Vec::new(),
+            more_waiting: false,
+            held_acks: Vec::new(),
             stats: Stats::default(),
             context: PhantomData,
         }
@@ -618,6 +627,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             listen_port,
             flight: 0,
             waiting: false,
+            ack_listed: false,
             admitted: 0,
         });
         self.live += 1;
@@ -1081,6 +1091,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 ulp,
                 held,
                 held_start,
+                ack_listed,
                 ..
             } = c;
             match ulp.as_mut() {
@@ -1088,11 +1099,17 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     let mut u = Bound { ulp, cx, now };
                     let pending = tcb.advance_pending;
                     tcb.defer_advance = self.burst;
+                    tcb.hold_ack = self.more_waiting;
                     tcb.burst = self.bursts;
                     tcb.handle_segment(now, &self.cfg, repr, &mut u, &mut evs);
                     tcb.defer_advance = false;
+                    tcb.hold_ack = false;
                     if tcb.advance_pending && !pending {
                         self.deferred.push(id);
+                    }
+                    if !*ack_listed && tcb.holds_ack() {
+                        *ack_listed = true;
+                        self.held_acks.push(id);
                     }
                 }
                 None => {
@@ -1186,11 +1203,50 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     pub fn begin_burst(&mut self) {
         self.burst = true;
         self.bursts += 1;
+        self.more_waiting = false;
+    }
+
+    /// [`Engine::begin_burst`] for a burst behind which more segments are known to wait
+    /// (the port's receive burst came back full). An in-order run's ACK, due every second
+    /// full segment (RFC 9293 §3.8.6.3, RFC 5681 §4.2), then waits for the next bursts, up
+    /// to [`TX_QUANTUM`] full segments (one turn of a sender like this engine), until
+    /// [`Engine::release_acks`] (the caller found the backlog gone) or the delayed-ACK
+    /// timer (`Config::delayed_ack`): with many connections a burst holds pieces of several
+    /// connections' turns, and a turn split over two bursts is acknowledged once instead
+    /// of twice. Out-of-order data, a filled gap or anything else acknowledged at once
+    /// still is.
+    pub fn begin_burst_before_more(&mut self) {
+        self.begin_burst();
+        self.more_waiting = true;
+    }
+
+    /// Whether ACKs are held for [`Engine::release_acks`].
+    #[inline]
+    pub fn holds_acks(&self) -> bool {
+        !self.held_acks.is_empty()
+    }
+
+    /// The backlog behind the receive bursts is gone: the ACKs held since
+    /// [`Engine::begin_burst_before_more`] are due now (their connections are made ready).
+    pub fn release_acks(&mut self) {
+        let mut held = std::mem::take(&mut self.held_acks);
+        for id in held.drain(..) {
+            let Some(c) = slot_mut(&mut self.slots, id) else {
+                continue;
+            };
+            c.ack_listed = false;
+            if c.tcb.release_held_ack() && !c.queued {
+                c.queued = true;
+                self.ready.push_back(id);
+            }
+        }
+        self.held_acks = held;
     }
 
     /// Ends a receive burst: the ULPs whose RCV.NXT advance waited are told now.
     pub fn end_burst(&mut self, now: Instant, cx: &mut C) {
         self.burst = false;
+        self.more_waiting = false;
         let mut deferred = std::mem::take(&mut self.deferred);
         for id in deferred.drain(..) {
             let Some(c) = slot_mut(&mut self.slots, id) else {
@@ -1770,6 +1826,7 @@ mod layout {
             offset_of!(Conn<u64>, queued),
             offset_of!(Conn<u64>, active),
             offset_of!(Conn<u64>, waiting),
+            offset_of!(Conn<u64>, ack_listed),
             offset_of!(Conn<u64>, timer_at),
             offset_of!(Conn<u64>, far_at),
             offset_of!(Conn<u64>, flight),

@@ -8,7 +8,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use common::*;
-use tcp::{ConnId, Consumed, Instant, SegmentSink, SegmentSource, StreamSocket, Unit};
+use tcp::{
+    Config, ConnId, Consumed, Instant, SegmentSink, SegmentSource, StreamSocket, Unit, TX_QUANTUM,
+};
 
 /// What the engine called on a ULP, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +32,10 @@ struct Rec {
     sock: StreamSocket,
     log: Rc<RefCell<Vec<Call>>>,
     service: Rc<Service>,
+    /// Reads what arrives at once (into `read`), so that the window stays whole, as with a
+    /// ULP that places data where it belongs (iWARP).
+    drain: bool,
+    read: Vec<u8>,
 }
 
 /// What a [`Rec`] answers to [`SegmentSource::needs_service`], and how often it was asked.
@@ -50,6 +56,31 @@ impl Rec {
             sock: StreamSocket::new(1 << 20, 1 << 20),
             log: log.clone(),
             service: Rc::new(service),
+            drain: false,
+            read: Vec::new(),
+        }
+    }
+
+    /// [`Rec::new`] reading what arrives at once.
+    fn draining(log: &Rc<RefCell<Vec<Call>>>) -> Self {
+        Rec {
+            drain: true,
+            ..Rec::new(log)
+        }
+    }
+
+    /// Everything received so far, in order.
+    fn received(&mut self) -> Vec<u8> {
+        let mut all = std::mem::take(&mut self.read);
+        all.extend(self.sock.read_all());
+        all
+    }
+
+    fn store(&mut self, cx: &mut (), now: Instant, seq: u32, bytes: &[u8]) {
+        self.sock.on_in_order(cx, now, seq, bytes);
+        if self.drain {
+            let got = self.sock.read_all();
+            self.read.extend(got);
         }
     }
 }
@@ -72,7 +103,7 @@ impl SegmentSink for Rec {
         if !in_order {
             return Consumed::none();
         }
-        self.sock.on_in_order(cx, now, seq, payload);
+        self.store(cx, now, seq, payload);
         Consumed::all(payload.len())
     }
 
@@ -81,7 +112,7 @@ impl SegmentSink for Rec {
             seq,
             len: bytes.len(),
         });
-        self.sock.on_in_order(cx, now, seq, bytes);
+        self.store(cx, now, seq, bytes);
     }
 
     fn on_advance(&mut self, _cx: &mut (), _now: Instant, rcv_nxt: u32) {
@@ -119,8 +150,13 @@ type Log = Rc<RefCell<Vec<Call>>>;
 /// much first and A received it: A's segments acknowledge it (the first one advances B's
 /// SND.UNA, the others repeat its ACK).
 fn setup_with(data: &[u8], b_data: usize) -> (Sim<Rec>, ConnId, Log, Vec<Vec<u8>>) {
+    setup_cfg(data, b_data, test_config())
+}
+
+/// [`setup_with`] with A's configuration `cfg_a`.
+fn setup_cfg(data: &[u8], b_data: usize, cfg_a: Config) -> (Sim<Rec>, ConnId, Log, Vec<Vec<u8>>) {
     let log = Rc::new(RefCell::new(Vec::new()));
-    let mut sim: Sim<Rec> = Sim::new(7, LinkConfig::default(), test_config(), test_config());
+    let mut sim: Sim<Rec> = Sim::new(7, LinkConfig::default(), cfg_a, test_config());
     sim.b
         .listen(
             std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, B_PORT),
@@ -323,4 +359,241 @@ fn a_run_asks_for_service_once_at_its_end() {
         let got = sim.b.ulp_mut(b).expect("B's ULP").sock.read_all();
         assert_eq!(got, data);
     }
+}
+
+/// A's configuration with an initial window of `segments` (the stage for a turn of that
+/// many segments at once; the product keeps RFC 6928's 10).
+fn wide_config(segments: usize) -> Config {
+    Config {
+        initial_window: segments,
+        ..test_config()
+    }
+}
+
+/// B's segments handed in as bursts of the given sizes; each burst but the last is one
+/// behind which more wait when `more` says so, and after the last the held ACKs are
+/// released (as the data plane does once a burst no longer fills). The ACK numbers B sends
+/// after each burst.
+fn acks_per_burst(
+    sim: &mut Sim<Rec>,
+    frames: &[Vec<u8>],
+    sizes: &[usize],
+    more: bool,
+) -> Vec<Vec<u32>> {
+    let now = sim.now;
+    let mut at = 0;
+    let mut out = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let behind = more && i + 1 < sizes.len();
+        if behind {
+            sim.b.begin_burst_before_more();
+        } else {
+            sim.b.begin_burst();
+        }
+        for f in &frames[at..at + n] {
+            sim.b.handle_packet(now, &mut (), f).expect("accepted");
+        }
+        at += n;
+        sim.b.end_burst(now, &mut ());
+        if !behind && sim.b.holds_acks() {
+            sim.b.release_acks();
+        }
+        out.push(acks(sim));
+    }
+    out
+}
+
+// RFC 9293 §3.8.6.3, RFC 5681 §4.2: a run of 16 full segments split over two bursts
+// (6 + 10) is acknowledged after each burst when nothing is known to wait behind it, once
+// (all 16) when the first burst had more behind it. The octets and B's state end up the
+// same.
+#[test]
+fn a_run_split_over_bursts_is_acknowledged_once_while_more_wait() {
+    let data = payload(16 * 1448, 5);
+    let mut got = Vec::new();
+    for more in [false, true] {
+        let (mut sim, b, _log, frames) = setup_cfg(&data, 0, wide_config(16));
+        assert_eq!(frames.len(), 16);
+        let first = Seg::parse(&frames[0]).expect("valid").seq;
+        let seq_after = |n: usize| first.wrapping_add((n * 1448) as u32);
+        let acked = acks_per_burst(&mut sim, &frames, &[6, 10], more);
+        if more {
+            assert_eq!(acked, vec![vec![], vec![seq_after(16)]]);
+        } else {
+            assert_eq!(acked, vec![vec![seq_after(6)], vec![seq_after(16)]]);
+        }
+        assert_eq!(
+            sim.b.ulp_mut(b).expect("B's ULP").sock.read_all(),
+            data,
+            "more {more}"
+        );
+        got.push(format!("{:?}", sim.b.info(b).expect("B's connection")));
+    }
+    assert_eq!(got[0], got[1]);
+}
+
+// While more segments wait, B acknowledges at the latest every TX_QUANTUM full segments
+// (one sender's turn), even when no burst ended without a backlog: 1.5 turns in three
+// bursts, all with more behind them, give one ACK after TX_QUANTUM segments and, once the
+// backlog is gone (release_acks), one for the rest.
+#[test]
+fn held_acks_go_every_quantum_and_when_the_backlog_is_gone() {
+    let q = TX_QUANTUM as usize;
+    let total = q + q / 2;
+    let data = payload(total * 1448, 6);
+    let (mut sim, _b, _log, frames) = setup_cfg(&data, 0, wide_config(total));
+    assert_eq!(frames.len(), total);
+    let first = Seg::parse(&frames[0]).expect("valid").seq;
+    let seq_after = |n: usize| first.wrapping_add((n * 1448) as u32);
+    let now = sim.now;
+    let mut per_burst = Vec::new();
+    for chunk in frames.chunks(q / 2) {
+        sim.b.begin_burst_before_more();
+        for f in chunk {
+            sim.b.handle_packet(now, &mut (), f).expect("accepted");
+        }
+        sim.b.end_burst(now, &mut ());
+        per_burst.push(acks(&mut sim));
+    }
+    assert_eq!(per_burst, vec![vec![], vec![seq_after(q)], vec![]]);
+    assert!(sim.b.holds_acks());
+    sim.b.release_acks();
+    assert_eq!(acks(&mut sim), vec![seq_after(total)]);
+    assert!(!sim.b.holds_acks());
+    // Released once: nothing more is owed.
+    sim.b.release_acks();
+    assert!(acks(&mut sim).is_empty());
+}
+
+// RFC 1122 §4.2.3.2: a held ACK that nothing releases goes out when the delayed-ACK timer
+// fires.
+#[test]
+fn a_held_ack_goes_at_the_delayed_ack_timer() {
+    let data = payload(4 * 1448, 7);
+    let (mut sim, _b, _log, frames) = setup(&data);
+    let first = Seg::parse(&frames[0]).expect("valid").seq;
+    let now = sim.now;
+    sim.b.begin_burst_before_more();
+    for f in &frames[..4] {
+        sim.b.handle_packet(now, &mut (), f).expect("accepted");
+    }
+    sim.b.end_burst(now, &mut ());
+    assert!(acks(&mut sim).is_empty());
+    let due = sim.b.poll_timeout().expect("the delayed-ACK timer");
+    assert!(due <= now + test_config().delayed_ack);
+    sim.now = due;
+    sim.b.handle_timeout(due);
+    assert_eq!(acks(&mut sim), vec![first.wrapping_add(4 * 1448)]);
+}
+
+// RFC 5681 §4.2: out-of-order data is acknowledged at once (a duplicate ACK with SACK) even
+// while more segments wait behind the burst.
+#[test]
+fn out_of_order_data_is_acknowledged_at_once_while_more_wait() {
+    let data = payload(6 * 1448, 8);
+    let (mut sim, _b, _log, frames) = setup(&data);
+    let first = Seg::parse(&frames[0]).expect("valid").seq;
+    let now = sim.now;
+    sim.b.begin_burst_before_more();
+    for f in [&frames[0], &frames[2]] {
+        sim.b.handle_packet(now, &mut (), f).expect("accepted");
+    }
+    sim.b.end_burst(now, &mut ());
+    assert_eq!(acks(&mut sim), vec![first.wrapping_add(1448)]);
+}
+
+// Many connections, their turns interleaved as a sender's engine sends them (TX_QUANTUM
+// segments per turn) and cut into receive bursts of 32 frames, every burst but the last with
+// more behind it: B acknowledges each turn once, where bursts that end a turn's first
+// piece each cost an ACK of their own without the hold.
+#[test]
+fn many_connections_turns_across_bursts_are_acknowledged_once_each() {
+    for drain in [false, true] {
+        many_connections_turns(drain);
+    }
+}
+
+/// [`many_connections_turns_across_bursts_are_acknowledged_once_each`] with B's sinks
+/// reading what arrives at once (`drain`: the window stays whole, and a window update is due
+/// every two segments) or keeping it.
+fn many_connections_turns(drain: bool) {
+    const CONNS: u16 = 8;
+    const TURNS: usize = 2;
+    let q = TX_QUANTUM as usize;
+    let mut counts = Vec::new();
+    for more in [false, true] {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let cfg_a = wide_config(TURNS * q);
+        let mut sim: Sim<Rec> = Sim::new(9, LinkConfig::default(), cfg_a, test_config());
+        sim.b
+            .listen(
+                std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, B_PORT),
+                64,
+            )
+            .expect("listen");
+        let b_log = log.clone();
+        sim.accept[1] = Some(Box::new(move || {
+            if drain {
+                Rec::draining(&b_log)
+            } else {
+                Rec::new(&b_log)
+            }
+        }));
+        let conns: Vec<ConnId> = (0..CONNS)
+            .map(|i| {
+                sim.a
+                    .connect(sim.now, a_addr(i), b_addr(), Rec::new(&log))
+                    .expect("connect")
+            })
+            .collect();
+        let limit = sim.now + std::time::Duration::from_secs(1);
+        assert!(
+            sim.run_until(limit, |s| conns.iter().all(|&c| s.connected(Side::A, c))
+                && s.accepted(Side::B).len() == CONNS as usize)
+        );
+        sim.run_until(limit, |_| false);
+        let data = payload(TURNS * q * 1448, 10);
+        for &c in &conns {
+            let n = sim.a.ulp_mut(c).expect("A's ULP").sock.write(&data);
+            assert_eq!(n, data.len());
+        }
+        let now = sim.now;
+        let mut buf = vec![0u8; 1600];
+        let mut frames = Vec::new();
+        while let Some(t) = sim.a.poll_transmit(now, &mut (), &mut buf) {
+            frames.push(buf[..t.len].to_vec());
+        }
+        let segs = CONNS as usize * TURNS * q;
+        assert_eq!(frames.len(), segs);
+        // Turns of TX_QUANTUM segments of one connection each.
+        let ports: Vec<u16> = frames
+            .iter()
+            .map(|f| Seg::parse(f).expect("valid").sport)
+            .collect();
+        assert!(ports.chunks(q).all(|run| run.iter().all(|&p| p == run[0])));
+        // Bursts of 32 starting mid-turn: 8, then 32s, then the rest.
+        let mut sizes = vec![8];
+        let mut left = segs - 8;
+        while left > 0 {
+            sizes.push(left.min(32));
+            left -= left.min(32);
+        }
+        let acked = acks_per_burst(&mut sim, &frames, &sizes, more);
+        let n: usize = acked.iter().map(Vec::len).sum();
+        counts.push(n);
+        for c in sim.accepted(Side::B) {
+            let got = sim.b.ulp_mut(c).expect("B's ULP").received();
+            assert_eq!(got, data);
+        }
+    }
+    let turns = CONNS as usize * TURNS;
+    assert_eq!(
+        counts[1], turns,
+        "one ACK per turn with more waiting (drain {drain})"
+    );
+    assert!(
+        counts[0] > turns,
+        "without: {} ACKs for {turns} turns (drain {drain})",
+        counts[0]
+    );
 }

@@ -73,7 +73,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let (id, addresses) = (key.id, key.addresses);
         let bursts = self.bursts;
         let c = slot_mut(&mut self.slots, id)?;
-        let Conn { tcb, ulp, .. } = c;
+        let Conn {
+            tcb,
+            ulp,
+            ack_listed,
+            ..
+        } = c;
         let ulp = ulp.as_mut()?;
         // In order (the run), or ahead of RCV.NXT at or beyond the last range held.
         let in_order = tcb.takes_run_segment(&seg, bursts, now);
@@ -104,9 +109,15 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         if in_order {
             self.stats.run_segments += 1;
             let pending = tcb.advance_pending;
+            tcb.hold_ack = self.more_waiting;
             tcb.take_run_segment(now, &self.cfg, &seg, &mut Bound { ulp, cx, now });
+            tcb.hold_ack = false;
             if tcb.advance_pending && !pending {
                 self.deferred.push(id);
+            }
+            if !*ack_listed && tcb.holds_ack() {
+                *ack_listed = true;
+                self.held_acks.push(id);
             }
         } else {
             self.stats.ooo_run_segments += 1;

@@ -5,7 +5,7 @@ use core::time::Duration;
 
 use smoltcp::wire::{TcpControl, TcpRepr};
 
-use super::{CloseReason, RecoveryUndo, RunAck, State, Tcb, TcbEvent};
+use super::{CloseReason, RecoveryUndo, RunAck, State, Tcb, TcbEvent, ACK_RUN};
 use crate::config::Config;
 use crate::rx::for_each_unconsumed;
 use crate::seq;
@@ -759,13 +759,35 @@ impl Tcb {
             // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: out-of-order data or a filled gap.
             self.ack_now = true;
         } else {
+            // RFC 9293 §3.8.6.3 / RFC 5681 §4.2: every second full segment, at the end of
+            // the burst; while more segments wait behind it (`hold_ack`), up to ACK_RUN
+            // of them, until the backlog is gone (`release_held_ack`) or the delayed-ACK
+            // timer fires.
             self.segs_unacked += 1;
-            if self.segs_unacked >= 2 {
+            if self.segs_unacked >= 2 && !(self.hold_ack && self.segs_unacked < ACK_RUN) {
                 self.ack_now = true;
             } else if self.delack_deadline.is_none() {
                 self.delack_deadline = self.arm(now + cfg.delayed_ack);
             }
         }
+    }
+
+    /// Whether an ACK owed under the every-second-segment rule waits (`hold_ack`): without
+    /// the hold two unacknowledged segments make it due at once (`ack_now`), and sending
+    /// any ACK clears both.
+    #[inline]
+    pub(crate) fn holds_ack(&self) -> bool {
+        self.segs_unacked >= 2 && !self.ack_now
+    }
+
+    /// The backlog behind the receive bursts is gone: an ACK held under `hold_ack` is due
+    /// now. Whether one was held (the caller then makes the connection ready).
+    pub(crate) fn release_held_ack(&mut self) -> bool {
+        if !self.holds_ack() {
+            return false;
+        }
+        self.ack_now = true;
+        true
     }
 
     /// Whether `repr` (at `seg_seq`) continues a run of in-order data segments: plain data

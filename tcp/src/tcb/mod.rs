@@ -37,6 +37,12 @@ use crate::tx::SendQueue;
 /// §4.3); one that receives something answers with its own segments anyway.
 pub(crate) const TS_REFRESH: Duration = Duration::from_secs(15 * 60);
 
+/// Most in-order full segments whose ACK waits while more segments are known to wait
+/// behind the receive burst (`Tcb::hold_ack`): a sender's turn (this engine's
+/// [`crate::TX_QUANTUM`]) split over two bursts is then acknowledged once, not once per
+/// burst. The delayed-ACK timer still bounds the wait.
+pub(crate) const ACK_RUN: u32 = crate::engine::TX_QUANTUM;
+
 pub(crate) use holding::Holding;
 
 /// Connection states of RFC 9293 §3.3.2 (LISTEN lives in the listener table).
@@ -222,7 +228,13 @@ pub(crate) struct Tcb {
     /// A new unit waited for the engine's bound alone (not for this connection's windows).
     pub(crate) flight_held: bool,
     fin_queued: bool,
-    close_requested: bool,
+    /// Set by the engine before each segment it hands in: the segment is part of a receive
+    /// burst behind which more segments are known to wait
+    /// ([`crate::Engine::begin_burst_before_more`]). An in-order run's ACK may then wait
+    /// for up to [`ACK_RUN`] full segments, the end of the backlog
+    /// ([`Tcb::release_held_ack`]) or the delayed-ACK timer instead of going out at the
+    /// end of this burst.
+    pub(crate) hold_ack: bool,
     fin_received: bool,
     pub(crate) reported_closed: bool,
 
@@ -253,6 +265,8 @@ pub(crate) struct Tcb {
     /// A tail loss probe is due: the next `poll_transmit` sends it.
     send_tlp: bool,
     send_probe: bool,
+    /// The ULP asked for a graceful close: FIN follows once the source is drained.
+    close_requested: bool,
 
     cc: Controller,
     rtt: RttEstimator,
@@ -397,6 +411,7 @@ impl Tcb {
             txq: SendQueue::default(),
             fin_queued: false,
             close_requested: false,
+            hold_ack: false,
             irs: 0,
             rcv_nxt: 0,
             rcv_off: 0,
@@ -668,7 +683,8 @@ mod layout {
         in_line! { 2 =>
             snd_una, snd_nxt, snd_wnd, snd_wl1, snd_wl2, max_snd_wnd, rcv_nxt, rcv_adv,
             last_ack_sent, ts_recent, segs_unacked, opts, state, advance_pending,
-            defer_advance, ack_now, flight_open, fin_queued, fin_received, reported_closed
+            defer_advance, ack_now, flight_open, fin_queued, hold_ack, fin_received,
+            reported_closed
         }
         in_line! { 3 => rcv_off, burst, eff_mss, idle_since, ts_recent_at, peer_fin }
     }

@@ -129,11 +129,18 @@ impl Tcb {
         (wnd >> shift) as u16
     }
 
-    /// A pure window update is worth sending (RFC 9293 §3.8.6.2.2 and §3.8.6.3).
+    /// A pure window update is worth sending (RFC 9293 §3.8.6.2.2 and §3.8.6.3). Not while
+    /// an in-order run's ACK is held for the segments waiting behind the receive burst
+    /// ([`Tcb::holds_ack`]) and the window offered is still at least half the new one: that
+    /// ACK brings the window along (data consumed as it arrives would otherwise make every
+    /// second segment open the window by two MSS, an ACK per burst again).
     fn window_update_due(&self, cfg: &Config, sink_wnd: usize) -> bool {
         let new = self.proposed_window(cfg, sink_wnd, self.opts.rcv_shift) as usize;
         let cur = self.rcv_wnd() as usize;
         let mss = usize::from(self.offer.mss);
+        if self.holds_ack() && cur >= new / 2 {
+            return false;
+        }
         new > cur && (new - cur >= (2 * mss).min(cfg.max_rx_window / 2) || cur < mss)
     }
 
