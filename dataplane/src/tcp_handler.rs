@@ -198,7 +198,7 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
     /// the ACKs the engine held for the next bursts are due in this iteration.
     fn settle(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
         self.work(now);
-        if !ctx.rx_backlogged() && self.engine.holds_acks() {
+        if self.engine.holds_acks() && !ctx.rx_backlogged() {
             self.engine.release_acks();
         }
     }

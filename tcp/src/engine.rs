@@ -1086,6 +1086,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 return;
             };
             let was_half_open = c.tcb.state == State::SynReceived;
+            c.tcb.hold_ack = self.more_waiting;
             let Conn {
                 tcb,
                 ulp,
@@ -1099,20 +1100,20 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     let mut u = Bound { ulp, cx, now };
                     let pending = tcb.advance_pending;
                     tcb.defer_advance = self.burst;
-                    tcb.hold_ack = self.more_waiting;
                     tcb.burst = self.bursts;
                     tcb.handle_segment(now, &self.cfg, repr, &mut u, &mut evs);
                     tcb.defer_advance = false;
-                    tcb.hold_ack = false;
                     if tcb.advance_pending && !pending {
                         self.deferred.push(id);
                     }
-                    if !*ack_listed && tcb.holds_ack() {
+                    if self.more_waiting && !*ack_listed && tcb.holds_ack() {
                         *ack_listed = true;
                         self.held_acks.push(id);
                     }
                 }
                 None => {
+                    // Not listed for `release_acks`: nothing is held before the ULP.
+                    tcb.hold_ack = false;
                     let mut h = Holding {
                         buf: held,
                         start: held_start,

@@ -109,13 +109,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         if in_order {
             self.stats.run_segments += 1;
             let pending = tcb.advance_pending;
-            tcb.hold_ack = self.more_waiting;
+            let hold = self.more_waiting;
+            tcb.hold_ack = hold;
             tcb.take_run_segment(now, &self.cfg, &seg, &mut Bound { ulp, cx, now });
-            tcb.hold_ack = false;
             if tcb.advance_pending && !pending {
                 self.deferred.push(id);
             }
-            if !*ack_listed && tcb.holds_ack() {
+            if hold && !*ack_listed && tcb.holds_ack() {
                 *ack_listed = true;
                 self.held_acks.push(id);
             }

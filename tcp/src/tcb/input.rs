@@ -735,7 +735,8 @@ impl Tcb {
     /// started there when `at_rcv_nxt`; out-of-order data was held when `had_gaps`): the ULP
     /// learns that RCV.NXT advanced (or, in a run, later), and the ACK is decided: at once
     /// for out-of-order data or a filled gap, else every second segment or when the delayed
-    /// ACK runs out.
+    /// ACK runs out; while more segments wait behind the burst ([`Tcb::hold_ack`]) every
+    /// [`ACK_RUN`] segments, when the backlog is gone or the delayed ACK runs out.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn delivered(
         &mut self,
@@ -760,9 +761,9 @@ impl Tcb {
             self.ack_now = true;
         } else {
             // RFC 9293 §3.8.6.3 / RFC 5681 §4.2: every second full segment, at the end of
-            // the burst; while more segments wait behind it (`hold_ack`), up to ACK_RUN
-            // of them, until the backlog is gone (`release_held_ack`) or the delayed-ACK
-            // timer fires.
+            // the burst; while more segments wait behind it (`hold_ack`), up to ACK_RUN of
+            // them, until the backlog is gone (`release_held_ack`) or the delayed-ACK timer
+            // fires.
             self.segs_unacked += 1;
             if self.segs_unacked >= 2 && !(self.hold_ack && self.segs_unacked < ACK_RUN) {
                 self.ack_now = true;

@@ -228,8 +228,8 @@ pub(crate) struct Tcb {
     /// A new unit waited for the engine's bound alone (not for this connection's windows).
     pub(crate) flight_held: bool,
     fin_queued: bool,
-    /// Set by the engine before each segment it hands in: the segment is part of a receive
-    /// burst behind which more segments are known to wait
+    /// Set by the engine before each segment it hands in (and read only then): the segment
+    /// is part of a receive burst behind which more segments are known to wait
     /// ([`crate::Engine::begin_burst_before_more`]). An in-order run's ACK may then wait
     /// for up to [`ACK_RUN`] full segments, the end of the backlog
     /// ([`Tcb::release_held_ack`]) or the delayed-ACK timer instead of going out at the

@@ -54,7 +54,7 @@ impl Tcb {
     /// §4.3), SND.WL1 (the rest of the ACK processing would find nothing new), the idle
     /// time, the payload to the ULP with RCV.NXT advanced (the ULP told at the run's end)
     /// and the ACK decision (RFC 9293 §3.8.6.3: every second segment, else the delayed
-    /// ACK).
+    /// ACK; [`Tcb::hold_ack`] as the engine set it).
     #[inline]
     pub(crate) fn take_run_segment(
         &mut self,
