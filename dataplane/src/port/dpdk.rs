@@ -500,6 +500,7 @@ impl Port for DpdkPort {
         if at > buf.len() || buf.segments() != 1 {
             return Err(payload);
         }
+        // `DpdkPort::pool`, field by field: `self.ext_slab` is borrowed mutably.
         let pool = self.frame_pool.as_ref().unwrap_or(self.dev.pool());
         let tail = slab.attach(pool, payload)?;
         buf.truncate(at);
