@@ -140,12 +140,13 @@ struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m)
 struct dpdk_shim_ext {
 	struct rte_mbuf_ext_shared_info shinfo;
 	struct dpdk_shim_ext_slab *slab;
-	void *opaque;
+	uint64_t token;
 	struct dpdk_shim_ext *next_free;
 };
 
 struct dpdk_shim_ext_slab {
-	void (*release)(void *opaque);
+	void (*release)(void *ctx, uint64_t token);
+	void *ctx;
 	struct dpdk_shim_ext *free;
 	struct dpdk_shim_ext *to_reap;
 	uint32_t outstanding;
@@ -155,7 +156,9 @@ struct dpdk_shim_ext_slab {
 	struct dpdk_shim_ext recs[];
 };
 
-struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n, void (*release)(void *opaque))
+struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n,
+                                                  void (*release)(void *ctx, uint64_t token),
+                                                  void *ctx)
 {
 	struct dpdk_shim_ext_slab *s;
 	uint32_t i;
@@ -166,6 +169,7 @@ struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n, void (*release)(vo
 	if (s == NULL)
 		return NULL;
 	s->release = release;
+	s->ctx = ctx;
 	/* Linked so that the first record is handed out first. */
 	for (i = n; i > 0; i--) {
 		s->recs[i - 1].slab = s;
@@ -175,19 +179,19 @@ struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n, void (*release)(vo
 	return s;
 }
 
-/* The caller's release, then the record back on its slab's free list (last in, first out,
- * so the records in use stay few and cache-hot). */
+/* The caller's release (not once the slab was closed), then the record back on its slab's
+ * free list (last in, first out, so the records in use stay few and cache-hot). */
 static void dpdk_shim_ext_release(struct dpdk_shim_ext_slab *s, struct dpdk_shim_ext *e)
 {
-	s->release(e->opaque);
+	if (!s->closed)
+		s->release(s->ctx, e->token);
 	e->next_free = s->free;
 	s->free = e;
 	s->outstanding--;
 }
 
-/* DPDK's free callback: the record goes on the list to reap (the release, which may write
- * shared memory with a locked instruction, runs later, not right behind the PMD's stores
- * of the frame it copied); released at once when the slab was closed. */
+/* DPDK's free callback: the record goes on the list to reap (the release runs later, on
+ * the port's turn, not inside the PMD's burst); freed at once when the slab was closed. */
 static void dpdk_shim_ext_free(void *addr, void *opaque)
 {
 	struct dpdk_shim_ext *e = opaque;
@@ -220,7 +224,7 @@ void dpdk_shim_ext_slab_reap(struct dpdk_shim_ext_slab *s)
 
 struct rte_mbuf *dpdk_shim_pktmbuf_external(struct rte_mempool *mp,
                                             struct dpdk_shim_ext_slab *s, void *addr,
-                                            uint16_t len, void *opaque)
+                                            uint16_t len, uint64_t token)
 {
 	struct dpdk_shim_ext *e;
 	struct rte_mbuf *m;
@@ -240,7 +244,7 @@ struct rte_mbuf *dpdk_shim_pktmbuf_external(struct rte_mempool *mp,
 	e->shinfo.free_cb = dpdk_shim_ext_free;
 	e->shinfo.fcb_opaque = e;
 	rte_mbuf_ext_refcnt_set(&e->shinfo, 1);
-	e->opaque = opaque;
+	e->token = token;
 	rte_pktmbuf_attach_extbuf(m, addr, (rte_iova_t)(uintptr_t)addr, len, &e->shinfo);
 	m->data_len = len;
 	m->pkt_len = len;

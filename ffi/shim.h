@@ -41,26 +41,30 @@ char *dpdk_shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int dpdk_shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
 struct rte_mempool *dpdk_shim_pktmbuf_pool(const struct rte_mbuf *m);
 /* A slab of `n` shared-info records for external buffers, each given back by DPDK's free
- * callback and reused once reaped (`release(opaque)` run, by `dpdk_shim_ext_slab_reap` or
- * when the slab runs out); not thread-safe: the mbufs attached from one slab are freed on
- * the thread that attached them. NULL when `n` is 0 or no memory is left. */
+ * callback and reused once reaped (`release(ctx, token)` run, by `dpdk_shim_ext_slab_reap`
+ * or when the slab runs out; not after the slab was closed); not thread-safe: the mbufs
+ * attached from one slab are freed on the thread that attached them. NULL when `n` is 0 or
+ * no memory is left. */
 struct dpdk_shim_ext_slab;
-struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n, void (*release)(void *opaque));
+struct dpdk_shim_ext_slab *dpdk_shim_ext_slab_new(uint32_t n,
+                                                  void (*release)(void *ctx, uint64_t token),
+                                                  void *ctx);
 /* An mbuf of `mp` whose data are the `len` octets at `addr`, memory outside DPDK's
  * (attached as an external buffer, its IOVA the address: only for drivers that read frames
- * by virtual address), its shared info a record of `s`. `release(opaque)` runs once the
- * last mbuf attached to it was freed. NULL when the pool is empty or every record of the
- * slab is in use (counted as exhausted). */
+ * by virtual address), its shared info a record of `s`. `release(ctx, token)` runs once the
+ * last mbuf attached to it was freed and the record reaped. NULL when the pool is empty or
+ * every record of the slab is in use (counted as exhausted). */
 struct rte_mbuf *dpdk_shim_pktmbuf_external(struct rte_mempool *mp,
                                             struct dpdk_shim_ext_slab *s, void *addr,
-                                            uint16_t len, void *opaque);
+                                            uint16_t len, uint64_t token);
 /* Releases the payloads of the records DPDK gave back since the last reap. */
 void dpdk_shim_ext_slab_reap(struct dpdk_shim_ext_slab *s);
 /* Records given back so far, attachments refused for want of a record, records in use
  * (attached, or given back and not yet reaped). */
 void dpdk_shim_ext_slab_counts(const struct dpdk_shim_ext_slab *s, uint64_t *returned,
                                uint64_t *exhausted, uint32_t *outstanding);
-/* Frees the slab now, or once its last record in use comes back. */
+/* Releases what was given back, then frees the slab now, or once its last record in use
+ * comes back (without releasing those). */
 void dpdk_shim_ext_slab_close(struct dpdk_shim_ext_slab *s);
 
 /* ethdev offload bits (RTE_BIT64 macros) */

@@ -21,8 +21,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
+
+use tcp::Lent;
 
 use smoltcp::wire::EthernetProtocol;
 
@@ -471,7 +472,9 @@ impl<P: Port> PortContext<'_, P> {
         if room > 0 {
             return self.send_ip_in_place(room, write);
         }
-        self.send_ip_with_payload(|b| write(b).map(|(dst, len)| (dst, len, None)))
+        self.send_ip_with_payload(&mut Vec::new(), |b| {
+            write(b).map(|(dst, len)| (dst, len, None))
+        })
     }
 
     /// [`PortContext::send_ip`] into TSO frames built in place in buffers of `room` octets:
@@ -493,7 +496,9 @@ impl<P: Port> PortContext<'_, P> {
         }
         if self.tso.is_none() {
             let Some(mut buf) = self.port.alloc_tso() else {
-                return self.send_ip_with_payload(|b| write(b).map(|(dst, len)| (dst, len, None)));
+                return self.send_ip_with_payload(&mut Vec::new(), |b| {
+                    write(b).map(|(dst, len)| (dst, len, None))
+                });
             };
             let (dst, len) = write(&mut buf.as_mut()[l2..l2 + mtu])?;
             return Some(self.route_in_place(buf, dst, len, room));
@@ -600,14 +605,23 @@ impl<P: Port> PortContext<'_, P> {
         self.port.sends_payloads_in_place()
     }
 
+    /// Moves the tokens of the payloads this port's frames no longer hold into `out`
+    /// ([`Port::take_returned_payloads`]).
+    pub fn take_returned_payloads(&mut self, out: &mut Vec<u64>) {
+        self.port.take_returned_payloads(out);
+    }
+
     /// [`PortContext::send_ip`] for a `write` that may leave the payload out of the
     /// buffer: it returns the destination, the octets it wrote (the headers, or the whole
-    /// packet) and the payload that follows them. The port sends that payload from its own
-    /// buffer where it can ([`Port::attach_payload`]), else it is copied behind the
-    /// headers (`None`, the packet dropped and counted, when it does not fit the buffer).
-    pub fn send_ip_with_payload(
+    /// packet) and the payload lent to follow them. The port sends that payload from the
+    /// lender's buffer where it can ([`Port::attach_payload`]; its token comes back through
+    /// [`PortContext::take_returned_payloads`]), else it is copied behind the headers
+    /// (`None`, the packet dropped and counted, when it does not fit the buffer) and its
+    /// token goes to `unlent` at once.
+    pub fn send_ip_with_payload<'p>(
         &mut self,
-        write: impl FnOnce(&mut [u8]) -> Option<(IpAddr, usize, Option<Arc<Vec<u8>>>)>,
+        unlent: &mut Vec<u64>,
+        write: impl FnOnce(&mut [u8]) -> Option<(IpAddr, usize, Option<Lent<'p>>)>,
     ) -> Option<SendOutcome> {
         let l2 = self.l2.header_len();
         let mtu = self.port.info().mtu;
@@ -620,6 +634,7 @@ impl<P: Port> PortContext<'_, P> {
             *self.spare = Some(buf);
             return None;
         };
+
         let route = self.route.filter(|r| r.dst == dst);
         let hop = match route {
             Some(r) => {
@@ -629,6 +644,7 @@ impl<P: Port> PortContext<'_, P> {
             None => {
                 let Some(hop) = self.next_hop(dst) else {
                     self.counters.unresolved += 1;
+                    unlent.extend(payload.map(|p| p.token()));
                     return Some(SendOutcome::NoRoute);
                 };
                 write_l2(
@@ -646,13 +662,15 @@ impl<P: Port> PortContext<'_, P> {
             Some(p) => {
                 let at = l2 + len;
                 if let Err(p) = self.port.attach_payload(&mut buf, at, p) {
+                    unlent.push(p.token());
+                    let p = p.payload();
                     let Some(room) = buf.as_mut().get_mut(at..at + p.len()) else {
                         // Longer than the buffer (an MTU's worth): dropped, like a
                         // transmit buffer the pool could not give.
                         self.counters.tx_dropped += 1;
                         return None;
                     };
-                    room.copy_from_slice(&p);
+                    room.copy_from_slice(p);
                     buf.truncate(at + p.len());
                 }
             }

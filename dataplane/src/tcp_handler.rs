@@ -77,6 +77,9 @@ pub struct TcpHandler<U, C, S> {
     tx_per_poll: usize,
     /// Since when a packet of ours waits for its next hop's MAC ([`RESOLVE_WAIT`]).
     resolving_since: Option<Instant>,
+    /// Tokens of payloads the engine lent that the port let go of (or never took), for
+    /// [`Engine::payloads_returned`].
+    returned: Vec<u64>,
     ulp: PhantomData<fn() -> U>,
 }
 
@@ -89,6 +92,7 @@ impl<U: Ulp<C>, C, S: TcpService<U, C>> TcpHandler<U, C, S> {
             service,
             tx_per_poll: TX_PER_POLL,
             resolving_since: None,
+            returned: Vec::new(),
             ulp: PhantomData,
         }
     }
@@ -204,6 +208,14 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
     }
 
     fn poll(&mut self, ctx: &mut PortContext<'_, P>, now: Instant) {
+        let gather = ctx.sends_payloads_in_place();
+        if gather {
+            ctx.take_returned_payloads(&mut self.returned);
+            if !self.returned.is_empty() {
+                self.engine
+                    .payloads_returned(&mut self.cx, self.returned.drain(..));
+            }
+        }
         self.service.flush(&mut self.engine, &mut self.cx, now);
         if !ctx.holds_unresolved() {
             self.resolving_since = None;
@@ -211,8 +223,7 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
         let resolving = self
             .resolving_since
             .is_some_and(|t| now.saturating_since(t) < RESOLVE_WAIT);
-        let (engine, cx) = (&mut self.engine, &mut self.cx);
-        let gather = ctx.sends_payloads_in_place();
+        let (engine, cx, unlent) = (&mut self.engine, &mut self.cx, &mut self.returned);
         // Frames the port refused earlier count against the budget: while its ring stays
         // full the data waits in TCP's queues, and nothing is dropped. While a packet waits
         // for a neighbour's MAC, the rest waits in TCP's queues too.
@@ -230,7 +241,7 @@ impl<P: Port, U: Ulp<C>, C, S: TcpService<U, C>> Handler<P> for TcpHandler<U, C,
                 break;
             }
             let sent = if gather {
-                ctx.send_ip_with_payload(|buf| {
+                ctx.send_ip_with_payload(unlent, |buf| {
                     engine
                         .poll_transmit_gather(now, cx, buf, TX_IN_PLACE_MIN)
                         .map(|x| (x.packet.dst, x.packet.len, x.payload))

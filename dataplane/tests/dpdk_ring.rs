@@ -4,8 +4,6 @@
 #[path = "dpdk_common/mod.rs"]
 mod dpdk_common;
 
-use std::sync::Arc;
-
 use dataplane::dpdk::mbuf::{ExtSlab, ExtSlabCounts};
 use dataplane::dpdk::{Eal, Mbuf};
 use dataplane::port::any::{AnyBuf, AnyPort, Backend};
@@ -235,10 +233,11 @@ fn a_burst_freed_in_bulk_gives_every_mbuf_back_to_its_pool() {
     );
 }
 
-// A chained frame and one whose data are a lent payload (an external buffer, shared with
-// its owner) freed in bulk among plain ones: every segment goes back to the pool, and the
-// payload's reference is given back.
+// A chained frame and one whose data are a lent payload (an external buffer, lent by its
+// owner) freed in bulk among plain ones: every segment goes back to the pool, and the
+// payload's token is given back.
 #[test]
+#[allow(unsafe_code)] // lends a payload to an mbuf (`ExtSlab::attach_octets`)
 fn chained_and_shared_mbufs_in_a_bulk_free_are_freed_right() {
     let port = DpdkPort::open(eal(), &DpdkPortConfig::new("bulk2", "net_ring5")).unwrap();
     let pool = port.pool();
@@ -247,10 +246,10 @@ fn chained_and_shared_mbufs_in_a_bulk_free_are_freed_right() {
     let tail = Mbuf::alloc(pool, 50).unwrap();
     head.chain_all([tail]);
     assert_eq!((head.segments(), head.pkt_len()), (2, 150));
-    let payload = Arc::new(vec![0x5au8; 1000]);
+    let payload = vec![0x5au8; 1000];
     let mut slab = ExtSlab::new(4).unwrap();
-    let lent = slab.attach(pool, Arc::clone(&payload)).unwrap();
-    assert_eq!(Arc::strong_count(&payload), 2);
+    // SAFETY: `payload` outlives the slab and every mbuf attached to it.
+    let lent = unsafe { slab.attach_octets(pool, &payload, 77) }.unwrap();
     let plain = Mbuf::alloc(pool, 60).unwrap();
     let plain2 = Mbuf::alloc(pool, 60).unwrap();
     let mut burst = vec![plain, head, lent, plain2];
@@ -262,36 +261,39 @@ fn chained_and_shared_mbufs_in_a_bulk_free_are_freed_right() {
         before,
         "both segments of the chain are back too"
     );
-    slab.reap();
+    let mut back = Vec::new();
+    slab.take_returned(&mut back);
     assert_eq!(
-        Arc::strong_count(&payload),
-        1,
-        "the external buffer's owner got its payload back"
+        back,
+        vec![77],
+        "the external buffer's owner got its token back"
     );
 }
 
 // The shared-info records of lent payloads come from a bounded slab and are reused: a slab
-// of two lends two payloads, refuses the third (handing its reference back, counted), and
-// lends again once a frame that held one was freed; the references of freed frames are
-// dropped when the slab is reaped (or runs out of records), and every one comes back.
+// of two lends two payloads, refuses the third (counted), and lends again once a frame that
+// held one was freed; the tokens of freed frames come out when the slab is reaped (or runs
+// out of records), each once, and none after the slab was closed.
 #[test]
+#[allow(unsafe_code)] // lends a payload to mbufs (`ExtSlab::attach_octets`)
 fn lent_payload_records_are_reused_and_bounded() {
     let port = DpdkPort::open(eal(), &DpdkPortConfig::new("slab", "net_ring6")).unwrap();
     let pool = port.pool();
     let before = pool.in_use();
-    let payload = Arc::new(vec![0xa5u8; 1448]);
+    let payload = vec![0xa5u8; 1448];
     let mut slab = ExtSlab::new(2).unwrap();
-    let a = slab.attach(pool, Arc::clone(&payload)).unwrap();
-    let b = slab.attach(pool, Arc::clone(&payload)).unwrap();
+    let attach = |slab: &mut ExtSlab, token| {
+        // SAFETY: `payload` outlives the slab and every mbuf attached to it.
+        unsafe { slab.attach_octets(pool, &payload, token) }
+    };
+    let a = attach(&mut slab, 1).unwrap();
+    let b = attach(&mut slab, 2).unwrap();
     assert_eq!(
         a.as_ref(),
         &payload[..],
         "the mbuf's data are the payload's octets"
     );
-    let refused = slab.attach(pool, Arc::clone(&payload)).unwrap_err();
-    assert!(Arc::ptr_eq(&refused, &payload), "the reference comes back");
-    drop(refused);
-    assert_eq!(Arc::strong_count(&payload), 3);
+    assert!(attach(&mut slab, 3).is_none());
     assert_eq!(
         slab.counts(),
         ExtSlabCounts {
@@ -305,19 +307,22 @@ fn lent_payload_records_are_reused_and_bounded() {
         before + 2,
         "a refused attachment takes no mbuf"
     );
+    let mut back = Vec::new();
     drop(a);
-    assert_eq!(Arc::strong_count(&payload), 3, "released only when reaped");
     assert_eq!(slab.counts().returned, 1);
-    slab.reap();
-    assert_eq!(Arc::strong_count(&payload), 2);
-    let c = slab.attach(pool, Arc::clone(&payload)).unwrap();
+    slab.take_returned(&mut back);
+    assert_eq!(back, vec![1], "reaped");
+    slab.take_returned(&mut back);
+    assert_eq!(back, vec![1], "once");
+    let c = attach(&mut slab, 4).unwrap();
     drop(b);
     // No free record: the attachment reaps the one just given back.
-    let e = slab.attach(pool, Arc::clone(&payload)).unwrap();
-    assert_eq!(Arc::strong_count(&payload), 3);
+    let e = attach(&mut slab, 5).unwrap();
     let mut burst = vec![c, e];
     Mbuf::free_all(&mut burst);
-    slab.reap();
+    slab.take_returned(&mut back);
+    back.sort_unstable();
+    assert_eq!(back, vec![1, 2, 4, 5], "in any order");
     assert_eq!(
         slab.counts(),
         ExtSlabCounts {
@@ -326,11 +331,10 @@ fn lent_payload_records_are_reused_and_bounded() {
             outstanding: 0
         }
     );
-    assert_eq!(Arc::strong_count(&payload), 1);
     assert_eq!(pool.in_use(), before);
     // Closed with a frame still holding a record: the slab lives until it comes back.
-    let d = slab.attach(pool, Arc::clone(&payload)).unwrap();
+    let d = attach(&mut slab, 6).unwrap();
     drop(slab);
     drop(d);
-    assert_eq!(Arc::strong_count(&payload), 1);
+    assert_eq!(pool.in_use(), before);
 }

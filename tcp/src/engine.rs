@@ -4,7 +4,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 use smoltcp::wire::{IpProtocol, TcpControl, TcpRepr};
@@ -16,7 +15,7 @@ use crate::syn_hold::HeldSyns;
 use crate::tcb::{CloseReason, ConnInfo, Holding, LossCounters, State, Tcb, TcbEvent};
 use crate::time::Instant;
 use crate::timer_wheel::TimerWheel;
-use crate::tx::Gather;
+use crate::tx::{Gather, Loans};
 use crate::ulp::{Bound, Ulp};
 use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
 
@@ -34,6 +33,15 @@ impl ConnId {
     /// the id as a whole is not).
     pub fn index(self) -> u32 {
         self.index
+    }
+
+    /// The id of slot `index`, first generation (unit tests outside the engine).
+    #[cfg(test)]
+    pub(crate) fn for_tests(index: u32) -> ConnId {
+        ConnId {
+            index,
+            generation: 0,
+        }
     }
 }
 
@@ -121,13 +129,38 @@ pub struct Transmit {
 
 /// A packet of [`Engine::poll_transmit_gather`]: its headers (or all of it) in the buffer,
 /// and the payload that follows them when it was not copied there.
-#[derive(Clone, Debug)]
-pub struct GatherTransmit {
+#[derive(Debug)]
+pub struct GatherTransmit<'a> {
     /// The packet; `len` counts the octets in the buffer (without `payload`).
     pub packet: Transmit,
-    /// The payload after the headers, as the engine keeps it (unchanged until acknowledged
-    /// and no longer referenced).
-    pub payload: Option<Arc<Vec<u8>>>,
+    /// The payload after the headers, lent.
+    pub payload: Option<Lent<'a>>,
+}
+
+/// A payload the engine lends for one frame ([`Engine::poll_transmit_gather`]): the unit's
+/// own buffer, which stays allocated at the same address and unchanged until
+/// [`Lent::token`] is handed back to the engine ([`Engine::payloads_returned`]), beyond
+/// this borrow: a device may read it from there until then. A token never handed back
+/// keeps the buffer allocated for the engine's lifetime (and leaked when it is dropped).
+/// Only the engine makes one, and one only per frame (not `Clone`: its token is handed back
+/// once).
+#[derive(Debug)]
+pub struct Lent<'a> {
+    payload: &'a [u8],
+    token: u64,
+}
+
+impl<'a> Lent<'a> {
+    /// The payload's octets.
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+
+    /// What the holder hands back ([`Engine::payloads_returned`]) once it no longer reads
+    /// the payload, exactly once.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
 }
 
 /// Errors from the engine's API.
@@ -413,6 +446,8 @@ pub struct Engine<U, C: ?Sized = ()> {
     /// Connections whose ULP waits for `on_advance` until the burst ends.
     deferred: Vec<ConnId>,
     stats: Stats,
+    /// The units' payloads lent to ports ([`Engine::poll_transmit_gather`]).
+    loans: Loans,
     context: PhantomData<fn(&mut C)>,
 }
 
@@ -423,6 +458,17 @@ impl<U: std::fmt::Debug, C: ?Sized> std::fmt::Debug for Engine<U, C> {
             .field("listeners", &self.listeners.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
+    }
+}
+
+impl<U, C: ?Sized> Drop for Engine<U, C> {
+    /// The buffers of units still lent stay allocated (leaked with the loans, never freed
+    /// under a device).
+    fn drop(&mut self) {
+        for c in self.slots.iter_mut().flatten() {
+            c.tcb.drain_unit_buffers(drop);
+            c.tcb.txq_mut().settle_lent(&mut self.loans, drop);
+        }
     }
 }
 
@@ -459,6 +505,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             bursts: 0,
             deferred: Vec::new(),
             stats: Stats::default(),
+            loans: Loans::default(),
             context: PhantomData,
         }
     }
@@ -850,9 +897,19 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let Some(mut c) = slot.take_if(|c| c.generation == id.generation) else {
             return;
         };
-        if let Some(ulp) = c.ulp.as_mut() {
-            c.tcb.drain_unit_buffers(|b| ulp.reclaim(b));
-        }
+        // Every unit's buffer leaves the queue here: those lent stay with the loans while
+        // frames hold them (never freed under a device).
+        let mut ulp = c.ulp.as_mut();
+        c.tcb.drain_unit_buffers(|b| {
+            if let Some(u) = ulp.as_mut() {
+                u.reclaim(b);
+            }
+        });
+        c.tcb.txq_mut().settle_lent(&mut self.loans, |b| {
+            if let Some(u) = ulp.as_mut() {
+                u.reclaim(b);
+            }
+        });
         self.generations[id.index as usize] = c.generation.wrapping_add(1);
         self.free.push(id.index);
         self.live -= 1;
@@ -1444,23 +1501,50 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
 
     /// Like [`Engine::poll_transmit`], but a payload of at least `min_payload` octets is not
     /// copied after the headers: `buf` gets the headers (their length in
-    /// [`GatherTransmit::packet`]) and the payload is handed out as the unit's own buffer,
-    /// shared with the engine, which keeps it unchanged for retransmission and reuses it
-    /// only once the caller dropped its reference and the peer acknowledged it. The TCP
-    /// checksum (when filled) covers the payload; its sum is taken once per unit.
+    /// [`GatherTransmit::packet`]) and the payload is lent out as the unit's own buffer
+    /// ([`Lent`]), which the engine keeps unchanged for retransmission and reuses only once
+    /// the peer acknowledged it and every frame's token came back
+    /// ([`Engine::payloads_returned`]). The TCP checksum (when filled) covers the payload;
+    /// its sum is taken once per unit.
     pub fn poll_transmit_gather(
         &mut self,
         now: Instant,
         cx: &mut C,
         buf: &mut [u8],
         min_payload: usize,
-    ) -> Option<GatherTransmit> {
-        let mut gather = Gather::from(min_payload);
+    ) -> Option<GatherTransmit<'_>> {
+        let min = if self.loans.full() {
+            usize::MAX
+        } else {
+            min_payload
+        };
+        let mut gather = Gather::from(min);
         let packet = self.transmit(now, cx, buf, &mut gather)?;
-        Some(GatherTransmit {
-            packet,
-            payload: gather.payload,
-        })
+        let payload = gather.lent.and_then(|(id, i, token)| {
+            let payload = match self.loans.parked(token) {
+                Some(p) => p,
+                None => slot_ref(&self.slots, id)?.tcb.unit_payload(i)?,
+            };
+            Some(Lent {
+                payload,
+                token: u64::from(token),
+            })
+        });
+        Some(GatherTransmit { packet, payload })
+    }
+
+    /// The holders of lent payloads ([`Lent`]) let go of them: `tokens`, each as
+    /// [`Lent::token`] gave it, once per frame. A unit's buffer is reused once it was
+    /// acknowledged and no frame holds it. Tokens naming no frame held are ignored.
+    pub fn payloads_returned(&mut self, cx: &mut C, tokens: impl IntoIterator<Item = u64>) {
+        for token in tokens {
+            let Some((owner, buffer)) = self.loans.returned(token) else {
+                continue;
+            };
+            if let Some(ulp) = slot_mut(&mut self.slots, owner).and_then(|c| c.ulp.as_mut()) {
+                ulp.recycle(cx, buffer);
+            }
+        }
     }
 
     fn transmit(
@@ -1518,6 +1602,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     held_start,
                     ..
                 } = c;
+                if tcb.txq_mut().has_lent_done() {
+                    settle_lent(tcb, ulp.as_mut(), cx, &mut self.loans);
+                }
                 let r = match ulp.as_mut() {
                     Some(ulp) => {
                         let mut u = Bound {
@@ -1536,6 +1623,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         tcb.poll_transmit(now, &self.cfg, &mut h, buf, gather, &mut evs)
                     }
                 };
+                if let Some(i) = gather.lend.take() {
+                    // `poll_transmit_gather` asks only with a loan record free.
+                    let token = self.loans.lend(tcb.txq_mut().unit_mut(i), id);
+                    gather.lent = token.map(|t| (id, i, t));
+                }
                 // The addresses of a packet sent, read back from the header just written
                 // (in the cache) rather than from the TCB's address line, which an ACK
                 // through the header template does not read otherwise.
@@ -1725,6 +1817,21 @@ fn count_flight<U>(total: &mut usize, c: &mut Conn<U>) {
     let f = u32::try_from(c.tcb.flight_size()).unwrap_or(u32::MAX);
     *total = *total - c.flight as usize + f as usize;
     c.flight = f;
+}
+
+/// Settles the payloads of `tcb`'s units acknowledged after being lent
+/// ([`crate::tx::SendQueue::settle_lent`]): buffers no frame holds go back to `ulp`.
+#[inline(never)]
+fn settle_lent<U: Ulp<C>, C: ?Sized>(
+    tcb: &mut Tcb,
+    ulp: Option<&mut U>,
+    cx: &mut C,
+    loans: &mut Loans,
+) {
+    match ulp {
+        Some(ulp) => tcb.txq_mut().settle_lent(loans, |b| ulp.recycle(cx, b)),
+        None => tcb.txq_mut().settle_lent(loans, drop),
+    }
 }
 
 fn slot_ref<U>(slots: &[Option<Conn<U>>], id: ConnId) -> Option<&Conn<U>> {

@@ -10,9 +10,9 @@
 //! window with an empty segment below SND.UNA rather than with split data.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use crate::checksum::PayloadSum;
+use crate::engine::ConnId;
 use crate::rack::Rack;
 use crate::seq;
 use crate::time::Instant;
@@ -85,85 +85,129 @@ pub trait SegmentSource<C: ?Sized = ()> {
     }
 }
 
-/// A unit's payload while the engine keeps it: its own buffer, or shared with the ports
-/// that transmit it from there (reference counted, so the octets stay put until the last
-/// holder lets go; see [`crate::Engine::poll_transmit_gather`]).
-#[derive(Clone, Debug)]
-pub(crate) enum UnitData {
-    Owned(Vec<u8>),
-    Shared(Arc<Vec<u8>>),
+/// No loan: a unit whose payload was never lent to a port.
+pub(crate) const NO_LOAN: u32 = u32::MAX;
+
+/// Loan records an engine keeps at most: one per unit lent at least once and not yet
+/// settled (acknowledged, or the connection gone, with no frame left holding it). With
+/// every record taken, payloads are copied after the headers instead of lent.
+pub(crate) const MAX_LOANS: usize = 1 << 16;
+
+/// The payloads an engine lent to its ports ([`crate::Engine::poll_transmit_gather`]): per
+/// unit lent, how many frames hold its buffer now, a plain count (the ports hand each
+/// frame's token back on the engine's own thread, [`crate::Engine::payloads_returned`]:
+/// no reference count shared between threads, no locked instruction per frame), and the
+/// buffer itself once the unit was settled while frames still held it, until the last one
+/// comes back. A unit keeps its record until it is settled (its retransmissions count on
+/// it), so a token names the same record for as long as a frame holds it.
+#[derive(Debug, Default)]
+pub(crate) struct Loans {
+    records: Vec<Loan>,
+    /// Records settled and free for reuse (last in, first out).
+    free: Vec<u32>,
 }
 
-impl UnitData {
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        match self {
-            UnitData::Owned(v) => v,
-            UnitData::Shared(a) => a,
-        }
+/// One unit's loan.
+#[derive(Debug)]
+struct Loan {
+    /// Frames holding the unit's buffer.
+    frames: u32,
+    /// The connection whose unit it is: a buffer settled while held goes back to its ULP.
+    owner: ConnId,
+    /// The buffer of a unit settled while frames held it.
+    parked: Option<Vec<u8>>,
+}
+
+impl Loans {
+    /// Whether no unit can be lent now (every record taken).
+    pub(crate) fn full(&self) -> bool {
+        self.free.is_empty() && self.records.len() >= MAX_LOANS
     }
 
-    fn len(&self) -> usize {
-        self.as_slice().len()
-    }
-
-    /// A reference to the payload for a port, the buffer shared from now on; its
-    /// reference-counted holder is one of `shells` (empty, unique) when there is one.
-    pub(crate) fn share(&mut self, shells: &mut Vec<Arc<Vec<u8>>>) -> Arc<Vec<u8>> {
-        let shared = match self {
-            UnitData::Shared(a) => return Arc::clone(a),
-            UnitData::Owned(v) => {
-                let payload = core::mem::take(v);
-                match shells.pop() {
-                    Some(mut shell) => match Arc::get_mut(&mut shell) {
-                        Some(slot) => {
-                            *slot = payload;
-                            shell
-                        }
-                        None => Arc::new(payload),
-                    },
-                    None => Arc::new(payload),
+    /// One more frame holds `unit`'s buffer (a record is given to the unit the first
+    /// time); the frame's token. `None` only when [`Loans::full`].
+    pub(crate) fn lend(&mut self, unit: &mut TxUnit, owner: ConnId) -> Option<u32> {
+        if unit.loan == NO_LOAN {
+            let fresh = Loan {
+                frames: 0,
+                owner,
+                parked: None,
+            };
+            unit.loan = match self.free.pop() {
+                Some(r) => {
+                    self.records[r as usize] = fresh;
+                    r
                 }
-            }
-        };
-        *self = UnitData::Shared(Arc::clone(&shared));
-        shared
+                None if self.records.len() < MAX_LOANS => {
+                    self.records.push(fresh);
+                    self.records.len() as u32 - 1
+                }
+                None => return None,
+            };
+        }
+        self.records[unit.loan as usize].frames += 1;
+        Some(unit.loan)
     }
 
-    /// The buffer back, unless a port still holds it; the emptied holder of a shared one
-    /// goes to `shells` while they are fewer than [`MAX_SHELLS`].
-    #[inline(always)]
-    fn into_owned(self, shells: &mut Vec<Arc<Vec<u8>>>) -> Option<Vec<u8>> {
-        match self {
-            UnitData::Owned(v) => Some(v),
-            UnitData::Shared(a) => Self::unshare(a, shells),
+    /// A frame holding a lent buffer let go of it (`token`, as [`Loans::lend`] gave it):
+    /// the buffer and its owner when it was the last frame of a unit already settled.
+    /// A token naming no frame held is ignored.
+    pub(crate) fn returned(&mut self, token: u64) -> Option<(ConnId, Vec<u8>)> {
+        let r = u32::try_from(token).ok()?;
+        let loan = self.records.get_mut(r as usize)?;
+        if loan.frames == 0 {
+            return None;
         }
+        loan.frames -= 1;
+        if loan.frames > 0 {
+            return None;
+        }
+        let buffer = loan.parked.take()?;
+        self.free.push(r);
+        Some((loan.owner, buffer))
     }
 
-    /// [`UnitData::into_owned`] of a shared buffer (out of line: the copying path's ACKs
-    /// keep their instructions).
-    #[inline(never)]
-    fn unshare(mut a: Arc<Vec<u8>>, shells: &mut Vec<Arc<Vec<u8>>>) -> Option<Vec<u8>> {
-        let buffer = core::mem::take(Arc::get_mut(&mut a)?);
-        if shells.len() < MAX_SHELLS {
-            shells.push(a);
+    /// The unit of loan `r` was acknowledged or its connection went away: its buffer back
+    /// when no frame holds it (the record is free again), else kept until the last frame
+    /// lets go.
+    pub(crate) fn settle(&mut self, r: u32, buffer: Vec<u8>) -> Option<Vec<u8>> {
+        let loan = &mut self.records[r as usize];
+        if loan.frames > 0 {
+            loan.parked = Some(buffer);
+            return None;
         }
+        self.free.push(r);
         Some(buffer)
     }
+
+    /// The buffer of loan `r` when it was settled while held.
+    pub(crate) fn parked(&self, r: u32) -> Option<&[u8]> {
+        self.records.get(r as usize)?.parked.as_deref()
+    }
 }
 
-/// Reference-counted holders of lent payloads a send queue keeps for reuse: sharing a unit
-/// with a port then allocates nothing, and an acknowledged unit's buffer comes out of its
-/// holder without freeing it. One ACK can free hundreds of units (a 4 MiB window holds
-/// about 2,900 of 1,448 octets), and holders beyond the bound are freed and allocated again
-/// for the units sent next; 512 of them take about 24 KiB.
-pub(crate) const MAX_SHELLS: usize = 512;
+impl Drop for Loans {
+    /// Buffers still held by frames are leaked, not freed: a device may read them yet.
+    fn drop(&mut self) {
+        for loan in &mut self.records {
+            if loan.frames > 0 {
+                if let Some(buffer) = loan.parked.take() {
+                    core::mem::forget(buffer);
+                }
+            }
+        }
+    }
+}
 
 /// How a transmit call wants payloads: those of at least `min` octets are not copied after
-/// the headers but handed out beside them (`payload`).
+/// the headers but lent (`lend`: the unit whose payload follows them).
 #[derive(Debug)]
 pub(crate) struct Gather {
     pub(crate) min: usize,
-    pub(crate) payload: Option<Arc<Vec<u8>>>,
+    /// The send queue index of the unit whose headers alone were written.
+    pub(crate) lend: Option<usize>,
+    /// The payload lent: its connection, unit index and token.
+    pub(crate) lent: Option<(ConnId, usize, u32)>,
 }
 
 impl Gather {
@@ -171,15 +215,17 @@ impl Gather {
     pub(crate) fn off() -> Self {
         Gather {
             min: usize::MAX,
-            payload: None,
+            lend: None,
+            lent: None,
         }
     }
 
-    /// Payloads of at least `min` octets handed out beside the headers.
+    /// Payloads of at least `min` octets lent beside the headers.
     pub(crate) fn from(min: usize) -> Self {
         Gather {
             min: min.max(1),
-            payload: None,
+            lend: None,
+            lent: None,
         }
     }
 
@@ -192,7 +238,10 @@ impl Gather {
 #[derive(Clone, Debug)]
 pub(crate) struct TxUnit {
     pub(crate) seq: u32,
-    pub(crate) data: UnitData,
+    pub(crate) data: Vec<u8>,
+    /// The unit's record in the engine's [`Loans`] once its payload was lent, else
+    /// [`NO_LOAN`].
+    pub(crate) loan: u32,
     /// The payload's checksum sum, once taken (a unit sent from its own buffer is summed
     /// once, its retransmissions reuse the sum).
     pub(crate) sum: Option<PayloadSum>,
@@ -217,8 +266,6 @@ impl TxUnit {
 #[derive(Debug, Default)]
 pub(crate) struct Acked {
     pub(crate) bytes: usize,
-    /// Units whose buffer a port still held (not handed back for reuse).
-    pub(crate) still_shared: usize,
     /// When the highest unit delivered by this ACK (not SACKed before) was sent, unless it
     /// was retransmitted: the RTT sample.
     pub(crate) rtt_sample_sent_at: Option<Instant>,
@@ -277,8 +324,9 @@ pub(crate) struct SendQueue {
     sacked_count: usize,
     /// Units retransmitted at least once.
     rtx_count: usize,
-    /// Empty holders of shared payloads, for reuse ([`MAX_SHELLS`] at most).
-    shells: Vec<Arc<Vec<u8>>>,
+    /// Units acknowledged (or drained) whose payload was lent: loan record and buffer, for
+    /// the engine to settle ([`Loans::settle`]) before the buffer is reused.
+    lent_done: Vec<(u32, Vec<u8>)>,
 }
 
 impl SendQueue {
@@ -287,15 +335,17 @@ impl SendQueue {
     }
 
     /// Empties the queue (the connection goes away), handing each unit's payload buffer
-    /// that no port still holds to `reclaim`.
+    /// that was never lent to `reclaim`; those lent wait for [`SendQueue::settle_lent`].
     pub(crate) fn drain_buffers(&mut self, mut reclaim: impl FnMut(Vec<u8>)) {
         self.pipe = 0;
         self.lost_count = 0;
         self.sacked_count = 0;
         self.rtx_count = 0;
         for u in self.units.drain(..) {
-            if let Some(buffer) = u.data.into_owned(&mut self.shells) {
-                reclaim(buffer);
+            if u.loan == NO_LOAN {
+                reclaim(u.data);
+            } else {
+                self.lent_done.push((u.loan, u.data));
             }
         }
     }
@@ -326,9 +376,21 @@ impl SendQueue {
         &mut self.units[i]
     }
 
-    /// A reference to unit `i`'s payload for a port ([`UnitData::share`]).
-    pub(crate) fn share(&mut self, i: usize) -> Arc<Vec<u8>> {
-        self.units[i].data.share(&mut self.shells)
+    /// Whether units whose payload was lent wait to be settled.
+    #[inline(always)]
+    pub(crate) fn has_lent_done(&self) -> bool {
+        !self.lent_done.is_empty()
+    }
+
+    /// Settles the payloads of the units acknowledged (or drained) after being lent: each
+    /// buffer no frame holds any more goes to `recycle`, the others stay with `loans`
+    /// until their last frame lets go.
+    pub(crate) fn settle_lent(&mut self, loans: &mut Loans, mut recycle: impl FnMut(Vec<u8>)) {
+        for (r, buffer) in self.lent_done.drain(..) {
+            if let Some(buffer) = loans.settle(r, buffer) {
+                recycle(buffer);
+            }
+        }
     }
 
     /// Record a unit sent for the first time at `now`.
@@ -359,7 +421,8 @@ impl SendQueue {
     ) {
         let u = TxUnit {
             seq,
-            data: UnitData::Owned(data),
+            data,
+            loan: NO_LOAN,
             sum,
             fin,
             sent_at: now,
@@ -445,9 +508,10 @@ impl SendQueue {
                     repaired = true;
                 }
             }
-            match u.data.into_owned(&mut self.shells) {
-                Some(buffer) => recycle(buffer),
-                None => out.still_shared += 1,
+            if u.loan == NO_LOAN {
+                recycle(u.data);
+            } else {
+                self.lent_done.push((u.loan, u.data));
             }
         }
         run.flush(now, rack);
@@ -736,51 +800,86 @@ mod tests {
         assert_eq!(q.len(), 4);
     }
 
-    // A unit a port still transmits from is not handed back for reuse; one the port let go
-    // of is.
+    // A lent unit's buffer is reused only once it was acknowledged and every frame holding
+    // it let go, whichever comes last; a token handed back twice changes nothing.
     #[test]
-    fn shared_units_are_recycled_only_when_the_port_let_go() {
+    fn lent_units_are_recycled_only_when_no_frame_holds_them() {
+        let owner = ConnId::for_tests(3);
         let mut q = q();
-        let held = q.share(0);
-        let released = q.share(1);
-        assert_eq!(q.unit(0).data.as_slice(), &held[..]);
-        drop(released);
+        q.units[0].data = vec![7; 100];
+        let mut loans = Loans::default();
+        let held = loans.lend(q.unit_mut(0), owner).unwrap();
+        assert_eq!(
+            loans.lend(q.unit_mut(0), owner),
+            Some(held),
+            "a retransmission"
+        );
+        let released = loans.lend(q.unit_mut(1), owner).unwrap();
+        assert_ne!(held, released);
+        assert_eq!(
+            loans.returned(u64::from(released)),
+            None,
+            "not acknowledged yet"
+        );
         let mut back = Vec::new();
-        let a = q.ack(1200, Instant::ZERO, &mut Rack::default(), |b| back.push(b));
-        assert_eq!(a.bytes, 200);
-        assert_eq!(a.still_shared, 1);
-        assert_eq!(back.len(), 1);
-        assert_eq!(held.len(), 100, "the port's reference stays valid");
+        let a = q.ack(1300, Instant::ZERO, &mut Rack::default(), |b| back.push(b));
+        assert_eq!(a.bytes, 300);
+        assert_eq!(back.len(), 1, "the unit never lent");
+        assert!(q.has_lent_done());
+        q.settle_lent(&mut loans, |b| back.push(b));
+        assert_eq!(back.len(), 2, "the lent unit no frame holds");
+        assert!(!q.has_lent_done());
+        assert_eq!(
+            loans.parked(held),
+            Some(&[7u8; 100][..]),
+            "two frames hold it"
+        );
+        assert_eq!(
+            loans.returned(u64::from(held)),
+            None,
+            "one frame still holds it"
+        );
+        let (who, buffer) = loans.returned(u64::from(held)).unwrap();
+        assert_eq!((who, buffer), (owner, vec![7; 100]));
+        assert_eq!(loans.returned(u64::from(held)), None, "handed back twice");
+        assert_eq!(
+            loans.returned(u64::from(u32::MAX) + 1),
+            None,
+            "no such token"
+        );
+        assert_eq!(loans.free.len(), 2);
     }
 
-    // The holder of a shared payload is reused: once the port let go and the unit was
-    // acknowledged, the next unit shared goes out in the same holder (no allocation), with
-    // its own octets; at most MAX_SHELLS holders are kept.
+    // A loan record is reused once its unit was settled (the next unit lent gets the same
+    // token); at most MAX_LOANS records exist, and with all of them taken nothing is lent.
     #[test]
-    fn shared_payload_holders_are_reused_and_bounded() {
+    fn loan_records_are_reused_and_bounded() {
+        let owner = ConnId::for_tests(0);
+        let mut loans = Loans::default();
         let mut q = SendQueue::default();
-        let n = MAX_SHELLS as u32 + 8;
-        for i in 0..n + 1 {
-            q.push(i * 100, vec![i as u8; 100], false, Instant::ZERO);
+        let n = MAX_LOANS as u32 + 2;
+        for i in 0..n {
+            q.push(i, vec![i as u8], false, Instant::ZERO);
         }
-        let first = q.share(0);
-        let holder = Arc::as_ptr(&first);
-        drop(first);
+        let first = loans.lend(q.unit_mut(0), owner).unwrap();
+        assert_eq!(loans.returned(u64::from(first)), None);
+        q.ack(1, Instant::ZERO, &mut Rack::default(), drop);
         let mut back = Vec::new();
-        q.ack(100, Instant::ZERO, &mut Rack::default(), |b| back.push(b));
-        assert_eq!(back, vec![vec![0u8; 100]], "the buffer comes back whole");
-        assert_eq!(q.shells.len(), 1);
-        let second = q.share(0);
-        assert_eq!(Arc::as_ptr(&second), holder, "the same holder");
-        assert_eq!(&second[..], &[1u8; 100][..]);
-        assert!(q.shells.is_empty());
-        drop(second);
-        for i in 0..q.len() {
-            drop(q.share(i));
+        q.settle_lent(&mut loans, |b| back.push(b));
+        assert_eq!(back, vec![vec![0u8]], "the buffer comes back whole");
+        assert_eq!(
+            loans.lend(q.unit_mut(0), owner),
+            Some(first),
+            "the same record"
+        );
+        for i in 1..MAX_LOANS {
+            assert!(loans.lend(q.unit_mut(i), owner).is_some());
         }
-        q.ack(n * 100 + 100, Instant::ZERO, &mut Rack::default(), drop);
-        assert!(q.is_empty());
-        assert_eq!(q.shells.len(), MAX_SHELLS, "bounded");
+        assert!(loans.full());
+        assert_eq!(loans.records.len(), MAX_LOANS, "bounded");
+        let last = MAX_LOANS;
+        assert_eq!(loans.lend(q.unit_mut(last), owner), None);
+        assert_eq!(q.unit(last).loan, NO_LOAN);
     }
 
     // RFC 6298 §3 (Karn): no RTT sample when the newest acked unit was retransmitted.

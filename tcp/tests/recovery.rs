@@ -902,7 +902,7 @@ fn gathered_payloads_are_retransmitted_from_the_same_buffer() {
         assert!(again > 0, "retransmissions");
         assert_eq!(same, again, "a retransmission reuses the original buffer");
         if min > 1 {
-            assert!(s.gathered.values().all(|p| p.len() >= min));
+            assert!(s.gathered.values().all(|p| p.1 >= min));
         }
     }
 }

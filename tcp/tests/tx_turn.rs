@@ -41,7 +41,7 @@ fn a_new_units_segment_is_the_queued_units_segment() {
         };
         let mut packet = b[..y.packet.len].to_vec();
         let payload = y.payload.expect("a data segment's payload is gathered");
-        packet.extend_from_slice(&payload);
+        packet.extend_from_slice(payload.payload());
         assert_eq!(&a[..x.len], &packet[..], "segment {segments}");
         let seg = Seg::parse(&a[..x.len]).expect("a valid segment");
         assert!(seg.ts.is_some(), "RFC 7323 §3: timestamps on every segment");

@@ -2,22 +2,28 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use super::mempool::Mempool;
 
-/// Called by DPDK once the last mbuf attached to a lent payload was freed.
-unsafe extern "C" fn return_payload(opaque: *mut c_void) {
-    // SAFETY: `opaque` is the `Arc::into_raw` of `ExtSlab::attach`, released exactly once
-    // (the buffer's shared info counts its mbufs).
-    drop(unsafe { Arc::from_raw(opaque.cast_const().cast::<Vec<u8>>()) });
+/// The slab's release callback: a token given back goes on the slab's list
+/// ([`ExtSlab::take_returned`]).
+unsafe extern "C" fn collect_token(ctx: *mut c_void, token: u64) {
+    // SAFETY: `ctx` is the list `ExtSlab::new` allocated, freed only after the slab was
+    // closed (no release runs then); the slab's calls run on its owning thread, where no
+    // reference to the list is held across them.
+    unsafe { (*ctx.cast::<Vec<u64>>()).push(token) };
 }
 
 /// The shared-info records of the payloads a port lends to its mbufs as external buffers
 /// ([`ExtSlab::attach`]): a fixed number, reused (no allocation per frame), each given back
-/// by DPDK's free callback. Not thread-safe: the mbufs attached from a slab must be freed
-/// on the thread that owns it (a port's transmit burst frees them there).
-pub struct ExtSlab(NonNull<dpdk_sys::dpdk_shim_ext_slab>);
+/// by DPDK's free callback with the token of the payload it held. Not thread-safe: the
+/// mbufs attached from a slab must be freed on the thread that owns it (a port's transmit
+/// burst frees them there).
+pub struct ExtSlab {
+    raw: NonNull<dpdk_sys::dpdk_shim_ext_slab>,
+    /// The tokens of the payloads no frame holds any more, not yet taken.
+    returned: NonNull<Vec<u64>>,
+}
 
 /// What an [`ExtSlab`] counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,46 +44,79 @@ unsafe impl Send for ExtSlab {}
 impl ExtSlab {
     /// A slab of `records` records; `None` when `records` is 0 or no memory is left.
     pub fn new(records: u32) -> Option<ExtSlab> {
-        // SAFETY: plain allocation; `return_payload` matches the callback's signature.
-        NonNull::new(unsafe { dpdk_sys::dpdk_shim_ext_slab_new(records, Some(return_payload)) })
-            .map(ExtSlab)
-    }
-
-    /// An mbuf of `pool` whose data are `payload`'s octets themselves, not a copy: the
-    /// mbuf holds the reference until DPDK frees it (after the device sent the frame, or
-    /// with it when it is dropped), which gives the record back to this slab. The
-    /// buffer's IOVA is its address, so only for devices that read frames by virtual
-    /// address. The reference back when the pool is empty, every record is in use, or the
-    /// payload is empty or longer than an mbuf can describe.
-    pub fn attach(&mut self, pool: &Mempool, payload: Arc<Vec<u8>>) -> Result<Mbuf, Arc<Vec<u8>>> {
-        let Some(len) = u16::try_from(payload.len()).ok().filter(|&l| l > 0) else {
-            return Err(payload);
-        };
-        let addr = payload.as_ptr().cast_mut().cast::<c_void>();
-        let opaque = Arc::into_raw(payload).cast_mut().cast::<c_void>();
-        // SAFETY: pool is a live pktmbuf pool and the slab live (freed only once its last
-        // record came back); `addr` points at `len` octets that stay valid and unchanged
-        // while the reference `opaque` is held (the TCP engine never writes a shared
-        // payload), which `return_payload` releases when DPDK frees the last mbuf attached
-        // to it, on the thread owning this slab.
+        let returned = NonNull::from(Box::leak(Box::new(Vec::<u64>::with_capacity(
+            records as usize,
+        ))));
+        // SAFETY: plain allocation; `collect_token` matches the callback's signature and
+        // `returned` stays allocated until the slab is closed.
         let raw = unsafe {
-            dpdk_sys::dpdk_shim_pktmbuf_external(pool.as_ptr(), self.0.as_ptr(), addr, len, opaque)
+            dpdk_sys::dpdk_shim_ext_slab_new(
+                records,
+                Some(collect_token),
+                returned.as_ptr().cast::<c_void>(),
+            )
         };
         match NonNull::new(raw) {
-            Some(m) => Ok(Mbuf(m)),
-            // SAFETY: not attached: the reference taken above is still ours.
-            None => Err(unsafe { Arc::from_raw(opaque.cast_const().cast::<Vec<u8>>()) }),
+            Some(raw) => Some(ExtSlab { raw, returned }),
+            None => {
+                // SAFETY: from `Box::leak` above, never shared.
+                drop(unsafe { Box::from_raw(returned.as_ptr()) });
+                None
+            }
         }
     }
 
-    /// Releases the payloads (drops the references) of the records the mbufs gave back
-    /// since the last call, and makes the records free for reuse. DPDK's free callback only
-    /// lists them: dropping a reference there, right after a PMD copied the frame, waits
-    /// for the PMD's stores (a locked instruction); a port calls this before its transmit
-    /// burst instead. An attachment finding no free record reaps too.
-    pub fn reap(&mut self) {
-        // SAFETY: a live slab, on its owning thread.
-        unsafe { dpdk_sys::dpdk_shim_ext_slab_reap(self.0.as_ptr()) }
+    /// An mbuf of `pool` whose data are the payload's octets themselves, not a copy: the
+    /// mbuf holds them until DPDK frees it (after the device sent the frame, or with it
+    /// when it is dropped), which gives the record back to this slab and, once reaped, the
+    /// payload's token to [`ExtSlab::take_returned`]. The buffer's IOVA is its address, so
+    /// only for devices that read frames by virtual address. `None` when the pool is
+    /// empty, every record is in use, or the payload is empty or longer than an mbuf can
+    /// describe: the payload back then.
+    pub fn attach<'p>(
+        &mut self,
+        pool: &Mempool,
+        payload: tcp::Lent<'p>,
+    ) -> Result<Mbuf, tcp::Lent<'p>> {
+        // SAFETY: the engine keeps a lent payload allocated at the same address and
+        // unchanged until its token is handed back (`tcp::Lent`), which happens only
+        // after `take_returned` gave it out.
+        unsafe { self.attach_octets(pool, payload.payload(), payload.token()) }.ok_or(payload)
+    }
+
+    /// [`ExtSlab::attach`] of `payload`'s octets, lent under `token`.
+    ///
+    /// # Safety
+    /// The octets must stay allocated at the same address and unchanged until `token`
+    /// comes out of [`ExtSlab::take_returned`] (or forever if it never does).
+    pub unsafe fn attach_octets(
+        &mut self,
+        pool: &Mempool,
+        payload: &[u8],
+        token: u64,
+    ) -> Option<Mbuf> {
+        let len = u16::try_from(payload.len()).ok().filter(|&l| l > 0)?;
+        let addr = payload.as_ptr().cast_mut().cast::<c_void>();
+        // SAFETY: pool is a live pktmbuf pool and the slab live (freed only once its last
+        // record came back); `addr` points at `len` octets that stay valid and unchanged
+        // until `token` is reaped (the caller's promise), and DPDK only reads them.
+        let raw = unsafe {
+            dpdk_sys::dpdk_shim_pktmbuf_external(pool.as_ptr(), self.raw.as_ptr(), addr, len, token)
+        };
+        NonNull::new(raw).map(Mbuf)
+    }
+
+    /// Moves the tokens of the payloads no frame holds any more into `out`: the records
+    /// DPDK's free callback gave back since the last call are reaped (free for reuse). The
+    /// callback only lists them; a port calls this on its own turn, not in the PMD's burst.
+    /// An attachment finding no free record reaps too (its tokens wait here).
+    pub fn take_returned(&mut self, out: &mut Vec<u64>) {
+        // SAFETY: a live slab, on its owning thread; no reference to the list is held
+        // across the call.
+        unsafe { dpdk_sys::dpdk_shim_ext_slab_reap(self.raw.as_ptr()) };
+        // SAFETY: the list lives as long as the slab; the shim writes it only inside the
+        // calls above and in `attach_octets`, not while this reference lives.
+        out.append(unsafe { &mut *self.returned.as_ptr() });
     }
 
     /// The slab's counters.
@@ -86,7 +125,7 @@ impl ExtSlab {
         // SAFETY: a live slab; the three pointers are valid for writes.
         unsafe {
             dpdk_sys::dpdk_shim_ext_slab_counts(
-                self.0.as_ptr(),
+                self.raw.as_ptr(),
                 &mut c.returned,
                 &mut c.exhausted,
                 &mut c.outstanding,
@@ -97,10 +136,14 @@ impl ExtSlab {
 }
 
 impl Drop for ExtSlab {
+    /// Tokens not taken and those of frames still out are lost: the lender keeps their
+    /// payloads allocated for good.
     fn drop(&mut self) {
         // SAFETY: a live slab, closed once: freed now, or by the free callback of its last
-        // record in use.
-        unsafe { dpdk_sys::dpdk_shim_ext_slab_close(self.0.as_ptr()) }
+        // record in use, which releases nothing after the close.
+        unsafe { dpdk_sys::dpdk_shim_ext_slab_close(self.raw.as_ptr()) };
+        // SAFETY: from `Box::leak` in `new`; the closed slab no longer writes it.
+        drop(unsafe { Box::from_raw(self.returned.as_ptr()) });
     }
 }
 

@@ -5,7 +5,7 @@
 //! (`fwd` between two DPDK ports) match on [`AnyPort::backend`] and run monomorphised on the
 //! concrete port type instead.
 
-use std::sync::Arc;
+use tcp::Lent;
 
 use super::api::{PacketBuf, Port, PortInfo, PortOffloads, PortStats, VlanOffload};
 use super::capture::CapturePort;
@@ -479,17 +479,26 @@ impl Port for AnyPort {
         }
     }
 
-    fn attach_payload(
+    fn attach_payload<'p>(
         &mut self,
         buf: &mut AnyBuf,
         at: usize,
-        payload: Arc<Vec<u8>>,
-    ) -> Result<(), Arc<Vec<u8>>> {
+        payload: Lent<'p>,
+    ) -> Result<(), Lent<'p>> {
         match (&mut self.backend, buf) {
             #[cfg(feature = "dpdk")]
             (Backend::Dpdk(p), AnyBuf::Mbuf(m)) => p.attach_payload(m, at, payload),
             (Backend::Fault(p), b) => p.attach_payload(b, at, payload),
             _ => Err(payload),
+        }
+    }
+
+    fn take_returned_payloads(&mut self, out: &mut Vec<u64>) {
+        match &mut self.backend {
+            #[cfg(feature = "dpdk")]
+            Backend::Dpdk(p) => p.take_returned_payloads(out),
+            Backend::Fault(p) => p.take_returned_payloads(out),
+            _ => {}
         }
     }
 

@@ -2,7 +2,7 @@
 //! the facts, counters and errors of a port.
 
 use std::fmt;
-use std::sync::Arc;
+use tcp::Lent;
 
 use crate::frame::RxChecksum;
 use crate::telemetry::Dict;
@@ -184,17 +184,23 @@ pub trait Port {
         false
     }
 
-    /// Shortens `buf` to its first `at` octets (the headers) and puts `payload` behind them
-    /// without copying it; the port keeps the reference until the frame is sent or dropped.
-    /// The reference back (and `buf` untouched) when it cannot: the caller copies the payload.
-    fn attach_payload(
+    /// Shortens `buf` to its first `at` octets (the headers) and puts `payload`'s octets
+    /// behind them without copying them; once no frame holds them any more (sent or
+    /// dropped), the payload's token comes out of [`Port::take_returned_payloads`]. The
+    /// payload back (and `buf` untouched) when it cannot: the caller copies it and hands
+    /// its token back itself.
+    fn attach_payload<'p>(
         &mut self,
         _buf: &mut Self::Buf,
         _at: usize,
-        payload: Arc<Vec<u8>>,
-    ) -> Result<(), Arc<Vec<u8>>> {
+        payload: Lent<'p>,
+    ) -> Result<(), Lent<'p>> {
         Err(payload)
     }
+
+    /// Moves the tokens of the payloads [`Port::attach_payload`] lent to frames that no
+    /// longer hold them into `out` (for the engine that lent them); none by default.
+    fn take_returned_payloads(&mut self, _out: &mut Vec<u64>) {}
 
     /// Octets of a buffer from [`Port::alloc_tso`]: the TCP segments of one connection
     /// written one after another into one such buffer ([`InPlaceTso`]) go to the device as

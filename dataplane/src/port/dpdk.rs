@@ -3,7 +3,7 @@
 //! mempool, bursts passed to DPDK without copying or per-packet allocation.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use tcp::Lent;
 
 use super::api::{
     lane_name, PacketBuf, Port, PortError, PortInfo, PortOffloads, PortStats, VlanOffload,
@@ -408,9 +408,6 @@ impl Port for DpdkPort {
     }
 
     fn tx_burst(&mut self, bufs: &mut Vec<Mbuf>) -> usize {
-        if let Some(slab) = self.ext_slab.as_mut() {
-            slab.reap();
-        }
         self.dev.tx_prepare(bufs);
         self.sw.tx_tso += self.dev.prepare_offloads(bufs, &mut self.tx_scratch);
         if bufs.is_empty() {
@@ -488,12 +485,12 @@ impl Port for DpdkPort {
         self.ext_slab.is_some()
     }
 
-    fn attach_payload(
+    fn attach_payload<'p>(
         &mut self,
         buf: &mut Mbuf,
         at: usize,
-        payload: Arc<Vec<u8>>,
-    ) -> Result<(), Arc<Vec<u8>>> {
+        payload: Lent<'p>,
+    ) -> Result<(), Lent<'p>> {
         let Some(slab) = self.ext_slab.as_mut() else {
             return Err(payload);
         };
@@ -507,6 +504,12 @@ impl Port for DpdkPort {
         buf.chain_all([tail]);
         self.sw.tx_external += 1;
         Ok(())
+    }
+
+    fn take_returned_payloads(&mut self, out: &mut Vec<u64>) {
+        if let Some(slab) = self.ext_slab.as_mut() {
+            slab.take_returned(out);
+        }
     }
 
     fn tso_room(&self) -> usize {

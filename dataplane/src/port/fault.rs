@@ -10,8 +10,8 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tcp::Lent;
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
@@ -1066,16 +1066,20 @@ impl<P: Port> Port for FaultPort<P> {
         !rewrites_tx && self.inner.sends_payloads_in_place()
     }
 
-    fn attach_payload(
+    fn attach_payload<'p>(
         &mut self,
         buf: &mut P::Buf,
         at: usize,
-        payload: Arc<Vec<u8>>,
-    ) -> Result<(), Arc<Vec<u8>>> {
+        payload: Lent<'p>,
+    ) -> Result<(), Lent<'p>> {
         if !self.sends_payloads_in_place() {
             return Err(payload);
         }
         self.inner.attach_payload(buf, at, payload)
+    }
+
+    fn take_returned_payloads(&mut self, out: &mut Vec<u64>) {
+        self.inner.take_returned_payloads(out);
     }
 }
 

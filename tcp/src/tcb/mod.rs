@@ -532,6 +532,17 @@ impl Tcb {
         self.txq.drain_buffers(reclaim);
     }
 
+    /// The send queue ([`crate::tx::SendQueue`]): the engine lends and settles its units'
+    /// payloads.
+    pub(crate) fn txq_mut(&mut self) -> &mut crate::tx::SendQueue {
+        &mut self.txq
+    }
+
+    /// Unit `i`'s payload.
+    pub(crate) fn unit_payload(&self, i: usize) -> Option<&[u8]> {
+        (i < self.txq.len()).then(|| self.txq.unit(i).data.as_slice())
+    }
+
     /// Retransmissions, timeouts, recoveries and the spurious ones, loss probes and pure
     /// ACKs so far.
     pub(crate) fn loss_counters(&self) -> LossCounters {

@@ -340,7 +340,7 @@ impl Tcb {
                     .get_or_insert_with(|| crate::checksum::payload_sum(u.data.as_slice()))
             });
             let at = write_segment_headers(buf, cfg, template, local, remote, &hdr, len, sum)?;
-            gather.payload = Some(self.txq.share(i));
+            gather.lend = Some(i);
             return Some(at);
         }
         let payload = u.data.as_slice();

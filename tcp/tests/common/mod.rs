@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
-use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -54,9 +53,12 @@ pub struct Sim<U> {
     /// that sends payloads from the engine's buffers does (the packet is put together for
     /// the link).
     pub gather: Option<usize>,
-    /// Payloads handed out beside their headers, by sender and sequence number (the first
-    /// of each, held as a port holds them until sent).
-    pub gathered: HashMap<(Side, u32), Arc<Vec<u8>>>,
+    /// Payloads lent beside their headers, by sender and sequence number: the address and
+    /// length of the first of each.
+    pub gathered: HashMap<(Side, u32), (usize, usize)>,
+    /// The tokens of the payloads lent in the last flush, held as a port holds frames
+    /// until its next burst, handed back at the start of the next flush.
+    pub lent: [Vec<u64>; 2],
     /// Payloads handed out again at a sequence number (retransmissions), and of those the
     /// ones in the same buffer as the first.
     pub regathered: (u64, u64),
@@ -83,6 +85,7 @@ impl<U: Ulp> Sim<U> {
             accept: [None, None],
             gather: None,
             gathered: HashMap::new(),
+            lent: [Vec::new(), Vec::new()],
             regathered: (0, 0),
         }
     }
@@ -105,6 +108,8 @@ impl<U: Ulp> Sim<U> {
     fn flush(&mut self) {
         let mut buf = vec![0u8; 1500];
         for side in [Side::A, Side::B] {
+            let held = std::mem::take(&mut self.lent[side as usize]);
+            self.engine(side).payloads_returned(&mut (), held);
             for n in 0.. {
                 assert!(n < 1_000_000, "engine keeps transmitting at one instant");
                 let now = self.now;
@@ -116,16 +121,23 @@ impl<U: Ulp> Sim<U> {
                         break;
                     };
                     let mut packet = buf[..t.packet.len].to_vec();
-                    if let Some(p) = t.payload {
-                        packet.extend_from_slice(&p);
+                    let lent = t.payload.map(|p| {
+                        packet.extend_from_slice(p.payload());
+                        (
+                            p.token(),
+                            (p.payload().as_ptr() as usize, p.payload().len()),
+                        )
+                    });
+                    if let Some((token, at)) = lent {
+                        self.lent[side as usize].push(token);
                         let seq = Seg::parse(&packet).expect("a whole packet").seq;
                         match self.gathered.get(&(side, seq)) {
-                            Some(first) => {
+                            Some(&first) => {
                                 self.regathered.0 += 1;
-                                self.regathered.1 += u64::from(Arc::ptr_eq(first, &p));
+                                self.regathered.1 += u64::from(first == at);
                             }
                             None => {
-                                self.gathered.insert((side, seq), p);
+                                self.gathered.insert((side, seq), at);
                             }
                         }
                     }
