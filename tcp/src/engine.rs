@@ -1602,7 +1602,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     held_start,
                     ..
                 } = c;
-                if tcb.txq_mut().has_lent_done() {
+                if gather.lends() && tcb.txq_mut().has_lent_done() {
                     settle_lent(tcb, ulp.as_mut(), cx, &mut self.loans);
                 }
                 let r = match ulp.as_mut() {
@@ -1623,10 +1623,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                         tcb.poll_transmit(now, &self.cfg, &mut h, buf, gather, &mut evs)
                     }
                 };
-                if let Some(i) = gather.lend.take() {
-                    // `poll_transmit_gather` asks only with a loan record free.
-                    let token = self.loans.lend(tcb.txq_mut().unit_mut(i), id);
-                    gather.lent = token.map(|t| (id, i, t));
+                if gather.lends() {
+                    if let Some(i) = gather.lend.take() {
+                        // `poll_transmit_gather` asks only with a loan record free.
+                        let token = self.loans.lend(tcb.txq_mut().unit_mut(i), id);
+                        gather.lent = token.map(|t| (id, i, t));
+                    }
                 }
                 // The addresses of a packet sent, read back from the header just written
                 // (in the cache) rather than from the TCB's address line, which an ACK

@@ -204,6 +204,9 @@ impl Drop for Loans {
 #[derive(Debug)]
 pub(crate) struct Gather {
     pub(crate) min: usize,
+    /// A gathering call ([`Gather::from`]), even one that lends nothing (every loan record
+    /// taken): units lent before are settled in it.
+    gathering: bool,
     /// The send queue index of the unit whose headers alone were written.
     pub(crate) lend: Option<usize>,
     /// The payload lent: its connection, unit index and token.
@@ -215,6 +218,7 @@ impl Gather {
     pub(crate) fn off() -> Self {
         Gather {
             min: usize::MAX,
+            gathering: false,
             lend: None,
             lent: None,
         }
@@ -224,6 +228,7 @@ impl Gather {
     pub(crate) fn from(min: usize) -> Self {
         Gather {
             min: min.max(1),
+            gathering: true,
             lend: None,
             lent: None,
         }
@@ -231,6 +236,12 @@ impl Gather {
 
     pub(crate) fn wants(&self, len: usize) -> bool {
         len >= self.min
+    }
+
+    /// Whether payloads may be lent in this call at all (and those lent before settled).
+    #[inline(always)]
+    pub(crate) fn lends(&self) -> bool {
+        self.gathering
     }
 }
 
@@ -376,6 +387,13 @@ impl SendQueue {
         &mut self.units[i]
     }
 
+    /// A unit whose payload was lent was acknowledged: its buffer waits to be settled (out
+    /// of line: the copying path's ACK loop keeps its instructions).
+    #[inline(never)]
+    fn lent_acked(lent_done: &mut Vec<(u32, Vec<u8>)>, loan: u32, buffer: Vec<u8>) {
+        lent_done.push((loan, buffer));
+    }
+
     /// Whether units whose payload was lent wait to be settled.
     #[inline(always)]
     pub(crate) fn has_lent_done(&self) -> bool {
@@ -511,7 +529,7 @@ impl SendQueue {
             if u.loan == NO_LOAN {
                 recycle(u.data);
             } else {
-                self.lent_done.push((u.loan, u.data));
+                Self::lent_acked(&mut self.lent_done, u.loan, u.data);
             }
         }
         run.flush(now, rack);
