@@ -438,8 +438,9 @@ pub enum OffloadMode {
 
 /// The MTU from which a port sends payloads without the frame copy unless its
 /// `tx_zero_copy` says otherwise: on memif, which copies every frame into its ring anyway,
-/// the send without the copy measured 4–13 % slower at MTU 1500 and 7–24 % faster at 9000
-/// (64 KiB CRC Writes, README "Zero-copy send"); sizes between were not measured.
+/// the send without the copy measured 6–9 % slower at MTU 1500 (4–13 % before its lending
+/// went without atomics) and 7–24 % faster at 9000 (64 KiB CRC Writes, README "Zero-copy
+/// send"); sizes between were not measured.
 pub const ZERO_COPY_SEND_MIN_MTU: usize = 8000;
 
 fn default_mtu() -> usize {
