@@ -128,3 +128,64 @@ fn a_runs_shared_header_follows_what_arrives_between_runs() {
         assert_eq!(s.window, data_segs[0].window);
     }
 }
+
+/// The next payload `p`'s engine lends (with gathering on), sent to the peer's view: its
+/// address and token; every other packet of the call is sent as is.
+fn lend_next(p: &mut RawPeer) -> (usize, u64) {
+    let mut buf = vec![0u8; 1600];
+    let t =
+        p.e.poll_transmit_gather(p.now, &mut (), &mut buf, 1)
+            .expect("a data segment");
+    let lent = t.payload.expect("its payload lent");
+    let out = (lent.payload().as_ptr() as usize, lent.token());
+    assert!(p
+        .e
+        .poll_transmit_gather(p.now, &mut (), &mut buf, 1)
+        .is_none());
+    out
+}
+
+// A lent payload's buffer is reused only once the peer acknowledged its unit (RFC 9293
+// §3.10.7.4: SND.UNA passed it) and the frame holding it let go: acknowledged while held, it
+// is not given back to the source for new data; its token handed back, it is.
+#[test]
+fn a_lent_buffer_is_reused_only_once_acknowledged_and_handed_back() {
+    let mut p = RawPeer::new(test_config());
+    let conn = p.handshake_with(None, true, true, 1 << 20);
+    let start = p.rcv;
+    let write = |p: &mut RawPeer, seed| {
+        let data = payload(1000, seed);
+        assert_eq!(p.e.ulp_mut(conn).unwrap().write(&data), data.len());
+    };
+    write(&mut p, 1);
+    let (first, held) = lend_next(&mut p);
+    // The peer acknowledges the unit; the frame still holds its buffer.
+    p.rcv = start.wrapping_add(1000);
+    let ack = p.seg(TcpControl::None, &[]);
+    let _ = p.e.handle_packet(p.now, &mut (), &ack.emit());
+    write(&mut p, 2);
+    let (second, token) = lend_next(&mut p);
+    p.e.payloads_returned(&mut (), [token]);
+    write(&mut p, 3);
+    let (third, token) = lend_next(&mut p);
+    p.e.payloads_returned(&mut (), [token]);
+    assert_ne!(second, first);
+    assert_ne!(third, first, "a buffer a frame holds is not written again");
+    // Every unit so far acknowledged: the buffers come back to the source, the held one
+    // with its token.
+    p.rcv = start.wrapping_add(3000);
+    let ack = p.seg(TcpControl::None, &[]);
+    let _ = p.e.handle_packet(p.now, &mut (), &ack.emit());
+    p.e.payloads_returned(&mut (), [held]);
+    let mut reused = Vec::new();
+    for seed in 4..7 {
+        write(&mut p, seed);
+        let (at, token) = lend_next(&mut p);
+        p.e.payloads_returned(&mut (), [token]);
+        reused.push(at);
+    }
+    assert!(
+        reused.contains(&first),
+        "the held buffer, handed back, is reused"
+    );
+}
