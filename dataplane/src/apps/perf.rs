@@ -778,8 +778,8 @@ pub struct PerfClient {
     /// data is not checked, and thousands of QPs then cost no memory each).
     bufs: [Region; 4],
     qps: Vec<ClientQp>,
-    /// Index in `qps` of each QP and connection (completions and CM events name them).
-    by_qp: FxHashMap<QpId, usize>,
+    /// Index in `qps` of each connection (CM events name them; completions carry the
+    /// index as their work request ID).
     by_id: FxHashMap<ConnId, usize>,
     /// QPs that may post more (their completions or credits came back).
     refill: Vec<usize>,
@@ -860,7 +860,6 @@ impl PerfClient {
             server,
             bufs: [local, sink, result, credit],
             qps: Vec::new(),
-            by_qp: FxHashMap::default(),
             by_id: FxHashMap::default(),
             refill: Vec::new(),
             done: 0,
@@ -899,7 +898,6 @@ impl PerfClient {
         let last = self.size_idx + 1 == self.params.sizes.len();
         let max = self.params.sizes.iter().copied().max().unwrap_or(0);
         self.qps.clear();
-        self.by_qp.clear();
         self.by_id.clear();
         self.refill.clear();
         (self.done, self.in_flight, self.established, self.gone) = (0, 0, 0, 0);
@@ -932,7 +930,7 @@ impl PerfClient {
                 };
                 let wrs = (0..n)
                     .map(|_| RecvWr {
-                        wr_id: 0,
+                        wr_id: self.qps.len() as u64,
                         sgl: if sge_len == 0 {
                             vec![credit_buf.sge(0, 0)]
                         } else {
@@ -944,7 +942,6 @@ impl PerfClient {
                     .post_rq(qp, wrs)
                     .map_err(AppError::post("recv"))?;
             }
-            self.by_qp.insert(qp, self.qps.len());
             self.by_id.insert(id, self.qps.len());
             self.qps.push(ClientQp {
                 id,
@@ -974,7 +971,11 @@ impl PerfClient {
         }
     }
 
-    fn wr(&self, q: &ClientQp, size: usize) -> Result<SendWr, PerfError> {
+    /// A WR of QP `i` moving `size` octets; its work request ID is `i`, so that its
+    /// completion names the QP without a look-up.
+    #[inline]
+    fn wr(&self, i: usize, size: usize) -> Result<SendWr, PerfError> {
+        let q = &self.qps[i];
         let remote = q.remote.ok_or(PerfError::NoServerBuffer)?;
         let rb = RemoteBuf {
             stag: STag(remote.rkey),
@@ -1030,14 +1031,14 @@ impl PerfClient {
                 other => other,
             };
             Ok(SendWr::new(
-                q.posted,
+                i as u64,
                 SqOp::Inline {
                     op,
                     data: Vec::new(),
                 },
             ))
         } else {
-            Ok(SendWr::message(q.posted, op))
+            Ok(SendWr::message(i as u64, op))
         }
     }
 
@@ -1051,32 +1052,26 @@ impl PerfClient {
         let mut refill = std::mem::take(&mut self.refill);
         for &i in &refill {
             self.qps[i].queued = false;
-            let mut wrs = Vec::new();
-            {
+            let share = target / self.qps.len() as u64
+                + u64::from((i as u64) < target % self.qps.len() as u64);
+            // Each WR posted as it is built (no list to allocate: a refill is mostly one).
+            loop {
                 let q = &self.qps[i];
-                let share = target / self.qps.len() as u64
-                    + u64::from((i as u64) < target % self.qps.len() as u64);
-                let mut posted = q.posted;
-                while posted < share && posted - q.completed < depth {
-                    if self.params.op == PerfOp::Send && posted >= q.credits {
-                        break;
-                    }
-                    let mut wr = self.wr(q, size)?;
-                    wr.wr_id = posted;
-                    if let SqOp::Inline { data, .. } = &mut wr.op {
-                        *data = q.local.bytes(h.rnic())[..size].to_vec();
-                    }
-                    wrs.push(wr);
-                    posted += 1;
+                if q.posted >= share
+                    || q.posted - q.completed >= depth
+                    || (self.params.op == PerfOp::Send && q.posted >= q.credits)
+                {
+                    break;
                 }
-            }
-            if !wrs.is_empty() {
-                let n = wrs.len() as u64;
+                let mut wr = self.wr(i, size)?;
+                if let SqOp::Inline { data, .. } = &mut wr.op {
+                    *data = q.local.bytes(h.rnic())[..size].to_vec();
+                }
                 h.rnic_mut()
-                    .post_sq(self.qps[i].qp, wrs)
+                    .post_sq_one(q.qp, wr)
                     .map_err(AppError::post(self.params.op.name()))?;
-                self.qps[i].posted += n;
-                self.in_flight += n;
+                self.qps[i].posted += 1;
+                self.in_flight += 1;
             }
         }
         refill.clear();
@@ -1110,7 +1105,7 @@ impl PerfClient {
                 q.local.bytes_mut(rnic)[size - 1] = self.lat_seq;
             }
         }
-        let mut wr = self.wr(q, size)?;
+        let mut wr = self.wr(0, size)?;
         if self.params.op == PerfOp::Write {
             wr = wr.unsignaled();
         }
@@ -1153,9 +1148,11 @@ impl PerfClient {
         if wc.status != CompletionStatus::Success {
             return Err(AppError::completion(&wc));
         }
-        let Some(&i) = self.by_qp.get(&wc.qp) else {
+        // Every WR of the client names its QP's index (`PerfClient::wr`, the receives).
+        let i = usize::try_from(wc.wr_id).unwrap_or(usize::MAX);
+        if self.qps.get(i).is_none_or(|q| q.qp != wc.qp) {
             return Ok(());
-        };
+        }
         if wc.opcode == WcOpcode::Receive {
             let q = &mut self.qps[i];
             let sge = if self.params.mode == PerfMode::Lat {
@@ -1172,7 +1169,7 @@ impl PerfClient {
                 .post_rq(
                     q.qp,
                     vec![RecvWr {
-                        wr_id: 0,
+                        wr_id: i as u64,
                         sgl: vec![sge],
                     }],
                 )
