@@ -743,22 +743,20 @@ pub fn jain_index(xs: &[u64]) -> f64 {
 /// Receives each result as soon as it is known.
 pub type ResultSink = Box<dyn FnMut(&PerfResult) + Send>;
 
+/// One QP of the client: one cache line, what a completion and the next post read first
+/// (the buffers are the client's, shared by all QPs: `PerfClient::bufs`).
+#[repr(C, align(64))]
 struct ClientQp {
-    id: ConnId,
-    qp: QpId,
-    local: Region,
-    /// Where the server's ping-pong writes land.
-    sink: Region,
-    result: Region,
-    credit_buf: Region,
-    remote: Option<Offer>,
-    established: bool,
-    gone: bool,
     posted: u64,
     completed: u64,
     credits: u64,
+    remote: Option<Offer>,
+    id: ConnId,
+    qp: QpId,
     /// In the client's refill list.
     queued: bool,
+    established: bool,
+    gone: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -902,7 +900,7 @@ impl PerfClient {
         self.refill.clear();
         (self.done, self.in_flight, self.established, self.gone) = (0, 0, 0, 0);
         self.connect_start = clock::now();
-        let [local, sink, result, credit_buf] = self.bufs;
+        let [local, sink, _, credit_buf] = self.bufs;
         sink.bytes_mut(h.rnic_mut()).fill(0);
         for slot in 0..self.params.qps {
             let hello = Hello {
@@ -946,10 +944,6 @@ impl PerfClient {
             self.qps.push(ClientQp {
                 id,
                 qp,
-                local,
-                sink,
-                result,
-                credit_buf,
                 remote: None,
                 established: false,
                 gone: false,
@@ -971,11 +965,22 @@ impl PerfClient {
         }
     }
 
+    /// The source buffer of every QP's Writes, Sends and Read sinks (`bufs`' first).
+    fn source(&self) -> Region {
+        self.bufs[0]
+    }
+
+    /// Where the server's ping-pong Writes land, for every QP (`bufs`' second).
+    fn sink(&self) -> Region {
+        self.bufs[1]
+    }
+
     /// A WR of QP `i` moving `size` octets; its work request ID is `i`, so that its
     /// completion names the QP without a look-up.
     #[inline]
     fn wr(&self, i: usize, size: usize) -> Result<SendWr, PerfError> {
         let q = &self.qps[i];
+        let [local, _, result, _] = self.bufs;
         let remote = q.remote.ok_or(PerfError::NoServerBuffer)?;
         let rb = RemoteBuf {
             stag: STag(remote.rkey),
@@ -983,18 +988,18 @@ impl PerfClient {
         };
         let op = match self.params.op {
             PerfOp::Write => SendOp::Write {
-                sgl: Sgl::one(q.local.sge(0, size)),
+                sgl: Sgl::one(local.sge(0, size)),
                 remote: rb,
             },
             PerfOp::Send => SendOp::Send {
-                sgl: Sgl::one(q.local.sge(0, size)),
+                sgl: Sgl::one(local.sge(0, size)),
                 solicited: false,
                 invalidate: None,
             },
             PerfOp::Read => SendOp::Read {
                 sink: RemoteBuf {
-                    stag: q.local.stag,
-                    to: q.local.addr(0),
+                    stag: local.stag,
+                    to: local.addr(0),
                 },
                 remote: rb,
                 len: size as u32,
@@ -1006,7 +1011,7 @@ impl PerfClient {
                 add_swap_mask: 0,
                 compare: 0,
                 compare_mask: 0,
-                result: q.result.sge(0, 8),
+                result: result.sge(0, 8),
             },
         };
         let inline = matches!(self.params.op, PerfOp::Write | PerfOp::Send)
@@ -1065,7 +1070,7 @@ impl PerfClient {
                 }
                 let mut wr = self.wr(i, size)?;
                 if let SqOp::Inline { data, .. } = &mut wr.op {
-                    *data = q.local.bytes(h.rnic())[..size].to_vec();
+                    *data = self.source().bytes(h.rnic())[..size].to_vec();
                 }
                 h.rnic_mut()
                     .post_sq_one(q.qp, wr)
@@ -1102,7 +1107,7 @@ impl PerfClient {
             let rnic = h.rnic_mut();
             // The last octet carries the sequence; the peer echoes it back.
             if size > 0 {
-                q.local.bytes_mut(rnic)[size - 1] = self.lat_seq;
+                self.source().bytes_mut(rnic)[size - 1] = self.lat_seq;
             }
         }
         let mut wr = self.wr(0, size)?;
@@ -1110,7 +1115,7 @@ impl PerfClient {
             wr = wr.unsignaled();
         }
         if let SqOp::Inline { data, .. } = &mut wr.op {
-            *data = q.local.bytes(h.rnic())[..size].to_vec();
+            *data = self.source().bytes(h.rnic())[..size].to_vec();
         }
         h.rnic_mut()
             .post_sq_one(q.qp, wr)
@@ -1156,10 +1161,11 @@ impl PerfClient {
         if wc.opcode == WcOpcode::Receive {
             let q = &mut self.qps[i];
             let sge = if self.params.mode == PerfMode::Lat {
-                q.local.sge(0, self.params.sizes[self.size_idx])
+                self.source().sge(0, self.params.sizes[self.size_idx])
             } else {
                 q.credits += u64::from(CREDIT_BATCH);
-                q.credit_buf.sge(0, 0)
+                let [.., credit_buf] = self.bufs;
+                credit_buf.sge(0, 0)
             };
             if self.params.mode == PerfMode::Bw {
                 self.wants_refill(i);
@@ -1409,9 +1415,8 @@ impl PerfClient {
                     } else {
                         if self.params.op == PerfOp::Write {
                             let size = self.size();
-                            let q = &self.qps[0];
                             let back = size > 0
-                                && q.sink.bytes(h.rnic())[size - 1] == self.lat_seq
+                                && self.sink().bytes(h.rnic())[size - 1] == self.lat_seq
                                 && self.lat_sent.is_some();
                             // The peer's write carries our sequence back.
                             if back || (size == 0 && self.lat_sent.is_some()) {
@@ -1464,4 +1469,18 @@ pub fn all_sizes(max: usize) -> Vec<usize> {
         .map(|k| 1usize << k)
         .filter(|&s| s <= max)
         .collect()
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::ClientQp;
+
+    /// With a thousand QPs each completion finds its QP's record cold: the record a
+    /// completion and the next post read is one cache line (the buffers are the
+    /// client's, not copied into each QP).
+    #[test]
+    fn a_client_qp_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<ClientQp>(), 64);
+        assert_eq!(std::mem::align_of::<ClientQp>(), 64);
+    }
 }
