@@ -743,22 +743,20 @@ pub fn jain_index(xs: &[u64]) -> f64 {
 /// Receives each result as soon as it is known.
 pub type ResultSink = Box<dyn FnMut(&PerfResult) + Send>;
 
+/// One QP of the client: one cache line, what a completion and the next post read first
+/// (the buffers are the client's, shared by all QPs: `PerfClient::bufs`).
+#[repr(C, align(64))]
 struct ClientQp {
-    id: ConnId,
-    qp: QpId,
-    local: Region,
-    /// Where the server's ping-pong writes land.
-    sink: Region,
-    result: Region,
-    credit_buf: Region,
-    remote: Option<Offer>,
-    established: bool,
-    gone: bool,
     posted: u64,
     completed: u64,
     credits: u64,
+    remote: Option<Offer>,
+    id: ConnId,
+    qp: QpId,
     /// In the client's refill list.
     queued: bool,
+    established: bool,
+    gone: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -778,8 +776,8 @@ pub struct PerfClient {
     /// data is not checked, and thousands of QPs then cost no memory each).
     bufs: [Region; 4],
     qps: Vec<ClientQp>,
-    /// Index in `qps` of each QP and connection (completions and CM events name them).
-    by_qp: FxHashMap<QpId, usize>,
+    /// Index in `qps` of each connection (CM events name them; completions carry the
+    /// index as their work request ID).
     by_id: FxHashMap<ConnId, usize>,
     /// QPs that may post more (their completions or credits came back).
     refill: Vec<usize>,
@@ -860,7 +858,6 @@ impl PerfClient {
             server,
             bufs: [local, sink, result, credit],
             qps: Vec::new(),
-            by_qp: FxHashMap::default(),
             by_id: FxHashMap::default(),
             refill: Vec::new(),
             done: 0,
@@ -899,12 +896,11 @@ impl PerfClient {
         let last = self.size_idx + 1 == self.params.sizes.len();
         let max = self.params.sizes.iter().copied().max().unwrap_or(0);
         self.qps.clear();
-        self.by_qp.clear();
         self.by_id.clear();
         self.refill.clear();
         (self.done, self.in_flight, self.established, self.gone) = (0, 0, 0, 0);
         self.connect_start = clock::now();
-        let [local, sink, result, credit_buf] = self.bufs;
+        let [local, sink, _, credit_buf] = self.bufs;
         sink.bytes_mut(h.rnic_mut()).fill(0);
         for slot in 0..self.params.qps {
             let hello = Hello {
@@ -932,7 +928,7 @@ impl PerfClient {
                 };
                 let wrs = (0..n)
                     .map(|_| RecvWr {
-                        wr_id: 0,
+                        wr_id: self.qps.len() as u64,
                         sgl: if sge_len == 0 {
                             vec![credit_buf.sge(0, 0)]
                         } else {
@@ -944,15 +940,10 @@ impl PerfClient {
                     .post_rq(qp, wrs)
                     .map_err(AppError::post("recv"))?;
             }
-            self.by_qp.insert(qp, self.qps.len());
             self.by_id.insert(id, self.qps.len());
             self.qps.push(ClientQp {
                 id,
                 qp,
-                local,
-                sink,
-                result,
-                credit_buf,
                 remote: None,
                 established: false,
                 gone: false,
@@ -974,7 +965,22 @@ impl PerfClient {
         }
     }
 
-    fn wr(&self, q: &ClientQp, size: usize) -> Result<SendWr, PerfError> {
+    /// The source buffer of every QP's Writes, Sends and Read sinks (`bufs`' first).
+    fn source(&self) -> Region {
+        self.bufs[0]
+    }
+
+    /// Where the server's ping-pong Writes land, for every QP (`bufs`' second).
+    fn sink(&self) -> Region {
+        self.bufs[1]
+    }
+
+    /// A WR of QP `i` moving `size` octets; its work request ID is `i`, so that its
+    /// completion names the QP without a look-up.
+    #[inline]
+    fn wr(&self, i: usize, size: usize) -> Result<SendWr, PerfError> {
+        let q = &self.qps[i];
+        let [local, _, result, _] = self.bufs;
         let remote = q.remote.ok_or(PerfError::NoServerBuffer)?;
         let rb = RemoteBuf {
             stag: STag(remote.rkey),
@@ -982,18 +988,18 @@ impl PerfClient {
         };
         let op = match self.params.op {
             PerfOp::Write => SendOp::Write {
-                sgl: Sgl::one(q.local.sge(0, size)),
+                sgl: Sgl::one(local.sge(0, size)),
                 remote: rb,
             },
             PerfOp::Send => SendOp::Send {
-                sgl: Sgl::one(q.local.sge(0, size)),
+                sgl: Sgl::one(local.sge(0, size)),
                 solicited: false,
                 invalidate: None,
             },
             PerfOp::Read => SendOp::Read {
                 sink: RemoteBuf {
-                    stag: q.local.stag,
-                    to: q.local.addr(0),
+                    stag: local.stag,
+                    to: local.addr(0),
                 },
                 remote: rb,
                 len: size as u32,
@@ -1005,7 +1011,7 @@ impl PerfClient {
                 add_swap_mask: 0,
                 compare: 0,
                 compare_mask: 0,
-                result: q.result.sge(0, 8),
+                result: result.sge(0, 8),
             },
         };
         let inline = matches!(self.params.op, PerfOp::Write | PerfOp::Send)
@@ -1030,14 +1036,14 @@ impl PerfClient {
                 other => other,
             };
             Ok(SendWr::new(
-                q.posted,
+                i as u64,
                 SqOp::Inline {
                     op,
                     data: Vec::new(),
                 },
             ))
         } else {
-            Ok(SendWr::message(q.posted, op))
+            Ok(SendWr::message(i as u64, op))
         }
     }
 
@@ -1051,32 +1057,26 @@ impl PerfClient {
         let mut refill = std::mem::take(&mut self.refill);
         for &i in &refill {
             self.qps[i].queued = false;
-            let mut wrs = Vec::new();
-            {
+            let share = target / self.qps.len() as u64
+                + u64::from((i as u64) < target % self.qps.len() as u64);
+            // Each WR posted as it is built (no list to allocate: a refill is mostly one).
+            loop {
                 let q = &self.qps[i];
-                let share = target / self.qps.len() as u64
-                    + u64::from((i as u64) < target % self.qps.len() as u64);
-                let mut posted = q.posted;
-                while posted < share && posted - q.completed < depth {
-                    if self.params.op == PerfOp::Send && posted >= q.credits {
-                        break;
-                    }
-                    let mut wr = self.wr(q, size)?;
-                    wr.wr_id = posted;
-                    if let SqOp::Inline { data, .. } = &mut wr.op {
-                        *data = q.local.bytes(h.rnic())[..size].to_vec();
-                    }
-                    wrs.push(wr);
-                    posted += 1;
+                if q.posted >= share
+                    || q.posted - q.completed >= depth
+                    || (self.params.op == PerfOp::Send && q.posted >= q.credits)
+                {
+                    break;
                 }
-            }
-            if !wrs.is_empty() {
-                let n = wrs.len() as u64;
+                let mut wr = self.wr(i, size)?;
+                if let SqOp::Inline { data, .. } = &mut wr.op {
+                    *data = self.source().bytes(h.rnic())[..size].to_vec();
+                }
                 h.rnic_mut()
-                    .post_sq(self.qps[i].qp, wrs)
+                    .post_sq_one(q.qp, wr)
                     .map_err(AppError::post(self.params.op.name()))?;
-                self.qps[i].posted += n;
-                self.in_flight += n;
+                self.qps[i].posted += 1;
+                self.in_flight += 1;
             }
         }
         refill.clear();
@@ -1107,15 +1107,15 @@ impl PerfClient {
             let rnic = h.rnic_mut();
             // The last octet carries the sequence; the peer echoes it back.
             if size > 0 {
-                q.local.bytes_mut(rnic)[size - 1] = self.lat_seq;
+                self.source().bytes_mut(rnic)[size - 1] = self.lat_seq;
             }
         }
-        let mut wr = self.wr(q, size)?;
+        let mut wr = self.wr(0, size)?;
         if self.params.op == PerfOp::Write {
             wr = wr.unsignaled();
         }
         if let SqOp::Inline { data, .. } = &mut wr.op {
-            *data = q.local.bytes(h.rnic())[..size].to_vec();
+            *data = self.source().bytes(h.rnic())[..size].to_vec();
         }
         h.rnic_mut()
             .post_sq_one(q.qp, wr)
@@ -1153,16 +1153,19 @@ impl PerfClient {
         if wc.status != CompletionStatus::Success {
             return Err(AppError::completion(&wc));
         }
-        let Some(&i) = self.by_qp.get(&wc.qp) else {
+        // Every WR of the client names its QP's index (`PerfClient::wr`, the receives).
+        let i = usize::try_from(wc.wr_id).unwrap_or(usize::MAX);
+        if self.qps.get(i).is_none_or(|q| q.qp != wc.qp) {
             return Ok(());
-        };
+        }
         if wc.opcode == WcOpcode::Receive {
             let q = &mut self.qps[i];
             let sge = if self.params.mode == PerfMode::Lat {
-                q.local.sge(0, self.params.sizes[self.size_idx])
+                self.source().sge(0, self.params.sizes[self.size_idx])
             } else {
                 q.credits += u64::from(CREDIT_BATCH);
-                q.credit_buf.sge(0, 0)
+                let [.., credit_buf] = self.bufs;
+                credit_buf.sge(0, 0)
             };
             if self.params.mode == PerfMode::Bw {
                 self.wants_refill(i);
@@ -1172,7 +1175,7 @@ impl PerfClient {
                 .post_rq(
                     q.qp,
                     vec![RecvWr {
-                        wr_id: 0,
+                        wr_id: i as u64,
                         sgl: vec![sge],
                     }],
                 )
@@ -1412,9 +1415,8 @@ impl PerfClient {
                     } else {
                         if self.params.op == PerfOp::Write {
                             let size = self.size();
-                            let q = &self.qps[0];
                             let back = size > 0
-                                && q.sink.bytes(h.rnic())[size - 1] == self.lat_seq
+                                && self.sink().bytes(h.rnic())[size - 1] == self.lat_seq
                                 && self.lat_sent.is_some();
                             // The peer's write carries our sequence back.
                             if back || (size == 0 && self.lat_sent.is_some()) {
@@ -1467,4 +1469,18 @@ pub fn all_sizes(max: usize) -> Vec<usize> {
         .map(|k| 1usize << k)
         .filter(|&s| s <= max)
         .collect()
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::ClientQp;
+
+    /// With a thousand QPs each completion finds its QP's record cold: the record a
+    /// completion and the next post read is one cache line (the buffers are the
+    /// client's, not copied into each QP).
+    #[test]
+    fn a_client_qp_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<ClientQp>(), 64);
+        assert_eq!(std::mem::align_of::<ClientQp>(), 64);
+    }
 }

@@ -94,13 +94,14 @@ impl SendOp {
 }
 
 /// A send-queue work request carrying the operation `Op`: the engine's [`SendOp`], or
-/// the verbs layer's own operations (`verbs::SendWr`).
+/// the verbs layer's own operations (`verbs::SendWr`). The ID and the flags come first
+/// (`repr(C)`): an engine's completion reads them, and the operation's kind, from the
+/// first line of its send-queue entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[repr(C)]
 pub struct SendWr<Op = SendOp> {
     /// Consumer's id, echoed in the completion.
     pub wr_id: u64,
-    /// The operation.
-    pub op: Op,
     /// Produce a completion on success (errors always complete, VERBS-00 §8.1.3.1).
     pub signaled: bool,
     /// Read fence: start only when every earlier Read / Atomic has completed (the verbs
@@ -109,6 +110,8 @@ pub struct SendWr<Op = SendOp> {
     /// Local fence: start only when every earlier WR has completed (the verbs layer takes
     /// it on Invalidate Local STag only, VERBS-00 §8.2.2.2).
     pub local_fence: bool,
+    /// The operation.
+    pub op: Op,
 }
 
 /// A one-SGE source SGL checked for local read (VERBS-00 §8.1.3.2) at a memory table's
