@@ -21,29 +21,7 @@ use crate::wire::{checksum_caps, parse_segment, write_packet, Header};
 
 mod run;
 
-/// Handle of one connection. Stale handles (of closed connections) are detected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId {
-    index: u32,
-    generation: u32,
-}
-
-impl ConnId {
-    /// The connection's slot in the engine's table (reused after the connection is gone;
-    /// the id as a whole is not).
-    pub fn index(self) -> u32 {
-        self.index
-    }
-
-    /// The id of slot `index`, first generation (unit tests outside the engine).
-    #[cfg(test)]
-    pub(crate) fn for_tests(index: u32) -> ConnId {
-        ConnId {
-            index,
-            generation: 0,
-        }
-    }
-}
+pub use crate::conn_id::ConnId;
 
 /// A connection's addresses (both of one family).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

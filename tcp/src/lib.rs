@@ -29,6 +29,7 @@
 pub mod cc;
 pub mod checksum;
 mod config;
+mod conn_id;
 mod engine;
 mod ip;
 mod isn;

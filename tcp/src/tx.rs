@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 
 use crate::checksum::PayloadSum;
-use crate::engine::ConnId;
+use crate::conn_id::ConnId;
 use crate::rack::Rack;
 use crate::seq;
 use crate::time::Instant;
