@@ -634,7 +634,6 @@ impl<P: Port> PortContext<'_, P> {
             *self.spare = Some(buf);
             return None;
         };
-
         let route = self.route.filter(|r| r.dst == dst);
         let hop = match route {
             Some(r) => {

@@ -878,16 +878,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         // Every unit's buffer leaves the queue here: those lent stay with the loans while
         // frames hold them (never freed under a device).
         let mut ulp = c.ulp.as_mut();
-        c.tcb.drain_unit_buffers(|b| {
+        let mut reclaim = |b| {
             if let Some(u) = ulp.as_mut() {
                 u.reclaim(b);
             }
-        });
-        c.tcb.txq_mut().settle_lent(&mut self.loans, |b| {
-            if let Some(u) = ulp.as_mut() {
-                u.reclaim(b);
-            }
-        });
+        };
+        c.tcb.drain_unit_buffers(&mut reclaim);
+        c.tcb.txq_mut().settle_lent(&mut self.loans, reclaim);
         self.generations[id.index as usize] = c.generation.wrapping_add(1);
         self.free.push(id.index);
         self.live -= 1;
@@ -1498,13 +1495,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         };
         let mut gather = Gather::from(min);
         let packet = self.transmit(now, cx, buf, &mut gather)?;
+        // The unit lent is still in its send queue (acknowledged units are settled before
+        // a turn, never lent), so its payload is there.
         let payload = gather.lent.and_then(|(id, i, token)| {
-            let payload = match self.loans.parked(token) {
-                Some(p) => p,
-                None => slot_ref(&self.slots, id)?.tcb.unit_payload(i)?,
-            };
             Some(Lent {
-                payload,
+                payload: slot_ref(&self.slots, id)?.tcb.unit_payload(i)?,
                 token: u64::from(token),
             })
         });

@@ -181,6 +181,7 @@ impl Loans {
     }
 
     /// The buffer of loan `r` when it was settled while held.
+    #[cfg(test)]
     pub(crate) fn parked(&self, r: u32) -> Option<&[u8]> {
         self.records.get(r as usize)?.parked.as_deref()
     }

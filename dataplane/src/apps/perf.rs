@@ -743,6 +743,19 @@ pub fn jain_index(xs: &[u64]) -> f64 {
 /// Receives each result as soon as it is known.
 pub type ResultSink = Box<dyn FnMut(&PerfResult) + Send>;
 
+/// The perf client's buffers, shared by all its QPs.
+#[derive(Clone, Copy)]
+struct ClientBufs {
+    /// The source of every QP's Writes and Sends, the sink of its Reads and latency Sends.
+    source: Region,
+    /// Where the server's ping-pong Writes land.
+    sink: Region,
+    /// The atomics' original values.
+    result: Region,
+    /// The zero-length receives that carry Send credits.
+    credit: Region,
+}
+
 /// One QP of the client: one cache line, what a completion and the next post read first
 /// (the buffers are the client's, shared by all QPs: `PerfClient::bufs`).
 #[repr(C, align(64))]
@@ -772,9 +785,9 @@ pub struct PerfClient {
     res: Resources,
     local_ip: IpAddr,
     server: SocketAddr,
-    /// Source, ping-pong sink, atomic result and credit buffers, shared by the QPs (the
-    /// data is not checked, and thousands of QPs then cost no memory each).
-    bufs: [Region; 4],
+    /// The buffers, shared by the QPs (the data is not checked, and thousands of QPs then
+    /// cost no memory each).
+    bufs: ClientBufs,
     qps: Vec<ClientQp>,
     /// Index in `qps` of each connection (CM events name them; completions carry the
     /// index as their work request ID).
@@ -856,7 +869,12 @@ impl PerfClient {
             res,
             local_ip,
             server,
-            bufs: [local, sink, result, credit],
+            bufs: ClientBufs {
+                source: local,
+                sink,
+                result,
+                credit,
+            },
             qps: Vec::new(),
             by_id: FxHashMap::default(),
             refill: Vec::new(),
@@ -900,7 +918,12 @@ impl PerfClient {
         self.refill.clear();
         (self.done, self.in_flight, self.established, self.gone) = (0, 0, 0, 0);
         self.connect_start = clock::now();
-        let [local, sink, _, credit_buf] = self.bufs;
+        let ClientBufs {
+            source: local,
+            sink,
+            credit: credit_buf,
+            ..
+        } = self.bufs;
         sink.bytes_mut(h.rnic_mut()).fill(0);
         for slot in 0..self.params.qps {
             let hello = Hello {
@@ -965,22 +988,16 @@ impl PerfClient {
         }
     }
 
-    /// The source buffer of every QP's Writes, Sends and Read sinks (`bufs`' first).
-    fn source(&self) -> Region {
-        self.bufs[0]
-    }
-
-    /// Where the server's ping-pong Writes land, for every QP (`bufs`' second).
-    fn sink(&self) -> Region {
-        self.bufs[1]
-    }
-
     /// A WR of QP `i` moving `size` octets; its work request ID is `i`, so that its
     /// completion names the QP without a look-up.
     #[inline]
     fn wr(&self, i: usize, size: usize) -> Result<SendWr, PerfError> {
         let q = &self.qps[i];
-        let [local, _, result, _] = self.bufs;
+        let ClientBufs {
+            source: local,
+            result,
+            ..
+        } = self.bufs;
         let remote = q.remote.ok_or(PerfError::NoServerBuffer)?;
         let rb = RemoteBuf {
             stag: STag(remote.rkey),
@@ -1070,7 +1087,7 @@ impl PerfClient {
                 }
                 let mut wr = self.wr(i, size)?;
                 if let SqOp::Inline { data, .. } = &mut wr.op {
-                    *data = self.source().bytes(h.rnic())[..size].to_vec();
+                    *data = self.bufs.source.bytes(h.rnic())[..size].to_vec();
                 }
                 h.rnic_mut()
                     .post_sq_one(q.qp, wr)
@@ -1107,7 +1124,7 @@ impl PerfClient {
             let rnic = h.rnic_mut();
             // The last octet carries the sequence; the peer echoes it back.
             if size > 0 {
-                self.source().bytes_mut(rnic)[size - 1] = self.lat_seq;
+                self.bufs.source.bytes_mut(rnic)[size - 1] = self.lat_seq;
             }
         }
         let mut wr = self.wr(0, size)?;
@@ -1115,7 +1132,7 @@ impl PerfClient {
             wr = wr.unsignaled();
         }
         if let SqOp::Inline { data, .. } = &mut wr.op {
-            *data = self.source().bytes(h.rnic())[..size].to_vec();
+            *data = self.bufs.source.bytes(h.rnic())[..size].to_vec();
         }
         h.rnic_mut()
             .post_sq_one(q.qp, wr)
@@ -1161,11 +1178,10 @@ impl PerfClient {
         if wc.opcode == WcOpcode::Receive {
             let q = &mut self.qps[i];
             let sge = if self.params.mode == PerfMode::Lat {
-                self.source().sge(0, self.params.sizes[self.size_idx])
+                self.bufs.source.sge(0, self.params.sizes[self.size_idx])
             } else {
                 q.credits += u64::from(CREDIT_BATCH);
-                let [.., credit_buf] = self.bufs;
-                credit_buf.sge(0, 0)
+                self.bufs.credit.sge(0, 0)
             };
             if self.params.mode == PerfMode::Bw {
                 self.wants_refill(i);
@@ -1416,7 +1432,7 @@ impl PerfClient {
                         if self.params.op == PerfOp::Write {
                             let size = self.size();
                             let back = size > 0
-                                && self.sink().bytes(h.rnic())[size - 1] == self.lat_seq
+                                && self.bufs.sink.bytes(h.rnic())[size - 1] == self.lat_seq
                                 && self.lat_sent.is_some();
                             // The peer's write carries our sequence back.
                             if back || (size == 0 && self.lat_sent.is_some()) {
