@@ -463,18 +463,42 @@ impl Rnic {
                     return Ok(());
                 };
                 let wr = q.sq_active[pos].wr;
-                let (wr_id, opcode, invalidate) = (wr.wr_id, wr.opcode, wr.invalidate);
-                if let Some(stag) = invalidate.filter(|_| status.is_success()) {
+                if let Some(stag) = wr.invalidate.filter(|_| status.is_success()) {
                     // VERBS-00 §8.2.2.1: invalidate after the data landed, before the WC
                     // is retrievable.
                     if let Err(e) = self.memory.invalidate_local(&ctx, stag) {
                         status = e;
                     }
                 }
-                let q = self.qps.get_mut(&qp).expect("QP exists");
-                let mut wc = WorkCompletion::new(qp, wr_id, opcode, status);
+                let mut wc = WorkCompletion::new(qp, wr.wr_id, wr.opcode, status);
                 wc.byte_len = c.byte_len;
                 wc.atomic_original = c.atomic_original;
+                if pos == 0 && status.is_success() {
+                    // The oldest WR, successful: its WC goes to the CQ now (what
+                    // `release_sq` would do with it), not written into its entry and read
+                    // back after a second look-up of the QP; later WRs done before it
+                    // follow.
+                    q.sq_active.pop_front();
+                    let done_behind = q.sq_active.front().is_some_and(|a| a.done.is_some());
+                    let cq = q.sq_cq;
+                    if !wr.signaled {
+                        q.sq_slots = q.sq_slots.saturating_sub(1);
+                    }
+                    free_copy(&mut self.memory, wr.inline_copy);
+                    if wr.signaled && !self.push_wc(cq, wc, WqKind::Sq) {
+                        self.local_error(
+                            qp,
+                            TerminateCause::RDMAP_CATASTROPHIC_STREAM,
+                            true,
+                            Some(AsyncEventKind::CqSqError),
+                        );
+                        return Ok(());
+                    }
+                    if done_behind {
+                        self.release_sq(qp);
+                    }
+                    return Ok(());
+                }
                 q.sq_active[pos].done = Some(wc);
                 q.sq_active[pos].local =
                     !status.is_success() && c.status == rdmap::CompletionStatus::Success;
