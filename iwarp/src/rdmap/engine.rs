@@ -97,7 +97,8 @@ pub enum PostError {
 /// The RDMAP (+ DDP) protocol engine of one stream, driven by `handle_*` / `poll_*` calls.
 ///
 /// Laid out in declaration order (`repr(C)`): the first line holds what an idle stream's
-/// check reads ([`Engine::has_segment`]: the state and the `tx_idle` summary) and what an
+/// check reads ([`Engine::has_segment`]: the state and the `tx_idle` summary), what the
+/// service's check reads ([`Engine::has_completions`]: `retired` and `completed`) and what an
 /// in-order Write segment reads besides ([`Engine::place_next_write`]: the configuration,
 /// the time of the last segment); the next line the delivery order and the MSNs; then the
 /// completions and responses (the service's checks), the send queue and the message under
@@ -117,7 +118,12 @@ pub struct Engine {
     /// Unsignaled SQ WRs finished successfully since [`Engine::take_retired`] (no
     /// [`Completion`] is built for them; their order is the SQ's).
     pub(super) retired: u32,
-    pub(super) sq_started: usize,
+    /// SQ entries started (handed to a message or finished at start), from the queue's
+    /// head; 32 bits, so that `completed` shares this line.
+    pub(super) sq_started: u32,
+    /// A [`Completion`] waits in `completions` (read by [`Engine::has_completions`], which
+    /// every visit of the service and the TCP engine asks: this line, not the queue's).
+    pub(super) completed: bool,
     pub(super) cfg: EngineConfig,
     pub(super) last_rx: Option<Instant>,
     pub(super) order: DeliveryOrder<RxRecord>,
@@ -163,6 +169,7 @@ impl Engine {
             msn: MsnCounters::new(),
             sq: VecDeque::new(),
             sq_started: 0,
+            completed: false,
             next_seq: 0,
             current: None,
             spare_pieces: Vec::new(),
@@ -289,13 +296,23 @@ impl Engine {
 
     /// Next work completion, in the order the RFC requires.
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.completions.pop_front()
+        let c = self.completions.pop_front();
+        self.completed = !self.completions.is_empty();
+        c
     }
 
     /// Whether a work completion waits for [`Engine::poll_completion`] or an unsignaled WR's
     /// end for [`Engine::take_retired`].
     pub fn has_completions(&self) -> bool {
-        !self.completions.is_empty() || self.retired != 0
+        debug_assert_eq!(self.completed, !self.completions.is_empty());
+        self.completed || self.retired != 0
+    }
+
+    /// Queues `c` for [`Engine::poll_completion`].
+    #[inline]
+    pub(super) fn complete(&mut self, c: Completion) {
+        self.completions.push_back(c);
+        self.completed = true;
     }
 
     /// How many unsignaled SQ WRs finished successfully since the last call. They finish in
@@ -348,6 +365,7 @@ impl Engine {
         }
         self.flush(Culprit::None);
         self.completions.clear();
+        self.completed = false;
     }
 
     /// The LLP closed: `graceful` for a peer FIN, otherwise reset or loss.
@@ -442,7 +460,7 @@ impl Engine {
                 Culprit::Recv(idx, st) if idx as usize == i => st,
                 _ => CompletionStatus::Flushed,
             };
-            self.completions.push_back(Completion::new(
+            self.complete(Completion::new(
                 b.wr_id,
                 WorkQueue::Recv,
                 CompletionOpcode::Recv,
@@ -495,7 +513,7 @@ impl Engine {
     /// inline, the compiler reads the queues' lines too, to answer without a branch.
     #[inline(never)]
     fn nothing_waiting(&self) -> bool {
-        self.responses.is_empty() && self.sq_started >= self.sq.len()
+        self.responses.is_empty() && self.sq_started as usize >= self.sq.len()
     }
 
     fn drain_sq(&mut self) {
@@ -513,7 +531,7 @@ impl Engine {
                 );
                 c.byte_len = e.byte_len;
                 c.atomic_original = e.atomic_original;
-                self.completions.push_back(c);
+                self.complete(c);
             } else {
                 self.retired += 1;
             }
@@ -530,7 +548,8 @@ mod layout {
 
     /// An idle stream's check and an in-order Write segment read the engine's first line
     /// (the state, `tx_idle`, the configuration, `last_rx`), the Write's delivery order
-    /// and the MSNs the second (see [`Engine`]).
+    /// and the MSNs the second (see [`Engine`]); the service's check for completions
+    /// (`retired`, `completed`) reads the first line only.
     #[test]
     fn the_idle_check_and_a_writes_fields_share_the_first_line() {
         let e = Engine::new(super::EngineConfig::new(
@@ -545,8 +564,10 @@ mod layout {
             end(offset_of!(Engine, tx_idle), 1),
             end(offset_of!(Engine, cfg), size_of_val(&e.cfg)),
             end(offset_of!(Engine, last_rx), size_of_val(&e.last_rx)),
+            end(offset_of!(Engine, retired), size_of_val(&e.retired)),
+            end(offset_of!(Engine, completed), 1),
         ];
-        assert_eq!(first, [0; 4]);
+        assert_eq!(first, [0; 6]);
         let second = [
             offset_of!(Engine, order) / 64,
             end(offset_of!(Engine, order), size_of_val(&e.order)),

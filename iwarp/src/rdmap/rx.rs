@@ -512,7 +512,7 @@ impl Engine {
                 );
                 c.immediate = Some(imm.data);
                 c.solicited = u.opcode.is_solicited();
-                self.completions.push_back(c);
+                self.complete(c);
                 if c.solicited {
                     self.events.push_back(Event::SolicitedEvent);
                 }
@@ -591,7 +591,7 @@ impl Engine {
         c.byte_len = u32::try_from(msg_len).unwrap_or(u32::MAX);
         c.invalidated = invalidated;
         c.solicited = u.opcode.is_solicited();
-        self.completions.push_back(c);
+        self.complete(c);
         if c.solicited {
             self.events.push_back(Event::SolicitedEvent);
         }

@@ -365,7 +365,7 @@ impl Engine {
         if !self.responses.is_empty() {
             return true;
         }
-        let idx = self.sq_started;
+        let idx = self.sq_started as usize;
         let Some(entry) = self.sq.get(idx) else {
             return false;
         };
@@ -621,8 +621,8 @@ impl Engine {
     /// Starts the next send-queue work request, honouring fences and ORD. A local error while
     /// building the message sends a Terminate instead (RFC 5040 §7.1 case 1).
     fn start_sq<M: MemoryTable + ?Sized>(&mut self, mem: &M) -> Option<TxMessage> {
-        while self.sq_started < self.sq.len() {
-            let idx = self.sq_started;
+        while (self.sq_started as usize) < self.sq.len() {
+            let idx = self.sq_started as usize;
             let entry = &self.sq[idx];
             let seq = entry.seq;
             if entry.wr.local_fence && idx != 0 {
