@@ -295,7 +295,7 @@ impl Tcb {
         unit: &Unit,
         buf: &mut [u8],
     ) -> Option<usize> {
-        let payload = unit.payload.as_slice();
+        let payload = unit.octets();
         let hdr = self.data_header(now, cfg, sink_wnd, TcpControl::Psh, seq_no, payload.len());
         let (local, remote) = (&self.local, &self.remote);
         write_segment(
@@ -329,21 +329,21 @@ impl Tcb {
         } else {
             TcpControl::Psh
         };
-        let len = self.txq.unit(i).data.as_slice().len();
+        let len = self.txq.unit(i).payload().len();
         let hdr = self.data_header(now, cfg, sink_wnd, control, useq, len);
         let (local, remote) = (&self.local, &self.remote);
         let u = self.txq.unit_mut(i);
         let template = &mut self.template;
         if gather.wants(len) {
-            let sum = cfg.fill_checksums.then(|| {
-                *u.sum
-                    .get_or_insert_with(|| crate::checksum::payload_sum(u.data.as_slice()))
+            let sum = cfg.fill_checksums.then(|| match u.sum {
+                Some(sum) => sum,
+                None => *u.sum.insert(crate::checksum::payload_sum(u.payload())),
             });
             let at = write_segment_headers(buf, cfg, template, local, remote, &hdr, len, sum)?;
             gather.lend = Some(i);
             return Some(at);
         }
-        let payload = u.data.as_slice();
+        let payload = u.payload();
         write_segment(buf, cfg, template, local, remote, &hdr, payload, u.sum)
     }
 
@@ -559,7 +559,7 @@ impl Tcb {
         gather: &mut Gather,
         ev: &mut Vec<TcbEvent>,
     ) -> Option<usize> {
-        let len = unit.payload.len();
+        let len = unit.octets().len();
         if len == 0 {
             return None;
         }
@@ -575,16 +575,14 @@ impl Tcb {
         let out = if gather.wants(len) {
             // A sum the source took is kept for every transmission, as one taken here
             // would be.
-            let sum = unit.sum();
-            self.txq.push_summed(useq, unit.payload, sum, now);
+            self.txq.push_summed(useq, unit, now);
             let i = self.txq.len() - 1;
             self.send_unit(now, cfg, sink_wnd, i, buf, gather)
         } else {
             // Written from the unit in hand, then queued: the send queue's entry is made
             // once, not looked up again for the segment.
             let out = self.send_new(now, cfg, sink_wnd, useq, &unit, buf);
-            let sum = unit.sum();
-            self.txq.push_summed(useq, unit.payload, sum, now);
+            self.txq.push_summed(useq, unit, now);
             out
         };
         self.arm_tlp(now, cfg);
