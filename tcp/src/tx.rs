@@ -66,7 +66,8 @@ impl Unit {
         }
     }
 
-    /// The payload's octets (the buffer after its room).
+    /// The payload's octets (the buffer after its room; none when the room is longer than
+    /// the buffer).
     pub fn octets(&self) -> &[u8] {
         self.payload
             .get(usize::from(self.head)..)
@@ -315,11 +316,12 @@ impl TxUnit {
     /// The payload's octets.
     #[inline(always)]
     pub(crate) fn payload(&self) -> &[u8] {
-        self.data.get(usize::from(self.head)..).unwrap_or_default()
+        &self.data[usize::from(self.head)..]
     }
 
     pub(crate) fn seq_len(&self) -> u32 {
-        self.payload().len() as u32 + u32::from(self.fin)
+        // `head` is at most the buffer's length (checked as the unit was queued).
+        (self.data.len() - usize::from(self.head)) as u32 + u32::from(self.fin)
     }
     pub(crate) fn end(&self) -> u32 {
         self.seq.wrapping_add(self.seq_len())
@@ -469,16 +471,11 @@ impl SendQueue {
         self.push_unit(seq, data, 0, None, fin, now);
     }
 
-    /// Record a data unit sent for the first time at `now`, with its room and the
-    /// payload's checksum sum when the source took it (kept for every transmission).
+    /// Record a data unit sent for the first time at `now`, with its room (at most its
+    /// buffer's length, checked by the caller) and the payload's checksum sum when
+    /// the source took it (kept for every transmission).
     pub(crate) fn push_summed(&mut self, seq: u32, unit: Unit, now: Instant) {
-        // Room beyond the buffer (a source that shortened it) is none.
-        let head = if usize::from(unit.head) <= unit.payload.len() {
-            unit.head
-        } else {
-            0
-        };
-        self.push_unit(seq, unit.payload, head, unit.sum, false, now);
+        self.push_unit(seq, unit.payload, unit.head, unit.sum, false, now);
     }
 
     #[inline(always)]

@@ -292,10 +292,10 @@ impl Tcb {
         cfg: &Config,
         sink_wnd: usize,
         seq_no: u32,
-        unit: &Unit,
+        payload: &[u8],
+        sum: Option<crate::checksum::PayloadSum>,
         buf: &mut [u8],
     ) -> Option<usize> {
-        let payload = unit.octets();
         let hdr = self.data_header(now, cfg, sink_wnd, TcpControl::Psh, seq_no, payload.len());
         let (local, remote) = (&self.local, &self.remote);
         write_segment(
@@ -306,7 +306,7 @@ impl Tcb {
             remote,
             &hdr,
             payload,
-            unit.sum(),
+            sum,
         )
     }
 
@@ -559,7 +559,13 @@ impl Tcb {
         gather: &mut Gather,
         ev: &mut Vec<TcbEvent>,
     ) -> Option<usize> {
-        let len = unit.octets().len();
+        // A room longer than the buffer is refused as too large a unit.
+        let Some(payload) = unit.payload.get(usize::from(unit.headroom())..) else {
+            log::error!("segment source returned a unit with room beyond it; aborting");
+            self.abort_with(CloseReason::UnitTooLarge, ev);
+            return None;
+        };
+        let len = payload.len();
         if len == 0 {
             return None;
         }
@@ -581,7 +587,7 @@ impl Tcb {
         } else {
             // Written from the unit in hand, then queued: the send queue's entry is made
             // once, not looked up again for the segment.
-            let out = self.send_new(now, cfg, sink_wnd, useq, &unit, buf);
+            let out = self.send_new(now, cfg, sink_wnd, useq, payload, unit.sum(), buf);
             self.txq.push_summed(useq, unit, now);
             out
         };
