@@ -23,7 +23,7 @@ pub struct Unit {
     /// The unit's buffer: the room in front of the payload ([`Unit::with_headroom`]; none
     /// for the other constructors), then the segment payload, sent and retransmitted
     /// unchanged ([`Unit::octets`]).
-    pub payload: Vec<u8>,
+    pub(crate) buffer: Vec<u8>,
     /// The payload's checksum sum, when the source took it.
     sum: Option<PayloadSum>,
     /// Octets of room in front of the payload.
@@ -34,7 +34,7 @@ impl Unit {
     /// A unit carrying `payload`.
     pub fn new(payload: Vec<u8>) -> Self {
         Unit {
-            payload,
+            buffer: payload,
             sum: None,
             head: 0,
         }
@@ -59,19 +59,21 @@ impl Unit {
             sum.is_none_or(|s| s.octets() + usize::from(head) == buffer.len()),
             "the sum of another payload"
         );
-        Unit {
-            payload: buffer,
-            sum,
-            head,
-        }
+        Unit { buffer, sum, head }
     }
 
-    /// The payload's octets (the buffer after its room; none when the room is longer than
-    /// the buffer).
+    /// The payload's octets (the buffer after its room).
     pub fn octets(&self) -> &[u8] {
-        self.payload
+        self.buffer
             .get(usize::from(self.head)..)
             .unwrap_or_default()
+    }
+
+    /// The payload's octets, the room dropped.
+    pub fn into_octets(mut self) -> Vec<u8> {
+        self.buffer
+            .drain(..usize::from(self.head).min(self.buffer.len()));
+        self.buffer
     }
 
     /// Octets of room in front of the payload ([`Unit::with_headroom`]).
@@ -475,7 +477,7 @@ impl SendQueue {
     /// buffer's length, checked by the caller) and the payload's checksum sum when
     /// the source took it (kept for every transmission).
     pub(crate) fn push_summed(&mut self, seq: u32, unit: Unit, now: Instant) {
-        self.push_unit(seq, unit.payload, unit.head, unit.sum, false, now);
+        self.push_unit(seq, unit.buffer, unit.head, unit.sum, false, now);
     }
 
     #[inline(always)]

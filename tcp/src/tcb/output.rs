@@ -560,7 +560,7 @@ impl Tcb {
         ev: &mut Vec<TcbEvent>,
     ) -> Option<usize> {
         // A room longer than the buffer is refused as too large a unit.
-        let Some(payload) = unit.payload.get(usize::from(unit.headroom())..) else {
+        let Some(payload) = unit.buffer.get(usize::from(unit.headroom())..) else {
             log::error!("segment source returned a unit with room beyond it; aborting");
             self.abort_with(CloseReason::UnitTooLarge, ev);
             return None;
