@@ -285,7 +285,9 @@ impl Tcb {
         hdr
     }
 
-    /// A new unit's first transmission (at `seq_no`) into `buf`, before it is queued.
+    /// A new unit's first transmission (at `seq_no`; its payload and the payload's sum)
+    /// into `buf`, before it is queued.
+    #[allow(clippy::too_many_arguments)]
     fn send_new(
         &mut self,
         now: Instant,
