@@ -343,9 +343,9 @@ fn memif_zero_copy_send_on_and_off_give_identical_bytes() {
             // 300 Writes of 64 KiB in segments of one FPDU each.
             assert!(external >= 300 * 45, "{c}");
             assert_eq!(lent, external, "{c}");
-            // Each FPDU's frame is one mbuf, its headers in the room in front of it, but
-            // for the first frames (the route not known yet).
-            assert!(whole + 100 >= external && whole <= external, "{c}");
+            // Nearly every FPDU's frame is one mbuf, its headers in the room in front of
+            // it (not those sent before the route was cached).
+            assert!(whole * 20 >= external * 19 && whole <= external, "{c}");
         } else {
             assert_eq!((external, whole), (0, 0), "{c}");
         }
