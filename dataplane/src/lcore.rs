@@ -660,17 +660,33 @@ impl<P: Port> PortContext<'_, P> {
             None => buf.truncate(l2 + len.min(mtu)),
             Some(p) => {
                 let at = l2 + len;
-                if let Err(p) = self.port.attach_payload(&mut buf, at, p) {
-                    unlent.push(p.token());
-                    let p = p.payload();
-                    let Some(room) = buf.as_mut().get_mut(at..at + p.len()) else {
-                        // Longer than the buffer (an MTU's worth): dropped, like a
-                        // transmit buffer the pool could not give.
-                        self.counters.tx_dropped += 1;
-                        return None;
-                    };
-                    room.copy_from_slice(p);
-                    buf.truncate(at + p.len());
+                // With the route known (the headers final), a payload with room free in
+                // front of it goes out with the headers written there, as one buffer; the
+                // headers' buffer is kept for the next packet.
+                let p = if hop.is_none() && p.headroom() >= at {
+                    match self.port.attach_frame(&mut buf, at, p) {
+                        Ok(headers) => {
+                            *self.spare = Some(headers);
+                            None
+                        }
+                        Err(p) => Some(p),
+                    }
+                } else {
+                    Some(p)
+                };
+                if let Some(p) = p {
+                    if let Err(p) = self.port.attach_payload(&mut buf, at, p) {
+                        unlent.push(p.token());
+                        let p = p.payload();
+                        let Some(room) = buf.as_mut().get_mut(at..at + p.len()) else {
+                            // Longer than the buffer (an MTU's worth): dropped, like a
+                            // transmit buffer the pool could not give.
+                            self.counters.tx_dropped += 1;
+                            return None;
+                        };
+                        room.copy_from_slice(p);
+                        buf.truncate(at + p.len());
+                    }
                 }
             }
         }

@@ -122,16 +122,55 @@ pub struct GatherTransmit<'a> {
 /// keeps the buffer allocated for the engine's lifetime (and leaked when it is dropped).
 /// Only the engine makes one, and one only per frame (not `Clone`: its token is handed back
 /// once).
+///
+/// When no other frame holds the buffer and the unit was made with room in front of its
+/// payload ([`crate::Unit::with_headroom`]), the frame's headers may be written there
+/// ([`Lent::with_headers`]), so that headers and payload go out as one buffer; that room
+/// then stays unchanged with the payload until the token comes back.
 #[derive(Debug)]
 pub struct Lent<'a> {
-    payload: &'a [u8],
+    octets: LentOctets<'a>,
     token: u64,
+}
+
+/// The octets of a [`Lent`].
+#[derive(Debug)]
+enum LentOctets<'a> {
+    /// The payload alone (another frame holds the buffer, or it has no room).
+    Payload(&'a [u8]),
+    /// The room in front of the payload (the first `head` octets, free) and the payload.
+    Room { buffer: &'a mut [u8], head: usize },
 }
 
 impl<'a> Lent<'a> {
     /// The payload's octets.
-    pub fn payload(&self) -> &'a [u8] {
-        self.payload
+    pub fn payload(&self) -> &[u8] {
+        match &self.octets {
+            LentOctets::Payload(p) => p,
+            LentOctets::Room { buffer, head } => buffer.get(*head..).unwrap_or_default(),
+        }
+    }
+
+    /// Octets of room free in front of the payload for a frame's headers (0 when another
+    /// frame holds the buffer).
+    pub fn headroom(&self) -> usize {
+        match self.octets {
+            LentOctets::Payload(_) => 0,
+            LentOctets::Room { head, .. } => head,
+        }
+    }
+
+    /// Writes `headers` right in front of the payload and gives the frame, headers and
+    /// payload as one slice, kept unchanged like the payload until the token comes back;
+    /// `None` (nothing written) when they do not fit the room ([`Lent::headroom`]).
+    pub fn with_headers(&mut self, headers: &[u8]) -> Option<&[u8]> {
+        let LentOctets::Room { buffer, head } = &mut self.octets else {
+            return None;
+        };
+        let start = head.checked_sub(headers.len())?;
+        let frame = buffer.get_mut(start..)?;
+        frame.get_mut(..headers.len())?.copy_from_slice(headers);
+        Some(frame)
     }
 
     /// What the holder hands back ([`Engine::payloads_returned`]) once it no longer reads
@@ -1497,9 +1536,19 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let packet = self.transmit(now, cx, buf, &mut gather)?;
         // The unit lent is still in its send queue (acknowledged units are settled before
         // a turn, never lent), so its payload is there.
-        let payload = gather.lent.and_then(|(id, i, token)| {
+        let payload = gather.lent.and_then(|(id, i, token, room)| {
+            let unit = slot_mut(&mut self.slots, id)?.tcb.unit_at(i)?;
+            let head = usize::from(unit.head);
+            let octets = if room && head > 0 {
+                LentOctets::Room {
+                    buffer: unit.data.as_mut_slice(),
+                    head,
+                }
+            } else {
+                LentOctets::Payload(unit.data.get(head..)?)
+            };
             Some(Lent {
-                payload: slot_ref(&self.slots, id)?.tcb.unit_payload(i)?,
+                octets,
                 token: u64::from(token),
             })
         });
@@ -1598,9 +1647,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 };
                 if gather.lends() {
                     if let Some(i) = gather.lend.take() {
-                        // `poll_transmit_gather` asks only with a loan record free.
-                        let token = self.loans.lend(tcb.txq_mut().unit_mut(i), id);
-                        gather.lent = token.map(|t| (id, i, t));
+                        // `poll_transmit_gather` asks only with a loan record free. The
+                        // room in front of the payload is free when no frame holds it.
+                        let unit = tcb.txq_mut().unit_mut(i);
+                        let room = !self.loans.held(unit.loan);
+                        let token = self.loans.lend(unit, id);
+                        gather.lent = token.map(|t| (id, i, t, room));
                     }
                 }
                 // The addresses of a packet sent, read back from the header just written

@@ -464,9 +464,9 @@ mod tests {
         let mut s = StreamSocket::new(100, 100);
         assert_eq!(s.write(&[1; 60]), 60);
         assert_eq!(s.write(&[2; 60]), 40, "bounded by the send buffer");
-        assert_eq!(s.take_unit(50).unwrap().payload, vec![1; 50]);
+        assert_eq!(s.take_unit(50).unwrap().into_octets(), vec![1; 50]);
         assert_eq!(s.write(&[3; 10]), 10);
-        let u = s.take_unit(1000).unwrap().payload;
+        let u = s.take_unit(1000).unwrap().into_octets();
         assert_eq!(u.len(), 60);
         assert_eq!(&u[..10], &[1; 10]);
         assert_eq!(&u[10..50], &[2; 40]);
@@ -491,13 +491,16 @@ mod tests {
         let mut s = StreamSocket::new(1 << 16, 1 << 16);
         let data = pattern(3 * 1448);
         assert_eq!(s.write(&data[..2 * 1448]), 2 * 1448);
-        let first = s.take_unit(1448).unwrap().payload;
+        let first = s.take_unit(1448).unwrap().into_octets();
         assert_eq!(first, &data[..1448]);
         let at = first.as_ptr();
         SegmentSource::<()>::recycle(&mut s, &mut (), first);
         assert_eq!(s.write(&data[2 * 1448..]), 1448);
-        assert_eq!(s.take_unit(1448).unwrap().payload, &data[1448..2 * 1448]);
-        let third = s.take_unit(1448).unwrap().payload;
+        assert_eq!(
+            s.take_unit(1448).unwrap().into_octets(),
+            &data[1448..2 * 1448]
+        );
+        let third = s.take_unit(1448).unwrap().into_octets();
         assert_eq!(third, &data[2 * 1448..]);
         assert_eq!(
             third.as_ptr(),
@@ -517,7 +520,7 @@ mod tests {
         let mut out = Vec::new();
         for max_len in [1000, 1448, 2000, 100, 2000, 2000, 1448, 5000] {
             let want = max_len.min(data.len() - out.len());
-            let u = s.take_unit(max_len).unwrap().payload;
+            let u = s.take_unit(max_len).unwrap().into_octets();
             assert_eq!(u.len(), want, "unit for max_len {max_len}");
             out.extend_from_slice(&u);
             assert_eq!(s.send_queued(), data.len() - out.len());
@@ -525,8 +528,8 @@ mod tests {
         // Written after the engine asked for 5000: cut to that.
         assert_eq!(s.write(&data[..12_000]), 12_000);
         while let Some(u) = s.take_unit(5000) {
-            assert!(u.payload.len() == 5000 || s.send_queued() == 0);
-            out.extend_from_slice(&u.payload);
+            assert!(u.octets().len() == 5000 || s.send_queued() == 0);
+            out.extend_from_slice(u.octets());
         }
         assert_eq!(&out[..data.len()], &data[..]);
         assert_eq!(&out[data.len()..], &data[..12_000]);
@@ -539,11 +542,11 @@ mod tests {
         let mut s = StreamSocket::new(1 << 16, 1 << 16);
         let data = pattern(20_000);
         assert_eq!(s.write(&data[..3 * 1448]), 3 * 1448);
-        let mut out = s.take_unit(1428).unwrap().payload;
+        let mut out = s.take_unit(1428).unwrap().into_octets();
         assert_eq!(s.write(&data[3 * 1448..]), data.len() - 3 * 1448);
         while let Some(u) = s.take_unit(1428) {
-            assert!(u.payload.len() == 1428 || s.send_queued() == 0);
-            out.extend_from_slice(&u.payload);
+            assert!(u.octets().len() == 1428 || s.send_queued() == 0);
+            out.extend_from_slice(u.octets());
             let queued: Vec<usize> = s.tx.queue.iter().map(Vec::len).collect();
             if out.len() >= 4 * 1428 {
                 // Past the buffers written before: every buffer but the last is one unit.
@@ -564,11 +567,11 @@ mod tests {
         let mut s = StreamSocket::new(1 << 16, 1 << 16);
         let data = pattern(15 * 1448);
         assert_eq!(s.write(&data[..10 * 1448]), 10 * 1448);
-        let mut out = s.take_unit(1448).unwrap().payload;
-        out.extend_from_slice(&s.take_unit(1000).unwrap().payload);
+        let mut out = s.take_unit(1448).unwrap().into_octets();
+        out.extend_from_slice(&s.take_unit(1000).unwrap().into_octets());
         assert_eq!(s.write(&data[10 * 1448..]), 5 * 1448);
         while let Some(u) = s.take_unit(1448) {
-            out.extend_from_slice(&u.payload);
+            out.extend_from_slice(u.octets());
             if out.len() >= 10 * 1448 + 1000 {
                 let queued: Vec<usize> = s.tx.queue.iter().map(Vec::len).collect();
                 let (last, full) = queued.split_last().unwrap_or((&0, &[]));
@@ -601,7 +604,7 @@ mod tests {
             448
         });
         at += n;
-        let first = s.take_unit(1448).unwrap().payload;
+        let first = s.take_unit(1448).unwrap().into_octets();
         assert_eq!(first, &data[..1448]);
         let buffer = first.as_ptr();
         SegmentSource::<()>::recycle(&mut s, &mut (), first);
@@ -624,8 +627,8 @@ mod tests {
         assert_eq!(s.write_with(|_| panic!("no room to offer")), 0);
         let mut out = Vec::new();
         while let Some(u) = s.take_unit(1448) {
-            assert_eq!(u.payload.len(), 1448);
-            out.extend_from_slice(&u.payload);
+            assert_eq!(u.octets().len(), 1448);
+            out.extend_from_slice(u.octets());
         }
         assert_eq!(out, &data[1448..]);
     }

@@ -20,16 +20,24 @@ use crate::time::Instant;
 /// One segment's worth of payload, handed over whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unit {
-    /// The segment payload, sent and retransmitted unchanged.
-    pub payload: Vec<u8>,
+    /// The unit's buffer: the room in front of the payload ([`Unit::with_headroom`]; none
+    /// for the other constructors), then the segment payload, sent and retransmitted
+    /// unchanged ([`Unit::octets`]).
+    pub(crate) buffer: Vec<u8>,
     /// The payload's checksum sum, when the source took it.
     sum: Option<PayloadSum>,
+    /// Octets of room in front of the payload.
+    head: u16,
 }
 
 impl Unit {
     /// A unit carrying `payload`.
     pub fn new(payload: Vec<u8>) -> Self {
-        Unit { payload, sum: None }
+        Unit {
+            buffer: payload,
+            sum: None,
+            head: 0,
+        }
     }
 
     /// A unit carrying `payload` whose checksum sum `sum` the source took in a pass over
@@ -37,11 +45,40 @@ impl Unit {
     /// the payload into frames without summing it again. `sum` must be the payload's
     /// ([`crate::checksum::payload_sum`]).
     pub fn with_sum(payload: Vec<u8>, sum: PayloadSum) -> Self {
-        debug_assert_eq!(sum.octets(), payload.len(), "the sum of another payload");
-        Unit {
-            payload,
-            sum: Some(sum),
-        }
+        Self::with_headroom(payload, 0, Some(sum))
+    }
+
+    /// A unit whose payload is `buffer` after its first `head` octets, room the engine may
+    /// write a frame's headers into when it lends the buffer to a port
+    /// ([`crate::Engine::poll_transmit_gather`], [`crate::Lent::with_headers`]): the
+    /// device then sends headers and payload as one buffer. `sum`, when given, is the
+    /// payload's as for [`Unit::with_sum`].
+    pub fn with_headroom(buffer: Vec<u8>, head: u16, sum: Option<PayloadSum>) -> Self {
+        debug_assert!(usize::from(head) <= buffer.len(), "room beyond the buffer");
+        debug_assert!(
+            sum.is_none_or(|s| s.octets() + usize::from(head) == buffer.len()),
+            "the sum of another payload"
+        );
+        Unit { buffer, sum, head }
+    }
+
+    /// The payload's octets (the buffer after its room).
+    pub fn octets(&self) -> &[u8] {
+        self.buffer
+            .get(usize::from(self.head)..)
+            .unwrap_or_default()
+    }
+
+    /// The payload's octets, the room dropped.
+    pub fn into_octets(mut self) -> Vec<u8> {
+        self.buffer
+            .drain(..usize::from(self.head).min(self.buffer.len()));
+        self.buffer
+    }
+
+    /// Octets of room in front of the payload ([`Unit::with_headroom`]).
+    pub fn headroom(&self) -> u16 {
+        self.head
     }
 
     /// The payload's checksum sum, when the source took it ([`Unit::with_sum`]).
@@ -122,6 +159,13 @@ impl Loans {
     /// Whether no unit can be lent now (every record taken).
     pub(crate) fn full(&self) -> bool {
         self.free.is_empty() && self.records.len() >= MAX_LOANS
+    }
+
+    /// Whether a frame holds the buffer of the unit whose record is `r` ([`NO_LOAN`]:
+    /// never lent, none).
+    #[inline]
+    pub(crate) fn held(&self, r: u32) -> bool {
+        self.records.get(r as usize).is_some_and(|l| l.frames > 0)
     }
 
     /// One more frame holds `unit`'s buffer (a record is given to the unit the first
@@ -210,8 +254,9 @@ pub(crate) struct Gather {
     gathering: bool,
     /// The send queue index of the unit whose headers alone were written.
     pub(crate) lend: Option<usize>,
-    /// The payload lent: its connection, unit index and token.
-    pub(crate) lent: Option<(ConnId, usize, u32)>,
+    /// The payload lent: its connection, unit index, token and whether no other frame
+    /// held the buffer (its room in front of the payload is free).
+    pub(crate) lent: Option<(ConnId, usize, u32, bool)>,
 }
 
 impl Gather {
@@ -250,6 +295,7 @@ impl Gather {
 #[derive(Clone, Debug)]
 pub(crate) struct TxUnit {
     pub(crate) seq: u32,
+    /// The unit's buffer: `head` octets of room, then the payload.
     pub(crate) data: Vec<u8>,
     /// The unit's record in the engine's [`Loans`] once its payload was lent, else
     /// [`NO_LOAN`].
@@ -263,11 +309,21 @@ pub(crate) struct TxUnit {
     pub(crate) sacked: bool,
     pub(crate) lost: bool,
     in_pipe: bool,
+    /// Octets of room in front of the payload (at most `data.len()`): a lent unit's frame
+    /// headers may be written there while no frame holds the buffer.
+    pub(crate) head: u16,
 }
 
 impl TxUnit {
+    /// The payload's octets.
+    #[inline(always)]
+    pub(crate) fn payload(&self) -> &[u8] {
+        &self.data[usize::from(self.head)..]
+    }
+
     pub(crate) fn seq_len(&self) -> u32 {
-        self.data.len() as u32 + u32::from(self.fin)
+        // `head` is at most the buffer's length (checked as the unit was queued).
+        (self.data.len() - usize::from(self.head)) as u32 + u32::from(self.fin)
     }
     pub(crate) fn end(&self) -> u32 {
         self.seq.wrapping_add(self.seq_len())
@@ -414,19 +470,14 @@ impl SendQueue {
 
     /// Record a unit sent for the first time at `now`.
     pub(crate) fn push(&mut self, seq: u32, data: Vec<u8>, fin: bool, now: Instant) {
-        self.push_unit(seq, data, None, fin, now);
+        self.push_unit(seq, data, 0, None, fin, now);
     }
 
-    /// Record a data unit sent for the first time at `now`, with the payload's checksum
-    /// sum when the source took it (kept for every transmission).
-    pub(crate) fn push_summed(
-        &mut self,
-        seq: u32,
-        data: Vec<u8>,
-        sum: Option<PayloadSum>,
-        now: Instant,
-    ) {
-        self.push_unit(seq, data, sum, false, now);
+    /// Record a data unit sent for the first time at `now`, with its room (at most its
+    /// buffer's length, checked by the caller) and the payload's checksum sum when
+    /// the source took it (kept for every transmission).
+    pub(crate) fn push_summed(&mut self, seq: u32, unit: Unit, now: Instant) {
+        self.push_unit(seq, unit.buffer, unit.head, unit.sum, false, now);
     }
 
     #[inline(always)]
@@ -434,11 +485,13 @@ impl SendQueue {
         &mut self,
         seq: u32,
         data: Vec<u8>,
+        head: u16,
         sum: Option<PayloadSum>,
         fin: bool,
         now: Instant,
     ) {
         let u = TxUnit {
+            head,
             seq,
             data,
             loan: NO_LOAN,

@@ -43,6 +43,8 @@ struct TestUlp {
     quiet: bool,
     /// How often [`SegmentSource::needs_service`] was asked.
     asked: std::cell::Cell<usize>,
+    /// Room in front of each unit's payload (`Unit::with_headroom`).
+    head: u16,
 }
 
 impl TestUlp {
@@ -65,6 +67,7 @@ impl TestUlp {
             unread: 0,
             quiet: false,
             asked: std::cell::Cell::new(0),
+            head: 0,
         }
     }
 
@@ -140,6 +143,11 @@ impl SegmentSource for TestUlp {
         let bytes: Vec<u8> = (0..want).map(|_| self.rng.gen()).collect();
         self.sent_stream.extend_from_slice(&bytes);
         self.units.borrow_mut().insert(seq, bytes.clone());
+        if self.head > 0 {
+            let mut buffer = vec![0xee; usize::from(self.head)];
+            buffer.extend_from_slice(&bytes);
+            return Some(Unit::with_headroom(buffer, self.head, None));
+        }
         Some(Unit::new(bytes))
     }
 
@@ -443,4 +451,85 @@ fn a_sending_turn_asks_for_service_once_at_its_end() {
             assert_eq!(active, [a], "listed at its turn's end");
         }
     }
+}
+
+// RFC 9293 §3.10 (SEND) with a port that sends each frame as one buffer: the headers
+// written into the room a unit leaves in front of its payload (`Unit::with_headroom`,
+// `Lent::with_headers`). Over a lossy, reordering link whose frames hold their buffers
+// for a while, the packets on the wire are those of the headers and payload put together
+// (identical to a run that copies them), the data arrive whole, and a unit lent again while
+// a frame still holds its buffer (a retransmission) is offered no room, so the held
+// frame's headers are never written over; once handed back, its retransmissions go out
+// whole again.
+#[test]
+fn headers_go_into_a_units_room_only_while_no_frame_holds_it() {
+    let run = |whole_frames: bool| {
+        let link = LinkConfig {
+            loss: 0.03,
+            reorder: 0.03,
+            ..LinkConfig::default()
+        };
+        let mut s: Sim<TestUlp> = Sim::new(41, link, test_config(), test_config());
+        s.record = true;
+        s.gather = Some(1);
+        s.whole_frames = whole_frames;
+        s.hold = Duration::from_micros(300);
+        s.b.listen(
+            std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, B_PORT),
+            16,
+        )
+        .unwrap();
+        s.accept[1] = Some(Box::new(|| TestUlp::new(Placement::All, 0, 0)));
+        let total = 1 << 20;
+        let mut ulp = TestUlp::new(Placement::All, total, 41);
+        ulp.head = 80;
+        let a = s.a.connect(s.now, a_addr(0), b_addr(), ulp).unwrap();
+        let limit = s.now + Duration::from_secs(20);
+        let done = s.run_until(limit, |s| {
+            let Some(&b) = s.accepted(Side::B).first() else {
+                return false;
+            };
+            // The application reads what was placed.
+            let u = s.b.ulp_mut(b).unwrap();
+            u.unread = u.unread.saturating_sub(4096);
+            u.placed.values().map(Vec::len).sum::<usize>() == total
+        });
+        let placed: usize = s.accepted(Side::B).first().map_or(0, |&b| {
+            s.b.ulp(b).unwrap().placed.values().map(Vec::len).sum()
+        });
+        assert!(done, "the transfer completes: {placed} of {total}");
+        let b = s.accepted(Side::B)[0];
+        assert_eq!(
+            s.b.ulp(b).unwrap().stream(),
+            s.a.ulp(a).unwrap().sent_stream
+        );
+        let (again, _) = s.regathered;
+        assert!(again > 0, "retransmissions");
+        s
+    };
+    let copied = run(false);
+    let whole = run(true);
+    assert_eq!(copied.whole.0, 0);
+    assert_eq!(
+        whole.delivered, copied.delivered,
+        "the same packets on the wire"
+    );
+    let (sent_whole, lent_while_held, no_room) = whole.whole;
+    assert!(sent_whole > 500, "{sent_whole} frames sent whole");
+    assert!(
+        lent_while_held > 0,
+        "units lent again while a frame held them"
+    );
+    assert_eq!(
+        no_room, lent_while_held,
+        "no room while a frame holds the buffer"
+    );
+    // Every lend went out whole but those made while held; a unit first sent always does,
+    // so retransmissions out of buffers handed back did too.
+    let (firsts, (again, _)) = (whole.gathered.len() as u64, whole.regathered);
+    assert_eq!(sent_whole + lent_while_held, firsts + again);
+    assert!(
+        sent_whole > firsts,
+        "a retransmission after the hand-back went out whole"
+    );
 }

@@ -571,7 +571,7 @@ impl Session {
              port-rx-dropped: {}\nport-tx-dropped: {}\nport-tx-deferred: {}\narp-failures: {}\n\
              nd-failures: {}\nvlan-other-frames: {}\nipv6-dropped-frames: {}\n\
              port-rx-chained: {}\nport-rx-large: {}\nport-tx-tso: {}\nport-tx-external: {}\n\
-             tx-payloads-lent: {}\ntx-payloads-returned: {}\nchecksum-dropped-frames: {}",
+             port-tx-external-whole: {}\ntx-payloads-lent: {}\ntx-payloads-returned: {}\nchecksum-dropped-frames: {}",
             loop_counters.rx,
             loop_counters.busy_polls,
             loop_counters.tx,
@@ -591,6 +591,7 @@ impl Session {
             port.rx_large,
             port.tx_tso,
             port.tx_external,
+            port.tx_external_whole,
             port.tx_external,
             port.tx_external_returned,
             [

@@ -84,6 +84,26 @@ impl ExtSlab {
         unsafe { self.attach_octets(pool, payload.payload(), payload.token()) }.ok_or(payload)
     }
 
+    /// [`ExtSlab::attach`] of a whole frame: `headers` written into the room in front of
+    /// the payload ([`tcp::Lent::with_headers`]), and the mbuf's data the headers and the
+    /// payload. The payload back when they do not fit the room (nothing written) or
+    /// [`ExtSlab::attach`] would refuse it (the room written, which no frame holds).
+    pub fn attach_with_headers<'p>(
+        &mut self,
+        pool: &Mempool,
+        mut payload: tcp::Lent<'p>,
+        headers: &[u8],
+    ) -> Result<Mbuf, tcp::Lent<'p>> {
+        let token = payload.token();
+        let Some(frame) = payload.with_headers(headers) else {
+            return Err(payload);
+        };
+        // SAFETY: the engine keeps a lent payload, and the headers written in its room,
+        // allocated at the same address and unchanged until its token is handed back
+        // (`tcp::Lent::with_headers`), which happens only after `take_returned` gave it out.
+        unsafe { self.attach_octets(pool, frame, token) }.ok_or(payload)
+    }
+
     /// [`ExtSlab::attach`] of `payload`'s octets, lent under `token`.
     ///
     /// # Safety

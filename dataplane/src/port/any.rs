@@ -493,6 +493,20 @@ impl Port for AnyPort {
         }
     }
 
+    fn attach_frame<'p>(
+        &mut self,
+        buf: &mut AnyBuf,
+        at: usize,
+        payload: Lent<'p>,
+    ) -> Result<AnyBuf, Lent<'p>> {
+        match (&mut self.backend, buf) {
+            #[cfg(feature = "dpdk")]
+            (Backend::Dpdk(p), AnyBuf::Mbuf(m)) => p.attach_frame(m, at, payload).map(AnyBuf::Mbuf),
+            (Backend::Fault(p), b) => p.attach_frame(b, at, payload),
+            _ => Err(payload),
+        }
+    }
+
     fn take_returned_payloads(&mut self, out: &mut Vec<u64>) {
         match &mut self.backend {
             #[cfg(feature = "dpdk")]

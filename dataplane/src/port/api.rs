@@ -119,6 +119,9 @@ pub struct PortStats {
     /// Of [`PortStats::tx_external`], the payloads the sent or dropped frames gave back
     /// (equal once every such frame is gone).
     pub tx_external_returned: u64,
+    /// Of [`PortStats::tx_external`], the frames sent as one buffer, the headers written
+    /// in the room in front of the payload ([`Port::attach_frame`]).
+    pub tx_external_whole: u64,
 }
 
 /// A failure of a port backend.
@@ -195,6 +198,21 @@ pub trait Port {
         _at: usize,
         payload: Lent<'p>,
     ) -> Result<(), Lent<'p>> {
+        Err(payload)
+    }
+
+    /// Like [`Port::attach_payload`], but the frame goes out as one buffer: `buf`'s first
+    /// `at` octets (the headers) are written into the room in front of the lent payload
+    /// ([`Lent::with_headers`]) and `buf` becomes a buffer of those octets and the
+    /// payload, not copied; the buffer `buf` was comes back for reuse (its octets as
+    /// they were). The payload back (`buf` untouched) when it cannot: no room free, a
+    /// device that does not attach payloads.
+    fn attach_frame<'p>(
+        &mut self,
+        _buf: &mut Self::Buf,
+        _at: usize,
+        payload: Lent<'p>,
+    ) -> Result<Self::Buf, Lent<'p>> {
         Err(payload)
     }
 

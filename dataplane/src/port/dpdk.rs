@@ -459,6 +459,7 @@ impl Port for DpdkPort {
         out.put("tx_tso", self.sw.tx_tso);
         out.put("tx_external_payloads", self.ext_slab.is_some());
         out.put("tx_external", self.sw.tx_external);
+        out.put("tx_external_whole", self.sw.tx_external_whole);
         let c = self
             .ext_slab
             .as_ref()
@@ -504,6 +505,29 @@ impl Port for DpdkPort {
         buf.chain_all([tail]);
         self.sw.tx_external += 1;
         Ok(())
+    }
+
+    fn attach_frame<'p>(
+        &mut self,
+        buf: &mut Mbuf,
+        at: usize,
+        payload: Lent<'p>,
+    ) -> Result<Mbuf, Lent<'p>> {
+        let Some(slab) = self.ext_slab.as_mut() else {
+            return Err(payload);
+        };
+        if payload.headroom() < at || buf.segments() != 1 {
+            return Err(payload);
+        }
+        let Some(headers) = buf.as_ref().get(..at) else {
+            return Err(payload);
+        };
+        // `DpdkPort::pool`, field by field: `self.ext_slab` is borrowed mutably.
+        let pool = self.frame_pool.as_ref().unwrap_or(self.dev.pool());
+        let frame = slab.attach_with_headers(pool, payload, headers)?;
+        self.sw.tx_external += 1;
+        self.sw.tx_external_whole += 1;
+        Ok(core::mem::replace(buf, frame))
     }
 
     fn take_returned_payloads(&mut self, out: &mut Vec<u64>) {

@@ -1078,6 +1078,18 @@ impl<P: Port> Port for FaultPort<P> {
         self.inner.attach_payload(buf, at, payload)
     }
 
+    fn attach_frame<'p>(
+        &mut self,
+        buf: &mut P::Buf,
+        at: usize,
+        payload: Lent<'p>,
+    ) -> Result<P::Buf, Lent<'p>> {
+        if !self.sends_payloads_in_place() {
+            return Err(payload);
+        }
+        self.inner.attach_frame(buf, at, payload)
+    }
+
     fn take_returned_payloads(&mut self, out: &mut Vec<u64>) {
         self.inner.take_returned_payloads(out);
     }

@@ -8,7 +8,7 @@ use tcp::Instant;
 use super::stats::OpCounters;
 use crate::mem::{BufferPool, MemoryTable};
 use crate::mpa::{Framer, MarkerSpacing};
-use crate::rdmap::{DdpSegmentOut, Engine};
+use crate::rdmap::{DdpSegmentOut, Engine, FRAME_ROOM};
 use crate::wire::ddp::UNTAGGED_HEADER_LEN;
 use crate::wire::rdmap::READ_REQUEST_LEN;
 
@@ -51,8 +51,10 @@ impl TxSeg {
 /// A unit [`Sender::frame_unit`] framed.
 #[derive(Debug)]
 pub(super) struct FramedUnit {
-    /// The unit's octets.
+    /// The unit's buffer: `head` octets of room, then the unit's octets.
     pub(super) bytes: Vec<u8>,
+    /// Room in front of the unit's octets (for a frame's headers).
+    pub(super) head: u16,
     /// Their TCP checksum sum, when the CRC's pass took it.
     pub(super) sum: Option<tcp::checksum::PayloadSum>,
     /// FPDUs in it.
@@ -273,9 +275,10 @@ impl Sender {
             return None;
         }
         let mut bytes = s.into_ulpdu_buffer();
-        let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
+        let (_, sum) = framer.frame_in_place(&mut bytes, FRAME_ROOM).ok()?;
         Some(FramedUnit {
             bytes,
+            head: FRAME_ROOM as u16,
             sum,
             fpdus: 1,
             in_place: true,
@@ -316,9 +319,10 @@ impl Sender {
             };
             self.bytes -= s.len();
             let mut bytes = s.into_ulpdu_buffer();
-            let (_, sum) = framer.frame_in_place(&mut bytes).ok()?;
+            let (_, sum) = framer.frame_in_place(&mut bytes, FRAME_ROOM).ok()?;
             return Some(FramedUnit {
                 bytes,
+                head: FRAME_ROOM as u16,
                 sum,
                 fpdus: 1,
                 in_place: true,
@@ -352,6 +356,7 @@ impl Sender {
         }
         Some(FramedUnit {
             bytes: out,
+            head: 0,
             sum: None,
             fpdus: info.fpdus,
             in_place: false,

@@ -130,10 +130,7 @@ impl<C: HasMemoryTable + ?Sized> SegmentSource<C> for Connection {
         self.stats.fpdus_sent += unit.fpdus as u64;
         self.stats.units_in_place += u64::from(unit.in_place);
         self.stats.tx_buffers_allocated += u64::from(unit.allocated);
-        Some(match unit.sum {
-            Some(sum) => Unit::with_sum(unit.bytes, sum),
-            None => Unit::new(unit.bytes),
-        })
+        Some(Unit::with_headroom(unit.bytes, unit.head, unit.sum))
     }
 
     /// Frames waiting, or FPDUs that may go out: DDP segments already read, or ones the

@@ -92,38 +92,40 @@ impl Framer {
         Ok(out.len() - start)
     }
 
-    /// Finishes an FPDU in the buffer that holds its ULPDU: `buf` is `ULPDU_LENGTH_LEN`
-    /// octets of room followed by the ULPDU (as `DdpSegmentOut::into_ulpdu_buffer` gives
-    /// it); the ULPDU_Length field, the pad and the CRC are written around it, so the
-    /// ULPDU is not copied. Only without markers (their positions would move the ULPDU);
+    /// Finishes an FPDU in the buffer that holds its ULPDU: from `at` on, `buf` is
+    /// `ULPDU_LENGTH_LEN` octets of room followed by the ULPDU (as
+    /// `DdpSegmentOut::into_ulpdu_buffer` gives it); the ULPDU_Length field, the pad and
+    /// the CRC are written around it, so the ULPDU is not copied. The octets before `at`
+    /// are left alone. Only without markers (their positions would move the ULPDU);
     /// returns the FPDU's length and, with CRCs on, the TCP checksum sum of the whole FPDU,
     /// taken in the CRC's pass ([`crate::wire::crcsum`]), for a unit of this FPDU alone.
     #[inline]
     pub fn frame_in_place(
         &self,
         buf: &mut Vec<u8>,
+        at: usize,
     ) -> Result<(usize, Option<PayloadSum>), MpaError> {
         if self.markers.is_some() {
             return Err(MpaError::Framing("in-place framing with markers"));
         }
         let ulpdu_len = buf
             .len()
-            .checked_sub(ULPDU_LENGTH_LEN)
+            .checked_sub(at + ULPDU_LENGTH_LEN)
             .ok_or(MpaError::Framing("no room for ULPDU_Length"))?;
         let len = u16::try_from(ulpdu_len)
             .map_err(|_| MpaError::Framing("DDP segment longer than 65535 octets"))?;
-        buf[..ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
+        buf[at..at + ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
         buf.resize(buf.len() + pad_len(ulpdu_len), 0);
         let (crc, sum) = if self.crc {
-            let one = crc32c_and_sum(buf);
+            let one = crc32c_and_sum(&buf[at..]);
             (one.crc, Some(one.sum))
         } else {
             (0, None)
         };
         let crc = to_wire(crc);
         buf.extend_from_slice(&crc);
-        debug_assert_eq!(buf.len(), fpdu_len(ulpdu_len));
-        Ok((buf.len(), sum.map(|s| s.then(payload_sum(&crc)))))
+        debug_assert_eq!(buf.len() - at, fpdu_len(ulpdu_len));
+        Ok((buf.len() - at, sum.map(|s| s.then(payload_sum(&crc)))))
     }
 
     /// Appends a unit starting at `seq` made of as many whole FPDUs from the front of
@@ -183,22 +185,24 @@ mod tests {
         assert_eq!(&out[8..12], &[0, 0, 0, 0]);
     }
 
-    // The in-place FPDU is the one emit_fpdu builds by copying, octet for octet.
+    // The in-place FPDU is the one emit_fpdu builds by copying, octet for octet, wherever
+    // it starts in the buffer; what comes before it is left alone.
     #[test]
     fn in_place_fpdu_equals_copied_fpdu() {
-        for crc in [true, false] {
+        for (crc, at) in [(true, 0), (false, 0), (true, 128), (false, 3)] {
             let f = Framer::new(crc, None);
             for n in [0usize, 1, 5, 6, 1442] {
                 let payload: Vec<u8> = (0..n).map(|i| (i * 7) as u8).collect();
                 let header = [0x41, 0x43, 0, 0, 0, 1];
                 let mut copied = Vec::new();
                 f.emit_fpdu(9, &[&header, &payload], &mut copied).unwrap();
-                let mut buf = vec![0xee; ULPDU_LENGTH_LEN];
+                let mut buf = vec![0xee; at + ULPDU_LENGTH_LEN];
                 buf.extend_from_slice(&header);
                 buf.extend_from_slice(&payload);
-                let (len, sum) = f.frame_in_place(&mut buf).unwrap();
+                let (len, sum) = f.frame_in_place(&mut buf, at).unwrap();
                 assert_eq!(len, copied.len());
-                assert_eq!(buf, copied, "crc {crc}, {n} octets");
+                assert_eq!(&buf[at..], copied, "crc {crc}, {n} octets at {at}");
+                assert!(buf[..at].iter().all(|&b| b == 0xee), "room kept");
                 // With the CRC comes the FPDU's TCP checksum sum.
                 let want = crc.then(|| payload_sum(&copied).folded());
                 assert_eq!(sum.map(|s| s.folded()), want);
@@ -206,7 +210,11 @@ mod tests {
             }
         }
         let marked = Framer::new(true, Some(MarkerSpacing::new(0)));
-        assert!(marked.frame_in_place(&mut vec![0; 10]).is_err());
+        assert!(marked.frame_in_place(&mut vec![0; 10], 0).is_err());
+        // A buffer too short for the ULPDU_Length field after `at` is refused.
+        assert!(Framer::new(true, None)
+            .frame_in_place(&mut vec![0; 10], 9)
+            .is_err());
     }
 
     #[test]

@@ -64,4 +64,5 @@ pub use crate::ddp::untagged::RecvBuffer as RecvWr;
 pub use completion::{Completion, CompletionOpcode, CompletionStatus, Event, WorkQueue};
 pub use engine::{Engine, EngineConfig, Handled, PostError, StreamState};
 pub use tx::DdpSegmentOut;
+pub use tx::FRAME_ROOM;
 pub use wr::{CheckedSource, RemoteBuf, SendOp, SendWr};

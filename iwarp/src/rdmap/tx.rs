@@ -20,6 +20,17 @@ use crate::wire::terminate::TerminateCause;
 
 const HEADER_MAX: usize = UNTAGGED_HEADER_LEN + INLINE_MAX;
 
+/// Octets in front of the ULPDU_Length field of a segment's buffer: the FPDU framed there in
+/// place and sent as a unit of its own, TCP may write a frame's headers into them
+/// ([`tcp::Unit::with_headroom`]), so that a device sends headers and FPDU as one buffer.
+/// Enough for Ethernet with an 802.1Q tag, IPv6 and a TCP header with 40 octets of
+/// options.
+pub const FRAME_ROOM: usize = 128;
+
+/// The segment's octets start here in its buffer: the frame's room and the ULPDU_Length
+/// field first.
+const LEAD: usize = FRAME_ROOM + ULPDU_LENGTH_LEN;
+
 /// Room a gathered segment's buffer keeps after the payload, so that the MPA framer can
 /// append pad and CRC without growing it.
 const TRAILER_ROOM: usize = 3 + CRC_LEN;
@@ -27,15 +38,15 @@ const TRAILER_ROOM: usize = 3 + CRC_LEN;
 /// One DDP segment ready for the MPA framer: header octets (DDP header and, for control
 /// messages, the RDMAP header) followed by the payload.
 ///
-/// The segment is built in one buffer laid out as the FPDU will be (room for the
-/// ULPDU_Length field, the header, the payload read once out of registered memory), so
+/// The segment is built in one buffer laid out as the FPDU will be (room for a frame's
+/// headers and the ULPDU_Length field, the header, the payload read once out of registered memory), so
 /// that an FPDU without markers is finished in place ([`DdpSegmentOut::into_ulpdu_buffer`])
 /// instead of being copied into the unit TCP sends, and the segment itself is a buffer and
 /// a length, cheap to hand on.
 #[derive(Clone)]
 pub struct DdpSegmentOut {
     header_len: usize,
-    /// The ULPDU_Length room, the header and the payload.
+    /// The frame's room, the ULPDU_Length room, the header and the payload.
     buf: Vec<u8>,
 }
 
@@ -43,13 +54,13 @@ impl DdpSegmentOut {
     /// Header octets.
     #[inline]
     pub fn header(&self) -> &[u8] {
-        &self.buf[ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + self.header_len]
+        &self.buf[LEAD..LEAD + self.header_len]
     }
 
     /// Payload octets.
     #[inline]
     pub fn payload(&self) -> &[u8] {
-        &self.buf[ULPDU_LENGTH_LEN + self.header_len..]
+        &self.buf[LEAD + self.header_len..]
     }
 
     /// Gather list for the framer.
@@ -60,7 +71,7 @@ impl DdpSegmentOut {
     /// Total length (the MPA ULPDU_Length).
     #[inline]
     pub fn len(&self) -> usize {
-        self.buf.len() - ULPDU_LENGTH_LEN
+        self.buf.len() - LEAD
     }
 
     /// Whether the segment is empty (never: a segment always has a header).
@@ -73,18 +84,18 @@ impl DdpSegmentOut {
         self.buf
     }
 
-    /// The segment as the MPA framer finishes it in place: `ULPDU_LENGTH_LEN` octets of
-    /// room (zero) followed by the ULPDU (header, payload), with room for the pad and the
-    /// CRC.
+    /// The segment as the MPA framer finishes it in place, at `FRAME_ROOM` octets into the
+    /// buffer (room for a frame's headers): `ULPDU_LENGTH_LEN` octets of room (zero)
+    /// followed by the ULPDU (header, payload), with room for the pad and the CRC.
     #[inline]
     pub fn into_ulpdu_buffer(mut self) -> Vec<u8> {
-        self.buf[..ULPDU_LENGTH_LEN].fill(0);
+        self.buf[FRAME_ROOM..LEAD].fill(0);
         self.buf
     }
 
     /// The segment as one contiguous buffer.
     pub fn to_vec(&self) -> Vec<u8> {
-        self.buf[ULPDU_LENGTH_LEN..].to_vec()
+        self.buf[LEAD..].to_vec()
     }
 }
 
@@ -125,13 +136,13 @@ impl<'a> SegmentRoom<'a> {
     /// header reuses what it held.
     #[inline]
     fn header_room(&mut self, payload: usize) -> &mut [u8] {
-        const ROOM: usize = ULPDU_LENGTH_LEN + HEADER_MAX;
+        const ROOM: usize = LEAD + HEADER_MAX;
         if self.buf.len() < ROOM {
             self.buf
                 .reserve((ROOM + payload + TRAILER_ROOM).saturating_sub(self.buf.len()));
             self.buf.resize(ROOM, 0);
         }
-        &mut self.buf[ULPDU_LENGTH_LEN..ROOM]
+        &mut self.buf[LEAD..ROOM]
     }
 
     /// The header is the first `len` octets of [`SegmentRoom::header_room`]; no payload
@@ -139,14 +150,14 @@ impl<'a> SegmentRoom<'a> {
     #[inline]
     fn end_header(&mut self, len: usize) {
         self.header_len = len;
-        self.buf.truncate(ULPDU_LENGTH_LEN + len);
+        self.buf.truncate(LEAD + len);
     }
 
     /// The buffer laid out for a payload of `len` octets after the header, returning the
     /// payload's place.
     #[inline]
     fn payload_room(&mut self, len: usize) -> &mut [u8] {
-        let lead = ULPDU_LENGTH_LEN + self.header_len;
+        let lead = LEAD + self.header_len;
         self.set_len(lead + len);
         &mut self.buf[lead..]
     }

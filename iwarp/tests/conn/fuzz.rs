@@ -155,8 +155,8 @@ fn drive(
             }
             Op::Poll(max) => {
                 if let Some(u) = c.next_unit(&mut mem, now, snd_nxt, usize::from(max)) {
-                    assert!(u.payload.len() <= usize::from(max));
-                    snd_nxt = snd_nxt.wrapping_add(u.payload.len() as u32);
+                    assert!(u.octets().len() <= usize::from(max));
+                    snd_nxt = snd_nxt.wrapping_add(u.octets().len() as u32);
                 }
             }
         }

@@ -167,7 +167,7 @@ fn replay(cap: Capture) -> Negotiated {
     // The Request is the first unit and equals siw's octet for octet.
     assert!(SegmentSource::<SimpleMemory>::pending(&c));
     let u = c.next_unit(&mut mem, now, 1, MSS).expect("request");
-    assert_eq!(u.payload, hex(cap.request));
+    assert_eq!(u.octets(), hex(cap.request));
     assert!(
         c.next_unit(&mut mem, now, 25, MSS).is_none(),
         "no FPDU before the Reply"
@@ -189,8 +189,8 @@ fn replay(cap: Capture) -> Negotiated {
     if let Some(rtr) = cap.rtr {
         // RFC 6581 §5: the RTR goes first, as siw's initiator sent it.
         let u = c.next_unit(&mut mem, now, seq, MSS).expect("rtr");
-        assert_eq!(u.payload, hex(rtr));
-        seq += u.payload.len() as u32;
+        assert_eq!(u.octets(), hex(rtr));
+        seq += u.octets().len() as u32;
     }
     for i in 0..2 {
         c.post_recv(RecvWr {
@@ -221,14 +221,14 @@ fn replay(cap: Capture) -> Negotiated {
     )
     .unwrap();
     let u = c.next_unit(&mut mem, now, seq, MSS).expect("send");
-    assert_eq!(u.payload, send);
-    seq += u.payload.len() as u32;
+    assert_eq!(u.octets(), send);
+    seq += u.octets().len() as u32;
 
     // siw's Read Request is answered with the Read Response siw's client sent.
     c.on_segment(&mut mem, now, 25, &rr, true, 25);
     c.on_advance(&mut mem, now, 25 + rr.len() as u32);
     let u = c.next_unit(&mut mem, now, seq, MSS).expect("read response");
-    assert_eq!(u.payload, resp);
+    assert_eq!(u.octets(), resp);
 
     let mut wcs = Vec::new();
     if let Some(ss) = cap.server_send {
@@ -335,7 +335,7 @@ fn replay_responder(cap: Capture) -> Negotiated {
     .unwrap();
     c.accept(now, &mut mem, &[]).unwrap();
     let u = c.next_unit(&mut mem, now, 1, MSS).expect("reply");
-    assert_eq!(u.payload, hex(cap.reply));
+    assert_eq!(u.octets(), hex(cap.reply));
     let mut cseq = 25u32;
     if let Some(rtr) = cap.rtr {
         assert_eq!(c.state(), ConnState::Negotiating, "waits for the RTR");
@@ -385,7 +385,7 @@ fn replay_responder(cap: Capture) -> Negotiated {
     )
     .unwrap();
     let u = c.next_unit(&mut mem, now, 25, MSS).expect("read request");
-    assert_eq!(u.payload, rr);
+    assert_eq!(u.octets(), rr);
     let mut sseq = 25 + rr.len() as u32;
     c.on_segment(&mut mem, now, cseq, &resp, true, cseq);
     cseq += resp.len() as u32;
@@ -416,8 +416,8 @@ fn replay_responder(cap: Capture) -> Negotiated {
         )
         .unwrap();
         let u = c.next_unit(&mut mem, now, sseq, MSS).expect("send");
-        assert_eq!(u.payload, hex(ss));
-        sseq += u.payload.len() as u32;
+        assert_eq!(u.octets(), hex(ss));
+        sseq += u.octets().len() as u32;
     }
     assert!(sseq > 25);
     let st = c.stats();
@@ -493,10 +493,10 @@ fn frames_split_and_joined_across_segments() {
     assert_eq!(i.stats().terminates_sent, 1);
     let t = i.next_unit(&mut imem, now, 25, MSS).expect("terminate");
     // Untagged QN 2 (Terminate), RDMAP layer / remote protection error, invalid STag.
-    assert_eq!(&t.payload[2..4], &[0x41, 0x47]);
-    assert_eq!(&t.payload[8..12], &[0, 0, 0, 2]);
-    assert_eq!(t.payload[20], 0x01, "RDMAP layer, remote protection EType");
-    assert_eq!(t.payload[21], 0x00, "invalid STag");
+    assert_eq!(&t.octets()[2..4], &[0x41, 0x47]);
+    assert_eq!(&t.octets()[8..12], &[0, 0, 0, 2]);
+    assert_eq!(t.octets()[20], 0x01, "RDMAP layer, remote protection EType");
+    assert_eq!(t.octets()[21], 0x00, "invalid STag");
 }
 
 // RFC 6581 §5 / RFC 5044 §7.1: a peer-to-peer responder that never gets the RTR times out

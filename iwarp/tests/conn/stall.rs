@@ -50,11 +50,17 @@ fn pair() -> Pair {
     let (mut mb, sb) = memory(MEM);
     let mut a = Conn::initiator(conn_config(mpa.clone()), t0).unwrap();
     let mut b = Conn::responder(conn_config(mpa), t0).unwrap();
-    let req = a.next_unit(&mut ma, t0, 1, MSS).expect("request").payload;
+    let req = a
+        .next_unit(&mut ma, t0, 1, MSS)
+        .expect("request")
+        .into_octets();
     b.on_segment(&mut mb, t0, 1, &req, true, 1);
     assert!(matches!(b.poll_event(), Some(ConnEvent::ConnectRequest(_))));
     b.accept(t0, &mut mb, &[]).unwrap();
-    let rep = b.next_unit(&mut mb, t0, 1, MSS).expect("reply").payload;
+    let rep = b
+        .next_unit(&mut mb, t0, 1, MSS)
+        .expect("reply")
+        .into_octets();
     a.on_segment(&mut ma, t0, 1, &rep, true, 1);
     let a_seq = 1 + req.len() as u32;
     let b_seq = 1 + rep.len() as u32;
@@ -98,7 +104,7 @@ impl Pair {
             .a
             .next_unit(ma, t0, self.a_seq, MSS)
             .expect("write")
-            .payload;
+            .into_octets();
         let next = self.a_seq + u.len() as u32;
         assert!(self.a.next_unit(ma, t0, next, MSS).is_none());
         u
@@ -150,7 +156,7 @@ fn grown_ulpdu_length_terminates_2_0_03_after_the_timeout() {
     let t =
         p.b.next_unit(&mut p.mb, p.b_now, p.b_seq, MSS)
             .expect("terminate unit")
-            .payload;
+            .into_octets();
     assert_eq!(t[2] & 0x80, 0, "untagged");
     assert_eq!(t[3] & 0x0f, 0x07, "RDMAP Terminate opcode");
     // Nothing of the unchecked FPDU was placed (RFC 5044 §6.5: CRC checked first).

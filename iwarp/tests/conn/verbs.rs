@@ -96,8 +96,8 @@ fn carry_units(
     let mut moved = false;
     while let Some(u) = conn.next_unit(rnic, now(), *tx_seq, MSS) {
         let seq = *tx_seq;
-        to_conn.on_segment(to_rnic, now(), seq, &u.payload, true, seq);
-        *tx_seq = seq.wrapping_add(u.payload.len() as u32);
+        to_conn.on_segment(to_rnic, now(), seq, u.octets(), true, seq);
+        *tx_seq = seq.wrapping_add(u.octets().len() as u32);
         to_conn.on_advance(to_rnic, now(), *tx_seq);
         moved = true;
     }
@@ -362,8 +362,8 @@ fn a_destroyed_qp_releases_its_stream_and_what_was_built_still_arrives() {
     // What was built goes out, then nothing more.
     let seq = a.tx_seq;
     b.conn
-        .on_segment(&mut b.rnic, now(), seq, &held.payload, true, seq);
-    a.tx_seq = seq.wrapping_add(held.payload.len() as u32);
+        .on_segment(&mut b.rnic, now(), seq, held.octets(), true, seq);
+    a.tx_seq = seq.wrapping_add(held.octets().len() as u32);
     b.conn.on_advance(&mut b.rnic, now(), a.tx_seq);
     let before = a.tx_seq;
     assert!(carry(&mut a, &mut b), "the queued FPDUs follow");

@@ -310,7 +310,8 @@ fn segments_built_in_buffers_of_any_length_are_the_same() {
         let mut fpdu = vec![0, 0];
         fpdu.extend_from_slice(&whole);
         total.push(whole);
-        assert_eq!(seg.into_ulpdu_buffer(), fpdu);
+        // The FPDU is finished in place after the room for a frame's headers.
+        assert_eq!(seg.into_ulpdu_buffer()[iwarp::rdmap::FRAME_ROOM..], fpdu);
         buf = vec![0xAA; lengths[total.len() % lengths.len()]];
     }
     let fresh = sent(3000, 1000, wrs);

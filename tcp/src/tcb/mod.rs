@@ -538,9 +538,9 @@ impl Tcb {
         &mut self.txq
     }
 
-    /// Unit `i`'s payload.
-    pub(crate) fn unit_payload(&self, i: usize) -> Option<&[u8]> {
-        (i < self.txq.len()).then(|| self.txq.unit(i).data.as_slice())
+    /// Unit `i`, when the send queue has one.
+    pub(crate) fn unit_at(&mut self, i: usize) -> Option<&mut crate::tx::TxUnit> {
+        (i < self.txq.len()).then(|| self.txq.unit_mut(i))
     }
 
     /// Retransmissions, timeouts, recoveries and the spurious ones, loss probes and pure

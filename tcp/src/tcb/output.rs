@@ -285,17 +285,19 @@ impl Tcb {
         hdr
     }
 
-    /// A new unit's first transmission (at `seq_no`) into `buf`, before it is queued.
+    /// A new unit's first transmission (at `seq_no`; its payload and the payload's sum)
+    /// into `buf`, before it is queued.
+    #[allow(clippy::too_many_arguments)]
     fn send_new(
         &mut self,
         now: Instant,
         cfg: &Config,
         sink_wnd: usize,
         seq_no: u32,
-        unit: &Unit,
+        payload: &[u8],
+        sum: Option<crate::checksum::PayloadSum>,
         buf: &mut [u8],
     ) -> Option<usize> {
-        let payload = unit.payload.as_slice();
         let hdr = self.data_header(now, cfg, sink_wnd, TcpControl::Psh, seq_no, payload.len());
         let (local, remote) = (&self.local, &self.remote);
         write_segment(
@@ -306,7 +308,7 @@ impl Tcb {
             remote,
             &hdr,
             payload,
-            unit.sum(),
+            sum,
         )
     }
 
@@ -329,21 +331,21 @@ impl Tcb {
         } else {
             TcpControl::Psh
         };
-        let len = self.txq.unit(i).data.as_slice().len();
+        let len = self.txq.unit(i).payload().len();
         let hdr = self.data_header(now, cfg, sink_wnd, control, useq, len);
         let (local, remote) = (&self.local, &self.remote);
         let u = self.txq.unit_mut(i);
         let template = &mut self.template;
         if gather.wants(len) {
-            let sum = cfg.fill_checksums.then(|| {
-                *u.sum
-                    .get_or_insert_with(|| crate::checksum::payload_sum(u.data.as_slice()))
+            let sum = cfg.fill_checksums.then(|| match u.sum {
+                Some(sum) => sum,
+                None => *u.sum.insert(crate::checksum::payload_sum(u.payload())),
             });
             let at = write_segment_headers(buf, cfg, template, local, remote, &hdr, len, sum)?;
             gather.lend = Some(i);
             return Some(at);
         }
-        let payload = u.data.as_slice();
+        let payload = u.payload();
         write_segment(buf, cfg, template, local, remote, &hdr, payload, u.sum)
     }
 
@@ -559,7 +561,13 @@ impl Tcb {
         gather: &mut Gather,
         ev: &mut Vec<TcbEvent>,
     ) -> Option<usize> {
-        let len = unit.payload.len();
+        // A room longer than the buffer is refused as too large a unit.
+        let Some(payload) = unit.buffer.get(usize::from(unit.headroom())..) else {
+            log::error!("segment source returned a unit with room beyond it; aborting");
+            self.abort_with(CloseReason::UnitTooLarge, ev);
+            return None;
+        };
+        let len = payload.len();
         if len == 0 {
             return None;
         }
@@ -575,16 +583,14 @@ impl Tcb {
         let out = if gather.wants(len) {
             // A sum the source took is kept for every transmission, as one taken here
             // would be.
-            let sum = unit.sum();
-            self.txq.push_summed(useq, unit.payload, sum, now);
+            self.txq.push_summed(useq, unit, now);
             let i = self.txq.len() - 1;
             self.send_unit(now, cfg, sink_wnd, i, buf, gather)
         } else {
             // Written from the unit in hand, then queued: the send queue's entry is made
             // once, not looked up again for the segment.
-            let out = self.send_new(now, cfg, sink_wnd, useq, &unit, buf);
-            let sum = unit.sum();
-            self.txq.push_summed(useq, unit.payload, sum, now);
+            let out = self.send_new(now, cfg, sink_wnd, useq, payload, unit.sum(), buf);
+            self.txq.push_summed(useq, unit, now);
             out
         };
         self.arm_tlp(now, cfg);

@@ -56,9 +56,17 @@ pub struct Sim<U> {
     /// Payloads lent beside their headers, by sender and sequence number: the address and
     /// length of the first of each.
     pub gathered: HashMap<(Side, u32), (usize, usize)>,
-    /// The tokens of the payloads lent in the last flush, held as a port holds frames
-    /// until its next burst, handed back at the start of the next flush.
-    pub lent: [Vec<u64>; 2],
+    /// The tokens of the payloads lent, with when: held as a port holds frames until its
+    /// next burst, handed back at the start of the first flush `hold` after.
+    pub lent: [Vec<(Instant, u64)>; 2],
+    /// How long frames hold their payloads (nothing: until the next flush).
+    pub hold: Duration,
+    /// Write the headers into the room in front of a lent payload when it has some
+    /// (`tcp::Lent::with_headers`), as a port sending the frame as one buffer does.
+    pub whole_frames: bool,
+    /// Frames sent as one buffer with the headers in the payload's room; of the lends made
+    /// while a frame held the same unit's buffer, those offered no room (all must be).
+    pub whole: (u64, u64, u64),
     /// Payloads handed out again at a sequence number (retransmissions), and of those the
     /// ones in the same buffer as the first.
     pub regathered: (u64, u64),
@@ -86,6 +94,9 @@ impl<U: Ulp> Sim<U> {
             gather: None,
             gathered: HashMap::new(),
             lent: [Vec::new(), Vec::new()],
+            hold: Duration::ZERO,
+            whole_frames: false,
+            whole: (0, 0, 0),
             regathered: (0, 0),
         }
     }
@@ -108,12 +119,22 @@ impl<U: Ulp> Sim<U> {
     fn flush(&mut self) {
         let mut buf = vec![0u8; 1500];
         for side in [Side::A, Side::B] {
-            let held = std::mem::take(&mut self.lent[side as usize]);
-            self.engine(side).payloads_returned(&mut (), held);
+            let (now, hold) = (self.now, self.hold);
+            let lent = &mut self.lent[side as usize];
+            let back: Vec<u64> = lent
+                .iter()
+                .filter(|(at, _)| now - *at >= hold)
+                .map(|&(_, t)| t)
+                .collect();
+            lent.retain(|(at, _)| now - *at < hold);
+            self.engine(side).payloads_returned(&mut (), back);
             for n in 0.. {
                 assert!(n < 1_000_000, "engine keeps transmitting at one instant");
                 let now = self.now;
                 if let Some(min) = self.gather {
+                    let held: Vec<u64> = self.lent[side as usize].iter().map(|x| x.1).collect();
+                    let whole_frames = self.whole_frames;
+                    let mut whole = self.whole;
                     let Some(t) =
                         self.engine(side)
                             .poll_transmit_gather(now, &mut (), &mut buf, min)
@@ -121,15 +142,33 @@ impl<U: Ulp> Sim<U> {
                         break;
                     };
                     let mut packet = buf[..t.packet.len].to_vec();
-                    let lent = t.payload.map(|p| {
-                        packet.extend_from_slice(p.payload());
-                        (
-                            p.token(),
-                            (p.payload().as_ptr() as usize, p.payload().len()),
-                        )
+                    let lent = t.payload.map(|mut p| {
+                        let token = p.token();
+                        let at = (p.payload().as_ptr() as usize, p.payload().len());
+                        let payload = p.payload().to_vec();
+                        packet.extend_from_slice(&payload);
+                        if held.contains(&token) {
+                            // Another frame holds this buffer: its headers must stay.
+                            whole.1 += 1;
+                            whole.2 += u64::from(p.headroom() == 0);
+                        }
+                        if whole_frames {
+                            let hlen = t.packet.len;
+                            if let Some(frame) = p.with_headers(&buf[..hlen]) {
+                                assert_eq!(frame, &packet[..], "headers, then the payload");
+                                assert_eq!(
+                                    frame.as_ptr() as usize + hlen,
+                                    at.0,
+                                    "the headers right in front of the payload"
+                                );
+                                whole.0 += 1;
+                            }
+                        }
+                        (token, at)
                     });
+                    self.whole = whole;
                     if let Some((token, at)) = lent {
-                        self.lent[side as usize].push(token);
+                        self.lent[side as usize].push((now, token));
                         let seq = Seg::parse(&packet).expect("a whole packet").seq;
                         match self.gathered.get(&(side, seq)) {
                             Some(&first) => {
