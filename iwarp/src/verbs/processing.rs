@@ -4,7 +4,7 @@
 //! completions into Work Completions in posting order (§8.2.2, §8.2.3).
 
 use super::event::AsyncEventKind;
-use super::handle::QpId;
+use super::handle::{CqHandle, QpId};
 use super::memory::MemoryModel;
 use super::qp_state::QpState;
 use super::queues::{
@@ -485,13 +485,7 @@ impl Rnic {
                         q.sq_slots = q.sq_slots.saturating_sub(1);
                     }
                     free_copy(&mut self.memory, wr.inline_copy);
-                    if wr.signaled && !self.push_wc(cq, wc, WqKind::Sq) {
-                        self.local_error(
-                            qp,
-                            TerminateCause::RDMAP_CATASTROPHIC_STREAM,
-                            true,
-                            Some(AsyncEventKind::CqSqError),
-                        );
+                    if wr.signaled && !self.complete_or_stop(qp, cq, wc, WqKind::Sq) {
                         return Ok(());
                     }
                     if done_behind {
@@ -567,20 +561,13 @@ impl Rnic {
             let a = q.sq_active.pop_front().expect("front exists");
             let wc = q.one_error(a.done.expect("checked"));
             let cq = q.sq_cq;
-            let ok = wc.status.is_success();
-            free_copy(&mut self.memory, a.wr.inline_copy);
-            if a.wr.signaled || !ok {
-                if !self.push_wc(cq, wc, WqKind::Sq) {
-                    self.local_error(
-                        qp,
-                        TerminateCause::RDMAP_CATASTROPHIC_STREAM,
-                        true,
-                        Some(AsyncEventKind::CqSqError),
-                    );
-                    return;
-                }
-            } else if let Some(q) = self.qps.get_mut(&qp) {
+            let to_cq = a.wr.signaled || !wc.status.is_success();
+            if !to_cq {
                 q.sq_slots = q.sq_slots.saturating_sub(1);
+            }
+            free_copy(&mut self.memory, a.wr.inline_copy);
+            if to_cq && !self.complete_or_stop(qp, cq, wc, WqKind::Sq) {
+                return;
             }
             if wc.status.is_error() {
                 // A completion error stops the QP (VERBS-00 §8.3.2): Terminate, and the
@@ -589,6 +576,31 @@ impl Rnic {
                 return;
             }
         }
+    }
+
+    /// Puts `wc` of `qp`'s `kind` queue on CQ `cq`. A full CQ stops the QP with a
+    /// CQ/SQ or CQ/RQ error (VERBS-00 Fig. 24; [`Rnic::push_wc`]): `false` then.
+    fn complete_or_stop(
+        &mut self,
+        qp: QpId,
+        cq: CqHandle,
+        wc: WorkCompletion,
+        kind: WqKind,
+    ) -> bool {
+        if self.push_wc(cq, wc, kind) {
+            return true;
+        }
+        let event = match kind {
+            WqKind::Sq => AsyncEventKind::CqSqError,
+            WqKind::Rq | WqKind::Srq => AsyncEventKind::CqRqError,
+        };
+        self.local_error(
+            qp,
+            TerminateCause::RDMAP_CATASTROPHIC_STREAM,
+            true,
+            Some(event),
+        );
+        false
     }
 
     /// Releases finished receives from the head of the RQ as WCs.
@@ -608,13 +620,7 @@ impl Rnic {
             } else {
                 WqKind::Rq
             };
-            if !self.push_wc(cq, wc, kind) {
-                self.local_error(
-                    qp,
-                    TerminateCause::RDMAP_CATASTROPHIC_STREAM,
-                    true,
-                    Some(AsyncEventKind::CqRqError),
-                );
+            if !self.complete_or_stop(qp, cq, wc, kind) {
                 return;
             }
             if wc.status.is_error() {

@@ -172,3 +172,37 @@ fn cq_overrun_is_an_async_error_on_the_cq_and_counted() {
     // The fixture's own CQ never overflowed.
     assert_eq!(fx.rnic.query_cq(fx.cq).unwrap().overflows, 0);
 }
+
+// VERBS-00 Fig. 24: a receive's completion that finds its CQ full is a CQ/RQ error of the
+// QP (not the CQ/SQ error of a send's).
+#[test]
+fn cq_overrun_by_a_receive_is_a_cq_rq_error() {
+    let mut fx = small_queues(16, 16);
+    let (cq, _) = fx.rnic.create_cq(fx.ulp, 1).unwrap();
+    let (qp, _) = fx.rnic.create_qp(QpInit::new(fx.pd, cq, cq)).unwrap();
+    to_rts(&mut fx.rnic, qp);
+    actions(&mut fx.rnic);
+    fx.rnic
+        .post_rq(qp, vec![recv(1, vec![]), recv(2, vec![])])
+        .unwrap();
+    let works: Vec<_> = (0..2).map(|_| fx.rnic.next_recv_wr(qp).unwrap()).collect();
+    for w in works {
+        fx.rnic
+            .handle_completion(
+                qp,
+                engine_done(w.wr_id, WorkQueue::Recv, EngineStatus::Success, 0),
+            )
+            .unwrap();
+    }
+    let attrs = fx.rnic.query_cq(cq).unwrap();
+    assert_eq!((attrs.occupancy, attrs.overflows), (1, 1));
+    let ev = events(&mut fx.rnic);
+    assert!(ev.contains(&AsyncEvent {
+        resource: EventResource::Qp(qp),
+        kind: AsyncEventKind::CqRqError
+    }));
+    assert!(!ev.contains(&AsyncEvent {
+        resource: EventResource::Qp(qp),
+        kind: AsyncEventKind::CqSqError
+    }));
+}
