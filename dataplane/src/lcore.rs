@@ -658,37 +658,7 @@ impl<P: Port> PortContext<'_, P> {
         };
         match payload {
             None => buf.truncate(l2 + len.min(mtu)),
-            Some(p) => {
-                let at = l2 + len;
-                // With the route known (the headers final), a payload with room free in
-                // front of it goes out with the headers written there, as one buffer; the
-                // headers' buffer is kept for the next packet.
-                let p = if hop.is_none() && p.headroom() >= at {
-                    match self.port.attach_frame(&mut buf, at, p) {
-                        Ok(headers) => {
-                            *self.spare = Some(headers);
-                            None
-                        }
-                        Err(p) => Some(p),
-                    }
-                } else {
-                    Some(p)
-                };
-                if let Some(p) = p {
-                    if let Err(p) = self.port.attach_payload(&mut buf, at, p) {
-                        unlent.push(p.token());
-                        let p = p.payload();
-                        let Some(room) = buf.as_mut().get_mut(at..at + p.len()) else {
-                            // Longer than the buffer (an MTU's worth): dropped, like a
-                            // transmit buffer the pool could not give.
-                            self.counters.tx_dropped += 1;
-                            return None;
-                        };
-                        room.copy_from_slice(p);
-                        buf.truncate(at + p.len());
-                    }
-                }
-            }
+            Some(p) => self.place_payload(&mut buf, l2 + len, p, hop.is_none(), unlent)?,
         }
         self.l2.finish(&mut buf);
         let Some(hop) = hop else {
@@ -707,6 +677,48 @@ impl<P: Port> PortContext<'_, P> {
             }
         }
         Some(outcome)
+    }
+
+    /// Puts lent payload `p` behind `buf`'s first `at` octets (the headers, final when
+    /// `headers_final`: the route was known). A payload with room free in front of it goes
+    /// out with the headers written there, as one buffer (`buf` becomes it, the headers'
+    /// buffer is kept for the next packet); else attached behind the headers; else copied
+    /// there, its token to `unlent` at once. `None` (the packet dropped and counted) when
+    /// the copy does not fit the buffer.
+    #[inline]
+    fn place_payload<'p>(
+        &mut self,
+        buf: &mut P::Buf,
+        at: usize,
+        p: Lent<'p>,
+        headers_final: bool,
+        unlent: &mut Vec<u64>,
+    ) -> Option<()> {
+        let p = if headers_final && p.headroom() >= at {
+            match self.port.attach_frame(buf, at, p) {
+                Ok(headers) => {
+                    *self.spare = Some(headers);
+                    return Some(());
+                }
+                Err(p) => p,
+            }
+        } else {
+            p
+        };
+        let Err(p) = self.port.attach_payload(buf, at, p) else {
+            return Some(());
+        };
+        unlent.push(p.token());
+        let p = p.payload();
+        let Some(room) = buf.as_mut().get_mut(at..at + p.len()) else {
+            // Longer than the buffer (an MTU's worth): dropped, like a transmit buffer the
+            // pool could not give.
+            self.counters.tx_dropped += 1;
+            return None;
+        };
+        room.copy_from_slice(p);
+        buf.truncate(at + p.len());
+        Some(())
     }
 
     /// Sends `buf` to next hop `hop`: its destination MAC filled in, or held while it is

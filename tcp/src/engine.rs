@@ -1545,7 +1545,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     head,
                 }
             } else {
-                LentOctets::Payload(unit.data.get(head..)?)
+                LentOctets::Payload(unit.payload())
             };
             Some(Lent {
                 octets,

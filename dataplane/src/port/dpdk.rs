@@ -516,7 +516,8 @@ impl Port for DpdkPort {
         let Some(slab) = self.ext_slab.as_mut() else {
             return Err(payload);
         };
-        if payload.headroom() < at || buf.segments() != 1 {
+        // Headers longer than the payload's room are refused by `attach_with_headers`.
+        if buf.segments() != 1 {
             return Err(payload);
         }
         let Some(headers) = buf.as_ref().get(..at) else {
