@@ -134,28 +134,46 @@ fn cq_event_queue_holds_each_cq_once_and_counts_the_lost() {
     assert_eq!(fx.rnic.poll_completion_event(), Some(pairs[2].0));
 }
 
-#[test]
-fn cq_overrun_is_an_async_error_on_the_cq_and_counted() {
-    let mut fx = small_queues(16, 16);
+/// Two WRs of `queue` on a QP whose CQ holds one entry, both completed successfully: the
+/// second overruns the CQ (occupancy 1, one overflow). The QP, its CQ and the asynchronous
+/// events that followed.
+fn overrun_a_one_entry_cq(fx: &mut Fx, queue: WorkQueue) -> (QpId, CqHandle, Vec<AsyncEvent>) {
     let (cq, _) = fx.rnic.create_cq(fx.ulp, 1).unwrap();
     let (qp, _) = fx.rnic.create_qp(QpInit::new(fx.pd, cq, cq)).unwrap();
     to_rts(&mut fx.rnic, qp);
     actions(&mut fx.rnic);
-    fx.rnic
-        .post_sq(qp, vec![send(1, vec![]), send(2, vec![])])
-        .unwrap();
-    let works: Vec<_> = (0..2).map(|_| fx.rnic.next_send_wr(qp).unwrap()).collect();
-    for w in works {
+    let works: Vec<_> = match queue {
+        WorkQueue::Send => {
+            fx.rnic
+                .post_sq(qp, vec![send(1, vec![]), send(2, vec![])])
+                .unwrap();
+            (0..2)
+                .map(|_| fx.rnic.next_send_wr(qp).unwrap().wr_id)
+                .collect()
+        }
+        WorkQueue::Recv => {
+            fx.rnic
+                .post_rq(qp, vec![recv(1, vec![]), recv(2, vec![])])
+                .unwrap();
+            (0..2)
+                .map(|_| fx.rnic.next_recv_wr(qp).unwrap().wr_id)
+                .collect()
+        }
+    };
+    for wr_id in works {
         fx.rnic
-            .handle_completion(
-                qp,
-                engine_done(w.wr_id, WorkQueue::Send, EngineStatus::Success, 0),
-            )
+            .handle_completion(qp, engine_done(wr_id, queue, EngineStatus::Success, 0))
             .unwrap();
     }
     let attrs = fx.rnic.query_cq(cq).unwrap();
     assert_eq!((attrs.occupancy, attrs.overflows), (1, 1));
-    let ev = events(&mut fx.rnic);
+    (qp, cq, events(&mut fx.rnic))
+}
+
+#[test]
+fn cq_overrun_is_an_async_error_on_the_cq_and_counted() {
+    let mut fx = small_queues(16, 16);
+    let (qp, cq, ev) = overrun_a_one_entry_cq(&mut fx, WorkQueue::Send);
     assert!(ev.contains(&AsyncEvent {
         resource: EventResource::Cq(cq),
         kind: AsyncEventKind::CqOverflow
@@ -178,25 +196,7 @@ fn cq_overrun_is_an_async_error_on_the_cq_and_counted() {
 #[test]
 fn cq_overrun_by_a_receive_is_a_cq_rq_error() {
     let mut fx = small_queues(16, 16);
-    let (cq, _) = fx.rnic.create_cq(fx.ulp, 1).unwrap();
-    let (qp, _) = fx.rnic.create_qp(QpInit::new(fx.pd, cq, cq)).unwrap();
-    to_rts(&mut fx.rnic, qp);
-    actions(&mut fx.rnic);
-    fx.rnic
-        .post_rq(qp, vec![recv(1, vec![]), recv(2, vec![])])
-        .unwrap();
-    let works: Vec<_> = (0..2).map(|_| fx.rnic.next_recv_wr(qp).unwrap()).collect();
-    for w in works {
-        fx.rnic
-            .handle_completion(
-                qp,
-                engine_done(w.wr_id, WorkQueue::Recv, EngineStatus::Success, 0),
-            )
-            .unwrap();
-    }
-    let attrs = fx.rnic.query_cq(cq).unwrap();
-    assert_eq!((attrs.occupancy, attrs.overflows), (1, 1));
-    let ev = events(&mut fx.rnic);
+    let (qp, _, ev) = overrun_a_one_entry_cq(&mut fx, WorkQueue::Recv);
     assert!(ev.contains(&AsyncEvent {
         resource: EventResource::Qp(qp),
         kind: AsyncEventKind::CqRqError
