@@ -230,6 +230,22 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut sockaddr) -
     })
 }
 
+/// The backlog a listener gets when the program asks for none (0 or less): Linux's rdma_ucm
+/// default (its `max_backlog` sysctl), so that a program that opens a thousand connections at
+/// once to a listener with backlog 0, as librdmacm's `cmtime` does, loses no SYN.
+const DEFAULT_LISTEN_BACKLOG: usize = 1024;
+
+/// The half-open connections a listener holds for the `backlog` a program passed to
+/// `rdma_listen` before it drops SYNs: [`DEFAULT_LISTEN_BACKLOG`] for 0 or less, else the
+/// request. Linux also lowers a request above its `max_backlog` sysctl to it; with no such
+/// setting here, a larger request is honoured.
+fn listen_backlog(backlog: c_int) -> usize {
+    usize::try_from(backlog)
+        .ok()
+        .filter(|&b| b > 0)
+        .unwrap_or(DEFAULT_LISTEN_BACKLOG)
+}
+
 /// `rdma_listen`: connection requests to the bound address (to any address of every
 /// device for a wildcard address) arrive as CONNECT_REQUEST events with a new id.
 #[no_mangle]
@@ -252,7 +268,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
             Some(d) => vec![d],
             None => (0..runtime()?.devices.len()).collect(),
         };
-        let backlog = if backlog <= 0 { 128 } else { backlog as usize };
+        let backlog = listen_backlog(backlog);
         let shared = Arc::clone(&i.shared);
         let port = local.port();
         // Every lane listens: a request comes in on the lane its SYN reached.
@@ -490,4 +506,17 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
     // SAFETY: `list` came from `rdma_get_devices` (calloc).
     unsafe { libc::free(list.cast()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_backlog_of_zero_or_less_is_linux_default() {
+        assert_eq!(listen_backlog(0), 1024);
+        assert_eq!(listen_backlog(-5), 1024);
+        assert_eq!(listen_backlog(1), 1);
+        assert_eq!(listen_backlog(4096), 4096);
+    }
 }
