@@ -16,10 +16,11 @@ mod common;
 use common::*;
 use rdma_dataplane::abi::*;
 use rdma_dataplane::cm::connect::*;
+use rdma_dataplane::cm::endpoint::*;
 use rdma_dataplane::cm::events::*;
 use rdma_dataplane::cm::id::*;
 use rdma_dataplane::cm::qp::*;
-use rdma_dataplane::device::{device_attributes, MAX_RD_ATOM};
+use rdma_dataplane::device::{device_attributes, MAX_INLINE, MAX_RD_ATOM};
 use rdma_dataplane::verbs::cq::*;
 use rdma_dataplane::verbs::device::*;
 use rdma_dataplane::verbs::events::*;
@@ -529,6 +530,105 @@ fn posting_to_reset_or_past_the_queue_depth_fails_at_that_wr() {
     assert_eq!(ids, [100, 101, 102, 103, 200, 201, 202, 203]);
 
     destroy_all(ctx, pd, cq, qp, mr);
+}
+
+/// Inline data up to the device's limit on a QP that asked for none (`max_inline_data` 0,
+/// as librdmacm's `rdma_xclient` creates its QP before an inline Send): granted as Linux siw
+/// grants it (ibv_create_qp(3): the caps written back are at least those asked for), reported
+/// by `ibv_query_qp`, and a Send of more than the limit inline is refused at that WR.
+#[test]
+fn inline_data_up_to_the_device_limit_whatever_the_qp_asked() {
+    let ctx = open(0);
+    let pd = unsafe { ibv_alloc_pd(ctx) };
+    let cq = unsafe { ibv_create_cq(ctx, 32, null_mut(), null_mut(), 0) };
+    assert!(!pd.is_null() && !cq.is_null());
+    let mut attr = rc_attr(cq, qp_caps(4, 4));
+    assert_eq!(attr.cap.max_inline_data, 0);
+    let qp = unsafe { ibv_create_qp(pd, &mut attr) };
+    assert!(!qp.is_null());
+    assert_eq!(attr.cap.max_inline_data, MAX_INLINE);
+    let mut qattr = ibv_qp_attr::default();
+    let mut init = ibv_qp_init_attr::default();
+    assert_eq!(
+        unsafe { ibv_query_qp(qp, &mut qattr, IBV_QP_CAP as c_int, &mut init) },
+        0
+    );
+    assert_eq!(
+        (qattr.cap.max_inline_data, init.cap.max_inline_data),
+        (MAX_INLINE, MAX_INLINE)
+    );
+
+    assert_eq!(modify_state(qp, IBV_QPS_RTS), 0);
+    let mut data = vec![7u8; MAX_INLINE as usize + 1];
+    // lkey 0: an inline SGE names no region.
+    let mut sge = ibv_sge {
+        addr: data.as_mut_ptr() as u64,
+        length: 16,
+        lkey: 0,
+    };
+    let mut wr = send_wr(1, &mut sge, IBV_WR_SEND);
+    wr.send_flags |= IBV_SEND_INLINE;
+    let mut bad = null_mut();
+    assert_eq!(post_send_list(qp, &mut wr, &mut bad), 0);
+    sge.length = MAX_INLINE;
+    let mut wr = send_wr(2, &mut sge, IBV_WR_SEND);
+    wr.send_flags |= IBV_SEND_INLINE;
+    assert_eq!(post_send_list(qp, &mut wr, &mut bad), 0);
+    sge.length = MAX_INLINE + 1;
+    let mut wr = send_wr(3, &mut sge, IBV_WR_SEND);
+    wr.send_flags |= IBV_SEND_INLINE;
+    assert_eq!(post_send_list(qp, &mut wr, &mut bad), libc::EINVAL);
+    assert_eq!(bad, &mut wr as *mut ibv_send_wr);
+
+    assert_eq!(modify_state(qp, IBV_QPS_ERR), 0);
+    let ids: Vec<u64> = poll_n(cq, 2).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [1, 2]);
+    let mut buf = vec![0u8; 64];
+    let mr = reg(pd, &mut buf);
+    destroy_all(ctx, pd, cq, qp, mr);
+}
+
+/// `rdma_create_ep` makes its QP of the addrinfo's type, as librdmacm does (writing it into
+/// the caller's attr): an XRC or UD addrinfo (`rdma_xclient -c x` asks for XRC this way) is
+/// refused with EOPNOTSUPP, as ibv_create_qp refuses those types, and no id is left; an RC
+/// one gets its QP.
+#[test]
+fn rdma_create_ep_makes_the_qp_type_the_addrinfo_names() {
+    setup();
+    let node = std::ffi::CString::new("10.78.0.2").unwrap();
+    let service = std::ffi::CString::new("7611").unwrap();
+    for (qp_type, ps, want) in [
+        (IBV_QPT_XRC_SEND, RDMA_PS_IB, libc::EOPNOTSUPP),
+        (IBV_QPT_UD, RDMA_PS_TCP, libc::EOPNOTSUPP),
+        (IBV_QPT_RC, RDMA_PS_TCP, 0),
+    ] {
+        let hints = rdma_addrinfo {
+            ai_port_space: ps as c_int,
+            ai_qp_type: qp_type as c_int,
+            ..Default::default()
+        };
+        let mut res = null_mut();
+        let rc = unsafe { rdma_getaddrinfo(node.as_ptr(), service.as_ptr(), &hints, &mut res) };
+        assert_eq!(rc, 0, "rdma_getaddrinfo, QP type {qp_type}");
+        assert_eq!(unsafe { (*res).ai_qp_type }, qp_type as c_int);
+        let mut attr = ibv_qp_init_attr {
+            cap: qp_caps(1, 1),
+            ..Default::default()
+        };
+        let mut id = null_mut();
+        clear_errno();
+        let rc = unsafe { rdma_create_ep(&mut id, res, null_mut(), &mut attr) };
+        unsafe { rdma_freeaddrinfo(res) };
+        assert_eq!(attr.qp_type, qp_type, "the attr names the addrinfo's type");
+        if want == 0 {
+            assert_eq!(rc, 0);
+            assert!(!id.is_null() && !unsafe { (*id).qp }.is_null());
+            assert_eq!(unsafe { (*(*id).qp).qp_type }, IBV_QPT_RC);
+            unsafe { rdma_destroy_ep(id) };
+        } else {
+            assert_eq!((rc, errno()), (-1, want), "QP type {qp_type}");
+        }
+    }
 }
 
 /// A WR list whose third WR has more SGEs than the QP offers (ibv_post_send(3): the

@@ -189,6 +189,15 @@ pub unsafe extern "C" fn rdma_create_ep(
         {
             return Err(last_errno());
         }
+        // The QP is of the addrinfo's type, as librdmacm makes it (the application's attr
+        // is updated): `rdma_xclient -c x` asks for XRC this way, which ibv_create_qp then
+        // refuses (EOPNOTSUPP) instead of an RC QP standing in for it.
+        // SAFETY: NULL or the caller's writable init attr.
+        if let Some(a) = unsafe { qp_init_attr.as_mut() } {
+            if r.ai_qp_type != 0 {
+                a.qp_type = r.ai_qp_type as ibv_qp_type;
+            }
+        }
         let setup = || -> Result<(), i32> {
             // SAFETY: the id just made, the caller's addresses and attrs.
             unsafe {

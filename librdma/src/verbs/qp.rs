@@ -102,7 +102,15 @@ pub unsafe fn create_qp_on(
             (None, None) => core.pick_lane(),
         };
         let lanes = core.lanes();
-        let cap = a.cap;
+        // Inline data up to the device's limit whatever was asked, as Linux siw grants (its
+        // provider checks an inline WR against that limit alone, and `ibv_query_qp` reports
+        // it): librdmacm's `rdma_xclient` posts an inline Send on a QP created with
+        // `max_inline_data` 0. The grant goes back in `attr.cap` once the QP exists (the
+        // verbs allow at least what was asked).
+        let cap = ibv_qp_cap {
+            max_inline_data: MAX_INLINE,
+            ..a.cap
+        };
         let init = QpInit {
             srq: srq.map(|s| s.shared.handle),
             sq_depth: cap.max_send_wr.max(1),
@@ -147,6 +155,7 @@ pub unsafe fn create_qp_on(
             b.add_qp(Arc::clone(&s), asyncs);
             Ok::<_, i32>(s)
         })??;
+        a.cap = cap;
         p.users.fetch_add(1, Ordering::AcqRel);
         shared.send_cq.users.fetch_add(1, Ordering::AcqRel);
         shared.recv_cq.users.fetch_add(1, Ordering::AcqRel);
