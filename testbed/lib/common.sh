@@ -293,6 +293,22 @@ tb_start_server() {
   grep -q listening "$out" 2>/dev/null
 }
 
+# tb_cmtime_check LOG [fast]: librdmacm's cmtime printed its table of every connection step
+# into LOG; with `fast` (the listener is the data plane's), no connect took 1 s or more
+# (TCP's first SYN retransmission: the listener dropped a SYN). Prints what is wrong and
+# fails otherwise.
+tb_cmtime_check() {
+  local step max
+  for step in "create id" "resolve addr" "resolve route" "create qp" connect disconnect destroy; do
+    grep -qE "^$step *: +[0-9.]+ +[0-9.]+ " "$1" ||
+      { echo "no '$step' row in cmtime's table: $(tail -1 "$1" | cut -c1-200)"; return 1; }
+  done
+  [ "${2:-}" = fast ] || return 0
+  max=$(awk '$1 == "connect" && $2 == ":" { print $4 }' "$1")
+  awk -v m="$max" 'BEGIN { exit !(m < 1000) }' ||
+    { echo "a connect took $max ms (a SYN sent again)"; return 1; }
+}
+
 # tb_counter NAME FILE: the last value of the `NAME: N` lines in FILE (nothing if none).
 tb_counter() {
   sed -nE "s/^$1: ([0-9]+)$/\1/p" "$2" | tail -1
