@@ -303,6 +303,8 @@ fn observe_tcp<U: Ulp<C>, C>(engine: &Engine<U, C>, out: &mut Section) {
             .with("segments_out", st.segments_out)
             .with("malformed", st.malformed)
             .with("syn_backlog_drops", st.syn_backlog_drops)
+            .with("syn_cookies_sent", st.syn_cookies_sent)
+            .with("syn_cookies_accepted", st.syn_cookies_accepted)
             .with("table_full_drops", st.table_full_drops)
             .with("resets_sent", st.resets_sent)
             .with("resets_dropped", st.resets_dropped)

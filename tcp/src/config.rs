@@ -48,6 +48,11 @@ pub struct Config {
     pub synack_retries: u32,
     /// Consecutive retransmission timeouts before a connection is dropped (RFC 9293 R2).
     pub max_retries: u32,
+    /// SYN cookies (RFC 4987 §3.6): a SYN to a listener whose backlog of half-open
+    /// connections is full is answered statelessly instead of dropped, and the ACK that
+    /// completes the handshake makes the connection (as Linux's `tcp_syncookies = 1`). Off:
+    /// such SYNs are dropped and their initiators retry after an initial RTO.
+    pub syn_cookies: bool,
     /// Keepalive, off when `None`.
     pub keepalive: Option<Keepalive>,
     /// Congestion controller.
@@ -108,6 +113,7 @@ impl Default for Config {
             syn_retries: 6,
             synack_retries: 5,
             max_retries: 15,
+            syn_cookies: true,
             keepalive: None,
             congestion: CongestionAlgorithm::Cubic,
             initial_window: 10,

@@ -11,6 +11,7 @@ use smoltcp::wire::{IpProtocol, TcpControl, TcpRepr};
 use crate::config::Config;
 use crate::ip::{parse_ip, PacketError};
 use crate::isn::IsnGenerator;
+use crate::syn_cookie;
 use crate::syn_hold::HeldSyns;
 use crate::tcb::{CloseReason, ConnInfo, Holding, LossCounters, State, Tcb, TcbEvent};
 use crate::time::Instant;
@@ -229,8 +230,13 @@ pub struct Stats {
     pub malformed: u64,
     /// Of [`Stats::malformed`], TCP segments refused for their checksum.
     pub bad_checksums: u64,
-    /// SYNs dropped because a listener's backlog of half-open connections was full.
+    /// SYNs dropped because a listener's backlog of half-open connections was full (SYN
+    /// cookies off, or too many cookies waiting to be sent).
     pub syn_backlog_drops: u64,
+    /// SYNs to a full backlog answered with a SYN cookie ([`Config::syn_cookies`]).
+    pub syn_cookies_sent: u64,
+    /// Connections made from the ACK returning a SYN cookie.
+    pub syn_cookies_accepted: u64,
     /// SYNs dropped because the connection table was full (`Config::max_connections`).
     pub table_full_drops: u64,
     /// RSTs sent: for segments to no connection, by connections (RFC 9293's reset
@@ -453,6 +459,9 @@ pub struct Engine<U, C: ?Sized = ()> {
     due: Vec<(Instant, ConnId)>,
     events: VecDeque<Event<U>>,
     rsts: VecDeque<Rst>,
+    /// SYN-ACKs carrying SYN cookies, sent without a connection (at most
+    /// `MAX_PENDING_RSTS`).
+    cookies: VecDeque<(SocketAddr, SocketAddr, Header)>,
     held_syns: HeldSyns,
     next_port: u16,
     scratch: Vec<TcbEvent>,
@@ -515,6 +524,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             due: Vec::new(),
             events: VecDeque::new(),
             rsts: VecDeque::new(),
+            cookies: VecDeque::new(),
             held_syns: HeldSyns::default(),
             next_port,
             scratch: Vec::new(),
@@ -827,7 +837,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
 
     /// RSTs wait to go out (before any connection's packet).
     pub fn rsts_pending(&self) -> bool {
-        !self.rsts.is_empty()
+        !self.rsts.is_empty() || !self.cookies.is_empty()
     }
 
     /// State of a live connection.
@@ -1082,13 +1092,19 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     .is_some_and(|c| c.tcb.time_wait_reusable_by(&repr)) =>
             {
                 self.remove(id, None);
-                self.segment_to_listener(now, tuple, &repr);
+                if let Some(id) = self.segment_to_listener(now, tuple, &repr) {
+                    self.segment_to_conn(now, cx, id, &repr);
+                }
             }
             Some(id) => {
                 self.segment_to_conn(now, cx, id, &repr);
                 self.run_key = Some(run::RunKey::new(src, dst, &repr, id));
             }
-            None => self.segment_to_listener(now, tuple, &repr),
+            None => {
+                if let Some(id) = self.segment_to_listener(now, tuple, &repr) {
+                    self.segment_to_conn(now, cx, id, &repr);
+                }
+            }
         }
         if staged {
             self.unstage(cx, found);
@@ -1287,13 +1303,35 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         self.burst
     }
 
-    fn segment_to_listener(&mut self, now: Instant, tuple: FourTuple, repr: &TcpRepr) {
+    /// A segment of no connection: to a listener (a SYN, or the ACK returning a SYN cookie),
+    /// else refused. Returns the connection a SYN cookie made, which the caller hands the
+    /// segment to.
+    fn segment_to_listener(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        repr: &TcpRepr,
+    ) -> Option<ConnId> {
         match (
             listener_for(&self.listeners, tuple.local),
             repr.control,
             repr.ack_number,
         ) {
             (_, TcpControl::Rst, _) => {}
+            (Some(_), TcpControl::None | TcpControl::Psh | TcpControl::Fin, Some(ack))
+                if self.cfg.syn_cookies =>
+            {
+                if let Some(id) = self.cookie_connection(now, tuple, repr, ack.0 as u32) {
+                    return Some(id);
+                }
+                self.push_rst(Rst {
+                    local: tuple.local,
+                    remote: tuple.remote,
+                    seq: ack.0 as u32,
+                    ack: None,
+                    abort: false,
+                });
+            }
             // RFC 9293 §3.10.7.1/§3.10.7.2: ACK to a closed port or a listener: RST seq=ack.
             (_, _, Some(ack)) => self.push_rst(Rst {
                 local: tuple.local,
@@ -1304,12 +1342,12 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             }),
             (Some(l), TcpControl::Syn, None) => {
                 if l.half_open >= l.backlog {
-                    self.stats.syn_backlog_drops += 1;
-                    return;
+                    self.send_cookie(now, tuple, repr);
+                    return None;
                 }
                 if self.live >= self.cfg.max_connections {
                     self.stats.table_full_drops += 1;
-                    return;
+                    return None;
                 }
                 let iss = self.isn.isn(now, tuple.local, tuple.remote);
                 let tcb = Tcb::new_passive(
@@ -1344,6 +1382,98 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             }
             (None, _, None) => self.refuse(tuple, repr),
         }
+        None
+    }
+
+    /// Answers the SYN `repr` to a listener whose backlog is full with a SYN cookie
+    /// ([`crate::syn_cookie`]), keeping nothing; or drops it (counted) when cookies are off
+    /// or too many wait to be sent.
+    fn send_cookie(&mut self, now: Instant, tuple: FourTuple, repr: &TcpRepr) {
+        if !self.cfg.syn_cookies || self.cookies.len() >= MAX_PENDING_RSTS {
+            self.stats.syn_backlog_drops += 1;
+            return;
+        }
+        let peer_isn = repr.seq_number.0 as u32;
+        let iss = syn_cookie::iss(
+            &self.isn,
+            now,
+            tuple.local,
+            tuple.remote,
+            peer_isn,
+            repr.max_seg_size.unwrap_or(536),
+        );
+        // The SYN-ACK the connection would send, from a connection made for it and dropped.
+        let mut tcb = Tcb::new_passive(
+            now,
+            &self.cfg,
+            tuple.local,
+            tuple.remote,
+            iss,
+            self.isn.ts_offset(tuple.local, tuple.remote),
+            repr,
+        );
+        let mut hdr = tcb.syn_ack_header(now, &self.cfg, self.holding_window());
+        if let Some((tsval, tsecr)) = hdr.timestamp {
+            let tsval = syn_cookie::with_options(tsval, repr.window_scale, repr.sack_permitted);
+            hdr.timestamp = Some((tsval, tsecr));
+        }
+        self.cookies.push_back((tuple.local, tuple.remote, hdr));
+        self.stats.syn_cookies_sent += 1;
+    }
+
+    /// The connection the ACK `repr` (acknowledging `ack`) to a listener makes when it
+    /// returns a SYN cookie of ours: in SYN-RECEIVED as if its SYN had been kept (the SYN
+    /// rebuilt from the cookie: ISN, MSS, and with timestamps window scale and SACK), for
+    /// the caller to hand the ACK. `None` when the cookie does not check out or the table is
+    /// full.
+    fn cookie_connection(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        repr: &TcpRepr,
+        ack: u32,
+    ) -> Option<ConnId> {
+        let peer_isn = (repr.seq_number.0 as u32).wrapping_sub(1);
+        let iss = ack.wrapping_sub(1);
+        let mss = syn_cookie::check(&self.isn, now, tuple.local, tuple.remote, peer_isn, iss)?;
+        if self.live >= self.cfg.max_connections {
+            self.stats.table_full_drops += 1;
+            return None;
+        }
+        let (window_scale, sack_permitted) = repr
+            .timestamp
+            .map_or((None, false), |t| syn_cookie::options(t.tsecr));
+        let syn = TcpRepr {
+            src_port: repr.src_port,
+            dst_port: repr.dst_port,
+            control: TcpControl::Syn,
+            seq_number: smoltcp::wire::TcpSeqNumber(peer_isn as i32),
+            ack_number: None,
+            window_len: repr.window_len,
+            window_scale,
+            max_seg_size: Some(mss),
+            sack_permitted,
+            sack_ranges: [None; 3],
+            timestamp: repr
+                .timestamp
+                .map(|t| smoltcp::wire::TcpTimestampRepr::new(t.tsval, 0)),
+            payload: &[],
+        };
+        let tcb = Tcb::new_from_cookie(
+            now,
+            &self.cfg,
+            tuple.local,
+            tuple.remote,
+            iss,
+            self.isn.ts_offset(tuple.local, tuple.remote),
+            &syn,
+        );
+        let port = tuple.local.port();
+        if let Some(l) = self.listeners.get_mut(&port) {
+            l.half_open += 1;
+        }
+        self.stats.syn_cookies_accepted += 1;
+        Some(self.insert(tuple, tcb, None, Some(port)))
     }
 
     /// RFC 9293 §3.10.7.1: a segment without ACK to a closed port gets an RST with
@@ -1597,6 +1727,16 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 });
             }
         }
+        if let Some((local, remote, hdr)) = self.cookies.pop_front() {
+            if let Some(len) = write_packet(buf, &self.cfg, local, remote, &hdr, &[]) {
+                self.stats.segments_out += 1;
+                return Some(Transmit {
+                    len,
+                    src: local.ip(),
+                    dst: remote.ip(),
+                });
+            }
+        }
         let cap = self.holding_window();
         // The connection at the front stays there while its turn lasts (it leaves the list
         // on every other path).
@@ -1759,7 +1899,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     dst: remote,
                 });
             }
-            if !self.rsts.is_empty() {
+            if !self.rsts.is_empty() || !self.cookies.is_empty() {
                 return self.transmit(now, cx, buf, gather);
             }
             if self.ready.is_empty() && !self.waiters.is_empty() {

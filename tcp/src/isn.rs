@@ -59,6 +59,23 @@ impl IsnGenerator {
         self.keyed(2, none, none)
     }
 
+    /// The keyed hash of a SYN cookie ([`crate::syn_cookie`]): the connection's addresses,
+    /// the peer's ISN and the cookie's time slot.
+    pub(crate) fn cookie_hash(
+        &self,
+        local: SocketAddr,
+        remote: SocketAddr,
+        peer_isn: u32,
+        slot: u32,
+    ) -> u32 {
+        let k = self.keyed(3, local, remote);
+        let mut msg = [0u8; 16];
+        msg[..8].copy_from_slice(&k.to_le_bytes());
+        msg[8..12].copy_from_slice(&peer_isn.to_le_bytes());
+        msg[12..].copy_from_slice(&slot.to_le_bytes());
+        siphash24(self.k0, self.k1, &msg) as u32
+    }
+
     /// A per-connection offset for the TSval clock (RFC 7323 §5.4 recommends one).
     pub fn ts_offset(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
         self.keyed(1, local, remote) as u32

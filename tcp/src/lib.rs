@@ -41,6 +41,7 @@ mod sack;
 mod seq;
 pub mod sim;
 mod stream;
+mod syn_cookie;
 mod syn_hold;
 mod tcb;
 mod template;

@@ -644,18 +644,27 @@ fn many_connections_hashed_lookup() {
 }
 
 // SYN flood: 10 000 SYNs from distinct sources; half-open connections stay within the
-// backlog (memory bounded), SYN-ACK retries expire them (RFC 9293 §3.10.7.2, RFC 4987 §3.2),
-// and the listener then accepts a genuine client.
+// backlog (memory bounded), the SYNs beyond it answered with SYN cookies that keep nothing
+// (RFC 4987 §3.6), or dropped with cookies off; SYN-ACK retries expire the half-open ones
+// (RFC 9293 §3.10.7.2, RFC 4987 §3.2), and the listener then accepts a genuine client.
 #[test]
 fn syn_flood_bounded_by_backlog() {
+    for cookies in [true, false] {
+        syn_flood(cookies);
+    }
+}
+
+fn syn_flood(syn_cookies: bool) {
     let cfg = Config {
         synack_retries: 2,
+        syn_cookies,
         ..test_config()
     };
     let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(cfg);
     e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 64)
         .unwrap();
     let mut now = Instant::from_millis(1);
+    let mut syn_acks = 0;
     for i in 0..10_000u32 {
         let src = SocketAddrV4::new(
             Ipv4Addr::new(192, 168, (i >> 8) as u8, i as u8),
@@ -663,11 +672,27 @@ fn syn_flood_bounded_by_backlog() {
         );
         let syn = Seg::new(src, b_addr(), TcpControl::Syn, i.wrapping_mul(7919), None);
         e.handle_packet(now, &mut (), &syn.emit()).unwrap();
-        drain(&mut e, now);
+        syn_acks += drain(&mut e, now)
+            .iter()
+            .filter(|s| s.control == TcpControl::Syn && s.ack.is_some())
+            .count();
         assert!(e.connection_count() <= 64);
     }
     assert_eq!(e.half_open(B_PORT), 64);
-    assert_eq!(e.stats().syn_backlog_drops, 10_000 - 64);
+    let st = e.stats();
+    if syn_cookies {
+        assert_eq!(
+            (st.syn_cookies_sent, st.syn_backlog_drops),
+            (10_000 - 64, 0)
+        );
+        assert_eq!(syn_acks, 10_000, "every SYN answered");
+    } else {
+        assert_eq!(
+            (st.syn_cookies_sent, st.syn_backlog_drops),
+            (0, 10_000 - 64)
+        );
+        assert_eq!(syn_acks, 64);
+    }
     while let Some(t) = e.poll_timeout() {
         now = t;
         e.handle_timeout(now);
@@ -679,6 +704,114 @@ fn syn_flood_bounded_by_backlog() {
     p.e = e;
     p.now = now;
     p.handshake();
+}
+
+// RFC 4987 §3.6: a listener whose backlog (1) is full answers further SYNs with SYN cookies;
+// each ACK returning one makes the connection, with the MSS, window scale and SACK the SYN
+// offered (carried by the cookie and the timestamp echo), and data flows both ways at once,
+// where a dropped SYN would have waited for its retransmission (1 s).
+#[test]
+fn syn_cookies_make_the_connections_a_full_backlog_cannot_hold() {
+    let mut s = Sim::new(12, LinkConfig::default(), test_config(), test_config());
+    s.b.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 1)
+        .unwrap();
+    s.accept[1] = Some(Box::new(|| StreamSocket::new(1 << 16, 1 << 16)));
+    let conns: Vec<ConnId> = (0..4)
+        .map(|i| {
+            s.a.connect(
+                s.now,
+                a_addr(30_000 + i),
+                b_addr(),
+                StreamSocket::new(1 << 16, 1 << 16),
+            )
+            .unwrap()
+        })
+        .collect();
+    let limit = s.now + Duration::from_millis(100);
+    assert!(
+        s.run_until(limit, |s| conns.iter().all(|&c| s.connected(Side::A, c))
+            && s.accepted(Side::B).len() == 4)
+    );
+    let st = s.b.stats();
+    assert!(st.syn_cookies_sent >= 3, "{st:?}");
+    assert_eq!(st.syn_cookies_accepted, st.syn_cookies_sent);
+    assert_eq!(st.syn_backlog_drops, 0);
+    for &b in &s.accepted(Side::B) {
+        let o = s.b.info(b).unwrap().options;
+        assert!(o.sack && o.timestamps, "{o:?}");
+        assert_eq!((o.snd_shift, o.peer_mss), (7, 1460));
+    }
+    for (i, &c) in conns.iter().enumerate() {
+        s.a.ulp_mut(c).unwrap().write(&payload(3000, i as u64));
+    }
+    let limit = s.now + Duration::from_millis(100);
+    let mut got = std::collections::HashMap::new();
+    assert!(s.run_until(limit, |s| {
+        for b in s.accepted(Side::B) {
+            let port = s.b.tuple(b).unwrap().remote.port();
+            let sock = s.b.ulp_mut(b).unwrap();
+            got.entry(port)
+                .or_insert_with(Vec::new)
+                .extend(sock.read_all());
+        }
+        got.values().map(Vec::len).sum::<usize>() == 4 * 3000
+    }));
+    for i in 0..4u16 {
+        assert_eq!(got[&(30_000 + i)], payload(3000, u64::from(i)));
+    }
+    for b in s.accepted(Side::B) {
+        s.b.ulp_mut(b).unwrap().write(b"answer");
+    }
+    let limit = s.now + Duration::from_millis(100);
+    assert!(s.run_until(limit, |s| conns.iter().all(|&c| s
+        .a
+        .ulp_mut(c)
+        .unwrap()
+        .readable()
+        == 6)));
+}
+
+// RFC 4987 §3.6: an ACK to a listener that returns no cookie of ours (a wrong number, or one
+// of an expired slot) makes nothing and is answered with a reset (RFC 9293 §3.10.7.2).
+#[test]
+fn an_ack_without_a_good_cookie_makes_no_connection() {
+    let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(test_config());
+    e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 1)
+        .unwrap();
+    let now = Instant::from_millis(1);
+    let first = Seg::new(a_addr(40_000), b_addr(), TcpControl::Syn, 100, None);
+    e.handle_packet(now, &mut (), &first.emit()).unwrap();
+    drain(&mut e, now);
+    let syn = Seg::new(a_addr(40_001), b_addr(), TcpControl::Syn, 500, None);
+    e.handle_packet(now, &mut (), &syn.emit()).unwrap();
+    let answer = drain(&mut e, now);
+    let cookie = answer
+        .iter()
+        .find(|s| s.control == TcpControl::Syn)
+        .expect("a SYN-ACK")
+        .seq;
+    let ack = |at: Instant, ack: u32, e: &mut tcp::Engine<StreamSocket>| {
+        let seg = Seg::new(a_addr(40_001), b_addr(), TcpControl::None, 501, Some(ack));
+        e.handle_packet(at, &mut (), &seg.emit()).unwrap();
+        drain(e, at)
+    };
+    // A wrong number, then the right one too late (two 64 s slots on).
+    let out = ack(now, cookie.wrapping_add(9), &mut e);
+    assert!(out.iter().any(|s| s.control == TcpControl::Rst), "{out:?}");
+    let late = now + Duration::from_secs(200);
+    let out = ack(late, cookie.wrapping_add(1), &mut e);
+    assert!(out.iter().any(|s| s.control == TcpControl::Rst), "{out:?}");
+    assert_eq!(
+        e.connection_count(),
+        1,
+        "the first SYN's half-open connection only"
+    );
+    assert_eq!(e.stats().syn_cookies_accepted, 0);
+    // In time, the cookie makes the connection.
+    let out = ack(now, cookie.wrapping_add(1), &mut e);
+    assert!(out.iter().all(|s| s.control != TcpControl::Rst), "{out:?}");
+    assert_eq!(e.connection_count(), 2);
+    assert_eq!(e.stats().syn_cookies_accepted, 1);
 }
 
 /// Connects A (port 0) to B's listener and waits for B to accept; A's and B's connections.

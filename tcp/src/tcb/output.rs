@@ -137,6 +137,12 @@ impl Tcb {
         new > cur && (new - cur >= (2 * mss).min(cfg.max_rx_window / 2) || cur < mss)
     }
 
+    /// The SYN-ACK this passive connection would send now, with `window` offered (a SYN
+    /// cookie's, [`crate::syn_cookie`], sent without the connection).
+    pub(crate) fn syn_ack_header(&mut self, now: Instant, cfg: &Config, window: usize) -> Header {
+        self.header(now, cfg, window, TcpControl::Syn, self.iss)
+    }
+
     fn header(
         &mut self,
         now: Instant,
