@@ -67,10 +67,12 @@ pub(crate) fn check(
 }
 
 /// `tsval` with the peer's window scale (`None`: it offered none) and SACK-permitted in its
-/// low bits.
+/// low bits, moved back (by less than 32 ticks), never forward: the clock a peer echoes is
+/// never ahead of ours.
 pub(crate) fn with_options(tsval: u32, wscale: Option<u8>, sack: bool) -> u32 {
     let ws = wscale.map_or(NO_WSCALE, |w| u32::from(w.min(14)));
-    (tsval & !TS_BITS) | (ws << 1) | u32::from(sack)
+    let bits = (ws << 1) | u32::from(sack);
+    tsval.wrapping_sub(tsval.wrapping_sub(bits) & TS_BITS)
 }
 
 /// The peer's window scale and SACK-permitted from the TSecr echoing a cookie's TSval.
@@ -139,9 +141,11 @@ mod tests {
             (Some(7), false),
             (Some(14), true),
         ] {
-            let v = with_options(0xdead_beef, ws, sack);
-            assert_eq!(v & !TS_BITS, 0xdead_beef & !TS_BITS);
-            assert_eq!(options(v), (ws, sack));
+            for tsval in [0xdead_beef, 0, 31, 32, u32::MAX] {
+                let v = with_options(tsval, ws, sack);
+                assert!(tsval.wrapping_sub(v) < 32, "{tsval:#x} -> {v:#x}");
+                assert_eq!(options(v), (ws, sack));
+            }
         }
     }
 }
