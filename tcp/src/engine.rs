@@ -1318,11 +1318,19 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             repr.ack_number,
         ) {
             (_, TcpControl::Rst, _) => {}
-            (Some(_), TcpControl::None | TcpControl::Psh | TcpControl::Fin, Some(ack))
-                if self.cfg.syn_cookies =>
-            {
-                if let Some(id) = self.cookie_connection(now, tuple, repr, ack.0 as u32) {
-                    return Some(id);
+            // RFC 9293 §3.10.7.1/§3.10.7.2: ACK to a closed port or a listener: RST seq=ack,
+            // unless it returns a SYN cookie of a listener's.
+            (listener, control, Some(ack)) => {
+                let returns_cookie = listener.is_some()
+                    && self.cfg.syn_cookies
+                    && matches!(
+                        control,
+                        TcpControl::None | TcpControl::Psh | TcpControl::Fin
+                    );
+                if returns_cookie {
+                    if let Some(id) = self.cookie_connection(now, tuple, repr, ack.0 as u32) {
+                        return Some(id);
+                    }
                 }
                 self.push_rst(Rst {
                     local: tuple.local,
@@ -1332,14 +1340,6 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     abort: false,
                 });
             }
-            // RFC 9293 §3.10.7.1/§3.10.7.2: ACK to a closed port or a listener: RST seq=ack.
-            (_, _, Some(ack)) => self.push_rst(Rst {
-                local: tuple.local,
-                remote: tuple.remote,
-                seq: ack.0 as u32,
-                ack: None,
-                abort: false,
-            }),
             (Some(l), TcpControl::Syn, None) => {
                 if l.half_open >= l.backlog {
                     self.send_cookie(now, tuple, repr);
