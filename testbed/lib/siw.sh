@@ -2,7 +2,8 @@
 #
 # siw_check_capture PCAP [KEY=VALUE ...] checks one capture with tshark (and, with inspect=DP,
 # with `DP inspect --json`) and prints one line: "ok: <summary>" or the first problem found.
-# Returns 0 when every check passed. Keys:
+# Segments that the bridge handed to tcpdump after the ACK that answers them are first put
+# back in causal order (counted in the summary). Returns 0 when every check passed. Keys:
 #   conns=N       exactly N MPA Request/Reply exchanges (default: at least 1)
 #   rev=1|2       MPA revision of every Request and Reply
 #   enhanced=0|1  RFC 6581 H bit (shown by tshark 4.0 as Res 0x10) on every Request/Reply
@@ -52,6 +53,70 @@ def endpoints(filt, *names):
                 r[i] = "[%s]" % v6 if v6 else ""
         del r[len(names):]
     return rows
+
+# 0. The capture in causal order. tcpdump listens on the bridge, which hands a frame to the
+# port it forwards to before it hands the bridge's own copy to tcpdump: on a busy host the
+# receiver can answer, and its ACK reach tcpdump, before the copy of the segment it
+# acknowledges does. tshark then flags the ACK as acknowledging an unseen segment and the
+# segment as a spurious retransmission, and does not decode its FPDUs. Such a segment (one a
+# frame before it already acknowledges, within the next REORDER_WINDOW frames) is put back
+# before that ACK; a segment the capture really lost has nothing to put back and still fails.
+REORDER_WINDOW = 64
+MASK = 0xFFFFFFFF
+
+def before(a, b):
+    """TCP sequence number a is before b (RFC 793 serial arithmetic)."""
+    return a != b and ((b - a) & MASK) < 0x80000000
+
+def causal_order(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] not in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
+        return path, 0      # not a little-endian classic pcap (tcpdump writes those here)
+    recs, off = [], 24
+    while off + 16 <= len(data):
+        incl = int.from_bytes(data[off + 8:off + 12], "little")
+        recs.append(data[off:off + 16 + incl])
+        off += 16 + incl
+    seg = {}    # frame number -> (direction, seq, end of sequence space, ack or None)
+    for n, src, sp, dst, dp, seq, ln, ack, fa, fs, ff in endpoints(
+            "tcp", "frame.number", "src", "tcp.srcport", "dst", "tcp.dstport", "tcp.seq_raw",
+            "tcp.len", "tcp.ack_raw", "tcp.flags.ack", "tcp.flags.syn", "tcp.flags.fin"):
+        on = lambda v: v in ("1", "True")
+        end = (int(seq) + int(ln or 0) + on(fs) + on(ff)) & MASK
+        seg[int(n)] = (("%s:%s" % (src, sp), "%s:%s" % (dst, dp)), int(seq), end,
+                       int(ack) if on(fa) else None)
+    sent = {}   # direction -> end of the furthest sequence space put out so far
+    order, done, moved = [], set(), [0]
+
+    def put(i):
+        done.add(i)
+        s = seg.get(i)
+        if s and s[3] is not None:
+            back = (s[0][1], s[0][0])
+            for j in range(i + 1, min(i + 1 + REORDER_WINDOW, len(recs) + 1)):
+                if back not in sent or not before(sent[back], s[3]):
+                    break
+                t = seg.get(j)
+                if j not in done and t and t[0] == back and before(t[1], s[3]) \
+                        and before(sent[back], t[2]):
+                    put(j)
+                    moved[0] += 1
+        order.append(i)
+        if s and (s[0] not in sent or before(sent[s[0]], s[2])):
+            sent[s[0]] = s[2]
+
+    for i in range(1, len(recs) + 1):
+        if i not in done:
+            put(i)
+    if not moved[0]:
+        return path, 0
+    fixed = path.rsplit(".pcap", 1)[0] + ".causal.pcap"
+    with open(fixed, "wb") as f:
+        f.write(data[:24] + b"".join(recs[i - 1] for i in order))
+    return fixed, moved[0]
+
+pcap, reordered = causal_order(pcap)
 
 # 1. No malformed frames at all (any protocol).
 bad = fields("_ws.malformed", "frame.number")
@@ -208,6 +273,9 @@ if "inspect" in want:
         fail("dataplane inspect: %d bad CRCs" % s["crc_bad"])
     summary += "; inspect agrees (%d FPDUs%s)" % (
         s["fpdus"], ", %d only in retransmissions tshark cannot decode" % excused if excused else "")
+if reordered:
+    summary += "; %d segment(s) put back before the ACK that preceded them in the capture" \
+        % reordered
 print("ok: " + summary)
 PY
 )
