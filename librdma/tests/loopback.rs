@@ -209,9 +209,8 @@ fn connect(port: u16) -> Conn {
     }
 }
 
-/// Teardown in rping's order (the new id before its QP), then the configuration's
-/// directory.
-fn teardown(c: Conn, dir: &std::path::Path) {
+/// Teardown in rping's order (the new id before its QP).
+fn teardown(c: Conn) {
     assert_eq!(unsafe { rdma_destroy_id(c.child) }, 0);
     assert_eq!(unsafe { ibv_dereg_mr(c.smr) }, 0);
     assert_eq!(unsafe { ibv_destroy_qp(c.sqp) }, 0);
@@ -223,12 +222,11 @@ fn teardown(c: Conn, dir: &std::path::Path) {
     assert_eq!(unsafe { rdma_destroy_id(c.client) }, 0);
     assert_eq!(unsafe { rdma_destroy_id(c.listen) }, 0);
     unsafe { rdma_destroy_event_channel(c.ch) };
-    let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Points `DATAPLANE_CONFIG` at the two-device configuration (in a directory of this
-/// process, returned); the libraries read it once, at their first use.
-fn configure() -> std::path::PathBuf {
+/// Points `DATAPLANE_CONFIG` at the two-device configuration; the libraries read it once,
+/// at their first use.
+fn configure() {
     use_config(
         "librdma-loopback",
         &two_soft_ports("librdma-loopback", 0x0a, [10, 77, 0]),
@@ -237,7 +235,7 @@ fn configure() -> std::path::PathBuf {
 
 #[test]
 fn two_devices_connect_write_send_read_and_disconnect() {
-    let dir = configure();
+    configure();
 
     // Devices, as ibv_devices / ibv_devinfo see them.
     let mut n = 0;
@@ -347,7 +345,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
     let wc = poll_one(s_recv_cq);
     assert_eq!((wc.wr_id, wc.status), (201, IBV_WC_WR_FLUSH_ERR));
 
-    teardown(c, &dir);
+    teardown(c);
 }
 
 // The data plane's handler takes the RNIC's async events and keeps them for the libraries,
@@ -356,7 +354,7 @@ fn two_devices_connect_write_send_read_and_disconnect() {
 // requester's (Terminate received).
 #[test]
 fn a_write_to_an_invalid_stag_is_an_async_event_on_both_sides() {
-    let dir = configure();
+    configure();
     let c = connect(PORT + 1);
     let sctx = unsafe { (*c.child).verbs };
     let mut wsge = ibv_sge {
@@ -389,7 +387,7 @@ fn a_write_to_an_invalid_stag_is_an_async_event_on_both_sides() {
     // error from the Terminate, as the async event above).
     assert_eq!(poll_one(c.ccq).wr_id, 1);
 
-    teardown(c, &dir);
+    teardown(c);
 }
 
 // perftest's last handshake with `-R`: a Send whose completion the sender polls, then its
@@ -401,7 +399,7 @@ fn a_write_to_an_invalid_stag_is_an_async_event_on_both_sides() {
 // the fatal async event a reset brings (VERBS-00 §6.2.4).
 #[test]
 fn a_send_completed_just_before_its_qp_and_id_are_destroyed_still_arrives() {
-    let dir = configure();
+    configure();
     let c = connect(PORT + 3);
     let sctx = unsafe { (*c.child).verbs };
     let mut cbuf = c.cbuf;
@@ -440,7 +438,6 @@ fn a_send_completed_just_before_its_qp_and_id_are_destroyed_still_arrives() {
     assert_eq!(unsafe { ibv_dealloc_pd(c.cpd) }, 0);
     assert_eq!(unsafe { rdma_destroy_id(c.listen) }, 0);
     unsafe { rdma_destroy_event_channel(c.ch) };
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// One client on b: its id (routed toward `port` on a), PD, CQ, QP, registered buffer.
@@ -488,7 +485,7 @@ fn client(ch: *mut rdma_event_channel, port: u16) -> Client {
 #[test]
 fn two_connections_share_one_srq() {
     const SENDS: usize = 2;
-    let dir = configure();
+    configure();
     let port = PORT + 2;
     let ch = channel();
     let listen = create_id(ch);
@@ -614,5 +611,4 @@ fn two_connections_share_one_srq() {
     }
     assert_eq!(unsafe { rdma_destroy_id(listen) }, 0);
     unsafe { rdma_destroy_event_channel(ch) };
-    let _ = std::fs::remove_dir_all(dir);
 }

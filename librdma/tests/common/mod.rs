@@ -29,18 +29,21 @@ pub fn two_soft_ports(device: &str, mac: u8, subnet: [u8; 3]) -> String {
     format!("[poll]\nburst = 32\n\n{}\n{}", port("a", 1), port("b", 2))
 }
 
-/// Points the libraries at `config` (written to a directory of this process named after
-/// `name`, which is returned); the first call in a process decides.
-pub fn use_config(name: &str, config: &str) -> PathBuf {
+/// Points the libraries at `config`, written to `NAME.toml` in Cargo's scratch directory for
+/// tests (under `target/`: nothing is left in the system's temporary directory, even when a
+/// test fails); the first call in a process decides. Every process of a test binary writes
+/// the same text, each through a file of its own renamed over the name, so none reads a
+/// half-written one.
+pub fn use_config(name: &str, config: &str) {
     static ONCE: Once = Once::new();
-    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     ONCE.call_once(|| {
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
         let cfg = dir.join(format!("{name}.toml"));
-        std::fs::write(&cfg, config).unwrap();
+        let part = dir.join(format!("{name}.toml.{}", std::process::id()));
+        std::fs::write(&part, config).unwrap();
+        std::fs::rename(&part, &cfg).unwrap();
         std::env::set_var("DATAPLANE_CONFIG", &cfg);
     });
-    dir
 }
 
 /// `call` (a verbs call that returns an object) returns NULL with errno `want`.
