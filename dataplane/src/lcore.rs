@@ -1039,18 +1039,22 @@ pub struct PollLoop<P: Port, H: Handler<P>> {
     burst: usize,
     rx: Vec<P::Buf>,
     tx: Vec<P::Buf>,
-    /// The lcore it runs on, as telemetry names it.
-    lcore: u32,
+    /// What it publishes its telemetry snapshots under ([`telemetry::new_loop_id`]).
+    id: u32,
+    /// The lcore it runs on, as telemetry names it, when set ([`PollLoop::set_lcore`]);
+    /// otherwise the EAL lcore of the thread that takes the snapshot, if any.
+    lcore: Option<u32>,
     /// The last telemetry request answered.
     telemetry_seen: u64,
 }
 
 impl<P: Port, H: Handler<P>> Drop for PollLoop<P, H> {
-    /// The buffers the loop holds (spare, held, backlog, rx, tx) go back to their pools
-    /// before the ports free those pools (a DPDK pool with an mbuf still out is leaked, and
-    /// EAL with it). The ports then stop first, before the handler's teardown, so that the
+    /// The loop leaves telemetry. The buffers it holds (spare, held, backlog, rx, tx) go
+    /// back to their pools before the ports free those pools (a DPDK pool with an mbuf
+    /// still out is leaked, and EAL with it). The ports then stop first, before the handler's teardown, so that the
     /// link goes down as soon as the loop is done.
     fn drop(&mut self) {
+        telemetry::withdraw(self.id);
         self.slots.clear();
         self.rx.clear();
         self.tx.clear();
@@ -1067,26 +1071,48 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             burst: burst.max(1),
             rx: Vec::with_capacity(burst),
             tx: Vec::with_capacity(burst * 2),
-            lcore: 0,
+            id: telemetry::new_loop_id(),
+            lcore: None,
             telemetry_seen: telemetry::latest_request(),
         }
     }
 
-    /// Names the lcore the loop runs on in telemetry (default 0).
+    /// Names the lcore the loop runs on in telemetry (by default the EAL lcore of the
+    /// thread that polls it, none on a thread EAL does not manage).
     pub fn set_lcore(&mut self, lcore: u32) {
-        self.lcore = lcore;
+        self.lcore = Some(lcore);
+    }
+
+    /// The id the loop publishes its telemetry under, unique in the process.
+    pub fn telemetry_id(&self) -> u32 {
+        self.id
+    }
+
+    /// The lcore the loop shows in telemetry: the one set, else the calling thread's.
+    fn shown_lcore(&self) -> Option<u32> {
+        #[cfg(feature = "dpdk")]
+        return self.lcore.or_else(crate::dpdk::lcore_id);
+        #[cfg(not(feature = "dpdk"))]
+        return self.lcore;
     }
 
     /// What the loop shows in telemetry: its ports (`ports`), its counters per port
     /// (`lcores`) and whatever its handler adds.
     pub fn snapshot(&self) -> Snapshot {
-        let mut snap = Snapshot::default();
+        let lcore = self.shown_lcore();
+        let mut snap = Snapshot {
+            lcore,
+            thread: thread_name(),
+            ..Snapshot::default()
+        };
+        // Where its counters are filed: by lcore when it has one, else by loop.
+        let place = lcore.map_or_else(|| format!("loop{}", self.id), |l| format!("lcore{l}"));
         for (i, (port, slot)) in self.ports.iter().zip(&self.slots).enumerate() {
             let info = port.info();
             let st = port.stats();
             let mut d = Dict::new()
                 .with("index", i)
-                .with("lcore", self.lcore)
+                .with("loop", self.id)
                 .with("mac", mac_text(&info.mac))
                 .with("mtu", info.mtu)
                 .with(
@@ -1127,7 +1153,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 .as_ref()
                 .map_or((0, 0, 0), |n| (n.counts().0, n.counts().1, n.dropped()));
             let mut d = Dict::new()
-                .with("lcore", self.lcore)
+                .with("loop", self.id)
                 .with("port", info.name.as_str())
                 .with("rx", c.rx)
                 .with("tx", c.tx)
@@ -1164,8 +1190,11 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
                 let name = class.name().replace('-', "_");
                 d.put(&format!("class_{name}"), c.class(class));
             }
+            if let Some(l) = lcore {
+                d.put("lcore", l);
+            }
             snap.section("lcores")
-                .dict(&format!("lcore{}_{}", self.lcore, info.name), d);
+                .dict(&format!("{place}_{}", info.name), d);
         }
         self.handler.observe(&mut snap);
         snap
@@ -1178,7 +1207,7 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
             return false;
         }
         let asked = telemetry::latest_request();
-        if telemetry::publish(self.lcore, self.snapshot()) {
+        if telemetry::publish(self.id, self.snapshot()) {
             self.telemetry_seen = asked;
             return true;
         }
@@ -1461,6 +1490,17 @@ impl<P: Port, H: Handler<P>> PollLoop<P, H> {
     }
 }
 
+/// The calling thread's name: Rust's, else the kernel's (threads EAL started for its
+/// worker lcores are not Rust's), else "?".
+fn thread_name() -> String {
+    if let Some(n) = std::thread::current().name() {
+        return n.to_string();
+    }
+    std::fs::read_to_string("/proc/thread-self/comm")
+        .map(|n| n.trim_end().to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
 /// The ethertype of an IP packet to `dst`.
 fn ethertype_of(dst: IpAddr) -> EthernetProtocol {
     match dst {
@@ -1728,10 +1768,30 @@ mod tests {
         assert_eq!(lc.get("arp_replies"), Some(&telemetry::Scalar::U64(1)));
         assert_eq!(lc.get("class_arp"), Some(&telemetry::Scalar::U64(1)));
         // Published when a reader asked since the last time.
+        assert_eq!(lc.get("lcore"), Some(&telemetry::Scalar::U64(7)));
+        // Published when a reader asked since the last time, under the loop's own id; a
+        // second loop (another lane, the libraries' second device) publishes beside it;
+        // a loop dropped leaves.
+        let (mut other, _peer) = setup(NoHandler);
+        assert_ne!(l.telemetry_id(), other.telemetry_id());
         telemetry::request();
         assert!(l.publish_if_asked());
-        assert!(telemetry::latest().iter().any(|(lcore, _, _)| *lcore == 7));
-        telemetry::withdraw(7);
+        assert!(other.publish_if_asked());
+        let ids = |all: Vec<(u32, _, _)>| all.into_iter().map(|(id, _, _)| id).collect::<Vec<_>>();
+        let (a, b) = (l.telemetry_id(), other.telemetry_id());
+        let published = ids(telemetry::latest());
+        assert!(published.contains(&a) && published.contains(&b));
+        let theirs = telemetry::latest()
+            .into_iter()
+            .find(|(id, _, _)| *id == b)
+            .unwrap()
+            .2;
+        assert_eq!(theirs.lcore, None, "no lcore set, not on an EAL lcore");
+        let key = format!("loop{b}_dp");
+        assert!(theirs.sections["lcores"].get_dict(&key).is_some(), "{key}");
+        drop(other);
+        let published = ids(telemetry::latest());
+        assert!(published.contains(&a) && !published.contains(&b));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! scalars ([`Section`], [`Dict`]); keys hold only letters, digits, `_` and `/`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -150,11 +150,15 @@ impl Section {
 }
 
 /// What one poll loop showed at one moment, by section name (`ports`, `lcores`, `tcp`,
-/// `qps`, `qp`, `mrs`, `events`, `rdma`).
+/// `qps`, `qp`, `mrs`, `events`, `rdma`), and where the loop ran.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// The sections.
     pub sections: BTreeMap<&'static str, Section>,
+    /// The EAL lcore the loop ran on, when it ran on one.
+    pub lcore: Option<u32>,
+    /// The name of the thread that ran the loop.
+    pub thread: String,
 }
 
 impl Snapshot {
@@ -172,7 +176,7 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ),
     (
         "lcores",
-        "Poll loops per lcore and port: frames, classes, ARP, tx backlog, busy time",
+        "Poll loops per lcore (or loop) and port: frames, classes, ARP, tx backlog, busy time",
     ),
     (
         "tcp",
@@ -202,7 +206,7 @@ pub const SECTIONS: &[(&str, &str)] = &[
 
 /// The latest snapshot of each poll loop and the request counter.
 struct Hub {
-    /// Per poll loop (by lcore id): when it was taken and what it showed.
+    /// Per poll loop (by [`new_loop_id`]): when it was taken and what it showed.
     loops: Mutex<BTreeMap<u32, (Instant, Arc<Snapshot>)>>,
     /// Bumped by every reader that wants fresh snapshots.
     requested: AtomicU64,
@@ -215,6 +219,15 @@ static HUB: Hub = Hub {
     requested: AtomicU64::new(0),
     started: Mutex::new(None),
 };
+
+/// The last poll loop id handed out.
+static LOOP_IDS: AtomicU32 = AtomicU32::new(0);
+
+/// A poll loop id of its own, unique in the process (from 1): what a loop publishes under,
+/// whatever lcore or thread runs it (lanes of one process, the libraries' stacks).
+pub fn new_loop_id() -> u32 {
+    LOOP_IDS.fetch_add(1, Ordering::Relaxed) + 1
+}
 
 /// Notes the process start (for `/dataplane/info`'s uptime); later calls do nothing.
 pub fn mark_start() {
@@ -244,32 +257,32 @@ pub fn latest_request() -> u64 {
     HUB.requested.load(Ordering::Relaxed)
 }
 
-/// Publishes poll loop `lcore`'s snapshot. Never blocks: returns false when a reader
+/// Publishes poll loop `id`'s snapshot. Never blocks: returns false when a reader
 /// holds the cell at this instant (the loop tries again on its next check).
-pub fn publish(lcore: u32, snapshot: Snapshot) -> bool {
+pub fn publish(id: u32, snapshot: Snapshot) -> bool {
     match HUB.loops.try_lock() {
         Ok(mut loops) => {
-            loops.insert(lcore, (Instant::now(), Arc::new(snapshot)));
+            loops.insert(id, (Instant::now(), Arc::new(snapshot)));
             true
         }
         Err(std::sync::TryLockError::Poisoned(e)) => {
             e.into_inner()
-                .insert(lcore, (Instant::now(), Arc::new(snapshot)));
+                .insert(id, (Instant::now(), Arc::new(snapshot)));
             true
         }
         Err(std::sync::TryLockError::WouldBlock) => false,
     }
 }
 
-/// Forgets poll loop `lcore`'s snapshot (the loop is gone).
-pub fn withdraw(lcore: u32) {
+/// Forgets poll loop `id`'s snapshot (the loop is gone).
+pub fn withdraw(id: u32) {
     HUB.loops
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .remove(&lcore);
+        .remove(&id);
 }
 
-/// Every loop's latest snapshot with its age.
+/// Every loop's latest snapshot with its age, by loop id.
 pub fn latest() -> Vec<(u32, Duration, Arc<Snapshot>)> {
     HUB.loops
         .lock()
@@ -295,17 +308,17 @@ pub fn fresh(wait: Duration) -> Vec<(u32, Duration, Arc<Snapshot>)> {
     }
 }
 
-/// Section `name` of every loop's snapshot, merged: the entries of each loop in lcore
-/// order (a key a later loop repeats gets the suffix `_l<lcore>`).
+/// Section `name` of every loop's snapshot, merged: the entries of each loop in loop id
+/// order (a key a later loop repeats gets the suffix `_l<id>`).
 pub fn merged(snapshots: &[(u32, Duration, Arc<Snapshot>)], name: &str) -> Section {
     let mut out = Section::default();
-    for (lcore, _, s) in snapshots {
+    for (id, _, s) in snapshots {
         let Some(sec) = s.sections.get(name) else {
             continue;
         };
         for (k, e) in &sec.0 {
             let key = if out.0.iter().any(|(o, _)| o == k) {
-                format!("{k}_l{lcore}")
+                format!("{k}_l{id}")
             } else {
                 k.clone()
             };

@@ -569,6 +569,7 @@ fn serve(core: &Core, lane: usize, mut bridge: Bridge) -> LaneCounters {
             next_sync = now + Duration::from_millis(1);
         }
         bridge.distribute(sync);
+        bridge.publish_if_asked();
         backoff.record(now, frames, busy);
         if !busy {
             idle(q, backoff.wait(now));

@@ -120,13 +120,14 @@ fn info(snaps: &[(u32, Duration, std::sync::Arc<telemetry::Snapshot>)]) -> Secti
     s.scalar("pid", std::process::id());
     s.scalar("uptime_ms", telemetry::uptime().as_millis() as u64);
     s.scalar("poll_loops", snaps.len());
-    for (lcore, age, _) in snaps {
-        s.dict(
-            &format!("lcore{lcore}"),
-            Dict::new()
-                .with("lcore", *lcore)
-                .with("snapshot_age_ms", age.as_millis() as u64),
-        );
+    for (id, age, snap) in snaps {
+        let mut d = Dict::new().with("loop", *id);
+        if let Some(lcore) = snap.lcore {
+            d.put("lcore", lcore);
+        }
+        d.put("thread", snap.thread.as_str());
+        d.put("snapshot_age_ms", age.as_millis() as u64);
+        s.dict(&format!("loop{id}"), d);
     }
     s
 }

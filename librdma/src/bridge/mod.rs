@@ -242,6 +242,14 @@ impl Bridge {
         self.stacks.iter_mut().map(|s| s.poll.poll_once(now)).sum()
     }
 
+    /// Publishes each stack's telemetry snapshot when a reader (`dataplane stats`, DPDK's
+    /// telemetry socket) asked since the last (two relaxed loads per stack otherwise).
+    pub fn publish_if_asked(&mut self) {
+        for s in &mut self.stacks {
+            s.poll.publish_if_asked();
+        }
+    }
+
     /// Registers an opened context (device-wide async events go to it).
     pub fn add_context(&mut self, dev: usize, asyncs: Arc<AsyncShared>) {
         self.contexts.push((dev, asyncs));
