@@ -112,8 +112,9 @@ pub struct RdmaSection {
     /// Ask for MPA markers (and accept them when the peer asks).
     #[serde(default)]
     pub markers: bool,
-    /// Milliseconds an initiator holds its first FPDU after the MPA Reply, 0..=10000
-    /// (Linux siw 6.1 as responder needs about 100).
+    /// Milliseconds the first FPDU is held after the MPA Reply, 0..=10000: an initiator's
+    /// (Linux siw 6.1 as responder needs about 100), and a responder's until the
+    /// initiator's first FPDU arrives (RFC 5044 §7.1.2; siw as initiator needs it).
     #[serde(default, deserialize_with = "de_fpdu_delay")]
     pub first_fpdu_delay_ms: u64,
     /// Minimum TCP retransmission timeout in milliseconds, 1..=60000.

@@ -61,9 +61,10 @@ pub struct RdmaArgs {
     /// Most packets sent per poll-loop iteration.
     #[arg(long, value_name = "N", default_value_t = 128)]
     pub tx_per_poll: usize,
-    /// Initiator: milliseconds to hold the first FPDU after the MPA Reply (Linux siw 6.1
-    /// can stall on an FPDU that follows its Reply at once; 0 = send at once). Default 100,
-    /// except 0 for `perf` without `-R` (its peer is always a dataplane).
+    /// Milliseconds to hold the first FPDU after the MPA Reply (Linux siw 6.1 can stall on
+    /// an FPDU that follows its Reply at once; 0 = send at once); a responder's hold ends
+    /// when the initiator's first FPDU arrives. Default 100, except 0 for `perf` without
+    /// `-R` (its peer is always a dataplane).
     #[arg(long, value_name = "MS")]
     pub first_fpdu_delay_ms: Option<u64>,
     /// Give up after this many seconds.
@@ -74,7 +75,7 @@ pub struct RdmaArgs {
     pub eal: Vec<String>,
 }
 
-/// Default hold of the initiator's first FPDU, long enough for Linux siw (see
+/// Default hold of the first FPDU, long enough for Linux siw (see
 /// `--first-fpdu-delay-ms`).
 pub const SIW_FIRST_FPDU_DELAY_MS: u64 = 100;
 
@@ -318,7 +319,7 @@ impl LaneReport {
 }
 
 impl RdmaArgs {
-    /// Milliseconds the initiator holds its first FPDUs (`--first-fpdu-delay-ms`).
+    /// Milliseconds the first FPDUs are held (`--first-fpdu-delay-ms`).
     pub fn first_fpdu_delay(&self) -> u64 {
         self.first_fpdu_delay_ms.unwrap_or(SIW_FIRST_FPDU_DELAY_MS)
     }

@@ -27,9 +27,13 @@ pub struct ConnConfig {
     pub tx_budget: usize,
     /// Effective send MSS, when known; otherwise the largest unit size TCP offered is used.
     pub emss: Option<usize>,
-    /// Initiator: how long to hold the first FPDU after the Reply arrived. Linux siw 6.1 as
-    /// responder drops an FPDU that arrives right after its Reply (siwlab README: 0.1 s
-    /// avoids the stall); zero sends at once.
+    /// How long the first FPDU is held once FPDU mode starts; zero sends at once.
+    /// Initiator: after the Reply arrived (Linux siw 6.1 as responder drops an FPDU that
+    /// arrives right after its Reply; siwlab README: 0.1 s avoids the stall). Responder
+    /// outside peer-to-peer mode: after the Reply went out, ended early by the initiator's
+    /// first FPDU (RFC 5044 §7.1.2 rule 4; Linux siw as initiator fails a connection whose
+    /// first responder FPDU it finds behind the Reply, and an application whose responder
+    /// speaks first still gets going after the delay).
     pub first_fpdu_delay: Duration,
     /// How long a partial FPDU may wait for its next in-order octet while TCP has nothing
     /// missing around it before the stream ends with Terminate 2/0/03 (an FPDU-aligned

@@ -317,9 +317,10 @@ impl Connection {
         &self.ops
     }
 
-    /// Initiator: until when FPDUs are held after the MPA Reply
-    /// (`ConnConfig::first_fpdu_delay`); `None` without a hold or once it is over. Work
-    /// posted before then waits, so a measurement should not start earlier.
+    /// Until when FPDUs are held after the MPA Reply (`ConnConfig::first_fpdu_delay`; a
+    /// responder's ends early with the initiator's first FPDU); `None` without a hold or
+    /// once it is over. Work posted before then waits, so a measurement should not start
+    /// earlier.
     pub fn fpdu_hold_until(&self) -> Option<Instant> {
         self.sender()?.hold_until.filter(|&t| self.now < t)
     }

@@ -193,7 +193,16 @@ impl Connection {
         neg.move_work_to(&mut engine);
         let early = neg.early.take();
         let mut sender = Sender::default();
-        if n.role == Role::Initiator && !self.cfg.first_fpdu_delay.is_zero() {
+        // The initiator's hold is for Linux siw as responder; the responder's (outside
+        // peer-to-peer mode, where the RTR orders the start) is RFC 5044 §7.1.2's rule 4, which
+        // Linux siw as initiator enforces: it reads the Reply expecting nothing behind it
+        // yet. The initiator's first FPDU ends the responder's hold early
+        // ([`Connection::receive_in_order`]).
+        let holds = match n.role {
+            Role::Initiator => true,
+            Role::Responder => n.rtr.is_none(),
+        };
+        if holds && !self.cfg.first_fpdu_delay.is_zero() {
             sender.hold_until = Some(self.now + self.cfg.first_fpdu_delay);
         }
         let inbound = Inbound::new(Receiver::new(rcfg), rx_start, spacing, awaiting_rtr);

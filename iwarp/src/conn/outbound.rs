@@ -70,7 +70,7 @@ pub(super) struct FramedUnit {
 #[derive(Debug)]
 #[repr(C)]
 pub(super) struct Sender {
-    /// Initiator: no FPDU before this time (`ConnConfig::first_fpdu_delay`).
+    /// No FPDU before this time (`ConnConfig::first_fpdu_delay`).
     pub(super) hold_until: Option<Instant>,
     queue: VecDeque<TxSeg>,
     bytes: usize,

@@ -9,7 +9,7 @@ use super::inbound::RxGate;
 use crate::ddp::untagged::RecvSupply;
 use crate::ddp::SegmentPos;
 use crate::mem::{BufferPool, HasMemoryTable, MemoryTable, StreamId};
-use crate::mpa::{Delivery, MpaError, Receiver};
+use crate::mpa::{Delivery, MpaError, Receiver, Role};
 use crate::rdmap::{Engine, Handled, StreamState};
 
 /// What the receive path is lent for one call: the memory table it places through and the
@@ -158,6 +158,16 @@ impl Connection {
         let done = self.place_write_run(seq, data, cx);
         if done < data.len() {
             self.receive_in_order_general(seq.wrapping_add(done as u32), &data[done..], cx);
+        }
+        if let Phase::Fpdu(f) = &mut self.phase {
+            // RFC 5044 §7.1.2 rule 4: a responder sends once it received and validated an
+            // FPDU of the initiator's.
+            if f.sender.hold_until.is_some()
+                && f.negotiated.role == Role::Responder
+                && self.stats.fpdus_received > 0
+            {
+                f.sender.hold_until = None;
+            }
         }
     }
 

@@ -433,6 +433,75 @@ fn first_fpdu_delay_holds_initiator_fpdus() {
     assert_eq!(s.conn(Side::B).unwrap().stats().fpdus_received, 1);
 }
 
+/// A 64-octet RDMA Write from `local` (offset 0) to `remote` (offset 0).
+fn write_wr(id: u64, local: STag, remote: STag) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Write {
+            sgl: iwarp::mem::Sgl::one(Sge {
+                stag: local,
+                to: 0,
+                len: 64,
+            }),
+            remote: RemoteBuf {
+                stag: remote,
+                to: 0,
+            },
+        },
+    )
+}
+
+// RFC 5044 §7.1.2 rule 4: "MPA Responder mode implementations MUST receive and validate at
+// least one FPDU before sending any FPDUs or Markers" (Linux siw as initiator fails the
+// connection when the responder's first FPDU is already behind the Reply it reads). With a
+// first-FPDU delay the responder holds its FPDUs until the initiator's first FPDU arrives;
+// when the initiator's application waits for the responder to speak first, the delay ends
+// the hold.
+#[test]
+fn responder_holds_its_first_fpdu_until_the_initiators_or_the_delay() {
+    for initiator_speaks in [true, false] {
+        let (ma, sa) = memory(MEM);
+        let (mb, sb) = memory(MEM);
+        let mut cb = conn_config(MpaConfig::default());
+        cb.first_fpdu_delay = Duration::from_millis(100);
+        let mut s = Sim::new(
+            12,
+            clean_link(),
+            (conn_config(MpaConfig::default()), ma),
+            (cb, mb),
+            Decision::Accept(Vec::new()),
+        );
+        establish(&mut s);
+        let t0 = s.now;
+        let until = s.conn(Side::B).unwrap().fpdu_hold_until().expect("held");
+        assert!(until > t0 && until - t0 <= Duration::from_millis(100));
+        assert_eq!(s.conn(Side::A).unwrap().fpdu_hold_until(), None);
+        s.with_conn(Side::B, |b, m, now| {
+            b.post_send(now, m, write_wr(2, sb, sa))
+        })
+        .unwrap();
+        if initiator_speaks {
+            s.with_conn(Side::A, |a, m, now| {
+                a.post_send(now, m, write_wr(1, sa, sb))
+            })
+            .unwrap();
+        }
+        let ok = s.run_until(Duration::from_secs(2), |s| {
+            s.conn(Side::A).unwrap().stats().fpdus_received == 1
+        });
+        assert!(ok, "the responder's Write never arrived");
+        let took = s.now - t0;
+        if initiator_speaks {
+            // The responder saw the initiator's FPDU first, and sent at once.
+            assert_eq!(s.conn(Side::B).unwrap().stats().fpdus_received, 1);
+            assert!(took < Duration::from_millis(50), "sent after {took:?}");
+        } else {
+            assert!(took >= Duration::from_millis(99), "sent after {took:?}");
+        }
+        assert_eq!(s.conn(Side::B).unwrap().fpdu_hold_until(), None);
+    }
+}
+
 // RFC 5040 §6.2, RFC 5041 §6: a graceful close drains, sends FIN, and the peer's stream
 // closes without a Terminate.
 #[test]
