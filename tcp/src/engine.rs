@@ -1345,26 +1345,11 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     self.send_cookie(now, tuple, repr);
                     return None;
                 }
-                if self.live >= self.cfg.max_connections {
-                    self.stats.table_full_drops += 1;
-                    return None;
-                }
                 let iss = self.isn.isn(now, tuple.local, tuple.remote);
-                let tcb = Tcb::new_passive(
-                    now,
-                    &self.cfg,
-                    tuple.local,
-                    tuple.remote,
-                    iss,
-                    self.isn.ts_offset(tuple.local, tuple.remote),
-                    repr,
-                );
-                let port = tuple.local.port();
-                if let Some(l) = self.listeners.get_mut(&port) {
-                    l.half_open += 1;
+                let tcb = self.passive_tcb(now, tuple, iss, repr);
+                if let Some(id) = self.insert_half_open(tuple, tcb) {
+                    self.after_activity(id);
                 }
-                let id = self.insert(tuple, tcb, None, Some(port));
-                self.after_activity(id);
             }
             (Some(_), _, None) => {}
             (None, TcpControl::Syn, None)
@@ -1403,15 +1388,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
             repr.max_seg_size.unwrap_or(536),
         );
         // The SYN-ACK the connection would send, from a connection made for it and dropped.
-        let mut tcb = Tcb::new_passive(
-            now,
-            &self.cfg,
-            tuple.local,
-            tuple.remote,
-            iss,
-            self.isn.ts_offset(tuple.local, tuple.remote),
-            repr,
-        );
+        let mut tcb = self.passive_tcb(now, tuple, iss, repr);
         let mut hdr = tcb.syn_ack_header(now, &self.cfg, self.holding_window());
         if let Some((tsval, tsecr)) = hdr.timestamp {
             let tsval = syn_cookie::with_options(tsval, repr.window_scale, repr.sack_permitted);
@@ -1436,10 +1413,6 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let peer_isn = (repr.seq_number.0 as u32).wrapping_sub(1);
         let iss = ack.wrapping_sub(1);
         let mss = syn_cookie::check(&self.isn, now, tuple.local, tuple.remote, peer_isn, iss)?;
-        if self.live >= self.cfg.max_connections {
-            self.stats.table_full_drops += 1;
-            return None;
-        }
         let (window_scale, sack_permitted) = repr
             .timestamp
             .map_or((None, false), |t| syn_cookie::options(t.tsecr));
@@ -1459,20 +1432,40 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                 .map(|t| smoltcp::wire::TcpTimestampRepr::new(t.tsval, 0)),
             payload: &[],
         };
-        let tcb = Tcb::new_from_cookie(
+        let mut tcb = self.passive_tcb(now, tuple, iss, &syn);
+        tcb.syn_ack_sent_statelessly();
+        let id = self.insert_half_open(tuple, tcb)?;
+        self.stats.syn_cookies_accepted += 1;
+        Some(id)
+    }
+
+    /// The TCB of a passive open (SYN-RECEIVED) answering the SYN `syn` of `tuple` with ISS
+    /// `iss`.
+    fn passive_tcb(&self, now: Instant, tuple: FourTuple, iss: u32, syn: &TcpRepr) -> Tcb {
+        let ts_offset = self.isn.ts_offset(tuple.local, tuple.remote);
+        Tcb::new_passive(
             now,
             &self.cfg,
             tuple.local,
             tuple.remote,
             iss,
-            self.isn.ts_offset(tuple.local, tuple.remote),
-            &syn,
-        );
+            ts_offset,
+            syn,
+        )
+    }
+
+    /// Puts the half-open `tcb` in the table as a connection of the listener on `tuple`'s
+    /// local port, counted in its backlog; `None` (counted) when the table is full
+    /// (`Config::max_connections`).
+    fn insert_half_open(&mut self, tuple: FourTuple, tcb: Tcb) -> Option<ConnId> {
+        if self.live >= self.cfg.max_connections {
+            self.stats.table_full_drops += 1;
+            return None;
+        }
         let port = tuple.local.port();
         if let Some(l) = self.listeners.get_mut(&port) {
             l.half_open += 1;
         }
-        self.stats.syn_cookies_accepted += 1;
         Some(self.insert(tuple, tcb, None, Some(port)))
     }
 

@@ -481,24 +481,13 @@ impl Tcb {
         t
     }
 
-    /// A passive connection made from a SYN cookie ([`crate::syn_cookie`]) whose SYN-ACK
-    /// (ISS `iss`) went out statelessly: `syn` is the peer's SYN as the cookie rebuilt it.
-    /// The handshake's time is not known, so it gives no RTT sample (as after a
-    /// retransmitted SYN-ACK, Karn's rule).
-    pub(crate) fn new_from_cookie(
-        now: Instant,
-        cfg: &Config,
-        local: SocketAddr,
-        remote: SocketAddr,
-        iss: u32,
-        ts_offset: u32,
-        syn: &TcpRepr,
-    ) -> Self {
-        let mut t = Tcb::new_passive(now, cfg, local, remote, iss, ts_offset, syn);
-        t.send_syn = false;
-        t.syn_emitted = true;
-        t.syn_retries = 1;
-        t
+    /// Marks this passive connection's SYN-ACK as sent already, statelessly, with a SYN
+    /// cookie ([`crate::syn_cookie`]) that the peer's ACK returned. The handshake's time is
+    /// not known, so it gives no RTT sample (as after a retransmitted SYN-ACK, Karn's rule).
+    pub(crate) fn syn_ack_sent_statelessly(&mut self) {
+        self.send_syn = false;
+        self.syn_emitted = true;
+        self.syn_retries = 1;
     }
 
     /// Take the peer's SYN: IRS, options, initial (unscaled, RFC 7323 §2.2) window.
