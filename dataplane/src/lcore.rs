@@ -2380,7 +2380,7 @@ mod tests {
         assert_eq!((c.tx, c.tx_dropped), (n as u64, 36));
         assert_eq!(
             l.snapshot().sections["lcores"]
-                .get_dict("lcore0_dp")
+                .get_dict(&format!("loop{}_dp", l.telemetry_id()))
                 .unwrap()
                 .get("tx_backlog"),
             Some(&telemetry::Scalar::U64(MAX_TX_BACKLOG as u64))

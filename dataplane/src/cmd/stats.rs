@@ -185,6 +185,17 @@ fn print_tables(r: &Value) {
         info["uptime_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
         info["poll_loops"]
     );
+    // Where each loop runs: its EAL lcore (none on a thread EAL does not manage), its thread.
+    for (name, o) in entries(info) {
+        let lcore = o
+            .get("lcore")
+            .map_or("no lcore".into(), |l| format!("lcore {l}"));
+        say!(
+            "  {name}: {lcore}, thread {}, snapshot {} ms old",
+            f(o, "thread"),
+            f(o, "snapshot_age_ms")
+        );
+    }
     let mut t = Table::new([
         "port",
         "kind",
