@@ -1051,8 +1051,8 @@ pub struct PollLoop<P: Port, H: Handler<P>> {
 impl<P: Port, H: Handler<P>> Drop for PollLoop<P, H> {
     /// The loop leaves telemetry. The buffers it holds (spare, held, backlog, rx, tx) go
     /// back to their pools before the ports free those pools (a DPDK pool with an mbuf
-    /// still out is leaked, and EAL with it). The ports then stop first, before the handler's teardown, so that the
-    /// link goes down as soon as the loop is done.
+    /// still out is leaked, and EAL with it). The ports then stop first, before the
+    /// handler's teardown, so that the link goes down as soon as the loop is done.
     fn drop(&mut self) {
         telemetry::withdraw(self.id);
         self.slots.clear();
