@@ -1064,6 +1064,47 @@ fn pending_resets_are_bounded_and_counted() {
     assert_eq!(e.stats().resets_dropped, extra as u64);
 }
 
+// RFC 4987 §3.6: SYN cookies keep no connection state, but their SYN-ACKs wait for
+// transmission beside the RSTs, up to `MAX_PENDING_RSTS`: while the port's ring stays full
+// (nothing drained here) the SYNs beyond that are dropped and counted, as a full qdisc drops
+// Linux's; every queued SYN-ACK still goes out once transmission resumes, and new SYNs are
+// answered again.
+#[test]
+fn pending_syn_cookies_are_bounded_and_counted() {
+    let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(test_config());
+    e.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, B_PORT), 4)
+        .unwrap();
+    let now = Instant::from_millis(1);
+    let syn = |i: u32| {
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 2, (i >> 8) as u8, i as u8), 6000);
+        Seg::new(src, b_addr(), TcpControl::Syn, i.wrapping_mul(7919), None).emit()
+    };
+    let extra = 10;
+    let n = 4 + tcp::MAX_PENDING_RSTS + extra;
+    for i in 0..n as u32 {
+        e.handle_packet(now, &mut (), &syn(i)).unwrap();
+    }
+    let st = e.stats();
+    assert_eq!(e.half_open(B_PORT), 4);
+    assert_eq!(
+        (st.syn_cookies_sent, st.syn_backlog_drops),
+        (tcp::MAX_PENDING_RSTS as u64, extra as u64)
+    );
+    let out = drain(&mut e, now);
+    let syn_acks = out
+        .iter()
+        .filter(|s| s.control == TcpControl::Syn && s.ack.is_some())
+        .count();
+    assert_eq!(
+        syn_acks,
+        4 + tcp::MAX_PENDING_RSTS,
+        "every SYN kept or cookied answered"
+    );
+    e.handle_packet(now, &mut (), &syn(n as u32)).unwrap();
+    assert_eq!(drain(&mut e, now).len(), 1, "answered again");
+    assert_eq!(e.stats().syn_backlog_drops, extra as u64);
+}
+
 // The engine lists the connections whose ULP ran, each once, so a service on top visits
 // those instead of every connection; idle connections are not listed.
 #[test]
