@@ -1345,11 +1345,13 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
                     self.send_cookie(now, tuple, repr);
                     return None;
                 }
+                if !self.table_has_room() {
+                    return None;
+                }
                 let iss = self.isn.isn(now, tuple.local, tuple.remote);
                 let tcb = self.passive_tcb(now, tuple, iss, repr);
-                if let Some(id) = self.insert_half_open(tuple, tcb) {
-                    self.after_activity(id);
-                }
+                let id = self.insert_half_open(tuple, tcb);
+                self.after_activity(id);
             }
             (Some(_), _, None) => {}
             (None, TcpControl::Syn, None)
@@ -1413,6 +1415,9 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         let peer_isn = (repr.seq_number.0 as u32).wrapping_sub(1);
         let iss = ack.wrapping_sub(1);
         let mss = syn_cookie::check(&self.isn, now, tuple.local, tuple.remote, peer_isn, iss)?;
+        if !self.table_has_room() {
+            return None;
+        }
         let (window_scale, sack_permitted) = repr
             .timestamp
             .map_or((None, false), |t| syn_cookie::options(t.tsecr));
@@ -1434,7 +1439,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         };
         let mut tcb = self.passive_tcb(now, tuple, iss, &syn);
         tcb.syn_ack_sent_statelessly();
-        let id = self.insert_half_open(tuple, tcb)?;
+        let id = self.insert_half_open(tuple, tcb);
         self.stats.syn_cookies_accepted += 1;
         Some(id)
     }
@@ -1454,19 +1459,25 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
         )
     }
 
-    /// Puts the half-open `tcb` in the table as a connection of the listener on `tuple`'s
-    /// local port, counted in its backlog; `None` (counted) when the table is full
-    /// (`Config::max_connections`).
-    fn insert_half_open(&mut self, tuple: FourTuple, tcb: Tcb) -> Option<ConnId> {
-        if self.live >= self.cfg.max_connections {
+    /// Whether the table takes another connection (`Config::max_connections`); a refusal
+    /// is counted. Asked before a passive connection is built, so that a flood on a full
+    /// table costs no TCB.
+    fn table_has_room(&mut self) -> bool {
+        let room = self.live < self.cfg.max_connections;
+        if !room {
             self.stats.table_full_drops += 1;
-            return None;
         }
+        room
+    }
+
+    /// Puts the half-open `tcb` in the table as a connection of the listener on `tuple`'s
+    /// local port, counted in its backlog ([`Engine::table_has_room`] said it fits).
+    fn insert_half_open(&mut self, tuple: FourTuple, tcb: Tcb) -> ConnId {
         let port = tuple.local.port();
         if let Some(l) = self.listeners.get_mut(&port) {
             l.half_open += 1;
         }
-        Some(self.insert(tuple, tcb, None, Some(port)))
+        self.insert(tuple, tcb, None, Some(port))
     }
 
     /// RFC 9293 §3.10.7.1: a segment without ACK to a closed port gets an RST with
