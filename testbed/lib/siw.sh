@@ -79,10 +79,10 @@ def causal_order(path):
         recs.append(data[off:off + 16 + incl])
         off += 16 + incl
     seg = {}    # frame number -> (direction, seq, end of sequence space, ack or None)
+    on = lambda v: v in ("1", "True")
     for n, src, sp, dst, dp, seq, ln, ack, fa, fs, ff in endpoints(
             "tcp", "frame.number", "src", "tcp.srcport", "dst", "tcp.dstport", "tcp.seq_raw",
             "tcp.len", "tcp.ack_raw", "tcp.flags.ack", "tcp.flags.syn", "tcp.flags.fin"):
-        on = lambda v: v in ("1", "True")
         end = (int(seq) + int(ln or 0) + on(fs) + on(ff)) & MASK
         seg[int(n)] = (("%s:%s" % (src, sp), "%s:%s" % (dst, dp)), int(seq), end,
                        int(ack) if on(fa) else None)
