@@ -420,6 +420,14 @@ pub const TX_QUANTUM: u32 = 32;
 /// [`Stats::resets_dropped`], RFC 5961 §7 spirit).
 pub const MAX_PENDING_RSTS: usize = 1024;
 
+/// Bound on SYN-ACKs carrying SYN cookies that wait for transmission (the port's transmit
+/// ring full): beyond it SYNs are dropped and counted ([`Stats::syn_backlog_drops`]). Each
+/// waits in about 150 octets; a burst of connects that outran the listener's backlog while
+/// the peer was slow to drain the link (3,000 `cmtime` connects against a backlog of 1,024,
+/// the peer's data plane sharing a CPU with its application) is answered whole, not left
+/// to the peer's one-second SYN retransmission.
+pub const MAX_PENDING_SYN_ACKS: usize = 4096;
+
 /// The TCP engine. `U` is the per-connection upper layer: a [`crate::SegmentSink`] +
 /// [`crate::SegmentSource`] (the MPA endpoint, a [`crate::StreamSocket`], or an enum of
 /// several). `C` is the context the caller lends to every call that
@@ -460,7 +468,7 @@ pub struct Engine<U, C: ?Sized = ()> {
     events: VecDeque<Event<U>>,
     rsts: VecDeque<Rst>,
     /// SYN-ACKs carrying SYN cookies, sent without a connection (at most
-    /// `MAX_PENDING_RSTS`).
+    /// `MAX_PENDING_SYN_ACKS`).
     cookies: VecDeque<(SocketAddr, SocketAddr, Header)>,
     held_syns: HeldSyns,
     next_port: u16,
@@ -1376,7 +1384,7 @@ impl<U: Ulp<C>, C: ?Sized> Engine<U, C> {
     /// ([`crate::syn_cookie`]), keeping nothing; or drops it (counted) when cookies are off
     /// or too many wait to be sent.
     fn send_cookie(&mut self, now: Instant, tuple: FourTuple, repr: &TcpRepr) {
-        if !self.cfg.syn_cookies || self.cookies.len() >= MAX_PENDING_RSTS {
+        if !self.cfg.syn_cookies || self.cookies.len() >= MAX_PENDING_SYN_ACKS {
             self.stats.syn_backlog_drops += 1;
             return;
         }

@@ -54,7 +54,7 @@ mod wire;
 pub use config::{Config, Keepalive};
 pub use engine::{
     ConnId, Engine, Error, Event, FourTuple, GatherTransmit, Lent, Stats, Transmit,
-    MAX_PENDING_RSTS, TX_QUANTUM,
+    MAX_PENDING_RSTS, MAX_PENDING_SYN_ACKS, TX_QUANTUM,
 };
 pub use ip::{ip_header_len, PacketError, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 pub use isn::IsnGenerator;

@@ -1065,10 +1065,10 @@ fn pending_resets_are_bounded_and_counted() {
 }
 
 // RFC 4987 §3.6: SYN cookies keep no connection state, but their SYN-ACKs wait for
-// transmission beside the RSTs, up to `MAX_PENDING_RSTS`: while the port's ring stays full
-// (nothing drained here) the SYNs beyond that are dropped and counted, as a full qdisc drops
-// Linux's; every queued SYN-ACK still goes out once transmission resumes, and new SYNs are
-// answered again.
+// transmission, up to `MAX_PENDING_SYN_ACKS`: while the port's ring stays full (nothing
+// drained here) the SYNs beyond that are dropped and counted, as a full qdisc drops Linux's;
+// every queued SYN-ACK still goes out once transmission resumes, and new SYNs are answered
+// again.
 #[test]
 fn pending_syn_cookies_are_bounded_and_counted() {
     let mut e: tcp::Engine<StreamSocket> = tcp::Engine::new(test_config());
@@ -1080,7 +1080,7 @@ fn pending_syn_cookies_are_bounded_and_counted() {
         Seg::new(src, b_addr(), TcpControl::Syn, i.wrapping_mul(7919), None).emit()
     };
     let extra = 10;
-    let n = 4 + tcp::MAX_PENDING_RSTS + extra;
+    let n = 4 + tcp::MAX_PENDING_SYN_ACKS + extra;
     for i in 0..n as u32 {
         e.handle_packet(now, &mut (), &syn(i)).unwrap();
     }
@@ -1088,7 +1088,7 @@ fn pending_syn_cookies_are_bounded_and_counted() {
     assert_eq!(e.half_open(B_PORT), 4);
     assert_eq!(
         (st.syn_cookies_sent, st.syn_backlog_drops),
-        (tcp::MAX_PENDING_RSTS as u64, extra as u64)
+        (tcp::MAX_PENDING_SYN_ACKS as u64, extra as u64)
     );
     let out = drain(&mut e, now);
     let syn_acks = out
@@ -1097,7 +1097,7 @@ fn pending_syn_cookies_are_bounded_and_counted() {
         .count();
     assert_eq!(
         syn_acks,
-        4 + tcp::MAX_PENDING_RSTS,
+        4 + tcp::MAX_PENDING_SYN_ACKS,
         "every SYN kept or cookied answered"
     );
     e.handle_packet(now, &mut (), &syn(n as u32)).unwrap();
