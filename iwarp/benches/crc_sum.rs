@@ -4,19 +4,24 @@
 //! again) and cold (ranges spread over 256 MiB, out of every cache). Rounds alternate between
 //! them (and each separate pass alone, the project's own CRC32c (`wire::crc::crc32c`, the
 //! kernel without its sum where the CPU has one), and the send side's copy into the frame
-//! with and without its sum); each figure is the median over the rounds of the mean time per
-//! range. Run pinned: `taskset -c 1 cargo bench -p iwarp --bench crc_sum`.
+//! with and without its sum, and the send side's read of a payload out of registered memory
+//! into its unit followed by the one pass, against the read that sums in its own pass,
+//! `wire::crcsum::copy_crc32c_and_sum_after`, the units taken in turn from 4 MiB of them as
+//! the send path's are while that much is in flight); each figure is the median over the rounds of
+//! the mean time per range. Run pinned: `taskset -c 1 cargo bench -p iwarp --bench crc_sum`.
 
 use std::hint::black_box;
 use std::time::Instant;
 
 use crc_fast::crc32_iscsi;
 use iwarp::wire::crc::crc32c;
-use iwarp::wire::crcsum::{crc32c_and_sum, one_pass};
+use iwarp::wire::crcsum::{copy_crc32c_and_sum_after, crc32c_and_sum, one_pass};
 use tcp::checksum::{copy_payload, payload_sum};
 
 const ROUNDS: usize = 21;
 const COLD_BYTES: usize = 256 << 20;
+/// The units a send path keeps in flight (the engine's bound on octets in flight).
+const UNITS_BYTES: usize = 4 << 20;
 
 /// What a round computes.
 #[derive(Clone, Copy)]
@@ -31,11 +36,18 @@ enum Work {
     CopySum,
     /// The same copy alone.
     Copy,
+    /// A payload read into its unit, then the one pass over the unit.
+    ReadThenOnePass,
+    /// The read summing in its own pass.
+    ReadOnePass,
 }
 
 /// Mean nanoseconds per range of one round of `iters` ranges taken by `offset`.
 fn round(buf: &[u8], len: usize, iters: usize, offset: impl Fn(usize) -> usize, work: Work) -> f64 {
     let mut frame = vec![0u8; len];
+    let unit_stride = (len + 64).next_multiple_of(64);
+    let mut units = vec![0u8; UNITS_BYTES + unit_stride];
+    let n_units = UNITS_BYTES / unit_stride;
     let t = Instant::now();
     for i in 0..iters {
         let data = black_box(&buf[offset(i)..offset(i) + len]);
@@ -47,6 +59,17 @@ fn round(buf: &[u8], len: usize, iters: usize, offset: impl Fn(usize) -> usize, 
             Work::SumOnly => drop(black_box(payload_sum(data))),
             Work::CopySum => drop(black_box(copy_payload(&mut frame, data))),
             Work::Copy => frame.copy_from_slice(data),
+            Work::ReadThenOnePass => {
+                let at = i % n_units * unit_stride;
+                let unit = &mut units[at..at + len];
+                unit.copy_from_slice(data);
+                black_box(crc32c_and_sum(unit));
+            }
+            Work::ReadOnePass => {
+                let at = i % n_units * unit_stride;
+                let unit = &mut units[at..at + len];
+                black_box(copy_crc32c_and_sum_after(0, data, unit));
+            }
         }
         black_box(&mut frame);
     }
@@ -83,19 +106,23 @@ fn main() {
                 Work::SumOnly,
                 Work::CopySum,
                 Work::Copy,
+                Work::ReadThenOnePass,
+                Work::ReadOnePass,
             ];
-            let mut times = [const { Vec::new() }; 7];
+            let mut times = [const { Vec::new() }; 9];
             for _ in 0..ROUNDS {
                 for (t, &w) in times.iter_mut().zip(&works) {
                     t.push(round(&buf, len, iters, offset, w));
                 }
             }
-            let [a, b, c, o, s, cs, cp] = times.map(median);
+            let [a, b, c, o, s, cs, cp, rt, r1] = times.map(median);
             println!(
                 "{len:5} octets {name:6}: one pass {a:6.1} ns, separate {b:6.1} ns ({:.2}x; \
                  crc-fast's CRC32c alone {c:.1}, own CRC32c {o:.1}, sum alone {s:.1}; \
-                 copy with sum {cs:.1}, copy {cp:.1})",
-                b / a
+                 copy with sum {cs:.1}, copy {cp:.1}; read then one pass {rt:.1}, read in \
+                 one pass {r1:.1} ({:.2}x))",
+                b / a,
+                rt / r1
             );
         }
     }

@@ -8,9 +8,18 @@ use tcp::Instant;
 use super::stats::OpCounters;
 use crate::mem::{BufferPool, MemoryTable};
 use crate::mpa::{Framer, MarkerSpacing};
-use crate::rdmap::{DdpSegmentOut, Engine, FRAME_ROOM};
+use crate::rdmap::{DdpSegmentOut, Digesting, Engine, FRAME_ROOM};
 use crate::wire::ddp::UNTAGGED_HEADER_LEN;
 use crate::wire::rdmap::READ_REQUEST_LEN;
+
+/// The shortest DDP segment whose CRC and TCP sum are taken in the pass that reads its
+/// payload out of registered memory (`rdmap::Engine::poll_segment_digested`); shorter ones
+/// are read, then summed in a second pass over their buffer. `benches/crc_sum.rs` on an AMD
+/// EPYC (Zen 3), the read into a unit that is out of the caches (4 MiB of units in
+/// flight): at 9,000 octets the one pass took 1.13–1.31× less time than the two, with the
+/// source cached or not; at 1,448 it gained 1.05–1.11× with the source cached but lost
+/// 0.80–0.83× with it out of every cache (its loads run fewer at once than a plain copy's).
+pub(super) const DIGEST_MIN_LEN: usize = 4096;
 
 /// Smallest MULPDU worth segmenting for (an untagged header plus a Read Request body).
 pub(super) const MIN_MULPDU: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_LEN;
@@ -263,7 +272,20 @@ impl Sender {
         let pool = Self::pool(&mut self.spare, shared);
         let mut buffer = pool.take();
         let fresh = buffer.capacity() == 0;
-        let Some(s) = engine.poll_segment_into(now, mulpdu, mem, &mut buffer) else {
+        // With CRCs a long segment's CRC and TCP sum are taken while its payload is read out
+        // of registered memory (one pass over it), the framer summing only what it adds.
+        let polled = if framer.crc() {
+            let digesting = Digesting {
+                seed: Framer::crc_seed,
+                min_len: budget.max(DIGEST_MIN_LEN),
+            };
+            engine.poll_segment_digested(now, mulpdu, mem, &mut buffer, digesting)
+        } else {
+            engine
+                .poll_segment_into(now, mulpdu, mem, &mut buffer)
+                .map(|s| (s, None))
+        };
+        let Some((s, digest)) = polled else {
             pool.give(buffer);
             return None;
         };
@@ -275,7 +297,11 @@ impl Sender {
             return None;
         }
         let mut bytes = s.into_ulpdu_buffer();
-        let (_, sum) = framer.frame_in_place(&mut bytes, FRAME_ROOM).ok()?;
+        let (_, sum) = match digest {
+            Some(d) => framer.frame_in_place_digested(&mut bytes, FRAME_ROOM, d),
+            None => framer.frame_in_place(&mut bytes, FRAME_ROOM),
+        }
+        .ok()?;
         Some(FramedUnit {
             bytes,
             head: FRAME_ROOM as u16,

@@ -6,6 +6,8 @@
 //! application's own memory instead: its addresses are the application's virtual addresses,
 //! and only the ranges the application registered are backed.
 
+use crate::wire::crcsum::CrcSum;
+
 /// A physical address space that placement writes into and reads come from.
 pub trait MemoryBackend {
     /// Whether every octet of `[addr, addr + len)` is backed.
@@ -16,6 +18,17 @@ pub trait MemoryBackend {
 
     /// Copies the octets at `addr` into `out`; false (nothing read) when not backed.
     fn read(&self, addr: u64, out: &mut [u8]) -> bool;
+
+    /// [`MemoryBackend::read`], the octets read also added to `digest` (an FPDU's CRC32c
+    /// and TCP sum, [`crate::wire::crcsum`]): in the copy's pass where the backend lends
+    /// its octets as a slice (an [`Arena`]), else in a second pass over `out`.
+    fn read_digest(&self, addr: u64, out: &mut [u8], digest: &mut CrcSum) -> bool {
+        if !self.read(addr, out) {
+            return false;
+        }
+        digest.extend(out);
+        true
+    }
 
     /// Starts backing `[addr, addr + len)` (a backend that holds memory on request: an
     /// application's buffers as it registers them); false when the backend cannot (an
@@ -75,6 +88,19 @@ impl<A: Arena + ?Sized> MemoryBackend for A {
         {
             Some(src) => {
                 out.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn read_digest(&self, addr: u64, out: &mut [u8], digest: &mut CrcSum) -> bool {
+        match usize::try_from(addr)
+            .ok()
+            .and_then(|a| self.bytes().get(a..a.checked_add(out.len())?))
+        {
+            Some(src) => {
+                digest.extend_copy(src, out);
                 true
             }
             None => false,

@@ -4,6 +4,7 @@ use thiserror::Error;
 
 use super::pool::BufferPool;
 use super::stag::{Access, PdId, STag, StreamId};
+use crate::wire::crcsum::CrcSum;
 use crate::wire::terminate::TerminateCause;
 
 /// Why an access through an STag was refused.
@@ -194,6 +195,22 @@ pub trait MemoryTable {
     ) -> Result<(), AccessError> {
         let _ = grant;
         self.read(r, off, out)
+    }
+
+    /// [`MemoryTable::read_granted`], the octets read also added to `digest` (an FPDU's
+    /// CRC32c and TCP sum): by default in a second pass over `out`.
+    #[inline]
+    fn read_granted_digest(
+        &self,
+        r: &Resolved,
+        grant: &mut ReadGrant,
+        off: u64,
+        out: &mut [u8],
+        digest: &mut CrcSum,
+    ) -> Result<(), AccessError> {
+        self.read_granted(r, grant, off, out)?;
+        digest.extend(out);
+        Ok(())
     }
 
     /// Atomically replaces the 8 octets at the start of `r` (host byte order) by

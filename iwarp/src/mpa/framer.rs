@@ -6,8 +6,8 @@
 use crate::mpa::error::MpaError;
 use crate::mpa::markers::{MarkedWriter, MarkerSpacing};
 use crate::mpa::negotiate::Negotiated;
-use crate::wire::crc::to_wire;
-use crate::wire::crcsum::crc32c_and_sum;
+use crate::wire::crc::{crc32c, to_wire};
+use crate::wire::crcsum::{crc32c_and_sum, CrcSum};
 use crate::wire::mpa::{fpdu_len, pad_len, ULPDU_LENGTH_LEN};
 use tcp::checksum::{payload_sum, PayloadSum};
 
@@ -105,6 +105,37 @@ impl Framer {
         buf: &mut Vec<u8>,
         at: usize,
     ) -> Result<(usize, Option<PayloadSum>), MpaError> {
+        self.frame_in_place_with(buf, at, None)
+    }
+
+    /// [`Framer::frame_in_place`] of a segment whose CRC32c and TCP sum were taken as it
+    /// was built: `digest` covers the ULPDU, its CRC continuing from [`Framer::crc_seed`] of
+    /// the ULPDU's length (`rdmap::Engine::poll_segment_digested`), so that only the pad
+    /// and the length field are summed here. Without CRCs the digest is not needed.
+    #[inline]
+    pub fn frame_in_place_digested(
+        &self,
+        buf: &mut Vec<u8>,
+        at: usize,
+        digest: CrcSum,
+    ) -> Result<(usize, Option<PayloadSum>), MpaError> {
+        self.frame_in_place_with(buf, at, Some(digest))
+    }
+
+    /// The CRC32c of an FPDU's ULPDU_Length field for a ULPDU of `ulpdu_len` octets: where
+    /// the FPDU's CRC stands when its ULPDU starts ([`Framer::frame_in_place_digested`]).
+    /// A length beyond the field's range gives a value of no use (framing refuses it).
+    pub fn crc_seed(ulpdu_len: usize) -> u32 {
+        crc32c(&u16::try_from(ulpdu_len).unwrap_or(0).to_be_bytes())
+    }
+
+    #[inline]
+    fn frame_in_place_with(
+        &self,
+        buf: &mut Vec<u8>,
+        at: usize,
+        digest: Option<CrcSum>,
+    ) -> Result<(usize, Option<PayloadSum>), MpaError> {
         if self.markers.is_some() {
             return Err(MpaError::Framing("in-place framing with markers"));
         }
@@ -115,9 +146,26 @@ impl Framer {
         let len = u16::try_from(ulpdu_len)
             .map_err(|_| MpaError::Framing("DDP segment longer than 65535 octets"))?;
         buf[at..at + ULPDU_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
-        buf.resize(buf.len() + pad_len(ulpdu_len), 0);
+        let pad = pad_len(ulpdu_len);
+        buf.resize(buf.len() + pad, 0);
         let (crc, sum) = if self.crc {
-            let one = crc32c_and_sum(&buf[at..]);
+            let one = match digest {
+                Some(mut d) => {
+                    d.extend(&buf[buf.len() - pad..]);
+                    CrcSum {
+                        crc: d.crc,
+                        sum: payload_sum(&buf[at..at + ULPDU_LENGTH_LEN]).then(d.sum),
+                    }
+                }
+                None => crc32c_and_sum(&buf[at..]),
+            };
+            debug_assert!(
+                digest.is_none() || {
+                    let whole = crc32c_and_sum(&buf[at..]);
+                    whole.crc == one.crc && whole.sum.folded() == one.sum.folded()
+                },
+                "the digest does not cover this ULPDU"
+            );
             (one.crc, Some(one.sum))
         } else {
             (0, None)
@@ -215,6 +263,33 @@ mod tests {
         assert!(Framer::new(true, None)
             .frame_in_place(&mut vec![0; 10], 9)
             .is_err());
+    }
+
+    // RFC 5044 §4.1: the FPDU finished from a digest taken while the ULPDU was built
+    // (CRC seeded with the ULPDU_Length field's, the ULPDU summed) is the copied one octet
+    // for octet, with the same TCP sum, whatever pad the length needs (0 to 3 octets).
+    #[test]
+    fn digested_fpdu_equals_copied_fpdu() {
+        let f = Framer::new(true, None);
+        let header = [0x41, 0x43, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0];
+        for n in [0usize, 1, 2, 3, 4, 5, 6, 1434, 1448, 8946] {
+            let payload: Vec<u8> = (0..n).map(|i| (i * 13 + 1) as u8).collect();
+            let mut copied = Vec::new();
+            f.emit_fpdu(9, &[&header, &payload], &mut copied).unwrap();
+            let mut buf = vec![0xee; 128 + ULPDU_LENGTH_LEN];
+            let mut digest = CrcSum::after(Framer::crc_seed(header.len() + n));
+            buf.extend_from_slice(&header);
+            digest.extend(&header);
+            let start = buf.len();
+            buf.resize(start + n, 0);
+            digest.extend_copy(&payload, &mut buf[start..]);
+            let (len, sum) = f.frame_in_place_digested(&mut buf, 128, digest).unwrap();
+            assert_eq!(len, copied.len());
+            assert_eq!(&buf[128..], copied, "{n} octets");
+            let sum = sum.expect("with CRCs the sum comes along");
+            assert_eq!(sum.folded(), payload_sum(&copied).folded(), "{n} octets");
+            assert_eq!(sum.octets(), copied.len());
+        }
     }
 
     #[test]

@@ -63,6 +63,6 @@ pub mod wr;
 pub use crate::ddp::untagged::RecvBuffer as RecvWr;
 pub use completion::{Completion, CompletionOpcode, CompletionStatus, Event, WorkQueue};
 pub use engine::{Engine, EngineConfig, Handled, PostError, StreamState};
-pub use tx::DdpSegmentOut;
 pub use tx::FRAME_ROOM;
+pub use tx::{CrcSeed, DdpSegmentOut, Digesting};
 pub use wr::{CheckedSource, RemoteBuf, SendOp, SendWr};

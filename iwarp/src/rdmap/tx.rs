@@ -13,6 +13,7 @@ use super::wr::{CheckedSource, SendOp};
 use crate::ddp::segmenter::{MessageTarget, OutgoingMessage, Segmenter};
 use crate::mem::{Access, AccessError, MemoryTable, ReadGrant, Resolved, Sge};
 use crate::wire::atomic::{AtomicRequestRepr, ATOMIC_REQUEST_LEN};
+use crate::wire::crcsum::CrcSum;
 use crate::wire::ddp::{DdpRepr, UntaggedRepr, UNTAGGED_HEADER_LEN};
 use crate::wire::mpa::{CRC_LEN, ULPDU_LENGTH_LEN};
 use crate::wire::rdmap::{ImmediateDataRepr, Opcode, RdmapControl, ReadRequestRepr};
@@ -30,6 +31,23 @@ pub const FRAME_ROOM: usize = 128;
 /// The segment's octets start here in its buffer: the frame's room and the ULPDU_Length
 /// field first.
 const LEAD: usize = FRAME_ROOM + ULPDU_LENGTH_LEN;
+
+/// Where the CRC32c of the FPDU that will carry a segment starts, given the segment's length
+/// (the MPA ULPDU_Length): the CRC of what the framer puts in front of the segment. With
+/// one, [`Engine::poll_segment_digested`] takes the FPDU's CRC and TCP sum over the segment
+/// in the pass that reads its payload out of registered memory.
+pub type CrcSeed = fn(usize) -> u32;
+
+/// What [`Engine::poll_segment_digested`] sums: segments of at least `min_len` octets (a
+/// shorter one is framed with others by copying, which sums it then), the FPDU's CRC
+/// starting at `seed`.
+#[derive(Clone, Copy, Debug)]
+pub struct Digesting {
+    /// The CRC before the segment, by the segment's length.
+    pub seed: CrcSeed,
+    /// The shortest segment summed.
+    pub min_len: usize,
+}
 
 /// Room a gathered segment's buffer keeps after the payload, so that the MPA framer can
 /// append pad and CRC without growing it.
@@ -204,6 +222,7 @@ fn gather<M: MemoryTable + ?Sized>(
     mem: &M,
     offset: u32,
     out: &mut [u8],
+    mut digest: Option<&mut CrcSum>,
 ) -> Result<(), AccessError> {
     let mut at = 0u64;
     let want_lo = u64::from(offset);
@@ -222,6 +241,11 @@ fn gather<M: MemoryTable + ?Sized>(
                 // read of it follows, so no grant is worth building (one that came with
                 // the verbs layer's check is used).
                 mem.read(r, 0, out)?;
+                if let Some(d) = digest.as_deref_mut() {
+                    d.extend(out);
+                }
+            } else if let Some(d) = digest.as_deref_mut() {
+                mem.read_granted_digest(r, grant.for_piece(i), lo - at, out, d)?;
             } else {
                 mem.read_granted(r, grant.for_piece(i), lo - at, out)?;
             }
@@ -287,13 +311,44 @@ impl Engine {
         mem: &M,
         buffer: &mut Vec<u8>,
     ) -> Option<DdpSegmentOut> {
+        self.poll_segment_with(now, mulpdu, mem, buffer, None, &mut None)
+    }
+
+    /// [`Engine::poll_segment_into`], also giving the CRC32c (continuing from the seed's) and
+    /// TCP sum of the segment (header and payload, not the ULPDU_Length room), taken as it
+    /// is built: the payload's in the pass that copies it out of registered memory where the
+    /// memory allows. `None` for a segment not summed (a Terminate, one shorter than
+    /// `digesting.min_len`).
+    pub fn poll_segment_digested<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mulpdu: usize,
+        mem: &M,
+        buffer: &mut Vec<u8>,
+        digesting: Digesting,
+    ) -> Option<(DdpSegmentOut, Option<CrcSum>)> {
+        let mut digest = None;
+        let s = self.poll_segment_with(now, mulpdu, mem, buffer, Some(digesting), &mut digest)?;
+        Some((s, digest))
+    }
+
+    #[inline]
+    fn poll_segment_with<M: MemoryTable + ?Sized>(
+        &mut self,
+        now: Instant,
+        mulpdu: usize,
+        mem: &M,
+        buffer: &mut Vec<u8>,
+        digesting: Option<Digesting>,
+        digest: &mut Option<CrcSum>,
+    ) -> Option<DdpSegmentOut> {
         // Nothing to start (the receiving side's usual case, asked after every segment):
         // answered from the summary (up to date, as `tx_open` asserts) before the loop, so
         // that what the loop keeps at hand is set up only when a segment may be built.
         if self.tx_open() && self.current.is_none() && self.tx_idle {
             return None;
         }
-        let out = self.poll_segment_inner(now, mulpdu, mem, buffer);
+        let out = self.poll_segment_inner(now, mulpdu, mem, buffer, digesting, digest);
         self.tx_idle = self.nothing_to_start();
         out
     }
@@ -304,6 +359,8 @@ impl Engine {
         mulpdu: usize,
         mem: &M,
         buffer: &mut Vec<u8>,
+        digesting: Option<Digesting>,
+        digest: &mut Option<CrcSum>,
     ) -> Option<DdpSegmentOut> {
         loop {
             if !self.tx_open() {
@@ -343,7 +400,7 @@ impl Engine {
                     return None;
                 }
             }
-            match self.next_from_current(mulpdu, mem, buffer) {
+            match self.next_from_current(mulpdu, mem, buffer, digesting, digest) {
                 Ok(Some(header_len)) => {
                     self.last_tx = Some(now);
                     return Some(DdpSegmentOut {
@@ -391,12 +448,15 @@ impl Engine {
     }
 
     /// Builds the current message's next segment in `buffer`, answering its header's
-    /// length (the segment is `buffer` then), or `None` when nothing fits.
+    /// length (the segment is `buffer` then), or `None` when nothing fits; `digesting` one
+    /// long enough, its CRC32c and TCP sum go to `digest_out`.
     fn next_from_current<M: MemoryTable + ?Sized>(
         &mut self,
         mulpdu: usize,
         mem: &M,
         buffer: &mut Vec<u8>,
+        digesting: Option<Digesting>,
+        digest_out: &mut Option<CrcSum>,
     ) -> Result<Option<usize>, Failure> {
         let Some(cur) = self.current.as_mut() else {
             return Ok(None);
@@ -418,14 +478,27 @@ impl Engine {
             .map_err(|_| Failure::bare(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, Culprit::None))?;
         // The payload's room is laid out after the header, the buffer cut or grown then.
         out.header_len = n;
+        // The segment's length: an inline payload is written with the header.
+        let seg_len = n + match &cur.payload {
+            TxPayload::Inline { len, .. } => *len,
+            _ => plan.len as usize,
+        };
+        let mut digest = digesting.filter(|d| seg_len >= d.min_len).map(|d| {
+            let mut sum = CrcSum::after((d.seed)(seg_len));
+            sum.extend(&out.header_room(0)[..n]);
+            sum
+        });
         match &cur.payload {
             TxPayload::Inline { bytes, len } => {
                 out.header_room(0)[n..n + len].copy_from_slice(&bytes[..*len]);
                 out.end_header(n + len);
+                if let Some(d) = digest.as_mut() {
+                    d.extend(&bytes[..*len]);
+                }
             }
             TxPayload::Gather(pieces) => {
                 let payload = out.payload_room(plan.len as usize);
-                if let Err(_e) = gather(pieces, grant, mem, plan.offset, payload) {
+                if let Err(_e) = gather(pieces, grant, mem, plan.offset, payload, digest.as_mut()) {
                     let culprit = match cur.done {
                         TxDone::Complete(seq) => {
                             Culprit::Send(seq, CompletionStatus::LocalProtection)
@@ -443,11 +516,11 @@ impl Engine {
                     out.end_header(n);
                 } else {
                     let payload = out.payload_room(plan.len as usize);
-                    let res = match src {
-                        Some(r) => {
-                            mem.read_granted(r, grant.for_piece(0), u64::from(plan.offset), payload)
-                        }
-                        None => Err(AccessError::InvalidStag),
+                    let (piece, at) = (grant.for_piece(0), u64::from(plan.offset));
+                    let res = match (src, digest.as_mut()) {
+                        (Some(r), Some(d)) => mem.read_granted_digest(r, piece, at, payload, d),
+                        (Some(r), None) => mem.read_granted(r, piece, at, payload),
+                        (None, _) => Err(AccessError::InvalidStag),
                     };
                     if let Err(e) = res {
                         if let TxDone::ReadResponse {
@@ -491,6 +564,7 @@ impl Engine {
                 }
             }
         }
+        *digest_out = digest;
         Ok(Some(out.header_len()))
     }
 

@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 
 pub use crate::mem::MemoryBackend;
 use crate::mem::{AccessError, MemoryTable, ReadGrant, Resolved};
+use crate::wire::crcsum::CrcSum;
 
 use super::handle::QpId;
 use super::status::{CompletionStatus, VerbError};
@@ -1538,6 +1539,46 @@ impl MemoryModel {
     }
 }
 
+impl MemoryModel {
+    /// [`MemoryTable::read_granted`], adding what it reads to `digest` when there is one.
+    #[inline]
+    fn read_granted_with(
+        &self,
+        r: &Resolved,
+        grant: &mut ReadGrant,
+        off: u64,
+        out: &mut [u8],
+        digest: Option<&mut CrcSum>,
+    ) -> Result<(), AccessError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let generation = self.generation();
+        match grant.held(generation) {
+            Some(Some(start)) => {
+                match off.checked_add(out.len() as u64) {
+                    Some(end) if end <= r.len => {}
+                    _ => return Err(AccessError::BaseBounds),
+                }
+                let read = match digest {
+                    Some(d) => self.backend.read_digest(start + off, out, d),
+                    None => self.backend.read(start + off, out),
+                };
+                return read.then_some(()).ok_or(AccessError::BaseBounds);
+            }
+            Some(None) => self.read(r, off, out)?,
+            None => {
+                self.read(r, off, out)?;
+                *grant = ReadGrant::new(generation, self.one_range(r));
+            }
+        }
+        if let Some(d) = digest {
+            d.extend(out);
+        }
+        Ok(())
+    }
+}
+
 impl MemoryTable for MemoryModel {
     fn table_generation(&self) -> Option<u64> {
         Some(self.generation())
@@ -1634,28 +1675,21 @@ impl MemoryTable for MemoryModel {
         off: u64,
         out: &mut [u8],
     ) -> Result<(), AccessError> {
-        if out.is_empty() {
-            return Ok(());
-        }
-        let generation = self.generation();
-        match grant.held(generation) {
-            Some(Some(start)) => {
-                match off.checked_add(out.len() as u64) {
-                    Some(end) if end <= r.len => {}
-                    _ => return Err(AccessError::BaseBounds),
-                }
-                return self
-                    .backend
-                    .read(start + off, out)
-                    .then_some(())
-                    .ok_or(AccessError::BaseBounds);
-            }
-            Some(None) => return self.read(r, off, out),
-            None => {}
-        }
-        self.read(r, off, out)?;
-        *grant = ReadGrant::new(generation, self.one_range(r));
-        Ok(())
+        self.read_granted_with(r, grant, off, out, None)
+    }
+
+    /// The granted read as [`MemoryTable::read_granted`] makes it, the octets summed in the
+    /// backend's copy where the backend can.
+    #[inline]
+    fn read_granted_digest(
+        &self,
+        r: &Resolved,
+        grant: &mut ReadGrant,
+        off: u64,
+        out: &mut [u8],
+        digest: &mut CrcSum,
+    ) -> Result<(), AccessError> {
+        self.read_granted_with(r, grant, off, out, Some(digest))
     }
 
     fn atomic(&mut self, r: &Resolved, f: &mut dyn FnMut(u64) -> u64) -> Result<u64, AccessError> {

@@ -24,9 +24,57 @@ pub struct CrcSum {
     pub sum: PayloadSum,
 }
 
+impl CrcSum {
+    /// Nothing summed yet, the CRC continuing from `crc` (the CRC32c of what comes before,
+    /// 0 for nothing).
+    pub fn after(crc: u32) -> CrcSum {
+        CrcSum {
+            crc,
+            sum: PayloadSum::from_folded(0, 0),
+        }
+    }
+
+    /// `data` added: the CRC continued over it, its sum appended.
+    pub fn extend(&mut self, data: &[u8]) {
+        let next = crc32c_and_sum_after(self.crc, data);
+        *self = CrcSum {
+            crc: next.crc,
+            sum: self.sum.then(next.sum),
+        };
+    }
+
+    /// `src` copied into `dst` (as long) and added as [`CrcSum::extend`] adds it, in the
+    /// copy's pass ([`copy_crc32c_and_sum_after`]).
+    pub fn extend_copy(&mut self, src: &[u8], dst: &mut [u8]) {
+        let next = copy_crc32c_and_sum_after(self.crc, src, dst);
+        *self = CrcSum {
+            crc: next.crc,
+            sum: self.sum.then(next.sum),
+        };
+    }
+}
+
 /// CRC32c and one's complement sum of `data`, in one pass where the CPU allows it.
 pub fn crc32c_and_sum(data: &[u8]) -> CrcSum {
     let (crc, folded) = crc_and_folded_sum(data);
+    CrcSum {
+        crc,
+        sum: PayloadSum::from_folded(folded, data.len()),
+    }
+}
+
+/// The CRC32c of what gave `crc` (0 for nothing before) followed by `data`, and the one's
+/// complement sum of `data`: [`crc32c_and_sum`] continuing a CRC.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
+    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
+))]
+pub fn crc32c_and_sum_after(crc: u32, data: &[u8]) -> CrcSum {
+    let (crc, folded) = multiversion::target::match_target! {
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!crc, data),
+        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!crc, data),
+        _ => (crc32c_after(crc, data), tcp::checksum::sum(data)),
+    };
     CrcSum {
         crc,
         sum: PayloadSum::from_folded(folded, data.len()),
@@ -84,21 +132,47 @@ pub(super) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
     }
 }
 
-/// The whole blocks of `data` (at least one) folded into one register, four registers in
+/// The CRC32c of what gave `crc` (0 for nothing before) followed by `src`, and the one's
+/// complement sum of `src`, taken while `src` is copied into `dst` (as long): one pass over
+/// the octets where the CPU has a one-pass kernel, else the copy and then both passes.
+///
+/// # Panics
+/// When `dst` is not as long as `src`.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
+    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
+))]
+pub fn copy_crc32c_and_sum_after(crc: u32, src: &[u8], dst: &mut [u8]) -> CrcSum {
+    assert_eq!(src.len(), dst.len(), "copy into a range of another length");
+    let (crc, folded) = multiversion::target::match_target! {
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum_copy(!crc, src, dst),
+        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum_copy(!crc, src, dst),
+        _ => {
+            dst.copy_from_slice(src);
+            (crc32c_after(crc, dst), tcp::checksum::sum(dst))
+        },
+    };
+    CrcSum {
+        crc,
+        sum: PayloadSum::from_folded(folded, src.len()),
+    }
+}
+
+/// The whole blocks of `len` octets (at least one) folded into one register, four registers in
 /// flight, each block also added into `sum`; the register holding the first block is
 /// `xor`ed with `init`. Expands inside each width's kernel, whose `BLOCK`, `load`, `splat`,
 /// `fold` and multipliers `K1`..`K4` it uses, so that the intrinsics stay in functions
 /// compiled with their target features (a shared generic function would not be).
 #[cfg(target_arch = "x86_64")]
 macro_rules! fold_blocks {
-    ($data:ident, $blocks:ident, $sum:ident, $xor:ident, $init:ident) => {{
+    ($len:ident, $blocks:ident, $sum:ident, $xor:ident, $init:ident) => {{
         let mut next = || {
             let x = load($blocks.next().expect("a block"));
             $sum.add(x);
             x
         };
         let mut acc = $xor(next(), $init);
-        let mut whole = $data.len() / BLOCK - 1;
+        let mut whole = $len / BLOCK - 1;
         if whole >= 3 {
             // Four registers in flight, each moved along by four blocks.
             let (mut a1, mut a2, mut a3) = (next(), next(), next());
@@ -121,6 +195,36 @@ macro_rules! fold_blocks {
         }
         acc
     }};
+}
+
+/// The `N`-octet blocks of a source, each copied into the same place of a destination as
+/// it is taken (a fixed-size copy: one vector load and store, no call).
+#[cfg(target_arch = "x86_64")]
+struct CopyBlocks<'a, const N: usize> {
+    src: &'a [u8],
+    dst: &'a mut [u8],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a, const N: usize> CopyBlocks<'a, N> {
+    /// The blocks of `src` copied into `dst` (as long).
+    fn new(src: &'a [u8], dst: &'a mut [u8]) -> Self {
+        CopyBlocks { src, dst }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a, const N: usize> Iterator for CopyBlocks<'a, N> {
+    type Item = &'a [u8];
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (s, rest) = self.src.split_first_chunk::<N>()?;
+        let (d, dst_rest) = std::mem::take(&mut self.dst).split_first_chunk_mut::<N>()?;
+        *d = *s;
+        (self.src, self.dst) = (rest, dst_rest);
+        Some(s)
+    }
 }
 
 /// What both widths share: the folding constants, the final 128 bits and the tail.
@@ -215,6 +319,7 @@ mod avx512 {
     };
 
     use super::fold::{finish, fold_by, remainder};
+    use super::CopyBlocks;
 
     const BLOCK: usize = 64;
 
@@ -291,29 +396,54 @@ mod avx512 {
     /// one's complement sum of `data`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
     pub(super) fn crc_sum(init: u32, data: &[u8]) -> (u32, u16) {
-        let mut state = init;
         let mut sum = Sum::new();
         let mut blocks = data.chunks_exact(BLOCK);
-        if data.len() >= BLOCK {
-            // The initial register goes into the first four octets.
-            let init = _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, i64::from(state));
-            let acc = fold_blocks!(data, blocks, sum, _mm512_xor_si512, init);
-            // Lanes 0, 1 and 2 moved to lane 3's place; lane 3 kept.
-            let k = _mm512_set_epi64(0, 0, L2.1, L2.0, L1.1, L1.0, L0.1, L0.0);
-            let t = fold(acc, k, _mm512_set1_epi64(0));
-            let r = _mm_xor_si128(
-                _mm_xor_si128(
-                    _mm512_extracti32x4_epi32::<0>(t),
-                    _mm512_extracti32x4_epi32::<1>(t),
-                ),
-                _mm_xor_si128(
-                    _mm512_extracti32x4_epi32::<2>(t),
-                    _mm512_extracti32x4_epi32::<3>(acc),
-                ),
-            );
-            state = remainder(r);
-        }
+        let state = whole_blocks(init, data.len(), &mut blocks, &mut sum);
         finish(state, blocks.remainder(), sum.total())
+    }
+
+    /// [`crc_sum`] of `src` while it is copied into `dst` (as long), block by block.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
+    pub(super) fn crc_sum_copy(init: u32, src: &[u8], dst: &mut [u8]) -> (u32, u16) {
+        let mut sum = Sum::new();
+        let whole = src.len() / BLOCK * BLOCK;
+        let ((src, src_tail), (dst, dst_tail)) = (src.split_at(whole), dst.split_at_mut(whole));
+        let blocks = CopyBlocks::<BLOCK>::new(src, dst);
+        let state = whole_blocks(init, whole, blocks, &mut sum);
+        dst_tail.copy_from_slice(src_tail);
+        finish(state, src_tail, sum.total())
+    }
+
+    /// The CRC register after the whole blocks of `len` octets that `blocks` yields (`init`
+    /// when there is none), each block also added into `sum`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
+    fn whole_blocks<'a>(
+        init: u32,
+        len: usize,
+        mut blocks: impl Iterator<Item = &'a [u8]>,
+        sum: &mut Sum,
+    ) -> u32 {
+        if len < BLOCK {
+            return init;
+        }
+        // The initial register goes into the first four octets.
+        let init = _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, i64::from(init));
+        let acc = fold_blocks!(len, blocks, sum, _mm512_xor_si512, init);
+        // Lanes 0, 1 and 2 moved to lane 3's place; lane 3 kept.
+        let k = _mm512_set_epi64(0, 0, L2.1, L2.0, L1.1, L1.0, L0.1, L0.0);
+        let t = fold(acc, k, _mm512_set1_epi64(0));
+        let r = _mm_xor_si128(
+            _mm_xor_si128(
+                _mm512_extracti32x4_epi32::<0>(t),
+                _mm512_extracti32x4_epi32::<1>(t),
+            ),
+            _mm_xor_si128(
+                _mm512_extracti32x4_epi32::<2>(t),
+                _mm512_extracti32x4_epi32::<3>(acc),
+            ),
+        );
+        remainder(r)
     }
 }
 
@@ -326,6 +456,7 @@ mod avx2 {
     };
 
     use super::fold::{finish, fold_by, remainder};
+    use super::CopyBlocks;
 
     const BLOCK: usize = 32;
 
@@ -409,23 +540,48 @@ mod avx2 {
     /// one's complement sum of `data`.
     #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
     pub(super) fn crc_sum(init: u32, data: &[u8]) -> (u32, u16) {
-        let mut state = init;
         let mut sum = Sum::new();
         let mut blocks = data.chunks_exact(BLOCK);
-        if data.len() >= BLOCK {
-            // The initial register goes into the first four octets.
-            let init = _mm256_set_epi64x(0, 0, 0, i64::from(state));
-            let acc = fold_blocks!(data, blocks, sum, _mm256_xor_si256, init);
-            // Lane 0 moved to lane 1's place; lane 1 kept.
-            let k = _mm256_set_epi64x(0, 0, L0.1, L0.0);
-            let t = fold(acc, k, _mm256_setzero_si256());
-            let r = _mm_xor_si128(
-                _mm256_extracti128_si256::<0>(t),
-                _mm256_extracti128_si256::<1>(acc),
-            );
-            state = remainder(r);
-        }
+        let state = whole_blocks(init, data.len(), &mut blocks, &mut sum);
         finish(state, blocks.remainder(), sum.total())
+    }
+
+    /// [`crc_sum`] of `src` while it is copied into `dst` (as long), block by block.
+    #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
+    pub(super) fn crc_sum_copy(init: u32, src: &[u8], dst: &mut [u8]) -> (u32, u16) {
+        let mut sum = Sum::new();
+        let whole = src.len() / BLOCK * BLOCK;
+        let ((src, src_tail), (dst, dst_tail)) = (src.split_at(whole), dst.split_at_mut(whole));
+        let blocks = CopyBlocks::<BLOCK>::new(src, dst);
+        let state = whole_blocks(init, whole, blocks, &mut sum);
+        dst_tail.copy_from_slice(src_tail);
+        finish(state, src_tail, sum.total())
+    }
+
+    /// The CRC register after the whole blocks of `len` octets that `blocks` yields (`init`
+    /// when there is none), each block also added into `sum`.
+    #[inline]
+    #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
+    fn whole_blocks<'a>(
+        init: u32,
+        len: usize,
+        mut blocks: impl Iterator<Item = &'a [u8]>,
+        sum: &mut Sum,
+    ) -> u32 {
+        if len < BLOCK {
+            return init;
+        }
+        // The initial register goes into the first four octets.
+        let init = _mm256_set_epi64x(0, 0, 0, i64::from(init));
+        let acc = fold_blocks!(len, blocks, sum, _mm256_xor_si256, init);
+        // Lane 0 moved to lane 1's place; lane 1 kept.
+        let k = _mm256_set_epi64x(0, 0, L0.1, L0.0);
+        let t = fold(acc, k, _mm256_setzero_si256());
+        let r = _mm_xor_si128(
+            _mm256_extracti128_si256::<0>(t),
+            _mm256_extracti128_si256::<1>(acc),
+        );
+        remainder(r)
     }
 }
 #[cfg(test)]
@@ -453,6 +609,123 @@ mod tests {
         multiversion::target::match_target! {
             "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => Some(avx2::crc_sum(!0, data)),
             _ => None,
+        }
+    }
+
+    /// The 512-bit copying kernel, where this CPU runs it.
+    #[allow(unused_variables)]
+    #[multiversion::multiversion(targets(
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2"
+    ))]
+    fn avx512_copy_kernel(init: u32, src: &[u8], dst: &mut [u8]) -> Option<(u32, u16)> {
+        multiversion::target::match_target! {
+            "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" =>
+                Some(avx512::crc_sum_copy(init, src, dst)),
+            _ => None,
+        }
+    }
+
+    /// The 256-bit copying kernel, where this CPU runs it.
+    #[allow(unused_variables)]
+    #[multiversion::multiversion(targets("x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"))]
+    fn avx2_copy_kernel(init: u32, src: &[u8], dst: &mut [u8]) -> Option<(u32, u16)> {
+        multiversion::target::match_target! {
+            "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => Some(avx2::crc_sum_copy(init, src, dst)),
+            _ => None,
+        }
+    }
+
+    /// A copying kernel: CRC register in, CRC and folded sum out, or `None` where the CPU
+    /// does not run it.
+    type CopyKernel = fn(u32, &[u8], &mut [u8]) -> Option<(u32, u16)>;
+
+    type CopyWay = (&'static str, fn(u32, &[u8], &mut [u8]) -> CrcSum);
+
+    /// Every way this CPU has of copying while summing: the dispatched entry point and
+    /// each copying kernel it can run.
+    fn copy_ways() -> Vec<CopyWay> {
+        fn with(k: CopyKernel, crc: u32, src: &[u8], dst: &mut [u8]) -> CrcSum {
+            let (crc, folded) = k(!crc, src, dst).expect("checked available");
+            CrcSum {
+                crc,
+                sum: PayloadSum::from_folded(folded, src.len()),
+            }
+        }
+        let mut ways: Vec<CopyWay> = vec![("dispatched", copy_crc32c_and_sum_after)];
+        if avx512_copy_kernel(0, &[], &mut []).is_some() {
+            ways.push(("avx512", |c, s, d| with(avx512_copy_kernel, c, s, d)));
+        }
+        if avx2_copy_kernel(0, &[], &mut []).is_some() {
+            ways.push(("avx2", |c, s, d| with(avx2_copy_kernel, c, s, d)));
+        }
+        ways
+    }
+
+    // The copying pass leaves the exact octets in the destination (nothing around it
+    // touched) and gives the CRC of what came before followed by them, and their sum, as
+    // the separate passes do: every length up to a few blocks past a jumbo frame's tail,
+    // every alignment of source and destination within a block.
+    #[test]
+    fn copying_pass_copies_and_matches_the_separate_passes() {
+        let src: Vec<u8> = (0..12_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+            .collect();
+        let prefix = b"\x00\x2aDDP+RDMAP header";
+        let mut lens: Vec<usize> = (0..=300).collect();
+        lens.extend([511, 512, 513, 1447, 1448, 1449, 4096, 8960, 9000, 11_000]);
+        let mut dst = vec![0u8; 12_200];
+        for (way, f) in copy_ways() {
+            for &len in &lens {
+                for (s_off, d_off) in [(0, 0), (1, 0), (0, 7), (13, 31), (63, 2)] {
+                    dst.fill(0xa5);
+                    let data = &src[s_off..s_off + len];
+                    let got = f(crc32c(prefix), data, &mut dst[d_off..d_off + len]);
+                    assert_eq!(&dst[d_off..d_off + len], data, "{way}: copy, len {len}");
+                    assert!(dst[..d_off].iter().all(|&b| b == 0xa5), "{way}: before");
+                    assert!(
+                        dst[d_off + len..].iter().all(|&b| b == 0xa5),
+                        "{way}: after"
+                    );
+                    let mut whole = prefix.to_vec();
+                    whole.extend_from_slice(data);
+                    assert_eq!(got.crc, crc32c(&whole), "{way}: crc, len {len} at {s_off}");
+                    assert_eq!(
+                        got.sum,
+                        PayloadSum::from_folded(tcp::checksum::sum(data), len),
+                        "{way}: sum, len {len} at {s_off}"
+                    );
+                }
+            }
+        }
+    }
+
+    // A digest built piece by piece (pieces of odd lengths, some copied, some summed in
+    // place) equals the one pass over the whole: CRC continued, sums joined in order (RFC
+    // 1071 §2(A): a piece after an odd length is summed byte-swapped).
+    #[test]
+    fn a_digest_taken_in_pieces_is_the_whole_ones() {
+        let data: Vec<u8> = (0..5_000u32).map(|i| (i * 31 + 7) as u8).collect();
+        let mut copy = vec![0u8; data.len()];
+        for cuts in [
+            &[0usize, 1, 2, 3, 5000][..],
+            &[0, 17, 1465, 1466, 3001, 5000],
+            &[0, 2, 1450, 2898, 4346, 5000],
+        ] {
+            let mut d = CrcSum::after(0);
+            for (i, w) in cuts.windows(2).enumerate() {
+                let (a, b) = (w[0], w[1]);
+                if i % 2 == 0 {
+                    d.extend_copy(&data[a..b], &mut copy[a..b]);
+                } else {
+                    copy[a..b].copy_from_slice(&data[a..b]);
+                    d.extend(&data[a..b]);
+                }
+            }
+            let whole = crc32c_and_sum(&data);
+            assert_eq!(copy, data);
+            assert_eq!(d.crc, whole.crc, "cuts {cuts:?}");
+            assert_eq!(d.sum.folded(), whole.sum.folded(), "cuts {cuts:?}");
+            assert_eq!(d.sum.octets(), data.len());
         }
     }
 

@@ -79,6 +79,8 @@ pub struct Sim {
     pub link: Link,
     pub decision: Decision,
     resp: Option<ConnConfig>,
+    /// Room for one packet of the engines' MTU.
+    tx_buf: Vec<u8>,
 }
 
 pub fn tcp_config(secret: u8) -> Config {
@@ -121,9 +123,34 @@ impl Sim {
         (cfg_b, mem_b): (ConnConfig, SimpleMemory),
         decision: Decision,
     ) -> Self {
+        Self::with_mtu(
+            Config::default().mtu,
+            seed,
+            link,
+            (cfg_a, mem_a),
+            (cfg_b, mem_b),
+            decision,
+        )
+    }
+
+    /// [`Sim::new`] with both TCP engines at `mtu` (their MSS follows it).
+    pub fn with_mtu(
+        mtu: usize,
+        seed: u64,
+        link: LinkConfig,
+        (cfg_a, mem_a): (ConnConfig, SimpleMemory),
+        (cfg_b, mem_b): (ConnConfig, SimpleMemory),
+        decision: Decision,
+    ) -> Self {
         let now = Instant::from_millis(1);
-        let mut a = Engine::new(tcp_config(1));
-        let mut b = Engine::new(tcp_config(2));
+        let mut a = Engine::new(Config {
+            mtu,
+            ..tcp_config(1)
+        });
+        let mut b = Engine::new(Config {
+            mtu,
+            ..tcp_config(2)
+        });
         b.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT), 16)
             .expect("listen");
         let ca = Connection::initiator(cfg_a, now).expect("initiator");
@@ -150,6 +177,7 @@ impl Sim {
             link: Link::new(link, seed),
             decision,
             resp: Some(cfg_b),
+            tx_buf: vec![0; mtu],
         }
     }
 
@@ -188,12 +216,12 @@ impl Sim {
     }
 
     fn flush(&mut self) {
-        let mut buf = vec![0u8; 1500];
+        let buf = &mut self.tx_buf;
         for side in [Side::A, Side::B] {
             loop {
                 let now = self.now;
                 let n = &mut self.nodes[side.index()];
-                let Some(t) = n.engine.poll_transmit(now, &mut n.mem, &mut buf) else {
+                let Some(t) = n.engine.poll_transmit(now, &mut n.mem, buf) else {
                     break;
                 };
                 self.link.send(now, side, buf[..t.len].to_vec());

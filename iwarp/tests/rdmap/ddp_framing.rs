@@ -4,8 +4,11 @@ use crate::common::*;
 use iwarp::ddp::segmenter::MessageTarget;
 use iwarp::ddp::{MsnCounters, OutgoingMessage, Segmenter};
 use iwarp::mem::{Access, STag, Sge};
-use iwarp::rdmap::{RemoteBuf, SendOp, SendWr};
+use iwarp::mpa::Framer;
+use iwarp::rdmap::{Digesting, Engine, RemoteBuf, SendOp, SendWr};
+use iwarp::wire::crc::crc32c;
 use iwarp::wire::ddp::{DdpRepr, Segment, TaggedRepr, UntaggedRepr};
+use tcp::checksum::payload_sum;
 
 fn parse(seg: &[u8]) -> DdpRepr {
     DdpRepr::parse(&Segment::new_checked(seg).unwrap()).unwrap()
@@ -318,4 +321,105 @@ fn segments_built_in_buffers_of_any_length_are_the_same() {
     // 3000 octets in 982-octet Send segments, 2500 in 986-octet Write segments.
     assert_eq!(total.len(), 4 + 3 + 1 + 1 + 1);
     assert_eq!(total, fresh);
+}
+
+/// Every segment `engine` sends now, each with what `poll_segment_digested` summed of it.
+fn drain_digested(
+    engine: &mut Engine,
+    mem: &iwarp::mem::SimpleMemory,
+    mulpdu: usize,
+    min_len: usize,
+) -> Vec<(Vec<u8>, Option<iwarp::wire::crcsum::CrcSum>)> {
+    let digesting = Digesting {
+        seed: Framer::crc_seed,
+        min_len,
+    };
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while let Some((seg, digest)) =
+        engine.poll_segment_digested(now(), mulpdu, mem, &mut buf, digesting)
+    {
+        out.push((seg.to_vec(), digest));
+        buf = seg.into_buffer();
+    }
+    out
+}
+
+// RFC 5044 §4.1: asked to, the engine takes each segment's FPDU CRC (continuing from the
+// CRC of its ULPDU_Length field) and TCP sum as it builds the segment, the payload's in
+// the pass that reads it out of registered memory: for gathered Sends and Writes (two
+// SGEs, many segments), an inline Read Request and a Read Response served from a region.
+// The segments are those `poll_segment` builds; one shorter than `min_len` is not summed.
+#[test]
+fn digested_segments_carry_their_fpdus_crc_and_sum() {
+    let two_sges = |stag| {
+        SendWr::new(
+            7,
+            SendOp::Send {
+                sgl: iwarp::mem::Sgl::from(vec![
+                    Sge {
+                        stag,
+                        to: 100,
+                        len: 3000,
+                    },
+                    Sge {
+                        stag,
+                        to: 9000,
+                        len: 1234,
+                    },
+                ]),
+                solicited: false,
+                invalidate: None,
+            },
+        )
+    };
+    let posts = |stag| {
+        vec![
+            write_wr(1, stag, 9000, 0),
+            two_sges(stag),
+            send_wr(3, stag, 5, 40),
+        ]
+    };
+    let plain = sent(20_000, 1000, posts);
+    let (mut s, stag) = sender(20_000);
+    for wr in posts(stag) {
+        s.engine.post_send(wr).unwrap();
+    }
+    let digested = drain_digested(&mut s.engine, &s.mem, 1000, 100);
+    let check = |segs: &[(Vec<u8>, Option<iwarp::wire::crcsum::CrcSum>)], min_len: usize| {
+        for (i, (seg, digest)) in segs.iter().enumerate() {
+            if seg.len() < min_len {
+                assert!(
+                    digest.is_none(),
+                    "segment {i} of {} octets summed",
+                    seg.len()
+                );
+                continue;
+            }
+            let d = digest.expect("a long segment is summed");
+            let mut covered = (seg.len() as u16).to_be_bytes().to_vec();
+            covered.extend_from_slice(seg);
+            assert_eq!(d.crc, crc32c(&covered), "segment {i}");
+            assert_eq!(d.sum.folded(), payload_sum(seg).folded(), "segment {i}");
+            assert_eq!(d.sum.octets(), seg.len());
+        }
+    };
+    check(&digested, 100);
+    assert!(digested.iter().any(|(seg, _)| seg.len() < 100));
+    let segs: Vec<Vec<u8>> = digested.into_iter().map(|(seg, _)| seg).collect();
+    assert_eq!(segs, plain);
+
+    // A Read: its Request (inline), then the Response B builds from its region.
+    let (mut p, a, b) = Pair::with_regions(0x11, 0x22);
+    p.a.engine
+        .post_send(read_wr(9, a, 0, b, 100, 5000))
+        .unwrap();
+    let request = drain_digested(&mut p.a.engine, &p.a.mem, 1500, 0);
+    assert_eq!(request.len(), 1);
+    check(&request, 0);
+    p.b.receive(&request[0].0);
+    let response = drain_digested(&mut p.b.engine, &p.b.mem, 1500, 0);
+    assert_eq!(response.len(), 4);
+    check(&response, 0);
+    assert!(response.iter().all(|(seg, _)| seg.ends_with(&[0x22; 8])));
 }
