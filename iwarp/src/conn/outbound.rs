@@ -16,9 +16,9 @@ use crate::wire::rdmap::READ_REQUEST_LEN;
 /// payload out of registered memory (`rdmap::Engine::poll_segment_digested`); shorter ones
 /// are read, then summed in a second pass over their buffer. `benches/crc_sum.rs` on an AMD
 /// EPYC (Zen 3), the read into a unit that is out of the caches (4 MiB of units in
-/// flight): at 9,000 octets the one pass took 1.13–1.31× less time than the two, with the
-/// source cached or not; at 1,448 it gained 1.05–1.11× with the source cached but lost
-/// 0.80–0.83× with it out of every cache (its loads run fewer at once than a plain copy's).
+/// flight): at 9,000 octets the one pass took 1.08–1.36× less time than the two, with the
+/// source cached or not; at 1,448 it gained 1.03–1.15× with the source cached but lost
+/// 0.79–0.83× with it out of every cache (its loads run fewer at once than a plain copy's).
 pub(super) const DIGEST_MIN_LEN: usize = 4096;
 
 /// Smallest MULPDU worth segmenting for (an untagged header plus a Read Request body).

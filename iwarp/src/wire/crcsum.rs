@@ -227,6 +227,52 @@ impl<'a, const N: usize> Iterator for CopyBlocks<'a, N> {
     }
 }
 
+/// A width's two entry points, over its `Sum`, `BLOCK`, `first_register`, `reduce` and
+/// register `xor` (the target features the width's own, so that everything inlines into one
+/// function).
+#[cfg(target_arch = "x86_64")]
+macro_rules! entry_points {
+    ($features:literal, $xor:ident) => {
+        /// CRC32c of `data` from the CRC register `init` (`!0` for a fresh CRC) and folded
+        /// one's complement sum of `data`.
+        #[target_feature(enable = $features)]
+        pub(super) fn crc_sum(init: u32, data: &[u8]) -> (u32, u16) {
+            let mut sum = Sum::new();
+            let mut blocks = data.chunks_exact(BLOCK);
+            let state = whole_blocks!(init, data.len(), blocks, sum, $xor);
+            finish(state, blocks.remainder(), sum.total())
+        }
+
+        /// [`crc_sum`] of `src` while it is copied into `dst` (as long), block by block.
+        #[target_feature(enable = $features)]
+        pub(super) fn crc_sum_copy(init: u32, src: &[u8], dst: &mut [u8]) -> (u32, u16) {
+            let mut sum = Sum::new();
+            let whole = src.len() / BLOCK * BLOCK;
+            let ((src, src_tail), (dst, dst_tail)) = (src.split_at(whole), dst.split_at_mut(whole));
+            let mut blocks = CopyBlocks::<BLOCK>::new(src, dst);
+            let state = whole_blocks!(init, whole, blocks, sum, $xor);
+            dst_tail.copy_from_slice(src_tail);
+            finish(state, src_tail, sum.total())
+        }
+    };
+}
+
+/// The CRC register after the whole blocks of `len` octets that `blocks` yields (`init`
+/// when there is none), each block also added into `sum`: in the entry point's own body, so
+/// that its loop is compiled there.
+#[cfg(target_arch = "x86_64")]
+macro_rules! whole_blocks {
+    ($init:ident, $len:expr, $blocks:ident, $sum:ident, $xor:ident) => {{
+        let len = $len;
+        if len < BLOCK {
+            $init
+        } else {
+            let first = first_register($init);
+            reduce(fold_blocks!(len, $blocks, $sum, $xor, first))
+        }
+    }};
+}
+
 /// What both widths share: the folding constants, the final 128 bits and the tail.
 #[cfg(target_arch = "x86_64")]
 mod fold {
@@ -392,44 +438,23 @@ mod avx512 {
         }
     }
 
-    /// CRC32c of `data` from the CRC register `init` (`!0` for a fresh CRC) and folded
-    /// one's complement sum of `data`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
-    pub(super) fn crc_sum(init: u32, data: &[u8]) -> (u32, u16) {
-        let mut sum = Sum::new();
-        let mut blocks = data.chunks_exact(BLOCK);
-        let state = whole_blocks(init, data.len(), &mut blocks, &mut sum);
-        finish(state, blocks.remainder(), sum.total())
+    entry_points!(
+        "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2",
+        _mm512_xor_si512
+    );
+
+    /// The CRC register `init` as the register the first block is `xor`ed with (its first
+    /// four octets).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn first_register(init: u32) -> __m512i {
+        _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, i64::from(init))
     }
 
-    /// [`crc_sum`] of `src` while it is copied into `dst` (as long), block by block.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
-    pub(super) fn crc_sum_copy(init: u32, src: &[u8], dst: &mut [u8]) -> (u32, u16) {
-        let mut sum = Sum::new();
-        let whole = src.len() / BLOCK * BLOCK;
-        let ((src, src_tail), (dst, dst_tail)) = (src.split_at(whole), dst.split_at_mut(whole));
-        let blocks = CopyBlocks::<BLOCK>::new(src, dst);
-        let state = whole_blocks(init, whole, blocks, &mut sum);
-        dst_tail.copy_from_slice(src_tail);
-        finish(state, src_tail, sum.total())
-    }
-
-    /// The CRC register after the whole blocks of `len` octets that `blocks` yields (`init`
-    /// when there is none), each block also added into `sum`.
+    /// The CRC register after the folded blocks `acc`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq,sse4.2")]
-    fn whole_blocks<'a>(
-        init: u32,
-        len: usize,
-        mut blocks: impl Iterator<Item = &'a [u8]>,
-        sum: &mut Sum,
-    ) -> u32 {
-        if len < BLOCK {
-            return init;
-        }
-        // The initial register goes into the first four octets.
-        let init = _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, i64::from(init));
-        let acc = fold_blocks!(len, blocks, sum, _mm512_xor_si512, init);
+    fn reduce(acc: __m512i) -> u32 {
         // Lanes 0, 1 and 2 moved to lane 3's place; lane 3 kept.
         let k = _mm512_set_epi64(0, 0, L2.1, L2.0, L1.1, L1.0, L0.1, L0.0);
         let t = fold(acc, k, _mm512_set1_epi64(0));
@@ -536,44 +561,20 @@ mod avx2 {
         }
     }
 
-    /// CRC32c of `data` from the CRC register `init` (`!0` for a fresh CRC) and folded
-    /// one's complement sum of `data`.
-    #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
-    pub(super) fn crc_sum(init: u32, data: &[u8]) -> (u32, u16) {
-        let mut sum = Sum::new();
-        let mut blocks = data.chunks_exact(BLOCK);
-        let state = whole_blocks(init, data.len(), &mut blocks, &mut sum);
-        finish(state, blocks.remainder(), sum.total())
+    entry_points!("avx2,vpclmulqdq,pclmulqdq,sse4.2", _mm256_xor_si256);
+
+    /// The CRC register `init` as the register the first block is `xor`ed with (its first
+    /// four octets).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn first_register(init: u32) -> __m256i {
+        _mm256_set_epi64x(0, 0, 0, i64::from(init))
     }
 
-    /// [`crc_sum`] of `src` while it is copied into `dst` (as long), block by block.
-    #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
-    pub(super) fn crc_sum_copy(init: u32, src: &[u8], dst: &mut [u8]) -> (u32, u16) {
-        let mut sum = Sum::new();
-        let whole = src.len() / BLOCK * BLOCK;
-        let ((src, src_tail), (dst, dst_tail)) = (src.split_at(whole), dst.split_at_mut(whole));
-        let blocks = CopyBlocks::<BLOCK>::new(src, dst);
-        let state = whole_blocks(init, whole, blocks, &mut sum);
-        dst_tail.copy_from_slice(src_tail);
-        finish(state, src_tail, sum.total())
-    }
-
-    /// The CRC register after the whole blocks of `len` octets that `blocks` yields (`init`
-    /// when there is none), each block also added into `sum`.
+    /// The CRC register after the folded blocks `acc`.
     #[inline]
     #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
-    fn whole_blocks<'a>(
-        init: u32,
-        len: usize,
-        mut blocks: impl Iterator<Item = &'a [u8]>,
-        sum: &mut Sum,
-    ) -> u32 {
-        if len < BLOCK {
-            return init;
-        }
-        // The initial register goes into the first four octets.
-        let init = _mm256_set_epi64x(0, 0, 0, i64::from(init));
-        let acc = fold_blocks!(len, blocks, sum, _mm256_xor_si256, init);
+    fn reduce(acc: __m256i) -> u32 {
         // Lane 0 moved to lane 1's place; lane 1 kept.
         let k = _mm256_set_epi64x(0, 0, L0.1, L0.0);
         let t = fold(acc, k, _mm256_setzero_si256());
