@@ -1537,9 +1537,7 @@ impl MemoryModel {
             _ => Err(S::InvalidStag),
         }
     }
-}
 
-impl MemoryModel {
     /// [`MemoryTable::read_granted`], adding what it reads to `digest` when there is one.
     #[inline]
     fn read_granted_with(

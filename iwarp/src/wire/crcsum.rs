@@ -36,31 +36,25 @@ impl CrcSum {
 
     /// `data` added: the CRC continued over it, its sum appended.
     pub fn extend(&mut self, data: &[u8]) {
-        let next = crc32c_and_sum_after(self.crc, data);
-        *self = CrcSum {
-            crc: next.crc,
-            sum: self.sum.then(next.sum),
-        };
+        self.append(crc32c_and_sum_after(self.crc, data));
     }
 
     /// `src` copied into `dst` (as long) and added as [`CrcSum::extend`] adds it, in the
     /// copy's pass ([`copy_crc32c_and_sum_after`]).
     pub fn extend_copy(&mut self, src: &[u8], dst: &mut [u8]) {
-        let next = copy_crc32c_and_sum_after(self.crc, src, dst);
-        *self = CrcSum {
-            crc: next.crc,
-            sum: self.sum.then(next.sum),
-        };
+        self.append(copy_crc32c_and_sum_after(self.crc, src, dst));
+    }
+
+    /// `next`, taken with the CRC continuing from this one's, as what follows.
+    fn append(&mut self, next: CrcSum) {
+        self.crc = next.crc;
+        self.sum = self.sum.then(next.sum);
     }
 }
 
 /// CRC32c and one's complement sum of `data`, in one pass where the CPU allows it.
 pub fn crc32c_and_sum(data: &[u8]) -> CrcSum {
-    let (crc, folded) = crc_and_folded_sum(data);
-    CrcSum {
-        crc,
-        sum: PayloadSum::from_folded(folded, data.len()),
-    }
+    crc32c_and_sum_after(0, data)
 }
 
 /// The CRC32c of what gave `crc` (0 for nothing before) followed by `data`, and the one's
@@ -92,19 +86,6 @@ pub fn one_pass() -> bool {
         "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => true,
         "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => true,
         _ => false,
-    }
-}
-
-/// The CRC32c of `data` and its one's complement sum (as [`tcp::checksum::sum`] gives it).
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2",
-    "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"
-))]
-fn crc_and_folded_sum(data: &[u8]) -> (u32, u16) {
-    multiversion::target::match_target! {
-        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!0, data),
-        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!0, data),
-        _ => (crc_fast::crc32_iscsi(data), tcp::checksum::sum(data)),
     }
 }
 
