@@ -1,6 +1,6 @@
 //! Sans-IO iWARP protocol core: MPA (RFC 5044/6581), DDP (RFC 5041), RDMAP (RFC 5040),
 //! RDMAP extensions (RFC 7306) and a verbs interface.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod conn;
 pub mod ddp;

@@ -65,8 +65,8 @@ pub fn crc32c_and_sum(data: &[u8]) -> CrcSum {
 ))]
 pub fn crc32c_and_sum_after(crc: u32, data: &[u8]) -> CrcSum {
     let (crc, folded) = multiversion::target::match_target! {
-        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!crc, data),
-        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!crc, data),
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512_entry::crc_sum(!crc, data),
+        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2_entry::crc_sum(!crc, data),
         _ => (crc32c_after(crc, data), tcp::checksum::sum(data)),
     };
     CrcSum {
@@ -98,8 +98,8 @@ pub fn one_pass() -> bool {
 ))]
 pub(super) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
     multiversion::target::match_target! {
-        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum(!crc, data).0,
-        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum(!crc, data).0,
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512_entry::crc_sum(!crc, data).0,
+        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2_entry::crc_sum(!crc, data).0,
         _ => if crc == 0 {
             crc_fast::crc32_iscsi(data)
         } else {
@@ -126,8 +126,8 @@ pub(super) fn crc32c_after(crc: u32, data: &[u8]) -> u32 {
 pub fn copy_crc32c_and_sum_after(crc: u32, src: &[u8], dst: &mut [u8]) -> CrcSum {
     assert_eq!(src.len(), dst.len(), "copy into a range of another length");
     let (crc, folded) = multiversion::target::match_target! {
-        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512::crc_sum_copy(!crc, src, dst),
-        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2::crc_sum_copy(!crc, src, dst),
+        "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" => avx512_entry::crc_sum_copy(!crc, src, dst),
+        "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => avx2_entry::crc_sum_copy(!crc, src, dst),
         _ => {
             dst.copy_from_slice(src);
             (crc32c_after(crc, dst), tcp::checksum::sum(dst))
@@ -336,6 +336,60 @@ mod fold {
         u16::from_be(x as u16)
     }
 }
+
+/// A width's entry points as the dispatchers call them. multiversion compiles a dispatcher's
+/// arms in its default copy too, without `#[target_feature]`, when the build itself enables
+/// their features (`-C target-cpu=native` on a CPU that has them, or `-C target-feature`);
+/// a function without the attribute may call a kernel only in an `unsafe` block, so for such
+/// a build the entry points are wrappers holding that block. Otherwise they are the kernels,
+/// called only from the copies that carry the features.
+#[cfg(target_arch = "x86_64")]
+macro_rules! entry_module {
+    ($entry:ident, $kernels:ident, $($feature:literal),+) => {
+        #[cfg(all($(target_feature = $feature),+))]
+        mod $entry {
+            /// The kernel's `crc_sum`, the build's features being the kernel's.
+            #[allow(unsafe_code)]
+            #[inline(always)]
+            pub(super) fn crc_sum(init: u32, data: &[u8]) -> (u32, u16) {
+                // SAFETY: compiled only when the build enables every feature the kernel
+                // needs, for every CPU it runs on.
+                unsafe { super::$kernels::crc_sum(init, data) }
+            }
+
+            /// The kernel's `crc_sum_copy`, the build's features being the kernel's.
+            #[allow(unsafe_code)]
+            #[inline(always)]
+            pub(super) fn crc_sum_copy(init: u32, src: &[u8], dst: &mut [u8]) -> (u32, u16) {
+                // SAFETY: as for `crc_sum`.
+                unsafe { super::$kernels::crc_sum_copy(init, src, dst) }
+            }
+        }
+        #[cfg(not(all($(target_feature = $feature),+)))]
+        use $kernels as $entry;
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+entry_module!(
+    avx512_entry,
+    avx512,
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "vpclmulqdq",
+    "pclmulqdq",
+    "sse4.2"
+);
+#[cfg(target_arch = "x86_64")]
+entry_module!(
+    avx2_entry,
+    avx2,
+    "avx2",
+    "vpclmulqdq",
+    "pclmulqdq",
+    "sse4.2"
+);
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
@@ -579,7 +633,7 @@ mod tests {
     fn avx512_kernel(data: &[u8]) -> Option<(u32, u16)> {
         multiversion::target::match_target! {
             "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" =>
-                Some(avx512::crc_sum(!0, data)),
+                Some(avx512_entry::crc_sum(!0, data)),
             _ => None,
         }
     }
@@ -589,7 +643,7 @@ mod tests {
     #[multiversion::multiversion(targets("x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"))]
     fn avx2_kernel(data: &[u8]) -> Option<(u32, u16)> {
         multiversion::target::match_target! {
-            "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => Some(avx2::crc_sum(!0, data)),
+            "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => Some(avx2_entry::crc_sum(!0, data)),
             _ => None,
         }
     }
@@ -602,7 +656,7 @@ mod tests {
     fn avx512_copy_kernel(init: u32, src: &[u8], dst: &mut [u8]) -> Option<(u32, u16)> {
         multiversion::target::match_target! {
             "x86_64+avx512f+avx512bw+avx512vl+vpclmulqdq+pclmulqdq+sse4.2" =>
-                Some(avx512::crc_sum_copy(init, src, dst)),
+                Some(avx512_entry::crc_sum_copy(init, src, dst)),
             _ => None,
         }
     }
@@ -612,7 +666,7 @@ mod tests {
     #[multiversion::multiversion(targets("x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2"))]
     fn avx2_copy_kernel(init: u32, src: &[u8], dst: &mut [u8]) -> Option<(u32, u16)> {
         multiversion::target::match_target! {
-            "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => Some(avx2::crc_sum_copy(init, src, dst)),
+            "x86_64+avx2+vpclmulqdq+pclmulqdq+sse4.2" => Some(avx2_entry::crc_sum_copy(init, src, dst)),
             _ => None,
         }
     }
