@@ -236,6 +236,39 @@ EOF
   } >"$file"
 }
 
+# tb_vhost_tso_pair NET MODE: configs for the two ends of a vhost-user/virtio-user pair
+# through $WORK/vhost.sock at MTU 1500 with the ports' offloads set to MODE (`auto`: checksums,
+# and TSO where virtio-user has it; `off`): $WORK/server-vhost-MODE.toml (the vhost-user
+# backend, NET.1/24 on lcore 0, offering TSO and taking a TSO frame into one buffer
+# (linear-buffer, ext-buffer) rather than a chain of mbufs the port would copy out of) and
+# $WORK/client-vhost-MODE.toml (virtio-user, NET.2/24 on lcore 1); 2048 descriptors,
+# --single-file-segments.
+tb_vhost_tso_pair() {
+  local net=$1 mode=$2 role lcore host vdev
+  for role in server client; do
+    if [ "$role" = server ]; then
+      lcore=0 host=1
+      vdev="net_vhost0,iface=$WORK/vhost.sock,queues=1,tso=1,linear-buffer=1,ext-buffer=1"
+    else
+      lcore=1 host=2
+      vdev="virtio_user0,path=$WORK/vhost.sock,queues=1"
+    fi
+    tb_config "$WORK/$role-vhost-$mode.toml" "$lcore" "$PREFIX-v$role" "$vdev" \
+      "$net.$host/24" port=vhost0 rings=1 eal=--single-file-segments || return
+    echo "offloads = \"$mode\"" >>"$WORK/$role-vhost-$mode.toml"
+  done
+}
+
+# tb_llvm_profdata: the path of rustc's own llvm-profdata (rustup's llvm-tools component, in
+# the toolchain's sysroot; a profile is read only by the LLVM that wrote it), whether or not
+# it is installed there.
+tb_llvm_profdata() {
+  local sysroot host
+  sysroot=$(rustc --print sysroot) || return
+  host=$(rustc -vV | awk '/^host:/ { print $2 }')
+  echo "$sysroot/lib/rustlib/$host/bin/llvm-profdata"
+}
+
 # tb_memif_pair NET [KEY=VALUE ...]: configs for the two ends of a memif pair through
 # $WORK/memif.sock: $WORK/server.toml (NET.1/24 on lcore 0, memif server, file prefix
 # $PREFIX-server) and $WORK/client.toml (NET.2/24 on lcore 1, memif client, $PREFIX-client).
